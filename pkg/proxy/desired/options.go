@@ -1,0 +1,43 @@
+package desired
+
+import (
+	"net/netip"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// Node is what Compute needs to know about the node it runs on.
+type Node struct {
+	// Name is the Node object's name; endpoints with this nodeName are local.
+	Name string
+	// IPs are the Node's addresses from its status (InternalIP, then
+	// ExternalIP), both families, primary first.
+	IPs []netip.Addr
+	// Zone is the topology.kubernetes.io/zone label, "" when absent.
+	Zone string
+	// PodCIDRs is spec.podCIDRs (for detectLocalMode NodeCIDR).
+	PodCIDRs []netip.Prefix
+	// HostAddrs are the addresses configured on the host's interfaces, read
+	// from the kernel; nodePortAddresses CIDRs select among them.
+	HostAddrs []netip.Addr
+}
+
+// Options are the configuration inputs of Compute for one family.
+type Options struct {
+	Family proxy.IPFamily
+	// MasqueradeBit selects the mark bit (mark = 1 << MasqueradeBit).
+	MasqueradeBit int
+	// MasqueradeAll masquerades all cluster-IP traffic.
+	MasqueradeAll bool
+	// DetectLocalMode is ClusterCIDR, NodeCIDR, BridgeInterface,
+	// InterfaceNamePrefix, or "" (ClusterCIDR).
+	DetectLocalMode string
+	// ClusterCIDRs (both families) for ClusterCIDR mode.
+	ClusterCIDRs []netip.Prefix
+	// BridgeInterface and InterfaceNamePrefix for the interface modes.
+	BridgeInterface     string
+	InterfaceNamePrefix string
+	// NodePortAddresses are CIDRs and the keywords "primary", "localhost"
+	// and "all", already defaulted per mode by config (nil means all).
+	NodePortAddresses []string
+}

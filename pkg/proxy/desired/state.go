@@ -1,0 +1,167 @@
+// Package desired decides, as a pure function, what the dataplane of one IP
+// family must do: which frontends each service port has, which endpoints serve
+// internal and external traffic, what happens when there are none, and what is
+// masqueraded. Backends render a State; they decide no policy of their own.
+package desired
+
+import (
+	"net/netip"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// State is everything one backend needs to program one IP family.
+// A State and everything reachable from it is immutable once returned:
+// unchanged service ports are shared, by pointer, between successive States.
+type State struct {
+	Family proxy.IPFamily
+
+	// NodeIPs are this node's IPs of this family, primary first.
+	NodeIPs []netip.Addr
+	// NodePorts says on which destination addresses node ports answer.
+	NodePorts NodePortAddrs
+	// Masquerade says which traffic is source-NATed.
+	Masquerade Masquerade
+
+	// Services holds every service port with a cluster IP of this family.
+	Services map[proxy.ServicePortName]*ServicePort
+	// HealthChecks lists the healthCheckNodePort servers this node must run,
+	// sorted by service name.
+	HealthChecks []HealthCheck
+
+	// Changed holds the service ports whose ServicePort differs from the
+	// previous State handed to the same backend. nil means "unknown": the
+	// backend must reconcile everything (a full sync).
+	Changed map[proxy.ServicePortName]struct{}
+}
+
+// NodePortAddrs selects the destination addresses that accept node ports.
+type NodePortAddrs struct {
+	// All means every local address of the node except loopback
+	// (nodePortAddresses unset in iptables/ipvs mode, or 0.0.0.0/0, ::/0).
+	All bool
+	// IPs lists the accepting addresses when All is false.
+	IPs []netip.Addr
+}
+
+// Masquerade describes source NAT policy.
+type Masquerade struct {
+	// Mark is the packet mark, 1<<masqueradeBit, set on traffic to be SNATed.
+	Mark uint32
+	// All masquerades every packet to a cluster IP (masqueradeAll).
+	All bool
+	// Local tells pod-originated traffic apart from the rest. Cluster-IP
+	// traffic that is not local is masqueraded (unless Local.Mode is
+	// LocalNone, in which case only All and hairpin masquerade).
+	Local LocalDetector
+}
+
+// LocalMode is how pod-originated traffic is recognized.
+type LocalMode string
+
+// The local-traffic detection modes. ClusterCIDR and NodeCIDR both become
+// LocalCIDR with the relevant prefixes.
+const (
+	LocalNone            LocalMode = ""
+	LocalCIDR            LocalMode = "CIDR"
+	LocalInterface       LocalMode = "Interface"
+	LocalInterfacePrefix LocalMode = "InterfacePrefix"
+)
+
+// LocalDetector recognizes traffic from pods on this node or cluster.
+type LocalDetector struct {
+	Mode LocalMode
+	// CIDRs are this family's pod prefixes (LocalCIDR).
+	CIDRs []netip.Prefix
+	// Interface is the bridge name (LocalInterface) or name prefix
+	// (LocalInterfacePrefix) of pod interfaces.
+	Interface string
+}
+
+// ServicePort is what the dataplane does for one service port in one family.
+type ServicePort struct {
+	Name     proxy.ServicePortName
+	Protocol proxy.Protocol
+	Port     uint16
+
+	// ClusterIP is this family's cluster IP; always valid.
+	ClusterIP netip.Addr
+	// NodePort is 0 when the port has none.
+	NodePort uint16
+	// ExternalIPs and LoadBalancerIPs are this family's external frontends.
+	ExternalIPs     []netip.Addr
+	LoadBalancerIPs []netip.Addr
+	// AllowedSources, when non-nil, restricts traffic to LoadBalancerIPs to
+	// these source prefixes; anything else is dropped. It already includes the
+	// LB IPs themselves where node-originated traffic must pass. Node ports
+	// and external IPs are never filtered.
+	AllowedSources []netip.Prefix
+
+	// AffinitySeconds is the ClientIP session affinity timeout; 0 means none.
+	AffinitySeconds int32
+
+	// Internal serves traffic to the cluster IP.
+	Internal Dispatch
+	// External serves traffic to node ports, external IPs and LB IPs that
+	// comes from outside this node (and, unless ExternalLocal, from inside).
+	External Dispatch
+	// Cluster is the cluster-wide endpoint choice (ready, else serving and
+	// terminating, topology applied). With ExternalLocal, traffic to
+	// external frontends from a local pod, or from the node itself, is
+	// short-circuited here; node-originated traffic is also masqueraded.
+	Cluster Dispatch
+	// ExternalLocal is externalTrafficPolicy: Local: External holds only
+	// local endpoints and its traffic keeps the client source IP.
+	// Otherwise all external traffic is masqueraded.
+	ExternalLocal bool
+
+	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
+	HealthCheckNodePort uint16
+}
+
+// Dispatch is a set of endpoints to balance over, and what to do with none.
+type Dispatch struct {
+	// Endpoints is sorted by address then port, without duplicates.
+	Endpoints []Endpoint
+	// Empty is the verdict when Endpoints is empty: Reject when the service
+	// has no usable endpoint anywhere, Drop when a Local policy leaves none
+	// on this node. Unused when Endpoints is non-empty.
+	Empty Verdict
+}
+
+// Verdict is what happens to traffic that finds no endpoint.
+type Verdict uint8
+
+// Verdicts for traffic without endpoints.
+const (
+	// Reject answers with ICMP port unreachable (TCP: connection refused).
+	Reject Verdict = iota
+	// Drop silently discards.
+	Drop
+)
+
+// String names the verdict as nft and iptables spell it.
+func (v Verdict) String() string {
+	if v == Drop {
+		return "DROP"
+	}
+	return "REJECT"
+}
+
+// Endpoint is one backend address and port.
+type Endpoint struct {
+	IP   netip.Addr
+	Port uint16
+}
+
+// AddrPort returns the endpoint as an address and port.
+func (e Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.IP, e.Port) }
+
+// HealthCheck is one healthCheckNodePort server for an eTP=Local service.
+type HealthCheck struct {
+	Service proxy.ServiceName
+	Port    uint16
+	// LocalReady counts ready (not merely serving) endpoints on this node,
+	// over all the service's ports: the X-Load-Balancing-Endpoint-Weight.
+	LocalReady int
+}

@@ -1,0 +1,105 @@
+// Package model turns Service and EndpointSlice objects into immutable,
+// validated values, and tracks changes to them between syncs.
+//
+// Parsing happens here, once. Everything downstream (desired, the backends)
+// works on these values and never sees an API object.
+package model
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// ServicePort is one port of one Service, parsed and validated. Values are
+// immutable once built: the tracker replaces them, it never edits them.
+type ServicePort struct {
+	Name proxy.ServicePortName
+	Port uint16
+
+	// ClusterIPs holds spec.clusterIPs (one per family at most).
+	ClusterIPs []netip.Addr
+	// NodePort is 0 when the port has none.
+	NodePort uint16
+	// ExternalIPs holds the valid entries of spec.externalIPs.
+	ExternalIPs []netip.Addr
+	// LoadBalancerIPs holds status.loadBalancer.ingress[].ip whose ipMode is
+	// VIP or unset; ipMode Proxy gets no rules.
+	LoadBalancerIPs []netip.Addr
+	// SourceRanges holds the trimmed, valid loadBalancerSourceRanges.
+	SourceRanges []netip.Prefix
+
+	// AffinitySeconds is the ClientIP affinity timeout; 0 means none.
+	AffinitySeconds int32
+	// InternalLocal is internalTrafficPolicy: Local.
+	InternalLocal bool
+	// ExternalLocal is externalTrafficPolicy: Local on an externally
+	// reachable Service (NodePort, LoadBalancer, or with externalIPs).
+	ExternalLocal bool
+	// HealthCheckNodePort is spec.healthCheckNodePort when it applies
+	// (LoadBalancer with externalTrafficPolicy Local), else 0.
+	HealthCheckNodePort uint16
+	// TrafficDistribution is the normalized topology preference.
+	TrafficDistribution TrafficDistribution
+}
+
+// TrafficDistribution is the endpoint topology preference of a Service.
+type TrafficDistribution string
+
+// The preferences kube-proxy honours. PreferClose is normalized to
+// PreferSameZone, as upstream treats them alike.
+const (
+	DistributeAnywhere       TrafficDistribution = ""
+	DistributePreferZone     TrafficDistribution = "PreferSameZone"
+	DistributePreferSameNode TrafficDistribution = "PreferSameNode"
+)
+
+// Endpoint is one address:port serving a service port. Immutable.
+type Endpoint struct {
+	IP   netip.Addr
+	Port uint16
+	// NodeName is the endpoint's node; "" when unknown.
+	NodeName string
+	// Zone is the endpoint's zone; "" when unknown.
+	Zone string
+
+	Ready       bool
+	Serving     bool
+	Terminating bool
+
+	// ZoneHints and NodeHints are the topology hints; nil when absent.
+	ZoneHints []string
+	NodeHints []string
+}
+
+// AddrPort returns the endpoint's address and port.
+func (e *Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.IP, e.Port) }
+
+// Snapshot is the complete, immutable view of one IP family's services and
+// endpoints at a commit. Maps and the values in them must not be modified.
+type Snapshot struct {
+	Family   proxy.IPFamily
+	Services map[proxy.ServicePortName]*ServicePort
+	// Endpoints holds, per service port, its endpoints sorted by address and
+	// port, deduplicated across slices.
+	Endpoints map[proxy.ServicePortName][]*Endpoint
+}
+
+// Changes describes what a Commit consumed.
+type Changes struct {
+	// Changed holds every service port whose Service or endpoints differ from
+	// the previous commit. Changes that cancel out (A→B→A) are not in it.
+	Changed map[proxy.ServicePortName]struct{}
+	// ServiceEvents and EndpointEvents count the events folded into this
+	// commit (for kubeproxy_sync_proxy_rules_*_changes_total).
+	ServiceEvents  int
+	EndpointEvents int
+	// TriggerTimes are the endpoints.kubernetes.io/last-change-trigger-time
+	// values of the EndpointSlice changes consumed, for
+	// kubeproxy_network_programming_duration_seconds.
+	TriggerTimes []time.Time
+	// ConntrackCleanup is true when a UDP or SCTP service port lost an
+	// endpoint or gained its first one, so stale flows may exist.
+	ConntrackCleanup bool
+}
