@@ -77,13 +77,19 @@ type Endpoint struct {
 func (e *Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.IP, e.Port) }
 
 // Snapshot is the complete, immutable view of one IP family's services and
-// endpoints at a commit. Maps and the values in them must not be modified.
+// endpoints at a commit. The values in it must not be modified.
+//
+// The maps are persistent PortMaps rather than Go maps so that a commit costs
+// O(changed services): successive snapshots share everything no change
+// touched (a Go map clone of 10k entries costs milliseconds). Use Get, All
+// and Len to read them; NewPortMap builds one from a Go map in tests.
 type Snapshot struct {
 	Family   proxy.IPFamily
-	Services map[proxy.ServicePortName]*ServicePort
+	Services PortMap[*ServicePort]
 	// Endpoints holds, per service port, its endpoints sorted by address and
-	// port, deduplicated across slices.
-	Endpoints map[proxy.ServicePortName][]*Endpoint
+	// port, deduplicated across slices. A service port may have endpoints
+	// without a Service (the slice arrived first) and vice versa.
+	Endpoints PortMap[[]*Endpoint]
 }
 
 // Changes describes what a Commit consumed.

@@ -1,0 +1,84 @@
+package model
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+func portName(i int) proxy.ServicePortName {
+	return proxy.ServicePortName{
+		ServiceName: proxy.ServiceName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i)},
+		Port:        "p", Protocol: proxy.TCP,
+	}
+}
+
+func collect[V any](m PortMap[V]) map[proxy.ServicePortName]V {
+	out := map[proxy.ServicePortName]V{}
+	for k, v := range m.All() {
+		out[k] = v
+	}
+	return out
+}
+
+func TestPortMapZeroValueIsEmpty(t *testing.T) {
+	var m PortMap[int]
+	if _, ok := m.Get(portName(1)); ok || m.Len() != 0 || len(collect(m)) != 0 {
+		t.Fatalf("zero PortMap is not empty")
+	}
+}
+
+func TestPortMapEditsLeaveBaseUntouched(t *testing.T) {
+	want := map[proxy.ServicePortName]int{}
+	for i := range 1000 {
+		want[portName(i)] = i
+	}
+	base := NewPortMap(want)
+	if base.Len() != 1000 || !maps.Equal(collect(base), want) {
+		t.Fatalf("NewPortMap: got %d entries, want 1000 equal entries", base.Len())
+	}
+
+	e := newPortMapEditor(base)
+	e.set(portName(1), -1)   // replace
+	e.set(portName(5000), 5) // add
+	e.remove(portName(2))    // delete
+	e.remove(portName(9999)) // delete of an absent key is a no-op
+	edited := e.done()
+
+	if !maps.Equal(collect(base), want) {
+		t.Fatalf("editing changed the base map")
+	}
+	wantEdited := maps.Clone(want)
+	wantEdited[portName(1)] = -1
+	wantEdited[portName(5000)] = 5
+	delete(wantEdited, portName(2))
+	if got := collect(edited); !maps.Equal(got, wantEdited) || edited.Len() != len(wantEdited) {
+		t.Fatalf("edited map: len %d, want %d; equal=%v", edited.Len(), len(wantEdited), maps.Equal(got, wantEdited))
+	}
+	if v, ok := edited.Get(portName(1)); !ok || v != -1 {
+		t.Fatalf("Get after replace = %d, %v", v, ok)
+	}
+}
+
+func TestPortMapEditorWithoutWritesSharesBase(t *testing.T) {
+	base := NewPortMap(map[proxy.ServicePortName]int{portName(1): 1})
+	e := newPortMapEditor(base)
+	e.remove(portName(2))
+	if got := e.done(); got.shards != base.shards || got.Len() != 1 {
+		t.Fatalf("an editor without writes must return the base unchanged")
+	}
+}
+
+func TestPortMapAllStopsEarly(t *testing.T) {
+	m := NewPortMap(map[proxy.ServicePortName]int{portName(1): 1, portName(2): 2, portName(3): 3})
+	n := 0
+	for range m.All() {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Fatalf("All did not stop when asked: %d iterations", n)
+	}
+}
