@@ -1,0 +1,138 @@
+// Package config turns kube-proxy's configuration (a KubeProxyConfiguration
+// v1alpha1 file, or the equivalent flags) into a typed Config. It is the only
+// package that sees the v1alpha1 types; everything further in reads Config.
+package config
+
+import (
+	"net/netip"
+	"time"
+
+	"k8s.io/kube-proxy/config/v1alpha1"
+)
+
+// Mode is a proxy mode, spelled as kube-proxy spells it.
+type Mode string
+
+// The Linux proxy modes.
+const (
+	ModeIPTables Mode = "iptables"
+	ModeIPVS     Mode = "ipvs"
+	ModeNFTables Mode = "nftables"
+)
+
+// LocalMode says how traffic from local pods is recognised.
+type LocalMode string
+
+// The local-traffic detection modes.
+const (
+	LocalModeClusterCIDR         LocalMode = "ClusterCIDR"
+	LocalModeNodeCIDR            LocalMode = "NodeCIDR"
+	LocalModeBridgeInterface     LocalMode = "BridgeInterface"
+	LocalModeInterfaceNamePrefix LocalMode = "InterfaceNamePrefix"
+)
+
+// NodePortAddressesPrimary is the nodePortAddresses keyword for "the node's
+// primary IP of each family".
+const NodePortAddressesPrimary = "primary"
+
+// Config is the resolved, validated configuration of one svcproxy process.
+// Durations are already taken from the section that matches Mode (see
+// contract §2.2), so readers never need to know about v1alpha1's per-mode
+// sections.
+type Config struct {
+	Mode Mode
+
+	// HostnameOverride is the Node name to use; "" means the OS hostname.
+	HostnameOverride string
+	// BindAddress overrides the node IP when it is not unspecified; it is
+	// not a socket address.
+	BindAddress netip.Addr
+	// HealthzBindAddress and MetricsBindAddress are "ip:port"; "" disables
+	// the server.
+	HealthzBindAddress  string
+	MetricsBindAddress  string
+	BindAddressHardFail bool
+	EnableProfiling     bool
+	// ShowHiddenMetricsForVersion re-enables metrics hidden in that release.
+	ShowHiddenMetricsForVersion string
+
+	// SyncPeriod and MinSyncPeriod bound how often the dataplane is synced.
+	SyncPeriod    time.Duration
+	MinSyncPeriod time.Duration
+	// ConfigSyncPeriod is the informers' resync period.
+	ConfigSyncPeriod time.Duration
+
+	// MasqueradeBit is the bit of the packet mark used to flag traffic for
+	// SNAT (the mark is 1<<MasqueradeBit).
+	MasqueradeBit int
+	// MasqueradeAll SNATs all traffic sent to cluster IPs.
+	MasqueradeAll bool
+	// LocalhostNodePorts allows node ports on 127.0.0.1 (iptables, IPv4).
+	LocalhostNodePorts bool
+
+	DetectLocalMode     LocalMode
+	ClusterCIDRs        []netip.Prefix
+	BridgeInterface     string
+	InterfaceNamePrefix string
+
+	// NodePortAddresses are CIDRs and/or the keyword "primary"; nil means
+	// every local address. Already defaulted to ["primary"] in nftables mode.
+	NodePortAddresses []string
+
+	OOMScoreAdj int
+	Conntrack   Conntrack
+	IPVS        IPVS
+
+	ClientConnection ClientConnection
+	FeatureGates     map[string]bool
+
+	// ServiceProxyName, when set, restricts the watch to Services labelled
+	// service.kubernetes.io/service-proxy-name=ServiceProxyName (an
+	// svcproxy extension; kube-proxy watches only unlabelled Services).
+	ServiceProxyName string
+	// Master overrides the API server URL of the kubeconfig.
+	Master string
+	// Kubeconfig is the kubeconfig path (clientConnection.kubeconfig);
+	// together with Master empty it means in-cluster configuration.
+	Kubeconfig string
+	// ConfigFile is the --config path, "" when flags alone configured us.
+	ConfigFile string
+
+	// Versioned is the defaulted v1alpha1 object the Config was built from,
+	// served on /configz and written by --write-config-to.
+	Versioned *v1alpha1.KubeProxyConfiguration
+}
+
+// Conntrack are the conntrack sysctls to set; zero values mean "leave the
+// system's value alone".
+type Conntrack struct {
+	MaxPerCore            int
+	Min                   int
+	TCPEstablishedTimeout time.Duration
+	TCPCloseWaitTimeout   time.Duration
+	TCPBeLiberal          bool
+	UDPTimeout            time.Duration
+	UDPStreamTimeout      time.Duration
+}
+
+// IPVS holds the ipvs-mode settings.
+type IPVS struct {
+	// Scheduler is the IPVS scheduler; "" means round robin.
+	Scheduler string
+	// ExcludeCIDRs are addresses whose IPVS services are never deleted.
+	ExcludeCIDRs []netip.Prefix
+	StrictARP    bool
+	// Timeouts for IPVS connections; zero leaves the system value.
+	TCPTimeout    time.Duration
+	TCPFinTimeout time.Duration
+	UDPTimeout    time.Duration
+}
+
+// ClientConnection configures the connection to the API server.
+type ClientConnection struct {
+	Kubeconfig         string
+	AcceptContentTypes string
+	ContentType        string
+	QPS                float32
+	Burst              int32
+}
