@@ -1,0 +1,110 @@
+package desired
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+)
+
+// Compute returns the desired State of one IP family (opts.Family, or
+// snap.Family when unset) for snap on node with opts. It is pure: it reads
+// its inputs and never modifies them, prev included.
+//
+// With prev nil it computes everything and the State's Changed is nil, which
+// tells the backend to reconcile fully. With prev non-nil it recomputes only
+// the service ports in changes.Changed, shares every other *ServicePort with
+// prev, and sets Changed to the ports that were added, removed or now differ.
+// prev must have been computed for the same node and options: the caller
+// passes nil whenever either changed, because node IPs, zone, podCIDRs and
+// every option can change every port. Node ports, masquerade and node IPs are
+// recomputed on every call either way; they are cheap.
+func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node, opts Options) *State {
+	if snap == nil {
+		snap = &model.Snapshot{}
+	}
+	family := opts.Family
+	if family == "" {
+		family = snap.Family
+	}
+	nodeIPs := nodeIPsOf(node.IPs, family)
+	state := &State{
+		Family:     family,
+		NodeIPs:    nodeIPs,
+		NodePorts:  nodePortAddrs(opts.NodePortAddresses, family, node),
+		Masquerade: masquerade(opts, family, node),
+	}
+	if prev == nil {
+		state.Services = computeAll(snap, family, node, nodeIPs)
+		state.HealthChecks = healthChecks(state.Services, snap, family, node)
+		return state
+	}
+	state.Services, state.Changed = computeChanged(prev.Services, snap, changes, family, node, nodeIPs)
+	state.HealthChecks = prev.HealthChecks
+	for name := range state.Changed {
+		if touchesHealthChecks(name, prev.Services, state.Services) {
+			state.HealthChecks = healthChecks(state.Services, snap, family, node)
+			break
+		}
+	}
+	return state
+}
+
+func computeAll(snap *model.Snapshot, family proxy.IPFamily, node Node, nodeIPs []netip.Addr) map[proxy.ServicePortName]*ServicePort {
+	services := make(map[proxy.ServicePortName]*ServicePort, snap.Services.Len())
+	for name, sp := range snap.Services.All() {
+		eps, _ := snap.Endpoints.Get(name)
+		if out := buildServicePort(sp, eps, family, node, nodeIPs); out != nil {
+			services[name] = out
+		}
+	}
+	return services
+}
+
+// computeChanged copies prev's map (never modifying it) and rebuilds only the
+// changed ports. A rebuilt port equal to its predecessor keeps the old
+// pointer and stays out of the changed set, so a backend is not asked to
+// touch what it already has.
+func computeChanged(prev map[proxy.ServicePortName]*ServicePort, snap *model.Snapshot, changes model.Changes,
+	family proxy.IPFamily, node Node, nodeIPs []netip.Addr,
+) (map[proxy.ServicePortName]*ServicePort, map[proxy.ServicePortName]struct{}) {
+	services := maps.Clone(prev)
+	if services == nil {
+		services = map[proxy.ServicePortName]*ServicePort{}
+	}
+	changed := map[proxy.ServicePortName]struct{}{}
+	for name := range changes.Changed {
+		var next *ServicePort
+		if sp, ok := snap.Services.Get(name); ok {
+			eps, _ := snap.Endpoints.Get(name)
+			next = buildServicePort(sp, eps, family, node, nodeIPs)
+		}
+		old := prev[name]
+		switch {
+		case next == nil && old == nil:
+		case next == nil:
+			delete(services, name)
+			changed[name] = struct{}{}
+		case next.Equal(old):
+		default:
+			services[name] = next
+			changed[name] = struct{}{}
+		}
+	}
+	return services, changed
+}
+
+// nodeIPsOf keeps the node IPs of family, in order (primary first), without
+// duplicates.
+func nodeIPsOf(ips []netip.Addr, family proxy.IPFamily) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if family.Contains(ip) && !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}

@@ -1,0 +1,136 @@
+package desired
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+)
+
+// randomWorld is a mutable set of service ports and endpoints from which
+// snapshots are cut, for the incremental-versus-full property test.
+type randomWorld struct {
+	rng  *rand.Rand
+	svcs map[proxy.ServicePortName]*model.ServicePort
+	eps  map[proxy.ServicePortName][]*model.Endpoint
+}
+
+func (w *randomWorld) snapshot() *model.Snapshot {
+	return &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(w.svcs), Endpoints: model.NewPortMap(w.eps)}
+}
+
+// mutate changes, adds or removes one random service port and returns its name.
+func (w *randomWorld) mutate() proxy.ServicePortName {
+	name := portName(fmt.Sprintf("svc-%d", w.rng.IntN(20)), proxy.TCP)
+	switch w.rng.IntN(6) {
+	case 0:
+		delete(w.svcs, name)
+	case 1:
+		delete(w.eps, name)
+	case 2, 3:
+		w.svcs[name] = w.randomPort(name)
+	default:
+		w.eps[name] = w.randomEndpoints()
+	}
+	return name
+}
+
+func (w *randomWorld) randomPort(name proxy.ServicePortName) *model.ServicePort {
+	r := w.rng
+	sp := &model.ServicePort{Name: name, Port: 80, AffinitySeconds: int32(r.IntN(2) * 10800)}
+	sp.ClusterIPs = []netip.Addr{netip.AddrFrom4([4]byte{172, 30, 0, byte(r.IntN(200))})}
+	if r.IntN(5) == 0 { // a v6-only port must not appear in the v4 state
+		sp.ClusterIPs = addrs("fd00:172:30::1")
+	}
+	if r.IntN(2) == 0 {
+		sp.NodePort = uint16(30000 + r.IntN(2000))
+		sp.ExternalLocal = r.IntN(2) == 0
+	}
+	if r.IntN(3) == 0 {
+		sp.LoadBalancerIPs = addrs("198.51.100.1")
+		sp.SourceRanges = prefixes([]string{"203.0.113.0/24", "192.168.0.0/16"}[r.IntN(2)])
+		if sp.ExternalLocal {
+			sp.HealthCheckNodePort = uint16(31000 + r.IntN(100))
+		}
+	}
+	sp.InternalLocal = r.IntN(3) == 0
+	return sp
+}
+
+func (w *randomWorld) randomEndpoints() []*model.Endpoint {
+	var out []*model.Endpoint
+	for i := range w.rng.IntN(5) {
+		node := []string{"node-a", "node-b"}[w.rng.IntN(2)]
+		e := ep(fmt.Sprintf("10.0.%d.%d", 1+w.rng.IntN(2), i+1), node, w.rng.IntN(3) > 0, w.rng.IntN(2) == 0, w.rng.IntN(2) == 0)
+		if w.rng.IntN(3) == 0 {
+			e = withHints(e, [][]string{zoneA, zoneB}[w.rng.IntN(2)], nil)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func TestIncrementalEqualsFull(t *testing.T) {
+	for seed := range uint64(20) {
+		w := &randomWorld{rng: rand.New(rand.NewPCG(seed, 1)), svcs: map[proxy.ServicePortName]*model.ServicePort{},
+			eps: map[proxy.ServicePortName][]*model.Endpoint{}}
+		prev := Compute(nil, w.snapshot(), model.Changes{}, testNode, v4Options())
+		for step := range 50 {
+			changed := map[proxy.ServicePortName]struct{}{}
+			for range 1 + w.rng.IntN(3) {
+				changed[w.mutate()] = struct{}{}
+			}
+			snap := w.snapshot()
+			prevServices := maps.Clone(prev.Services)
+			inc := Compute(prev, snap, model.Changes{Changed: changed}, testNode, v4Options())
+			full := Compute(nil, snap, model.Changes{}, testNode, v4Options())
+			ctx := fmt.Sprintf("seed %d step %d", seed, step)
+			assertSameState(t, ctx, inc, full)
+			assertChangedSet(t, ctx, prevServices, prev, inc)
+			prev = inc
+		}
+	}
+}
+
+func assertSameState(t *testing.T, ctx string, inc, full *State) {
+	t.Helper()
+	if len(inc.Services) != len(full.Services) {
+		t.Fatalf("%s: incremental has %d ports, full %d", ctx, len(inc.Services), len(full.Services))
+	}
+	for name, sp := range full.Services {
+		if !sp.Equal(inc.Services[name]) {
+			t.Fatalf("%s: %s differs:\nincremental %+v\nfull        %+v", ctx, name, inc.Services[name], sp)
+		}
+	}
+	if fmt.Sprint(inc.HealthChecks) != fmt.Sprint(full.HealthChecks) {
+		t.Fatalf("%s: health checks %v, full %v", ctx, inc.HealthChecks, full.HealthChecks)
+	}
+}
+
+// assertChangedSet checks that Changed lists exactly the ports that differ,
+// that unchanged ports keep prev's pointer, and that prev was not modified.
+func assertChangedSet(t *testing.T, ctx string, prevServices map[proxy.ServicePortName]*ServicePort, prev, inc *State) {
+	t.Helper()
+	if !maps.Equal(prevServices, prev.Services) {
+		t.Fatalf("%s: Compute modified prev.Services", ctx)
+	}
+	names := maps.Clone(prev.Services)
+	maps.Copy(names, inc.Services)
+	for name := range names {
+		old, now := prev.Services[name], inc.Services[name]
+		_, listed := inc.Changed[name]
+		if differs := !old.Equal(now); differs != listed {
+			t.Fatalf("%s: %s differs=%v but listed in Changed=%v", ctx, name, differs, listed)
+		}
+		if !listed && old != now {
+			t.Fatalf("%s: unchanged %s not shared by pointer", ctx, name)
+		}
+	}
+	if inc.Changed == nil {
+		t.Fatalf("%s: incremental State.Changed is nil", ctx)
+	}
+}

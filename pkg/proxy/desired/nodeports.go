@@ -1,0 +1,76 @@
+package desired
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// The nodePortAddresses keywords.
+const (
+	NodePortAddressesPrimary   = "primary"
+	NodePortAddressesLocalhost = "localhost"
+	NodePortAddressesAll       = "all"
+)
+
+// nodePortAddrs decides on which destination addresses node ports answer.
+// Entries of the other family are ignored; when none of this family remain,
+// every address answers, as upstream's NewNodePortAddresses does. Entries
+// that are not keywords and do not parse as CIDRs are ignored (config has
+// validated them already).
+func nodePortAddrs(entries []string, family proxy.IPFamily, node Node) NodePortAddrs {
+	var ips []netip.Addr
+	ofFamily := false
+	for _, entry := range entries {
+		switch strings.TrimSpace(entry) {
+		case NodePortAddressesAll:
+			return NodePortAddrs{All: true}
+		case NodePortAddressesPrimary:
+			// Upstream rewrites "primary" into the node IP of each family
+			// as a host CIDR; a family without a node IP gets no CIDR and so
+			// falls back to all addresses.
+			if ip, ok := firstOfFamily(node.IPs, family); ok && !ip.IsLoopback() {
+				ips = append(ips, ip)
+				ofFamily = true
+			}
+		case NodePortAddressesLocalhost:
+			ofFamily = true
+			ips = append(ips, loopback(family))
+		default:
+			prefix, err := netip.ParsePrefix(strings.TrimSpace(entry))
+			if err != nil || !family.Contains(prefix.Addr()) {
+				continue
+			}
+			if prefix.Bits() == 0 {
+				return NodePortAddrs{All: true}
+			}
+			ofFamily = true
+			ips = append(ips, hostAddrsIn(node.HostAddrs, prefix, family)...)
+		}
+	}
+	if !ofFamily {
+		return NodePortAddrs{All: true}
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return NodePortAddrs{IPs: slices.Compact(ips)}
+}
+
+func hostAddrsIn(addrs []netip.Addr, prefix netip.Prefix, family proxy.IPFamily) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		a = a.Unmap()
+		if family.Contains(a) && prefix.Contains(a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func loopback(family proxy.IPFamily) netip.Addr {
+	if family == proxy.IPv6 {
+		return netip.IPv6Loopback()
+	}
+	return netip.AddrFrom4([4]byte{127, 0, 0, 1})
+}

@@ -1,0 +1,118 @@
+package desired
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+)
+
+// buildServicePort decides everything about one service port in one family.
+// It returns nil when the port has no cluster IP of the family: a per-family
+// proxier ignores such a port entirely, like upstream.
+func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, family proxy.IPFamily, node Node, nodeIPs []netip.Addr) *ServicePort {
+	clusterIP, ok := firstOfFamily(sp.ClusterIPs, family)
+	if !ok {
+		return nil
+	}
+	out := &ServicePort{
+		Name:                sp.Name,
+		Protocol:            sp.Name.Protocol,
+		Port:                sp.Port,
+		ClusterIP:           clusterIP,
+		NodePort:            sp.NodePort,
+		ExternalIPs:         addrsOfFamily(sp.ExternalIPs, family),
+		LoadBalancerIPs:     addrsOfFamily(sp.LoadBalancerIPs, family),
+		AffinitySeconds:     sp.AffinitySeconds,
+		ExternalLocal:       sp.ExternalLocal,
+		HealthCheckNodePort: sp.HealthCheckNodePort,
+	}
+	out.AllowedSources = allowedSources(sp.SourceRanges, out.LoadBalancerIPs, family, nodeIPs)
+
+	sets := categorize(eps, family, node)
+	out.Cluster = dispatch(sets.cluster, sets.cluster)
+	out.Internal = out.Cluster
+	if sp.InternalLocal {
+		out.Internal = dispatch(sets.local, sets.cluster)
+	}
+	out.External = out.Cluster
+	if sp.ExternalLocal {
+		out.External = dispatch(sets.local, sets.cluster)
+	}
+	return out
+}
+
+// dispatch builds a Dispatch over chosen. With nothing chosen, traffic is
+// rejected when the service has no usable endpoint anywhere (cluster empty),
+// which tells clients at once; otherwise a Local policy left nothing on this
+// node and traffic is dropped, as upstream does, so that load balancers'
+// health checks rather than refused connections steer clients away.
+func dispatch(chosen, cluster []Endpoint) Dispatch {
+	d := Dispatch{Endpoints: chosen}
+	if len(chosen) == 0 && len(cluster) > 0 {
+		d.Empty = Drop
+	}
+	return d
+}
+
+// allowedSources returns the loadBalancerSourceRanges firewall for the LB
+// IPs, or nil when there is none. When a node IP is inside a range, the LB
+// IPs themselves are allowed as sources too: traffic the node sends to its
+// own LB IP may leave with the LB IP as source address, and upstream lets it
+// through.
+func allowedSources(ranges []netip.Prefix, lbIPs []netip.Addr, family proxy.IPFamily, nodeIPs []netip.Addr) []netip.Prefix {
+	if len(lbIPs) == 0 {
+		return nil
+	}
+	var out []netip.Prefix
+	nodeInRange := false
+	for _, r := range ranges {
+		if !family.Contains(r.Addr()) {
+			continue
+		}
+		out = append(out, r.Masked())
+		for _, ip := range nodeIPs {
+			nodeInRange = nodeInRange || r.Contains(ip)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	if nodeInRange {
+		for _, ip := range lbIPs {
+			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+	}
+	slices.SortFunc(out, comparePrefixes)
+	return slices.Compact(out)
+}
+
+func comparePrefixes(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+func firstOfFamily(addrs []netip.Addr, family proxy.IPFamily) (netip.Addr, bool) {
+	for _, a := range addrs {
+		if family.Contains(a) {
+			return a.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// addrsOfFamily returns the addresses of family, sorted and deduplicated,
+// or nil when there are none.
+func addrsOfFamily(addrs []netip.Addr, family proxy.IPFamily) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if family.Contains(a) {
+			out = append(out, a.Unmap())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
