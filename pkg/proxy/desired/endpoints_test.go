@@ -62,7 +62,9 @@ func TestCategorize(t *testing.T) {
 	}
 }
 
-func equalEndpoints(a, b []Endpoint) bool { return Dispatch{Endpoints: a}.Equal(Dispatch{Endpoints: b}) }
+func equalEndpoints(a, b []Endpoint) bool {
+	return Dispatch{Endpoints: a}.Equal(Dispatch{Endpoints: b})
+}
 
 func TestDispatches(t *testing.T) {
 	local, remote := readyEP("10.0.1.1", "node-a"), readyEP("10.0.2.1", "node-b")
