@@ -1,0 +1,193 @@
+package netnstest
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// requireKernel fails (never skips) without what these tests need: a skip
+// would silently drop the only real-kernel coverage.
+func requireKernel(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("kernel tests need root (network namespaces)")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatal("kernel tests need the nft binary: ", err)
+	}
+}
+
+// A hand-written DNAT in the node namespace, so the library is tested
+// against the kernel without depending on any backend.
+const testRules = `
+table inet netnstest {
+	chain prerouting_dnat {
+		type nat hook prerouting priority dstnat;
+		ip daddr 172.30.0.10 meta l4proto { tcp, udp, sctp } th dport 80 dnat ip to 198.19.1.2:8080
+		ip6 daddr fd00:30::10 meta l4proto { tcp, udp, sctp } th dport 80 dnat ip6 to [fd00:19:1:0::2]:8080
+	}
+	chain forward_filter {
+		type filter hook forward priority 0;
+		ip daddr 172.30.0.11 meta l4proto { tcp, udp } reject
+		ip daddr 172.30.0.12 drop
+	}
+}`
+
+func TestClusterEchoThroughKernel(t *testing.T) {
+	requireKernel(t)
+	lab := New(t)
+	cluster, err := NewCluster(lab, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := cluster.Nodes[0]
+	pod, err := node.AddPod("pod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, ids, err := cluster.AddClient("client", node, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP} {
+		if _, err := pod.NS.Serve("pod-a", proto, 8080); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := node.NS.RunInput(context.Background(), testRules, "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP} {
+		for fam, vip := range map[int]string{4: "172.30.0.10", 6: "fd00:30::10"} {
+			second := ids[1][0]
+			if fam == 6 {
+				second = ids[1][1]
+			}
+			c := Client{NS: client, Source: second}
+			ans, err := c.Ask(proto, netip.AddrPortFrom(netip.MustParseAddr(vip), 80))
+			if err != nil {
+				t.Fatalf("%s to %s: %v", proto, vip, err)
+			}
+			if ans.Server != "pod-a" || ans.Peer.Addr() != second {
+				t.Errorf("%s to %s: answer %v, want pod-a seeing %s", proto, vip, ans, second)
+			}
+		}
+	}
+}
+
+func TestOutcomes(t *testing.T) {
+	requireKernel(t)
+	lab := New(t)
+	cluster, err := NewCluster(lab, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := cluster.Nodes[0]
+	pod, err := node.AddPod("pod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _, err := cluster.AddClient("client", node, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.NS.RunInput(context.Background(), testRules, "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	c := Client{NS: client, Timeout: 500 * time.Millisecond}
+	cases := []struct {
+		name  string
+		proto proxy.Protocol
+		dst   netip.AddrPort
+		want  Outcome
+	}{
+		{"tcp no listener", proxy.TCP, netip.AddrPortFrom(pod.IPv4, 9), Refused},
+		{"udp no listener", proxy.UDP, netip.AddrPortFrom(pod.IPv4, 9), Refused},
+		{"tcp reject", proxy.TCP, netip.MustParseAddrPort("172.30.0.11:80"), Refused},
+		{"udp reject", proxy.UDP, netip.MustParseAddrPort("172.30.0.11:80"), Refused},
+		{"tcp drop", proxy.TCP, netip.MustParseAddrPort("172.30.0.12:80"), Timeout},
+		{"sctp drop", proxy.SCTP, netip.MustParseAddrPort("172.30.0.12:80"), Timeout},
+	}
+	for _, tc := range cases {
+		_, err := c.Ask(tc.proto, tc.dst)
+		if got := OutcomeOf(err); got != tc.want {
+			t.Errorf("%s: outcome %s (%v), want %s", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func TestCloseDeletesNamespaces(t *testing.T) {
+	requireKernel(t)
+	lab, err := NewLab()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := lab.NewNS("a")
+	if err != nil {
+		lab.Close()
+		t.Fatal(err)
+	}
+	b, err := lab.NewNS("b")
+	if err != nil {
+		lab.Close()
+		t.Fatal(err)
+	}
+	if err := Veth(a, "x", b, "y"); err != nil {
+		lab.Close()
+		t.Fatal(err)
+	}
+	if err := lab.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []*NS{a, b} {
+		if _, err := os.Stat(ns.Path()); !os.IsNotExist(err) {
+			t.Errorf("%s still exists after Close (stat: %v)", ns.Path(), err)
+		}
+	}
+}
+
+func TestRefusesAddressesOutsideTestRanges(t *testing.T) {
+	requireKernel(t)
+	lab := New(t)
+	ns, err := lab.NewNS("guard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.AddRoute(netip.MustParsePrefix("0.0.0.0/0"), netip.MustParseAddr("198.18.0.1")); err == nil {
+		t.Error("default route accepted")
+	}
+	if err := ns.AddAddr("lo", netip.MustParsePrefix("10.1.2.3/8")); err == nil {
+		t.Error("address outside the test ranges accepted")
+	}
+	if err := ns.Sysctl("kernel.pid_max", "1"); err == nil || !strings.Contains(err.Error(), "not per network namespace") {
+		t.Errorf("non-net sysctl: %v", err)
+	}
+}
+
+func TestMonitorSeesChanges(t *testing.T) {
+	requireKernel(t)
+	lab := New(t)
+	ns, err := lab.NewNS("mon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon, err := ns.StartNftMonitor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Run(context.Background(), "nft", "add table ip t; add chain ip t c; add rule ip t c accept"); err != nil {
+		t.Fatal(err)
+	}
+	events := mon.Stop()
+	if len(events) != 3 || !strings.HasPrefix(events[2], "add rule ip t c") {
+		t.Errorf("monitor events = %q, want table, chain and rule", events)
+	}
+}
