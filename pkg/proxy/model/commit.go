@@ -1,0 +1,145 @@
+package model
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// Commit publishes every pending change as a new Snapshot and returns it with
+// what changed since the previous Commit. Its cost is proportional to the
+// Services with pending changes: the new Snapshot shares everything else
+// with the previous one, which stays valid and unchanged.
+func (t *Tracker) Commit() (*Snapshot, Changes) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+
+	c := &commit{
+		changes: Changes{
+			Changed:        map[proxy.ServicePortName]struct{}{},
+			ServiceEvents:  t.serviceEvents,
+			EndpointEvents: t.endpointEvents,
+		},
+		services:  newPortMapEditor(t.snapshot.Services),
+		endpoints: newPortMapEditor(t.snapshot.Endpoints),
+	}
+	for svc, ports := range t.pendingPorts {
+		c.applyPorts(t.committedPorts[svc], ports)
+		storeOrDelete(t.committedPorts, svc, ports)
+	}
+	for svc, eps := range t.pendingEps {
+		c.applyEndpoints(t.committedEps[svc], eps)
+		storeOrDelete(t.committedEps, svc, eps)
+	}
+	for _, times := range t.triggerTimes {
+		c.changes.TriggerTimes = append(c.changes.TriggerTimes, times...)
+	}
+	slices.SortFunc(c.changes.TriggerTimes, time.Time.Compare)
+
+	clear(t.pendingPorts)
+	clear(t.pendingEps)
+	clear(t.triggerTimes)
+	t.serviceEvents, t.endpointEvents = 0, 0
+	t.snapshot = &Snapshot{
+		Family:    t.family,
+		Services:  c.services.done(),
+		Endpoints: c.endpoints.done(),
+	}
+	return t.snapshot, c.changes
+}
+
+func storeOrDelete[M ~map[proxy.ServicePortName]V, V any](m map[proxy.ServiceName]M, k proxy.ServiceName, v M) {
+	if len(v) == 0 {
+		delete(m, k)
+		return
+	}
+	m[k] = v
+}
+
+// commit is the work of one Commit call.
+type commit struct {
+	changes   Changes
+	services  *portMapEditor[*ServicePort]
+	endpoints *portMapEditor[[]*Endpoint]
+}
+
+func (c *commit) markChanged(name proxy.ServicePortName) {
+	c.changes.Changed[name] = struct{}{}
+}
+
+// applyPorts replaces one Service's committed ports by current ones. A UDP or
+// SCTP port that is removed or changed may leave flows to its old frontends.
+func (c *commit) applyPorts(committed, current portSet) {
+	for name := range committed {
+		if _, ok := current[name]; !ok {
+			c.services.remove(name)
+			c.markChanged(name)
+			c.changes.ConntrackCleanup = c.changes.ConntrackCleanup || connectionless(name.Protocol)
+		}
+	}
+	for name, sp := range current {
+		old, existed := committed[name]
+		if old == sp {
+			continue
+		}
+		c.services.set(name, sp)
+		c.markChanged(name)
+		c.changes.ConntrackCleanup = c.changes.ConntrackCleanup || (existed && connectionless(name.Protocol))
+	}
+}
+
+// applyEndpoints replaces one Service's committed endpoint lists by current
+// ones.
+func (c *commit) applyEndpoints(committed, current endpointSet) {
+	for name, old := range committed {
+		if _, ok := current[name]; !ok {
+			c.endpoints.remove(name)
+			c.markChanged(name)
+			c.noteStaleFlows(name, old, nil)
+		}
+	}
+	for name, list := range current {
+		old := committed[name]
+		if endpointsEqual(old, list) {
+			continue
+		}
+		c.endpoints.set(name, list)
+		c.markChanged(name)
+		c.noteStaleFlows(name, old, list)
+	}
+}
+
+// noteStaleFlows sets ConntrackCleanup when a UDP or SCTP service port lost a
+// serving endpoint (its flows would keep going to it), or gained its first
+// serving one (flows created while it was rejecting would keep failing).
+func (c *commit) noteStaleFlows(name proxy.ServicePortName, old, current []*Endpoint) {
+	if c.changes.ConntrackCleanup || !connectionless(name.Protocol) {
+		return
+	}
+	stillServing := make(map[netip.AddrPort]bool, len(current))
+	for _, ep := range current {
+		if ep.Serving {
+			stillServing[ep.AddrPort()] = true
+		}
+	}
+	hadServing := false
+	for _, ep := range old {
+		if !ep.Serving {
+			continue
+		}
+		hadServing = true
+		if !stillServing[ep.AddrPort()] {
+			c.changes.ConntrackCleanup = true
+			return
+		}
+	}
+	if !hadServing && len(stillServing) > 0 {
+		c.changes.ConntrackCleanup = true
+	}
+}
+
+func connectionless(p proxy.Protocol) bool {
+	return p == proxy.UDP || p == proxy.SCTP
+}

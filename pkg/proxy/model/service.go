@@ -1,0 +1,212 @@
+package model
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// defaultAffinitySeconds is the API server's default ClientIP affinity
+// timeout, used when a Service asks for ClientIP affinity without a config.
+const defaultAffinitySeconds = 10800
+
+// ParseService returns the service ports that a proxier of family must
+// handle for svc, each holding only that family's addresses. It returns none
+// for Services kube-proxy skips: ExternalName, headless (clusterIP "None" or
+// ""), and those without a valid cluster IP of family.
+//
+// Invalid parts (an unparsable IP, range or port) are dropped and reported in
+// problems; the rest of the Service is still used.
+func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort, problems []error) {
+	if svc == nil || skipService(svc) {
+		return nil, nil
+	}
+	p := &problemList{}
+	clusterIPs := parseIPs(p, "clusterIP", clusterIPsOf(svc), family)
+	if len(clusterIPs) == 0 {
+		return nil, p.errs
+	}
+	common := ServicePort{
+		ClusterIPs:          clusterIPs,
+		ExternalIPs:         parseIPs(p, "externalIP", svc.Spec.ExternalIPs, family),
+		LoadBalancerIPs:     parseIPs(p, "loadBalancer ingress IP", vipIngressIPs(svc), family),
+		SourceRanges:        parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family),
+		AffinitySeconds:     affinitySeconds(svc),
+		InternalLocal:       internalLocal(svc),
+		ExternalLocal:       externalLocal(svc),
+		TrafficDistribution: trafficDistribution(svc),
+	}
+	if common.ExternalLocal && svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+		common.HealthCheckNodePort = parsePort(p, "healthCheckNodePort", svc.Spec.HealthCheckNodePort)
+	}
+
+	name := proxy.ServiceName{Namespace: svc.Namespace, Name: svc.Name}
+	seen := make(map[proxy.ServicePortName]bool, len(svc.Spec.Ports))
+	for i := range svc.Spec.Ports {
+		sp, err := parseServicePort(name, &svc.Spec.Ports[i], &common)
+		if err == nil && seen[sp.Name] {
+			err = fmt.Errorf("duplicate port %q/%s", sp.Name.Port, sp.Name.Protocol)
+		}
+		if err != nil {
+			p.add(err)
+			continue
+		}
+		seen[sp.Name] = true
+		ports = append(ports, sp)
+	}
+	return ports, p.errs
+}
+
+func skipService(svc *v1.Service) bool {
+	return svc.Spec.Type == v1.ServiceTypeExternalName ||
+		svc.Spec.ClusterIP == v1.ClusterIPNone || svc.Spec.ClusterIP == ""
+}
+
+func clusterIPsOf(svc *v1.Service) []string {
+	if len(svc.Spec.ClusterIPs) > 0 {
+		return svc.Spec.ClusterIPs
+	}
+	return []string{svc.Spec.ClusterIP}
+}
+
+func parseServicePort(svc proxy.ServiceName, port *v1.ServicePort, common *ServicePort) (*ServicePort, error) {
+	protocol, err := parseProtocol(port.Protocol)
+	if err != nil {
+		return nil, fmt.Errorf("port %q: %w", port.Name, err)
+	}
+	if port.Port <= 0 || port.Port > 65535 {
+		return nil, fmt.Errorf("port %q: invalid port number %d", port.Name, port.Port)
+	}
+	if port.NodePort < 0 || port.NodePort > 65535 {
+		return nil, fmt.Errorf("port %q: invalid nodePort %d", port.Name, port.NodePort)
+	}
+	sp := *common
+	sp.Name = proxy.ServicePortName{ServiceName: svc, Port: port.Name, Protocol: protocol}
+	sp.Port = uint16(port.Port)
+	sp.NodePort = uint16(port.NodePort)
+	return &sp, nil
+}
+
+// parseProtocol accepts the protocols kube-proxy proxies; the API defaults an
+// empty protocol to TCP.
+func parseProtocol(p v1.Protocol) (proxy.Protocol, error) {
+	switch p {
+	case v1.ProtocolTCP, "":
+		return proxy.TCP, nil
+	case v1.ProtocolUDP:
+		return proxy.UDP, nil
+	case v1.ProtocolSCTP:
+		return proxy.SCTP, nil
+	}
+	return "", fmt.Errorf("unsupported protocol %q", p)
+}
+
+// vipIngressIPs returns the ingress IPs that get rules: ipMode VIP or unset.
+// ipMode Proxy means the load balancer delivers to the node itself.
+func vipIngressIPs(svc *v1.Service) []string {
+	var ips []string
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IP == "" {
+			continue
+		}
+		if ing.IPMode == nil || *ing.IPMode == v1.LoadBalancerIPModeVIP {
+			ips = append(ips, ing.IP)
+		}
+	}
+	return ips
+}
+
+func affinitySeconds(svc *v1.Service) int32 {
+	if svc.Spec.SessionAffinity != v1.ServiceAffinityClientIP {
+		return 0
+	}
+	cfg := svc.Spec.SessionAffinityConfig
+	if cfg == nil || cfg.ClientIP == nil || cfg.ClientIP.TimeoutSeconds == nil || *cfg.ClientIP.TimeoutSeconds <= 0 {
+		return defaultAffinitySeconds
+	}
+	return *cfg.ClientIP.TimeoutSeconds
+}
+
+func internalLocal(svc *v1.Service) bool {
+	p := svc.Spec.InternalTrafficPolicy
+	return p != nil && *p == v1.ServiceInternalTrafficPolicyLocal
+}
+
+// externalLocal mirrors upstream's ExternalPolicyLocal: the policy only
+// matters for a Service that can be reached from outside at all.
+func externalLocal(svc *v1.Service) bool {
+	reachable := svc.Spec.Type == v1.ServiceTypeLoadBalancer ||
+		svc.Spec.Type == v1.ServiceTypeNodePort ||
+		len(svc.Spec.ExternalIPs) > 0
+	return reachable && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+}
+
+func trafficDistribution(svc *v1.Service) TrafficDistribution {
+	if td := svc.Spec.TrafficDistribution; td != nil {
+		switch *td {
+		case v1.ServiceTrafficDistributionPreferClose, v1.ServiceTrafficDistributionPreferSameZone:
+			return DistributePreferZone
+		case v1.ServiceTrafficDistributionPreferSameNode:
+			return DistributePreferSameNode
+		}
+	}
+	mode, ok := svc.Annotations[v1.AnnotationTopologyMode]
+	if !ok {
+		mode = svc.Annotations[v1.DeprecatedAnnotationTopologyAwareHints]
+	}
+	if mode == "Auto" || mode == "auto" {
+		return DistributePreferZone
+	}
+	return DistributeAnywhere
+}
+
+// problemList collects what was dropped while parsing one object.
+type problemList struct{ errs []error }
+
+func (p *problemList) add(err error) { p.errs = append(p.errs, err) }
+
+// parseIPs parses ips, keeping the valid ones of family in order.
+func parseIPs(p *problemList, what string, ips []string, family proxy.IPFamily) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ips {
+		ip, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			p.add(fmt.Errorf("invalid %s %q: %w", what, s, err))
+			continue
+		}
+		ip = ip.Unmap()
+		if family.Contains(ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// parseRanges parses loadBalancerSourceRanges, trimming whitespace as
+// upstream does, keeping the valid ones of family as masked prefixes.
+func parseRanges(p *problemList, ranges []string, family proxy.IPFamily) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ranges {
+		prefix, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			p.add(fmt.Errorf("invalid loadBalancerSourceRange %q: %w", s, err))
+			continue
+		}
+		if family.Contains(prefix.Addr()) {
+			out = append(out, prefix.Masked())
+		}
+	}
+	return out
+}
+
+func parsePort(p *problemList, what string, port int32) uint16 {
+	if port < 0 || port > 65535 {
+		p.add(fmt.Errorf("invalid %s %d", what, port))
+		return 0
+	}
+	return uint16(port)
+}

@@ -1,0 +1,244 @@
+package model
+
+import (
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// portSet is one Service's service ports.
+type portSet map[proxy.ServicePortName]*ServicePort
+
+// endpointSet is one Service's endpoint lists, per service port.
+type endpointSet map[proxy.ServicePortName][]*Endpoint
+
+// sliceKey identifies an EndpointSlice object.
+type sliceKey struct{ namespace, name string }
+
+// Tracker folds Service and EndpointSlice events for one IP family into
+// pending per-Service changes, and turns them into a Snapshot on Commit.
+//
+// Everything is computed per Service at event time, against what the last
+// Commit published, so a change that is undone before the next Commit
+// (A→B→A) leaves nothing pending, and Commit itself only touches the
+// Services with pending changes. A Tracker is safe for concurrent use.
+type Tracker struct {
+	family proxy.IPFamily
+	// start filters out trigger times older than the tracker: the initial
+	// list replays old objects whose latency is not ours to measure.
+	start time.Time
+
+	mu             sync.Mutex
+	servicesSynced bool
+	slicesSynced   bool
+
+	// What the last Commit published, per Service.
+	snapshot       *Snapshot
+	committedPorts map[proxy.ServiceName]portSet
+	committedEps   map[proxy.ServiceName]endpointSet
+
+	// Every EndpointSlice seen, per Service and slice name, and which Service
+	// each slice currently belongs to.
+	slices     map[proxy.ServiceName]map[string]*sliceEndpoints
+	sliceOwner map[sliceKey]proxy.ServiceName
+
+	// Services whose current state differs from the committed one. A present
+	// but empty set means "removed".
+	pendingPorts   map[proxy.ServiceName]portSet
+	pendingEps     map[proxy.ServiceName]endpointSet
+	triggerTimes   map[proxy.ServiceName][]time.Time
+	serviceEvents  int
+	endpointEvents int
+}
+
+// NewTracker returns an empty Tracker for family.
+func NewTracker(family proxy.IPFamily) *Tracker {
+	return &Tracker{
+		family:         family,
+		start:          time.Now(),
+		snapshot:       &Snapshot{Family: family},
+		committedPorts: map[proxy.ServiceName]portSet{},
+		committedEps:   map[proxy.ServiceName]endpointSet{},
+		slices:         map[proxy.ServiceName]map[string]*sliceEndpoints{},
+		sliceOwner:     map[sliceKey]proxy.ServiceName{},
+		pendingPorts:   map[proxy.ServiceName]portSet{},
+		pendingEps:     map[proxy.ServiceName]endpointSet{},
+		triggerTimes:   map[proxy.ServiceName][]time.Time{},
+	}
+}
+
+// OnServiceUpdate records an add (old nil), update, or delete (new nil). It
+// returns true when the Service now differs from the last commit.
+func (t *Tracker) OnServiceUpdate(old, new *v1.Service) bool {
+	obj := new
+	if obj == nil {
+		obj = old
+	}
+	if obj == nil {
+		return false
+	}
+	name := proxy.ServiceName{Namespace: obj.Namespace, Name: obj.Name}
+	var ports []*ServicePort
+	if new != nil {
+		var problems []error
+		ports, problems = ParseService(new, t.family)
+		logProblems("Service", name.String(), problems)
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.serviceEvents++
+	return t.setServicePorts(name, ports)
+}
+
+func (t *Tracker) setServicePorts(name proxy.ServiceName, ports []*ServicePort) bool {
+	committed := t.committedPorts[name]
+	set := make(portSet, len(ports))
+	for _, sp := range ports {
+		if old := committed[sp.Name]; sp.Equal(old) {
+			sp = old // keep the published pointer for unchanged ports
+		}
+		set[sp.Name] = sp
+	}
+	if portSetsEqual(set, committed) {
+		delete(t.pendingPorts, name)
+		return false
+	}
+	t.pendingPorts[name] = set
+	return true
+}
+
+func portSetsEqual(a, b portSet) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !v.Equal(b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// OnEndpointSliceUpdate records an add (old nil), update, or delete (new
+// nil). Slices of the other family, and FQDN slices, are ignored. It returns
+// true when the endpoints of the slice's Service now differ from the last
+// commit.
+func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) bool {
+	obj := new
+	if obj == nil {
+		obj = old
+	}
+	if obj == nil || sliceFamily(obj) != t.family {
+		return false
+	}
+	key := sliceKey{namespace: obj.Namespace, name: obj.Name}
+	var parsed *sliceEndpoints
+	if new != nil {
+		var problems []error
+		var err error
+		parsed, problems, err = parseEndpointSlice(new, t.family)
+		if err != nil {
+			klog.InfoS("Ignoring invalid EndpointSlice", "endpointSlice", klog.KObj(new), "err", err)
+		}
+		logProblems("EndpointSlice", key.namespace+"/"+key.name, problems)
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.endpointEvents++
+	changed := false
+	// A slice that is deleted, became invalid, or moved to another Service
+	// no longer counts for the Service it belonged to.
+	if owner, ok := t.sliceOwner[key]; ok && (parsed == nil || owner != parsed.service) {
+		delete(t.sliceOwner, key)
+		delete(t.slices[owner], key.name)
+		if len(t.slices[owner]) == 0 {
+			delete(t.slices, owner)
+		}
+		changed = t.refreshEndpoints(owner, time.Time{}, new == nil)
+	}
+	if parsed != nil {
+		bySlice := t.slices[parsed.service]
+		if bySlice == nil {
+			bySlice = map[string]*sliceEndpoints{}
+			t.slices[parsed.service] = bySlice
+		}
+		bySlice[key.name] = parsed
+		t.sliceOwner[key] = parsed.service
+		changed = t.refreshEndpoints(parsed.service, parsed.triggerTime, false) || changed
+	}
+	return changed
+}
+
+// refreshEndpoints recomputes svc's endpoints from its slices and records
+// them as pending if they differ from the committed ones.
+func (t *Tracker) refreshEndpoints(svc proxy.ServiceName, trigger time.Time, deleted bool) bool {
+	merged := mergeSlices(t.slices[svc])
+	committed := t.committedEps[svc]
+	same := len(merged) == len(committed)
+	for port, list := range merged {
+		if old, ok := committed[port]; ok && endpointsEqual(list, old) {
+			merged[port] = old // keep the published list for unchanged ports
+		} else {
+			same = false
+		}
+	}
+	if same {
+		delete(t.pendingEps, svc)
+		delete(t.triggerTimes, svc)
+		return false
+	}
+	t.pendingEps[svc] = merged
+	switch {
+	case deleted:
+		// A deletion's trigger time is the time of the last update, not of
+		// the deletion, so it would mismeasure; upstream drops them too.
+		delete(t.triggerTimes, svc)
+	case !trigger.IsZero() && trigger.After(t.start):
+		t.triggerTimes[svc] = append(t.triggerTimes[svc], trigger)
+	}
+	return true
+}
+
+// OnServicesSynced records that the initial list of Services was delivered.
+func (t *Tracker) OnServicesSynced() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.servicesSynced = true
+}
+
+// OnEndpointSlicesSynced records that the initial list of EndpointSlices was
+// delivered.
+func (t *Tracker) OnEndpointSlicesSynced() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.slicesSynced = true
+}
+
+// Synced reports whether both initial lists were delivered, so a sync would
+// not program a partial view.
+func (t *Tracker) Synced() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.servicesSynced && t.slicesSynced
+}
+
+// Pending returns how many Services have a pending Service change and how
+// many have a pending endpoints change.
+func (t *Tracker) Pending() (services, endpoints int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pendingPorts), len(t.pendingEps)
+}
+
+func logProblems(kind, name string, problems []error) {
+	for _, err := range problems {
+		klog.InfoS("Ignoring invalid part of object", "kind", kind, "object", name, "err", err)
+	}
+}
