@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# hack/test.sh — run every test of the module: unit tests, fuzz seed corpora and the
+# kernel tests (plain Go tests that need root and create their own network namespaces).
+#
+# Prints what plain `go test` prints (package lines and the output of failed tests), keeps
+# the full `go test -json` stream in _output/logs/test.json, and closes with the line
+# "N passed, N failed, N skipped". Exits non-zero on any failure.
+#
+# Knobs: GO_TEST_FLAGS (extra flags, e.g. "-run TestFoo"), PKGS (default ./...),
+#        GO_TEST_TIMEOUT (per test binary, default 20m).
+set -euo pipefail
+
+HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HACK/.." && pwd)
+OUT=$ROOT/_output
+PKGS=${PKGS:-./...}
+GO_TEST_TIMEOUT=${GO_TEST_TIMEOUT:-20m}
+GO_TEST_FLAGS=${GO_TEST_FLAGS:-}
+
+log() { echo "[test] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+build_summary_tool() {
+  mkdir -p "$OUT/tools"
+  (cd "$HACK/tools/testsummary" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go build -o "$OUT/tools/testsummary" .) \
+    || die "building hack/tools/testsummary failed"
+}
+
+main() {
+  cd "$ROOT"
+  [[ $(id -u) == 0 ]] || log "warning: not root; kernel tests will fail or skip"
+  build_summary_tool
+  mkdir -p "$OUT/logs"
+  log "go test $PKGS (timeout $GO_TEST_TIMEOUT per package; full log: _output/logs/test.json)"
+  local t0=$SECONDS rc=0
+  # shellcheck disable=SC2086
+  go test -json -count=1 -timeout "$GO_TEST_TIMEOUT" $GO_TEST_FLAGS $PKGS 2>&1 \
+    | tee "$OUT/logs/test.json" | "$OUT/tools/testsummary" || rc=$?
+  log "go test took $((SECONDS - t0)) s, exit $rc"
+  return "$rc"
+}
+
+main "$@"

@@ -1,0 +1,3 @@
+module svcproxy-tools/testsummary
+
+go 1.26.0

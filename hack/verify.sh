@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# hack/verify.sh — static checks: gofmt, go vet, staticcheck (pinned in
+# hack/tools/staticcheck/go.mod) and the import rules of the design (DESIGN.md, "Data flow"):
+#
+#   pkg/proxy/{nftables,iptables,ipvs}  must not depend on k8s.io/client-go, pkg/proxy/model, internal/watch
+#                                       (model only through pkg/proxy/desired, whose Compute takes a Snapshot)
+#   pkg/proxy/desired                   must not depend on k8s.io/client-go
+#   pkg/proxy/model                     imports only pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog, stdlib;
+#                                       no k8s.io/client-go anywhere below it
+#   everything                          must not depend on k8s.io/kubernetes
+#
+# Dependencies are those of the non-test packages (`go list -deps`). Runs every check, then
+# exits non-zero if any failed, naming each offending file or import edge.
+set -euo pipefail
+
+HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HACK/.." && pwd)
+OUT=$ROOT/_output
+MOD=github.com/svcproxy/svcproxy
+FAILED=()
+
+log() { echo "[verify] $*" >&2; }
+rel() { if [[ $1 == "$ROOT" ]]; then echo .; else echo "${1#"$ROOT"/}"; fi; }
+fail() { log "FAIL: $*"; FAILED+=("$1"); }
+
+# Modules verified: the main one plus the nested Go modules that hold our own code.
+modules() {
+  echo "$ROOT"
+  [[ -f $ROOT/test/e2e/go.mod ]] && echo "$ROOT/test/e2e"
+  echo "$HACK/tools/testsummary"
+}
+
+check_gofmt() {
+  log "gofmt -l"
+  local files bad
+  files=$(cd "$ROOT" && git ls-files -co --exclude-standard -- '*.go' | grep -v '^_output/' || true)
+  [[ -n $files ]] || return 0
+  # shellcheck disable=SC2086
+  bad=$(cd "$ROOT" && gofmt -l $files)
+  if [[ -n $bad ]]; then
+    echo "$bad" | sed 's/^/  needs gofmt: /' >&2
+    fail "gofmt"
+  fi
+}
+
+check_vet() {
+  local m
+  for m in $(modules); do
+    log "go vet ./... in $(rel "$m")"
+    (cd "$m" && go vet ./...) || fail "go vet ($(rel "$m"))"
+  done
+}
+
+build_staticcheck() {
+  mkdir -p "$OUT/tools"
+  (cd "$HACK/tools/staticcheck" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local \
+    go build -o "$OUT/tools/staticcheck" honnef.co/go/tools/cmd/staticcheck)
+}
+
+check_staticcheck() {
+  log "staticcheck ($(awk '$1=="honnef.co/go/tools"{print $2}' "$HACK/tools/staticcheck/go.mod"))"
+  build_staticcheck || { fail "staticcheck (build)"; return 0; }
+  local m
+  for m in $(modules); do
+    (cd "$m" && "$OUT/tools/staticcheck" ./...) || fail "staticcheck ($(rel "$m"))"
+  done
+}
+
+# pkg_exists PKG: true when the package directory has non-test Go files.
+pkg_exists() {
+  local dir=$ROOT/${1#"$MOD"/}
+  compgen -G "$dir/*.go" >/dev/null && ls "$dir"/*.go | grep -qv '_test\.go$'
+}
+
+# deps_graph PKG: lines "importer imported" for every edge in PKG's non-test dependency graph.
+deps_graph() {
+  (cd "$ROOT" && go list -e -deps -f '{{$p := .ImportPath}}{{range .Imports}}{{$p}} {{.}}{{"\n"}}{{end}}' "$1")
+}
+
+# forbid_deps PKG REGEX WHY [EXEMPT]: no package in PKG's dependency closure may match REGEX,
+# except through an importer matching EXEMPT. Reports each edge into the forbidden set.
+forbid_deps() {
+  local pkg=$1 re=$2 why=$3 exempt=${4:-^$} edges
+  edges=$(deps_graph "$pkg" \
+    | awk -v re="$re" -v ex="$exempt" '$2 ~ re && $1 !~ re && $1 !~ ex { print $1 " -> " $2 }' | sort -u)
+  if [[ -n $edges ]]; then
+    echo "$edges" | while read -r e; do echo "  forbidden edge ($why): $e" >&2; done
+    fail "imports: ${pkg#"$MOD"/} depends on $why"
+  fi
+}
+
+# allow_direct PKG REGEX WHY: every direct non-stdlib import of PKG must match REGEX.
+allow_direct() {
+  local pkg=$1 re=$2 why=$3 bad
+  bad=$(cd "$ROOT" && go list -e -f '{{range .Imports}}{{.}}{{"\n"}}{{end}}' "$pkg" \
+    | grep -E '^[^/]+\.[^/]+/' | grep -Ev "$re" || true)
+  if [[ -n $bad ]]; then
+    echo "$bad" | while read -r e; do echo "  forbidden edge (allowed: $why): ${pkg#"$MOD"/} -> $e" >&2; done
+    fail "imports: ${pkg#"$MOD"/} imports outside $why"
+  fi
+}
+
+check_imports() {
+  log "import rules (go list -deps, non-test packages)"
+  local clientgo='^k8s\.io/client-go(/|$)'
+  local b p
+  for b in nftables iptables ipvs; do
+    p=$MOD/pkg/proxy/$b
+    if ! pkg_exists "$p"; then log "  (skip ${p#"$MOD"/}: no package yet)"; continue; fi
+    forbid_deps "$p" "$clientgo" "k8s.io/client-go"
+    # desired.Compute takes a model.Snapshot, so desired -> model is the one allowed path.
+    forbid_deps "$p" "^${MOD//./\\.}/pkg/proxy/model(/|\$)" "pkg/proxy/model" "^${MOD//./\\.}/pkg/proxy/desired\$"
+    forbid_deps "$p" "^${MOD//./\\.}/internal/watch(/|\$)" "internal/watch"
+  done
+  p=$MOD/pkg/proxy/desired
+  pkg_exists "$p" && forbid_deps "$p" "$clientgo" "k8s.io/client-go"
+  p=$MOD/pkg/proxy/model
+  if pkg_exists "$p"; then
+    forbid_deps "$p" "$clientgo" "k8s.io/client-go"
+    allow_direct "$p" "^(${MOD//./\\.}/pkg/proxy|k8s\.io/api/|k8s\.io/apimachinery/|k8s\.io/klog/)" \
+      "pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog"
+  fi
+  forbid_deps "./..." '^k8s\.io/kubernetes(/|$)' "k8s.io/kubernetes"
+}
+
+main() {
+  cd "$ROOT"
+  export GOTOOLCHAIN=local
+  check_gofmt
+  check_vet
+  check_staticcheck
+  check_imports
+  if ((${#FAILED[@]})); then
+    log "verify FAILED: ${#FAILED[@]} check(s):"
+    printf '  - %s\n' "${FAILED[@]}" >&2
+    exit 1
+  fi
+  log "verify passed"
+}
+
+main "$@"
