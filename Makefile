@@ -1,0 +1,46 @@
+# svcproxy — a thin menu over the scripts in hack/. Run as root on Debian.
+#
+#   make build    build _output/bin/svcproxy
+#   make test     install missing apt packages, then every Go test (unit, fuzz seeds, kernel)
+#   make verify   gofmt, go vet, staticcheck, import rules
+#   make bench    the nftables benchmark (test/bench/nftables)
+#   make demo     a throwaway cluster in network namespaces: real kube-apiserver, two nodes
+#                 running svcproxy, pods, a client; shows load balancing, then tears it down
+#   make clean    remove _output/ (including the cached control-plane binaries)
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+OUTPUT := _output
+GO ?= go
+
+.PHONY: all build test verify bench demo controlplane deps clean help
+
+all: build
+
+help:
+	@sed -n '3,10p' Makefile
+
+build:
+	@mkdir -p $(OUTPUT)/bin
+	$(GO) build -o $(OUTPUT)/bin/svcproxy ./cmd/svcproxy
+
+deps:
+	hack/deps.sh
+
+test: deps
+	hack/test.sh
+
+verify:
+	hack/verify.sh
+
+bench:
+	$(GO) run ./test/bench/nftables
+
+controlplane:
+	hack/build-controlplane.sh
+
+demo: deps
+	hack/demo.sh
+
+clean:
+	rm -rf $(OUTPUT)
