@@ -1,0 +1,198 @@
+package nftables
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Phases order the units of one sync so that every prefix of the sequence
+// (a cold start is split into several transactions) leaves the kernel
+// consistent: containers before contents, targets before what points at
+// them, and removals in the opposite order.
+const (
+	phaseTable = iota
+	phaseSetAdd
+	phaseChainAdd
+	phaseChainRules
+	phaseElemAdd                      // + rank: 4, 5, 6
+	phaseElemDel   = phaseElemAdd + 3 // + (2 - rank): 7, 8, 9
+	phaseChainDel  = phaseElemDel + 3
+	phaseSetDelete = phaseChainDel + 1
+)
+
+// unit is a group of operations that must be in the same transaction (a
+// chain's flush and its new rules; an element's delete and re-add), plus
+// how the kernel side of the store changes once it is committed.
+type unit struct {
+	phase  int
+	sortBy string
+	ops    []func(tx *knftables.Transaction)
+	commit func()
+}
+
+// diff turns the dirty entries into units, in phase order.
+func (s *store) diff() []*unit {
+	var units []*unit
+	for name := range s.dirtySets {
+		units = append(units, s.diffSet(name)...)
+	}
+	for name := range s.dirtyChains {
+		units = append(units, s.diffChain(name)...)
+	}
+	for ref := range s.dirtyElems {
+		if u := s.diffElem(ref); u != nil {
+			units = append(units, u)
+		}
+	}
+	if !s.tablePresent {
+		units = append(units, &unit{phase: phaseTable,
+			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)}) }},
+			commit: func() { s.tablePresent = true }})
+	}
+	slices.SortStableFunc(units, func(a, b *unit) int {
+		if a.phase != b.phase {
+			return a.phase - b.phase
+		}
+		return strings.Compare(a.sortBy, b.sortBy)
+	})
+	return units
+}
+
+func (s *store) diffSet(name string) []*unit {
+	e := s.sets[name]
+	switch {
+	case e.desired != nil && !e.present:
+		d := e.desired
+		return []*unit{{phase: phaseSetAdd, sortBy: name,
+			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Add(setObject(d)) }},
+			commit: func() { e.present, e.isMap = true, d.isMap }}}
+	case e.desired == nil && e.present:
+		isMap := e.isMap
+		return []*unit{{phase: phaseSetDelete, sortBy: name,
+			ops: []func(*knftables.Transaction){func(tx *knftables.Transaction) {
+				if isMap {
+					tx.Delete(&knftables.Map{Name: name})
+				} else {
+					tx.Delete(&knftables.Set{Name: name})
+				}
+			}},
+			commit: func() {
+				delete(s.sets, name)
+				delete(s.elems, name) // deleting a set deletes its elements
+			}}}
+	case e.desired == nil:
+		delete(s.sets, name)
+	}
+	return nil
+}
+
+func setObject(d *setSpec) knftables.Object {
+	var timeout *time.Duration
+	if d.timeout > 0 {
+		timeout = knftables.PtrTo(d.timeout)
+	}
+	if d.isMap {
+		return &knftables.Map{Name: d.name, Type: d.typ, TypeOf: d.typeOf, Flags: d.flags, Timeout: timeout}
+	}
+	return &knftables.Set{Name: d.name, Type: d.typ, TypeOf: d.typeOf, Flags: d.flags, Timeout: timeout}
+}
+
+func (s *store) diffChain(name string) []*unit {
+	e := s.chains[name]
+	if e.desired == nil {
+		if !e.present {
+			delete(s.chains, name)
+			return nil
+		}
+		return []*unit{{phase: phaseChainDel, sortBy: name,
+			ops: []func(*knftables.Transaction){func(tx *knftables.Transaction) {
+				tx.Flush(&knftables.Chain{Name: name})
+				tx.Delete(&knftables.Chain{Name: name})
+			}},
+			commit: func() { delete(s.chains, name) }}}
+	}
+	d := e.desired
+	var units []*unit
+	if !e.present {
+		units = append(units, &unit{phase: phaseChainAdd, sortBy: name,
+			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Add(chainObject(d)) }},
+			commit: func() { e.present, e.kernel = true, nil }})
+	}
+	ids := d.ruleIDs()
+	if slices.Equal(ids, e.kernel) {
+		return units
+	}
+	flush := e.present && len(e.kernel) > 0
+	ops := []func(*knftables.Transaction){}
+	if flush {
+		ops = append(ops, func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) })
+	}
+	for i, r := range d.rules {
+		rule := &knftables.Rule{Chain: name, Rule: r, Comment: knftables.PtrTo(ids[i])}
+		ops = append(ops, func(tx *knftables.Transaction) { tx.Add(rule) })
+	}
+	units = append(units, &unit{phase: phaseChainRules, sortBy: name, ops: ops,
+		commit: func() { e.kernel = ids }})
+	return units
+}
+
+func chainObject(d *chainSpec) *knftables.Chain {
+	c := &knftables.Chain{Name: d.name}
+	if d.base != nil {
+		c.Type = knftables.PtrTo(d.base.typ)
+		c.Hook = knftables.PtrTo(d.base.hook)
+		c.Priority = knftables.PtrTo(d.base.prio)
+	}
+	return c
+}
+
+func (s *store) diffElem(ref elemRef) *unit {
+	e := s.elem(ref.set, ref.key, false)
+	if e == nil {
+		return nil
+	}
+	want, ok := e.desiredValue()
+	set := s.sets[ref.set]
+	// Elements of a set being deleted go with it.
+	if set == nil || (set.desired == nil && set.present) {
+		return nil
+	}
+	isMap := set.desired.isMap
+	obj := func(value string) *knftables.Element {
+		el := &knftables.Element{Key: splitElem(ref.key)}
+		if isMap {
+			el.Map = ref.set
+			if value != "" {
+				el.Value = splitElem(value)
+			}
+		} else {
+			el.Set = ref.set
+		}
+		return el
+	}
+	rank := elemRank(ref.set)
+	sortBy := ref.set + " " + ref.key
+	switch {
+	case !ok && !e.present:
+		delete(s.elems[ref.set], ref.key)
+		return nil
+	case !ok:
+		return &unit{phase: phaseElemDel + 2 - rank, sortBy: sortBy,
+			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Delete(obj("")) }},
+			commit: func() { delete(s.elems[ref.set], ref.key) }}
+	case e.present && e.kernel == want:
+		return nil
+	}
+	var ops []func(*knftables.Transaction)
+	if e.present {
+		// nft refuses to add an element whose key exists with another
+		// value, so a change is a delete and an add in one transaction.
+		ops = append(ops, func(tx *knftables.Transaction) { tx.Delete(obj("")) })
+	}
+	ops = append(ops, func(tx *knftables.Transaction) { tx.Add(obj(want)) })
+	return &unit{phase: phaseElemAdd + rank, sortBy: sortBy, ops: ops,
+		commit: func() { e.present, e.kernel = true, want }}
+}

@@ -1,0 +1,142 @@
+package nftables
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// TableName is the one table this backend owns, in both the ip and ip6 families.
+const TableName = "kube-proxy"
+
+const tableComment = "rules for kube-proxy"
+
+// Chains with fixed names. The base chains carry upstream's names, hooks and
+// priorities because other components order their own rules against them.
+const (
+	chainFilterPrerouting = "filter-prerouting"
+	chainFilterInput      = "filter-input"
+	chainFilterForward    = "filter-forward"
+	chainFilterOutput     = "filter-output"
+	chainFilterOutputPost = "filter-output-post-dnat"
+	chainNATPrerouting    = "nat-prerouting"
+	chainNATOutput        = "nat-output"
+	chainNATPostrouting   = "nat-postrouting"
+
+	chainServices        = "services"
+	chainMasquerading    = "masquerading"
+	chainMarkMasq        = "mark-for-masquerade"
+	chainReject          = "reject-chain"
+	chainFirewallCheck   = "firewall-check"
+	chainClusterIPsCheck = "cluster-ips-check"
+)
+
+// Sets and maps with fixed names.
+const (
+	mapServiceIPs       = "service-ips"
+	mapServiceNodePorts = "service-nodeports"
+	setNodePortIPs      = "nodeport-ips"
+	setClusterIPs       = "cluster-ips"
+	setFirewallIPs      = "firewall-ips"
+	setFirewallAllow    = "firewall-allow"
+	setHairpin          = "hairpin-endpoints"
+
+	// Endpoint maps, one per traffic class and frontend kind: a frontend's
+	// endpoints are elements keyed by the frontend plus a slot number that
+	// "numgen random mod N" picks.
+	mapInternalEPs        = "internal-endpoints"
+	mapExternalEPs        = "external-endpoints"
+	mapClusterEPs         = "cluster-endpoints"
+	mapExternalNodePortEP = "external-nodeport-endpoints"
+	mapClusterNodePortEP  = "cluster-nodeport-endpoints"
+)
+
+// affinityPrefix starts the name of every per-endpoint affinity set; those
+// sets are filled by the kernel, so read-back never lists their elements.
+const affinityPrefix = "affinity-"
+
+// famSpec holds how one IP family is spelled in nft.
+type famSpec struct {
+	family   knftables.Family
+	ip       string // "ip" or "ip6" in expressions
+	addrType string
+	loopback string
+}
+
+func specFor(f proxy.IPFamily) famSpec {
+	if f == proxy.IPv6 {
+		return famSpec{knftables.IPv6Family, "ip6", "ipv6_addr", "::1"}
+	}
+	return famSpec{knftables.IPv4Family, "ip", "ipv4_addr", "127.0.0.0/8"}
+}
+
+func protoName(p proxy.Protocol) string { return strings.ToLower(string(p)) }
+
+// svcHash is upstream's naming hash: the first 8 characters of
+// base32(sha256(name)), stable across restarts and releases.
+func svcHash(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return base32.StdEncoding.EncodeToString(sum[:])[:8]
+}
+
+// ruleID is the comment every rule carries: a hash of its text. The kernel
+// cannot give back rule bodies through knftables, only comments, so this is
+// how a restarted Proxier recognizes rules that are already right.
+func ruleID(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return fmt.Sprintf("%x", sum[:6])
+}
+
+// servicePortID names a service port in per-service object names:
+// "ns/name/proto/port" as upstream does.
+func servicePortID(n proxy.ServicePortName) string {
+	return fmt.Sprintf("%s/%s/%s/%s", n.Namespace, n.Name, protoName(n.Protocol), n.Port)
+}
+
+// affinityChain names a service port's per-class affinity dispatch chain.
+func affinityChain(class string, n proxy.ServicePortName) string {
+	id := servicePortID(n)
+	return fmt.Sprintf("affinity-%s-%s-%s", class, svcHash(id), id)
+}
+
+// affinitySet names the dynamic set that remembers the clients of one
+// endpoint of one service port.
+func affinitySet(n proxy.ServicePortName, ep netip.AddrPort) string {
+	id := servicePortID(n)
+	addr := strings.ReplaceAll(ep.Addr().String(), ":", ".")
+	return fmt.Sprintf("%s%s-%s__%s/%d", affinityPrefix, svcHash(id), id, addr, ep.Port())
+}
+
+// elemKey joins an element's key or value components the way nft prints them.
+func joinElem(parts []string) string { return strings.Join(parts, " . ") }
+
+func splitElem(s string) []string { return strings.Split(s, " . ") }
+
+// addrString spells an address as nft prints it.
+func addrString(a netip.Addr) string { return a.Unmap().String() }
+
+// prefixString spells a prefix as nft prints it: a full-length prefix is a
+// plain address.
+func prefixString(p netip.Prefix) string {
+	p = p.Masked()
+	if p.IsSingleIP() {
+		return addrString(p.Addr())
+	}
+	return p.String()
+}
+
+// endpointString spells an endpoint for a "dnat to" statement.
+func endpointString(ep netip.AddrPort) string {
+	if ep.Addr().Unmap().Is4() {
+		return fmt.Sprintf("%s:%d", addrString(ep.Addr()), ep.Port())
+	}
+	return fmt.Sprintf("[%s]:%d", ep.Addr(), ep.Port())
+}
+
+func familyOf(a netip.Addr) proxy.IPFamily { return proxy.FamilyOf(a) }

@@ -1,0 +1,80 @@
+package nftables
+
+import (
+	"time"
+
+	"sigs.k8s.io/knftables"
+)
+
+// chainSpec is one chain as render wants it: its rules in order.
+type chainSpec struct {
+	name  string
+	base  *baseChain // nil for a regular chain
+	rules []string
+}
+
+// baseChain is where a base chain hooks in.
+type baseChain struct {
+	typ  knftables.BaseChainType
+	hook knftables.BaseChainHook
+	prio knftables.BaseChainPriority
+}
+
+// ruleIDs returns the comment of each rule, which is what read-back can see.
+func (c *chainSpec) ruleIDs() []string {
+	ids := make([]string, len(c.rules))
+	for i, r := range c.rules {
+		ids[i] = ruleID(r)
+	}
+	return ids
+}
+
+// setSpec is one set or map definition (not its elements).
+type setSpec struct {
+	name    string
+	isMap   bool
+	typ     string // "type" form
+	typeOf  string // "typeof" form, when typ is empty
+	flags   []knftables.SetFlag
+	timeout time.Duration
+}
+
+// elemSpec is one set or map element; key and value are nft-spelled and
+// joined with " . ".
+type elemSpec struct {
+	set   string
+	key   string
+	value string // empty for set elements
+}
+
+// part is everything one owner needs in the kernel: the global layout, or
+// one service port. Several owners may need the same chain (shared
+// dispatch chains) or element (a cluster IP with several ports).
+type part struct {
+	chains []*chainSpec
+	sets   []*setSpec
+	elems  []elemSpec
+}
+
+func (p *part) addChain(c *chainSpec) { p.chains = append(p.chains, c) }
+
+func (p *part) addSet(s *setSpec) { p.sets = append(p.sets, s) }
+
+func (p *part) addElem(set, key, value string) {
+	p.elems = append(p.elems, elemSpec{set: set, key: key, value: value})
+}
+
+// elemRank orders element changes so that every intermediate state is
+// consistent: things a frontend points at (rank 0) are added before the
+// guards that filter it (rank 1), which are added before the frontend
+// itself (rank 2); deletions go the other way round.
+func elemRank(set string) int {
+	switch set {
+	case mapServiceIPs, mapServiceNodePorts:
+		return 2
+	case setFirewallIPs:
+		return 1
+	default:
+		return 0
+	}
+}

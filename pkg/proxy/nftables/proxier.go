@@ -1,0 +1,145 @@
+// Package nftables is the nftables backend: it renders a desired.State into
+// the "kube-proxy" table of one IP family and applies only the difference
+// from what it committed last. See README.md for the layout.
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// Proxier programs one IP family's kube-proxy table. It is not safe for
+// concurrent use; the syncer calls it from one goroutine.
+type Proxier struct {
+	family proxy.IPFamily
+	nft    knftables.Interface
+	store  *store
+	maxOps int
+
+	readDone bool // the existing table was read back
+	needFull bool // the next sync must reconcile everything
+	global   *globalInputs
+	last     applyStats
+}
+
+// globalInputs are the State fields every rule may depend on; when they
+// change, every shared chain may change, so the sync is full.
+type globalInputs struct {
+	nodeIPs    []netip.Addr
+	nodePorts  desired.NodePortAddrs
+	masquerade desired.Masquerade
+}
+
+// New returns a Proxier for family that runs the nft binary.
+func New(family proxy.IPFamily) (*Proxier, error) {
+	nft, err := knftables.New(specFor(family).family, TableName)
+	if err != nil {
+		return nil, fmt.Errorf("nftables %s: %w", family, err)
+	}
+	return NewWithInterface(family, nft), nil
+}
+
+// NewWithInterface returns a Proxier that programs through nft (tests pass
+// knftables.NewFake(family, TableName)).
+func NewWithInterface(family proxy.IPFamily, nft knftables.Interface) *Proxier {
+	return &Proxier{family: family, nft: nft, store: newStore(), maxOps: defaultMaxOps, needFull: true}
+}
+
+// Init is part of syncer.Proxier. The nftables backend needs no privileged
+// setup beyond what Sync does.
+func (p *Proxier) Init(context.Context) error { return nil }
+
+// Sync is part of syncer.Proxier.
+func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
+	if st.Family != p.family {
+		return fmt.Errorf("nftables %s proxier got a %s state", p.family, st.Family)
+	}
+	if !p.readDone {
+		if err := p.store.readBack(ctx, p.nft); err != nil {
+			return fmt.Errorf("reading back table %s: %w", TableName, err)
+		}
+		p.readDone = true
+	}
+	g := &globalInputs{nodeIPs: st.NodeIPs, nodePorts: st.NodePorts, masquerade: st.Masquerade}
+	full := p.needFull || st.Changed == nil || !p.global.equal(g)
+	cfg := newConfig(st)
+	p.store.clearDirty()
+	if full {
+		p.store.resetClaims()
+		p.store.replace(owner{}, renderGlobal(st, cfg))
+		for name, sp := range st.Services {
+			p.store.replace(name, renderService(cfg, sp))
+		}
+	} else {
+		for name := range st.Changed {
+			var pt *part
+			if sp := st.Services[name]; sp != nil {
+				pt = renderService(cfg, sp)
+			}
+			p.store.replace(name, pt)
+		}
+	}
+	// Any failure, including one part-way through, makes the next sync
+	// full; the store already reflects whatever did commit.
+	p.needFull = true
+	stats, err := apply(ctx, p.nft, p.store.diff(), p.maxOps)
+	p.last = stats
+	if err != nil {
+		return fmt.Errorf("syncing nftables %s: %w", p.family, err)
+	}
+	p.store.clearDirty()
+	p.needFull = false
+	p.global = g
+	return nil
+}
+
+// Cleanup is part of syncer.Proxier: it deletes this family's table.
+func (p *Proxier) Cleanup(ctx context.Context) error {
+	p.store, p.readDone, p.needFull, p.global = newStore(), false, true, nil
+	return deleteTable(ctx, p.nft)
+}
+
+// CleanupTables deletes the kube-proxy table in both families, for other
+// modes' start-up cleanup and --cleanup. A missing table is not an error.
+func CleanupTables(ctx context.Context) error {
+	var errs []error
+	for _, f := range proxy.Families {
+		nft, err := knftables.New(specFor(f).family, TableName)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nftables %s: %w", f, err))
+			continue
+		}
+		if err := deleteTable(ctx, nft); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errorsJoin(errs)
+}
+
+func deleteTable(ctx context.Context, nft knftables.Interface) error {
+	tx := nft.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	if err := nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
+		return fmt.Errorf("deleting table %s: %w", TableName, err)
+	}
+	return nil
+}
+
+func (g *globalInputs) equal(o *globalInputs) bool {
+	if g == nil || o == nil {
+		return false
+	}
+	return slices.Equal(g.nodeIPs, o.nodeIPs) &&
+		g.nodePorts.All == o.nodePorts.All && slices.Equal(g.nodePorts.IPs, o.nodePorts.IPs) &&
+		g.masquerade.Mark == o.masquerade.Mark && g.masquerade.All == o.masquerade.All &&
+		g.masquerade.Local.Mode == o.masquerade.Local.Mode &&
+		g.masquerade.Local.Interface == o.masquerade.Local.Interface &&
+		slices.Equal(g.masquerade.Local.CIDRs, o.masquerade.Local.CIDRs)
+}

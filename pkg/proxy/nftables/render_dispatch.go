@@ -1,0 +1,122 @@
+package nftables
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// frontendKind tells IP frontends (cluster, external and LB IPs: keyed by
+// address, protocol and port) from node ports (keyed by protocol and port).
+type frontendKind uint8
+
+const (
+	ipFrontend frontendKind = iota
+	nodePortFrontend
+)
+
+// emptyVerdict is the statement for a dispatch without endpoints.
+func emptyVerdict(v desired.Verdict) string {
+	if v == desired.Drop {
+		return "drop"
+	}
+	return "goto " + chainReject
+}
+
+// emptyName spells an empty dispatch inside shared chain names.
+func emptyName(d desired.Dispatch) string {
+	if len(d.Endpoints) > 0 {
+		return strconv.Itoa(len(d.Endpoints))
+	}
+	if d.Empty == desired.Drop {
+		return "drop"
+	}
+	return "reject"
+}
+
+// dnatFromMap is the one rule that balances over a frontend's endpoints:
+// numgen picks a slot and the endpoint map, keyed by the frontend and the
+// slot, yields the endpoint. One such rule serves every service port with
+// n endpoints, so the number of chains grows with the number of distinct
+// endpoint counts, not with the number of services.
+func (c *config) dnatFromMap(kind frontendKind, epMap string, n int) string {
+	key := fmt.Sprintf("%s daddr . meta l4proto . th dport", c.fs.ip)
+	if kind == nodePortFrontend {
+		key = "meta l4proto . th dport"
+	}
+	return fmt.Sprintf("meta l4proto { tcp, udp, sctp } dnat %s to %s . numgen random mod %d map @%s",
+		c.fs.ip, key, n, epMap)
+}
+
+// sharedChain returns a dispatch chain shared by all service ports of the
+// same shape, creating its spec.
+func sharedChain(name string, rules ...string) *chainSpec {
+	return &chainSpec{name: name, rules: rules}
+}
+
+// internalChain: cluster-IP traffic, masqueraded per the local detector.
+func (c *config) internalChain(n int) *chainSpec {
+	rules := append([]string{}, c.masqInternal...)
+	rules = append(rules, c.dnatFromMap(ipFrontend, mapInternalEPs, n))
+	return sharedChain("internal-"+strconv.Itoa(n), rules...)
+}
+
+// externalChain: externalTrafficPolicy Cluster; always masqueraded.
+func (c *config) externalChain(kind frontendKind, n int) *chainSpec {
+	name, m := "external-", mapExternalEPs
+	if kind == nodePortFrontend {
+		name, m = "external-nodeport-", mapExternalNodePortEP
+	}
+	return sharedChain(name+strconv.Itoa(n), "jump "+chainMarkMasq, c.dnatFromMap(kind, m, n))
+}
+
+// clusterChain: the short-circuit of eTP=Local for traffic from inside.
+func (c *config) clusterChain(kind frontendKind, n int) *chainSpec {
+	name, m := "cluster-", mapClusterEPs
+	if kind == nodePortFrontend {
+		name, m = "cluster-nodeport-", mapClusterNodePortEP
+	}
+	return sharedChain(name+strconv.Itoa(n), c.dnatFromMap(kind, m, n))
+}
+
+// localRules are the rules of an eTP=Local entry chain: pod- and
+// host-originated traffic goes to the cluster-wide choice (host traffic
+// masqueraded), external clients to the local endpoints, keeping their
+// source address.
+func (c *config) localRules(toCluster string, external []string) []string {
+	var rules []string
+	if c.podMatch != "" {
+		rules = append(rules, c.podMatch+" "+toCluster)
+	}
+	rules = append(rules,
+		"fib saddr type local jump "+chainMarkMasq,
+		"fib saddr type local "+toCluster)
+	return append(rules, external...)
+}
+
+// affinityRules balance over eps remembering each client's endpoint for the
+// service's timeout: first the endpoint the client used before, then a
+// uniform random pick (rule i wins with probability 1/(n-i), as
+// iptables' statistic rules do) that records the client.
+func (c *config) affinityRules(st *svcContext, eps []desired.Endpoint) []string {
+	ip := c.fs.ip
+	proto := protoName(st.sp.Protocol)
+	dnat := func(ep desired.Endpoint) string {
+		set := affinitySet(st.sp.Name, ep.AddrPort())
+		return fmt.Sprintf("update @%s { %s saddr } meta l4proto %s dnat %s to %s",
+			set, ip, proto, ip, endpointString(ep.AddrPort()))
+	}
+	rules := make([]string, 0, 2*len(eps))
+	for _, ep := range eps {
+		rules = append(rules, fmt.Sprintf("%s saddr @%s ", ip, affinitySet(st.sp.Name, ep.AddrPort()))+dnat(ep))
+	}
+	for i, ep := range eps {
+		if i < len(eps)-1 {
+			rules = append(rules, fmt.Sprintf("numgen random mod %d == 0 ", len(eps)-i)+dnat(ep))
+		} else {
+			rules = append(rules, dnat(ep))
+		}
+	}
+	return rules
+}

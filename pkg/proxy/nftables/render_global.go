@@ -1,0 +1,136 @@
+package nftables
+
+import (
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// config is what every rule derives from the State's global fields.
+type config struct {
+	fs   famSpec
+	mark string // "0x004000"
+	// masqInternal are the rules that mark cluster-IP traffic for masquerade.
+	masqInternal []string
+	// podMatch recognizes pod-originated traffic ("" with LocalNone).
+	podMatch string
+}
+
+func newConfig(st *desired.State) *config {
+	fs := specFor(st.Family)
+	c := &config{fs: fs, mark: fmt.Sprintf("%#08x", st.Masquerade.Mark)}
+	notLocal := ""
+	switch l := st.Masquerade.Local; l.Mode {
+	case desired.LocalCIDR:
+		if len(l.CIDRs) > 0 {
+			cidrs := make([]string, len(l.CIDRs))
+			for i, p := range l.CIDRs {
+				cidrs[i] = prefixString(p)
+			}
+			set := "{ " + strings.Join(cidrs, ", ") + " }"
+			c.podMatch = fmt.Sprintf("%s saddr %s", fs.ip, set)
+			notLocal = fmt.Sprintf("%s saddr != %s", fs.ip, set)
+		}
+	case desired.LocalInterface:
+		c.podMatch = fmt.Sprintf("iifname %q", l.Interface)
+		notLocal = fmt.Sprintf("iifname != %q", l.Interface)
+	case desired.LocalInterfacePrefix:
+		c.podMatch = fmt.Sprintf("iifname %q", l.Interface+"*")
+		notLocal = fmt.Sprintf("iifname != %q", l.Interface+"*")
+	}
+	switch {
+	case st.Masquerade.All:
+		c.masqInternal = []string{"jump " + chainMarkMasq}
+	case notLocal != "":
+		c.masqInternal = []string{notLocal + " jump " + chainMarkMasq}
+	}
+	return c
+}
+
+func base(typ knftables.BaseChainType, hook knftables.BaseChainHook, prio knftables.BaseChainPriority) *baseChain {
+	return &baseChain{typ: typ, hook: hook, prio: prio}
+}
+
+// renderGlobal renders the objects that do not belong to any service port:
+// base chains, the fixed chains, sets and maps, and the node-port addresses.
+func renderGlobal(st *desired.State, c *config) *part {
+	p := &part{}
+	ip := c.fs.ip
+	const newConn = "ct state new "
+	filterPrio := knftables.DNATPriority + "-10"
+	p.addChain(&chainSpec{name: chainFilterPrerouting, base: base(knftables.FilterType, knftables.PreroutingHook, filterPrio),
+		rules: []string{newConn + "jump " + chainFirewallCheck}})
+	p.addChain(&chainSpec{name: chainFilterInput, base: base(knftables.FilterType, knftables.InputHook, filterPrio)})
+	p.addChain(&chainSpec{name: chainFilterForward, base: base(knftables.FilterType, knftables.ForwardHook, filterPrio),
+		rules: []string{newConn + "jump " + chainClusterIPsCheck}})
+	p.addChain(&chainSpec{name: chainFilterOutput, base: base(knftables.FilterType, knftables.OutputHook, filterPrio),
+		rules: []string{newConn + "jump " + chainFirewallCheck}})
+	p.addChain(&chainSpec{name: chainFilterOutputPost, base: base(knftables.FilterType, knftables.OutputHook, knftables.DNATPriority+"+10"),
+		rules: []string{newConn + "jump " + chainClusterIPsCheck}})
+	p.addChain(&chainSpec{name: chainNATPrerouting, base: base(knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority),
+		rules: []string{"jump " + chainServices}})
+	p.addChain(&chainSpec{name: chainNATOutput, base: base(knftables.NATType, knftables.OutputHook, knftables.DNATPriority),
+		rules: []string{"jump " + chainServices}})
+	p.addChain(&chainSpec{name: chainNATPostrouting, base: base(knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority),
+		rules: []string{"jump " + chainMasquerading}})
+
+	nodePorts := fmt.Sprintf("%s daddr @%s", ip, setNodePortIPs)
+	if st.NodePorts.All {
+		nodePorts = fmt.Sprintf("fib daddr type local %s daddr != %s", ip, c.fs.loopback)
+	}
+	p.addChain(&chainSpec{name: chainServices, rules: []string{
+		fmt.Sprintf("%s daddr . meta l4proto . th dport vmap @%s", ip, mapServiceIPs),
+		fmt.Sprintf("%s meta l4proto . th dport vmap @%s", nodePorts, mapServiceNodePorts),
+	}})
+	p.addChain(&chainSpec{name: chainMarkMasq, rules: []string{"meta mark set meta mark or " + c.mark}})
+	p.addChain(&chainSpec{name: chainMasquerading, rules: []string{
+		fmt.Sprintf("ct status dnat %s saddr . %s daddr @%s jump %s", ip, ip, setHairpin, chainMarkMasq),
+		fmt.Sprintf("meta mark & %s == 0 return", c.mark),
+		"meta mark set meta mark xor " + c.mark,
+		"masquerade fully-random",
+	}})
+	p.addChain(&chainSpec{name: chainReject, rules: []string{"reject"}})
+	p.addChain(&chainSpec{name: chainFirewallCheck, rules: []string{
+		fmt.Sprintf("%s daddr . meta l4proto . th dport @%s %s daddr . meta l4proto . th dport . %s saddr != @%s drop",
+			ip, setFirewallIPs, ip, ip, setFirewallAllow),
+	}})
+	p.addChain(&chainSpec{name: chainClusterIPsCheck, rules: []string{
+		fmt.Sprintf("%s daddr @%s reject", ip, setClusterIPs),
+	}})
+
+	renderGlobalSets(p, c.fs)
+	if !st.NodePorts.All {
+		for _, a := range st.NodePorts.IPs {
+			if st.Family.Contains(a) {
+				p.addElem(setNodePortIPs, addrString(a), "")
+			}
+		}
+	}
+	return p
+}
+
+func renderGlobalSets(p *part, fs famSpec) {
+	a := fs.addrType
+	ip := fs.ip
+	p.addSet(&setSpec{name: mapServiceIPs, isMap: true, typ: a + " . inet_proto . inet_service : verdict"})
+	p.addSet(&setSpec{name: mapServiceNodePorts, isMap: true, typ: "inet_proto . inet_service : verdict"})
+	p.addSet(&setSpec{name: setNodePortIPs, typ: a})
+	p.addSet(&setSpec{name: setClusterIPs, typ: a})
+	p.addSet(&setSpec{name: setFirewallIPs, typ: a + " . inet_proto . inet_service"})
+	p.addSet(&setSpec{name: setFirewallAllow, typ: a + " . inet_proto . inet_service . " + a,
+		flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	p.addSet(&setSpec{name: setHairpin, typ: a + " . " + a})
+	// typeof, because the slot component is numgen's integer type, which
+	// has no "type" name of its own.
+	ipKey := fmt.Sprintf("typeof %s daddr . meta l4proto . th dport . numgen random mod 1 : %s daddr . th dport", ip, ip)
+	npKey := fmt.Sprintf("typeof meta l4proto . th dport . numgen random mod 1 : %s daddr . th dport", ip)
+	for _, m := range []string{mapInternalEPs, mapExternalEPs, mapClusterEPs} {
+		p.addSet(&setSpec{name: m, isMap: true, typeOf: strings.TrimPrefix(ipKey, "typeof ")})
+	}
+	for _, m := range []string{mapExternalNodePortEP, mapClusterNodePortEP} {
+		p.addSet(&setSpec{name: m, isMap: true, typeOf: strings.TrimPrefix(npKey, "typeof ")})
+	}
+}

@@ -1,0 +1,192 @@
+package nftables
+
+import (
+	"slices"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// owner is who needs an object: a service port, or the zero value for the
+// global layout.
+type owner = proxy.ServicePortName
+
+// store remembers, for every object, who needs it (the desired side) and
+// what this Proxier last committed to the kernel (the kernel side). Sync
+// changes the desired side, diffs only the entries it touched, and updates
+// the kernel side as each transaction succeeds.
+type store struct {
+	tablePresent bool
+	chains       map[string]*chainEntry
+	sets         map[string]*setEntry
+	elems        map[string]map[string]*elemEntry
+
+	// parts holds what each owner claimed, so it can be released.
+	parts map[owner]*part
+
+	dirtyChains map[string]struct{}
+	dirtySets   map[string]struct{}
+	dirtyElems  map[elemRef]struct{}
+}
+
+type chainEntry struct {
+	desired *chainSpec
+	claims  int
+	present bool
+	kernel  []string // rule IDs in the kernel
+}
+
+type setEntry struct {
+	desired *setSpec
+	claims  int
+	present bool
+	isMap   bool // of the kernel object, when present
+}
+
+type elemEntry struct {
+	claims  []elemClaim
+	present bool
+	kernel  string // value in the kernel
+}
+
+type elemClaim struct {
+	owner owner
+	value string
+}
+
+type elemRef struct{ set, key string }
+
+func newStore() *store {
+	s := &store{
+		chains: map[string]*chainEntry{},
+		sets:   map[string]*setEntry{},
+		elems:  map[string]map[string]*elemEntry{},
+		parts:  map[owner]*part{},
+	}
+	s.clearDirty()
+	return s
+}
+
+func (s *store) clearDirty() {
+	s.dirtyChains = map[string]struct{}{}
+	s.dirtySets = map[string]struct{}{}
+	s.dirtyElems = map[elemRef]struct{}{}
+}
+
+// resetClaims forgets every claim (before a full sync re-claims everything)
+// and marks every entry dirty.
+func (s *store) resetClaims() {
+	s.parts = map[owner]*part{}
+	for name, e := range s.chains {
+		e.desired, e.claims = nil, 0
+		s.dirtyChains[name] = struct{}{}
+	}
+	for name, e := range s.sets {
+		e.desired, e.claims = nil, 0
+		s.dirtySets[name] = struct{}{}
+	}
+	for set, m := range s.elems {
+		for key, e := range m {
+			e.claims = nil
+			s.dirtyElems[elemRef{set, key}] = struct{}{}
+		}
+	}
+}
+
+// replace swaps o's claims for p's (either may be nil).
+func (s *store) replace(o owner, p *part) {
+	if old := s.parts[o]; old != nil {
+		s.release(o, old)
+		delete(s.parts, o)
+	}
+	if p != nil {
+		s.claim(o, p)
+		s.parts[o] = p
+	}
+}
+
+func (s *store) claim(o owner, p *part) {
+	for _, c := range p.chains {
+		e := s.chains[c.name]
+		if e == nil {
+			e = &chainEntry{}
+			s.chains[c.name] = e
+		}
+		e.desired = c
+		e.claims++
+		s.dirtyChains[c.name] = struct{}{}
+	}
+	for _, st := range p.sets {
+		e := s.sets[st.name]
+		if e == nil {
+			e = &setEntry{}
+			s.sets[st.name] = e
+		}
+		e.desired = st
+		e.claims++
+		s.dirtySets[st.name] = struct{}{}
+	}
+	for _, el := range p.elems {
+		e := s.elem(el.set, el.key, true)
+		if !slices.ContainsFunc(e.claims, func(c elemClaim) bool { return c.owner == o }) {
+			e.claims = append(e.claims, elemClaim{owner: o, value: el.value})
+		}
+		s.dirtyElems[elemRef{el.set, el.key}] = struct{}{}
+	}
+}
+
+func (s *store) release(o owner, p *part) {
+	for _, c := range p.chains {
+		if e := s.chains[c.name]; e != nil {
+			if e.claims--; e.claims <= 0 {
+				e.desired, e.claims = nil, 0
+			}
+			s.dirtyChains[c.name] = struct{}{}
+		}
+	}
+	for _, st := range p.sets {
+		if e := s.sets[st.name]; e != nil {
+			if e.claims--; e.claims <= 0 {
+				e.desired, e.claims = nil, 0
+			}
+			s.dirtySets[st.name] = struct{}{}
+		}
+	}
+	for _, el := range p.elems {
+		if e := s.elem(el.set, el.key, false); e != nil {
+			e.claims = slices.DeleteFunc(e.claims, func(c elemClaim) bool { return c.owner == o })
+			s.dirtyElems[elemRef{el.set, el.key}] = struct{}{}
+		}
+	}
+}
+
+func (s *store) elem(set, key string, create bool) *elemEntry {
+	m := s.elems[set]
+	if m == nil {
+		if !create {
+			return nil
+		}
+		m = map[string]*elemEntry{}
+		s.elems[set] = m
+	}
+	e := m[key]
+	if e == nil && create {
+		e = &elemEntry{}
+		m[key] = e
+	}
+	return e
+}
+
+// desiredValue is the value of the element's first claimant in name
+// order, so that conflicting claims resolve the same way in every sync.
+func (e *elemEntry) desiredValue() (string, bool) {
+	if len(e.claims) == 0 {
+		return "", false
+	}
+	best := e.claims[0]
+	for _, c := range e.claims[1:] {
+		if c.owner.Compare(best.owner) < 0 {
+			best = c
+		}
+	}
+	return best.value, true
+}
