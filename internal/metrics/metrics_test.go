@@ -1,0 +1,292 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	clientmetrics "k8s.io/client-go/tools/metrics"
+)
+
+// want is one row of the contract's table (§3.2), written out independently
+// of the production definitions.
+type want struct {
+	name    string
+	typ     dto.MetricType
+	help    string
+	labels  []string // sorted
+	buckets []float64
+	modes   []string // nil: every mode
+}
+
+var (
+	expBuckets = []float64{0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512,
+		1.024, 2.048, 4.096, 8.192, 16.384}
+	allModes = []string{ModeIPTables, ModeNFTables, ModeIPVS}
+)
+
+func npdBuckets() []float64 {
+	b := []float64{0, 0.25, 0.5}
+	for s := 1; s <= 59; s++ {
+		b = append(b, float64(s))
+	}
+	for s := 60; s <= 115; s += 5 {
+		b = append(b, float64(s))
+	}
+	for s := 120; s <= 300; s += 30 {
+		b = append(b, float64(s))
+	}
+	return b
+}
+
+var (
+	hist    = dto.MetricType_HISTOGRAM
+	gaugeT  = dto.MetricType_GAUGE
+	counterT = dto.MetricType_COUNTER
+	fam     = []string{"ip_family"}
+)
+
+var contractTable = []want{
+	{"kubeproxy_sync_proxy_rules_duration_seconds", hist, "SyncProxyRules latency in seconds", fam, expBuckets, nil},
+	{"kubeproxy_sync_full_proxy_rules_duration_seconds", hist, "SyncProxyRules latency in seconds for full resyncs", fam, expBuckets, []string{"iptables", "nftables"}},
+	{"kubeproxy_sync_partial_proxy_rules_duration_seconds", hist, "SyncProxyRules latency in seconds for partial resyncs", fam, expBuckets, []string{"iptables", "nftables"}},
+	{"kubeproxy_sync_proxy_rules_last_timestamp_seconds", gaugeT, "The last time proxy rules were successfully synced", fam, nil, nil},
+	{"kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", gaugeT, "The last time a sync of proxy rules was queued", fam, nil, nil},
+	{"kubeproxy_network_programming_duration_seconds", hist, "In Cluster Network Programming Latency in seconds", fam, npdBuckets(), nil},
+	{"kubeproxy_sync_proxy_rules_endpoint_changes_pending", gaugeT, "Pending proxy rules Endpoint changes", nil, nil, nil},
+	{"kubeproxy_sync_proxy_rules_endpoint_changes_total", counterT, "Cumulative proxy rules Endpoint changes", nil, nil, nil},
+	{"kubeproxy_sync_proxy_rules_service_changes_pending", gaugeT, "Pending proxy rules Service changes", nil, nil, nil},
+	{"kubeproxy_sync_proxy_rules_service_changes_total", counterT, "Cumulative proxy rules Service changes", nil, nil, nil},
+	{"kubeproxy_sync_proxy_rules_no_local_endpoints_total", gaugeT, "Number of services with a Local traffic policy and no endpoints", []string{"ip_family", "traffic_policy"}, nil, nil},
+	{"kubeproxy_sync_proxy_rules_iptables_restore_failures_total", counterT, "Cumulative proxy iptables restore failures", fam, nil, []string{"iptables", "ipvs"}},
+	{"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", counterT, "Cumulative proxy iptables partial restore failures", fam, nil, []string{"iptables"}},
+	{"kubeproxy_sync_proxy_rules_iptables_total", gaugeT, "Total number of iptables rules owned by kube-proxy", []string{"ip_family", "table"}, nil, []string{"iptables"}},
+	{"kubeproxy_sync_proxy_rules_iptables_last", gaugeT, "Number of iptables rules written by kube-proxy in last sync", []string{"ip_family", "table"}, nil, []string{"iptables"}},
+	{"kubeproxy_sync_proxy_rules_nftables_sync_failures_total", counterT, "Cumulative proxy nftables sync failures", fam, nil, []string{"nftables"}},
+	{"kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", counterT, "Cumulative proxy nftables cleanup failures", fam, nil, []string{"nftables"}},
+	{"kubeproxy_iptables_ct_state_invalid_dropped_packets_total", counterT, "packets dropped by iptables to work around conntrack problems", nil, nil, []string{"iptables"}},
+	{"kubeproxy_iptables_localhost_nodeports_accepted_packets_total", counterT, "Number of packets accepted on nodeports of loopback interface", nil, nil, []string{"iptables"}},
+	{"kubeproxy_conntrack_reconciler_sync_duration_seconds", hist, "ReconcileConntrackFlowsLatency latency in seconds", fam, expBuckets, nil},
+	{"kubeproxy_conntrack_reconciler_deleted_entries_total", counterT, "Cumulative conntrack flows deleted by conntrack reconciler", fam, nil, nil},
+	{"kubeproxy_proxy_healthz_total", counterT, "Cumulative proxy healthz HTTP status", []string{"code"}, nil, nil},
+	{"kubeproxy_proxy_livez_total", counterT, "Cumulative proxy livez HTTP status", []string{"code"}, nil, nil},
+}
+
+type fakeNFAcct map[string]uint64
+
+func (f fakeNFAcct) Packets(name string) (uint64, error) {
+	if n, ok := f[name]; ok {
+		return n, nil
+	}
+	return 0, errors.New("no such counter")
+}
+
+var sampleLabel = map[string]string{
+	LabelIPFamily: "IPv4", LabelTrafficPolicy: TrafficPolicyInternal, LabelTable: "nat", LabelCode: "200",
+}
+
+// touchAll creates one child of every vector so that Gather reports it:
+// an unused vector has no samples and no family in the output.
+func touchAll(t *testing.T) {
+	t.Helper()
+	for _, f := range families {
+		vals := make([]string, len(f.labels))
+		for i, l := range f.labels {
+			vals[i] = sampleLabel[l]
+		}
+		var err error
+		switch c := f.collector.(type) {
+		case *prometheus.HistogramVec:
+			_, err = c.GetMetricWithLabelValues(vals...)
+		case *prometheus.CounterVec:
+			_, err = c.GetMetricWithLabelValues(vals...)
+		case *prometheus.GaugeVec:
+			_, err = c.GetMetricWithLabelValues(vals...)
+		}
+		if err != nil {
+			t.Fatalf("touch %v: %v", f.labels, err)
+		}
+	}
+}
+
+func gather(t *testing.T, mode string) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	nf := fakeNFAcct{NFAcctCTStateInvalidDropped: 7, NFAcctLocalhostNodePortAccepted: 3}
+	if err := Register(reg, mode, WithNFAcct(nf)); err != nil {
+		t.Fatalf("Register(%s): %v", mode, err)
+	}
+	touchAll(t)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+func TestFamiliesPerModeMatchContract(t *testing.T) {
+	for _, mode := range allModes {
+		t.Run(mode, func(t *testing.T) {
+			got := gather(t, mode)
+			for name := range got {
+				if strings.HasPrefix(name, "kubeproxy_") && !expectedIn(name, mode) {
+					t.Errorf("%s registered in %s mode, contract says not", name, mode)
+				}
+			}
+			for _, w := range contractTable {
+				if w.modes != nil && !slices.Contains(w.modes, mode) {
+					continue
+				}
+				mf, ok := got[w.name]
+				if !ok {
+					t.Errorf("%s missing in %s mode", w.name, mode)
+					continue
+				}
+				checkFamily(t, w, mf)
+			}
+		})
+	}
+}
+
+func expectedIn(name, mode string) bool {
+	for _, w := range contractTable {
+		if w.name == name {
+			return w.modes == nil || slices.Contains(w.modes, mode)
+		}
+	}
+	return false
+}
+
+func checkFamily(t *testing.T, w want, mf *dto.MetricFamily) {
+	t.Helper()
+	if mf.GetType() != w.typ {
+		t.Errorf("%s: type %v, want %v", w.name, mf.GetType(), w.typ)
+	}
+	if mf.GetHelp() != w.help {
+		t.Errorf("%s: help %q, want %q", w.name, mf.GetHelp(), w.help)
+	}
+	m := mf.GetMetric()[0]
+	var labels []string
+	for _, lp := range m.GetLabel() {
+		labels = append(labels, lp.GetName())
+	}
+	slices.Sort(labels)
+	if !slices.Equal(labels, w.labels) {
+		t.Errorf("%s: labels %v, want %v", w.name, labels, w.labels)
+	}
+	if w.typ == hist {
+		var bounds []float64
+		for _, b := range m.GetHistogram().GetBucket() {
+			bounds = append(bounds, b.GetUpperBound())
+		}
+		if !equalFloats(bounds, w.buckets) {
+			t.Errorf("%s: buckets %v, want %v", w.name, bounds, w.buckets)
+		}
+	}
+}
+
+func equalFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if d := a[i] - b[i]; d > 1e-9 || d < -1e-9 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestStandardFamiliesRegistered(t *testing.T) {
+	got := gather(t, ModeNFTables)
+	for _, name := range []string{"go_goroutines", "process_start_time_seconds", "kubernetes_build_info"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+	bi := got["kubernetes_build_info"].GetMetric()[0]
+	if bi.GetGauge().GetValue() != 1 {
+		t.Errorf("kubernetes_build_info = %v, want 1", bi.GetGauge().GetValue())
+	}
+	var names []string
+	for _, l := range bi.GetLabel() {
+		names = append(names, l.GetName())
+	}
+	wantLabels := []string{"build_date", "compiler", "git_commit", "git_tree_state", "git_version", "go_version", "major", "minor", "platform"}
+	if !slices.Equal(names, wantLabels) {
+		t.Errorf("kubernetes_build_info labels %v, want %v", names, wantLabels)
+	}
+}
+
+func TestClientGoRequestsFeedRestClientFamilies(t *testing.T) {
+	_ = gather(t, ModeIPVS) // Register points client-go at our collectors
+	u := url.URL{Scheme: "https", Host: "10.0.0.1:6443", Path: "/api"}
+	clientmetrics.RequestResult.Increment(context.Background(), "200", "GET", "10.0.0.1:6443")
+	clientmetrics.RequestLatency.Observe(context.Background(), "GET", u, 250*time.Millisecond)
+
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(restClientRequests); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(restClientLatency); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			found[mf.GetName()] = true
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["host"] != "10.0.0.1:6443" {
+				t.Errorf("%s: host label %q", mf.GetName(), labels["host"])
+			}
+		}
+	}
+	if !found["rest_client_requests_total"] || !found["rest_client_request_duration_seconds"] {
+		t.Errorf("rest_client families not fed by client-go: %v", found)
+	}
+}
+
+func TestNFAcctValuesAndUnreadableCounters(t *testing.T) {
+	got := gather(t, ModeIPTables)
+	v := got["kubeproxy_iptables_ct_state_invalid_dropped_packets_total"].GetMetric()[0].GetCounter().GetValue()
+	if v != 7 {
+		t.Errorf("ct_state_invalid counter = %v, want 7", v)
+	}
+
+	reg := prometheus.NewRegistry()
+	if err := Register(reg, ModeIPTables, WithNFAcct(fakeNFAcct{})); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "kubeproxy_iptables_") {
+			t.Errorf("%s reported although its counter cannot be read", mf.GetName())
+		}
+	}
+}
+
+func TestRegisterRejectsUnknownMode(t *testing.T) {
+	if err := Register(prometheus.NewRegistry(), "userspace"); err == nil {
+		t.Fatal("Register accepted mode userspace")
+	}
+}

@@ -1,0 +1,67 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+)
+
+// The nfacct counter names the iptables backend uses in
+// "-m nfacct --nfacct-name" rules; their packet counts become the
+// kubeproxy_iptables_* families below.
+const (
+	NFAcctCTStateInvalidDropped     = "ct_state_invalid_dropped_pkts"
+	NFAcctLocalhostNodePortAccepted = "localhost_nps_accepted_pkts"
+)
+
+// NFAcctReader reads the packet count of one nfacct counter.
+type NFAcctReader interface {
+	Packets(counter string) (uint64, error)
+}
+
+// nfacctCollector reports one nfacct counter as a Prometheus counter, read
+// at scrape time so no polling loop is needed.
+type nfacctCollector struct {
+	counter string
+	desc    *prometheus.Desc
+	reader  NFAcctReader
+}
+
+func newNFAcctCollectors(r NFAcctReader) []prometheus.Collector {
+	return []prometheus.Collector{
+		&nfacctCollector{
+			counter: NFAcctCTStateInvalidDropped,
+			desc: prometheus.NewDesc("kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+				"packets dropped by iptables to work around conntrack problems", nil, nil),
+			reader: r,
+		},
+		&nfacctCollector{
+			counter: NFAcctLocalhostNodePortAccepted,
+			desc: prometheus.NewDesc("kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+				"Number of packets accepted on nodeports of loopback interface", nil, nil),
+			reader: r,
+		},
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *nfacctCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector. A counter that cannot be read
+// (no reader, or the rule not yet installed) is left out of the scrape
+// rather than reported as zero, which would look like a reset.
+func (c *nfacctCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.reader == nil {
+		return
+	}
+	packets, err := c.reader.Packets(c.counter)
+	if err != nil {
+		klog.V(4).InfoS("Cannot read nfacct counter", "counter", c.counter, "err", err)
+		return
+	}
+	m, err := prometheus.NewConstMetric(c.desc, prometheus.CounterValue, float64(packets))
+	if err != nil {
+		klog.ErrorS(err, "Cannot build nfacct metric", "counter", c.counter)
+		return
+	}
+	ch <- m
+}

@@ -1,0 +1,86 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// ListenRetryInterval is how long Serve waits before listening again after
+// a failure, as kube-proxy does for its metrics and health servers.
+const ListenRetryInterval = 5 * time.Second
+
+// ServeOptions configures Serve. It is shared by the metrics server and
+// the :10256 health server.
+type ServeOptions struct {
+	// Name appears in logs and errors ("metrics", "healthz").
+	Name    string
+	Addr    string
+	Handler http.Handler
+	// Clock paces the retries; nil means the real clock.
+	Clock clock.Clock
+	// HardFail, when non-nil, receives the first listen or serve error
+	// (bindAddressHardFail) and Serve then returns instead of retrying.
+	HardFail chan<- error
+}
+
+// Serve listens on o.Addr and serves o.Handler until ctx is done. A failure
+// to listen or serve is retried every ListenRetryInterval, or reported on
+// o.HardFail.
+func Serve(ctx context.Context, o ServeOptions) {
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	for {
+		err := serveOnce(ctx, o)
+		if ctx.Err() != nil {
+			return
+		}
+		if o.HardFail != nil {
+			select {
+			case o.HardFail <- fmt.Errorf("%s server on %s: %w", o.Name, o.Addr, err):
+			case <-ctx.Done():
+			}
+			return
+		}
+		klog.ErrorS(err, "Server failed; will retry", "server", o.Name, "address", o.Addr, "retryInterval", ListenRetryInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-clk.After(ListenRetryInterval):
+		}
+	}
+}
+
+// serveOnce listens and serves until the server fails or ctx is done.
+func serveOnce(ctx context.Context, o ServeOptions) error {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", o.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: o.Handler, ReadHeaderTimeout: 10 * time.Second}
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdownCtx)
+		case <-stopped:
+		}
+	}()
+	err = srv.Serve(l)
+	close(stopped)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("serve: %w", err)
+}
