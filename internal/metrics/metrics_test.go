@@ -46,10 +46,10 @@ func npdBuckets() []float64 {
 }
 
 var (
-	hist    = dto.MetricType_HISTOGRAM
-	gaugeT  = dto.MetricType_GAUGE
+	hist     = dto.MetricType_HISTOGRAM
+	gaugeT   = dto.MetricType_GAUGE
 	counterT = dto.MetricType_COUNTER
-	fam     = []string{"ip_family"}
+	fam      = []string{"ip_family"}
 )
 
 var contractTable = []want{
