@@ -4,6 +4,7 @@
 package proxytest
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -51,6 +52,11 @@ type Result struct {
 	Endpoints []netip.AddrPort
 	// Masquerade is true when the packet leaves with the node's source
 	// address (masquerade mark set, or hairpin).
+	//
+	// Hairpin convention: when Source is itself one of Endpoints, the packet
+	// may be sent back to its own sender, which only works masqueraded, so
+	// Masquerade is true even though only that one choice is marked. Tracers
+	// report the same whatever endpoint they would pick.
 	Masquerade bool
 }
 
@@ -71,4 +77,16 @@ func EPs(addrs ...string) []netip.AddrPort {
 	}
 	slices.SortFunc(out, netip.AddrPort.Compare)
 	return out
+}
+
+// String formats a result for test failures: "DNAT [a b] masq".
+func (r Result) String() string {
+	s := string(r.Verdict)
+	if len(r.Endpoints) > 0 {
+		s += " " + fmt.Sprint(r.Endpoints)
+	}
+	if r.Masquerade {
+		s += " masq"
+	}
+	return s
 }
