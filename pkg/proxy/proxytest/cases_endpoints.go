@@ -73,8 +73,12 @@ func topologyCases() []Case {
 			{IP: w.RemotePod(2), Node: "node-c", ZoneHints: []string{NodeZone}},
 		}
 	}
-	preferZone := func(svc *v1.Service) { svc.Spec.TrafficDistribution = ptrString(v1.ServiceTrafficDistributionPreferClose) }
-	preferNode := func(svc *v1.Service) { svc.Spec.TrafficDistribution = ptrString(v1.ServiceTrafficDistributionPreferSameNode) }
+	preferZone := func(svc *v1.Service) {
+		svc.Spec.TrafficDistribution = ptrString(v1.ServiceTrafficDistributionPreferClose)
+	}
+	preferNode := func(svc *v1.Service) {
+		svc.Spec.TrafficDistribution = ptrString(v1.ServiceTrafficDistributionPreferSameNode)
+	}
 	return []Case{
 		topologyCase("PreferSameZone", 50, preferZone, zoned, func(w World) Result {
 			return dnat(false, httpTarget, w.LocalPod(1), w.RemotePod(2))
