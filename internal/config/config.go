@@ -31,9 +31,13 @@ const (
 	LocalModeInterfaceNamePrefix LocalMode = "InterfaceNamePrefix"
 )
 
-// NodePortAddressesPrimary is the nodePortAddresses keyword for "the node's
-// primary IP of each family".
-const NodePortAddressesPrimary = "primary"
+// The nodePortAddresses keywords: the node's primary IP of each family, the
+// loopback ranges, and every address.
+const (
+	NodePortAddressesPrimary   = "primary"
+	NodePortAddressesLocalhost = "localhost"
+	NodePortAddressesAll       = "all"
+)
 
 // Config is the resolved, validated configuration of one svcproxy process.
 // Durations are already taken from the section that matches Mode (see
