@@ -1,0 +1,59 @@
+package nftables
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// goldenCases are representative worlds whose full table dumps are kept in
+// testdata: a reviewer sees every rule and element the backend emits.
+var goldenCases = []string{
+	"cluster IP",
+	"no usable endpoints rejects on every frontend",
+	"loadBalancerSourceRanges",
+	"session affinity",
+	"externalTrafficPolicy Local with a local endpoint",
+	"nodePortAddresses primary",
+	"detectLocalMode InterfaceNamePrefix",
+}
+
+func TestGolden(t *testing.T) {
+	cases := map[string]proxytest.Case{}
+	for _, c := range proxytest.Cases() {
+		cases[c.Name] = c
+	}
+	for _, name := range goldenCases {
+		c, ok := cases[name]
+		if !ok {
+			t.Errorf("golden case %q is not in proxytest.Cases()", name)
+			continue
+		}
+		for _, family := range proxy.Families {
+			file := strings.NewReplacer(" ", "-", ",", "").Replace(strings.ToLower(name)) + "-" + strings.ToLower(string(family)) + ".golden"
+			t.Run(file, func(t *testing.T) {
+				got := syncFake(t, proxytest.BuildState(t, c, family)).Dump()
+				path := filepath.Join("testdata", file)
+				if *update {
+					if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (run with -update to create)", err)
+				}
+				if got != string(want) {
+					t.Errorf("dump differs from %s (run with -update to accept):\n%s", path, got)
+				}
+			})
+		}
+	}
+}

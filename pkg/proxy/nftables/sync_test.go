@@ -1,0 +1,238 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+)
+
+// caseState builds the State of a named shared case.
+func caseState(t *testing.T, name string, family proxy.IPFamily) *desired.State {
+	t.Helper()
+	for _, c := range proxytest.Cases() {
+		if c.Name == name {
+			return proxytest.BuildState(t, c, family)
+		}
+	}
+	t.Fatalf("no case %q", name)
+	return nil
+}
+
+func mustSync(t *testing.T, p *Proxier, st *desired.State) applyStats {
+	t.Helper()
+	if err := p.Sync(context.Background(), st); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	return p.last
+}
+
+// withChange returns a copy of st where edit changed one service port,
+// marked as the only change.
+func withChange(st *desired.State, name proxy.ServicePortName, edit func(*desired.ServicePort)) *desired.State {
+	next := *st
+	next.Services = maps.Clone(st.Services)
+	sp := *st.Services[name]
+	edit(&sp)
+	next.Services[name] = &sp
+	next.Changed = map[proxy.ServicePortName]struct{}{name: {}}
+	return &next
+}
+
+func anyService(t *testing.T, st *desired.State, withEndpoints int) proxy.ServicePortName {
+	t.Helper()
+	for name, sp := range st.Services {
+		if len(sp.Internal.Endpoints) >= withEndpoints && sp.AffinitySeconds == 0 {
+			return name
+		}
+	}
+	t.Fatalf("no service port with %d endpoints", withEndpoints)
+	return proxy.ServicePortName{}
+}
+
+func TestUnchangedResyncIsEmpty(t *testing.T) {
+	st := caseState(t, "externalTrafficPolicy Local with a local endpoint", proxy.IPv4)
+	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	p := NewWithInterface(proxy.IPv4, fake)
+	if s := mustSync(t, p, st); s.operations == 0 {
+		t.Fatal("first sync sent nothing")
+	}
+	partial := *st
+	partial.Changed = map[proxy.ServicePortName]struct{}{}
+	if s := mustSync(t, p, &partial); s.operations != 0 {
+		t.Errorf("unchanged partial sync sent %d operations", s.operations)
+	}
+	full := *st
+	full.Changed = nil
+	if s := mustSync(t, p, &full); s.operations != 0 {
+		t.Errorf("unchanged full sync sent %d operations", s.operations)
+	}
+}
+
+func TestOneEndpointChangeIsAFewElementOps(t *testing.T) {
+	st := caseState(t, "cluster IP", proxy.IPv4)
+	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	p := NewWithInterface(proxy.IPv4, fake)
+	mustSync(t, p, st)
+	name := anyService(t, st, 1)
+	next := withChange(st, name, func(sp *desired.ServicePort) {
+		eps := append([]desired.Endpoint(nil), sp.Internal.Endpoints...)
+		eps[len(eps)-1].Port++ // the last slot changes, the others stay
+		sp.Internal.Endpoints = eps
+	})
+	s := mustSync(t, p, next)
+	if s.operations == 0 || s.operations > 4 {
+		t.Errorf("one endpoint change sent %d operations, want 1..4:\n%s", s.operations, fake.LastTransaction)
+	}
+	if strings.Contains(fake.LastTransaction.String(), " rule ") || strings.Contains(fake.LastTransaction.String(), "flush") {
+		t.Errorf("endpoint change touched rules:\n%s", fake.LastTransaction)
+	}
+	tr := newTracer(t, fake, next)
+	sp := next.Services[name]
+	got := tr.trace(proxytest.Flow{Source: proxytest.WorldOf(proxy.IPv4).LocalPod(9), Protocol: sp.Protocol, Dest: sp.ClusterIP, DestPort: sp.Port})
+	if want := proxytest.Evaluate(next, proxytest.Flow{Source: proxytest.WorldOf(proxy.IPv4).LocalPod(9), Protocol: sp.Protocol, Dest: sp.ClusterIP, DestPort: sp.Port}); !got.Equal(want) {
+		t.Errorf("after the change got %s, want %s", got, want)
+	}
+}
+
+func TestRestartRewritesNothing(t *testing.T) {
+	for _, family := range proxy.Families {
+		st := caseState(t, "session affinity", family)
+		fake := knftables.NewFake(specFor(family).family, TableName)
+		mustSync(t, NewWithInterface(family, fake), st)
+		before := fake.Dump()
+		restarted := NewWithInterface(family, fake)
+		if s := mustSync(t, restarted, st); s.operations != 0 {
+			t.Errorf("%s: restart with unchanged state sent %d operations:\n%s", family, s.operations, fake.LastTransaction)
+		}
+		if fake.Dump() != before {
+			t.Errorf("%s: restart changed the table", family)
+		}
+	}
+}
+
+func TestRestartRepairsOnlyWhatDiffers(t *testing.T) {
+	st := caseState(t, "cluster IP", proxy.IPv4)
+	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	mustSync(t, NewWithInterface(proxy.IPv4, fake), st)
+	want := fake.Dump()
+	// Damage the table behind the Proxier's back: one element gone.
+	tx := fake.NewTransaction()
+	el := fake.Table.Maps[mapInternalEPs].Elements[0]
+	tx.Delete(&knftables.Element{Map: mapInternalEPs, Key: el.Key})
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustSync(t, NewWithInterface(proxy.IPv4, fake), st); s.operations != 1 {
+		t.Errorf("repair sent %d operations, want 1:\n%s", s.operations, fake.LastTransaction)
+	}
+	if sortedDump(fake) != sortedLines(want) {
+		t.Error("repaired table differs from the original")
+	}
+}
+
+func TestColdStartIsSplitConsistently(t *testing.T) {
+	st := caseState(t, "loadBalancerSourceRanges", proxy.IPv6)
+	whole := knftables.NewFake(knftables.IPv6Family, TableName)
+	mustSync(t, NewWithInterface(proxy.IPv6, whole), st)
+
+	split := knftables.NewFake(knftables.IPv6Family, TableName)
+	p := NewWithInterface(proxy.IPv6, split)
+	p.maxOps = 5
+	s := mustSync(t, p, st)
+	if s.transactions < 5 {
+		t.Errorf("cold start used %d transactions with maxOps 5", s.transactions)
+	}
+	if sortedDump(split) != sortedDump(whole) {
+		t.Error("split cold start programmed a different table")
+	}
+}
+
+// failingNFT fails the next Run when armed.
+type failingNFT struct {
+	*knftables.Fake
+	fail bool
+}
+
+func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if f.fail {
+		f.fail = false
+		return errors.New("injected failure")
+	}
+	return f.Fake.Run(ctx, tx)
+}
+
+func TestFailureMakesNextSyncFull(t *testing.T) {
+	st := caseState(t, "cluster IP", proxy.IPv4)
+	fake := &failingNFT{Fake: knftables.NewFake(knftables.IPv4Family, TableName)}
+	p := NewWithInterface(proxy.IPv4, fake)
+	mustSync(t, p, st)
+	name := anyService(t, st, 1)
+	changed := withChange(st, name, func(sp *desired.ServicePort) { sp.Internal.Endpoints = nil })
+	fake.fail = true
+	if err := p.Sync(context.Background(), changed); err == nil {
+		t.Fatal("injected failure not reported")
+	}
+	// The next state says nothing changed, yet the failed change must land.
+	again := *changed
+	again.Changed = map[proxy.ServicePortName]struct{}{}
+	mustSync(t, p, &again)
+	ref := knftables.NewFake(knftables.IPv4Family, TableName)
+	mustSync(t, NewWithInterface(proxy.IPv4, ref), &again)
+	if sortedDump(fake.Fake) != sortedDump(ref) {
+		t.Error("sync after a failure did not reconcile fully")
+	}
+}
+
+func TestServiceRemovalCleansUp(t *testing.T) {
+	st := caseState(t, "session affinity", proxy.IPv4)
+	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	p := NewWithInterface(proxy.IPv4, fake)
+	mustSync(t, p, st)
+	empty := *st
+	empty.Services = map[proxy.ServicePortName]*desired.ServicePort{}
+	empty.Changed = map[proxy.ServicePortName]struct{}{}
+	for name := range st.Services {
+		empty.Changed[name] = struct{}{}
+	}
+	mustSync(t, p, &empty)
+	ref := knftables.NewFake(knftables.IPv4Family, TableName)
+	mustSync(t, NewWithInterface(proxy.IPv4, ref), &empty)
+	if sortedDump(fake) != sortedDump(ref) {
+		t.Errorf("removing every service left objects behind:\n%s", fake.Dump())
+	}
+}
+
+func TestCleanupDeletesTable(t *testing.T) {
+	st := caseState(t, "cluster IP", proxy.IPv4)
+	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	p := NewWithInterface(proxy.IPv4, fake)
+	mustSync(t, p, st)
+	if err := p.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if fake.Table != nil {
+		t.Error("table still present after Cleanup")
+	}
+	if err := p.Cleanup(context.Background()); err != nil {
+		t.Errorf("second Cleanup: %v", err)
+	}
+}
+
+// sortedDump is the fake's dump with lines sorted: element order in the fake
+// depends on history, not on content.
+func sortedDump(f *knftables.Fake) string { return sortedLines(f.Dump()) }
+
+func sortedLines(s string) string {
+	lines := strings.Split(s, "\n")
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}

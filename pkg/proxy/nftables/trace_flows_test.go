@@ -1,0 +1,64 @@
+package nftables
+
+import (
+	"context"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+)
+
+// syncFake programs state into a fresh fake and returns it.
+func syncFake(t *testing.T, state *desired.State) *knftables.Fake {
+	t.Helper()
+	fake := knftables.NewFake(specFor(state.Family).family, TableName)
+	p := NewWithInterface(state.Family, fake)
+	if err := p.Sync(context.Background(), state); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	return fake
+}
+
+func newTracer(t *testing.T, fake *knftables.Fake, state *desired.State) *tracer {
+	return &tracer{t: t, table: fake.Table, ip: specFor(state.Family).ip, local: proxytest.LocalAddrs(state)}
+}
+
+// TestFlows runs the shared packet-flow table through the rules the
+// backend programs for each case.
+func TestFlows(t *testing.T) {
+	fakes := map[*desired.State]*knftables.Fake{}
+	proxytest.RunFlows(t, func(t *testing.T, state *desired.State, flow proxytest.Flow) proxytest.Result {
+		fake := fakes[state]
+		if fake == nil {
+			fake = syncFake(t, state)
+			fakes[state] = fake
+		}
+		return newTracer(t, fake, state).trace(flow)
+	})
+}
+
+// TestTracerNoticesBrokenRules guards the tracer against passing vacuously:
+// with a frontend element removed, a flow that was DNATed must be rejected
+// by the cluster-IP check instead.
+func TestTracerNoticesBrokenRules(t *testing.T) {
+	st := caseState(t, "cluster IP", proxy.IPv4)
+	fake := syncFake(t, st)
+	name := anyService(t, st, 1)
+	sp := st.Services[name]
+	flow := proxytest.Flow{Source: proxytest.WorldOf(proxy.IPv4).LocalPod(9), Protocol: sp.Protocol, Dest: sp.ClusterIP, DestPort: sp.Port}
+	if got := newTracer(t, fake, st).trace(flow); got.Verdict != proxytest.DNAT || len(got.Endpoints) != len(sp.Internal.Endpoints) {
+		t.Fatalf("intact table: got %s", got)
+	}
+	key := []string{addrString(sp.ClusterIP), protoName(sp.Protocol), itoa(sp.Port)}
+	tx := fake.NewTransaction()
+	tx.Delete(&knftables.Element{Map: mapServiceIPs, Key: key})
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	if got := newTracer(t, fake, st).trace(flow); got.Verdict != proxytest.Reject {
+		t.Errorf("without the frontend element: got %s, want REJECT", got)
+	}
+}
