@@ -7,6 +7,10 @@ import (
 )
 
 func policyCases() []Case {
+	return append(internalPolicyCases(), externalPolicyCases()...)
+}
+
+func internalPolicyCases() []Case {
 	return []Case{
 		{
 			Name:     "internalTrafficPolicy Local with a local endpoint",
@@ -33,6 +37,11 @@ func policyCases() []Case {
 				}
 			}),
 		},
+	}
+}
+
+func externalPolicyCases() []Case {
+	return []Case{
 		{
 			Name:     "externalTrafficPolicy Local with a local endpoint",
 			Services: []*v1.Service{service("etp", 32, loadBalancer(6), httpOnly, externalLocal)},
