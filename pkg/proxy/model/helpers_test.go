@@ -4,12 +4,16 @@ package model
 // fd00:10::/64, outside clients 203.0.113.0/24.
 
 import (
+	"flag"
+	"io"
 	"net/netip"
+	"os"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -128,3 +132,13 @@ func checkSnapshot(t *testing.T, snap *Snapshot) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestMain silences klog: invalid-object tests and the fuzzer log on purpose.
+func TestMain(m *testing.M) {
+	flags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(flags)
+	_ = flags.Set("logtostderr", "false")
+	_ = flags.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
+	os.Exit(m.Run())
+}

@@ -134,12 +134,15 @@ func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) boo
 	if obj == nil {
 		obj = old
 	}
-	if obj == nil || sliceFamily(obj) != t.family {
+	if obj == nil {
 		return false
 	}
 	key := sliceKey{namespace: obj.Namespace, name: obj.Name}
+	if sliceFamily(obj) != t.family && !t.ownsSlice(key) {
+		return false
+	}
 	var parsed *sliceEndpoints
-	if new != nil {
+	if new != nil && sliceFamily(new) == t.family {
 		var problems []error
 		var err error
 		parsed, problems, err = parseEndpointSlice(new, t.family)
@@ -174,6 +177,16 @@ func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) boo
 		changed = t.refreshEndpoints(parsed.service, parsed.triggerTime, false) || changed
 	}
 	return changed
+}
+
+// ownsSlice reports whether the slice counts for one of our Services. The
+// API makes addressType immutable, but a slice whose family changes anyway
+// must stop counting rather than linger.
+func (t *Tracker) ownsSlice(key sliceKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.sliceOwner[key]
+	return ok
 }
 
 // refreshEndpoints recomputes svc's endpoints from its slices and records

@@ -1,0 +1,167 @@
+package model
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+func TestParseServiceSkips(t *testing.T) {
+	cases := map[string]func(*v1.Service){
+		"headless None": func(s *v1.Service) {
+			s.Spec.ClusterIP = v1.ClusterIPNone
+			s.Spec.ClusterIPs = []string{v1.ClusterIPNone}
+		},
+		"headless empty": func(s *v1.Service) { s.Spec.ClusterIP = ""; s.Spec.ClusterIPs = nil },
+		"ExternalName":   func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeExternalName },
+		"other family only": func(s *v1.Service) {
+			s.Spec.ClusterIP = "fd00:30::1"
+			s.Spec.ClusterIPs = []string{"fd00:30::1"}
+		},
+	}
+	for name, tweak := range cases {
+		if ports, _ := ParseService(makeService("ns", "web", tweak), proxy.IPv4); len(ports) != 0 {
+			t.Errorf("%s: got %d ports, want the service skipped", name, len(ports))
+		}
+	}
+}
+
+func TestParseServiceFrontends(t *testing.T) {
+	svc := makeService("ns", "web", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.ClusterIPs = []string{"172.30.0.1", "fd00:30::1"}
+		s.Spec.ExternalIPs = []string{"203.0.113.1", "bogus", "2001:db8::1"}
+		s.Spec.LoadBalancerSourceRanges = []string{" 203.0.113.0/24 ", "10.1.2.3/8", "2001:db8::/32", "nope"}
+		vip, proxyMode := v1.LoadBalancerIPModeVIP, v1.LoadBalancerIPModeProxy
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{
+			{IP: "198.51.100.1"},
+			{IP: "198.51.100.2", IPMode: &vip},
+			{IP: "198.51.100.3", IPMode: &proxyMode},
+			{Hostname: "lb.example.com"},
+		}
+		s.Spec.Ports = []v1.ServicePort{
+			{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53, NodePort: 30053},
+			{Name: "sctp", Protocol: v1.ProtocolSCTP, Port: 9},
+			{Name: "web", Port: 80}, // protocol defaults to TCP
+			{Name: "icmp", Protocol: "ICMP", Port: 1},
+			{Name: "zero", Protocol: v1.ProtocolTCP, Port: 0},
+			{Name: "dns", Protocol: v1.ProtocolUDP, Port: 54},
+		}
+	})
+	ports, problems := ParseService(svc, proxy.IPv4)
+	// bogus externalIP, bad range, ICMP port, zero port, duplicate dns/UDP.
+	if len(problems) != 5 {
+		t.Errorf("got %d problems, want 5: %v", len(problems), problems)
+	}
+	var names []string
+	for _, p := range ports {
+		names = append(names, p.Name.Port+"/"+string(p.Name.Protocol))
+	}
+	if want := []string{"dns/UDP", "sctp/SCTP", "web/TCP"}; !slices.Equal(names, want) {
+		t.Fatalf("ports %v, want %v", names, want)
+	}
+	dns := ports[0]
+	if dns.Port != 53 || dns.NodePort != 30053 {
+		t.Errorf("dns port %d nodePort %d", dns.Port, dns.NodePort)
+	}
+	if !slices.Equal(dns.ClusterIPs, addrs("172.30.0.1")) ||
+		!slices.Equal(dns.ExternalIPs, addrs("203.0.113.1")) ||
+		!slices.Equal(dns.LoadBalancerIPs, addrs("198.51.100.1", "198.51.100.2")) {
+		t.Errorf("frontends %v %v %v", dns.ClusterIPs, dns.ExternalIPs, dns.LoadBalancerIPs)
+	}
+	wantRanges := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("10.0.0.0/8")}
+	if !slices.Equal(dns.SourceRanges, wantRanges) {
+		t.Errorf("source ranges %v, want %v", dns.SourceRanges, wantRanges)
+	}
+}
+
+func TestParseServicePolicies(t *testing.T) {
+	local := v1.ServiceInternalTrafficPolicyLocal
+	cases := []struct {
+		name  string
+		tweak func(*v1.Service)
+		check func(*ServicePort) bool
+	}{
+		{"eTP Local ignored for plain ClusterIP",
+			func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal },
+			func(p *ServicePort) bool { return !p.ExternalLocal }},
+		{"eTP Local with externalIPs",
+			func(s *v1.Service) {
+				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+				s.Spec.ExternalIPs = []string{"203.0.113.1"}
+			},
+			func(p *ServicePort) bool { return p.ExternalLocal && p.HealthCheckNodePort == 0 }},
+		{"eTP Local NodePort has no health check port",
+			func(s *v1.Service) {
+				s.Spec.Type = v1.ServiceTypeNodePort
+				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 31000
+			},
+			func(p *ServicePort) bool { return p.ExternalLocal && p.HealthCheckNodePort == 0 }},
+		{"eTP Local LoadBalancer has a health check port",
+			func(s *v1.Service) {
+				s.Spec.Type = v1.ServiceTypeLoadBalancer
+				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 31000
+			},
+			func(p *ServicePort) bool { return p.ExternalLocal && p.HealthCheckNodePort == 31000 }},
+		{"eTP Cluster LoadBalancer has no health check port",
+			func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeLoadBalancer; s.Spec.HealthCheckNodePort = 31000 },
+			func(p *ServicePort) bool { return !p.ExternalLocal && p.HealthCheckNodePort == 0 }},
+		{"iTP Local",
+			func(s *v1.Service) { s.Spec.InternalTrafficPolicy = &local },
+			func(p *ServicePort) bool { return p.InternalLocal }},
+		{"ClientIP affinity defaults to 10800",
+			func(s *v1.Service) { s.Spec.SessionAffinity = v1.ServiceAffinityClientIP },
+			func(p *ServicePort) bool { return p.AffinitySeconds == 10800 }},
+		{"ClientIP affinity timeout",
+			func(s *v1.Service) {
+				s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+				s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptrTo[int32](60)}}
+			},
+			func(p *ServicePort) bool { return p.AffinitySeconds == 60 }},
+		{"no affinity",
+			func(s *v1.Service) {
+				s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptrTo[int32](60)}}
+			},
+			func(p *ServicePort) bool { return p.AffinitySeconds == 0 }},
+	}
+	for _, tc := range cases {
+		ports, _ := ParseService(makeService("ns", "web", tc.tweak), proxy.IPv4)
+		if len(ports) != 1 || !tc.check(ports[0]) {
+			t.Errorf("%s: got %+v", tc.name, ports)
+		}
+	}
+}
+
+func TestParseServiceTrafficDistribution(t *testing.T) {
+	cases := []struct {
+		dist        *string
+		annotations map[string]string
+		want        TrafficDistribution
+	}{
+		{nil, nil, DistributeAnywhere},
+		{ptrTo(v1.ServiceTrafficDistributionPreferClose), nil, DistributePreferZone},
+		{ptrTo(v1.ServiceTrafficDistributionPreferSameZone), nil, DistributePreferZone},
+		{ptrTo(v1.ServiceTrafficDistributionPreferSameNode), nil, DistributePreferSameNode},
+		{ptrTo("SomethingNew"), nil, DistributeAnywhere},
+		{nil, map[string]string{v1.AnnotationTopologyMode: "Auto"}, DistributePreferZone},
+		{nil, map[string]string{v1.AnnotationTopologyMode: "Disabled"}, DistributeAnywhere},
+		{nil, map[string]string{v1.DeprecatedAnnotationTopologyAwareHints: "auto"}, DistributePreferZone},
+		{ptrTo(v1.ServiceTrafficDistributionPreferSameNode), map[string]string{v1.AnnotationTopologyMode: "Auto"}, DistributePreferSameNode},
+	}
+	for i, tc := range cases {
+		svc := makeService("ns", "web", func(s *v1.Service) {
+			s.Spec.TrafficDistribution = tc.dist
+			s.Annotations = tc.annotations
+		})
+		ports, _ := ParseService(svc, proxy.IPv4)
+		if len(ports) != 1 || ports[0].TrafficDistribution != tc.want {
+			t.Errorf("case %d: got %+v, want %q", i, ports, tc.want)
+		}
+	}
+}
