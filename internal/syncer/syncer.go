@@ -1,0 +1,267 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/internal/runner"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+)
+
+// FullSyncPeriod is the longest time between two full syncs, as upstream's
+// proxyutil.FullSyncPeriod.
+const FullSyncPeriod = time.Hour
+
+// readyPollInterval paces the check for "tracker synced and node known"
+// before the first sync, in case nobody calls Request when that happens.
+const readyPollInterval = time.Second
+
+// Tracker is what the syncer needs of a model.Tracker.
+type Tracker interface {
+	Synced() bool
+	Pending() (services, endpoints int)
+	Commit() (*model.Snapshot, model.Changes)
+}
+
+// Health receives the per-family timestamps behind /healthz and /livez.
+type Health interface {
+	QueuedUpdate(family proxy.IPFamily)
+	Updated(family proxy.IPFamily)
+}
+
+// ServiceHealth runs the healthCheckNodePort servers.
+type ServiceHealth interface {
+	Sync(nodePorts desired.NodePortAddrs, family proxy.IPFamily, checks []desired.HealthCheck)
+}
+
+// Options configure a Syncer. Tracker, Proxier and Node are required.
+type Options struct {
+	Family proxy.IPFamily
+	// Mode is the proxy mode (metrics.ModeNFTables, …); it picks the
+	// failure counter.
+	Mode    string
+	Tracker Tracker
+	Proxier Proxier
+	// Node returns this node as Compute needs it, and false while unknown.
+	Node func() (desired.Node, bool)
+	// Compute are the options of desired.Compute; fixed for the Syncer's life.
+	Compute desired.Options
+	// Health and ServiceHealth may be nil.
+	Health        Health
+	ServiceHealth ServiceHealth
+	// MinSyncPeriod is the least time between syncs; SyncPeriod the retry
+	// interval after a failure (and half the health timeout).
+	MinSyncPeriod time.Duration
+	SyncPeriod    time.Duration
+	// Clock defaults to the real clock.
+	Clock clock.Clock
+	// AfterSync, if set, runs after each successful sync with the state
+	// just programmed and the changes it consumed (conntrack cleanup).
+	AfterSync func(state *desired.State, changes model.Changes)
+}
+
+// Syncer runs the sync loop of one IP family: commit the tracker, compute
+// the desired state, program it, and keep health and metrics.
+type Syncer struct {
+	o      Options
+	family string // the ip_family label value
+	clock  clock.Clock
+	runner *runner.Runner
+	wake   chan struct{}
+	full   atomic.Bool // RequestFull was called
+
+	// Owned by the loop goroutine.
+	ctx      context.Context
+	prev     *desired.State // what the Proxier last programmed; nil forces a full sync
+	prevNode desired.Node
+	lastFull time.Time
+	noLocal  noLocalCounts
+}
+
+// New returns a Syncer; nothing happens until Loop.
+func New(o Options) (*Syncer, error) {
+	if o.Tracker == nil || o.Proxier == nil || o.Node == nil {
+		return nil, errors.New("syncer: Tracker, Proxier and Node are required")
+	}
+	if o.Compute.Family == "" {
+		o.Compute.Family = o.Family
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	s := &Syncer{o: o, family: string(o.Family), clock: o.Clock, wake: make(chan struct{}, 1), ctx: context.Background()}
+	s.runner = runner.New("sync-"+s.family, s.syncOnce, o.MinSyncPeriod, o.SyncPeriod, FullSyncPeriod, o.Clock)
+	return s, nil
+}
+
+// Request asks for a sync as soon as minSyncPeriod allows. Tracker
+// callbacks call it whenever they report a change, and the app when the
+// node changes. Changes count against the health timeout only once the
+// tracker has synced, as upstream does.
+func (s *Syncer) Request() {
+	metrics.SyncProxyRulesLastQueuedTimestamp.WithLabelValues(s.family).Set(unixSeconds(s.clock.Now()))
+	services, endpoints := s.o.Tracker.Pending()
+	metrics.ServiceChangesPending.Set(float64(services))
+	metrics.EndpointChangesPending.Set(float64(endpoints))
+	if s.o.Health != nil && s.o.Tracker.Synced() {
+		s.o.Health.QueuedUpdate(s.o.Family)
+	}
+	s.runner.Run()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// RequestFull asks for the next sync to be a full one (e.g. the node's zone
+// changed in a way the app wants reconciled everywhere) and requests it.
+func (s *Syncer) RequestFull() {
+	s.full.Store(true)
+	s.Request()
+}
+
+// Loop syncs until ctx is done. The first sync runs as soon as the tracker
+// has synced and the node is known; then the runner's guarantees apply.
+func (s *Syncer) Loop(ctx context.Context) {
+	s.ctx = ctx
+	metrics.SyncProxyRulesLastQueuedTimestamp.WithLabelValues(s.family).Set(unixSeconds(s.clock.Now()))
+	if s.o.Health != nil {
+		s.o.Health.Updated(s.o.Family)
+	}
+	if !s.waitReady(ctx) {
+		return
+	}
+	s.runner.Loop(ctx)
+}
+
+// waitReady blocks until syncing makes sense, so that the first sync is not
+// held back by minSyncPeriod after a pointless early attempt.
+func (s *Syncer) waitReady(ctx context.Context) bool {
+	for !s.ready() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.wake:
+		case <-s.clock.After(readyPollInterval):
+		}
+	}
+	return true
+}
+
+func (s *Syncer) ready() bool {
+	if !s.o.Tracker.Synced() {
+		return false
+	}
+	_, ok := s.o.Node()
+	return ok
+}
+
+// syncOnce is the runner's function: one sync attempt.
+func (s *Syncer) syncOnce() error {
+	if !s.o.Tracker.Synced() {
+		klog.V(2).InfoS("Not syncing: services or endpoint slices not yet synced", "ipFamily", s.family)
+		return nil
+	}
+	node, ok := s.o.Node()
+	if !ok {
+		klog.V(2).InfoS("Not syncing: node not yet known", "ipFamily", s.family)
+		return nil
+	}
+	start := s.clock.Now()
+	snap, changes := s.o.Tracker.Commit()
+	prev := s.prev
+	if s.needFull(node, start) {
+		prev = nil
+	}
+	state := desired.Compute(prev, snap, changes, node, s.o.Compute)
+	err := s.o.Proxier.Sync(s.ctx, state)
+	end := s.clock.Now()
+	metrics.SyncProxyRulesLatency.WithLabelValues(s.family).Observe(end.Sub(start).Seconds())
+	if err != nil {
+		s.failed()
+		return fmt.Errorf("sync %s proxy rules: %w", s.family, err)
+	}
+	if prev == nil {
+		s.lastFull = start
+	}
+	s.prev, s.prevNode = state, node
+	s.succeeded(prev, state, changes, start, end)
+	return nil
+}
+
+// needFull reports whether this sync must reconcile everything: at start,
+// after a failure, when asked, when the node changed, and at least hourly.
+func (s *Syncer) needFull(node desired.Node, now time.Time) bool {
+	forced := s.full.Swap(false)
+	switch {
+	case s.prev == nil, forced:
+		return true
+	case !sameNode(s.prevNode, node):
+		klog.V(2).InfoS("Node changed; doing a full sync", "ipFamily", s.family)
+		return true
+	case now.Sub(s.lastFull) >= FullSyncPeriod:
+		return true
+	}
+	return false
+}
+
+func (s *Syncer) failed() {
+	// The Proxier may have programmed part of the state: forget what it
+	// had, so the next sync is full.
+	s.prev = nil
+	switch s.o.Mode {
+	case metrics.ModeNFTables:
+		metrics.NFTablesSyncFailuresTotal.WithLabelValues(s.family).Inc()
+	case metrics.ModeIPTables, metrics.ModeIPVS:
+		metrics.IPTablesRestoreFailuresTotal.WithLabelValues(s.family).Inc()
+	}
+}
+
+func (s *Syncer) succeeded(prev, state *desired.State, changes model.Changes, start, end time.Time) {
+	elapsed := end.Sub(start).Seconds()
+	if state.Changed == nil {
+		metrics.SyncFullProxyRulesLatency.WithLabelValues(s.family).Observe(elapsed)
+	} else {
+		metrics.SyncPartialProxyRulesLatency.WithLabelValues(s.family).Observe(elapsed)
+	}
+	metrics.SyncProxyRulesLastTimestamp.WithLabelValues(s.family).Set(unixSeconds(end))
+	for _, trigger := range changes.TriggerTimes {
+		if latency := end.Sub(trigger); latency >= 0 {
+			metrics.NetworkProgrammingLatency.WithLabelValues(s.family).Observe(latency.Seconds())
+		}
+	}
+	metrics.ServiceChangesTotal.Add(float64(changes.ServiceEvents))
+	metrics.EndpointChangesTotal.Add(float64(changes.EndpointEvents))
+	services, endpoints := s.o.Tracker.Pending()
+	metrics.ServiceChangesPending.Set(float64(services))
+	metrics.EndpointChangesPending.Set(float64(endpoints))
+	s.noLocal.update(prev, state)
+	s.noLocal.publish(s.family)
+
+	if s.o.Health != nil {
+		s.o.Health.Updated(s.o.Family)
+	}
+	if s.o.ServiceHealth != nil {
+		s.o.ServiceHealth.Sync(state.NodePorts, s.o.Family, state.HealthChecks)
+	}
+	if s.o.AfterSync != nil {
+		s.o.AfterSync(state, changes)
+	}
+}
+
+func sameNode(a, b desired.Node) bool {
+	return a.Name == b.Name && a.Zone == b.Zone &&
+		slices.Equal(a.IPs, b.IPs) && slices.Equal(a.PodCIDRs, b.PodCIDRs) && slices.Equal(a.HostAddrs, b.HostAddrs)
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

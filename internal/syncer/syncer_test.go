@@ -1,0 +1,441 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/svcproxy/svcproxy/internal/healthz"
+	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/internal/servicehealth"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+)
+
+// IP plan: services 172.30.0.0/16, pods 10.0.0.0/8 (as proxytest's world).
+
+const (
+	minSyncPeriod = time.Second
+	syncPeriod    = 30 * time.Second
+)
+
+// fakeProxier records every State it is given and fails when told to.
+type fakeProxier struct {
+	mu     sync.Mutex
+	states []*desired.State
+	fail   error
+	calls  chan *desired.State
+}
+
+func (p *fakeProxier) Init(context.Context) error    { return nil }
+func (p *fakeProxier) Cleanup(context.Context) error { return nil }
+func (p *fakeProxier) Sync(_ context.Context, s *desired.State) error {
+	p.mu.Lock()
+	p.states = append(p.states, s)
+	err := p.fail
+	p.mu.Unlock()
+	if p.calls != nil {
+		p.calls <- s
+	}
+	return err
+}
+
+func (p *fakeProxier) setFail(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fail = err
+}
+
+func (p *fakeProxier) last(t *testing.T) *desired.State {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.states) == 0 {
+		t.Fatal("Proxier.Sync never called")
+	}
+	return p.states[len(p.states)-1]
+}
+
+func (p *fakeProxier) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.states)
+}
+
+type fakeHealth struct {
+	mu      sync.Mutex
+	queued  int
+	updated int
+}
+
+func (h *fakeHealth) QueuedUpdate(proxy.IPFamily) { h.mu.Lock(); h.queued++; h.mu.Unlock() }
+func (h *fakeHealth) Updated(proxy.IPFamily)      { h.mu.Lock(); h.updated++; h.mu.Unlock() }
+
+type fakeServiceHealth struct{ checks []desired.HealthCheck }
+
+func (f *fakeServiceHealth) Sync(_ desired.NodePortAddrs, _ proxy.IPFamily, checks []desired.HealthCheck) {
+	f.checks = checks
+}
+
+type fixture struct {
+	t       *testing.T
+	clock   *clocktesting.FakeClock
+	tracker *model.Tracker
+	proxier *fakeProxier
+	health  *fakeHealth
+	svcHC   *fakeServiceHealth
+	node    desired.Node
+	nodeOK  bool
+	nodeMu  sync.Mutex
+	syncer  *Syncer
+	after   []model.Changes
+}
+
+func newFixture(t *testing.T, mode string) *fixture {
+	t.Helper()
+	f := &fixture{
+		t:       t,
+		clock:   clocktesting.NewFakeClock(time.Now().Truncate(time.Second).Add(time.Minute)),
+		tracker: model.NewTracker(proxy.IPv4),
+		proxier: &fakeProxier{},
+		health:  &fakeHealth{},
+		svcHC:   &fakeServiceHealth{},
+		node:    proxytest.NodeOf(proxytest.MakeNode(proxytest.NodeName, nil)),
+		nodeOK:  true,
+	}
+	s, err := New(Options{
+		Family: proxy.IPv4, Mode: mode, Tracker: f.tracker, Proxier: f.proxier,
+		Node: func() (desired.Node, bool) {
+			f.nodeMu.Lock()
+			defer f.nodeMu.Unlock()
+			return f.node, f.nodeOK
+		},
+		Compute:       desired.Options{MasqueradeBit: 14},
+		Health:        f.health,
+		ServiceHealth: f.svcHC,
+		MinSyncPeriod: minSyncPeriod, SyncPeriod: syncPeriod, Clock: f.clock,
+		AfterSync: func(_ *desired.State, c model.Changes) { f.after = append(f.after, c) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.syncer = s
+	return f
+}
+
+func (f *fixture) markSynced() {
+	f.tracker.OnServicesSynced()
+	f.tracker.OnEndpointSlicesSynced()
+}
+
+func webService(edit func(*v1.Service)) *v1.Service {
+	return proxytest.MakeService("ns", "web", func(svc *v1.Service) {
+		svc.Spec.ClusterIP = "172.30.0.10"
+		svc.Spec.ClusterIPs = []string{"172.30.0.10"}
+		svc.Spec.Ports = []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80}}
+		if edit != nil {
+			edit(svc)
+		}
+	})
+}
+
+func webSlice(trigger time.Time, ips ...string) *discoveryv1.EndpointSlice {
+	var eps []proxytest.EP
+	for _, ip := range ips {
+		eps = append(eps, proxytest.EP{IP: netip.MustParseAddr(ip), Node: proxytest.NodeName})
+	}
+	s := proxytest.Slice("ns", "web", []proxytest.SlicePort{{Name: "http", Port: 8080, Protocol: v1.ProtocolTCP}}, eps...)
+	if !trigger.IsZero() {
+		s.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: trigger.Format(time.RFC3339Nano)}
+	}
+	return s
+}
+
+var webPort = proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: proxy.TCP}
+
+func (f *fixture) mustSync() *desired.State {
+	f.t.Helper()
+	n := f.proxier.count()
+	if err := f.syncer.syncOnce(); err != nil {
+		f.t.Fatalf("sync: %v", err)
+	}
+	if f.proxier.count() != n+1 {
+		f.t.Fatalf("Proxier.Sync called %d times, want 1", f.proxier.count()-n)
+	}
+	return f.proxier.last(f.t)
+}
+
+func TestNoSyncBeforeTrackerSyncedAndNodeKnown(t *testing.T) {
+	f := newFixture(t, metrics.ModeNFTables)
+	f.tracker.OnServiceUpdate(nil, webService(nil))
+	if err := f.syncer.syncOnce(); err != nil || f.proxier.count() != 0 {
+		t.Fatalf("synced before the tracker: err=%v calls=%d", err, f.proxier.count())
+	}
+	f.tracker.OnServicesSynced()
+	if err := f.syncer.syncOnce(); err != nil || f.proxier.count() != 0 {
+		t.Fatalf("synced with endpoint slices unsynced: err=%v calls=%d", err, f.proxier.count())
+	}
+	f.tracker.OnEndpointSlicesSynced()
+	f.nodeOK = false
+	if err := f.syncer.syncOnce(); err != nil || f.proxier.count() != 0 {
+		t.Fatalf("synced without a node: err=%v calls=%d", err, f.proxier.count())
+	}
+	f.nodeOK = true
+	st := f.mustSync()
+	if st.Changed != nil || st.Services[webPort] == nil {
+		t.Fatalf("first sync: Changed=%v services=%v, want a full state with ns/web", st.Changed, st.Services)
+	}
+}
+
+func TestPartialAfterFullAndFullAfterFailure(t *testing.T) {
+	f := newFixture(t, metrics.ModeNFTables)
+	f.markSynced()
+	f.tracker.OnServiceUpdate(nil, webService(nil))
+	if st := f.mustSync(); st.Changed != nil {
+		t.Fatal("first sync not full")
+	}
+	f.tracker.OnEndpointSliceUpdate(nil, webSlice(time.Time{}, "10.0.1.1"))
+	st := f.mustSync()
+	if _, ok := st.Changed[webPort]; !ok || len(st.Changed) != 1 {
+		t.Fatalf("partial sync Changed = %v, want just %v", st.Changed, webPort)
+	}
+
+	failures := counterValue(t, metrics.NFTablesSyncFailuresTotal.WithLabelValues("IPv4"))
+	f.proxier.setFail(errors.New("nft: boom"))
+	f.tracker.OnEndpointSliceUpdate(webSlice(time.Time{}, "10.0.1.1"), webSlice(time.Time{}, "10.0.1.2"))
+	if err := f.syncer.syncOnce(); err == nil {
+		t.Fatal("failed Proxier.Sync not reported to the runner")
+	}
+	if got := counterValue(t, metrics.NFTablesSyncFailuresTotal.WithLabelValues("IPv4")) - failures; got != 1 {
+		t.Errorf("nftables_sync_failures_total +%v, want +1", got)
+	}
+
+	f.proxier.setFail(nil)
+	st = f.mustSync()
+	if st.Changed != nil {
+		t.Fatalf("sync after a failure has Changed=%v, want a full sync", st.Changed)
+	}
+	if eps := st.Services[webPort].Internal.Endpoints; len(eps) != 1 || eps[0].IP != netip.MustParseAddr("10.0.1.2") {
+		t.Errorf("full sync after failure lost the failed change: %v", eps)
+	}
+}
+
+func TestIPTablesAndIPVSCountRestoreFailures(t *testing.T) {
+	for _, mode := range []string{metrics.ModeIPTables, metrics.ModeIPVS} {
+		f := newFixture(t, mode)
+		f.markSynced()
+		before := counterValue(t, metrics.IPTablesRestoreFailuresTotal.WithLabelValues("IPv4"))
+		f.proxier.setFail(errors.New("iptables-restore: exit 1"))
+		if err := f.syncer.syncOnce(); err == nil {
+			t.Fatalf("%s: error not returned", mode)
+		}
+		if got := counterValue(t, metrics.IPTablesRestoreFailuresTotal.WithLabelValues("IPv4")) - before; got != 1 {
+			t.Errorf("%s: iptables_restore_failures_total +%v, want +1", mode, got)
+		}
+	}
+}
+
+func TestFullSyncHourlyOnNodeChangeAndOnRequest(t *testing.T) {
+	f := newFixture(t, metrics.ModeIPTables)
+	f.markSynced()
+	f.mustSync()
+	if f.mustSync().Changed == nil {
+		t.Fatal("second sync without reason was full")
+	}
+	f.clock.Step(FullSyncPeriod - time.Second)
+	if f.mustSync().Changed == nil {
+		t.Fatal("full sync before an hour passed")
+	}
+	f.clock.Step(time.Second)
+	if f.mustSync().Changed != nil {
+		t.Fatal("no full sync an hour after the last one")
+	}
+	if f.mustSync().Changed == nil {
+		t.Fatal("hourly full sync repeated at once")
+	}
+
+	f.nodeMu.Lock()
+	f.node.Zone = "elsewhere"
+	f.nodeMu.Unlock()
+	if f.mustSync().Changed != nil {
+		t.Fatal("node change did not force a full sync")
+	}
+
+	f.syncer.RequestFull()
+	if f.mustSync().Changed != nil {
+		t.Fatal("RequestFull did not force a full sync")
+	}
+	if f.mustSync().Changed == nil {
+		t.Fatal("RequestFull stuck")
+	}
+}
+
+func TestSuccessfulSyncUpdatesHealthAndMetrics(t *testing.T) {
+	f := newFixture(t, metrics.ModeNFTables)
+	f.markSynced()
+	trigger := f.clock.Now()
+	svcTotal := counterValue(t, metrics.ServiceChangesTotal)
+	epTotal := counterValue(t, metrics.EndpointChangesTotal)
+	npd := histogramCount(t, metrics.NetworkProgrammingLatency.WithLabelValues("IPv4"))
+	full := histogramCount(t, metrics.SyncFullProxyRulesLatency.WithLabelValues("IPv4"))
+	partial := histogramCount(t, metrics.SyncPartialProxyRulesLatency.WithLabelValues("IPv4"))
+
+	f.tracker.OnServiceUpdate(nil, webService(func(svc *v1.Service) {
+		svc.Spec.Type = v1.ServiceTypeLoadBalancer
+		svc.Spec.Ports[0].NodePort = 30080
+		svc.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		svc.Spec.HealthCheckNodePort = 32000
+	}))
+	f.tracker.OnEndpointSliceUpdate(nil, webSlice(trigger, "10.0.1.1"))
+	f.syncer.Request()
+	f.clock.Step(2 * time.Second)
+	f.mustSync()
+
+	if got := gaugeValue(t, metrics.SyncProxyRulesLastTimestamp.WithLabelValues("IPv4")); got != unixSeconds(f.clock.Now()) {
+		t.Errorf("last_timestamp = %v, want %v", got, unixSeconds(f.clock.Now()))
+	}
+	if got := histogramCount(t, metrics.NetworkProgrammingLatency.WithLabelValues("IPv4")) - npd; got != 1 {
+		t.Errorf("network_programming_duration observations +%d, want +1", got)
+	}
+	if got := counterValue(t, metrics.ServiceChangesTotal) - svcTotal; got != 1 {
+		t.Errorf("service_changes_total +%v, want +1", got)
+	}
+	if got := counterValue(t, metrics.EndpointChangesTotal) - epTotal; got != 1 {
+		t.Errorf("endpoint_changes_total +%v, want +1", got)
+	}
+	if gaugeValue(t, metrics.ServiceChangesPending) != 0 || gaugeValue(t, metrics.EndpointChangesPending) != 0 {
+		t.Error("pending gauges not cleared by the sync")
+	}
+	if got := histogramCount(t, metrics.SyncFullProxyRulesLatency.WithLabelValues("IPv4")) - full; got != 1 {
+		t.Errorf("full sync histogram +%d, want +1", got)
+	}
+	if f.health.queued != 1 || f.health.updated != 1 {
+		t.Errorf("health queued=%d updated=%d, want 1 and 1", f.health.queued, f.health.updated)
+	}
+	want := []desired.HealthCheck{{Service: webPort.ServiceName, Port: 32000, LocalReady: 1}}
+	if len(f.svcHC.checks) != 1 || f.svcHC.checks[0] != want[0] {
+		t.Errorf("service health checks = %+v, want %+v", f.svcHC.checks, want)
+	}
+	if len(f.after) != 1 || len(f.after[0].Changed) != 1 {
+		t.Errorf("AfterSync saw %+v", f.after)
+	}
+
+	// The only local endpoint goes away: a partial sync, and the external
+	// Local policy now has no local endpoint.
+	f.tracker.OnEndpointSliceUpdate(webSlice(trigger, "10.0.1.1"), webSlice(time.Time{}))
+	f.mustSync()
+	if got := histogramCount(t, metrics.SyncPartialProxyRulesLatency.WithLabelValues("IPv4")) - partial; got != 1 {
+		t.Errorf("partial sync histogram +%d, want +1", got)
+	}
+	ext := metrics.SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues(metrics.TrafficPolicyExternal, "IPv4")
+	if got := gaugeValue(t, ext); got != 1 {
+		t.Errorf("no_local_endpoints_total{external} = %v, want 1", got)
+	}
+	if f.svcHC.checks[0].LocalReady != 0 {
+		t.Errorf("health check still counts %d local endpoints", f.svcHC.checks[0].LocalReady)
+	}
+}
+
+func TestRequestQueuesHealthOnlyOnceSynced(t *testing.T) {
+	f := newFixture(t, metrics.ModeNFTables)
+	f.syncer.Request()
+	if f.health.queued != 0 {
+		t.Fatal("QueuedUpdate before the tracker synced")
+	}
+	f.markSynced()
+	f.clock.Step(3 * time.Second)
+	f.syncer.Request()
+	if f.health.queued != 1 {
+		t.Fatal("QueuedUpdate not recorded")
+	}
+	if got := gaugeValue(t, metrics.SyncProxyRulesLastQueuedTimestamp.WithLabelValues("IPv4")); got != unixSeconds(f.clock.Now()) {
+		t.Errorf("last_queued_timestamp = %v, want now", got)
+	}
+}
+
+func TestLoopWaitsUntilReadyThenSyncsAtOnce(t *testing.T) {
+	f := newFixture(t, metrics.ModeNFTables)
+	f.proxier.calls = make(chan *desired.State, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.syncer.Loop(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// Not synced: the loop only polls; stepping the clock never syncs.
+	waitFor(t, f.clock.HasWaiters)
+	f.clock.Step(readyPollInterval)
+	waitFor(t, f.clock.HasWaiters)
+	if f.proxier.count() != 0 {
+		t.Fatal("synced before the tracker")
+	}
+
+	// Synced: the very next Request syncs without waiting for minSyncPeriod.
+	f.markSynced()
+	f.syncer.Request()
+	select {
+	case st := <-f.proxier.calls:
+		if st.Changed != nil {
+			t.Error("first sync from the loop is not full")
+		}
+	case <-time.After(30 * time.Second): // hang guard only
+		t.Fatal("no sync after the tracker synced")
+	}
+}
+
+func TestNewRequiresCollaborators(t *testing.T) {
+	if _, err := New(Options{Family: proxy.IPv4}); err == nil {
+		t.Fatal("New accepted options without Tracker, Proxier and Node")
+	}
+}
+
+type writer interface{ Write(*dto.Metric) error }
+
+func read(t *testing.T, c any) *dto.Metric {
+	t.Helper()
+	w, ok := c.(writer)
+	if !ok {
+		t.Fatalf("%T cannot be read", c)
+	}
+	var m dto.Metric
+	if err := w.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	return read(t, c).GetCounter().GetValue()
+}
+func gaugeValue(t *testing.T, g prometheus.Gauge) float64 { return read(t, g).GetGauge().GetValue() }
+func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
+	return read(t, o).GetHistogram().GetSampleCount()
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // hang guard only
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never became true")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The real collaborators fit the syncer's interfaces.
+var (
+	_ Tracker       = (*model.Tracker)(nil)
+	_ Health        = (*healthz.Server)(nil)
+	_ ServiceHealth = (*servicehealth.Server)(nil)
+)
