@@ -1,0 +1,38 @@
+package app
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+)
+
+// RESTConfig builds the API client configuration the way kube-proxy does:
+// --kubeconfig (clientConnection.kubeconfig) with --master overriding its
+// server URL; both empty means in-cluster configuration. Content types, QPS
+// and burst come from clientConnection.
+func RESTConfig(cfg *config.Config) (*rest.Config, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	if cfg.Kubeconfig == "" && cfg.Master == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}
+		overrides := &clientcmd.ConfigOverrides{ClusterInfo: clientcmdapi.Cluster{Server: cfg.Master}}
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("building API client configuration: %w", err)
+	}
+	cc := cfg.ClientConnection
+	rc.AcceptContentTypes = cc.AcceptContentTypes
+	rc.ContentType = cc.ContentType
+	rc.QPS = cc.QPS
+	rc.Burst = int(cc.Burst)
+	return rc, nil
+}

@@ -1,0 +1,125 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/kube-proxy/config/v1alpha1"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+)
+
+// complete resolves the configuration with upstream's precedence (contract
+// §1.1): a --config file replaces every config flag except
+// --hostname-override and the logging flags; without a file the flags are
+// the configuration.
+func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Config, error) {
+	var obj *v1alpha1.KubeProxyConfiguration
+	if o.configFile != "" {
+		loaded, err := config.Load(logger, o.configFile)
+		if err != nil {
+			return nil, err
+		}
+		config.SetDefaults(loaded)
+		if err := copyLogsFromFlags(fs, &loaded.Logging); err != nil {
+			return nil, err
+		}
+		obj = loaded
+	} else {
+		obj = o.fromFlags(fs)
+	}
+	if err := o.applyHostnameOverride(obj); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Complete(obj)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Master = o.master
+	cfg.ConfigFile = o.configFile
+	cfg.ServiceProxyName = o.serviceProxyName
+	return cfg, nil
+}
+
+// fromFlags finishes the flag-built object: the shared period and
+// masquerade flags go to the sections §2.2 says, and the deprecated port
+// flags adjust the bind addresses.
+func (o *options) fromFlags(fs *pflag.FlagSet) *v1alpha1.KubeProxyConfiguration {
+	obj := o.flagConfig.DeepCopy()
+	obj.IPTables.MasqueradeAll = o.masqueradeAll
+	obj.NFTables.MasqueradeAll = o.masqueradeAll
+	if config.Mode(obj.Mode) == config.ModeIPVS {
+		obj.IPVS.SyncPeriod.Duration = o.ipvsSyncPeriod
+		obj.IPVS.MinSyncPeriod.Duration = o.ipvsMinSyncPeriod
+	} else {
+		obj.IPTables.SyncPeriod.Duration = o.iptablesSyncPeriod
+		obj.IPTables.MinSyncPeriod.Duration = o.iptablesMinSyncPeriod
+		obj.NFTables.SyncPeriod.Duration = o.iptablesSyncPeriod
+		obj.NFTables.MinSyncPeriod.Duration = o.iptablesMinSyncPeriod
+	}
+	// Upstream leaves the written defaults alone for --write-config-to.
+	if o.writeConfigTo == "" {
+		if fs.Changed("healthz-port") {
+			obj.HealthzBindAddress = addressWithPort(obj.HealthzBindAddress, o.healthzPort)
+		}
+		if fs.Changed("metrics-port") {
+			obj.MetricsBindAddress = addressWithPort(obj.MetricsBindAddress, o.metricsPort)
+		}
+	}
+	return obj
+}
+
+// addressWithPort applies a deprecated --*-port flag: 0 disables the
+// server, anything else replaces the port of addr.
+func addressWithPort(addr string, port int32) string {
+	if port == 0 {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
+
+// applyHostnameOverride applies --hostname-override over either source,
+// trimmed and lowercased as upstream does.
+func (o *options) applyHostnameOverride(obj *v1alpha1.KubeProxyConfiguration) error {
+	if o.hostnameOverride == "" {
+		return nil
+	}
+	name := strings.TrimSpace(o.hostnameOverride)
+	if name == "" {
+		return errors.New("--hostname-override: empty hostname-override is invalid")
+	}
+	obj.HostnameOverride = strings.ToLower(name)
+	return nil
+}
+
+// copyLogsFromFlags copies the logging flags the user set over the file's
+// logging section, so "--config f -v=5" works; --vmodule entries are
+// appended to the file's.
+func copyLogsFromFlags(from *pflag.FlagSet, to *logsapi.LoggingConfiguration) error {
+	var clone pflag.FlagSet
+	logsapi.AddFlags(to, &clone)
+	fileVModule := to.VModule
+	to.VModule = nil
+	var err error
+	clone.VisitAll(func(f *pflag.Flag) {
+		set := from.Lookup(f.Name)
+		if err != nil || set == nil || !set.Changed {
+			return
+		}
+		if setErr := f.Value.Set(set.Value.String()); setErr != nil {
+			err = fmt.Errorf("copying --%s over the config file's logging: %w", f.Name, setErr)
+		}
+	})
+	to.VModule = append(to.VModule, fileVModule...)
+	return err
+}

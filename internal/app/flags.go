@@ -1,0 +1,132 @@
+package app
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// ignoredWithConfig is appended to the help of flags that a config file
+// overrides, as upstream does.
+const ignoredWithConfig = " This parameter is ignored if a config file is specified by --config."
+
+// addFlags registers kube-proxy's Linux flags (contract §1.2) with upstream's
+// names and defaults, plus svcproxy's --service-proxy-name.
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	o.addGeneralFlags(fs)
+	o.addNetworkFlags(fs)
+	o.addSyncFlags(fs)
+	o.addIPVSFlags(fs)
+	o.addConntrackFlags(fs)
+	o.addDeprecatedFlags(fs)
+	addRemovedFlags(fs)
+	logsapi.AddFlags(&o.flagConfig.Logging, fs)
+}
+
+func (o *options) addGeneralFlags(fs *pflag.FlagSet) {
+	c := o.flagConfig
+	fs.StringVar(&o.configFile, "config", o.configFile, "The path to the configuration file.")
+	fs.StringVar(&o.writeConfigTo, "write-config-to", o.writeConfigTo, "If set, write the default configuration values to this file and exit.")
+	fs.BoolVar(&o.cleanupAndExit, "cleanup", o.cleanupAndExit, "If true cleanup iptables, ipvs and nftables rules and exit.")
+	fs.BoolVar(&o.initAndExit, "init-only", o.initAndExit, "If true, perform any initialization steps that must be done with full root privileges, and then exit. After doing this, you can run kube-proxy again with only the CAP_NET_ADMIN capability.")
+	fs.StringVar(&o.master, "master", o.master, "The address of the Kubernetes API server (overrides any value in kubeconfig)")
+	fs.StringVar(&c.ClientConnection.Kubeconfig, "kubeconfig", c.ClientConnection.Kubeconfig, "Path to kubeconfig file with authorization information (the master location can be overridden by the master flag).")
+	fs.StringVar(&c.ClientConnection.ContentType, "kube-api-content-type", c.ClientConnection.ContentType, "Content type of requests sent to apiserver.")
+	fs.Float32Var(&c.ClientConnection.QPS, "kube-api-qps", c.ClientConnection.QPS, "QPS to use while talking with kubernetes apiserver")
+	fs.Int32Var(&c.ClientConnection.Burst, "kube-api-burst", c.ClientConnection.Burst, "Burst to use while talking with kubernetes apiserver")
+	fs.StringVar(&o.hostnameOverride, "hostname-override", o.hostnameOverride, "If non-empty, will be used as the name of the Node that kube-proxy is running on. If unset, the node name is assumed to be the same as the node's hostname.")
+	fs.Var(cliflag.NewMapStringBool(&c.FeatureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features."+ignoredWithConfig)
+	fs.StringVar((*string)(&c.Mode), "proxy-mode", string(c.Mode), "Which proxy mode to use: on Linux this can be 'iptables' (default), 'ipvs' or 'nftables'."+ignoredWithConfig)
+	fs.Int32Var(c.OOMScoreAdj, "oom-score-adj", *c.OOMScoreAdj, "The oom-score-adj value for kube-proxy process. Values must be within the range [-1000, 1000]."+ignoredWithConfig)
+	fs.DurationVar(&c.ConfigSyncPeriod.Duration, "config-sync-period", c.ConfigSyncPeriod.Duration, "How often configuration from the apiserver is refreshed.  Must be greater than 0.")
+	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "If true enables profiling via web interface on /debug/pprof handler."+ignoredWithConfig)
+	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", c.ShowHiddenMetricsForVersion, "The previous version for which you want to show hidden metrics. Only the previous minor version is meaningful, other values will not be allowed. The format is <major>.<minor>, e.g.: '1.16'.")
+	fs.StringVar(&o.serviceProxyName, "service-proxy-name", o.serviceProxyName, "svcproxy extension: if set, handle only Services labelled service.kubernetes.io/service-proxy-name=<value> (kube-proxy handles only Services without that label). Applies with --config too.")
+	fs.StringVar(&o.version, "version", "false", "--version, --version=raw prints version information and quits")
+	fs.Lookup("version").NoOptDefVal = "true"
+}
+
+func (o *options) addNetworkFlags(fs *pflag.FlagSet) {
+	c := o.flagConfig
+	fs.StringVar(&c.BindAddress, "bind-address", c.BindAddress, "Overrides kube-proxy's idea of what its node's primary IP is. Note that the name is a historical artifact, and kube-proxy does not actually bind any sockets to this IP."+ignoredWithConfig)
+	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", c.BindAddressHardFail, "If true kube-proxy will treat failure to bind to a port as fatal and exit")
+	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "The IP address and port for the health check server to serve on, defaulting to \"0.0.0.0:10256\". Set empty to disable."+ignoredWithConfig)
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "The IP address and port for the metrics server to serve on, defaulting to \"127.0.0.1:10249\". (Set to \"0.0.0.0:10249\" / \"[::]:10249\" to bind on all interfaces.) Set empty to disable."+ignoredWithConfig)
+	fs.StringVar((*string)(&c.DetectLocalMode), "detect-local-mode", string(c.DetectLocalMode), "Mode to use to detect local traffic. Valid values are ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix."+ignoredWithConfig)
+	fs.StringVar(&c.ClusterCIDR, "cluster-cidr", c.ClusterCIDR, "The CIDR range of the pods in the cluster. (For dual-stack clusters, this can be a comma-separated dual-stack pair of CIDR ranges.). When --detect-local-mode is set to ClusterCIDR, kube-proxy will consider traffic to be local if its source IP is in this range. (Otherwise it is not used.)"+ignoredWithConfig)
+	fs.StringVar(&c.DetectLocal.BridgeInterface, "pod-bridge-interface", c.DetectLocal.BridgeInterface, "A bridge interface name. When --detect-local-mode is set to BridgeInterface, kube-proxy will consider traffic to be local if it originates from this bridge.")
+	fs.StringVar(&c.DetectLocal.InterfaceNamePrefix, "pod-interface-name-prefix", c.DetectLocal.InterfaceNamePrefix, "An interface name prefix. When --detect-local-mode is set to InterfaceNamePrefix, kube-proxy will consider traffic to be local if it originates from any interface whose name begins with this prefix.")
+	fs.StringSliceVar(&c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses, "A list of CIDR ranges that contain valid node IPs, or alternatively, the single string 'primary'. If set, connections to NodePort services will only be accepted on node IPs in one of the indicated ranges. If set to 'primary', NodePort services will only be accepted on the node's primary IPv4 and/or IPv6 address according to the Node object. If unset, NodePort connections will be accepted on all local IPs."+ignoredWithConfig)
+}
+
+func (o *options) addSyncFlags(fs *pflag.FlagSet) {
+	c := o.flagConfig
+	fs.BoolVar(&o.masqueradeAll, "masquerade-all", o.masqueradeAll, "SNAT all traffic sent via Service cluster IPs. This may be required with some CNI plugins. Only supported on Linux.")
+	fs.Int32Var(c.IPTables.MasqueradeBit, "iptables-masquerade-bit", *c.IPTables.MasqueradeBit, "Used with --proxy-mode=iptables or --proxy-mode=ipvs, the bit of the fwmark space to mark packets requiring SNAT with.  Must be within the range [0, 31].")
+	fs.BoolVar(c.IPTables.LocalhostNodePorts, "iptables-localhost-nodeports", *c.IPTables.LocalhostNodePorts, "If false, kube-proxy will disable the legacy behavior of allowing NodePort services to be accessed via localhost. (Applies only to iptables mode and IPv4; localhost NodePorts are never allowed with other proxy modes or with IPv6.)")
+	fs.DurationVar(&o.iptablesSyncPeriod, "iptables-sync-period", o.iptablesSyncPeriod, "An interval (e.g. '5s', '1m', '2h22m') indicating how frequently various re-synchronizing and cleanup operations are performed. Must be greater than 0.")
+	fs.DurationVar(&o.iptablesMinSyncPeriod, "iptables-min-sync-period", o.iptablesMinSyncPeriod, "The minimum period between iptables rule resyncs (e.g. '5s', '1m', '2h22m'). A value of 0 means every Service or EndpointSlice change will result in an immediate iptables resync.")
+}
+
+func (o *options) addIPVSFlags(fs *pflag.FlagSet) {
+	c := &o.flagConfig.IPVS
+	fs.DurationVar(&o.ipvsSyncPeriod, "ipvs-sync-period", o.ipvsSyncPeriod, "An interval (e.g. '5s', '1m', '2h22m') indicating how frequently various re-synchronizing and cleanup operations are performed. Must be greater than 0.")
+	fs.DurationVar(&o.ipvsMinSyncPeriod, "ipvs-min-sync-period", o.ipvsMinSyncPeriod, "The minimum period between IPVS rule resyncs (e.g. '5s', '1m', '2h22m'). A value of 0 means every Service or EndpointSlice change will result in an immediate IPVS resync.")
+	fs.StringVar(&c.Scheduler, "ipvs-scheduler", c.Scheduler, "The ipvs scheduler type when proxy mode is ipvs")
+	fs.StringSliceVar(&c.ExcludeCIDRs, "ipvs-exclude-cidrs", c.ExcludeCIDRs, "A comma-separated list of CIDRs which the ipvs proxier should not touch when cleaning up IPVS rules.")
+	fs.BoolVar(&c.StrictARP, "ipvs-strict-arp", c.StrictARP, "Enable strict ARP by setting arp_ignore to 1 and arp_announce to 2")
+	fs.DurationVar(&c.TCPTimeout.Duration, "ipvs-tcp-timeout", c.TCPTimeout.Duration, "The timeout for idle IPVS TCP connections, 0 to leave as-is. (e.g. '5s', '1m', '2h22m').")
+	fs.DurationVar(&c.TCPFinTimeout.Duration, "ipvs-tcpfin-timeout", c.TCPFinTimeout.Duration, "The timeout for IPVS TCP connections after receiving a FIN packet, 0 to leave as-is. (e.g. '5s', '1m', '2h22m').")
+	fs.DurationVar(&c.UDPTimeout.Duration, "ipvs-udp-timeout", c.UDPTimeout.Duration, "The timeout for IPVS UDP packets, 0 to leave as-is. (e.g. '5s', '1m', '2h22m').")
+}
+
+func (o *options) addConntrackFlags(fs *pflag.FlagSet) {
+	c := &o.flagConfig.Conntrack
+	fs.Int32Var(c.MaxPerCore, "conntrack-max-per-core", *c.MaxPerCore, "Maximum number of NAT connections to track per CPU core (0 to leave the limit as-is and ignore conntrack-min).")
+	fs.Int32Var(c.Min, "conntrack-min", *c.Min, "Minimum number of conntrack entries to allocate, regardless of conntrack-max-per-core (set conntrack-max-per-core=0 to leave the limit as-is).")
+	fs.DurationVar(&c.TCPEstablishedTimeout.Duration, "conntrack-tcp-timeout-established", c.TCPEstablishedTimeout.Duration, "Idle timeout for established TCP connections (0 to leave as-is)")
+	fs.DurationVar(&c.TCPCloseWaitTimeout.Duration, "conntrack-tcp-timeout-close-wait", c.TCPCloseWaitTimeout.Duration, "NAT timeout for TCP connections in the CLOSE_WAIT state")
+	fs.BoolVar(&c.TCPBeLiberal, "conntrack-tcp-be-liberal", c.TCPBeLiberal, "Enable liberal mode for tracking TCP packets by setting nf_conntrack_tcp_be_liberal to 1")
+	fs.DurationVar(&c.UDPTimeout.Duration, "conntrack-udp-timeout", c.UDPTimeout.Duration, "Idle timeout for UNREPLIED UDP connections (0 to leave as-is)")
+	fs.DurationVar(&c.UDPStreamTimeout.Duration, "conntrack-udp-timeout-stream", c.UDPStreamTimeout.Duration, "Idle timeout for ASSURED UDP connections (0 to leave as-is)")
+}
+
+func (o *options) addDeprecatedFlags(fs *pflag.FlagSet) {
+	fs.Int32Var(&o.healthzPort, "healthz-port", o.healthzPort, "The port to bind the health check server. Use 0 to disable.")
+	_ = fs.MarkDeprecated("healthz-port", "This flag is deprecated and will be removed in a future release. Please use --healthz-bind-address instead.")
+	fs.Int32Var(&o.metricsPort, "metrics-port", o.metricsPort, "The port to bind the metrics server. Use 0 to disable.")
+	_ = fs.MarkDeprecated("metrics-port", "This flag is deprecated and will be removed in a future release. Please use --metrics-bind-address instead.")
+	fs.StringVar(&o.flagConfig.PortRange, "proxy-port-range", o.flagConfig.PortRange, "This was previously used to configure the userspace proxy, but is now unused.")
+	_ = fs.MarkDeprecated("proxy-port-range", "This flag has no effect and will be removed in a future release.")
+}
+
+// removedFlags are flags kube-proxy dropped long ago, with what to use
+// instead. Accepting them silently would hide a broken deployment.
+var removedFlags = map[string]string{
+	"cleanup-iptables":   "use --cleanup",
+	"cleanup-ipvs":       "use --cleanup",
+	"udp-timeout":        "it applied only to the removed userspace mode; use --conntrack-udp-timeout for UDP conntrack timeouts",
+	"resource-container": "run svcproxy in a container and use the runtime's resource limits",
+	"conntrack-max":      "use --conntrack-max-per-core and --conntrack-min",
+}
+
+// removedFlag is a flag value that refuses every value with the replacement.
+type removedFlag struct{ name, hint string }
+
+func (f removedFlag) String() string { return "" }
+func (f removedFlag) Type() string   { return "removed" }
+func (f removedFlag) Set(string) error {
+	return fmt.Errorf("--%s was removed from kube-proxy: %s", f.name, f.hint)
+}
+
+func addRemovedFlags(fs *pflag.FlagSet) {
+	for name, hint := range removedFlags {
+		fs.Var(removedFlag{name: name, hint: hint}, name, "removed: "+hint)
+		f := fs.Lookup(name)
+		f.NoOptDefVal = "true" // so the bare boolean form reaches Set too
+		f.Hidden = true
+	}
+}

@@ -1,0 +1,51 @@
+package app
+
+import (
+	"time"
+
+	"k8s.io/kube-proxy/config/v1alpha1"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+)
+
+// options holds everything the command line sets. Flags that map one to one
+// onto a v1alpha1 field write straight into flagConfig, which starts out
+// fully defaulted; the few that feed several fields, or none, have their
+// own variables here.
+type options struct {
+	flagConfig *v1alpha1.KubeProxyConfiguration
+
+	configFile       string
+	writeConfigTo    string
+	cleanupAndExit   bool
+	initAndExit      bool
+	master           string
+	hostnameOverride string
+	serviceProxyName string
+	version          string
+
+	// Shared by the iptables and nftables sections (contract §2.2).
+	iptablesSyncPeriod    time.Duration
+	iptablesMinSyncPeriod time.Duration
+	masqueradeAll         bool
+	// Only used in ipvs mode.
+	ipvsSyncPeriod    time.Duration
+	ipvsMinSyncPeriod time.Duration
+
+	// Deprecated; replace the port of the bind addresses when set.
+	healthzPort int32
+	metricsPort int32
+}
+
+func newOptions() *options {
+	obj := config.NewDefaulted()
+	return &options{
+		flagConfig:            obj,
+		iptablesSyncPeriod:    obj.IPTables.SyncPeriod.Duration,
+		iptablesMinSyncPeriod: obj.IPTables.MinSyncPeriod.Duration,
+		ipvsSyncPeriod:        obj.IPVS.SyncPeriod.Duration,
+		ipvsMinSyncPeriod:     obj.IPVS.MinSyncPeriod.Duration,
+		healthzPort:           config.HealthzPort,
+		metricsPort:           config.MetricsPort,
+	}
+}
