@@ -1,0 +1,72 @@
+package app
+
+import (
+	"errors"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+)
+
+const kubeconfig = `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://from-kubeconfig:6443", insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: secret}
+contexts:
+- name: ctx
+  context: {cluster: c, user: u}
+current-context: ctx
+`
+
+func TestRESTConfigFromKubeconfig(t *testing.T) {
+	path := writeFile(t, "kubeconfig", kubeconfig)
+	cc := config.ClientConnection{ContentType: "application/json", AcceptContentTypes: "application/json", QPS: 7, Burst: 9}
+	for _, tc := range []struct {
+		master, wantHost string
+	}{
+		{"", "https://from-kubeconfig:6443"},
+		{"https://override:443", "https://override:443"},
+	} {
+		rc, err := RESTConfig(&config.Config{Kubeconfig: path, Master: tc.master, ClientConnection: cc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc.Host != tc.wantHost || rc.BearerToken != "secret" {
+			t.Errorf("master %q: host %q token %q", tc.master, rc.Host, rc.BearerToken)
+		}
+		if rc.ContentType != "application/json" || rc.AcceptContentTypes != "application/json" || rc.QPS != 7 || rc.Burst != 9 {
+			t.Errorf("client connection settings not applied: %+v", rc.ContentConfig)
+		}
+	}
+}
+
+func TestRESTConfigMasterOnly(t *testing.T) {
+	t.Setenv("KUBECONFIG", "")
+	rc, err := RESTConfig(&config.Config{Master: "http://127.0.0.1:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Host != "http://127.0.0.1:8080" {
+		t.Errorf("host %q", rc.Host)
+	}
+}
+
+func TestRESTConfigInCluster(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	_, err := RESTConfig(&config.Config{})
+	if !errors.Is(err, rest.ErrNotInCluster) {
+		t.Errorf("err = %v, want rest.ErrNotInCluster (in-cluster path taken)", err)
+	}
+}
+
+func TestRESTConfigMissingKubeconfig(t *testing.T) {
+	if _, err := RESTConfig(&config.Config{Kubeconfig: "/nonexistent/kubeconfig"}); err == nil {
+		t.Error("missing kubeconfig accepted")
+	}
+}

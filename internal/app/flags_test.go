@@ -1,0 +1,166 @@
+package app
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFlagDefaults checks each §1.2 flag exists with upstream's default.
+func TestFlagDefaults(t *testing.T) {
+	want := map[string]string{
+		"config": "", "write-config-to": "", "cleanup": "false", "init-only": "false",
+		"master": "", "kubeconfig": "",
+		"kube-api-content-type": "application/vnd.kubernetes.protobuf",
+		"kube-api-qps":          "5", "kube-api-burst": "10",
+		"hostname-override": "", "bind-address": "0.0.0.0", "bind-address-hard-fail": "false",
+		"healthz-bind-address": "0.0.0.0:10256", "metrics-bind-address": "127.0.0.1:10249",
+		"profiling": "false", "show-hidden-metrics-for-version": "", "proxy-mode": "",
+		"feature-gates": "", "detect-local-mode": "", "cluster-cidr": "",
+		"pod-bridge-interface": "", "pod-interface-name-prefix": "", "nodeport-addresses": "[]",
+		"masquerade-all": "false", "iptables-masquerade-bit": "14",
+		"iptables-localhost-nodeports": "true", "iptables-sync-period": "30s",
+		"iptables-min-sync-period": "1s", "ipvs-sync-period": "30s", "ipvs-min-sync-period": "0s",
+		"ipvs-scheduler": "", "ipvs-exclude-cidrs": "[]", "ipvs-strict-arp": "false",
+		"ipvs-tcp-timeout": "0s", "ipvs-tcpfin-timeout": "0s", "ipvs-udp-timeout": "0s",
+		"conntrack-max-per-core": "32768", "conntrack-min": "131072",
+		"conntrack-tcp-timeout-established": "24h0m0s", "conntrack-tcp-timeout-close-wait": "1h0m0s",
+		"conntrack-tcp-be-liberal": "false", "conntrack-udp-timeout": "0s",
+		"conntrack-udp-timeout-stream": "0s", "config-sync-period": "15m0s", "oom-score-adj": "-999",
+		"healthz-port": "10256", "metrics-port": "10249", "proxy-port-range": "",
+		"v": "0", "vmodule": "", "logging-format": "text", "log-flush-frequency": "5s",
+		"version": "false", "service-proxy-name": "",
+	}
+	fs := NewCommand().Flags()
+	for name, def := range want {
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("flag --%s missing", name)
+			continue
+		}
+		if f.DefValue != def {
+			t.Errorf("--%s default = %q, want %q", name, f.DefValue, def)
+		}
+	}
+	for _, name := range []string{"healthz-port", "metrics-port", "proxy-port-range"} {
+		if fs.Lookup(name).Deprecated == "" {
+			t.Errorf("--%s is not marked deprecated", name)
+		}
+	}
+	if fs.Lookup("v").Shorthand != "v" {
+		t.Error("-v shorthand missing")
+	}
+}
+
+func TestFlagsOnlyMapping(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		args          []string
+		sync, minSync time.Duration
+		masqAll       bool
+	}{
+		{"defaults", nil, 30 * time.Second, time.Second, false},
+		{"iptables periods", []string{"--iptables-sync-period=7s", "--iptables-min-sync-period=2s", "--masquerade-all"}, 7 * time.Second, 2 * time.Second, true},
+		{"iptables flags fill nftables", []string{"--proxy-mode=nftables", "--iptables-sync-period=7s", "--iptables-min-sync-period=2s", "--masquerade-all"}, 7 * time.Second, 2 * time.Second, true},
+		{"ipvs flags ignored outside ipvs", []string{"--ipvs-sync-period=9s", "--ipvs-min-sync-period=3s"}, 30 * time.Second, time.Second, false},
+		{"ipvs mode uses ipvs flags", []string{"--proxy-mode=ipvs", "--iptables-sync-period=7s", "--ipvs-sync-period=9s", "--ipvs-min-sync-period=3s", "--masquerade-all"}, 9 * time.Second, 3 * time.Second, true},
+		{"ipvs mode min default", []string{"--proxy-mode=ipvs"}, 30 * time.Second, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := mustRun(t, tc.args...)
+			if cfg.SyncPeriod != tc.sync || cfg.MinSyncPeriod != tc.minSync || cfg.MasqueradeAll != tc.masqAll {
+				t.Errorf("sync %s min %s masqAll %v, want %s %s %v",
+					cfg.SyncPeriod, cfg.MinSyncPeriod, cfg.MasqueradeAll, tc.sync, tc.minSync, tc.masqAll)
+			}
+		})
+	}
+}
+
+func TestFlagsOnlyValues(t *testing.T) {
+	cfg := mustRun(t, "--proxy-mode=nftables", "--cluster-cidr=10.244.0.0/16,fd00::/48",
+		"--nodeport-addresses=10.0.0.0/8", "--kubeconfig=/k", "--master=https://api:6443",
+		"--kube-api-qps=50", "--feature-gates=LoggingBetaOptions=true", "--oom-score-adj=-500",
+		"--conntrack-max-per-core=0", "--detect-local-mode=NodeCIDR", "--service-proxy-name=mine",
+		"--bind-address=10.1.2.3", "--metrics-bind-address=", "--hostname-override=Node-1")
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"Mode", string(cfg.Mode), "nftables"},
+		{"ClusterCIDRs", len(cfg.ClusterCIDRs), 2},
+		{"NodePortAddresses", strings.Join(cfg.NodePortAddresses, ","), "10.0.0.0/8"},
+		{"Kubeconfig", cfg.Kubeconfig, "/k"},
+		{"Master", cfg.Master, "https://api:6443"},
+		{"QPS", cfg.ClientConnection.QPS, float32(50)},
+		{"FeatureGates", cfg.FeatureGates["LoggingBetaOptions"], true},
+		{"OOMScoreAdj", cfg.OOMScoreAdj, -500},
+		{"MaxPerCore", cfg.Conntrack.MaxPerCore, 0},
+		{"DetectLocalMode", string(cfg.DetectLocalMode), "NodeCIDR"},
+		{"ServiceProxyName", cfg.ServiceProxyName, "mine"},
+		{"BindAddress", cfg.BindAddress.String(), "10.1.2.3"},
+		{"MetricsBindAddress", cfg.MetricsBindAddress, ""},
+		{"HealthzBindAddress", cfg.HealthzBindAddress, "0.0.0.0:10256"},
+		{"HostnameOverride", cfg.HostnameOverride, "node-1"},
+		{"ConfigFile", cfg.ConfigFile, ""},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestDeprecatedPortFlags(t *testing.T) {
+	cfg := mustRun(t, "--healthz-port=0", "--metrics-port=12345")
+	if cfg.HealthzBindAddress != "" {
+		t.Errorf("--healthz-port=0: HealthzBindAddress = %q, want disabled", cfg.HealthzBindAddress)
+	}
+	if cfg.MetricsBindAddress != "127.0.0.1:12345" {
+		t.Errorf("--metrics-port=12345: MetricsBindAddress = %q", cfg.MetricsBindAddress)
+	}
+	cfg = mustRun(t, "--healthz-bind-address=[::1]:1", "--healthz-port=2")
+	if cfg.HealthzBindAddress != "[::1]:2" {
+		t.Errorf("HealthzBindAddress = %q, want [::1]:2", cfg.HealthzBindAddress)
+	}
+}
+
+func TestRemovedFlags(t *testing.T) {
+	for name, hint := range removedFlags {
+		for _, arg := range []string{"--" + name, "--" + name + "=5"} {
+			res := execute(t, nil, arg)
+			if res.err == nil {
+				t.Errorf("%s accepted", arg)
+				continue
+			}
+			if !strings.Contains(res.err.Error(), "--"+name+" was removed") || !strings.Contains(res.err.Error(), hint) {
+				t.Errorf("%s: error %q does not name the flag and its replacement", arg, res.err)
+			}
+			if res.action != "" {
+				t.Errorf("%s: action %q ran", arg, res.action)
+			}
+		}
+	}
+	if !strings.Contains(removedFlags["conntrack-max"], "--conntrack-max-per-core") {
+		t.Error("--conntrack-max must point at --conntrack-max-per-core")
+	}
+}
+
+func TestUnderscoreFlagNames(t *testing.T) {
+	cfg := mustRun(t, "--proxy_mode=ipvs")
+	if cfg.Mode != "ipvs" {
+		t.Errorf("--proxy_mode not normalised, mode %q", cfg.Mode)
+	}
+}
+
+func TestInvalidFlagConfigRejected(t *testing.T) {
+	res := execute(t, nil, "--iptables-sync-period=1s", "--iptables-min-sync-period=5s")
+	if res.err == nil || !strings.Contains(res.err.Error(), "iptables.minSyncPeriod") {
+		t.Fatalf("err = %v, want it to name iptables.minSyncPeriod", res.err)
+	}
+	if res.action != "" {
+		t.Errorf("action %q ran with an invalid config", res.action)
+	}
+	if res := execute(t, nil, "extra-arg"); res.err == nil {
+		t.Error("positional argument accepted")
+	}
+}
