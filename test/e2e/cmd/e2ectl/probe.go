@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// probeCmd sends -n requests, each on a new connection, and prints how they were
+// balanced. With -wait it first retries (bounded) until the service answers and, with
+// -expect, until every expected pod has answered once. It fails if any request of the
+// counted round failed or an unexpected pod answered.
+func probeCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	url := fs.String("url", "", "HTTP URL to GET")
+	udp := fs.String("udp", "", "HOST:PORT to send UDP datagrams to")
+	n := fs.Int("n", 30, "number of requests to count")
+	timeout := fs.Duration("timeout", 2*time.Second, "per-request timeout")
+	wait := fs.Duration("wait", 0, "first wait up to this long for the expected answers")
+	expect := fs.String("expect", "", "comma-separated pods that must (and alone may) answer")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if (*url == "") == (*udp == "") {
+		return fmt.Errorf("exactly one of -url and -udp is required")
+	}
+	if *n < 1 || *n > 1000 {
+		return fmt.Errorf("-n must be within 1..1000")
+	}
+	var want []string
+	if *expect != "" {
+		want = strings.Split(*expect, ",")
+	}
+	target := *url
+	ask := func() (string, error) { return askHTTP(*url, *timeout) }
+	if *udp != "" {
+		target = "udp://" + *udp
+		ask = func() (string, error) { return askUDP(*udp, *timeout) }
+	}
+
+	if *wait > 0 {
+		if err := waitFor(ctx, ask, want, *wait); err != nil {
+			return fmt.Errorf("%s: %w", target, err)
+		}
+	}
+
+	counts := map[string]int{}
+	var errs []string
+	for range *n {
+		pod, err := ask()
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		counts[pod]++
+	}
+	report(os.Stdout, target, *n, counts, errs)
+	if len(errs) > 0 {
+		return fmt.Errorf("%d of %d requests failed, first: %s", len(errs), *n, errs[0])
+	}
+	for pod := range counts {
+		if len(want) > 0 && !slices.Contains(want, pod) {
+			return fmt.Errorf("unexpected pod %s answered (want only %s)", pod, *expect)
+		}
+	}
+	return nil
+}
+
+// waitFor asks until every pod in want has answered (or any answer, if want is empty).
+func waitFor(ctx context.Context, ask func() (string, error), want []string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	seen := map[string]bool{}
+	var last error
+	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		pod, err := ask()
+		if err == nil {
+			seen[pod] = true
+			if len(want) == 0 || all(want, seen) {
+				return nil
+			}
+		} else {
+			last = err
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if last == nil {
+		return fmt.Errorf("after %v only %v answered, want %v", limit, keys(seen), want)
+	}
+	return fmt.Errorf("no expected answer after %v (answered: %v; last error: %v)", limit, keys(seen), last)
+}
+
+func all(want []string, seen map[string]bool) bool {
+	for _, w := range want {
+		if !seen[w] {
+			return false
+		}
+	}
+	return true
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func askHTTP(url string, timeout time.Duration) (string, error) {
+	c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return "", err
+	}
+	return podOf(string(body))
+}
+
+func askUDP(addr string, timeout time.Duration) (string, error) {
+	conn, err := net.DialTimeout("udp", addr, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte("who\n")); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 2048)
+	k, err := conn.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return podOf(string(buf[:k]))
+}
+
+// podOf takes the pod name from a podserver answer "NAME CLIENTADDR".
+func podOf(answer string) (string, error) {
+	f := strings.Fields(answer)
+	if len(f) == 0 {
+		return "", fmt.Errorf("empty answer")
+	}
+	return f[0], nil
+}
+
+func report(w io.Writer, target string, n int, counts map[string]int, errs []string) {
+	fmt.Fprintf(w, "  %d requests to %s:\n", n, target)
+	var pods []string
+	for p := range counts {
+		pods = append(pods, p)
+	}
+	slices.Sort(pods)
+	for _, p := range pods {
+		fmt.Fprintf(w, "    %-10s %3d  %s\n", p, counts[p], strings.Repeat("#", counts[p]))
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "    %-10s %3d\n", "(failed)", len(errs))
+	}
+}
