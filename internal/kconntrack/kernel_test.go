@@ -1,0 +1,125 @@
+package kconntrack_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/svcproxy/svcproxy/internal/kconntrack"
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// newClient returns a client whose socket lives in a fresh test namespace.
+// It fails (never skips) without root: these tests are the only proof the
+// wire format is right.
+func newClient(t *testing.T) *kconntrack.Client {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("kconntrack kernel tests need root (network namespaces, ctnetlink)")
+	}
+	lab := netnstest.New(t)
+	ns, err := lab.NewNS("ct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := netns.GetFromPath(ns.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	c, err := kconntrack.NewAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+func flow(proto uint8, src, dst, replySrc string, zone uint16) kconntrack.Flow {
+	s, d, r := ap(src), ap(dst), ap(replySrc)
+	return kconntrack.Flow{Proto: proto, Orig: kconntrack.Tuple{Src: s, Dst: d},
+		Reply: kconntrack.Tuple{Src: r, Dst: s}, Zone: zone}
+}
+
+func list(t *testing.T, c *kconntrack.Client, family proxy.IPFamily) []kconntrack.Flow {
+	t.Helper()
+	var out []kconntrack.Flow
+	if err := c.List(context.Background(), family, func(f kconntrack.Flow) { out = append(out, f) }); err != nil {
+		t.Fatalf("list %s: %v", family, err)
+	}
+	slices.SortFunc(out, func(a, b kconntrack.Flow) int { return a.Orig.Src.Compare(b.Orig.Src) })
+	return out
+}
+
+func TestCreateListDelete(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	v4 := []kconntrack.Flow{
+		flow(kconntrack.ProtoUDP, "198.19.1.2:1001", "172.30.0.10:53", "198.19.1.6:5353", 0),
+		flow(kconntrack.ProtoUDP, "198.19.1.2:1002", "172.30.0.10:53", "172.30.0.10:53", 0),
+		flow(kconntrack.ProtoSCTP, "198.19.1.2:1003", "172.30.0.11:80", "198.19.1.6:8080", 0),
+		flow(kconntrack.ProtoTCP, "198.19.1.2:1004", "172.30.0.12:80", "198.19.1.6:8080", 0),
+		flow(kconntrack.ProtoUDP, "198.19.1.2:1005", "172.30.0.10:53", "198.19.1.6:5353", 7),
+	}
+	v6 := []kconntrack.Flow{flow(kconntrack.ProtoUDP, "[fd00:19::2]:1001", "[fd00:30::a]:53", "[fd00:19::6]:5353", 0)}
+	c.BatchSize = 2 // several batches, one partial
+	if n, err := c.Create(ctx, proxy.IPv4, v4, time.Minute); err != nil || n != len(v4) {
+		t.Fatalf("create v4: %d, %v", n, err)
+	}
+	if n, err := c.Create(ctx, proxy.IPv6, v6, time.Minute); err != nil || n != 1 {
+		t.Fatalf("create v6: %d, %v", n, err)
+	}
+	if got := list(t, c, proxy.IPv4); !slices.Equal(got, v4) {
+		t.Fatalf("v4 flows:\n got %v\nwant %v", got, v4)
+	}
+	if got := list(t, c, proxy.IPv6); !slices.Equal(got, v6) {
+		t.Fatalf("v6 flows:\n got %v\nwant %v", got, v6)
+	}
+
+	// Deleting the zoned flow needs its zone; a flow already gone counts.
+	doomed := []kconntrack.Flow{v4[1], v4[4], v4[2], flow(kconntrack.ProtoUDP, "198.19.1.2:9", "172.30.0.10:53", "172.30.0.10:53", 0)}
+	if n, err := c.Delete(ctx, proxy.IPv4, doomed); err != nil || n != len(doomed) {
+		t.Fatalf("delete: %d, %v", n, err)
+	}
+	want := []kconntrack.Flow{v4[0], v4[3]}
+	if got := list(t, c, proxy.IPv4); !slices.Equal(got, want) {
+		t.Fatalf("after delete:\n got %v\nwant %v", got, want)
+	}
+	if got := list(t, c, proxy.IPv6); len(got) != 1 {
+		t.Fatalf("v6 flows touched by a v4 delete: %v", got)
+	}
+}
+
+func TestListHonoursContext(t *testing.T) {
+	c := newClient(t)
+	var flows []kconntrack.Flow
+	for i := range 5000 {
+		flows = append(flows, flow(kconntrack.ProtoUDP,
+			netip.AddrPortFrom(netip.MustParseAddr("198.19.1.2"), uint16(1000+i)).String(), "172.30.0.10:53", "198.19.1.6:53", 0))
+	}
+	if _, err := c.Create(context.Background(), proxy.IPv4, flows, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	seen := 0
+	err := c.List(ctx, proxy.IPv4, func(kconntrack.Flow) {
+		seen++
+		cancel()
+	})
+	if !errors.Is(err, context.Canceled) || seen == len(flows) {
+		t.Fatalf("cancelled list: err %v after %d flows", err, seen)
+	}
+	// The client is usable again afterwards.
+	if got := list(t, c, proxy.IPv4); len(got) != len(flows) {
+		t.Fatalf("after a cancelled dump: %d flows, want %d", len(got), len(flows))
+	}
+}
