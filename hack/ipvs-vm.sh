@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# hack/ipvs-vm.sh — run the IPVS backend's real-kernel tests inside a throwaway qemu VM.
+# This machine's kernel has no IPVS; the VM boots Debian's stock kernel (downloaded with
+# apt-get download, unpacked, never installed) under TCG with a busybox initramfs, no NIC
+# (-nic none: nothing in the VM can reach anything outside it), and runs the static test
+# binary built from pkg/proxy/ipvs with -tags ipvsvm. See shared/reference/ipvs-vm.md.
+#
+# usage: hack/ipvs-vm.sh [REGEX]     go test -run REGEX (default: every test)
+#        hack/ipvs-vm.sh --bench     the sync benchmark (test/bench/ipvs): IPVS vs nftables
+#
+# Prints the verbose go test output, then "ipvs-vm: N passed, N failed, N skipped".
+# Exits 0 only if every test passed AND the VM's verdict came back as qemu exit 33.
+#
+# env: IPVS_VM_TIMEOUT (s, default 900)   IPVS_VM_MEM (MiB, default 1024)
+#      IPVS_VM_BENCH_ARGS (flags for the benchmark, e.g. "-services 1000,10000")
+set -euo pipefail
+HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HACK/.." && pwd)
+WORK=$ROOT/_output/ipvs-vm
+PKG=github.com/svcproxy/svcproxy/pkg/proxy/ipvs
+MODE=test RUN=
+case ${1:-} in
+  --bench) MODE=bench ;;
+  -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+  *) RUN=${1:-} ;;
+esac
+
+log() { echo "[ipvs-vm] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
+
+# 1. host packages, installed only when missing (package -> file it provides)
+declare -A HOSTPKGS=(
+  [qemu-system-x86]=/usr/bin/qemu-system-x86_64 [busybox-static]=/bin/busybox
+  [kmod]=/usr/bin/kmod [cpio]=/usr/bin/cpio [xz-utils]=/usr/bin/xz
+  [ipvsadm]=/usr/sbin/ipvsadm [ipset]=/usr/sbin/ipset [nftables]=/usr/sbin/nft
+  [iptables]=/usr/sbin/xtables-nft-multi [iproute2]=/usr/sbin/ip
+)
+install_host_packages() {
+  local p need=()
+  for p in "${!HOSTPKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || [[ ! -e ${HOSTPKGS[$p]} ]]; then
+      need+=("$p")
+    fi
+  done
+  [[ ${#need[@]} == 0 ]] && return 0
+  [[ $(id -u) == 0 ]] || die "missing packages (${need[*]}) and not root"
+  log "apt-get install ${need[*]}"
+  apt-get update -qq >&2 || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
+    || die "apt-get install ${need[*]} failed"
+  return 0
+}
+
+# 2. the guest kernel: the ABI package behind linux-image-amd64 (its name changes with
+# point releases), unpacked into _output/ipvs-vm/kernel-KVER with modules.dep and an
+# uncompressed vmlinux (PVH boot skips real mode and the xz decompressor, ~2 s under TCG)
+fetch_kernel() {
+  KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+  if [[ -z $KPKG ]]; then
+    apt-get update -qq >&2 || die "apt-get update failed"
+    KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+  fi
+  [[ -n $KPKG ]] || die "cannot resolve linux-image-amd64 to a kernel package"
+  KVER=${KPKG#linux-image-}
+  KROOT=$WORK/kernel-$KVER
+  if [[ -f $KROOT/vmlinux && -f $KROOT/lib/modules/$KVER/modules.dep ]]; then
+    log "kernel $KVER (cached)"
+    return 0
+  fi
+  log "fetching $KPKG $(apt-cache policy "$KPKG" | awk '/Candidate/{print $2}')"
+  local dl=$WORK/deb
+  rm -rf "$KROOT" "$dl" && mkdir -p "$dl" && chmod 777 "$dl"
+  (cd "$dl" && apt-get download -q "$KPKG" >/dev/null 2>&1) || die "apt-get download $KPKG failed"
+  dpkg -x "$dl/$KPKG"_*.deb "$KROOT.tmp"
+  depmod -b "$KROOT.tmp" "$KVER" # the .deb ships no modules.dep (its postinst makes it)
+  local vmlinuz=$KROOT.tmp/boot/vmlinuz-$KVER off
+  off=$(LC_ALL=C grep -abo $'\xfd7zXZ\x00' "$vmlinuz" | awk -F: 'NR==1{print $1}')
+  [[ -n $off ]] || die "no xz payload in $vmlinuz"
+  tail -c +$((off + 1)) "$vmlinuz" > "$dl/payload.xz"   # a file, not a pipe: SIGPIPE under pipefail
+  xz -dc --single-stream "$dl/payload.xz" > "$KROOT.tmp/vmlinux"
+  mv "$KROOT.tmp" "$KROOT"
+  rm -rf "$dl"
+}
+
+# 3. the payload: a static binary and /test.sh that runs it inside the VM
+build_payload() {
+  PAY=$WORK/payload
+  rm -rf "$PAY" && mkdir -p "$PAY"
+  cd "$ROOT"
+  if [[ $MODE == bench ]]; then
+    CGO_ENABLED=0 go build -tags ipvsvm -o "$PAY/vm.bin" ./test/bench/ipvs
+    cat > "$PAY/test.sh" <<SH
+#!/bin/sh
+cd /tmp && /vm.bin ${IPVS_VM_BENCH_ARGS:-} > /mnt/results/test.out 2>&1
+rc=\$?
+cat /mnt/results/test.out
+exit \$rc
+SH
+  else
+    CGO_ENABLED=0 go test -c -tags ipvsvm -o "$PAY/vm.bin" ./pkg/proxy/ipvs
+    local run=
+    [[ -n $RUN ]] && run="-test.run '$(printf %s "$RUN" | sed "s/'/'\\\\''/g")'"
+    cat > "$PAY/test.sh" <<SH
+#!/bin/sh
+cd /tmp && /vm.bin -test.v=test2json -test.count=1 -test.timeout=${IPVS_VM_TEST_TIMEOUT:-600s} $run > /mnt/results/test.out 2>&1
+rc=\$?
+echo "=== test binary exit \$rc"
+exit \$rc
+SH
+  fi
+  chmod +x "$PAY/test.sh"
+  [[ -x $PAY/vm.bin ]] || die "no binary built"
+}
+
+build_summary_tool() {
+  mkdir -p "$ROOT/_output/tools"
+  (cd "$HACK/tools/testsummary" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go build -o "$ROOT/_output/tools/testsummary" .) \
+    || die "building hack/tools/testsummary failed"
+}
+
+boot() {
+  RES=$WORK/results
+  rm -rf "$RES" && mkdir -p "$RES"
+  local t=${IPVS_VM_TIMEOUT:-900}
+  set +e
+  timeout "$t" qemu-system-x86_64 -accel tcg -m "${IPVS_VM_MEM:-1024}" -smp 1 \
+    -nographic -nic none -no-reboot \
+    -kernel "$KROOT/vmlinux" -initrd "$WORK/initramfs.cpio.gz" \
+    -append 'console=ttyS0 panic=-1 quiet' \
+    -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+    -virtfs local,path="$RES",mount_tag=results,security_model=none,id=results \
+    </dev/null 2>&1 | sed -u 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g; s/^/vm| /' > "$WORK/console.log"
+  QRC=${PIPESTATUS[0]}
+  set -e
+}
+
+main() {
+  local t0 t
+  t0=$(now)
+  mkdir -p "$WORK"
+  exec 9> "$WORK/lock"
+  flock -w 1800 9 || die "another hack/ipvs-vm.sh holds $WORK/lock"
+  install_host_packages
+  # the initramfs has no libc for busybox: it must be the static build
+  ! ldd /bin/busybox >/dev/null 2>&1 || die "/bin/busybox is dynamically linked (need busybox-static)"
+  [[ $MODE == test ]] && build_summary_tool
+  t=$(now); fetch_kernel; local tk; tk=$(since "$t")
+  t=$(now); build_payload; local tb; tb=$(since "$t")
+  t=$(now)
+  "$HACK/ipvs-vm/build-initramfs.sh" "$KROOT" "$KVER" "$WORK/initramfs.cpio.gz" "$PAY" >&2
+  local ti; ti=$(since "$t")
+  log "booting $KVER under TCG (timeout ${IPVS_VM_TIMEOUT:-900}s); console: ${WORK#"$ROOT"/}/console.log"
+  t=$(now); boot; local tv; tv=$(since "$t")
+  local up_init up_done
+  up_init=$(sed -n 's/.*=== modules loaded at \([0-9.]*\)s.*/\1/p' "$WORK/console.log")
+  up_done=$(sed -n 's/.*=== init: done at uptime \([0-9.]*\)s.*/\1/p' "$WORK/console.log")
+  log "timings: kernel ${tk}s, build ${tb}s, initramfs ${ti}s, VM ${tv}s wall (guest: modules loaded at ${up_init:-?}s, done at ${up_done:-?}s), total $(since "$t0")s"
+
+  local rc=0
+  if [[ $MODE == bench ]]; then
+    [[ -f $RES/test.out ]] && cat "$RES/test.out"
+  else
+    if [[ -f $RES/test.out ]]; then
+      tr -d '\026' < "$RES/test.out"
+      local summary
+      summary=$(go tool test2json -p "$PKG" < "$RES/test.out" | "$ROOT/_output/tools/testsummary") || rc=1
+      echo "ipvs-vm: $(tail -n 1 <<<"$summary")"
+    else
+      echo "ipvs-vm: 0 passed, 1 failed, 0 skipped (no test output came back from the VM)"
+      rc=1
+    fi
+  fi
+  case $QRC in
+    33) log "VM verdict: pass (qemu exit 33)" ;;
+    35) log "VM verdict: FAIL (qemu exit 35); console: $WORK/console.log"; rc=1 ;;
+    124) log "VM timed out; console tail:"; tail -n 30 "$WORK/console.log" >&2; rc=1 ;;
+    *) log "no verdict from the VM (qemu exit $QRC: kernel panic or /init crash); console tail:"
+       tail -n 40 "$WORK/console.log" >&2; rc=1 ;;
+  esac
+  if [[ $rc != 0 && $QRC == 35 ]]; then
+    grep -E 'MODULE MISSING|insmod .* failed|not mounted|no /test.sh' "$WORK/console.log" >&2 || true
+  fi
+  return "$rc"
+}
+
+main "$@"
