@@ -1,0 +1,195 @@
+package kipset
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Client is the real Interface over netlink.
+type Client struct {
+	h     *netlink.Handle
+	types map[string]Type // set types learned from create and list
+}
+
+var _ Interface = (*Client)(nil)
+
+// New returns a client for the ipsets of the network namespace at nsPath
+// ("" for the caller's own). Close releases its sockets.
+func New(nsPath string) (*Client, error) {
+	var (
+		h   *netlink.Handle
+		err error
+	)
+	if nsPath == "" {
+		h, err = netlink.NewHandle(unix.NETLINK_NETFILTER)
+	} else {
+		var ns netns.NsHandle
+		if ns, err = netns.GetFromPath(nsPath); err == nil {
+			defer ns.Close()
+			h, err = netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening ipset netlink socket: %w", err)
+	}
+	return &Client{h: h, types: map[string]Type{}}, nil
+}
+
+// Close releases the netlink sockets.
+func (c *Client) Close() { c.h.Close() }
+
+// CreateSet is part of Interface.
+func (c *Client) CreateSet(set Set) error {
+	opts := netlink.IpsetCreateOptions{Family: unix.AF_INET}
+	if set.Family == Inet6 {
+		opts.Family = unix.AF_INET6
+	}
+	if set.Type == BitmapPort {
+		opts.PortFrom, opts.PortTo = 0, 65535
+	}
+	err := guard(func() error { return c.h.IpsetCreate(set.Name, string(set.Type), opts) })
+	if err != nil {
+		return wrap(err, "creating ipset "+set.Name, ErrExists)
+	}
+	c.types[set.Name] = set.Type
+	return nil
+}
+
+// DestroySet is part of Interface.
+func (c *Client) DestroySet(name string) error {
+	if err := guard(func() error { return c.h.IpsetDestroy(name) }); err != nil {
+		return wrap(err, "destroying ipset "+name, ErrNotFound)
+	}
+	delete(c.types, name)
+	return nil
+}
+
+// ListSets is part of Interface.
+func (c *Client) ListSets() ([]string, error) {
+	var all []netlink.IPSetResult
+	err := guard(func() (err error) { all, err = c.h.IpsetListAll(); return err })
+	if err != nil {
+		return nil, wrap(err, "listing ipsets", ErrNotFound)
+	}
+	names := make([]string, 0, len(all))
+	for _, r := range all {
+		names = append(names, r.SetName)
+		c.types[r.SetName] = Type(r.TypeName)
+	}
+	return names, nil
+}
+
+// ListEntries is part of Interface.
+func (c *Client) ListEntries(name string) ([]Entry, error) {
+	var res *netlink.IPSetResult
+	err := guard(func() (err error) { res, err = c.h.IpsetList(name); return err })
+	if err != nil {
+		return nil, wrap(err, "listing ipset "+name, ErrNotFound)
+	}
+	t := Type(res.TypeName)
+	c.types[name] = t
+	out := make([]Entry, 0, len(res.Entries))
+	for _, raw := range res.Entries {
+		out = append(out, fromNetlink(t, raw))
+	}
+	return out, nil
+}
+
+// AddEntry is part of Interface. Adding a present member is not an error.
+func (c *Client) AddEntry(name string, e Entry) error {
+	if err := validate(c.types[name], e); c.types[name] != "" && err != nil {
+		return err
+	}
+	ne := toNetlink(e)
+	return wrap(guard(func() error { return c.h.IpsetAdd(name, ne) }), "adding "+e.String()+" to ipset "+name, ErrExists)
+}
+
+// DelEntry is part of Interface. Deleting an absent member is not an error.
+func (c *Client) DelEntry(name string, e Entry) error {
+	ne := toNetlink(e)
+	return wrap(guard(func() error { return c.h.IpsetDel(name, ne) }), "deleting "+e.String()+" from ipset "+name, ErrNotFound)
+}
+
+func toNetlink(e Entry) *netlink.IPSetEntry {
+	ne := &netlink.IPSetEntry{}
+	if e.IP.IsValid() {
+		ne.IP = net.IP(e.IP.AsSlice())
+	}
+	if e.Port != 0 || e.Protocol != 0 {
+		port, proto := e.Port, e.Protocol
+		ne.Port = &port
+		if proto != 0 {
+			ne.Protocol = &proto
+		}
+	}
+	switch {
+	case e.IP2.IsValid():
+		ne.IP2 = net.IP(e.IP2.AsSlice())
+	case e.Net.IsValid():
+		ne.IP2 = net.IP(e.Net.Addr().AsSlice())
+		ne.CIDR2 = uint8(e.Net.Bits())
+	}
+	return ne
+}
+
+func fromNetlink(t Type, raw netlink.IPSetEntry) Entry {
+	var e Entry
+	if a, ok := netip.AddrFromSlice(raw.IP); ok && t != BitmapPort {
+		e.IP = a.Unmap()
+	}
+	if raw.Port != nil {
+		e.Port = *raw.Port
+	}
+	if raw.Protocol != nil && t != BitmapPort {
+		e.Protocol = *raw.Protocol
+	}
+	if a, ok := netip.AddrFromSlice(raw.IP2); ok {
+		switch t {
+		case HashIPPortNet:
+			e.Net = netip.PrefixFrom(a.Unmap(), int(raw.CIDR2))
+		default:
+			e.IP2 = a.Unmap()
+		}
+	}
+	return e
+}
+
+// guard turns a panic inside the netlink library into an error: its ipset
+// code type-asserts every failure to syscall.Errno, which panics on any
+// other error (a dump interrupted, a socket error). A daemon must not die
+// of that.
+func guard(call func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("netlink ipset call failed: %v", r)
+		}
+	}()
+	return call()
+}
+
+// wrap maps the kernel's errors to this package's; missing is ErrNotFound
+// or ErrExists, what IPSET_ERR_EXIST means for the operation at hand.
+func wrap(err error, what string, exist error) error {
+	var ipsetErr nl.IPSetError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOENT):
+		return fmt.Errorf("%s: %w (%w)", what, ErrNotFound, err)
+	case errors.Is(err, syscall.EEXIST):
+		return fmt.Errorf("%s: %w (%w)", what, ErrExists, err)
+	case errors.As(err, &ipsetErr) && int(ipsetErr) == nl.IPSET_ERR_EXIST:
+		return fmt.Errorf("%s: %w (%w)", what, exist, err)
+	case errors.As(err, &ipsetErr) && (int(ipsetErr) == nl.IPSET_ERR_BUSY || int(ipsetErr) == nl.IPSET_ERR_REFERENCED):
+		return fmt.Errorf("%s: %w (%w)", what, ErrInUse, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
