@@ -6,6 +6,10 @@
 #   KROOT        where linux-image-KVER.deb was unpacked with dpkg -x (depmod already run)
 #   PAYLOAD_DIR  copied to / as is (the static test binary and /test.sh)
 #
+# The output is two gzip'ed cpio archives back to back (the kernel unpacks both): the
+# base (tools, modules, /init), cached beside OUT and rebuilt only when this script, the
+# init, the kernel or a host tool changes, and the payload, packed on every run.
+#
 # Contents: static busybox (+ applet links), iproute2 ip, ipvsadm, ipset, nft and
 # iptables (nft and legacy, with the xtables extensions, which are dlopen'ed and so not
 # in ldd's closure), the libraries they need, and the kernel modules the tests use, in
@@ -42,6 +46,21 @@ MODS=(
   # 9p results share
   9p 9pnet_virtio virtio_pci
 )
+
+BASE=${OUT%.cpio.gz}.base.cpio.gz
+pack() { # DIR OUT: newc cpio, gzip (find | cpio | gzip: no early reader exit, pipefail-safe)
+  (cd "$1" && find . -print0 | cpio --null -o -H newc --owner=0:0 --quiet) | gzip -1 > "$2"
+}
+stamp=$( { echo "$KVER"; cat "$0" "$HERE/init"; ls -l --time-style=+%s /bin/busybox /usr/sbin/{ip,ipvsadm,ipset,nft,xtables-nft-multi,xtables-legacy-multi}; } | sha256sum | cut -c1-16)
+if [[ -f $BASE && $(cat "$BASE.stamp" 2>/dev/null) == "$stamp" ]]; then
+  pay=$(mktemp -d /tmp/ipvs-vm-payload.XXXXXX)
+  trap 'rm -rf "$pay"' EXIT
+  cp -a "$PAYLOAD"/. "$pay/"
+  pack "$pay" "$OUT.payload"
+  cat "$BASE" "$OUT.payload" > "$OUT" && rm -f "$OUT.payload"
+  echo "initramfs: $(du -h "$OUT" | cut -f1) (cached base + payload)"
+  exit 0
+fi
 
 ST=$(mktemp -d /tmp/ipvs-vm-initramfs.XXXXXX)
 trap 'rm -rf "$ST"' EXIT
@@ -108,10 +127,11 @@ rm "$ST/modules.order.tmp"
 cp "$KROOT/$MD"/modules.{builtin,builtin.modinfo,order} "$ST/$MD/"
 depmod -b "$ST" "$KVER"
 
-# 4. /init and the payload
+# 4. /init, then pack the base; the payload goes into its own archive
 install -m 0755 "$HERE/init" "$ST/init"
-cp -a "$PAYLOAD"/. "$ST/"
-
-# 5. pack (find | cpio: a pipe into gzip, no early reader exit, so pipefail is safe)
-(cd "$ST" && find . -print0 | cpio --null -o -H newc --owner=0:0 --quiet) | gzip -1 > "$OUT"
-echo "initramfs: $(du -h "$OUT" | cut -f1) ($(du -sh "$ST" | cut -f1) unpacked, $(wc -l < "$ST/etc/insmod.list") modules)"
+pack "$ST" "$BASE.tmp" && mv "$BASE.tmp" "$BASE" && echo "$stamp" > "$BASE.stamp"
+echo "initramfs base: $(du -h "$BASE" | cut -f1) ($(du -sh "$ST" | cut -f1) unpacked, $(wc -l < "$ST/etc/insmod.list") modules)"
+rm -rf "${ST:?}"/* && cp -a "$PAYLOAD"/. "$ST/"
+pack "$ST" "$OUT.payload"
+cat "$BASE" "$OUT.payload" > "$OUT" && rm -f "$OUT.payload"
+echo "initramfs: $(du -h "$OUT" | cut -f1)"
