@@ -1,0 +1,176 @@
+package conntrack
+
+import (
+	"net/netip"
+
+	"github.com/svcproxy/svcproxy/internal/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// frontendKey is a service address, port and protocol: the original
+// destination of a flow to a cluster, external or load-balancer IP.
+type frontendKey struct {
+	proto uint8
+	addr  netip.Addr
+	port  uint16
+}
+
+// nodePortKey is a node port; its addresses are checked separately.
+type nodePortKey struct {
+	proto uint8
+	port  uint16
+}
+
+// serving is the set of endpoints a frontend may legitimately be DNATed
+// to; empty means every flow to the frontend is stale.
+type serving map[netip.AddrPort]struct{}
+
+// index answers "is this flow stale?" for one State. It covers UDP and
+// SCTP only: TCP flows are never deleted (a TCP peer notices a dead
+// endpoint by itself, and deleting a live connection's entry breaks it).
+type index struct {
+	frontends map[frontendKey]serving
+	nodePorts map[nodePortKey]serving
+	// nodePortAll means node ports answer on every non-loopback address;
+	// otherwise only on nodePortIPs.
+	nodePortAll bool
+	nodePortIPs map[netip.Addr]bool
+}
+
+// connectionless reports whether flows of p can go stale silently.
+func connectionless(p proxy.Protocol) bool { return p == proxy.UDP || p == proxy.SCTP }
+
+// buildIndex indexes the UDP and SCTP frontends of st. retired are service
+// ports that existed in earlier States but no longer do (or moved): flows
+// to their old frontends are stale unless a current port took them over.
+func buildIndex(st *desired.State, retired []*desired.ServicePort) *index {
+	ix := &index{
+		frontends:   map[frontendKey]serving{},
+		nodePorts:   map[nodePortKey]serving{},
+		nodePortAll: st.NodePorts.All,
+		nodePortIPs: map[netip.Addr]bool{},
+	}
+	for _, ip := range st.NodePorts.IPs {
+		ix.nodePortIPs[ip] = true
+	}
+	for _, sp := range st.Services {
+		if connectionless(sp.Protocol) {
+			ix.add(sp, servingOf(sp))
+		}
+	}
+	for _, sp := range retired {
+		if connectionless(sp.Protocol) {
+			ix.addRetired(sp)
+		}
+	}
+	return ix
+}
+
+// servingOf is the union of the port's dispatch endpoints: a flow DNATed
+// to any of them is one the current rules could have made, so it stays.
+func servingOf(sp *desired.ServicePort) serving {
+	s := serving{}
+	for _, d := range []desired.Dispatch{sp.Internal, sp.External, sp.Cluster} {
+		for _, ep := range d.Endpoints {
+			s[ep.AddrPort()] = struct{}{}
+		}
+	}
+	return s
+}
+
+// frontendsOf calls fn for each service-address frontend of sp.
+func frontendsOf(sp *desired.ServicePort, fn func(frontendKey)) {
+	proto := kconntrack.ProtoNumber(sp.Protocol)
+	fn(frontendKey{proto, sp.ClusterIP, sp.Port})
+	for _, ip := range sp.ExternalIPs {
+		fn(frontendKey{proto, ip, sp.Port})
+	}
+	for _, ip := range sp.LoadBalancerIPs {
+		fn(frontendKey{proto, ip, sp.Port})
+	}
+}
+
+func (ix *index) add(sp *desired.ServicePort, s serving) {
+	frontendsOf(sp, func(k frontendKey) { ix.frontends[k] = merge(ix.frontends[k], s) })
+	if sp.NodePort != 0 {
+		k := nodePortKey{kconntrack.ProtoNumber(sp.Protocol), sp.NodePort}
+		ix.nodePorts[k] = merge(ix.nodePorts[k], s)
+	}
+}
+
+// addRetired marks the frontends of a port that is gone as serving
+// nothing, without overriding a current port that uses the same frontend.
+func (ix *index) addRetired(sp *desired.ServicePort) {
+	frontendsOf(sp, func(k frontendKey) {
+		if _, ok := ix.frontends[k]; !ok {
+			ix.frontends[k] = serving{}
+		}
+	})
+	if sp.NodePort != 0 {
+		k := nodePortKey{kconntrack.ProtoNumber(sp.Protocol), sp.NodePort}
+		if _, ok := ix.nodePorts[k]; !ok {
+			ix.nodePorts[k] = serving{}
+		}
+	}
+}
+
+// merge unions b into a; two ports sharing a frontend (a conflict the API
+// should prevent) keep each other's flows rather than delete them.
+func merge(a, b serving) serving {
+	if a == nil {
+		return b
+	}
+	out := make(serving, len(a)+len(b))
+	for _, s := range []serving{a, b} {
+		for ep := range s {
+			out[ep] = struct{}{}
+		}
+	}
+	return out
+}
+
+// lookup finds the serving set for a flow's original destination; known is
+// false when the flow is not to a UDP or SCTP frontend of the index.
+func (ix *index) lookup(f kconntrack.Flow) (s serving, known bool) {
+	dst := f.Orig.Dst
+	if s, ok := ix.frontends[frontendKey{f.Proto, dst.Addr(), dst.Port()}]; ok {
+		return s, true
+	}
+	s, ok := ix.nodePorts[nodePortKey{f.Proto, dst.Port()}]
+	if !ok {
+		return nil, false
+	}
+	if ix.nodePortAll {
+		return s, !dst.Addr().IsLoopback()
+	}
+	return s, ix.nodePortIPs[dst.Addr()]
+}
+
+// stale reports whether f goes to a frontend of the index and its reply
+// does not come from an endpoint that frontend serves. That covers flows
+// DNATed to a removed endpoint and flows that never were DNATed (made
+// while the service rejected, or before its rules existed: their reply
+// source is the frontend itself).
+func (ix *index) stale(f kconntrack.Flow) bool {
+	if f.Proto != kconntrack.ProtoUDP && f.Proto != kconntrack.ProtoSCTP {
+		return false
+	}
+	s, known := ix.lookup(f)
+	if !known {
+		return false
+	}
+	_, ok := s[f.Reply.Src]
+	return !ok
+}
+
+// valid reports whether ix positively knows f to be a good flow; used to
+// spare flows a newer State made valid while the older one was deciding.
+func (ix *index) valid(f kconntrack.Flow) bool {
+	s, known := ix.lookup(f)
+	if !known {
+		return false
+	}
+	_, ok := s[f.Reply.Src]
+	return ok
+}
