@@ -1,0 +1,163 @@
+package kiptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	goiptables "github.com/coreos/go-iptables/iptables"
+	"k8s.io/klog/v2"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// Lock handling. iptables-legacy serializes writers with the xtables lock
+// (/run/xtables.lock, shared with kubelet and CNI plugins); "-w 5 -W 100000"
+// waits up to 5 s, polling every 100 ms, as upstream does. A tool that
+// still could not get the lock exits with status 4; we retry that a few
+// times with a growing pause rather than fail the whole sync.
+// iptables-nft accepts and ignores the flags.
+var lockArgs = []string{"-w", "5", "-W", "100000"}
+
+const (
+	lockRetries   = 3
+	lockBackoff   = 500 * time.Millisecond
+	exitLockError = 4
+)
+
+// execer runs a program; it is the one OS seam, so tests can check argv
+// and stdin without running anything.
+type execer interface {
+	LookPath(file string) (string, error)
+	// Run runs path with args and stdin; on failure the error includes
+	// stderr and wraps *exec.ExitError when the program ran.
+	Run(ctx context.Context, path string, args []string, stdin []byte) ([]byte, error)
+}
+
+type osExec struct{}
+
+func (osExec) LookPath(file string) (string, error) { return exec.LookPath(file) }
+
+func (osExec) Run(ctx context.Context, path string, args []string, stdin []byte) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, path, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// Client is the real Interface: it execs one flavour's tools for one family.
+type Client struct {
+	restore, save string // absolute paths
+	rules         *goiptables.IPTables
+	exec          execer
+	sleep         func(ctx context.Context, d time.Duration) error
+}
+
+var _ Interface = (*Client)(nil)
+
+// New returns a client for family using flavour's binaries
+// (iptables-nft-restore, ip6tables-legacy-save, ...).
+func New(family proxy.IPFamily, flavour Flavour) (*Client, error) {
+	return newClient(family, flavour, osExec{}, true)
+}
+
+func newClient(family proxy.IPFamily, flavour Flavour, ex execer, withRules bool) (*Client, error) {
+	c := &Client{exec: ex, sleep: sleepCtx}
+	base := toolName(family, flavour)
+	var err error
+	if c.restore, err = ex.LookPath(base + "-restore"); err != nil {
+		return nil, fmt.Errorf("finding %s-restore: %w", base, err)
+	}
+	if c.save, err = ex.LookPath(base + "-save"); err != nil {
+		return nil, fmt.Errorf("finding %s-save: %w", base, err)
+	}
+	if withRules {
+		proto := goiptables.ProtocolIPv4
+		if family == proxy.IPv6 {
+			proto = goiptables.ProtocolIPv6
+		}
+		path, err := ex.LookPath(base)
+		if err != nil {
+			return nil, fmt.Errorf("finding %s: %w", base, err)
+		}
+		// Timeout makes go-iptables pass "--wait 5" like the restore path.
+		if c.rules, err = goiptables.New(goiptables.IPFamily(proto), goiptables.Path(path), goiptables.Timeout(5)); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return c, nil
+}
+
+// toolName is "iptables-nft", "ip6tables-legacy" or, with no flavour,
+// plain "iptables"/"ip6tables".
+func toolName(family proxy.IPFamily, flavour Flavour) string {
+	name := "iptables"
+	if family == proxy.IPv6 {
+		name = "ip6tables"
+	}
+	if flavour != "" {
+		name += "-" + string(flavour)
+	}
+	return name
+}
+
+// Restore is part of Interface.
+func (c *Client) Restore(ctx context.Context, data []byte) error {
+	args := append(append([]string{}, lockArgs...), "--noflush", "--counters")
+	_, err := c.runRetrying(ctx, c.restore, args, data)
+	return err
+}
+
+// Save is part of Interface.
+func (c *Client) Save(ctx context.Context, table Table) ([]byte, error) {
+	return c.runRetrying(ctx, c.save, []string{"-t", string(table)}, nil)
+}
+
+// runRetrying runs a tool, retrying with backoff while the xtables lock is
+// contended.
+func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin []byte) ([]byte, error) {
+	pause := lockBackoff
+	for attempt := 0; ; attempt++ {
+		out, err := c.exec.Run(ctx, path, args, stdin)
+		if err == nil || !isLockError(err) {
+			return out, err
+		}
+		if attempt == lockRetries {
+			return nil, fmt.Errorf("%w: %w", ErrLocked, err)
+		}
+		klog.V(2).InfoS("xtables lock busy, retrying", "tool", path, "pause", pause)
+		if err := c.sleep(ctx, pause); err != nil {
+			return nil, err
+		}
+		pause *= 2
+	}
+}
+
+func isLockError(err error) bool {
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) && exitErr.ExitCode() == exitLockError {
+		return true
+	}
+	return strings.Contains(err.Error(), "xtables lock")
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

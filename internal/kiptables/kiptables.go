@@ -1,0 +1,55 @@
+// Package kiptables is a small client for the iptables tools: bulk changes
+// go through iptables-restore (one atomic transaction per table), reads
+// through iptables-save, and the few single-rule edits of built-in chains
+// through github.com/coreos/go-iptables. It knows nothing about Kubernetes.
+// Fake implements Interface in memory for tests.
+package kiptables
+
+import (
+	"context"
+	"errors"
+)
+
+// Table names an iptables table.
+type Table string
+
+// The tables svcproxy uses.
+const (
+	TableFilter Table = "filter"
+	TableNAT    Table = "nat"
+	TableMangle Table = "mangle"
+)
+
+// Built-in chains.
+const (
+	ChainPrerouting  = "PREROUTING"
+	ChainInput       = "INPUT"
+	ChainForward     = "FORWARD"
+	ChainOutput      = "OUTPUT"
+	ChainPostrouting = "POSTROUTING"
+)
+
+// Interface is what a backend needs from iptables. Methods are safe to call
+// from one goroutine at a time per value.
+type Interface interface {
+	// Restore runs iptables-restore --noflush --counters with data on
+	// stdin. data holds one or more "*table ... COMMIT" sections; each
+	// table's section is applied atomically, or not at all.
+	Restore(ctx context.Context, data []byte) error
+	// Save returns iptables-save output for one table.
+	Save(ctx context.Context, table Table) ([]byte, error)
+	// EnsureChain creates chain in table unless it exists.
+	EnsureChain(ctx context.Context, table Table, chain string) error
+	// ChainExists reports whether chain exists in table.
+	ChainExists(ctx context.Context, table Table, chain string) (bool, error)
+	// EnsureRuleAtFront inserts rule at the head of chain unless an
+	// identical rule is already somewhere in chain.
+	EnsureRuleAtFront(ctx context.Context, table Table, chain string, rule ...string) error
+	// DeleteRule deletes rule from chain; a missing rule or chain is not
+	// an error.
+	DeleteRule(ctx context.Context, table Table, chain string, rule ...string) error
+}
+
+// ErrLocked is wrapped by errors from an iptables tool that could not get
+// the xtables lock in time, after retries.
+var ErrLocked = errors.New("xtables lock held by another process")

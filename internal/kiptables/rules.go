@@ -1,0 +1,63 @@
+package kiptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	goiptables "github.com/coreos/go-iptables/iptables"
+)
+
+// The single-rule operations go through go-iptables, which takes no
+// context; they are few (about twenty per full sync) and short.
+
+// EnsureChain is part of Interface.
+func (c *Client) EnsureChain(_ context.Context, table Table, chain string) error {
+	ok, err := c.rules.ChainExists(string(table), chain)
+	if err != nil {
+		return fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
+	}
+	if ok {
+		return nil
+	}
+	if err := c.rules.NewChain(string(table), chain); err != nil && !isExists(err) {
+		return fmt.Errorf("creating chain %s/%s: %w", table, chain, err)
+	}
+	return nil
+}
+
+// ChainExists is part of Interface.
+func (c *Client) ChainExists(_ context.Context, table Table, chain string) (bool, error) {
+	ok, err := c.rules.ChainExists(string(table), chain)
+	if err != nil {
+		return false, fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
+	}
+	return ok, nil
+}
+
+// EnsureRuleAtFront is part of Interface.
+func (c *Client) EnsureRuleAtFront(_ context.Context, table Table, chain string, rule ...string) error {
+	if err := c.rules.InsertUnique(string(table), chain, 1, rule...); err != nil {
+		return fmt.Errorf("ensuring rule in %s/%s (%s): %w", table, chain, strings.Join(rule, " "), err)
+	}
+	return nil
+}
+
+// DeleteRule is part of Interface.
+func (c *Client) DeleteRule(_ context.Context, table Table, chain string, rule ...string) error {
+	err := c.rules.DeleteIfExists(string(table), chain, rule...)
+	if err != nil && !isNotExist(err) {
+		return fmt.Errorf("deleting rule from %s/%s (%s): %w", table, chain, strings.Join(rule, " "), err)
+	}
+	return nil
+}
+
+func isNotExist(err error) bool {
+	var e *goiptables.Error
+	return errors.As(err, &e) && e.IsNotExist()
+}
+
+func isExists(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "already exists")
+}

@@ -1,0 +1,34 @@
+package iptables
+
+import (
+	"context"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+)
+
+// syncFake programs state into a fresh fake with opts and returns both.
+func syncFake(t *testing.T, state *desired.State, opts Options) (*kiptables.Fake, *Proxier) {
+	t.Helper()
+	fake := kiptables.NewFake()
+	p := NewWithInterface(state.Family, fake, opts)
+	if err := p.Sync(context.Background(), state); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	return fake, p
+}
+
+// caseState builds the State of the named shared case.
+func caseState(t *testing.T, name string, family proxy.IPFamily) *desired.State {
+	t.Helper()
+	for _, c := range proxytest.Cases() {
+		if c.Name == name {
+			return proxytest.BuildState(t, c, family)
+		}
+	}
+	t.Fatalf("no case %q in proxytest.Cases()", name)
+	return nil
+}

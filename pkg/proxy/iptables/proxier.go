@@ -1,0 +1,142 @@
+// Package iptables is the iptables backend: it renders a desired.State
+// into upstream kube-proxy's chains (same names, hashes, comments and rule
+// shapes) and programs them with one iptables-restore per sync, rewriting
+// only the chains of service ports that changed. See README.md.
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// largeClusterEndpoints is upstream's threshold for large-cluster mode.
+const largeClusterEndpoints = 1000
+
+// Options carries what the State does not.
+type Options struct {
+	// LocalhostNodePorts (--iptables-localhost-nodeports) makes IPv4 node
+	// ports answer on 127.0.0.0/8 too when every address accepts them.
+	// As upstream does, the caller clears it when nodePortAddresses
+	// excludes 127.0.0.1. Node ports the State lists on a loopback address
+	// are rendered regardless: the State has already decided.
+	LocalhostNodePorts bool
+	// ConntrackTCPBeLiberal is net.netfilter.nf_conntrack_tcp_be_liberal
+	// != 0: no INVALID drop rule is needed then.
+	ConntrackTCPBeLiberal bool
+	// NFAcct says the nfacct counters exist, so rules may count into them.
+	NFAcct bool
+	// RejectUnknownClusterIPPorts rejects traffic to a cluster IP on a port
+	// no service uses, as nftables mode does. Off by default: upstream's
+	// iptables mode has no such rules.
+	RejectUnknownClusterIPPorts bool
+	// SyncPeriod bounds how often, in large-cluster mode, iptables-save is
+	// run to sweep stale chains.
+	SyncPeriod time.Duration
+	// EnsureRouteLocalnet sets net.ipv4.conf.all.route_localnet=1; it is
+	// called once IPv4 localhost node ports are rendered. nil skips it.
+	EnsureRouteLocalnet func() error
+	// Flavour selects iptables-nft or iptables-legacy for New; "" detects.
+	Flavour kiptables.Flavour
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Proxier programs one IP family. Sync and Cleanup must not run
+// concurrently; CanaryMissing may run beside them.
+type Proxier struct {
+	family proxy.IPFamily
+	ipt    kiptables.Interface
+	opts   Options
+	probs  probabilities
+
+	needFull  atomic.Bool // the next sync must be full
+	cfg       *config     // config of the last successful sync
+	entries   map[proxy.ServicePortName]*entry
+	natOwned  map[string]struct{} // our per-service nat chains in the kernel
+	lastSweep time.Time
+	localnet  bool // route_localnet ensured
+	last      syncStats
+}
+
+// syncStats describes the last successful sync, for tests and metrics.
+type syncStats struct {
+	full                  bool
+	filterRules, natRules int // rules written
+	natTotal              int // rules in our nat chains
+	deleted               int // chains deleted
+}
+
+// New returns a Proxier for family running the host's iptables flavour.
+func New(ctx context.Context, family proxy.IPFamily, opts Options) (*Proxier, error) {
+	flavour := opts.Flavour
+	if flavour == "" {
+		flavour = kiptables.DetectFlavour(ctx)
+	}
+	ipt, err := kiptables.New(family, flavour)
+	if err != nil {
+		return nil, fmt.Errorf("iptables %s: %w", family, err)
+	}
+	return NewWithInterface(family, ipt, opts), nil
+}
+
+// NewWithInterface returns a Proxier that programs through ipt (tests pass
+// a kiptables.Fake).
+func NewWithInterface(family proxy.IPFamily, ipt kiptables.Interface, opts Options) *Proxier {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := &Proxier{family: family, ipt: ipt, opts: opts}
+	p.needFull.Store(true)
+	return p
+}
+
+// Init is part of syncer.Proxier: it sets route_localnet when localhost
+// node ports are configured (what --init-only does upstream).
+func (p *Proxier) Init(context.Context) error {
+	if p.family == proxy.IPv4 && p.opts.LocalhostNodePorts {
+		return p.ensureLocalnet()
+	}
+	return nil
+}
+
+func (p *Proxier) ensureLocalnet() error {
+	if p.localnet || p.opts.EnsureRouteLocalnet == nil {
+		return nil
+	}
+	if err := p.opts.EnsureRouteLocalnet(); err != nil {
+		return fmt.Errorf("setting route_localnet for localhost node ports: %w", err)
+	}
+	p.localnet = true
+	return nil
+}
+
+// CanaryMissing reports whether our canary chain is gone from any table,
+// which means someone flushed iptables (firewalld reload, an admin); the
+// next Sync is then full. The app calls it every syncPeriod and asks for a
+// sync when it returns true.
+func (p *Proxier) CanaryMissing(ctx context.Context) (bool, error) {
+	for _, t := range canaryTables {
+		ok, err := p.ipt.ChainExists(ctx, t, chainCanary)
+		if err != nil {
+			return false, fmt.Errorf("checking canary in %s: %w", t, err)
+		}
+		if !ok {
+			p.needFull.Store(true)
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Cleanup is part of syncer.Proxier: it removes this family's jumps and
+// chains (--cleanup).
+func (p *Proxier) Cleanup(ctx context.Context) error {
+	p.needFull.Store(true)
+	p.cfg, p.entries, p.natOwned = nil, nil, nil
+	return cleanup(ctx, p.ipt)
+}

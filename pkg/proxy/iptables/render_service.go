@@ -1,0 +1,256 @@
+package iptables
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// shared names the top-level chains every service port adds rules to.
+type shared int
+
+const (
+	natServices shared = iota
+	natNodePorts
+	filterServices
+	filterExternal
+	filterNodePorts
+	filterFirewall
+	numShared
+)
+
+var sharedChain = [numShared]string{chainServices, chainNodePorts, chainServices, chainExternalServices,
+	chainNodePorts, chainProxyFirewall}
+
+// entry is what the Proxier keeps per service port between syncs: its
+// lines in the shared chains (rewritten on every sync) and the names of
+// its own nat chains (rewritten only when the port changes).
+type entry struct {
+	shared     [numShared]lineBuffer
+	chains     []string
+	chainRules int
+	seps       int
+}
+
+// renderService renders one service port. Its own chains go to
+// chains/rules (the nat section being built) when those are non-nil; a
+// partial sync passes nil for ports that did not change.
+func (r *renderer) renderService(sp *desired.ServicePort, chains, rules *lineBuffer) *entry {
+	pn := namesOf(sp.Name)
+	p := policyOf(sp, pn)
+	e := &entry{}
+	r.clusterIPRules(e, sp, pn, &p)
+	r.externalRules(e, sp, pn, &p)
+	r.nodePortRules(e, sp, pn, &p)
+
+	own := &lineBuffer{}
+	if rules != nil {
+		own = rules
+	}
+	before := own.lines
+	r.internalMasq(own, sp, pn, &p)
+	if p.usesEXT {
+		e.chains = append(e.chains, pn.ext)
+		r.extChain(own, sp, pn, &p)
+	}
+	if p.usesFW {
+		e.chains = append(e.chains, pn.fw)
+		r.fwChain(own, sp, pn)
+	}
+	if p.usesSVC {
+		e.chains = append(e.chains, pn.svc)
+		r.dispatch(own, sp, pn, pn.svc, sp.Cluster.Endpoints)
+	}
+	if p.usesSVL {
+		e.chains = append(e.chains, pn.svl)
+		r.dispatch(own, sp, pn, pn.svl, p.local)
+	}
+	for _, ep := range p.sepEndpoints(sp) {
+		e.chains = append(e.chains, r.sepChain(own, sp, pn, ep))
+		e.seps++
+	}
+	e.chainRules = own.lines - before
+	if chains != nil {
+		for _, c := range e.chains {
+			chains.chainLine(c)
+		}
+	}
+	return e
+}
+
+func (r *renderer) clusterIPRules(e *entry, sp *desired.ServicePort, pn portNames, p *policy) {
+	dst := w("-m", pn.proto, "-p", pn.proto, "-d", addr(sp.ClusterIP), "--dport", port(sp.Port))
+	if p.hasInternal {
+		e.shared[natServices].rule(chainServices, w("-m", "comment", "--comment", quoted(pn.display+" cluster IP")),
+			dst, w("-j", p.internalChain))
+		return
+	}
+	e.shared[filterServices].rule(chainServices, w("-m", "comment", "--comment", p.internalComment), dst,
+		w("-j", p.internalTarget))
+}
+
+func (r *renderer) externalRules(e *entry, sp *desired.ServicePort, pn portNames, p *policy) {
+	proto := w("-m", pn.proto, "-p", pn.proto)
+	dport := w("--dport", port(sp.Port))
+	for _, ip := range sp.ExternalIPs {
+		if p.hasEndpoints {
+			e.shared[natServices].rule(chainServices, w("-m", "comment", "--comment", quoted(pn.display+" external IP")),
+				proto, w("-d", addr(ip)), dport, w("-j", pn.ext))
+		}
+		if !p.hasExternal {
+			e.shared[filterExternal].rule(chainExternalServices, w("-m", "comment", "--comment", p.externalComment),
+				proto, w("-d", addr(ip)), dport, w("-j", p.externalTarget))
+		}
+	}
+	lbTarget := pn.ext
+	if p.usesFW {
+		lbTarget = pn.fw
+	}
+	for _, ip := range sp.LoadBalancerIPs {
+		if p.hasEndpoints {
+			e.shared[natServices].rule(chainServices, w("-m", "comment", "--comment", quoted(pn.display+" loadbalancer IP")),
+				proto, w("-d", addr(ip)), dport, w("-j", lbTarget))
+		}
+		if p.usesFW {
+			e.shared[filterFirewall].rule(chainProxyFirewall,
+				w("-m", "comment", "--comment", quoted(pn.display+" traffic not accepted by "+pn.fw)),
+				proto, w("-d", addr(ip)), dport, w("-j", "DROP"))
+		}
+	}
+	if !p.hasExternal {
+		for _, ip := range sp.LoadBalancerIPs {
+			e.shared[filterExternal].rule(chainExternalServices, w("-m", "comment", "--comment", p.externalComment),
+				proto, w("-d", addr(ip)), dport, w("-j", p.externalTarget))
+		}
+	}
+}
+
+func (r *renderer) nodePortRules(e *entry, sp *desired.ServicePort, pn portNames, p *policy) {
+	proto := w("-m", pn.proto, "-p", pn.proto)
+	if sp.NodePort != 0 {
+		np := port(sp.NodePort)
+		if p.hasEndpoints {
+			if r.cfg.localhostV4 && r.cfg.nfacct {
+				e.shared[natNodePorts].rule(chainNodePorts, w("-m", "comment", "--comment", pn.display), proto,
+					w("-d", "127.0.0.0/8", "--dport", np, "-m", "nfacct", "--nfacct-name", nfacctLocalhostNodePorts, "-j", pn.ext))
+			}
+			e.shared[natNodePorts].rule(chainNodePorts, w("-m", "comment", "--comment", pn.display), proto,
+				w("--dport", np, "-j", pn.ext))
+		}
+		if !p.hasExternal {
+			e.shared[filterExternal].rule(chainExternalServices, w("-m", "comment", "--comment", p.externalComment),
+				w("-m", "addrtype", "--dst-type", "LOCAL"), proto, w("--dport", np, "-j", p.externalTarget))
+		}
+	}
+	if sp.HealthCheckNodePort != 0 {
+		e.shared[filterNodePorts].rule(chainNodePorts,
+			w("-m", "comment", "--comment", quoted(pn.display+" health check node port")),
+			w("-m", "tcp", "-p", "tcp", "--dport", port(sp.HealthCheckNodePort), "-j", "ACCEPT"))
+	}
+}
+
+// internalMasq marks cluster-IP traffic for masquerade: all of it with
+// masqueradeAll, else what does not come from a pod.
+func (r *renderer) internalMasq(out *lineBuffer, sp *desired.ServicePort, pn portNames, p *policy) {
+	if !p.hasInternal || (!r.cfg.masqAll && r.cfg.ifNotLocal == nil) {
+		return
+	}
+	match := w("-m", "comment", "--comment", quoted(pn.display+" cluster IP"),
+		"-m", pn.proto, "-p", pn.proto, "-d", addr(sp.ClusterIP), "--dport", port(sp.Port))
+	if r.cfg.masqAll {
+		out.rule(p.internalChain, match, w("-j", chainMarkMasq))
+		return
+	}
+	out.rule(p.internalChain, match, r.cfg.ifNotLocal, w("-j", chainMarkMasq))
+}
+
+func (r *renderer) extChain(out *lineBuffer, sp *desired.ServicePort, pn portNames, p *policy) {
+	if !sp.ExternalLocal {
+		out.rule(pn.ext, w("-m", "comment", "--comment", quoted("masquerade traffic for "+pn.display+" external destinations")),
+			w("-j", chainMarkMasq))
+	} else {
+		if r.cfg.ifLocal != nil {
+			out.rule(pn.ext, w("-m", "comment", "--comment", quoted("pod traffic for "+pn.display+" external destinations")),
+				r.cfg.ifLocal, w("-j", pn.svc))
+		}
+		out.rule(pn.ext, w("-m", "comment", "--comment", quoted("masquerade LOCAL traffic for "+pn.display+" external destinations")),
+			w("-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq))
+		out.rule(pn.ext, w("-m", "comment", "--comment", quoted("route LOCAL traffic for "+pn.display+" external destinations")),
+			w("-m", "addrtype", "--src-type", "LOCAL", "-j", pn.svc))
+	}
+	if p.hasExternal {
+		out.rule(pn.ext, w("-j", p.externalChain))
+	}
+}
+
+func (r *renderer) fwChain(out *lineBuffer, sp *desired.ServicePort, pn portNames) {
+	comment := w("-m", "comment", "--comment", quoted(pn.display+" loadbalancer IP"))
+	for _, src := range sp.AllowedSources {
+		out.rule(pn.fw, comment, w("-s", sourceString(src, sp.LoadBalancerIPs), "-j", pn.ext))
+	}
+	out.rule(pn.fw, w("-m", "comment", "--comment", quoted("other traffic to "+pn.display+" will be dropped by KUBE-PROXY-FIREWALL")))
+}
+
+// sourceString spells a source range as upstream does: an LB IP allowed
+// for node-originated traffic is a bare address, a range keeps its length.
+func sourceString(p netip.Prefix, lbIPs []netip.Addr) string {
+	if p.IsSingleIP() && slices.Contains(lbIPs, p.Addr()) {
+		return addr(p.Addr())
+	}
+	return p.String()
+}
+
+// dispatch writes a policy chain: affinity checks first, then the
+// probability ladder (rule i matches with 1/(n-i); the last always does).
+func (r *renderer) dispatch(out *lineBuffer, sp *desired.ServicePort, pn portNames, chain string, eps []desired.Endpoint) {
+	if sp.AffinitySeconds > 0 {
+		secs := strconv.Itoa(int(sp.AffinitySeconds))
+		for _, ep := range eps {
+			s := endpointString(ep.AddrPort())
+			sep := pn.sepChain(s)
+			out.rule(chain, r.comment(pn.display+" -> "+s, true),
+				w("-m", "recent", "--name", sep, "--rcheck", "--seconds", secs, "--reap", "-j", sep))
+		}
+	}
+	n := len(eps)
+	for i, ep := range eps {
+		s := endpointString(ep.AddrPort())
+		var stat []string
+		if i < n-1 {
+			stat = w("-m", "statistic", "--mode", "random", "--probability", r.probs.of(n-i))
+		}
+		out.rule(chain, r.comment(pn.display+" -> "+s, true), stat, w("-j", pn.sepChain(s)))
+	}
+}
+
+// sepChain writes one endpoint's chain and returns its name.
+func (r *renderer) sepChain(out *lineBuffer, sp *desired.ServicePort, pn portNames, ep desired.Endpoint) string {
+	s := endpointString(ep.AddrPort())
+	name := pn.sepChain(s)
+	comment := r.comment(pn.display, false)
+	out.rule(name, comment, w("-s", addr(ep.IP), "-j", chainMarkMasq))
+	var recent []string
+	if sp.AffinitySeconds > 0 {
+		recent = w("-m", "recent", "--name", name, "--set")
+	}
+	out.rule(name, comment, recent, w("-m", pn.proto, "-p", pn.proto, "-j", "DNAT", "--to-destination", s))
+	return name
+}
+
+// comment is the per-endpoint comment, left out in large-cluster mode
+// (it makes up about 40% of the restore input there).
+func (r *renderer) comment(text string, quote bool) []string {
+	if r.cfg.largeCluster {
+		return nil
+	}
+	if quote {
+		text = quoted(text)
+	}
+	return w("-m", "comment", "--comment", text)
+}
+
+func addr(a netip.Addr) string { return a.Unmap().String() }
+
+func port(p uint16) string { return strconv.Itoa(int(p)) }
