@@ -117,6 +117,11 @@ type ServicePort struct {
 
 	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
 	HealthCheckNodePort uint16
+
+	// Scheduler is the IPVS scheduler the Service asks for with the
+	// annotation ipvs.svcproxy.io/scheduler; "" means the configured
+	// default. Only the ipvs backend reads it.
+	Scheduler string
 }
 
 // Dispatch is a set of endpoints to balance over, and what to do with none.

@@ -1,0 +1,114 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/kipset"
+	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/internal/kipvs"
+)
+
+// Cleanup is part of syncer.Proxier (--cleanup): it removes this family's
+// virtual servers (except those in ExcludeCIDRs), the iptables rules and
+// chains, the ipsets and, once no family uses it, kube-ipvs0. It works
+// from the kernel's contents, not from memory, so a fresh process can
+// clean up after an old one. Order matters: the jumps go before the
+// chains, and the chains before the sets they match on.
+func (p *Proxier) Cleanup(ctx context.Context) error {
+	p.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	errs = append(errs, p.cleanupIptables(ctx))
+	errs = append(errs, p.cleanupSets())
+	errs = append(errs, p.cleanupVS())
+	errs = append(errs, p.cleanupLink())
+	p.store, p.terminating = newStore(), map[rsKey]time.Time{}
+	p.needRead, p.needFull, p.global, p.rulesText, p.setsReady = true, true, nil, nil, false
+	return errors.Join(errs...)
+}
+
+func (p *Proxier) cleanupIptables(ctx context.Context) error {
+	var errs []error
+	for _, j := range jumps {
+		if err := p.c.Iptables.DeleteRule(ctx, j.table, j.chain, j.rule...); err != nil {
+			errs = append(errs, fmt.Errorf("deleting jump from %s %s: %w", j.table, j.chain, err))
+		}
+	}
+	present := map[kiptables.Table][]string{}
+	for table, chains := range map[kiptables.Table][]string{kiptables.TableNAT: natChains, kiptables.TableFilter: filterChains} {
+		for _, c := range chains {
+			ok, err := p.c.Iptables.ChainExists(ctx, table, c)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if ok {
+				present[table] = append(present[table], c)
+			}
+		}
+	}
+	if text := renderIptablesCleanup(present); len(text) > 0 {
+		if err := p.c.Iptables.Restore(ctx, text); err != nil {
+			errs = append(errs, fmt.Errorf("deleting iptables chains: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Proxier) cleanupSets() error {
+	var errs []error
+	for _, s := range setSpecs {
+		err := p.c.IPSet.DestroySet(setName(p.family, s.name))
+		if err != nil && !errors.Is(err, kipset.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Proxier) cleanupVS() error {
+	svcs, err := p.c.IPVS.ListServices()
+	if err != nil {
+		return fmt.Errorf("listing IPVS services: %w", err)
+	}
+	var errs []error
+	for _, svc := range svcs {
+		if !p.family.Contains(svc.Addr) || p.excluded(svc.Addr) {
+			continue
+		}
+		if err := p.c.IPVS.DeleteService(svc.ServiceKey); err != nil && !errors.Is(err, kipvs.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupLink removes this family's addresses from kube-ipvs0 and deletes
+// the link when nothing is left on it (the other family's proxier may
+// still be using it).
+func (p *Proxier) cleanupLink() error {
+	addrs, err := p.c.Link.ListAddrs(DummyLink)
+	if err != nil {
+		return nil // no link, nothing to do
+	}
+	var errs []error
+	left := 0
+	for _, a := range addrs {
+		if !p.family.Contains(a) {
+			if !a.IsLinkLocalUnicast() {
+				left++
+			}
+			continue
+		}
+		if err := p.c.Link.DelAddr(DummyLink, a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if left == 0 && len(errs) == 0 {
+		errs = append(errs, p.c.Link.DeleteLink(DummyLink))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,255 @@
+// Package ipvs is the IPVS backend: it renders a desired.State into IPVS
+// virtual servers, addresses on the dummy link kube-ipvs0, ipsets and the
+// few iptables rules IPVS mode needs, and applies only the difference from
+// what it committed last. See README.md.
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/kipset"
+	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/internal/kipvs"
+	"github.com/svcproxy/svcproxy/internal/klink"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// Options configure a Proxier. Zero values take upstream's defaults.
+type Options struct {
+	// Scheduler is the default scheduler (ipvs.scheduler); "" means rr.
+	Scheduler string
+	// ExcludeCIDRs hold virtual servers this Proxier never deletes.
+	ExcludeCIDRs []netip.Prefix
+	// StrictARP makes Init set arp_ignore=1 and arp_announce=2.
+	StrictARP bool
+	// TCPTimeout, TCPFinTimeout and UDPTimeout set IPVS connection
+	// timeouts in Init; zero leaves the kernel's value.
+	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
+	// MasqueradeBit selects the mark when a State carries none (-1: 14).
+	MasqueradeBit int
+	// GracePeriod bounds how long a removed real server with open
+	// connections is kept at weight 0; 0 means DefaultGracePeriod.
+	GracePeriod time.Duration
+	// ReapInterval is how often the reaper looks at terminating real
+	// servers; 0 means DefaultReapInterval, negative disables the
+	// background reaper (tests call Reap).
+	ReapInterval time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Defaults for Options.
+const (
+	DefaultGracePeriod  = 15 * time.Minute
+	DefaultReapInterval = time.Minute
+)
+
+// Iptables is what the backend needs of an iptables client bound to its
+// family (kiptables.Client and kiptables.Fake satisfy it).
+type Iptables interface {
+	Restore(ctx context.Context, data []byte) error
+	ChainExists(ctx context.Context, table kiptables.Table, chain string) (bool, error)
+	EnsureRuleAtFront(ctx context.Context, table kiptables.Table, chain string, rule ...string) error
+	DeleteRule(ctx context.Context, table kiptables.Table, chain string, rule ...string) error
+}
+
+// Clients are the kernel interfaces a Proxier programs through.
+type Clients struct {
+	IPVS     kipvs.Interface
+	IPSet    kipset.Interface
+	Link     klink.Interface
+	Iptables Iptables
+	Sysctl   Sysctl
+	// KernelVersion returns the running kernel's release ("5.10.0-28");
+	// nil means uname.
+	KernelVersion func() (string, error)
+}
+
+// Proxier programs one IP family in IPVS mode. Sync is called from one
+// goroutine; the reaper runs beside it and shares the state under mu.
+type Proxier struct {
+	family proxy.IPFamily
+	opts   Options
+	c      Clients
+
+	mu          sync.Mutex
+	store       *store
+	terminating map[rsKey]time.Time // since when a real server is at weight 0
+	needRead    bool                // adopt the kernel's objects before the next diff
+	needFull    bool
+	global      *globalInputs
+	rulesText   []byte // iptables input last applied
+	setsReady   bool
+
+	reaperOnce sync.Once
+	stopReaper context.CancelFunc
+}
+
+// globalInputs is what every service port's rendering may depend on
+// besides the port itself: the node-port addresses. A change makes the
+// sync full. (The masquerade policy only shapes the iptables rules.)
+type globalInputs struct {
+	nodePorts []netip.Addr
+}
+
+// New returns a Proxier for family over the real kernel clients of the
+// caller's network namespace.
+func New(family proxy.IPFamily, opts Options) (*Proxier, error) {
+	ipvsClient, err := kipvs.New("")
+	if err != nil {
+		return nil, err
+	}
+	setClient, err := kipset.New("")
+	if err != nil {
+		return nil, err
+	}
+	linkClient, err := klink.New("")
+	if err != nil {
+		return nil, err
+	}
+	ipt, err := kiptables.New(family, kiptables.DetectFlavour(context.Background()))
+	if err != nil {
+		return nil, fmt.Errorf("iptables %s: %w", family, err)
+	}
+	return NewWithClients(family, opts, Clients{
+		IPVS: ipvsClient, IPSet: setClient, Link: linkClient, Iptables: ipt, Sysctl: ProcSysctl{},
+	}), nil
+}
+
+// NewWithClients returns a Proxier over the given clients (tests pass fakes).
+func NewWithClients(family proxy.IPFamily, opts Options, c Clients) *Proxier {
+	if opts.Scheduler == "" || !slices.Contains(kipvs.Schedulers, opts.Scheduler) {
+		opts.Scheduler = kipvs.RoundRobin
+	}
+	if opts.GracePeriod <= 0 {
+		opts.GracePeriod = DefaultGracePeriod
+	}
+	if opts.ReapInterval == 0 {
+		opts.ReapInterval = DefaultReapInterval
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MasqueradeBit < 0 || opts.MasqueradeBit > 31 {
+		opts.MasqueradeBit = 14
+	}
+	return &Proxier{family: family, opts: opts, c: c, store: newStore(),
+		terminating: map[rsKey]time.Time{}, needRead: true, needFull: true}
+}
+
+// Sync is part of syncer.Proxier.
+func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
+	if st.Family != p.family {
+		return fmt.Errorf("ipvs %s proxier got a %s state", p.family, st.Family)
+	}
+	p.startReaper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.sync(ctx, st)
+	if err != nil {
+		// Re-adopt the kernel's objects next time: whatever failed may
+		// have been changed behind our back.
+		p.needRead, p.needFull = true, true
+		return fmt.Errorf("syncing ipvs %s: %w", p.family, err)
+	}
+	p.needFull = false
+	return nil
+}
+
+func (p *Proxier) sync(ctx context.Context, st *desired.State) error {
+	if err := p.ensureBase(ctx, st); err != nil {
+		return err
+	}
+	if p.needRead {
+		if err := p.readBack(); err != nil {
+			return err
+		}
+		p.needRead, p.needFull = false, true
+	}
+	host, err := p.c.Link.HostAddrs(DummyLink)
+	if err != nil {
+		return fmt.Errorf("listing host addresses: %w", err)
+	}
+	g := &globalInputs{nodePorts: nodePortAddrs(st, host)}
+	full := p.needFull || st.Changed == nil || !p.global.equal(g)
+	cfg := &renderConfig{family: p.family, scheduler: p.opts.Scheduler, nodePortAddrs: g.nodePorts}
+	if full {
+		p.store.resetClaims()
+		for name, sp := range st.Services {
+			p.store.replace(name, renderService(cfg, sp))
+		}
+	} else {
+		for name := range st.Changed {
+			var pt *part
+			if sp := st.Services[name]; sp != nil {
+				pt = renderService(cfg, sp)
+			}
+			p.store.replace(name, pt)
+		}
+	}
+	p.global = g
+	return p.apply()
+}
+
+// ensureBase creates the dummy link and the ipsets, and (re)writes the
+// iptables rules when the masquerade policy changed. The sets must exist
+// before the rules that match on them.
+func (p *Proxier) ensureBase(ctx context.Context, st *desired.State) error {
+	if err := p.c.Link.EnsureDummy(DummyLink); err != nil {
+		return err
+	}
+	if !p.setsReady {
+		if err := p.ensureSets(); err != nil {
+			return err
+		}
+		p.setsReady = true
+	}
+	m := st.Masquerade
+	if m.Mark == 0 {
+		m.Mark = 1 << uint(p.opts.MasqueradeBit)
+	}
+	text := renderIptables(p.family, m)
+	if p.needFull || !slices.Equal(text, p.rulesText) {
+		if err := p.c.Iptables.Restore(ctx, text); err != nil {
+			p.rulesText = nil
+			return fmt.Errorf("restoring iptables rules: %w", err)
+		}
+		p.rulesText = text
+		for _, j := range jumps {
+			if err := p.c.Iptables.EnsureRuleAtFront(ctx, j.table, j.chain, j.rule...); err != nil {
+				p.rulesText = nil
+				return fmt.Errorf("ensuring jump from %s %s: %w", j.table, j.chain, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Proxier) ensureSets() error {
+	var errs []error
+	family := kipset.Inet
+	if p.family == proxy.IPv6 {
+		family = kipset.Inet6
+	}
+	for _, s := range setSpecs {
+		err := p.c.IPSet.CreateSet(kipset.Set{Name: setName(p.family, s.name), Type: s.typ, Family: family, Comment: s.comment})
+		if err != nil && !errors.Is(err, kipset.ErrExists) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (g *globalInputs) equal(o *globalInputs) bool {
+	if g == nil || o == nil {
+		return false
+	}
+	return slices.Equal(g.nodePorts, o.nodePorts)
+}

@@ -1,0 +1,212 @@
+package ipvs
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/svcproxy/svcproxy/internal/kipset"
+	"github.com/svcproxy/svcproxy/internal/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// part is everything one service port needs in the kernel: its virtual
+// servers with their real servers, the addresses it parks on kube-ipvs0,
+// and its ipset members. Render is pure; the store diffs parts.
+type part struct {
+	vs      []vsSpec
+	addrs   []netip.Addr
+	entries []setEntry
+}
+
+// vsSpec is one virtual server and its real servers, sorted by address.
+type vsSpec struct {
+	svc   kipvs.Service
+	dests []netip.AddrPort
+}
+
+// setEntry is one member of one ipset (by family-specific name).
+type setEntry struct {
+	set   string
+	entry kipset.Entry
+}
+
+// renderConfig holds what rendering needs beyond the service port.
+type renderConfig struct {
+	family    proxy.IPFamily
+	scheduler string
+	// nodePortAddrs are the addresses node ports get a virtual server on.
+	nodePortAddrs []netip.Addr
+}
+
+// renderService renders one service port.
+//
+// Cluster IPs dispatch to Internal. External IPs, LB IPs and node ports
+// dispatch to External: an IPVS virtual server has one set of real servers
+// whatever the client, so the eTP=Local short-circuit of pod and host
+// traffic to Cluster cannot be expressed (see README.md).
+func renderService(cfg *renderConfig, sp *desired.ServicePort) *part {
+	p := &part{}
+	proto := ipvsProtocol(sp.Protocol)
+	set := func(base string, e kipset.Entry) {
+		p.entries = append(p.entries, setEntry{set: setName(cfg.family, base), entry: e})
+	}
+	ipPort := func(ip netip.Addr, port uint16) kipset.Entry {
+		return kipset.Entry{IP: ip, Protocol: uint8(proto), Port: port}
+	}
+	frontend := func(ip netip.Addr, port uint16, d desired.Dispatch, onDummy bool) {
+		p.vs = append(p.vs, vsSpec{svc: virtualServer(cfg, sp, ip, port), dests: realServers(d)})
+		if onDummy {
+			p.addrs = append(p.addrs, ip)
+			set(setIPVSIPs, kipset.Entry{IP: ip})
+		}
+	}
+
+	frontend(sp.ClusterIP, sp.Port, sp.Internal, true)
+	set(setClusterIP, ipPort(sp.ClusterIP, sp.Port))
+	for _, ip := range sp.ExternalIPs {
+		frontend(ip, sp.Port, sp.External, true)
+		set(pick(sp.ExternalLocal, setExternalIPLocal, setExternalIP), ipPort(ip, sp.Port))
+	}
+	for _, ip := range sp.LoadBalancerIPs {
+		frontend(ip, sp.Port, sp.External, true)
+		set(setLoadBalancer, ipPort(ip, sp.Port))
+		if sp.ExternalLocal {
+			set(setLoadBalancerLocal, ipPort(ip, sp.Port))
+		}
+		renderSourceRanges(sp, ip, proto, set)
+	}
+	if sp.NodePort != 0 {
+		renderNodePort(cfg, sp, p, set)
+	}
+	if sp.HealthCheckNodePort != 0 {
+		set(setHealthCheckNodePort, kipset.Entry{Port: sp.HealthCheckNodePort})
+	}
+	for _, d := range []desired.Dispatch{sp.Internal, sp.External} {
+		for _, ep := range d.Endpoints {
+			set(setLoopBack, kipset.Entry{IP: ep.IP, Protocol: uint8(proto), Port: ep.Port, IP2: ep.IP})
+		}
+	}
+	return p
+}
+
+// renderNodePort adds a virtual server per node-port address. TCP and UDP
+// node ports are bitmap:port members (any local address); SCTP ones are
+// address·port members, as upstream keys them.
+func renderNodePort(cfg *renderConfig, sp *desired.ServicePort, p *part, set func(string, kipset.Entry)) {
+	proto := ipvsProtocol(sp.Protocol)
+	for _, ip := range cfg.nodePortAddrs {
+		p.vs = append(p.vs, vsSpec{svc: virtualServer(cfg, sp, ip, sp.NodePort), dests: realServers(sp.External)})
+	}
+	var base, local string
+	switch sp.Protocol {
+	case proxy.UDP:
+		base, local = setNodePortUDP, setNodePortLocalUDP
+	case proxy.SCTP:
+		for _, ip := range cfg.nodePortAddrs {
+			e := kipset.Entry{IP: ip, Protocol: uint8(proto), Port: sp.NodePort}
+			set(pick(sp.ExternalLocal, setNodePortLocalSCTP, setNodePortSCTP), e)
+		}
+		return
+	default:
+		base, local = setNodePortTCP, setNodePortLocalTCP
+	}
+	set(pick(sp.ExternalLocal, local, base), kipset.Entry{Port: sp.NodePort})
+}
+
+// renderSourceRanges fills the loadBalancerSourceRanges firewall of one LB
+// IP. LB IPs that State allows as sources (the node is inside a range) go
+// to KUBE-LOAD-BALANCER-SOURCE-IP as upstream puts them; every other range
+// to KUBE-LOAD-BALANCER-SOURCE-CIDR. hash:net members cannot be /0, so a
+// /0 range becomes its two halves.
+func renderSourceRanges(sp *desired.ServicePort, lbIP netip.Addr, proto kipvs.Protocol, set func(string, kipset.Entry)) {
+	if sp.AllowedSources == nil {
+		return
+	}
+	set(setLoadBalancerFW, kipset.Entry{IP: lbIP, Protocol: uint8(proto), Port: sp.Port})
+	for _, src := range sp.AllowedSources {
+		e := kipset.Entry{IP: lbIP, Protocol: uint8(proto), Port: sp.Port}
+		if src.IsSingleIP() && slices.Contains(sp.LoadBalancerIPs, src.Addr()) {
+			e.IP2 = src.Addr()
+			set(setLBSourceIP, e)
+			continue
+		}
+		for _, half := range splitZero(src) {
+			e.Net = half
+			set(setLBSourceCIDR, e)
+		}
+	}
+}
+
+func splitZero(p netip.Prefix) []netip.Prefix {
+	if p.Bits() != 0 {
+		return []netip.Prefix{p}
+	}
+	lo := netip.PrefixFrom(p.Addr(), 1)
+	hiBytes := p.Addr().AsSlice()
+	hiBytes[0] |= 0x80
+	hi, _ := netip.AddrFromSlice(hiBytes)
+	return []netip.Prefix{lo, netip.PrefixFrom(hi, 1)}
+}
+
+// virtualServer is the IPVS service of one frontend. ClientIP affinity is
+// IPVS persistence with the affinity timeout.
+func virtualServer(cfg *renderConfig, sp *desired.ServicePort, ip netip.Addr, port uint16) kipvs.Service {
+	svc := kipvs.Service{
+		ServiceKey: kipvs.ServiceKey{Addr: ip, Protocol: ipvsProtocol(sp.Protocol), Port: port},
+		Scheduler:  cfg.scheduler,
+	}
+	if slices.Contains(kipvs.Schedulers, sp.Scheduler) {
+		svc.Scheduler = sp.Scheduler
+	}
+	if sp.AffinitySeconds > 0 {
+		svc.Flags |= kipvs.FlagPersistent
+		svc.Timeout = uint32(sp.AffinitySeconds)
+	}
+	return svc
+}
+
+func realServers(d desired.Dispatch) []netip.AddrPort {
+	out := make([]netip.AddrPort, 0, len(d.Endpoints))
+	for _, ep := range d.Endpoints {
+		out = append(out, ep.AddrPort())
+	}
+	return out
+}
+
+// nodePortAddrs resolves where node ports answer: the listed addresses, or
+// with All every host address of the family (host excludes kube-ipvs0).
+// Loopback and IPv6 link-local addresses never get node ports in IPVS mode,
+// as upstream (contract §5.3: no localhost node ports).
+func nodePortAddrs(st *desired.State, host []netip.Addr) []netip.Addr {
+	src := st.NodePorts.IPs
+	if st.NodePorts.All {
+		src = host
+	}
+	var out []netip.Addr
+	for _, a := range src {
+		a = a.Unmap()
+		if st.Family.Contains(a) && !a.IsLoopback() && !a.IsLinkLocalUnicast() {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+func ipvsProtocol(p proxy.Protocol) kipvs.Protocol {
+	switch p {
+	case proxy.UDP:
+		return kipvs.UDP
+	case proxy.SCTP:
+		return kipvs.SCTP
+	}
+	return kipvs.TCP
+}
+
+func pick(cond bool, yes, no string) string {
+	if cond {
+		return yes
+	}
+	return no
+}
