@@ -44,6 +44,12 @@ type rules struct {
 	family proxy.IPFamily
 }
 
+// raw writes a line that is not a rule (a table, chain or COMMIT line).
+func (r *rules) raw(line string) {
+	r.b.WriteString(line)
+	r.b.WriteByte('\n')
+}
+
 func (r *rules) line(words ...string) {
 	r.b.WriteString(kiptables.JoinArgs(words))
 	r.b.WriteByte('\n')
@@ -65,9 +71,9 @@ func (r *rules) set(base, dirs string, negate ...bool) []string {
 func renderIptables(family proxy.IPFamily, m desired.Masquerade) []byte {
 	r := &rules{family: family}
 	mark := fmt.Sprintf("%#08x", m.Mark)
-	r.line("*nat")
+	r.raw("*nat")
 	for _, c := range natChains {
-		r.line(":" + c + " - [0:0]")
+		r.raw(":" + c + " - [0:0]")
 	}
 	r.line(append([]string{"-A", chainMarkMasq}, "-j", "MARK", "--or-mark", mark)...)
 	renderPostrouting(r, mark)
@@ -82,7 +88,7 @@ func renderIptables(family proxy.IPFamily, m desired.Masquerade) []byte {
 		r.line(append(append([]string{"-A", chainNodePort, "-p", np.proto}, r.set(np.local, np.dirs)...), "-j", "RETURN")...)
 		r.line(append(append([]string{"-A", chainNodePort, "-p", np.proto}, r.set(np.all, np.dirs)...), "-j", chainMarkMasq)...)
 	}
-	r.line("COMMIT")
+	r.raw("COMMIT")
 	renderFilter(r, mark)
 	return []byte(r.b.String())
 }
@@ -143,9 +149,9 @@ func renderClusterIPMasquerade(r *rules, m desired.Masquerade, add func(...strin
 }
 
 func renderFilter(r *rules, mark string) {
-	r.line("*filter")
+	r.raw("*filter")
 	for _, c := range filterChains {
-		r.line(":" + c + " - [0:0]")
+		r.raw(":" + c + " - [0:0]")
 	}
 	r.line(append(append([]string{"-A", chainForward}, comment("kubernetes forwarding rules")...),
 		"-m", "mark", "--mark", mark+"/"+mark, "-j", "ACCEPT")...)
@@ -166,7 +172,7 @@ func renderFilter(r *rules, mark string) {
 	// Block everything else addressed to the dummy link's IPs: without it,
 	// any port the host listens on would answer on every service IP.
 	r.line(append(append([]string{"-A", chainIPVSFilter, "-m", "conntrack", "--ctstate", "NEW"}, r.set(setIPVSIPs, "dst")...), "-j", "REJECT")...)
-	r.line("COMMIT")
+	r.raw("COMMIT")
 }
 
 // renderIptablesCleanup flushes and deletes every chain of ours. The jump

@@ -152,6 +152,9 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	p.startReaper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if st.Changed == nil {
+		p.needFull = true // also rewrites the iptables rules, repairing them
+	}
 	err := p.sync(ctx, st)
 	if err != nil {
 		// Re-adopt the kernel's objects next time: whatever failed may
@@ -178,7 +181,7 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State) error {
 		return fmt.Errorf("listing host addresses: %w", err)
 	}
 	g := &globalInputs{nodePorts: nodePortAddrs(st, host)}
-	full := p.needFull || st.Changed == nil || !p.global.equal(g)
+	full := p.needFull || !p.global.equal(g)
 	cfg := &renderConfig{family: p.family, scheduler: p.opts.Scheduler, nodePortAddrs: g.nodePorts}
 	if full {
 		p.store.resetClaims()
