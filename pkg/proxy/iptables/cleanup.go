@@ -13,11 +13,11 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
-// Top-level chains cleanup removes when present. Like upstream, it leaves
-// KUBE-MARK-MASQ (older kubelets share it) and KUBE-FIREWALL with its
-// jumps (kubelet owns the original).
+// Top-level chains cleanup removes when present. Like upstream's newest
+// cleanup it leaves only KUBE-FIREWALL and its jumps, whose original
+// kubelet owns.
 var (
-	cleanupNAT    = []string{chainServices, chainNodePorts, chainPostrouting, chainCanary}
+	cleanupNAT    = []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainCanary}
 	cleanupFilter = []string{chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall, chainCanary}
 	cleanupMangle = []string{chainCanary}
 )
