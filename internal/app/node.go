@@ -1,18 +1,22 @@
 package app
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
-	v1 "k8s.io/api/core/v1"
-
+	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/internal/watch"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
-// zoneLabel is the Node label that topology-aware routing reads.
-const zoneLabel = "topology.kubernetes.io/zone"
+// nodeWaitTimeout is how long to wait for this Node at start, as upstream.
+const nodeWaitTimeout = 5 * time.Minute
 
 // nodeView is the latest state of this node, as the syncers need it. The
 // node watcher writes it; every family's syncer reads it before a sync.
@@ -28,18 +32,20 @@ func newNodeView(name string, bindAddr netip.Addr) *nodeView {
 	return &nodeView{node: desired.Node{Name: name}, bindAddr: bindAddr, hostAddrs: interfaceAddrs}
 }
 
-// set records node; nil means the Node does not exist (any more).
-func (v *nodeView) set(node *v1.Node) {
+// set records what the Node object says about this node.
+func (v *nodeView) set(info watch.NodeInfo) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if node == nil {
-		v.known = false
-		return
-	}
-	v.node.IPs = nodeIPs(node, v.bindAddr)
-	v.node.Zone = node.Labels[zoneLabel]
-	v.node.PodCIDRs = parsePrefixes(node.Spec.PodCIDRs)
+	v.node.IPs = withBindAddress(info.IPs, v.bindAddr)
+	v.node.Zone = info.Zone
+	v.node.PodCIDRs = info.PodCIDRs
 	v.known = true
+}
+
+func (v *nodeView) setZone(zone string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.node.Zone = zone
 }
 
 // get returns the node for Compute, with the host's current interface
@@ -55,32 +61,16 @@ func (v *nodeView) get() (desired.Node, bool) {
 	return n, true
 }
 
-// nodeIPs returns the Node's InternalIPs then ExternalIPs, deduplicated; a
-// specified bindAddress comes first, as it picks the primary IP upstream.
-func nodeIPs(node *v1.Node, bindAddr netip.Addr) []netip.Addr {
-	var ips []netip.Addr
-	if bindAddr.IsValid() && !bindAddr.IsUnspecified() {
-		ips = append(ips, bindAddr)
+// withBindAddress puts a specified bindAddress first: upstream takes it as
+// the primary node IP.
+func withBindAddress(ips []netip.Addr, bindAddr netip.Addr) []netip.Addr {
+	if !bindAddr.IsValid() || bindAddr.IsUnspecified() {
+		return ips
 	}
-	for _, t := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
-		for _, a := range node.Status.Addresses {
-			if a.Type != t {
-				continue
-			}
-			ip, err := netip.ParseAddr(a.Address)
-			if err == nil && !slices.Contains(ips, ip.Unmap()) {
-				ips = append(ips, ip.Unmap())
-			}
-		}
-	}
-	return ips
-}
-
-func parsePrefixes(cidrs []string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, c := range cidrs {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			out = append(out, p.Masked())
+	out := []netip.Addr{bindAddr.Unmap()}
+	for _, ip := range ips {
+		if ip != out[0] {
+			out = append(out, ip)
 		}
 	}
 	return out
@@ -103,4 +93,41 @@ func interfaceAddrs() []netip.Addr {
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out
+}
+
+// needPodCIDRs says whether this node's podCIDRs are part of the
+// configuration (NodeCIDR local detection), so that they must exist at start
+// and a change to them restarts the process.
+func needPodCIDRs(cfg *config.Config) bool {
+	return cfg.DetectLocalMode == config.LocalModeNodeCIDR
+}
+
+// awaitNode blocks until this Node exists with IPs, then starts watching it.
+func (d *daemon) awaitNode(ctx context.Context) (*watch.NodeWatcher, error) {
+	w := watch.NewNodeWatcher(d.client, d.nodeName, d.cfg.ConfigSyncPeriod)
+	info, err := w.WaitForNode(ctx, nodeWaitTimeout, needPodCIDRs(d.cfg))
+	if err != nil {
+		return nil, fmt.Errorf("waiting for Node %q: %w", d.nodeName, err)
+	}
+	d.node.set(info)
+	d.health.SetNodeEligible(info.Eligible)
+	d.logger.Info("Found this node", "node", d.nodeName, "ips", info.IPs, "zone", info.Zone)
+	d.nodeInfo = info
+	return w, nil
+}
+
+// watchNode follows this Node: eligibility feeds /healthz, a zone change
+// re-evaluates topology everywhere, and the changes upstream answers by
+// exiting (IPs, podCIDRs in NodeCIDR mode, deletion) stop the process.
+func (d *daemon) watchNode(ctx context.Context, w *watch.NodeWatcher, syncers []*syncer.Syncer) error {
+	return w.Start(ctx, d.nodeInfo, needPodCIDRs(d.cfg), watch.NodeHandler{
+		Fatal: func(err error) { d.fatal <- err },
+		ZoneChanged: func(zone string) {
+			d.node.setZone(zone)
+			for _, s := range syncers {
+				s.RequestFull()
+			}
+		},
+		EligibilityChanged: d.health.SetNodeEligible,
+	})
 }

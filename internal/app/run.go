@@ -9,15 +9,32 @@ import (
 
 // run starts the proxy and blocks until ctx is done or it fails.
 func run(ctx context.Context, cfg *config.Config) error {
-	return fmt.Errorf("proxy mode %q is not implemented yet", cfg.Mode)
+	d, err := newDaemon(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return d.run(ctx)
 }
 
-// cleanup removes the rules of every mode and returns (--cleanup).
-func cleanup(ctx context.Context, cfg *config.Config) error {
-	return fmt.Errorf("proxy mode %q is not implemented yet", cfg.Mode)
+// cleanup removes the rules of every mode and returns (--cleanup); any
+// error makes the process exit non-zero, as upstream.
+func cleanup(ctx context.Context, _ *config.Config) error {
+	if err := cleanupAll(ctx); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	return nil
 }
 
 // initOnly performs the privileged initialisation and returns (--init-only).
 func initOnly(ctx context.Context, cfg *config.Config) error {
-	return fmt.Errorf("proxy mode %q is not implemented yet", cfg.Mode)
+	for _, f := range proxyFamilies(cfg.Mode) {
+		p, err := newProxier(cfg, f)
+		if err != nil {
+			return err
+		}
+		if err := p.Init(ctx); err != nil {
+			return fmt.Errorf("initializing %s %s: %w", cfg.Mode, f, err)
+		}
+	}
+	return nil
 }

@@ -19,17 +19,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
-
-// ToBeDeletedTaint is the taint the cluster autoscaler puts on a node it is
-// about to delete.
-const ToBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 
 // FamilyHealth is one IP family's health.
 type FamilyHealth struct {
@@ -63,7 +58,7 @@ type Server struct {
 }
 
 // New returns a Server whose health timeout is 2×syncPeriod. The node counts
-// as missing, hence not eligible, until SyncNode is given one.
+// as missing, hence not eligible, until SetNodeEligible says otherwise.
 func New(syncPeriod time.Duration, clk clock.Clock) *Server {
 	return &Server{
 		clock:         clk,
@@ -91,27 +86,13 @@ func (s *Server) Updated(family proxy.IPFamily) {
 	s.lastUpdated[family] = s.clock.Now()
 }
 
-// SyncNode records the latest state of this node's Node object; nil means
-// it does not exist.
-func (s *Server) SyncNode(node *v1.Node) {
-	eligible := NodeEligible(node)
+// SetNodeEligible records whether this node may receive load-balancer
+// traffic (watch.Eligible: the Node exists, is not being deleted and is not
+// tainted for removal). Only /healthz reports it.
+func (s *Server) SetNodeEligible(eligible bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nodeEligible = eligible
-}
-
-// NodeEligible reports whether a node should receive load-balancer traffic:
-// it exists, is not being deleted and is not tainted for deletion.
-func NodeEligible(node *v1.Node) bool {
-	if node == nil || node.DeletionTimestamp != nil {
-		return false
-	}
-	for _, taint := range node.Spec.Taints {
-		if taint.Key == ToBeDeletedTaint {
-			return false
-		}
-	}
-	return true
 }
 
 // Health returns the health of every family that has synced at least once.

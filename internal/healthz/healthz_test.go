@@ -10,8 +10,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/svcproxy/svcproxy/internal/metrics"
@@ -22,15 +20,12 @@ const syncPeriod = 30 * time.Second // healthTimeout = 60s
 
 var start = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
 
-func readyNode() *v1.Node {
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
-}
 
 func newServer(t *testing.T) (*Server, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(start)
 	s := New(syncPeriod, clk)
-	s.SyncNode(readyNode())
+	s.SetNodeEligible(true)
 	return s, clk
 }
 
@@ -120,28 +115,15 @@ func TestHealthyResponseBody(t *testing.T) {
 }
 
 func TestNodeEligibilityAffectsHealthzOnly(t *testing.T) {
-	now := metav1.NewTime(start)
-	cases := map[string]*v1.Node{
-		"missing":  nil,
-		"deleting": {ObjectMeta: metav1.ObjectMeta{Name: "node-a", DeletionTimestamp: &now}},
-		"tainted": {ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Spec: v1.NodeSpec{Taints: []v1.Taint{
-			{Key: "other", Effect: v1.TaintEffectNoSchedule},
-			{Key: ToBeDeletedTaint, Effect: v1.TaintEffectNoSchedule},
-		}}},
+	s, _ := newServer(t)
+	s.Updated(proxy.IPv4)
+	s.SetNodeEligible(false)
+	expectCodes(t, s, 503, 200)
+	if r := get(t, s, "/healthz"); r.body.NodeEligible == nil || *r.body.NodeEligible || !r.body.Healthy {
+		t.Errorf("body = %+v, want healthy but not eligible", r.body)
 	}
-	for name, node := range cases {
-		t.Run(name, func(t *testing.T) {
-			s, _ := newServer(t)
-			s.Updated(proxy.IPv4)
-			s.SyncNode(node)
-			expectCodes(t, s, 503, 200)
-			if r := get(t, s, "/healthz"); r.body.NodeEligible == nil || *r.body.NodeEligible || !r.body.Healthy {
-				t.Errorf("body = %+v, want healthy but not eligible", r.body)
-			}
-			s.SyncNode(readyNode())
-			expectCodes(t, s, 200, 200)
-		})
-	}
+	s.SetNodeEligible(true)
+	expectCodes(t, s, 200, 200)
 }
 
 func TestNodeUnknownUntilSynced(t *testing.T) {

@@ -1,0 +1,219 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/healthz"
+	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/internal/servicehealth"
+	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/internal/watch"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+)
+
+// daemon is one running svcproxy: its servers, informers and one syncer per
+// IP family.
+type daemon struct {
+	cfg       *config.Config
+	logger    klog.Logger
+	client    kubernetes.Interface
+	nodeName  string
+	node      *nodeView
+	nodeInfo  watch.NodeInfo
+	health    *healthz.Server
+	svcHealth *servicehealth.Server
+	events    *eventSink
+	// fatal receives errors that must stop the process: a listener failure
+	// under bindAddressHardFail, or a change to this Node that upstream
+	// answers by exiting.
+	fatal chan error
+}
+
+func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
+	name, err := nodeName(cfg.HostnameOverride)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := RESTConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("creating API client: %w", err)
+	}
+	d := &daemon{
+		cfg:      cfg,
+		logger:   klog.FromContext(ctx),
+		client:   client,
+		nodeName: name,
+		node:     newNodeView(name, cfg.BindAddress),
+		health:   healthz.New(cfg.SyncPeriod, clock.RealClock{}),
+		events:   newEventSink(ctx, client, name),
+		fatal:    make(chan error, 4),
+	}
+	d.svcHealth = servicehealth.New(d.health.Healthy, d.events.healthCheckFailed)
+	return d, nil
+}
+
+// nodeName is --hostname-override, already normalized by config, or the
+// lowercased OS hostname.
+func nodeName(override string) (string, error) {
+	if override != "" {
+		return override, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("reading hostname: %w", err)
+	}
+	return strings.ToLower(strings.TrimSpace(h)), nil
+}
+
+// run serves health and metrics, programs the kernel and blocks until ctx
+// ends or something fatal happens.
+func (d *daemon) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer d.svcHealth.Close()
+	d.serve(ctx)
+
+	families := proxyFamilies(d.cfg.Mode)
+	proxiers := make(map[proxy.IPFamily]syncer.Proxier, len(families))
+	for _, f := range families {
+		p, err := newProxier(d.cfg, f)
+		if err != nil {
+			return err
+		}
+		if err := p.Init(ctx); err != nil {
+			return fmt.Errorf("initializing %s %s: %w", d.cfg.Mode, f, err)
+		}
+		proxiers[f] = p
+	}
+	if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
+		d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
+	}
+	nodeWatcher, err := d.awaitNode(ctx)
+	if err != nil {
+		return err
+	}
+	syncers, targets, err := d.newSyncers(proxiers)
+	if err != nil {
+		return err
+	}
+	informers, err := watch.NewInformers(d.client, watch.Options{
+		ResyncPeriod:     d.cfg.ConfigSyncPeriod,
+		ServiceProxyName: d.cfg.ServiceProxyName,
+	}, targets...)
+	if err != nil {
+		return err
+	}
+	informers.Start(ctx)
+	if err := d.watchNode(ctx, nodeWatcher, syncers); err != nil {
+		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
+	}
+	d.events.starting()
+	for _, s := range syncers {
+		go s.Loop(ctx)
+	}
+	d.logger.Info("svcproxy started", "mode", d.cfg.Mode, "node", d.nodeName, "families", families)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-d.fatal:
+		return err
+	}
+}
+
+// serve starts the metrics and health servers (each disabled by an empty
+// address).
+func (d *daemon) serve(ctx context.Context) {
+	var hardFail chan<- error
+	if d.cfg.BindAddressHardFail {
+		hardFail = d.fatal
+	}
+	reg := prometheus.NewRegistry()
+	if err := metrics.Register(reg, metricsMode(d.cfg.Mode)); err != nil {
+		d.logger.Error(err, "Registering metrics failed")
+	}
+	if addr := d.cfg.MetricsBindAddress; addr != "" {
+		handler := metrics.NewHandler(metrics.HandlerOptions{
+			Gatherer:        reg,
+			Mode:            string(d.cfg.Mode),
+			Config:          d.cfg.Versioned,
+			EnableProfiling: d.cfg.EnableProfiling,
+		})
+		go metrics.Serve(ctx, metrics.ServeOptions{Name: "metrics", Addr: addr, Handler: handler, HardFail: hardFail})
+	}
+	if addr := d.cfg.HealthzBindAddress; addr != "" {
+		go d.health.Serve(ctx, addr, hardFail)
+	}
+}
+
+// newSyncers builds one tracker and syncer per family, and the informer
+// targets that feed them.
+func (d *daemon) newSyncers(proxiers map[proxy.IPFamily]syncer.Proxier) ([]*syncer.Syncer, []watch.Target, error) {
+	var syncers []*syncer.Syncer
+	var targets []watch.Target
+	for _, family := range proxy.Families {
+		p, ok := proxiers[family]
+		if !ok {
+			continue
+		}
+		tracker := model.NewTracker(family)
+		s, err := syncer.New(syncer.Options{
+			Family:        family,
+			Mode:          metricsMode(d.cfg.Mode),
+			Tracker:       tracker,
+			Proxier:       p,
+			Node:          d.node.get,
+			Compute:       computeOptions(d.cfg, family),
+			Health:        d.health,
+			ServiceHealth: d.svcHealth,
+			MinSyncPeriod: d.cfg.MinSyncPeriod,
+			SyncPeriod:    d.cfg.SyncPeriod,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("creating %s syncer: %w", family, err)
+		}
+		syncers = append(syncers, s)
+		targets = append(targets, watch.Target{Tracker: tracker, SyncNeeded: s.Request})
+	}
+	return syncers, targets, nil
+}
+
+func computeOptions(cfg *config.Config, family proxy.IPFamily) desired.Options {
+	return desired.Options{
+		Family:              family,
+		MasqueradeBit:       cfg.MasqueradeBit,
+		MasqueradeAll:       cfg.MasqueradeAll,
+		DetectLocalMode:     string(cfg.DetectLocalMode),
+		ClusterCIDRs:        cfg.ClusterCIDRs,
+		BridgeInterface:     cfg.BridgeInterface,
+		InterfaceNamePrefix: cfg.InterfaceNamePrefix,
+		NodePortAddresses:   cfg.NodePortAddresses,
+	}
+}
+
+// proxyFamilies lists the families to run a proxier for. Like upstream, one
+// per family whenever the host supports it, whether or not the cluster is
+// dual-stack; nftables always has both tables.
+func proxyFamilies(mode config.Mode) []proxy.IPFamily {
+	if mode == config.ModeNFTables {
+		return proxy.Families
+	}
+	if _, err := os.Stat("/proc/net/if_inet6"); err != nil {
+		return []proxy.IPFamily{proxy.IPv4}
+	}
+	return proxy.Families
+}
