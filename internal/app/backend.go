@@ -18,6 +18,17 @@ import (
 // so that svcproxy never pretends to proxy.
 var errModeNotImplemented = errors.New("not implemented yet")
 
+// checkMode fails for a mode whose backend is not wired yet, before any API
+// or kernel work starts.
+func checkMode(mode config.Mode) error {
+	switch mode {
+	case config.ModeNFTables:
+		return nil
+	default:
+		return fmt.Errorf("proxy mode %q: %w", mode, errModeNotImplemented)
+	}
+}
+
 // newProxier returns the backend for cfg.Mode and one IP family.
 func newProxier(cfg *config.Config, family proxy.IPFamily) (syncer.Proxier, error) {
 	switch cfg.Mode {

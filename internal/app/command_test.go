@@ -120,16 +120,16 @@ func TestDispatch(t *testing.T) {
 	}
 }
 
-// TestRealRunIsHonest checks the unwired run path reports that it is not
-// implemented instead of pretending to proxy.
+// TestRealRunIsHonest checks that a mode whose backend is not wired reports
+// that it is not implemented instead of pretending to proxy.
 func TestRealRunIsHonest(t *testing.T) {
 	cmd := newCommand(actions{run: run, cleanup: cleanup, initOnly: initOnly,
 		applyLogging: func(*config.Config) error { return nil }})
-	cmd.SetArgs([]string{"--proxy-mode=nftables"})
+	cmd.SetArgs([]string{"--proxy-mode=ipvs"})
 	cmd.SetOut(&strings.Builder{})
 	cmd.SetErr(&strings.Builder{})
 	err := cmd.ExecuteContext(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `"nftables" is not implemented yet`) {
+	if err == nil || !strings.Contains(err.Error(), `"ipvs": not implemented yet`) {
 		t.Errorf("err = %v", err)
 	}
 }

@@ -9,6 +9,9 @@ import (
 
 // run starts the proxy and blocks until ctx is done or it fails.
 func run(ctx context.Context, cfg *config.Config) error {
+	if err := checkMode(cfg.Mode); err != nil {
+		return err
+	}
 	d, err := newDaemon(ctx, cfg)
 	if err != nil {
 		return err
@@ -27,6 +30,9 @@ func cleanup(ctx context.Context, _ *config.Config) error {
 
 // initOnly performs the privileged initialisation and returns (--init-only).
 func initOnly(ctx context.Context, cfg *config.Config) error {
+	if err := checkMode(cfg.Mode); err != nil {
+		return err
+	}
 	for _, f := range proxyFamilies(cfg.Mode) {
 		p, err := newProxier(cfg, f)
 		if err != nil {

@@ -20,7 +20,6 @@ const syncPeriod = 30 * time.Second // healthTimeout = 60s
 
 var start = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
 
-
 func newServer(t *testing.T) (*Server, *clocktesting.FakeClock) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(start)
