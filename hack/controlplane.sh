@@ -41,9 +41,10 @@ KAS_EXTRA=${KAS_EXTRA:-}
 log() { echo "[controlplane] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-# inns CMD... runs CMD in CP_NETNS when set, else directly.
+# inns CMD... runs CMD in CP_NETNS when set, else directly. It execs, so that `inns CMD &`
+# records the PID of CMD itself, not of a subshell.
 inns() {
-  if [[ -n $CP_NETNS ]]; then ip netns exec "$CP_NETNS" "$@"; else "$@"; fi
+  if [[ -n $CP_NETNS ]]; then exec ip netns exec "$CP_NETNS" "$@"; else exec "$@"; fi
 }
 
 alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -174,7 +175,7 @@ start_etcd() {
   echo $! >"$RUN/etcd.pid"
   local i
   for i in $(seq 1 600); do
-    inns curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1 && return 0
+    (inns curl -sf "http://127.0.0.1:$ETCD_PORT/health") >/dev/null 2>&1 && return 0
     alive "$RUN/etcd.pid" || fail_start "etcd died" "$RUN/etcd.log"
     sleep 0.05
   done
@@ -211,8 +212,8 @@ start_kube_apiserver() {
   local tok i
   tok=$(awk -F, '$2=="admin"{print $1}' "$p/tokens.csv")
   for i in $(seq 1 1200); do
-    if inns curl -sf --cacert "$p/ca.crt" -H "Authorization: Bearer $tok" \
-      "https://$KAS_BIND:$KAS_PORT/readyz" >/dev/null 2>&1; then return 0; fi
+    if (inns curl -sf --cacert "$p/ca.crt" -H "Authorization: Bearer $tok" \
+      "https://$KAS_BIND:$KAS_PORT/readyz") >/dev/null 2>&1; then return 0; fi
     alive "$RUN/kube-apiserver.pid" || fail_start "kube-apiserver died" "$RUN/kube-apiserver.log"
     sleep 0.05
   done
