@@ -15,7 +15,8 @@
 # namespace has a route off the machine (the only links are between these namespaces).
 # Everything is removed on exit, whatever happens.
 #
-# Knobs: DEMO_REQUESTS (default 30), SVCPROXY_MODE (default nftables), CONTROLPLANE_BIN_DIR.
+# Knobs: DEMO_REQUESTS (default 30), SVCPROXY_MODE (default nftables), SVCPROXY_V (log level, 2),
+#        SVCPROXY_BIN (use this binary instead of building ./cmd/svcproxy).
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,6 +27,7 @@ PIDS=$WORK/pids
 LOGS=$WORK/logs
 N=${DEMO_REQUESTS:-30}
 MODE=${SVCPROXY_MODE:-nftables}
+LOGV=${SVCPROXY_V:-2}
 
 P=svpd                     # namespace prefix; every namespace of the demo starts with it
 NODE_NET=198.18.0          # the node network (RFC 2544 benchmarking range, never routed here)
@@ -119,10 +121,14 @@ build() {
   mkdir -p "$BIN"
   (cd "$ROOT/test/e2e" && go build -o "$BIN/" ./cmd/e2ectl ./cmd/podserver) || die "building test/e2e tools failed"
   log "e2ectl, podserver → ${BIN#"$ROOT"/}/"
-  if ! SVCPROXY_BUILD_ERR=$(cd "$ROOT" && go build -o "$BIN/svcproxy" ./cmd/svcproxy 2>&1); then
+  if [[ -n ${SVCPROXY_BIN:-} ]]; then
+    [[ -x $SVCPROXY_BIN ]] || die "SVCPROXY_BIN=$SVCPROXY_BIN is not an executable"
+    log "svcproxy: using $SVCPROXY_BIN"
+  elif ! SVCPROXY_BUILD_ERR=$(cd "$ROOT" && go build -o "$BIN/svcproxy" ./cmd/svcproxy 2>&1); then
     log "svcproxy does not build yet (the demo goes on and stops at the svcproxy step)"
   else
     SVCPROXY_BUILD_ERR=""
+    SVCPROXY_BIN=$BIN/svcproxy
     log "svcproxy → ${BIN#"$ROOT"/}/svcproxy"
   fi
   local t0=$SECONDS
@@ -256,7 +262,7 @@ $SVCPROXY_BUILD_ERR"
   for i in 1 2; do
     cfg=$(write_config "$i")
     log "node$i: svcproxy --config ${cfg#"$ROOT"/} --hostname-override node-$i"
-    spawn "svcproxy-node$i" "node$i" "$BIN/svcproxy" --config "$cfg" --hostname-override "node-$i" -v 2
+    spawn "svcproxy-node$i" "node$i" "$SVCPROXY_BIN" --config "$cfg" --hostname-override "node-$i" -v "$LOGV"
   done
   local t0=$SECONDS ok
   for i in 1 2; do

@@ -30,6 +30,8 @@ main() {
   cd "$ROOT"
   [[ $(id -u) == 0 ]] || log "warning: not root; kernel tests will fail or skip"
   build_summary_tool
+  log "building the e2e tools (nested module test/e2e)"
+  (cd "$ROOT/test/e2e" && go build ./...) || die "test/e2e does not build"
   mkdir -p "$OUT/logs"
   log "go test $PKGS (timeout $GO_TEST_TIMEOUT per package; full log: _output/logs/test.json)"
   local t0=$SECONDS rc=0

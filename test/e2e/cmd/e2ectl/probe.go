@@ -46,9 +46,11 @@ func probeCmd(ctx context.Context, args []string) error {
 	}
 
 	if *wait > 0 {
+		start := time.Now()
 		if err := waitFor(ctx, ask, want, *wait); err != nil {
 			return fmt.Errorf("%s: %w", target, err)
 		}
+		fmt.Printf("  (answers as expected after %.1f s)\n", time.Since(start).Seconds())
 	}
 
 	counts := map[string]int{}
