@@ -4,11 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
@@ -22,7 +30,7 @@ var errModeNotImplemented = errors.New("not implemented yet")
 // or kernel work starts.
 func checkMode(mode config.Mode) error {
 	switch mode {
-	case config.ModeNFTables:
+	case config.ModeNFTables, config.ModeIPTables, config.ModeIPVS:
 		return nil
 	default:
 		return fmt.Errorf("proxy mode %q: %w", mode, errModeNotImplemented)
@@ -30,12 +38,84 @@ func checkMode(mode config.Mode) error {
 }
 
 // newProxier returns the backend for cfg.Mode and one IP family.
-func newProxier(cfg *config.Config, family proxy.IPFamily) (syncer.Proxier, error) {
+func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily) (syncer.Proxier, error) {
 	switch cfg.Mode {
 	case config.ModeNFTables:
 		return nftables.New(family)
+	case config.ModeIPTables:
+		return iptables.New(ctx, family, iptables.Options{
+			LocalhostNodePorts:    family == proxy.IPv4 && cfg.LocalhostNodePorts && nodePortsOnLoopback(cfg.NodePortAddresses),
+			ConntrackTCPBeLiberal: tcpBeLiberal(),
+			SyncPeriod:            cfg.SyncPeriod,
+		})
+	case config.ModeIPVS:
+		klog.FromContext(ctx).Error(nil, "IPVS mode is deprecated upstream (KEP-5495); consider nftables mode")
+		return ipvs.New(family, ipvs.Options{
+			Scheduler:     cfg.IPVS.Scheduler,
+			ExcludeCIDRs:  cfg.IPVS.ExcludeCIDRs,
+			StrictARP:     cfg.IPVS.StrictARP,
+			TCPTimeout:    cfg.IPVS.TCPTimeout,
+			TCPFinTimeout: cfg.IPVS.TCPFinTimeout,
+			UDPTimeout:    cfg.IPVS.UDPTimeout,
+			MasqueradeBit: cfg.MasqueradeBit,
+		})
 	default:
 		return nil, fmt.Errorf("proxy mode %q: %w", cfg.Mode, errModeNotImplemented)
+	}
+}
+
+// nodePortsOnLoopback says whether nodePortAddresses lets node ports answer
+// on 127.0.0.1, which upstream requires before enabling localhost node ports.
+func nodePortsOnLoopback(addrs []string) bool {
+	if len(addrs) == 0 {
+		return true
+	}
+	loopback := netip.MustParseAddr("127.0.0.1")
+	for _, a := range addrs {
+		if a == config.NodePortAddressesLocalhost || a == config.NodePortAddressesAll {
+			return true
+		}
+		if p, err := netip.ParsePrefix(a); err == nil && p.Contains(loopback) {
+			return true
+		}
+	}
+	return false
+}
+
+// tcpBeLiberal reads nf_conntrack_tcp_be_liberal: when set, the kernel
+// accepts out-of-window TCP packets and no INVALID-drop rule is needed.
+func tcpBeLiberal() bool {
+	b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal")
+	return err == nil && strings.TrimSpace(string(b)) != "0"
+}
+
+// canaryChecker is implemented by backends whose rules others may flush
+// (iptables): the app polls it and forces a full sync when it fires.
+type canaryChecker interface {
+	CanaryMissing(ctx context.Context) (bool, error)
+}
+
+// monitorCanary polls p every period and asks s for a full sync whenever
+// the backend's canary is gone.
+func monitorCanary(ctx context.Context, p canaryChecker, s *syncer.Syncer, period time.Duration) {
+	logger := klog.FromContext(ctx)
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		missing, err := p.CanaryMissing(ctx)
+		if err != nil {
+			logger.Error(err, "Checking the iptables canary failed")
+			continue
+		}
+		if missing {
+			logger.Info("iptables canary is gone (rules flushed by someone else?); forcing a full sync")
+			s.RequestFull()
+		}
 	}
 }
 
@@ -58,11 +138,28 @@ func metricsMode(mode config.Mode) string {
 func cleanupOtherModes(ctx context.Context, mode config.Mode) error {
 	switch mode {
 	case config.ModeNFTables:
-		// The iptables and IPVS backends' leftover cleanup plugs in here.
-		return nil
+		return errors.Join(iptables.CleanupLeftovers(ctx), cleanupIPVS(ctx))
 	default:
 		return nftables.CleanupTables(ctx)
 	}
+}
+
+// cleanupIPVS removes IPVS mode's virtual servers, kube-ipvs0 and ipsets. A
+// kernel without IPVS has nothing to clean.
+func cleanupIPVS(ctx context.Context) error {
+	var errs []error
+	for _, family := range proxy.Families {
+		p, err := ipvs.New(family, ipvs.Options{ReapInterval: -1})
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("IPVS is not available; nothing to clean", "family", family, "err", err)
+			continue
+		}
+		if err := p.Cleanup(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", family, err))
+		}
+		p.Close()
+	}
+	return errors.Join(errs...)
 }
 
 // cleanupAll removes the rules of every mode (--cleanup).
@@ -70,6 +167,12 @@ func cleanupAll(ctx context.Context) error {
 	var errs []error
 	if err := nftables.CleanupTables(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("nftables: %w", err))
+	}
+	if err := iptables.CleanupLeftovers(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("iptables: %w", err))
+	}
+	if err := cleanupIPVS(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("ipvs: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -125,11 +125,11 @@ func TestDispatch(t *testing.T) {
 func TestRealRunIsHonest(t *testing.T) {
 	cmd := newCommand(actions{run: run, cleanup: cleanup, initOnly: initOnly,
 		applyLogging: func(*config.Config) error { return nil }})
-	cmd.SetArgs([]string{"--proxy-mode=ipvs"})
+	cmd.SetArgs([]string{"--proxy-mode=kernelspace"})
 	cmd.SetOut(&strings.Builder{})
 	cmd.SetErr(&strings.Builder{})
 	err := cmd.ExecuteContext(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `"ipvs": not implemented yet`) {
+	if err == nil || !strings.Contains(err.Error(), `kernelspace`) {
 		t.Errorf("err = %v", err)
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/internal/healthz"
+	"github.com/svcproxy/svcproxy/internal/kconntrack"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
@@ -88,10 +90,13 @@ func (d *daemon) run(ctx context.Context) error {
 	defer d.svcHealth.Close()
 	d.serve(ctx)
 
+	if err := setupNode(ctx, d.cfg); err != nil {
+		return err
+	}
 	families := proxyFamilies(d.cfg.Mode)
 	proxiers := make(map[proxy.IPFamily]syncer.Proxier, len(families))
 	for _, f := range families {
-		p, err := newProxier(d.cfg, f)
+		p, err := newProxier(ctx, d.cfg, f)
 		if err != nil {
 			return err
 		}
@@ -99,6 +104,9 @@ func (d *daemon) run(ctx context.Context) error {
 			return fmt.Errorf("initializing %s %s: %w", d.cfg.Mode, f, err)
 		}
 		proxiers[f] = p
+		if c, ok := p.(interface{ Close() }); ok {
+			defer c.Close()
+		}
 	}
 	if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
 		d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
@@ -107,7 +115,12 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	syncers, targets, err := d.newSyncers(proxiers)
+	conntrackClient, err := kconntrack.New()
+	if err != nil {
+		return fmt.Errorf("opening the conntrack netlink socket: %w", err)
+	}
+	defer conntrackClient.Close()
+	syncers, targets, err := d.newSyncers(ctx, proxiers, conntrackClient)
 	if err != nil {
 		return err
 	}
@@ -123,8 +136,11 @@ func (d *daemon) run(ctx context.Context) error {
 		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
 	}
 	d.events.starting()
-	for _, s := range syncers {
+	for i, s := range syncers {
 		go s.Loop(ctx)
+		if c, ok := proxiers[families[i]].(canaryChecker); ok {
+			go monitorCanary(ctx, c, s, d.cfg.SyncPeriod)
+		}
 	}
 	d.logger.Info("svcproxy started", "mode", d.cfg.Mode, "node", d.nodeName, "families", families)
 	select {
@@ -162,7 +178,7 @@ func (d *daemon) serve(ctx context.Context) {
 
 // newSyncers builds one tracker and syncer per family, and the informer
 // targets that feed them.
-func (d *daemon) newSyncers(proxiers map[proxy.IPFamily]syncer.Proxier) ([]*syncer.Syncer, []watch.Target, error) {
+func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, ct kconntrack.Interface) ([]*syncer.Syncer, []watch.Target, error) {
 	var syncers []*syncer.Syncer
 	var targets []watch.Target
 	for _, family := range proxy.Families {
@@ -171,6 +187,9 @@ func (d *daemon) newSyncers(proxiers map[proxy.IPFamily]syncer.Proxier) ([]*sync
 			continue
 		}
 		tracker := model.NewTracker(family)
+		// Stale UDP/SCTP flows are removed beside the sync, never inside it.
+		reconciler := conntrack.New(family, ct, conntrack.Options{})
+		go reconciler.Run(ctx)
 		s, err := syncer.New(syncer.Options{
 			Family:        family,
 			Mode:          metricsMode(d.cfg.Mode),
@@ -182,6 +201,7 @@ func (d *daemon) newSyncers(proxiers map[proxy.IPFamily]syncer.Proxier) ([]*sync
 			ServiceHealth: d.svcHealth,
 			MinSyncPeriod: d.cfg.MinSyncPeriod,
 			SyncPeriod:    d.cfg.SyncPeriod,
+			AfterSync:     reconciler.Observe,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("creating %s syncer: %w", family, err)

@@ -33,8 +33,11 @@ func initOnly(ctx context.Context, cfg *config.Config) error {
 	if err := checkMode(cfg.Mode); err != nil {
 		return err
 	}
+	if err := setupNode(ctx, cfg); err != nil {
+		return err
+	}
 	for _, f := range proxyFamilies(cfg.Mode) {
-		p, err := newProxier(cfg, f)
+		p, err := newProxier(ctx, cfg, f)
 		if err != nil {
 			return err
 		}

@@ -23,7 +23,8 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.Internal.Equal(o.Internal) && sp.External.Equal(o.External) &&
 		sp.Cluster.Equal(o.Cluster) &&
 		sp.ExternalLocal == o.ExternalLocal &&
-		sp.HealthCheckNodePort == o.HealthCheckNodePort
+		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
+		sp.Scheduler == o.Scheduler
 }
 
 // Equal reports whether two dispatches balance over the same endpoints and,

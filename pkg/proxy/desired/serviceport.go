@@ -27,6 +27,7 @@ func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, family proxy
 		AffinitySeconds:     sp.AffinitySeconds,
 		ExternalLocal:       sp.ExternalLocal,
 		HealthCheckNodePort: sp.HealthCheckNodePort,
+		Scheduler:           sp.Scheduler,
 	}
 	out.AllowedSources = allowedSources(sp.SourceRanges, out.LoadBalancerIPs, family, nodeIPs)
 

@@ -18,7 +18,8 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.AffinitySeconds == o.AffinitySeconds &&
 		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
-		sp.TrafficDistribution == o.TrafficDistribution
+		sp.TrafficDistribution == o.TrafficDistribution &&
+		sp.Scheduler == o.Scheduler
 }
 
 // Equal reports whether two endpoints are the same in every field.

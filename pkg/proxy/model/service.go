@@ -14,6 +14,9 @@ import (
 // timeout, used when a Service asks for ClientIP affinity without a config.
 const defaultAffinitySeconds = 10800
 
+// SchedulerAnnotation is svcproxy's per-Service IPVS scheduler override.
+const SchedulerAnnotation = "ipvs.svcproxy.io/scheduler"
+
 // ParseService returns the service ports that a proxier of family must
 // handle for svc, each holding only that family's addresses. It returns none
 // for Services kube-proxy skips: ExternalName, headless (clusterIP "None" or
@@ -39,6 +42,7 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		InternalLocal:       internalLocal(svc),
 		ExternalLocal:       externalLocal(svc),
 		TrafficDistribution: trafficDistribution(svc),
+		Scheduler:           strings.TrimSpace(svc.Annotations[SchedulerAnnotation]),
 	}
 	if common.ExternalLocal && svc.Spec.Type == v1.ServiceTypeLoadBalancer {
 		common.HealthCheckNodePort = parsePort(p, "healthCheckNodePort", svc.Spec.HealthCheckNodePort)

@@ -42,6 +42,10 @@ type ServicePort struct {
 	HealthCheckNodePort uint16
 	// TrafficDistribution is the normalized topology preference.
 	TrafficDistribution TrafficDistribution
+	// Scheduler is the IPVS scheduler the Service asks for with the
+	// svcproxy extension annotation ipvs.svcproxy.io/scheduler ("" = the
+	// node's default). The IPVS backend ignores unknown names.
+	Scheduler string
 }
 
 // TrafficDistribution is the endpoint topology preference of a Service.

@@ -1,0 +1,54 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/ksysctl"
+	"github.com/svcproxy/svcproxy/internal/nodesetup"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// setupNode applies the conntrack sysctls, oomScoreAdj and route_localnet,
+// as upstream does at start and in --init-only. What this process may not
+// change is skipped with a warning; other failures stop the start.
+func setupNode(ctx context.Context, cfg *config.Config) error {
+	logger := klog.FromContext(ctx)
+	oom := cfg.OOMScoreAdj
+	res, err := nodesetup.Setup(nodesetup.Config{
+		Mode:                  string(cfg.Mode),
+		IPv4:                  containsFamily(proxyFamilies(cfg.Mode), proxy.IPv4),
+		MaxPerCore:            cfg.Conntrack.MaxPerCore,
+		Min:                   cfg.Conntrack.Min,
+		TCPEstablishedTimeout: cfg.Conntrack.TCPEstablishedTimeout,
+		TCPCloseWaitTimeout:   cfg.Conntrack.TCPCloseWaitTimeout,
+		UDPTimeout:            cfg.Conntrack.UDPTimeout,
+		UDPStreamTimeout:      cfg.Conntrack.UDPStreamTimeout,
+		TCPBeLiberal:          cfg.Conntrack.TCPBeLiberal,
+		OOMScoreAdj:           &oom,
+		LocalhostNodePorts:    cfg.LocalhostNodePorts,
+		NodePortAddresses:     cfg.NodePortAddresses,
+	}, nodesetup.Env{Sysctl: ksysctl.Proc{}, InInitialNetNS: nodesetup.InInitialNetNS})
+	for _, w := range res.Warnings {
+		logger.Info("Warning: node setup: " + w)
+	}
+	if len(res.Changed) > 0 {
+		logger.Info("Node setup changed sysctls", "changed", res.Changed)
+	}
+	if err != nil {
+		return fmt.Errorf("node setup: %w", err)
+	}
+	return nil
+}
+
+func containsFamily(families []proxy.IPFamily, f proxy.IPFamily) bool {
+	for _, x := range families {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
