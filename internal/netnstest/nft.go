@@ -1,105 +1,131 @@
 package netnstest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// Monitor records the ruleset changes the kernel announces in one namespace
-// (`nft monitor`), to check that an operation changed nothing, or to count
-// what it changed.
+// Monitor records the ruleset changes the kernel announces in one namespace,
+// to check that an operation changed nothing, or to count what it changed.
+// It subscribes to nf_tables' netlink notifications itself rather than run
+// `nft monitor`, which (nft 1.0.6) spends seconds loading a large ruleset
+// into its cache before it reports anything, and then sometimes nothing.
 type Monitor struct {
-	cmd  *exec.Cmd
+	fd   int
+	stop chan struct{}
 	done chan struct{}
 
 	mu     sync.Mutex
 	events []string
 }
 
-// StartNftMonitor starts `nft monitor` inside the namespace the calling code
-// is about to program. It returns once nft is listening (it prints nothing
-// until an event, so readiness is confirmed with a probe event).
+// nf_tables notification message types (linux/netfilter/nf_tables.h).
+var nftMsgNames = map[uint16]string{
+	0: "add table", 2: "delete table", 3: "add chain", 5: "delete chain",
+	6: "add rule", 8: "delete rule", 9: "add set", 11: "delete set",
+	12: "add element", 14: "delete element", 18: "add object", 20: "delete object",
+	22: "add flowtable", 24: "delete flowtable",
+}
+
+const (
+	nfnlSubsysNFTables = 10
+	nfnlGroupNFTables  = 7
+	nftMsgNewGen       = 15
+)
+
+// StartNftMonitor subscribes to nf_tables notifications inside ns. The
+// subscription is in place when it returns.
 func (ns *NS) StartNftMonitor() (*Monitor, error) {
-	m := &Monitor{done: make(chan struct{})}
-	var stdout *bufio.Scanner
+	m := &Monitor{fd: -1, stop: make(chan struct{}), done: make(chan struct{})}
 	err := ns.Do(func() error {
-		m.cmd = exec.Command("nft", "monitor")
-		out, err := m.cmd.StdoutPipe()
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 		if err != nil {
 			return err
 		}
-		stdout = bufio.NewScanner(out)
-		stdout.Buffer(make([]byte, 0, 64<<10), 16<<20)
-		return m.cmd.Start()
+		m.fd = fd
+		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			return err
+		}
+		// A big buffer so a full rewrite cannot overflow it unnoticed.
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+		tv := unix.NsecToTimeval((100 * time.Millisecond).Nanoseconds())
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return err
+		}
+		return unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, nfnlGroupNFTables)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("nft monitor in %s: %w", ns.Role, err)
-	}
-	ready := make(chan struct{})
-	var readyOnce sync.Once
-	go func() {
-		defer close(m.done)
-		for stdout.Scan() {
-			line := stdout.Text()
-			if strings.Contains(line, monitorProbe) {
-				readyOnce.Do(func() { close(ready) })
-				continue
-			}
-			m.mu.Lock()
-			m.events = append(m.events, line)
-			m.mu.Unlock()
+		if m.fd >= 0 {
+			unix.Close(m.fd)
 		}
-	}()
-	if err := ns.probeMonitor(ready); err != nil {
-		m.Stop()
-		return nil, err
+		return nil, fmt.Errorf("nf_tables monitor in %s: %w", ns.Role, err)
 	}
+	go m.read()
 	return m, nil
 }
 
-const monitorProbe = "svcp_monitor_probe"
-
-// probeMonitor creates and deletes a scratch table until the monitor reports
-// it, proving that the monitor's netlink subscription is in place.
-func (ns *NS) probeMonitor(ready <-chan struct{}) error {
-	ctx := context.Background()
-	for i := 0; i < 50; i++ {
-		if _, err := ns.Run(ctx, "nft", "add table ip "+monitorProbe+"; delete table ip "+monitorProbe); err != nil {
-			return err
-		}
+func (m *Monitor) read() {
+	defer close(m.done)
+	buf := make([]byte, 1<<20)
+	for {
+		n, _, err := unix.Recvfrom(m.fd, buf, 0)
 		select {
-		case <-ready:
-			return nil
-		case <-time.After(100 * time.Millisecond):
+		case <-m.stop:
+			if n <= 0 {
+				return
+			}
+		default:
 		}
-	}
-	return fmt.Errorf("nft monitor in %s did not start", ns.Role)
-}
-
-// Stop ends the monitor and returns every event line it saw, except its own
-// probes and the "# new generation" markers.
-func (m *Monitor) Stop() []string {
-	// Let nft print what the kernel already sent before we kill it.
-	time.Sleep(200 * time.Millisecond)
-	_ = m.cmd.Process.Kill()
-	<-m.done
-	_ = m.cmd.Wait()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	for _, e := range m.events {
-		if strings.HasPrefix(e, "# new generation") || strings.TrimSpace(e) == "" {
+		if err == unix.EAGAIN || err == unix.EINTR {
 			continue
 		}
-		out = append(out, e)
+		if err != nil {
+			m.record("monitor error: " + err.Error()) // ENOBUFS: events were lost
+			continue
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			m.record("monitor error: " + err.Error())
+			continue
+		}
+		for _, msg := range msgs {
+			if msg.Header.Type>>8 != nfnlSubsysNFTables || msg.Header.Type&0xff == nftMsgNewGen {
+				continue
+			}
+			name, ok := nftMsgNames[msg.Header.Type&0xff]
+			if !ok {
+				name = fmt.Sprintf("nf_tables message %d", msg.Header.Type&0xff)
+			}
+			m.record(name)
+		}
 	}
-	return out
+}
+
+func (m *Monitor) record(event string) {
+	m.mu.Lock()
+	m.events = append(m.events, event)
+	m.mu.Unlock()
+}
+
+// Stop ends the monitor and returns one line per notification ("add rule",
+// "delete element", ...), generation markers left out.
+func (m *Monitor) Stop() []string {
+	// Notifications are queued when the transaction commits; give the reader
+	// one more receive timeout to drain them.
+	time.Sleep(200 * time.Millisecond)
+	close(m.stop)
+	<-m.done
+	unix.Close(m.fd)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.events
 }
 
 // ListRuleset returns `nft -a list ruleset` in the namespace: with handles,

@@ -1,0 +1,145 @@
+// Command nftables benchmarks svcproxy's nftables backend against the real
+// kernel and prints a table of medians beside the targets of
+// reference/peers-and-numbers.md §5. It asserts nothing: the numbers are
+// for people to read (and to copy into docs/performance.md).
+//
+// Each (scale, run) is measured by a child process of this binary inside a
+// fresh network namespace, so every cold sync starts from an empty kernel
+// table and every RSS figure belongs to one scale. Needs root and nft.
+//
+//	go run ./test/bench/nftables            # 1k, 10k, 50k services × 10 endpoints, 3 runs
+//	go run ./test/bench/nftables -quick     # 1k and 2k, 1 run: a smoke test
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var (
+		child    = flag.Bool("child", false, "internal: measure one scale and print JSON")
+		services = flag.Int("services", 0, "internal: services for -child")
+		changes  = flag.Int("changes", 5, "single changes timed per scale and run")
+		runs     = flag.Int("runs", 3, "runs per scale; the table shows median [min–max]")
+		scales   = flag.String("scales", "1000,10000,50000", "comma-separated service counts")
+		quick    = flag.Bool("quick", false, "smoke run: scales 1000,2000, one run")
+		timeout  = flag.Duration("timeout", 15*time.Minute, "limit per child run")
+		jsonOut  = flag.String("json", "", "also write every raw result to this file")
+	)
+	flag.Parse()
+	if *child {
+		return childMain(*services, *changes)
+	}
+	if *quick {
+		*scales, *runs = "1000,2000", 1
+	}
+	counts, err := parseScales(*scales)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	results := map[int][]*Result{}
+	failures := map[int][]string{}
+	for r := 0; r < *runs; r++ {
+		for _, n := range counts {
+			fmt.Fprintf(os.Stderr, "run %d/%d: %d services × %d endpoints...\n", r+1, *runs, n, endpointsPerService)
+			res, err := spawnChild(n, *changes, *timeout)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
+				failures[n] = append(failures[n], err.Error())
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "  cold %.0f ms, restart %.0f ms\n", res.Cold.WallMS, res.Restart.WallMS)
+			results[n] = append(results[n], res)
+		}
+	}
+	if *jsonOut != "" {
+		if err := writeJSON(*jsonOut, results); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	printReport(os.Stdout, counts, results, failures, *runs)
+	return 0
+}
+
+func childMain(services, changes int) int {
+	if services <= 0 {
+		fmt.Fprintln(os.Stderr, "-child needs -services")
+		return 2
+	}
+	res, err := runChild(services, changes)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// spawnChild runs this binary with -child for one scale.
+func spawnChild(services, changes int, timeout time.Duration) (*Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own binary: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, self, "-child",
+		"-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%w: %s", err, lastLines(stderr.String(), 5))
+	}
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("child output: %w", err)
+	}
+	return &res, nil
+}
+
+func parseScales(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || n > maxServices {
+			return nil, fmt.Errorf("bad scale %q (1..%d)", f, maxServices)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func writeJSON(path string, results map[int][]*Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	defer f.Close()
+	enc := json.NewEncoder(io.Writer(f))
+	enc.SetIndent("", "  ")
+	return enc.Encode(results)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
