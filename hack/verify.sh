@@ -36,9 +36,10 @@ check_gofmt() {
   files=$(cd "$ROOT" && git ls-files -co --exclude-standard -- '*.go' | grep -v '^_output/' || true)
   [[ -n $files ]] || return 0
   # shellcheck disable=SC2086
-  bad=$(cd "$ROOT" && gofmt -l $files)
+  # gofmt exits 2 on a syntax error; report its output either way.
+  bad=$(cd "$ROOT" && gofmt -l $files 2>&1) || true
   if [[ -n $bad ]]; then
-    echo "$bad" | sed 's/^/  needs gofmt: /' >&2
+    echo "$bad" | sed 's/^/  gofmt -l: /' >&2
     fail "gofmt"
   fi
 }
