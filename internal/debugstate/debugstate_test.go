@@ -1,0 +1,160 @@
+package debugstate
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+)
+
+func name(ns, svc, port string, proto proxy.Protocol) proxy.ServicePortName {
+	return proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: ns, Name: svc}, Port: port, Protocol: proto}
+}
+
+func ep(s string) desired.Endpoint {
+	ap := netip.MustParseAddrPort(s)
+	return desired.Endpoint{IP: ap.Addr(), Port: ap.Port()}
+}
+
+// sampleState exercises every field, including the nil/empty difference of
+// AllowedSources.
+func sampleState() *desired.State {
+	web := name("default", "web", "http", proxy.TCP)
+	dns := name("kube-system", "dns", "", proxy.UDP)
+	return &desired.State{
+		Family:    proxy.IPv4,
+		NodeIPs:   []netip.Addr{netip.MustParseAddr("192.168.0.10")},
+		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
+		Masquerade: desired.Masquerade{Mark: 0x4000, Local: desired.LocalDetector{
+			Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}},
+		Services: map[proxy.ServicePortName]*desired.ServicePort{
+			web: {Name: web, Protocol: proxy.TCP, Port: 80, ClusterIP: netip.MustParseAddr("10.96.0.10"),
+				NodePort: 30080, LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("203.0.113.5")},
+				AllowedSources:  []netip.Prefix{},
+				AffinitySeconds: 10800,
+				Internal:        desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080"), ep("10.244.2.2:8080")}},
+				External:        desired.Dispatch{Empty: desired.Drop},
+				Cluster:         desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}},
+				ExternalLocal:   true, HealthCheckNodePort: 31000, Scheduler: "lc"},
+			dns: {Name: dns, Protocol: proxy.UDP, Port: 53, ClusterIP: netip.MustParseAddr("10.96.0.53"),
+				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
+				Cluster: desired.Dispatch{Empty: desired.Reject}},
+		},
+		HealthChecks: []desired.HealthCheck{{Service: web.ServiceName, Port: 31000, LocalReady: 1}},
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	in := sampleState()
+	at := time.Date(2026, 11, 21, 8, 0, 0, 0, time.UTC)
+	body, err := json.Marshal(Encode(in, at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w State
+	if err := json.Unmarshal(body, &w); err != nil {
+		t.Fatal(err)
+	}
+	out, err := w.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.SyncedAt.Equal(at) {
+		t.Errorf("syncedAt = %v, want %v", w.SyncedAt, at)
+	}
+	// Endpoint slices may come back empty instead of nil: compare ports with
+	// desired's own equality, the rest with DeepEqual.
+	for n, sp := range in.Services {
+		got := out.Services[n]
+		if got == nil || !sp.Equal(got) {
+			t.Errorf("%s: round trip changed the port:\n in  %+v\n out %+v", n, sp, got)
+		}
+	}
+	if len(out.Services) != len(in.Services) {
+		t.Errorf("%d services after the round trip, want %d", len(out.Services), len(in.Services))
+	}
+	if out.Services[name("default", "web", "http", proxy.TCP)].AllowedSources == nil {
+		t.Error("an empty AllowedSources became nil (unrestricted)")
+	}
+	if out.Services[name("kube-system", "dns", "", proxy.UDP)].AllowedSources != nil {
+		t.Error("a nil AllowedSources became non-nil (restricted)")
+	}
+	in.Services, out.Services = nil, nil
+	if !reflect.DeepEqual(in, out) {
+		t.Errorf("state round trip:\n in  %+v\n out %+v", in, out)
+	}
+}
+
+func TestDecodeRejectsGarbage(t *testing.T) {
+	if _, err := (State{Family: "IPv5"}).Decode(); err == nil {
+		t.Error("unknown family accepted")
+	}
+	bad := State{Family: proxy.IPv4, Services: []ServicePort{{Name: "x", Internal: Dispatch{Empty: "MAYBE"}}}}
+	if _, err := bad.Decode(); err == nil {
+		t.Error("unknown verdict accepted")
+	}
+}
+
+func TestRecorderAndHandler(t *testing.T) {
+	r := NewRecorder()
+	r.now = func() time.Time { return time.Unix(1000, 0) }
+	h := r.Handler(HandlerOptions{})
+	if d := get(t, h, "127.0.0.1:4000", Path, http.StatusOK); len(d.States) != 0 {
+		t.Errorf("before any sync: %d states", len(d.States))
+	}
+	r.Record(sampleState(), model.Changes{})
+	v6 := &desired.State{Family: proxy.IPv6}
+	r.Record(v6, model.Changes{})
+	r.Record(nil, model.Changes{}) // ignored
+	if s, at := r.Latest(proxy.IPv6); s != v6 || !at.Equal(time.Unix(1000, 0)) {
+		t.Errorf("Latest(IPv6) = %p %v", s, at)
+	}
+	d := get(t, h, "[::1]:4000", Path, http.StatusOK)
+	if len(d.States) != 2 || d.States[0].Family != proxy.IPv4 || len(d.States[0].Services) != 2 {
+		t.Fatalf("dump = %+v", d)
+	}
+	if d := get(t, h, "127.0.0.1:1", Path+"?family=IPv6", http.StatusOK); len(d.States) != 1 || d.States[0].Family != proxy.IPv6 {
+		t.Errorf("?family=IPv6: %+v", d)
+	}
+	get(t, h, "127.0.0.1:1", Path+"?family=IPX", http.StatusBadRequest)
+	get(t, h, "192.168.0.7:4000", Path, http.StatusForbidden)
+	get(t, h, "[::ffff:10.0.0.1]:4000", Path, http.StatusForbidden)
+	get(t, r.Handler(HandlerOptions{AllowRemote: true}), "192.168.0.7:4000", Path, http.StatusOK)
+
+	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader("x"))
+	req.RemoteAddr = "127.0.0.1:1"
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST: %d", rec.Code)
+	}
+}
+
+func get(t *testing.T, h http.Handler, remote, target string, want int) Dump {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, target, nil)
+	req.RemoteAddr = remote
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != want {
+		t.Fatalf("GET %s from %s: %d %s, want %d", target, remote, rec.Code, rec.Body, want)
+	}
+	var d Dump
+	if want == http.StatusOK {
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type %q", ct)
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}

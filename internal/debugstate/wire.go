@@ -1,0 +1,193 @@
+// Package debugstate keeps the last desired.State each syncer programmed
+// and serves it as JSON on the metrics server (/debug/svcproxy/state), for
+// `svcproxy explain` and for humans. The wire types here are the only JSON
+// form of a State: desired's types stay free of encoding concerns, and
+// Encode/Decode round-trip a State exactly (except State.Changed, which is
+// about one sync, not about what is programmed).
+package debugstate
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// Dump is the body of /debug/svcproxy/state: one entry per IP family that
+// has synced at least once, IPv4 first.
+type Dump struct {
+	States []State `json:"states"`
+}
+
+// State is the wire form of a desired.State.
+type State struct {
+	Family proxy.IPFamily `json:"family"`
+	// SyncedAt is when the syncer finished programming this state.
+	SyncedAt     time.Time     `json:"syncedAt"`
+	NodeIPs      []netip.Addr  `json:"nodeIPs"`
+	NodePorts    NodePorts     `json:"nodePorts"`
+	Masquerade   Masquerade    `json:"masquerade"`
+	Services     []ServicePort `json:"services"`
+	HealthChecks []HealthCheck `json:"healthChecks,omitempty"`
+}
+
+// NodePorts is desired.NodePortAddrs.
+type NodePorts struct {
+	All bool         `json:"all"`
+	IPs []netip.Addr `json:"ips,omitempty"`
+}
+
+// Masquerade is desired.Masquerade.
+type Masquerade struct {
+	Mark uint32 `json:"mark"`
+	All  bool   `json:"all"`
+	// LocalMode is "" (no detector), "CIDR", "Interface" or "InterfacePrefix".
+	LocalMode      desired.LocalMode `json:"localMode"`
+	LocalCIDRs     []netip.Prefix    `json:"localCIDRs,omitempty"`
+	LocalInterface string            `json:"localInterface,omitempty"`
+}
+
+// ServicePort is desired.ServicePort. AllowedSources keeps the nil/empty
+// difference of the State: null means unrestricted, [] means nothing is
+// allowed.
+type ServicePort struct {
+	Namespace           string         `json:"namespace"`
+	Name                string         `json:"name"`
+	PortName            string         `json:"portName,omitempty"`
+	Protocol            proxy.Protocol `json:"protocol"`
+	Port                uint16         `json:"port"`
+	ClusterIP           netip.Addr     `json:"clusterIP"`
+	NodePort            uint16         `json:"nodePort,omitempty"`
+	ExternalIPs         []netip.Addr   `json:"externalIPs,omitempty"`
+	LoadBalancerIPs     []netip.Addr   `json:"loadBalancerIPs,omitempty"`
+	AllowedSources      []netip.Prefix `json:"allowedSources"`
+	AffinitySeconds     int32          `json:"affinitySeconds,omitempty"`
+	Internal            Dispatch       `json:"internal"`
+	External            Dispatch       `json:"external"`
+	Cluster             Dispatch       `json:"cluster"`
+	ExternalLocal       bool           `json:"externalLocal,omitempty"`
+	HealthCheckNodePort uint16         `json:"healthCheckNodePort,omitempty"`
+	Scheduler           string         `json:"scheduler,omitempty"`
+}
+
+// Dispatch is desired.Dispatch; Empty is "REJECT" or "DROP".
+type Dispatch struct {
+	Endpoints []netip.AddrPort `json:"endpoints"`
+	Empty     string           `json:"empty"`
+}
+
+// HealthCheck is desired.HealthCheck.
+type HealthCheck struct {
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	Port       uint16 `json:"port"`
+	LocalReady int    `json:"localReady"`
+}
+
+// Encode turns a State into its wire form, service ports sorted by name.
+func Encode(s *desired.State, syncedAt time.Time) State {
+	out := State{
+		Family:    s.Family,
+		SyncedAt:  syncedAt,
+		NodeIPs:   s.NodeIPs,
+		NodePorts: NodePorts{All: s.NodePorts.All, IPs: s.NodePorts.IPs},
+		Masquerade: Masquerade{Mark: s.Masquerade.Mark, All: s.Masquerade.All,
+			LocalMode: s.Masquerade.Local.Mode, LocalCIDRs: s.Masquerade.Local.CIDRs,
+			LocalInterface: s.Masquerade.Local.Interface},
+		Services: make([]ServicePort, 0, len(s.Services)),
+	}
+	for _, name := range sortedNames(s.Services) {
+		out.Services = append(out.Services, encodePort(s.Services[name]))
+	}
+	for _, hc := range s.HealthChecks {
+		out.HealthChecks = append(out.HealthChecks, HealthCheck{Namespace: hc.Service.Namespace,
+			Name: hc.Service.Name, Port: hc.Port, LocalReady: hc.LocalReady})
+	}
+	return out
+}
+
+func encodePort(sp *desired.ServicePort) ServicePort {
+	return ServicePort{
+		Namespace: sp.Name.Namespace, Name: sp.Name.Name, PortName: sp.Name.Port,
+		Protocol: sp.Protocol, Port: sp.Port, ClusterIP: sp.ClusterIP, NodePort: sp.NodePort,
+		ExternalIPs: sp.ExternalIPs, LoadBalancerIPs: sp.LoadBalancerIPs,
+		AllowedSources: sp.AllowedSources, AffinitySeconds: sp.AffinitySeconds,
+		Internal: encodeDispatch(sp.Internal), External: encodeDispatch(sp.External),
+		Cluster: encodeDispatch(sp.Cluster), ExternalLocal: sp.ExternalLocal,
+		HealthCheckNodePort: sp.HealthCheckNodePort, Scheduler: sp.Scheduler,
+	}
+}
+
+func encodeDispatch(d desired.Dispatch) Dispatch {
+	out := Dispatch{Endpoints: make([]netip.AddrPort, 0, len(d.Endpoints)), Empty: d.Empty.String()}
+	for _, ep := range d.Endpoints {
+		out.Endpoints = append(out.Endpoints, ep.AddrPort())
+	}
+	return out
+}
+
+// Decode turns the wire form back into a desired.State (Changed nil).
+func (w State) Decode() (*desired.State, error) {
+	if w.Family != proxy.IPv4 && w.Family != proxy.IPv6 {
+		return nil, fmt.Errorf("unknown IP family %q", w.Family)
+	}
+	s := &desired.State{
+		Family:    w.Family,
+		NodeIPs:   w.NodeIPs,
+		NodePorts: desired.NodePortAddrs{All: w.NodePorts.All, IPs: w.NodePorts.IPs},
+		Masquerade: desired.Masquerade{Mark: w.Masquerade.Mark, All: w.Masquerade.All,
+			Local: desired.LocalDetector{Mode: w.Masquerade.LocalMode,
+				CIDRs: w.Masquerade.LocalCIDRs, Interface: w.Masquerade.LocalInterface}},
+		Services: make(map[proxy.ServicePortName]*desired.ServicePort, len(w.Services)),
+	}
+	for _, p := range w.Services {
+		sp, err := p.decode()
+		if err != nil {
+			return nil, err
+		}
+		s.Services[sp.Name] = sp
+	}
+	for _, hc := range w.HealthChecks {
+		s.HealthChecks = append(s.HealthChecks, desired.HealthCheck{
+			Service: proxy.ServiceName{Namespace: hc.Namespace, Name: hc.Name},
+			Port:    hc.Port, LocalReady: hc.LocalReady})
+	}
+	return s, nil
+}
+
+func (p ServicePort) decode() (*desired.ServicePort, error) {
+	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: p.Namespace, Name: p.Name},
+		Port: p.PortName, Protocol: p.Protocol}
+	var ds [3]desired.Dispatch
+	for i, d := range []Dispatch{p.Internal, p.External, p.Cluster} {
+		var err error
+		if ds[i], err = d.decode(); err != nil {
+			return nil, fmt.Errorf("service port %s: %w", name, err)
+		}
+	}
+	return &desired.ServicePort{
+		Name: name, Protocol: p.Protocol, Port: p.Port, ClusterIP: p.ClusterIP, NodePort: p.NodePort,
+		ExternalIPs: p.ExternalIPs, LoadBalancerIPs: p.LoadBalancerIPs,
+		AllowedSources: p.AllowedSources, AffinitySeconds: p.AffinitySeconds,
+		Internal: ds[0], External: ds[1], Cluster: ds[2], ExternalLocal: p.ExternalLocal,
+		HealthCheckNodePort: p.HealthCheckNodePort, Scheduler: p.Scheduler,
+	}, nil
+}
+
+func (d Dispatch) decode() (desired.Dispatch, error) {
+	var out desired.Dispatch
+	switch d.Empty {
+	case desired.Reject.String():
+		out.Empty = desired.Reject
+	case desired.Drop.String():
+		out.Empty = desired.Drop
+	default:
+		return out, fmt.Errorf("unknown empty verdict %q", d.Empty)
+	}
+	for _, ep := range d.Endpoints {
+		out.Endpoints = append(out.Endpoints, desired.Endpoint{IP: ep.Addr(), Port: ep.Port()})
+	}
+	return out, nil
+}
