@@ -1,0 +1,201 @@
+package explain
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+)
+
+// Objects lists the kernel objects that implement e in the backend of mode
+// ("nftables", "iptables", "ipvs"), one line each.
+func Objects(ctx context.Context, mode string, state *desired.State, e Explanation) ([]string, error) {
+	if e.Port == nil {
+		return nil, nil
+	}
+	switch mode {
+	case "nftables":
+		return nftObjects(ctx, state, e)
+	case "iptables":
+		return iptablesObjects(e), nil
+	case "ipvs":
+		return ipvsObjects(e), nil
+	}
+	return nil, fmt.Errorf("unknown proxy mode %q", mode)
+}
+
+// nftObjects asks the nftables backend itself: it renders the one service
+// port into a knftables fake, then follows the frontend's verdict through
+// the chains it jumps to, collecting the sets and maps they use. Names
+// therefore never drift from the backend's.
+func nftObjects(ctx context.Context, state *desired.State, e Explanation) ([]string, error) {
+	family := knftables.IPv4Family
+	if state.Family == proxy.IPv6 {
+		family = knftables.IPv6Family
+	}
+	fake := knftables.NewFake(family, nftables.TableName)
+	one := *state
+	one.Services = map[proxy.ServicePortName]*desired.ServicePort{e.Port.Name: e.Port}
+	one.Changed = nil
+	if err := nftables.NewWithInterface(state.Family, fake).Sync(ctx, &one); err != nil {
+		return nil, fmt.Errorf("rendering %s for nftables: %w", e.Port.Name, err)
+	}
+	proto := strings.ToLower(string(e.Port.Protocol))
+	mapName, key := "service-ips", []string{e.Packet.Dest.Unmap().String(), proto, strconv.Itoa(int(e.Packet.Port))}
+	if e.Frontend == FrontendNodePort {
+		mapName, key = "service-nodeports", []string{proto, strconv.Itoa(int(e.Packet.Port))}
+	}
+	table := fmt.Sprintf("table %s %s", family, nftables.TableName)
+	out := []string{table + ": chains nat-prerouting / nat-output → services"}
+	if e.Frontend == FrontendNodePort && !state.NodePorts.All {
+		out = append(out, table+": set nodeport-ips (the nodePortAddresses)")
+	}
+	elem := findElement(fake, mapName, key)
+	if elem == nil {
+		return out, fmt.Errorf("the rendered table has no element %s in map %s", strings.Join(key, " . "), mapName)
+	}
+	out = append(out, fmt.Sprintf("%s: map %s element { %s : %s }", table, mapName,
+		strings.Join(elem.Key, " . "), strings.Join(elem.Value, " . ")))
+	chains, refs := follow(fake, strings.Join(elem.Value, " "))
+	for _, c := range chains {
+		out = append(out, table+": chain "+c)
+	}
+	for _, r := range refs {
+		out = append(out, table+": set/map "+r)
+	}
+	if e.Frontend == FrontendLoadBalancer && e.Port.AllowedSources != nil {
+		out = append(out, table+": set firewall-ips, set firewall-allow (loadBalancerSourceRanges, chain firewall-check)")
+	}
+	if e.Masquerade {
+		out = append(out, table+": chains mark-for-masquerade, nat-postrouting → masquerading (set hairpin-endpoints)")
+	}
+	return out, nil
+}
+
+func findElement(fake *knftables.Fake, mapName string, key []string) *knftables.Element {
+	fake.RLock()
+	defer fake.RUnlock()
+	if fake.Table == nil || fake.Table.Maps[mapName] == nil {
+		return nil
+	}
+	return fake.Table.Maps[mapName].FindElement(key...)
+}
+
+var (
+	jumpRE = regexp.MustCompile(`\b(?:goto|jump) ([A-Za-z0-9_./:-]+)`)
+	refRE  = regexp.MustCompile(`@([A-Za-z0-9_./:-]+)`)
+)
+
+// follow walks the chains a verdict leads to, breadth first, and returns
+// them with the sets and maps their rules reference.
+func follow(fake *knftables.Fake, verdict string) (chains, refs []string) {
+	fake.RLock()
+	defer fake.RUnlock()
+	queue := jumps(verdict)
+	seen := map[string]bool{}
+	for len(queue) > 0 {
+		c := queue[0]
+		queue = queue[1:]
+		ch := fake.Table.Chains[c]
+		if seen[c] || ch == nil {
+			continue
+		}
+		seen[c] = true
+		chains = append(chains, c)
+		for _, r := range ch.Rules {
+			queue = append(queue, jumps(r.Rule)...)
+			for _, m := range refRE.FindAllStringSubmatch(r.Rule, -1) {
+				if !slices.Contains(refs, m[1]) {
+					refs = append(refs, m[1])
+				}
+			}
+		}
+	}
+	return chains, refs
+}
+
+func jumps(s string) []string {
+	var out []string
+	for _, m := range jumpRE.FindAllStringSubmatch(s, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// iptablesObjects names upstream's chains (the iptables backend keeps them
+// byte for byte): KUBE-SVC/SVL/EXT/FW-<hash of "ns/svc:port"+proto> and
+// KUBE-SEP-<hash of that plus the endpoint>.
+func iptablesObjects(e Explanation) []string {
+	display := e.Port.Name.String()
+	proto := strings.ToLower(string(e.Port.Protocol))
+	h := hash16(display + proto)
+	out := []string{"nat KUBE-SERVICES (cluster, external and LB IPs; node ports via KUBE-NODEPORTS)"}
+	switch {
+	case e.Class == ClassInternal && e.Policy == "internalTrafficPolicy: Local":
+		out = append(out, "nat KUBE-SVL-"+h+" (local endpoints)")
+	case e.Class == ClassInternal:
+		out = append(out, "nat KUBE-SVC-"+h)
+	default:
+		if e.Frontend == FrontendLoadBalancer && e.Port.AllowedSources != nil {
+			out = append(out, "nat KUBE-FW-"+h+" (loadBalancerSourceRanges), filter KUBE-PROXY-FIREWALL")
+		}
+		out = append(out, "nat KUBE-EXT-"+h)
+		if e.Class == ClassExternal && e.Port.ExternalLocal {
+			out = append(out, "nat KUBE-SVL-"+h+" (local endpoints)")
+		} else {
+			out = append(out, "nat KUBE-SVC-"+h)
+		}
+	}
+	for _, ep := range e.Endpoints {
+		out = append(out, fmt.Sprintf("nat KUBE-SEP-%s (%s)", hash16(display+proto+epString(ep)), ep))
+	}
+	if e.Masquerade {
+		out = append(out, "nat KUBE-MARK-MASQ, KUBE-POSTROUTING")
+	}
+	if e.Verdict == Reject || e.Verdict == Drop {
+		out = append(out, "filter KUBE-SERVICES / KUBE-EXTERNAL-SERVICES (REJECT/DROP rules for services without endpoints)")
+	}
+	return out
+}
+
+func ipvsObjects(e Explanation) []string {
+	vs := fmt.Sprintf("IPVS virtual server %s %s", strings.ToLower(string(e.Port.Protocol)),
+		netip.AddrPortFrom(e.Packet.Dest, e.Packet.Port))
+	out := []string{vs + " (ipvsadm -Ln)"}
+	switch e.Frontend {
+	case FrontendClusterIP:
+		out = append(out, "address on dummy interface kube-ipvs0; ipset KUBE-CLUSTER-IP")
+	case FrontendNodePort:
+		out = append(out, "ipset KUBE-NODE-PORT-"+strings.ToUpper(string(e.Port.Protocol)))
+	default:
+		out = append(out, "address on kube-ipvs0; ipsets KUBE-EXTERNAL-IP / KUBE-LOAD-BALANCER*")
+	}
+	if e.Masquerade {
+		out = append(out, "iptables nat KUBE-MARK-MASQ, KUBE-POSTROUTING")
+	}
+	return out
+}
+
+func hash16(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return base32.StdEncoding.EncodeToString(sum[:])[:16]
+}
+
+func epString(ep netip.AddrPort) string {
+	a := ep.Addr().Unmap()
+	if a.Is4() {
+		return a.String() + ":" + strconv.Itoa(int(ep.Port()))
+	}
+	return "[" + a.String() + "]:" + strconv.Itoa(int(ep.Port()))
+}
