@@ -30,6 +30,10 @@ deps:
 test: deps
 	hack/test.sh
 
+.PHONY: test-ipvs
+test-ipvs: # the IPVS backend's real-kernel tests inside a qemu VM (this kernel has no IPVS)
+	hack/ipvs-vm.sh
+
 verify:
 	hack/verify.sh
 

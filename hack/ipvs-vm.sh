@@ -5,7 +5,9 @@
 # (-nic none: nothing in the VM can reach anything outside it), and runs the static test
 # binary built from pkg/proxy/ipvs with -tags ipvsvm. See shared/reference/ipvs-vm.md.
 #
-# usage: hack/ipvs-vm.sh [REGEX]     go test -run REGEX (default: every test)
+# usage: hack/ipvs-vm.sh [REGEX]     go test -run REGEX (default: ^TestVM, the tests in
+#                                    pkg/proxy/ipvs/*_vm_test.go; the package's fake-based
+#                                    tests run on the host)
 #        hack/ipvs-vm.sh --bench     the sync benchmark (test/bench/ipvs): IPVS vs nftables
 #
 # Prints the verbose go test output, then "ipvs-vm: N passed, N failed, N skipped".
@@ -22,7 +24,7 @@ MODE=test RUN=
 case ${1:-} in
   --bench) MODE=bench ;;
   -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
-  *) RUN=${1:-} ;;
+  *) RUN=${1:-^TestVM} ;;
 esac
 
 log() { echo "[ipvs-vm] $*" >&2; }

@@ -1,0 +1,733 @@
+//go:build ipvsvm
+
+package ipvs_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/svcproxy/svcproxy/internal/kipset"
+	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/internal/kipvs"
+	"github.com/svcproxy/svcproxy/internal/klink"
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+)
+
+// The VM topology (netnstest's addressing plan):
+//
+//	client ── fabric bridge ──┬── node1 (runs the Proxier) ── pod-a, pod-b, pod-c
+//	                          └── node2 ── pod-r
+//
+// Every pod runs TCP, UDP and SCTP echo servers on 8080 that answer with
+// their name and the source address they saw.
+type vmEnv struct {
+	node1, node2 *netnstest.Node
+	pods         map[string]*netnstest.Pod
+	client       *netnstest.NS
+	clientIPs    [2]netip.Addr
+}
+
+const (
+	podPort = 8080
+	svcPort = 80
+	testNS  = "vm"
+)
+
+type fam struct {
+	family proxy.IPFamily
+	v6     bool
+}
+
+var families = []fam{{proxy.IPv4, false}, {proxy.IPv6, true}}
+
+func (f fam) pick(pair [2]netip.Addr) netip.Addr {
+	if f.v6 {
+		return pair[1]
+	}
+	return pair[0]
+}
+func (f fam) clusterIP(n int) netip.Addr {
+	return f.pick([2]netip.Addr{addr("172.30.0.%d", n), addr("fd00:30::%x", n)})
+}
+func (f fam) externalIP(n int) netip.Addr {
+	return f.pick([2]netip.Addr{addr("198.18.100.%d", n), addr("fd00:18:100::%x", n)})
+}
+func (f fam) lbIP(n int) netip.Addr {
+	return f.pick([2]netip.Addr{addr("198.18.200.%d", n), addr("fd00:18:200::%x", n)})
+}
+func addr(format string, n int) netip.Addr { return netip.MustParseAddr(fmt.Sprintf(format, n)) }
+
+func newVMEnv(t *testing.T) *vmEnv {
+	t.Helper()
+	lab := netnstest.New(t)
+	cluster, err := netnstest.NewCluster(lab, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &vmEnv{node1: cluster.Nodes[0], node2: cluster.Nodes[1], pods: map[string]*netnstest.Pod{}}
+	for _, p := range []struct {
+		name string
+		node *netnstest.Node
+	}{{"pod-a", e.node1}, {"pod-b", e.node1}, {"pod-c", e.node1}, {"pod-r", e.node2}} {
+		pod, err := p.node.AddPod(p.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP} {
+			if _, err := pod.NS.Serve(p.name, proto, podPort); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.pods[p.name] = pod
+	}
+	var ids [][2]netip.Addr
+	if e.client, ids, err = cluster.AddClient("client", e.node1, 1); err != nil {
+		t.Fatal(err)
+	}
+	e.clientIPs = ids[0]
+	return e
+}
+
+// svcSpec is one test Service, dual-stack, one port per protocol (80 → 8080).
+type svcSpec struct {
+	name      string
+	ip        int   // host part of its cluster, external and LB IPs
+	nodePort  int32 // TCP node port; UDP +1, SCTP +2; 0: ClusterIP only
+	external  bool
+	lb        bool
+	affinity  int32
+	endpoints []string
+}
+
+var allPods = []string{"pod-a", "pod-b", "pod-c", "pod-r"}
+
+func vmServices() []svcSpec {
+	return []svcSpec{
+		{name: "spread", ip: 10, nodePort: 30010, external: true, lb: true, endpoints: allPods},
+		{name: "sticky", ip: 12, affinity: 10800, endpoints: []string{"pod-a", "pod-b", "pod-c"}},
+		{name: "churn", ip: 22, endpoints: []string{"pod-a", "pod-b", "pod-c"}},
+		{name: "empty", ip: 23},
+	}
+}
+
+var protocols = []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP}
+
+func portName(p proxy.Protocol) string { return strings.ToLower(string(p)) }
+
+func (e *vmEnv) service(s svcSpec) *v1.Service {
+	return proxytest.MakeService(testNS, s.name, func(svc *v1.Service) {
+		for _, f := range families {
+			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, f.clusterIP(s.ip).String())
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, v1.IPFamily(f.family))
+			if s.external {
+				svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, f.externalIP(s.ip).String())
+			}
+			if s.lb {
+				svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: f.lbIP(s.ip).String()})
+			}
+		}
+		svc.Spec.ClusterIP = svc.Spec.ClusterIPs[0]
+		for i, proto := range protocols {
+			port := v1.ServicePort{Name: portName(proto), Protocol: v1.Protocol(proto), Port: svcPort}
+			if s.nodePort != 0 {
+				port.NodePort = s.nodePort + int32(i)
+			}
+			svc.Spec.Ports = append(svc.Spec.Ports, port)
+		}
+		switch {
+		case s.lb:
+			svc.Spec.Type = v1.ServiceTypeLoadBalancer
+		case s.nodePort != 0:
+			svc.Spec.Type = v1.ServiceTypeNodePort
+		}
+		if s.affinity > 0 {
+			svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+			svc.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &s.affinity}}
+		}
+	})
+}
+
+func (e *vmEnv) slice(f fam, s svcSpec) *discoveryv1.EndpointSlice {
+	var ports []proxytest.SlicePort
+	for _, proto := range protocols {
+		ports = append(ports, proxytest.SlicePort{Name: portName(proto), Port: podPort, Protocol: v1.Protocol(proto)})
+	}
+	var eps []proxytest.EP
+	for _, name := range s.endpoints {
+		pod := e.pods[name]
+		eps = append(eps, proxytest.EP{IP: pod.IP(f.v6), Node: pod.Node.NS.Role})
+	}
+	sl := proxytest.Slice(testNS, s.name, ports, eps...)
+	sl.AddressType = discoveryv1.AddressType(f.family)
+	sl.Name = s.name + "-" + string(f.family)
+	return sl
+}
+
+// world turns objects into States as the daemon does (Tracker → Compute).
+type world struct {
+	e       *vmEnv
+	f       fam
+	tracker *model.Tracker
+	state   *desired.State
+}
+
+func (w *world) apply(specs ...svcSpec) *desired.State {
+	for _, s := range specs {
+		w.tracker.OnServiceUpdate(nil, w.e.service(s))
+		w.tracker.OnEndpointSliceUpdate(nil, w.e.slice(w.f, s))
+	}
+	snap, changes := w.tracker.Commit()
+	n := w.e.node1
+	node := desired.Node{Name: "node1", IPs: []netip.Addr{n.IPv4, n.IPv6}, PodCIDRs: []netip.Prefix{n.PodsV4, n.PodsV6}}
+	node.HostAddrs = append(node.HostAddrs, n.IPv4, n.IPv6)
+	for _, p := range n.Pods {
+		node.HostAddrs = append(node.HostAddrs, p.GatewayV4, p.GatewayV6)
+	}
+	w.state = desired.Compute(w.state, snap, changes, node, desired.Options{
+		Family: w.f.family, MasqueradeBit: 14, DetectLocalMode: "ClusterCIDR",
+		ClusterCIDRs: []netip.Prefix{netnstest.ClusterCIDRv4, netnstest.ClusterCIDRv6},
+	})
+	return w.state
+}
+
+// counting wraps the real kernel clients and counts the writes that
+// changed the kernel (a create refused with "exists" changes nothing) and
+// all write attempts.
+type counting struct {
+	writes, attempts atomic.Int64
+}
+
+func (c *counting) count(err error) error {
+	c.attempts.Add(1)
+	if err == nil {
+		c.writes.Add(1)
+	}
+	return err
+}
+
+type countIPVS struct {
+	kipvs.Interface
+	n *counting
+}
+
+func (c countIPVS) AddService(s kipvs.Service) error { return c.n.count(c.Interface.AddService(s)) }
+func (c countIPVS) UpdateService(s kipvs.Service) error {
+	return c.n.count(c.Interface.UpdateService(s))
+}
+func (c countIPVS) DeleteService(k kipvs.ServiceKey) error {
+	return c.n.count(c.Interface.DeleteService(k))
+}
+func (c countIPVS) AddDestination(k kipvs.ServiceKey, d kipvs.Destination) error {
+	return c.n.count(c.Interface.AddDestination(k, d))
+}
+func (c countIPVS) UpdateDestination(k kipvs.ServiceKey, d kipvs.Destination) error {
+	return c.n.count(c.Interface.UpdateDestination(k, d))
+}
+func (c countIPVS) DeleteDestination(k kipvs.ServiceKey, a netip.AddrPort) error {
+	return c.n.count(c.Interface.DeleteDestination(k, a))
+}
+
+type countSet struct {
+	kipset.Interface
+	n *counting
+}
+
+func (c countSet) CreateSet(s kipset.Set) error { return c.n.count(c.Interface.CreateSet(s)) }
+func (c countSet) DestroySet(n string) error    { return c.n.count(c.Interface.DestroySet(n)) }
+func (c countSet) AddEntry(n string, e kipset.Entry) error {
+	return c.n.count(c.Interface.AddEntry(n, e))
+}
+func (c countSet) DelEntry(n string, e kipset.Entry) error {
+	return c.n.count(c.Interface.DelEntry(n, e))
+}
+
+type countLink struct {
+	klink.Interface
+	n *counting
+}
+
+func (c countLink) AddAddr(l string, a netip.Addr) error { return c.n.count(c.Interface.AddAddr(l, a)) }
+func (c countLink) DelAddr(l string, a netip.Addr) error { return c.n.count(c.Interface.DelAddr(l, a)) }
+func (c countLink) DeleteLink(l string) error            { return c.n.count(c.Interface.DeleteLink(l)) }
+
+// newProxier makes a Proxier over the real clients of node1 (wrapped to
+// count writes) and runs Init there. ReapInterval<0: the test calls Reap.
+func (e *vmEnv) newProxier(t *testing.T, f fam, opts ipvs.Options) (*ipvs.Proxier, *counting) {
+	t.Helper()
+	cnt := &counting{}
+	var p *ipvs.Proxier
+	err := e.node1.NS.Do(func() error {
+		iv, err := kipvs.New("")
+		if err != nil {
+			return err
+		}
+		is, err := kipset.New("")
+		if err != nil {
+			return err
+		}
+		lk, err := klink.New("")
+		if err != nil {
+			return err
+		}
+		ipt, err := kiptables.New(f.family, kiptables.DetectFlavour(context.Background()))
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { iv.Close(); is.Close(); lk.Close() })
+		opts.ReapInterval = -1
+		p = ipvs.NewWithClients(f.family, opts, ipvs.Clients{
+			IPVS: countIPVS{iv, cnt}, IPSet: countSet{is, cnt}, Link: countLink{lk, cnt},
+			Iptables: ipt, Sysctl: ipvs.ProcSysctl{},
+		})
+		return p.Init(context.Background())
+	})
+	if err != nil {
+		t.Fatalf("%s proxier: %v", f.family, err)
+	}
+	t.Cleanup(p.Close)
+	return p, cnt
+}
+
+func (e *vmEnv) sync(t *testing.T, p *ipvs.Proxier, st *desired.State) {
+	t.Helper()
+	start := time.Now()
+	if err := e.node1.NS.Do(func() error { return p.Sync(context.Background(), st) }); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	t.Logf("sync of %d service ports took %v", len(st.Services), time.Since(start))
+}
+
+// TestVMProxier programs both families into node1 and checks the kernel
+// objects and real traffic through them.
+func TestVMProxier(t *testing.T) {
+	e := newVMEnv(t)
+	for _, f := range families {
+		t.Run(string(f.family), func(t *testing.T) {
+			w := &world{e: e, f: f, tracker: model.NewTracker(f.family)}
+			p, _ := e.newProxier(t, f, ipvs.Options{})
+			e.sync(t, p, w.apply(vmServices()...))
+			t.Run("ReadBack", func(t *testing.T) { e.readBack(t, f) })
+			t.Run("ClusterIPBalances", func(t *testing.T) { e.balances(t, f, f.clusterIP(10)) })
+			t.Run("NodePort", func(t *testing.T) { e.nodePort(t, f) })
+			t.Run("ExternalIPAndLBIP", func(t *testing.T) {
+				e.balances(t, f, f.externalIP(10))
+				e.balances(t, f, f.lbIP(10))
+			})
+			t.Run("Affinity", func(t *testing.T) { e.affinity(t, f) })
+			t.Run("EndpointRemoval", func(t *testing.T) { e.endpointRemoval(t, f, p, w) })
+			t.Run("Restart", func(t *testing.T) { e.restart(t, f, w) })
+			t.Run("Cleanup", func(t *testing.T) { e.cleanup(t, f, p) })
+		})
+	}
+}
+
+func (e *vmEnv) ipvsClient(t *testing.T) *kipvs.Client {
+	t.Helper()
+	c, err := kipvs.New(e.node1.NS.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func kproto(p proxy.Protocol) kipvs.Protocol {
+	switch p {
+	case proxy.UDP:
+		return kipvs.UDP
+	case proxy.SCTP:
+		return kipvs.SCTP
+	}
+	return kipvs.TCP
+}
+
+func (e *vmEnv) podAddrs(f fam, names ...string) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, n := range names {
+		out = append(out, netip.AddrPortFrom(e.pods[n].IP(f.v6), podPort))
+	}
+	slices.SortFunc(out, netip.AddrPort.Compare)
+	return out
+}
+
+// dests lists the real servers of one virtual server with their weights.
+func dests(t *testing.T, c *kipvs.Client, k kipvs.ServiceKey) map[netip.AddrPort]int {
+	t.Helper()
+	ds, err := c.ListDestinations(k)
+	if err != nil {
+		t.Fatalf("destinations of %s: %v", k, err)
+	}
+	out := map[netip.AddrPort]int{}
+	for _, d := range ds {
+		out[d.Addr] = d.Weight
+	}
+	return out
+}
+
+func (e *vmEnv) readBack(t *testing.T, f fam) {
+	c := e.ipvsClient(t)
+	svcs, err := c.ListServices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[kipvs.ServiceKey]kipvs.Service{}
+	for _, s := range svcs {
+		if s.Addr.Is6() == f.v6 {
+			byKey[s.ServiceKey] = s
+		}
+	}
+	want := map[kipvs.ServiceKey][]string{}
+	for _, s := range vmServices() {
+		for _, proto := range protocols {
+			want[kipvs.ServiceKey{Addr: f.clusterIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
+			if s.external {
+				want[kipvs.ServiceKey{Addr: f.externalIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
+			}
+			if s.lb {
+				want[kipvs.ServiceKey{Addr: f.lbIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
+			}
+		}
+	}
+	for i, proto := range protocols {
+		want[kipvs.ServiceKey{Addr: e.node1.IP(f.v6), Protocol: kproto(proto), Port: uint16(30010 + i)}] = allPods
+	}
+	for k, eps := range want {
+		s, ok := byKey[k]
+		if !ok {
+			t.Errorf("no virtual server %s", k)
+			continue
+		}
+		if s.Scheduler != kipvs.RoundRobin {
+			t.Errorf("%s scheduler %q, want rr", k, s.Scheduler)
+		}
+		sticky := k.Addr == f.clusterIP(12)
+		if persistent := s.Flags&kipvs.FlagPersistent != 0; persistent != sticky || (sticky && s.Timeout != 10800) {
+			t.Errorf("%s flags %#x timeout %d, want persistent=%v (10800 s)", k, s.Flags, s.Timeout, sticky)
+		}
+		got := dests(t, c, k)
+		var addrs []netip.AddrPort
+		for a, w := range got {
+			addrs = append(addrs, a)
+			if w != 1 {
+				t.Errorf("%s → %s weight %d, want 1", k, a, w)
+			}
+		}
+		slices.SortFunc(addrs, netip.AddrPort.Compare)
+		if wantAddrs := e.podAddrs(f, eps...); !slices.Equal(addrs, wantAddrs) {
+			t.Errorf("%s real servers %v, want %v", k, addrs, wantAddrs)
+		}
+	}
+	// kube-ipvs0 holds every cluster, external and LB IP of the family.
+	lk, err := klink.New(e.node1.NS.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	onLink, err := lk.ListAddrs(ipvs.DummyLink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range vmServices() {
+		for _, a := range []netip.Addr{f.clusterIP(s.ip), f.externalIP(s.ip), f.lbIP(s.ip)} {
+			isFrontend := a == f.clusterIP(s.ip) || (s.external && a == f.externalIP(s.ip)) || (s.lb && a == f.lbIP(s.ip))
+			if slices.Contains(onLink, a) != isFrontend {
+				t.Errorf("%s on %s: %v, want %v", a, ipvs.DummyLink, !isFrontend, isFrontend)
+			}
+		}
+	}
+	// ipsets: cluster IPs for masquerade, node ports per protocol.
+	is, err := kipset.New(e.node1.NS.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer is.Close()
+	prefix := "KUBE-"
+	if f.v6 {
+		prefix = "KUBE-6-"
+	}
+	entries, err := is.ListEntries(prefix + "CLUSTER-IP")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantE := (kipset.Entry{IP: f.clusterIP(10), Protocol: kipset.TCP, Port: svcPort}); !slices.Contains(entries, wantE) {
+		t.Errorf("%sCLUSTER-IP lacks %s: %v", prefix, wantE, entries)
+	}
+	entries, err = is.ListEntries(prefix + "NODE-PORT-TCP")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(entries, kipset.Entry{Port: 30010}) {
+		t.Errorf("%sNODE-PORT-TCP lacks 30010: %v", prefix, entries)
+	}
+}
+
+func askMany(t *testing.T, c netnstest.Client, proto proxy.Protocol, dst netip.AddrPort, n int) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	for i := 0; i < n; i++ {
+		ans, err := c.Ask(proto, dst)
+		if err != nil {
+			t.Fatalf("%s %s request %d: %v", proto, dst, i, err)
+		}
+		seen[ans.Server]++
+	}
+	return seen
+}
+
+func keys(m map[string]int) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (e *vmEnv) fromClient(f fam) netnstest.Client {
+	return netnstest.Client{NS: e.client, Source: f.pick(e.clientIPs)}
+}
+
+// balances: rr over 4 endpoints, 8 requests reach each exactly twice.
+func (e *vmEnv) balances(t *testing.T, f fam, vip netip.Addr) {
+	for _, proto := range protocols {
+		got := askMany(t, e.fromClient(f), proto, netip.AddrPortFrom(vip, svcPort), 8)
+		if !slices.Equal(keys(got), allPods) {
+			t.Errorf("%s to %s reached %v, want all of %v", proto, vip, got, allPods)
+		}
+	}
+}
+
+func (e *vmEnv) nodePort(t *testing.T, f fam) {
+	for i, proto := range protocols {
+		dst := netip.AddrPortFrom(e.node1.IP(f.v6), uint16(30010+i))
+		got := askMany(t, e.fromClient(f), proto, dst, 8)
+		if !slices.Equal(keys(got), allPods) {
+			t.Errorf("%s to node port %s reached %v, want all of %v", proto, dst, got, allPods)
+		}
+	}
+}
+
+func (e *vmEnv) affinity(t *testing.T, f fam) {
+	dst := netip.AddrPortFrom(f.clusterIP(12), svcPort)
+	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+		if got := askMany(t, e.fromClient(f), proto, dst, 10); len(got) != 1 {
+			t.Errorf("%s with ClientIP affinity: 10 connections reached %v, want one endpoint", proto, got)
+		}
+	}
+}
+
+// endpointRemoval: pod-b leaves "churn" while a connection to it is open.
+// Its real server stays at weight 0 (graceful termination), new
+// connections avoid it, the open one keeps working, and Reap deletes it
+// once the connection is gone.
+func (e *vmEnv) endpointRemoval(t *testing.T, f fam, p *ipvs.Proxier, w *world) {
+	dst := netip.AddrPortFrom(f.clusterIP(22), svcPort)
+	var open *netnstest.Conn
+	for i := 0; i < 6 && open == nil; i++ {
+		conn, err := e.fromClient(f).DialTCP(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ans, err := conn.Ask()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ans.Server == "pod-b" {
+			open = conn
+		} else {
+			conn.Close()
+		}
+	}
+	if open == nil {
+		t.Fatal("no connection reached pod-b in 6 tries")
+	}
+	defer open.Close()
+
+	churn := vmServices()[2]
+	churn.endpoints = []string{"pod-a", "pod-c"}
+	e.sync(t, p, w.apply(churn))
+
+	c := e.ipvsClient(t)
+	key := kipvs.ServiceKey{Addr: f.clusterIP(22), Protocol: kipvs.TCP, Port: svcPort}
+	podB := netip.AddrPortFrom(e.pods["pod-b"].IP(f.v6), podPort)
+	if wgt, ok := dests(t, c, key)[podB]; !ok || wgt != 0 {
+		t.Errorf("removed endpoint with an open connection: listed=%v weight=%d, want listed at weight 0", ok, wgt)
+	}
+	if got := askMany(t, e.fromClient(f), proxy.TCP, dst, 8); got["pod-b"] != 0 {
+		t.Errorf("new connections after removal reached %v; want none on pod-b", got)
+	}
+	if ans, err := open.Ask(); err != nil || ans.Server != "pod-b" {
+		t.Errorf("open connection to pod-b after removal: %v, %v", ans, err)
+	}
+	if err := p.Reap(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := dests(t, c, key)[podB]; !ok {
+		t.Error("Reap deleted a real server that still has an active connection")
+	}
+	open.Close()
+	// The kernel counts the connection as active until the FIN handshake
+	// is done; give it a moment.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := p.Reap(); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := dests(t, c, key)[podB]; !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Reap never deleted the drained real server")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// restart: a new Proxier over the same kernel state adopts it: the same
+// State costs no IPVS, ipset or address write, the iptables rules stay as
+// they were, and an open connection survives.
+func (e *vmEnv) restart(t *testing.T, f fam, w *world) {
+	dst := netip.AddrPortFrom(f.clusterIP(10), svcPort)
+	conn, err := e.fromClient(f).DialTCP(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	before := e.iptablesSave(t, f)
+	p2, cnt := e.newProxier(t, f, ipvs.Options{})
+	e.sync(t, p2, w.state)
+	t.Logf("restart: %d write attempts, %d of them changed the kernel", cnt.attempts.Load(), cnt.writes.Load())
+	if n := cnt.writes.Load(); n != 0 {
+		t.Errorf("restart with an unchanged State made %d IPVS/ipset/link writes, want 0", n)
+	}
+	if after := e.iptablesSave(t, f); after != before {
+		t.Errorf("iptables rules changed on restart:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if _, err := conn.Ask(); err != nil {
+		t.Errorf("connection opened before the restart: %v", err)
+	}
+}
+
+func (e *vmEnv) iptablesSave(t *testing.T, f fam) string {
+	t.Helper()
+	cmd := "iptables-save"
+	if f.v6 {
+		cmd = "ip6tables-save"
+	}
+	out, err := e.node1.NS.Run(context.Background(), cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(l, "#") { // timestamps
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func (e *vmEnv) cleanup(t *testing.T, f fam, p *ipvs.Proxier) {
+	if err := e.node1.NS.Do(func() error { return p.Cleanup(context.Background()) }); err != nil {
+		t.Fatalf("Cleanup: %v", err)
+	}
+	c := e.ipvsClient(t)
+	svcs, err := c.ListServices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs {
+		if s.Addr.Is6() == f.v6 {
+			t.Errorf("virtual server left after Cleanup: %s", s.ServiceKey)
+		}
+	}
+	out, err := e.node1.NS.Run(context.Background(), "ipset", "list", "-n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "KUBE-"
+	if f.v6 {
+		prefix = "KUBE-6-"
+	}
+	for _, n := range strings.Fields(string(out)) {
+		if strings.HasPrefix(n, prefix) && (f.v6 || !strings.HasPrefix(n, "KUBE-6-")) {
+			t.Errorf("ipset left after Cleanup: %s", n)
+		}
+	}
+	if rules := e.iptablesSave(t, f); strings.Contains(rules, "KUBE-") {
+		t.Errorf("KUBE- iptables objects left after Cleanup:\n%s", rules)
+	}
+	// kube-ipvs0 goes with the last family: after IPv6, nothing is left.
+	if f.v6 {
+		if out, err := e.node1.NS.Run(context.Background(), "ip", "link", "show", ipvs.DummyLink); err == nil {
+			t.Errorf("%s left after Cleanup of both families: %s", ipvs.DummyLink, out)
+		}
+	}
+}
+
+// TestVMSchedulers: every scheduler the kernel ships is created through the
+// Proxier's Options and read back, and traffic flows through it. Each round
+// is a new Proxier (a restart with another --ipvs-scheduler) whose State
+// holds only that round's Service: it adopts the previous round's objects,
+// deletes that virtual server and creates its own.
+func TestVMSchedulers(t *testing.T) {
+	e := newVMEnv(t)
+	f := families[0]
+	for i, sched := range kipvs.Schedulers {
+		t.Run(sched, func(t *testing.T) {
+			spec := svcSpec{name: "sched-" + sched, ip: 30 + i, endpoints: []string{"pod-a", "pod-b"}}
+			w := &world{e: e, f: f, tracker: model.NewTracker(f.family)}
+			p, _ := e.newProxier(t, f, ipvs.Options{Scheduler: sched})
+			e.sync(t, p, w.apply(spec))
+			c := e.ipvsClient(t)
+			svcs, err := c.ListServices()
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := kipvs.ServiceKey{Addr: f.clusterIP(30 + i), Protocol: kipvs.TCP, Port: svcPort}
+			var found bool
+			for _, s := range svcs {
+				switch {
+				case s.ServiceKey == key:
+					found = true
+					if s.Scheduler != sched {
+						t.Errorf("%s: scheduler %q", key, s.Scheduler)
+					}
+				case s.Addr.Is4() && s.Addr != key.Addr:
+					t.Errorf("virtual server of an earlier round left: %s", s.ServiceKey)
+				}
+			}
+			if !found {
+				t.Fatalf("no virtual server %s", key)
+			}
+			got := askMany(t, e.fromClient(f), proxy.TCP, netip.AddrPortFrom(f.clusterIP(30+i), svcPort), 4)
+			for s := range got {
+				if s != "pod-a" && s != "pod-b" {
+					t.Errorf("reached %s", s)
+				}
+			}
+		})
+	}
+	// A fresh Proxier cleans up what the others left (what --cleanup does).
+	p, _ := e.newProxier(t, f, ipvs.Options{})
+	if err := e.node1.NS.Do(func() error { return p.Cleanup(context.Background()) }); err != nil {
+		t.Errorf("Cleanup: %v", err)
+	}
+	if svcs, err := e.ipvsClient(t).ListServices(); err != nil || len(svcs) != 0 {
+		t.Errorf("after Cleanup: %v, %v; want no virtual server", svcs, err)
+	}
+}
