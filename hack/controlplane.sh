@@ -231,6 +231,8 @@ start() {
   resolve_bin
   mkdir -p "$RUN"
   stop
+  # Interrupted half way: leave nothing running.
+  trap 'log "interrupted"; stop; exit 130' INT TERM
   gen_pki
   local t0 t1 t2
   t0=$EPOCHREALTIME
@@ -248,6 +250,7 @@ start() {
   write_kubeconfig "$RUN/admin-token.kubeconfig" admin "token: $admin_tok"
   write_kubeconfig "$RUN/kube-proxy.kubeconfig" system:kube-proxy "token: $proxy_tok"
   log "kubeconfigs: $RUN/admin.kubeconfig, $RUN/kube-proxy.kubeconfig"
+  trap - INT TERM
 }
 
 case ${1:-start} in
