@@ -6,9 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"runtime"
 
 	"github.com/spf13/cobra"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -16,10 +14,6 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/config"
 )
-
-// Version is the release, set at build time with
-// -ldflags "-X github.com/svcproxy/svcproxy/internal/app.Version=v1.2.3".
-var Version = "v0.0.0-dev"
 
 // modeFunc is the signature of run, cleanup and initOnly.
 type modeFunc func(context.Context, *config.Config) error
@@ -65,6 +59,7 @@ It accepts kube-proxy's flags and KubeProxyConfiguration file.`,
 		},
 	}
 	o.addFlags(cmd.Flags())
+	addSubcommands(cmd)
 	return cmd
 }
 
@@ -126,17 +121,4 @@ func applyLogging(cfg *config.Config) error {
 		return fmt.Errorf("logging: %w", err)
 	}
 	return nil
-}
-
-func printVersion(w io.Writer, mode string) error {
-	switch mode {
-	case "true":
-		_, err := fmt.Fprintf(w, "svcproxy %s\n", Version)
-		return err
-	case "raw":
-		_, err := fmt.Fprintf(w, "svcproxy version %s, %s, %s/%s\n", Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-		return err
-	default:
-		return fmt.Errorf("--version: invalid value %q: must be true, false or raw", mode)
-	}
 }

@@ -1,0 +1,123 @@
+package app
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/internal/debugstate"
+	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+)
+
+// explainServer is a metrics handler with the debug state, on loopback, as
+// the daemon serves it.
+func explainServer(t *testing.T, rec *debugstate.Recorder) *httptest.Server {
+	t.Helper()
+	h := metrics.WithHandlers(metrics.NewHandler(metrics.HandlerOptions{Mode: "nftables"}),
+		map[string]http.Handler{debugstate.Path: rec.Handler(debugstate.HandlerOptions{})})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func runExplain(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := NewCommand()
+	var out strings.Builder
+	cmd.SetOut(&out)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs(append([]string{"explain"}, args...))
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestExplainCommand(t *testing.T) {
+	rec := debugstate.NewRecorder()
+	srv := explainServer(t, rec)
+	if _, err := runExplain(t, "10.96.0.10:53/UDP", "--server", srv.URL); err == nil || !strings.Contains(err.Error(), "no successful sync") {
+		t.Errorf("before a sync: err = %v", err)
+	}
+	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "kube-system", Name: "kube-dns"}, Port: "dns", Protocol: proxy.UDP}
+	ep := desired.Dispatch{Endpoints: []desired.Endpoint{{IP: netip.MustParseAddr("10.244.1.2"), Port: 53}}}
+	rec.Record(&desired.State{
+		Family: proxy.IPv4, NodePorts: desired.NodePortAddrs{All: true},
+		Masquerade: desired.Masquerade{Mark: 0x4000, Local: desired.LocalDetector{Mode: desired.LocalCIDR,
+			CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}},
+		Services: map[proxy.ServicePortName]*desired.ServicePort{name: {Name: name, Protocol: proxy.UDP, Port: 53,
+			ClusterIP: netip.MustParseAddr("10.96.0.10"), Internal: ep, External: ep, Cluster: ep}},
+	}, model.Changes{})
+	out, err := runExplain(t, "10.96.0.10:53/udp", "--server", srv.URL, "--from-pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"service:    kube-system/kube-dns:dns port 53/UDP", "verdict:    DNAT",
+		"endpoints:  10.244.1.2:53", "masquerade: false", "kernel objects (nftables mode):",
+		"map service-ips element { 10.96.0.10 . udp . 53 : goto internal-1 }"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := runExplain(t, "[fd00::10]:53/UDP", "--server", srv.URL); err == nil || !strings.Contains(err.Error(), "IPv6") {
+		t.Errorf("IPv6 without state: err = %v", err)
+	}
+}
+
+func TestExplainArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"10.0.0.1:80/ICMP"}, "must be TCP, UDP or SCTP"},
+		{[]string{"10.0.0.1"}, "want IP:PORT"},
+		{[]string{"10.0.0.1:80", "--source", "nope"}, "--source"},
+		{[]string{"10.0.0.1:80", "--from-pod", "--from-host"}, "none of the others"},
+		{[]string{}, "accepts 1 arg"},
+		{[]string{"10.0.0.1:80", "--server", "http://127.0.0.1:1"}, "is it running"},
+	} {
+		if _, err := runExplain(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("explain %v: err = %v, want it to mention %q", tc.args, err, tc.want)
+		}
+	}
+	p, err := explainOptions{source: "::ffff:10.0.0.9"}.packet("[::ffff:10.96.0.1]:443")
+	if err != nil || p.Dest != netip.MustParseAddr("10.96.0.1") || p.Source != netip.MustParseAddr("10.0.0.9") || p.Protocol != proxy.TCP {
+		t.Errorf("packet = %+v, %v", p, err)
+	}
+}
+
+func TestExplainRemoteRefused(t *testing.T) {
+	rec := debugstate.NewRecorder()
+	// A server that sees every client as remote, as a node's metrics
+	// server sees a client elsewhere.
+	h := rec.Handler(debugstate.HandlerOptions{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/proxyMode" {
+			_, _ = io.WriteString(w, "iptables")
+			return
+		}
+		r.RemoteAddr = "192.0.2.1:5555"
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	if _, err := runExplain(t, "10.0.0.1:80", "--server", srv.URL); err == nil || !strings.Contains(err.Error(), "loopback clients only") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestVersionRaw(t *testing.T) {
+	var b strings.Builder
+	if err := printVersion(&b, "raw"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`GitVersion:"` + Version + `"`, `GitCommit:"`, `GoVersion:"go1.`, `Platform:"linux/`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("--version=raw lacks %s: %s", want, b.String())
+		}
+	}
+}

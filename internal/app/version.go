@@ -1,0 +1,61 @@
+package app
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+)
+
+// Version is the release, set at build time with
+// -ldflags "-X github.com/svcproxy/svcproxy/internal/app.Version=v1.2.3".
+var Version = "v0.0.0-dev"
+
+// gitCommit may be set with -X when the build has no VCS information (a
+// container build without .git); otherwise vcs.revision is used.
+var gitCommit = ""
+
+// buildInfo is what --version=raw prints.
+type buildInfo struct {
+	version, commit, treeState, goVersion string
+}
+
+func readBuildInfo() buildInfo {
+	b := buildInfo{version: Version, commit: gitCommit, treeState: "unknown", goVersion: runtime.Version()}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	b.goVersion = info.GoVersion
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			if b.commit == "" {
+				b.commit = s.Value
+			}
+		case "vcs.modified":
+			b.treeState = map[string]string{"true": "dirty", "false": "clean"}[s.Value]
+		}
+	}
+	if b.commit == "" {
+		b.commit = "unknown"
+	}
+	return b
+}
+
+// printVersion is --version (one line, like kube-proxy's "Kubernetes
+// vX.Y.Z") and --version=raw (everything, like kube-proxy's version.Info).
+func printVersion(w io.Writer, mode string) error {
+	switch mode {
+	case "true":
+		_, err := fmt.Fprintf(w, "svcproxy %s\n", Version)
+		return err
+	case "raw":
+		b := readBuildInfo()
+		_, err := fmt.Fprintf(w, "svcproxy version.Info{GitVersion:%q, GitCommit:%q, GitTreeState:%q, GoVersion:%q, Compiler:%q, Platform:\"%s/%s\"}\n",
+			b.version, b.commit, b.treeState, b.goVersion, runtime.Compiler, runtime.GOOS, runtime.GOARCH)
+		return err
+	default:
+		return fmt.Errorf("--version: invalid value %q: must be true, false or raw", mode)
+	}
+}
