@@ -93,14 +93,16 @@ func protoName(p uint8) string {
 type Interface interface {
 	// CreateSet creates set; an existing set of the same name is an ErrExists.
 	CreateSet(set Set) error
-	// DestroySet removes a set (ErrNotFound if absent; ErrInUse if an
-	// iptables rule still references it).
+	// DestroySet removes a set (ErrNotFound if absent, which callers that
+	// only want it gone ignore; ErrInUse if an iptables rule still
+	// references it).
 	DestroySet(name string) error
 	// ListSets returns the names of every set.
 	ListSets() ([]string, error)
 	// ListEntries returns the members of a set.
 	ListEntries(name string) ([]Entry, error)
-	// AddEntry and DelEntry change one member.
+	// AddEntry and DelEntry change one member; adding a present member
+	// and deleting an absent one succeed.
 	AddEntry(name string, e Entry) error
 	DelEntry(name string, e Entry) error
 }
@@ -112,10 +114,17 @@ var (
 	ErrInUse    = errors.New("ipset in use")
 )
 
+// validate rejects entries the kernel would refuse or misread for a set of
+// type t. bitmap:port takes a port and nothing else: its netlink policy has
+// no protocol (the kernel refuses IPSET_ATTR_PROTO with "invalid
+// protocol"), so a protocol here is a caller's mistake, not something to
+// drop silently.
 func validate(t Type, e Entry) error {
 	needIP := t != BitmapPort
 	needPort := t != HashIP
 	switch {
+	case t == BitmapPort && (e.IP.IsValid() || e.Protocol != 0 || e.IP2.IsValid() || e.Net.IsValid()):
+		return fmt.Errorf("%s entry %v: a bitmap:port member is a port only", t, e)
 	case needIP && !e.IP.IsValid():
 		return fmt.Errorf("%s entry %v needs an address", t, e)
 	case needPort && t != BitmapPort && e.Protocol == 0:

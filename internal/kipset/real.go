@@ -16,6 +16,7 @@ import (
 // Client is the real Interface over netlink.
 type Client struct {
 	h     *netlink.Handle
+	raw   *rawSocket      // for the requests the library gets wrong (raw.go)
 	types map[string]Type // set types learned from create and list
 }
 
@@ -24,27 +25,31 @@ var _ Interface = (*Client)(nil)
 // New returns a client for the ipsets of the network namespace at nsPath
 // ("" for the caller's own). Close releases its sockets.
 func New(nsPath string) (*Client, error) {
-	var (
-		h   *netlink.Handle
-		err error
-	)
-	if nsPath == "" {
-		h, err = netlink.NewHandle(unix.NETLINK_NETFILTER)
-	} else {
-		var ns netns.NsHandle
-		if ns, err = netns.GetFromPath(nsPath); err == nil {
-			defer ns.Close()
-			h, err = netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
+	ns := netns.None()
+	if nsPath != "" {
+		var err error
+		if ns, err = netns.GetFromPath(nsPath); err != nil {
+			return nil, fmt.Errorf("opening ipset netlink socket: %w", err)
 		}
+		defer ns.Close()
 	}
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
 	if err != nil {
 		return nil, fmt.Errorf("opening ipset netlink socket: %w", err)
 	}
-	return &Client{h: h, types: map[string]Type{}}, nil
+	raw, err := openRawSocket(ns)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("opening ipset netlink socket: %w", err)
+	}
+	return &Client{h: h, raw: raw, types: map[string]Type{}}, nil
 }
 
 // Close releases the netlink sockets.
-func (c *Client) Close() { c.h.Close() }
+func (c *Client) Close() {
+	c.h.Close()
+	c.raw.close()
+}
 
 // CreateSet is part of Interface.
 func (c *Client) CreateSet(set Set) error {
@@ -65,7 +70,7 @@ func (c *Client) CreateSet(set Set) error {
 
 // DestroySet is part of Interface.
 func (c *Client) DestroySet(name string) error {
-	if err := guard(func() error { return c.h.IpsetDestroy(name) }); err != nil {
+	if err := c.raw.execute(destroyRequest(name)); err != nil {
 		return wrap(err, "destroying ipset "+name, ErrNotFound)
 	}
 	delete(c.types, name)
@@ -105,17 +110,41 @@ func (c *Client) ListEntries(name string) ([]Entry, error) {
 
 // AddEntry is part of Interface. Adding a present member is not an error.
 func (c *Client) AddEntry(name string, e Entry) error {
-	if err := validate(c.types[name], e); c.types[name] != "" && err != nil {
-		return err
-	}
-	ne := toNetlink(e)
-	return wrap(guard(func() error { return c.h.IpsetAdd(name, ne) }), "adding "+e.String()+" to ipset "+name, ErrExists)
+	return c.change(nl.IPSET_CMD_ADD, name, e)
 }
 
 // DelEntry is part of Interface. Deleting an absent member is not an error.
 func (c *Client) DelEntry(name string, e Entry) error {
-	ne := toNetlink(e)
-	return wrap(guard(func() error { return c.h.IpsetDel(name, ne) }), "deleting "+e.String()+" from ipset "+name, ErrNotFound)
+	return c.change(nl.IPSET_CMD_DEL, name, e)
+}
+
+// change sends one ADD or DEL without NLM_F_EXCL (Replace in the
+// library's terms), so the kernel treats a present member on add and an
+// absent one on delete as success, as Fake does. A port-only entry can
+// only belong to a bitmap:port set, whose request is built in raw.go.
+func (c *Client) change(cmd int, name string, e Entry) error {
+	what := fmt.Sprintf("%s %v in ipset %s", cmdName(cmd), e, name)
+	t := c.types[name]
+	if !e.IP.IsValid() && t == "" {
+		t = BitmapPort
+	}
+	if err := validate(t, e); t != "" && err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var err error
+	if t == BitmapPort {
+		err = c.raw.execute(bitmapPortRequest(cmd, name, e.Port))
+	} else {
+		ne := toNetlink(e)
+		ne.Replace = true
+		err = guard(func() error {
+			if cmd == nl.IPSET_CMD_ADD {
+				return c.h.IpsetAdd(name, ne)
+			}
+			return c.h.IpsetDel(name, ne)
+		})
+	}
+	return wrap(err, what, ErrExists)
 }
 
 func toNetlink(e Entry) *netlink.IPSetEntry {

@@ -235,14 +235,25 @@ func (p *Proxier) ensureBase(ctx context.Context, st *desired.State) error {
 	return nil
 }
 
+// ensureSets creates the sets that do not exist yet. It lists first so
+// that a restart adopts the sets it finds without a single write, failed
+// or not; ErrExists still counts as success for a set created meanwhile.
 func (p *Proxier) ensureSets() error {
+	names, err := p.c.IPSet.ListSets()
+	if err != nil {
+		return fmt.Errorf("listing ipsets: %w", err)
+	}
 	var errs []error
 	family := kipset.Inet
 	if p.family == proxy.IPv6 {
 		family = kipset.Inet6
 	}
 	for _, s := range setSpecs {
-		err := p.c.IPSet.CreateSet(kipset.Set{Name: setName(p.family, s.name), Type: s.typ, Family: family, Comment: s.comment})
+		name := setName(p.family, s.name)
+		if slices.Contains(names, name) {
+			continue
+		}
+		err := p.c.IPSet.CreateSet(kipset.Set{Name: name, Type: s.typ, Family: family, Comment: s.comment})
 		if err != nil && !errors.Is(err, kipset.ErrExists) {
 			errs = append(errs, err)
 		}
