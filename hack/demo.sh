@@ -37,6 +37,8 @@ CLIENT_IP=$NODE_NET.100
 SVC_CIDR=10.96.0.0/16
 CLUSTER_CIDR=10.244.0.0/16
 NODE_PORT=30080
+# The Service's ports: HTTP over TCP and a UDP echo, both on port 80 and node port 30080.
+PORTS=http/TCP/80/8080/$NODE_PORT,echo/UDP/80/8080/$NODE_PORT
 SVCPROXY_BUILD_ERR=""
 
 # ---------------------------------------------------------------- output helpers
@@ -200,13 +202,14 @@ start_controlplane() {
 }
 
 e2ectl() { inns client "$BIN/e2ectl" -kubeconfig "$ADMIN_KC" "$@"; }
+set_endpoints() { e2ectl endpoints -service web -ports "$PORTS" "$@" | sed 's/^/    /'; }
 
 create_objects() {
   step "Creating Nodes, the Service and its EndpointSlice (no controller-manager runs: e2ectl plays it)"
   e2ectl nodes "node-1=$NODE_NET.11,10.244.1.0/24" "node-2=$NODE_NET.12,10.244.2.0/24" | sed 's/^/    /'
-  CLUSTER_IP=$(e2ectl service -name web -port 80 -target-port 8080 -node-port "$NODE_PORT")
-  log "service default/web: type NodePort, ClusterIP $CLUSTER_IP port 80, nodePort $NODE_PORT → targetPort 8080"
-  e2ectl endpoints -service web pod-a=10.244.1.10@node-1 pod-b=10.244.2.10@node-2 | sed 's/^/    /'
+  CLUSTER_IP=$(e2ectl service -name web -ports "$PORTS")
+  log "service default/web: type NodePort, ClusterIP $CLUSTER_IP, ports 80/TCP and 80/UDP, nodePort $NODE_PORT (both) → targetPort 8080"
+  set_endpoints pod-a=10.244.1.10@node-1 pod-b=10.244.2.10@node-2
 }
 
 start_pods() {
@@ -291,6 +294,8 @@ show_balancing() { # expect
   probe cli1 "pod cli1 on node-1 → ClusterIP" "$1" -url "http://$CLUSTER_IP:80/"
   probe client "client outside → NodePort on node-1" "$1" -url "http://$NODE_NET.11:$NODE_PORT/"
   probe client "client outside → NodePort on node-2" "$1" -url "http://$NODE_NET.12:$NODE_PORT/"
+  probe cli1 "pod cli1 on node-1 → ClusterIP, UDP" "$1" -udp "$CLUSTER_IP:80"
+  probe client "client outside → NodePort on node-2, UDP" "$1" -udp "$NODE_NET.12:$NODE_PORT"
 }
 
 show() {
@@ -298,11 +303,11 @@ show() {
   show_balancing pod-a,pod-b
 
   step "Scaling up: pod-c joins the EndpointSlice"
-  e2ectl endpoints -service web pod-a=10.244.1.10@node-1 pod-b=10.244.2.10@node-2 pod-c=10.244.2.11@node-2 | sed 's/^/    /'
+  set_endpoints pod-a=10.244.1.10@node-1 pod-b=10.244.2.10@node-2 pod-c=10.244.2.11@node-2
   show_balancing pod-a,pod-b,pod-c
 
   step "Scaling down: only pod-c is left"
-  e2ectl endpoints -service web pod-c=10.244.2.11@node-2 | sed 's/^/    /'
+  set_endpoints pod-c=10.244.2.11@node-2
   # -expect lists who may answer; wait until the rules no longer send to pod-a/pod-b.
   wait_only pod-c
   show_balancing pod-c

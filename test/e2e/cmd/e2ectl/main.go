@@ -2,8 +2,8 @@
 // (kubelet, EndpointSlice controller) and probes services from inside a namespace.
 //
 //	e2ectl -kubeconfig K nodes node-1=198.18.0.11,10.244.1.0/24 ...
-//	e2ectl -kubeconfig K service -name web -port 80 -target-port 8080 -node-port 30080
-//	e2ectl -kubeconfig K endpoints -service web pod-a=10.244.1.10@node-1 ...
+//	e2ectl -kubeconfig K service -name web -ports http/TCP/80/8080/30080,echo/UDP/80/8080/30080
+//	e2ectl -kubeconfig K endpoints -service web -ports ... pod-a=10.244.1.10@node-1 ...
 //	e2ectl probe -url http://10.96.0.10:80/ -n 30 [-wait 30s] [-expect pod-a,pod-b]
 //	e2ectl probe -udp 10.96.0.10:80 -n 30
 //
@@ -26,9 +26,10 @@ func usage() {
 
 commands:
   nodes      NAME=IP[,PODCIDR]...              create or update Nodes (InternalIP, podCIDR)
-  service    -name N -port P -target-port T [-node-port NP] [-protocol TCP|UDP]
+  service    -name N -ports NAME/PROTO/PORT/TARGETPORT[/NODEPORT],...
              create or update a NodePort Service; prints its ClusterIP
-  endpoints  -service N POD=IP@NODE...          set the Service's EndpointSlice to these ready endpoints
+  endpoints  -service N -ports (as for service) POD=IP@NODE...
+             set the Service's EndpointSlice to these ready endpoints
   probe      (-url URL | -udp HOST:PORT) -n N   send N requests, print how they were balanced`)
 }
 

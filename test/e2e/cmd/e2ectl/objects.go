@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,24 +75,60 @@ func applyNode(ctx context.Context, cs *kubernetes.Clientset, name, ip, podCIDR 
 	return err
 }
 
-// serviceCmd creates or updates a NodePort Service with one named port and prints its ClusterIP.
+// portSpec is one port of -ports: NAME/PROTO/PORT/TARGETPORT[/NODEPORT].
+type portSpec struct {
+	name     string
+	proto    corev1.Protocol
+	port     int32
+	target   int32
+	nodePort int32
+}
+
+func parsePorts(list string) ([]portSpec, error) {
+	var out []portSpec
+	for _, item := range strings.Split(list, ",") {
+		f := strings.Split(item, "/")
+		if len(f) < 4 || len(f) > 5 {
+			return nil, fmt.Errorf("bad port %q, want NAME/PROTO/PORT/TARGETPORT[/NODEPORT]", item)
+		}
+		var nums [3]int32
+		for i, v := range f[2:] {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n < 0 || n > 65535 {
+				return nil, fmt.Errorf("bad port number %q in %q", v, item)
+			}
+			nums[i] = int32(n)
+		}
+		proto := corev1.Protocol(strings.ToUpper(f[1]))
+		if proto != corev1.ProtocolTCP && proto != corev1.ProtocolUDP && proto != corev1.ProtocolSCTP {
+			return nil, fmt.Errorf("bad protocol %q in %q", f[1], item)
+		}
+		out = append(out, portSpec{name: f[0], proto: proto, port: nums[0], target: nums[1], nodePort: nums[2]})
+	}
+	return out, nil
+}
+
+// serviceCmd creates or updates a NodePort Service and prints its ClusterIP.
 func serviceCmd(ctx context.Context, cs *kubernetes.Clientset, ns string, args []string) error {
 	fs := flag.NewFlagSet("service", flag.ContinueOnError)
 	name := fs.String("name", "", "service name")
-	portName := fs.String("port-name", "http", "port name")
-	port := fs.Int("port", 80, "service port")
-	target := fs.Int("target-port", 8080, "endpoint port")
-	nodePort := fs.Int("node-port", 0, "node port (0: allocated)")
-	proto := fs.String("protocol", "TCP", "TCP, UDP or SCTP")
+	ports := fs.String("ports", "http/TCP/80/8080", "ports: NAME/PROTO/PORT/TARGETPORT[/NODEPORT],...")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *name == "" {
 		return fmt.Errorf("-name is required")
 	}
-	sp := corev1.ServicePort{
-		Name: *portName, Port: int32(*port), TargetPort: intstr.FromInt32(int32(*target)),
-		NodePort: int32(*nodePort), Protocol: corev1.Protocol(*proto),
+	specs, err := parsePorts(*ports)
+	if err != nil {
+		return err
+	}
+	var sps []corev1.ServicePort
+	for _, p := range specs {
+		sps = append(sps, corev1.ServicePort{
+			Name: p.name, Protocol: p.proto, Port: p.port,
+			TargetPort: intstr.FromInt32(p.target), NodePort: p.nodePort,
+		})
 	}
 	svcs := cs.CoreV1().Services(ns)
 	svc, err := svcs.Get(ctx, *name, metav1.GetOptions{})
@@ -101,13 +138,13 @@ func serviceCmd(ctx context.Context, cs *kubernetes.Clientset, ns string, args [
 			ObjectMeta: metav1.ObjectMeta{Name: *name},
 			Spec: corev1.ServiceSpec{
 				Type:  corev1.ServiceTypeNodePort,
-				Ports: []corev1.ServicePort{sp},
+				Ports: sps,
 				// No selector: the EndpointSlice is managed by e2ectl, as no controller runs.
 			},
 		}, metav1.CreateOptions{})
 	case err == nil:
 		svc.Spec.Type = corev1.ServiceTypeNodePort
-		svc.Spec.Ports = []corev1.ServicePort{sp}
+		svc.Spec.Ports = sps
 		svc, err = svcs.Update(ctx, svc, metav1.UpdateOptions{})
 	}
 	if err != nil {
@@ -121,14 +158,16 @@ func serviceCmd(ctx context.Context, cs *kubernetes.Clientset, ns string, args [
 func endpointsCmd(ctx context.Context, cs *kubernetes.Clientset, ns string, args []string) error {
 	fs := flag.NewFlagSet("endpoints", flag.ContinueOnError)
 	service := fs.String("service", "", "service name")
-	portName := fs.String("port-name", "http", "port name (must match the Service's)")
-	port := fs.Int("port", 8080, "endpoint port")
-	proto := fs.String("protocol", "TCP", "TCP, UDP or SCTP")
+	ports := fs.String("ports", "http/TCP/80/8080", "the Service's ports (same syntax as for service; TARGETPORT is used)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *service == "" {
 		return fmt.Errorf("-service is required")
+	}
+	specs, err := parsePorts(*ports)
+	if err != nil {
+		return err
 	}
 	ready := true
 	var eps []discoveryv1.Endpoint
@@ -148,7 +187,10 @@ func endpointsCmd(ctx context.Context, cs *kubernetes.Clientset, ns string, args
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod},
 		})
 	}
-	p32, pr := int32(*port), corev1.Protocol(*proto)
+	var eports []discoveryv1.EndpointPort
+	for _, p := range specs {
+		eports = append(eports, discoveryv1.EndpointPort{Name: &p.name, Port: &p.target, Protocol: &p.proto})
+	}
 	want := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: *service + "-e2e",
@@ -159,7 +201,7 @@ func endpointsCmd(ctx context.Context, cs *kubernetes.Clientset, ns string, args
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   eps,
-		Ports:       []discoveryv1.EndpointPort{{Name: portName, Port: &p32, Protocol: &pr}},
+		Ports:       eports,
 	}
 	slices := cs.DiscoveryV1().EndpointSlices(ns)
 	cur, err := slices.Get(ctx, want.Name, metav1.GetOptions{})

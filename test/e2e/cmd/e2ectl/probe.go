@@ -39,10 +39,18 @@ func probeCmd(ctx context.Context, args []string) error {
 		want = strings.Split(*expect, ",")
 	}
 	target := *url
-	ask := func() (string, error) { return askHTTP(*url, *timeout) }
+	askRaw := func() (string, error) { return askHTTP(*url, *timeout) }
 	if *udp != "" {
 		target = "udp://" + *udp
-		ask = func() (string, error) { return askUDP(*udp, *timeout) }
+		askRaw = func() (string, error) { return askUDP(*udp, *timeout) }
+	}
+	ask := func() (string, error) {
+		ans, err := askRaw()
+		if err != nil {
+			return "", err
+		}
+		pod, _ := parseAnswer(ans)
+		return pod, nil
 	}
 
 	if *wait > 0 {
@@ -54,16 +62,22 @@ func probeCmd(ctx context.Context, args []string) error {
 	}
 
 	counts := map[string]int{}
+	sources := map[string]map[string]bool{} // pod -> client IPs it saw
 	var errs []string
 	for range *n {
-		pod, err := ask()
+		ans, err := askRaw()
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
 		}
+		pod, src := parseAnswer(ans)
 		counts[pod]++
+		if sources[pod] == nil {
+			sources[pod] = map[string]bool{}
+		}
+		sources[pod][src] = true
 	}
-	report(os.Stdout, target, *n, counts, errs)
+	report(os.Stdout, target, *n, counts, sources, errs)
 	if len(errs) > 0 {
 		return fmt.Errorf("%d of %d requests failed, first: %s", len(errs), *n, errs[0])
 	}
@@ -130,7 +144,7 @@ func askHTTP(url string, timeout time.Duration) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return podOf(string(body))
+	return checkAnswer(string(body))
 }
 
 func askUDP(addr string, timeout time.Duration) (string, error) {
@@ -148,19 +162,28 @@ func askUDP(addr string, timeout time.Duration) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return podOf(string(buf[:k]))
+	return checkAnswer(string(buf[:k]))
 }
 
-// podOf takes the pod name from a podserver answer "NAME CLIENTADDR".
-func podOf(answer string) (string, error) {
-	f := strings.Fields(answer)
-	if len(f) == 0 {
-		return "", fmt.Errorf("empty answer")
+// checkAnswer accepts a podserver answer "NAME CLIENTADDR".
+func checkAnswer(answer string) (string, error) {
+	if len(strings.Fields(answer)) != 2 {
+		return "", fmt.Errorf("unexpected answer %q", answer)
 	}
-	return f[0], nil
+	return answer, nil
 }
 
-func report(w io.Writer, target string, n int, counts map[string]int, errs []string) {
+// parseAnswer splits a checked answer into the pod name and the client IP it saw.
+func parseAnswer(answer string) (pod, clientIP string) {
+	f := strings.Fields(answer)
+	host, _, err := net.SplitHostPort(f[1])
+	if err != nil {
+		host = f[1]
+	}
+	return f[0], host
+}
+
+func report(w io.Writer, target string, n int, counts map[string]int, sources map[string]map[string]bool, errs []string) {
 	fmt.Fprintf(w, "  %d requests to %s:\n", n, target)
 	var pods []string
 	for p := range counts {
@@ -168,7 +191,8 @@ func report(w io.Writer, target string, n int, counts map[string]int, errs []str
 	}
 	slices.Sort(pods)
 	for _, p := range pods {
-		fmt.Fprintf(w, "    %-10s %3d  %s\n", p, counts[p], strings.Repeat("#", counts[p]))
+		fmt.Fprintf(w, "    %-10s %3d  %-32s (client seen as %s)\n", p, counts[p], strings.Repeat("#", counts[p]),
+			strings.Join(keys(sources[p]), ", "))
 	}
 	if len(errs) > 0 {
 		fmt.Fprintf(w, "    %-10s %3d\n", "(failed)", len(errs))
