@@ -40,6 +40,8 @@ NODE_PORT=30080
 # The Service's ports: HTTP over TCP and a UDP echo, both on port 80 and node port 30080.
 PORTS=http/TCP/80/8080/$NODE_PORT,echo/UDP/80/8080/$NODE_PORT
 SVCPROXY_BUILD_ERR=""
+PASSED=0 # probes that met their expectation
+FAILED=0
 
 # ---------------------------------------------------------------- output helpers
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
@@ -112,7 +114,12 @@ teardown() {
   else
     log "all $P-* namespaces and processes removed"
   fi
-  ((rc == 0)) && step "Demo finished" || echo "demo: FAILED (exit $rc); logs are in ${LOGS#"$ROOT"/}/" >&2
+  if ((rc == 0)); then
+    step "Demo finished"
+  else
+    echo "demo: FAILED (exit $rc); logs are in ${LOGS#"$ROOT"/}/" >&2
+  fi
+  echo "probes: $PASSED passed, $FAILED failed"
   exit "$rc"
 }
 
@@ -130,6 +137,8 @@ build() {
     log "svcproxy does not build yet (the demo goes on and stops at the svcproxy step)"
   else
     SVCPROXY_BUILD_ERR=""
+PASSED=0 # probes that met their expectation
+FAILED=0
     SVCPROXY_BIN=$BIN/svcproxy
     log "svcproxy → ${BIN#"$ROOT"/}/svcproxy"
   fi
@@ -286,8 +295,11 @@ probe() { # ns desc expect args...
   local n=$1 desc=$2 expect=$3
   shift 3
   echo "  from $desc:"
-  inns "$n" "$BIN/e2ectl" probe -n "$N" -wait 30s -expect "$expect" "$@" \
-    || die "probe from $desc failed (see above)"
+  if ! inns "$n" "$BIN/e2ectl" probe -n "$N" -wait 30s -expect "$expect" "$@"; then
+    FAILED=$((FAILED + 1))
+    die "probe from $desc failed (see above)"
+  fi
+  PASSED=$((PASSED + 1))
 }
 
 show_balancing() { # expect
