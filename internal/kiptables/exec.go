@@ -126,18 +126,31 @@ func (c *Client) Save(ctx context.Context, table Table) ([]byte, error) {
 // runRetrying runs a tool, retrying with backoff while the xtables lock is
 // contended.
 func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin []byte) ([]byte, error) {
+	var out []byte
+	err := c.retryLocked(ctx, path, func() error {
+		var err error
+		out, err = c.exec.Run(ctx, path, args, stdin)
+		return err
+	})
+	return out, err
+}
+
+// retryLocked runs op, retrying with a doubling pause while it fails on
+// the xtables lock (held by kubelet, a CNI plugin or another family's
+// restore), and wraps ErrLocked when it never gets it.
+func (c *Client) retryLocked(ctx context.Context, what string, op func() error) error {
 	pause := lockBackoff
 	for attempt := 0; ; attempt++ {
-		out, err := c.exec.Run(ctx, path, args, stdin)
+		err := op()
 		if err == nil || !isLockError(err) {
-			return out, err
+			return err
 		}
 		if attempt == lockRetries {
-			return nil, fmt.Errorf("%w: %w", ErrLocked, err)
+			return fmt.Errorf("%w: %w", ErrLocked, err)
 		}
-		klog.V(2).InfoS("xtables lock busy, retrying", "tool", path, "pause", pause)
+		klog.V(2).InfoS("xtables lock busy, retrying", "tool", what, "pause", pause)
 		if err := c.sleep(ctx, pause); err != nil {
-			return nil, err
+			return err
 		}
 		pause *= 2
 	}
@@ -146,6 +159,10 @@ func (c *Client) runRetrying(ctx context.Context, path string, args []string, st
 func isLockError(err error) bool {
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) && exitErr.ExitCode() == exitLockError {
+		return true
+	}
+	var iptErr *goiptables.Error
+	if errors.As(err, &iptErr) && iptErr.ExitStatus() == exitLockError {
 		return true
 	}
 	return strings.Contains(err.Error(), "xtables lock")

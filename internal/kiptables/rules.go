@@ -10,26 +10,30 @@ import (
 )
 
 // The single-rule operations go through go-iptables, which takes no
-// context; they are few (about twenty per full sync) and short.
+// context; they are few (about twenty per full sync) and short. Like the
+// restore path they retry while the xtables lock is busy.
 
 // EnsureChain is part of Interface.
-func (c *Client) EnsureChain(_ context.Context, table Table, chain string) error {
-	ok, err := c.rules.ChainExists(string(table), chain)
-	if err != nil {
-		return fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
+func (c *Client) EnsureChain(ctx context.Context, table Table, chain string) error {
+	ok, err := c.ChainExists(ctx, table, chain)
+	if err != nil || ok {
+		return err
 	}
-	if ok {
-		return nil
-	}
-	if err := c.rules.NewChain(string(table), chain); err != nil && !isExists(err) {
+	err = c.retryLocked(ctx, "iptables", func() error { return c.rules.NewChain(string(table), chain) })
+	if err != nil && !isExists(err) {
 		return fmt.Errorf("creating chain %s/%s: %w", table, chain, err)
 	}
 	return nil
 }
 
 // ChainExists is part of Interface.
-func (c *Client) ChainExists(_ context.Context, table Table, chain string) (bool, error) {
-	ok, err := c.rules.ChainExists(string(table), chain)
+func (c *Client) ChainExists(ctx context.Context, table Table, chain string) (bool, error) {
+	var ok bool
+	err := c.retryLocked(ctx, "iptables", func() error {
+		var err error
+		ok, err = c.rules.ChainExists(string(table), chain)
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
 	}
@@ -37,16 +41,17 @@ func (c *Client) ChainExists(_ context.Context, table Table, chain string) (bool
 }
 
 // EnsureRuleAtFront is part of Interface.
-func (c *Client) EnsureRuleAtFront(_ context.Context, table Table, chain string, rule ...string) error {
-	if err := c.rules.InsertUnique(string(table), chain, 1, rule...); err != nil {
+func (c *Client) EnsureRuleAtFront(ctx context.Context, table Table, chain string, rule ...string) error {
+	err := c.retryLocked(ctx, "iptables", func() error { return c.rules.InsertUnique(string(table), chain, 1, rule...) })
+	if err != nil {
 		return fmt.Errorf("ensuring rule in %s/%s (%s): %w", table, chain, strings.Join(rule, " "), err)
 	}
 	return nil
 }
 
 // DeleteRule is part of Interface.
-func (c *Client) DeleteRule(_ context.Context, table Table, chain string, rule ...string) error {
-	err := c.rules.DeleteIfExists(string(table), chain, rule...)
+func (c *Client) DeleteRule(ctx context.Context, table Table, chain string, rule ...string) error {
+	err := c.retryLocked(ctx, "iptables", func() error { return c.rules.DeleteIfExists(string(table), chain, rule...) })
 	if err != nil && !isNotExist(err) {
 		return fmt.Errorf("deleting rule from %s/%s (%s): %w", table, chain, strings.Join(rule, " "), err)
 	}

@@ -15,7 +15,10 @@ import (
 // expectations, so they check our hashing independently of our code.
 func upstreamState() *desired.State {
 	ip := netip.MustParseAddr
-	ep := func(s string) desired.Endpoint { ap := netip.MustParseAddrPort(s); return desired.Endpoint{IP: ap.Addr(), Port: ap.Port()} }
+	ep := func(s string) desired.Endpoint {
+		ap := netip.MustParseAddrPort(s)
+		return desired.Endpoint{IP: ap.Addr(), Port: ap.Port()}
+	}
 	all := func(eps ...desired.Endpoint) desired.Dispatch { return desired.Dispatch{Endpoints: eps} }
 	name := func(ns, svc string) proxy.ServicePortName {
 		return proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: ns, Name: svc}, Port: "p80", Protocol: proxy.TCP}

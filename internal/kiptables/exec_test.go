@@ -1,0 +1,155 @@
+package kiptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// fakeExec records calls and answers from a script.
+type fakeExec struct {
+	paths map[string]string // tool name -> path; missing means not installed
+	calls []string
+	stdin [][]byte
+	// answer returns the output and error for one call.
+	answer func(path string, args []string) ([]byte, error)
+}
+
+func (f *fakeExec) LookPath(file string) (string, error) {
+	if p, ok := f.paths[file]; ok {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s: %w", file, exec.ErrNotFound)
+}
+
+func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin []byte) ([]byte, error) {
+	f.calls = append(f.calls, path+" "+strings.Join(args, " "))
+	f.stdin = append(f.stdin, stdin)
+	if f.answer == nil {
+		return nil, nil
+	}
+	return f.answer(path, args)
+}
+
+func tools(flavour string) map[string]string {
+	m := map[string]string{}
+	for _, fam := range []string{"iptables", "ip6tables"} {
+		for _, suffix := range []string{"", "-save", "-restore"} {
+			name := fam + "-" + flavour + suffix
+			m[name] = "/usr/sbin/" + name
+		}
+	}
+	return m
+}
+
+func TestRestoreAndSaveArgs(t *testing.T) {
+	ex := &fakeExec{paths: tools("nft")}
+	c, err := newClient(proxy.IPv6, FlavourNFT, ex, false)
+	must(t, err)
+	must(t, c.Restore(ctx, []byte("*nat\nCOMMIT\n")))
+	_, err = c.Save(ctx, TableNAT)
+	must(t, err)
+	want := []string{
+		"/usr/sbin/ip6tables-nft-restore -w 5 -W 100000 --noflush --counters",
+		"/usr/sbin/ip6tables-nft-save -t nat",
+	}
+	if strings.Join(ex.calls, "\n") != strings.Join(want, "\n") {
+		t.Errorf("calls:\n%s", strings.Join(ex.calls, "\n"))
+	}
+	if string(ex.stdin[0]) != "*nat\nCOMMIT\n" {
+		t.Errorf("restore stdin = %q", ex.stdin[0])
+	}
+}
+
+func TestRestoreRetriesOnLockContention(t *testing.T) {
+	fails := 2
+	ex := &fakeExec{paths: tools("legacy"), answer: func(string, []string) ([]byte, error) {
+		if fails > 0 {
+			fails--
+			return nil, errors.New("Another app is currently holding the xtables lock. Stopped waiting after 5s.")
+		}
+		return nil, nil
+	}}
+	c, err := newClient(proxy.IPv4, FlavourLegacy, ex, false)
+	must(t, err)
+	var pauses []time.Duration
+	c.sleep = func(_ context.Context, d time.Duration) error { pauses = append(pauses, d); return nil }
+	must(t, c.Restore(ctx, []byte("x")))
+	if len(ex.calls) != 3 || len(pauses) != 2 || pauses[1] != 2*pauses[0] {
+		t.Errorf("calls %d, pauses %v; want 3 calls and doubling pauses", len(ex.calls), pauses)
+	}
+
+	// Persistent contention gives up with ErrLocked; other errors are not retried.
+	ex.answer = func(string, []string) ([]byte, error) { return nil, errors.New("xtables lock") }
+	if err := c.Restore(ctx, nil); !errors.Is(err, ErrLocked) {
+		t.Errorf("persistent lock: err = %v", err)
+	}
+	ex.calls = nil
+	ex.answer = func(string, []string) ([]byte, error) { return nil, errors.New("line 3 failed") }
+	if err := c.Restore(ctx, nil); err == nil || len(ex.calls) != 1 {
+		t.Errorf("plain failure: err = %v after %d calls", err, len(ex.calls))
+	}
+}
+
+func TestNewNeedsTools(t *testing.T) {
+	if _, err := newClient(proxy.IPv4, FlavourLegacy, &fakeExec{paths: tools("nft")}, false); !errors.Is(err, exec.ErrNotFound) {
+		t.Errorf("missing legacy tools: err = %v", err)
+	}
+}
+
+func TestDetectFlavour(t *testing.T) {
+	both := tools("nft")
+	for k, v := range tools("legacy") {
+		both[k] = v
+	}
+	rules := func(n int) []byte { return []byte(strings.Repeat("-A INPUT -j ACCEPT\n", n)) }
+	cases := []struct {
+		name        string
+		paths       map[string]string
+		legacy, nft func(table string) []byte
+		want        Flavour
+	}{
+		{"empty host defaults to nft", both, nil, nil, FlavourNFT},
+		{"kubelet hint in legacy", both, func(t string) []byte {
+			if t == "mangle" {
+				return []byte(":KUBE-IPTABLES-HINT - [0:0]\n")
+			}
+			return nil
+		}, func(string) []byte { return rules(50) }, FlavourLegacy},
+		{"kubelet hint in nft beats legacy rules", both, func(string) []byte { return rules(5) }, func(t string) []byte {
+			if t == "mangle" {
+				return []byte(":KUBE-IPTABLES-HINT - [0:0]\n")
+			}
+			return nil
+		}, FlavourNFT},
+		{"ten legacy rules", both, func(string) []byte { return rules(10) }, func(string) []byte { return rules(40) }, FlavourLegacy},
+		{"more nft rules", both, func(string) []byte { return rules(3) }, func(string) []byte { return rules(4) }, FlavourNFT},
+		{"more legacy rules", both, func(string) []byte { return rules(3) }, func(string) []byte { return rules(1) }, FlavourLegacy},
+		{"only legacy installed", tools("legacy"), nil, nil, FlavourLegacy},
+	}
+	for _, c := range cases {
+		ex := &fakeExec{paths: c.paths, answer: func(path string, args []string) ([]byte, error) {
+			table := ""
+			if len(args) == 2 {
+				table = args[1]
+			}
+			src := c.nft
+			if strings.Contains(path, "legacy") {
+				src = c.legacy
+			}
+			if src == nil || strings.Contains(path, "ip6tables") {
+				return nil, nil
+			}
+			return src(table), nil
+		}}
+		if got, why := detectFlavour(ctx, ex); got != c.want {
+			t.Errorf("%s: got %s (%s), want %s", c.name, got, why, c.want)
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// discard is an Interface that accepts everything and keeps only the size
+// of the last restore, so benchmarks measure our side alone.
+type discard struct{ lastRestore int }
+
+func (d *discard) Restore(_ context.Context, data []byte) error {
+	d.lastRestore = len(data)
+	return nil
+}
+func (d *discard) Save(context.Context, kiptables.Table) ([]byte, error)      { return nil, nil }
+func (d *discard) EnsureChain(context.Context, kiptables.Table, string) error { return nil }
+func (d *discard) ChainExists(context.Context, kiptables.Table, string) (bool, error) {
+	return true, nil
+}
+func (d *discard) EnsureRuleAtFront(context.Context, kiptables.Table, string, ...string) error {
+	return nil
+}
+func (d *discard) DeleteRule(context.Context, kiptables.Table, string, ...string) error { return nil }
+
+// bigState is services×endpoints ClusterIP services with node ports, the
+// shape of upstream's scale tests.
+func bigState(services, endpoints int) *desired.State {
+	st := &desired.State{Family: proxy.IPv4, NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.2")},
+		NodePorts: desired.NodePortAddrs{All: true},
+		Masquerade: desired.Masquerade{Mark: 0x4000, Local: desired.LocalDetector{Mode: desired.LocalCIDR,
+			CIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}},
+		Services: make(map[proxy.ServicePortName]*desired.ServicePort, services)}
+	for i := range services {
+		name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: fmt.Sprintf("svc%d", i)},
+			Port: "http", Protocol: proxy.TCP}
+		var d desired.Dispatch
+		for j := range endpoints {
+			d.Endpoints = append(d.Endpoints, desired.Endpoint{
+				IP: netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), byte(j + 1)}), Port: 8080})
+		}
+		st.Services[name] = &desired.ServicePort{Name: name, Protocol: proxy.TCP, Port: 80,
+			ClusterIP: netip.AddrFrom4([4]byte{172, 30, byte(i >> 8), byte(i)}), NodePort: uint16(30000 + i%2000),
+			Internal: d, External: d, Cluster: d}
+	}
+	return st
+}
+
+func BenchmarkFullSync10kx10(b *testing.B) {
+	st := bigState(10000, 10)
+	ipt := &discard{}
+	b.ReportAllocs()
+	for b.Loop() {
+		p := NewWithInterface(proxy.IPv4, ipt, Options{})
+		if err := p.Sync(context.Background(), st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(ipt.lastRestore)/1e6, "MB-restore")
+}
+
+func BenchmarkPartialSync10kx10(b *testing.B) {
+	st := bigState(10000, 10)
+	ipt := &discard{}
+	p := NewWithInterface(proxy.IPv4, ipt, Options{})
+	if err := p.Sync(context.Background(), st); err != nil {
+		b.Fatal(err)
+	}
+	var name proxy.ServicePortName
+	for name = range st.Services {
+		break
+	}
+	next := *st
+	next.Changed = map[proxy.ServicePortName]struct{}{name: {}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.Sync(context.Background(), &next); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(ipt.lastRestore)/1e6, "MB-restore")
+}
