@@ -78,14 +78,36 @@ deps_graph() {
   (cd "$ROOT" && go list -e -deps -f '{{$p := .ImportPath}}{{range .Imports}}{{$p}} {{.}}{{"\n"}}{{end}}' "$1")
 }
 
+# path_to GRAPH FROM TO: the shortest import chain FROM -> ... -> TO in GRAPH ("a b" edge lines).
+path_to() {
+  awk -v from="$2" -v to="$3" '
+    { adj[$1] = adj[$1] " " $2 }
+    END {
+      q[0] = from; seen[from] = 1; head = 0; tail = 1
+      while (head < tail) {
+        cur = q[head++]
+        if (cur == to) break
+        n = split(adj[cur], next_, " ")
+        for (i = 1; i <= n; i++) if (!seen[next_[i]]++) { prev[next_[i]] = cur; q[tail++] = next_[i] }
+      }
+      if (!(to in seen)) exit
+      p = to
+      while (p != from) { out = " -> " p out; p = prev[p] }
+      print from out
+    }' <<<"$1"
+}
+
 # forbid_deps PKG REGEX WHY [EXEMPT]: no package in PKG's dependency closure may match REGEX,
 # except through an importer matching EXEMPT. Reports each edge into the forbidden set.
 forbid_deps() {
-  local pkg=$1 re=$2 why=$3 exempt=${4:-^$} edges
-  edges=$(deps_graph "$pkg" \
-    | awk -v re="$re" -v ex="$exempt" '$2 ~ re && $1 !~ re && $1 !~ ex { print $1 " -> " $2 }' | sort -u)
+  local pkg=$1 re=$2 why=$3 exempt=${4:-^$} graph edges a b
+  graph=$(deps_graph "$pkg")
+  edges=$(awk -v re="$re" -v ex="$exempt" '$2 ~ re && $1 !~ re && $1 !~ ex { print $1, $2 }' <<<"$graph" | sort -u)
   if [[ -n $edges ]]; then
-    echo "$edges" | while read -r e; do echo "  forbidden edge ($why): $e" >&2; done
+    while read -r a b; do
+      echo "  forbidden edge ($why): $a -> $b" >&2
+      [[ $pkg == ./* || $a == "$pkg" ]] || echo "    reached by: $(path_to "$graph" "$pkg" "$a")" >&2
+    done <<<"$edges"
     fail "imports: ${pkg#"$MOD"/} depends on $why"
   fi
 }
