@@ -22,7 +22,7 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.AffinitySeconds == o.AffinitySeconds &&
 		sp.Internal.Equal(o.Internal) && sp.External.Equal(o.External) &&
 		sp.Cluster.Equal(o.Cluster) &&
-		sp.ExternalLocal == o.ExternalLocal &&
+		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
 		sp.Scheduler == o.Scheduler
 }

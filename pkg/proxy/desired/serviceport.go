@@ -25,6 +25,7 @@ func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, family proxy
 		ExternalIPs:         addrsOfFamily(sp.ExternalIPs, family),
 		LoadBalancerIPs:     addrsOfFamily(sp.LoadBalancerIPs, family),
 		AffinitySeconds:     sp.AffinitySeconds,
+		InternalLocal:       sp.InternalLocal,
 		ExternalLocal:       sp.ExternalLocal,
 		HealthCheckNodePort: sp.HealthCheckNodePort,
 		Scheduler:           sp.Scheduler,

@@ -110,6 +110,10 @@ type ServicePort struct {
 	// external frontends from a local pod, or from the node itself, is
 	// short-circuited here; node-originated traffic is also masqueraded.
 	Cluster Dispatch
+	// InternalLocal is internalTrafficPolicy: Local: Internal holds only
+	// local endpoints. Backends that name chains after the policy (iptables'
+	// KUBE-SVL) need it even when every endpoint happens to be local.
+	InternalLocal bool
 	// ExternalLocal is externalTrafficPolicy: Local: External holds only
 	// local endpoints and its traffic keeps the client source IP.
 	// Otherwise all external traffic is masqueraded.

@@ -29,14 +29,11 @@ type policy struct {
 	externalTarget, externalComment string // ... without external endpoints
 }
 
-// policyOf mirrors upstream's per-service decisions. The State has no
-// internalTrafficPolicy flag, so Local is recognized by Internal differing
-// from Cluster; when every endpoint is local the two are equal and the
-// port is rendered with SVC, which behaves the same.
+// policyOf mirrors upstream's per-service decisions.
 func policyOf(sp *desired.ServicePort, pn portNames) policy {
 	p := policy{
 		hasEndpoints:  len(sp.Cluster.Endpoints) > 0,
-		internalLocal: !sameDispatch(sp.Internal, sp.Cluster),
+		internalLocal: sp.InternalLocal,
 		externallyUp:  sp.NodePort != 0 || len(sp.ExternalIPs) > 0 || len(sp.LoadBalancerIPs) > 0,
 		internalChain: pn.svc,
 		externalChain: pn.svc,
@@ -68,10 +65,6 @@ func policyOf(sp *desired.ServicePort, pn portNames) policy {
 		}
 	}
 	return p
-}
-
-func sameDispatch(a, b desired.Dispatch) bool {
-	return a.Empty == b.Empty && slices.Equal(a.Endpoints, b.Endpoints)
 }
 
 // sepEndpoints lists the endpoints that get a KUBE-SEP chain: those of the
