@@ -8,23 +8,16 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-
 	"github.com/svcproxy/svcproxy/internal/kipset"
-	"github.com/svcproxy/svcproxy/internal/kiptables"
 	"github.com/svcproxy/svcproxy/internal/kipvs"
 	"github.com/svcproxy/svcproxy/internal/klink"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
-	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // The VM topology (netnstest's addressing plan):
@@ -100,215 +93,6 @@ func newVMEnv(t *testing.T) *vmEnv {
 	}
 	e.clientIPs = ids[0]
 	return e
-}
-
-// svcSpec is one test Service, dual-stack, one port per protocol (80 → 8080).
-type svcSpec struct {
-	name      string
-	ip        int   // host part of its cluster, external and LB IPs
-	nodePort  int32 // TCP node port; UDP +1, SCTP +2; 0: ClusterIP only
-	external  bool
-	lb        bool
-	affinity  int32
-	endpoints []string
-}
-
-var allPods = []string{"pod-a", "pod-b", "pod-c", "pod-r"}
-
-func vmServices() []svcSpec {
-	return []svcSpec{
-		{name: "spread", ip: 10, nodePort: 30010, external: true, lb: true, endpoints: allPods},
-		{name: "sticky", ip: 12, affinity: 10800, endpoints: []string{"pod-a", "pod-b", "pod-c"}},
-		{name: "churn", ip: 22, endpoints: []string{"pod-a", "pod-b", "pod-c"}},
-		{name: "empty", ip: 23},
-	}
-}
-
-var protocols = []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP}
-
-func portName(p proxy.Protocol) string { return strings.ToLower(string(p)) }
-
-func (e *vmEnv) service(s svcSpec) *v1.Service {
-	return proxytest.MakeService(testNS, s.name, func(svc *v1.Service) {
-		for _, f := range families {
-			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, f.clusterIP(s.ip).String())
-			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, v1.IPFamily(f.family))
-			if s.external {
-				svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, f.externalIP(s.ip).String())
-			}
-			if s.lb {
-				svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: f.lbIP(s.ip).String()})
-			}
-		}
-		svc.Spec.ClusterIP = svc.Spec.ClusterIPs[0]
-		for i, proto := range protocols {
-			port := v1.ServicePort{Name: portName(proto), Protocol: v1.Protocol(proto), Port: svcPort}
-			if s.nodePort != 0 {
-				port.NodePort = s.nodePort + int32(i)
-			}
-			svc.Spec.Ports = append(svc.Spec.Ports, port)
-		}
-		switch {
-		case s.lb:
-			svc.Spec.Type = v1.ServiceTypeLoadBalancer
-		case s.nodePort != 0:
-			svc.Spec.Type = v1.ServiceTypeNodePort
-		}
-		if s.affinity > 0 {
-			svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP
-			svc.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &s.affinity}}
-		}
-	})
-}
-
-func (e *vmEnv) slice(f fam, s svcSpec) *discoveryv1.EndpointSlice {
-	var ports []proxytest.SlicePort
-	for _, proto := range protocols {
-		ports = append(ports, proxytest.SlicePort{Name: portName(proto), Port: podPort, Protocol: v1.Protocol(proto)})
-	}
-	var eps []proxytest.EP
-	for _, name := range s.endpoints {
-		pod := e.pods[name]
-		eps = append(eps, proxytest.EP{IP: pod.IP(f.v6), Node: pod.Node.NS.Role})
-	}
-	sl := proxytest.Slice(testNS, s.name, ports, eps...)
-	sl.AddressType = discoveryv1.AddressType(f.family)
-	sl.Name = s.name + "-" + string(f.family)
-	return sl
-}
-
-// world turns objects into States as the daemon does (Tracker → Compute).
-type world struct {
-	e       *vmEnv
-	f       fam
-	tracker *model.Tracker
-	state   *desired.State
-}
-
-func (w *world) apply(specs ...svcSpec) *desired.State {
-	for _, s := range specs {
-		w.tracker.OnServiceUpdate(nil, w.e.service(s))
-		w.tracker.OnEndpointSliceUpdate(nil, w.e.slice(w.f, s))
-	}
-	snap, changes := w.tracker.Commit()
-	n := w.e.node1
-	node := desired.Node{Name: "node1", IPs: []netip.Addr{n.IPv4, n.IPv6}, PodCIDRs: []netip.Prefix{n.PodsV4, n.PodsV6}}
-	node.HostAddrs = append(node.HostAddrs, n.IPv4, n.IPv6)
-	for _, p := range n.Pods {
-		node.HostAddrs = append(node.HostAddrs, p.GatewayV4, p.GatewayV6)
-	}
-	w.state = desired.Compute(w.state, snap, changes, node, desired.Options{
-		Family: w.f.family, MasqueradeBit: 14, DetectLocalMode: "ClusterCIDR",
-		ClusterCIDRs: []netip.Prefix{netnstest.ClusterCIDRv4, netnstest.ClusterCIDRv6},
-	})
-	return w.state
-}
-
-// counting wraps the real kernel clients and counts the writes that
-// changed the kernel (a create refused with "exists" changes nothing) and
-// all write attempts.
-type counting struct {
-	writes, attempts atomic.Int64
-}
-
-func (c *counting) count(err error) error {
-	c.attempts.Add(1)
-	if err == nil {
-		c.writes.Add(1)
-	}
-	return err
-}
-
-type countIPVS struct {
-	kipvs.Interface
-	n *counting
-}
-
-func (c countIPVS) AddService(s kipvs.Service) error { return c.n.count(c.Interface.AddService(s)) }
-func (c countIPVS) UpdateService(s kipvs.Service) error {
-	return c.n.count(c.Interface.UpdateService(s))
-}
-func (c countIPVS) DeleteService(k kipvs.ServiceKey) error {
-	return c.n.count(c.Interface.DeleteService(k))
-}
-func (c countIPVS) AddDestination(k kipvs.ServiceKey, d kipvs.Destination) error {
-	return c.n.count(c.Interface.AddDestination(k, d))
-}
-func (c countIPVS) UpdateDestination(k kipvs.ServiceKey, d kipvs.Destination) error {
-	return c.n.count(c.Interface.UpdateDestination(k, d))
-}
-func (c countIPVS) DeleteDestination(k kipvs.ServiceKey, a netip.AddrPort) error {
-	return c.n.count(c.Interface.DeleteDestination(k, a))
-}
-
-type countSet struct {
-	kipset.Interface
-	n *counting
-}
-
-func (c countSet) CreateSet(s kipset.Set) error { return c.n.count(c.Interface.CreateSet(s)) }
-func (c countSet) DestroySet(n string) error    { return c.n.count(c.Interface.DestroySet(n)) }
-func (c countSet) AddEntry(n string, e kipset.Entry) error {
-	return c.n.count(c.Interface.AddEntry(n, e))
-}
-func (c countSet) DelEntry(n string, e kipset.Entry) error {
-	return c.n.count(c.Interface.DelEntry(n, e))
-}
-
-type countLink struct {
-	klink.Interface
-	n *counting
-}
-
-func (c countLink) AddAddr(l string, a netip.Addr) error { return c.n.count(c.Interface.AddAddr(l, a)) }
-func (c countLink) DelAddr(l string, a netip.Addr) error { return c.n.count(c.Interface.DelAddr(l, a)) }
-func (c countLink) DeleteLink(l string) error            { return c.n.count(c.Interface.DeleteLink(l)) }
-
-// newProxier makes a Proxier over the real clients of node1 (wrapped to
-// count writes) and runs Init there. ReapInterval<0: the test calls Reap.
-func (e *vmEnv) newProxier(t *testing.T, f fam, opts ipvs.Options) (*ipvs.Proxier, *counting) {
-	t.Helper()
-	cnt := &counting{}
-	var p *ipvs.Proxier
-	err := e.node1.NS.Do(func() error {
-		iv, err := kipvs.New("")
-		if err != nil {
-			return err
-		}
-		is, err := kipset.New("")
-		if err != nil {
-			return err
-		}
-		lk, err := klink.New("")
-		if err != nil {
-			return err
-		}
-		ipt, err := kiptables.New(f.family, kiptables.DetectFlavour(context.Background()))
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { iv.Close(); is.Close(); lk.Close() })
-		opts.ReapInterval = -1
-		p = ipvs.NewWithClients(f.family, opts, ipvs.Clients{
-			IPVS: countIPVS{iv, cnt}, IPSet: countSet{is, cnt}, Link: countLink{lk, cnt},
-			Iptables: ipt, Sysctl: ipvs.ProcSysctl{},
-		})
-		return p.Init(context.Background())
-	})
-	if err != nil {
-		t.Fatalf("%s proxier: %v", f.family, err)
-	}
-	t.Cleanup(p.Close)
-	return p, cnt
-}
-
-func (e *vmEnv) sync(t *testing.T, p *ipvs.Proxier, st *desired.State) {
-	t.Helper()
-	start := time.Now()
-	if err := e.node1.NS.Do(func() error { return p.Sync(context.Background(), st) }); err != nil {
-		t.Fatalf("sync: %v", err)
-	}
-	t.Logf("sync of %d service ports took %v", len(st.Services), time.Since(start))
 }
 
 // TestVMProxier programs both families into node1 and checks the kernel
