@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+)
+
+// Sample is one timed operation. Child* is the CPU time of the iptables
+// processes it ran; Self* is this process's own (rendering, diffing); Ops
+// splits the wall and child time by kind of iptables call, so what is left
+// of the wall time is svcproxy's own work.
+type Sample struct {
+	WallMS      float64           `json:"wall_ms"`
+	ChildUserMS float64           `json:"child_user_ms"`
+	ChildSysMS  float64           `json:"child_sys_ms"`
+	SelfUserMS  float64           `json:"self_user_ms"`
+	SelfSysMS   float64           `json:"self_sys_ms"`
+	Ops         map[string]OpStat `json:"ops"`
+}
+
+// Result is everything one child measures for one flavour at one scale.
+type Result struct {
+	Flavour        string   `json:"flavour"`
+	Services       int      `json:"services"`
+	Endpoints      int      `json:"endpoints"`
+	BuildMS        float64  `json:"build_ms"`
+	Cold           Sample   `json:"cold"`
+	EndpointChange []Sample `json:"endpoint_change"`
+	Restart        Sample   `json:"restart"` // New + Init + full Sync of the unchanged state
+	Cleanup        Sample   `json:"cleanup"`
+	Rules          int      `json:"rules"`          // "-A" lines after the cold sync, all tables
+	ColdDigest     string   `json:"cold_digest"`    // rules after the cold sync (see rulesDigest)
+	BeforeRestart  string   `json:"before_restart"` // rules before the restart
+	AfterRestart   string   `json:"after_restart"`  // rules after it
+	SelfHWMColdKiB int64    `json:"self_hwm_cold_kib"`
+	SelfHWMKiB     int64    `json:"self_hwm_kib"`
+	// ChildMaxRSSColdKiB is the largest iptables child of the cold sync
+	// (iptables-restore); ChildMaxRSSKiB that of the whole run, which also
+	// counts the iptables-save runs of the restart's sweep and of the
+	// digests.
+	ChildMaxRSSColdKiB int64 `json:"child_maxrss_cold_kib"`
+	ChildMaxRSSKiB     int64 `json:"child_maxrss_kib"`
+}
+
+// bench is one child's run: a fresh namespace, one flavour, one scale.
+type bench struct {
+	ns      *netnstest.NS
+	flavour kiptables.Flavour
+	res     *Result
+}
+
+// runChild measures one flavour at one scale inside a fresh network
+// namespace of its own; deleting the namespace at the end removes every
+// rule, whatever happens.
+func runChild(flavour kiptables.Flavour, services, changes int) (*Result, error) {
+	lab, err := netnstest.NewLab()
+	if err != nil {
+		return nil, err
+	}
+	defer lab.Close()
+	ns, err := lab.NewNS("bench")
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{ns: ns, flavour: flavour,
+		res: &Result{Flavour: string(flavour), Services: services, Endpoints: services * endpointsPerService}}
+	start := time.Now()
+	st, err := buildState(services)
+	if err != nil {
+		return nil, err
+	}
+	b.res.BuildMS = ms(time.Since(start))
+
+	p, ipt, err := b.newProxier()
+	if err != nil {
+		return nil, err
+	}
+	if b.res.Cold, err = b.measure(ipt, func(ctx context.Context) error { return p.Sync(ctx, st) }); err != nil {
+		return nil, fmt.Errorf("cold sync: %w", err)
+	}
+	b.res.SelfHWMColdKiB = readHWM()
+	b.res.ChildMaxRSSColdKiB = childrenMaxRSS()
+	if b.res.ColdDigest, b.res.Rules, err = b.digest(); err != nil {
+		return nil, err
+	}
+	cur, err := b.endpointChanges(p, ipt, st, services, changes)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.restart(cur); err != nil {
+		return nil, err
+	}
+	b.res.SelfHWMKiB = readHWM()
+	b.res.ChildMaxRSSKiB = childrenMaxRSS()
+	return b.res, nil
+}
+
+// newProxier builds a Proxier on the flavour's real tools, with every call
+// timed, and runs Init, all inside the namespace.
+func (b *bench) newProxier() (*iptables.Proxier, *timedIPT, error) {
+	var p *iptables.Proxier
+	var ipt *timedIPT
+	err := b.ns.Do(func() error {
+		client, err := kiptables.New(proxy.IPv4, b.flavour)
+		if err != nil {
+			return err
+		}
+		ipt = newTimedIPT(client)
+		// syncPeriod's default: in large-cluster mode the stale-chain
+		// sweep (an iptables-save) runs at most this often.
+		p = iptables.NewWithInterface(proxy.IPv4, ipt, iptables.Options{Flavour: b.flavour, SyncPeriod: 30 * time.Second})
+		return p.Init(context.Background())
+	})
+	return p, ipt, err
+}
+
+// endpointChanges moves one endpoint of a different service per change,
+// one (partial) Sync each.
+func (b *bench) endpointChanges(p *iptables.Proxier, ipt *timedIPT, st *desired.State, services, changes int) (*desired.State, error) {
+	cur := st
+	for k := 0; k < changes; k++ {
+		cur = withEndpointMoved(cur, (k*7919)%services, k)
+		next := cur
+		s, err := b.measure(ipt, func(ctx context.Context) error { return p.Sync(ctx, next) })
+		if err != nil {
+			return nil, fmt.Errorf("endpoint change %d: %w", k, err)
+		}
+		b.res.EndpointChange = append(b.res.EndpointChange, s)
+	}
+	return cur, nil
+}
+
+// restart plays a daemon restart: a new Proxier with no memory, the same
+// desired state, a full sync; the rules before and after are digested to
+// show nothing changed. Then it cleans up.
+func (b *bench) restart(cur *desired.State) error {
+	var err error
+	if b.res.BeforeRestart, _, err = b.digest(); err != nil {
+		return err
+	}
+	var p *iptables.Proxier
+	b.res.Restart, err = b.measureWithSetup(func() (*timedIPT, error) {
+		var ipt *timedIPT
+		p, ipt, err = b.newProxier()
+		return ipt, err
+	}, func(ctx context.Context) error { return p.Sync(ctx, fullSync(cur)) })
+	if err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	if b.res.AfterRestart, _, err = b.digest(); err != nil {
+		return err
+	}
+	if b.res.Cleanup, err = b.measure(nil, func(ctx context.Context) error { return p.Cleanup(ctx) }); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	return nil
+}
+
+// digest saves every table with the flavour's iptables-save.
+func (b *bench) digest() (string, int, error) {
+	out, err := b.ns.Run(context.Background(), "iptables-"+string(b.flavour)+"-save")
+	if err != nil {
+		return "", 0, err
+	}
+	d, n := rulesDigest(out)
+	return d, n, nil
+}
+
+// measure runs fn inside the namespace and records wall time, the CPU of
+// this process and of its iptables children, and ipt's calls (nil: none).
+func (b *bench) measure(ipt *timedIPT, fn func(ctx context.Context) error) (Sample, error) {
+	return b.measureWithSetup(func() (*timedIPT, error) { return ipt, nil }, fn)
+}
+
+// measureWithSetup also times setup (run first, inside the namespace),
+// which returns the client whose calls to record.
+func (b *bench) measureWithSetup(setup func() (*timedIPT, error), fn func(ctx context.Context) error) (Sample, error) {
+	self0, kids0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
+	start := time.Now()
+	ipt, err := setup()
+	if err == nil {
+		err = b.ns.Do(func() error { return fn(context.Background()) })
+	}
+	wall := time.Since(start)
+	self1, kids1 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
+	s := Sample{
+		WallMS:      ms(wall),
+		ChildUserMS: ms(tv(kids1.Utime) - tv(kids0.Utime)),
+		ChildSysMS:  ms(tv(kids1.Stime) - tv(kids0.Stime)),
+		SelfUserMS:  ms(tv(self1.Utime) - tv(self0.Utime)),
+		SelfSysMS:   ms(tv(self1.Stime) - tv(self0.Stime)),
+	}
+	if ipt != nil {
+		s.Ops = ipt.take()
+	}
+	return s, err
+}
+
+func rusage(who int) syscall.Rusage {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(who, &ru)
+	return ru
+}
+
+func tv(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// childrenMaxRSS is the largest resident set of any waited-for child, KiB.
+func childrenMaxRSS() int64 { return rusage(syscall.RUSAGE_CHILDREN).Maxrss }
+
+// readHWM returns this process's peak resident set (VmHWM), KiB.
+func readHWM() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			v, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return v
+		}
+	}
+	return -1
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/kiptables"
+)
+
+// OpStat sums the calls of one kind an operation made to iptables: wall
+// time, and the CPU of the child processes (iptables-restore, -save,
+// iptables) those calls ran. Their system time is where the kernel does the
+// work: iptables-nft's netlink batches are processed in the sender's
+// context, iptables-legacy's table replacement in its setsockopt.
+type OpStat struct {
+	Calls       int     `json:"calls"`
+	WallMS      float64 `json:"wall_ms"`
+	ChildUserMS float64 `json:"child_user_ms"`
+	ChildSysMS  float64 `json:"child_sys_ms"`
+	InBytes     int     `json:"in_bytes"` // restore input
+}
+
+// timedIPT is a kiptables.Interface that times every call of the real
+// client it wraps. Calls are sequential (one Proxier), so the deltas of
+// RUSAGE_CHILDREN around a call belong to it.
+type timedIPT struct {
+	kiptables.Interface
+	ops map[string]*OpStat
+}
+
+func newTimedIPT(ipt kiptables.Interface) *timedIPT {
+	return &timedIPT{Interface: ipt, ops: map[string]*OpStat{}}
+}
+
+// take returns the calls recorded since the last take and starts afresh.
+func (t *timedIPT) take() map[string]OpStat {
+	out := map[string]OpStat{}
+	for k, v := range t.ops {
+		out[k] = *v
+	}
+	t.ops = map[string]*OpStat{}
+	return out
+}
+
+func (t *timedIPT) timed(op string, in int, fn func() error) error {
+	kids0 := rusage(syscall.RUSAGE_CHILDREN)
+	start := time.Now()
+	err := fn()
+	wall := time.Since(start)
+	kids1 := rusage(syscall.RUSAGE_CHILDREN)
+	s := t.ops[op]
+	if s == nil {
+		s = &OpStat{}
+		t.ops[op] = s
+	}
+	s.Calls++
+	s.WallMS += ms(wall)
+	s.ChildUserMS += ms(tv(kids1.Utime) - tv(kids0.Utime))
+	s.ChildSysMS += ms(tv(kids1.Stime) - tv(kids0.Stime))
+	s.InBytes += in
+	return err
+}
+
+func (t *timedIPT) Restore(ctx context.Context, data []byte) error {
+	return t.timed("restore", len(data), func() error { return t.Interface.Restore(ctx, data) })
+}
+
+func (t *timedIPT) Save(ctx context.Context, table kiptables.Table) (out []byte, err error) {
+	err = t.timed("save", 0, func() error {
+		out, err = t.Interface.Save(ctx, table)
+		return err
+	})
+	return out, err
+}
+
+func (t *timedIPT) EnsureChain(ctx context.Context, table kiptables.Table, chain string) error {
+	return t.timed("single-rule tools", 0, func() error { return t.Interface.EnsureChain(ctx, table, chain) })
+}
+
+func (t *timedIPT) ChainExists(ctx context.Context, table kiptables.Table, chain string) (ok bool, err error) {
+	err = t.timed("single-rule tools", 0, func() error {
+		ok, err = t.Interface.ChainExists(ctx, table, chain)
+		return err
+	})
+	return ok, err
+}
+
+func (t *timedIPT) EnsureRuleAtFront(ctx context.Context, table kiptables.Table, chain string, rule ...string) error {
+	return t.timed("single-rule tools", 0, func() error { return t.Interface.EnsureRuleAtFront(ctx, table, chain, rule...) })
+}
+
+func (t *timedIPT) DeleteRule(ctx context.Context, table kiptables.Table, chain string, rule ...string) error {
+	return t.timed("single-rule tools", 0, func() error { return t.Interface.DeleteRule(ctx, table, chain, rule...) })
+}
+
+// counters are the packet/byte counts iptables-save prints.
+var counters = regexp.MustCompile(`\[[0-9]+:[0-9]+\]`)
+
+// rulesDigest is a digest of iptables-save output without its comment
+// lines and counters, and the number of rules: equal digests mean
+// byte-identical rules (across restarts, and across flavours).
+func rulesDigest(save []byte) (digest string, rules int) {
+	h := sha256.New()
+	for _, line := range strings.Split(string(save), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.HasPrefix(line, "-A ") {
+			rules++
+		}
+		h.Write([]byte(counters.ReplaceAllString(line, "[0:0]") + "\n"))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], rules
+}
