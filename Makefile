@@ -37,6 +37,8 @@ test-ipvs: # the IPVS backend's real-kernel tests inside a qemu VM (this kernel 
 verify:
 	hack/verify.sh
 
+image: ; hack/image.sh all # OCI layout _output/image/oci, tested in a chroot; root, debootstrap on first run (minutes); not in make test
+
 bench:
 	$(GO) run ./test/bench/nftables
 

@@ -11,9 +11,10 @@ import (
 // -ldflags "-X github.com/svcproxy/svcproxy/internal/app.Version=v1.2.3".
 var Version = "v0.0.0-dev"
 
-// gitCommit may be set with -X when the build has no VCS information (a
-// container build without .git); otherwise vcs.revision is used.
-var gitCommit = ""
+// gitCommit and gitTreeState may be set with -X when the build has no VCS
+// information (a container build without .git, hack/image.sh building from
+// git archive); otherwise vcs.revision and vcs.modified are used.
+var gitCommit, gitTreeState = "", ""
 
 // buildInfo is what --version=raw prints.
 type buildInfo struct {
@@ -21,7 +22,7 @@ type buildInfo struct {
 }
 
 func readBuildInfo() buildInfo {
-	b := buildInfo{version: Version, commit: gitCommit, treeState: "unknown", goVersion: runtime.Version()}
+	b := buildInfo{version: Version, commit: gitCommit, treeState: gitTreeState, goVersion: runtime.Version()}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return b
@@ -34,11 +35,16 @@ func readBuildInfo() buildInfo {
 				b.commit = s.Value
 			}
 		case "vcs.modified":
-			b.treeState = map[string]string{"true": "dirty", "false": "clean"}[s.Value]
+			if b.treeState == "" {
+				b.treeState = map[string]string{"true": "dirty", "false": "clean"}[s.Value]
+			}
 		}
 	}
 	if b.commit == "" {
 		b.commit = "unknown"
+	}
+	if b.treeState == "" {
+		b.treeState = "unknown"
 	}
 	return b
 }

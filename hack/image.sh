@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# hack/image.sh — build svcproxy's container image as an OCI image layout, without a container
+# engine, and test it. The result is what the Dockerfile builds: Debian bookworm (minbase) with
+# nftables, iptables (legacy and nft), ipset, conntrack and kmod; svcproxy at
+# /usr/local/bin/svcproxy and /usr/local/bin/kube-proxy a symlink to it.
+#
+#   hack/image.sh build   debootstrap (cached), runtime packages (cached), binary, pack
+#   hack/image.sh test    unpack the layout and run the tools inside it with chroot
+#   hack/image.sh all     both (what `make image` runs)
+#
+# Heavy: a cold build runs debootstrap and apt-get (about 3-5 min and ~100 MB from Debian's
+# mirror); later builds reuse _output/image/{debootstrap,rootfs} and take seconds. Needs root
+# (debootstrap, chroot). Not part of `make test`.
+#
+# Outputs, under _output/image/:
+#   debootstrap/   pristine `debootstrap --variant=minbase bookworm` tree (cache)
+#   rootfs/        debootstrap + runtime packages, apt lists and docs removed (cache; the
+#                  stamp .packages records the package list it was built for)
+#   app/           the svcproxy layer: usr/local/bin/{svcproxy,kube-proxy}
+#   oci/           the OCI image layout, ref svcproxy:$VERSION; push it with e.g.
+#                  `crane push _output/image/oci REGISTRY/svcproxy:TAG` or
+#                  `skopeo copy oci:_output/image/oci:svcproxy:$VERSION docker://...`
+#
+# Knobs: MIRROR (default http://deb.debian.org/debian), VERSION (default from git describe).
+set -euo pipefail
+
+HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HACK/.." && pwd)
+OUT=$ROOT/_output/image
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+SUITE=bookworm
+# Keep in step with the Dockerfile's runtime stage.
+PACKAGES=(nftables iptables ipset conntrack kmod)
+# The image is built from one commit, fixed here: others may commit while this runs.
+COMMIT=$(git -C "$ROOT" rev-parse HEAD)
+VERSION=${VERSION:-$(git -C "$ROOT" describe --tags "$COMMIT" 2>/dev/null || echo "v0.0.0-${COMMIT:0:12}")}
+REF=svcproxy:$VERSION
+TOOL=$ROOT/_output/tools/image
+
+log() { echo "[image] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+need_root() { [[ $(id -u) == 0 ]] || die "run as root (debootstrap and chroot need it)"; }
+
+# debootstrap_base makes the pristine minbase tree once.
+debootstrap_base() {
+  local dir=$OUT/debootstrap t0=$SECONDS
+  [[ -f $dir/.debootstrap-complete ]] && return 0
+  command -v debootstrap >/dev/null || apt-get install -y --no-install-recommends debootstrap >&2
+  rm -rf "$dir" "$dir.tmp"
+  log "debootstrap --variant=minbase $SUITE (a few minutes) ..."
+  debootstrap --variant=minbase "$SUITE" "$dir.tmp" "$MIRROR" >"$OUT/debootstrap.log" 2>&1 \
+    || { tail -20 "$OUT/debootstrap.log" >&2; die "debootstrap failed (log: $OUT/debootstrap.log)"; }
+  touch "$dir.tmp/.debootstrap-complete"
+  mv "$dir.tmp" "$dir"
+  log "debootstrap done in $((SECONDS - t0)) s"
+}
+
+# in_chroot DIR CMD... runs CMD in DIR with /proc mounted, in a private mount namespace so
+# that nothing stays mounted if this script dies.
+in_chroot() {
+  local dir=$1
+  shift
+  unshare --mount --propagation private -- bash -euo pipefail -c '
+    dir=$1; shift
+    mount -t proc proc "$dir/proc"
+    exec chroot "$dir" "$@"' _ "$dir" "$@"
+}
+
+# runtime_rootfs copies the pristine tree and installs the runtime packages into it, trimmed
+# like Debian's -slim images (no docs, man pages or locales; no apt lists).
+runtime_rootfs() {
+  local dir=$OUT/rootfs tmp=$OUT/rootfs.tmp want t0=$SECONDS
+  want="upgrade ${PACKAGES[*]}"
+  if [[ -f $dir/.packages && $(cat "$dir/.packages") == "$want" ]]; then return 0; fi
+  rm -rf "$dir" "$tmp"
+  cp -a "$OUT/debootstrap" "$tmp"
+  rm -f "$tmp/.debootstrap-complete"
+  cat >"$tmp/etc/apt/sources.list" <<EOF
+deb $MIRROR $SUITE main
+deb $MIRROR $SUITE-updates main
+deb http://deb.debian.org/debian-security $SUITE-security main
+EOF
+  cat >"$tmp/etc/dpkg/dpkg.cfg.d/slim" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+EOF
+  printf '#!/bin/sh\nexit 101\n' >"$tmp/usr/sbin/policy-rc.d" # no daemons start in the chroot
+  chmod 0755 "$tmp/usr/sbin/policy-rc.d"
+  cp /etc/resolv.conf "$tmp/etc/resolv.conf"
+  log "installing ${PACKAGES[*]} into the root file system ..."
+  in_chroot "$tmp" env DEBIAN_FRONTEND=noninteractive LC_ALL=C apt-get -q update >&2
+  # upgrade: take the security updates a refreshed bookworm-slim would have
+  in_chroot "$tmp" env DEBIAN_FRONTEND=noninteractive LC_ALL=C apt-get -q upgrade -y >&2
+  in_chroot "$tmp" env DEBIAN_FRONTEND=noninteractive LC_ALL=C \
+    apt-get -q install -y --no-install-recommends "${PACKAGES[@]}" >&2
+  in_chroot "$tmp" apt-get clean
+  rm -rf "$tmp"/var/lib/apt/lists/* "$tmp"/var/cache/apt/*.bin "$tmp"/var/log/* \
+    "$tmp/usr/sbin/policy-rc.d" "$tmp/etc/resolv.conf"
+  find "$tmp/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
+  rm -rf "$tmp"/usr/share/{man,info,locale}/*
+  : >"$tmp/etc/resolv.conf" # the runtime bind-mounts its own
+  echo "$want" >"$tmp/.packages"
+  mv "$tmp" "$dir"
+  log "runtime root file system ready in $((SECONDS - t0)) s ($(du -sh "$dir" | cut -f1))"
+}
+
+# app_layer builds the static binary the Dockerfile builds, and kube-proxy's symlink. It
+# builds the committed HEAD (from `git archive`), not the work tree: an image is a release
+# artefact, and its commit label must say what is in it.
+app_layer() {
+  local dir=$OUT/app commit=$COMMIT
+  [[ -z $(git -C "$ROOT" status --porcelain --untracked-files=no) ]] ||
+    log "note: the work tree has uncommitted changes; the image is built from HEAD ${commit:0:12}"
+  rm -rf "$dir" "$OUT/src"
+  mkdir -p "$dir/usr/local/bin" "$OUT/src"
+  git -C "$ROOT" archive "$commit" | tar -x -C "$OUT/src"
+  log "building svcproxy $VERSION (static, HEAD ${commit:0:12}) ..."
+  (cd "$OUT/src" && CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -X github.com/svcproxy/svcproxy/internal/app.Version=$VERSION -X github.com/svcproxy/svcproxy/internal/app.gitCommit=$commit -X github.com/svcproxy/svcproxy/internal/app.gitTreeState=clean" \
+    -o "$dir/usr/local/bin/svcproxy" ./cmd/svcproxy)
+  rm -rf "$OUT/src"
+  ln -s svcproxy "$dir/usr/local/bin/kube-proxy"
+}
+
+build_tool() {
+  mkdir -p "$(dirname "$TOOL")"
+  (cd "$HACK/tools/image" && go build -o "$TOOL" .)
+}
+
+build() {
+  need_root
+  mkdir -p "$OUT"
+  debootstrap_base
+  runtime_rootfs
+  app_layer
+  build_tool
+  log "packing $REF into $OUT/oci ..."
+  "$TOOL" pack --base "$OUT/rootfs" --app "$OUT/app" --out "$OUT/oci" --ref "$REF" --version "$VERSION"
+  log "image: $(du -sh "$OUT/oci" | cut -f1) compressed"
+}
+
+# check NAME CMD... runs CMD inside the unpacked image and shows its first output line.
+check() {
+  local name=$1 out
+  shift
+  out=$(in_chroot "$TEST_ROOT" "$@" 2>&1) || { echo "$out" >&2; die "$name failed inside the image"; }
+  log "ok: $name: $(head -1 <<<"$out")"
+}
+
+test_image() {
+  need_root
+  [[ -f $OUT/oci/index.json ]] || die "no layout at $OUT/oci (run hack/image.sh build)"
+  build_tool
+  TEST_ROOT=$(mktemp -d "$OUT/test-root.XXXXXX")
+  trap 'rm -rf "$TEST_ROOT"' EXIT
+  "$TOOL" unpack --layout "$OUT/oci" --ref "$REF" --out "$TEST_ROOT"
+  [[ -L $TEST_ROOT/usr/local/bin/kube-proxy ]] || die "/usr/local/bin/kube-proxy is not a symlink"
+  check "kube-proxy --version" /usr/local/bin/kube-proxy --version
+  check "kube-proxy --version=raw" /usr/local/bin/kube-proxy --version=raw
+  check "nft --version" nft --version
+  check "iptables --version" iptables --version
+  check "iptables-legacy-save --version" iptables-legacy-save --version
+  check "iptables-nft-save --version" iptables-nft-save --version
+  check "ip6tables-nft-restore --version" ip6tables-nft-restore --version
+  check "ipset --version" ipset --version
+  check "conntrack --version" conntrack --version
+  check "modprobe --version" modprobe --version
+  local nftv
+  nftv=$(in_chroot "$TEST_ROOT" nft --version | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)
+  [[ $(printf '%s\n' 1.0.1 "$nftv" | sort -V | head -1) == 1.0.1 ]] || die "nft $nftv < 1.0.1 (knftables needs 1.0.1)"
+  log "image test passed"
+}
+
+case ${1:-all} in
+build) build ;;
+test) test_image ;;
+all) build && test_image ;;
+*) echo "usage: $0 build|test|all" >&2; exit 2 ;;
+esac
