@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/healthz"
 	"github.com/svcproxy/svcproxy/internal/kconntrack"
 	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/internal/metrics/restclient"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/internal/watch"
@@ -161,6 +162,9 @@ func (d *daemon) serve(ctx context.Context) {
 	reg := prometheus.NewRegistry()
 	if err := metrics.Register(reg, metricsMode(d.cfg.Mode)); err != nil {
 		d.logger.Error(err, "Registering metrics failed")
+	}
+	if err := restclient.Register(reg); err != nil {
+		d.logger.Error(err, "Registering API client metrics failed")
 	}
 	if addr := d.cfg.MetricsBindAddress; addr != "" {
 		handler := metrics.NewHandler(metrics.HandlerOptions{

@@ -1,17 +1,13 @@
 package metrics
 
 import (
-	"context"
 	"errors"
-	"net/url"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	clientmetrics "k8s.io/client-go/tools/metrics"
 )
 
 // want is one row of the contract's table (§3.2), written out independently
@@ -225,41 +221,6 @@ func TestStandardFamiliesRegistered(t *testing.T) {
 	wantLabels := []string{"build_date", "compiler", "git_commit", "git_tree_state", "git_version", "go_version", "major", "minor", "platform"}
 	if !slices.Equal(names, wantLabels) {
 		t.Errorf("kubernetes_build_info labels %v, want %v", names, wantLabels)
-	}
-}
-
-func TestClientGoRequestsFeedRestClientFamilies(t *testing.T) {
-	_ = gather(t, ModeIPVS) // Register points client-go at our collectors
-	u := url.URL{Scheme: "https", Host: "10.0.0.1:6443", Path: "/api"}
-	clientmetrics.RequestResult.Increment(context.Background(), "200", "GET", "10.0.0.1:6443")
-	clientmetrics.RequestLatency.Observe(context.Background(), "GET", u, 250*time.Millisecond)
-
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(restClientRequests); err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Register(restClientLatency); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := map[string]bool{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			found[mf.GetName()] = true
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["host"] != "10.0.0.1:6443" {
-				t.Errorf("%s: host label %q", mf.GetName(), labels["host"])
-			}
-		}
-	}
-	if !found["rest_client_requests_total"] || !found["rest_client_request_duration_seconds"] {
-		t.Errorf("rest_client families not fed by client-go: %v", found)
 	}
 }
 

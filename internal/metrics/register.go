@@ -1,17 +1,13 @@
 package metrics
 
 import (
-	"context"
 	"fmt"
-	"net/url"
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	clientmetrics "k8s.io/client-go/tools/metrics"
 )
 
 // Option adjusts Register.
@@ -28,8 +24,9 @@ func WithNFAcct(r NFAcctReader) Option {
 }
 
 // Register adds to reg the kubeproxy_* families that mode exposes, the Go
-// and process collectors, kubernetes_build_info, and client-go's
-// rest_client_* families. A registry takes one Register call.
+// and process collectors and kubernetes_build_info. A registry takes one
+// Register call. client-go's rest_client_* families live in the restclient
+// subpackage, which keeps client-go out of this package's dependencies.
 func Register(reg prometheus.Registerer, mode string, opts ...Option) error {
 	switch mode {
 	case ModeIPTables, ModeNFTables, ModeIPVS:
@@ -44,8 +41,6 @@ func Register(reg prometheus.Registerer, mode string, opts ...Option) error {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfo(),
-		restClientRequests,
-		restClientLatency,
 	}
 	for _, f := range families {
 		if f.in(mode) {
@@ -60,7 +55,6 @@ func Register(reg prometheus.Registerer, mode string, opts ...Option) error {
 			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	registerClientGo()
 	return nil
 }
 
@@ -107,40 +101,4 @@ func buildInfo() prometheus.Labels {
 		}
 	}
 	return l
-}
-
-// client-go's request metrics, under component-base's names and labels.
-var (
-	restClientRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "rest_client_requests_total",
-		Help: "Number of HTTP requests, partitioned by status code, method, and host.",
-	}, []string{"code", "method", "host"})
-	restClientLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "rest_client_request_duration_seconds",
-		Help:    "Request latency in seconds. Broken down by verb, and host.",
-		Buckets: []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0},
-	}, []string{"verb", "host"})
-)
-
-type resultAdapter struct{ v *prometheus.CounterVec }
-
-func (a resultAdapter) Increment(_ context.Context, code, method, host string) {
-	a.v.WithLabelValues(code, method, host).Inc()
-}
-
-type latencyAdapter struct{ v *prometheus.HistogramVec }
-
-func (a latencyAdapter) Observe(_ context.Context, verb string, u url.URL, latency time.Duration) {
-	a.v.WithLabelValues(verb, u.Host).Observe(latency.Seconds())
-}
-
-// registerClientGo points client-go at our collectors. client-go accepts
-// only the first registration per process, so later calls change nothing;
-// the collectors are package variables, hence every registry sees the same
-// counts.
-func registerClientGo() {
-	clientmetrics.Register(clientmetrics.RegisterOpts{
-		RequestResult:  resultAdapter{restClientRequests},
-		RequestLatency: latencyAdapter{restClientLatency},
-	})
 }

@@ -47,8 +47,6 @@ func (l *lineBuffer) appendBuf(o *lineBuffer) {
 	l.lines += o.lines
 }
 
-func (l *lineBuffer) reset() { l.b, l.lines = l.b[:0], 0 }
-
 // w groups words for rule.
 func w(words ...string) []string { return words }
 

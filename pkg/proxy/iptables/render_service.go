@@ -21,9 +21,6 @@ const (
 	numShared
 )
 
-var sharedChain = [numShared]string{chainServices, chainNodePorts, chainServices, chainExternalServices,
-	chainNodePorts, chainProxyFirewall}
-
 // entry is what the Proxier keeps per service port between syncs: its
 // lines in the shared chains (rewritten on every sync) and the names of
 // its own nat chains (rewritten only when the port changes).

@@ -72,9 +72,8 @@ func (m mapSysctl) Set(name, value string) error    { m[name] = value; return ni
 // Builders for hand-made states of the standard world (IPv4 unless said).
 
 var (
-	w4      = proxytest.WorldOf(proxy.IPv4)
-	mark    = uint32(1 << proxytest.MasqueradeBit)
-	podCIDR = []netip.Prefix{w4.ClusterCIDR}
+	w4   = proxytest.WorldOf(proxy.IPv4)
+	mark = uint32(1 << proxytest.MasqueradeBit)
 )
 
 func baseState(family proxy.IPFamily, ports ...*desired.ServicePort) *desired.State {

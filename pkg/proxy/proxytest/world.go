@@ -49,7 +49,7 @@ type World struct {
 
 	ClusterCIDR, LocalPodCIDR, RemotePodCIDR, ServiceCIDR netip.Prefix
 
-	external, lb, localPod, remotePod, service netip.Prefix
+	external, lb netip.Prefix
 }
 
 var worlds = map[proxy.IPFamily]World{
