@@ -158,3 +158,17 @@ func get(t *testing.T, h http.Handler, remote, target string, want int) Dump {
 	}
 	return d
 }
+
+func TestThen(t *testing.T) {
+	r := NewRecorder()
+	var got *desired.State
+	st := &desired.State{Family: proxy.IPv4}
+	r.Then(func(s *desired.State, _ model.Changes) { got = s })(st, model.Changes{})
+	if latest, _ := r.Latest(proxy.IPv4); latest != st || got != st {
+		t.Errorf("Then: recorded %p, next saw %p, want %p", latest, got, st)
+	}
+	r.Then(nil)(&desired.State{Family: proxy.IPv6}, model.Changes{})
+	if latest, _ := r.Latest(proxy.IPv6); latest == nil {
+		t.Error("Then(nil) did not record")
+	}
+}

@@ -44,6 +44,18 @@ func (r *Recorder) Record(state *desired.State, _ model.Changes) {
 	}
 }
 
+// Then returns an AfterSync function that records the state and then
+// calls next (nil allowed), so the Recorder can sit in front of another
+// AfterSync consumer such as the conntrack reconciler.
+func (r *Recorder) Then(next func(*desired.State, model.Changes)) func(*desired.State, model.Changes) {
+	return func(state *desired.State, changes model.Changes) {
+		r.Record(state, changes)
+		if next != nil {
+			next(state, changes)
+		}
+	}
+}
+
 // Latest returns the last recorded State of family and when it was
 // recorded; nil before the family's first successful sync.
 func (r *Recorder) Latest(family proxy.IPFamily) (*desired.State, time.Time) {
