@@ -168,13 +168,20 @@ func (b *bench) restart(cur *desired.State) error {
 	return nil
 }
 
-// digest saves every table with the flavour's iptables-save.
+// digest saves every table we write with the flavour's iptables-save, one
+// table at a time in a fixed order: a whole-ruleset save lists the tables
+// in a flavour-specific order (nft: creation order), which is not a
+// difference in rules.
 func (b *bench) digest() (string, int, error) {
-	out, err := b.ns.Run(context.Background(), "iptables-"+string(b.flavour)+"-save")
-	if err != nil {
-		return "", 0, err
+	var all []byte
+	for _, t := range []kiptables.Table{kiptables.TableMangle, kiptables.TableNAT, kiptables.TableFilter} {
+		out, err := b.ns.Run(context.Background(), "iptables-"+string(b.flavour)+"-save", "-t", string(t))
+		if err != nil {
+			return "", 0, err
+		}
+		all = append(all, out...)
 	}
-	d, n := rulesDigest(out)
+	d, n := rulesDigest(all)
 	return d, n, nil
 }
 
