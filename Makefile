@@ -41,6 +41,7 @@ image: ; hack/image.sh all # OCI layout _output/image/oci, tested in a chroot; r
 
 bench:
 	$(GO) run ./test/bench/nftables
+	$(GO) run ./test/bench/iptables
 
 controlplane:
 	hack/build-controlplane.sh
