@@ -61,6 +61,7 @@ debootstrap_base() {
 in_chroot() {
   local dir=$1
   shift
+  # shellcheck disable=SC2016 # the inner script expands its own arguments
   unshare --mount --propagation private -- bash -euo pipefail -c '
     dir=$1; shift
     mount -t proc proc "$dir/proc"

@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// repoRoot is the svcproxy checkout this nested module lives in.
-func repoRoot(t *testing.T) string {
+// deployRepoRoot is the svcproxy checkout this nested module lives in.
+func deployRepoRoot(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -39,8 +39,8 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
+// deployFreePort returns a loopback TCP port that was free a moment ago.
+func deployFreePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,15 +50,15 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startControlPlane runs hack/controlplane.sh with its own state directory
+// deployControlPlane runs hack/controlplane.sh with its own state directory
 // and ports (other tests and the demo may run theirs at the same time), on
 // loopback, and stops it when the test ends. It returns the admin config.
-func startControlPlane(t *testing.T) *rest.Config {
+func deployControlPlane(t *testing.T) *rest.Config {
 	t.Helper()
-	root := repoRoot(t)
+	root := deployRepoRoot(t)
 	run := t.TempDir()
 	env := append(os.Environ(), "CP_RUN="+run,
-		"KAS_PORT="+strconv.Itoa(freePort(t)), "ETCD_PORT="+strconv.Itoa(freePort(t)))
+		"KAS_PORT="+strconv.Itoa(deployFreePort(t)), "ETCD_PORT="+strconv.Itoa(deployFreePort(t)))
 	script := filepath.Join(root, "hack/controlplane.sh")
 	start := time.Now()
 	cmd := exec.Command(script, "start")
@@ -81,16 +81,16 @@ func startControlPlane(t *testing.T) *rest.Config {
 	return cfg
 }
 
-// applyManifests server-side-applies every deploy/*.yaml the kustomization
+// deployApply server-side-applies every deploy/*.yaml the kustomization
 // lists, as `kubectl apply --server-side -k deploy/` would (the
 // kustomization adds only the namespace, which every object already names).
-func applyManifests(ctx context.Context, t *testing.T, cfg *rest.Config) {
+func deployApply(ctx context.Context, t *testing.T, cfg *rest.Config) {
 	t.Helper()
-	dir := filepath.Join(repoRoot(t), "deploy")
+	dir := filepath.Join(deployRepoRoot(t), "deploy")
 	var k struct {
 		Resources []string `json:"resources"`
 	}
-	readYAML(t, filepath.Join(dir, "kustomization.yaml"), &k)
+	deployReadYAML(t, filepath.Join(dir, "kustomization.yaml"), &k)
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func applyManifests(ctx context.Context, t *testing.T, cfg *rest.Config) {
 	}
 	for _, file := range k.Resources {
 		var obj unstructured.Unstructured
-		readYAML(t, filepath.Join(dir, file), &obj.Object)
+		deployReadYAML(t, filepath.Join(dir, file), &obj.Object)
 		gvk := obj.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -119,7 +119,7 @@ func applyManifests(ctx context.Context, t *testing.T, cfg *rest.Config) {
 	}
 }
 
-func readYAML(t *testing.T, path string, into any) {
+func deployReadYAML(t *testing.T, path string, into any) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -130,9 +130,9 @@ func readYAML(t *testing.T, path string, into any) {
 	}
 }
 
-// proxyClient mints a token for kube-system/kube-proxy (TokenRequest API)
+// deployProxyClient mints a token for kube-system/kube-proxy (TokenRequest API)
 // and returns a client that authenticates with it alone.
-func proxyClient(ctx context.Context, t *testing.T, admin *rest.Config, cs kubernetes.Interface) kubernetes.Interface {
+func deployProxyClient(ctx context.Context, t *testing.T, admin *rest.Config, cs kubernetes.Interface) kubernetes.Interface {
 	t.Helper()
 	exp := int64(600)
 	tr, err := cs.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "kube-proxy",
@@ -154,10 +154,10 @@ func proxyClient(ctx context.Context, t *testing.T, admin *rest.Config, cs kuber
 // svcproxy needs and nothing it does not.
 func TestDeployManifests(t *testing.T) {
 	t0 := time.Now()
-	admin := startControlPlane(t)
+	admin := deployControlPlane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	applyManifests(ctx, t, admin)
+	deployApply(ctx, t, admin)
 	cs, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		t.Fatal(err)
@@ -171,9 +171,9 @@ func TestDeployManifests(t *testing.T) {
 	}
 	// A second apply is a no-op for server-side apply: the manifests own
 	// their fields cleanly.
-	applyManifests(ctx, t, admin)
+	deployApply(ctx, t, admin)
 
-	pc := proxyClient(ctx, t, admin, cs)
+	pc := deployProxyClient(ctx, t, admin, cs)
 	ssr, err := pc.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("SelfSubjectReview: %v", err)
@@ -181,30 +181,30 @@ func TestDeployManifests(t *testing.T) {
 	if u := ssr.Status.UserInfo.Username; u != "system:serviceaccount:kube-system:kube-proxy" {
 		t.Fatalf("the token authenticates as %q", u)
 	}
-	checkAccess(ctx, t, pc)
-	checkDirectCalls(ctx, t, cs, pc)
+	deployCheckAccess(ctx, t, pc)
+	deployCheckCalls(ctx, t, cs, pc)
 	t.Logf("TestDeployManifests took %v", time.Since(t0).Round(time.Millisecond))
 }
 
-type access struct {
+type deployAccess struct {
 	verb, group, resource, namespace string
 }
 
-func (a access) String() string {
+func (a deployAccess) String() string {
 	return fmt.Sprintf("%s %s.%s in %q", a.verb, a.resource, a.group, a.namespace)
 }
 
-// checkAccess asks SelfSubjectAccessReview about everything svcproxy does
+// deployCheckAccess asks SelfSubjectAccessReview about everything svcproxy does
 // (must be allowed) and a sample of what it must not do.
-func checkAccess(ctx context.Context, t *testing.T, pc kubernetes.Interface) {
-	allowed := []access{
+func deployCheckAccess(ctx context.Context, t *testing.T, pc kubernetes.Interface) {
+	allowed := []deployAccess{
 		{"list", "", "services", ""}, {"watch", "", "services", ""},
 		{"list", "discovery.k8s.io", "endpointslices", ""}, {"watch", "discovery.k8s.io", "endpointslices", ""},
 		{"get", "", "nodes", ""}, {"list", "", "nodes", ""}, {"watch", "", "nodes", ""},
 		{"create", "", "events", "default"}, {"patch", "", "events", "default"},
 		{"create", "events.k8s.io", "events", "default"}, {"patch", "events.k8s.io", "events", "default"},
 	}
-	denied := []access{
+	denied := []deployAccess{
 		{"list", "", "secrets", ""}, {"get", "", "secrets", "kube-system"},
 		{"list", "", "pods", ""}, {"create", "", "services", "default"}, {"update", "", "services", "default"},
 		{"delete", "", "nodes", ""}, {"update", "", "nodes", ""}, {"patch", "", "nodes", ""},
@@ -212,7 +212,7 @@ func checkAccess(ctx context.Context, t *testing.T, pc kubernetes.Interface) {
 		{"get", "", "configmaps", "kube-system"}, {"create", "", "serviceaccounts/token", "kube-system"},
 		{"update", "apps", "daemonsets", "kube-system"},
 	}
-	for want, list := range map[bool][]access{true: allowed, false: denied} {
+	for want, list := range map[bool][]deployAccess{true: allowed, false: denied} {
 		for _, a := range list {
 			r, err := pc.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
 				Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authv1.ResourceAttributes{
@@ -228,9 +228,9 @@ func checkAccess(ctx context.Context, t *testing.T, pc kubernetes.Interface) {
 	}
 }
 
-// checkDirectCalls makes the calls themselves: the ones svcproxy makes
+// deployCheckCalls makes the calls themselves: the ones svcproxy makes
 // succeed, and forbidden ones are refused with 403.
-func checkDirectCalls(ctx context.Context, t *testing.T, cs, pc kubernetes.Interface) {
+func deployCheckCalls(ctx context.Context, t *testing.T, cs, pc kubernetes.Interface) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "deploy-test-node"}}
 	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
