@@ -28,6 +28,7 @@ modules() {
   echo "$ROOT"
   [[ -f $ROOT/test/e2e/go.mod ]] && echo "$ROOT/test/e2e"
   echo "$HACK/tools/testsummary"
+  [[ -f $HACK/tools/image/go.mod ]] && echo "$HACK/tools/image"
 }
 
 check_gofmt() {

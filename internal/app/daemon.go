@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/conntrack"
+	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/healthz"
 	"github.com/svcproxy/svcproxy/internal/kconntrack"
 	"github.com/svcproxy/svcproxy/internal/metrics"
@@ -37,6 +39,9 @@ type daemon struct {
 	health    *healthz.Server
 	svcHealth *servicehealth.Server
 	events    *eventSink
+	// state keeps the last programmed State per family for
+	// `svcproxy explain` (served on the metrics port, loopback only).
+	state *debugstate.Recorder
 	// fatal receives errors that must stop the process: a listener failure
 	// under bindAddressHardFail, or a change to this Node that upstream
 	// answers by exiting.
@@ -64,6 +69,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		node:     newNodeView(name, cfg.BindAddress),
 		health:   healthz.New(cfg.SyncPeriod, clock.RealClock{}),
 		events:   newEventSink(ctx, client, name),
+		state:    debugstate.NewRecorder(),
 		fatal:    make(chan error, 4),
 	}
 	d.svcHealth = servicehealth.New(d.health.Healthy, d.events.healthCheckFailed)
@@ -173,6 +179,9 @@ func (d *daemon) serve(ctx context.Context) {
 			Config:          d.cfg.Versioned,
 			EnableProfiling: d.cfg.EnableProfiling,
 		})
+		handler = metrics.WithHandlers(handler, map[string]http.Handler{
+			debugstate.Path: d.state.Handler(debugstate.HandlerOptions{}),
+		})
 		go metrics.Serve(ctx, metrics.ServeOptions{Name: "metrics", Addr: addr, Handler: handler, HardFail: hardFail})
 	}
 	if addr := d.cfg.HealthzBindAddress; addr != "" {
@@ -205,7 +214,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			ServiceHealth: d.svcHealth,
 			MinSyncPeriod: d.cfg.MinSyncPeriod,
 			SyncPeriod:    d.cfg.SyncPeriod,
-			AfterSync:     reconciler.Observe,
+			AfterSync:     d.state.Then(reconciler.Observe),
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("creating %s syncer: %w", family, err)
