@@ -115,7 +115,11 @@ func (d *daemon) run(ctx context.Context) error {
 			defer c.Close()
 		}
 	}
-	if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
+	if d.cfg.ServiceProxyName != "" {
+		// Beside kube-proxy on a canary subset of Services, the "other
+		// mode's leftovers" are kube-proxy's live rules: leave them alone.
+		d.logger.Info("Not cleaning up other proxy modes: --service-proxy-name is set", "name", d.cfg.ServiceProxyName)
+	} else if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
 		d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
 	}
 	nodeWatcher, err := d.awaitNode(ctx)
