@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -36,6 +37,9 @@ type unit struct {
 // diff turns the dirty entries into units, in phase order.
 func (s *store) diff() []*unit {
 	var units []*unit
+	s.recreated = map[string]bool{}
+	// Sets, then chains (which decide what endpoint maps are re-created),
+	// then elements.
 	for name := range s.dirtySets {
 		units = append(units, s.diffSet(name)...)
 	}
@@ -64,6 +68,8 @@ func (s *store) diff() []*unit {
 func (s *store) diffSet(name string) []*unit {
 	e := s.sets[name]
 	switch {
+	case e.desired != nil && e.desired.bound:
+		return nil // added with its chain's rules (diffChain)
 	case e.desired != nil && !e.present:
 		d := e.desired
 		return []*unit{{phase: phaseSetAdd, sortBy: name,
@@ -122,21 +128,73 @@ func (s *store) diffChain(name string) []*unit {
 			commit: func() { e.present, e.kernel = true, nil }})
 	}
 	ids := d.ruleIDs()
-	if slices.Equal(ids, e.kernel) {
+	var m *setEntry
+	if d.epMap != nil {
+		m = s.sets[d.epMap.name]
+	}
+	if slices.Equal(ids, e.kernel) && (m == nil || m.present) {
 		return units
 	}
-	flush := e.present && len(e.kernel) > 0
-	ops := []func(*knftables.Transaction){}
-	if flush {
-		ops = append(ops, func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) })
+	u := &unit{phase: phaseChainRules, sortBy: name, commit: func() { e.kernel = ids }}
+	if e.present && len(e.kernel) > 0 {
+		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) })
+	}
+	var elemOps []func(*knftables.Transaction)
+	if m != nil {
+		elemOps = s.bindEndpointMap(u, d.epMap, m)
 	}
 	for i, r := range d.rules {
 		rule := &knftables.Rule{Chain: name, Rule: r, Comment: knftables.PtrTo(ids[i])}
-		ops = append(ops, func(tx *knftables.Transaction) { tx.Add(rule) })
+		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(rule) })
 	}
-	units = append(units, &unit{phase: phaseChainRules, sortBy: name, ops: ops,
-		commit: func() { e.kernel = ids }})
-	return units
+	u.ops = append(u.ops, elemOps...)
+	return append(units, u)
+}
+
+// bindEndpointMap puts the endpoint map of a dispatch chain whose rules are
+// (re)written into the same unit: nft cannot add a rule that reads an
+// existing numgen map, only one created in the same transaction. A map
+// already in the kernel (a damaged chain, a rule whose text changed, a
+// chain deleted by hand) is therefore deleted and added again — the chain
+// was flushed first, so nothing references it — and every element it
+// should hold is re-added; the returned element ops go after the rules.
+func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry) []func(*knftables.Transaction) {
+	name := spec.name
+	if m.present {
+		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Delete(&knftables.Map{Name: name}) })
+	}
+	u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(setObject(spec)) })
+	commitRules := u.commit
+	if !m.present {
+		u.commit = func() { commitRules(); m.present, m.isMap = true, true }
+		return nil
+	}
+	s.recreated[name] = true
+	elems := s.elems[name]
+	keys := slices.Sorted(maps.Keys(elems))
+	values := make(map[string]string, len(keys))
+	var ops []func(*knftables.Transaction)
+	for _, k := range keys {
+		v, ok := elems[k].desiredValue()
+		if !ok {
+			continue
+		}
+		values[k] = v
+		el := &knftables.Element{Map: name, Key: splitElem(k), Value: splitElem(v)}
+		ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
+	}
+	u.commit = func() {
+		commitRules()
+		m.present, m.isMap = true, true
+		for k, e := range elems {
+			if v, ok := values[k]; ok {
+				e.present, e.kernel = true, v
+			} else {
+				delete(elems, k)
+			}
+		}
+	}
+	return ops
 }
 
 func chainObject(d *chainSpec) *knftables.Chain {
@@ -156,8 +214,9 @@ func (s *store) diffElem(ref elemRef) *unit {
 	}
 	want, ok := e.desiredValue()
 	set := s.sets[ref.set]
-	// Elements of a set being deleted go with it.
-	if set == nil || (set.desired == nil && set.present) {
+	// Elements of a set being deleted go with it; those of a re-created
+	// endpoint map are all in its chain's unit.
+	if set == nil || (set.desired == nil && set.present) || s.recreated[ref.set] {
 		return nil
 	}
 	isMap := set.desired.isMap

@@ -46,15 +46,6 @@ const (
 	setFirewallIPs      = "firewall-ips"
 	setFirewallAllow    = "firewall-allow"
 	setHairpin          = "hairpin-endpoints"
-
-	// Endpoint maps, one per traffic class and frontend kind: a frontend's
-	// endpoints are elements keyed by the frontend plus a slot number that
-	// "numgen random mod N" picks.
-	mapInternalEPs        = "internal-endpoints"
-	mapExternalEPs        = "external-endpoints"
-	mapClusterEPs         = "cluster-endpoints"
-	mapExternalNodePortEP = "external-nodeport-endpoints"
-	mapClusterNodePortEP  = "cluster-nodeport-endpoints"
 )
 
 // affinityPrefix starts the name of every per-endpoint affinity set; those

@@ -11,6 +11,13 @@ type chainSpec struct {
 	name  string
 	base  *baseChain // nil for a regular chain
 	rules []string
+	// epMap is the endpoint map this dispatch chain's DNAT rule reads, or
+	// nil. nft 1.0.6 cannot add a rule that references an existing
+	// "typeof … numgen" map (it rebuilds the key type from the kernel's
+	// udata and fails with "conflicting protocols specified"), so the map
+	// belongs to this chain alone and is created (or re-created) in the
+	// same transaction as the rule; see diffChain.
+	epMap *setSpec
 }
 
 // baseChain is where a base chain hooks in.
@@ -37,6 +44,9 @@ type setSpec struct {
 	typeOf  string // "typeof" form, when typ is empty
 	flags   []knftables.SetFlag
 	timeout time.Duration
+	// bound marks an endpoint map that is added with its chain's rules,
+	// never on its own.
+	bound bool
 }
 
 // elemSpec is one set or map element; key and value are nft-spelled and
@@ -56,7 +66,14 @@ type part struct {
 	elems  []elemSpec
 }
 
-func (p *part) addChain(c *chainSpec) { p.chains = append(p.chains, c) }
+// addChain adds c and, for a dispatch chain, its endpoint map: the two are
+// claimed and released together.
+func (p *part) addChain(c *chainSpec) {
+	p.chains = append(p.chains, c)
+	if c.epMap != nil {
+		p.sets = append(p.sets, c.epMap)
+	}
+}
 
 func (p *part) addSet(s *setSpec) { p.sets = append(p.sets, s) }
 

@@ -70,6 +70,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	g := &globalInputs{nodeIPs: st.NodeIPs, nodePorts: st.NodePorts, masquerade: st.Masquerade}
 	full := p.needFull || st.Changed == nil || !p.global.equal(g)
 	cfg := newConfig(st)
+	cfg.kernelValue = p.store
 	p.store.clearDirty()
 	if full {
 		p.store.resetClaims()

@@ -49,35 +49,51 @@ func (c *config) dnatFromMap(kind frontendKind, epMap string, n int) string {
 		c.fs.ip, key, n, epMap)
 }
 
-// sharedChain returns a dispatch chain shared by all service ports of the
-// same shape, creating its spec.
-func sharedChain(name string, rules ...string) *chainSpec {
-	return &chainSpec{name: name, rules: rules}
+// epMapType is the typeof declaration of an endpoint map: typeof, because
+// the slot component is numgen's integer type, which has no "type" name.
+func (c *config) epMapType(kind frontendKind) string {
+	if kind == nodePortFrontend {
+		return fmt.Sprintf("meta l4proto . th dport . numgen random mod 1 : %s daddr . th dport", c.fs.ip)
+	}
+	return fmt.Sprintf("%[1]s daddr . meta l4proto . th dport . numgen random mod 1 : %[1]s daddr . th dport", c.fs.ip)
+}
+
+// dispatchChain returns the chain "<class>[-nodeport]-[variant]<n>": rules
+// pre, then the DNAT from its own endpoint map
+// "<class>[-nodeport]-endpoints-[variant]<n>". The chain and map are shared
+// by every frontend of that class, kind and endpoint count; the map is this
+// chain's alone because nft can only add a rule that reads a numgen map in
+// the transaction that creates the map.
+func (c *config) dispatchChain(class string, kind frontendKind, variant string, n int, pre ...string) *chainSpec {
+	base := class
+	if kind == nodePortFrontend {
+		base += "-nodeport"
+	}
+	suffix := variant + strconv.Itoa(n)
+	m := &setSpec{name: base + "-endpoints-" + suffix, isMap: true, typeOf: c.epMapType(kind), bound: true}
+	rules := append(append([]string{}, pre...), c.dnatFromMap(kind, m.name, n))
+	return &chainSpec{name: base + "-" + suffix, rules: rules, epMap: m}
 }
 
 // internalChain: cluster-IP traffic, masqueraded per the local detector.
 func (c *config) internalChain(n int) *chainSpec {
-	rules := append([]string{}, c.masqInternal...)
-	rules = append(rules, c.dnatFromMap(ipFrontend, mapInternalEPs, n))
-	return sharedChain("internal-"+strconv.Itoa(n), rules...)
+	return c.dispatchChain("internal", ipFrontend, "", n, c.masqInternal...)
 }
 
 // externalChain: externalTrafficPolicy Cluster; always masqueraded.
 func (c *config) externalChain(kind frontendKind, n int) *chainSpec {
-	name, m := "external-", mapExternalEPs
-	if kind == nodePortFrontend {
-		name, m = "external-nodeport-", mapExternalNodePortEP
-	}
-	return sharedChain(name+strconv.Itoa(n), "jump "+chainMarkMasq, c.dnatFromMap(kind, m, n))
+	return c.dispatchChain("external", kind, "", n, "jump "+chainMarkMasq)
 }
 
 // clusterChain: the short-circuit of eTP=Local for traffic from inside.
 func (c *config) clusterChain(kind frontendKind, n int) *chainSpec {
-	name, m := "cluster-", mapClusterEPs
-	if kind == nodePortFrontend {
-		name, m = "cluster-nodeport-", mapClusterNodePortEP
-	}
-	return sharedChain(name+strconv.Itoa(n), c.dnatFromMap(kind, m, n))
+	return c.dispatchChain("cluster", kind, "", n)
+}
+
+// localChain: eTP=Local traffic from external clients to the local
+// endpoints, keeping the client's address.
+func (c *config) localChain(kind frontendKind, n int) *chainSpec {
+	return c.dispatchChain("external", kind, "local-", n)
 }
 
 // localRules are the rules of an eTP=Local entry chain: pod- and

@@ -11,8 +11,11 @@ import (
 
 // config is what every rule derives from the State's global fields.
 type config struct {
-	fs   famSpec
-	mark string // "0x004000"
+	fs famSpec
+	// kernelValue, when set, tells the endpoint slots the kernel holds, so
+	// that an endpoint keeps its slot across syncs (see slotOrder).
+	kernelValue slotSource
+	mark        string // "0x004000"
 	// masqInternal are the rules that mark cluster-IP traffic for masquerade.
 	masqInternal []string
 	// podMatch recognizes pod-originated traffic ("" with LocalNone).
@@ -114,7 +117,6 @@ func renderGlobal(st *desired.State, c *config) *part {
 
 func renderGlobalSets(p *part, fs famSpec) {
 	a := fs.addrType
-	ip := fs.ip
 	p.addSet(&setSpec{name: mapServiceIPs, isMap: true, typ: a + " . inet_proto . inet_service : verdict"})
 	p.addSet(&setSpec{name: mapServiceNodePorts, isMap: true, typ: "inet_proto . inet_service : verdict"})
 	p.addSet(&setSpec{name: setNodePortIPs, typ: a})
@@ -123,14 +125,4 @@ func renderGlobalSets(p *part, fs famSpec) {
 	p.addSet(&setSpec{name: setFirewallAllow, typ: a + " . inet_proto . inet_service . " + a,
 		flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	p.addSet(&setSpec{name: setHairpin, typ: a + " . " + a})
-	// typeof, because the slot component is numgen's integer type, which
-	// has no "type" name of its own.
-	ipKey := fmt.Sprintf("typeof %s daddr . meta l4proto . th dport . numgen random mod 1 : %s daddr . th dport", ip, ip)
-	npKey := fmt.Sprintf("typeof meta l4proto . th dport . numgen random mod 1 : %s daddr . th dport", ip)
-	for _, m := range []string{mapInternalEPs, mapExternalEPs, mapClusterEPs} {
-		p.addSet(&setSpec{name: m, isMap: true, typeOf: strings.TrimPrefix(ipKey, "typeof ")})
-	}
-	for _, m := range []string{mapExternalNodePortEP, mapClusterNodePortEP} {
-		p.addSet(&setSpec{name: m, isMap: true, typeOf: strings.TrimPrefix(npKey, "typeof ")})
-	}
 }

@@ -66,33 +66,35 @@ func (s *svcContext) externalAddrs() []netip.Addr {
 
 // verdicts returns the service-ips / service-nodeports verdicts of the
 // cluster IP, the external IPs and the node port, adding whatever chains and
-// endpoint elements they lead to.
+// endpoint elements they lead to. A verdict no frontend uses is "".
 func (s *svcContext) verdicts() (internal, external, nodePort string) {
 	if s.sp.AffinitySeconds > 0 {
 		return s.affinityVerdicts()
 	}
 	sp := s.sp
-	internal = s.dispatchVerdict(sp.Internal, func(n int) *chainSpec { return s.c.internalChain(n) },
-		func() {
-			s.endpointElems(mapInternalEPs, []string{addrString(sp.ClusterIP), s.proto, strconv.Itoa(int(sp.Port))}, sp.Internal)
-		})
-	external = s.externalVerdict(ipFrontend)
+	cluster := [][]string{{addrString(sp.ClusterIP), s.proto, strconv.Itoa(int(sp.Port))}}
+	internal = s.dispatchVerdict(sp.Internal, s.c.internalChain, cluster)
+	if keys := s.frontendKeys(ipFrontend); len(keys) > 0 {
+		external = s.externalVerdict(ipFrontend, keys)
+	}
 	if sp.NodePort != 0 {
-		nodePort = s.externalVerdict(nodePortFrontend)
+		nodePort = s.externalVerdict(nodePortFrontend, s.frontendKeys(nodePortFrontend))
 	}
 	return internal, external, nodePort
 }
 
-// dispatchVerdict is "goto <shared chain>" for a non-empty dispatch (adding
-// the chain and, through addElems, the endpoint elements), else the empty
-// verdict.
-func (s *svcContext) dispatchVerdict(d desired.Dispatch, chain func(int) *chainSpec, addElems func()) string {
+// dispatchVerdict is "goto <dispatch chain>" for a non-empty dispatch
+// (adding the chain, its map and the endpoint elements of every frontend
+// key), else the empty verdict.
+func (s *svcContext) dispatchVerdict(d desired.Dispatch, chain func(int) *chainSpec, frontends [][]string) string {
 	if len(d.Endpoints) == 0 {
 		return emptyVerdict(d.Empty)
 	}
 	ch := chain(len(d.Endpoints))
 	s.p.addChain(ch)
-	addElems()
+	for _, k := range frontends {
+		s.endpointElems(ch.epMap.name, k, d.Endpoints)
+	}
 	return "goto " + ch.name
 }
 
@@ -108,43 +110,73 @@ func (s *svcContext) frontendKeys(kind frontendKind) [][]string {
 	return keys
 }
 
-func (s *svcContext) externalVerdict(kind frontendKind) string {
+// externalVerdict is the verdict of the external frontends of kind (keys).
+func (s *svcContext) externalVerdict(kind frontendKind, keys [][]string) string {
 	sp := s.sp
-	extMap, cluMap := mapExternalEPs, mapClusterEPs
-	if kind == nodePortFrontend {
-		extMap, cluMap = mapExternalNodePortEP, mapClusterNodePortEP
-	}
-	elems := func(m string, d desired.Dispatch) func() {
-		return func() {
-			for _, k := range s.frontendKeys(kind) {
-				s.endpointElems(m, k, d)
-			}
-		}
+	chain := func(class func(frontendKind, int) *chainSpec) func(int) *chainSpec {
+		return func(n int) *chainSpec { return class(kind, n) }
 	}
 	if !sp.ExternalLocal {
-		return s.dispatchVerdict(sp.External, func(n int) *chainSpec { return s.c.externalChain(kind, n) }, elems(extMap, sp.External))
+		return s.dispatchVerdict(sp.External, chain(s.c.externalChain), keys)
 	}
-	toCluster := s.dispatchVerdict(sp.Cluster, func(n int) *chainSpec { return s.c.clusterChain(kind, n) }, elems(cluMap, sp.Cluster))
-	external := []string{emptyVerdict(sp.External.Empty)}
-	if n := len(sp.External.Endpoints); n > 0 {
-		external = []string{s.c.dnatFromMap(kind, extMap, n)}
-		elems(extMap, sp.External)()
-	}
+	toCluster := s.dispatchVerdict(sp.Cluster, chain(s.c.clusterChain), keys)
+	toLocal := s.dispatchVerdict(sp.External, chain(s.c.localChain), keys)
 	name := "etp-local-"
 	if kind == nodePortFrontend {
 		name = "etp-local-nodeport-"
 	}
-	ch := sharedChain(name+emptyName(sp.External)+"-"+emptyName(sp.Cluster), s.c.localRules(toCluster, external)...)
+	ch := &chainSpec{name: name + emptyName(sp.External) + "-" + emptyName(sp.Cluster),
+		rules: s.c.localRules(toCluster, []string{toLocal})}
 	s.p.addChain(ch)
 	return "goto " + ch.name
 }
 
 // endpointElems adds one element per endpoint slot of a frontend.
-func (s *svcContext) endpointElems(m string, frontend []string, d desired.Dispatch) {
-	for i, ep := range d.Endpoints {
+func (s *svcContext) endpointElems(m string, frontend []string, eps []desired.Endpoint) {
+	for i, ep := range s.slotOrder(m, frontend, eps) {
 		key := append(append([]string{}, frontend...), strconv.Itoa(i))
-		s.p.addElem(m, joinElem(key), joinElem([]string{addrString(ep.IP), strconv.Itoa(int(ep.Port))}))
+		s.p.addElem(m, joinElem(key), epValue(ep))
 	}
+}
+
+func epValue(ep desired.Endpoint) string {
+	return joinElem([]string{addrString(ep.IP), strconv.Itoa(int(ep.Port))})
+}
+
+// slotOrder returns eps in slot order for one frontend of map m. An
+// endpoint keeps the slot it has in the kernel, so replacing one endpoint
+// rewrites one element instead of shifting every slot after it; the other
+// endpoints fill the free slots in sorted order. A map holds one endpoint
+// count only, so when the count changes every slot is new anyway.
+func (s *svcContext) slotOrder(m string, frontend []string, eps []desired.Endpoint) []desired.Endpoint {
+	if s.c.kernelValue == nil || !s.c.kernelValue.hasElems(m) {
+		return eps
+	}
+	index := make(map[string]int, len(eps))
+	for i, ep := range eps {
+		index[epValue(ep)] = i
+	}
+	out := make([]desired.Endpoint, len(eps))
+	placed := make([]bool, len(eps))
+	filled := make([]bool, len(eps))
+	for slot := range eps {
+		key := joinElem(append(append([]string{}, frontend...), strconv.Itoa(slot)))
+		v, ok := s.c.kernelValue.kernelElem(m, key)
+		if i, want := index[v]; ok && want && !placed[i] {
+			out[slot], placed[i], filled[slot] = eps[i], true, true
+		}
+	}
+	next := 0
+	for i, ep := range eps {
+		if placed[i] {
+			continue
+		}
+		for filled[next] {
+			next++
+		}
+		out[next], filled[next] = ep, true
+	}
+	return out
 }
 
 // affinityVerdicts renders ClientIP affinity. The choice must be remembered

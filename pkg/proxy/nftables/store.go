@@ -26,6 +26,11 @@ type store struct {
 	dirtyChains map[string]struct{}
 	dirtySets   map[string]struct{}
 	dirtyElems  map[elemRef]struct{}
+
+	// recreated holds the endpoint maps the current diff deletes and adds
+	// again with their chain's rules (and every element); diffElem leaves
+	// their elements to that unit.
+	recreated map[string]bool
 }
 
 type chainEntry struct {
@@ -189,4 +194,21 @@ func (e *elemEntry) desiredValue() (string, bool) {
 		}
 	}
 	return best.value, true
+}
+
+// slotSource tells what the kernel holds in an endpoint map, for stable
+// slot numbering.
+type slotSource interface {
+	hasElems(set string) bool
+	kernelElem(set, key string) (string, bool)
+}
+
+func (s *store) hasElems(set string) bool { return len(s.elems[set]) > 0 }
+
+func (s *store) kernelElem(set, key string) (string, bool) {
+	e := s.elems[set][key]
+	if e == nil || !e.present {
+		return "", false
+	}
+	return e.kernel, true
 }

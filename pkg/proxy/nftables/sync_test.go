@@ -60,7 +60,7 @@ func anyService(t *testing.T, st *desired.State, withEndpoints int) proxy.Servic
 
 func TestUnchangedResyncIsEmpty(t *testing.T) {
 	st := caseState(t, "externalTrafficPolicy Local with a local endpoint", proxy.IPv4)
-	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	fake := newStrictFake(knftables.IPv4Family)
 	p := NewWithInterface(proxy.IPv4, fake)
 	if s := mustSync(t, p, st); s.operations == 0 {
 		t.Fatal("first sync sent nothing")
@@ -79,7 +79,7 @@ func TestUnchangedResyncIsEmpty(t *testing.T) {
 
 func TestOneEndpointChangeIsAFewElementOps(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
-	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	fake := newStrictFake(knftables.IPv4Family)
 	p := NewWithInterface(proxy.IPv4, fake)
 	mustSync(t, p, st)
 	name := anyService(t, st, 1)
@@ -106,7 +106,7 @@ func TestOneEndpointChangeIsAFewElementOps(t *testing.T) {
 func TestRestartRewritesNothing(t *testing.T) {
 	for _, family := range proxy.Families {
 		st := caseState(t, "session affinity", family)
-		fake := knftables.NewFake(specFor(family).family, TableName)
+		fake := newStrictFake(specFor(family).family)
 		mustSync(t, NewWithInterface(family, fake), st)
 		before := fake.Dump()
 		restarted := NewWithInterface(family, fake)
@@ -121,13 +121,14 @@ func TestRestartRewritesNothing(t *testing.T) {
 
 func TestRestartRepairsOnlyWhatDiffers(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
-	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	fake := newStrictFake(knftables.IPv4Family)
 	mustSync(t, NewWithInterface(proxy.IPv4, fake), st)
 	want := fake.Dump()
 	// Damage the table behind the Proxier's back: one element gone.
 	tx := fake.NewTransaction()
-	el := fake.Table.Maps[mapInternalEPs].Elements[0]
-	tx.Delete(&knftables.Element{Map: mapInternalEPs, Key: el.Key})
+	epMap := internalMap(t, fake)
+	el := fake.Table.Maps[epMap].Elements[0]
+	tx.Delete(&knftables.Element{Map: epMap, Key: el.Key})
 	if err := fake.Run(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +142,10 @@ func TestRestartRepairsOnlyWhatDiffers(t *testing.T) {
 
 func TestColdStartIsSplitConsistently(t *testing.T) {
 	st := caseState(t, "loadBalancerSourceRanges", proxy.IPv6)
-	whole := knftables.NewFake(knftables.IPv6Family, TableName)
+	whole := newStrictFake(knftables.IPv6Family)
 	mustSync(t, NewWithInterface(proxy.IPv6, whole), st)
 
-	split := knftables.NewFake(knftables.IPv6Family, TableName)
+	split := newStrictFake(knftables.IPv6Family)
 	p := NewWithInterface(proxy.IPv6, split)
 	p.maxOps = 5
 	s := mustSync(t, p, st)
@@ -158,7 +159,7 @@ func TestColdStartIsSplitConsistently(t *testing.T) {
 
 // failingNFT fails the next Run when armed.
 type failingNFT struct {
-	*knftables.Fake
+	*strictFake
 	fail bool
 }
 
@@ -167,12 +168,12 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 		f.fail = false
 		return errors.New("injected failure")
 	}
-	return f.Fake.Run(ctx, tx)
+	return f.strictFake.Run(ctx, tx)
 }
 
 func TestFailureMakesNextSyncFull(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
-	fake := &failingNFT{Fake: knftables.NewFake(knftables.IPv4Family, TableName)}
+	fake := &failingNFT{strictFake: newStrictFake(knftables.IPv4Family)}
 	p := NewWithInterface(proxy.IPv4, fake)
 	mustSync(t, p, st)
 	name := anyService(t, st, 1)
@@ -185,16 +186,16 @@ func TestFailureMakesNextSyncFull(t *testing.T) {
 	again := *changed
 	again.Changed = map[proxy.ServicePortName]struct{}{}
 	mustSync(t, p, &again)
-	ref := knftables.NewFake(knftables.IPv4Family, TableName)
+	ref := newStrictFake(knftables.IPv4Family)
 	mustSync(t, NewWithInterface(proxy.IPv4, ref), &again)
-	if sortedDump(fake.Fake) != sortedDump(ref) {
+	if sortedDump(fake.strictFake) != sortedDump(ref) {
 		t.Error("sync after a failure did not reconcile fully")
 	}
 }
 
 func TestServiceRemovalCleansUp(t *testing.T) {
 	st := caseState(t, "session affinity", proxy.IPv4)
-	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	fake := newStrictFake(knftables.IPv4Family)
 	p := NewWithInterface(proxy.IPv4, fake)
 	mustSync(t, p, st)
 	empty := *st
@@ -204,7 +205,7 @@ func TestServiceRemovalCleansUp(t *testing.T) {
 		empty.Changed[name] = struct{}{}
 	}
 	mustSync(t, p, &empty)
-	ref := knftables.NewFake(knftables.IPv4Family, TableName)
+	ref := newStrictFake(knftables.IPv4Family)
 	mustSync(t, NewWithInterface(proxy.IPv4, ref), &empty)
 	if sortedDump(fake) != sortedDump(ref) {
 		t.Errorf("removing every service left objects behind:\n%s", fake.Dump())
@@ -213,7 +214,7 @@ func TestServiceRemovalCleansUp(t *testing.T) {
 
 func TestCleanupDeletesTable(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
-	fake := knftables.NewFake(knftables.IPv4Family, TableName)
+	fake := newStrictFake(knftables.IPv4Family)
 	p := NewWithInterface(proxy.IPv4, fake)
 	mustSync(t, p, st)
 	if err := p.Cleanup(context.Background()); err != nil {
@@ -227,9 +228,21 @@ func TestCleanupDeletesTable(t *testing.T) {
 	}
 }
 
+// internalMap returns the name of an internal endpoint map in fake.
+func internalMap(t *testing.T, fake *strictFake) string {
+	t.Helper()
+	for name := range fake.Table.Maps {
+		if strings.HasPrefix(name, "internal-endpoints-") {
+			return name
+		}
+	}
+	t.Fatal("no internal endpoint map")
+	return ""
+}
+
 // sortedDump is the fake's dump with lines sorted: element order in the fake
 // depends on history, not on content.
-func sortedDump(f *knftables.Fake) string { return sortedLines(f.Dump()) }
+func sortedDump(f *strictFake) string { return sortedLines(f.Dump()) }
 
 func sortedLines(s string) string {
 	lines := strings.Split(s, "\n")

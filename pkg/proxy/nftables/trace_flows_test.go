@@ -12,9 +12,9 @@ import (
 )
 
 // syncFake programs state into a fresh fake and returns it.
-func syncFake(t *testing.T, state *desired.State) *knftables.Fake {
+func syncFake(t *testing.T, state *desired.State) *strictFake {
 	t.Helper()
-	fake := knftables.NewFake(specFor(state.Family).family, TableName)
+	fake := newStrictFake(specFor(state.Family).family)
 	p := NewWithInterface(state.Family, fake)
 	if err := p.Sync(context.Background(), state); err != nil {
 		t.Fatalf("Sync: %v", err)
@@ -22,14 +22,14 @@ func syncFake(t *testing.T, state *desired.State) *knftables.Fake {
 	return fake
 }
 
-func newTracer(t *testing.T, fake *knftables.Fake, state *desired.State) *tracer {
+func newTracer(t *testing.T, fake *strictFake, state *desired.State) *tracer {
 	return &tracer{t: t, table: fake.Table, ip: specFor(state.Family).ip, local: proxytest.LocalAddrs(state)}
 }
 
 // TestFlows runs the shared packet-flow table through the rules the
 // backend programs for each case.
 func TestFlows(t *testing.T) {
-	fakes := map[*desired.State]*knftables.Fake{}
+	fakes := map[*desired.State]*strictFake{}
 	proxytest.RunFlows(t, func(t *testing.T, state *desired.State, flow proxytest.Flow) proxytest.Result {
 		fake := fakes[state]
 		if fake == nil {

@@ -1,0 +1,213 @@
+package nftables
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+)
+
+// countsState is two service ports whose endpoint counts tests change: web
+// (eTP Cluster: cluster IP, external IP, node port; n remote endpoints) and
+// local (eTP Local: n local endpoints for external clients, those plus one
+// remote endpoint for the cluster-wide choice).
+func countsState(n int) *desired.State {
+	w := proxytest.WorldOf(proxy.IPv4)
+	st := &desired.State{
+		Family:    proxy.IPv4,
+		NodeIPs:   []netip.Addr{w.NodeIP},
+		NodePorts: desired.NodePortAddrs{All: true},
+		Masquerade: desired.Masquerade{Mark: 1 << 14,
+			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{w.ClusterCIDR}}},
+		Services: map[proxy.ServicePortName]*desired.ServicePort{},
+	}
+	eps := func(addr func(int) netip.Addr, count int) []desired.Endpoint {
+		var out []desired.Endpoint
+		for i := 1; i <= count; i++ {
+			out = append(out, desired.Endpoint{IP: addr(i), Port: 8080})
+		}
+		slices.SortFunc(out, func(a, b desired.Endpoint) int { return a.AddrPort().Compare(b.AddrPort()) })
+		return out
+	}
+	remote := desired.Dispatch{Endpoints: eps(w.RemotePod, n)}
+	st.Services[countsName("web")] = &desired.ServicePort{Name: countsName("web"), Protocol: proxy.TCP, Port: 80,
+		ClusterIP: w.ClusterIP(1), NodePort: 30001, ExternalIPs: []netip.Addr{w.ExternalIP(1)},
+		Internal: remote, External: remote, Cluster: remote}
+	local := desired.Dispatch{Endpoints: eps(w.LocalPod, n)}
+	cluster := desired.Dispatch{Endpoints: append(slices.Clone(local.Endpoints), desired.Endpoint{IP: w.RemotePod(200), Port: 8080})}
+	st.Services[countsName("local")] = &desired.ServicePort{Name: countsName("local"), Protocol: proxy.TCP, Port: 80,
+		ClusterIP: w.ClusterIP(2), NodePort: 30002, ExternalIPs: []netip.Addr{w.ExternalIP(2)},
+		Internal: cluster, External: local, Cluster: cluster, ExternalLocal: true}
+	return st
+}
+
+func countsName(name string) proxy.ServicePortName {
+	return proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: name}, Port: "http", Protocol: proxy.TCP}
+}
+
+// countsFlows reach every frontend of countsState, from outside and, for
+// the eTP=Local service, from a local pod (the cluster-wide short-circuit).
+func countsFlows() []proxytest.Flow {
+	w := proxytest.WorldOf(proxy.IPv4)
+	var flows []proxytest.Flow
+	for i := 1; i <= 2; i++ {
+		for _, dst := range []netip.AddrPort{
+			netip.AddrPortFrom(w.ClusterIP(i), 80),
+			netip.AddrPortFrom(w.ExternalIP(i), 80),
+			netip.AddrPortFrom(w.NodeIP, uint16(30000+i)),
+		} {
+			for _, src := range []netip.Addr{w.ExternalClient, w.LocalPod(250)} {
+				flows = append(flows, proxytest.Flow{Source: src, Protocol: proxy.TCP, Dest: dst.Addr(), DestPort: dst.Port()})
+			}
+		}
+	}
+	return flows
+}
+
+func withCounts(prev *desired.State, n int) *desired.State {
+	next := countsState(n)
+	next.Changed = map[proxy.ServicePortName]struct{}{}
+	for name := range next.Services {
+		next.Changed[name] = struct{}{}
+	}
+	return next
+}
+
+// TestEndpointCountChanges moves both services through endpoint counts
+// that appear for the first time after the first sync (the case nft 1.0.6
+// refused when endpoint maps were shared), one unit per transaction, and
+// checks after every transaction that each frontend leads to exactly its
+// old or its new endpoints (never to a chain whose map lacks them), and
+// after each sync that the table is what a fresh sync would program.
+func TestEndpointCountChanges(t *testing.T) {
+	fake := newStrictFake(knftables.IPv4Family)
+	p := NewWithInterface(proxy.IPv4, fake)
+	prev := countsState(2)
+	mustSync(t, p, prev)
+	p.maxOps = 1
+	for _, n := range []int{3, 5, 1, 3, 2} {
+		next := withCounts(prev, n)
+		fake.afterRun = func() {
+			for _, flow := range countsFlows() {
+				got := newTracer(t, fake, next).trace(flow)
+				before, after := proxytest.Evaluate(prev, flow), proxytest.Evaluate(next, flow)
+				if !slices.Equal(got.Endpoints, before.Endpoints) && !slices.Equal(got.Endpoints, after.Endpoints) || got.Verdict != proxytest.DNAT {
+					t.Fatalf("%d endpoints, mid-sync after:\n%s\n%v reached %s; want %v or %v", n, fake.LastTransaction, flow, got, before.Endpoints, after.Endpoints)
+				}
+			}
+		}
+		mustSync(t, p, next)
+		fake.afterRun = nil
+		for _, flow := range countsFlows() {
+			if got, want := newTracer(t, fake, next).trace(flow), proxytest.Evaluate(next, flow); !got.Equal(want) {
+				t.Errorf("%d endpoints: %v reached %s, want %s", n, flow, got, want)
+			}
+		}
+		ref := newStrictFake(knftables.IPv4Family)
+		mustSync(t, NewWithInterface(proxy.IPv4, ref), countsState(n))
+		if got, want := sortedDump(fake), sortedDump(ref); got != want {
+			t.Errorf("%d endpoints: table differs from a fresh sync:\n%s", n, lineDiff(want, got))
+		}
+		prev = next
+	}
+}
+
+// TestReplacedEndpointKeepsSlots: replacing one endpoint by one that sorts
+// elsewhere rewrites one element per frontend (and the hairpin element),
+// not every slot after it; a restart reads the slots back and rewrites
+// nothing.
+func TestReplacedEndpointKeepsSlots(t *testing.T) {
+	fake := newStrictFake(knftables.IPv4Family)
+	p := NewWithInterface(proxy.IPv4, fake)
+	st := countsState(5)
+	mustSync(t, p, st)
+	name := countsName("web")
+	next := withChange(st, name, func(sp *desired.ServicePort) {
+		eps := slices.Clone(sp.Internal.Endpoints)
+		eps[0].IP = proxytest.WorldOf(proxy.IPv4).RemotePod(100) // sorts last
+		slices.SortFunc(eps, func(a, b desired.Endpoint) int { return a.AddrPort().Compare(b.AddrPort()) })
+		d := desired.Dispatch{Endpoints: eps}
+		sp.Internal, sp.External, sp.Cluster = d, d, d
+	})
+	// 3 frontends × (delete + add) + hairpin (delete + add).
+	if s := mustSync(t, p, next); s.operations > 8 {
+		t.Errorf("replacing one endpoint sent %d operations, want ≤ 8:\n%s", s.operations, fake.LastTransaction)
+	}
+	for _, flow := range countsFlows() {
+		if got, want := newTracer(t, fake, next).trace(flow), proxytest.Evaluate(next, flow); !got.Equal(want) {
+			t.Errorf("%v reached %s, want %s", flow, got, want)
+		}
+	}
+	full := *next
+	full.Changed = nil
+	if s := mustSync(t, NewWithInterface(proxy.IPv4, fake), &full); s.operations != 0 {
+		t.Errorf("restart after a slot-preserving change sent %d operations:\n%s", s.operations, fake.LastTransaction)
+	}
+}
+
+// TestRepairRecreatesEndpointMap: a dispatch chain emptied behind the
+// Proxier's back cannot get its rule back while its map exists (nft 1.0.6),
+// so the repair deletes and re-adds the map, with every element, in the
+// rule's transaction.
+func TestRepairRecreatesEndpointMap(t *testing.T) {
+	st := countsState(3)
+	fake := newStrictFake(knftables.IPv4Family)
+	mustSync(t, NewWithInterface(proxy.IPv4, fake), st)
+	want := sortedDump(fake)
+	tx := fake.NewTransaction()
+	tx.Flush(&knftables.Chain{Name: "internal-3"})
+	m := fake.Table.Maps["internal-endpoints-3"]
+	tx.Delete(&knftables.Element{Map: m.Name, Key: m.Elements[0].Key})
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	full := *st
+	mustSync(t, NewWithInterface(proxy.IPv4, fake), &full)
+	if got := sortedDump(fake); got != want {
+		t.Errorf("repaired table differs:\n%s", lineDiff(want, got))
+	}
+	if !strings.Contains(fake.LastTransaction.String(), "delete map ip kube-proxy internal-endpoints-3") {
+		t.Errorf("repair did not re-create the map:\n%s", fake.LastTransaction)
+	}
+}
+
+// TestDetectorChangeRewritesDispatchChains: a new local-traffic detector
+// changes the internal chains' rules; their maps are re-created with them.
+func TestDetectorChangeRewritesDispatchChains(t *testing.T) {
+	fake := newStrictFake(knftables.IPv4Family)
+	p := NewWithInterface(proxy.IPv4, fake)
+	mustSync(t, p, countsState(3))
+	next := countsState(3)
+	next.Masquerade.Local = desired.LocalDetector{Mode: desired.LocalInterfacePrefix, Interface: "veth"}
+	next.Changed = map[proxy.ServicePortName]struct{}{}
+	mustSync(t, p, next)
+	ref := newStrictFake(knftables.IPv4Family)
+	mustSync(t, NewWithInterface(proxy.IPv4, ref), next)
+	if got, want := sortedDump(fake), sortedDump(ref); got != want {
+		t.Errorf("table differs from a fresh sync:\n%s", lineDiff(want, got))
+	}
+}
+
+// lineDiff lists the lines of sorted dumps only in want (-) or got (+).
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var out []string
+	for _, l := range w {
+		if !slices.Contains(g, l) {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range g {
+		if !slices.Contains(w, l) {
+			out = append(out, "+ "+l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

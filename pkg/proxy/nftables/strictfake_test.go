@@ -1,0 +1,116 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+)
+
+// strictFake is a knftables.Fake that also refuses what nft 1.0.6 refuses
+// but the Fake accepts: a rule that reads a "typeof … numgen" map, added
+// in a transaction that does not create that map. nft rebuilds such a
+// map's key type from the kernel's udata and fails with "conflicting
+// protocols specified: tcp vs. th"; re-declaring the map ("add map" of an
+// existing one) does not help, deleting and adding it in the transaction
+// does. afterRun, when set, sees every committed transaction.
+type strictFake struct {
+	*knftables.Fake
+	afterRun func()
+}
+
+func newStrictFake(family knftables.Family) *strictFake {
+	return &strictFake{Fake: knftables.NewFake(family, TableName)}
+}
+
+func (f *strictFake) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if err := f.checkNumgenMaps(tx.String()); err != nil {
+		return err
+	}
+	if err := f.Fake.Run(ctx, tx); err != nil {
+		return err
+	}
+	if f.afterRun != nil {
+		f.afterRun()
+	}
+	return nil
+}
+
+var (
+	numgenMapRef = regexp.MustCompile(`numgen random mod \d+ map @(\S+)`)
+	mapOp        = regexp.MustCompile(`^(add|delete) map \S+ \S+ (\S+)`)
+)
+
+// checkNumgenMaps fails when a rule in text reads a numgen map that the
+// same transaction did not create (absent before, or deleted first).
+func (f *strictFake) checkNumgenMaps(text string) error {
+	existed := map[string]bool{}
+	if f.Table != nil {
+		for name := range f.Table.Maps {
+			existed[name] = true
+		}
+	}
+	created := map[string]bool{}
+	for _, line := range strings.Split(text, "\n") {
+		if m := mapOp.FindStringSubmatch(line); m != nil {
+			if m[1] == "delete" {
+				existed[m[2]], created[m[2]] = false, false
+			} else if !existed[m[2]] {
+				created[m[2]] = true
+			}
+			continue
+		}
+		if !strings.HasPrefix(line, "add rule ") && !strings.HasPrefix(line, "insert rule ") {
+			continue
+		}
+		for _, m := range numgenMapRef.FindAllStringSubmatch(line, -1) {
+			if !created[m[1]] {
+				return fmt.Errorf("strict fake: %q reads numgen map %s, which this transaction does not create "+
+					"(nft 1.0.6: conflicting protocols specified)", line, m[1])
+			}
+		}
+	}
+	return nil
+}
+
+// TestStrictFakeRefusesLateNumgenRule guards the checker itself with the
+// transactions that failed against nft 1.0.6, and the ones that passed.
+func TestStrictFakeRefusesLateNumgenRule(t *testing.T) {
+	ctx := context.Background()
+	fake := newStrictFake(knftables.IPv4Family)
+	typeOf := "ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport"
+	rule := func(chain, m string) *knftables.Rule {
+		return &knftables.Rule{Chain: chain, Rule: "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @" + m}
+	}
+	tx := fake.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Add(&knftables.Map{Name: "eps", TypeOf: typeOf})
+	tx.Add(&knftables.Chain{Name: "two"})
+	tx.Add(rule("two", "eps"))
+	if err := fake.Run(ctx, tx); err != nil {
+		t.Fatalf("map, chain and rule together: %v", err)
+	}
+	for name, add := range map[string]func(tx *knftables.Transaction){
+		"a new rule on the existing map": func(tx *knftables.Transaction) {},
+		"the map re-declared":            func(tx *knftables.Transaction) { tx.Add(&knftables.Map{Name: "eps", TypeOf: typeOf}) },
+	} {
+		tx := fake.NewTransaction()
+		tx.Add(&knftables.Chain{Name: "three"})
+		add(tx)
+		tx.Add(rule("three", "eps"))
+		if err := fake.Run(ctx, tx); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	tx = fake.NewTransaction()
+	tx.Flush(&knftables.Chain{Name: "two"})
+	tx.Delete(&knftables.Map{Name: "eps"})
+	tx.Add(&knftables.Map{Name: "eps", TypeOf: typeOf})
+	tx.Add(rule("two", "eps"))
+	if err := fake.Run(ctx, tx); err != nil {
+		t.Errorf("map deleted and added with the rule: %v", err)
+	}
+}
