@@ -23,8 +23,9 @@ type Proxier struct {
 	store  *store
 	maxOps int
 
-	readDone bool // the existing table was read back
-	needFull bool // the next sync must reconcile everything
+	readDone bool  // the existing table was read back
+	nlFamily uint8 // non-zero: a real kernel, read back over netlink
+	needFull bool  // the next sync must reconcile everything
 	global   *globalInputs
 	last     applyStats
 }
@@ -43,7 +44,9 @@ func New(family proxy.IPFamily) (*Proxier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables %s: %w", family, err)
 	}
-	return NewWithInterface(family, nft), nil
+	p := NewWithInterface(family, nft)
+	p.nlFamily = nfproto(family)
+	return p, nil
 }
 
 // NewWithInterface returns a Proxier that programs through nft (tests pass
@@ -62,7 +65,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 		return fmt.Errorf("nftables %s proxier got a %s state", p.family, st.Family)
 	}
 	if !p.readDone {
-		if err := p.store.readBack(ctx, p.nft); err != nil {
+		if err := p.store.readBack(ctx, p.nft, p.nlFamily); err != nil {
 			return fmt.Errorf("reading back table %s: %w", TableName, err)
 		}
 		p.readDone = true
