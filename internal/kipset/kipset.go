@@ -22,6 +22,14 @@ const (
 	BitmapPort    Type = "bitmap:port"
 )
 
+// MaxElements is the capacity of every hash set this package creates. The
+// kernel's default (and upstream kube-proxy's) is 65536, which
+// KUBE-LOOP-BACK (one member per endpoint) outgrows at about 6,500
+// services × 10 endpoints: further adds fail with "hash is full". A hash
+// set's memory follows its members, not this bound. Sets adopted from an
+// earlier run keep the capacity they were created with.
+const MaxElements = 1 << 20
+
 // Family is the address family of a hash set; bitmap:port sets have none.
 type Family string
 

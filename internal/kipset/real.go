@@ -59,6 +59,8 @@ func (c *Client) CreateSet(set Set) error {
 	}
 	if set.Type == BitmapPort {
 		opts.PortFrom, opts.PortTo = 0, 65535
+	} else {
+		opts.MaxElements = MaxElements
 	}
 	err := guard(func() error { return c.h.IpsetCreate(set.Name, string(set.Type), opts) })
 	if err != nil {

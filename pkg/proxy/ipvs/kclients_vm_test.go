@@ -248,8 +248,13 @@ func TestVMKipsetTypes(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s entries:\n got %v\nwant %v", tc.set.Name, got, want)
 		}
-		// The ipset tool sees the same members.
+		// The ipset tool sees the same members, and hash sets have room for
+		// more than the kernel's default 65536 (KUBE-LOOP-BACK at 10k
+		// services × 10 endpoints).
 		out := run(t, ns, "ipset", "list", tc.set.Name)
+		if tc.set.Type != kipset.BitmapPort && !strings.Contains(out, fmt.Sprintf("maxelem %d", kipset.MaxElements)) {
+			t.Errorf("ipset %s lacks maxelem %d:\n%s", tc.set.Name, kipset.MaxElements, out)
+		}
 		for _, e := range tc.entries {
 			if !strings.Contains(out, e.String()) {
 				t.Errorf("ipset list %s lacks %s:\n%s", tc.set.Name, e, out)
