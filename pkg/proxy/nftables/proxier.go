@@ -96,6 +96,10 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	stats, err := apply(ctx, p.nft, p.store.diff(), p.maxOps)
 	p.last = stats
 	if err != nil {
+		// The store is true to what this Proxier committed, but the
+		// failure may come from a table changed behind its back (an
+		// element already gone): read the kernel again before retrying.
+		p.store, p.readDone = newStore(), false
 		return fmt.Errorf("syncing nftables %s: %w", p.family, err)
 	}
 	p.store.clearDirty()
