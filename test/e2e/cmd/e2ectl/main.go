@@ -6,6 +6,7 @@
 //	e2ectl -kubeconfig K endpoints -service web -ports ... pod-a=10.244.1.10@node-1 ...
 //	e2ectl probe -url http://10.96.0.10:80/ -n 30 [-wait 30s] [-expect pod-a,pod-b]
 //	e2ectl probe -udp 10.96.0.10:80 -n 30
+//	e2ectl ask -url http://10.96.0.10:80/ -n 0 -interval 50ms   (until SIGTERM; for the Go tests)
 //
 // Objects are created or updated in place, so each subcommand can be repeated.
 package main
@@ -30,7 +31,8 @@ commands:
              create or update a NodePort Service; prints its ClusterIP
   endpoints  -service N -ports (as for service) POD=IP@NODE...
              set the Service's EndpointSlice to these ready endpoints
-  probe      (-url URL | -udp HOST:PORT) -n N   send N requests, print how they were balanced`)
+  probe      (-url URL | -udp HOST:PORT) -n N   send N requests, print how they were balanced
+  ask        (-url URL | -udp HOST:PORT) [-n N] [-keep]  one parseable line per request (tests)`)
 }
 
 func main() {
@@ -50,6 +52,8 @@ func main() {
 	switch cmd {
 	case "probe":
 		err = probeCmd(ctx, args)
+	case "ask":
+		err = askCmd(ctx, args)
 	case "nodes", "service", "endpoints":
 		var cs *kubernetes.Clientset
 		cs, err = client(*kubeconfig)

@@ -1,0 +1,84 @@
+// Package dataplane is svcproxy's end-to-end suite: for each mode that can
+// run on this kernel (nftables, iptables; IPVS needs a VM, see make
+// test-ipvs) it builds a cluster of network namespaces around a real
+// kube-apiserver (test/e2e/framework) and drives every scenario through the
+// API, checking real TCP and UDP traffic from pods and from outside.
+//
+// Scenarios of one mode share one cluster and run in order; each uses its
+// own Services and pods, so a failing one leaves the next ones meaningful.
+// The faults that restart or delete parts of the cluster run last.
+package dataplane
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	F "github.com/svcproxy/svcproxy/test/e2e/framework"
+)
+
+// converge bounds how long a change made through the API may take to show
+// in the dataplane: informer delivery + minSyncPeriod (1s) + a sync, with
+// room for a loaded 2-core machine.
+const converge = 20 * time.Second
+
+type scenario struct {
+	name string
+	run  func(t *testing.T, c *F.Cluster)
+}
+
+// scenarios in the order they run; destructive faults come last.
+var scenarios = []scenario{
+	{"ClusterIPNodePortExternalLB", testFrontends},
+	{"UpdatesAndDeletes", testUpdatesAndDeletes},
+	{"ScaleToZeroAndBack", testScaleToZero},
+	{"ExternalTrafficPolicyLocal", testETPLocal},
+	{"InternalTrafficPolicyLocal", testITPLocal},
+	{"PreferCloseByZone", testPreferClose},
+	{"SessionAffinity", testAffinity},
+	{"IgnoredServiceLabels", testIgnoredLabels},
+	{"RollingReplacement", testRollingReplacement},
+	{"UDPFlowSurvivesPodReplacement", testUDPReplacement},
+	{"MalformedEndpointSlice", testMalformedSlice},
+	{"RulesDeletedByThirdParty", testRulesDeleted},
+	{"RestartUnderLoad", testRestartUnderLoad},
+	{"APIServerOutage", testAPIServerOutage},
+	{"HealthzNodeDraining", testHealthzDraining},
+}
+
+// modes: E2E_MODES narrows them (comma-separated), e.g. for a quick rerun.
+func modes() []string {
+	if m := os.Getenv("E2E_MODES"); m != "" {
+		return strings.Split(m, ",")
+	}
+	return []string{"nftables", "iptables"}
+}
+
+func TestDataplane(t *testing.T) {
+	for _, mode := range modes() {
+		t.Run(mode, func(t *testing.T) {
+			var c *F.Cluster
+			for _, s := range scenarios {
+				if c == nil {
+					c = F.New(t, F.Options{Mode: mode})
+				}
+				t0 := time.Now()
+				ok := t.Run(s.name, func(t *testing.T) {
+					c.T = t // helpers fail the scenario, not the mode
+					s.run(t, c)
+				})
+				c.T = t
+				t.Logf("%s/%s took %v", mode, s.name, time.Since(t0).Round(time.Millisecond))
+				if !ok {
+					// A failed scenario may leave svcproxy retrying a sync that
+					// cannot succeed; the next scenario gets a fresh cluster so
+					// each result stands on its own.
+					t.Logf("%s/%s failed; logs kept in %s/logs; next scenario on a new cluster", mode, s.name, c.Work)
+					c.Close()
+					c = nil
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,178 @@
+// Package framework builds a throwaway cluster out of network namespaces for
+// svcproxy's end-to-end tests: a real etcd + kube-apiserver (hack/
+// controlplane.sh, inside its own namespace), nodes running the real
+// svcproxy binary with a KubeProxyConfiguration file and a token of a
+// ServiceAccount bound to system:node-proxier, pods running podserver,
+// client pods and a client outside the cluster.
+//
+//	<p>net     bridge br0: the node network 198.18.0.0/24, no addresses
+//	<p>cp      etcd (own loopback) + kube-apiserver on 198.18.0.1:6443
+//	<p>nodeN   198.18.0.1N, pods 10.244.N.0/24, svcproxy as node-N, zone-a/zone-b
+//	<p>cliN    client pod 10.244.N.100 on nodeN
+//	<p>ext     198.18.0.100, outside the cluster; externalIPs (198.18.1.0/24)
+//	           and LB IPs (198.18.2.0/24) are routed to node1
+//	<p>pod-X   pods, added by the tests (AddPod)
+//
+// Nothing is programmed in the root namespace and no namespace has a route
+// off the machine. Everything is removed in t.Cleanup, whatever happened.
+package framework
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+const (
+	NodeNet     = "198.18.0"
+	CPIP        = NodeNet + ".1"
+	ExtIP       = NodeNet + ".100"
+	ExternalNet = "198.18.1" // spec.externalIPs live here (routed to node1 from ext)
+	LBNet       = "198.18.2" // status.loadBalancer.ingress IPs live here
+	ClusterCIDR = "10.244.0.0/16"
+	ServiceCIDR = "10.96.0.0/16"
+	kasPort     = 6443
+)
+
+// Options shape one cluster.
+type Options struct {
+	Mode       string        // nftables or iptables
+	Nodes      int           // default 2
+	SyncPeriod time.Duration // default 5s: the "rules deleted by a third party" tests wait for it
+}
+
+// Cluster is one running test cluster.
+type Cluster struct {
+	T      testing.TB
+	Opts   Options
+	Prefix string
+	Work   string // state dir: configs, kubeconfigs, logs
+	Bins   Binaries
+	Admin  kubernetes.Interface
+	Nodes  []*Node
+
+	cpRun      string
+	closeOnce  sync.Once
+	namespaces []string
+	pods       map[string]*Pod
+	podSeq     int
+}
+
+// New builds and starts a whole cluster; t.Cleanup removes it.
+func New(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the e2e suite needs root (network namespaces); run it through make test / hack/e2e.sh")
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 2
+	}
+	if opts.SyncPeriod == 0 {
+		opts.SyncPeriod = 5 * time.Second
+	}
+	c := &Cluster{T: t, Opts: opts, Bins: buildBinaries(t), pods: map[string]*Pod{}}
+	c.Prefix = nsPrefix()
+	c.Work = workDir(t, c.Bins.Root, c.Prefix)
+	c.cpRun = filepath.Join(c.Work, "cp")
+	t.Cleanup(c.Close)
+	t0 := time.Now()
+	c.must(c.buildTopology(), "topology")
+	c.must(c.startControlPlane(), "control plane")
+	c.must(c.setupRBAC(), "RBAC for svcproxy")
+	for _, n := range c.Nodes {
+		c.must(c.registerNode(n), "Node "+n.Name)
+	}
+	for _, n := range c.Nodes {
+		c.must(c.StartProxy(n), "svcproxy on "+n.Name)
+	}
+	for _, n := range c.Nodes {
+		c.must(c.WaitHealthz(n, 200, 60*time.Second), "svcproxy healthy on "+n.Name)
+	}
+	t.Logf("cluster %s (%s, %d nodes) up in %v; logs in %s", c.Prefix, opts.Mode, len(c.Nodes),
+		time.Since(t0).Round(time.Millisecond), c.Work)
+	return c
+}
+
+func (c *Cluster) must(err error, what string) {
+	c.T.Helper()
+	if err != nil {
+		c.T.Fatalf("%s: %v", what, err)
+	}
+}
+
+// nsPrefix is E2E_NS_PREFIX plus a random part: hack/e2e.sh sets the first
+// part so that it can clean up after a killed test binary.
+func nsPrefix() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	base := os.Getenv("E2E_NS_PREFIX")
+	if base == "" {
+		base = "sve"
+	}
+	return base + hex.EncodeToString(b) + "-"
+}
+
+// workDir keeps logs under _output/e2e/<prefix> so that a failed run can be
+// read afterwards; it is small (configs, kubeconfigs, logs, a tiny etcd).
+func workDir(t testing.TB, root, prefix string) string {
+	dir := filepath.Join(root, "_output", "e2e", prefix[:len(prefix)-1])
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// NS returns the full namespace name of a role ("node1", "ext", "pod-a").
+func (c *Cluster) NS(role string) string { return c.Prefix + role }
+
+func (c *Cluster) addNS(role string) error {
+	name := c.NS(role)
+	c.namespaces = append(c.namespaces, name)
+	return addNS(name)
+}
+
+// Close stops every process and deletes every namespace of this cluster.
+// It runs in t.Cleanup anyway; calling it earlier is allowed.
+func (c *Cluster) Close() { c.closeOnce.Do(c.teardown) }
+
+func (c *Cluster) teardown() {
+	for _, n := range c.Nodes {
+		if n.Proxy != nil {
+			n.Proxy.Stop(3 * time.Second)
+		}
+	}
+	for _, p := range c.pods {
+		p.Proc.Kill()
+	}
+	c.stopControlPlane()
+	for _, ns := range namespacesWithPrefix(c.Prefix) {
+		if err := deleteNS(ns); err != nil {
+			c.T.Errorf("teardown: %v", err)
+		}
+	}
+	if left := namespacesWithPrefix(c.Prefix); len(left) > 0 {
+		c.T.Errorf("teardown: namespaces left: %v", left)
+	}
+	// The etcd data dir is the only big thing; logs stay for reading.
+	_ = os.RemoveAll(filepath.Join(c.cpRun, "etcd-data"))
+}
+
+// Ctx is a context bounded for one API call or wait.
+func (c *Cluster) Ctx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+func (c *Cluster) logPath(name string) string {
+	return filepath.Join(c.Work, "logs", name+".log")
+}
+
+// Errorf-style helper that names the cluster's mode.
+func (c *Cluster) String() string { return fmt.Sprintf("%s cluster %s", c.Opts.Mode, c.Prefix) }

@@ -1,0 +1,142 @@
+package framework
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// proxySA is the ServiceAccount svcproxy runs as, bound to the bootstrap
+// ClusterRole system:node-proxier exactly as kubeadm binds kube-proxy's.
+const proxySA = "svcproxy-e2e"
+
+// controlPlane runs hack/controlplane.sh for this cluster: etcd and
+// kube-apiserver inside the cp namespace, the API on 198.18.0.1:6443 only.
+func (c *Cluster) controlPlane(verb string, extraEnv ...string) error {
+	cmd := exec.Command(filepath.Join(c.Bins.Root, "hack", "controlplane.sh"), verb)
+	cmd.Env = append(os.Environ(), "CP_RUN="+c.cpRun, "CP_NETNS="+c.NS("cp"), "KAS_BIND="+CPIP,
+		"KAS_PORT="+strconv.Itoa(kasPort), "SVC_CIDR="+ServiceCIDR)
+	cmd.Env = append(cmd.Env, extraEnv...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("hack/controlplane.sh %s: %w\n%s", verb, err, out)
+	}
+	return nil
+}
+
+func (c *Cluster) startControlPlane() error {
+	t0 := time.Now()
+	if err := c.controlPlane("start"); err != nil {
+		return err
+	}
+	c.T.Logf("control plane up in %v", time.Since(t0).Round(time.Millisecond))
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.cpRun, "admin.kubeconfig"))
+	if err != nil {
+		return fmt.Errorf("admin kubeconfig: %w", err)
+	}
+	// The test process lives in the root namespace; the API exists only
+	// inside the cp namespace, so the client dials from there.
+	cfg.Dial = DialerIn(c.NS("cp"))
+	cfg.Timeout = 20 * time.Second
+	cfg.QPS, cfg.Burst = 200, 400
+	c.Admin, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+func (c *Cluster) stopControlPlane() {
+	if err := c.controlPlane("stop"); err != nil {
+		c.T.Errorf("stopping the control plane: %v", err)
+	}
+}
+
+// StopAPIServer stops etcd and kube-apiserver (the data dir stays).
+func (c *Cluster) StopAPIServer() error { return c.controlPlane("stop") }
+
+// StartAPIServer starts them again on the same data, certificates and keys,
+// so the ServiceAccount tokens the nodes hold stay valid.
+func (c *Cluster) StartAPIServer() error { return c.controlPlane("start", "KEEP_DATA=1") }
+
+// setupRBAC creates kube-system/svcproxy-e2e bound to system:node-proxier
+// and writes one kubeconfig per node with a token from the TokenRequest API.
+func (c *Cluster) setupRBAC() error {
+	ctx, cancel := c.Ctx(30 * time.Second)
+	defer cancel()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: proxySA, Namespace: "kube-system"}}
+	if _, err := c.Admin.CoreV1().ServiceAccounts("kube-system").Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("ServiceAccount: %w", err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: proxySA + ":node-proxier"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: proxySA, Namespace: "kube-system"}},
+	}
+	if _, err := c.Admin.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("ClusterRoleBinding: %w", err)
+	}
+	for _, n := range c.Nodes {
+		exp := int64(4 * 3600)
+		tr, err := c.Admin.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, proxySA,
+			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("TokenRequest for %s: %w", n.Name, err)
+		}
+		n.Kubecfg = filepath.Join(c.Work, n.Name+".kubeconfig")
+		if err := os.WriteFile(n.Kubecfg, []byte(c.tokenKubeconfig(tr.Status.Token)), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) tokenKubeconfig(token string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://%s:%d
+    certificate-authority: %s
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: %s}
+current-context: e2e
+users:
+- name: %s
+  user:
+    token: %s
+`, CPIP, kasPort, filepath.Join(c.cpRun, "pki", "ca.crt"), proxySA, proxySA, token)
+}
+
+// registerNode creates the Node object and sets the status a kubelet
+// would (no kubelet runs): InternalIP, Ready, zone label, podCIDR.
+func (c *Cluster) registerNode(n *Node) error {
+	ctx, cancel := c.Ctx(20 * time.Second)
+	defer cancel()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{
+			"kubernetes.io/hostname": n.Name, "kubernetes.io/os": "linux",
+			corev1.LabelTopologyZone: n.Zone,
+		}},
+		Spec: corev1.NodeSpec{PodCIDR: n.PodNet + ".0/24", PodCIDRs: []string{n.PodNet + ".0/24"}},
+	}
+	node, err := c.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	node.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: n.IP}, {Type: corev1.NodeHostName, Address: n.Name}}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		Reason: "E2E", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	_, err = c.Admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	return err
+}

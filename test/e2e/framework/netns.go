@@ -1,0 +1,133 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Every namespace this package creates is named <prefix><role>; the
+// prefix is random per cluster (or E2E_NS_PREFIX), so concurrent runs, the
+// demo (svpd-) and the kernel tests never meet, and hack/e2e.sh can remove
+// what a killed test binary left behind.
+
+// ip runs the ip(8) command and returns its combined output with the error.
+func ip(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// InNS runs a command inside a network namespace and returns its output.
+func InNS(ctx context.Context, ns string, name string, args ...string) ([]byte, error) {
+	argv := append([]string{"netns", "exec", ns, name}, args...)
+	out, err := exec.CommandContext(ctx, "ip", argv...).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("in %s: %s %s: %w: %s", ns, name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return out, nil
+}
+
+// addNS creates a namespace with lo up and reverse-path filtering off (the
+// node routes asymmetric pod traffic, as a CNI would let it).
+func addNS(name string) error {
+	if err := ip("netns", "add", name); err != nil {
+		return err
+	}
+	if err := ip("-n", name, "link", "set", "lo", "up"); err != nil {
+		return err
+	}
+	_, err := InNS(context.Background(), name, "sysctl", "-qw",
+		"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
+	return err
+}
+
+// deleteNS kills whatever still runs in the namespace (only processes in our
+// own namespaces) and deletes it.
+func deleteNS(name string) error {
+	out, _ := exec.Command("ip", "netns", "pids", name).Output()
+	for _, f := range strings.Fields(string(out)) {
+		var pid int
+		if _, err := fmt.Sscan(f, &pid); err == nil && pid > 1 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	return ip("netns", "delete", name)
+}
+
+// namespacesWithPrefix lists existing namespaces whose name starts with prefix.
+func namespacesWithPrefix(prefix string) []string {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix) {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
+
+// DialIn opens a connection from inside network namespace ns. The socket
+// is created on a locked OS thread switched into ns and keeps that
+// namespace for its life, so the test process itself can talk to an API
+// server or health port that exists only inside the test's namespaces,
+// without putting anything in the root namespace.
+func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// Not unlocked when switching back fails: the thread then dies with
+		// this goroutine instead of running others in the wrong namespace.
+		runtime.LockOSThread()
+		conn, restored, err := dialOnThread(ctx, ns, network, addr)
+		if restored {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{conn, err}
+	}()
+	r := <-ch
+	return r.conn, r.err
+}
+
+func dialOnThread(ctx context.Context, ns, network, addr string) (net.Conn, bool, error) {
+	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		return nil, true, fmt.Errorf("opening own netns: %w", err)
+	}
+	defer orig.Close()
+	target, err := os.Open("/var/run/netns/" + ns)
+	if err != nil {
+		return nil, true, fmt.Errorf("opening netns %s: %w", ns, err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, true, fmt.Errorf("entering netns %s: %w", ns, err)
+	}
+	var d net.Dialer
+	conn, dialErr := d.DialContext(ctx, network, addr)
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		if conn != nil {
+			conn.Close()
+		}
+		return nil, false, fmt.Errorf("leaving netns %s: %w", ns, err)
+	}
+	return conn, true, dialErr
+}
+
+// DialerIn returns a DialContext function for http.Transport / rest.Config.
+func DialerIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return DialIn(ctx, ns, network, addr)
+	}
+}

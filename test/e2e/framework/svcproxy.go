@@ -1,0 +1,138 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// writeConfig writes node n's KubeProxyConfiguration: mode per cluster,
+// health and metrics on the node's own address, a short syncPeriod so that
+// repairs of rules a third party deleted are quick to observe.
+func (c *Cluster) writeConfig(n *Node) error {
+	sp := c.Opts.SyncPeriod.String()
+	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: %s
+hostnameOverride: %s
+clientConnection:
+  kubeconfig: %s
+clusterCIDR: %s
+healthzBindAddress: %s:10256
+metricsBindAddress: %s:10249
+iptables:
+  syncPeriod: %s
+nftables:
+  syncPeriod: %s
+conntrack:
+  # 0 = leave the kernel's conntrack settings alone (some are machine-wide).
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, c.Opts.Mode, n.Name, n.Kubecfg, ClusterCIDR, n.IP, n.IP, sp, sp)
+	n.Config = filepath.Join(c.Work, n.Name+".yaml")
+	return os.WriteFile(n.Config, []byte(cfg), 0o644)
+}
+
+// StartProxy starts svcproxy on node n (again, after Kill or an exit).
+func (c *Cluster) StartProxy(n *Node) error {
+	if n.Config == "" {
+		if err := c.writeConfig(n); err != nil {
+			return err
+		}
+	}
+	if n.Proxy != nil && n.Proxy.Alive() {
+		return fmt.Errorf("svcproxy on %s is still running", n.Name)
+	}
+	p, err := startProc("svcproxy-"+n.Name, n.NS, c.logPath("svcproxy-"+n.Name),
+		c.Bins.SvcProxy, "--config", n.Config, "-v", "2")
+	if err != nil {
+		return err
+	}
+	n.Proxy = p
+	return nil
+}
+
+// HTTPGet fetches url from inside namespace ns and returns status and body.
+func HTTPGet(ns, url string, timeout time.Duration) (int, string, error) {
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: DialerIn(ns), DisableKeepAlives: true, Proxy: nil}}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(body), err
+}
+
+// Health returns the status code of /healthz or /livez on node n, asked
+// from the external client (as a cloud load balancer would).
+func (c *Cluster) Health(n *Node, path string) (int, string, error) {
+	return HTTPGet(c.NS("ext"), fmt.Sprintf("http://%s:10256%s", n.IP, path), 2*time.Second)
+}
+
+// WaitHealthz waits until /healthz on n answers want; it fails early when
+// svcproxy exited.
+func (c *Cluster) WaitHealthz(n *Node, want int, limit time.Duration) error {
+	return c.waitHealth(n, "/healthz", want, limit)
+}
+
+func (c *Cluster) waitHealth(n *Node, path string, want int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	var last string
+	for time.Now().Before(deadline) {
+		code, body, err := c.Health(n, path)
+		if err == nil && code == want {
+			return nil
+		}
+		last = fmt.Sprintf("%d %s %v", code, strings.TrimSpace(body), err)
+		if n.Proxy != nil && !n.Proxy.Alive() && want != 0 {
+			return fmt.Errorf("svcproxy on %s exited; log tail:\n%s", n.Name, n.Proxy.Tail(3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s on %s: want %d, last %s after %v", path, n.Name, want, last, limit)
+}
+
+// WaitHealth is WaitHealthz for any path (/livez).
+func (c *Cluster) WaitHealth(n *Node, path string, want int, limit time.Duration) error {
+	return c.waitHealth(n, path, want, limit)
+}
+
+// Metrics returns node n's /metrics text.
+func (c *Cluster) Metrics(n *Node) (string, error) {
+	code, body, err := HTTPGet(c.NS("ext"), fmt.Sprintf("http://%s:10249/metrics", n.IP), 5*time.Second)
+	if err == nil && code != 200 {
+		err = fmt.Errorf("/metrics: HTTP %d", code)
+	}
+	return body, err
+}
+
+// Ruleset dumps node n's dataplane: the nftables ruleset or iptables-save.
+func (c *Cluster) Ruleset(n *Node) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []byte
+	var err error
+	if c.Opts.Mode == "nftables" {
+		out, err = InNS(ctx, n.NS, "nft", "list", "ruleset")
+	} else {
+		out, err = InNS(ctx, n.NS, "iptables-save")
+	}
+	return string(out), err
+}
+
+// Exec runs a command in node n's namespace (a third party touching rules).
+func (c *Cluster) Exec(n *Node, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := InNS(ctx, n.NS, name, args...)
+	return string(out), err
+}

@@ -1,0 +1,245 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Node is one "node": a namespace on the node network running svcproxy.
+type Node struct {
+	Name    string // the Node object's name, node-N
+	Index   int
+	NS      string
+	IP      string
+	PodNet  string // 10.244.N
+	Zone    string
+	Proxy   *Proc
+	Config  string // KubeProxyConfiguration file
+	Kubecfg string // per-node kubeconfig with a ServiceAccount token
+	lastPod int    // last host number given to a pod in PodNet
+}
+
+// Pod is a namespace behind a node running podserver on :8080 (TCP + UDP).
+type Pod struct {
+	Name   string
+	NS     string
+	IP     string
+	Node   *Node
+	Proc   *Proc
+	hostIf string
+}
+
+// Binaries are the programs the suite runs.
+type Binaries struct {
+	Root, SvcProxy, E2ECtl, PodServer string
+}
+
+var (
+	binOnce sync.Once
+	bins    Binaries
+	binErr  error
+)
+
+// buildBinaries builds svcproxy (or takes SVCPROXY_BIN) and the test tools
+// once per test binary. A missing binary is a failure, not a skip.
+func buildBinaries(t testing.TB) Binaries {
+	binOnce.Do(func() {
+		root, err := filepath.Abs(filepath.Join(moduleDir(), "..", ".."))
+		if err != nil {
+			binErr = err
+			return
+		}
+		dir := filepath.Join(root, "_output", "e2e", "bin")
+		bins = Binaries{Root: root, SvcProxy: os.Getenv("SVCPROXY_BIN"),
+			E2ECtl: filepath.Join(dir, "e2ectl"), PodServer: filepath.Join(dir, "podserver")}
+		if binErr = os.MkdirAll(dir, 0o755); binErr != nil {
+			return
+		}
+		binErr = goBuild(filepath.Join(root, "test", "e2e"), dir+"/", "./cmd/e2ectl", "./cmd/podserver")
+		if binErr == nil && bins.SvcProxy == "" {
+			bins.SvcProxy = filepath.Join(dir, "svcproxy")
+			binErr = goBuild(root, bins.SvcProxy, "./cmd/svcproxy")
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("building the binaries: %v", binErr)
+	}
+	return bins
+}
+
+func goBuild(dir, out string, pkgs ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-o", out}, pkgs...)...)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %v in %s: %w\n%s", pkgs, dir, err, b)
+	}
+	return nil
+}
+
+// moduleDir finds test/e2e: go test runs in the package dir, a
+// subdirectory of the module.
+func moduleDir() string {
+	dir, _ := os.Getwd()
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+	}
+	return dir
+}
+
+// buildTopology creates the bridge, the control-plane namespace, the nodes
+// with routes to each other's pod networks, a client pod per node and the
+// external client.
+func (c *Cluster) buildTopology() error {
+	if err := c.addNS("net"); err != nil {
+		return err
+	}
+	br := c.NS("net")
+	if err := ip("-n", br, "link", "add", "br0", "type", "bridge"); err != nil {
+		return err
+	}
+	if err := ip("-n", br, "link", "set", "br0", "up"); err != nil {
+		return err
+	}
+	if err := c.attach("cp", CPIP); err != nil {
+		return err
+	}
+	for i := 1; i <= c.Opts.Nodes; i++ {
+		if err := c.addNode(i); err != nil {
+			return err
+		}
+	}
+	// Pod routes between nodes, as a CNI would add them.
+	for _, a := range c.Nodes {
+		for _, b := range c.Nodes {
+			if a != b {
+				if err := ip("-n", a.NS, "route", "add", b.PodNet+".0/24", "via", b.IP); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := c.attach("ext", ExtIP); err != nil {
+		return err
+	}
+	for _, net := range []string{ExternalNet, LBNet} {
+		if err := ip("-n", c.NS("ext"), "route", "add", net+".0/24", "via", c.Nodes[0].IP); err != nil {
+			return err
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := c.plumbPod(n, fmt.Sprintf("cli%d", n.Index), n.PodNet+".100"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) addNode(i int) error {
+	n := &Node{Name: fmt.Sprintf("node-%d", i), Index: i, NS: c.NS(fmt.Sprintf("node%d", i)),
+		IP: fmt.Sprintf("%s.%d", NodeNet, 10+i), PodNet: fmt.Sprintf("10.244.%d", i),
+		Zone: map[bool]string{true: "zone-a", false: "zone-b"}[i == 1]}
+	c.Nodes = append(c.Nodes, n)
+	if err := c.attach(fmt.Sprintf("node%d", i), n.IP); err != nil {
+		return err
+	}
+	_, err := InNS(context.Background(), n.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	return err
+}
+
+// attach creates namespace role and connects it to the bridge with addr/24.
+func (c *Cluster) attach(role, addr string) error {
+	if err := c.addNS(role); err != nil {
+		return err
+	}
+	ns, peer := c.NS(role), "p-"+role
+	if err := ip("-n", c.NS("net"), "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns); err != nil {
+		return err
+	}
+	for _, args := range [][]string{
+		{"-n", c.NS("net"), "link", "set", peer, "master", "br0", "up"},
+		{"-n", ns, "addr", "add", addr + "/24", "dev", "eth0"},
+		{"-n", ns, "link", "set", "eth0", "up"},
+	} {
+		if err := ip(args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plumbPod creates a pod namespace behind node n: a routed veth, /32 on the
+// pod side, default route to its node only (the node has no default route).
+func (c *Cluster) plumbPod(n *Node, role, addr string) error {
+	if err := c.addNS(role); err != nil {
+		return err
+	}
+	c.podSeq++
+	hostIf, gw, ns := fmt.Sprintf("vp%d", c.podSeq), n.PodNet+".1", c.NS(role)
+	for _, args := range [][]string{
+		{"-n", n.NS, "link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"-n", n.NS, "addr", "add", gw + "/32", "dev", hostIf},
+		{"-n", n.NS, "link", "set", hostIf, "up"},
+		{"-n", n.NS, "route", "add", addr + "/32", "dev", hostIf, "src", gw},
+		{"-n", ns, "addr", "add", addr + "/32", "dev", "eth0"},
+		{"-n", ns, "link", "set", "eth0", "up"},
+		{"-n", ns, "route", "add", gw + "/32", "dev", "eth0", "scope", "link"},
+		{"-n", ns, "route", "add", "default", "via", gw, "dev", "eth0"},
+	} {
+		if err := ip(args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddPod creates pod `name` on node n at the next free n.PodNet address and
+// starts podserver in it (TCP/HTTP and UDP on :8080), waiting until it
+// listens. Addresses are never reused, so no stale conntrack entry of an
+// earlier pod can make a test pass or fail.
+func (c *Cluster) AddPod(n *Node, name string) *Pod {
+	c.T.Helper()
+	if n.lastPod < 10 {
+		n.lastPod = 10
+	}
+	n.lastPod++
+	if n.lastPod >= 100 {
+		c.T.Fatalf("node %s: out of pod addresses", n.Name)
+	}
+	p := &Pod{Name: name, NS: c.NS(name), IP: fmt.Sprintf("%s.%d", n.PodNet, n.lastPod), Node: n}
+	c.must(c.plumbPod(n, name, p.IP), "pod "+name)
+	p.hostIf = fmt.Sprintf("vp%d", c.podSeq)
+	proc, err := startProc(name, p.NS, c.logPath(name), c.Bins.PodServer, "-name", name, "-listen", ":8080")
+	c.must(err, "podserver "+name)
+	p.Proc = proc
+	c.pods[name] = p
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := c.Ctx(time.Second)
+		conn, err := DialIn(ctx, n.NS, "tcp", p.IP+":8080")
+		cancel()
+		if err == nil {
+			conn.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			c.T.Fatalf("pod %s does not listen on %s:8080: %v\n%s", name, p.IP, err, proc.Tail(2000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// RemovePod stops the pod's server and deletes its namespace and route.
+func (c *Cluster) RemovePod(p *Pod) {
+	c.T.Helper()
+	p.Proc.Stop(2 * time.Second)
+	c.must(deleteNS(p.NS), "deleting pod "+p.Name)
+	delete(c.pods, p.Name)
+}
