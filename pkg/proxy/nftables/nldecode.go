@@ -154,9 +154,7 @@ func formatFields(sb *strings.Builder, fs []field, b, end []byte) error {
 		}
 		v := b[off : off+f.len]
 		if end != nil && string(end[off:off+f.len]) != string(v) {
-			if err := formatRange(sb, f, v, end[off:off+f.len]); err != nil {
-				return err
-			}
+			formatRange(sb, f, v, end[off:off+f.len])
 		} else {
 			formatField(sb, f, v)
 		}
@@ -192,39 +190,40 @@ func formatField(sb *strings.Builder, f field, v []byte) {
 	}
 }
 
-// formatRange writes an address range that is a prefix as nft prints it;
-// anything else is not something render writes.
-func formatRange(sb *strings.Builder, f field, start, end []byte) error {
-	if f.typ != typeIPAddr && f.typ != typeIP6Addr {
-		return errUndecodable
+// formatRange writes a range as nft prints it: an address prefix as
+// a/len (a single address plainly), anything else as start-end.
+func formatRange(sb *strings.Builder, f field, start, end []byte) {
+	if f.typ == typeIPAddr || f.typ == typeIP6Addr {
+		if bits, ok := prefixLen(start, end); ok {
+			a, _ := netip.AddrFromSlice(start)
+			sb.WriteString(prefixString(netip.PrefixFrom(a, bits)))
+			return
+		}
 	}
-	host := 0 // trailing bits where start is 0 and end is 1
-	for i := len(start) - 1; i >= 0; i-- {
+	formatField(sb, f, start)
+	sb.WriteByte('-')
+	formatField(sb, f, end)
+}
+
+// prefixLen returns the prefix length of the range start..end (inclusive)
+// if it is exactly one prefix.
+func prefixLen(start, end []byte) (int, bool) {
+	host := 0 // low bits where start is all 0 and end all 1
+	i := len(start) - 1
+	for ; i >= 0 && start[i] == 0 && end[i] == 0xff; i-- {
+		host += 8
+	}
+	if i >= 0 {
 		x := start[i] ^ end[i]
-		if start[i]&x != 0 || end[i]&x != x {
-			return errUndecodable
+		if start[i]&x != 0 || end[i]&x != x || bits.OnesCount8(x+1) != 1 {
+			return 0, false
 		}
-		if x == 0xff {
-			host += 8
-			continue
+		host += bits.TrailingZeros8(^x)
+		if string(start[:i]) != string(end[:i]) {
+			return 0, false
 		}
-		if x != 0 {
-			// the rest of this byte must be contiguous low bits
-			if bits.OnesCount8(x+1) != 1 {
-				return errUndecodable
-			}
-			host += bits.TrailingZeros8(^x)
-		}
-		for j := i - 1; j >= 0; j-- {
-			if start[j] != end[j] {
-				return errUndecodable
-			}
-		}
-		break
 	}
-	a, _ := netip.AddrFromSlice(start)
-	sb.WriteString(prefixString(netip.PrefixFrom(a, len(start)*8-host)))
-	return nil
+	return len(start)*8 - host, true
 }
 
 // formatVerdict spells a verdict as knftables returns it ("goto x", "drop").

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -61,24 +62,32 @@ func (s *store) readBackNetlink(ctx context.Context, nft knftables.Interface, fa
 	if err != nil {
 		return err
 	}
+	var dumps []*setDump
 	for _, st := range sets {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		isMap := st.flags&unix.NFT_SET_MAP != 0
 		s.sets[st.name] = &setEntry{present: true, isMap: isMap}
 		if strings.HasPrefix(st.name, affinityPrefix) {
 			continue
 		}
-		l, ok := setLayout(st)
-		if !ok {
-			if err := s.readBackElements(ctx, nft, isMap, st.name); err != nil {
+		if l, ok := setLayout(st); ok {
+			dumps = append(dumps, &setDump{name: st.name, layout: l})
+		} else if err := s.readBackElements(ctx, nft, isMap, st.name); err != nil {
+			return err
+		}
+	}
+	if err := dumpElements(ctx, family, dumps); err != nil {
+		return err
+	}
+	for _, d := range dumps {
+		if d.undecodable {
+			if err := s.readBackElements(ctx, nft, s.sets[d.name].isMap, d.name); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := s.readElementsNetlink(c, family, st.name, l); err != nil {
-			return err
+		for i, key := range d.keys {
+			e := s.elem(d.name, key, true)
+			e.present, e.kernel = true, d.values[i]
 		}
 	}
 	return nil
@@ -172,29 +181,93 @@ func listSetsNetlink(c *nlConn, family uint8) ([]nlSet, error) {
 	return sets, nil
 }
 
-// readElementsNetlink records the elements of one set in the store's
-// string form.
-func (s *store) readElementsNetlink(c *nlConn, family uint8, name string, l *layout) error {
+// setDump is one set's elements as a worker read them.
+type setDump struct {
+	name         string
+	layout       *layout
+	keys, values []string
+	// undecodable: an element this decoder cannot spell (not something
+	// render writes, e.g. a catch-all or a range that is no prefix); the
+	// set is then listed through nft.
+	undecodable bool
+}
+
+// dumpElements reads the elements of every set in dumps, several sets at a
+// time. The kernel walks a set from its start again for every reply
+// message of at most 32 KiB, so a dump costs O(n²/500) element visits, and
+// that walk runs in the reading thread: parallel reads use the cores.
+func dumpElements(ctx context.Context, family uint8, dumps []*setDump) error {
+	workers := min(len(dumps), runtime.GOMAXPROCS(0), 4)
+	// Opened here, by the caller's thread: a socket belongs to the
+	// network namespace of the thread that creates it.
+	conns := make([]*nlConn, 0, workers)
+	defer func() {
+		for _, c := range conns {
+			c.close()
+		}
+	}()
+	for range workers {
+		c, err := dialNetfilter()
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	next := make(chan *setDump)
+	errs := make(chan error, workers)
+	for _, c := range conns {
+		go func() {
+			var err error
+			for d := range next {
+				if err == nil {
+					err = d.read(c, family)
+				}
+			}
+			errs <- err
+		}()
+	}
+	var err error
+	for _, d := range dumps {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		next <- d
+	}
+	close(next)
+	for range conns {
+		err = errors.Join(err, <-errs)
+	}
+	return err
+}
+
+// read lists one set's elements in the store's string form.
+func (d *setDump) read(c *nlConn, family uint8) error {
 	req := append(attrString(unix.NFTA_SET_ELEM_LIST_TABLE, TableName),
-		attrString(unix.NFTA_SET_ELEM_LIST_SET, name)...)
+		attrString(unix.NFTA_SET_ELEM_LIST_SET, d.name)...)
 	var sb strings.Builder
 	err := c.request(unix.NFT_MSG_GETSETELEM, family, true, req, func(b []byte) error {
 		list := attrs{b: find(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)}
-		for t, d, ok := list.next(); ok; t, d, ok = list.next() {
+		for t, e, ok := list.next(); ok; t, e, ok = list.next() {
 			if t != unix.NFTA_LIST_ELEM {
 				continue
 			}
-			key, value, err := l.decode(d, &sb)
-			if err != nil {
-				return fmt.Errorf("set %s: %w", name, err)
+			if d.undecodable {
+				continue // drain the dump: the socket serves one at a time
 			}
-			e := s.elem(name, key, true)
-			e.present, e.kernel = true, value
+			key, value, err := d.layout.decode(e, &sb)
+			if errors.Is(err, errUndecodable) {
+				d.undecodable, d.keys, d.values = true, nil, nil
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			d.keys, d.values = append(d.keys, key), append(d.values, value)
 		}
 		return list.err
 	})
 	if err != nil {
-		return fmt.Errorf("listing elements of %s: %w", name, err)
+		return fmt.Errorf("listing elements of %s: %w", d.name, err)
 	}
 	return nil
 }

@@ -113,8 +113,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 }
 
 // TestRestartOverNetlinkRepairsTampering damages a real table behind the
-// Proxier's back (an endpoint element deleted, a rule deleted, a chain's
-// rules flushed) and checks that a restarted Proxier puts back exactly the
+// Proxier's back (elements deleted and added, a chain's rules flushed) and checks that a restarted Proxier puts back exactly the
 // table it had, with a handful of operations, and that a second restart
 // sends nothing.
 func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
@@ -163,7 +162,8 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 }
 
 // tamper deletes, with the nft binary, one element of the largest map, one
-// firewall-allow range and the rules of one chain.
+// firewall-allow range and the rules of one chain, and adds a range that
+// render never writes.
 func tamper(s *store) error {
 	var cmds []string
 	sets := slices.Sorted(maps.Keys(s.elems))
@@ -173,6 +173,13 @@ func tamper(s *store) error {
 			cmds = append(cmds, fmt.Sprintf("delete element ip %s %s { %s }", TableName, set, key))
 			break
 		}
+	}
+	// A range that is no prefix: the decoder leaves that set to nft.
+	for key := range s.elems[setFirewallAllow] {
+		f := strings.Split(key, " . ")
+		f[len(f)-1] = "192.0.2.1-192.0.2.3"
+		cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s }", TableName, setFirewallAllow, strings.Join(f, " . ")))
+		break
 	}
 	cmds = append(cmds, fmt.Sprintf("flush chain ip %s %s", TableName, chainMasquerading))
 	for _, c := range cmds {

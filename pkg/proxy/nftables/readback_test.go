@@ -104,11 +104,28 @@ func TestDecodeElements(t *testing.T) {
 			t.Errorf("%s: got %q : %q (%v), want %q : %q", c.name, k, v, err, c.key, c.value)
 		}
 	}
-	// A range that is not a prefix is not something render writes.
+	// A range that is no prefix is spelled start-end, which nft accepts
+	// back (to delete it).
 	l, _ := setLayout(ranges)
 	var sb strings.Builder
-	if _, _, err := l.decode(slices.Concat(key(addr4, tcpPort, []byte{192, 168, 0, 1}), keyEnd(addr4, tcpPort, []byte{192, 168, 0, 2})), &sb); err == nil {
-		t.Error("a non-prefix range decoded")
+	k, _, err := l.decode(slices.Concat(key(addr4, tcpPort, []byte{192, 168, 0, 1}), keyEnd(addr4, tcpPort, []byte{192, 168, 0, 2})), &sb)
+	if want := "10.96.0.1 . tcp . 80 . 192.168.0.1-192.168.0.2"; err != nil || k != want {
+		t.Errorf("non-prefix range: got %q (%v), want %q", k, err, want)
+	}
+	for _, c := range []struct {
+		start, end []byte
+		bits       int
+		ok         bool
+	}{
+		{[]byte{10, 0, 0, 0}, []byte{10, 255, 255, 255}, 8, true},
+		{[]byte{0, 0, 0, 0}, []byte{255, 255, 255, 255}, 0, true},
+		{[]byte{10, 0, 0, 128}, []byte{10, 0, 0, 191}, 26, true},
+		{[]byte{10, 0, 0, 64}, []byte{10, 0, 0, 191}, 0, false},
+		{[]byte{10, 0, 1, 0}, []byte{10, 1, 0, 255}, 0, false},
+	} {
+		if bits, ok := prefixLen(c.start, c.end); ok != c.ok || (ok && bits != c.bits) {
+			t.Errorf("prefixLen(%v, %v) = %d, %v; want %d, %v", c.start, c.end, bits, ok, c.bits, c.ok)
+		}
 	}
 	// Unknown types and single-field ranges are left to nft.
 	for _, st := range []nlSet{{keyType: 19, keyLen: 4}, {flags: unix.NFT_SET_INTERVAL, keyType: typeIPAddr, keyLen: 4}} {
