@@ -13,7 +13,7 @@ SHELL := /usr/bin/env bash
 OUTPUT := _output
 GO ?= go
 
-.PHONY: all build test verify bench demo controlplane deps clean help
+.PHONY: all build test verify bench demo controlplane deps clean help e2e
 
 all: build
 
@@ -45,6 +45,8 @@ bench:
 
 controlplane:
 	hack/build-controlplane.sh
+
+e2e: deps ; hack/e2e.sh # end-to-end suite (test/e2e): real kube-apiserver, nodes running svcproxy in netns, nftables + iptables; also part of make test
 
 demo: deps
 	hack/demo.sh

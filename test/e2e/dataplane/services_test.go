@@ -125,8 +125,8 @@ func testUpdatesAndDeletes(t *testing.T, c *F.Cluster) {
 	if err := c.Admin.DiscoveryV1().EndpointSlices(F.Namespace).Delete(ctx, "upd-e2e", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.Expect("cli1", F.TCP(ip, 81), converge, F.Failing("refused"))
-	c.Expect("cli1", F.UDP(ip, 81), converge, F.Failing("refused"))
+	c.Expect("cli1", F.TCP(ip, 81), converge, F.Refused())
+	c.Expect("cli1", F.UDP(ip, 81), converge, F.Refused())
 	c.SetEndpoints(svc, F.EP{Pod: a})
 	c.Expect("cli1", F.TCP(ip, 81), converge, F.AllOf("ua"))
 
@@ -162,10 +162,10 @@ func testScaleToZero(t *testing.T, c *F.Cluster) {
 	}
 	c.SetEndpoints(svc)
 	for _, tg := range targets {
-		c.Expect("cli1", tg, converge, F.Failing("refused"))
+		c.Expect("cli1", tg, converge, F.Refused())
 	}
 	for _, tg := range frontends(svc, c.Nodes[1].IP, true) {
-		c.Expect("ext", tg, converge, F.Failing("refused"))
+		c.Expect("ext", tg, converge, F.Refused())
 	}
 	c.SetEndpoints(svc, F.EP{Pod: a})
 	for _, tg := range targets {

@@ -150,13 +150,35 @@ func OnlyBy(pods ...string) Check { return Served(false, pods...) }
 // AllOf: every request answered by pods, and each of them answered.
 func AllOf(pods ...string) Check { return Served(true, pods...) }
 
-// Failing: every request failed with kind ("" = any failure).
+// Failing: every request failed, with kind ("" = any failure).
 func Failing(kind string) Check {
 	return func(rs []Result) error {
 		for _, r := range rs {
 			if r.OK || (kind != "" && r.Kind != kind) {
 				return fmt.Errorf("got %s, want every request to fail (%q)", r, kind)
 			}
+		}
+		return nil
+	}
+}
+
+// Refused: every request failed and the REJECT rule answered: refused.
+// The kernel rate-limits the ICMP errors a REJECT sends (icmp_ratelimit,
+// per destination, burst 6), so past the burst a rejected SYN or datagram
+// simply goes unanswered and times out; a DROP never gives "refused".
+func Refused() Check {
+	return func(rs []Result) error {
+		refused := 0
+		for _, r := range rs {
+			switch {
+			case r.OK || (r.Kind != "refused" && r.Kind != "timeout"):
+				return fmt.Errorf("got %s, want refused (or rate-limited: timeout)", r)
+			case r.Kind == "refused":
+				refused++
+			}
+		}
+		if refused == 0 {
+			return fmt.Errorf("no request was refused (all %d timed out: dropped, not rejected)", len(rs))
 		}
 		return nil
 	}
