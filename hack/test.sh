@@ -7,7 +7,7 @@
 # "N passed, N failed, N skipped". Exits non-zero on any failure.
 #
 # Knobs: GO_TEST_FLAGS (extra flags, e.g. "-run TestFoo"), PKGS (default ./...),
-#        GO_TEST_TIMEOUT (per test binary, default 20m).
+#        GO_TEST_TIMEOUT (per test binary, default 20m), E2E=0 (skip hack/e2e.sh).
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,9 +39,14 @@ main() {
   "$HACK/ipvs-vm.sh" || rc=1
   log "go test $PKGS (timeout $GO_TEST_TIMEOUT per package; full log: _output/logs/test.json)"
   t0=$SECONDS
+  # Then the end-to-end suite (nested module test/e2e, real kube-apiserver; hack/e2e.sh),
+  # into the same stream so the closing summary counts everything. E2E=0 leaves it out.
   # shellcheck disable=SC2086
-  go test -json -count=1 -timeout "$GO_TEST_TIMEOUT" $GO_TEST_FLAGS $PKGS 2>&1 \
-    | tee "$OUT/logs/test.json" | "$OUT/tools/testsummary" || rc=$?
+  {
+    # testsummary judges go test's result from its events; the e2e suite runs regardless.
+    go test -json -count=1 -timeout "$GO_TEST_TIMEOUT" $GO_TEST_FLAGS $PKGS || echo "go test exited $?"
+    [[ ${E2E:-1} == 0 ]] || "$HACK/e2e.sh" --json
+  } 2>&1 | tee "$OUT/logs/test.json" | "$OUT/tools/testsummary" || rc=$?
   log "go test took $((SECONDS - t0)) s, exit $rc"
   return "$rc"
 }
