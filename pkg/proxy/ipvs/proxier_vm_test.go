@@ -398,6 +398,11 @@ func (e *vmEnv) restart(t *testing.T, f fam, w *world) {
 	if n := cnt.writes.Load(); n != 0 {
 		t.Errorf("restart with an unchanged State made %d IPVS/ipset/link writes, want 0", n)
 	}
+	// Adoption lists before it writes: even a refused create (a set that
+	// exists) means the restart did not recognise what it found.
+	if n := cnt.attempts.Load(); n != 0 {
+		t.Errorf("restart with an unchanged State attempted %d IPVS/ipset/link writes, want 0", n)
+	}
 	if after := e.iptablesSave(t, f); after != before {
 		t.Errorf("iptables rules changed on restart:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
