@@ -189,3 +189,47 @@ func tamper(s *store) error {
 	}
 	return nil
 }
+
+// TestRestartOverNetlinkRemovesWhatWentAway: Services deleted while the
+// daemon was down leave their objects in the kernel; the restart must find
+// them by reading the table and delete them, ending with exactly the table
+// a fresh start would program.
+func TestRestartOverNetlinkRemovesWhatWentAway(t *testing.T) {
+	requireRoot(t)
+	ns, err := netnstest.New(t).NewNS("gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, family := range proxy.Families {
+		before := caseState(t, "session affinity", family)
+		after := caseState(t, "cluster IP", family)
+		err := ns.Do(func() error {
+			p, err := New(family)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = p.Cleanup(context.Background()) }()
+			if err := p.Sync(context.Background(), after); err != nil {
+				return err
+			}
+			want, _ := readBoth(t, family, p.nft)
+			if err := p.Sync(context.Background(), before); err != nil {
+				return err
+			}
+			q, err := New(family)
+			if err != nil {
+				return err
+			}
+			if err := q.Sync(context.Background(), after); err != nil {
+				return fmt.Errorf("restart: %w", err)
+			}
+			if _, got := readBoth(t, family, q.nft); !slices.Equal(got, want) {
+				return fmt.Errorf("restart left a different table than a fresh start (- fresh, + restarted):\n%s", diffLines(want, got))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s: %v", family, err)
+		}
+	}
+}
