@@ -56,6 +56,7 @@ type Result struct {
 
 // bench is one child's run: a fresh namespace, one flavour, one scale.
 type bench struct {
+	ctx     context.Context // ends at the child's deadline; cancelling kills iptables-restore
 	ns      *netnstest.NS
 	flavour kiptables.Flavour
 	res     *Result
@@ -63,8 +64,9 @@ type bench struct {
 
 // runChild measures one flavour at one scale inside a fresh network
 // namespace of its own; deleting the namespace at the end removes every
-// rule, whatever happens.
-func runChild(flavour kiptables.Flavour, services, changes int) (*Result, error) {
+// rule, whatever happens. At the deadline the running iptables tool is
+// killed and runChild returns an error, so the namespace is still deleted.
+func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes int) (*Result, error) {
 	lab, err := netnstest.NewLab()
 	if err != nil {
 		return nil, err
@@ -74,7 +76,7 @@ func runChild(flavour kiptables.Flavour, services, changes int) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{ns: ns, flavour: flavour,
+	b := &bench{ctx: ctx, ns: ns, flavour: flavour,
 		res: &Result{Flavour: string(flavour), Services: services, Endpoints: services * endpointsPerService}}
 	start := time.Now()
 	st, err := buildState(services)
@@ -121,7 +123,7 @@ func (b *bench) newProxier() (*iptables.Proxier, *timedIPT, error) {
 		// syncPeriod's default: in large-cluster mode the stale-chain
 		// sweep (an iptables-save) runs at most this often.
 		p = iptables.NewWithInterface(proxy.IPv4, ipt, iptables.Options{Flavour: b.flavour, SyncPeriod: 30 * time.Second})
-		return p.Init(context.Background())
+		return p.Init(b.ctx)
 	})
 	return p, ipt, err
 }
@@ -175,7 +177,7 @@ func (b *bench) restart(cur *desired.State) error {
 func (b *bench) digest() (string, int, error) {
 	var all []byte
 	for _, t := range []kiptables.Table{kiptables.TableMangle, kiptables.TableNAT, kiptables.TableFilter} {
-		out, err := b.ns.Run(context.Background(), "iptables-"+string(b.flavour)+"-save", "-t", string(t))
+		out, err := b.ns.Run(b.ctx, "iptables-"+string(b.flavour)+"-save", "-t", string(t))
 		if err != nil {
 			return "", 0, err
 		}
@@ -198,7 +200,7 @@ func (b *bench) measureWithSetup(setup func() (*timedIPT, error), fn func(ctx co
 	start := time.Now()
 	ipt, err := setup()
 	if err == nil {
-		err = b.ns.Do(func() error { return fn(context.Background()) })
+		err = b.ns.Do(func() error { return fn(b.ctx) })
 	}
 	wall := time.Since(start)
 	self1, kids1 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)

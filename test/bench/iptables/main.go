@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/kiptables"
@@ -55,7 +56,7 @@ func run() int {
 	)
 	flag.Parse()
 	if *child {
-		return childMain(kiptables.Flavour(*flavour), *services, *changes)
+		return childMain(kiptables.Flavour(*flavour), *services, *changes, *timeout)
 	}
 	if *quick {
 		*scales, *runs = "1000,2000", 1
@@ -109,12 +110,14 @@ func runAll(cfg config) (map[key][]*Result, map[key][]string) {
 	return results, failures
 }
 
-func childMain(flavour kiptables.Flavour, services, changes int) int {
+func childMain(flavour kiptables.Flavour, services, changes int, timeout time.Duration) int {
 	if services <= 0 || (flavour != kiptables.FlavourNFT && flavour != kiptables.FlavourLegacy) {
 		fmt.Fprintln(os.Stderr, "-child needs -services and -flavour nft|legacy")
 		return 2
 	}
-	res, err := runChild(flavour, services, changes)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := runChild(ctx, flavour, services, changes)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -126,16 +129,21 @@ func childMain(flavour kiptables.Flavour, services, changes int) int {
 	return 0
 }
 
-// spawnChild runs this binary with -child for one flavour and scale.
+// spawnChild runs this binary with -child for one flavour and scale. The
+// child stops itself at timeout (and deletes its namespace); the parent
+// waits a minute longer before it kills the child's whole process group,
+// iptables tools included.
 func spawnChild(flavour kiptables.Flavour, services, changes int, timeout time.Duration) (*Result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own binary: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, self, "-child", "-flavour", string(flavour),
+	cmd := exec.CommandContext(ctx, self, "-child", "-flavour", string(flavour), "-timeout", timeout.String(),
 		"-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
