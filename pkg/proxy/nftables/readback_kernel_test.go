@@ -162,8 +162,8 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 }
 
 // tamper deletes, with the nft binary, one element of the largest map, one
-// firewall-allow range and the rules of one chain, and adds a range that
-// render never writes.
+// firewall-allow range and the rules of one chain, and adds a range and a
+// catch-all element that render never writes.
 func tamper(s *store) error {
 	var cmds []string
 	sets := slices.Sorted(maps.Keys(s.elems))
@@ -181,6 +181,8 @@ func tamper(s *store) error {
 		cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s }", TableName, setFirewallAllow, strings.Join(f, " . ")))
 		break
 	}
+	// A catch-all element: the decoder leaves that map to nft.
+	cmds = append(cmds, fmt.Sprintf("add element ip %s %s { * : drop }", TableName, mapServiceIPs))
 	cmds = append(cmds, fmt.Sprintf("flush chain ip %s %s", TableName, chainMasquerading))
 	for _, c := range cmds {
 		if out, err := exec.Command("nft", c).CombinedOutput(); err != nil {
