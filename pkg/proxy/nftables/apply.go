@@ -22,24 +22,22 @@ type applyStats struct {
 // operations (a unit is never split). After each committed transaction the
 // kernel side of the store is updated, so a failure part-way leaves the
 // store true to the kernel.
-func apply(ctx context.Context, nft knftables.Interface, units []*unit, maxOps int) (applyStats, error) {
+func apply(ctx context.Context, nft knftables.Interface, run txRunner, units []*unit, maxOps int) (applyStats, error) {
 	var stats applyStats
 	for start := 0; start < len(units); {
 		tx := nft.NewTransaction()
 		end := start
-		for end < len(units) && (end == start || tx.NumOperations()+len(units[end].ops) <= maxOps) {
-			for _, op := range units[end].ops {
-				op(tx)
-			}
+		for end < len(units) && (end == start || tx.NumOperations()+units[end].numOps() <= maxOps) {
+			units[end].write(tx)
 			end++
 		}
-		if err := nft.Run(ctx, tx); err != nil {
+		if err := run(ctx, tx); err != nil {
 			return stats, fmt.Errorf("nftables transaction %d (%d operations): %w", stats.transactions+1, tx.NumOperations(), err)
 		}
 		stats.transactions++
 		stats.operations += tx.NumOperations()
 		for _, u := range units[start:end] {
-			u.commit()
+			u.done()
 		}
 		start = end
 	}

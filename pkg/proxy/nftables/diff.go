@@ -32,6 +32,38 @@ type unit struct {
 	sortBy string
 	ops    []func(tx *knftables.Transaction)
 	commit func()
+	// el is set instead of ops and commit for an element change, the bulk
+	// of a cold sync: plain data costs a fraction of closures to build,
+	// sort and collect.
+	el *elemOp
+}
+
+// numOps is the number of operations the unit adds to a transaction.
+func (u *unit) numOps() int {
+	if u.el != nil {
+		return u.el.numOps()
+	}
+	return len(u.ops)
+}
+
+// write adds the unit's operations to tx.
+func (u *unit) write(tx *knftables.Transaction) {
+	if u.el != nil {
+		u.el.write(tx)
+		return
+	}
+	for _, op := range u.ops {
+		op(tx)
+	}
+}
+
+// done updates the kernel side of the store once the unit is committed.
+func (u *unit) done() {
+	if u.el != nil {
+		u.el.done()
+		return
+	}
+	u.commit()
 }
 
 // diff turns the dirty entries into units, in phase order.
@@ -46,8 +78,8 @@ func (s *store) diff() []*unit {
 	for name := range s.dirtyChains {
 		units = append(units, s.diffChain(name)...)
 	}
-	for ref := range s.dirtyElems {
-		if u := s.diffElem(ref); u != nil {
+	for _, e := range s.dirtyElems {
+		if u := s.diffElem(e); u != nil {
 			units = append(units, u)
 		}
 	}
@@ -56,11 +88,19 @@ func (s *store) diff() []*unit {
 			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)}) }},
 			commit: func() { s.tablePresent = true }})
 	}
-	slices.SortStableFunc(units, func(a, b *unit) int {
+	// (phase, sortBy, element key) is unique, so an unstable sort is
+	// deterministic; the stable one cost 0.7 s of CPU at 330k units.
+	slices.SortFunc(units, func(a, b *unit) int {
 		if a.phase != b.phase {
 			return a.phase - b.phase
 		}
-		return strings.Compare(a.sortBy, b.sortBy)
+		if c := strings.Compare(a.sortBy, b.sortBy); c != 0 {
+			return c
+		}
+		if a.el != nil && b.el != nil {
+			return strings.Compare(a.el.key, b.el.key)
+		}
+		return 0
 	})
 	return units
 }
@@ -205,53 +245,4 @@ func chainObject(d *chainSpec) *knftables.Chain {
 		c.Priority = knftables.PtrTo(d.base.prio)
 	}
 	return c
-}
-
-func (s *store) diffElem(ref elemRef) *unit {
-	e := s.elem(ref.set, ref.key, false)
-	if e == nil {
-		return nil
-	}
-	want, ok := e.desiredValue()
-	set := s.sets[ref.set]
-	// Elements of a set being deleted go with it; those of a re-created
-	// endpoint map are all in its chain's unit.
-	if set == nil || (set.desired == nil && set.present) || s.recreated[ref.set] {
-		return nil
-	}
-	isMap := set.desired.isMap
-	obj := func(value string) *knftables.Element {
-		el := &knftables.Element{Key: splitElem(ref.key)}
-		if isMap {
-			el.Map = ref.set
-			if value != "" {
-				el.Value = splitElem(value)
-			}
-		} else {
-			el.Set = ref.set
-		}
-		return el
-	}
-	rank := elemRank(ref.set)
-	sortBy := ref.set + " " + ref.key
-	switch {
-	case !ok && !e.present:
-		delete(s.elems[ref.set], ref.key)
-		return nil
-	case !ok:
-		return &unit{phase: phaseElemDel + 2 - rank, sortBy: sortBy,
-			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Delete(obj("")) }},
-			commit: func() { delete(s.elems[ref.set], ref.key) }}
-	case e.present && e.kernel == want:
-		return nil
-	}
-	var ops []func(*knftables.Transaction)
-	if e.present {
-		// nft refuses to add an element whose key exists with another
-		// value, so a change is a delete and an add in one transaction.
-		ops = append(ops, func(tx *knftables.Transaction) { tx.Delete(obj("")) })
-	}
-	ops = append(ops, func(tx *knftables.Transaction) { tx.Add(obj(want)) })
-	return &unit{phase: phaseElemAdd + rank, sortBy: sortBy, ops: ops,
-		commit: func() { e.present, e.kernel = true, want }}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 
 	"sigs.k8s.io/knftables"
@@ -20,6 +21,7 @@ import (
 type Proxier struct {
 	family proxy.IPFamily
 	nft    knftables.Interface
+	run    txRunner // commits a transaction: nft.Run, or nftRunner
 	store  *store
 	maxOps int
 
@@ -44,15 +46,20 @@ func New(family proxy.IPFamily) (*Proxier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables %s: %w", family, err)
 	}
+	path, err := exec.LookPath("nft")
+	if err != nil {
+		return nil, fmt.Errorf("nftables %s: %w", family, err)
+	}
 	p := NewWithInterface(family, nft)
 	p.nlFamily = nfproto(family)
+	p.run = nftRunner(path)
 	return p, nil
 }
 
 // NewWithInterface returns a Proxier that programs through nft (tests pass
 // knftables.NewFake(family, TableName)).
 func NewWithInterface(family proxy.IPFamily, nft knftables.Interface) *Proxier {
-	return &Proxier{family: family, nft: nft, store: newStore(), maxOps: defaultMaxOps, needFull: true}
+	return &Proxier{family: family, nft: nft, run: nft.Run, store: newStore(), maxOps: defaultMaxOps, needFull: true}
 }
 
 // Init is part of syncer.Proxier. The nftables backend needs no privileged
@@ -93,7 +100,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	// Any failure, including one part-way through, makes the next sync
 	// full; the store already reflects whatever did commit.
 	p.needFull = true
-	stats, err := apply(ctx, p.nft, p.store.diff(), p.maxOps)
+	stats, err := apply(ctx, p.nft, p.run, p.store.diff(), p.maxOps)
 	p.last = stats
 	if err != nil {
 		// The store is true to what this Proxier committed, but the

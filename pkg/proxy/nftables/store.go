@@ -25,7 +25,10 @@ type store struct {
 
 	dirtyChains map[string]struct{}
 	dirtySets   map[string]struct{}
-	dirtyElems  map[elemRef]struct{}
+	// dirtyElems lists each touched element once (elemEntry.dirty): a
+	// slice, because a cold sync touches every element and a map keyed by
+	// set and key cost two string hashes per element and claim.
+	dirtyElems []*elemEntry
 
 	// recreated holds the endpoint maps the current diff deletes and adds
 	// again with their chain's rules (and every element); diffElem leaves
@@ -48,17 +51,17 @@ type setEntry struct {
 }
 
 type elemEntry struct {
-	claims  []elemClaim
-	present bool
-	kernel  string // value in the kernel
+	set, key string
+	dirty    bool
+	claims   []elemClaim
+	present  bool
+	kernel   string // value in the kernel
 }
 
 type elemClaim struct {
 	owner owner
 	value string
 }
-
-type elemRef struct{ set, key string }
 
 func newStore() *store {
 	s := &store{
@@ -74,7 +77,10 @@ func newStore() *store {
 func (s *store) clearDirty() {
 	s.dirtyChains = map[string]struct{}{}
 	s.dirtySets = map[string]struct{}{}
-	s.dirtyElems = map[elemRef]struct{}{}
+	for _, e := range s.dirtyElems {
+		e.dirty = false
+	}
+	s.dirtyElems = nil
 }
 
 // resetClaims forgets every claim (before a full sync re-claims everything)
@@ -89,10 +95,10 @@ func (s *store) resetClaims() {
 		e.desired, e.claims = nil, 0
 		s.dirtySets[name] = struct{}{}
 	}
-	for set, m := range s.elems {
-		for key, e := range m {
+	for _, m := range s.elems {
+		for _, e := range m {
 			e.claims = nil
-			s.dirtyElems[elemRef{set, key}] = struct{}{}
+			s.markDirty(e)
 		}
 	}
 }
@@ -135,7 +141,7 @@ func (s *store) claim(o owner, p *part) {
 		if !slices.ContainsFunc(e.claims, func(c elemClaim) bool { return c.owner == o }) {
 			e.claims = append(e.claims, elemClaim{owner: o, value: el.value})
 		}
-		s.dirtyElems[elemRef{el.set, el.key}] = struct{}{}
+		s.markDirty(e)
 	}
 }
 
@@ -159,7 +165,7 @@ func (s *store) release(o owner, p *part) {
 	for _, el := range p.elems {
 		if e := s.elem(el.set, el.key, false); e != nil {
 			e.claims = slices.DeleteFunc(e.claims, func(c elemClaim) bool { return c.owner == o })
-			s.dirtyElems[elemRef{el.set, el.key}] = struct{}{}
+			s.markDirty(e)
 		}
 	}
 }
@@ -175,10 +181,17 @@ func (s *store) elem(set, key string, create bool) *elemEntry {
 	}
 	e := m[key]
 	if e == nil && create {
-		e = &elemEntry{}
+		e = &elemEntry{set: set, key: key}
 		m[key] = e
 	}
 	return e
+}
+
+func (s *store) markDirty(e *elemEntry) {
+	if !e.dirty {
+		e.dirty = true
+		s.dirtyElems = append(s.dirtyElems, e)
+	}
 }
 
 // desiredValue is the value of the element's first claimant in name
@@ -203,7 +216,12 @@ type slotSource interface {
 	kernelElem(set, key string) (string, bool)
 }
 
-func (s *store) hasElems(set string) bool { return len(s.elems[set]) > 0 }
+// hasElems reports whether the kernel may hold elements of set: its set
+// exists there (at a cold start none does, and render skips the lookups).
+func (s *store) hasElems(set string) bool {
+	e := s.sets[set]
+	return e != nil && e.present && len(s.elems[set]) > 0
+}
 
 func (s *store) kernelElem(set, key string) (string, bool) {
 	e := s.elems[set][key]

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,7 +49,7 @@ type Result struct {
 // runChild measures one scale inside a fresh network namespace of its own.
 // The whole namespace (and with it every kernel object) is deleted at the
 // end, whatever happens.
-func runChild(services, changes int) (*Result, error) {
+func runChild(services, changes int, profile string) (*Result, error) {
 	lab, err := netnstest.NewLab()
 	if err != nil {
 		return nil, err
@@ -77,7 +78,13 @@ func runChild(services, changes int) (*Result, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	if res.Cold, err = measure(ns, func() error { return p.Sync(ctx, st) }); err != nil {
+	stop, err := startProfile(profile)
+	if err != nil {
+		return nil, err
+	}
+	res.Cold, err = measure(ns, func() error { return p.Sync(ctx, st) })
+	stop()
+	if err != nil {
 		return nil, fmt.Errorf("cold sync: %w", err)
 	}
 	res.SelfHWMColdKiB = readHWM()
@@ -206,4 +213,21 @@ func readHWM() int64 {
 		}
 	}
 	return -1
+}
+
+// startProfile starts a CPU profile into path ("" = none) and returns what
+// stops it.
+func startProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

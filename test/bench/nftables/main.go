@@ -37,10 +37,11 @@ func run() int {
 		quick    = flag.Bool("quick", false, "smoke run: scales 1000,2000, one run")
 		timeout  = flag.Duration("timeout", 15*time.Minute, "limit per child run")
 		jsonOut  = flag.String("json", "", "also write every raw result to this file")
+		profile  = flag.String("cpuprofile", "", "write a CPU profile of each cold sync to FILE.<services>")
 	)
 	flag.Parse()
 	if *child {
-		return childMain(*services, *changes)
+		return childMain(*services, *changes, *profile)
 	}
 	if *quick {
 		*scales, *runs = "1000,2000", 1
@@ -55,7 +56,7 @@ func run() int {
 	for r := 0; r < *runs; r++ {
 		for _, n := range counts {
 			fmt.Fprintf(os.Stderr, "run %d/%d: %d services × %d endpoints...\n", r+1, *runs, n, endpointsPerService)
-			res, err := spawnChild(n, *changes, *timeout)
+			res, err := spawnChild(n, *changes, *timeout, *profile)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
 				failures[n] = append(failures[n], err.Error())
@@ -74,12 +75,12 @@ func run() int {
 	return 0
 }
 
-func childMain(services, changes int) int {
+func childMain(services, changes int, profile string) int {
 	if services <= 0 {
 		fmt.Fprintln(os.Stderr, "-child needs -services")
 		return 2
 	}
-	res, err := runChild(services, changes)
+	res, err := runChild(services, changes, profile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -92,15 +93,18 @@ func childMain(services, changes int) int {
 }
 
 // spawnChild runs this binary with -child for one scale.
-func spawnChild(services, changes int, timeout time.Duration) (*Result, error) {
+func spawnChild(services, changes int, timeout time.Duration, profile string) (*Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own binary: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, self, "-child",
-		"-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes))
+	args := []string{"-child", "-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes)}
+	if profile != "" {
+		args = append(args, "-cpuprofile", fmt.Sprintf("%s.%d", profile, services))
+	}
+	cmd := exec.CommandContext(ctx, self, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -1,0 +1,107 @@
+package nftables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// txRunner commits one transaction.
+type txRunner func(ctx context.Context, tx *knftables.Transaction) error
+
+// maxElemsPerCommand bounds one coalesced element command, so that nft's
+// parse tree for a single command stays small.
+const maxElemsPerCommand = 4096
+
+// nftRunner returns a txRunner that pipes the transaction into "nft -f -"
+// like knftables does, but with runs of element operations on the same set
+// coalesced into one command ("add element ip t s { a, b, … }").
+// knftables writes one command per element, and nft's per-command cost
+// (parsing, cache lookups, one netlink message per element) was most of a
+// cold sync: at 10k services × 10 endpoints (330k elements in 34
+// transactions) nft used 2.95 s user + 1.48 s sys one element per command
+// and 1.55 s + 0.99 s coalesced (same transactions, same kernel state).
+func nftRunner(path string) txRunner {
+	return func(ctx context.Context, tx *knftables.Transaction) error {
+		text := tx.String()
+		if i := strings.LastIndex(text, "# ERROR: "); i >= 0 {
+			return fmt.Errorf("invalid transaction: %s", strings.TrimSpace(text[i+len("# ERROR: "):]))
+		}
+		cmd := exec.CommandContext(ctx, path, "-f", "-")
+		cmd.Stdin = strings.NewReader(coalesceElements(text, maxElemsPerCommand))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			var exit *exec.ExitError
+			if errors.As(err, &exit) && stderr.Len() > 0 {
+				return fmt.Errorf("nft: %w: %s", err, strings.TrimSpace(stderr.String()))
+			}
+			return fmt.Errorf("nft: %w", err)
+		}
+		return nil
+	}
+}
+
+// coalesceElements merges consecutive lines "VERB element FAMILY TABLE SET
+// { ITEM }" with the same verb and set into one command of at most max
+// items. Order is kept, so a delete and an add of the same key stay apart
+// and in sequence; any other line ends a run.
+func coalesceElements(text string, max int) string {
+	var out strings.Builder
+	out.Grow(len(text))
+	var head string // "add element ip kube-proxy set {" of the open run
+	n := 0
+	closeRun := func() {
+		if n > 0 {
+			out.WriteString(" }\n")
+		}
+		head, n = "", 0
+	}
+	for len(text) > 0 {
+		line, rest, _ := strings.Cut(text, "\n")
+		text = rest
+		h, item, ok := splitElementLine(line)
+		if !ok {
+			closeRun()
+			if line != "" {
+				out.WriteString(line)
+				out.WriteByte('\n')
+			}
+			continue
+		}
+		if n > 0 && h == head && n < max {
+			out.WriteString(", ")
+		} else {
+			closeRun()
+			head = h
+			out.WriteString(h)
+			out.WriteByte(' ')
+		}
+		out.WriteString(item)
+		n++
+	}
+	closeRun()
+	return out.String()
+}
+
+// splitElementLine splits "add element ip t s { ITEM }" into "add element
+// ip t s {" and ITEM, for add and delete lines holding one item.
+func splitElementLine(line string) (head, item string, ok bool) {
+	if !strings.HasPrefix(line, "add element ") && !strings.HasPrefix(line, "delete element ") {
+		return "", "", false
+	}
+	open := strings.Index(line, " { ")
+	if open < 0 || !strings.HasSuffix(line, " }") {
+		return "", "", false
+	}
+	item = line[open+3 : len(line)-2]
+	if strings.ContainsAny(item, "{}\"") { // a set expression or a comment: leave it alone
+		return "", "", false
+	}
+	return line[:open+2], item, true
+}
