@@ -76,18 +76,33 @@ func withBindAddress(ips []netip.Addr, bindAddr netip.Addr) []netip.Addr {
 	return out
 }
 
+// ipvsDummyInterface holds every service IP in IPVS mode; its addresses are
+// not the node's (upstream excludes them from node port addresses too), and
+// counting them would make every Service change look like a node change.
+const ipvsDummyInterface = "kube-ipvs0"
+
 // interfaceAddrs lists the addresses configured on this network namespace's
-// interfaces; nodePortAddresses CIDRs select among them.
+// interfaces, except the IPVS dummy; nodePortAddresses CIDRs select among
+// them.
 func interfaceAddrs() []netip.Addr {
-	addrs, err := net.InterfaceAddrs()
+	ifaces, err := net.Interfaces()
 	if err != nil {
 		return nil
 	}
-	out := make([]netip.Addr, 0, len(addrs))
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, ip.Unmap())
+	var out []netip.Addr
+	for _, iface := range ifaces {
+		if iface.Name == ipvsDummyInterface {
+			continue
+		}
+		addrs, err := iface.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					out = append(out, ip.Unmap())
+				}
 			}
 		}
 	}
