@@ -150,8 +150,15 @@ func (c *Cluster) addNode(i int) error {
 	if err := c.attach(fmt.Sprintf("node%d", i), n.IP); err != nil {
 		return err
 	}
-	_, err := InNS(context.Background(), n.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-	return err
+	if _, err := InNS(context.Background(), n.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+		return err
+	}
+	// A real node has a default route, so a packet to a ClusterIP without
+	// rules passes routing and meets iptables' filter REJECT in FORWARD;
+	// without any route it would die in routing first (a soft ICMP error a
+	// TCP client only sees as a timeout). Send the service range onto the
+	// bridge, where nothing answers for it (like netnstest's VIP sink).
+	return ip("-n", n.NS, "route", "add", ServiceCIDR, "dev", "eth0")
 }
 
 // attach creates namespace role and connects it to the bridge with addr/24.
