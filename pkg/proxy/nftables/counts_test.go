@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -210,4 +211,46 @@ func lineDiff(want, got string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestUpgradeFromSharedEndpointMaps starts from a table of the layout
+// before per-chain endpoint maps (five maps shared by every dispatch
+// chain) and syncs one unit per transaction: a rewritten dispatch chain
+// must get its new map complete in the same transaction, since frontends
+// already point at it, so every flow keeps reaching its endpoints.
+func TestUpgradeFromSharedEndpointMaps(t *testing.T) {
+	old, err := os.ReadFile("testdata/upgrade-from-shared-endpoint-maps-ipv4.dump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := newStrictFake(knftables.IPv4Family)
+	if err := fake.ParseDump(string(old)); err != nil {
+		t.Fatal(err)
+	}
+	st := caseState(t, "externalTrafficPolicy Local with a local endpoint", proxy.IPv4)
+	var flows []proxytest.Flow
+	for _, sp := range st.Services {
+		for _, dst := range append([]netip.Addr{sp.ClusterIP}, sp.LoadBalancerIPs...) {
+			for _, src := range []netip.Addr{proxytest.WorldOf(proxy.IPv4).ExternalClient, proxytest.WorldOf(proxy.IPv4).LocalPod(9)} {
+				flows = append(flows, proxytest.Flow{Source: src, Protocol: sp.Protocol, Dest: dst, DestPort: sp.Port})
+			}
+		}
+	}
+	check := func(when string) {
+		for _, flow := range flows {
+			if got, want := newTracer(t, fake, st).trace(flow), proxytest.Evaluate(st, flow); !got.Equal(want) {
+				t.Fatalf("%s: %v reached %s, want %s\n%s", when, flow, got, want, fake.LastTransaction)
+			}
+		}
+	}
+	check("old layout")
+	fake.afterRun = func() { check("mid-upgrade") }
+	p := NewWithInterface(proxy.IPv4, fake)
+	p.maxOps = 1
+	mustSync(t, p, st)
+	ref := newStrictFake(knftables.IPv4Family)
+	mustSync(t, NewWithInterface(proxy.IPv4, ref), st)
+	if got, want := sortedDump(fake), sortedDump(ref); got != want {
+		t.Errorf("upgraded table differs from a fresh sync:\n%s", lineDiff(want, got))
+	}
 }

@@ -12,17 +12,29 @@ import (
 // Phases order the units of one sync so that every prefix of the sequence
 // (a cold start is split into several transactions) leaves the kernel
 // consistent: containers before contents, targets before what points at
-// them, and removals in the opposite order.
+// them, and removals in the opposite order. Rules of a chain that already
+// has rules (frontends may point at it) are rewritten only once the chains
+// and endpoint elements they may lead to are complete, i.e. after the
+// endpoint elements; rules of a new chain go before, as nothing points at
+// it until its frontends are added.
 const (
 	phaseTable = iota
 	phaseSetAdd
 	phaseChainAdd
 	phaseChainRules
-	phaseElemAdd                      // + rank: 4, 5, 6
-	phaseElemDel   = phaseElemAdd + 3 // + (2 - rank): 7, 8, 9
-	phaseChainDel  = phaseElemDel + 3
-	phaseSetDelete = phaseChainDel + 1
+	phaseElemTargets // element adds of rank 0
+	phaseChainRewrite
+	phaseElemGuards    // rank 1
+	phaseElemFrontends // rank 2
+	phaseElemDel       // + (2 - rank)
+	phaseChainDel      = phaseElemDel + 3
+	phaseSetDelete     = phaseChainDel + 1
 )
+
+// elemAddPhase is the phase of an element add of rank (elemRank).
+func elemAddPhase(rank int) int {
+	return [...]int{phaseElemTargets, phaseElemGuards, phaseElemFrontends}[rank]
+}
 
 // unit is a group of operations that must be in the same transaction (a
 // chain's flush and its new rules; an element's delete and re-add), plus
@@ -175,13 +187,21 @@ func (s *store) diffChain(name string) []*unit {
 	if slices.Equal(ids, e.kernel) && (m == nil || m.present) {
 		return units
 	}
-	u := &unit{phase: phaseChainRules, sortBy: name, commit: func() { e.kernel = ids }}
+	phase := phaseChainRules
+	if e.present && len(e.kernel) > 0 {
+		phase = phaseChainRewrite
+	}
+	u := &unit{phase: phase, sortBy: name, commit: func() { e.kernel = ids }}
 	if e.present && len(e.kernel) > 0 {
 		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) })
 	}
 	var elemOps []func(*knftables.Transaction)
 	if m != nil {
-		elemOps = s.bindEndpointMap(u, d.epMap, m)
+		// Frontends may already point at a chain that has rules: its map
+		// must be complete when the new rule is, so its elements go in
+		// this unit too (an upgrade from shared endpoint maps, a repair).
+		live := e.present && len(e.kernel) > 0
+		elemOps = s.bindEndpointMap(u, d.epMap, m, live)
 	}
 	for i, r := range d.rules {
 		rule := &knftables.Rule{Chain: name, Rule: r, Comment: knftables.PtrTo(ids[i])}
@@ -196,16 +216,17 @@ func (s *store) diffChain(name string) []*unit {
 // existing numgen map, only one created in the same transaction. A map
 // already in the kernel (a damaged chain, a rule whose text changed, a
 // chain deleted by hand) is therefore deleted and added again — the chain
-// was flushed first, so nothing references it — and every element it
-// should hold is re-added; the returned element ops go after the rules.
-func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry) []func(*knftables.Transaction) {
+// was flushed first, so nothing references it — and then, as when fill is
+// set, every element it should hold is added in the unit; the returned
+// element ops go after the rules.
+func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) []func(*knftables.Transaction) {
 	name := spec.name
 	if m.present {
 		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Delete(&knftables.Map{Name: name}) })
 	}
 	u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(setObject(spec)) })
 	commitRules := u.commit
-	if !m.present {
+	if !m.present && !fill {
 		u.commit = func() { commitRules(); m.present, m.isMap = true, true }
 		return nil
 	}

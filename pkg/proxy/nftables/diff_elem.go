@@ -77,5 +77,5 @@ func (s *store) diffElem(e *elemEntry) *unit {
 		return nil
 	}
 	op.del, op.add, op.value = e.present, true, want
-	return &unit{phase: phaseElemAdd + rank, sortBy: ref.set, el: op}
+	return &unit{phase: elemAddPhase(rank), sortBy: ref.set, el: op}
 }

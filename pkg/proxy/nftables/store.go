@@ -30,8 +30,8 @@ type store struct {
 	// set and key cost two string hashes per element and claim.
 	dirtyElems []*elemEntry
 
-	// recreated holds the endpoint maps the current diff deletes and adds
-	// again with their chain's rules (and every element); diffElem leaves
+	// recreated holds the endpoint maps the current diff adds (or deletes
+	// and adds) with their chain's rules and every element; diffElem leaves
 	// their elements to that unit.
 	recreated map[string]bool
 }
