@@ -89,8 +89,9 @@ func tcpBeLiberal() bool {
 	return err == nil && strings.TrimSpace(string(b)) != "0"
 }
 
-// canaryChecker is implemented by backends whose rules others may flush
-// (iptables): the app polls it and forces a full sync when it fires.
+// canaryChecker is implemented by backends whose rules others may delete
+// (an iptables flush by a firewall reload, an nftables table deleted by an
+// admin): the app polls it and forces a full sync when it fires.
 type canaryChecker interface {
 	CanaryMissing(ctx context.Context) (bool, error)
 }
@@ -109,11 +110,11 @@ func monitorCanary(ctx context.Context, p canaryChecker, s *syncer.Syncer, perio
 		}
 		missing, err := p.CanaryMissing(ctx)
 		if err != nil {
-			logger.Error(err, "Checking the iptables canary failed")
+			logger.Error(err, "Checking the dataplane canary failed")
 			continue
 		}
 		if missing {
-			logger.Info("iptables canary is gone (rules flushed by someone else?); forcing a full sync")
+			logger.Info("Our rules were removed by someone else (canary gone); forcing a full sync")
 			s.RequestFull()
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
+	"sync/atomic"
 
 	"sigs.k8s.io/knftables"
 
@@ -30,6 +31,11 @@ type Proxier struct {
 	needFull bool  // the next sync must reconcile everything
 	global   *globalInputs
 	last     applyStats
+
+	// programmed is set once a sync succeeded; tableLost is raised by
+	// CanaryMissing (another goroutine) and consumed by the next Sync.
+	programmed atomic.Bool
+	tableLost  atomic.Bool
 }
 
 // globalInputs are the State fields every rule may depend on; when they
@@ -70,6 +76,11 @@ func (p *Proxier) Init(context.Context) error { return nil }
 func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	if st.Family != p.family {
 		return fmt.Errorf("nftables %s proxier got a %s state", p.family, st.Family)
+	}
+	if p.tableLost.Swap(false) {
+		// Someone deleted our table: forget what we committed and read
+		// the kernel again, so the full sync below recreates everything.
+		p.store, p.readDone, p.needFull = newStore(), false, true
 	}
 	if !p.readDone {
 		if err := p.store.readBack(ctx, p.nft, p.nlFamily); err != nil {
@@ -112,6 +123,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	p.store.clearDirty()
 	p.needFull = false
 	p.global = g
+	p.programmed.Store(true)
 	return nil
 }
 

@@ -1,0 +1,54 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+)
+
+// CanaryMissing reports whether this family's table has disappeared since
+// it was programmed: deleted by an admin, a firewall reload or another tool.
+// The app polls it every syncPeriod and asks for a full sync when it fires.
+// Between syncs the Proxier trusts what it committed, so without this a
+// deleted table would come back only with the hourly full sync.
+//
+// It may run concurrently with Sync: it only reads the kernel and raises a
+// flag that the next Sync consumes by reading the kernel again.
+func (p *Proxier) CanaryMissing(ctx context.Context) (bool, error) {
+	if !p.programmed.Load() {
+		return false, nil
+	}
+	present, err := p.tableExists(ctx)
+	if err != nil {
+		return false, fmt.Errorf("checking table %s: %w", TableName, err)
+	}
+	if !present {
+		p.tableLost.Store(true)
+	}
+	return !present, nil
+}
+
+// tableExists asks the kernel for the table alone (netlink), or the fake.
+func (p *Proxier) tableExists(ctx context.Context) (bool, error) {
+	if p.nlFamily == 0 {
+		_, err := p.nft.List(ctx, "chains")
+		if knftables.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	c, err := dialNetfilter()
+	if err != nil {
+		return false, err
+	}
+	defer c.close()
+	err = c.request(unix.NFT_MSG_GETTABLE, p.nlFamily, false, attrString(unix.NFTA_TABLE_NAME, TableName),
+		func([]byte) error { return nil })
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	return err == nil, err
+}
