@@ -33,19 +33,25 @@ const (
 // and stdin without running anything.
 type execer interface {
 	LookPath(file string) (string, error)
-	// Run runs path with args and stdin; on failure the error includes
-	// stderr and wraps *exec.ExitError when the program ran.
-	Run(ctx context.Context, path string, args []string, stdin []byte) ([]byte, error)
+	// Run runs path with args and stdin and returns its output, or
+	// discards it unless keepStdout; on failure the error includes stderr
+	// and wraps *exec.ExitError when the program ran.
+	Run(ctx context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error)
 }
 
 type osExec struct{}
 
 func (osExec) LookPath(file string) (string, error) { return exec.LookPath(file) }
 
-func (osExec) Run(ctx context.Context, path string, args []string, stdin []byte) ([]byte, error) {
+func (osExec) Run(ctx context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, path, args...)
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// A nil Stdout is /dev/null, written by the child directly: a
+	// restore's listing (see withCacheHints) is tens of MB at 10k services.
+	if keepStdout {
+		cmd.Stdout = &stdout
+	}
+	cmd.Stderr = &stderr
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
@@ -57,6 +63,7 @@ func (osExec) Run(ctx context.Context, path string, args []string, stdin []byte)
 
 // Client is the real Interface: it execs one flavour's tools for one family.
 type Client struct {
+	flavour       Flavour
 	restore, save string // absolute paths
 	rules         *goiptables.IPTables
 	exec          execer
@@ -72,7 +79,7 @@ func New(family proxy.IPFamily, flavour Flavour) (*Client, error) {
 }
 
 func newClient(family proxy.IPFamily, flavour Flavour, ex execer, withRules bool) (*Client, error) {
-	c := &Client{exec: ex, sleep: sleepCtx}
+	c := &Client{flavour: flavour, exec: ex, sleep: sleepCtx}
 	base := toolName(family, flavour)
 	var err error
 	if c.restore, err = ex.LookPath(base + "-restore"); err != nil {
@@ -111,25 +118,29 @@ func toolName(family proxy.IPFamily, flavour Flavour) string {
 	return name
 }
 
-// Restore is part of Interface.
+// Restore is part of Interface. On iptables-nft, large sections get a
+// read-only listing command first (see withCacheHints).
 func (c *Client) Restore(ctx context.Context, data []byte) error {
+	if c.flavour == FlavourNFT {
+		data = withCacheHints(data)
+	}
 	args := append(append([]string{}, lockArgs...), "--noflush", "--counters")
-	_, err := c.runRetrying(ctx, c.restore, args, data)
+	_, err := c.runRetrying(ctx, c.restore, args, data, false)
 	return err
 }
 
 // Save is part of Interface.
 func (c *Client) Save(ctx context.Context, table Table) ([]byte, error) {
-	return c.runRetrying(ctx, c.save, []string{"-t", string(table)}, nil)
+	return c.runRetrying(ctx, c.save, []string{"-t", string(table)}, nil, true)
 }
 
 // runRetrying runs a tool, retrying with backoff while the xtables lock is
 // contended.
-func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin []byte) ([]byte, error) {
+func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error) {
 	var out []byte
 	err := c.retryLocked(ctx, path, func() error {
 		var err error
-		out, err = c.exec.Run(ctx, path, args, stdin)
+		out, err = c.exec.Run(ctx, path, args, stdin, keepStdout)
 		return err
 	})
 	return out, err

@@ -28,7 +28,7 @@ func (f *fakeExec) LookPath(file string) (string, error) {
 	return "", fmt.Errorf("%s: %w", file, exec.ErrNotFound)
 }
 
-func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin []byte) ([]byte, error) {
+func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin []byte, _ bool) ([]byte, error) {
 	f.calls = append(f.calls, path+" "+strings.Join(args, " "))
 	f.stdin = append(f.stdin, stdin)
 	if f.answer == nil {

@@ -97,7 +97,7 @@ func (p *probe) save(ctx context.Context, table Table) []byte {
 			args = []string{"-t", string(table)}
 		}
 		c, cancel := context.WithTimeout(ctx, nftProbeTimeout)
-		b, err := p.ex.Run(c, path, args, nil)
+		b, err := p.ex.Run(c, path, args, nil, true)
 		cancel()
 		if err == nil {
 			out = append(out, b...)
