@@ -27,8 +27,13 @@ const (
 	phaseElemGuards    // rank 1
 	phaseElemFrontends // rank 2
 	phaseElemDel       // + (2 - rank)
-	phaseChainDel      = phaseElemDel + 3
-	phaseSetDelete     = phaseChainDel + 1
+	// Chains that go are all flushed before any is deleted: a chain that
+	// goes may jump to another that goes too (an eTP=Local entry chain to
+	// its cluster-N chain), and the kernel refuses to delete a chain that
+	// a rule still references, whatever order the names sort in.
+	phaseChainFlush = phaseElemDel + 3
+	phaseChainDel   = phaseChainFlush + 1
+	phaseSetDelete  = phaseChainDel + 1
 )
 
 // elemAddPhase is the phase of an element add of rank (elemRank).
@@ -165,12 +170,14 @@ func (s *store) diffChain(name string) []*unit {
 			delete(s.chains, name)
 			return nil
 		}
-		return []*unit{{phase: phaseChainDel, sortBy: name,
-			ops: []func(*knftables.Transaction){func(tx *knftables.Transaction) {
-				tx.Flush(&knftables.Chain{Name: name})
-				tx.Delete(&knftables.Chain{Name: name})
-			}},
-			commit: func() { delete(s.chains, name) }}}
+		return []*unit{
+			{phase: phaseChainFlush, sortBy: name,
+				ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) }},
+				commit: func() { e.kernel = nil }},
+			{phase: phaseChainDel, sortBy: name,
+				ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Delete(&knftables.Chain{Name: name}) }},
+				commit: func() { delete(s.chains, name) }},
+		}
 	}
 	d := e.desired
 	var units []*unit

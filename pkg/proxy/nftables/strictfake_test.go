@@ -30,6 +30,9 @@ func (f *strictFake) Run(ctx context.Context, tx *knftables.Transaction) error {
 	if err := f.checkNumgenMaps(tx.String()); err != nil {
 		return err
 	}
+	if err := f.checkChainRefs(tx.String()); err != nil {
+		return err
+	}
 	if err := f.Fake.Run(ctx, tx); err != nil {
 		return err
 	}
