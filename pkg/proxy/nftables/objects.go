@@ -61,9 +61,11 @@ type elemSpec struct {
 // one service port. Several owners may need the same chain (shared
 // dispatch chains) or element (a cluster IP with several ports).
 type part struct {
-	chains []*chainSpec
-	sets   []*setSpec
-	elems  []elemSpec
+	owner   *owner // set when claimed (store.claim)
+	chains  []*chainSpec
+	sets    []*setSpec
+	elems   []elemSpec   // as rendered; dropped once claimed
+	entries []*elemEntry // the store entries claimed for elems
 }
 
 // addChain adds c and, for a dispatch chain, its endpoint map: the two are

@@ -70,9 +70,20 @@ func (c *config) dispatchChain(class string, kind frontendKind, variant string, 
 		base += "-nodeport"
 	}
 	suffix := variant + strconv.Itoa(n)
+	name := base + "-" + suffix
+	// One spec per chain and sync, shared by every service port using it:
+	// 10k services would otherwise format the same rules 10k times.
+	if ch := c.dispatch[name]; ch != nil {
+		return ch
+	}
 	m := &setSpec{name: base + "-endpoints-" + suffix, isMap: true, typeOf: c.epMapType(kind), bound: true}
 	rules := append(append([]string{}, pre...), c.dnatFromMap(kind, m.name, n))
-	return &chainSpec{name: base + "-" + suffix, rules: rules, epMap: m}
+	ch := &chainSpec{name: name, rules: rules, epMap: m}
+	if c.dispatch == nil {
+		c.dispatch = map[string]*chainSpec{}
+	}
+	c.dispatch[name] = ch
+	return ch
 }
 
 // internalChain: cluster-IP traffic, masqueraded per the local detector.

@@ -20,6 +20,8 @@ type config struct {
 	masqInternal []string
 	// podMatch recognizes pod-originated traffic ("" with LocalNone).
 	podMatch string
+	// dispatch caches the dispatch chains rendered in this sync.
+	dispatch map[string]*chainSpec
 }
 
 func newConfig(st *desired.State) *config {

@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"fmt"
 	"net/netip"
 	"strconv"
 	"time"
@@ -247,11 +246,17 @@ func (s *svcContext) renderFirewall() {
 
 // renderHairpin lets an endpoint that reaches itself through the service be
 // masqueraded (checked after DNAT, in masquerading).
+// The three endpoint sets usually hold the same endpoints; each address is
+// added once (a service's duplicate claims cost memory and claim time).
 func (s *svcContext) renderHairpin() {
+	seen := make(map[netip.Addr]bool, len(s.sp.Internal.Endpoints))
 	for _, d := range []desired.Dispatch{s.sp.Internal, s.sp.External, s.sp.Cluster} {
 		for _, ep := range d.Endpoints {
-			a := addrString(ep.IP)
-			s.p.addElem(setHairpin, fmt.Sprintf("%s . %s", a, a), "")
+			if !seen[ep.IP] {
+				seen[ep.IP] = true
+				a := addrString(ep.IP)
+				s.p.addElem(setHairpin, a+" . "+a, "")
+			}
 		}
 	}
 }
