@@ -118,6 +118,9 @@ func toolName(family proxy.IPFamily, flavour Flavour) string {
 	return name
 }
 
+// Flavour is part of Interface.
+func (c *Client) Flavour() Flavour { return c.flavour }
+
 // Restore is part of Interface. On iptables-nft, large sections get a
 // read-only listing command first (see withCacheHints).
 func (c *Client) Restore(ctx context.Context, data []byte) error {

@@ -206,6 +206,10 @@ func (f *Fake) EnsureRuleAtFront(_ context.Context, table Table, chain string, r
 	return nil
 }
 
+// Flavour is part of Interface: a Fake has none, so EnsureAtFront checks
+// with Save as on iptables-legacy.
+func (f *Fake) Flavour() Flavour { return "" }
+
 // DeleteRule is part of Interface.
 func (f *Fake) DeleteRule(_ context.Context, table Table, chain string, rule ...string) error {
 	f.mu.Lock()

@@ -48,6 +48,9 @@ type Interface interface {
 	// DeleteRule deletes rule from chain; a missing rule or chain is not
 	// an error.
 	DeleteRule(ctx context.Context, table Table, chain string, rule ...string) error
+	// Flavour is the iptables flavour driven ("" for fakes): the tools'
+	// costs differ (see EnsureAtFront).
+	Flavour() Flavour
 }
 
 // ErrLocked is wrapped by errors from an iptables tool that could not get

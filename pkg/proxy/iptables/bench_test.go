@@ -28,6 +28,7 @@ func (d *discard) EnsureRuleAtFront(context.Context, kiptables.Table, string, ..
 	return nil
 }
 func (d *discard) DeleteRule(context.Context, kiptables.Table, string, ...string) error { return nil }
+func (d *discard) Flavour() kiptables.Flavour                                           { return "" }
 
 // bigState is services×endpoints ClusterIP services with node ports, the
 // shape of upstream's scale tests.

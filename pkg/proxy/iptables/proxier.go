@@ -61,13 +61,16 @@ type Proxier struct {
 	lastSweep time.Time
 	localnet  bool // route_localnet ensured
 	last      syncStats
+	// The text of our filter rules and nat top-level rules as the last
+	// successful sync left them; nil after a failure.
+	lastFilter, lastNATTop []byte
 }
 
 // syncStats describes the last successful sync, for tests and metrics.
 type syncStats struct {
 	full                  bool
 	filterRules, natRules int // rules written
-	natTotal              int // rules in our nat chains
+	filterTotal, natTotal int // rules in our filter / nat chains
 	deleted               int // chains deleted
 }
 

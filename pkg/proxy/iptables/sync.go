@@ -44,16 +44,24 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full
 			return err
 		}
 	}
+	var natSave []byte
 	if full {
-		if err := p.ensureJumps(ctx); err != nil {
+		var err error
+		if natSave, err = p.ensureJumps(ctx); err != nil {
 			return err
 		}
 	}
-	pl := p.plan(ctx, st, &renderer{cfg: cfg, probs: &p.probs}, full)
+	pl := p.plan(ctx, st, &renderer{cfg: cfg, probs: &p.probs}, full, natSave)
+	if len(pl.data) == 0 {
+		// Nothing the kernel holds would change.
+		p.commit(pl, cfg)
+		return nil
+	}
 	if err := p.ipt.Restore(ctx, pl.data); err != nil {
 		// Our record of the kernel's chains may be off now; the full
 		// sync that follows sweeps with iptables-save.
 		p.entries, p.natOwned, p.lastSweep = nil, nil, p.opts.Now().Add(-p.opts.SyncPeriod-1)
+		p.lastFilter, p.lastNATTop = nil, nil
 		return fmt.Errorf("iptables-restore: %w", err)
 	}
 	p.commit(pl, cfg)
@@ -62,34 +70,42 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full
 
 // ensureJumps creates the canaries and the top-level chains and puts our
 // jumps at the front of the built-in chains. Done on full syncs only: the
-// rules outlive us, and checking them costs ~20 exec calls.
-func (p *Proxier) ensureJumps(ctx context.Context) error {
+// rules outlive us. Checking costs one iptables-save per table on
+// iptables-legacy (kiptables.EnsureAtFront); the nat one is returned for
+// the stale-chain sweep, which would read the same.
+func (p *Proxier) ensureJumps(ctx context.Context) (natSave []byte, err error) {
 	for _, t := range canaryTables {
-		if err := p.ipt.EnsureChain(ctx, t, chainCanary); err != nil {
-			return err
+		chains := []string{chainCanary}
+		var rules []kiptables.FrontRule
+		for _, j := range append(slices.Clone(jumps), kubeletJumps...) {
+			if j.table == t {
+				chains = append(chains, j.to)
+				rules = append(rules, kiptables.FrontRule{Chain: j.from, Rule: j.args()})
+			}
+		}
+		save, err := kiptables.EnsureAtFront(ctx, p.ipt, t, chains, rules)
+		if err != nil {
+			return nil, fmt.Errorf("ensuring the %s jumps: %w", t, err)
+		}
+		if t == kiptables.TableNAT {
+			natSave = save
 		}
 	}
-	for _, j := range append(slices.Clone(jumps), kubeletJumps...) {
-		if err := p.ipt.EnsureChain(ctx, j.table, j.to); err != nil {
-			return err
-		}
-		if err := p.ipt.EnsureRuleAtFront(ctx, j.table, j.from, j.args()...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return natSave, nil
 }
 
 // plan is one sync's restore input and what it does.
 type plan struct {
 	data     []byte
 	full     bool
+	filter   []byte              // our filter rules, written or not
+	natTop   []byte              // the nat top-level chains' rules, written or not
 	rendered map[string]struct{} // nat chains written
 	deleted  []string
 	stats    syncStats
 }
 
-func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full bool) *plan {
+func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full bool, natSave []byte) *plan {
 	pl := &plan{full: full, rendered: map[string]struct{}{}}
 	var natChainLines, ownRules lineBuffer
 	stale := map[string]struct{}{}
@@ -130,7 +146,7 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 				delete(stale, c)
 			}
 		}
-		p.sweep(ctx, r.cfg, stale, pl.rendered)
+		p.sweep(ctx, r.cfg, natSave, stale, pl.rendered)
 	} else {
 		for c := range pl.rendered {
 			delete(stale, c)
@@ -142,17 +158,20 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 }
 
 // sweep adds to stale the service chains iptables-save shows that we do
-// not want, e.g. left by an earlier run. In large-cluster mode, where
-// iptables-save takes seconds, it runs at most once per SyncPeriod.
-func (p *Proxier) sweep(ctx context.Context, cfg *config, stale, wanted map[string]struct{}) {
+// not want, e.g. left by an earlier run. It uses save when ensureJumps
+// read one; otherwise, in large-cluster mode, where iptables-save takes
+// seconds, it runs at most once per SyncPeriod.
+func (p *Proxier) sweep(ctx context.Context, cfg *config, save []byte, stale, wanted map[string]struct{}) {
 	now := p.opts.Now()
-	if cfg.largeCluster && now.Sub(p.lastSweep) < p.opts.SyncPeriod {
-		return
-	}
-	save, err := p.ipt.Save(ctx, kiptables.TableNAT)
-	if err != nil {
-		klog.ErrorS(err, "iptables-save failed; stale chains are not deleted this time", "ipFamily", p.family)
-		return
+	if save == nil {
+		if cfg.largeCluster && now.Sub(p.lastSweep) < p.opts.SyncPeriod {
+			return
+		}
+		var err error
+		if save, err = p.ipt.Save(ctx, kiptables.TableNAT); err != nil {
+			klog.ErrorS(err, "iptables-save failed; stale chains are not deleted this time", "ipFamily", p.family)
+			return
+		}
 	}
 	p.lastSweep = now
 	for _, line := range bytes.Split(save, []byte("\n")) {
@@ -169,14 +188,14 @@ func (p *Proxier) sweep(ctx context.Context, cfg *config, stale, wanted map[stri
 // assemble writes the restore input: the whole of our filter chains, then
 // nat's top-level chains, the (re)rendered ports' chains and the deletions.
 // Chain lines come before any rule, as a jump target must exist when the
-// rule is read.
+// rule is read. A partial sync leaves out the filter section and the nat
+// top-level chains when their text equals what the last sync wrote: with
+// 10k services they are 20k rules jumping to 20k chains, which
+// iptables-nft-restore takes seconds to read (see internal/kiptables
+// withCacheHints) and which an endpoint change rarely alters.
 func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, natChainLines, ownRules *lineBuffer) {
 	order := sortedNames(p.entries)
-	var filter, nat lineBuffer
-	filter.line("*filter")
-	for _, c := range r.cfg.filterChains() {
-		filter.chainLine(c)
-	}
+	var filter, top lineBuffer
 	r.globalFilter(&filter)
 	for _, name := range order {
 		e := p.entries[name]
@@ -187,36 +206,54 @@ func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, natChainLin
 	if r.cfg.rejectPorts {
 		r.unknownPortRejects(&filter, clusterIPs(st))
 	}
-	filter.line("COMMIT")
+	r.globalNAT(&top)
+	for _, name := range order {
+		e := p.entries[name]
+		top.appendBuf(&e.shared[natServices])
+		top.appendBuf(&e.shared[natNodePorts])
+		pl.stats.natTotal += e.chainRules
+	}
+	r.nodePortJumps(&top)
+	pl.filter, pl.natTop = filter.b, top.b
+	withFilter := pl.full || !bytes.Equal(filter.b, p.lastFilter)
+	withTop := pl.full || !bytes.Equal(top.b, p.lastNATTop)
 
-	nat.line("*nat")
-	for _, c := range natChains {
-		nat.chainLine(c)
+	var out, nat lineBuffer
+	if withFilter {
+		out.line("*filter")
+		for _, c := range r.cfg.filterChains() {
+			out.chainLine(c)
+		}
+		out.appendBuf(&filter)
+		out.line("COMMIT")
+		pl.stats.filterRules = filter.lines
+	}
+	if withTop {
+		for _, c := range natChains {
+			nat.chainLine(c)
+		}
 	}
 	nat.appendBuf(natChainLines)
 	for _, c := range pl.deleted {
 		nat.chainLine(c)
 	}
-	r.globalNAT(&nat)
-	for _, name := range order {
-		e := p.entries[name]
-		nat.appendBuf(&e.shared[natServices])
-		nat.appendBuf(&e.shared[natNodePorts])
-		pl.stats.natTotal += e.chainRules
+	if withTop {
+		nat.appendBuf(&top)
 	}
-	r.nodePortJumps(&nat)
 	nat.appendBuf(ownRules)
 	for _, c := range pl.deleted {
 		nat.line("-X", c)
 	}
-	nat.line("COMMIT")
-
-	pl.data = append(filter.b, nat.b...)
-	// "*table" and "COMMIT" are lines but not rules.
+	if len(nat.b) > 0 {
+		out.line("*nat")
+		out.appendBuf(&nat)
+		out.line("COMMIT")
+	}
+	pl.data = out.b
 	pl.stats.full = pl.full
-	pl.stats.filterRules = filter.lines - 2
-	pl.stats.natRules = nat.lines - 2 - len(pl.deleted)
-	pl.stats.natTotal += nat.lines - 2 - len(pl.deleted) - ownRules.lines
+	pl.stats.filterTotal = filter.lines
+	pl.stats.natRules = nat.lines - len(pl.deleted)
+	pl.stats.natTotal += top.lines
 	pl.stats.deleted = len(pl.deleted)
 }
 
@@ -232,8 +269,9 @@ func (p *Proxier) commit(pl *plan, cfg *config) {
 	}
 	p.cfg = cfg
 	p.last = pl.stats
+	p.lastFilter, p.lastNATTop = pl.filter, pl.natTop
 	fam := string(p.family)
-	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableFilter), fam).Set(float64(pl.stats.filterRules))
+	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableFilter), fam).Set(float64(pl.stats.filterTotal))
 	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableNAT), fam).Set(float64(pl.stats.natTotal))
 	metrics.IPTablesRulesLastSync.WithLabelValues(string(kiptables.TableFilter), fam).Set(float64(pl.stats.filterRules))
 	metrics.IPTablesRulesLastSync.WithLabelValues(string(kiptables.TableNAT), fam).Set(float64(pl.stats.natRules))

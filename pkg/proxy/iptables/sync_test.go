@@ -39,8 +39,9 @@ func svcName(ns, name string) proxy.ServicePortName {
 }
 
 // TestPartialSyncRewritesOnlyChangedChains: after one endpoint change only
-// that service's own chains appear in the restore input, the top-level
-// chains are complete, and the old endpoint chain is deleted.
+// that service's own chains appear in the restore input (the top-level
+// chains and the filter table do not change, so they are left out), and
+// the old endpoint chain is deleted.
 func TestPartialSyncRewritesOnlyChangedChains(t *testing.T) {
 	st := upstreamState()
 	fake, p := syncFake(t, st, Options{})
@@ -61,14 +62,16 @@ func TestPartialSyncRewritesOnlyChangedChains(t *testing.T) {
 		}
 	}
 	svc4 := namesOf(svcName("ns4", "svc4"))
-	want := []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq,
-		svc4.ext, svc4.svc, svc4.sepChain("10.180.0.4:80"), svc4.sepChain("10.180.0.6:80"),
+	want := []string{svc4.ext, svc4.svc, svc4.sepChain("10.180.0.4:80"), svc4.sepChain("10.180.0.6:80"),
 		svc4.sepChain("10.180.0.5:80")} // the last one only to be deleted
 	if strings.Join(chains, " ") != strings.Join(want, " ") {
 		t.Errorf("nat chains written:\n got %v\nwant %v", chains, want)
 	}
 	if !strings.Contains(input, "-X "+svc4.sepChain("10.180.0.5:80")+"\n") {
 		t.Error("stale endpoint chain not deleted")
+	}
+	if strings.Contains(input, "*filter") || strings.Contains(input, "-A "+chainServices+" ") {
+		t.Errorf("unchanged top-level rules rewritten:\n%s", input)
 	}
 	if fake.SaveCalls[kiptables.TableNAT] != 1 {
 		t.Errorf("iptables-save ran %d times; a partial sync must not run it", fake.SaveCalls[kiptables.TableNAT])
@@ -101,6 +104,12 @@ func TestPartialSyncRemovesService(t *testing.T) {
 	}
 	if dump := fake.Dump(); strings.Contains(dump, namesOf(name).svc) || strings.Contains(dump, "ns4/svc4") {
 		t.Errorf("ns4/svc4 left behind:\n%s", dump)
+	}
+	// Its nat top-level rules went away, so those chains were rewritten;
+	// it had no filter rules, so the filter table was not.
+	input := string(fake.Restores[len(fake.Restores)-1])
+	if sectionOf(input, "filter") != "" || !strings.Contains(sectionOf(input, "nat"), ":"+chainServices+" ") {
+		t.Errorf("tables written:\n%s", input)
 	}
 }
 
@@ -264,5 +273,26 @@ func TestLargeClusterMode(t *testing.T) {
 	small, _ := syncFake(t, st, Options{})
 	if !strings.Contains(small.Dump(), `--comment "ns4/svc4:p80 -> 10.180.0.4:80"`) {
 		t.Error("small cluster lost its endpoint comments")
+	}
+}
+
+// TestPartialSyncRewritesChangedTopLevel: when a change alters the filter
+// or nat top-level rules (here: a service loses its endpoints, so it gets
+// REJECTs and loses its jumps), those are rewritten whole, and the result
+// equals a fresh full sync.
+func TestPartialSyncRewritesChangedTopLevel(t *testing.T) {
+	st := upstreamState()
+	fake, p := syncFake(t, st, Options{})
+	next := withEndpoints(st, svcName("ns4", "svc4"))
+	if err := p.Sync(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	input := string(fake.Restores[len(fake.Restores)-1])
+	if p.last.full || !strings.Contains(sectionOf(input, "filter"), "REJECT") || !strings.Contains(sectionOf(input, "nat"), ":"+chainServices+" ") {
+		t.Errorf("full=%t; restore input:\n%s", p.last.full, input)
+	}
+	fresh, _ := syncFake(t, next, Options{})
+	if got, want := fake.Dump(), fresh.Dump(); got != want {
+		t.Errorf("after partial sync:\n%s", lineDiff(want, got))
 	}
 }
