@@ -42,6 +42,8 @@ type daemon struct {
 	// state keeps the last programmed State per family for
 	// `svcproxy explain` (served on the metrics port, loopback only).
 	state *debugstate.Recorder
+	// schedulers warns about invalid per-Service IPVS scheduler annotations.
+	schedulers *schedulerWarner
 	// fatal receives errors that must stop the process: a listener failure
 	// under bindAddressHardFail, or a change to this Node that upstream
 	// answers by exiting.
@@ -73,6 +75,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		fatal:    make(chan error, 4),
 	}
 	d.svcHealth = servicehealth.New(d.health.Healthy, d.events.healthCheckFailed)
+	d.schedulers = newSchedulerWarner(d.events.invalidScheduler)
 	return d, nil
 }
 
@@ -218,7 +221,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			ServiceHealth: d.svcHealth,
 			MinSyncPeriod: d.cfg.MinSyncPeriod,
 			SyncPeriod:    d.cfg.SyncPeriod,
-			AfterSync:     d.state.Then(reconciler.Observe),
+			AfterSync:     d.afterSync(reconciler.Observe),
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("creating %s syncer: %w", family, err)
@@ -253,4 +256,15 @@ func proxyFamilies(mode config.Mode) []proxy.IPFamily {
 		return []proxy.IPFamily{proxy.IPv4}
 	}
 	return proxy.Families
+}
+
+// afterSync is what runs after each successful sync: the debug state for
+// `svcproxy explain`, the conntrack reconciler, and in IPVS mode the check
+// of per-Service scheduler annotations.
+func (d *daemon) afterSync(reconcile func(*desired.State, model.Changes)) func(*desired.State, model.Changes) {
+	hooks := []func(*desired.State, model.Changes){d.state.Record, reconcile}
+	if d.cfg.Mode == config.ModeIPVS {
+		hooks = append(hooks, d.schedulers.observe)
+	}
+	return chainAfterSync(hooks...)
 }
