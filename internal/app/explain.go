@@ -32,6 +32,7 @@ type explainOptions struct {
 	server            string
 	source            string
 	fromPod, fromHost bool
+	json              bool
 }
 
 func newExplainCommand() *cobra.Command {
@@ -48,7 +49,8 @@ example with kubectl exec into the svcproxy pod): the state is served to
 loopback clients only.`,
 		Example: `  svcproxy explain 10.96.0.10:53/UDP --from-pod
   svcproxy explain 192.168.0.10:30080 --source 203.0.113.7
-  svcproxy explain [fd00::10]:443/TCP --from-host`,
+  svcproxy explain [fd00::10]:443/TCP --from-host
+  svcproxy explain 10.96.0.10:80 --from-pod --json`,
 		Args:         cobra.ExactArgs(1),
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,6 +62,7 @@ loopback clients only.`,
 	fs.StringVar(&o.source, "source", "", "source IP of the packet (decides pod vs external with a CIDR detector, hairpin, loadBalancerSourceRanges)")
 	fs.BoolVar(&o.fromPod, "from-pod", false, "the packet comes from a pod on this node")
 	fs.BoolVar(&o.fromHost, "from-host", false, "the packet comes from the node itself")
+	fs.BoolVar(&o.json, "json", false, "print the explanation as JSON (verdict, service, endpoints, masquerade, reasons, kernel objects)")
 	cmd.MarkFlagsMutuallyExclusive("from-pod", "from-host")
 	return cmd
 }
@@ -83,6 +86,9 @@ func (o explainOptions) run(ctx context.Context, w io.Writer, target string) err
 	objects, err := explain.Objects(ctx, m, state, e)
 	if err != nil {
 		objects = append(objects, "(cannot name them: "+err.Error()+")")
+	}
+	if o.json {
+		return e.WriteJSON(w, m, objects)
 	}
 	return e.Write(w, m, objects)
 }

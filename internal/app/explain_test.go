@@ -2,14 +2,17 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/debugstate"
+	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -63,6 +66,18 @@ func TestExplainCommand(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	out, err = runExplain(t, "10.96.0.10:53/UDP", "--server", srv.URL, "--source", "10.244.1.9", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r explain.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("--json: %v:\n%s", err, out)
+	}
+	if r.Verdict != "DNAT" || r.Service != "kube-system/kube-dns:dns" || r.Source != "pod" || r.Masquerade ||
+		!slices.Equal(r.Endpoints, []string{"10.244.1.2:53"}) || r.Mode != "nftables" || len(r.Objects) == 0 || len(r.Reasons) == 0 {
+		t.Errorf("--json: %+v", r)
 	}
 	if _, err := runExplain(t, "[fd00::10]:53/UDP", "--server", srv.URL); err == nil || !strings.Contains(err.Error(), "IPv6") {
 		t.Errorf("IPv6 without state: err = %v", err)
