@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -93,8 +94,18 @@ func TestConfigFileErrors(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	res := execute(t, nil, "--version")
-	if res.err != nil || res.stdout != "svcproxy "+Version+"\n" || res.action != "" {
+	line := regexp.MustCompile(`^svcproxy ` + regexp.QuoteMeta(Version) + ` \(commit (unknown|[0-9a-f]{8})(-dirty)?, go1\.[^ ,)]+\)\n$`)
+	if res.err != nil || !line.MatchString(res.stdout) || res.action != "" {
 		t.Errorf("--version: out %q err %v action %q", res.stdout, res.err, res.action)
+	}
+	for b, want := range map[buildInfo]string{
+		{"v0.1.0", "1a2b3c4d5e6f708192a3b4c5d6e7f80912345678", "clean", "go1.26.8"}: "svcproxy v0.1.0 (commit 1a2b3c4d, go1.26.8)",
+		{"v0.1.0", "1a2b3c4d5e6f708192a3b4c5d6e7f80912345678", "dirty", "go1.26.8"}: "svcproxy v0.1.0 (commit 1a2b3c4d-dirty, go1.26.8)",
+		{"v0.0.0-dev", "unknown", "unknown", "go1.26.8"}:                            "svcproxy v0.0.0-dev (commit unknown, go1.26.8)",
+	} {
+		if got := b.line(); got != want {
+			t.Errorf("%+v: --version line %q, want %q", b, got, want)
+		}
 	}
 	res = execute(t, nil, "--version=raw")
 	if res.err != nil || !strings.Contains(res.stdout, Version) || !strings.Contains(res.stdout, "go") {

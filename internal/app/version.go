@@ -49,12 +49,25 @@ func readBuildInfo() buildInfo {
 	return b
 }
 
+// line is what --version prints: "svcproxy v0.1.0 (commit 1a2b3c4d, go1.26.8)",
+// the commit short and marked -dirty when the tree was modified.
+func (b buildInfo) line() string {
+	commit := b.commit
+	if len(commit) > 8 && commit != "unknown" {
+		commit = commit[:8]
+	}
+	if b.treeState == "dirty" {
+		commit += "-dirty"
+	}
+	return fmt.Sprintf("svcproxy %s (commit %s, %s)", b.version, commit, b.goVersion)
+}
+
 // printVersion is --version (one line, like kube-proxy's "Kubernetes
-// vX.Y.Z") and --version=raw (everything, like kube-proxy's version.Info).
+// vX.Y.Z", with the commit and Go version) and --version=raw (everything, like kube-proxy's version.Info).
 func printVersion(w io.Writer, mode string) error {
 	switch mode {
 	case "true":
-		_, err := fmt.Fprintf(w, "svcproxy %s\n", Version)
+		_, err := fmt.Fprintln(w, readBuildInfo().line())
 		return err
 	case "raw":
 		b := readBuildInfo()
