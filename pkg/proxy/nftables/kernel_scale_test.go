@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -20,43 +21,43 @@ import (
 // external IP and the node port.
 func TestKernelEndpointCounts(t *testing.T) {
 	requireKernel(t)
-	env := newKernelEnv(t)
-	pod, err := env.node1.AddPod("pod-d")
+	env := scenario.NewEnv(t)
+	pod, err := env.Node1.AddPod("pod-d")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, proto := range protocols {
-		if _, err := pod.NS.Serve("pod-d", proto, podPort); err != nil {
+	for _, proto := range scenario.Protocols {
+		if _, err := pod.NS.Serve("pod-d", proto, scenario.PodPort); err != nil {
 			t.Fatal(err)
 		}
 	}
-	env.pods["pod-d"] = pod
+	env.Pods["pod-d"] = pod
 	order := []string{"pod-a", "pod-r", "pod-b", "pod-d", "pod-c"} // a remote one among the first two
-	endpoints := func(n int) []epSpec {
-		var eps []epSpec
+	endpoints := func(n int) []scenario.EPSpec {
+		var eps []scenario.EPSpec
 		for _, name := range order[:n] {
-			eps = append(eps, epSpec{pod: name})
+			eps = append(eps, scenario.EPSpec{Pod: name})
 		}
 		return eps
 	}
-	for _, f := range families {
-		t.Run(string(f.family), func(t *testing.T) {
-			w := env.newWorld(f)
-			p := env.newProxier(t, f)
-			spec := svcSpec{name: "scaled", ip: 40, nodePort: 30100, external: true, endpoints: endpoints(2)}
-			env.sync(t, p, w.apply(t, spec))
-			env.reachesExactly(t, f, spec)
+	for _, f := range scenario.Families {
+		t.Run(string(f.Family), func(t *testing.T) {
+			w := env.NewWorld(f)
+			p := newProxier(t, env, f)
+			spec := scenario.Spec{Name: "scaled", Slot: 40, NodePort: 30100, External: true, Endpoints: endpoints(2)}
+			syncIn(t, env, p, w.Apply(t, spec))
+			reachesExactly(t, env, f, spec)
 			for _, n := range []int{3, 5, 1, 3} {
-				spec.endpoints = endpoints(n)
-				st := w.apply(t, spec)
+				spec.Endpoints = endpoints(n)
+				st := w.Apply(t, spec)
 				if st.Changed == nil {
 					t.Fatal("expected an incremental State (Changed set), got a full one")
 				}
-				env.sync(t, p, st)
-				env.flushConntrack(t)
-				env.reachesExactly(t, f, spec)
+				syncIn(t, env, p, st)
+				flushConntrack(t, env)
+				reachesExactly(t, env, f, spec)
 			}
-			if err := env.node1.NS.Do(func() error { return p.Cleanup(context.Background()) }); err != nil {
+			if err := env.Node1.NS.Do(func() error { return p.Cleanup(context.Background()) }); err != nil {
 				t.Errorf("cleanup: %v", err)
 			}
 		})
@@ -66,9 +67,9 @@ func TestKernelEndpointCounts(t *testing.T) {
 // flushConntrack forgets node1's flows, so that UDP answers show what the
 // rules do now, not the flows the previous step left (clearing stale flows
 // after an endpoint change is internal/conntrack's job, not this backend's).
-func (e *kernelEnv) flushConntrack(t *testing.T) {
+func flushConntrack(t *testing.T, env *scenario.Env) {
 	t.Helper()
-	err := e.node1.NS.Do(func() error {
+	err := env.Node1.NS.Do(func() error {
 		out, err := exec.Command("conntrack", "-F").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("conntrack -F: %w: %s", err, out)
@@ -83,20 +84,20 @@ func (e *kernelEnv) flushConntrack(t *testing.T) {
 // reachesExactly asserts that TCP and UDP connections through each frontend
 // of spec reach exactly its endpoints. 60 draws over at most 5 endpoints
 // miss one with probability < 1e-5.
-func (e *kernelEnv) reachesExactly(t *testing.T, f fam, spec svcSpec) {
+func reachesExactly(t *testing.T, env *scenario.Env, f scenario.Fam, spec scenario.Spec) {
 	t.Helper()
 	var want []string
-	for _, ep := range spec.endpoints {
-		want = append(want, ep.pod)
+	for _, ep := range spec.Endpoints {
+		want = append(want, ep.Pod)
 	}
 	slices.Sort(want)
 	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
 		for _, dst := range []netip.AddrPort{
-			netip.AddrPortFrom(f.clusterIP(spec.ip), svcPort),
-			netip.AddrPortFrom(f.externalIP(spec.ip), svcPort),
-			netip.AddrPortFrom(e.node1.IP(f.v6), uint16(int(spec.nodePort)+i)),
+			netip.AddrPortFrom(f.ClusterIP(spec.Slot), scenario.SvcPort),
+			netip.AddrPortFrom(f.ExternalIP(spec.Slot), scenario.SvcPort),
+			netip.AddrPortFrom(env.Node1.IP(f.V6), uint16(int(spec.NodePort)+i)),
 		} {
-			if got := servers(askMany(t, e.fromClient(f), proto, dst, 60)); !slices.Equal(got, want) {
+			if got := scenario.Servers(scenario.AskMany(t, env.FromClient(f), proto, dst, 60)); !slices.Equal(got, want) {
 				t.Errorf("%d endpoints: %s to %s reached %v, want %v", len(want), proto, dst, got, want)
 			}
 		}
