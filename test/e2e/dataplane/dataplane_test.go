@@ -38,6 +38,7 @@ var scenarios = []scenario{
 	{"PreferCloseByZone", testPreferClose},
 	{"SessionAffinity", testAffinity},
 	{"IgnoredServiceLabels", testIgnoredLabels},
+	{"Explain", testExplain},
 	{"RollingReplacement", testRollingReplacement},
 	{"UDPFlowSurvivesPodReplacement", testUDPReplacement},
 	{"MalformedEndpointSlice", testMalformedSlice},

@@ -12,7 +12,9 @@ import (
 )
 
 // writeConfig writes node n's KubeProxyConfiguration: mode per cluster,
-// health and metrics on the node's own address, a short syncPeriod so that
+// health on the node's own address, metrics on every address of the node
+// (its own for /metrics from outside, loopback for `svcproxy explain` run on
+// the node: the debug state stays loopback-only), a short syncPeriod so that
 // repairs of rules a third party deleted are quick to observe.
 func (c *Cluster) writeConfig(n *Node) error {
 	sp := c.Opts.SyncPeriod.String()
@@ -24,7 +26,7 @@ clientConnection:
   kubeconfig: %s
 clusterCIDR: %s
 healthzBindAddress: %s:10256
-metricsBindAddress: %s:10249
+metricsBindAddress: 0.0.0.0:10249
 iptables:
   syncPeriod: %s
 nftables:
@@ -35,7 +37,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, c.Opts.Mode, n.Name, n.Kubecfg, ClusterCIDR, n.IP, n.IP, sp, sp)
+`, c.Opts.Mode, n.Name, n.Kubecfg, ClusterCIDR, n.IP, sp, sp)
 	n.Config = filepath.Join(c.Work, n.Name+".yaml")
 	return os.WriteFile(n.Config, []byte(cfg), 0o644)
 }
