@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/kiptables"
@@ -15,6 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
 // Sample is one timed operation. Child* is the CPU time of the iptables
@@ -77,13 +73,13 @@ func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes 
 		return nil, err
 	}
 	b := &bench{ctx: ctx, ns: ns, flavour: flavour,
-		res: &Result{Flavour: string(flavour), Services: services, Endpoints: services * endpointsPerService}}
+		res: &Result{Flavour: string(flavour), Services: services, Endpoints: services * benchkit.EndpointsPerService}}
 	start := time.Now()
-	st, err := buildState(services)
+	st, err := benchkit.BuildState(services, benchkit.NodeIP)
 	if err != nil {
 		return nil, err
 	}
-	b.res.BuildMS = ms(time.Since(start))
+	b.res.BuildMS = benchkit.MS(time.Since(start))
 
 	p, ipt, err := b.newProxier()
 	if err != nil {
@@ -92,8 +88,8 @@ func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes 
 	if b.res.Cold, err = b.measure(ipt, func(ctx context.Context) error { return p.Sync(ctx, st) }); err != nil {
 		return nil, fmt.Errorf("cold sync: %w", err)
 	}
-	b.res.SelfHWMColdKiB = readHWM()
-	b.res.ChildMaxRSSColdKiB = childrenMaxRSS()
+	b.res.SelfHWMColdKiB = benchkit.ReadHWM()
+	b.res.ChildMaxRSSColdKiB = benchkit.ChildrenMaxRSS()
 	if b.res.ColdDigest, b.res.Rules, err = b.digest(); err != nil {
 		return nil, err
 	}
@@ -104,8 +100,8 @@ func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes 
 	if err := b.restart(cur); err != nil {
 		return nil, err
 	}
-	b.res.SelfHWMKiB = readHWM()
-	b.res.ChildMaxRSSKiB = childrenMaxRSS()
+	b.res.SelfHWMKiB = benchkit.ReadHWM()
+	b.res.ChildMaxRSSKiB = benchkit.ChildrenMaxRSS()
 	return b.res, nil
 }
 
@@ -133,7 +129,7 @@ func (b *bench) newProxier() (*iptables.Proxier, *timedIPT, error) {
 func (b *bench) endpointChanges(p *iptables.Proxier, ipt *timedIPT, st *desired.State, services, changes int) (*desired.State, error) {
 	cur := st
 	for k := 0; k < changes; k++ {
-		cur = withEndpointMoved(cur, (k*7919)%services, k)
+		cur = benchkit.WithEndpointMoved(cur, (k*7919)%services, k)
 		next := cur
 		s, err := b.measure(ipt, func(ctx context.Context) error { return p.Sync(ctx, next) })
 		if err != nil {
@@ -157,7 +153,7 @@ func (b *bench) restart(cur *desired.State) error {
 		var ipt *timedIPT
 		p, ipt, err = b.newProxier()
 		return ipt, err
-	}, func(ctx context.Context) error { return p.Sync(ctx, fullSync(cur)) })
+	}, func(ctx context.Context) error { return p.Sync(ctx, benchkit.FullSync(cur)) })
 	if err != nil {
 		return fmt.Errorf("restart: %w", err)
 	}
@@ -196,56 +192,22 @@ func (b *bench) measure(ipt *timedIPT, fn func(ctx context.Context) error) (Samp
 // measureWithSetup also times setup (run first, inside the namespace),
 // which returns the client whose calls to record.
 func (b *bench) measureWithSetup(setup func() (*timedIPT, error), fn func(ctx context.Context) error) (Sample, error) {
-	self0, kids0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
-	start := time.Now()
-	ipt, err := setup()
-	if err == nil {
-		err = b.ns.Do(func() error { return fn(b.ctx) })
-	}
-	wall := time.Since(start)
-	self1, kids1 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
+	var ipt *timedIPT
+	times, err := benchkit.Measure(func() (err error) {
+		if ipt, err = setup(); err != nil {
+			return err
+		}
+		return b.ns.Do(func() error { return fn(b.ctx) })
+	})
 	s := Sample{
-		WallMS:      ms(wall),
-		ChildUserMS: ms(tv(kids1.Utime) - tv(kids0.Utime)),
-		ChildSysMS:  ms(tv(kids1.Stime) - tv(kids0.Stime)),
-		SelfUserMS:  ms(tv(self1.Utime) - tv(self0.Utime)),
-		SelfSysMS:   ms(tv(self1.Stime) - tv(self0.Stime)),
+		WallMS:      times.WallMS,
+		ChildUserMS: times.ChildUserMS,
+		ChildSysMS:  times.ChildSysMS,
+		SelfUserMS:  times.SelfUserMS,
+		SelfSysMS:   times.SelfSysMS,
 	}
 	if ipt != nil {
 		s.Ops = ipt.take()
 	}
 	return s, err
-}
-
-func rusage(who int) syscall.Rusage {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(who, &ru)
-	return ru
-}
-
-func tv(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// childrenMaxRSS is the largest resident set of any waited-for child, KiB.
-func childrenMaxRSS() int64 { return rusage(syscall.RUSAGE_CHILDREN).Maxrss }
-
-// readHWM returns this process's peak resident set (VmHWM), KiB.
-func readHWM() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
-			v, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return -1
-			}
-			return v
-		}
-	}
-	return -1
 }

@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
 func main() { os.Exit(run()) }
@@ -63,7 +63,7 @@ func run() int {
 	}
 	cfg := config{changes: *changes, runs: *runs, timeout: *timeout}
 	var err error
-	if cfg.scales, err = parseScales(*scales); err == nil {
+	if cfg.scales, err = benchkit.ParseScales(*scales, benchkit.MaxServices); err == nil {
 		cfg.flavours, err = parseFlavours(*flavours)
 	}
 	if err != nil {
@@ -94,7 +94,7 @@ func runAll(cfg config) (map[key][]*Result, map[key][]string) {
 		for _, fl := range cfg.flavours {
 			for _, n := range cfg.scales {
 				k := key{fl, n}
-				fmt.Fprintf(os.Stderr, "run %d/%d: iptables-%s, %d services × %d endpoints...\n", r+1, cfg.runs, fl, n, endpointsPerService)
+				fmt.Fprintf(os.Stderr, "run %d/%d: iptables-%s, %d services × %d endpoints...\n", r+1, cfg.runs, fl, n, benchkit.EndpointsPerService)
 				res, err := spawnChild(fl, n, cfg.changes, cfg.timeout)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
@@ -102,7 +102,7 @@ func runAll(cfg config) (map[key][]*Result, map[key][]string) {
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "  cold %.0f ms, endpoint change %.0f ms, restart %.0f ms\n",
-					res.Cold.WallMS, summarize(wallsOf(res.EndpointChange)).med, res.Restart.WallMS)
+					res.Cold.WallMS, benchkit.Summarize(wallsOf(res.EndpointChange)).Med, res.Restart.WallMS)
 				results[k] = append(results[k], res)
 			}
 		}
@@ -147,25 +147,13 @@ func spawnChild(flavour kiptables.Flavour, services, changes int, timeout time.D
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w: %s", err, lastLines(stderr.String(), 5))
+		return nil, fmt.Errorf("%w: %s", err, benchkit.LastLines(stderr.String(), 5))
 	}
 	var res Result
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		return nil, fmt.Errorf("child output: %w", err)
 	}
 	return &res, nil
-}
-
-func parseScales(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 || n > maxServices {
-			return nil, fmt.Errorf("bad scale %q (1..%d)", f, maxServices)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 func parseFlavours(s string) ([]kiptables.Flavour, error) {
@@ -185,20 +173,5 @@ func writeJSON(path string, results map[key][]*Result) error {
 	for k, rs := range results {
 		flat[fmt.Sprintf("%s/%d", k.flavour, k.scale)] = rs
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	defer f.Close()
-	enc := json.NewEncoder(io.Writer(f))
-	enc.SetIndent("", "  ")
-	return enc.Encode(flat)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
+	return benchkit.WriteJSON(path, flat)
 }

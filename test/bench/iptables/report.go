@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
 // Upstream kube-proxy v1.37.1's iptables mode on this cluster shape, and
@@ -21,21 +17,6 @@ var (
 	upstreamChange = map[int]string{1000: "126–141 ms"}
 	coldTarget     = map[int]float64{10000: 60000}
 )
-
-// stat is median, min and max of a metric over all samples.
-type stat struct{ med, min, max float64 }
-
-func summarize(xs []float64) stat {
-	if len(xs) == 0 {
-		return stat{}
-	}
-	s := slices.Sorted(slices.Values(xs))
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return stat{med: med, min: s[0], max: s[len(s)-1]}
-}
 
 func wallsOf(ss []Sample) []float64 {
 	var out []float64
@@ -58,32 +39,32 @@ var phases = []phase{
 }
 
 // over gathers f of every sample of phase p over all results.
-func over(rs []*Result, p phase, f func(Sample) float64) stat {
+func over(rs []*Result, p phase, f func(Sample) float64) benchkit.Stat {
 	var xs []float64
 	for _, r := range rs {
 		for _, s := range p.of(r) {
 			xs = append(xs, f(s))
 		}
 	}
-	return summarize(xs)
+	return benchkit.Summarize(xs)
 }
 
 // printReport writes the whole report as Markdown, ready for
 // docs/performance.md.
 func printReport(w io.Writer, cfg config, results map[key][]*Result, failures map[key][]string) {
 	fmt.Fprintf(w, "### iptables backend, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(w, "Machine: %s\n\n", machine())
+	fmt.Fprintf(w, "Machine: %s\n\n", benchkit.Machine("iptables-legacy", "--version"))
 	fmt.Fprintf(w, "%d run(s) per flavour and scale, each in a fresh network namespace; services × %d endpoints, IPv4; "+
 		"times in ms, median [min … max] over runs (endpoint changes: over runs × %d changes). iptables CPU = user/sys "+
 		"of the iptables child processes (sys ≈ the kernel applying the rules); svcproxy CPU = user+sys of the "+
-		"benchmark process (render, diff).\n\n", cfg.runs, endpointsPerService, cfg.changes)
+		"benchmark process (render, diff).\n\n", cfg.runs, benchkit.EndpointsPerService, cfg.changes)
 	timingTable(w, cfg, results)
 	rulesTable(w, cfg, results)
 	profileTable(w, cfg, results)
 	for _, fl := range cfg.flavours {
 		for _, n := range cfg.scales {
 			for _, f := range failures[key{fl, n}] {
-				fmt.Fprintf(w, "\nFailure, iptables-%s at %s: %s\n", fl, scaleName(n), f)
+				fmt.Fprintf(w, "\nFailure, iptables-%s at %s: %s\n", fl, benchkit.ScaleName(n), f)
 			}
 		}
 	}
@@ -96,7 +77,7 @@ func timingTable(w io.Writer, cfg config, results map[key][]*Result) {
 		for _, n := range cfg.scales {
 			rs := results[key{fl, n}]
 			if len(rs) == 0 {
-				fmt.Fprintf(w, "| %s | %s×10: all runs failed | | | | | | |\n", fl, scaleName(n))
+				fmt.Fprintf(w, "| %s | %s×10: all runs failed | | | | | | |\n", fl, benchkit.ScaleName(n))
 				continue
 			}
 			for i, p := range phases {
@@ -109,13 +90,13 @@ func timingTable(w io.Writer, cfg config, results map[key][]*Result) {
 				case 0:
 					upstream = upstreamCold[n]
 					if limit, ok := coldTarget[n]; ok {
-						target, met = fmt.Sprintf("< %.0f s", limit/1000), verdict(wallS.med < limit)
+						target, met = fmt.Sprintf("< %.0f s", limit/1000), benchkit.Verdict(wallS.Med < limit)
 					}
 				case 1:
 					upstream = upstreamChange[n]
 				}
 				fmt.Fprintf(w, "| %s | %s @%s×10 | %s | %.0f / %.0f | %.0f | %s | %s | %s |\n",
-					fl, p.name, scaleName(n), fmtStat(wallS), user.med, sys.med, self.med, upstream, target, met)
+					fl, p.name, benchkit.ScaleName(n), benchkit.FmtStat(wallS), user.Med, sys.Med, self.Med, upstream, target, met)
 			}
 		}
 	}
@@ -145,10 +126,10 @@ func rulesTable(w io.Writer, cfg config, results map[key][]*Result) {
 				for _, r := range rs {
 					xs = append(xs, float64(f(r)))
 				}
-				return summarize(xs).med / 1024
+				return benchkit.Summarize(xs).Med / 1024
 			}
 			fmt.Fprintf(w, "| %s | %s×10 | %d | %s | %s | %.0f / %.0f MiB | %.0f / %.0f MiB |\n",
-				fl, scaleName(n), rs[0].Rules, sameAcrossFlavours(results, fl, n), restartVerdict(changed, len(rs)),
+				fl, benchkit.ScaleName(n), rs[0].Rules, sameAcrossFlavours(results, fl, n), restartVerdict(changed, len(rs)),
 				kib(func(r *Result) int64 { return r.SelfHWMColdKiB }), kib(func(r *Result) int64 { return r.SelfHWMKiB }),
 				kib(func(r *Result) int64 { return r.ChildMaxRSSColdKiB }), kib(func(r *Result) int64 { return r.ChildMaxRSSKiB }))
 		}
@@ -188,7 +169,7 @@ func restartVerdict(changed, runs int) string {
 // at the largest scale; what is left is svcproxy's own work.
 func profileTable(w io.Writer, cfg config, results map[key][]*Result) {
 	n := slices.Max(cfg.scales)
-	fmt.Fprintf(w, "Where the time goes at %s×10 (medians, ms; restore input in MiB):\n\n", scaleName(n))
+	fmt.Fprintf(w, "Where the time goes at %s×10 (medians, ms; restore input in MiB):\n\n", benchkit.ScaleName(n))
 	fmt.Fprintln(w, "| flavour | scenario | wall | iptables-restore wall (user / sys) | restore input | iptables-save wall (calls) | single-rule iptables calls wall (calls) | svcproxy own |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, fl := range cfg.flavours {
@@ -198,21 +179,21 @@ func profileTable(w io.Writer, cfg config, results map[key][]*Result) {
 				continue
 			}
 			op := func(name string, f func(OpStat) float64) float64 {
-				return over(rs, p, func(s Sample) float64 { return f(s.Ops[name]) }).med
+				return over(rs, p, func(s Sample) float64 { return f(s.Ops[name]) }).Med
 			}
-			wallMed := over(rs, p, func(s Sample) float64 { return s.WallMS }).med
+			wallMed := over(rs, p, func(s Sample) float64 { return s.WallMS }).Med
 			own := over(rs, p, func(s Sample) float64 {
 				rest := s.WallMS
 				for _, o := range s.Ops {
 					rest -= o.WallMS
 				}
 				return rest
-			}).med
-			fmt.Fprintf(w, "| %s | %s | %s | %s (%.0f / %.0f) | %.1f | %s (%.0f) | %s (%.0f) | %s |\n", fl, p.name, fmtMS(wallMed),
-				fmtMS(op("restore", opWall)), op("restore", opUser), op("restore", opSys),
+			}).Med
+			fmt.Fprintf(w, "| %s | %s | %s | %s (%.0f / %.0f) | %.1f | %s (%.0f) | %s (%.0f) | %s |\n", fl, p.name, benchkit.FmtMS(wallMed),
+				benchkit.FmtMS(op("restore", opWall)), op("restore", opUser), op("restore", opSys),
 				op("restore", func(o OpStat) float64 { return float64(o.InBytes) })/(1<<20),
-				fmtMS(op("save", opWall)), op("save", opCalls),
-				fmtMS(op("single-rule tools", opWall)), op("single-rule tools", opCalls), fmtMS(own))
+				benchkit.FmtMS(op("save", opWall)), op("save", opCalls),
+				benchkit.FmtMS(op("single-rule tools", opWall)), op("single-rule tools", opCalls), benchkit.FmtMS(own))
 		}
 	}
 	fmt.Fprintln(w)
@@ -222,47 +203,3 @@ func opWall(o OpStat) float64  { return o.WallMS }
 func opUser(o OpStat) float64  { return o.ChildUserMS }
 func opSys(o OpStat) float64   { return o.ChildSysMS }
 func opCalls(o OpStat) float64 { return float64(o.Calls) }
-
-func fmtStat(s stat) string {
-	return fmt.Sprintf("%s [%s … %s]", fmtMS(s.med), fmtMS(s.min), fmtMS(s.max))
-}
-
-func fmtMS(v float64) string {
-	if v >= 100 {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "**no**"
-}
-
-func scaleName(n int) string {
-	if n%1000 == 0 {
-		return fmt.Sprintf("%dk", n/1000)
-	}
-	return fmt.Sprint(n)
-}
-
-// machine describes where the numbers were taken.
-func machine() string {
-	cpu := "unknown CPU"
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		s := bufio.NewScanner(f)
-		for s.Scan() {
-			if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				cpu = strings.TrimSpace(v)
-				break
-			}
-		}
-		f.Close()
-	}
-	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	ipt, _ := exec.Command("iptables-legacy", "--version").Output()
-	return fmt.Sprintf("%s, %d CPUs, kernel %s, %s, %s", cpu, runtime.NumCPU(),
-		strings.TrimSpace(string(kernel)), strings.TrimSpace(string(ipt)), runtime.Version())
-}

@@ -6,10 +6,9 @@ import (
 	"encoding/hex"
 	"regexp"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
 // OpStat sums the calls of one kind an operation made to iptables: wall
@@ -48,20 +47,16 @@ func (t *timedIPT) take() map[string]OpStat {
 }
 
 func (t *timedIPT) timed(op string, in int, fn func() error) error {
-	kids0 := rusage(syscall.RUSAGE_CHILDREN)
-	start := time.Now()
-	err := fn()
-	wall := time.Since(start)
-	kids1 := rusage(syscall.RUSAGE_CHILDREN)
+	times, err := benchkit.Measure(fn)
 	s := t.ops[op]
 	if s == nil {
 		s = &OpStat{}
 		t.ops[op] = s
 	}
 	s.Calls++
-	s.WallMS += ms(wall)
-	s.ChildUserMS += ms(tv(kids1.Utime) - tv(kids0.Utime))
-	s.ChildSysMS += ms(tv(kids1.Stime) - tv(kids0.Stime))
+	s.WallMS += times.WallMS
+	s.ChildUserMS += times.ChildUserMS
+	s.ChildSysMS += times.ChildSysMS
 	s.InBytes += in
 	return err
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
 // backend is what the benchmark needs of a Proxier.
@@ -66,7 +67,7 @@ func run() int {
 	for _, n := range counts {
 		rows[n] = map[string]*result{}
 		for _, name := range []string{"ipvs", "nftables"} {
-			fmt.Fprintf(os.Stderr, "%s: %d services × %d endpoints...\n", name, n, endpointsPerService)
+			fmt.Fprintf(os.Stderr, "%s: %d services × %d endpoints...\n", name, n, benchkit.EndpointsPerService)
 			r, err := measure(makers[name], n, *changes)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "  %s at %d: %s\n", name, n, firstLines(err.Error(), 3))
@@ -89,7 +90,7 @@ func run() int {
 // Init, the cold full Sync, single-endpoint changes, then a restart (a new
 // Proxier, Init and a full Sync of the unchanged State), and cleans up.
 func measure(newBackend func() (backend, error), n, changes int) (*result, error) {
-	st, err := buildState(n)
+	st, err := benchkit.BuildState(n, benchNodeIP)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +123,7 @@ func measure(newBackend func() (backend, error), n, changes int) (*result, error
 	}
 	cur := st
 	for k := range changes {
-		cur = withEndpointMoved(cur, (k*7919)%n, k)
+		cur = benchkit.WithEndpointMoved(cur, (k*7919)%n, k)
 		next := cur
 		d, err := timed(ns, func() error { return p.Sync(ctx, next) })
 		if err != nil {
@@ -135,7 +136,7 @@ func measure(newBackend func() (backend, error), n, changes int) (*result, error
 		if err := start(); err != nil {
 			return err
 		}
-		return p.Sync(ctx, fullSync(cur))
+		return p.Sync(ctx, benchkit.FullSync(cur))
 	}); err != nil {
 		return nil, fmt.Errorf("restart: %w", err)
 	}
@@ -192,7 +193,7 @@ func median(v []float64) float64 {
 func report(counts []int, rows map[int]map[string]*result) {
 	kernel, _ := exec.Command("uname", "-r").Output()
 	fmt.Printf("IPVS vs nftables backend, IPv4, %d endpoints per service, kernel %s, %s\n",
-		endpointsPerService, strings.TrimSpace(string(kernel)), time.Now().UTC().Format(time.RFC3339))
+		benchkit.EndpointsPerService, strings.TrimSpace(string(kernel)), time.Now().UTC().Format(time.RFC3339))
 	fmt.Println("times in ms; change = median Sync after one endpoint moved; restart = new Proxier + Init + full Sync, unchanged State")
 	fmt.Printf("%-9s %-9s %9s %9s %9s %9s\n", "services", "backend", "init", "cold", "change", "restart")
 	for _, n := range counts {

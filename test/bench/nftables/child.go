@@ -1,20 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
 // Sample is one timed operation. Nft* is CPU time of the nft processes the
@@ -59,14 +56,14 @@ func runChild(services, changes int, profile string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Services: services, Endpoints: services * endpointsPerService}
+	res := &Result{Services: services, Endpoints: services * benchkit.EndpointsPerService}
 
 	start := time.Now()
-	st, err := buildState(services)
+	st, err := benchkit.BuildState(services, benchkit.NodeIP)
 	if err != nil {
 		return nil, err
 	}
-	res.BuildMS = ms(time.Since(start))
+	res.BuildMS = benchkit.MS(time.Since(start))
 
 	ctx := context.Background()
 	var p *nftables.Proxier
@@ -87,7 +84,7 @@ func runChild(services, changes int, profile string) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cold sync: %w", err)
 	}
-	res.SelfHWMColdKiB = readHWM()
+	res.SelfHWMColdKiB = benchkit.ReadHWM()
 
 	cur, err := incrementalPhases(ns, p, st, services, changes, res)
 	if err != nil {
@@ -96,7 +93,7 @@ func runChild(services, changes int, profile string) (*Result, error) {
 	if err := restartPhase(ns, cur, res); err != nil {
 		return nil, err
 	}
-	res.SelfHWMKiB = readHWM()
+	res.SelfHWMKiB = benchkit.ReadHWM()
 	return res, nil
 }
 
@@ -106,7 +103,7 @@ func incrementalPhases(ns *netnstest.NS, p *nftables.Proxier, st *desired.State,
 	ctx := context.Background()
 	cur := st
 	for k := 0; k < changes; k++ {
-		cur = withEndpointMoved(cur, (k*7919)%services, k)
+		cur = benchkit.WithEndpointMoved(cur, (k*7919)%services, k)
 		next := cur
 		s, err := measure(ns, func() error { return p.Sync(ctx, next) })
 		if err != nil {
@@ -115,7 +112,7 @@ func incrementalPhases(ns *netnstest.NS, p *nftables.Proxier, st *desired.State,
 		res.EndpointChange = append(res.EndpointChange, s)
 	}
 	for k := 0; k < changes; k++ {
-		cur = withService(cur, makeServicePort(services+k))
+		cur = benchkit.WithService(cur, benchkit.MakeServicePort(services+k))
 		next := cur
 		s, err := measure(ns, func() error { return p.Sync(ctx, next) })
 		if err != nil {
@@ -143,9 +140,9 @@ func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result) error {
 		if err := p.Init(ctx); err != nil {
 			return err
 		}
-		return p.Sync(ctx, fullSync(cur))
+		return p.Sync(ctx, benchkit.FullSync(cur))
 	})
-	res.NftMaxRSSKiB = childrenMaxRSS()
+	res.NftMaxRSSKiB = benchkit.ChildrenMaxRSS()
 	res.RestartEvents = countEvents(mon.Stop())
 	if err != nil {
 		return fmt.Errorf("restart sync: %w", err)
@@ -168,51 +165,14 @@ func countEvents(lines []string) map[string]int {
 // measure runs fn inside ns and records wall time and the CPU time of this
 // process and of the children (nft) it waited for.
 func measure(ns *netnstest.NS, fn func() error) (Sample, error) {
-	self0, kids0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
-	start := time.Now()
-	err := ns.Do(fn)
-	wall := time.Since(start)
-	self1, kids1 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
+	t, err := benchkit.Measure(func() error { return ns.Do(fn) })
 	return Sample{
-		WallMS:     ms(wall),
-		NftUserMS:  ms(tv(kids1.Utime) - tv(kids0.Utime)),
-		NftSysMS:   ms(tv(kids1.Stime) - tv(kids0.Stime)),
-		SelfUserMS: ms(tv(self1.Utime) - tv(self0.Utime)),
-		SelfSysMS:  ms(tv(self1.Stime) - tv(self0.Stime)),
+		WallMS:     t.WallMS,
+		NftUserMS:  t.ChildUserMS,
+		NftSysMS:   t.ChildSysMS,
+		SelfUserMS: t.SelfUserMS,
+		SelfSysMS:  t.SelfSysMS,
 	}, err
-}
-
-func rusage(who int) syscall.Rusage {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(who, &ru)
-	return ru
-}
-
-func tv(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// childrenMaxRSS is the largest resident set of any waited-for child, KiB.
-func childrenMaxRSS() int64 { return rusage(syscall.RUSAGE_CHILDREN).Maxrss }
-
-// readHWM returns this process's peak resident set (VmHWM), KiB.
-func readHWM() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
-			v, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return -1
-			}
-			return v
-		}
-	}
-	return -1
 }
 
 // startProfile starts a CPU profile into path ("" = none) and returns what

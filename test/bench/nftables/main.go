@@ -17,12 +17,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
 func main() { os.Exit(run()) }
@@ -46,7 +46,7 @@ func run() int {
 	if *quick {
 		*scales, *runs = "1000,2000", 1
 	}
-	counts, err := parseScales(*scales)
+	counts, err := benchkit.ParseScales(*scales, benchkit.MaxServices)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -55,7 +55,7 @@ func run() int {
 	failures := map[int][]string{}
 	for r := 0; r < *runs; r++ {
 		for _, n := range counts {
-			fmt.Fprintf(os.Stderr, "run %d/%d: %d services × %d endpoints...\n", r+1, *runs, n, endpointsPerService)
+			fmt.Fprintf(os.Stderr, "run %d/%d: %d services × %d endpoints...\n", r+1, *runs, n, benchkit.EndpointsPerService)
 			res, err := spawnChild(n, *changes, *timeout, *profile)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
@@ -67,7 +67,7 @@ func run() int {
 		}
 	}
 	if *jsonOut != "" {
-		if err := writeJSON(*jsonOut, results); err != nil {
+		if err := benchkit.WriteJSON(*jsonOut, results); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
@@ -108,42 +108,11 @@ func spawnChild(services, changes int, timeout time.Duration, profile string) (*
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w: %s", err, lastLines(stderr.String(), 5))
+		return nil, fmt.Errorf("%w: %s", err, benchkit.LastLines(stderr.String(), 5))
 	}
 	var res Result
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		return nil, fmt.Errorf("child output: %w", err)
 	}
 	return &res, nil
-}
-
-func parseScales(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 || n > maxServices {
-			return nil, fmt.Errorf("bad scale %q (1..%d)", f, maxServices)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-func writeJSON(path string, results map[int][]*Result) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	defer f.Close()
-	enc := json.NewEncoder(io.Writer(f))
-	enc.SetIndent("", "  ")
-	return enc.Encode(results)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }

@@ -1,16 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
 // target is a goal from reference/peers-and-numbers.md §5 for one metric at
@@ -38,27 +36,12 @@ func targetFor(ts []target, scale int) (target, bool) {
 	return target{}, false
 }
 
-// stat is median, min and max of a metric over all samples.
-type stat struct{ med, min, max float64 }
-
-func summarize(xs []float64) stat {
-	if len(xs) == 0 {
-		return stat{}
-	}
-	s := slices.Sorted(slices.Values(xs))
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return stat{med: med, min: s[0], max: s[len(s)-1]}
-}
-
-func collect(rs []*Result, f func(*Result) []float64) stat {
+func collect(rs []*Result, f func(*Result) []float64) benchkit.Stat {
 	var xs []float64
 	for _, r := range rs {
 		xs = append(xs, f(r)...)
 	}
-	return summarize(xs)
+	return benchkit.Summarize(xs)
 }
 
 func one(f func(*Result) Sample, g func(Sample) float64) func(*Result) []float64 {
@@ -84,7 +67,7 @@ func selfCPU(s Sample) float64 { return s.SelfUserMS + s.SelfSysMS }
 // docs/performance.md.
 func printReport(w io.Writer, scales []int, results map[int][]*Result, failures map[int][]string, runs int) {
 	fmt.Fprintf(w, "### nftables backend, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(w, "Machine: %s\n\n", machine())
+	fmt.Fprintf(w, "Machine: %s\n\n", benchkit.Machine("nft", "--version"))
 	fmt.Fprintf(w, "%d run(s) per scale, each in a fresh network namespace; times in ms, median [min … max] over runs "+
 		"(single changes: over runs × changes). nft user/sys = CPU of the nft child processes (sys ≈ kernel applying the "+
 		"transaction); svcproxy CPU = user+sys of the benchmark process (render, diff).\n\n", runs)
@@ -93,13 +76,13 @@ func printReport(w io.Writer, scales []int, results map[int][]*Result, failures 
 	for _, n := range scales {
 		rs := results[n]
 		if len(rs) == 0 {
-			fmt.Fprintf(w, "| %s × 10: all runs failed | | | | | | |\n", scaleName(n))
+			fmt.Fprintf(w, "| %s × 10: all runs failed | | | | | | |\n", benchkit.ScaleName(n))
 			continue
 		}
-		timedRow(w, "cold sync "+scaleName(n)+"×10", rs, func(r *Result) Sample { return r.Cold }, coldTargets, n)
-		manyRow(w, "endpoint change @"+scaleName(n), rs, func(r *Result) []Sample { return r.EndpointChange }, changeTargets, n)
-		manyRow(w, "service add @"+scaleName(n), rs, func(r *Result) []Sample { return r.ServiceAdd }, changeTargets, n)
-		timedRow(w, "restart, unchanged @"+scaleName(n)+" (New+Init+Sync)", rs, func(r *Result) Sample { return r.Restart }, restartTargets, n)
+		timedRow(w, "cold sync "+benchkit.ScaleName(n)+"×10", rs, func(r *Result) Sample { return r.Cold }, coldTargets, n)
+		manyRow(w, "endpoint change @"+benchkit.ScaleName(n), rs, func(r *Result) []Sample { return r.EndpointChange }, changeTargets, n)
+		manyRow(w, "service add @"+benchkit.ScaleName(n), rs, func(r *Result) []Sample { return r.ServiceAdd }, changeTargets, n)
+		timedRow(w, "restart, unchanged @"+benchkit.ScaleName(n)+" (New+Init+Sync)", rs, func(r *Result) Sample { return r.Restart }, restartTargets, n)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| scale | objects rewritten on restart | restart notifications (nf_tables) | peak RSS svcproxy (after cold / end) | peak RSS nft child, upper bound¹ | target RSS | met |")
@@ -113,7 +96,7 @@ func printReport(w io.Writer, scales []int, results map[int][]*Result, failures 
 		"RSS until exec, so this is max(nft's own peak, the benchmark's RSS when it forked).")
 	for _, n := range scales {
 		for _, f := range failures[n] {
-			fmt.Fprintf(w, "\nFailure at %s: %s\n", scaleName(n), f)
+			fmt.Fprintf(w, "\nFailure at %s: %s\n", benchkit.ScaleName(n), f)
 		}
 	}
 }
@@ -126,13 +109,13 @@ func manyRow(w io.Writer, name string, rs []*Result, f func(*Result) []Sample, t
 	row(w, name, collect(rs, many(f, wall)), collect(rs, many(f, nftUser)), collect(rs, many(f, nftSys)), collect(rs, many(f, selfCPU)), ts, n)
 }
 
-func row(w io.Writer, name string, wallS, user, sys, self stat, ts []target, n int) {
+func row(w io.Writer, name string, wallS, user, sys, self benchkit.Stat, ts []target, n int) {
 	t, ok := targetFor(ts, n)
 	tText, met := "", ""
 	if ok {
-		tText, met = t.text, verdict(wallS.med <= t.limit)
+		tText, met = t.text, benchkit.Verdict(wallS.Med <= t.limit)
 	}
-	fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.0f | %s | %s |\n", name, fmtStat(wallS), user.med, sys.med, self.med, tText, met)
+	fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.0f | %s | %s |\n", name, benchkit.FmtStat(wallS), user.Med, sys.Med, self.Med, tText, met)
 }
 
 func resourceRow(w io.Writer, n int, rs []*Result) {
@@ -143,12 +126,12 @@ func resourceRow(w io.Writer, n int, rs []*Result) {
 	t, ok := targetFor(rssTargets, n)
 	tText, met := "", ""
 	if ok {
-		tText, met = t.text, verdict(hwm.med <= t.limit)
+		tText, met = t.text, benchkit.Verdict(hwm.Med <= t.limit)
 	}
 	rw, _ := targetFor(rewriteTargets, n)
 	fmt.Fprintf(w, "| %s×10 | %.0f (target %s: %s) | %s | %.0f / %.0f MiB | %.0f MiB | %s | %s |\n",
-		scaleName(n), rewritten.med, rw.text, verdict(rewritten.max <= rw.limit), eventSummary(rs[0].RestartEvents),
-		hwmCold.med/1024, hwm.med/1024, nft.med/1024, tText, met)
+		benchkit.ScaleName(n), rewritten.Med, rw.text, benchkit.Verdict(rewritten.Max <= rw.limit), eventSummary(rs[0].RestartEvents),
+		hwmCold.Med/1024, hwm.Med/1024, nft.Med/1024, tText, met)
 }
 
 // rewrites counts the monitor events that change the dataplane: anything
@@ -174,48 +157,4 @@ func eventSummary(events map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s: %d", k, events[k]))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func fmtStat(s stat) string {
-	return fmt.Sprintf("%s [%s … %s]", fmtMS(s.med), fmtMS(s.min), fmtMS(s.max))
-}
-
-func fmtMS(v float64) string {
-	if v >= 100 {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "**no**"
-}
-
-func scaleName(n int) string {
-	if n%1000 == 0 {
-		return fmt.Sprintf("%dk", n/1000)
-	}
-	return fmt.Sprint(n)
-}
-
-// machine describes where the numbers were taken.
-func machine() string {
-	cpu := "unknown CPU"
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		s := bufio.NewScanner(f)
-		for s.Scan() {
-			if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				cpu = strings.TrimSpace(v)
-				break
-			}
-		}
-		f.Close()
-	}
-	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	nft, _ := exec.Command("nft", "--version").Output()
-	return fmt.Sprintf("%s, %d CPUs, kernel %s, %s, %s", cpu, runtime.NumCPU(),
-		strings.TrimSpace(string(kernel)), strings.TrimSpace(string(nft)), runtime.Version())
 }
