@@ -12,6 +12,11 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 OUTPUT := _output
 GO ?= go
+# The commit goes in with -X: builds here run with -buildvcs=false.
+APP := github.com/svcproxy/svcproxy/internal/app
+GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+GIT_TREE := $(shell git diff --quiet HEAD -- 2>/dev/null && echo clean || echo dirty)
+LDFLAGS := -X $(APP).gitCommit=$(GIT_COMMIT) -X $(APP).gitTreeState=$(GIT_TREE)
 
 .PHONY: all build test verify bench demo controlplane deps clean help e2e
 
@@ -22,7 +27,7 @@ help:
 
 build:
 	@mkdir -p $(OUTPUT)/bin
-	$(GO) build -o $(OUTPUT)/bin/svcproxy ./cmd/svcproxy
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(OUTPUT)/bin/svcproxy ./cmd/svcproxy
 
 deps:
 	hack/deps.sh
