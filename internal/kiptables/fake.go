@@ -206,6 +206,17 @@ func (f *Fake) EnsureRuleAtFront(_ context.Context, table Table, chain string, r
 	return nil
 }
 
+// ChainNames is part of Interface.
+func (f *Fake) ChainNames(_ context.Context, table Table) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, err := f.table(table)
+	if err != nil {
+		return nil, err
+	}
+	return t.chainNames(), nil
+}
+
 // Flavour is part of Interface: a Fake has none, so EnsureAtFront checks
 // with Save as on iptables-legacy.
 func (f *Fake) Flavour() Flavour { return "" }

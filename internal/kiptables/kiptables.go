@@ -38,6 +38,8 @@ type Interface interface {
 	Restore(ctx context.Context, data []byte) error
 	// Save returns iptables-save output for one table.
 	Save(ctx context.Context, table Table) ([]byte, error)
+	// ChainNames lists the chains of one table, built-in ones included.
+	ChainNames(ctx context.Context, table Table) ([]string, error)
 	// EnsureChain creates chain in table unless it exists.
 	EnsureChain(ctx context.Context, table Table, chain string) error
 	// ChainExists reports whether chain exists in table.

@@ -29,6 +29,7 @@ func (d *discard) EnsureRuleAtFront(context.Context, kiptables.Table, string, ..
 }
 func (d *discard) DeleteRule(context.Context, kiptables.Table, string, ...string) error { return nil }
 func (d *discard) Flavour() kiptables.Flavour                                           { return "" }
+func (d *discard) ChainNames(context.Context, kiptables.Table) ([]string, error)        { return nil, nil }
 
 // bigState is services×endpoints ClusterIP services with node ports, the
 // shape of upstream's scale tests.

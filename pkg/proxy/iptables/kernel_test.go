@@ -136,9 +136,13 @@ func (k *kernel) rulesInThisFlavourOnly(t *testing.T) {
 }
 
 // restart: a new Proxier given the same State (a full sync) must leave the
-// rules exactly as they were, and an established connection working.
+// rules exactly as they were, and an established connection working. A
+// service chain pair left by an earlier run (added behind the backend's
+// back) must be swept: on iptables-nft the sweep lists chain names over
+// netlink, on legacy it reads iptables-save.
 func (k *kernel) restart(t *testing.T, f scenario.Fam) {
 	before := save(t, k.env.Node1.NS, f.Family, k.flavour)
+	k.addStaleChains(t, f.Family)
 	k.env.KeepsConnection(t, f, func() {
 		full := *k.worlds[f.Family].State()
 		full.Changed = nil
@@ -148,6 +152,27 @@ func (k *kernel) restart(t *testing.T, f scenario.Fam) {
 	})
 	if after := save(t, k.env.Node1.NS, f.Family, k.flavour); after != before {
 		t.Errorf("rules changed across restart:\n%s", diffLines(before, after))
+	}
+}
+
+// addStaleChains adds KUBE-SVC-/KUBE-SEP-STALE0000000000, the first
+// jumping to the second, as a run that knew another Service would have.
+func (k *kernel) addStaleChains(t *testing.T, f proxy.IPFamily) {
+	t.Helper()
+	const in = "*nat\n:KUBE-SVC-STALE0000000000 - [0:0]\n:KUBE-SEP-STALE0000000000 - [0:0]\n" +
+		"-A KUBE-SVC-STALE0000000000 -j KUBE-SEP-STALE0000000000\nCOMMIT\n"
+	err := k.env.Node1.NS.Do(func() error {
+		ipt, err := kiptables.New(f, k.flavour)
+		if err != nil {
+			return err
+		}
+		return ipt.Restore(context.Background(), []byte(in))
+	})
+	if err != nil {
+		t.Fatalf("adding stale chains: %v", err)
+	}
+	if got := save(t, k.env.Node1.NS, f, k.flavour); !strings.Contains(got, "-A KUBE-SVC-STALE0000000000") {
+		t.Fatalf("stale chains not added:\n%s", got)
 	}
 }
 

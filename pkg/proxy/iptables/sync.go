@@ -157,30 +157,30 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 	return pl
 }
 
-// sweep adds to stale the service chains iptables-save shows that we do
-// not want, e.g. left by an earlier run. It uses save when ensureJumps
-// read one; otherwise, in large-cluster mode, where iptables-save takes
-// seconds, it runs at most once per SyncPeriod.
-func (p *Proxier) sweep(ctx context.Context, cfg *config, save []byte, stale, wanted map[string]struct{}) {
+// sweep adds to stale the service chains the kernel holds that we do not
+// want, e.g. left by an earlier run. It reads them from natSave when
+// ensureJumps took one (iptables-legacy), else lists the chain names; in
+// large-cluster mode, where that listing may take seconds, it does so at
+// most once per SyncPeriod.
+func (p *Proxier) sweep(ctx context.Context, cfg *config, natSave []byte, stale, wanted map[string]struct{}) {
 	now := p.opts.Now()
-	if save == nil {
+	var names []string
+	if natSave != nil {
+		names = kiptables.SavedChainNames(natSave)
+	} else {
 		if cfg.largeCluster && now.Sub(p.lastSweep) < p.opts.SyncPeriod {
 			return
 		}
 		var err error
-		if save, err = p.ipt.Save(ctx, kiptables.TableNAT); err != nil {
-			klog.ErrorS(err, "iptables-save failed; stale chains are not deleted this time", "ipFamily", p.family)
+		if names, err = p.ipt.ChainNames(ctx, kiptables.TableNAT); err != nil {
+			klog.ErrorS(err, "Listing nat chains failed; stale chains are not deleted this time", "ipFamily", p.family)
 			return
 		}
 	}
 	p.lastSweep = now
-	for _, line := range bytes.Split(save, []byte("\n")) {
-		if len(line) == 0 || line[0] != ':' {
-			continue
-		}
-		name, _, _ := bytes.Cut(line[1:], []byte(" "))
-		if _, ok := wanted[string(name)]; !ok && isServiceChain(string(name)) {
-			stale[string(name)] = struct{}{}
+	for _, name := range names {
+		if _, ok := wanted[name]; !ok && isServiceChain(name) {
+			stale[name] = struct{}{}
 		}
 	}
 }

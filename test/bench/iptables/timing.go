@@ -73,6 +73,16 @@ func (t *timedIPT) Save(ctx context.Context, table kiptables.Table) (out []byte,
 	return out, err
 }
 
+// ChainNames counts as a save: it is what the stale-chain sweep reads
+// (iptables-save on legacy, a netlink chain dump on nft).
+func (t *timedIPT) ChainNames(ctx context.Context, table kiptables.Table) (names []string, err error) {
+	err = t.timed("save", 0, func() error {
+		names, err = t.Interface.ChainNames(ctx, table)
+		return err
+	})
+	return names, err
+}
+
 func (t *timedIPT) EnsureChain(ctx context.Context, table kiptables.Table, chain string) error {
 	return t.timed("single-rule tools", 0, func() error { return t.Interface.EnsureChain(ctx, table, chain) })
 }
