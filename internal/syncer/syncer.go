@@ -259,9 +259,13 @@ func (s *Syncer) succeeded(prev, state *desired.State, changes model.Changes, st
 	}
 }
 
+// sameNode compares what every service port may depend on. HostAddrs is
+// left out on purpose: only node ports use it, Compute recomputes them on
+// every call, and host addresses come and go with every pod whose veth has
+// one — a full recompute for each would be O(services) per pod start.
 func sameNode(a, b desired.Node) bool {
 	return a.Name == b.Name && a.Zone == b.Zone &&
-		slices.Equal(a.IPs, b.IPs) && slices.Equal(a.PodCIDRs, b.PodCIDRs) && slices.Equal(a.HostAddrs, b.HostAddrs)
+		slices.Equal(a.IPs, b.IPs) && slices.Equal(a.PodCIDRs, b.PodCIDRs)
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
