@@ -2,7 +2,6 @@ package iptables
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,29 +32,9 @@ func TestGolden(t *testing.T) {
 			file := strings.NewReplacer(" ", "-", ",", "").Replace(strings.ToLower(name)) + "-" + strings.ToLower(string(family)) + ".golden"
 			t.Run(file, func(t *testing.T) {
 				fake, _ := syncFake(t, caseState(t, name, family), Options{LocalhostNodePorts: true})
-				checkGolden(t, file, fake.Dump())
+				proxytest.CheckGolden(t, filepath.Join("testdata", file), fake.Dump(), *update)
 			})
 		}
-	}
-}
-
-func checkGolden(t *testing.T, file, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", file)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if got != string(want) {
-		t.Errorf("dump differs from %s (run with -update to accept):\n%s", path, lineDiff(string(want), got))
 	}
 }
 

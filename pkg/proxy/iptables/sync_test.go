@@ -10,6 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 var ctx = context.Background()
@@ -79,7 +80,7 @@ func TestPartialSyncRewritesOnlyChangedChains(t *testing.T) {
 	// The result equals a fresh full sync of the new state.
 	fresh, _ := syncFake(t, next, Options{})
 	if got, want := fake.Dump(), fresh.Dump(); got != want {
-		t.Errorf("after partial sync:\n%s", lineDiff(want, got))
+		t.Errorf("after partial sync:\n%s", proxytest.LineDiff(want, got))
 	}
 	if fake.Dump() == before {
 		t.Error("partial sync changed nothing")
@@ -133,7 +134,7 @@ func TestFailureForcesFullSync(t *testing.T) {
 	}
 	fresh, _ := syncFake(t, again, Options{})
 	if fake.Dump() != fresh.Dump() {
-		t.Errorf("state after recovery:\n%s", lineDiff(fresh.Dump(), fake.Dump()))
+		t.Errorf("state after recovery:\n%s", proxytest.LineDiff(fresh.Dump(), fake.Dump()))
 	}
 }
 
@@ -148,7 +149,7 @@ func TestRestartWithSameStateChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if after := fake.Dump(); after != before {
-		t.Errorf("restart changed the tables:\n%s", lineDiff(before, after))
+		t.Errorf("restart changed the tables:\n%s", proxytest.LineDiff(before, after))
 	}
 }
 
@@ -188,7 +189,7 @@ func TestCanaryLossForcesFullSync(t *testing.T) {
 		t.Error("sync after canary loss was partial")
 	}
 	if fake.Dump() != before {
-		t.Errorf("tables not restored:\n%s", lineDiff(before, fake.Dump()))
+		t.Errorf("tables not restored:\n%s", proxytest.LineDiff(before, fake.Dump()))
 	}
 }
 
@@ -244,7 +245,7 @@ func TestCleanup(t *testing.T) {
 COMMIT
 `
 	if got := fake.Dump(); got != want {
-		t.Errorf("after cleanup:\n%s", lineDiff(want, got))
+		t.Errorf("after cleanup:\n%s", proxytest.LineDiff(want, got))
 	}
 	// Cleaning a clean host is not an error.
 	if err := p.Cleanup(ctx); err != nil {
@@ -293,6 +294,6 @@ func TestPartialSyncRewritesChangedTopLevel(t *testing.T) {
 	}
 	fresh, _ := syncFake(t, next, Options{})
 	if got, want := fake.Dump(), fresh.Dump(); got != want {
-		t.Errorf("after partial sync:\n%s", lineDiff(want, got))
+		t.Errorf("after partial sync:\n%s", proxytest.LineDiff(want, got))
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // upstreamState is the world of upstream's TestOverallIPTablesRules
@@ -156,7 +157,7 @@ func TestUpstreamRuleShapes(t *testing.T) {
 		}
 	}
 	if got.String() != upstreamRules {
-		t.Errorf("rules differ from upstream's:\n%s", lineDiff(upstreamRules, got.String()))
+		t.Errorf("rules differ from upstream's:\n%s", proxytest.LineDiff(upstreamRules, got.String()))
 	}
 }
 
@@ -168,31 +169,4 @@ func sectionOf(dump, table string) string {
 	}
 	section, _, _ := strings.Cut(rest, "COMMIT\n")
 	return section
-}
-
-// lineDiff lists lines only in want ("-") or only in got ("+").
-func lineDiff(want, got string) string {
-	in := func(s string) map[string]bool {
-		m := map[string]bool{}
-		for _, l := range strings.Split(s, "\n") {
-			m[l] = true
-		}
-		return m
-	}
-	w, g := in(want), in(got)
-	var b strings.Builder
-	for _, l := range strings.Split(want, "\n") {
-		if !g[l] {
-			b.WriteString("- " + l + "\n")
-		}
-	}
-	for _, l := range strings.Split(got, "\n") {
-		if !w[l] {
-			b.WriteString("+ " + l + "\n")
-		}
-	}
-	if b.Len() == 0 {
-		return "(same lines, different order)\n--- want\n" + want + "--- got\n" + got
-	}
-	return b.String()
 }

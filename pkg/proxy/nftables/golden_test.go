@@ -2,7 +2,6 @@ package nftables
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,19 +39,7 @@ func TestGolden(t *testing.T) {
 			file := strings.NewReplacer(" ", "-", ",", "").Replace(strings.ToLower(name)) + "-" + strings.ToLower(string(family)) + ".golden"
 			t.Run(file, func(t *testing.T) {
 				got := syncFake(t, proxytest.BuildState(t, c, family)).Dump()
-				path := filepath.Join("testdata", file)
-				if *update {
-					if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-				want, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatalf("%v (run with -update to create)", err)
-				}
-				if got != string(want) {
-					t.Errorf("dump differs from %s (run with -update to accept):\n%s", path, got)
-				}
+				proxytest.CheckGolden(t, filepath.Join("testdata", file), got, *update)
 			})
 		}
 	}

@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"fmt"
 	"net/netip"
 	"path"
 	"slices"
@@ -168,31 +167,24 @@ func (tr *tracer) trace(flow proxytest.Flow) proxytest.Result {
 }
 
 func (tr *tracer) result(bs []branch) proxytest.Result {
-	var res proxytest.Result
+	outs := make([]proxytest.Outcome, len(bs))
 	for i, b := range bs {
-		v := proxytest.Accept
-		switch {
-		case b.f == fDrop:
-			v = proxytest.Drop
-		case b.f == fReject:
-			v = proxytest.Reject
-		case b.p.dnat:
-			v = proxytest.DNAT
-		}
-		if i > 0 && v != res.Verdict {
-			return proxytest.Result{Verdict: proxytest.Verdict(fmt.Sprintf("MIXED(%s,%s)", res.Verdict, v))}
-		}
-		res.Verdict = v
-		if v == proxytest.DNAT {
-			ep := netip.AddrPortFrom(b.p.dst, b.p.dport)
-			if !slices.Contains(res.Endpoints, ep) {
-				res.Endpoints = append(res.Endpoints, ep)
-			}
-			res.Masquerade = res.Masquerade || b.p.masq
-		}
+		outs[i] = b.outcome()
 	}
-	slices.SortFunc(res.Endpoints, netip.AddrPort.Compare)
-	return res
+	return proxytest.CombineOutcomes(outs)
+}
+
+// outcome is where this branch ended.
+func (b branch) outcome() proxytest.Outcome {
+	switch {
+	case b.f == fDrop:
+		return proxytest.Outcome{Verdict: proxytest.Drop}
+	case b.f == fReject:
+		return proxytest.Outcome{Verdict: proxytest.Reject}
+	case b.p.dnat:
+		return proxytest.Outcome{Verdict: proxytest.DNAT, Endpoint: netip.AddrPortFrom(b.p.dst, b.p.dport), Masquerade: b.p.masq}
+	}
+	return proxytest.Outcome{Verdict: proxytest.Accept}
 }
 
 // tokenize splits a rule into words, keeping "{ ... }" groups and quoted
