@@ -149,36 +149,40 @@ func listSetsNetlink(c *nlConn, family uint8) ([]nlSet, error) {
 	var sets []nlSet
 	table := attrString(unix.NFTA_SET_TABLE, TableName)
 	err := c.request(unix.NFT_MSG_GETSET, family, true, table, func(b []byte) error {
-		st := nlSet{}
-		a := attrs{b: b}
-		table := ""
-		for t, d, ok := a.next(); ok; t, d, ok = a.next() {
-			switch t {
-			case unix.NFTA_SET_TABLE:
-				table = cString(d)
-			case unix.NFTA_SET_NAME:
-				st.name = cString(d)
-			case unix.NFTA_SET_FLAGS:
-				st.flags = beUint32(d)
-			case unix.NFTA_SET_KEY_TYPE:
-				st.keyType = beUint32(d)
-			case unix.NFTA_SET_KEY_LEN:
-				st.keyLen = beUint32(d)
-			case unix.NFTA_SET_DATA_TYPE:
-				st.dataType = beUint32(d)
-			case unix.NFTA_SET_DATA_LEN:
-				st.dataLen = beUint32(d)
-			}
-		}
+		st, table, err := parseSet(b)
 		if table == TableName && st.flags&unix.NFT_SET_ANONYMOUS == 0 {
 			sets = append(sets, st)
 		}
-		return a.err
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing sets: %w", err)
 	}
 	return sets, nil
+}
+
+// parseSet reads the attributes of one NFT_MSG_NEWSET message.
+func parseSet(b []byte) (st nlSet, table string, err error) {
+	a := attrs{b: b}
+	for t, d, ok := a.next(); ok; t, d, ok = a.next() {
+		switch t {
+		case unix.NFTA_SET_TABLE:
+			table = cString(d)
+		case unix.NFTA_SET_NAME:
+			st.name = cString(d)
+		case unix.NFTA_SET_FLAGS:
+			st.flags = beUint32(d)
+		case unix.NFTA_SET_KEY_TYPE:
+			st.keyType = beUint32(d)
+		case unix.NFTA_SET_KEY_LEN:
+			st.keyLen = beUint32(d)
+		case unix.NFTA_SET_DATA_TYPE:
+			st.dataType = beUint32(d)
+		case unix.NFTA_SET_DATA_LEN:
+			st.dataLen = beUint32(d)
+		}
+	}
+	return st, table, a.err
 }
 
 // setDump is one set's elements as a worker read them.

@@ -28,9 +28,12 @@ type Proxier struct {
 
 	readDone bool  // the existing table was read back
 	nlFamily uint8 // non-zero: a real kernel, read back over netlink
-	needFull bool  // the next sync must reconcile everything
-	global   *globalInputs
-	last     applyStats
+	// nlElements: element runs go to the kernel as netlink batches
+	// (nlwrite.go) instead of through nft; set from netlinkElements.
+	nlElements bool
+	needFull   bool // the next sync must reconcile everything
+	global     *globalInputs
+	last       applyStats
 
 	// programmed is set once a sync succeeded; tableLost is raised by
 	// CanaryMissing (another goroutine) and consumed by the next Sync.
@@ -58,6 +61,7 @@ func New(family proxy.IPFamily) (*Proxier, error) {
 	}
 	p := NewWithInterface(family, nft)
 	p.nlFamily = nfproto(family)
+	p.nlElements = netlinkElements
 	p.run = nftRunner(path)
 	return p, nil
 }
@@ -111,7 +115,15 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	// Any failure, including one part-way through, makes the next sync
 	// full; the store already reflects whatever did commit.
 	p.needFull = true
-	stats, err := apply(ctx, p.nft, p.run, p.store.diff(), p.maxOps)
+	var ew *nlElemWriter
+	if p.nlElements {
+		var err error
+		if ew, err = newElemWriter(p.nlFamily); err != nil {
+			return fmt.Errorf("syncing nftables %s: %w", p.family, err)
+		}
+		defer ew.close()
+	}
+	stats, err := apply(ctx, p.nft, p.run, ew, p.store.diff(), p.maxOps)
 	p.last = stats
 	if err != nil {
 		// The store is true to what this Proxier committed, but the

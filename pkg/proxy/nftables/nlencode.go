@@ -1,0 +1,227 @@
+package nftables
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The encoder is the decoder's (nldecode.go) inverse: it turns the store's
+// spelling of an element (fields joined with " . ", a verdict or data
+// value) into the netlink attributes of one NFTA_LIST_ELEM, for the set
+// layout the kernel reports. Anything it cannot spell exactly returns an
+// error, and the caller sends that element through nft instead.
+
+// nlaFNested marks a nested attribute; nf_tables does not insist on it,
+// but libnftnl sets it and so do we.
+const nlaFNested = 0x8000
+
+// appendElem appends one NFTA_LIST_ELEM for key (and value, for a map) to
+// b. withValue is false for deletes, which name the key only.
+func (l *layout) appendElem(b []byte, key, value string, withValue bool) ([]byte, error) {
+	start := len(b)
+	b = nestStart(b, unix.NFTA_LIST_ELEM)
+	var end []byte
+	var err error
+	b, end, err = l.appendKey(b, key)
+	if err != nil {
+		return b[:start], err
+	}
+	if end != nil {
+		n := len(b)
+		b = appendAttr(nestStart(b, nftaSetElemKeyEnd), unix.NFTA_DATA_VALUE, end)
+		nestEnd(b, n)
+	}
+	if withValue && (l.verdict || l.data != nil) {
+		d := len(b)
+		b = nestStart(b, unix.NFTA_SET_ELEM_DATA)
+		if l.verdict {
+			b, err = appendVerdict(b, value)
+		} else {
+			var v []byte
+			v, _, err = encodeFields(nil, l.data, value, false)
+			b = appendAttr(b, unix.NFTA_DATA_VALUE, v)
+		}
+		if err != nil {
+			return b[:start], err
+		}
+		nestEnd(b, d)
+	}
+	nestEnd(b, start)
+	return b, nil
+}
+
+// appendKey appends NFTA_SET_ELEM_KEY and returns the range end's bytes
+// for an interval set (nil otherwise).
+func (l *layout) appendKey(b []byte, key string) ([]byte, []byte, error) {
+	k, end, err := encodeFields(nil, l.key, key, l.interval)
+	if err != nil {
+		return b, nil, err
+	}
+	n := len(b)
+	b = nestStart(b, unix.NFTA_SET_ELEM_KEY)
+	b = appendAttr(b, unix.NFTA_DATA_VALUE, k)
+	nestEnd(b, n)
+	return b, end, nil
+}
+
+// encodeFields encodes s, fields joined with " . ", into dst: in a
+// concatenation every field is padded to 4 bytes. With interval it also
+// returns the range's inclusive end (a field without a range ends where
+// it starts).
+func encodeFields(dst []byte, fs []field, s string, interval bool) (start, end []byte, err error) {
+	rest := s
+	for i, f := range fs {
+		part, next, found := strings.Cut(rest, " . ")
+		if found == (i == len(fs)-1) {
+			return nil, nil, fmt.Errorf("element %q: want %d fields: %w", s, len(fs), errUndecodable)
+		}
+		rest = next
+		lo, hi, err := encodeField(f, part, interval)
+		if err != nil {
+			return nil, nil, fmt.Errorf("element %q: %w", s, err)
+		}
+		pad := 0
+		if len(fs) > 1 {
+			pad = nlAlign(f.len) - f.len
+		}
+		dst = append(append(dst, lo...), make([]byte, pad)...)
+		if interval {
+			end = append(append(end, hi...), make([]byte, pad)...)
+		}
+	}
+	return dst, end, nil
+}
+
+// encodeField encodes one field; a range ("a-b", or a prefix for an
+// address) only when interval is set. hi is lo for a single value.
+func encodeField(f field, s string, interval bool) (lo, hi []byte, err error) {
+	if interval {
+		if a, b, ok := strings.Cut(s, "-"); ok {
+			if lo, _, err = encodeField(f, a, false); err == nil {
+				hi, _, err = encodeField(f, b, false)
+			}
+			return lo, hi, err
+		}
+		if (f.typ == typeIPAddr || f.typ == typeIP6Addr) && strings.Contains(s, "/") {
+			return encodePrefix(f, s)
+		}
+	}
+	switch f.typ {
+	case typeIPAddr, typeIP6Addr:
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.BitLen()/8 != f.len || a.Zone() != "" {
+			return nil, nil, fmt.Errorf("address %q: %w", s, errUndecodable)
+		}
+		lo = a.AsSlice()
+	case typeInetProto:
+		p, err := protoNumber(s)
+		if err != nil {
+			return nil, nil, err
+		}
+		lo = []byte{p}
+	case typeInetService:
+		n, err := strconv.ParseUint(s, 10, 16)
+		if err != nil {
+			return nil, nil, fmt.Errorf("port %q: %w", s, errUndecodable)
+		}
+		lo = binary.BigEndian.AppendUint16(nil, uint16(n))
+	case typeInteger:
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return nil, nil, fmt.Errorf("integer %q: %w", s, errUndecodable)
+		}
+		lo = binary.NativeEndian.AppendUint32(nil, uint32(n))
+	default:
+		return nil, nil, fmt.Errorf("datatype %d: %w", f.typ, errUndecodable)
+	}
+	return lo, lo, nil
+}
+
+// encodePrefix returns the first and last address of prefix s.
+func encodePrefix(f field, s string) (lo, hi []byte, err error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil || p.Addr().BitLen()/8 != f.len {
+		return nil, nil, fmt.Errorf("prefix %q: %w", s, errUndecodable)
+	}
+	lo = p.Masked().Addr().AsSlice()
+	hi = append([]byte(nil), lo...)
+	for i := p.Bits(); i < len(hi)*8; i++ {
+		hi[i/8] |= 0x80 >> (i % 8)
+	}
+	return lo, hi, nil
+}
+
+func protoNumber(s string) (byte, error) {
+	switch s {
+	case "tcp":
+		return unix.IPPROTO_TCP, nil
+	case "udp":
+		return unix.IPPROTO_UDP, nil
+	case "sctp":
+		return unix.IPPROTO_SCTP, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 8)
+	if err != nil {
+		return 0, fmt.Errorf("protocol %q: %w", s, errUndecodable)
+	}
+	return byte(n), nil
+}
+
+// appendVerdict appends NFTA_DATA_VERDICT for a verdict as the store
+// spells it ("goto x", "drop"; see formatVerdict).
+func appendVerdict(b []byte, v string) ([]byte, error) {
+	verb, chain, _ := strings.Cut(v, " ")
+	var code int32
+	switch verb {
+	case "drop":
+		code = 0 // NF_DROP
+	case "accept":
+		code = 1 // NF_ACCEPT
+	case "continue":
+		code = unix.NFT_CONTINUE
+	case "return":
+		code = unix.NFT_RETURN
+	case "jump":
+		code = unix.NFT_JUMP
+	case "goto":
+		code = unix.NFT_GOTO
+	default:
+		return b, fmt.Errorf("verdict %q: %w", v, errUndecodable)
+	}
+	if (code == unix.NFT_JUMP || code == unix.NFT_GOTO) != (chain != "") {
+		return b, fmt.Errorf("verdict %q: %w", v, errUndecodable)
+	}
+	n := len(b)
+	b = nestStart(b, unix.NFTA_DATA_VERDICT)
+	b = appendAttr(b, unix.NFTA_VERDICT_CODE, binary.BigEndian.AppendUint32(nil, uint32(code)))
+	if chain != "" {
+		b = append(b, attrString(unix.NFTA_VERDICT_CHAIN, chain)...)
+	}
+	nestEnd(b, n)
+	return b, nil
+}
+
+// appendAttr appends an attribute with payload data, padded to 4 bytes.
+func appendAttr(b []byte, typ uint16, data []byte) []byte {
+	b = binary.NativeEndian.AppendUint16(b, uint16(4+len(data)))
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = append(b, data...)
+	return append(b, make([]byte, nlAlign(len(data))-len(data))...)
+}
+
+// nestStart appends the header of a nested attribute whose length nestEnd
+// fills in once its contents are appended.
+func nestStart(b []byte, typ uint16) []byte {
+	b = binary.NativeEndian.AppendUint16(b, 0)
+	return binary.NativeEndian.AppendUint16(b, typ|nlaFNested)
+}
+
+// nestEnd sets the length of the nested attribute that starts at b[at:].
+func nestEnd(b []byte, at int) {
+	binary.NativeEndian.PutUint16(b[at:], uint16(len(b)-at))
+}

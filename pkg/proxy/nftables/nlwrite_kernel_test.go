@@ -1,0 +1,215 @@
+package nftables
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+)
+
+// listTableJSON is `nft -j list table` of family's table without handles,
+// with every set's elements sorted: a hash set lists its elements in an order that depends
+// on a per-set random seed, so two equal tables may list them differently.
+func listTableJSON(family proxy.IPFamily) (string, error) {
+	out, err := exec.Command("nft", "-j", "list", "table", string(specFor(family).family), TableName).Output()
+	if err != nil {
+		return "", fmt.Errorf("nft -j list table: %w", err)
+	}
+	var doc struct {
+		Nftables []map[string]map[string]any `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return "", fmt.Errorf("decoding nft's listing: %w", err)
+	}
+	var lines []string
+	for _, obj := range doc.Nftables {
+		for kind, v := range obj {
+			// Handles number objects in creation order (tables across
+			// the namespace): not content. Rules are listed in order.
+			delete(v, "handle")
+			if elems, ok := v["elem"].([]any); ok {
+				slices.SortFunc(elems, func(a, b any) int { return strings.Compare(mustJSON(a), mustJSON(b)) })
+			}
+			lines = append(lines, kind+" "+mustJSON(v))
+		}
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+func sortedListing(s string) []string {
+	l := strings.Split(s, "\n")
+	slices.Sort(l)
+	return l
+}
+
+// withElements keeps the lines of a listing that are sets or maps with
+// elements.
+func withElements(listing string) []string {
+	var out []string
+	for _, l := range strings.Split(listing, "\n") {
+		if (strings.HasPrefix(l, "set ") || strings.HasPrefix(l, "map ")) && strings.Contains(l, `"elem":`) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// programTable syncs st into an empty table of a fresh Proxier, through
+// netlink element batches or nft only, and returns the table's listing.
+func programTable(family proxy.IPFamily, st *desired.State, viaNetlink bool) (string, applyStats, error) {
+	p, err := New(family)
+	if err != nil {
+		return "", applyStats{}, err
+	}
+	p.nlElements = viaNetlink
+	if err := p.Cleanup(context.Background()); err != nil {
+		return "", applyStats{}, err
+	}
+	if err := p.Sync(context.Background(), st); err != nil {
+		return "", applyStats{}, err
+	}
+	list, err := listTableJSON(family)
+	return list, p.last, err
+}
+
+// TestNetlinkElementsMatchNft programs every shared case in both families
+// once through nft only and once with element runs over netlink, and
+// checks that nft lists the same table (rules, sets, every element).
+func TestNetlinkElementsMatchNft(t *testing.T) {
+	requireRoot(t)
+	ns, err := netnstest.New(t).NewNS("nlwrite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, family := range proxy.Families {
+		for _, c := range proxytest.Cases() {
+			st := proxytest.BuildState(t, c, family)
+			err := ns.Do(func() error {
+				want, _, err := programTable(family, st, false)
+				if err != nil {
+					return fmt.Errorf("through nft: %w", err)
+				}
+				got, stats, err := programTable(family, st, true)
+				if err != nil {
+					return fmt.Errorf("over netlink: %w", err)
+				}
+				if stats.netlinkOps == 0 {
+					return fmt.Errorf("no element went over netlink (%+v)", stats)
+				}
+				if got != want {
+					return fmt.Errorf("tables differ (- nft, + netlink):\n%s", diffLines(strings.Split(want, "\n"), strings.Split(got, "\n")))
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("%s / %s: %v", family, c.Name, err)
+			}
+		}
+	}
+}
+
+// TestNetlinkElementRejected: an element add the kernel refuses (its key
+// was added behind our back with another value) fails the sync with the
+// kernel's error, commits nothing of its batch, and the next sync is full
+// and repairs the table.
+func TestNetlinkElementRejected(t *testing.T) {
+	requireRoot(t)
+	ns, err := netnstest.New(t).NewNS("nlreject")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := caseState(t, "loadBalancerSourceRanges", proxy.IPv4)
+	names := slices.SortedFunc(maps.Keys(full.Services), func(a, b proxy.ServicePortName) int { return strings.Compare(a.String(), b.String()) })
+	late := names[len(names)-1]
+	early := *full
+	early.Services = maps.Clone(full.Services)
+	delete(early.Services, late)
+	early.Changed = nil
+	partial := *full
+	partial.Changed = map[proxy.ServicePortName]struct{}{late: {}}
+
+	err = ns.Do(func() error {
+		want, _, err := programTable(proxy.IPv4, full, false)
+		if err != nil {
+			return err
+		}
+		p, err := New(proxy.IPv4)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = p.Cleanup(context.Background()) }()
+		if err := p.Cleanup(context.Background()); err != nil {
+			return err
+		}
+		if err := p.Sync(context.Background(), &early); err != nil {
+			return err
+		}
+		// The frontends the late service's sync adds, taken behind our
+		// back with another verdict.
+		cfg := newConfig(full)
+		pt := renderService(cfg, full.Services[late])
+		var cmds []string
+		for _, e := range pt.elems {
+			if e.set == mapServiceIPs {
+				cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s : drop }", TableName, mapServiceIPs, e.key))
+			}
+		}
+		if len(cmds) == 0 {
+			return fmt.Errorf("service %s renders no %s element", late, mapServiceIPs)
+		}
+		for _, c := range cmds {
+			if out, err := exec.Command("nft", c).CombinedOutput(); err != nil {
+				return fmt.Errorf("nft %s: %v: %s", c, err, bytes.TrimSpace(out))
+			}
+		}
+		before, err := listTableJSON(proxy.IPv4)
+		if err != nil {
+			return err
+		}
+		err = p.Sync(context.Background(), &partial)
+		if err == nil || !strings.Contains(err.Error(), "over netlink") {
+			return fmt.Errorf("sync over a conflicting element: got %v, want a netlink batch error", err)
+		}
+		if !p.needFull {
+			return fmt.Errorf("after a failed sync the next one is not full")
+		}
+		// The batch is one kernel transaction: none of its elements
+		// (the late service's endpoints, its other frontends) went in;
+		// the chains and maps committed through nft before it stay.
+		if after, err := listTableJSON(proxy.IPv4); err != nil {
+			return err
+		} else if a, b := withElements(before), withElements(after); !slices.Equal(a, b) {
+			return fmt.Errorf("the failed sync changed elements (- before, + after):\n%s", diffLines(a, b))
+		}
+		if err := p.Sync(context.Background(), &partial); err != nil {
+			return fmt.Errorf("retry: %w", err)
+		}
+		got, err := listTableJSON(proxy.IPv4)
+		if err != nil {
+			return err
+		}
+		// Objects created in another order list in another order.
+		if w, g := sortedListing(want), sortedListing(got); !slices.Equal(w, g) {
+			return fmt.Errorf("retry left a different table (- fresh, + repaired):\n%s", diffLines(w, g))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
