@@ -164,12 +164,6 @@ func testHealthzDraining(t *testing.T, c *F.Cluster) {
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	patchNode(t, c, n2.Name, map[string]any{"spec": map[string]any{"taints": []corev1.Taint{
 		{Key: "ToBeDeletedByClusterAutoscaler", Value: "1", Effect: corev1.TaintEffectNoSchedule}}}})
-	// This scenario runs right after the API server outage: client-go's
-	// reflectors back off (up to ~30 s) before they watch again, so the
-	// first Node change may take that long to arrive, as with kube-proxy.
-	if err := c.WaitHealth(n2, "/healthz", 503, afterOutage); err != nil {
-		t.Fatal(err)
-	}
 	expectHealth(t, c, n2, 503, 200)
 	expectHealth(t, c, n1, 200, 200)
 	patchNode(t, c, n2.Name, map[string]any{"spec": map[string]any{"taints": nil}})
@@ -213,10 +207,6 @@ func patchNode(t *testing.T, c *F.Cluster, name string, patch map[string]any) {
 		t.Fatalf("patching Node %s: %v", name, err)
 	}
 }
-
-// afterOutage bounds how long a watch may take to come back after the API
-// server did (client-go's reflector backoff caps at 30 s).
-const afterOutage = 45 * time.Second
 
 // expectHealth waits for /healthz = healthz and checks /livez = livez.
 func expectHealth(t *testing.T, c *F.Cluster, n *F.Node, healthz, livez int) {
