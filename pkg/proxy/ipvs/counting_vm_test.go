@@ -13,6 +13,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/kiptables"
 	"github.com/svcproxy/svcproxy/internal/kipvs"
 	"github.com/svcproxy/svcproxy/internal/klink"
+	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 )
@@ -79,7 +80,7 @@ func (c countLink) DeleteLink(l string) error            { return c.n.count(c.In
 
 // newProxier makes a Proxier over the real clients of node1 (wrapped to
 // count writes) and runs Init there. ReapInterval<0: the test calls Reap.
-func (e *vmEnv) newProxier(t *testing.T, f fam, opts ipvs.Options) (*ipvs.Proxier, *counting) {
+func (e *vmEnv) newProxier(t *testing.T, f scenario.Fam, opts ipvs.Options) (*ipvs.Proxier, *counting) {
 	t.Helper()
 	cnt := &counting{}
 	var p *ipvs.Proxier
@@ -96,20 +97,20 @@ func (e *vmEnv) newProxier(t *testing.T, f fam, opts ipvs.Options) (*ipvs.Proxie
 		if err != nil {
 			return err
 		}
-		ipt, err := kiptables.New(f.family, kiptables.DetectFlavour(context.Background()))
+		ipt, err := kiptables.New(f.Family, kiptables.DetectFlavour(context.Background()))
 		if err != nil {
 			return err
 		}
 		t.Cleanup(func() { iv.Close(); is.Close(); lk.Close() })
 		opts.ReapInterval = -1
-		p = ipvs.NewWithClients(f.family, opts, ipvs.Clients{
+		p = ipvs.NewWithClients(f.Family, opts, ipvs.Clients{
 			IPVS: countIPVS{iv, cnt}, IPSet: countSet{is, cnt}, Link: countLink{lk, cnt},
 			Iptables: ipt, Sysctl: ipvs.ProcSysctl{},
 		})
 		return p.Init(context.Background())
 	})
 	if err != nil {
-		t.Fatalf("%s proxier: %v", f.family, err)
+		t.Fatalf("%s proxier: %v", f.Family, err)
 	}
 	t.Cleanup(p.Close)
 	return p, cnt

@@ -4,7 +4,6 @@ package ipvs_test
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/kipvs"
 	"github.com/svcproxy/svcproxy/internal/klink"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
@@ -39,30 +39,6 @@ const (
 	svcPort = 80
 	testNS  = "vm"
 )
-
-type fam struct {
-	family proxy.IPFamily
-	v6     bool
-}
-
-var families = []fam{{proxy.IPv4, false}, {proxy.IPv6, true}}
-
-func (f fam) pick(pair [2]netip.Addr) netip.Addr {
-	if f.v6 {
-		return pair[1]
-	}
-	return pair[0]
-}
-func (f fam) clusterIP(n int) netip.Addr {
-	return f.pick([2]netip.Addr{addr("172.30.0.%d", n), addr("fd00:30::%x", n)})
-}
-func (f fam) externalIP(n int) netip.Addr {
-	return f.pick([2]netip.Addr{addr("198.18.100.%d", n), addr("fd00:18:100::%x", n)})
-}
-func (f fam) lbIP(n int) netip.Addr {
-	return f.pick([2]netip.Addr{addr("198.18.200.%d", n), addr("fd00:18:200::%x", n)})
-}
-func addr(format string, n int) netip.Addr { return netip.MustParseAddr(fmt.Sprintf(format, n)) }
 
 func newVMEnv(t *testing.T) *vmEnv {
 	t.Helper()
@@ -95,21 +71,21 @@ func newVMEnv(t *testing.T) *vmEnv {
 	return e
 }
 
-// TestVMProxier programs both families into node1 and checks the kernel
+// TestVMProxier programs both scenario.Families into node1 and checks the kernel
 // objects and real traffic through them.
 func TestVMProxier(t *testing.T) {
 	e := newVMEnv(t)
-	for _, f := range families {
-		t.Run(string(f.family), func(t *testing.T) {
-			w := &world{e: e, f: f, tracker: model.NewTracker(f.family)}
+	for _, f := range scenario.Families {
+		t.Run(string(f.Family), func(t *testing.T) {
+			w := &world{e: e, f: f, tracker: model.NewTracker(f.Family)}
 			p, _ := e.newProxier(t, f, ipvs.Options{})
 			e.sync(t, p, w.apply(vmServices()...))
 			t.Run("ReadBack", func(t *testing.T) { e.readBack(t, f) })
-			t.Run("ClusterIPBalances", func(t *testing.T) { e.balances(t, f, f.clusterIP(10)) })
+			t.Run("ClusterIPBalances", func(t *testing.T) { e.balances(t, f, f.ClusterIP(10)) })
 			t.Run("NodePort", func(t *testing.T) { e.nodePort(t, f) })
 			t.Run("ExternalIPAndLBIP", func(t *testing.T) {
-				e.balances(t, f, f.externalIP(10))
-				e.balances(t, f, f.lbIP(10))
+				e.balances(t, f, f.ExternalIP(10))
+				e.balances(t, f, f.LBIP(10))
 			})
 			t.Run("Affinity", func(t *testing.T) { e.affinity(t, f) })
 			t.Run("EndpointRemoval", func(t *testing.T) { e.endpointRemoval(t, f, p, w) })
@@ -139,10 +115,10 @@ func kproto(p proxy.Protocol) kipvs.Protocol {
 	return kipvs.TCP
 }
 
-func (e *vmEnv) podAddrs(f fam, names ...string) []netip.AddrPort {
+func (e *vmEnv) podAddrs(f scenario.Fam, names ...string) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, n := range names {
-		out = append(out, netip.AddrPortFrom(e.pods[n].IP(f.v6), podPort))
+		out = append(out, netip.AddrPortFrom(e.pods[n].IP(f.V6), podPort))
 	}
 	slices.SortFunc(out, netip.AddrPort.Compare)
 	return out
@@ -162,7 +138,7 @@ func dests(t *testing.T, c *kipvs.Client, k kipvs.ServiceKey) map[netip.AddrPort
 	return out
 }
 
-func (e *vmEnv) readBack(t *testing.T, f fam) {
+func (e *vmEnv) readBack(t *testing.T, f scenario.Fam) {
 	c := e.ipvsClient(t)
 	svcs, err := c.ListServices()
 	if err != nil {
@@ -170,24 +146,24 @@ func (e *vmEnv) readBack(t *testing.T, f fam) {
 	}
 	byKey := map[kipvs.ServiceKey]kipvs.Service{}
 	for _, s := range svcs {
-		if s.Addr.Is6() == f.v6 {
+		if s.Addr.Is6() == f.V6 {
 			byKey[s.ServiceKey] = s
 		}
 	}
 	want := map[kipvs.ServiceKey][]string{}
 	for _, s := range vmServices() {
 		for _, proto := range protocols {
-			want[kipvs.ServiceKey{Addr: f.clusterIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
+			want[kipvs.ServiceKey{Addr: f.ClusterIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
 			if s.external {
-				want[kipvs.ServiceKey{Addr: f.externalIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
+				want[kipvs.ServiceKey{Addr: f.ExternalIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
 			}
 			if s.lb {
-				want[kipvs.ServiceKey{Addr: f.lbIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
+				want[kipvs.ServiceKey{Addr: f.LBIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
 			}
 		}
 	}
 	for i, proto := range protocols {
-		want[kipvs.ServiceKey{Addr: e.node1.IP(f.v6), Protocol: kproto(proto), Port: uint16(30010 + i)}] = allPods
+		want[kipvs.ServiceKey{Addr: e.node1.IP(f.V6), Protocol: kproto(proto), Port: uint16(30010 + i)}] = allPods
 	}
 	for k, eps := range want {
 		s, ok := byKey[k]
@@ -198,7 +174,7 @@ func (e *vmEnv) readBack(t *testing.T, f fam) {
 		if s.Scheduler != kipvs.RoundRobin {
 			t.Errorf("%s scheduler %q, want rr", k, s.Scheduler)
 		}
-		sticky := k.Addr == f.clusterIP(12)
+		sticky := k.Addr == f.ClusterIP(12)
 		if persistent := s.Flags&kipvs.FlagPersistent != 0; persistent != sticky || (sticky && s.Timeout != 10800) {
 			t.Errorf("%s flags %#x timeout %d, want persistent=%v (10800 s)", k, s.Flags, s.Timeout, sticky)
 		}
@@ -226,8 +202,8 @@ func (e *vmEnv) readBack(t *testing.T, f fam) {
 		t.Fatal(err)
 	}
 	for _, s := range vmServices() {
-		for _, a := range []netip.Addr{f.clusterIP(s.ip), f.externalIP(s.ip), f.lbIP(s.ip)} {
-			isFrontend := a == f.clusterIP(s.ip) || (s.external && a == f.externalIP(s.ip)) || (s.lb && a == f.lbIP(s.ip))
+		for _, a := range []netip.Addr{f.ClusterIP(s.ip), f.ExternalIP(s.ip), f.LBIP(s.ip)} {
+			isFrontend := a == f.ClusterIP(s.ip) || (s.external && a == f.ExternalIP(s.ip)) || (s.lb && a == f.LBIP(s.ip))
 			if slices.Contains(onLink, a) != isFrontend {
 				t.Errorf("%s on %s: %v, want %v", a, ipvs.DummyLink, !isFrontend, isFrontend)
 			}
@@ -240,14 +216,14 @@ func (e *vmEnv) readBack(t *testing.T, f fam) {
 	}
 	defer is.Close()
 	prefix := "KUBE-"
-	if f.v6 {
+	if f.V6 {
 		prefix = "KUBE-6-"
 	}
 	entries, err := is.ListEntries(prefix + "CLUSTER-IP")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wantE := (kipset.Entry{IP: f.clusterIP(10), Protocol: kipset.TCP, Port: svcPort}); !slices.Contains(entries, wantE) {
+	if wantE := (kipset.Entry{IP: f.ClusterIP(10), Protocol: kipset.TCP, Port: svcPort}); !slices.Contains(entries, wantE) {
 		t.Errorf("%sCLUSTER-IP lacks %s: %v", prefix, wantE, entries)
 	}
 	entries, err = is.ListEntries(prefix + "NODE-PORT-TCP")
@@ -259,56 +235,34 @@ func (e *vmEnv) readBack(t *testing.T, f fam) {
 	}
 }
 
-func askMany(t *testing.T, c netnstest.Client, proto proxy.Protocol, dst netip.AddrPort, n int) map[string]int {
-	t.Helper()
-	seen := map[string]int{}
-	for i := 0; i < n; i++ {
-		ans, err := c.Ask(proto, dst)
-		if err != nil {
-			t.Fatalf("%s %s request %d: %v", proto, dst, i, err)
-		}
-		seen[ans.Server]++
-	}
-	return seen
-}
-
-func keys(m map[string]int) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func (e *vmEnv) fromClient(f fam) netnstest.Client {
-	return netnstest.Client{NS: e.client, Source: f.pick(e.clientIPs)}
+func (e *vmEnv) fromClient(f scenario.Fam) netnstest.Client {
+	return netnstest.Client{NS: e.client, Source: f.Pick(e.clientIPs)}
 }
 
 // balances: rr over 4 endpoints, 8 requests reach each exactly twice.
-func (e *vmEnv) balances(t *testing.T, f fam, vip netip.Addr) {
+func (e *vmEnv) balances(t *testing.T, f scenario.Fam, vip netip.Addr) {
 	for _, proto := range protocols {
-		got := askMany(t, e.fromClient(f), proto, netip.AddrPortFrom(vip, svcPort), 8)
-		if !slices.Equal(keys(got), allPods) {
+		got := scenario.AskMany(t, e.fromClient(f), proto, netip.AddrPortFrom(vip, svcPort), 8)
+		if !slices.Equal(scenario.Servers(got), allPods) {
 			t.Errorf("%s to %s reached %v, want all of %v", proto, vip, got, allPods)
 		}
 	}
 }
 
-func (e *vmEnv) nodePort(t *testing.T, f fam) {
+func (e *vmEnv) nodePort(t *testing.T, f scenario.Fam) {
 	for i, proto := range protocols {
-		dst := netip.AddrPortFrom(e.node1.IP(f.v6), uint16(30010+i))
-		got := askMany(t, e.fromClient(f), proto, dst, 8)
-		if !slices.Equal(keys(got), allPods) {
+		dst := netip.AddrPortFrom(e.node1.IP(f.V6), uint16(30010+i))
+		got := scenario.AskMany(t, e.fromClient(f), proto, dst, 8)
+		if !slices.Equal(scenario.Servers(got), allPods) {
 			t.Errorf("%s to node port %s reached %v, want all of %v", proto, dst, got, allPods)
 		}
 	}
 }
 
-func (e *vmEnv) affinity(t *testing.T, f fam) {
-	dst := netip.AddrPortFrom(f.clusterIP(12), svcPort)
+func (e *vmEnv) affinity(t *testing.T, f scenario.Fam) {
+	dst := netip.AddrPortFrom(f.ClusterIP(12), svcPort)
 	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
-		if got := askMany(t, e.fromClient(f), proto, dst, 10); len(got) != 1 {
+		if got := scenario.AskMany(t, e.fromClient(f), proto, dst, 10); len(got) != 1 {
 			t.Errorf("%s with ClientIP affinity: 10 connections reached %v, want one endpoint", proto, got)
 		}
 	}
@@ -318,8 +272,8 @@ func (e *vmEnv) affinity(t *testing.T, f fam) {
 // Its real server stays at weight 0 (graceful termination), new
 // connections avoid it, the open one keeps working, and Reap deletes it
 // once the connection is gone.
-func (e *vmEnv) endpointRemoval(t *testing.T, f fam, p *ipvs.Proxier, w *world) {
-	dst := netip.AddrPortFrom(f.clusterIP(22), svcPort)
+func (e *vmEnv) endpointRemoval(t *testing.T, f scenario.Fam, p *ipvs.Proxier, w *world) {
+	dst := netip.AddrPortFrom(f.ClusterIP(22), svcPort)
 	var open *netnstest.Conn
 	for i := 0; i < 6 && open == nil; i++ {
 		conn, err := e.fromClient(f).DialTCP(dst)
@@ -346,12 +300,12 @@ func (e *vmEnv) endpointRemoval(t *testing.T, f fam, p *ipvs.Proxier, w *world) 
 	e.sync(t, p, w.apply(churn))
 
 	c := e.ipvsClient(t)
-	key := kipvs.ServiceKey{Addr: f.clusterIP(22), Protocol: kipvs.TCP, Port: svcPort}
-	podB := netip.AddrPortFrom(e.pods["pod-b"].IP(f.v6), podPort)
+	key := kipvs.ServiceKey{Addr: f.ClusterIP(22), Protocol: kipvs.TCP, Port: svcPort}
+	podB := netip.AddrPortFrom(e.pods["pod-b"].IP(f.V6), podPort)
 	if wgt, ok := dests(t, c, key)[podB]; !ok || wgt != 0 {
 		t.Errorf("removed endpoint with an open connection: listed=%v weight=%d, want listed at weight 0", ok, wgt)
 	}
-	if got := askMany(t, e.fromClient(f), proxy.TCP, dst, 8); got["pod-b"] != 0 {
+	if got := scenario.AskMany(t, e.fromClient(f), proxy.TCP, dst, 8); got["pod-b"] != 0 {
 		t.Errorf("new connections after removal reached %v; want none on pod-b", got)
 	}
 	if ans, err := open.Ask(); err != nil || ans.Server != "pod-b" {
@@ -384,8 +338,8 @@ func (e *vmEnv) endpointRemoval(t *testing.T, f fam, p *ipvs.Proxier, w *world) 
 // restart: a new Proxier over the same kernel state adopts it: the same
 // State costs no IPVS, ipset or address write, the iptables rules stay as
 // they were, and an open connection survives.
-func (e *vmEnv) restart(t *testing.T, f fam, w *world) {
-	dst := netip.AddrPortFrom(f.clusterIP(10), svcPort)
+func (e *vmEnv) restart(t *testing.T, f scenario.Fam, w *world) {
+	dst := netip.AddrPortFrom(f.ClusterIP(10), svcPort)
 	conn, err := e.fromClient(f).DialTCP(dst)
 	if err != nil {
 		t.Fatal(err)
@@ -411,10 +365,10 @@ func (e *vmEnv) restart(t *testing.T, f fam, w *world) {
 	}
 }
 
-func (e *vmEnv) iptablesSave(t *testing.T, f fam) string {
+func (e *vmEnv) iptablesSave(t *testing.T, f scenario.Fam) string {
 	t.Helper()
 	cmd := "iptables-save"
-	if f.v6 {
+	if f.V6 {
 		cmd = "ip6tables-save"
 	}
 	out, err := e.node1.NS.Run(context.Background(), cmd)
@@ -430,7 +384,7 @@ func (e *vmEnv) iptablesSave(t *testing.T, f fam) string {
 	return strings.Join(keep, "\n")
 }
 
-func (e *vmEnv) cleanup(t *testing.T, f fam, p *ipvs.Proxier) {
+func (e *vmEnv) cleanup(t *testing.T, f scenario.Fam, p *ipvs.Proxier) {
 	if err := e.node1.NS.Do(func() error { return p.Cleanup(context.Background()) }); err != nil {
 		t.Fatalf("Cleanup: %v", err)
 	}
@@ -440,7 +394,7 @@ func (e *vmEnv) cleanup(t *testing.T, f fam, p *ipvs.Proxier) {
 		t.Fatal(err)
 	}
 	for _, s := range svcs {
-		if s.Addr.Is6() == f.v6 {
+		if s.Addr.Is6() == f.V6 {
 			t.Errorf("virtual server left after Cleanup: %s", s.ServiceKey)
 		}
 	}
@@ -449,11 +403,11 @@ func (e *vmEnv) cleanup(t *testing.T, f fam, p *ipvs.Proxier) {
 		t.Fatal(err)
 	}
 	prefix := "KUBE-"
-	if f.v6 {
+	if f.V6 {
 		prefix = "KUBE-6-"
 	}
 	for _, n := range strings.Fields(string(out)) {
-		if strings.HasPrefix(n, prefix) && (f.v6 || !strings.HasPrefix(n, "KUBE-6-")) {
+		if strings.HasPrefix(n, prefix) && (f.V6 || !strings.HasPrefix(n, "KUBE-6-")) {
 			t.Errorf("ipset left after Cleanup: %s", n)
 		}
 	}
@@ -461,9 +415,9 @@ func (e *vmEnv) cleanup(t *testing.T, f fam, p *ipvs.Proxier) {
 		t.Errorf("KUBE- iptables objects left after Cleanup:\n%s", rules)
 	}
 	// kube-ipvs0 goes with the last family: after IPv6, nothing is left.
-	if f.v6 {
+	if f.V6 {
 		if out, err := e.node1.NS.Run(context.Background(), "ip", "link", "show", ipvs.DummyLink); err == nil {
-			t.Errorf("%s left after Cleanup of both families: %s", ipvs.DummyLink, out)
+			t.Errorf("%s left after Cleanup of both scenario.Families: %s", ipvs.DummyLink, out)
 		}
 	}
 }
@@ -475,11 +429,11 @@ func (e *vmEnv) cleanup(t *testing.T, f fam, p *ipvs.Proxier) {
 // deletes that virtual server and creates its own.
 func TestVMSchedulers(t *testing.T) {
 	e := newVMEnv(t)
-	f := families[0]
+	f := scenario.Families[0]
 	for i, sched := range kipvs.Schedulers {
 		t.Run(sched, func(t *testing.T) {
 			spec := svcSpec{name: "sched-" + sched, ip: 30 + i, endpoints: []string{"pod-a", "pod-b"}}
-			w := &world{e: e, f: f, tracker: model.NewTracker(f.family)}
+			w := &world{e: e, f: f, tracker: model.NewTracker(f.Family)}
 			p, _ := e.newProxier(t, f, ipvs.Options{Scheduler: sched})
 			e.sync(t, p, w.apply(spec))
 			c := e.ipvsClient(t)
@@ -487,7 +441,7 @@ func TestVMSchedulers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key := kipvs.ServiceKey{Addr: f.clusterIP(30 + i), Protocol: kipvs.TCP, Port: svcPort}
+			key := kipvs.ServiceKey{Addr: f.ClusterIP(30 + i), Protocol: kipvs.TCP, Port: svcPort}
 			var found bool
 			for _, s := range svcs {
 				switch {
@@ -503,7 +457,7 @@ func TestVMSchedulers(t *testing.T) {
 			if !found {
 				t.Fatalf("no virtual server %s", key)
 			}
-			got := askMany(t, e.fromClient(f), proxy.TCP, netip.AddrPortFrom(f.clusterIP(30+i), svcPort), 4)
+			got := scenario.AskMany(t, e.fromClient(f), proxy.TCP, netip.AddrPortFrom(f.ClusterIP(30+i), svcPort), 4)
 			for s := range got {
 				if s != "pod-a" && s != "pod-b" {
 					t.Errorf("reached %s", s)

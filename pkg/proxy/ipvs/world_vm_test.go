@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
@@ -44,14 +45,14 @@ func portName(p proxy.Protocol) string { return strings.ToLower(string(p)) }
 
 func (e *vmEnv) service(s svcSpec) *v1.Service {
 	return proxytest.MakeService(testNS, s.name, func(svc *v1.Service) {
-		for _, f := range families {
-			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, f.clusterIP(s.ip).String())
-			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, v1.IPFamily(f.family))
+		for _, f := range scenario.Families {
+			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, f.ClusterIP(s.ip).String())
+			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, v1.IPFamily(f.Family))
 			if s.external {
-				svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, f.externalIP(s.ip).String())
+				svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, f.ExternalIP(s.ip).String())
 			}
 			if s.lb {
-				svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: f.lbIP(s.ip).String()})
+				svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: f.LBIP(s.ip).String()})
 			}
 		}
 		svc.Spec.ClusterIP = svc.Spec.ClusterIPs[0]
@@ -75,7 +76,7 @@ func (e *vmEnv) service(s svcSpec) *v1.Service {
 	})
 }
 
-func (e *vmEnv) slice(f fam, s svcSpec) *discoveryv1.EndpointSlice {
+func (e *vmEnv) slice(f scenario.Fam, s svcSpec) *discoveryv1.EndpointSlice {
 	var ports []proxytest.SlicePort
 	for _, proto := range protocols {
 		ports = append(ports, proxytest.SlicePort{Name: portName(proto), Port: podPort, Protocol: v1.Protocol(proto)})
@@ -83,18 +84,18 @@ func (e *vmEnv) slice(f fam, s svcSpec) *discoveryv1.EndpointSlice {
 	var eps []proxytest.EP
 	for _, name := range s.endpoints {
 		pod := e.pods[name]
-		eps = append(eps, proxytest.EP{IP: pod.IP(f.v6), Node: pod.Node.NS.Role})
+		eps = append(eps, proxytest.EP{IP: pod.IP(f.V6), Node: pod.Node.NS.Role})
 	}
 	sl := proxytest.Slice(testNS, s.name, ports, eps...)
-	sl.AddressType = discoveryv1.AddressType(f.family)
-	sl.Name = s.name + "-" + string(f.family)
+	sl.AddressType = discoveryv1.AddressType(f.Family)
+	sl.Name = s.name + "-" + string(f.Family)
 	return sl
 }
 
 // world turns objects into States as the daemon does (Tracker → Compute).
 type world struct {
 	e       *vmEnv
-	f       fam
+	f       scenario.Fam
 	tracker *model.Tracker
 	state   *desired.State
 }
@@ -112,7 +113,7 @@ func (w *world) apply(specs ...svcSpec) *desired.State {
 		node.HostAddrs = append(node.HostAddrs, p.GatewayV4, p.GatewayV6)
 	}
 	w.state = desired.Compute(w.state, snap, changes, node, desired.Options{
-		Family: w.f.family, MasqueradeBit: 14, DetectLocalMode: "ClusterCIDR",
+		Family: w.f.Family, MasqueradeBit: 14, DetectLocalMode: "ClusterCIDR",
 		ClusterCIDRs: []netip.Prefix{netnstest.ClusterCIDRv4, netnstest.ClusterCIDRv6},
 	})
 	return w.state
