@@ -14,7 +14,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -144,14 +143,9 @@ func spawnChild(flavour kiptables.Flavour, services, changes int, timeout time.D
 		"-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w: %s", err, benchkit.LastLines(stderr.String(), 5))
-	}
 	var res Result
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		return nil, fmt.Errorf("child output: %w", err)
+	if err := benchkit.RunChild(cmd, &res); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }

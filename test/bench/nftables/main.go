@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -105,14 +104,9 @@ func spawnChild(services, changes int, timeout time.Duration, profile string) (*
 		args = append(args, "-cpuprofile", fmt.Sprintf("%s.%d", profile, services))
 	}
 	cmd := exec.CommandContext(ctx, self, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w: %s", err, benchkit.LastLines(stderr.String(), 5))
-	}
 	var res Result
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		return nil, fmt.Errorf("child output: %w", err)
+	if err := benchkit.RunChild(cmd, &res); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }
