@@ -63,7 +63,6 @@ func (osExec) Run(ctx context.Context, path string, args []string, stdin []byte,
 
 // Client is the real Interface: it execs one flavour's tools for one family.
 type Client struct {
-	family        proxy.IPFamily
 	flavour       Flavour
 	restore, save string // absolute paths
 	rules         *goiptables.IPTables
@@ -80,7 +79,7 @@ func New(family proxy.IPFamily, flavour Flavour) (*Client, error) {
 }
 
 func newClient(family proxy.IPFamily, flavour Flavour, ex execer, withRules bool) (*Client, error) {
-	c := &Client{family: family, flavour: flavour, exec: ex, sleep: sleepCtx}
+	c := &Client{flavour: flavour, exec: ex, sleep: sleepCtx}
 	base := toolName(family, flavour)
 	var err error
 	if c.restore, err = ex.LookPath(base + "-restore"); err != nil {

@@ -138,8 +138,8 @@ func (k *kernel) rulesInThisFlavourOnly(t *testing.T) {
 // restart: a new Proxier given the same State (a full sync) must leave the
 // rules exactly as they were, and an established connection working. A
 // service chain pair left by an earlier run (added behind the backend's
-// back) must be swept: on iptables-nft the sweep lists chain names over
-// netlink, on legacy it reads iptables-save.
+// back) must be swept (legacy: from the iptables-save that checked the
+// jumps; nft: from its own listing of the chain names).
 func (k *kernel) restart(t *testing.T, f scenario.Fam) {
 	before := save(t, k.env.Node1.NS, f.Family, k.flavour)
 	k.addStaleChains(t, f.Family)

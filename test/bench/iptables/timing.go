@@ -74,7 +74,7 @@ func (t *timedIPT) Save(ctx context.Context, table kiptables.Table) (out []byte,
 }
 
 // ChainNames counts as a save: it is what the stale-chain sweep reads
-// (iptables-save on legacy, a netlink chain dump on nft).
+// (an iptables-save).
 func (t *timedIPT) ChainNames(ctx context.Context, table kiptables.Table) (names []string, err error) {
 	err = t.timed("save", 0, func() error {
 		names, err = t.Interface.ChainNames(ctx, table)
