@@ -25,16 +25,9 @@ const nlaFNested = 0x8000
 func (l *layout) appendElem(b []byte, key, value string, withValue bool) ([]byte, error) {
 	start := len(b)
 	b = nestStart(b, unix.NFTA_LIST_ELEM)
-	var end []byte
-	var err error
-	b, end, err = l.appendKey(b, key)
+	b, err := l.appendKey(b, key)
 	if err != nil {
 		return b[:start], err
-	}
-	if end != nil {
-		n := len(b)
-		b = appendAttr(nestStart(b, nftaSetElemKeyEnd), unix.NFTA_DATA_VALUE, end)
-		nestEnd(b, n)
 	}
 	if withValue && (l.verdict || l.data != nil) {
 		d := len(b)
@@ -42,8 +35,9 @@ func (l *layout) appendElem(b []byte, key, value string, withValue bool) ([]byte
 		if l.verdict {
 			b, err = appendVerdict(b, value)
 		} else {
+			var vb [64]byte
 			var v []byte
-			v, _, err = encodeFields(nil, l.data, value, false)
+			v, _, err = encodeFields(vb[:0], nil, l.data, value, false)
 			b = appendAttr(b, unix.NFTA_DATA_VALUE, v)
 		}
 		if err != nil {
@@ -55,25 +49,30 @@ func (l *layout) appendElem(b []byte, key, value string, withValue bool) ([]byte
 	return b, nil
 }
 
-// appendKey appends NFTA_SET_ELEM_KEY and returns the range end's bytes
-// for an interval set (nil otherwise).
-func (l *layout) appendKey(b []byte, key string) ([]byte, []byte, error) {
-	k, end, err := encodeFields(nil, l.key, key, l.interval)
+// appendKey appends NFTA_SET_ELEM_KEY and, for an interval set,
+// NFTA_SET_ELEM_KEY_END.
+func (l *layout) appendKey(b []byte, key string) ([]byte, error) {
+	var kb, eb [64]byte
+	k, end, err := encodeFields(kb[:0], eb[:0], l.key, key, l.interval)
 	if err != nil {
-		return b, nil, err
+		return b, err
 	}
 	n := len(b)
-	b = nestStart(b, unix.NFTA_SET_ELEM_KEY)
-	b = appendAttr(b, unix.NFTA_DATA_VALUE, k)
+	b = appendAttr(nestStart(b, unix.NFTA_SET_ELEM_KEY), unix.NFTA_DATA_VALUE, k)
 	nestEnd(b, n)
-	return b, end, nil
+	if l.interval {
+		n = len(b)
+		b = appendAttr(nestStart(b, nftaSetElemKeyEnd), unix.NFTA_DATA_VALUE, end)
+		nestEnd(b, n)
+	}
+	return b, nil
 }
 
-// encodeFields encodes s, fields joined with " . ", into dst: in a
+// encodeFields appends s, fields joined with " . ", to dst: in a
 // concatenation every field is padded to 4 bytes. With interval it also
-// returns the range's inclusive end (a field without a range ends where
-// it starts).
-func encodeFields(dst []byte, fs []field, s string, interval bool) (start, end []byte, err error) {
+// appends the range's inclusive end to end (a field without a range ends
+// where it starts).
+func encodeFields(dst, end []byte, fs []field, s string, interval bool) ([]byte, []byte, error) {
 	rest := s
 	for i, f := range fs {
 		part, next, found := strings.Cut(rest, " . ")
@@ -81,65 +80,84 @@ func encodeFields(dst []byte, fs []field, s string, interval bool) (start, end [
 			return nil, nil, fmt.Errorf("element %q: want %d fields: %w", s, len(fs), errUndecodable)
 		}
 		rest = next
-		lo, hi, err := encodeField(f, part, interval)
-		if err != nil {
+		n, m := len(dst), len(end)
+		var err error
+		if dst, end, err = appendField(dst, end, f, part, interval); err != nil {
 			return nil, nil, fmt.Errorf("element %q: %w", s, err)
 		}
-		pad := 0
 		if len(fs) > 1 {
-			pad = nlAlign(f.len) - f.len
+			for pad := nlAlign(f.len) - f.len; pad > 0; pad-- {
+				dst = append(dst, 0)
+				if interval {
+					end = append(end, 0)
+				}
+			}
 		}
-		dst = append(append(dst, lo...), make([]byte, pad)...)
-		if interval {
-			end = append(append(end, hi...), make([]byte, pad)...)
+		// A range's two ends must be the field's size (a port range
+		// "80-90" in a protocol field is not).
+		if interval && len(end)-m != len(dst)-n {
+			return nil, nil, fmt.Errorf("element %q: field %q: %w", s, part, errUndecodable)
 		}
 	}
 	return dst, end, nil
 }
 
-// encodeField encodes one field; a range ("a-b", or a prefix for an
-// address) only when interval is set. hi is lo for a single value.
-func encodeField(f field, s string, interval bool) (lo, hi []byte, err error) {
+// appendField appends one field to lo, and to hi its range end (interval
+// only: "a-b", or a prefix for an address; a single value ends where it
+// starts).
+func appendField(lo, hi []byte, f field, s string, interval bool) ([]byte, []byte, error) {
 	if interval {
 		if a, b, ok := strings.Cut(s, "-"); ok {
-			if lo, _, err = encodeField(f, a, false); err == nil {
-				hi, _, err = encodeField(f, b, false)
+			lo, _, err := appendField(lo, nil, f, a, false)
+			if err == nil {
+				hi, _, err = appendField(hi, nil, f, b, false)
 			}
 			return lo, hi, err
 		}
 		if (f.typ == typeIPAddr || f.typ == typeIP6Addr) && strings.Contains(s, "/") {
-			return encodePrefix(f, s)
+			a, b, err := encodePrefix(f, s)
+			return append(lo, a...), append(hi, b...), err
 		}
 	}
+	n := len(lo)
 	switch f.typ {
 	case typeIPAddr, typeIP6Addr:
 		a, err := netip.ParseAddr(s)
 		if err != nil || a.BitLen()/8 != f.len || a.Zone() != "" {
-			return nil, nil, fmt.Errorf("address %q: %w", s, errUndecodable)
+			return lo, hi, fmt.Errorf("address %q: %w", s, errUndecodable)
 		}
-		lo = a.AsSlice()
+		if a.Is4() {
+			b := a.As4()
+			lo = append(lo, b[:]...)
+		} else {
+			b := a.As16()
+			lo = append(lo, b[:]...)
+		}
 	case typeInetProto:
 		p, err := protoNumber(s)
 		if err != nil {
-			return nil, nil, err
+			return lo, hi, err
 		}
-		lo = []byte{p}
+		lo = append(lo, p)
 	case typeInetService:
-		n, err := strconv.ParseUint(s, 10, 16)
+		v, err := strconv.ParseUint(s, 10, 16)
 		if err != nil {
-			return nil, nil, fmt.Errorf("port %q: %w", s, errUndecodable)
+			return lo, hi, fmt.Errorf("port %q: %w", s, errUndecodable)
 		}
-		lo = binary.BigEndian.AppendUint16(nil, uint16(n))
+		lo = binary.BigEndian.AppendUint16(lo, uint16(v))
 	case typeInteger:
-		n, err := strconv.ParseUint(s, 10, 32)
+		v, err := strconv.ParseUint(s, 10, 32)
 		if err != nil {
-			return nil, nil, fmt.Errorf("integer %q: %w", s, errUndecodable)
+			return lo, hi, fmt.Errorf("integer %q: %w", s, errUndecodable)
 		}
-		lo = binary.NativeEndian.AppendUint32(nil, uint32(n))
+		lo = binary.NativeEndian.AppendUint32(lo, uint32(v))
 	default:
-		return nil, nil, fmt.Errorf("datatype %d: %w", f.typ, errUndecodable)
+		return lo, hi, fmt.Errorf("datatype %d: %w", f.typ, errUndecodable)
 	}
-	return lo, lo, nil
+	if interval {
+		hi = append(hi, lo[n:]...)
+	}
+	return lo, hi, nil
 }
 
 // encodePrefix returns the first and last address of prefix s.

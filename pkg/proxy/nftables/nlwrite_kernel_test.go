@@ -70,13 +70,14 @@ func mustJSON(v any) string {
 }
 
 // programTable syncs st into an empty table of a fresh Proxier, through
-// netlink element batches or nft only, and returns the table's listing.
-func programTable(family proxy.IPFamily, st *desired.State, viaNetlink bool) (string, applyStats, error) {
+// netlink element batches or nft only, in transactions of at most maxOps
+// operations, and returns the table's listing.
+func programTable(family proxy.IPFamily, st *desired.State, viaNetlink bool, maxOps int) (string, applyStats, error) {
 	p, err := New(family)
 	if err != nil {
 		return "", applyStats{}, err
 	}
-	p.nlElements = viaNetlink
+	p.nlElements, p.maxOps = viaNetlink, maxOps
 	if err := p.Cleanup(context.Background()); err != nil {
 		return "", applyStats{}, err
 	}
@@ -100,19 +101,23 @@ func TestNetlinkElementsMatchNft(t *testing.T) {
 		for _, c := range proxytest.Cases() {
 			st := proxytest.BuildState(t, c, family)
 			err := ns.Do(func() error {
-				want, _, err := programTable(family, st, false)
+				want, _, err := programTable(family, st, false, defaultMaxOps)
 				if err != nil {
 					return fmt.Errorf("through nft: %w", err)
 				}
-				got, stats, err := programTable(family, st, true)
-				if err != nil {
-					return fmt.Errorf("over netlink: %w", err)
-				}
-				if stats.netlinkOps == 0 {
-					return fmt.Errorf("no element went over netlink (%+v)", stats)
-				}
-				if got != want {
-					return fmt.Errorf("tables differ (- nft, + netlink):\n%s", diffLines(strings.Split(want, "\n"), strings.Split(got, "\n")))
+				// Small transactions too: runs of elements and objects
+				// alternate, and batches end mid-phase.
+				for _, maxOps := range []int{defaultMaxOps, 3} {
+					got, stats, err := programTable(family, st, true, maxOps)
+					if err != nil {
+						return fmt.Errorf("over netlink, maxOps %d: %w", maxOps, err)
+					}
+					if stats.netlinkOps == 0 {
+						return fmt.Errorf("maxOps %d: no element went over netlink (%+v)", maxOps, stats)
+					}
+					if got != want {
+						return fmt.Errorf("maxOps %d: tables differ (- nft, + netlink):\n%s", maxOps, diffLines(strings.Split(want, "\n"), strings.Split(got, "\n")))
+					}
 				}
 				return nil
 			})
@@ -144,7 +149,7 @@ func TestNetlinkElementRejected(t *testing.T) {
 	partial.Changed = map[proxy.ServicePortName]struct{}{late: {}}
 
 	err = ns.Do(func() error {
-		want, _, err := programTable(proxy.IPv4, full, false)
+		want, _, err := programTable(proxy.IPv4, full, false, defaultMaxOps)
 		if err != nil {
 			return err
 		}
