@@ -150,9 +150,9 @@ func (d *daemon) run(ctx context.Context) error {
 		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
 	}
 	d.events.starting()
-	for i, s := range syncers {
+	for family, s := range syncers {
 		go s.Loop(ctx)
-		if c, ok := proxiers[families[i]].(canaryChecker); ok {
+		if c, ok := proxiers[family].(canaryChecker); ok {
 			go monitorCanary(ctx, c, s, d.cfg.SyncPeriod)
 		}
 	}
@@ -198,8 +198,8 @@ func (d *daemon) serve(ctx context.Context) {
 
 // newSyncers builds one tracker and syncer per family, and the informer
 // targets that feed them.
-func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, ct kconntrack.Interface) ([]*syncer.Syncer, []watch.Target, error) {
-	var syncers []*syncer.Syncer
+func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, ct kconntrack.Interface) (map[proxy.IPFamily]*syncer.Syncer, []watch.Target, error) {
+	syncers := make(map[proxy.IPFamily]*syncer.Syncer, len(proxiers))
 	var targets []watch.Target
 	for _, family := range proxy.Families {
 		p, ok := proxiers[family]
@@ -226,7 +226,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 		if err != nil {
 			return nil, nil, fmt.Errorf("creating %s syncer: %w", family, err)
 		}
-		syncers = append(syncers, s)
+		syncers[family] = s
 		targets = append(targets, watch.Target{Tracker: tracker, SyncNeeded: s.Request})
 	}
 	return syncers, targets, nil

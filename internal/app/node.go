@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/internal/watch"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
@@ -134,7 +135,7 @@ func (d *daemon) awaitNode(ctx context.Context) (*watch.NodeWatcher, error) {
 // watchNode follows this Node: eligibility feeds /healthz, a zone change
 // re-evaluates topology everywhere, and the changes upstream answers by
 // exiting (IPs, podCIDRs in NodeCIDR mode, deletion) stop the process.
-func (d *daemon) watchNode(ctx context.Context, w *watch.NodeWatcher, syncers []*syncer.Syncer) error {
+func (d *daemon) watchNode(ctx context.Context, w *watch.NodeWatcher, syncers map[proxy.IPFamily]*syncer.Syncer) error {
 	return w.Start(ctx, d.nodeInfo, needPodCIDRs(d.cfg), watch.NodeHandler{
 		Fatal: func(err error) { d.fatal <- err },
 		ZoneChanged: func(zone string) {
