@@ -133,28 +133,24 @@ func (w *Informers) afterSync(ctx context.Context, what string, synced cache.Inf
 }
 
 func (w *Informers) onService(oldObj, newObj any) {
-	old, okOld := unwrap[*v1.Service](oldObj)
-	cur, okNew := unwrap[*v1.Service](newObj)
-	if !okOld || !okNew {
-		klog.InfoS("Ignoring unexpected object in Service event", "old", fmt.Sprintf("%T", oldObj), "new", fmt.Sprintf("%T", newObj))
-		return
-	}
-	for _, t := range w.targets {
-		if t.Tracker.OnServiceUpdate(old, cur) && t.SyncNeeded != nil {
-			t.SyncNeeded()
-		}
-	}
+	fanOut(w, "Service", oldObj, newObj, Tracker.OnServiceUpdate)
 }
 
 func (w *Informers) onSlice(oldObj, newObj any) {
-	old, okOld := unwrap[*discoveryv1.EndpointSlice](oldObj)
-	cur, okNew := unwrap[*discoveryv1.EndpointSlice](newObj)
+	fanOut(w, "EndpointSlice", oldObj, newObj, Tracker.OnEndpointSliceUpdate)
+}
+
+// fanOut hands one event, tombstones unwrapped, to every target's tracker
+// and asks for a sync where the tracker says one is needed.
+func fanOut[T any](w *Informers, kind string, oldObj, newObj any, update func(Tracker, T, T) bool) {
+	old, okOld := unwrap[T](oldObj)
+	cur, okNew := unwrap[T](newObj)
 	if !okOld || !okNew {
-		klog.InfoS("Ignoring unexpected object in EndpointSlice event", "old", fmt.Sprintf("%T", oldObj), "new", fmt.Sprintf("%T", newObj))
+		klog.InfoS("Ignoring unexpected object in "+kind+" event", "old", fmt.Sprintf("%T", oldObj), "new", fmt.Sprintf("%T", newObj))
 		return
 	}
 	for _, t := range w.targets {
-		if t.Tracker.OnEndpointSliceUpdate(old, cur) && t.SyncNeeded != nil {
+		if update(t.Tracker, old, cur) && t.SyncNeeded != nil {
 			t.SyncNeeded()
 		}
 	}
