@@ -146,8 +146,13 @@ func testAPIServerOutage(t *testing.T, c *F.Cluster) {
 	}
 	restarted = true
 	c.SetEndpoints(svc, F.EP{Pod: b})
-	c.Expect("cli1", tg, 60*time.Second, F.AllOf("ob"))
-	c.Expect("ext", F.TCP(n1.IP, nodePort(svc)), converge, F.AllOf("ob"))
+	// After the API server comes back, the watches reconnect with
+	// client-go's backoff (up to ~30 s) and may relist; changes have been
+	// seen to take longer than 20 s to arrive (an open finding on issue 6,
+	// with the own-Node watch). The bound here is for both nodes' rules.
+	const afterRestart = 60 * time.Second
+	c.Expect("cli1", tg, afterRestart, F.AllOf("ob"))
+	c.Expect("ext", F.TCP(n1.IP, nodePort(svc)), afterRestart, F.AllOf("ob"))
 }
 
 func nodePort(svc *corev1.Service) int32 {
