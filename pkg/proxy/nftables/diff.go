@@ -95,31 +95,79 @@ func (s *store) diff() []*unit {
 	for name := range s.dirtyChains {
 		units = append(units, s.diffChain(name)...)
 	}
-	for _, e := range s.dirtyElems {
-		if u := s.diffElem(e); u != nil {
-			units = append(units, u)
-		}
-	}
 	if !s.tablePresent {
 		units = append(units, &unit{phase: phaseTable,
 			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Add(&knftables.Table{Comment: knftables.PtrTo(tableComment)}) }},
 			commit: func() { s.tablePresent = true }})
 	}
-	// (phase, sortBy, element key) is unique, so an unstable sort is
-	// deterministic; the stable one cost 0.7 s of CPU at 330k units.
+	// (phase, sortBy) is unique among object units.
 	slices.SortFunc(units, func(a, b *unit) int {
 		if a.phase != b.phase {
 			return a.phase - b.phase
 		}
-		if c := strings.Compare(a.sortBy, b.sortBy); c != 0 {
-			return c
-		}
-		if a.el != nil && b.el != nil {
-			return strings.Compare(a.el.key, b.el.key)
-		}
-		return 0
+		return strings.Compare(a.sortBy, b.sortBy)
 	})
+	return mergeByPhase(units, s.diffElems())
+}
+
+// diffElems returns the element units, grouped by phase and set (sets in
+// name order). Elements of one set and phase do not depend on each other,
+// so they keep the order they were touched in: sorting 330k keys was a
+// fifth of a cold sync's CPU.
+func (s *store) diffElems() []*unit {
+	type group struct {
+		phase int
+		set   string
+	}
+	// Units and their element ops come from two slabs: two allocations
+	// instead of two per element.
+	slab := make([]unit, 0, len(s.dirtyElems))
+	ops := make([]elemOp, 0, len(s.dirtyElems))
+	groups := map[group]*[]*unit{}
+	var last group
+	var cur *[]*unit
+	for _, e := range s.dirtyElems {
+		phase, op, ok := s.diffElem(e)
+		if !ok {
+			continue
+		}
+		ops = append(ops, op)
+		slab = append(slab, unit{phase: phase, sortBy: op.set, el: &ops[len(ops)-1]})
+		// Consecutive elements are mostly of one group: look it up
+		// only when it changes.
+		if g := (group{phase, op.set}); cur == nil || g != last {
+			if last, cur = g, groups[g]; cur == nil {
+				cur = new([]*unit)
+				groups[g] = cur
+			}
+		}
+		*cur = append(*cur, &slab[len(slab)-1])
+	}
+	keys := slices.SortedFunc(maps.Keys(groups), func(a, b group) int {
+		if a.phase != b.phase {
+			return a.phase - b.phase
+		}
+		return strings.Compare(a.set, b.set)
+	})
+	units := make([]*unit, 0, len(slab))
+	for _, k := range keys {
+		units = append(units, *groups[k]...)
+	}
 	return units
+}
+
+// mergeByPhase merges two unit lists sorted by phase, a's units first
+// within a phase.
+func mergeByPhase(a, b []*unit) []*unit {
+	out := make([]*unit, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if b[0].phase < a[0].phase {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 func (s *store) diffSet(name string) []*unit {

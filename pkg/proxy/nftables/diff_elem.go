@@ -55,27 +55,27 @@ func (o *elemOp) done() {
 	o.entry.present, o.entry.kernel = true, o.value
 }
 
-func (s *store) diffElem(e *elemEntry) *unit {
-	ref := e
+// diffElem returns the change element e needs and its phase, if any.
+func (s *store) diffElem(e *elemEntry) (int, elemOp, bool) {
 	want, ok := e.desiredValue()
-	set := s.sets[ref.set]
+	set := s.sets[e.set]
 	// Elements of a set being deleted go with it; those of a re-created
 	// endpoint map are all in its chain's unit.
-	if set == nil || (set.desired == nil && set.present) || s.recreated[ref.set] {
-		return nil
+	if set == nil || (set.desired == nil && set.present) || s.recreated[e.set] {
+		return 0, elemOp{}, false
 	}
-	op := &elemOp{s: s, set: ref.set, key: ref.key, isMap: set.desired.isMap, entry: e}
-	rank := elemRank(ref.set)
+	op := elemOp{s: s, set: e.set, key: e.key, isMap: set.desired.isMap, entry: e}
+	rank := elemRank(e.set)
 	switch {
 	case !ok && !e.present:
-		delete(s.elems[ref.set], ref.key)
-		return nil
+		delete(s.elems[e.set], e.key)
+		return 0, elemOp{}, false
 	case !ok:
 		op.del = true
-		return &unit{phase: phaseElemDel + 2 - rank, sortBy: ref.set, el: op}
+		return phaseElemDel + 2 - rank, op, true
 	case e.present && e.kernel == want:
-		return nil
+		return 0, elemOp{}, false
 	}
 	op.del, op.add, op.value = e.present, true, want
-	return &unit{phase: elemAddPhase(rank), sortBy: ref.set, el: op}
+	return elemAddPhase(rank), op, true
 }

@@ -105,9 +105,12 @@ func affinitySet(n proxy.ServicePortName, ep netip.AddrPort) string {
 }
 
 // elemKey joins an element's key or value components the way nft prints them.
-func joinElem(parts []string) string { return strings.Join(parts, " . ") }
+// elemSep joins the fields of a concatenated key or value, as nft prints it.
+const elemSep = " . "
 
-func splitElem(s string) []string { return strings.Split(s, " . ") }
+func joinElem(parts []string) string { return strings.Join(parts, elemSep) }
+
+func splitElem(s string) []string { return strings.Split(s, elemSep) }
 
 // addrString spells an address as nft prints it.
 func addrString(a netip.Addr) string { return a.Unmap().String() }

@@ -6,6 +6,7 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -100,8 +101,11 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	if full {
 		p.store.resetClaims()
 		p.store.replace(owner{}, renderGlobal(st, cfg))
-		for name, sp := range st.Services {
-			p.store.replace(name, renderService(cfg, sp))
+		// In name order: the elements are sent in the order they were
+		// claimed, so a full sync of the same State sends the same
+		// transactions.
+		for _, name := range slices.SortedFunc(maps.Keys(st.Services), proxy.ServicePortName.Compare) {
+			p.store.replace(name, renderService(cfg, st.Services[name]))
 		}
 	} else {
 		for name := range st.Changed {

@@ -16,6 +16,15 @@ type svcContext struct {
 	sp    *desired.ServicePort
 	proto string
 	p     *part
+	// buf builds element keys; values caches each endpoint's value, which
+	// every frontend's slots and every dispatch repeat.
+	buf    []byte
+	values []epString
+}
+
+type epString struct {
+	ep desired.Endpoint
+	s  string
 }
 
 // renderService renders everything one service port needs: its frontend,
@@ -24,8 +33,11 @@ type svcContext struct {
 // state).
 func renderService(c *config, sp *desired.ServicePort) *part {
 	s := &svcContext{c: c, sp: sp, proto: protoName(sp.Protocol), p: &part{}}
-	cip := addrString(sp.ClusterIP)
-	s.p.addElem(setClusterIPs, cip, "")
+	// Most elements are endpoint slots: frontends × endpoints per map,
+	// plus the hairpin set; sizing once saves the slice's regrowth.
+	n := len(sp.Internal.Endpoints)
+	s.p.elems = make([]elemSpec, 0, 4+len(sp.ExternalIPs)+len(sp.LoadBalancerIPs)+3*n+n*(len(sp.ExternalIPs)+len(sp.LoadBalancerIPs)))
+	s.p.addElem(setClusterIPs, addrString(sp.ClusterIP), "")
 
 	internal, external, externalNP := s.verdicts()
 	s.p.addElem(mapServiceIPs, s.ipKey(sp.ClusterIP, sp.Port), internal)
@@ -40,12 +52,34 @@ func renderService(c *config, sp *desired.ServicePort) *part {
 	return s.p
 }
 
+// ipKey is the key address · protocol · port (service-ips, firewall-ips).
 func (s *svcContext) ipKey(a netip.Addr, port uint16) string {
-	return joinElem([]string{addrString(a), s.proto, strconv.Itoa(int(port))})
+	b := append(a.Unmap().AppendTo(s.buf[:0]), elemSep...)
+	return s.keep(strconv.AppendUint(append(append(b, s.proto...), elemSep...), uint64(port), 10))
 }
 
+// npKey is the key protocol · port (service-nodeports).
 func (s *svcContext) npKey(port uint16) string {
-	return joinElem([]string{s.proto, strconv.Itoa(int(port))})
+	return s.keep(strconv.AppendUint(append(append(s.buf[:0], s.proto...), elemSep...), uint64(port), 10))
+}
+
+// keep returns b, built in s.buf, as a string, and keeps the buffer.
+func (s *svcContext) keep(b []byte) string {
+	s.buf = b
+	return string(b)
+}
+
+// epValue is the endpoint-map value address · port of ep.
+func (s *svcContext) epValue(ep desired.Endpoint) string {
+	for _, v := range s.values {
+		if v.ep == ep {
+			return v.s
+		}
+	}
+	b := append(ep.IP.Unmap().AppendTo(s.buf[:0]), elemSep...)
+	v := s.keep(strconv.AppendUint(b, uint64(ep.Port), 10))
+	s.values = append(s.values, epString{ep, v})
+	return v
 }
 
 // externalAddrs lists external and LB IPs without duplicates, in order.
@@ -71,8 +105,7 @@ func (s *svcContext) verdicts() (internal, external, nodePort string) {
 		return s.affinityVerdicts()
 	}
 	sp := s.sp
-	cluster := [][]string{{addrString(sp.ClusterIP), s.proto, strconv.Itoa(int(sp.Port))}}
-	internal = s.dispatchVerdict(sp.Internal, s.c.internalChain, cluster)
+	internal = s.dispatchVerdict(sp.Internal, s.c.internalChain, []string{s.ipKey(sp.ClusterIP, sp.Port)})
 	if keys := s.frontendKeys(ipFrontend); len(keys) > 0 {
 		external = s.externalVerdict(ipFrontend, keys)
 	}
@@ -85,7 +118,7 @@ func (s *svcContext) verdicts() (internal, external, nodePort string) {
 // dispatchVerdict is "goto <dispatch chain>" for a non-empty dispatch
 // (adding the chain, its map and the endpoint elements of every frontend
 // key), else the empty verdict.
-func (s *svcContext) dispatchVerdict(d desired.Dispatch, chain func(int) *chainSpec, frontends [][]string) string {
+func (s *svcContext) dispatchVerdict(d desired.Dispatch, chain func(int) *chainSpec, frontends []string) string {
 	if len(d.Endpoints) == 0 {
 		return emptyVerdict(d.Empty)
 	}
@@ -98,19 +131,19 @@ func (s *svcContext) dispatchVerdict(d desired.Dispatch, chain func(int) *chainS
 }
 
 // frontendKeys lists the endpoint-map key prefixes of the frontends of kind.
-func (s *svcContext) frontendKeys(kind frontendKind) [][]string {
+func (s *svcContext) frontendKeys(kind frontendKind) []string {
 	if kind == nodePortFrontend {
-		return [][]string{{s.proto, strconv.Itoa(int(s.sp.NodePort))}}
+		return []string{s.npKey(s.sp.NodePort)}
 	}
-	var keys [][]string
+	var keys []string
 	for _, a := range s.externalAddrs() {
-		keys = append(keys, []string{addrString(a), s.proto, strconv.Itoa(int(s.sp.Port))})
+		keys = append(keys, s.ipKey(a, s.sp.Port))
 	}
 	return keys
 }
 
 // externalVerdict is the verdict of the external frontends of kind (keys).
-func (s *svcContext) externalVerdict(kind frontendKind, keys [][]string) string {
+func (s *svcContext) externalVerdict(kind frontendKind, keys []string) string {
 	sp := s.sp
 	chain := func(class func(frontendKind, int) *chainSpec) func(int) *chainSpec {
 		return func(n int) *chainSpec { return class(kind, n) }
@@ -131,15 +164,15 @@ func (s *svcContext) externalVerdict(kind frontendKind, keys [][]string) string 
 }
 
 // endpointElems adds one element per endpoint slot of a frontend.
-func (s *svcContext) endpointElems(m string, frontend []string, eps []desired.Endpoint) {
+func (s *svcContext) endpointElems(m string, frontend string, eps []desired.Endpoint) {
 	for i, ep := range s.slotOrder(m, frontend, eps) {
-		key := append(append([]string{}, frontend...), strconv.Itoa(i))
-		s.p.addElem(m, joinElem(key), epValue(ep))
+		s.p.addElem(m, slotKey(frontend, i), s.epValue(ep))
 	}
 }
 
-func epValue(ep desired.Endpoint) string {
-	return joinElem([]string{addrString(ep.IP), strconv.Itoa(int(ep.Port))})
+// slotKey is the endpoint-map key frontend · slot.
+func slotKey(frontend string, slot int) string {
+	return frontend + elemSep + strconv.Itoa(slot)
 }
 
 // slotOrder returns eps in slot order for one frontend of map m. An
@@ -147,20 +180,19 @@ func epValue(ep desired.Endpoint) string {
 // rewrites one element instead of shifting every slot after it; the other
 // endpoints fill the free slots in sorted order. A map holds one endpoint
 // count only, so when the count changes every slot is new anyway.
-func (s *svcContext) slotOrder(m string, frontend []string, eps []desired.Endpoint) []desired.Endpoint {
+func (s *svcContext) slotOrder(m string, frontend string, eps []desired.Endpoint) []desired.Endpoint {
 	if s.c.kernelValue == nil || !s.c.kernelValue.hasElems(m) {
 		return eps
 	}
 	index := make(map[string]int, len(eps))
 	for i, ep := range eps {
-		index[epValue(ep)] = i
+		index[s.epValue(ep)] = i
 	}
 	out := make([]desired.Endpoint, len(eps))
 	placed := make([]bool, len(eps))
 	filled := make([]bool, len(eps))
 	for slot := range eps {
-		key := joinElem(append(append([]string{}, frontend...), strconv.Itoa(slot)))
-		v, ok := s.c.kernelValue.kernelElem(m, key)
+		v, ok := s.c.kernelValue.kernelElem(m, slotKey(frontend, slot))
 		if i, want := index[v]; ok && want && !placed[i] {
 			out[slot], placed[i], filled[slot] = eps[i], true, true
 		}
@@ -238,7 +270,7 @@ func (s *svcContext) renderFirewall() {
 		s.p.addElem(setFirewallIPs, key, "")
 		for _, src := range s.sp.AllowedSources {
 			if specFor(familyOf(src.Addr())).family == s.c.fs.family {
-				s.p.addElem(setFirewallAllow, joinElem([]string{key, prefixString(src)}), "")
+				s.p.addElem(setFirewallAllow, key+elemSep+prefixString(src), "")
 			}
 		}
 	}
@@ -254,8 +286,8 @@ func (s *svcContext) renderHairpin() {
 		for _, ep := range d.Endpoints {
 			if !seen[ep.IP] {
 				seen[ep.IP] = true
-				a := addrString(ep.IP)
-				s.p.addElem(setHairpin, a+" . "+a, "")
+				b := append(ep.IP.Unmap().AppendTo(s.buf[:0]), elemSep...)
+				s.p.addElem(setHairpin, s.keep(ep.IP.Unmap().AppendTo(b)), "")
 			}
 		}
 	}

@@ -53,9 +53,13 @@ type setEntry struct {
 type elemEntry struct {
 	set, key string
 	dirty    bool
-	claims   []elemClaim
 	present  bool
 	kernel   string // value in the kernel
+	// first is the first claim (owner nil: none), more any others: most
+	// elements have one owner, and a slice per element cost an
+	// allocation each (330k at 10k×10).
+	first elemClaim
+	more  []elemClaim
 }
 
 // elemClaim is one owner's claim on an element. The owner is its part's
@@ -100,7 +104,7 @@ func (s *store) resetClaims() {
 	}
 	for _, m := range s.elems {
 		for _, e := range m {
-			e.claims = nil
+			e.first, e.more = elemClaim{}, nil
 			s.markDirty(e)
 		}
 	}
@@ -143,10 +147,19 @@ func (s *store) claim(o owner, p *part) {
 	*id = o
 	p.owner = id
 	p.entries = make([]*elemEntry, 0, len(p.elems))
+	var set string
+	var m map[string]*elemEntry
 	for _, el := range p.elems {
-		e := s.elem(el.set, el.key, true)
-		if !slices.ContainsFunc(e.claims, func(c elemClaim) bool { return c.owner == id }) {
-			e.claims = append(e.claims, elemClaim{owner: id, value: el.value})
+		// A part's elements come in runs of one set.
+		if m == nil || el.set != set {
+			set, m = el.set, s.setElems(el.set)
+		}
+		e := m[el.key]
+		if e == nil {
+			e = &elemEntry{set: el.set, key: el.key}
+			m[el.key] = e
+		}
+		if e.addClaim(elemClaim{owner: id, value: el.value}) {
 			p.entries = append(p.entries, e)
 		}
 		s.markDirty(e)
@@ -176,22 +189,28 @@ func (s *store) release(p *part) {
 	// A claimed entry stays in s.elems (only unclaimed ones are removed),
 	// so the part's pointers are the live entries.
 	for _, e := range p.entries {
-		e.claims = slices.DeleteFunc(e.claims, func(c elemClaim) bool { return c.owner == p.owner })
+		e.dropClaim(p.owner)
 		s.markDirty(e)
 	}
 }
 
-func (s *store) elem(set, key string, create bool) *elemEntry {
+// setElems returns the entries of set, creating the map if needed.
+func (s *store) setElems(set string) map[string]*elemEntry {
 	m := s.elems[set]
 	if m == nil {
-		if !create {
-			return nil
-		}
 		m = map[string]*elemEntry{}
 		s.elems[set] = m
 	}
+	return m
+}
+
+func (s *store) elem(set, key string, create bool) *elemEntry {
+	if !create {
+		return s.elems[set][key]
+	}
+	m := s.setElems(set)
 	e := m[key]
-	if e == nil && create {
+	if e == nil {
 		e = &elemEntry{set: set, key: key}
 		m[key] = e
 	}
@@ -208,16 +227,41 @@ func (s *store) markDirty(e *elemEntry) {
 // desiredValue is the value of the element's first claimant in name
 // order, so that conflicting claims resolve the same way in every sync.
 func (e *elemEntry) desiredValue() (string, bool) {
-	if len(e.claims) == 0 {
+	if e.first.owner == nil {
 		return "", false
 	}
-	best := e.claims[0]
-	for _, c := range e.claims[1:] {
+	best := e.first
+	for _, c := range e.more {
 		if c.owner.Compare(*best.owner) < 0 {
 			best = c
 		}
 	}
 	return best.value, true
+}
+
+// addClaim adds c unless its owner has a claim already, and reports
+// whether it did.
+func (e *elemEntry) addClaim(c elemClaim) bool {
+	switch {
+	case e.first.owner == nil:
+		e.first = c
+	case e.first.owner == c.owner || slices.ContainsFunc(e.more, func(m elemClaim) bool { return m.owner == c.owner }):
+		return false
+	default:
+		e.more = append(e.more, c)
+	}
+	return true
+}
+
+// dropClaim removes o's claim.
+func (e *elemEntry) dropClaim(o *owner) {
+	e.more = slices.DeleteFunc(e.more, func(c elemClaim) bool { return c.owner == o })
+	if e.first.owner == o {
+		e.first = elemClaim{}
+		if len(e.more) > 0 {
+			e.first, e.more = e.more[0], e.more[1:]
+		}
+	}
 }
 
 // slotSource tells what the kernel holds in an endpoint map, for stable

@@ -1,0 +1,58 @@
+package nftables
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// benchState is n services × 10 endpoints, each with a cluster IP and a
+// node port: the shape of test/bench/nftables, without the kernel.
+func benchState(n int) *desired.State {
+	st := &desired.State{
+		Family:    proxy.IPv4,
+		NodeIPs:   []netip.Addr{netip.MustParseAddr("10.0.0.1")},
+		NodePorts: desired.NodePortAddrs{All: true},
+		Masquerade: desired.Masquerade{Mark: 1 << 14,
+			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}},
+		Services: make(map[proxy.ServicePortName]*desired.ServicePort, n),
+	}
+	for i := range n {
+		eps := make([]desired.Endpoint, 10)
+		for j := range eps {
+			v := i*10 + j
+			eps[j] = desired.Endpoint{IP: netip.AddrFrom4([4]byte{10, 244, byte(v >> 8), byte(v)}), Port: uint16(8080 + v>>16)}
+		}
+		d := desired.Dispatch{Endpoints: eps, Empty: desired.Reject}
+		name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i)}, Port: "http", Protocol: proxy.TCP}
+		st.Services[name] = &desired.ServicePort{Name: name, Protocol: proxy.TCP, Port: 80,
+			ClusterIP: netip.AddrFrom4([4]byte{172, 30, byte(i >> 8), byte(i)}), NodePort: uint16(10000 + i%50000),
+			Internal: d, External: d, Cluster: d}
+	}
+	return st
+}
+
+// BenchmarkColdSyncGo measures svcproxy's own share of a cold sync at
+// 10k × 10: render, claim, diff and the store's commit bookkeeping. The
+// kernel's share is measured by test/bench/nftables.
+func BenchmarkColdSyncGo(b *testing.B) {
+	st := benchState(10000)
+	b.ReportAllocs()
+	for b.Loop() {
+		s := newStore()
+		s.tablePresent = true
+		cfg := newConfig(st)
+		cfg.kernelValue = s
+		s.replace(owner{}, renderGlobal(st, cfg))
+		for name, sp := range st.Services {
+			s.replace(name, renderService(cfg, sp))
+		}
+		for _, u := range s.diff() {
+			u.done()
+		}
+		s.clearDirty()
+	}
+}
