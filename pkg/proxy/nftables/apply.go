@@ -98,5 +98,5 @@ func opsOf(units []*unit) int {
 // nlBoundary reports whether an nft run should end before u (prev is the
 // unit before it).
 func nlBoundary(ew *nlElemWriter, prev, u *unit) bool {
-	return u.el != nil && (prev.el == nil || ew.canWrite(u))
+	return u.els != nil && (prev.els == nil || ew.canWrite(u))
 }

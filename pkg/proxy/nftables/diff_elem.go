@@ -6,12 +6,10 @@ import "sigs.k8s.io/knftables"
 // of the desired one, or both in that order (nft refuses to add an element
 // whose key exists with another value).
 type elemOp struct {
-	s        *store
-	set, key string
-	value    string // desired value, for add
+	entry    *elemEntry // set and key
+	value    string     // desired value, for add
 	isMap    bool
 	del, add bool
-	entry    *elemEntry
 }
 
 func (o *elemOp) numOps() int {
@@ -26,12 +24,12 @@ func (o *elemOp) numOps() int {
 }
 
 func (o *elemOp) element(value string) *knftables.Element {
-	el := &knftables.Element{Key: splitElem(o.key)}
+	el := &knftables.Element{Key: splitElem(o.entry.key)}
 	if !o.isMap {
-		el.Set = o.set
+		el.Set = o.entry.set
 		return el
 	}
-	el.Map = o.set
+	el.Map = o.entry.set
 	if value != "" {
 		el.Value = splitElem(value)
 	}
@@ -47,35 +45,43 @@ func (o *elemOp) write(tx *knftables.Transaction) {
 	}
 }
 
-func (o *elemOp) done() {
+func (o *elemOp) done(s *store) {
 	if !o.add {
-		delete(o.s.elems[o.set], o.key)
+		delete(s.elems[o.entry.set], o.entry.key)
 		return
 	}
 	o.entry.present, o.entry.kernel = true, o.value
 }
 
-// diffElem returns the change element e needs and its phase, if any.
-func (s *store) diffElem(e *elemEntry) (int, elemOp, bool) {
+// elemChange is the change entry e needs (diffElem decided that it needs
+// one). It depends only on the entry, which nothing changes between the
+// diff and the commit of its unit, so a unit keeps entries, not changes.
+func elemChange(e *elemEntry, isMap bool) elemOp {
+	want, ok := e.desiredValue()
+	if !ok {
+		return elemOp{entry: e, isMap: isMap, del: true}
+	}
+	return elemOp{entry: e, value: want, isMap: isMap, del: e.present, add: true}
+}
+
+// diffElem returns the phase of the change element e needs, if any.
+func (s *store) diffElem(e *elemEntry) (int, bool) {
 	want, ok := e.desiredValue()
 	set := s.sets[e.set]
 	// Elements of a set being deleted go with it; those of a re-created
 	// endpoint map are all in its chain's unit.
 	if set == nil || (set.desired == nil && set.present) || s.recreated[e.set] {
-		return 0, elemOp{}, false
+		return 0, false
 	}
-	op := elemOp{s: s, set: e.set, key: e.key, isMap: set.desired.isMap, entry: e}
 	rank := elemRank(e.set)
 	switch {
 	case !ok && !e.present:
 		delete(s.elems[e.set], e.key)
-		return 0, elemOp{}, false
+		return 0, false
 	case !ok:
-		op.del = true
-		return phaseElemDel + 2 - rank, op, true
+		return phaseElemDel + 2 - rank, true
 	case e.present && e.kernel == want:
-		return 0, elemOp{}, false
+		return 0, false
 	}
-	op.del, op.add, op.value = e.present, true, want
-	return elemAddPhase(rank), op, true
+	return elemAddPhase(rank), true
 }

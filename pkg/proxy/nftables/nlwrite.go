@@ -107,7 +107,7 @@ func (w *nlElemWriter) layout(set string) *layout {
 // canWrite reports whether u is an element change of a set this writer
 // encodes.
 func (w *nlElemWriter) canWrite(u *unit) bool {
-	return u.el != nil && w.layout(u.el.set) != nil
+	return len(u.els) > 0 && w.layout(u.els[0].set) != nil
 }
 
 // writeRun commits, in one batch, the leading units of us that it can
@@ -117,7 +117,7 @@ func (w *nlElemWriter) writeRun(us []*unit) (int, error) {
 	w.reset()
 	n := 0
 	for ; n < len(us) && w.canWrite(us[n]); n++ {
-		if err := w.add(us[n].el); err != nil {
+		if !w.addRun(us[n]) {
 			break // not encodable after all: nft gets it
 		}
 	}
@@ -135,29 +135,53 @@ func (w *nlElemWriter) reset() {
 	binary.NativeEndian.PutUint32(w.buf, uint32(len(w.buf)))
 }
 
+// writerMark is where the batch was before a run, to take the run back.
+type writerMark struct {
+	buf, msgs, open, listAt, lastAt int
+	openSet                         string
+	openDel                         bool
+	lastSeq                         uint32
+}
+
+// addRun encodes a run of element changes, all or none of them, and
+// reports whether it did.
+func (w *nlElemWriter) addRun(u *unit) bool {
+	m := writerMark{len(w.buf), len(w.msgs), w.open, w.listAt, w.lastAt, w.openSet, w.openDel, w.lastSeq}
+	for _, e := range u.els {
+		op := elemChange(e, u.isMap)
+		if err := w.add(&op); err != nil {
+			w.buf, w.msgs, w.open, w.listAt, w.lastAt = w.buf[:m.buf], w.msgs[:m.msgs], m.open, m.listAt, m.lastAt
+			w.openSet, w.openDel, w.lastSeq = m.openSet, m.openDel, m.lastSeq
+			return false
+		}
+	}
+	return true
+}
+
 // add encodes one element change, or nothing if any part of it fails: a
 // delete and the re-add of its key are encoded first, then appended.
 func (w *nlElemWriter) add(o *elemOp) error {
-	l := w.layouts[o.set]
+	set, key := o.entry.set, o.entry.key
+	l := w.layouts[set]
 	var del, add []byte
 	var err error
 	if o.del {
-		if del, err = l.appendElem(w.scratch[:0], o.key, "", false); err != nil {
+		if del, err = l.appendElem(w.scratch[:0], key, "", false); err != nil {
 			return err
 		}
 	}
 	if o.add {
-		if add, err = l.appendElem(del, o.key, o.value, true); err != nil {
+		if add, err = l.appendElem(del, key, o.value, true); err != nil {
 			return err
 		}
 		add = add[len(del):]
 	}
 	w.scratch = append(del, add...)[:0]
 	if del != nil {
-		w.appendElem(o.set, true, del)
+		w.appendElem(set, true, del)
 	}
 	if add != nil {
-		w.appendElem(o.set, false, add)
+		w.appendElem(set, false, add)
 	}
 	return nil
 }

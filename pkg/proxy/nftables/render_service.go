@@ -32,7 +32,8 @@ type epString struct {
 // (shared by shape, or its own when session affinity forces per-endpoint
 // state).
 func renderService(c *config, sp *desired.ServicePort) *part {
-	s := &svcContext{c: c, sp: sp, proto: protoName(sp.Protocol), p: &part{}}
+	s := &svcContext{c: c, sp: sp, proto: protoName(sp.Protocol), p: &part{},
+		values: make([]epString, 0, len(sp.Internal.Endpoints))}
 	// Most elements are endpoint slots: frontends × endpoints per map,
 	// plus the hairpin set; sizing once saves the slice's regrowth.
 	n := len(sp.Internal.Endpoints)

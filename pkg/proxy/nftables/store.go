@@ -57,9 +57,10 @@ type elemEntry struct {
 	kernel   string // value in the kernel
 	// first is the first claim (owner nil: none), more any others: most
 	// elements have one owner, and a slice per element cost an
-	// allocation each (330k at 10k×10).
+	// allocation each (330k at 10k×10); a pointer keeps the entry in the
+	// 96-byte size class.
 	first elemClaim
-	more  []elemClaim
+	more  *[]elemClaim
 }
 
 // elemClaim is one owner's claim on an element. The owner is its part's
@@ -231,7 +232,7 @@ func (e *elemEntry) desiredValue() (string, bool) {
 		return "", false
 	}
 	best := e.first
-	for _, c := range e.more {
+	for _, c := range e.others() {
 		if c.owner.Compare(*best.owner) < 0 {
 			best = c
 		}
@@ -245,23 +246,40 @@ func (e *elemEntry) addClaim(c elemClaim) bool {
 	switch {
 	case e.first.owner == nil:
 		e.first = c
-	case e.first.owner == c.owner || slices.ContainsFunc(e.more, func(m elemClaim) bool { return m.owner == c.owner }):
+	case e.first.owner == c.owner || slices.ContainsFunc(e.others(), func(m elemClaim) bool { return m.owner == c.owner }):
 		return false
 	default:
-		e.more = append(e.more, c)
+		e.setOthers(append(e.others(), c))
 	}
 	return true
 }
 
+// others returns the claims after the first.
+func (e *elemEntry) others() []elemClaim {
+	if e.more == nil {
+		return nil
+	}
+	return *e.more
+}
+
+func (e *elemEntry) setOthers(cs []elemClaim) {
+	if len(cs) == 0 {
+		e.more = nil
+		return
+	}
+	e.more = &cs
+}
+
 // dropClaim removes o's claim.
 func (e *elemEntry) dropClaim(o *owner) {
-	e.more = slices.DeleteFunc(e.more, func(c elemClaim) bool { return c.owner == o })
+	more := slices.DeleteFunc(e.others(), func(c elemClaim) bool { return c.owner == o })
 	if e.first.owner == o {
 		e.first = elemClaim{}
-		if len(e.more) > 0 {
-			e.first, e.more = e.more[0], e.more[1:]
+		if len(more) > 0 {
+			e.first, more = more[0], more[1:]
 		}
 	}
+	e.setOthers(more)
 }
 
 // slotSource tells what the kernel holds in an endpoint map, for stable

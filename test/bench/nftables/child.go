@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"time"
 
@@ -90,7 +91,11 @@ func runChild(services, changes int, profile string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := restartPhase(ns, cur, res); err != nil {
+	// A restart is a new process: the old Proxier's store would not be
+	// there to share the heap with the new one.
+	p = nil
+	runtime.GC()
+	if err := restartPhase(ns, cur, res, profile); err != nil {
 		return nil, err
 	}
 	res.SelfHWMKiB = benchkit.ReadHWM()
@@ -126,9 +131,16 @@ func incrementalPhases(ns *netnstest.NS, p *nftables.Proxier, st *desired.State,
 // restartPhase plays a daemon restart: a new Proxier with no memory, the
 // same desired state, a full sync — while a netlink monitor records every
 // ruleset change the kernel announces. Then it cleans up.
-func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result) error {
+func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result, profile string) error {
 	ctx := context.Background()
 	mon, err := ns.StartNftMonitor()
+	if err != nil {
+		return err
+	}
+	if profile != "" {
+		profile += ".restart"
+	}
+	stop, err := startProfile(profile)
 	if err != nil {
 		return err
 	}
@@ -142,6 +154,7 @@ func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result) error {
 		}
 		return p.Sync(ctx, benchkit.FullSync(cur))
 	})
+	stop()
 	res.NftMaxRSSKiB = benchkit.ChildrenMaxRSS()
 	res.RestartEvents = countEvents(mon.Stop())
 	if err != nil {

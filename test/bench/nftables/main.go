@@ -36,7 +36,7 @@ func run() int {
 		quick    = flag.Bool("quick", false, "smoke run: scales 1000,2000, one run")
 		timeout  = flag.Duration("timeout", 15*time.Minute, "limit per child run")
 		jsonOut  = flag.String("json", "", "also write every raw result to this file")
-		profile  = flag.String("cpuprofile", "", "write a CPU profile of each cold sync to FILE.<services>")
+		profile  = flag.String("cpuprofile", "", "write CPU profiles of each cold sync and restart to FILE.<services>[.restart]")
 	)
 	flag.Parse()
 	if *child {
