@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 const (
@@ -47,6 +48,15 @@ type Options struct {
 	Mode       string        // nftables or iptables
 	Nodes      int           // default 2
 	SyncPeriod time.Duration // default 5s: the "rules deleted by a third party" tests wait for it
+	// MinSyncPeriod, when set ("0s", "1s"), goes into the config's
+	// iptables/nftables minSyncPeriod; empty keeps kube-proxy's default (1s).
+	MinSyncPeriod string
+	// SeedDir is an etcd data dir to start from (hack/controlplane.sh
+	// SEED_DIR): objects that take minutes to create through the API.
+	SeedDir string
+	// NoProxy leaves svcproxy stopped: the caller starts it (StartProxy),
+	// e.g. to time its start against objects already in the API.
+	NoProxy bool
 }
 
 // Cluster is one running test cluster.
@@ -57,7 +67,10 @@ type Cluster struct {
 	Work   string // state dir: configs, kubeconfigs, logs
 	Bins   Binaries
 	Admin  kubernetes.Interface
-	Nodes  []*Node
+	// AdminConfig is Admin's client config (dialing into the cp namespace),
+	// for callers that need their own client (rate limits, protobuf).
+	AdminConfig *rest.Config
+	Nodes       []*Node
 
 	cpRun      string
 	closeOnce  sync.Once
@@ -90,15 +103,22 @@ func New(t testing.TB, opts Options) *Cluster {
 	for _, n := range c.Nodes {
 		c.must(c.registerNode(n), "Node "+n.Name)
 	}
+	if !opts.NoProxy {
+		c.startProxies()
+	}
+	t.Logf("cluster %s (%s, %d nodes) up in %v; logs in %s", c.Prefix, opts.Mode, len(c.Nodes),
+		time.Since(t0).Round(time.Millisecond), c.Work)
+	return c
+}
+
+func (c *Cluster) startProxies() {
+	c.T.Helper()
 	for _, n := range c.Nodes {
 		c.must(c.StartProxy(n), "svcproxy on "+n.Name)
 	}
 	for _, n := range c.Nodes {
 		c.must(c.WaitHealthz(n, 200, 60*time.Second), "svcproxy healthy on "+n.Name)
 	}
-	t.Logf("cluster %s (%s, %d nodes) up in %v; logs in %s", c.Prefix, opts.Mode, len(c.Nodes),
-		time.Since(t0).Round(time.Millisecond), c.Work)
-	return c
 }
 
 func (c *Cluster) must(err error, what string) {

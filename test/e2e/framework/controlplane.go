@@ -11,8 +11,10 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -36,7 +38,11 @@ func (c *Cluster) controlPlane(verb string, extraEnv ...string) error {
 
 func (c *Cluster) startControlPlane() error {
 	t0 := time.Now()
-	if err := c.controlPlane("start"); err != nil {
+	var env []string
+	if c.Opts.SeedDir != "" {
+		env = append(env, "SEED_DIR="+c.Opts.SeedDir)
+	}
+	if err := c.controlPlane("start", env...); err != nil {
 		return err
 	}
 	c.T.Logf("control plane up in %v", time.Since(t0).Round(time.Millisecond))
@@ -49,9 +55,14 @@ func (c *Cluster) startControlPlane() error {
 	cfg.Dial = DialerIn(c.NS("cp"))
 	cfg.Timeout = 20 * time.Second
 	cfg.QPS, cfg.Burst = 200, 400
+	c.AdminConfig = rest.CopyConfig(cfg)
 	c.Admin, err = kubernetes.NewForConfig(cfg)
 	return err
 }
+
+// EtcdDataDir is the running etcd's data dir; after StopAPIServer it is a
+// consistent copy source for Options.SeedDir.
+func (c *Cluster) EtcdDataDir() string { return filepath.Join(c.cpRun, "etcd-data") }
 
 func (c *Cluster) stopControlPlane() {
 	if err := c.controlPlane("stop"); err != nil {
@@ -72,7 +83,9 @@ func (c *Cluster) setupRBAC() error {
 	ctx, cancel := c.Ctx(30 * time.Second)
 	defer cancel()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: proxySA, Namespace: "kube-system"}}
-	if _, err := c.Admin.CoreV1().ServiceAccounts("kube-system").Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+	// A seeded etcd (Options.SeedDir) may hold these already; tokens are
+	// fresh anyway, signed by this run's service-account key.
+	if _, err := c.Admin.CoreV1().ServiceAccounts("kube-system").Create(ctx, sa, metav1.CreateOptions{}); ignoreExists(err) != nil {
 		return fmt.Errorf("ServiceAccount: %w", err)
 	}
 	crb := &rbacv1.ClusterRoleBinding{
@@ -80,7 +93,7 @@ func (c *Cluster) setupRBAC() error {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-proxier"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: proxySA, Namespace: "kube-system"}},
 	}
-	if _, err := c.Admin.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Admin.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); ignoreExists(err) != nil {
 		return fmt.Errorf("ClusterRoleBinding: %w", err)
 	}
 	for _, n := range c.Nodes {
@@ -96,6 +109,13 @@ func (c *Cluster) setupRBAC() error {
 		}
 	}
 	return nil
+}
+
+func ignoreExists(err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 func (c *Cluster) tokenKubeconfig(token string) string {
@@ -129,10 +149,14 @@ func (c *Cluster) registerNode(n *Node) error {
 		}},
 		Spec: corev1.NodeSpec{PodCIDR: n.PodNet + ".0/24", PodCIDRs: []string{n.PodNet + ".0/24"}},
 	}
-	node, err := c.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil {
-		return err
+	created, err := c.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) { // from a seeded etcd: refresh its status
+		created, err = c.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 	}
+	if err != nil {
+		return fmt.Errorf("Node %s: %w", n.Name, err)
+	}
+	node = created
 	node.Status.Addresses = []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: n.IP}, {Type: corev1.NodeHostName, Address: n.Name}}
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,

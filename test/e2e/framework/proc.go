@@ -78,6 +78,20 @@ func (p *Proc) Stop(grace time.Duration) {
 	}
 }
 
+// Pid is the program's own PID (ip netns exec execs it).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Rusage is the resource usage wait4 reported once the process ended (nil
+// before). Linux fills it as RUSAGE_BOTH: Maxrss is the larger of the
+// process's own peak and that of its largest waited-for child, in KiB.
+func (p *Proc) Rusage() *syscall.Rusage {
+	if p.Alive() || p.cmd.ProcessState == nil {
+		return nil
+	}
+	ru, _ := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return ru
+}
+
 // Tail returns the last n bytes of the log, for failure messages.
 func (p *Proc) Tail(n int64) string {
 	f, err := os.Open(p.Log)

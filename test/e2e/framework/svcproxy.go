@@ -18,6 +18,10 @@ import (
 // repairs of rules a third party deleted are quick to observe.
 func (c *Cluster) writeConfig(n *Node) error {
 	sp := c.Opts.SyncPeriod.String()
+	if c.Opts.MinSyncPeriod != "" {
+		// Both sections: only the one of the mode is read.
+		sp += "\n  minSyncPeriod: " + c.Opts.MinSyncPeriod
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: %s
