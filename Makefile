@@ -4,6 +4,8 @@
 #   make test     install missing apt packages, then every Go test (unit, fuzz seeds, kernel)
 #   make verify   gofmt, go vet, staticcheck, import rules
 #   make bench    the nftables benchmark (test/bench/nftables)
+#   make bench-e2e  10k Services × 10 endpoints through a real API server: first sync,
+#                 network programming latency under churn, peak RSS (hack/bench-e2e.sh)
 #   make demo     a throwaway cluster in network namespaces: real kube-apiserver, two nodes
 #                 running svcproxy, pods, a client; shows load balancing, then tears it down
 #   make clean    remove _output/ (including the cached control-plane binaries)
@@ -18,12 +20,12 @@ GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
 GIT_TREE := $(shell git diff --quiet HEAD -- 2>/dev/null && echo clean || echo dirty)
 LDFLAGS := -X $(APP).gitCommit=$(GIT_COMMIT) -X $(APP).gitTreeState=$(GIT_TREE)
 
-.PHONY: all build test verify bench demo controlplane deps clean help e2e
+.PHONY: all build test verify bench bench-e2e demo controlplane deps clean help e2e
 
 all: build
 
 help:
-	@sed -n '3,10p' Makefile
+	@sed -n '3,12p' Makefile
 
 build:
 	@mkdir -p $(OUTPUT)/bin
@@ -47,6 +49,8 @@ image: ; hack/image.sh all # OCI layout _output/image/oci, tested in a chroot; r
 bench:
 	$(GO) run ./test/bench/nftables
 	$(GO) run ./test/bench/iptables
+
+bench-e2e: deps ; hack/bench-e2e.sh # end-to-end scale benchmark (test/e2e/bench, tag benche2e); root, minutes; not in make test
 
 controlplane:
 	hack/build-controlplane.sh

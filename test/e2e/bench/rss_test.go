@@ -1,0 +1,163 @@
+//go:build benche2e
+
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// procStatus reads Name and VmHWM (peak RSS, KiB) from /proc/PID/status.
+func procStatus(pid int) (name string, hwmKiB int64, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return "", 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		switch k {
+		case "Name":
+			name = strings.TrimSpace(v)
+		case "VmHWM":
+			hwmKiB, _ = strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	return name, hwmKiB, true
+}
+
+// children lists the PIDs of pid's children (every thread's list).
+func children(pid int) []int {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	var out []int
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(s); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// childPeak is the largest VmHWM seen of the children with one name.
+type childPeak struct {
+	Name   string
+	HWMKiB int64
+	PIDs   int // distinct processes seen
+}
+
+// childMonitor samples svcproxy's children (nft, iptables-restore) every
+// 20 ms and keeps each name's largest peak RSS. A child that lives less
+// than a sampling period can be missed, and one is read last just before
+// it exits at the latest, so these are lower bounds of the children's
+// peaks; the wait4 maxrss of svcproxy (Proc.Rusage) bounds them from above.
+type childMonitor struct {
+	pid   int
+	stop  chan struct{}
+	done  chan struct{}
+	mu    sync.Mutex
+	peaks map[string]*childPeak
+	seen  map[int]bool
+}
+
+func startChildMonitor(pid int) *childMonitor {
+	m := &childMonitor{pid: pid, stop: make(chan struct{}), done: make(chan struct{}),
+		peaks: map[string]*childPeak{}, seen: map[int]bool{}}
+	go m.loop()
+	return m
+}
+
+func (m *childMonitor) loop() {
+	defer close(m.done)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+			m.sample()
+		}
+	}
+}
+
+// program is the base name of pid's argv[0] ("" when gone): /proc's Name
+// is cut at 15 characters (iptables-nft-re).
+func program(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return ""
+	}
+	arg0, _, _ := strings.Cut(string(b), "\x00")
+	if arg0 == "" { // a zombie, or exiting
+		return ""
+	}
+	return filepath.Base(arg0)
+}
+
+func (m *childMonitor) sample() {
+	self := program(m.pid)
+	for _, c := range children(m.pid) {
+		// Until it execs, a child shares svcproxy's memory (vfork): its
+		// VmHWM would be svcproxy's own.
+		name := program(c)
+		if name == "" || name == self {
+			continue
+		}
+		_, hwm, ok := procStatus(c)
+		if !ok {
+			continue
+		}
+		m.mu.Lock()
+		p := m.peaks[name]
+		if p == nil {
+			p = &childPeak{Name: name}
+			m.peaks[name] = p
+		}
+		if !m.seen[c] {
+			m.seen[c] = true
+			p.PIDs++
+		}
+		p.HWMKiB = max(p.HWMKiB, hwm)
+		m.mu.Unlock()
+	}
+}
+
+// finish stops sampling and returns the peaks by name.
+func (m *childMonitor) finish() []childPeak {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	<-m.done
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []childPeak
+	for _, p := range m.peaks {
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// load1 is the 1-minute load average: the machine is shared, and wall
+// times only mean something next to it.
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
