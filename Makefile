@@ -8,6 +8,7 @@
 #                 network programming latency under churn, peak RSS (hack/bench-e2e.sh)
 #   make demo     a throwaway cluster in network namespaces: real kube-apiserver, two nodes
 #                 running svcproxy, pods, a client; shows load balancing, then tears it down
+#   make demo-down  remove what a demo left (killed hard, or still running): its namespaces
 #   make clean    remove _output/ (including the cached control-plane binaries)
 
 SHELL := /usr/bin/env bash
@@ -20,12 +21,12 @@ GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
 GIT_TREE := $(shell git diff --quiet HEAD -- 2>/dev/null && echo clean || echo dirty)
 LDFLAGS := -X $(APP).gitCommit=$(GIT_COMMIT) -X $(APP).gitTreeState=$(GIT_TREE)
 
-.PHONY: all build test verify bench bench-e2e demo controlplane deps clean help e2e
+.PHONY: all build test verify bench bench-e2e demo demo-down controlplane deps clean help e2e
 
 all: build
 
 help:
-	@sed -n '3,12p' Makefile
+	@sed -n '3,13p' Makefile
 
 build:
 	@mkdir -p $(OUTPUT)/bin
@@ -59,6 +60,9 @@ e2e: deps ; hack/e2e.sh # end-to-end suite (test/e2e): real kube-apiserver, node
 
 demo: deps
 	hack/demo.sh
+
+demo-down:
+	hack/demo.sh down
 
 clean:
 	rm -rf $(OUTPUT)

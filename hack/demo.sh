@@ -15,6 +15,9 @@
 # namespace has a route off the machine (the only links are between these namespaces).
 # Everything is removed on exit, whatever happens.
 #
+# `hack/demo.sh down` (`make demo-down`) removes what a demo left behind: after a hard kill of
+# the script (kill -9 skips its teardown) or while one is still running.
+#
 # Knobs: DEMO_REQUESTS (default 30), SVCPROXY_MODE (default nftables), SVCPROXY_V (log level, 2),
 #        SVCPROXY_BIN (use this binary instead of building ./cmd/svcproxy).
 set -euo pipefail
@@ -356,4 +359,39 @@ main() {
   show
 }
 
-main "$@"
+# ---------------------------------------------------------------- down
+# down removes every $P-* namespace with the processes inside it, and the demo's control-plane
+# state (certificates, etcd data, pid files). Every process of the demo (podservers, svcproxy,
+# etcd, kube-apiserver, probes) runs inside one of those namespaces, so they are found through
+# them (ip netns pids), never by name nor through an old pid file whose PID may belong to
+# another process by now. A demo script still running fails at its next step and exits.
+# Idempotent: with nothing left it says so and succeeds. Logs stay in $LOGS.
+down() {
+  [[ $(id -u) == 0 ]] || die "demo-down needs root (network namespaces)"
+  local n pids nns=0 nprocs=0
+  for n in $(ip netns list | awk '{print $1}' | grep "^$P-" || true); do
+    pids=$(ip netns pids "$n" 2>/dev/null || true)
+    nns=$((nns + 1))
+    nprocs=$((nprocs + $(echo "$pids" | wc -w)))
+  done
+  delete_namespaces
+  rm -rf "$PIDS" "$WORK/cp"
+  if ip netns list | grep -q "^$P-"; then
+    die "some $P-* namespaces are left: $(ip netns list | grep "^$P-" | awk '{print $1}' | tr '\n' ' ')"
+  fi
+  if ((nns == 0)); then
+    echo "demo-down: nothing to remove (no $P-* namespace)"
+  else
+    echo "demo-down: removed $nns $P-* namespaces and the $nprocs processes in them"
+  fi
+  echo "demo-down: control-plane state ${WORK#"$ROOT"/}/cp removed; logs kept in ${LOGS#"$ROOT"/}/"
+}
+
+case ${1:-} in
+"") main ;;
+down) down ;;
+*)
+  echo "usage: $0 [down]" >&2
+  exit 2
+  ;;
+esac
