@@ -62,7 +62,7 @@ func TestExplainCommand(t *testing.T) {
 	}
 	for _, want := range []string{"service:    kube-system/kube-dns:dns port 53/UDP", "verdict:    DNAT",
 		"endpoints:  10.244.1.2:53", "masquerade: false", "kernel objects (nftables mode):",
-		"map service-ips element { 10.96.0.10 . udp . 53 : goto internal-1 }"} {
+		"map service-ips element { 10.96.0.10 . udp . 53 : goto internal-1-s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

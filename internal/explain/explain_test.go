@@ -143,9 +143,9 @@ func TestNFTObjects(t *testing.T) {
 		want []string
 	}{
 		{Packet{Dest: a("10.96.0.10"), Port: 80, Protocol: proxy.TCP, Origin: OriginPod},
-			[]string{"map service-ips element { 10.96.0.10 . tcp . 80 : goto internal-2 }", "chain internal-2", "set/map internal-endpoints"}},
+			[]string{"map service-ips element { 10.96.0.10 . tcp . 80 : goto internal-2-s", "chain internal-2", "set/map internal-endpoints"}},
 		{Packet{Dest: a("192.168.0.10"), Port: 30080, Protocol: proxy.TCP},
-			[]string{"map service-nodeports element { tcp . 30080 : goto etp-local-nodeport-1-2 }", "set nodeport-ips",
+			[]string{"map service-nodeports element { tcp . 30080 : goto etp-local-nodeport-1-2-s", "set nodeport-ips",
 				"chain cluster-nodeport-2", "set/map external-nodeport-endpoints", "set/map cluster-nodeport-endpoints"}},
 		{Packet{Dest: a("10.96.0.40"), Port: 80, Protocol: proxy.TCP, Origin: OriginPod},
 			[]string{"chain affinity-internal-", "set/map affinity-"}},

@@ -78,7 +78,7 @@ func nftObjects(ctx context.Context, state *desired.State, e Explanation) ([]str
 		out = append(out, table+": set firewall-ips, set firewall-allow (loadBalancerSourceRanges, chain firewall-check)")
 	}
 	if e.Masquerade {
-		out = append(out, table+": chains mark-for-masquerade, nat-postrouting → masquerading (set hairpin-endpoints)")
+		out = append(out, table+": chains mark-for-masquerade, nat-postrouting → masquerading (sets hairpin-endpoints-s0…s7)")
 	}
 	return out, nil
 }

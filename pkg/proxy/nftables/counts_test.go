@@ -162,9 +162,20 @@ func TestRepairRecreatesEndpointMap(t *testing.T) {
 	fake := newStrictFake(knftables.IPv4Family)
 	mustSync(t, NewWithInterface(proxy.IPv4, fake), st)
 	want := sortedDump(fake)
+	// The service's shard decides the names: "internal-3-sK".
+	var chain string
+	for name := range fake.Table.Chains {
+		if strings.HasPrefix(name, "internal-3-s") {
+			chain = name
+		}
+	}
+	if chain == "" {
+		t.Fatalf("no internal-3-s* chain:\n%s", want)
+	}
 	tx := fake.NewTransaction()
-	tx.Flush(&knftables.Chain{Name: "internal-3"})
-	m := fake.Table.Maps["internal-endpoints-3"]
+	tx.Flush(&knftables.Chain{Name: chain})
+	mapName := strings.Replace(chain, "internal-", "internal-endpoints-", 1)
+	m := fake.Table.Maps[mapName]
 	tx.Delete(&knftables.Element{Map: m.Name, Key: m.Elements[0].Key})
 	if err := fake.Run(context.Background(), tx); err != nil {
 		t.Fatal(err)
@@ -174,7 +185,7 @@ func TestRepairRecreatesEndpointMap(t *testing.T) {
 	if got := sortedDump(fake); got != want {
 		t.Errorf("repaired table differs:\n%s", lineDiff(want, got))
 	}
-	if !strings.Contains(fake.LastTransaction.String(), "delete map ip kube-proxy internal-endpoints-3") {
+	if !strings.Contains(fake.LastTransaction.String(), "delete map ip kube-proxy "+mapName) {
 		t.Errorf("repair did not re-create the map:\n%s", fake.LastTransaction)
 	}
 }

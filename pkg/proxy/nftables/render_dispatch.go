@@ -58,18 +58,18 @@ func (c *config) epMapType(kind frontendKind) string {
 	return fmt.Sprintf("%[1]s daddr . meta l4proto . th dport . numgen random mod 1 : %[1]s daddr . th dport", c.fs.ip)
 }
 
-// dispatchChain returns the chain "<class>[-nodeport]-[variant]<n>": rules
-// pre, then the DNAT from its own endpoint map
-// "<class>[-nodeport]-endpoints-[variant]<n>". The chain and map are shared
-// by every frontend of that class, kind and endpoint count; the map is this
-// chain's alone because nft can only add a rule that reads a numgen map in
-// the transaction that creates the map.
-func (c *config) dispatchChain(class string, kind frontendKind, variant string, n int, pre ...string) *chainSpec {
+// dispatchChain returns the chain "<class>[-nodeport]-[variant]<n>-s<k>":
+// rules pre, then the DNAT from its own endpoint map
+// "<class>[-nodeport]-endpoints-[variant]<n>-s<k>". The chain and map are
+// shared by every frontend of that class, kind, endpoint count and shard
+// k (serviceShard); the map is this chain's alone because nft can only add
+// a rule that reads a numgen map in the transaction that creates the map.
+func (c *config) dispatchChain(class string, kind frontendKind, variant string, n, shard int, pre ...string) *chainSpec {
 	base := class
 	if kind == nodePortFrontend {
 		base += "-nodeport"
 	}
-	suffix := variant + strconv.Itoa(n)
+	suffix := shardName(variant+strconv.Itoa(n), shard)
 	name := base + "-" + suffix
 	// One spec per chain and sync, shared by every service port using it:
 	// 10k services would otherwise format the same rules 10k times.
@@ -87,24 +87,24 @@ func (c *config) dispatchChain(class string, kind frontendKind, variant string, 
 }
 
 // internalChain: cluster-IP traffic, masqueraded per the local detector.
-func (c *config) internalChain(n int) *chainSpec {
-	return c.dispatchChain("internal", ipFrontend, "", n, c.masqInternal...)
+func (c *config) internalChain(_ frontendKind, n, shard int) *chainSpec {
+	return c.dispatchChain("internal", ipFrontend, "", n, shard, c.masqInternal...)
 }
 
 // externalChain: externalTrafficPolicy Cluster; always masqueraded.
-func (c *config) externalChain(kind frontendKind, n int) *chainSpec {
-	return c.dispatchChain("external", kind, "", n, "jump "+chainMarkMasq)
+func (c *config) externalChain(kind frontendKind, n, shard int) *chainSpec {
+	return c.dispatchChain("external", kind, "", n, shard, "jump "+chainMarkMasq)
 }
 
 // clusterChain: the short-circuit of eTP=Local for traffic from inside.
-func (c *config) clusterChain(kind frontendKind, n int) *chainSpec {
-	return c.dispatchChain("cluster", kind, "", n)
+func (c *config) clusterChain(kind frontendKind, n, shard int) *chainSpec {
+	return c.dispatchChain("cluster", kind, "", n, shard)
 }
 
 // localChain: eTP=Local traffic from external clients to the local
 // endpoints, keeping the client's address.
-func (c *config) localChain(kind frontendKind, n int) *chainSpec {
-	return c.dispatchChain("external", kind, "local-", n)
+func (c *config) localChain(kind frontendKind, n, shard int) *chainSpec {
+	return c.dispatchChain("external", kind, "local-", n, shard)
 }
 
 // localRules are the rules of an eTP=Local entry chain: pod- and

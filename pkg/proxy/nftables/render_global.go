@@ -91,12 +91,17 @@ func renderGlobal(st *desired.State, c *config) *part {
 		fmt.Sprintf("%s meta l4proto . th dport vmap @%s", nodePorts, mapServiceNodePorts),
 	}})
 	p.addChain(&chainSpec{name: chainMarkMasq, rules: []string{"meta mark set meta mark or " + c.mark}})
-	p.addChain(&chainSpec{name: chainMasquerading, rules: []string{
-		fmt.Sprintf("ct status dnat %s saddr . %s daddr @%s jump %s", ip, ip, setHairpin, chainMarkMasq),
+	// Hairpin: one lookup per shard, and only for a connection's first
+	// packet (nat chains see no other).
+	var masq []string
+	for k := range shards {
+		masq = append(masq, fmt.Sprintf("ct status dnat %s saddr . %s daddr @%s jump %s", ip, ip, shardName(setHairpin, k), chainMarkMasq))
+	}
+	p.addChain(&chainSpec{name: chainMasquerading, rules: append(masq,
 		fmt.Sprintf("meta mark & %s == 0 return", c.mark),
-		"meta mark set meta mark xor " + c.mark,
+		"meta mark set meta mark xor "+c.mark,
 		"masquerade fully-random",
-	}})
+	)})
 	p.addChain(&chainSpec{name: chainReject, rules: []string{"reject"}})
 	p.addChain(&chainSpec{name: chainFirewallCheck, rules: []string{
 		fmt.Sprintf("%s daddr . meta l4proto . th dport @%s %s daddr . meta l4proto . th dport . %s saddr != @%s drop",
@@ -126,5 +131,7 @@ func renderGlobalSets(p *part, fs famSpec) {
 	p.addSet(&setSpec{name: setFirewallIPs, typ: a + " . inet_proto . inet_service"})
 	p.addSet(&setSpec{name: setFirewallAllow, typ: a + " . inet_proto . inet_service . " + a,
 		flags: []knftables.SetFlag{knftables.IntervalFlag}})
-	p.addSet(&setSpec{name: setHairpin, typ: a + " . " + a})
+	for k := range shards {
+		p.addSet(&setSpec{name: shardName(setHairpin, k), typ: a + " . " + a})
+	}
 }

@@ -16,6 +16,7 @@ type svcContext struct {
 	sp    *desired.ServicePort
 	proto string
 	p     *part
+	shard int // of the dispatch chains and endpoint maps
 	// buf builds element keys; values caches each endpoint's value, which
 	// every frontend's slots and every dispatch repeat.
 	buf    []byte
@@ -32,7 +33,7 @@ type epString struct {
 // (shared by shape, or its own when session affinity forces per-endpoint
 // state).
 func renderService(c *config, sp *desired.ServicePort) *part {
-	s := &svcContext{c: c, sp: sp, proto: protoName(sp.Protocol), p: &part{},
+	s := &svcContext{c: c, sp: sp, proto: protoName(sp.Protocol), p: &part{}, shard: serviceShard(sp.Name),
 		values: make([]epString, 0, len(sp.Internal.Endpoints))}
 	// Most elements are endpoint slots: frontends × endpoints per map,
 	// plus the hairpin set; sizing once saves the slice's regrowth.
@@ -106,7 +107,7 @@ func (s *svcContext) verdicts() (internal, external, nodePort string) {
 		return s.affinityVerdicts()
 	}
 	sp := s.sp
-	internal = s.dispatchVerdict(sp.Internal, s.c.internalChain, []string{s.ipKey(sp.ClusterIP, sp.Port)})
+	internal = s.dispatchVerdict(sp.Internal, s.chain(s.c.internalChain, ipFrontend), []string{s.ipKey(sp.ClusterIP, sp.Port)})
 	if keys := s.frontendKeys(ipFrontend); len(keys) > 0 {
 		external = s.externalVerdict(ipFrontend, keys)
 	}
@@ -146,22 +147,26 @@ func (s *svcContext) frontendKeys(kind frontendKind) []string {
 // externalVerdict is the verdict of the external frontends of kind (keys).
 func (s *svcContext) externalVerdict(kind frontendKind, keys []string) string {
 	sp := s.sp
-	chain := func(class func(frontendKind, int) *chainSpec) func(int) *chainSpec {
-		return func(n int) *chainSpec { return class(kind, n) }
-	}
 	if !sp.ExternalLocal {
-		return s.dispatchVerdict(sp.External, chain(s.c.externalChain), keys)
+		return s.dispatchVerdict(sp.External, s.chain(s.c.externalChain, kind), keys)
 	}
-	toCluster := s.dispatchVerdict(sp.Cluster, chain(s.c.clusterChain), keys)
-	toLocal := s.dispatchVerdict(sp.External, chain(s.c.localChain), keys)
+	toCluster := s.dispatchVerdict(sp.Cluster, s.chain(s.c.clusterChain, kind), keys)
+	toLocal := s.dispatchVerdict(sp.External, s.chain(s.c.localChain, kind), keys)
 	name := "etp-local-"
 	if kind == nodePortFrontend {
 		name = "etp-local-nodeport-"
 	}
-	ch := &chainSpec{name: name + emptyName(sp.External) + "-" + emptyName(sp.Cluster),
+	// In the service's shard, like the chains it leads to.
+	ch := &chainSpec{name: shardName(name+emptyName(sp.External)+"-"+emptyName(sp.Cluster), s.shard),
 		rules: s.c.localRules(toCluster, []string{toLocal})}
 	s.p.addChain(ch)
 	return "goto " + ch.name
+}
+
+// chain binds a class of dispatch chains to a frontend kind and this
+// service's shard.
+func (s *svcContext) chain(class func(kind frontendKind, n, shard int) *chainSpec, kind frontendKind) func(int) *chainSpec {
+	return func(n int) *chainSpec { return class(kind, n, s.shard) }
 }
 
 // endpointElems adds one element per endpoint slot of a frontend.
@@ -288,7 +293,7 @@ func (s *svcContext) renderHairpin() {
 			if !seen[ep.IP] {
 				seen[ep.IP] = true
 				b := append(ep.IP.Unmap().AppendTo(s.buf[:0]), elemSep...)
-				s.p.addElem(setHairpin, s.keep(ep.IP.Unmap().AppendTo(b)), "")
+				s.p.addElem(hairpinSet(ep.IP), s.keep(ep.IP.Unmap().AppendTo(b)), "")
 			}
 		}
 	}
