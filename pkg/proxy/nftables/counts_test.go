@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -124,10 +125,17 @@ func TestEndpointCountChanges(t *testing.T) {
 // elsewhere rewrites one element per frontend (and the hairpin element),
 // not every slot after it; a restart reads the slots back and rewrites
 // nothing.
+// 20 endpoints take the map-based lookups of slotOrder, 5 the scans.
 func TestReplacedEndpointKeepsSlots(t *testing.T) {
+	for _, n := range []int{5, 20} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { testReplacedEndpointKeepsSlots(t, n) })
+	}
+}
+
+func testReplacedEndpointKeepsSlots(t *testing.T, n int) {
 	fake := newStrictFake(knftables.IPv4Family)
 	p := NewWithInterface(proxy.IPv4, fake)
-	st := countsState(5)
+	st := countsState(n)
 	mustSync(t, p, st)
 	name := countsName("web")
 	next := withChange(st, name, func(sp *desired.ServicePort) {

@@ -52,9 +52,10 @@ type unit struct {
 	// els is set instead of ops and commit for a run of element changes
 	// of one set and phase, the bulk of a cold sync: 8 bytes per element
 	// instead of a unit and closures (elemChange tells each change).
-	els   []*elemEntry
-	isMap bool   // els' set is a map
-	s     *store // for els
+	els     []*elemEntry
+	isMap   bool   // els' set is a map
+	elemOps int    // operations of els: 1 per delete or add, 2 per replace
+	s       *store // for els
 }
 
 // elemRunLen bounds a run of element changes: a transaction packs whole
@@ -64,12 +65,7 @@ const elemRunLen = 512
 // numOps is the number of operations the unit adds to a transaction.
 func (u *unit) numOps() int {
 	if u.els != nil {
-		n := 0
-		for _, e := range u.els {
-			op := elemChange(e, u.isMap)
-			n += op.numOps()
-		}
-		return n
+		return u.elemOps
 	}
 	return len(u.ops)
 }
@@ -162,7 +158,12 @@ func (s *store) diffElems() []*unit {
 		isMap := s.sets[k.set].desired.isMap
 		for els := *groups[k]; len(els) > 0; {
 			n := min(len(els), elemRunLen)
-			units = append(units, &unit{phase: k.phase, sortBy: k.set, els: els[:n:n], isMap: isMap, s: s})
+			u := &unit{phase: k.phase, sortBy: k.set, els: els[:n:n], isMap: isMap, s: s}
+			for _, e := range u.els {
+				op := elemChange(e, isMap)
+				u.elemOps += op.numOps()
+			}
+			units = append(units, u)
 			els = els[n:]
 		}
 	}

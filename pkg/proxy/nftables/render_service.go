@@ -19,8 +19,10 @@ type svcContext struct {
 	shard int // of the dispatch chains and endpoint maps
 	// buf builds element keys; values caches each endpoint's value, which
 	// every frontend's slots and every dispatch repeat.
-	buf    []byte
-	values []epString
+	buf      []byte
+	slotBuf  []byte // endpoint-map keys looked up in slotOrder
+	values   []epString
+	valueMap map[desired.Endpoint]string // values, once there are many
 }
 
 type epString struct {
@@ -71,16 +73,33 @@ func (s *svcContext) keep(b []byte) string {
 	return string(b)
 }
 
-// epValue is the endpoint-map value address · port of ep.
+// epValue is the endpoint-map value address · port of ep. Values are
+// cached per service port: a slice scan for the usual handful of
+// endpoints, a map beyond that (slotOrder looks every slot's value up).
 func (s *svcContext) epValue(ep desired.Endpoint) string {
-	for _, v := range s.values {
-		if v.ep == ep {
-			return v.s
+	if s.valueMap != nil {
+		if v, ok := s.valueMap[ep]; ok {
+			return v
+		}
+	} else {
+		for _, v := range s.values {
+			if v.ep == ep {
+				return v.s
+			}
 		}
 	}
 	b := append(ep.IP.Unmap().AppendTo(s.buf[:0]), elemSep...)
 	v := s.keep(strconv.AppendUint(b, uint64(ep.Port), 10))
 	s.values = append(s.values, epString{ep, v})
+	switch {
+	case s.valueMap != nil:
+		s.valueMap[ep] = v
+	case len(s.values) > 16:
+		s.valueMap = make(map[desired.Endpoint]string, 2*len(s.values))
+		for _, e := range s.values {
+			s.valueMap[e.ep] = e.s
+		}
+	}
 	return v
 }
 
@@ -190,16 +209,31 @@ func (s *svcContext) slotOrder(m string, frontend string, eps []desired.Endpoint
 	if s.c.kernelValue == nil || !s.c.kernelValue.hasElems(m) {
 		return eps
 	}
-	index := make(map[string]int, len(eps))
-	for i, ep := range eps {
-		index[s.epValue(ep)] = i
+	// at[slot] is the index in eps of the endpoint the kernel has in slot,
+	// or -1.
+	at := make([]int, len(eps))
+	inOrder := true
+	index := s.endpointIndex(eps)
+	// Not s.buf: index builds values there.
+	key := append(append(s.slotBuf[:0], frontend...), elemSep...)
+	prefix := len(key)
+	for slot := range eps {
+		key = strconv.AppendUint(key[:prefix], uint64(slot), 10)
+		at[slot] = -1
+		if v, ok := s.c.kernelValue.kernelElem(m, key); ok {
+			at[slot] = index(v)
+		}
+		inOrder = inOrder && at[slot] == slot
+	}
+	s.slotBuf = key
+	if inOrder {
+		return eps // a restart, or a change elsewhere: nothing moves
 	}
 	out := make([]desired.Endpoint, len(eps))
 	placed := make([]bool, len(eps))
 	filled := make([]bool, len(eps))
-	for slot := range eps {
-		v, ok := s.c.kernelValue.kernelElem(m, slotKey(frontend, slot))
-		if i, want := index[v]; ok && want && !placed[i] {
+	for slot, i := range at {
+		if i >= 0 && !placed[i] {
 			out[slot], placed[i], filled[slot] = eps[i], true, true
 		}
 	}
@@ -214,6 +248,32 @@ func (s *svcContext) slotOrder(m string, frontend string, eps []desired.Endpoint
 		out[next], filled[next] = ep, true
 	}
 	return out
+}
+
+// endpointIndex returns a function that finds the index in eps of the
+// endpoint whose map value is v (-1: none): a scan for a few endpoints, a
+// map for many.
+func (s *svcContext) endpointIndex(eps []desired.Endpoint) func(v string) int {
+	if len(eps) <= 16 {
+		return func(v string) int {
+			for i, ep := range eps {
+				if s.epValue(ep) == v {
+					return i
+				}
+			}
+			return -1
+		}
+	}
+	index := make(map[string]int, len(eps))
+	for i, ep := range eps {
+		index[s.epValue(ep)] = i
+	}
+	return func(v string) int {
+		if i, ok := index[v]; ok {
+			return i
+		}
+		return -1
+	}
 }
 
 // affinityVerdicts renders ClientIP affinity. The choice must be remembered

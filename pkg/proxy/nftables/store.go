@@ -286,7 +286,7 @@ func (e *elemEntry) dropClaim(o *owner) {
 // slot numbering.
 type slotSource interface {
 	hasElems(set string) bool
-	kernelElem(set, key string) (string, bool)
+	kernelElem(set string, key []byte) (string, bool)
 }
 
 // hasElems reports whether the kernel may hold elements of set: its set
@@ -296,8 +296,8 @@ func (s *store) hasElems(set string) bool {
 	return e != nil && e.present && len(s.elems[set]) > 0
 }
 
-func (s *store) kernelElem(set, key string) (string, bool) {
-	e := s.elems[set][key]
+func (s *store) kernelElem(set string, key []byte) (string, bool) {
+	e := s.elems[set][string(key)] // no copy: a map lookup by converted bytes does not allocate
 	if e == nil || !e.present {
 		return "", false
 	}
