@@ -221,7 +221,11 @@ func (s *svcContext) slotOrder(m string, frontend string, eps []desired.Endpoint
 		key = strconv.AppendUint(key[:prefix], uint64(slot), 10)
 		at[slot] = -1
 		if v, ok := s.c.kernelValue.kernelElem(m, key); ok {
-			at[slot] = index(v)
+			if v == s.epValue(eps[slot]) {
+				at[slot] = slot // the usual case: no search
+			} else {
+				at[slot] = index(v)
+			}
 		}
 		inOrder = inOrder && at[slot] == slot
 	}
