@@ -46,10 +46,7 @@ func BenchmarkColdSyncGo(b *testing.B) {
 		s.tablePresent = true
 		cfg := newConfig(st)
 		cfg.kernelValue = s
-		s.replace(owner{}, renderGlobal(st, cfg))
-		for name, sp := range st.Services {
-			s.replace(name, renderService(cfg, sp))
-		}
+		(&Proxier{store: s}).fullClaims(st, cfg)
 		for _, u := range s.diff() {
 			u.done()
 		}

@@ -100,13 +100,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	p.store.clearDirty()
 	if full {
 		p.store.resetClaims()
-		p.store.replace(owner{}, renderGlobal(st, cfg))
-		// In name order: the elements are sent in the order they were
-		// claimed, so a full sync of the same State sends the same
-		// transactions.
-		for _, name := range slices.SortedFunc(maps.Keys(st.Services), proxy.ServicePortName.Compare) {
-			p.store.replace(name, renderService(cfg, st.Services[name]))
-		}
+		p.fullClaims(st, cfg)
 	} else {
 		for name := range st.Changed {
 			var pt *part
@@ -141,6 +135,28 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	p.global = g
 	p.programmed.Store(true)
 	return nil
+}
+
+// fullClaims renders every part, then claims them. Rendering first tells
+// how many elements each set gets, so a set's entries are allocated once
+// at their final size instead of growing (at 50k×10 growth was a seventh
+// of a cold sync's CPU).
+func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
+	// In name order: the elements are sent in the order they were
+	// claimed, so a full sync of the same State sends the same
+	// transactions.
+	names := slices.SortedFunc(maps.Keys(st.Services), proxy.ServicePortName.Compare)
+	global := renderGlobal(st, cfg)
+	parts := make([]*part, len(names))
+	for i, name := range names {
+		parts[i] = renderService(cfg, st.Services[name])
+	}
+	p.store.reserve(append(parts, global))
+	p.store.replace(owner{}, global)
+	for i, name := range names {
+		p.store.replace(name, parts[i])
+		parts[i] = nil // its element specs are garbage once claimed
+	}
 }
 
 // Cleanup is part of syncer.Proxier: it deletes this family's table.

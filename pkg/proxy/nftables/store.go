@@ -195,6 +195,28 @@ func (s *store) release(p *part) {
 	}
 }
 
+// reserve sizes the entry maps of sets that do not have any yet for the
+// elements parts will claim.
+func (s *store) reserve(parts []*part) {
+	counts := map[string]int{}
+	for _, p := range parts {
+		run, n := "", 0
+		for _, el := range p.elems {
+			if el.set != run {
+				counts[run] += n
+				run, n = el.set, 0
+			}
+			n++
+		}
+		counts[run] += n
+	}
+	for set, n := range counts {
+		if set != "" && len(s.elems[set]) == 0 {
+			s.elems[set] = make(map[string]*elemEntry, n)
+		}
+	}
+}
+
 // setElems returns the entries of set, creating the map if needed.
 func (s *store) setElems(set string) map[string]*elemEntry {
 	m := s.elems[set]
