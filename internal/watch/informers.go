@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -50,6 +51,9 @@ type Options struct {
 	// ServiceProxyName, when set, selects the objects labelled with it
 	// instead of the unlabelled ones (an extension; kube-proxy has none).
 	ServiceProxyName string
+	// Reconnect is how a list or watch that did not reach the API server
+	// is retried; the zero value means ReconnectBackoff.
+	Reconnect wait.Backoff
 }
 
 // LabelSelector returns the selector kube-proxy uses for Services and
@@ -86,13 +90,23 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 	if err != nil {
 		return nil, err
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, opts.ResyncPeriod,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }))
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }
+	backoff := opts.Reconnect
+	if backoff == (wait.Backoff{}) {
+		backoff = ReconnectBackoff
+	}
+	factory := informers.NewSharedInformerFactory(client, opts.ResyncPeriod)
 	w := &Informers{
-		factory:  factory,
-		services: factory.Core().V1().Services().Informer(),
-		slices:   factory.Discovery().V1().EndpointSlices().Informer(),
-		targets:  targets,
+		factory: factory,
+		services: factory.InformerFor(&v1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			lw := listWatch[*v1.ServiceList](c.CoreV1().Services(metav1.NamespaceAll), tweak)
+			return newInformer(lw, c, &v1.Service{}, "services", resync, backoff)
+		}),
+		slices: factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			lw := listWatch[*discoveryv1.EndpointSliceList](c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak)
+			return newInformer(lw, c, &discoveryv1.EndpointSlice{}, "endpointslices", resync, backoff)
+		}),
+		targets: targets,
 	}
 	if _, err := w.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.onService(nil, obj) },

@@ -120,11 +120,13 @@ type NodeWatcher struct {
 	resync time.Duration
 	// pollInterval is how often WaitForNode looks; a field so tests are fast.
 	pollInterval time.Duration
+	// reconnect is how the watch retries an unreachable API server.
+	reconnect wait.Backoff
 }
 
 // NewNodeWatcher returns a watcher of the Node called name.
 func NewNodeWatcher(client kubernetes.Interface, name string, resync time.Duration) *NodeWatcher {
-	return &NodeWatcher{client: client, name: name, resync: resync, pollInterval: time.Second}
+	return &NodeWatcher{client: client, name: name, resync: resync, pollInterval: time.Second, reconnect: ReconnectBackoff}
 }
 
 // WaitForNode polls every second, up to timeout, until the Node exists and
@@ -168,15 +170,18 @@ func readiness(info NodeInfo, needPodCIDRs bool) error {
 // WaitForNode returned) and reporting to h. It returns once the watch has
 // seen the current Node, so later changes are not missed.
 func (w *NodeWatcher) Start(ctx context.Context, initial NodeInfo, needPodCIDRs bool, h NodeHandler) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(w.client, w.resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.name).String()
-		}))
+	tweak := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.name).String()
+	}
+	factory := informers.NewSharedInformerFactory(w.client, w.resync)
+	informer := factory.InformerFor(&v1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return newInformer(listWatch[*v1.NodeList](c.CoreV1().Nodes(), tweak), c, &v1.Node{}, "nodes", resync, w.reconnect)
+	})
 	tracker := &nodeTracker{
 		name: w.name, initial: initial, needPodCIDRs: needPodCIDRs, handler: h,
 		zone: initial.Zone, eligible: initial.Eligible,
 	}
-	_, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { tracker.onNode(obj) },
 		UpdateFunc: func(_, obj any) { tracker.onNode(obj) },
 		DeleteFunc: tracker.onDelete,

@@ -145,8 +145,18 @@ func (e *nodeEvents) get() (fatal []error, zones []string, eligibility []bool) {
 // client and the recorded events.
 func startNodeWatch(t *testing.T, needPodCIDRs bool) (*fake.Clientset, *nodeEvents) {
 	t.Helper()
+	return startNodeWatchWith(t, needPodCIDRs, nil)
+}
+
+// startNodeWatchWith is startNodeWatch with prepare, when set, run on the
+// client and the watcher before anything is read.
+func startNodeWatchWith(t *testing.T, needPodCIDRs bool, prepare func(*fake.Clientset, *NodeWatcher)) (*fake.Clientset, *nodeEvents) {
+	t.Helper()
 	client := fake.NewClientset(testNode("node-a", nil))
 	w := fastWatcher(client)
+	if prepare != nil {
+		prepare(client, w)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	info, err := w.WaitForNode(ctx, 10*time.Second, needPodCIDRs)
