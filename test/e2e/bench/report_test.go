@@ -23,9 +23,11 @@ const mib = 1024.0
 
 func rows(children []string) []row {
 	out := []row{
-		{"start → first sync, all Services programmed (s)", "%.2f", func(r runResult) float64 { return r.FirstSync }},
-		{"ClusterIPs in the kernel after it (of API's)", "%.0f", func(r runResult) float64 { return float64(r.KernelIPs) }},
-		{"syncs made when the kernel check ended", "%.0f", func(r runResult) float64 { return r.SyncsAtCheck }},
+		{"start → end of the first sync (s)", "%.2f", func(r runResult) float64 { return r.FirstSync }},
+		{"start → end of the sync that programmed all (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }},
+		{"syncs until all were programmed", "%.0f", func(r runResult) float64 { return r.SyncsToAll }},
+		{"ClusterIPs in the kernel, svcproxy idle", "%.0f", func(r runResult) float64 { return float64(r.KernelIPs) }},
+		{"ClusterIPs the API lists", "%.0f", func(r runResult) float64 { return float64(r.WantIPs) }},
 		{"programming latency p50, bucket bound (s)", "%.2f", func(r runResult) float64 { return r.Churn.P50Bound }},
 		{"programming latency p99, bucket bound (s)", "%.2f", func(r runResult) float64 { return r.Churn.P99Bound }},
 		{"programming latency p50, interpolated (s)", "%.3f", func(r runResult) float64 { return r.Churn.P50Interp }},
@@ -85,10 +87,11 @@ func printReport(w io.Writer, results []runResult) {
 
 const legend = `
 First sync: from just before svcproxy's exec to the end of its first successful sync, as svcproxy
-stamps it in kubeproxy_sync_proxy_rules_last_timestamp_seconds (polled every 50 ms). svcproxy
-syncs only after its Service and EndpointSlice informers have synced, so that sync holds every
-listed object; the check that follows dumps the kernel (nft list table / iptables-save) and counts
-the API's ClusterIPs in it, and "syncs made" = 1 means the first sync alone put them there.
+stamps it in kubeproxy_sync_proxy_rules_last_timestamp_seconds (polled every 50 ms).
+Programmed all: once svcproxy has made no sync for 5 s, the kernel is dumped (nft list table /
+iptables-save) and the API's ClusterIPs are counted in it; with no sync during the dump, the time is
+the end of the last sync before it. Nothing changes in the API meanwhile, so more than one sync
+means the first sync ran before svcproxy had received every listed Service.
 Programming latency: kubeproxy_network_programming_duration_seconds, delta of the histogram
 scraped before and after the churn (trigger time = just before each update's API write; end =
 end of the sync that consumed it). The buckets are 0.25 s wide below 1 s: "bucket bound" is

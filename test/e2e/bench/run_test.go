@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,9 +28,13 @@ type runResult struct {
 	// FirstSync: process start → end of the first successful sync, read
 	// from svcproxy's kubeproxy_sync_proxy_rules_last_timestamp_seconds.
 	FirstSync float64
-	// SyncsAtCheck: syncs svcproxy had made when the kernel check ended; 1
-	// means the first sync alone programmed what the check found.
-	SyncsAtCheck   float64
+	// AllProgrammed: process start → end of the sync after which the
+	// kernel holds every ClusterIP the API lists (checked by a dump once
+	// svcproxy has been quiet for a while); SyncsToAll: syncs until then.
+	// More than one sync means the first one missed Services: nothing else
+	// changes in between.
+	AllProgrammed  float64
+	SyncsToAll     float64
 	KernelIPs      int // Service ClusterIPs found in the kernel's rules
 	WantIPs        int // ClusterIPs the API lists (the Services + "kubernetes")
 	KernelDumpSecs float64
@@ -75,7 +77,7 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	res.FirstSync = waitFirstSync(t, c, n, start)
 	_, res.RSSAfterFirstSync, _ = procStatus(n.Proxy.Pid())
 	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB", res.FirstSync, res.RSSAfterFirstSync>>10)
-	checkKernel(t, c, n, &res)
+	waitProgrammed(t, c, n, start, &res)
 	res.Churn = runChurn(t, c, n)
 	_, res.RSSPeak, _ = procStatus(n.Proxy.Pid())
 	res.Children = mon.finish()
@@ -87,10 +89,10 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	return res
 }
 
-// waitFirstSync polls /metrics until svcproxy reports a successful sync.
-// svcproxy syncs only once its Service and EndpointSlice informers have
-// synced, so the first sync holds every object the API listed; the time is
-// svcproxy's own end-of-sync stamp, not when the poll saw it.
+// waitFirstSync polls /metrics until svcproxy reports a successful sync
+// and returns when that sync ended (svcproxy's own stamp, not when the
+// poll saw it). svcproxy syncs first once its informers report synced;
+// whether that sync held every Service is waitProgrammed's question.
 func waitFirstSync(t *testing.T, c *F.Cluster, n *F.Node, start time.Time) float64 {
 	deadline := time.Now().Add(*flagStartTimeout)
 	for time.Now().Before(deadline) {
@@ -106,64 +108,6 @@ func waitFirstSync(t *testing.T, c *F.Cluster, n *F.Node, start time.Time) float
 	}
 	t.Fatalf("no successful sync within %v:\n%s", *flagStartTimeout, n.Proxy.Tail(3000))
 	return 0
-}
-
-// checkKernel dumps the node's rules and counts the Services' ClusterIPs
-// in them, then reads how many syncs svcproxy had made by then.
-func checkKernel(t *testing.T, c *F.Cluster, n *F.Node, res *runResult) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	list, err := c.Admin.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("listing Services: %v", err)
-	}
-	want := map[string]bool{}
-	for _, s := range list.Items {
-		want[s.Spec.ClusterIP] = true
-	}
-	res.WantIPs = len(want)
-	t0 := time.Now()
-	dump, err := dumpRules(ctx, c.Opts.Mode, n)
-	if err != nil {
-		t.Fatalf("dumping the rules: %v", err)
-	}
-	res.KernelDumpSecs = time.Since(t0).Seconds()
-	found := map[string]bool{}
-	for _, ip := range ipv4RE.FindAllString(dump, -1) {
-		if want[ip] {
-			found[ip] = true
-		}
-	}
-	res.KernelIPs = len(found)
-	if text, err := c.Metrics(n); err == nil {
-		res.SyncsAtCheck = parseMetrics(text).ipv4Value(metricSyncs)
-	}
-	if res.WantIPs != *flagServices+1 || res.KernelIPs != res.WantIPs {
-		t.Errorf("kernel holds %d of %d ClusterIPs (API lists %d Services, want %d + kubernetes)",
-			res.KernelIPs, res.WantIPs, len(list.Items), *flagServices)
-	}
-	t.Logf("kernel check: %d/%d ClusterIPs in the rules (dump %.1f s), syncs so far %g",
-		res.KernelIPs, res.WantIPs, res.KernelDumpSecs, res.SyncsAtCheck)
-}
-
-var ipv4RE = regexp.MustCompile(`\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b`)
-
-// dumpRules is the kernel's view: svcproxy's nftables table, or the nat
-// table of both iptables flavours (whichever svcproxy picked).
-func dumpRules(ctx context.Context, mode string, n *F.Node) (string, error) {
-	if mode == "nftables" {
-		out, err := F.InNS(ctx, n.NS, "nft", "list", "table", "ip", "kube-proxy")
-		return string(out), err
-	}
-	var b strings.Builder
-	for _, tool := range []string{"iptables-nft-save", "iptables-legacy-save"} {
-		out, err := F.InNS(ctx, n.NS, tool, "-t", "nat")
-		if err != nil {
-			return "", err
-		}
-		b.Write(out)
-	}
-	return b.String(), nil
 }
 
 // runChurn updates distinct Services' slices at flagRate per second, each
@@ -232,11 +176,7 @@ func moveEndpoint(cs kubernetes.Interface, i, k int) error {
 }
 
 func scrapeHistogram(t *testing.T, c *F.Cluster, n *F.Node) hist {
-	text, err := c.Metrics(n)
-	if err != nil {
-		t.Fatalf("scraping /metrics: %v", err)
-	}
-	return parseMetrics(text).histogram(metricProgramming)
+	return scrape(t, c, n).histogram(metricProgramming)
 }
 
 // waitObserved waits up to a minute for want new observations.
