@@ -81,6 +81,12 @@ type Informers struct {
 	services cache.SharedIndexInformer
 	slices   cache.SharedIndexInformer
 	targets  []Target
+	// The handlers' registrations: synced once the handler has been given
+	// every object of the initial list, which the informer's own HasSynced
+	// does not wait for. The first sync must see them all: at a restart
+	// it reconciles the kernel against the State, and a Service missing
+	// from it would lose its rules until the next sync.
+	servicesHandled, slicesHandled cache.ResourceEventHandlerRegistration
 }
 
 // NewInformers builds the label-filtered informers and registers the event
@@ -108,14 +114,14 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 		}),
 		targets: targets,
 	}
-	if _, err := w.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if w.servicesHandled, err = w.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.onService(nil, obj) },
 		UpdateFunc: w.onService,
 		DeleteFunc: func(obj any) { w.onService(obj, nil) },
 	}); err != nil {
 		return nil, fmt.Errorf("registering Service handler: %w", err)
 	}
-	if _, err := w.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if w.slicesHandled, err = w.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.onSlice(nil, obj) },
 		UpdateFunc: w.onSlice,
 		DeleteFunc: func(obj any) { w.onSlice(obj, nil) },
@@ -125,13 +131,13 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 	return w, nil
 }
 
-// Start runs the informers until ctx is done. Once each cache has synced,
-// the targets' On*Synced are called, followed by SyncNeeded, so a syncer that
+// Start runs the informers until ctx is done. Once each handler has been
+// given the initial list, the targets' On*Synced are called, followed by SyncNeeded, so a syncer that
 // waits for Synced() can run its first sync. Start does not block.
 func (w *Informers) Start(ctx context.Context) {
 	w.factory.Start(ctx.Done())
-	go w.afterSync(ctx, "Service", w.services.HasSynced, func(t Tracker) { t.OnServicesSynced() })
-	go w.afterSync(ctx, "EndpointSlice", w.slices.HasSynced, func(t Tracker) { t.OnEndpointSlicesSynced() })
+	go w.afterSync(ctx, "Service", w.servicesHandled.HasSynced, func(t Tracker) { t.OnServicesSynced() })
+	go w.afterSync(ctx, "EndpointSlice", w.slicesHandled.HasSynced, func(t Tracker) { t.OnEndpointSlicesSynced() })
 }
 
 func (w *Informers) afterSync(ctx context.Context, what string, synced cache.InformerSynced, notify func(Tracker)) {

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
@@ -236,5 +238,49 @@ func TestTombstonesAreUnwrapped(t *testing.T) {
 	}
 	if syncs != 2 {
 		t.Fatalf("%d sync requests, want 2", syncs)
+	}
+}
+
+// slowRecorder takes its time with every Service, as a tracker does under
+// load, and notes how many it had been given when told the list synced.
+type slowRecorder struct {
+	recorder
+	seenAtSync int
+}
+
+func (r *slowRecorder) OnServiceUpdate(old, cur *v1.Service) bool {
+	time.Sleep(200 * time.Microsecond)
+	return r.recorder.OnServiceUpdate(old, cur)
+}
+
+func (r *slowRecorder) OnServicesSynced() {
+	r.mu.Lock()
+	r.seenAtSync = len(r.services)
+	r.mu.Unlock()
+	r.recorder.OnServicesSynced()
+}
+
+// TestSyncedOnlyAfterHandlersSawTheList: the informer's cache is complete
+// long before a slow handler has been given every object; the synced
+// notification (which releases the first sync) must wait for the handler.
+func TestSyncedOnlyAfterHandlersSawTheList(t *testing.T) {
+	const n = 1000
+	var objs []runtime.Object
+	for i := range n {
+		objs = append(objs, testService(fmt.Sprintf("svc-%d", i), nil))
+	}
+	r := &slowRecorder{}
+	w, err := NewInformers(fake.NewClientset(objs...), Options{}, Target{Tracker: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w.Start(ctx)
+	eventually(t, "initial sync", func() bool { _, _, synced := r.snapshot(); return synced })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seenAtSync != n {
+		t.Fatalf("told the Services synced after %d of %d Services", r.seenAtSync, n)
 	}
 }
