@@ -12,7 +12,8 @@
 # or control plane is a failure, never a skip.
 #
 # Knobs: E2E_MODES (nftables,iptables), E2E_RUN (go test -run), E2E_TIMEOUT (default 30m),
-#        E2E_APISERVER_OUTAGE (default 20s; the 60s with E2E_APISERVER_OUTAGE=60s),
+#        E2E_APISERVER_OUTAGE (how long the outage scenario stops the API server; default 60s),
+#        E2E_SVCPROXY_V (svcproxy's -v, default 2; 4 logs every reflector retry),
 #        SVCPROXY_BIN (test this binary instead of building ./cmd/svcproxy).
 set -euo pipefail
 

@@ -97,21 +97,30 @@ func testRestartUnderLoad(t *testing.T, c *F.Cluster) {
 	c.Expect("ext", F.TCP(n1.IP, np), converge, F.AllOf("sa"))
 }
 
-// outage is how long the API server stays down. The issue asks for 60 s;
-// make test uses 20 s (E2E_APISERVER_OUTAGE overrides): every informer has
-// lost its watch and retried with backoff by then (the reflector's backoff
-// starts below 1 s), which is the behaviour under test, and the remaining
-// 40 s per mode would only repeat it at the 30 s backoff cap.
+// outage is how long the API server stays down: 60 s, as issue 6 asks
+// (E2E_APISERVER_OUTAGE overrides). By then client-go's own retry backoff
+// would have grown to 25–60 s waits, the case that svcproxy's informers
+// avoid (internal/watch/reconnect.go).
 func outage() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("E2E_APISERVER_OUTAGE")); err == nil {
 		return d
 	}
-	return 20 * time.Second
+	return 60 * time.Second
 }
 
+// recoverWithin bounds how long after the API server is ready again (its
+// /readyz answers) each node takes to act on changes made then. The
+// informers retry an unreachable server every 4–6 s at most, a watch
+// resumed across the restart gets 410 Gone and relists after one short
+// reflector backoff (0.8–1.6 s), and a sync follows within minSyncPeriod
+// (1 s): about 9 s at worst, measured 2.4–3.8 s. Before the informers retried
+// on their own, client-go's backoff made it 43–101 s (issue 6).
+const recoverWithin = 15 * time.Second
+
 // testAPIServerOutage: with etcd and kube-apiserver stopped the dataplane
-// keeps working and svcproxy keeps running; changes made after they come
-// back are applied.
+// keeps working and svcproxy keeps running; after they come back, both
+// nodes soon apply changes to EndpointSlices and Services, and see their
+// Node's taint.
 func testAPIServerOutage(t *testing.T, c *F.Cluster) {
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	a, b := c.AddPod(n1, "oa"), c.AddPod(n2, "ob")
@@ -145,14 +154,49 @@ func testAPIServerOutage(t *testing.T, c *F.Cluster) {
 		t.Fatal(err)
 	}
 	restarted = true
+	expectRecovery(t, c, svc, a, b)
+}
+
+// expectRecovery makes changes right after the API server is ready again
+// (the outage Service's endpoints become b alone, a new Service gets a,
+// node 2 is tainted for removal) and checks that each node acts on them
+// within recoverWithin, logging how long each took.
+func expectRecovery(t *testing.T, c *F.Cluster, svc *corev1.Service, a, b *F.Pod) {
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	ready := time.Now()
+	// The wall clock, to find the moment in the svcproxy logs.
+	t.Logf("API server ready at %s", ready.Format("15:04:05.000"))
 	c.SetEndpoints(svc, F.EP{Pod: b})
-	// After the API server comes back, the watches reconnect with
-	// client-go's backoff (up to ~30 s) and may relist; changes have been
-	// seen to take longer than 20 s to arrive (an open finding on issue 6,
-	// with the own-Node watch). The bound here is for both nodes' rules.
-	const afterRestart = 60 * time.Second
-	c.Expect("cli1", tg, afterRestart, F.AllOf("ob"))
-	c.Expect("ext", F.TCP(n1.IP, nodePort(svc)), afterRestart, F.AllOf("ob"))
+	fresh := c.CreateService(F.NewService("after-outage", corev1.ServiceTypeClusterIP))
+	c.SetEndpoints(fresh, F.EP{Pod: a})
+	patchNode(t, c, n2.Name, map[string]any{"spec": map[string]any{"taints": []corev1.Taint{
+		{Key: "ToBeDeletedByClusterAutoscaler", Value: "1", Effect: corev1.TaintEffectNoSchedule}}}})
+	tg, ft := F.TCP(svc.Spec.ClusterIP, 80), F.TCP(fresh.Spec.ClusterIP, 80)
+	traffic := func(from string, to F.Target, pod string) func(time.Duration) error {
+		return func(limit time.Duration) error { return c.Eventually(from, to, 10, limit, F.AllOf(pod)) }
+	}
+	deadline := ready.Add(recoverWithin)
+	for _, ck := range []struct {
+		what string
+		wait func(limit time.Duration) error
+	}{
+		{"node 1: changed EndpointSlice", traffic("cli1", tg, "ob")},
+		{"node 1: new Service", traffic("cli1", ft, "oa")},
+		{"node 1: changed EndpointSlice, NodePort from outside", traffic("ext", F.TCP(n1.IP, nodePort(svc)), "ob")},
+		{"node 2: changed EndpointSlice", traffic("cli2", tg, "ob")},
+		{"node 2: new Service", traffic("cli2", ft, "oa")},
+		{"node 2: ToBeDeleted taint (/healthz 503)", func(l time.Duration) error { return c.WaitHealth(n2, "/healthz", 503, l) }},
+	} {
+		// One after the other, so each time is at least the one before;
+		// each gets one look, however late.
+		if err := ck.wait(max(time.Until(deadline), 200*time.Millisecond)); err != nil {
+			t.Errorf("%s: not applied %v after the API server was ready: %v", ck.what, recoverWithin, err)
+			continue
+		}
+		t.Logf("%s: applied %v after the API server was ready", ck.what, time.Since(ready).Round(100*time.Millisecond))
+	}
+	patchNode(t, c, n2.Name, map[string]any{"spec": map[string]any{"taints": nil}})
+	expectHealth(t, c, n2, 200, 200)
 }
 
 func nodePort(svc *corev1.Service) int32 {

@@ -57,12 +57,21 @@ func (c *Cluster) StartProxy(n *Node) error {
 		return fmt.Errorf("svcproxy on %s is still running", n.Name)
 	}
 	p, err := startProc("svcproxy-"+n.Name, n.NS, c.logPath("svcproxy-"+n.Name),
-		c.Bins.SvcProxy, "--config", n.Config, "-v", "2")
+		c.Bins.SvcProxy, "--config", n.Config, "-v", verbosity())
 	if err != nil {
 		return err
 	}
 	n.Proxy = p
 	return nil
+}
+
+// verbosity is svcproxy's -v: 2 as a deployment would run it, or
+// E2E_SVCPROXY_V (4 shows every reflector retry, for watch investigations).
+func verbosity() string {
+	if v := os.Getenv("E2E_SVCPROXY_V"); v != "" {
+		return v
+	}
+	return "2"
 }
 
 // HTTPGet fetches url from inside namespace ns and returns status and body.
