@@ -13,7 +13,8 @@
 #
 # Knobs: BENCH_E2E_MODES (nftables; nftables,iptables for both), BENCH_E2E_RUNS (3),
 #        BENCH_E2E_SERVICES (10000), BENCH_E2E_ENDPOINTS (10), BENCH_E2E_CHANGES (300),
-#        BENCH_E2E_RATE (4 updates/s), BENCH_E2E_MIN_SYNC (svcproxy minSyncPeriod; default 1s),
+#        BENCH_E2E_RATE (4 updates/s), BENCH_E2E_MIN_SYNC (svcproxy minSyncPeriod; default 1s,
+#        which 0s also means in a config file; 1ms syncs on every change),
 #        BENCH_E2E_TIMEOUT (go test -timeout, 120m), SVCPROXY_BIN (measure this binary).
 set -euo pipefail
 

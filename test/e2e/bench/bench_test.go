@@ -20,7 +20,7 @@ var (
 	flagEndpoints    = flag.Int("endpoints", 10, "endpoints per slice")
 	flagChanges      = flag.Int("changes", 300, "EndpointSlice updates in the churn")
 	flagRate         = flag.Float64("rate", 4, "churn updates per second")
-	flagMinSync      = flag.String("min-sync-period", "", "svcproxy's minSyncPeriod (empty: the default, 1s)")
+	flagMinSync      = flag.String("min-sync-period", "", "svcproxy's minSyncPeriod (empty or 0s: the default, 1s; 1ms for a sync per change)")
 	flagSyncPeriod   = flag.Duration("sync-period", 30*time.Second, "svcproxy's syncPeriod (kube-proxy's default 30s)")
 	flagStartTimeout = flag.Duration("start-timeout", 15*time.Minute, "limit for the first sync")
 	flagJSON         = flag.String("json", "", "also write the results here (default _output/bench-e2e/results-<time>.json)")

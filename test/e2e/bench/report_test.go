@@ -32,7 +32,10 @@ func rows(children []string) []row {
 		{"programming latency p99, bucket bound (s)", "%.2f", func(r runResult) float64 { return r.Churn.P99Bound }},
 		{"programming latency p50, interpolated (s)", "%.3f", func(r runResult) float64 { return r.Churn.P50Interp }},
 		{"programming latency p99, interpolated (s)", "%.3f", func(r runResult) float64 { return r.Churn.P99Interp }},
-		{"programming latency mean, sum/count (ms)", "%.0f", func(r runResult) float64 { return r.Churn.Mean * 1000 }},
+		{"programming latency mean, sum/count (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.Mean) }},
+		{"per change p50, from sync end stamps (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.TraceP50) }},
+		{"per change p99, from sync end stamps (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.TraceP99) }},
+		{"per change max, from sync end stamps (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.TraceMax) }},
 		{"churn updates sent (API errors excluded)", "%.0f", func(r runResult) float64 { return float64(r.Churn.Sent) }},
 		{"churn updates observed in the histogram", "%.0f", func(r runResult) float64 { return float64(r.Churn.Observed) }},
 		{"svcproxy peak RSS after first sync (MiB)", "%.0f", func(r runResult) float64 { return float64(r.RSSAfterFirstSync) / mib }},
@@ -96,10 +99,21 @@ Programming latency: kubeproxy_network_programming_duration_seconds, delta of th
 scraped before and after the churn (trigger time = just before each update's API write; end =
 end of the sync that consumed it). The buckets are 0.25 s wide below 1 s: "bucket bound" is
 the le of the bucket holding the quantile (an upper bound), "interpolated" is
-histogram_quantile's linear guess inside it, the mean is exact.
+histogram_quantile's linear guess inside it, the mean is exact. "Per change": svcproxy scraped every
+20 ms during the churn; each update's latency is the end stamp of the sync after which the
+histogram's count covered it, minus its trigger time (nearest-rank quantiles; late by at most one
+sync when two syncs end within one scrape).
 RSS: VmHWM of svcproxy; children (nft, iptables-restore) sampled every 20 ms from /proc (lower
 bound: short-lived ones are missed); wait4 maxrss is an upper bound for the largest child.
 `
+
+// ms converts seconds, keeping "none" (negative) as it is.
+func ms(s float64) float64 {
+	if s < 0 {
+		return s
+	}
+	return s * 1000
+}
 
 func orDefault(s string) string {
 	if s == "" {

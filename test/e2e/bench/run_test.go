@@ -57,6 +57,10 @@ type churnResult struct {
 	P50Interp, P99Interp   float64
 	Mean                   float64
 	Buckets                string
+	// Per change, from svcproxy's sync end stamps (syncTrace): exact
+	// nearest-rank quantiles over TraceN changes.
+	TraceN                       int
+	TraceP50, TraceP99, TraceMax float64
 }
 
 // runOnce builds a one-node cluster from the seed, starts svcproxy and
@@ -124,24 +128,31 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	order := rand.Perm(*flagServices)[:min(*flagChanges, *flagServices)]
 	tick := time.NewTicker(time.Duration(float64(time.Second) / *flagRate))
 	defer tick.Stop()
+	trace := startTrace(c, n)
+	var triggers []time.Time
 	t0 := time.Now()
 	for k, i := range order {
 		<-tick.C
-		if err := moveEndpoint(cs, i, k); err != nil {
+		trigger, err := moveEndpoint(cs, i, k)
+		if err != nil {
 			res.Errors++
 			t.Logf("churn update %d: %v", k, err)
+			continue
 		}
+		triggers = append(triggers, trigger)
 	}
-	res.Sent = len(order) - res.Errors
+	res.Sent = len(triggers)
 	res.Seconds = time.Since(t0).Seconds()
 	after := waitObserved(t, c, n, before, res.Sent)
+	traceStats(&res, trace.latencies(before.count, triggers))
 	d := after.minus(before)
 	res.Observed = int(d.count)
 	res.P50Bound, res.P99Bound = none(d.upperBound(0.5)), none(d.upperBound(0.99))
 	res.P50Interp, res.P99Interp = none(d.interpolated(0.5)), none(d.interpolated(0.99))
 	res.Mean, res.Buckets = none(d.mean()), d.bucketCounts()
-	t.Logf("churn: %d updates in %.1f s (%d errors), %d observed; mean %.0f ms; buckets %s",
-		res.Sent, res.Seconds, res.Errors, res.Observed, res.Mean*1000, res.Buckets)
+	t.Logf("churn: %d updates in %.1f s (%d errors), %d observed; mean %.0f ms; buckets %s; per change p50 %.0f p99 %.0f max %.0f ms",
+		res.Sent, res.Seconds, res.Errors, res.Observed, res.Mean*1000, res.Buckets,
+		res.TraceP50*1000, res.TraceP99*1000, res.TraceMax*1000)
 	return res
 }
 
@@ -155,24 +166,26 @@ func none(v float64) float64 {
 }
 
 // moveEndpoint replaces endpoint k%len of Service i's slice with a fresh
-// address; the trigger time is taken just before the write.
-func moveEndpoint(cs kubernetes.Interface, i, k int) error {
+// address and returns the trigger time it wrote, taken just before the
+// write.
+func moveEndpoint(cs kubernetes.Interface, i, k int) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	slices := cs.DiscoveryV1().EndpointSlices(F.Namespace)
 	s, err := slices.Get(ctx, sliceName(i), metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("get %s: %w", sliceName(i), err)
+		return time.Time{}, fmt.Errorf("get %s: %w", sliceName(i), err)
 	}
 	s.Endpoints[k%len(s.Endpoints)].Addresses = []string{addrAt(churnBase, k)}
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	s.Annotations[corev1.EndpointsLastChangeTriggerTime] = time.Now().UTC().Format(time.RFC3339Nano)
+	trigger := time.Now()
+	s.Annotations[corev1.EndpointsLastChangeTriggerTime] = trigger.UTC().Format(time.RFC3339Nano)
 	if _, err := slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update %s: %w", sliceName(i), err)
+		return time.Time{}, fmt.Errorf("update %s: %w", sliceName(i), err)
 	}
-	return nil
+	return trigger, nil
 }
 
 func scrapeHistogram(t *testing.T, c *F.Cluster, n *F.Node) hist {

@@ -48,8 +48,9 @@ type Options struct {
 	Mode       string        // nftables or iptables
 	Nodes      int           // default 2
 	SyncPeriod time.Duration // default 5s: the "rules deleted by a third party" tests wait for it
-	// MinSyncPeriod, when set ("0s", "1s"), goes into the config's
-	// iptables/nftables minSyncPeriod; empty keeps kube-proxy's default (1s).
+	// MinSyncPeriod, when set ("1ms", "2s"), goes into the config's
+	// iptables/nftables minSyncPeriod; empty keeps kube-proxy's default (1s),
+	// and so does "0s": v1alpha1 defaulting treats 0 as unset.
 	MinSyncPeriod string
 	// SeedDir is an etcd data dir to start from (hack/controlplane.sh
 	// SEED_DIR): objects that take minutes to create through the API.
