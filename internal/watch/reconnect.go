@@ -136,7 +136,7 @@ func retryUnreachable[T any](ctx context.Context, r *reconnecting, verb string, 
 	for {
 		v, err := call()
 		if !unreachable(err) || ctx.Err() != nil {
-			if !down.IsZero() {
+			if !down.IsZero() && ctx.Err() == nil { // not when shutting down
 				klog.InfoS("API server answers again", "resource", r.resource, "verb", verb,
 					"after", time.Since(down).Round(time.Millisecond), "err", err)
 			}
