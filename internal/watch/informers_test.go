@@ -189,6 +189,7 @@ func TestInformersFilterAndFanOut(t *testing.T) {
 
 func TestInformersDeliverUpdatesAndDeletes(t *testing.T) {
 	client := fake.NewClientset()
+	waitWatch := watchOpened(client, "services")
 	r := &recorder{}
 	w, err := NewInformers(client, Options{}, Target{Tracker: r})
 	if err != nil {
@@ -198,6 +199,7 @@ func TestInformersDeliverUpdatesAndDeletes(t *testing.T) {
 	defer cancel()
 	w.Start(ctx)
 	eventually(t, "initial sync", func() bool { _, _, synced := r.snapshot(); return synced })
+	waitWatch(t)
 
 	services := client.CoreV1().Services("ns")
 	svc, err := services.Create(ctx, testService("web", nil), metav1.CreateOptions{})

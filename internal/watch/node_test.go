@@ -142,10 +142,15 @@ func (e *nodeEvents) get() (fatal []error, zones []string, eligibility []bool) {
 }
 
 // startNodeWatch waits for node-a, starts watching it, and returns the fake
-// client and the recorded events.
+// client and the recorded events once the watch is open.
 func startNodeWatch(t *testing.T, needPodCIDRs bool) (*fake.Clientset, *nodeEvents) {
 	t.Helper()
-	return startNodeWatchWith(t, needPodCIDRs, nil)
+	var waitWatch func(*testing.T)
+	client, events := startNodeWatchWith(t, needPodCIDRs, func(client *fake.Clientset, _ *NodeWatcher) {
+		waitWatch = watchOpened(client, "nodes")
+	})
+	waitWatch(t)
+	return client, events
 }
 
 // startNodeWatchWith is startNodeWatch with prepare, when set, run on the
