@@ -5,13 +5,20 @@
 // ServiceAccount bound to system:node-proxier, pods running podserver,
 // client pods and a client outside the cluster.
 //
-//	<p>net     bridge br0: the node network 198.18.0.0/24, no addresses
+//	<p>net     bridge br0: the node network 198.18.0.0/24 and
+//	           fd00:198:18::/64, no addresses
 //	<p>cp      etcd (own loopback) + kube-apiserver on 198.18.0.1:6443
-//	<p>nodeN   198.18.0.1N, pods 10.244.N.0/24, svcproxy as node-N, zone-a/zone-b
-//	<p>cliN    client pod 10.244.N.100 on nodeN
-//	<p>ext     198.18.0.100, outside the cluster; externalIPs (198.18.1.0/24)
-//	           and LB IPs (198.18.2.0/24) are routed to node1
+//	<p>nodeN   198.18.0.1N and fd00:198:18::1N, pods 10.244.N.0/24 and
+//	           fd00:10:244:N::/64, svcproxy as node-N, zone-a/zone-b
+//	<p>cliN    client pod 10.244.N.100 and fd00:10:244:N::100 on nodeN
+//	<p>ext     198.18.0.100 and fd00:198:18::100, outside the cluster;
+//	           externalIPs (198.18.1.0/24) and LB IPs (198.18.2.0/24) are
+//	           routed to node1
 //	<p>pod-X   pods, added by the tests (AddPod)
+//
+// The cluster is dual-stack, IPv4 first: a Service without ipFamilyPolicy
+// gets an IPv4 ClusterIP, as in a single-stack cluster. IPv6 addresses are
+// all ULA (fd00::/8), and pods route only fd00::/8 to their node.
 //
 // Nothing is programmed in the root namespace and no namespace has a route
 // off the machine. Everything is removed in t.Cleanup, whatever happened.
@@ -38,8 +45,16 @@ const (
 	ExtIP       = NodeNet + ".100"
 	ExternalNet = "198.18.1" // spec.externalIPs live here (routed to node1 from ext)
 	LBNet       = "198.18.2" // status.loadBalancer.ingress IPs live here
-	ClusterCIDR = "10.244.0.0/16"
 	ServiceCIDR = "10.96.0.0/16"
+	// ServiceCIDR6 is the secondary service range. kube-apiserver takes an
+	// IPv6 range of up to 20 host bits (/108) whatever its feature gates.
+	ServiceCIDR6 = "fd00:10:96::/108"
+	// ClusterCIDR is the config's clusterCIDR: both families, so that
+	// svcproxy tells pod traffic from outside traffic in each.
+	// Node N's pods are in fd00:10:244:N::/64.
+	ClusterCIDR = "10.244.0.0/16,fd00:10:244::/56"
+	NodeNet6    = "fd00:198:18::" // a /64
+	ExtIP6      = NodeNet6 + "100"
 	kasPort     = 6443
 )
 

@@ -24,10 +24,13 @@ const proxySA = "svcproxy-e2e"
 
 // controlPlane runs hack/controlplane.sh for this cluster: etcd and
 // kube-apiserver inside the cp namespace, the API on 198.18.0.1:6443 only.
+// Service ranges are dual-stack, IPv4 first; a seeded etcd from a
+// single-stack run is upgraded by the API server's default-ServiceCIDR
+// controller, and its Services keep their IPv4 ClusterIPs.
 func (c *Cluster) controlPlane(verb string, extraEnv ...string) error {
 	cmd := exec.Command(filepath.Join(c.Bins.Root, "hack", "controlplane.sh"), verb)
 	cmd.Env = append(os.Environ(), "CP_RUN="+c.cpRun, "CP_NETNS="+c.NS("cp"), "KAS_BIND="+CPIP,
-		"KAS_PORT="+strconv.Itoa(kasPort), "SVC_CIDR="+ServiceCIDR)
+		"KAS_PORT="+strconv.Itoa(kasPort), "SVC_CIDR="+ServiceCIDR+","+ServiceCIDR6)
 	cmd.Env = append(cmd.Env, extraEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -138,7 +141,8 @@ users:
 }
 
 // registerNode creates the Node object and sets the status a kubelet
-// would (no kubelet runs): InternalIP, Ready, zone label, podCIDR.
+// would (no kubelet runs): InternalIPs, Ready, zone label, podCIDRs, each
+// in both families. A seeded Node keeps its spec (podCIDRs are immutable).
 func (c *Cluster) registerNode(n *Node) error {
 	ctx, cancel := c.Ctx(20 * time.Second)
 	defer cancel()
@@ -147,7 +151,7 @@ func (c *Cluster) registerNode(n *Node) error {
 			"kubernetes.io/hostname": n.Name, "kubernetes.io/os": "linux",
 			corev1.LabelTopologyZone: n.Zone,
 		}},
-		Spec: corev1.NodeSpec{PodCIDR: n.PodNet + ".0/24", PodCIDRs: []string{n.PodNet + ".0/24"}},
+		Spec: corev1.NodeSpec{PodCIDR: n.PodNet + ".0/24", PodCIDRs: []string{n.PodNet + ".0/24", n.PodNet6 + "/64"}},
 	}
 	created, err := c.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) { // from a seeded etcd: refresh its status
@@ -157,8 +161,8 @@ func (c *Cluster) registerNode(n *Node) error {
 		return fmt.Errorf("Node %s: %w", n.Name, err)
 	}
 	node = created
-	node.Status.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: n.IP}, {Type: corev1.NodeHostName, Address: n.Name}}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP},
+		{Type: corev1.NodeInternalIP, Address: n.IP6}, {Type: corev1.NodeHostName, Address: n.Name}}
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
 		Reason: "E2E", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	_, err = c.Admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})

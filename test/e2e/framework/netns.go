@@ -36,8 +36,9 @@ func InNS(ctx context.Context, ns string, name string, args ...string) ([]byte, 
 	return out, nil
 }
 
-// addNS creates a namespace with lo up and reverse-path filtering off (the
-// node routes asymmetric pod traffic, as a CNI would let it).
+// addNS creates a namespace with lo up, reverse-path filtering off (the
+// node routes asymmetric pod traffic, as a CNI would let it) and IPv6 on,
+// without duplicate address detection for the interfaces moved in later.
 func addNS(name string) error {
 	if err := ip("netns", "add", name); err != nil {
 		return err
@@ -46,7 +47,9 @@ func addNS(name string) error {
 		return err
 	}
 	_, err := InNS(context.Background(), name, "sysctl", "-qw",
-		"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
+		"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
+		"net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.default.disable_ipv6=0",
+		"net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
 	return err
 }
 

@@ -68,7 +68,7 @@ func (c *Cluster) SetLoadBalancerIP(svc *corev1.Service, ip string) *corev1.Serv
 	return out
 }
 
-// DeleteService deletes the Service (and its slice, which no garbage
+// DeleteService deletes the Service (and its slices, which no garbage
 // collector would remove here).
 func (c *Cluster) DeleteService(name string) {
 	c.T.Helper()
@@ -76,9 +76,11 @@ func (c *Cluster) DeleteService(name string) {
 	defer cancel()
 	err := c.Admin.CoreV1().Services(Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	c.must(err, "deleting Service "+name)
-	err = c.Admin.DiscoveryV1().EndpointSlices(Namespace).Delete(ctx, name+"-e2e", metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		c.must(err, "deleting the slice of "+name)
+	for _, slice := range []string{name + "-e2e", name + "-e2e-v6"} {
+		err = c.Admin.DiscoveryV1().EndpointSlices(Namespace).Delete(ctx, slice, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			c.must(err, "deleting the slice "+slice)
+		}
 	}
 }
 
@@ -132,10 +134,33 @@ func Slice(svc *corev1.Service, eps ...EP) *discoveryv1.EndpointSlice {
 	return s
 }
 
+// Slice6 is Slice for the IPv6 family: "<svc>-e2e-v6", addressType IPv6,
+// the pods' IPv6 addresses. A dual-stack Service has one slice per family,
+// as the EndpointSlice controller writes them.
+func Slice6(svc *corev1.Service, eps ...EP) *discoveryv1.EndpointSlice {
+	v6 := make([]EP, len(eps))
+	for i, e := range eps {
+		if e.Address == "" {
+			e.Address = e.Pod.IP6
+		}
+		v6[i] = e
+	}
+	s := Slice(svc, v6...)
+	s.Name += "-v6"
+	s.AddressType = discoveryv1.AddressTypeIPv6
+	return s
+}
+
 // SetEndpoints creates or replaces the Service's slice with eps.
 func (c *Cluster) SetEndpoints(svc *corev1.Service, eps ...EP) {
 	c.T.Helper()
 	c.must(c.ApplySlice(Slice(svc, eps...)), fmt.Sprintf("endpoints of %s", svc.Name))
+}
+
+// SetEndpoints6 creates or replaces the Service's IPv6 slice with eps.
+func (c *Cluster) SetEndpoints6(svc *corev1.Service, eps ...EP) {
+	c.T.Helper()
+	c.must(c.ApplySlice(Slice6(svc, eps...)), fmt.Sprintf("IPv6 endpoints of %s", svc.Name))
 }
 
 // ApplySlice creates or replaces an EndpointSlice as given.

@@ -3,9 +3,11 @@ package framework
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +19,9 @@ type Node struct {
 	Index   int
 	NS      string
 	IP      string
+	IP6     string // fd00:198:18::1N
 	PodNet  string // 10.244.N
+	PodNet6 string // fd00:10:244:N:: (a /64)
 	Zone    string
 	Proxy   *Proc
 	Config  string // KubeProxyConfiguration file
@@ -30,6 +34,7 @@ type Pod struct {
 	Name   string
 	NS     string
 	IP     string
+	IP6    string
 	Node   *Node
 	Proc   *Proc
 	hostIf string
@@ -108,7 +113,7 @@ func (c *Cluster) buildTopology() error {
 	if err := ip("-n", br, "link", "set", "br0", "up"); err != nil {
 		return err
 	}
-	if err := c.attach("cp", CPIP); err != nil {
+	if err := c.attach("cp", CPIP+"/24"); err != nil {
 		return err
 	}
 	for i := 1; i <= c.Opts.Nodes; i++ {
@@ -116,17 +121,10 @@ func (c *Cluster) buildTopology() error {
 			return err
 		}
 	}
-	// Pod routes between nodes, as a CNI would add them.
-	for _, a := range c.Nodes {
-		for _, b := range c.Nodes {
-			if a != b {
-				if err := ip("-n", a.NS, "route", "add", b.PodNet+".0/24", "via", b.IP); err != nil {
-					return err
-				}
-			}
-		}
+	if err := c.routePods(); err != nil {
+		return err
 	}
-	if err := c.attach("ext", ExtIP); err != nil {
+	if err := c.attach("ext", ExtIP+"/24", ExtIP6+"/64"); err != nil {
 		return err
 	}
 	for _, net := range []string{ExternalNet, LBNet} {
@@ -135,8 +133,27 @@ func (c *Cluster) buildTopology() error {
 		}
 	}
 	for _, n := range c.Nodes {
-		if err := c.plumbPod(n, fmt.Sprintf("cli%d", n.Index), n.PodNet+".100"); err != nil {
+		if err := c.plumbPod(n, fmt.Sprintf("cli%d", n.Index), n.PodNet+".100", n.PodNet6+"100"); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// routePods adds the routes between nodes to each other's pod networks, in
+// both families, as a CNI would add them.
+func (c *Cluster) routePods() error {
+	for _, a := range c.Nodes {
+		for _, b := range c.Nodes {
+			if a == b {
+				continue
+			}
+			if err := ip("-n", a.NS, "route", "add", b.PodNet+".0/24", "via", b.IP); err != nil {
+				return err
+			}
+			if err := ip("-n", a.NS, "route", "add", b.PodNet6+"/64", "via", b.IP6); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -144,25 +161,31 @@ func (c *Cluster) buildTopology() error {
 
 func (c *Cluster) addNode(i int) error {
 	n := &Node{Name: fmt.Sprintf("node-%d", i), Index: i, NS: c.NS(fmt.Sprintf("node%d", i)),
-		IP: fmt.Sprintf("%s.%d", NodeNet, 10+i), PodNet: fmt.Sprintf("10.244.%d", i),
+		IP: fmt.Sprintf("%s.%d", NodeNet, 10+i), IP6: fmt.Sprintf("%s%d", NodeNet6, 10+i),
+		PodNet: fmt.Sprintf("10.244.%d", i), PodNet6: fmt.Sprintf("fd00:10:244:%d::", i),
 		Zone: map[bool]string{true: "zone-a", false: "zone-b"}[i == 1]}
 	c.Nodes = append(c.Nodes, n)
-	if err := c.attach(fmt.Sprintf("node%d", i), n.IP); err != nil {
+	if err := c.attach(fmt.Sprintf("node%d", i), n.IP+"/24", n.IP6+"/64"); err != nil {
 		return err
 	}
-	if _, err := InNS(context.Background(), n.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+	if _, err := InNS(context.Background(), n.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1",
+		"net.ipv6.conf.all.forwarding=1"); err != nil {
 		return err
 	}
 	// A real node has a default route, so a packet to a ClusterIP without
 	// rules passes routing and meets iptables' filter REJECT in FORWARD;
 	// without any route it would die in routing first (a soft ICMP error a
-	// TCP client only sees as a timeout). Send the service range onto the
-	// bridge, where nothing answers for it (like netnstest's VIP sink).
-	return ip("-n", n.NS, "route", "add", ServiceCIDR, "dev", "eth0")
+	// TCP client only sees as a timeout). Send the service ranges onto the
+	// bridge, where nothing answers for them (like netnstest's VIP sink).
+	if err := ip("-n", n.NS, "route", "add", ServiceCIDR, "dev", "eth0"); err != nil {
+		return err
+	}
+	return ip("-n", n.NS, "route", "add", ServiceCIDR6, "dev", "eth0")
 }
 
-// attach creates namespace role and connects it to the bridge with addr/24.
-func (c *Cluster) attach(role, addr string) error {
+// attach creates namespace role and connects it to the bridge with addrs
+// (CIDR notation, one per family).
+func (c *Cluster) attach(role string, addrs ...string) error {
 	if err := c.addNS(role); err != nil {
 		return err
 	}
@@ -170,11 +193,18 @@ func (c *Cluster) attach(role, addr string) error {
 	if err := ip("-n", c.NS("net"), "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns); err != nil {
 		return err
 	}
-	for _, args := range [][]string{
-		{"-n", c.NS("net"), "link", "set", peer, "master", "br0", "up"},
-		{"-n", ns, "addr", "add", addr + "/24", "dev", "eth0"},
-		{"-n", ns, "link", "set", "eth0", "up"},
-	} {
+	cmds := [][]string{{"-n", c.NS("net"), "link", "set", peer, "master", "br0", "up"}}
+	for _, a := range addrs {
+		add := []string{"-n", ns, "addr", "add", a, "dev", "eth0"}
+		if strings.Contains(a, ":") {
+			// An IPv6 address is usable at once, not after ~1-2 s of
+			// duplicate address detection on a network we own.
+			add = append(add, "nodad")
+		}
+		cmds = append(cmds, add)
+	}
+	cmds = append(cmds, []string{"-n", ns, "link", "set", "eth0", "up"})
+	for _, args := range cmds {
 		if err := ip(args...); err != nil {
 			return err
 		}
@@ -182,23 +212,29 @@ func (c *Cluster) attach(role, addr string) error {
 	return nil
 }
 
-// plumbPod creates a pod namespace behind node n: a routed veth, /32 on the
-// pod side, default route to its node only (the node has no default route).
-func (c *Cluster) plumbPod(n *Node, role, addr string) error {
+// plumbPod creates a pod namespace behind node n: a routed veth, /32 and
+// /128 on the pod side, routes to its node only (the node has no default
+// route): IPv4 by default, IPv6 for the ULA range fd00::/8 only.
+func (c *Cluster) plumbPod(n *Node, role, addr, addr6 string) error {
 	if err := c.addNS(role); err != nil {
 		return err
 	}
 	c.podSeq++
-	hostIf, gw, ns := fmt.Sprintf("vp%d", c.podSeq), n.PodNet+".1", c.NS(role)
+	hostIf, gw, gw6, ns := fmt.Sprintf("vp%d", c.podSeq), n.PodNet+".1", n.PodNet6+"1", c.NS(role)
 	for _, args := range [][]string{
 		{"-n", n.NS, "link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", ns},
 		{"-n", n.NS, "addr", "add", gw + "/32", "dev", hostIf},
+		{"-n", n.NS, "addr", "add", gw6 + "/128", "dev", hostIf, "nodad"},
 		{"-n", n.NS, "link", "set", hostIf, "up"},
 		{"-n", n.NS, "route", "add", addr + "/32", "dev", hostIf, "src", gw},
+		{"-n", n.NS, "route", "add", addr6 + "/128", "dev", hostIf, "src", gw6},
 		{"-n", ns, "addr", "add", addr + "/32", "dev", "eth0"},
+		{"-n", ns, "addr", "add", addr6 + "/128", "dev", "eth0", "nodad"},
 		{"-n", ns, "link", "set", "eth0", "up"},
 		{"-n", ns, "route", "add", gw + "/32", "dev", "eth0", "scope", "link"},
 		{"-n", ns, "route", "add", "default", "via", gw, "dev", "eth0"},
+		{"-n", ns, "route", "add", gw6 + "/128", "dev", "eth0"},
+		{"-n", ns, "route", "add", "fd00::/8", "via", gw6, "dev", "eth0"},
 	} {
 		if err := ip(args...); err != nil {
 			return err
@@ -220,24 +256,34 @@ func (c *Cluster) AddPod(n *Node, name string) *Pod {
 	if n.lastPod >= 100 {
 		c.T.Fatalf("node %s: out of pod addresses", n.Name)
 	}
-	p := &Pod{Name: name, NS: c.NS(name), IP: fmt.Sprintf("%s.%d", n.PodNet, n.lastPod), Node: n}
-	c.must(c.plumbPod(n, name, p.IP), "pod "+name)
+	p := &Pod{Name: name, NS: c.NS(name), IP: fmt.Sprintf("%s.%d", n.PodNet, n.lastPod),
+		IP6: fmt.Sprintf("%s%d", n.PodNet6, n.lastPod), Node: n}
+	c.must(c.plumbPod(n, name, p.IP, p.IP6), "pod "+name)
 	p.hostIf = fmt.Sprintf("vp%d", c.podSeq)
 	proc, err := startProc(name, p.NS, c.logPath(name), c.Bins.PodServer, "-name", name, "-listen", ":8080")
 	c.must(err, "podserver "+name)
 	p.Proc = proc
 	c.pods[name] = p
 	deadline := time.Now().Add(10 * time.Second)
+	for _, addr := range []string{p.IP, p.IP6} {
+		c.waitListening(p, addr, deadline)
+	}
+	return p
+}
+
+// waitListening waits until pod p accepts TCP on addr:8080, from its node.
+func (c *Cluster) waitListening(p *Pod, addr string, deadline time.Time) {
+	c.T.Helper()
 	for {
 		ctx, cancel := c.Ctx(time.Second)
-		conn, err := DialIn(ctx, n.NS, "tcp", p.IP+":8080")
+		conn, err := DialIn(ctx, p.Node.NS, "tcp", net.JoinHostPort(addr, "8080"))
 		cancel()
 		if err == nil {
 			conn.Close()
-			return p
+			return
 		}
 		if time.Now().After(deadline) {
-			c.T.Fatalf("pod %s does not listen on %s:8080: %v\n%s", name, p.IP, err, proc.Tail(2000))
+			c.T.Fatalf("pod %s does not listen on %s:8080: %v\n%s", p.Name, addr, err, p.Proc.Tail(2000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

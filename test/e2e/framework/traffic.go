@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -21,8 +22,13 @@ type Target struct {
 	Addr  string // ip:port
 }
 
-func TCP(ip string, port int32) Target { return Target{"tcp", fmt.Sprintf("%s:%d", ip, port)} }
-func UDP(ip string, port int32) Target { return Target{"udp", fmt.Sprintf("%s:%d", ip, port)} }
+// TCP and UDP take an address of either family.
+func TCP(ip string, port int32) Target { return Target{"tcp", hostPort(ip, port)} }
+func UDP(ip string, port int32) Target { return Target{"udp", hostPort(ip, port)} }
+
+func hostPort(ip string, port int32) string {
+	return net.JoinHostPort(ip, strconv.Itoa(int(port)))
+}
 
 func (t Target) String() string { return t.Proto + "://" + t.Addr }
 
@@ -100,8 +106,13 @@ type Check func([]Result) error
 // assertion about traffic after an API change goes through here.
 func (c *Cluster) Eventually(from string, t Target, n int, limit time.Duration, check Check) error {
 	c.T.Helper()
+	return c.EventuallyWithin(from, t, n, time.Second, limit, check)
+}
+
+// EventuallyWithin is Eventually with a per-request timeout other than 1 s.
+func (c *Cluster) EventuallyWithin(from string, t Target, n int, timeout, limit time.Duration, check Check) error {
+	c.T.Helper()
 	deadline := time.Now().Add(limit)
-	timeout := time.Second
 	for {
 		rs := c.Ask(from, t, n, timeout)
 		err := check(rs)
