@@ -36,6 +36,7 @@ var scenarios = []scenario{
 	{"ClusterIPNodePortExternalLB", testFrontends, false},
 	{"UpdatesAndDeletes", testUpdatesAndDeletes, false},
 	{"ScaleToZeroAndBack", testScaleToZero, false},
+	{"DualStackService", testDualStack, false},
 	{"ExternalTrafficPolicyLocal", testETPLocal, false},
 	{"InternalTrafficPolicyLocal", testITPLocal, false},
 	{"PreferCloseByZone", testPreferClose, false},
