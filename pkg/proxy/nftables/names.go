@@ -73,8 +73,17 @@ func hairpinSet(a netip.Addr) string {
 	for _, c := range a.Unmap().As16() {
 		h = (h ^ uint32(c)) * fnvPrime
 	}
-	return shardName(setHairpin, int(h%shards))
+	return hairpinSets[h%shards]
 }
+
+// hairpinSets are the hairpin sets' names, made once: an element's set
+// name is then one shared string, not one allocation per endpoint.
+var hairpinSets = func() (names [shards]string) {
+	for k := range names {
+		names[k] = shardName(setHairpin, k)
+	}
+	return names
+}()
 
 // shardName is name's shard k: "<name>-s<k>".
 func shardName(name string, k int) string {

@@ -95,7 +95,7 @@ func renderGlobal(st *desired.State, c *config) *part {
 	// packet (nat chains see no other).
 	var masq []string
 	for k := range shards {
-		masq = append(masq, fmt.Sprintf("ct status dnat %s saddr . %s daddr @%s jump %s", ip, ip, shardName(setHairpin, k), chainMarkMasq))
+		masq = append(masq, fmt.Sprintf("ct status dnat %s saddr . %s daddr @%s jump %s", ip, ip, hairpinSets[k], chainMarkMasq))
 	}
 	p.addChain(&chainSpec{name: chainMasquerading, rules: append(masq,
 		fmt.Sprintf("meta mark & %s == 0 return", c.mark),
@@ -132,6 +132,6 @@ func renderGlobalSets(p *part, fs famSpec) {
 	p.addSet(&setSpec{name: setFirewallAllow, typ: a + " . inet_proto . inet_service . " + a,
 		flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	for k := range shards {
-		p.addSet(&setSpec{name: shardName(setHairpin, k), typ: a + " . " + a})
+		p.addSet(&setSpec{name: hairpinSets[k], typ: a + " . " + a})
 	}
 }
