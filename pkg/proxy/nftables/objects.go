@@ -55,6 +55,9 @@ type elemSpec struct {
 	set   string
 	key   string
 	value string // empty for set elements
+	// entry is the store's entry for set and key when render looked it
+	// up already (endpoint slots the kernel holds), else nil.
+	entry *elemEntry
 }
 
 // part is everything one owner needs in the kernel: the global layout, or

@@ -190,7 +190,14 @@ func (s *svcContext) chain(class func(kind frontendKind, n, shard int) *chainSpe
 
 // endpointElems adds one element per endpoint slot of a frontend.
 func (s *svcContext) endpointElems(m string, frontend string, eps []desired.Endpoint) {
-	for i, ep := range s.slotOrder(m, frontend, eps) {
+	ordered, found := s.slotOrder(m, frontend, eps)
+	for i, ep := range ordered {
+		if found != nil && found[i] != nil {
+			// The kernel's entry for this slot: its key, and no lookup
+			// when it is claimed.
+			s.p.elems = append(s.p.elems, elemSpec{set: m, key: found[i].key, value: s.epValue(ep), entry: found[i]})
+			continue
+		}
 		s.p.addElem(m, slotKey(frontend, i), s.epValue(ep))
 	}
 }
@@ -204,11 +211,13 @@ func slotKey(frontend string, slot int) string {
 // endpoint keeps the slot it has in the kernel, so replacing one endpoint
 // rewrites one element instead of shifting every slot after it; the other
 // endpoints fill the free slots in sorted order. A map holds one endpoint
-// count only, so when the count changes every slot is new anyway.
-func (s *svcContext) slotOrder(m string, frontend string, eps []desired.Endpoint) []desired.Endpoint {
+// count only, so when the count changes every slot is new anyway. found
+// holds the store's entry of each slot the kernel has (nil otherwise).
+func (s *svcContext) slotOrder(m string, frontend string, eps []desired.Endpoint) (ordered []desired.Endpoint, found []*elemEntry) {
 	if s.c.kernelValue == nil || !s.c.kernelValue.hasElems(m) {
-		return eps
+		return eps, nil
 	}
+	found = make([]*elemEntry, len(eps))
 	// at[slot] is the index in eps of the endpoint the kernel has in slot,
 	// or -1.
 	at := make([]int, len(eps))
@@ -220,18 +229,19 @@ func (s *svcContext) slotOrder(m string, frontend string, eps []desired.Endpoint
 	for slot := range eps {
 		key = strconv.AppendUint(key[:prefix], uint64(slot), 10)
 		at[slot] = -1
-		if v, ok := s.c.kernelValue.kernelElem(m, key); ok {
-			if v == s.epValue(eps[slot]) {
+		if e := s.c.kernelValue.kernelEntry(m, key); e != nil {
+			found[slot] = e
+			if e.kernel == s.epValue(eps[slot]) {
 				at[slot] = slot // the usual case: no search
 			} else {
-				at[slot] = index(v)
+				at[slot] = index(e.kernel)
 			}
 		}
 		inOrder = inOrder && at[slot] == slot
 	}
 	s.slotBuf = key
 	if inOrder {
-		return eps // a restart, or a change elsewhere: nothing moves
+		return eps, found // a restart, or a change elsewhere: nothing moves
 	}
 	out := make([]desired.Endpoint, len(eps))
 	placed := make([]bool, len(eps))
@@ -251,7 +261,7 @@ func (s *svcContext) slotOrder(m string, frontend string, eps []desired.Endpoint
 		}
 		out[next], filled[next] = ep, true
 	}
-	return out
+	return out, found
 }
 
 // endpointIndex returns a function that finds the index in eps of the

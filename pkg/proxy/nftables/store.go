@@ -155,10 +155,14 @@ func (s *store) claim(o owner, p *part) {
 		if m == nil || el.set != set {
 			set, m = el.set, s.setElems(el.set)
 		}
-		e := m[el.key]
+		// Render found the entry already (an endpoint slot the kernel
+		// holds): no second lookup.
+		e := el.entry
 		if e == nil {
-			e = &elemEntry{set: el.set, key: el.key}
-			m[el.key] = e
+			if e = m[el.key]; e == nil {
+				e = &elemEntry{set: el.set, key: el.key}
+				m[el.key] = e
+			}
 		}
 		if e.addClaim(elemClaim{owner: id, value: el.value}) {
 			p.entries = append(p.entries, e)
@@ -308,7 +312,8 @@ func (e *elemEntry) dropClaim(o *owner) {
 // slot numbering.
 type slotSource interface {
 	hasElems(set string) bool
-	kernelElem(set string, key []byte) (string, bool)
+	// kernelEntry is the entry of an element the kernel holds, or nil.
+	kernelEntry(set string, key []byte) *elemEntry
 }
 
 // hasElems reports whether the kernel may hold elements of set: its set
@@ -318,10 +323,10 @@ func (s *store) hasElems(set string) bool {
 	return e != nil && e.present && len(s.elems[set]) > 0
 }
 
-func (s *store) kernelElem(set string, key []byte) (string, bool) {
+func (s *store) kernelEntry(set string, key []byte) *elemEntry {
 	e := s.elems[set][string(key)] // no copy: a map lookup by converted bytes does not allocate
 	if e == nil || !e.present {
-		return "", false
+		return nil
 	}
-	return e.kernel, true
+	return e
 }
