@@ -191,14 +191,7 @@ func TestInformersDeliverUpdatesAndDeletes(t *testing.T) {
 	client := fake.NewClientset()
 	waitWatch := watchOpened(client, "services")
 	r := &recorder{}
-	w, err := NewInformers(client, Options{}, Target{Tracker: r})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w.Start(ctx)
-	eventually(t, "initial sync", func() bool { _, _, synced := r.snapshot(); return synced })
+	ctx := startSynced(t, client, r, r)
 	waitWatch(t)
 
 	services := client.CoreV1().Services("ns")
@@ -272,17 +265,26 @@ func TestSyncedOnlyAfterHandlersSawTheList(t *testing.T) {
 		objs = append(objs, testService(fmt.Sprintf("svc-%d", i), nil))
 	}
 	r := &slowRecorder{}
-	w, err := NewInformers(fake.NewClientset(objs...), Options{}, Target{Tracker: r})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w.Start(ctx)
-	eventually(t, "initial sync", func() bool { _, _, synced := r.snapshot(); return synced })
+	startSynced(t, fake.NewClientset(objs...), r, &r.recorder)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.seenAtSync != n {
 		t.Fatalf("told the Services synced after %d of %d Services", r.seenAtSync, n)
 	}
+}
+
+// startSynced starts informers for one tracker and waits until rec (the
+// tracker's record) was told both lists synced. The informers stop with
+// the test.
+func startSynced(t *testing.T, client *fake.Clientset, tracker Tracker, rec *recorder) context.Context {
+	t.Helper()
+	w, err := NewInformers(client, Options{}, Target{Tracker: tracker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w.Start(ctx)
+	eventually(t, "initial sync", func() bool { _, _, synced := rec.snapshot(); return synced })
+	return ctx
 }
