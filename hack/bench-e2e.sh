@@ -20,6 +20,8 @@ set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
+# shellcheck source=lib/netns.sh
+source "$HACK/lib/netns.sh"
 OUT=$ROOT/_output/bench-e2e
 # Every namespace of this run starts with this prefix (the framework appends a random part).
 export E2E_NS_PREFIX=svb$$x
@@ -29,14 +31,8 @@ log() { echo "[bench-e2e] $*" >&2; }
 # cleanup removes what a killed test binary may have left: this run's namespaces, the processes
 # inside them (svcproxy, etcd, kube-apiserver) and their etcd copies (150 MB each).
 cleanup() {
-  local n pids d
-  for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$E2E_NS_PREFIX" || true); do
-    pids=$(ip netns pids "$n" 2>/dev/null || true)
-    # shellcheck disable=SC2086 # one PID per word
-    [[ -z $pids ]] || kill -9 $pids 2>/dev/null || true
-    ip netns delete "$n" 2>/dev/null || true
-    log "removed leftover namespace $n"
-  done
+  local n d
+  for n in $(remove_namespaces "$E2E_NS_PREFIX"); do log "removed leftover namespace $n"; done
   for d in "$ROOT"/_output/e2e/"$E2E_NS_PREFIX"*/cp/etcd-data; do
     [[ -e $d ]] && rm -rf "$d"
   done

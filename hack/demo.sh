@@ -24,6 +24,8 @@ set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
+# shellcheck source=lib/netns.sh
+source "$HACK/lib/netns.sh"
 BIN=$ROOT/_output/bin
 WORK=$ROOT/_output/demo
 PIDS=$WORK/pids
@@ -94,16 +96,7 @@ stop_processes() {
   done
 }
 
-delete_namespaces() {
-  local n
-  for n in $(ip netns list | awk '{print $1}' | grep "^$P-" || true); do
-    # Kill anything still running inside (only processes in our own namespaces).
-    local pids
-    pids=$(ip netns pids "$n" 2>/dev/null || true)
-    [[ -z $pids ]] || kill -9 $pids 2>/dev/null || true
-    ip netns delete "$n" 2>/dev/null || true
-  done
-}
+delete_namespaces() { remove_namespaces "$P-" >/dev/null; }
 
 teardown() {
   local rc=$?

@@ -19,6 +19,8 @@ set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
+# shellcheck source=lib/netns.sh
+source "$HACK/lib/netns.sh"
 JSON=""
 [[ ${1:-} == --json ]] && JSON=-json
 # Every namespace of this run starts with this prefix (the framework appends a random part).
@@ -29,14 +31,8 @@ log() { echo "[e2e] $*" >&2; }
 # cleanup removes what a killed test binary may have left: only this run's namespaces and
 # the processes inside them.
 cleanup() {
-  local n pids
-  for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$E2E_NS_PREFIX" || true); do
-    pids=$(ip netns pids "$n" 2>/dev/null || true)
-    # shellcheck disable=SC2086 # one PID per word
-    [[ -z $pids ]] || kill -9 $pids 2>/dev/null || true
-    ip netns delete "$n" 2>/dev/null || true
-    log "removed leftover namespace $n"
-  done
+  local n
+  for n in $(remove_namespaces "$E2E_NS_PREFIX"); do log "removed leftover namespace $n"; done
 }
 
 main() {
