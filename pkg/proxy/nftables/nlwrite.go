@@ -163,20 +163,24 @@ func (w *nlElemWriter) addRun(u *unit) bool {
 func (w *nlElemWriter) add(o *elemOp) error {
 	set, key := o.entry.set, o.entry.key
 	l := w.layouts[set]
+	// Both encodings go into scratch, the delete first: a nil base would
+	// allocate (and grow) a new slice per element.
 	var del, add []byte
+	buf := w.scratch[:0]
 	var err error
 	if o.del {
-		if del, err = l.appendElem(w.scratch[:0], key, "", false); err != nil {
+		if buf, err = l.appendElem(buf, key, "", false); err != nil {
 			return err
 		}
+		del = buf
 	}
 	if o.add {
-		if add, err = l.appendElem(del, key, o.value, true); err != nil {
+		if buf, err = l.appendElem(buf, key, o.value, true); err != nil {
 			return err
 		}
-		add = add[len(del):]
+		add = buf[len(del):]
 	}
-	w.scratch = append(del, add...)[:0]
+	w.scratch = buf[:0]
 	if del != nil {
 		w.appendElem(set, true, del)
 	}
