@@ -28,63 +28,101 @@ type applyStats struct {
 // With ew, a transaction's runs of element units that ew encodes are
 // committed as netlink batches, and the units around them through run, in
 // order: a transaction may become several, each of them a prefix-closed
-// step of the same sequence, which every phase boundary already is.
+// step of the same sequence, which every phase boundary already is. The
+// next batch is encoded while the last one is in the kernel.
 func apply(ctx context.Context, nft knftables.Interface, run txRunner, ew *nlElemWriter, units []*unit, maxOps int) (applyStats, error) {
-	var stats applyStats
+	c := &committer{ctx: ctx, nft: nft, run: run, ew: ew}
 	for start := 0; start < len(units); {
 		end, ops := start, 0
 		for end < len(units) && (end == start || ops+units[end].numOps() <= maxOps) {
 			ops += units[end].numOps()
 			end++
 		}
-		if err := commitUnits(ctx, nft, run, ew, units[start:end], &stats); err != nil {
-			return stats, err
+		if err := c.commitUnits(units[start:end]); err != nil {
+			return c.stats, err
 		}
 		start = end
 	}
-	return stats, nil
+	return c.stats, c.settle()
+}
+
+// committer commits one sync's units.
+type committer struct {
+	ctx   context.Context
+	nft   knftables.Interface
+	run   txRunner
+	ew    *nlElemWriter
+	stats applyStats
+	// inFlight are the units of the netlink batch ew has in flight.
+	inFlight []*unit
 }
 
 // commitUnits commits one transaction's units: through run, or split into
 // netlink element batches and nft transactions when ew is set.
-func commitUnits(ctx context.Context, nft knftables.Interface, run txRunner, ew *nlElemWriter, units []*unit, stats *applyStats) error {
+func (c *committer) commitUnits(units []*unit) error {
 	for len(units) > 0 {
-		n := 0
-		if ew != nil {
-			var err error
-			n, err = ew.writeRun(units)
-			if err != nil {
-				return fmt.Errorf("nftables transaction %d (%d element operations over netlink): %w", stats.transactions+1, opsOf(units[:n]), err)
+		if c.ew != nil {
+			if n := c.ew.encodeRun(units); n > 0 {
+				if err := c.settle(); err != nil {
+					return err
+				}
+				c.ew.start()
+				c.inFlight, units = units[:n], units[n:]
+				continue
 			}
-			if n > 0 {
-				stats.netlinkOps += opsOf(units[:n])
-			}
-		}
-		if n == 0 {
-			// At least one unit, then up to the next run ew takes, or
-			// the first element after objects (nft may be creating its
-			// set: ew can tell once these are committed).
-			for n = 1; n < len(units) && (ew == nil || !nlBoundary(ew, units[n-1], units[n])); n++ {
-			}
-			tx := nft.NewTransaction()
-			for _, u := range units[:n] {
-				u.write(tx)
-			}
-			if err := run(ctx, tx); err != nil {
-				return fmt.Errorf("nftables transaction %d (%d operations): %w", stats.transactions+1, tx.NumOperations(), err)
-			}
-			if ew != nil {
-				ew.nftRan()
+			// nft must see every batch before it committed.
+			if err := c.settle(); err != nil {
+				return err
 			}
 		}
-		stats.transactions++
-		stats.operations += opsOf(units[:n])
+		// At least one unit, then up to the next run ew takes, or the
+		// first element after objects (nft may be creating its set: ew
+		// can tell once these are committed).
+		n := 1
+		for n < len(units) && (c.ew == nil || !nlBoundary(c.ew, units[n-1], units[n])) {
+			n++
+		}
+		tx := c.nft.NewTransaction()
 		for _, u := range units[:n] {
-			u.done()
+			u.write(tx)
 		}
+		if err := c.run(c.ctx, tx); err != nil {
+			return fmt.Errorf("nftables transaction %d (%d operations): %w", c.stats.transactions+1, tx.NumOperations(), err)
+		}
+		if c.ew != nil {
+			c.ew.nftRan()
+		}
+		c.committed(units[:n], false)
 		units = units[n:]
 	}
 	return nil
+}
+
+// settle waits for the netlink batch in flight, if any, and records it.
+func (c *committer) settle() error {
+	units := c.inFlight
+	if units == nil {
+		return nil
+	}
+	c.inFlight = nil
+	if err := c.ew.wait(); err != nil {
+		return fmt.Errorf("nftables transaction %d (%d element operations over netlink): %w", c.stats.transactions+1, opsOf(units), err)
+	}
+	c.committed(units, true)
+	return nil
+}
+
+// committed updates the store for units the kernel took.
+func (c *committer) committed(units []*unit, netlink bool) {
+	ops := opsOf(units)
+	c.stats.transactions++
+	c.stats.operations += ops
+	if netlink {
+		c.stats.netlinkOps += ops
+	}
+	for _, u := range units {
+		u.done()
+	}
 }
 
 func opsOf(units []*unit) int {

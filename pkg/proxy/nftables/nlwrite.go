@@ -25,59 +25,89 @@ var netlinkElements = true
 // 16-bit netlink attribute length.
 const maxElemListBytes = 48 << 10
 
-// nlElemWriter builds and commits batches of element changes for one
-// family. It lives for one sync: its socket belongs to the network
-// namespace of the thread that opened it.
+// nlElemWriter encodes and commits batches of element changes for one
+// family. It lives for one sync: its sockets belong to the network
+// namespace of the thread that opened them.
+//
+// A batch is sent from its own goroutine while the next one is encoded:
+// the kernel applies a batch inside the sending thread's sendmsg, so on two
+// CPUs encoding (≈ a third of a cold sync's element work) overlaps the
+// kernel's inserts instead of adding to them. One batch at most is in
+// flight, so they still commit in order, each after the last one's ack.
 type nlElemWriter struct {
-	c      *nlConn
+	send   *nlConn // batches
+	lookup *nlConn // set layouts, asked while a batch is in flight
 	family uint8
 	// layouts caches the kernel's layout per set; a nil value means the
 	// set is absent or not encodable. Cleared whenever nft ran, since nft
 	// may have deleted or added sets.
 	layouts map[string]*layout
-	sndbuf  int
+	sndbuf  int // of send; only the goroutine of the batch in flight uses it
 
+	b       nlBatch // the batch being encoded
+	open    int     // offset of the open element message, -1 if none
+	openSet string
+	openDel bool
+	listAt  int // offset of the open message's element list
+	lastAt  int // offset of the last element message
+	scratch []byte
+
+	flight *nlFlight // the batch sent and not yet answered
+	spare  nlBatch   // the buffers of the last batch answered, for reuse
+}
+
+// nlBatch is one encoded batch: a kernel transaction of element messages.
+type nlBatch struct {
 	buf      []byte
 	msgs     []batchMsg
 	beginSeq uint32
-	open     int // offset of the open element message, -1 if none
-	openSet  string
-	openDel  bool
-	listAt   int // offset of the open message's element list
-	lastAt   int // offset of the last element message
-	lastSeq  uint32
-	scratch  []byte
+	lastSeq  uint32 // of the last element message, the one acked
 }
 
-// batchMsg is one element message of the batch, for error reports. Seqs
-// are not consecutive: set lookups on the same socket take some.
+type nlFlight struct {
+	batch nlBatch
+	done  chan error
+}
+
+// batchMsg is one element message of the batch, for error reports.
 type batchMsg struct {
 	seq  uint32
 	what string
 }
 
 func newElemWriter(family uint8) (*nlElemWriter, error) {
-	c, err := dialNetfilter()
+	send, err := dialNetfilter()
 	if err != nil {
 		return nil, err
 	}
+	lookup, err := dialNetfilter()
+	if err != nil {
+		send.close()
+		return nil, err
+	}
+	w := &nlElemWriter{send: send, lookup: lookup, family: family, layouts: map[string]*layout{}, open: -1}
 	// Errors then carry only the failing message's header, not its
 	// (up to 48 KiB) payload.
-	if err := unix.SetsockoptInt(c.fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1); err != nil {
-		c.close()
+	if err := unix.SetsockoptInt(send.fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1); err != nil {
+		w.close()
 		return nil, fmt.Errorf("netlink NETLINK_CAP_ACK: %w", err)
 	}
 	// A reply that never comes must not hang the syncer: fail the sync
 	// (the next one is full and reads the table back) instead.
 	tv := unix.Timeval{Sec: 60}
-	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		c.close()
+	if err := unix.SetsockoptTimeval(send.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		w.close()
 		return nil, fmt.Errorf("netlink SO_RCVTIMEO: %w", err)
 	}
-	return &nlElemWriter{c: c, family: family, layouts: map[string]*layout{}, open: -1}, nil
+	return w, nil
 }
 
-func (w *nlElemWriter) close() { w.c.close() }
+// close waits for the batch in flight, if any, and closes the sockets.
+func (w *nlElemWriter) close() {
+	_ = w.wait()
+	w.send.close()
+	w.lookup.close()
+}
 
 // nftRan forgets the set layouts: nft may have changed the sets.
 func (w *nlElemWriter) nftRan() { clear(w.layouts) }
@@ -90,7 +120,7 @@ func (w *nlElemWriter) layout(set string) *layout {
 	}
 	req := append(attrString(unix.NFTA_SET_TABLE, TableName), attrString(unix.NFTA_SET_NAME, set)...)
 	var st nlSet
-	err := w.c.request(unix.NFT_MSG_GETSET, w.family, false, req, func(b []byte) error {
+	err := w.lookup.request(unix.NFT_MSG_GETSET, w.family, false, req, func(b []byte) error {
 		var err error
 		st, _, err = parseSet(b)
 		return err
@@ -110,10 +140,11 @@ func (w *nlElemWriter) canWrite(u *unit) bool {
 	return len(u.els) > 0 && w.layout(u.els[0].set) != nil
 }
 
-// writeRun commits, in one batch, the leading units of us that it can
-// encode, and returns how many those were (0: the first one is not for
-// netlink). Their order is kept.
-func (w *nlElemWriter) writeRun(us []*unit) (int, error) {
+// encodeRun encodes, as the next batch, the leading units of us that it
+// can, and returns how many those were (0: the first one is not for
+// netlink, and there is no batch). Their order is kept. It may run while
+// the previous batch is in flight; start sends it.
+func (w *nlElemWriter) encodeRun(us []*unit) int {
 	w.reset()
 	n := 0
 	for ; n < len(us) && w.canWrite(us[n]); n++ {
@@ -121,18 +152,18 @@ func (w *nlElemWriter) writeRun(us []*unit) (int, error) {
 			break // not encodable after all: nft gets it
 		}
 	}
-	if n == 0 {
-		return 0, nil
+	if n > 0 {
+		w.finish()
 	}
-	return n, w.commit()
+	return n
 }
 
 func (w *nlElemWriter) reset() {
-	w.buf, w.msgs, w.open = w.buf[:0], w.msgs[:0], -1
-	w.c.seq++
-	w.beginSeq = w.c.seq
-	w.buf = appendNlHdr(w.buf, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, w.beginSeq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
-	binary.NativeEndian.PutUint32(w.buf, uint32(len(w.buf)))
+	w.b.buf, w.b.msgs, w.open = w.b.buf[:0], w.b.msgs[:0], -1
+	w.send.seq++
+	w.b.beginSeq = w.send.seq
+	w.b.buf = appendNlHdr(w.b.buf, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, w.b.beginSeq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	binary.NativeEndian.PutUint32(w.b.buf, uint32(len(w.b.buf)))
 }
 
 // writerMark is where the batch was before a run, to take the run back.
@@ -146,12 +177,12 @@ type writerMark struct {
 // addRun encodes a run of element changes, all or none of them, and
 // reports whether it did.
 func (w *nlElemWriter) addRun(u *unit) bool {
-	m := writerMark{len(w.buf), len(w.msgs), w.open, w.listAt, w.lastAt, w.openSet, w.openDel, w.lastSeq}
+	m := writerMark{len(w.b.buf), len(w.b.msgs), w.open, w.listAt, w.lastAt, w.openSet, w.openDel, w.b.lastSeq}
 	for _, e := range u.els {
 		op := elemChange(e, u.isMap)
 		if err := w.add(&op); err != nil {
-			w.buf, w.msgs, w.open, w.listAt, w.lastAt = w.buf[:m.buf], w.msgs[:m.msgs], m.open, m.listAt, m.lastAt
-			w.openSet, w.openDel, w.lastSeq = m.openSet, m.openDel, m.lastSeq
+			w.b.buf, w.b.msgs, w.open, w.listAt, w.lastAt = w.b.buf[:m.buf], w.b.msgs[:m.msgs], m.open, m.listAt, m.lastAt
+			w.openSet, w.openDel, w.b.lastSeq = m.openSet, m.openDel, m.lastSeq
 			return false
 		}
 	}
@@ -193,11 +224,11 @@ func (w *nlElemWriter) add(o *elemOp) error {
 // appendElem appends an encoded NFTA_LIST_ELEM to the open message if it
 // is for the same set and verb and has room, else to a new message.
 func (w *nlElemWriter) appendElem(set string, del bool, elem []byte) {
-	if w.open < 0 || w.openSet != set || w.openDel != del || len(w.buf)-w.listAt+len(elem) > maxElemListBytes {
+	if w.open < 0 || w.openSet != set || w.openDel != del || len(w.b.buf)-w.listAt+len(elem) > maxElemListBytes {
 		w.closeMsg()
 		w.openMsg(set, del)
 	}
-	w.buf = append(w.buf, elem...)
+	w.b.buf = append(w.b.buf, elem...)
 }
 
 func (w *nlElemWriter) openMsg(set string, del bool) {
@@ -205,14 +236,15 @@ func (w *nlElemWriter) openMsg(set string, del bool) {
 	if del {
 		msg, flags, verb = unix.NFT_MSG_DELSETELEM, unix.NLM_F_REQUEST, "deleting elements from "
 	}
-	w.c.seq++
-	w.open, w.lastAt, w.lastSeq, w.openSet, w.openDel = len(w.buf), len(w.buf), w.c.seq, set, del
-	w.msgs = append(w.msgs, batchMsg{seq: w.c.seq, what: verb + set})
-	w.buf = appendNlHdr(w.buf, unix.NFNL_SUBSYS_NFTABLES<<8|msg, flags, w.c.seq, w.family, 0)
-	w.buf = append(w.buf, attrString(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)...)
-	w.buf = append(w.buf, attrString(unix.NFTA_SET_ELEM_LIST_SET, set)...)
-	w.listAt = len(w.buf)
-	w.buf = nestStart(w.buf, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+	w.send.seq++
+	b := &w.b
+	w.open, w.lastAt, b.lastSeq, w.openSet, w.openDel = len(b.buf), len(b.buf), w.send.seq, set, del
+	b.msgs = append(b.msgs, batchMsg{seq: w.send.seq, what: verb + set})
+	b.buf = appendNlHdr(b.buf, unix.NFNL_SUBSYS_NFTABLES<<8|msg, flags, w.send.seq, w.family, 0)
+	b.buf = append(b.buf, attrString(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)...)
+	b.buf = append(b.buf, attrString(unix.NFTA_SET_ELEM_LIST_SET, set)...)
+	w.listAt = len(b.buf)
+	b.buf = nestStart(b.buf, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 }
 
 // closeMsg fills in the lengths of the open message and its element list.
@@ -220,8 +252,8 @@ func (w *nlElemWriter) closeMsg() {
 	if w.open < 0 {
 		return
 	}
-	nestEnd(w.buf, w.listAt)
-	binary.NativeEndian.PutUint32(w.buf[w.open:], uint32(len(w.buf)-w.open))
+	nestEnd(w.b.buf, w.listAt)
+	binary.NativeEndian.PutUint32(w.b.buf[w.open:], uint32(len(w.b.buf)-w.open))
 	w.open = -1
 }
 
@@ -237,27 +269,50 @@ func appendNlHdr(b []byte, typ, flags uint16, seq uint32, family uint8, resID ui
 	return binary.BigEndian.AppendUint16(b, resID)
 }
 
-// commit sends the batch and waits for the kernel's verdict. Only the last
-// element message asks for an acknowledgement: the kernel reports every
-// failing message anyway, and delivers all reports once the batch is
-// committed or aborted (a failed commit is reported on the batch's begin).
-func (w *nlElemWriter) commit() error {
+// finish closes the batch. Only the last element message asks for an
+// acknowledgement: the kernel reports every failing message anyway, and
+// delivers all reports once the batch is committed or aborted (a failed
+// commit is reported on the batch's begin).
+func (w *nlElemWriter) finish() {
 	w.closeMsg()
-	// Not w.c.seq: set lookups between messages take seqs too.
-	last := w.lastSeq
-	// The last message's flags: NLM_F_ACK.
-	binary.NativeEndian.PutUint16(w.buf[w.lastAt+6:], binary.NativeEndian.Uint16(w.buf[w.lastAt+6:])|unix.NLM_F_ACK)
-	w.c.seq++
-	end := len(w.buf)
-	w.buf = appendNlHdr(w.buf, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, w.c.seq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
-	binary.NativeEndian.PutUint32(w.buf[end:], uint32(len(w.buf)-end))
-	if err := w.growSndbuf(len(w.buf)); err != nil {
+	b := &w.b
+	binary.NativeEndian.PutUint16(b.buf[w.lastAt+6:], binary.NativeEndian.Uint16(b.buf[w.lastAt+6:])|unix.NLM_F_ACK)
+	w.send.seq++
+	end := len(b.buf)
+	b.buf = appendNlHdr(b.buf, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, w.send.seq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	binary.NativeEndian.PutUint32(b.buf[end:], uint32(len(b.buf)-end))
+}
+
+// start sends the batch encodeRun made, from a goroutine; wait tells how
+// it went. The batch before it must have been waited for.
+func (w *nlElemWriter) start() {
+	f := &nlFlight{batch: w.b, done: make(chan error, 1)}
+	w.flight = f
+	w.b, w.spare = w.spare, nlBatch{}
+	go func() { f.done <- w.transmit(&f.batch) }()
+}
+
+// wait returns the kernel's verdict on the batch in flight (nil if there
+// is none).
+func (w *nlElemWriter) wait() error {
+	f := w.flight
+	if f == nil {
+		return nil
+	}
+	err := <-f.done
+	w.flight, w.spare = nil, f.batch
+	return err
+}
+
+// transmit sends b and waits for the kernel's verdict.
+func (w *nlElemWriter) transmit(b *nlBatch) error {
+	if err := w.growSndbuf(len(b.buf)); err != nil {
 		return err
 	}
-	if err := unix.Sendto(w.c.fd, w.buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := unix.Sendto(w.send.fd, b.buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("netlink batch send: %w", err)
 	}
-	return w.receive(last)
+	return w.receive(b)
 }
 
 // growSndbuf makes the socket's send buffer hold n bytes: a batch must go
@@ -267,20 +322,20 @@ func (w *nlElemWriter) growSndbuf(n int) error {
 		return nil
 	}
 	size := max(n+n/4, 1<<20)
-	if err := unix.SetsockoptInt(w.c.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size); err != nil {
+	if err := unix.SetsockoptInt(w.send.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size); err != nil {
 		return fmt.Errorf("netlink send buffer of %d bytes: %w", size, err)
 	}
 	w.sndbuf = size // the kernel doubles it; half is what we can count on
 	return nil
 }
 
-// receive reads the kernel's reports for the batch until the last
-// message's acknowledgement or a failure of the whole batch, and returns
-// the first error reported.
-func (w *nlElemWriter) receive(last uint32) error {
+// receive reads the kernel's reports for batch b until its last message's
+// acknowledgement or a failure of the whole batch, and returns the first
+// error reported.
+func (w *nlElemWriter) receive(b *nlBatch) error {
 	var first error
 	for {
-		n, _, rflags, _, err := unix.Recvmsg(w.c.fd, w.c.buf, nil, 0)
+		n, _, rflags, _, err := unix.Recvmsg(w.send.fd, w.send.buf, nil, 0)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -290,14 +345,14 @@ func (w *nlElemWriter) receive(last uint32) error {
 		if rflags&unix.MSG_TRUNC != 0 {
 			return fmt.Errorf("netlink batch receive: message truncated")
 		}
-		for b := w.c.buf[:n]; len(b) >= unix.NLMSG_HDRLEN; {
-			l := int(binary.NativeEndian.Uint32(b))
-			if l < unix.NLMSG_HDRLEN || l > len(b) {
+		for r := w.send.buf[:n]; len(r) >= unix.NLMSG_HDRLEN; {
+			l := int(binary.NativeEndian.Uint32(r))
+			if l < unix.NLMSG_HDRLEN || l > len(r) {
 				return errMalformed
 			}
-			typ, seq, body := binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint32(b[8:]), b[unix.NLMSG_HDRLEN:l]
-			b = b[min(nlAlign(l), len(b)):]
-			if typ != unix.NLMSG_ERROR || seq < w.beginSeq || seq > last {
+			typ, seq, body := binary.NativeEndian.Uint16(r[4:]), binary.NativeEndian.Uint32(r[8:]), r[unix.NLMSG_HDRLEN:l]
+			r = r[min(nlAlign(l), len(r)):]
+			if typ != unix.NLMSG_ERROR || seq < b.beginSeq || seq > b.lastSeq {
 				continue // not about this batch
 			}
 			if len(body) < 4 {
@@ -305,16 +360,21 @@ func (w *nlElemWriter) receive(last uint32) error {
 			}
 			errno := syscall.Errno(-int32(binary.NativeEndian.Uint32(body)))
 			if errno != 0 && first == nil {
-				first = fmt.Errorf("netlink batch: %w", errno)
-				for _, m := range w.msgs {
-					if m.seq == seq {
-						first = fmt.Errorf("netlink batch, %s: %w", m.what, errno)
-					}
-				}
+				first = b.failure(seq, errno)
 			}
-			if seq == last || (seq == w.beginSeq && errno != 0) {
+			if seq == b.lastSeq || (seq == b.beginSeq && errno != 0) {
 				return first
 			}
 		}
 	}
+}
+
+// failure names the message seq of b in the kernel's error.
+func (b *nlBatch) failure(seq uint32, errno syscall.Errno) error {
+	for _, m := range b.msgs {
+		if m.seq == seq {
+			return fmt.Errorf("netlink batch, %s: %w", m.what, errno)
+		}
+	}
+	return fmt.Errorf("netlink batch: %w", errno)
 }

@@ -64,6 +64,22 @@ func withElements(listing string) []string {
 	return out
 }
 
+// elementCount is the number of set and map elements in a listing.
+func elementCount(t *testing.T, listing string) int {
+	n := 0
+	for _, l := range withElements(listing) {
+		var v struct {
+			Elem []json.RawMessage `json:"elem"`
+		}
+		_, obj, _ := strings.Cut(l, " ")
+		if err := json.Unmarshal([]byte(obj), &v); err != nil {
+			t.Fatalf("listing line %q: %v", l, err)
+		}
+		n += len(v.Elem)
+	}
+	return n
+}
+
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -131,9 +147,17 @@ func TestNetlinkElementsMatchNft(t *testing.T) {
 // TestNetlinkElementRejected: an element add the kernel refuses (its key
 // was added behind our back with another value) fails the sync with the
 // kernel's error, commits nothing of its batch, and the next sync is full
-// and repairs the table.
+// and repairs the table. With transactions of one unit each the sync is
+// many batches, each encoded while the one before is in the kernel: the
+// batches after the refused one must not be sent.
 func TestNetlinkElementRejected(t *testing.T) {
 	requireRoot(t)
+	for _, maxOps := range []int{defaultMaxOps, 1} {
+		t.Run(fmt.Sprintf("maxOps=%d", maxOps), func(t *testing.T) { testNetlinkElementRejected(t, maxOps) })
+	}
+}
+
+func testNetlinkElementRejected(t *testing.T, maxOps int) {
 	ns, err := netnstest.New(t).NewNS("nlreject")
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +181,7 @@ func TestNetlinkElementRejected(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		p.maxOps = maxOps
 		defer func() { _ = p.Cleanup(context.Background()) }()
 		if err := p.Cleanup(context.Background()); err != nil {
 			return err
@@ -193,13 +218,34 @@ func TestNetlinkElementRejected(t *testing.T) {
 		if !p.needFull {
 			return fmt.Errorf("after a failed sync the next one is not full")
 		}
-		// The batch is one kernel transaction: none of its elements
-		// (the late service's endpoints, its other frontends) went in;
-		// the chains and maps committed through nft before it stay.
-		if after, err := listTableJSON(proxy.IPv4); err != nil {
+		after, err := listTableJSON(proxy.IPv4)
+		if err != nil {
 			return err
-		} else if a, b := withElements(before), withElements(after); !slices.Equal(a, b) {
-			return fmt.Errorf("the failed sync changed elements (- before, + after):\n%s", diffLines(a, b))
+		}
+		if maxOps == defaultMaxOps {
+			// The batch is one kernel transaction: none of its elements
+			// (the late service's endpoints, its other frontends) went
+			// in; the chains and maps committed through nft before it
+			// stay.
+			if a, b := withElements(before), withElements(after); !slices.Equal(a, b) {
+				return fmt.Errorf("the failed sync changed elements (- before, + after):\n%s", diffLines(a, b))
+			}
+		} else {
+			// The sync only adds: exactly the batches reported committed
+			// went in (the endpoints), and no frontend: the refused batch
+			// is the first of the frontends (service-ips), and the
+			// node-port batch encoded after it must not be sent.
+			if added := elementCount(t, after) - elementCount(t, before); p.last.netlinkOps == 0 || added != p.last.netlinkOps {
+				return fmt.Errorf("the failed sync added %d elements; the batches before the refused one hold %d", added, p.last.netlinkOps)
+			}
+			frontends := func(listing string) []string {
+				return slices.DeleteFunc(withElements(listing), func(l string) bool {
+					return !strings.Contains(l, `"name":"`+mapServiceIPs+`"`) && !strings.Contains(l, `"name":"`+mapServiceNodePorts+`"`)
+				})
+			}
+			if a, b := frontends(before), frontends(after); len(a) == 0 || !slices.Equal(a, b) {
+				return fmt.Errorf("the failed sync changed frontends (%d lines before; - before, + after):\n%s", len(a), diffLines(a, b))
+			}
 		}
 		if err := p.Sync(context.Background(), &partial); err != nil {
 			return fmt.Errorf("retry: %w", err)
