@@ -219,10 +219,14 @@ func setObject(d *setSpec) knftables.Object {
 	if d.timeout > 0 {
 		timeout = knftables.PtrTo(d.timeout)
 	}
-	if d.isMap {
-		return &knftables.Map{Name: d.name, Type: d.typ, TypeOf: d.typeOf, Flags: d.flags, Timeout: timeout}
+	var size *uint64
+	if d.size > 0 {
+		size = knftables.PtrTo(d.size)
 	}
-	return &knftables.Set{Name: d.name, Type: d.typ, TypeOf: d.typeOf, Flags: d.flags, Timeout: timeout}
+	if d.isMap {
+		return &knftables.Map{Name: d.name, Type: d.typ, TypeOf: d.typeOf, Flags: d.flags, Timeout: timeout, Size: size}
+	}
+	return &knftables.Set{Name: d.name, Type: d.typ, TypeOf: d.typeOf, Flags: d.flags, Timeout: timeout, Size: size}
 }
 
 func (s *store) diffChain(name string) []*unit {
@@ -253,7 +257,12 @@ func (s *store) diffChain(name string) []*unit {
 	if d.epMap != nil {
 		m = s.sets[d.epMap.name]
 	}
-	if slices.Equal(ids, e.kernel) && (m == nil || m.present) {
+	var size uint64
+	grow := false
+	if m != nil {
+		size, grow = s.epMapSize(d.epMap.name, m)
+	}
+	if slices.Equal(ids, e.kernel) && (m == nil || m.present) && !grow {
 		return units
 	}
 	phase := phaseChainRules
@@ -270,7 +279,9 @@ func (s *store) diffChain(name string) []*unit {
 		// must be complete when the new rule is, so its elements go in
 		// this unit too (an upgrade from shared endpoint maps, a repair).
 		live := e.present && len(e.kernel) > 0
-		elemOps = s.bindEndpointMap(u, d.epMap, m, live)
+		spec := *d.epMap
+		spec.size = size
+		elemOps = s.bindEndpointMap(u, &spec, m, live)
 	}
 	for i, r := range d.rules {
 		rule := &knftables.Rule{Chain: name, Rule: r, Comment: knftables.PtrTo(ids[i])}
@@ -296,7 +307,7 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 	u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(setObject(spec)) })
 	commitRules := u.commit
 	if !m.present && !fill {
-		u.commit = func() { commitRules(); m.present, m.isMap = true, true }
+		u.commit = func() { commitRules(); m.present, m.isMap, m.size = true, true, spec.size }
 		return nil
 	}
 	s.recreated[name] = true
@@ -315,7 +326,7 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 	}
 	u.commit = func() {
 		commitRules()
-		m.present, m.isMap = true, true
+		m.present, m.isMap, m.size = true, true, spec.size
 		for k, e := range elems {
 			if v, ok := values[k]; ok {
 				e.present, e.kernel = true, v
@@ -325,6 +336,35 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 		}
 	}
 	return ops
+}
+
+// Endpoint maps are created with a size: the kernel then gives them a
+// hash table of a fixed number of buckets instead of one that grows by
+// rehashing as elements come in, which made up a third of the kernel's
+// time to insert the elements of a cold sync. The size is also a limit
+// (adds beyond it fail), so it is twice what the map may hold during this
+// sync, and when a map outgrows it, it is re-created with its chain
+// (bindEndpointMap) at twice that again. A map without a size (made
+// before sizes were set, or read through knftables, which does not tell)
+// has no limit: it is not re-created for a size, but gets one when it is
+// re-created anyway.
+const minEPMapSize = 64
+
+// epMapSize returns the size endpoint map name is (re-)created with, and
+// whether its kernel object m must be re-created because it is too small.
+// The store holds an entry for every element the map has or will have, so
+// their count bounds what it holds at any point of the sync (adds go
+// before deletes).
+func (s *store) epMapSize(name string, m *setEntry) (size uint64, grow bool) {
+	n := uint64(len(s.elems[name]))
+	if m.present && m.size != 0 && n <= m.size {
+		return m.size, false
+	}
+	size = minEPMapSize
+	for size < 2*n {
+		size *= 2
+	}
+	return size, m.present && m.size != 0
 }
 
 func chainObject(d *chainSpec) *knftables.Chain {

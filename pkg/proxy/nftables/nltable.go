@@ -35,6 +35,7 @@ type nlSet struct {
 	flags             uint32
 	keyType, keyLen   uint32
 	dataType, dataLen uint32
+	size              uint32 // the most elements it holds; 0: no limit
 }
 
 // readBackNetlink fills the kernel side of the store like readBackKnftables
@@ -65,7 +66,7 @@ func (s *store) readBackNetlink(ctx context.Context, nft knftables.Interface, fa
 	var dumps []*setDump
 	for _, st := range sets {
 		isMap := st.flags&unix.NFT_SET_MAP != 0
-		s.sets[st.name] = &setEntry{present: true, isMap: isMap}
+		s.sets[st.name] = &setEntry{present: true, isMap: isMap, size: uint64(st.size)}
 		if strings.HasPrefix(st.name, affinityPrefix) {
 			continue
 		}
@@ -180,6 +181,10 @@ func parseSet(b []byte) (st nlSet, table string, err error) {
 			st.dataType = beUint32(d)
 		case unix.NFTA_SET_DATA_LEN:
 			st.dataLen = beUint32(d)
+		case unix.NFTA_SET_DESC:
+			if v := find(d, unix.NFTA_SET_DESC_SIZE); len(v) == 4 {
+				st.size = beUint32(v)
+			}
 		}
 	}
 	return st, table, a.err

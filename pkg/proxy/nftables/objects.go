@@ -47,6 +47,9 @@ type setSpec struct {
 	// bound marks an endpoint map that is added with its chain's rules,
 	// never on its own.
 	bound bool
+	// size is the most elements the set may hold (0: no limit); the store
+	// sets it for endpoint maps (epMapSize).
+	size uint64
 }
 
 // elemSpec is one set or map element; key and value are nft-spelled and

@@ -47,7 +47,8 @@ type setEntry struct {
 	desired *setSpec
 	claims  int
 	present bool
-	isMap   bool // of the kernel object, when present
+	isMap   bool   // of the kernel object, when present
+	size    uint64 // of the kernel object, when present; 0: no limit
 }
 
 type elemEntry struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,7 +17,9 @@ import (
 // map's key type from the kernel's udata and fails with "conflicting
 // protocols specified: tcp vs. th"; re-declaring the map ("add map" of an
 // existing one) does not help, deleting and adding it in the transaction
-// does. afterRun, when set, sees every committed transaction.
+// does. It also refuses, as the kernel does (ENFILE), an element add that
+// takes a set or map beyond its size at that point of the transaction.
+// afterRun, when set, sees every committed transaction.
 type strictFake struct {
 	*knftables.Fake
 	afterRun func()
@@ -31,6 +34,9 @@ func (f *strictFake) Run(ctx context.Context, tx *knftables.Transaction) error {
 		return err
 	}
 	if err := f.checkChainRefs(tx.String()); err != nil {
+		return err
+	}
+	if err := f.checkSizes(tx.String()); err != nil {
 		return err
 	}
 	if err := f.Fake.Run(ctx, tx); err != nil {
@@ -116,4 +122,58 @@ func TestStrictFakeRefusesLateNumgenRule(t *testing.T) {
 	if err := fake.Run(ctx, tx); err != nil {
 		t.Errorf("map deleted and added with the rule: %v", err)
 	}
+}
+
+var (
+	setDecl   = regexp.MustCompile(`^(add|delete) (?:set|map) \S+ \S+ (\S+)`)
+	setSize   = regexp.MustCompile(`; size (\d+) ;`)
+	elementOp = regexp.MustCompile(`^(add|delete) element \S+ \S+ (\S+) `)
+)
+
+// checkSizes fails when an element add in text takes a set beyond its
+// size. knftables writes one element per line.
+func (f *strictFake) checkSizes(text string) error {
+	count, size := map[string]int{}, map[string]int{}
+	if f.Table != nil {
+		for name, m := range f.Table.Maps {
+			count[name] = len(m.Elements)
+			if m.Map.Size != nil {
+				size[name] = int(*m.Map.Size)
+			}
+		}
+		for name, st := range f.Table.Sets {
+			count[name] = len(st.Elements)
+			if st.Set.Size != nil {
+				size[name] = int(*st.Set.Size)
+			}
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if m := setDecl.FindStringSubmatch(line); m != nil {
+			if _, exists := count[m[2]]; m[1] == "add" && exists {
+				continue // a re-declaration changes nothing
+			}
+			delete(count, m[2])
+			delete(size, m[2])
+			if m[1] == "add" {
+				count[m[2]] = 0
+				if sz := setSize.FindStringSubmatch(line); sz != nil {
+					size[m[2]], _ = strconv.Atoi(sz[1])
+				}
+			}
+			continue
+		}
+		m := elementOp.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		if m[1] == "delete" {
+			count[m[2]]--
+			continue
+		}
+		if count[m[2]]++; size[m[2]] > 0 && count[m[2]] > size[m[2]] {
+			return fmt.Errorf("strict fake: %q: %s would hold %d elements, its size is %d (ENFILE)", line, m[2], count[m[2]], size[m[2]])
+		}
+	}
+	return nil
 }

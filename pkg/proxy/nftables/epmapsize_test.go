@@ -1,0 +1,143 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// grownTo is benchState(to) marked as a partial sync from benchState(from):
+// the services it adds are the changes.
+func grownTo(from, to int) *desired.State {
+	small, big := benchState(from), benchState(to)
+	big.Changed = map[proxy.ServicePortName]struct{}{}
+	for name := range big.Services {
+		if small.Services[name] == nil {
+			big.Changed[name] = struct{}{}
+		}
+	}
+	return big
+}
+
+type mapFill struct{ size, count int }
+
+// endpointMapFill is the size and element count of every endpoint map.
+func endpointMapFill(f *strictFake) map[string]mapFill {
+	out := map[string]mapFill{}
+	for name, m := range f.Table.Maps {
+		if !strings.Contains(name, "-endpoints-") {
+			continue
+		}
+		fill := mapFill{count: len(m.Elements)}
+		if m.Map.Size != nil {
+			fill.size = int(*m.Map.Size)
+		}
+		out[name] = fill
+	}
+	return out
+}
+
+var sizeClause = regexp.MustCompile(` size \d+ ;`)
+
+// TestEndpointMapsGrow: endpoint maps are created with room for twice
+// their elements; a partial sync that adds more than fit re-creates the
+// maps, bigger, with their chains and every element, in transactions that
+// never take a map past its size (the strict fake refuses that, as the
+// kernel does). The table then equals a cold sync's, sizes aside: a map
+// that still fit keeps its size.
+func TestEndpointMapsGrow(t *testing.T) {
+	fake := newStrictFake(knftables.IPv4Family)
+	p := NewWithInterface(proxy.IPv4, fake)
+	mustSync(t, p, benchState(20))
+	before := endpointMapFill(fake)
+	mustSync(t, p, grownTo(20, 300))
+	grown := 0
+	for name, fill := range endpointMapFill(fake) {
+		if fill.size < minEPMapSize || fill.size < fill.count {
+			t.Errorf("%s: size %d for %d elements", name, fill.size, fill.count)
+		}
+		if b, ok := before[name]; ok && fill.size > b.size {
+			grown++
+			if !strings.Contains(fake.LastTransaction.String(), "delete map ip kube-proxy "+name+"\n") &&
+				!strings.Contains(fake.LastTransaction.String(), "delete map ip kube-proxy "+name+" ") {
+				t.Errorf("%s grew from %d to %d without being re-created", name, b.size, fill.size)
+			}
+		}
+	}
+	if grown == 0 {
+		t.Fatalf("no endpoint map outgrew its size; before: %v", before)
+	}
+	cold := newStrictFake(knftables.IPv4Family)
+	mustSync(t, NewWithInterface(proxy.IPv4, cold), benchState(300))
+	want, got := sizeClause.ReplaceAllString(sortedDump(cold), ""), sizeClause.ReplaceAllString(sortedDump(fake), "")
+	if want != got {
+		t.Errorf("grown table differs from a cold sync's (- cold, + grown):\n%s", lineDiff(want, got))
+	}
+}
+
+// TestEndpointMapsGrowInKernel: the same growth on the real kernel, which
+// enforces sizes; then a restarted Proxier reads the sizes back and
+// rewrites nothing.
+func TestEndpointMapsGrowInKernel(t *testing.T) {
+	requireRoot(t)
+	ns, err := netnstest.New(t).NewNS("epsize")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ns.Do(func() error {
+		p, err := New(proxy.IPv4)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = p.Cleanup(context.Background()) }()
+		if err := p.Sync(context.Background(), benchState(20)); err != nil {
+			return err
+		}
+		small := map[string]uint64{}
+		for name, m := range p.store.sets {
+			if m.desired.bound {
+				small[name] = m.size
+			}
+		}
+		if err := p.Sync(context.Background(), grownTo(20, 300)); err != nil {
+			return fmt.Errorf("growing: %w", err)
+		}
+		q, err := New(proxy.IPv4)
+		if err != nil {
+			return err
+		}
+		if err := q.Sync(context.Background(), benchState(300)); err != nil {
+			return fmt.Errorf("restart: %w", err)
+		}
+		if q.last.operations != 0 {
+			return fmt.Errorf("restart after growth sent %d operations, want none", q.last.operations)
+		}
+		grown := 0
+		for name, m := range q.store.sets {
+			if m.desired == nil || !m.desired.bound {
+				continue
+			}
+			if n := uint64(len(q.store.elems[name])); m.size < n || m.size == 0 {
+				return fmt.Errorf("%s read back with size %d for %d elements", name, m.size, n)
+			}
+			if m.size > small[name] && small[name] != 0 {
+				grown++
+			}
+		}
+		if grown == 0 {
+			return fmt.Errorf("no endpoint map grew: %v", small)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
