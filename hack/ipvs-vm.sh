@@ -14,6 +14,7 @@
 # Exits 0 only if every test passed AND the VM's verdict came back as qemu exit 33.
 #
 # env: IPVS_VM_TIMEOUT (s, default 900)   IPVS_VM_MEM (MiB, default 1024)
+#      IPVS_VM_COUNT (go test -count, default 1: raise it to hunt a flaky test)
 #      IPVS_VM_BENCH_ARGS (flags for the benchmark, e.g. "-services 1000,10000")
 set -euo pipefail
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,7 +24,7 @@ PKG=github.com/svcproxy/svcproxy/pkg/proxy/ipvs
 MODE=test RUN=
 case ${1:-} in
   --bench) MODE=bench ;;
-  -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
   *) RUN=${1:-^TestVM} ;;
 esac
 
@@ -106,7 +107,7 @@ SH
     [[ -n $RUN ]] && run="-test.run '$(printf %s "$RUN" | sed "s/'/'\\\\''/g")'"
     cat > "$PAY/test.sh" <<SH
 #!/bin/sh
-cd /tmp && /vm.bin -test.v=test2json -test.count=1 -test.timeout=${IPVS_VM_TEST_TIMEOUT:-600s} $run > /mnt/results/test.out 2>&1
+cd /tmp && /vm.bin -test.v=test2json -test.count=${IPVS_VM_COUNT:-1} -test.timeout=${IPVS_VM_TEST_TIMEOUT:-600s} $run > /mnt/results/test.out 2>&1
 rc=\$?
 echo "=== test binary exit \$rc"
 exit \$rc

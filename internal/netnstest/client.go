@@ -24,6 +24,9 @@ type Client struct {
 	// Source, if valid, is the local address to send from (a client
 	// namespace may hold several to play allowed and blocked clients).
 	Source netip.Addr
+	// SourcePort, if non-zero, is the UDP or SCTP port to send from;
+	// zero takes the next of a sequence (see nextRequestPort).
+	SourcePort uint16
 	// Timeout bounds connect and reply; zero means DefaultTimeout.
 	Timeout time.Duration
 }
@@ -102,14 +105,9 @@ func (c *Conn) LocalAddr() netip.AddrPort { return addrPortOf(c.conn.LocalAddr()
 func (c *Conn) Close() error { return c.conn.Close() }
 
 func (c Client) askUDP(dst netip.AddrPort) (Answer, error) {
-	var local *net.UDPAddr
-	if c.Source.IsValid() {
-		local = &net.UDPAddr{IP: c.Source.AsSlice()}
-	}
 	var conn *net.UDPConn
 	err := c.NS.Do(func() (err error) {
-		// Connected, so an ICMP port unreachable comes back as ECONNREFUSED.
-		conn, err = net.DialUDP("udp", local, net.UDPAddrFromAddrPort(dst))
+		conn, err = c.dialUDP(dst)
 		return err
 	})
 	if err != nil {
@@ -128,6 +126,22 @@ func (c Client) askUDP(dst netip.AddrPort) (Answer, error) {
 		return Answer{}, fmt.Errorf("udp receive from %s: %w", dst, err)
 	}
 	return parseAnswer(string(buf[:n]))
+}
+
+// dialUDP opens a connected UDP socket (an ICMP port unreachable then comes
+// back as ECONNREFUSED) from c's source, skipping sequence ports another
+// socket in the namespace holds.
+func (c Client) dialUDP(dst netip.AddrPort) (*net.UDPConn, error) {
+	local := &net.UDPAddr{IP: c.Source.AsSlice(), Port: int(c.SourcePort)}
+	for tries := 0; ; tries++ {
+		if c.SourcePort == 0 {
+			local.Port = int(nextRequestPort())
+		}
+		conn, err := net.DialUDP("udp", local, net.UDPAddrFromAddrPort(dst))
+		if !errors.Is(err, syscall.EADDRINUSE) || c.SourcePort != 0 || tries == 100 {
+			return conn, err
+		}
+	}
 }
 
 // Outcome classifies the result of a client operation.

@@ -161,7 +161,10 @@ func (c Client) askSCTP(dst netip.AddrPort) (Answer, error) {
 	}
 	defer conn.Close()
 
-	srcPort := uint16(32768 + randomTag()%28000)
+	srcPort := c.SourcePort
+	if srcPort == 0 {
+		srcPort = nextRequestPort() // raw socket: no port to bind, none taken
+	}
 	tag := randomTag()
 	init := sctpPacket(srcPort, dst.Port(), 0, sctpChunkInit, tag, nil)
 	if _, err := conn.WriteToIP(init, &net.IPAddr{IP: dst.Addr().AsSlice()}); err != nil {
