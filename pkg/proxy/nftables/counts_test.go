@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"sigs.k8s.io/knftables"
 
@@ -271,5 +272,13 @@ func TestUpgradeFromSharedEndpointMaps(t *testing.T) {
 	mustSync(t, NewWithInterface(proxy.IPv4, ref), st)
 	if got, want := sortedDump(fake), sortedDump(ref); got != want {
 		t.Errorf("upgraded table differs from a fresh sync:\n%s", lineDiff(want, got))
+	}
+}
+
+// The store holds one elemEntry per element (330k at 10k×10): its size
+// class is part of the memory budget (see the field comments).
+func TestElemEntrySizeClass(t *testing.T) {
+	if got := unsafe.Sizeof(elemEntry{}); got > 80 {
+		t.Errorf("elemEntry is %d bytes, want ≤ 80 (the 80-byte size class)", got)
 	}
 }

@@ -139,7 +139,7 @@ func (s *store) diffElems() []*unit {
 		}
 		// Consecutive elements are mostly of one group: look it up
 		// only when it changes.
-		if g := (group{phase, e.set}); cur == nil || g != last {
+		if g := (group{phase, e.set()}); cur == nil || g != last {
 			if last, cur = g, groups[g]; cur == nil {
 				cur = new([]*elemEntry)
 				groups[g] = cur

@@ -26,10 +26,10 @@ func (o *elemOp) numOps() int {
 func (o *elemOp) element(value string) *knftables.Element {
 	el := &knftables.Element{Key: splitElem(o.entry.key)}
 	if !o.isMap {
-		el.Set = o.entry.set
+		el.Set = o.entry.set()
 		return el
 	}
-	el.Map = o.entry.set
+	el.Map = o.entry.set()
 	if value != "" {
 		el.Value = splitElem(value)
 	}
@@ -47,7 +47,7 @@ func (o *elemOp) write(tx *knftables.Transaction) {
 
 func (o *elemOp) done(s *store) {
 	if !o.add {
-		delete(s.elems[o.entry.set], o.entry.key)
+		delete(s.elems[o.entry.set()], o.entry.key)
 		return
 	}
 	o.entry.present, o.entry.kernel = true, o.value
@@ -67,16 +67,16 @@ func elemChange(e *elemEntry, isMap bool) elemOp {
 // diffElem returns the phase of the change element e needs, if any.
 func (s *store) diffElem(e *elemEntry) (int, bool) {
 	want, ok := e.desiredValue()
-	set := s.sets[e.set]
+	set := s.sets[e.set()]
 	// Elements of a set being deleted go with it; those of a re-created
 	// endpoint map are all in its chain's unit.
-	if set == nil || (set.desired == nil && set.present) || s.recreated[e.set] {
+	if set == nil || (set.desired == nil && set.present) || s.recreated[e.set()] {
 		return 0, false
 	}
-	rank := elemRank(e.set)
+	rank := elemRank(e.set())
 	switch {
 	case !ok && !e.present:
-		delete(s.elems[e.set], e.key)
+		delete(s.elems[e.set()], e.key)
 		return 0, false
 	case !ok:
 		return phaseElemDel + 2 - rank, true

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -72,23 +73,33 @@ func (s *store) readBackNetlink(ctx context.Context, nft knftables.Interface, fa
 		}
 		if l, ok := setLayout(st); ok {
 			dumps = append(dumps, &setDump{name: st.name, layout: l})
+			if st.size > 0 {
+				// Sized by this code to twice what it held (epMapSize);
+				// capped in case someone else's is huge.
+				s.elems[st.name] = make(map[string]*elemEntry, min(st.size/2, 1<<17))
+			}
 		} else if err := s.readBackElements(ctx, nft, isMap, st.name); err != nil {
 			return err
 		}
 	}
-	if err := dumpElements(ctx, family, dumps); err != nil {
+	// Elements go into the store as the workers decode them, a message
+	// at a time: collecting whole sets first kept every key twice and grew
+	// slices of 100k strings (≈ 45 MB of garbage at 10k×10).
+	err = dumpElements(ctx, family, dumps, func(b elemBatch) {
+		for i := 0; i+1 < len(b.kv); i += 2 {
+			e := s.elem(b.set, b.kv[i], true)
+			e.present, e.kernel = true, b.kv[i+1]
+		}
+	})
+	if err != nil {
 		return err
 	}
 	for _, d := range dumps {
 		if d.undecodable {
+			delete(s.elems, d.name) // what arrived before the element it could not spell
 			if err := s.readBackElements(ctx, nft, s.sets[d.name].isMap, d.name); err != nil {
 				return err
 			}
-			continue
-		}
-		for i, key := range d.keys {
-			e := s.elem(d.name, key, true)
-			e.present, e.kernel = true, d.values[i]
 		}
 	}
 	return nil
@@ -190,22 +201,31 @@ func parseSet(b []byte) (st nlSet, table string, err error) {
 	return st, table, a.err
 }
 
-// setDump is one set's elements as a worker read them.
+// setDump is one set a worker reads.
 type setDump struct {
-	name         string
-	layout       *layout
-	keys, values []string
+	name   string
+	layout *layout
 	// undecodable: an element this decoder cannot spell (not something
 	// render writes, e.g. a catch-all or a range that is no prefix); the
-	// set is then listed through nft.
+	// set is then listed through nft. Written by the worker, read once
+	// dumpElements has returned.
 	undecodable bool
 }
 
+// elemBatch is the elements of one reply message: keys and values
+// alternate in kv.
+type elemBatch struct {
+	set string
+	kv  []string
+}
+
 // dumpElements reads the elements of every set in dumps, several sets at a
+// time, and hands them to take, on the caller's goroutine, a message at a
 // time. The kernel walks a set from its start again for every reply
 // message of at most 32 KiB, so a dump costs O(n²/500) element visits, and
-// that walk runs in the reading thread: parallel reads use the cores.
-func dumpElements(ctx context.Context, family uint8, dumps []*setDump) error {
+// that walk runs in the reading thread: parallel reads use the cores, and
+// the caller fills the store meanwhile.
+func dumpElements(ctx context.Context, family uint8, dumps []*setDump, take func(elemBatch)) error {
 	workers := min(len(dumps), runtime.GOMAXPROCS(0), 4)
 	// Opened here, by the caller's thread: a socket belongs to the
 	// network namespace of the thread that creates it.
@@ -223,55 +243,65 @@ func dumpElements(ctx context.Context, family uint8, dumps []*setDump) error {
 		conns = append(conns, c)
 	}
 	next := make(chan *setDump)
-	errs := make(chan error, workers)
-	for _, c := range conns {
+	batches := make(chan elemBatch, 4*workers)
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
 		go func() {
-			var err error
-			for d := range next {
-				if err == nil {
-					err = d.read(c, family)
+			defer wg.Done()
+			for d := range next { // after an error: drain, so the feeder never blocks
+				if errs[i] == nil {
+					errs[i] = d.read(c, family, batches)
 				}
 			}
-			errs <- err
 		}()
 	}
-	var err error
-	for _, d := range dumps {
-		if err = ctx.Err(); err != nil {
-			break
+	go func() {
+		defer close(next)
+		for _, d := range dumps {
+			if ctx.Err() != nil {
+				return
+			}
+			next <- d
 		}
-		next <- d
+	}()
+	go func() { wg.Wait(); close(batches) }()
+	for b := range batches {
+		take(b)
 	}
-	close(next)
-	for range conns {
-		err = errors.Join(err, <-errs)
-	}
-	return err
+	return errors.Join(append(errs, ctx.Err())...)
 }
 
-// read lists one set's elements in the store's string form.
-func (d *setDump) read(c *nlConn, family uint8) error {
+// read lists one set's elements in the store's string form, one batch per
+// reply message.
+func (d *setDump) read(c *nlConn, family uint8, out chan<- elemBatch) error {
 	req := append(attrString(unix.NFTA_SET_ELEM_LIST_TABLE, TableName),
 		attrString(unix.NFTA_SET_ELEM_LIST_SET, d.name)...)
 	var sb strings.Builder
+	last := 0 // the previous message's length: messages are alike
 	err := c.request(unix.NFT_MSG_GETSETELEM, family, true, req, func(b []byte) error {
+		if d.undecodable {
+			return nil // drain the dump: the socket serves one at a time
+		}
+		kv := make([]string, 0, last)
 		list := attrs{b: find(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)}
 		for t, e, ok := list.next(); ok; t, e, ok = list.next() {
 			if t != unix.NFTA_LIST_ELEM {
 				continue
 			}
-			if d.undecodable {
-				continue // drain the dump: the socket serves one at a time
-			}
 			key, value, err := d.layout.decode(e, &sb)
 			if errors.Is(err, errUndecodable) {
-				d.undecodable, d.keys, d.values = true, nil, nil
-				continue
+				d.undecodable = true
+				return nil
 			}
 			if err != nil {
 				return err
 			}
-			d.keys, d.values = append(d.keys, key), append(d.values, value)
+			kv = append(kv, key, value)
+		}
+		if last = len(kv); last > 0 {
+			out <- elemBatch{set: d.name, kv: kv}
 		}
 		return list.err
 	})

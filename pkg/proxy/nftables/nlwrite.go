@@ -137,7 +137,7 @@ func (w *nlElemWriter) layout(set string) *layout {
 // canWrite reports whether u is an element change of a set this writer
 // encodes.
 func (w *nlElemWriter) canWrite(u *unit) bool {
-	return len(u.els) > 0 && w.layout(u.els[0].set) != nil
+	return len(u.els) > 0 && w.layout(u.els[0].set()) != nil
 }
 
 // encodeRun encodes, as the next batch, the leading units of us that it
@@ -192,7 +192,7 @@ func (w *nlElemWriter) addRun(u *unit) bool {
 // add encodes one element change, or nothing if any part of it fails: a
 // delete and the re-add of its key are encoded first, then appended.
 func (w *nlElemWriter) add(o *elemOp) error {
-	set, key := o.entry.set, o.entry.key
+	set, key := o.entry.set(), o.entry.key
 	l := w.layouts[set]
 	// Both encodings go into scratch, the delete first: a nil base would
 	// allocate (and grow) a new slice per element.

@@ -19,6 +19,7 @@ type store struct {
 	chains       map[string]*chainEntry
 	sets         map[string]*setEntry
 	elems        map[string]map[string]*elemEntry
+	names        map[string]*string // set name → the copy its entries share
 
 	// parts holds what each owner claimed, so it can be released.
 	parts map[owner]*part
@@ -52,17 +53,22 @@ type setEntry struct {
 }
 
 type elemEntry struct {
-	set, key string
-	dirty    bool
-	present  bool
-	kernel   string // value in the kernel
+	// setName is shared by all the set's entries (store.nameOf): 8 bytes
+	// instead of a 16-byte string header keep the entry in the 80-byte
+	// size class (330k entries at 10k×10).
+	setName *string
+	key     string
+	dirty   bool
+	present bool
+	kernel  string // value in the kernel
 	// first is the first claim (owner nil: none), more any others: most
 	// elements have one owner, and a slice per element cost an
-	// allocation each (330k at 10k×10); a pointer keeps the entry in the
-	// 96-byte size class.
+	// allocation each (330k at 10k×10).
 	first elemClaim
 	more  *[]elemClaim
 }
+
+func (e *elemEntry) set() string { return *e.setName }
 
 // elemClaim is one owner's claim on an element. The owner is its part's
 // copy, shared by all the part's claims: 8 bytes per claim instead of a
@@ -77,6 +83,7 @@ func newStore() *store {
 		chains: map[string]*chainEntry{},
 		sets:   map[string]*setEntry{},
 		elems:  map[string]map[string]*elemEntry{},
+		names:  map[string]*string{},
 		parts:  map[owner]*part{},
 	}
 	s.clearDirty()
@@ -104,6 +111,11 @@ func (s *store) resetClaims() {
 		e.desired, e.claims = nil, 0
 		s.dirtySets[name] = struct{}{}
 	}
+	n := 0
+	for _, m := range s.elems {
+		n += len(m)
+	}
+	s.dirtyElems = slices.Grow(s.dirtyElems, n)
 	for _, m := range s.elems {
 		for _, e := range m {
 			e.first, e.more = elemClaim{}, nil
@@ -150,23 +162,27 @@ func (s *store) claim(o owner, p *part) {
 	p.owner = id
 	p.entries = make([]*elemEntry, 0, len(p.elems))
 	var set string
+	var setName *string
 	var m map[string]*elemEntry
 	for _, el := range p.elems {
 		// A part's elements come in runs of one set.
 		if m == nil || el.set != set {
-			set, m = el.set, s.setElems(el.set)
+			set, m, setName = el.set, s.setElems(el.set), s.nameOf(el.set)
 		}
 		// Render found the entry already (an endpoint slot the kernel
 		// holds): no second lookup.
 		e := el.entry
 		if e == nil {
 			if e = m[el.key]; e == nil {
-				e = &elemEntry{set: el.set, key: el.key}
+				e = &elemEntry{setName: setName, key: el.key}
 				m[el.key] = e
 			}
 		}
 		if e.addClaim(elemClaim{owner: id, value: el.value}) {
 			p.entries = append(p.entries, e)
+		}
+		if e.present && e.kernel == el.value {
+			e.kernel = el.value // one string for both: a copy read back can go
 		}
 		s.markDirty(e)
 	}
@@ -200,8 +216,8 @@ func (s *store) release(p *part) {
 	}
 }
 
-// reserve sizes the entry maps of sets that do not have any yet for the
-// elements parts will claim.
+// reserve sizes the entry maps of sets that do not have any yet, and the
+// dirty list, for the elements parts will claim.
 func (s *store) reserve(parts []*part) {
 	counts := map[string]int{}
 	for _, p := range parts {
@@ -215,11 +231,37 @@ func (s *store) reserve(parts []*part) {
 		}
 		counts[run] += n
 	}
+	total := 0
 	for set, n := range counts {
 		if set != "" && len(s.elems[set]) == 0 {
 			s.elems[set] = make(map[string]*elemEntry, n)
 		}
+		total += n
 	}
+	// Every claimed element is marked dirty (entries read back already are).
+	if total > len(s.dirtyElems) {
+		s.dirtyElems = slices.Grow(s.dirtyElems, total-len(s.dirtyElems))
+	}
+}
+
+// nameOf returns the shared copy of a set's name.
+func (s *store) nameOf(set string) *string {
+	p := s.names[set]
+	if p == nil {
+		p = &set
+		s.names[set] = p
+	}
+	return p
+}
+
+// holdsElements reports whether any set has entries.
+func (s *store) holdsElements() bool {
+	for _, m := range s.elems {
+		if len(m) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // setElems returns the entries of set, creating the map if needed.
@@ -239,7 +281,7 @@ func (s *store) elem(set, key string, create bool) *elemEntry {
 	m := s.setElems(set)
 	e := m[key]
 	if e == nil {
-		e = &elemEntry{set: set, key: key}
+		e = &elemEntry{setName: s.nameOf(set), key: key}
 		m[key] = e
 	}
 	return e
