@@ -39,15 +39,20 @@ type Result struct {
 	Restart        Sample         `json:"restart"` // New + Init + full Sync of the unchanged state
 	RestartEvents  map[string]int `json:"restart_events"`
 	Cleanup        Sample         `json:"cleanup"`
-	SelfHWMKiB     int64          `json:"self_hwm_kib"`  // VmHWM at the end
-	SelfHWMColdKiB int64          `json:"self_hwm_cold"` // VmHWM right after the cold sync
-	NftMaxRSSKiB   int64          `json:"nft_maxrss_kib"`
+	SelfHWMKiB     int64          `json:"self_hwm_kib"`   // VmHWM at the end
+	SelfHWMColdKiB int64          `json:"self_hwm_cold"`  // VmHWM right after the cold sync
+	NftMaxRSSKiB   int64          `json:"nft_maxrss_kib"` // the nft processes' own peak (nftshim.go)
 }
 
 // runChild measures one scale inside a fresh network namespace of its own.
 // The whole namespace (and with it every kernel object) is deleted at the
 // end, whatever happens.
 func runChild(services, changes int, profile string) (*Result, error) {
+	nftLog, removeShim, err := installShim()
+	if err != nil {
+		return nil, err
+	}
+	defer removeShim()
 	lab, err := netnstest.NewLab()
 	if err != nil {
 		return nil, err
@@ -85,6 +90,9 @@ func runChild(services, changes int, profile string) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cold sync: %w", err)
 	}
+	if err := writeHeapProfile(profile); err != nil {
+		return nil, err
+	}
 	res.SelfHWMColdKiB = benchkit.ReadHWM()
 
 	cur, err := incrementalPhases(ns, p, st, services, changes, res)
@@ -99,6 +107,9 @@ func runChild(services, changes int, profile string) (*Result, error) {
 		return nil, err
 	}
 	res.SelfHWMKiB = benchkit.ReadHWM()
+	if res.NftMaxRSSKiB, err = shimMaxRSS(nftLog); err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -155,10 +166,12 @@ func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result, profile str
 		return p.Sync(ctx, benchkit.FullSync(cur))
 	})
 	stop()
-	res.NftMaxRSSKiB = benchkit.ChildrenMaxRSS()
 	res.RestartEvents = countEvents(mon.Stop())
 	if err != nil {
 		return fmt.Errorf("restart sync: %w", err)
+	}
+	if err := writeHeapProfile(profile); err != nil {
+		return err
 	}
 	if res.Cleanup, err = measure(ns, func() error { return p.Cleanup(ctx) }); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
@@ -203,4 +216,23 @@ func startProfile(path string) (func(), error) {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// writeHeapProfile writes the heap profile to path.heap ("" writes none).
+// It collects first: a profile shows the heap as of the last completed GC,
+// which may lie well inside the phase just measured.
+func writeHeapProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	runtime.GC()
+	f, err := os.Create(path + ".heap")
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return nil
 }

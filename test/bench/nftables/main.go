@@ -24,7 +24,12 @@ import (
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
-func main() { os.Exit(run()) }
+func main() {
+	if isShim() {
+		os.Exit(shimMain())
+	}
+	os.Exit(run())
+}
 
 func run() int {
 	var (
@@ -36,7 +41,7 @@ func run() int {
 		quick    = flag.Bool("quick", false, "smoke run: scales 1000,2000, one run")
 		timeout  = flag.Duration("timeout", 15*time.Minute, "limit per child run")
 		jsonOut  = flag.String("json", "", "also write every raw result to this file")
-		profile  = flag.String("cpuprofile", "", "write CPU profiles of each cold sync and restart to FILE.<services>[.restart]")
+		profile  = flag.String("cpuprofile", "", "write CPU profiles of each cold sync and restart to FILE.<services>[.restart], heap profiles after them to the same names + .heap")
 	)
 	flag.Parse()
 	if *child {
