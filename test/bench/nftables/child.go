@@ -48,11 +48,15 @@ type Result struct {
 // The whole namespace (and with it every kernel object) is deleted at the
 // end, whatever happens.
 func runChild(services, changes int, profile string) (*Result, error) {
-	nftLog, removeShim, err := installShim()
-	if err != nil {
-		return nil, err
+	nftLog := ""
+	if *nftRSS {
+		log, removeShim, err := installShim()
+		if err != nil {
+			return nil, err
+		}
+		defer removeShim()
+		nftLog = log
 	}
-	defer removeShim()
 	lab, err := netnstest.NewLab()
 	if err != nil {
 		return nil, err

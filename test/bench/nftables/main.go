@@ -24,6 +24,9 @@ import (
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
+// nftRSS is read by the child too (spawnChild passes it on).
+var nftRSS = flag.Bool("nftrss", true, "measure the nft processes' own peak RSS through a shim (nftshim.go; adds ≈ 10 ms of start-up to each nft run)")
+
 func main() {
 	if isShim() {
 		os.Exit(shimMain())
@@ -105,6 +108,9 @@ func spawnChild(services, changes int, timeout time.Duration, profile string) (*
 		return nil, fmt.Errorf("find own binary: %w", err)
 	}
 	args := []string{"-child", "-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes)}
+	if !*nftRSS {
+		args = append(args, "-nftrss=false")
+	}
 	if profile != "" {
 		args = append(args, "-cpuprofile", fmt.Sprintf("%s.%d", profile, services))
 	}

@@ -81,8 +81,12 @@ func installShim() (log string, remove func(), err error) {
 	return log, remove, nil
 }
 
-// shimMaxRSS returns the largest maxrss in the log, KiB (0: no nft ran).
+// shimMaxRSS returns the largest maxrss in the log, KiB (0: no nft ran,
+// or no log: -nftrss=false).
 func shimMaxRSS(log string) (int64, error) {
+	if log == "" {
+		return 0, nil
+	}
 	f, err := os.Open(log)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil

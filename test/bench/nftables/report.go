@@ -133,9 +133,13 @@ func resourceRow(w io.Writer, n int, rs []*Result) {
 		tText, met = t.text, benchkit.Verdict(all.Med <= t.limit)
 	}
 	rw, _ := targetFor(rewriteTargets, n)
-	fmt.Fprintf(w, "| %s×10 | %.0f (target %s: %s) | %s | %.0f / %.0f MiB | %.0f MiB | %.0f MiB [%.0f … %.0f] | %s | %s |\n",
+	nftText := fmt.Sprintf("%.0f MiB", nft.Med/1024)
+	if nft.Max == 0 {
+		nftText = "not measured (-nftrss=false)"
+	}
+	fmt.Fprintf(w, "| %s×10 | %.0f (target %s: %s) | %s | %.0f / %.0f MiB | %s | %.0f MiB [%.0f … %.0f] | %s | %s |\n",
 		benchkit.ScaleName(n), rewritten.Med, rw.text, benchkit.Verdict(rewritten.Max <= rw.limit), eventSummary(rs[0].RestartEvents),
-		hwmCold.Med/1024, hwm.Med/1024, nft.Med/1024, all.Med/1024, all.Min/1024, all.Max/1024, tText, met)
+		hwmCold.Med/1024, hwm.Med/1024, nftText, all.Med/1024, all.Min/1024, all.Max/1024, tText, met)
 }
 
 // rewrites counts the monitor events that change the dataplane: anything
