@@ -5,7 +5,8 @@
 #   pkg/proxy/{nftables,iptables,ipvs}  must not depend on k8s.io/client-go, pkg/proxy/model, internal/watch
 #                                       (model only through pkg/proxy/desired, whose Compute takes a Snapshot)
 #   pkg/proxy/desired                   must not depend on k8s.io/client-go
-#   pkg/proxy/model                     imports only pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog, stdlib;
+#   pkg/proxy/model                     imports only pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog,
+#                                       k8s.io/utils/net (upstream's sloppy IP parser), stdlib;
 #                                       no k8s.io/client-go anywhere below it
 #   everything                          must not depend on k8s.io/kubernetes
 #
@@ -57,6 +58,16 @@ build_staticcheck() {
   mkdir -p "$OUT/tools"
   (cd "$HACK/tools/staticcheck" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local \
     go build -o "$OUT/tools/staticcheck" honnef.co/go/tools/cmd/staticcheck)
+}
+
+# check_tidy: go.mod and go.sum say exactly what the code needs (direct
+# requirements not marked indirect, nothing missing or stale).
+check_tidy() {
+  local m
+  for m in $(modules); do
+    log "go mod tidy -diff in $(rel "$m")"
+    (cd "$m" && go mod tidy -diff >/dev/null) || fail "go mod tidy ($(rel "$m")): run go mod tidy"
+  done
 }
 
 check_staticcheck() {
@@ -141,8 +152,8 @@ check_imports() {
   p=$MOD/pkg/proxy/model
   if pkg_exists "$p"; then
     forbid_deps "$p" "$clientgo" "k8s.io/client-go"
-    allow_direct "$p" "^(${MOD//./\\.}/pkg/proxy|k8s\.io/api/|k8s\.io/apimachinery/|k8s\.io/klog/)" \
-      "pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog"
+    allow_direct "$p" "^(${MOD//./\\.}/pkg/proxy|k8s\.io/api/|k8s\.io/apimachinery/|k8s\.io/klog/|k8s\.io/utils/net$)" \
+      "pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog, k8s.io/utils/net"
   fi
   forbid_deps "./..." '^k8s\.io/kubernetes(/|$)' "k8s.io/kubernetes"
 }
@@ -152,6 +163,7 @@ main() {
   export GOTOOLCHAIN=local
   check_gofmt
   check_vet
+  check_tidy
   check_staticcheck
   check_imports
   if ((${#FAILED[@]})); then

@@ -27,6 +27,9 @@ type Spec struct {
 	ETPLocal  bool
 	ITPLocal  bool
 	Endpoints []EPSpec
+	// Tweak and TweakSlice, if set, edit the objects last (hostile input).
+	Tweak      func(svc *v1.Service)
+	TweakSlice func(f Fam, sl *discoveryv1.EndpointSlice)
 }
 
 // EPSpec is one endpoint: a pod, possibly terminating (still serving).
@@ -114,6 +117,9 @@ func (e *Env) service(s Spec) *v1.Service {
 			local := v1.ServiceInternalTrafficPolicyLocal
 			svc.Spec.InternalTrafficPolicy = &local
 		}
+		if s.Tweak != nil {
+			s.Tweak(svc)
+		}
 	})
 }
 
@@ -146,6 +152,9 @@ func (e *Env) slice(f Fam, s Spec) *discoveryv1.EndpointSlice {
 	sl := proxytest.Slice(Namespace, s.Name, ports, eps...)
 	sl.AddressType = discoveryv1.AddressType(f.Family) // also right when there are no endpoints
 	sl.Name = s.Name + "-" + string(f.Family)
+	if s.TweakSlice != nil {
+		s.TweakSlice(f, sl)
+	}
 	return sl
 }
 

@@ -91,22 +91,34 @@ func TestMasquerade(t *testing.T) {
 func TestAllowedSources(t *testing.T) {
 	lb := addrs("1.2.3.4")
 	tests := []struct {
-		name   string
-		ranges []netip.Prefix
-		lbIPs  []netip.Addr
-		want   []netip.Prefix
+		name    string
+		ranges  []netip.Prefix
+		invalid bool // an entry did not parse
+		lbIPs   []netip.Addr
+		want    []netip.Prefix
 	}{
-		{"no ranges", nil, lb, nil},
-		{"no LB IPs", prefixes("203.0.113.0/24"), nil, nil},
-		{"other family only", prefixes("2001:db8::/64"), lb, nil},
-		{"ranges masked and sorted", prefixes("203.0.113.9/24", "198.51.100.0/24"), lb,
+		{"no ranges", nil, false, lb, nil},
+		{"no LB IPs", prefixes("203.0.113.0/24"), false, nil, nil},
+		{"other family only", prefixes("2001:db8::/64"), false, lb, nil},
+		{"ranges masked and sorted", prefixes("203.0.113.9/24", "198.51.100.0/24"), false, lb,
 			prefixes("198.51.100.0/24", "203.0.113.0/24")},
-		{"node inside a range adds the LB IPs", prefixes("192.168.0.0/16"), addrs("1.2.3.4", "1.2.3.5"),
+		{"node inside a range adds the LB IPs", prefixes("192.168.0.0/16"), false, addrs("1.2.3.4", "1.2.3.5"),
 			prefixes("1.2.3.4/32", "1.2.3.5/32", "192.168.0.0/16")},
+		// Interval sets refuse overlapping elements ("File exists"): one
+		// Service's nested ranges stopped every sync of the node.
+		{"nested and duplicate ranges keep the outer one", prefixes("10.1.0.0/16", "10.0.0.0/8", "10.1.2.0/24", "10.0.0.0/8", "11.0.0.0/8"),
+			false, lb, prefixes("10.0.0.0/8", "11.0.0.0/8")},
+		{"LB IP inside a range with the node is not added again", prefixes("1.0.0.0/8", "192.168.0.0/16"), false, addrs("1.2.3.4", "9.9.9.9"),
+			prefixes("1.0.0.0/8", "9.9.9.9/32", "192.168.0.0/16")},
+		{"a /0 range means no firewall", prefixes("203.0.113.0/24", "0.0.0.0/0"), false, lb, nil},
+		{"asked for but none parsed: fail closed", nil, true, lb, []netip.Prefix{}},
+		{"asked for, only the other family parsed: fail closed", prefixes("2001:db8::/64"), true, lb, []netip.Prefix{}},
+		{"a valid range wins over an invalid one", prefixes("203.0.113.0/24"), true, lb, prefixes("203.0.113.0/24")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := allowedSources(tt.ranges, tt.lbIPs, proxy.IPv4, addrs("192.168.0.2"))
+			sp := &model.ServicePort{SourceRanges: tt.ranges, SourceRangesInvalid: tt.invalid}
+			got := allowedSources(sp, tt.lbIPs, proxy.IPv4, addrs("192.168.0.2"))
 			if !slices.Equal(got, tt.want) || (got == nil) != (tt.want == nil) {
 				t.Errorf("allowedSources = %v, want %v", got, tt.want)
 			}

@@ -30,7 +30,7 @@ func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, family proxy
 		HealthCheckNodePort: sp.HealthCheckNodePort,
 		Scheduler:           sp.Scheduler,
 	}
-	out.AllowedSources = allowedSources(sp.SourceRanges, out.LoadBalancerIPs, family, nodeIPs)
+	out.AllowedSources = allowedSources(sp, out.LoadBalancerIPs, family, nodeIPs)
 
 	sets := categorize(eps, family, node)
 	out.Cluster = dispatch(sets.cluster, sets.cluster)
@@ -62,16 +62,26 @@ func dispatch(chosen, cluster []Endpoint) Dispatch {
 // IPs, or nil when there is none. When a node IP is inside a range, the LB
 // IPs themselves are allowed as sources too: traffic the node sends to its
 // own LB IP may leave with the LB IP as source address, and upstream lets it
-// through.
-func allowedSources(ranges []netip.Prefix, lbIPs []netip.Addr, family proxy.IPFamily, nodeIPs []netip.Addr) []netip.Prefix {
+// through. A range of length 0 allows everyone: no firewall, as upstream.
+// When ranges were asked for but none of this family parsed (invalid), the
+// firewall is empty but present: it drops everything (fail closed), never
+// opening the LB IPs to the world because of a typo.
+//
+// The result is normalized (see coverPrefixes): interval sets refuse
+// overlapping elements, so nested or duplicate ranges must never reach a
+// backend.
+func allowedSources(sp *model.ServicePort, lbIPs []netip.Addr, family proxy.IPFamily, nodeIPs []netip.Addr) []netip.Prefix {
 	if len(lbIPs) == 0 {
 		return nil
 	}
 	var out []netip.Prefix
 	nodeInRange := false
-	for _, r := range ranges {
+	for _, r := range sp.SourceRanges {
 		if !family.Contains(r.Addr()) {
 			continue
+		}
+		if r.Bits() == 0 {
+			return nil
 		}
 		out = append(out, r.Masked())
 		for _, ip := range nodeIPs {
@@ -79,6 +89,9 @@ func allowedSources(ranges []netip.Prefix, lbIPs []netip.Addr, family proxy.IPFa
 		}
 	}
 	if len(out) == 0 {
+		if sp.SourceRangesInvalid {
+			return []netip.Prefix{}
+		}
 		return nil
 	}
 	if nodeInRange {
@@ -86,8 +99,24 @@ func allowedSources(ranges []netip.Prefix, lbIPs []netip.Addr, family proxy.IPFa
 			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 		}
 	}
-	slices.SortFunc(out, comparePrefixes)
-	return slices.Compact(out)
+	return coverPrefixes(out)
+}
+
+// coverPrefixes returns the prefixes of ps that no other prefix of ps
+// contains, sorted and without duplicates: the same set of addresses with
+// no two prefixes overlapping (two CIDRs either nest or are disjoint).
+func coverPrefixes(ps []netip.Prefix) []netip.Prefix {
+	// Sorted by address then length, a prefix that contains others comes
+	// right before them.
+	slices.SortFunc(ps, comparePrefixes)
+	out := ps[:0]
+	for _, p := range ps {
+		if n := len(out); n > 0 && out[n-1].Bits() <= p.Bits() && out[n-1].Contains(p.Addr()) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func comparePrefixes(a, b netip.Prefix) int {

@@ -75,12 +75,14 @@ func testFlavour(t *testing.T, fl kiptables.Flavour) {
 	for _, f := range scenario.Families {
 		k.worlds[f.Family] = k.env.NewWorld(f)
 		k.proxiers[f.Family] = k.newProxier(t, f.Family)
-		k.sync(t, k.proxiers[f.Family], k.worlds[f.Family].Apply(t, k.env.Services()...))
+		// The hostile Services go in with the others: none may stop the sync.
+		k.sync(t, k.proxiers[f.Family], k.worlds[f.Family].Apply(t, append(k.env.Services(), k.env.HostileServices()...)...))
 	}
 	t.Run("RulesLiveInThisFlavourOnly", k.rulesInThisFlavourOnly)
 	for _, f := range scenario.Families {
 		t.Run(string(f.Family), func(t *testing.T) {
 			k.env.TrafficCases(t, f)
+			t.Run("Hostile", func(t *testing.T) { k.env.HostileCases(t, f) })
 			k.env.EndpointRemoved(t, f, k.worlds[f.Family], func(t *testing.T, st *desired.State) {
 				k.sync(t, k.proxiers[f.Family], st)
 			})

@@ -57,14 +57,14 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily)
 	for i := range slice.Ports {
 		name, port, err := parseSlicePort(out.service, &slice.Ports[i])
 		if err != nil {
-			p.add(err)
+			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), err)
 			continue
 		}
 		if port == 0 {
 			continue // upstream skips nil and zero ports silently
 		}
 		if _, dup := out.ports[name]; dup {
-			p.add(fmt.Errorf("duplicate port %q/%s", name.Port, name.Protocol))
+			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), fmt.Errorf("duplicate port %q/%s", name.Port, name.Protocol))
 			continue
 		}
 		eps := make([]*Endpoint, 0, len(addrs))
@@ -110,14 +110,14 @@ func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family
 		if len(e.Addresses) == 0 {
 			continue
 		}
-		ip, err := netip.ParseAddr(e.Addresses[0])
+		field := fmt.Sprintf("endpoints[%d].addresses[0]", i)
+		ip, err := parseAddr(e.Addresses[0])
 		if err != nil {
-			p.add(fmt.Errorf("invalid endpoint address %q: %w", e.Addresses[0], err))
+			p.add("InvalidEndpointAddress", field, err)
 			continue
 		}
-		ip = ip.Unmap()
 		if !family.Contains(ip) {
-			p.add(fmt.Errorf("endpoint address %s is not %s", ip, family))
+			p.add("InvalidEndpointAddress", field, fmt.Errorf("%s is not %s", ip, family))
 			continue
 		}
 		out = append(out, endpointOf(ip, e))
@@ -157,7 +157,7 @@ func triggerTime(p *problemList, annotations map[string]string) time.Time {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		p.add(fmt.Errorf("invalid %s annotation %q: %w", v1.EndpointsLastChangeTriggerTime, s, err))
+		p.add("InvalidTriggerTime", "metadata.annotations["+v1.EndpointsLastChangeTriggerTime+"]", err)
 		return time.Time{}
 	}
 	return t

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,23 +28,27 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		return nil, nil
 	}
 	p := &problemList{}
-	clusterIPs := parseIPs(p, "clusterIP", clusterIPsOf(svc), family)
+	clusterIPs := parseIPs(p, "InvalidClusterIP", "spec.clusterIPs", clusterIPsOf(svc), family)
 	if len(clusterIPs) == 0 {
 		return nil, p.errs
 	}
 	common := ServicePort{
 		ClusterIPs:          clusterIPs,
-		ExternalIPs:         parseIPs(p, "externalIP", svc.Spec.ExternalIPs, family),
-		LoadBalancerIPs:     parseIPs(p, "loadBalancer ingress IP", vipIngressIPs(svc), family),
-		SourceRanges:        parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family),
+		ExternalIPs:         parseIPs(p, "InvalidExternalIP", "spec.externalIPs", svc.Spec.ExternalIPs, family),
+		LoadBalancerIPs:     parseIPs(p, "InvalidLoadBalancerIngressIP", "status.loadBalancer.ingress.ip", vipIngressIPs(svc), family),
 		AffinitySeconds:     affinitySeconds(svc),
 		InternalLocal:       internalLocal(svc),
 		ExternalLocal:       externalLocal(svc),
 		TrafficDistribution: trafficDistribution(svc),
 		Scheduler:           strings.TrimSpace(svc.Annotations[SchedulerAnnotation]),
 	}
+	common.SourceRanges, common.SourceRangesInvalid = parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family)
+	if common.SourceRangesInvalid && len(common.SourceRanges) == 0 {
+		p.add("LoadBalancerSourceRangesFailClosed", "spec.loadBalancerSourceRanges",
+			fmt.Errorf("no valid %s range: %s traffic to the load balancer IPs is dropped", family, family))
+	}
 	if common.ExternalLocal && svc.Spec.Type == v1.ServiceTypeLoadBalancer {
-		common.HealthCheckNodePort = parsePort(p, "healthCheckNodePort", svc.Spec.HealthCheckNodePort)
+		common.HealthCheckNodePort = parsePort(p, svc.Spec.HealthCheckNodePort)
 	}
 
 	name := proxy.ServiceName{Namespace: svc.Namespace, Name: svc.Name}
@@ -56,7 +59,7 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 			err = fmt.Errorf("duplicate port %q/%s", sp.Name.Port, sp.Name.Protocol)
 		}
 		if err != nil {
-			p.add(err)
+			p.add("InvalidServicePort", fmt.Sprintf("spec.ports[%d]", i), err)
 			continue
 		}
 		seen[sp.Name] = true
@@ -168,48 +171,9 @@ func trafficDistribution(svc *v1.Service) TrafficDistribution {
 	return DistributeAnywhere
 }
 
-// problemList collects what was dropped while parsing one object.
-type problemList struct{ errs []error }
-
-func (p *problemList) add(err error) { p.errs = append(p.errs, err) }
-
-// parseIPs parses ips, keeping the valid ones of family in order.
-func parseIPs(p *problemList, what string, ips []string, family proxy.IPFamily) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range ips {
-		ip, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil {
-			p.add(fmt.Errorf("invalid %s %q: %w", what, s, err))
-			continue
-		}
-		ip = ip.Unmap()
-		if family.Contains(ip) {
-			out = append(out, ip)
-		}
-	}
-	return out
-}
-
-// parseRanges parses loadBalancerSourceRanges, trimming whitespace as
-// upstream does, keeping the valid ones of family as masked prefixes.
-func parseRanges(p *problemList, ranges []string, family proxy.IPFamily) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ranges {
-		prefix, err := netip.ParsePrefix(strings.TrimSpace(s))
-		if err != nil {
-			p.add(fmt.Errorf("invalid loadBalancerSourceRange %q: %w", s, err))
-			continue
-		}
-		if family.Contains(prefix.Addr()) {
-			out = append(out, prefix.Masked())
-		}
-	}
-	return out
-}
-
-func parsePort(p *problemList, what string, port int32) uint16 {
+func parsePort(p *problemList, port int32) uint16 {
 	if port < 0 || port > 65535 {
-		p.add(fmt.Errorf("invalid %s %d", what, port))
+		p.add("InvalidHealthCheckNodePort", "spec.healthCheckNodePort", fmt.Errorf("invalid port %d", port))
 		return 0
 	}
 	return uint16(port)

@@ -54,7 +54,19 @@ type Tracker struct {
 	triggerTimes   map[proxy.ServiceName][]time.Time
 	serviceEvents  int
 	endpointEvents int
+
+	// report, if set, is told what parsing ignored (SetProblemReporter).
+	report ProblemReporter
 }
+
+// ProblemReporter is told, for an object just parsed, what parts of it were
+// ignored or overridden: each problem is a *Problem. kind is "Service" or
+// "EndpointSlice".
+type ProblemReporter func(kind, namespace, name string, problems []error)
+
+// SetProblemReporter makes the tracker tell r about the problems of every
+// object it parses (besides logging them). Call it before the first event.
+func (t *Tracker) SetProblemReporter(r ProblemReporter) { t.report = r }
 
 // NewTracker returns an empty Tracker for family.
 func NewTracker(family proxy.IPFamily) *Tracker {
@@ -87,7 +99,7 @@ func (t *Tracker) OnServiceUpdate(old, new *v1.Service) bool {
 	if new != nil {
 		var problems []error
 		ports, problems = ParseService(new, t.family)
-		logProblems("Service", name.String(), problems)
+		t.problems("Service", name.Namespace, name.Name, problems)
 	}
 
 	t.mu.Lock()
@@ -149,7 +161,7 @@ func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) boo
 		if err != nil {
 			klog.InfoS("Ignoring invalid EndpointSlice", "endpointSlice", klog.KObj(new), "err", err)
 		}
-		logProblems("EndpointSlice", key.namespace+"/"+key.name, problems)
+		t.problems("EndpointSlice", key.namespace, key.name, problems)
 	}
 
 	t.mu.Lock()
@@ -250,8 +262,14 @@ func (t *Tracker) Pending() (services, endpoints int) {
 	return len(t.pendingPorts), len(t.pendingEps)
 }
 
-func logProblems(kind, name string, problems []error) {
+func (t *Tracker) problems(kind, namespace, name string, problems []error) {
+	if len(problems) == 0 {
+		return
+	}
 	for _, err := range problems {
-		klog.InfoS("Ignoring invalid part of object", "kind", kind, "object", name, "err", err)
+		klog.InfoS("Ignoring invalid part of object", "kind", kind, "object", namespace+"/"+name, "ipFamily", t.family, "err", err)
+	}
+	if t.report != nil {
+		t.report(kind, namespace, name, problems)
 	}
 }

@@ -27,8 +27,13 @@ type ServicePort struct {
 	// LoadBalancerIPs holds status.loadBalancer.ingress[].ip whose ipMode is
 	// VIP or unset; ipMode Proxy gets no rules.
 	LoadBalancerIPs []netip.Addr
-	// SourceRanges holds the trimmed, valid loadBalancerSourceRanges.
+	// SourceRanges holds the trimmed, valid loadBalancerSourceRanges of
+	// the family, masked.
 	SourceRanges []netip.Prefix
+	// SourceRangesInvalid is set when an entry of loadBalancerSourceRanges
+	// did not parse. With no valid range of the family left, the firewall
+	// must then deny rather than vanish (fail closed).
+	SourceRangesInvalid bool
 
 	// AffinitySeconds is the ClientIP affinity timeout; 0 means none.
 	AffinitySeconds int32

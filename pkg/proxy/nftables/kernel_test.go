@@ -24,11 +24,13 @@ func TestKernel(t *testing.T) {
 	for _, f := range scenario.Families {
 		worlds[f.Family] = env.NewWorld(f)
 		proxiers[f.Family] = newProxier(t, env, f)
-		syncIn(t, env, proxiers[f.Family], worlds[f.Family].Apply(t, env.Services()...))
+		// The hostile Services go in with the others: none may stop the sync.
+		syncIn(t, env, proxiers[f.Family], worlds[f.Family].Apply(t, append(env.Services(), env.HostileServices()...)...))
 	}
 	for _, f := range scenario.Families {
 		t.Run(string(f.Family), func(t *testing.T) {
 			env.TrafficCases(t, f)
+			t.Run("Hostile", func(t *testing.T) { env.HostileCases(t, f) })
 			env.EndpointRemoved(t, f, worlds[f.Family], func(t *testing.T, st *desired.State) {
 				syncIn(t, env, proxiers[f.Family], st)
 			})

@@ -1,0 +1,116 @@
+package scenario
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// HostileServices are Services any tenant allowed to create Services can
+// write, each of which once stopped a backend from programming every
+// Service on the node (issue #13): the kernel, nft or iptables-restore
+// refused the whole sync. Their slots (30–36) are outside Services'.
+// HostileCases checks that they, and everything else, work as intended.
+func (e *Env) HostileServices() []Spec {
+	allowed := func(v6 bool) string {
+		if v6 {
+			return netip.PrefixFrom(e.Allowed[1], 128).String()
+		}
+		return netip.PrefixFrom(e.Allowed[0], 32).String()
+	}
+	one := []EPSpec{{Pod: "pod-a"}}
+	return []Spec{
+		// Nested and duplicate ranges: an interval set refuses overlapping
+		// elements ("File exists"); the same addresses in sloppy and mapped
+		// spellings too.
+		{Name: "nested-ranges", Slot: 30, LB: true, Endpoints: one, Ranges: func(e *Env) []string {
+			return []string{allowed(false), " " + allowed(false) + " ", "::ffff:" + e.Allowed[0].String() + "/128",
+				sloppy(e.Allowed[0]) + "/32", "203.0.113.0/24", "203.0.113.128/25",
+				allowed(true), "2001:db8::/32", "2001:db8:1::/48"}
+		}},
+		// A range holding the node and the LB IP: the LB IP, added as an
+		// allowed source for node-originated traffic, overlapped it.
+		{Name: "node-in-range", Slot: 31, LB: true, Endpoints: one, Ranges: func(e *Env) []string {
+			return []string{"198.18.0.0/16", "fd00:18::/32"}
+		}},
+		// Nothing parses: the firewall must deny (it used to vanish).
+		{Name: "fail-closed", Slot: 32, LB: true, Endpoints: one, Ranges: func(*Env) []string {
+			return []string{"garbage", "10.0.0.0/33", "fd00::/129"}
+		}},
+		// A /0 range means no firewall (and used to overlap every other range).
+		{Name: "zero-range", Slot: 33, LB: true, Endpoints: one, Ranges: func(e *Env) []string {
+			return []string{allowed(false), "0.0.0.0/0", allowed(true), "::/0"}
+		}},
+		// Leading zeros and mapped forms of a real external IP are that IP.
+		{Name: "sloppy-external", Slot: 34, Endpoints: one, Tweak: func(svc *v1.Service) {
+			svc.Spec.ExternalIPs = []string{sloppy(Families[0].ExternalIP(34)),
+				"::ffff:" + Families[0].ExternalIP(34).String(), Families[1].ExternalIP(34).String()}
+		}},
+		// Zones reached nft and iptables-restore text verbatim (a newline in
+		// one became a line of its own). Refused; the rest of the Service works.
+		{Name: "zoned", Slot: 35, Endpoints: []EPSpec{{Pod: "pod-a"}, {Pod: "pod-b"}}, Tweak: func(svc *v1.Service) {
+			svc.Spec.ExternalIPs = []string{"fd00:18:100::23%lo", "198.18.100.35%x\nflush ruleset", "fd00:18:100::23%lo\n"}
+			svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.18.200.35%1"}, {IP: "fd00:18:200::23%eth0"}}
+		}, TweakSlice: func(f Fam, sl *discoveryv1.EndpointSlice) {
+			zoned := "fe80::1%eth0"
+			if !f.V6 {
+				zoned = "10.0.0.1%eth0"
+			}
+			sl.Endpoints[1].Addresses = []string{zoned} // pod-b's endpoint is refused
+		}},
+	}
+}
+
+// sloppy writes a with leading zeros ("198.018.000.005").
+func sloppy(a netip.Addr) string {
+	parts := strings.Split(a.String(), ".")
+	for i, p := range parts {
+		parts[i] = "0" + p
+	}
+	return strings.Join(parts, ".")
+}
+
+// HostileCases checks HostileServices in family f on a node whose backend
+// programmed them with Services (the ordinary checks still pass, too).
+func (e *Env) HostileCases(t *testing.T, f Fam) {
+	t.Run("NestedRanges", func(t *testing.T) { e.firewall(t, f, 30, true, false) })
+	t.Run("NodeInRange", func(t *testing.T) { e.firewall(t, f, 31, true, true) })
+	t.Run("FailClosed", func(t *testing.T) { e.firewall(t, f, 32, false, false) })
+	t.Run("ZeroRange", func(t *testing.T) { e.firewall(t, f, 33, true, true) })
+	t.Run("SloppyExternalIP", func(t *testing.T) {
+		if _, err := e.FromClient(f).Ask(proxy.TCP, netip.AddrPortFrom(f.ExternalIP(34), SvcPort)); err != nil {
+			t.Errorf("external IP written with leading zeros / mapped: %v", err)
+		}
+	})
+	t.Run("Zoned", func(t *testing.T) {
+		seen := AskMany(t, e.FromPod("pod-c"), proxy.TCP, netip.AddrPortFrom(f.ClusterIP(35), SvcPort), 12)
+		if got := Servers(seen); len(got) != 1 || got[0] != "pod-a" {
+			t.Errorf("cluster IP of the zoned Service reached %v, want only pod-a (pod-b's zoned address refused)", got)
+		}
+	})
+}
+
+// firewall checks the LB IP of slot from the allowed and the denied client.
+func (e *Env) firewall(t *testing.T, f Fam, slot int, allowed, denied bool) {
+	lb := netip.AddrPortFrom(f.LBIP(slot), SvcPort)
+	for _, c := range []struct {
+		name string
+		src  netip.Addr
+		want bool
+	}{{"allowed client", f.Pick(e.Allowed), allowed}, {"denied client", f.Pick(e.Denied), denied}} {
+		client := netnstest.Client{NS: e.Client, Source: c.src, Timeout: DropTimeout}
+		_, err := client.Ask(proxy.TCP, lb)
+		switch {
+		case c.want && err != nil:
+			t.Errorf("%s to LB IP %s: %v, want answered", c.name, lb, err)
+		case !c.want && netnstest.OutcomeOf(err) != netnstest.Timeout:
+			t.Errorf("%s to LB IP %s: %v (%s), want dropped", c.name, lb, err, netnstest.OutcomeOf(err))
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package model
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// Addresses as tenants can write them. Upstream parses with k8s.io/utils/net's
+// sloppy parser; a zone is never an address; an IPv4-mapped IPv6 address or
+// prefix is IPv4, and nothing may reach a set of the other family.
+func TestParseAddrHostile(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want string // "" = refused
+	}{
+		{"10.0.0.1", "10.0.0.1"},
+		{"010.000.0.001", "10.0.0.1"},
+		{"::ffff:10.0.0.1", "10.0.0.1"},
+		{"::ffff:a00:1", "10.0.0.1"},
+		{"fe80::1%eth0", ""},
+		{"fe80::1%eth0\nflush ruleset", ""},
+		{"10.0.0.1%x", ""},
+		{" 10.0.0.1", ""},
+		{"10.0.0.1/32", ""},
+		{"", ""},
+		{"2001:DB8::0001", "2001:db8::1"},
+	} {
+		got, err := parseAddr(tt.in)
+		switch {
+		case tt.want == "" && err == nil:
+			t.Errorf("parseAddr(%q) = %s, want refused", tt.in, got)
+		case tt.want != "" && (err != nil || got != netip.MustParseAddr(tt.want)):
+			t.Errorf("parseAddr(%q) = %s, %v; want %s", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestParsePrefixHostile(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want string // "" = refused
+	}{
+		{"010.0.0.0/8", "10.0.0.0/8"},
+		{"10.1.2.3/8", "10.0.0.0/8"},
+		{"::ffff:10.0.0.0/104", "10.0.0.0/8"},
+		{"::ffff:10.1.2.3/128", "10.1.2.3/32"},
+		{"::ffff:0:0/96", "0.0.0.0/0"},
+		{"::ffff:0:0/80", "::/80"},
+		{"fe80::/64%eth0", ""},
+		{"fe80::%eth0/64", ""},
+		{"10.0.0.0/33", ""},
+		{"10.0.0.0", ""},
+	} {
+		got, err := parsePrefix(tt.in)
+		switch {
+		case tt.want == "" && err == nil:
+			t.Errorf("parsePrefix(%q) = %s, want refused", tt.in, got)
+		case tt.want != "" && (err != nil || got != netip.MustParsePrefix(tt.want)):
+			t.Errorf("parsePrefix(%q) = %s, %v; want %s", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+// Every address field of a Service goes through the same parser, and each
+// family's ports get only that family's addresses, unmapped.
+func TestParseServiceHostileAddresses(t *testing.T) {
+	svc := makeService("ns", "lb", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = "172.030.0.1", []string{"172.030.0.1"}
+		s.Spec.ExternalIPs = []string{"::ffff:203.0.113.1", "fe80::1%lo", "0203.0.113.2"}
+		s.Spec.LoadBalancerSourceRanges = []string{"::ffff:10.0.0.0/104", "010.2.0.0/16", "fe80::/10%lo"}
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "::ffff:198.51.100.1"}}
+	})
+	for _, family := range proxy.Families {
+		ports, problems := ParseService(svc, family)
+		if family == proxy.IPv6 {
+			if len(ports) != 0 {
+				t.Errorf("IPv6: got %d ports of an IPv4-only Service", len(ports))
+			}
+			continue
+		}
+		if len(ports) != 1 {
+			t.Fatalf("IPv4: got %d ports, want 1 (problems %v)", len(ports), problems)
+		}
+		sp := ports[0]
+		if !slices.Equal(sp.ClusterIPs, addrs("172.30.0.1")) ||
+			!slices.Equal(sp.ExternalIPs, addrs("203.0.113.1", "203.0.113.2")) ||
+			!slices.Equal(sp.LoadBalancerIPs, addrs("198.51.100.1")) {
+			t.Errorf("frontends %v %v %v", sp.ClusterIPs, sp.ExternalIPs, sp.LoadBalancerIPs)
+		}
+		want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.2.0.0/16")}
+		if !slices.Equal(sp.SourceRanges, want) || !sp.SourceRangesInvalid {
+			t.Errorf("ranges %v invalid %v, want %v and invalid", sp.SourceRanges, sp.SourceRangesInvalid, want)
+		}
+		reasons := map[string]bool{}
+		for _, err := range problems {
+			var p *Problem
+			if !errors.As(err, &p) {
+				t.Fatalf("problem %v is not a *Problem", err)
+			}
+			reasons[p.Reason+" "+p.Field] = true
+		}
+		for _, r := range []string{"InvalidExternalIP spec.externalIPs[1]", "InvalidLoadBalancerSourceRange spec.loadBalancerSourceRanges[2]"} {
+			if !reasons[r] {
+				t.Errorf("problems %v lack %q", problems, r)
+			}
+		}
+	}
+}
+
+func TestParseEndpointSliceHostileAddresses(t *testing.T) {
+	slice := makeSlice("ns", "web-1", "web", []string{"010.0.0.1", "::ffff:10.0.0.2", "fe80::1%eth0", "10.0.0.3%1"}, nil)
+	parsed, problems, err := parseEndpointSlice(slice, proxy.IPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, eps := range parsed.ports {
+		var got []netip.Addr
+		for _, ep := range eps {
+			got = append(got, ep.IP)
+		}
+		if !slices.Equal(got, addrs("10.0.0.1", "10.0.0.2")) {
+			t.Errorf("endpoints %v, want 10.0.0.1 and 10.0.0.2", got)
+		}
+	}
+	if len(problems) != 2 {
+		t.Errorf("problems %v, want the two zoned addresses", problems)
+	}
+}
