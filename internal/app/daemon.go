@@ -207,6 +207,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			continue
 		}
 		tracker := model.NewTracker(family)
+		tracker.SetProblemReporter(d.events.invalidParts)
 		// Stale UDP/SCTP flows are removed beside the sync, never inside it.
 		reconciler := conntrack.New(family, ct, conntrack.Options{})
 		go reconciler.Run(ctx)
@@ -222,6 +223,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			MinSyncPeriod: d.cfg.MinSyncPeriod,
 			SyncPeriod:    d.cfg.SyncPeriod,
 			AfterSync:     d.afterSync(reconciler.Observe),
+			Quarantined:   d.events.quarantined,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("creating %s syncer: %w", family, err)

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"errors"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -10,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // reportingController is how upstream names itself in events; tools that
@@ -42,4 +45,46 @@ func (e *eventSink) healthCheckFailed(svc proxy.ServiceName, err error) {
 	ref := &v1.ObjectReference{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}
 	e.recorder.Eventf(ref, nil, v1.EventTypeWarning, "FailedToStartServiceHealthcheck", "Listen",
 		"node %s failed to start healthcheck %q: %v", e.nodeName, svc.String(), err)
+}
+
+// invalidParts reports what parsing an object ignored, one Warning per
+// problem, its reason naming the field (model.Problem); identical events
+// are folded into a series by the recorder.
+func (e *eventSink) invalidParts(kind, namespace, name string, problems []error) {
+	ref := &v1.ObjectReference{Kind: kind, Namespace: namespace, Name: name}
+	if kind == "EndpointSlice" {
+		ref.APIVersion = "discovery.k8s.io/v1"
+	}
+	for _, err := range problems {
+		reason := "InvalidField"
+		var p *model.Problem
+		if errors.As(err, &p) {
+			reason = p.Reason
+		}
+		e.recorder.Eventf(ref, nil, v1.EventTypeWarning, reason, "ParseObject", "node %s ignores %s", e.nodeName, clip(err.Error()))
+	}
+}
+
+// quarantined reports a service port the kernel rejected, which this node
+// keeps out of its dataplane until the Service or its endpoints change.
+func (e *eventSink) quarantined(port proxy.ServicePortName, err error) {
+	ref := &v1.ObjectReference{Kind: "Service", Namespace: port.Namespace, Name: port.Name}
+	e.recorder.Eventf(ref, nil, v1.EventTypeWarning, "KernelRejectedServicePort", "SyncProxyRules",
+		"node %s: the kernel rejected the rules of port %q (%s); they are left out until the Service or its endpoints change",
+		e.nodeName, port.String(), clip(err.Error()))
+}
+
+// maxNoteDetail bounds what an event quotes of an error: the API refuses
+// an event note over 1 kB, and errors quote tenants' values, which may be huge.
+const maxNoteDetail = 600
+
+func clip(s string) string {
+	if len(s) <= maxNoteDetail {
+		return s
+	}
+	n := maxNoteDetail
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n-- // never cut a character in two
+	}
+	return s[:n] + "…"
 }

@@ -177,6 +177,7 @@ var families = []family{
 	{ReconcileConntrackFlowsDeletedEntriesTotal, []string{LabelIPFamily}, nil},
 	{ProxyHealthzTotal, []string{LabelCode}, nil},
 	{ProxyLivezTotal, []string{LabelCode}, nil},
+	{QuarantinedServicePorts, []string{LabelIPFamily}, nil},
 }
 
 func (f family) in(mode string) bool {

@@ -68,6 +68,9 @@ type Options struct {
 	// AfterSync, if set, runs after each successful sync with the state
 	// just programmed and the changes it consumed (conntrack cleanup).
 	AfterSync func(state *desired.State, changes model.Changes)
+	// Quarantined, if set, is told of each service port the kernel
+	// rejected and that is kept out of the dataplane (for an Event).
+	Quarantined QuarantineFunc
 }
 
 // Syncer runs the sync loop of one IP family: commit the tracker, compute
@@ -86,6 +89,8 @@ type Syncer struct {
 	prevNode desired.Node
 	lastFull time.Time
 	noLocal  noLocalCounts
+	// quarantined are service ports the kernel rejected (isolate.go).
+	quarantined quarantine
 }
 
 // New returns a Syncer; nothing happens until Loop.
@@ -99,7 +104,8 @@ func New(o Options) (*Syncer, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	s := &Syncer{o: o, family: string(o.Family), clock: o.Clock, wake: make(chan struct{}, 1), ctx: context.Background()}
+	s := &Syncer{o: o, family: string(o.Family), clock: o.Clock, wake: make(chan struct{}, 1), ctx: context.Background(),
+		quarantined: quarantine{}}
 	s.runner = runner.New("sync-"+s.family, s.syncOnce, o.MinSyncPeriod, o.SyncPeriod, FullSyncPeriod, o.Clock)
 	return s, nil
 }
@@ -183,8 +189,9 @@ func (s *Syncer) syncOnce() error {
 	if s.needFull(node, start) {
 		prev = nil
 	}
-	state := desired.Compute(prev, snap, changes, node, s.o.Compute)
-	err := s.o.Proxier.Sync(s.ctx, state)
+	state := s.quarantined.filter(desired.Compute(prev, snap, changes, node, s.o.Compute), prev)
+	state, err := s.program(state, prev)
+	metrics.QuarantinedServicePorts.WithLabelValues(s.family).Set(float64(len(s.quarantined)))
 	end := s.clock.Now()
 	metrics.SyncProxyRulesLatency.WithLabelValues(s.family).Observe(end.Sub(start).Seconds())
 	if err != nil {
@@ -210,6 +217,8 @@ func (s *Syncer) needFull(node desired.Node, now time.Time) bool {
 		klog.V(2).InfoS("Node changed; doing a full sync", "ipFamily", s.family)
 		return true
 	case now.Sub(s.lastFull) >= FullSyncPeriod:
+		// Retry what the kernel rejected, in case the cause was passing.
+		clear(s.quarantined)
 		return true
 	}
 	return false

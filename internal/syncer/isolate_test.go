@@ -1,0 +1,181 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+)
+
+// poisonPort is a service port number the kernel of poisonProxier refuses.
+const poisonPort = 666
+
+// poisonProxier accepts a State only if no service port in it uses
+// poisonPort, like a kernel refusing one Service's rules makes the whole
+// transaction fail. It keeps what it last accepted.
+type poisonProxier struct {
+	fakeProxier
+	programmed map[proxy.ServicePortName]*desired.ServicePort
+	rejected   int
+	global     error // fails every Sync when set
+}
+
+func (p *poisonProxier) Sync(ctx context.Context, s *desired.State) error {
+	_ = p.fakeProxier.Sync(ctx, s)
+	if p.global != nil {
+		return p.global
+	}
+	for name, sp := range s.Services {
+		if sp.Port == poisonPort {
+			p.rejected++
+			return fmt.Errorf("netlink: file exists (%s)", name)
+		}
+	}
+	p.programmed = maps.Clone(s.Services)
+	return nil
+}
+
+func svcNamed(name string, ip string, port int32) *v1.Service {
+	return proxytest.MakeService("ns", name, func(svc *v1.Service) {
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip, []string{ip}
+		svc.Spec.Ports = []v1.ServicePort{{Name: "p", Protocol: v1.ProtocolTCP, Port: port}}
+	})
+}
+
+func portOf(name string) proxy.ServicePortName {
+	return proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: name}, Port: "p", Protocol: proxy.TCP}
+}
+
+func newPoisonFixture(t *testing.T) (*fixture, *poisonProxier, *[]proxy.ServicePortName) {
+	f := newFixture(t, metrics.ModeNFTables)
+	p := &poisonProxier{}
+	f.syncer.o.Proxier = p
+	var reported []proxy.ServicePortName
+	f.syncer.o.Quarantined = func(name proxy.ServicePortName, err error) { reported = append(reported, name) }
+	return f, p, &reported
+}
+
+func programmedNames(p *poisonProxier) []string {
+	var out []string
+	for name := range p.programmed {
+		out = append(out, name.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// One Service the kernel refuses must not keep the others out: the first,
+// full sync programs all but it, reports it, and counts it.
+func TestIsolateOffenderInFullSync(t *testing.T) {
+	f, p, reported := newPoisonFixture(t)
+	var want []string
+	for i := range 20 {
+		name, port := fmt.Sprintf("s%02d", i), int32(80)
+		if i == 13 {
+			port = poisonPort
+		} else {
+			want = append(want, name)
+		}
+		f.tracker.OnServiceUpdate(nil, svcNamed(name, fmt.Sprintf("172.30.1.%d", i+1), port))
+	}
+	f.markSynced()
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatalf("sync failed although only one port is refused: %v", err)
+	}
+	if got := programmedNames(p); !slices.Equal(got, want) {
+		t.Errorf("programmed %v, want every Service but s13", got)
+	}
+	if !slices.Equal(*reported, []proxy.ServicePortName{portOf("s13")}) {
+		t.Errorf("reported %v, want ns/s13:p", *reported)
+	}
+	if calls := p.count(); calls > 2*5+2 {
+		t.Errorf("%d Sync calls to find one offender among 20, want about 2·log2(20)", calls)
+	}
+	if g := gaugeValue(t, metrics.QuarantinedServicePorts.WithLabelValues("IPv4")); g != 1 {
+		t.Errorf("%s = %v, want 1", "svcproxy_quarantined_service_ports", g)
+	}
+
+	// Unchanged, it stays out without another rejected attempt; a change
+	// elsewhere is programmed at once.
+	rejected := p.rejected
+	f.tracker.OnServiceUpdate(nil, svcNamed("late", "172.30.2.1", 80))
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatal(err)
+	}
+	if p.rejected != rejected || p.programmed[portOf("late")] == nil || p.programmed[portOf("s13")] != nil {
+		t.Errorf("after a later change: rejected %d more, programmed %v", p.rejected-rejected, programmedNames(p))
+	}
+
+	// Fixed, it is tried again and programmed; the quarantine is lifted.
+	f.tracker.OnServiceUpdate(nil, svcNamed("s13", "172.30.1.14", 8080))
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatal(err)
+	}
+	if p.programmed[portOf("s13")] == nil || len(f.syncer.quarantined) != 0 {
+		t.Errorf("fixed Service not programmed (quarantine %v)", f.syncer.quarantined)
+	}
+	if g := gaugeValue(t, metrics.QuarantinedServicePorts.WithLabelValues("IPv4")); g != 0 {
+		t.Errorf("quarantine gauge %v after the fix, want 0", g)
+	}
+}
+
+// An offender arriving with other changes in one incremental sync: the
+// others are programmed in that same sync; what was programmed stays.
+func TestIsolateOffenderInPartialSync(t *testing.T) {
+	f, p, reported := newPoisonFixture(t)
+	f.tracker.OnServiceUpdate(nil, svcNamed("old", "172.30.1.1", 80))
+	f.markSynced()
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"a", "b", "bad", "c", "d"} {
+		port := int32(80)
+		if name == "bad" {
+			port = poisonPort
+		}
+		f.tracker.OnServiceUpdate(nil, svcNamed(name, fmt.Sprintf("172.30.3.%d", i+1), port))
+	}
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if got := programmedNames(p); !slices.Equal(got, []string{"a", "b", "c", "d", "old"}) {
+		t.Errorf("programmed %v", got)
+	}
+	if !slices.Equal(*reported, []proxy.ServicePortName{portOf("bad")}) {
+		t.Errorf("reported %v", *reported)
+	}
+	// The State the syncer builds on does not hold the offender either.
+	if f.syncer.prev.Services[portOf("bad")] != nil {
+		t.Error("the offender is in the syncer's programmed State")
+	}
+}
+
+// A failure that is not any Service's (the kernel refuses everything) is a
+// plain failed sync: nothing is quarantined.
+func TestIsolateGlobalFailure(t *testing.T) {
+	f, p, reported := newPoisonFixture(t)
+	for i := range 4 {
+		f.tracker.OnServiceUpdate(nil, svcNamed(fmt.Sprintf("s%d", i), fmt.Sprintf("172.30.1.%d", i+1), 80))
+	}
+	f.markSynced()
+	p.global = errors.New("nft: command not found")
+	if err := f.syncer.syncOnce(); err == nil {
+		t.Fatal("sync succeeded with a kernel that refuses everything")
+	}
+	if len(*reported) != 0 || len(f.syncer.quarantined) != 0 {
+		t.Errorf("quarantined %v on a global failure", *reported)
+	}
+	p.global = nil
+	if err := f.syncer.syncOnce(); err != nil || len(p.programmed) != 4 {
+		t.Errorf("after recovery: err %v, programmed %v", err, programmedNames(p))
+	}
+}
