@@ -224,6 +224,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			SyncPeriod:    d.cfg.SyncPeriod,
 			AfterSync:     d.afterSync(reconciler.Observe),
 			Quarantined:   d.events.quarantined,
+			FrontendsLost: d.events.frontendsLost,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("creating %s syncer: %w", family, err)

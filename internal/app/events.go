@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
@@ -72,6 +73,21 @@ func (e *eventSink) quarantined(port proxy.ServicePortName, err error) {
 	e.recorder.Eventf(ref, nil, v1.EventTypeWarning, "KernelRejectedServicePort", "SyncProxyRules",
 		"node %s: the kernel rejected the rules of port %q (%s); they are left out until the Service or its endpoints change",
 		e.nodeName, port.String(), clip(err.Error()))
+}
+
+// frontendsLost reports external or LB IPs of a Service port that another
+// Service holds with a higher claim: the reason names the field.
+func (e *eventSink) frontendsLost(port proxy.ServicePortName, lost []desired.LostFrontend) {
+	ref := &v1.ObjectReference{Kind: "Service", Namespace: port.Namespace, Name: port.Name}
+	for _, l := range lost {
+		reason := "ExternalIPConflict"
+		if l.Kind == desired.ClaimLoadBalancerIP {
+			reason = "LoadBalancerIPConflict"
+		}
+		e.recorder.Eventf(ref, nil, v1.EventTypeWarning, reason, "SyncProxyRules",
+			"node %s: %s %s of port %q is not served: %s holds the same address, protocol and port",
+			e.nodeName, l.Kind, l.Addr, port.String(), l.Winner.String())
+	}
 }
 
 // maxNoteDetail bounds what an event quotes of an error: the API refuses

@@ -2,12 +2,14 @@ package app
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"k8s.io/client-go/tools/events"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
@@ -20,7 +22,9 @@ func TestEventsForHostileInput(t *testing.T) {
 	})
 	port := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: proxy.TCP}
 	sink.quarantined(port, errors.New("netlink: file exists"))
-	for _, want := range []string{"Warning InvalidExternalIP", "Warning KernelRejectedServicePort"} {
+	sink.frontendsLost(port, []desired.LostFrontend{{Addr: netip.MustParseAddr("172.30.0.10"), Kind: desired.ClaimExternalIP,
+		Winner: proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "other", Name: "victim"}}}})
+	for _, want := range []string{"Warning InvalidExternalIP", "Warning KernelRejectedServicePort", "Warning ExternalIPConflict"} {
 		got := <-rec.Events
 		if !strings.HasPrefix(got, want) {
 			t.Errorf("event %q, want %s ...", got[:min(len(got), 80)], want)

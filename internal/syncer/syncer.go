@@ -71,6 +71,9 @@ type Options struct {
 	// Quarantined, if set, is told of each service port the kernel
 	// rejected and that is kept out of the dataplane (for an Event).
 	Quarantined QuarantineFunc
+	// FrontendsLost, if set, is told of each service port that newly lost
+	// external or LB frontends to a higher claim (for an Event).
+	FrontendsLost func(name proxy.ServicePortName, lost []desired.LostFrontend)
 }
 
 // Syncer runs the sync loop of one IP family: commit the tracker, compute
@@ -201,6 +204,7 @@ func (s *Syncer) syncOnce() error {
 	if prev == nil {
 		s.lastFull = start
 	}
+	s.reportLosses(s.prev, state)
 	s.prev, s.prevNode = state, node
 	s.succeeded(prev, state, changes, start, end)
 	return nil
@@ -265,6 +269,20 @@ func (s *Syncer) succeeded(prev, state *desired.State, changes model.Changes, st
 	}
 	if s.o.AfterSync != nil {
 		s.o.AfterSync(state, changes)
+	}
+}
+
+// reportLosses logs and reports the frontends a service port lost that it
+// had not lost in the previous programmed State.
+func (s *Syncer) reportLosses(prev, state *desired.State) {
+	for name, lost := range state.Lost {
+		if prev != nil && slices.Equal(prev.Lost[name], lost) {
+			continue
+		}
+		klog.InfoS("Service port loses frontends claimed by others", "ipFamily", s.family, "servicePort", name, "lost", lost)
+		if s.o.FrontendsLost != nil {
+			s.o.FrontendsLost(name, lost)
+		}
 	}
 }
 

@@ -64,6 +64,11 @@ func (e *Env) HostileServices() []Spec {
 			}
 			sl.Endpoints[1].Addresses = []string{zoned} // pod-b's endpoint is refused
 		}},
+		// An external IP equal to another Service's cluster IP and port
+		// (hairpin's, slot 19): the cluster IP wins, on every node alike.
+		{Name: "a-thief", Slot: 36, Endpoints: []EPSpec{{Pod: "pod-b"}}, Tweak: func(svc *v1.Service) {
+			svc.Spec.ExternalIPs = []string{Families[0].ClusterIP(19).String(), Families[1].ClusterIP(19).String()}
+		}},
 	}
 }
 
@@ -86,6 +91,12 @@ func (e *Env) HostileCases(t *testing.T, f Fam) {
 	t.Run("SloppyExternalIP", func(t *testing.T) {
 		if _, err := e.FromClient(f).Ask(proxy.TCP, netip.AddrPortFrom(f.ExternalIP(34), SvcPort)); err != nil {
 			t.Errorf("external IP written with leading zeros / mapped: %v", err)
+		}
+	})
+	t.Run("ClusterIPNotStolen", func(t *testing.T) {
+		seen := AskMany(t, e.FromPod("pod-c"), proxy.TCP, netip.AddrPortFrom(f.ClusterIP(19), SvcPort), 12)
+		if got := Servers(seen); len(got) != 1 || got[0] != "pod-a" {
+			t.Errorf("cluster IP of hairpin reached %v, want only its own pod-a (a-thief's externalIP claims it; its name sorts first)", got)
 		}
 	})
 	t.Run("Zoned", func(t *testing.T) {

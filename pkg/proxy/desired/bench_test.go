@@ -49,11 +49,18 @@ func BenchmarkComputeFull10kx10(b *testing.B) {
 
 // BenchmarkComputeOneChange10kx10 alternates between two snapshots that
 // differ in one service port's endpoints, so every Compute is incremental
-// with exactly one changed port.
-func BenchmarkComputeOneChange10kx10(b *testing.B) {
+// with exactly one changed port. The port has an external IP, so the
+// frontend contest (claims.go) is decided again over every Service.
+func BenchmarkComputeOneChange10kx10(b *testing.B) { benchOneChange(b, "svc-00042") }
+
+// BenchmarkComputeOneChangeNoClaims10kx10 changes a port without external
+// or LB IPs: the contest result is reused, the cost is O(changes).
+func BenchmarkComputeOneChangeNoClaims10kx10(b *testing.B) { benchOneChange(b, "svc-00043") }
+
+func benchOneChange(b *testing.B, changed string) {
 	svcs, eps := benchWorld(10000, 10)
 	snapA := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)}
-	changedName := portName("svc-00042", proxy.TCP)
+	changedName := portName(changed, proxy.TCP)
 	eps[changedName] = eps[changedName][1:]
 	snapB := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)}
 	changes := model.Changes{Changed: map[proxy.ServicePortName]struct{}{changedName: {}}}

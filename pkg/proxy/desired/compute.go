@@ -15,8 +15,9 @@ import (
 //
 // With prev nil it computes everything and the State's Changed is nil, which
 // tells the backend to reconcile fully. With prev non-nil it recomputes only
-// the service ports in changes.Changed, shares every other *ServicePort with
-// prev, and sets Changed to the ports that were added, removed or now differ.
+// the service ports in changes.Changed (and those whose contested frontends
+// changed hands, see claims.go), shares every other *ServicePort with prev,
+// and sets Changed to the ports that were added, removed or now differ.
 // prev must have been computed for the same node and options: the caller
 // passes nil whenever either changed, because node IPs, zone, podCIDRs and
 // every option can change every port. Node ports, masquerade and node IPs are
@@ -37,11 +38,26 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		Masquerade: masquerade(opts, family, node),
 	}
 	if prev == nil {
-		state.Services = computeAll(snap, family, node, nodeIPs)
+		state.Lost, state.claims = lostFrontends(snap, family)
+		state.Services = computeAll(snap, family, node, nodeIPs, state.Lost)
 		state.HealthChecks = healthChecks(state.Services, snap, family, node)
 		return state
 	}
-	state.Services, state.Changed = computeChanged(prev.Services, snap, changes, family, node, nodeIPs)
+	rebuild := changes.Changed
+	if claimsUnchanged(prev, snap, changes.Changed, family) {
+		state.Lost, state.claims = prev.Lost, prev.claims
+	} else {
+		state.Lost, state.claims = lostFrontends(snap, family)
+	}
+	if len(state.Lost) > 0 || len(prev.Lost) > 0 {
+		// A claim won or lost elsewhere changes these ports too.
+		rebuild = maps.Clone(changes.Changed)
+		if rebuild == nil {
+			rebuild = map[proxy.ServicePortName]struct{}{}
+		}
+		lossesChanged(prev.Lost, state.Lost, rebuild)
+	}
+	state.Services, state.Changed = computeChanged(prev.Services, snap, rebuild, family, node, nodeIPs, state.Lost)
 	state.HealthChecks = prev.HealthChecks
 	for name := range state.Changed {
 		if touchesHealthChecks(name, prev.Services, state.Services) {
@@ -52,11 +68,13 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	return state
 }
 
-func computeAll(snap *model.Snapshot, family proxy.IPFamily, node Node, nodeIPs []netip.Addr) map[proxy.ServicePortName]*ServicePort {
+func computeAll(snap *model.Snapshot, family proxy.IPFamily, node Node, nodeIPs []netip.Addr,
+	lost map[proxy.ServicePortName][]LostFrontend,
+) map[proxy.ServicePortName]*ServicePort {
 	services := make(map[proxy.ServicePortName]*ServicePort, snap.Services.Len())
 	for name, sp := range snap.Services.All() {
 		eps, _ := snap.Endpoints.Get(name)
-		if out := buildServicePort(sp, eps, family, node, nodeIPs); out != nil {
+		if out := buildServicePort(sp, eps, family, node, nodeIPs, lost[name]); out != nil {
 			services[name] = out
 		}
 	}
@@ -67,19 +85,19 @@ func computeAll(snap *model.Snapshot, family proxy.IPFamily, node Node, nodeIPs 
 // changed ports. A rebuilt port equal to its predecessor keeps the old
 // pointer and stays out of the changed set, so a backend is not asked to
 // touch what it already has.
-func computeChanged(prev map[proxy.ServicePortName]*ServicePort, snap *model.Snapshot, changes model.Changes,
-	family proxy.IPFamily, node Node, nodeIPs []netip.Addr,
+func computeChanged(prev map[proxy.ServicePortName]*ServicePort, snap *model.Snapshot, rebuild map[proxy.ServicePortName]struct{},
+	family proxy.IPFamily, node Node, nodeIPs []netip.Addr, lost map[proxy.ServicePortName][]LostFrontend,
 ) (map[proxy.ServicePortName]*ServicePort, map[proxy.ServicePortName]struct{}) {
 	services := maps.Clone(prev)
 	if services == nil {
 		services = map[proxy.ServicePortName]*ServicePort{}
 	}
 	changed := map[proxy.ServicePortName]struct{}{}
-	for name := range changes.Changed {
+	for name := range rebuild {
 		var next *ServicePort
 		if sp, ok := snap.Services.Get(name); ok {
 			eps, _ := snap.Endpoints.Get(name)
-			next = buildServicePort(sp, eps, family, node, nodeIPs)
+			next = buildServicePort(sp, eps, family, node, nodeIPs, lost[name])
 		}
 		old := prev[name]
 		switch {

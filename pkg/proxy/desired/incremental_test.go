@@ -58,6 +58,9 @@ func (w *randomWorld) randomPort(name proxy.ServicePortName) *model.ServicePort 
 		}
 	}
 	sp.InternalLocal = r.IntN(3) == 0
+	if r.IntN(4) == 0 { // contested: another port's cluster IP, or a shared one
+		sp.ExternalIPs = []netip.Addr{netip.AddrFrom4([4]byte{172, 30, 0, byte(r.IntN(200))}), netip.MustParseAddr("198.51.100.1")}
+	}
 	return sp
 }
 

@@ -11,7 +11,7 @@ import (
 // buildServicePort decides everything about one service port in one family.
 // It returns nil when the port has no cluster IP of the family: a per-family
 // proxier ignores such a port entirely, like upstream.
-func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, family proxy.IPFamily, node Node, nodeIPs []netip.Addr) *ServicePort {
+func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, family proxy.IPFamily, node Node, nodeIPs []netip.Addr, lost []LostFrontend) *ServicePort {
 	clusterIP, ok := firstOfFamily(sp.ClusterIPs, family)
 	if !ok {
 		return nil
@@ -29,6 +29,9 @@ func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, family proxy
 		ExternalLocal:       sp.ExternalLocal,
 		HealthCheckNodePort: sp.HealthCheckNodePort,
 		Scheduler:           sp.Scheduler,
+	}
+	if len(lost) > 0 {
+		withoutLost(out, lost)
 	}
 	out.AllowedSources = allowedSources(sp, out.LoadBalancerIPs, family, nodeIPs)
 

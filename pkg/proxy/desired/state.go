@@ -29,6 +29,16 @@ type State struct {
 	// sorted by service name.
 	HealthChecks []HealthCheck
 
+	// Lost lists, per service port, the external and LB frontends it
+	// claims but does not get, because a higher claim holds the same
+	// address, protocol and port (claims.go). Their ServicePorts already
+	// lack them; this says why, for Events.
+	Lost map[proxy.ServicePortName][]LostFrontend
+	// claims holds the winner of every external or LB frontend claimed,
+	// so that the next incremental Compute can tell whether its changes
+	// touch any contest (claims.go).
+	claims map[frontendKey]claim
+
 	// Changed holds the service ports whose ServicePort differs from the
 	// previous State handed to the same backend. nil means "unknown": the
 	// backend must reconcile everything (a full sync).

@@ -1,0 +1,80 @@
+package desired
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+)
+
+// A frontend leads to one place. Whoever claims it with the lower rank
+// (cluster IP, then LB IP, then external IP; then name order) gets it, on
+// every node alike; the others lose it and are told so.
+func TestContestedFrontends(t *testing.T) {
+	victim := svcPort("victim", addrs("172.30.0.10"), nil)
+	thief := svcPort("thief", addrs("172.30.0.11"), func(sp *model.ServicePort) {
+		sp.ExternalIPs = addrs("172.30.0.10", "203.0.113.5") // the victim's cluster IP:80
+	})
+	lbA := svcPort("lb-a", addrs("172.30.0.12"), func(sp *model.ServicePort) {
+		sp.LoadBalancerIPs = addrs("198.51.100.1")
+	})
+	lbB := svcPort("lb-b", addrs("172.30.0.13"), func(sp *model.ServicePort) {
+		sp.LoadBalancerIPs = addrs("198.51.100.1")
+		sp.ExternalIPs = addrs("203.0.113.5")
+	})
+	self := svcPort("self", addrs("172.30.0.14"), func(sp *model.ServicePort) {
+		sp.ExternalIPs = addrs("172.30.0.14") // its own cluster IP
+	})
+	other := svcPort("other-port", addrs("172.30.0.15"), func(sp *model.ServicePort) {
+		sp.Port = 81
+		sp.ExternalIPs = addrs("172.30.0.10") // same address, another port: no contest
+	})
+	snap := snapshot(proxy.IPv4, snapEntry{sp: victim}, snapEntry{sp: thief}, snapEntry{sp: lbA}, snapEntry{sp: lbB},
+		snapEntry{sp: self}, snapEntry{sp: other})
+	st := Compute(nil, snap, model.Changes{}, testNode, v4Options())
+
+	for _, tt := range []struct {
+		port         proxy.ServicePortName
+		external, lb []netip.Addr
+	}{
+		{victim.Name, nil, nil},
+		{thief.Name, nil, nil}, // 203.0.113.5: lb-b's external claim sorts first
+		{lbA.Name, nil, addrs("198.51.100.1")},
+		{lbB.Name, addrs("203.0.113.5"), nil},
+		{self.Name, nil, nil},
+		{other.Name, addrs("172.30.0.10"), nil},
+	} {
+		sp := st.Services[tt.port]
+		if !slices.Equal(sp.ExternalIPs, tt.external) || !slices.Equal(sp.LoadBalancerIPs, tt.lb) {
+			t.Errorf("%s: external %v lb %v, want %v %v", tt.port, sp.ExternalIPs, sp.LoadBalancerIPs, tt.external, tt.lb)
+		}
+	}
+	wantLost := map[proxy.ServicePortName][]LostFrontend{
+		thief.Name: {{netip.MustParseAddr("172.30.0.10"), ClaimExternalIP, victim.Name},
+			{netip.MustParseAddr("203.0.113.5"), ClaimExternalIP, lbB.Name}},
+		lbB.Name:  {{netip.MustParseAddr("198.51.100.1"), ClaimLoadBalancerIP, lbA.Name}},
+		self.Name: {{netip.MustParseAddr("172.30.0.14"), ClaimExternalIP, self.Name}},
+	}
+	for name, want := range wantLost {
+		if got := st.Lost[name]; !slices.Equal(got, want) {
+			t.Errorf("Lost[%s] = %v, want %v", name, got, want)
+		}
+	}
+	if len(st.Lost) != len(wantLost) {
+		t.Errorf("Lost = %v, want only %v", st.Lost, wantLost)
+	}
+
+	// The winner leaves: the loser gets the frontend in the next
+	// incremental State, which lists it as changed.
+	snap2 := snapshot(proxy.IPv4, snapEntry{sp: victim}, snapEntry{sp: thief}, snapEntry{sp: lbB},
+		snapEntry{sp: self}, snapEntry{sp: other})
+	inc := Compute(st, snap2, model.Changes{Changed: map[proxy.ServicePortName]struct{}{lbA.Name: {}}}, testNode, v4Options())
+	if got := inc.Services[lbB.Name].LoadBalancerIPs; !slices.Equal(got, addrs("198.51.100.1")) {
+		t.Errorf("lb-b after lb-a left: LB IPs %v, want 198.51.100.1", got)
+	}
+	if _, ok := inc.Changed[lbB.Name]; !ok {
+		t.Errorf("Changed %v lacks lb-b, whose frontends changed", inc.Changed)
+	}
+}
