@@ -176,6 +176,27 @@ func (e *Env) NewWorld(f Fam) *World {
 // State is the last State Apply returned.
 func (w *World) State() *desired.State { return w.state }
 
+// Feed gives the world's tracker specs as new or updated objects without
+// computing a State: for tests that run the daemon's own sync loop
+// (internal/syncer) over Tracker, Node and Options.
+func (w *World) Feed(specs ...Spec) {
+	for _, s := range specs {
+		w.tracker.OnServiceUpdate(nil, w.env.service(s))
+		w.tracker.OnEndpointSliceUpdate(nil, w.env.slice(w.f, s))
+	}
+}
+
+// Tracker is the world's change tracker, marked synced.
+func (w *World) Tracker() *model.Tracker {
+	w.tracker.OnServicesSynced()
+	w.tracker.OnEndpointSlicesSynced()
+	return w.tracker
+}
+
+// Node is node1 as Compute sees it; Options are the Compute options.
+func (w *World) Node() desired.Node      { return w.env.desiredNode() }
+func (w *World) Options() desired.Options { return w.options() }
+
 // Apply feeds specs (as new or updated objects) and returns the next State,
 // incremental (Changed set) after the first.
 func (w *World) Apply(t *testing.T, specs ...Spec) *desired.State {
