@@ -194,7 +194,7 @@ func (w *World) Tracker() *model.Tracker {
 }
 
 // Node is node1 as Compute sees it; Options are the Compute options.
-func (w *World) Node() desired.Node      { return w.env.desiredNode() }
+func (w *World) Node() desired.Node       { return w.env.desiredNode() }
 func (w *World) Options() desired.Options { return w.options() }
 
 // Apply feeds specs (as new or updated objects) and returns the next State,
