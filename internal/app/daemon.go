@@ -215,7 +215,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			Family:        family,
 			Mode:          metricsMode(d.cfg.Mode),
 			Tracker:       tracker,
-			Proxier:       p,
+			Proxier:       withFaults(p, d.cfg.Mode, family),
 			Node:          d.node.get,
 			Compute:       computeOptions(d.cfg, family),
 			Health:        d.health,

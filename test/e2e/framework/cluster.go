@@ -73,6 +73,10 @@ type Options struct {
 	// NoProxy leaves svcproxy stopped: the caller starts it (StartProxy),
 	// e.g. to time its start against objects already in the API.
 	NoProxy bool
+	// FaultInject runs svcproxy built with -tags faultinject: the backend
+	// refuses the rules of Services named kernel-poison* as a kernel would
+	// refuse a normalization bug's (internal/faultinject). Test-only.
+	FaultInject bool
 }
 
 // Cluster is one running test cluster.

@@ -56,8 +56,12 @@ func (c *Cluster) StartProxy(n *Node) error {
 	if n.Proxy != nil && n.Proxy.Alive() {
 		return fmt.Errorf("svcproxy on %s is still running", n.Name)
 	}
+	bin := c.Bins.SvcProxy
+	if c.Opts.FaultInject {
+		bin = faultInjectBinary(c.T)
+	}
 	p, err := startProc("svcproxy-"+n.Name, n.NS, c.logPath("svcproxy-"+n.Name),
-		c.Bins.SvcProxy, "--config", n.Config, "-v", verbosity())
+		bin, "--config", n.Config, "-v", verbosity())
 	if err != nil {
 		return err
 	}

@@ -78,8 +78,31 @@ func buildBinaries(t testing.TB) Binaries {
 	return bins
 }
 
-func goBuild(dir, out string, pkgs ...string) error {
-	cmd := exec.Command("go", append([]string{"build", "-o", out}, pkgs...)...)
+var (
+	faultOnce sync.Once
+	faultBin  string
+	faultErr  error
+)
+
+// faultInjectBinary builds svcproxy with -tags faultinject, once per test
+// binary (never SVCPROXY_BIN: that is a release build).
+func faultInjectBinary(t testing.TB) string {
+	faultOnce.Do(func() {
+		bins := buildBinaries(t)
+		faultBin = filepath.Join(filepath.Dir(bins.E2ECtl), "svcproxy-faultinject")
+		faultErr = goBuild(bins.Root, faultBin, "-tags", "faultinject", "./cmd/svcproxy")
+	})
+	if faultErr != nil {
+		t.Fatalf("building svcproxy -tags faultinject: %v", faultErr)
+	}
+	return faultBin
+}
+
+// goBuild runs go build -o out args in dir; args are packages, or flags
+// before them.
+func goBuild(dir, out string, args ...string) error {
+	pkgs := args
+	cmd := exec.Command("go", append([]string{"build", "-o", out}, args...)...)
 	cmd.Dir = dir
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %v in %s: %w\n%s", pkgs, dir, err, b)
