@@ -22,6 +22,8 @@ var goldenCases = []string{
 	"externalTrafficPolicy Local with a local endpoint",
 	"nodePortAddresses primary",
 	"detectLocalMode InterfaceNamePrefix",
+	"several external IPs and LB IPs",
+	"externalTrafficPolicy Local with several LB IPs",
 }
 
 func TestGolden(t *testing.T) {
