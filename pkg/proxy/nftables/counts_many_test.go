@@ -138,3 +138,83 @@ func checkWideFlows(t *testing.T, fake *strictFake, st *desired.State) {
 		}
 	}
 }
+
+// TestOwnChainsThreshold moves a service port with 30 external IPs across
+// the threshold and back as its endpoint count changes (shared chains
+// below (E−1)·N = 256, its own from there), one unit per transaction:
+// after every transaction each flow must reach exactly its old or its new
+// endpoints, and after each sync the table must be what a fresh sync
+// programs.
+func TestOwnChainsThreshold(t *testing.T) {
+	const e = 30
+	for _, tc := range []struct {
+		local  bool
+		counts []int // endpoints; eTP=Local: N/2 local ones too
+	}{{false, []int{5, 10, 8, 12, 3}}, {true, []int{2, 6, 4, 8, 2}}} {
+		t.Run(fmt.Sprintf("eTP-local=%v", tc.local), func(t *testing.T) {
+			fake := newStrictFake(knftables.IPv4Family)
+			p := NewWithInterface(proxy.IPv4, fake)
+			prev := wideState(e, tc.counts[0], tc.local)
+			mustSync(t, p, prev)
+			p.maxOps = 1
+			for _, n := range tc.counts[1:] {
+				next := withChange(prev, countsName("wide"), func(sp *desired.ServicePort) {
+					*sp = *wideState(e, n, tc.local).Services[countsName("wide")]
+				})
+				fake.afterRun = func() { midSyncFlows(t, fake, prev, next) }
+				mustSync(t, p, next)
+				fake.afterRun = nil
+				checkWideFlows(t, fake, next)
+				if got, want := ownsChains(fake), ownsWide(next); got != want {
+					t.Errorf("%d endpoints: chains of its own %v, want %v", n, got, want)
+				}
+				ref := newStrictFake(knftables.IPv4Family)
+				mustSync(t, NewWithInterface(proxy.IPv4, ref), wideState(e, n, tc.local))
+				if got, want := sortedDump(fake), sortedDump(ref); got != want {
+					t.Errorf("%d endpoints: table differs from a fresh sync:\n%s", n, lineDiff(want, got))
+				}
+				prev = next
+			}
+		})
+	}
+}
+
+// ownsWide tells whether the wide service port should have chains of its
+// own: (E−1)·N ≥ defaultOwnSlots.
+func ownsWide(st *desired.State) bool {
+	sp := st.Services[countsName("wide")]
+	n := len(sp.External.Endpoints)
+	if sp.ExternalLocal {
+		n += len(sp.Cluster.Endpoints)
+	}
+	return (len(sp.ExternalIPs)-1)*n >= defaultOwnSlots
+}
+
+// ownsChains tells whether the table has a service port's own chain (a
+// name with a "/").
+func ownsChains(fake *strictFake) bool {
+	for name := range fake.Table.Chains {
+		if strings.Contains(name, "/") {
+			return true
+		}
+	}
+	return false
+}
+
+// midSyncFlows checks, between two transactions of a sync from prev to
+// next, that flows to the wide service's external IPs reach exactly its
+// old or its new endpoints.
+func midSyncFlows(t *testing.T, fake *strictFake, prev, next *desired.State) {
+	t.Helper()
+	w := proxytest.WorldOf(proxy.IPv4)
+	for _, dst := range wideExternalIPs(3) {
+		for _, src := range []netip.Addr{w.ExternalClient, w.LocalPod(250)} {
+			flow := proxytest.Flow{Source: src, Protocol: proxy.TCP, Dest: dst, DestPort: 80}
+			got := newTracer(t, fake, next).trace(flow)
+			before, after := proxytest.Evaluate(prev, flow), proxytest.Evaluate(next, flow)
+			if !got.Equal(before) && !got.Equal(after) {
+				t.Fatalf("mid-sync after:\n%s\n%v reached %s; want %s or %s", fake.LastTransaction, flow, got, before, after)
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
@@ -12,7 +13,7 @@ import (
 )
 
 // TestKernelManyExternalIPs: a Service with four external IPs and an LB IP
-// (chains of its own, inline endpoint maps) spreads the connections to
+// (chains of its own, inline endpoint maps, whatever the threshold) spreads the connections to
 // each of them over all its endpoints, for TCP, UDP and SCTP, and keeps
 // doing so as endpoints are removed and added (each change rewrites its
 // chain). Its eTP=Local twin sends external clients to the local
@@ -24,11 +25,18 @@ func TestKernelManyExternalIPs(t *testing.T) {
 		t.Run(string(f.Family), func(t *testing.T) {
 			w := env.NewWorld(f)
 			p := newProxier(t, env, f)
+			// Five frontends × 3 endpoints are below the default
+			// threshold; the shape is what is tested here.
+			nftables.SetOwnSlots(p, 0)
 			wide := scenario.Spec{Name: "wide", Slot: 50, NodePort: 30200, External: true, MoreExternal: []int{51, 52, 53},
 				LB: true, Endpoints: podEndpoints("pod-a", "pod-b", "pod-r")}
 			local := scenario.Spec{Name: "wide-local", Slot: 55, NodePort: 30210, External: true, MoreExternal: []int{56},
 				LB: true, ETPLocal: true, Endpoints: podEndpoints("pod-a", "pod-b", "pod-r")}
 			syncIn(t, env, p, w.Apply(t, wide, local))
+			if ruleset, err := env.Node1.NS.ListRuleset(context.Background()); err != nil || !strings.Contains(ruleset, "chain external-") ||
+				!strings.Contains(ruleset, "/wide/tcp/tcp") || !strings.Contains(ruleset, "/wide-local/udp/udp") {
+				t.Fatalf("no chains of their own (err %v):\n%s", err, ruleset)
+			}
 			spreadsOverAll(t, env, f, wide)
 			for _, pods := range [][]string{{"pod-a", "pod-r"}, {"pod-a", "pod-b", "pod-c", "pod-r"}} {
 				wide.Endpoints = podEndpoints(pods...)

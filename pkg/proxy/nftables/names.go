@@ -152,7 +152,7 @@ func affinityChain(class string, n proxy.ServicePortName) string {
 }
 
 // ownChain names a service port's own dispatch chain of a class (many
-// external frontends, see ownExternalFrontends): "<class>-HASH-ns/svc/proto/port",
+// external frontends × endpoints, see defaultOwnSlots): "<class>-HASH-ns/svc/proto/port",
 // upstream's spelling of its per-service chains. A shared dispatch chain's
 // name never holds a "/", so the two cannot meet.
 func ownChain(class string, n proxy.ServicePortName) string {

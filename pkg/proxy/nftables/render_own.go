@@ -7,31 +7,40 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
-// ownExternalFrontends is the number of external frontends (external and
-// LB IPs of the family) from which a service port's external traffic gets
-// chains of its own instead of the shared dispatch chains.
+// defaultOwnSlots decides when a service port's external and LB IP
+// frontends get chains of their own instead of the shared dispatch
+// chains: when, shared, they would hold at least this many endpoint slots
+// beyond one frontend's.
 //
 // In the shared chains a frontend's endpoints are elements keyed by the
 // frontend, so E external frontends with N endpoints cost E×N elements —
 // 100k for 1,000 external IPs × 100 endpoints, rewritten when the count
 // changes, on every node: a tenant could amplify. A chain of the service
 // port's own picks among the N endpoints once (an inline map in its DNAT
-// rule) and every frontend jumps there: E+N. The price is a chain and an
-// anonymous map per such service port, which is what the kernel's cost
-// grows with, so the common case (no or one external IP or LB IP) keeps
-// the shared chains: for one frontend they cost N elements either way.
-// Deciding by the frontends alone keeps the shape stable while endpoints
-// come and go.
-const ownExternalFrontends = 2
+// rule) and every frontend jumps there: E+N. But a chain and an inline
+// map cost more than elements: at 5,000 service ports with 2 external
+// IPs × 10 endpoints, own chains took a cold sync from ≈ 0.8 to ≈ 3.5 s
+// of CPU (≈ 0.55 ms, the price of ≈ 190 element operations, per chain),
+// and every nft run (a rule change) from ≈ 40 to ≈ 400 ms, as nft reads
+// them all into its cache. So the shared chains stay for all but the
+// amplifying shapes: (E−1)·N ≥ 256, e.g. 2 frontends × 256 endpoints,
+// 27 × 10, 1,000 × 1. Crossing the line as endpoints come and go moves
+// the frontends between the shapes, which costs what a count change
+// costs in the shared chains anyway (all E×N elements move).
+const defaultOwnSlots = 256
 
-// ownsExternal reports whether the service port's external frontends use
-// chains of its own (ownExternalVerdict).
+// ownsExternal reports whether the service port's ipFrontends external
+// frontends use chains of their own (ownExternalVerdict).
 func (s *svcContext) ownsExternal(ipFrontends int) bool {
-	return ipFrontends >= ownExternalFrontends
+	n := len(s.sp.External.Endpoints)
+	if s.sp.ExternalLocal {
+		n += len(s.sp.Cluster.Endpoints)
+	}
+	return ipFrontends >= 2 && (ipFrontends-1)*n >= s.c.ownSlots
 }
 
 // ownExternalVerdict is the verdict of the external and LB IP frontends
-// of a service port with many (ownExternalFrontends). The chains mirror
+// of a service port with many (ownsExternal). The chains mirror
 // the shared ones: "external-HASH-id" marks for masquerade and DNATs
 // (eTP=Cluster); with eTP=Local it is the entry chain (pod and host
 // traffic to "cluster-HASH-id", external clients to the local endpoints,

@@ -38,11 +38,11 @@ func renderService(c *config, sp *desired.ServicePort) *part {
 	s := &svcContext{c: c, sp: sp, proto: protoName(sp.Protocol), p: &part{}, shard: serviceShard(sp.Name),
 		values: make([]epString, 0, len(sp.Internal.Endpoints))}
 	// Most elements are endpoint slots: frontends × endpoints per map
-	// (at most one external IP frontend's: more get chains of their own),
-	// plus the hairpin set; sizing once saves the slice's regrowth.
+	// (one external IP's at most: more get chains of their own), plus the
+	// hairpin set; sizing once saves the slice's regrowth.
 	n := len(sp.Internal.Endpoints)
 	ext := s.externalAddrs()
-	s.p.elems = make([]elemSpec, 0, 4+len(ext)+4*n)
+	s.p.elems = make([]elemSpec, 0, 4+len(ext)+3*n+n*min(len(ext), 1))
 	s.p.addElem(setClusterIPs, addrString(sp.ClusterIP), "")
 
 	internal, external, externalNP := s.verdicts(ext)
