@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
@@ -215,6 +217,59 @@ func midSyncFlows(t *testing.T, fake *strictFake, prev, next *desired.State) {
 			if !got.Equal(before) && !got.Equal(after) {
 				t.Fatalf("mid-sync after:\n%s\n%v reached %s; want %s or %s", fake.LastTransaction, flow, got, before, after)
 			}
+		}
+	}
+}
+
+// TestManyExternalIPsInKernel programs the 1,000 external IPs × 100
+// endpoints service, at the default threshold, into a real kernel: the
+// 100-item inline map must be accepted, a restart must send nothing, and
+// one endpoint fewer must stay O(E+N), then read back unchanged again.
+func TestManyExternalIPsInKernel(t *testing.T) {
+	requireRoot(t)
+	ns, err := netnstest.New(t).NewNS("wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const e, n = 1000, 100
+	for _, local := range []bool{false, true} {
+		st := wideState(e, n, local)
+		next := withChange(st, countsName("wide"), func(sp *desired.ServicePort) {
+			*sp = *wideState(e, n-1, local).Services[countsName("wide")]
+		})
+		err := ns.Do(func() error {
+			p, err := New(proxy.IPv4)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = p.Cleanup(context.Background()) }()
+			for _, step := range []struct {
+				st   *desired.State
+				what string
+			}{{st, "cold sync"}, {next, "one endpoint fewer"}} {
+				if err := p.Sync(context.Background(), step.st); err != nil {
+					return fmt.Errorf("%s: %w", step.what, err)
+				}
+				if ops := p.last.operations; ops > e+8*n {
+					return fmt.Errorf("%s: %d operations, want ≤ %d (E+N)", step.what, ops, e+8*n)
+				}
+				restarted, err := New(proxy.IPv4)
+				if err != nil {
+					return err
+				}
+				full := *step.st
+				full.Changed = nil
+				if err := restarted.Sync(context.Background(), &full); err != nil {
+					return fmt.Errorf("restart after %s: %w", step.what, err)
+				}
+				if ops := restarted.last.operations; ops != 0 {
+					return fmt.Errorf("restart after %s sent %d operations", step.what, ops)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("eTP-local=%v: %v", local, err)
 		}
 	}
 }
