@@ -17,16 +17,18 @@ import (
 // Spec describes one test Service; every Service is dual-stack and has one
 // port per protocol (named tcp, udp, sctp) on port 80 → 8080.
 type Spec struct {
-	Name      string
-	Slot      int   // host part of its cluster, external and LB IPs
-	NodePort  int32 // 0: ClusterIP; else the TCP node port, UDP +1, SCTP +2
-	External  bool
-	LB        bool
-	Ranges    func(e *Env) []string
-	Affinity  int32
-	ETPLocal  bool
-	ITPLocal  bool
-	Endpoints []EPSpec
+	Name     string
+	Slot     int   // host part of its cluster, external and LB IPs
+	NodePort int32 // 0: ClusterIP; else the TCP node port, UDP +1, SCTP +2
+	External bool
+	// MoreExternal are more external IPs: ExternalIP of each slot.
+	MoreExternal []int
+	LB           bool
+	Ranges       func(e *Env) []string
+	Affinity     int32
+	ETPLocal     bool
+	ITPLocal     bool
+	Endpoints    []EPSpec
 	// Tweak and TweakSlice, if set, edit the objects last (hostile input).
 	Tweak      func(svc *v1.Service)
 	TweakSlice func(f Fam, sl *discoveryv1.EndpointSlice)
@@ -81,6 +83,9 @@ func (e *Env) service(s Spec) *v1.Service {
 			svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, v1.IPFamily(f.Family))
 			if s.External {
 				svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, f.ExternalIP(s.Slot).String())
+			}
+			for _, n := range s.MoreExternal {
+				svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, f.ExternalIP(n).String())
 			}
 			if s.LB {
 				svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress,

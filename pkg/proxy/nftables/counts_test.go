@@ -23,14 +23,7 @@ import (
 // remote endpoint for the cluster-wide choice).
 func countsState(n int) *desired.State {
 	w := proxytest.WorldOf(proxy.IPv4)
-	st := &desired.State{
-		Family:    proxy.IPv4,
-		NodeIPs:   []netip.Addr{w.NodeIP},
-		NodePorts: desired.NodePortAddrs{All: true},
-		Masquerade: desired.Masquerade{Mark: 1 << 14,
-			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{w.ClusterCIDR}}},
-		Services: map[proxy.ServicePortName]*desired.ServicePort{},
-	}
+	st := emptyState()
 	eps := func(addr func(int) netip.Addr, count int) []desired.Endpoint {
 		var out []desired.Endpoint
 		for i := 1; i <= count; i++ {
@@ -49,6 +42,20 @@ func countsState(n int) *desired.State {
 		ClusterIP: w.ClusterIP(2), NodePort: 30002, ExternalIPs: []netip.Addr{w.ExternalIP(2)},
 		Internal: cluster, External: local, Cluster: cluster, ExternalLocal: true}
 	return st
+}
+
+// emptyState is an IPv4 State without services: node ports on every
+// address, the cluster CIDR as the local-traffic detector.
+func emptyState() *desired.State {
+	w := proxytest.WorldOf(proxy.IPv4)
+	return &desired.State{
+		Family:    proxy.IPv4,
+		NodeIPs:   []netip.Addr{w.NodeIP},
+		NodePorts: desired.NodePortAddrs{All: true},
+		Masquerade: desired.Masquerade{Mark: 1 << 14,
+			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{w.ClusterCIDR}}},
+		Services: map[proxy.ServicePortName]*desired.ServicePort{},
+	}
 }
 
 func countsName(name string) proxy.ServicePortName {

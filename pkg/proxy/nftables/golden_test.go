@@ -22,6 +22,15 @@ var goldenCases = []string{
 	"externalTrafficPolicy Local with a local endpoint",
 	"nodePortAddresses primary",
 	"detectLocalMode InterfaceNamePrefix",
+	"several external IPs and LB IPs",
+	"externalTrafficPolicy Local with several LB IPs",
+}
+
+// ownGoldenCases are also dumped with chains of their own for every
+// service port with several external frontends ("-own" files).
+var ownGoldenCases = []string{
+	"several external IPs and LB IPs",
+	"externalTrafficPolicy Local with several LB IPs",
 }
 
 func TestGolden(t *testing.T) {
@@ -29,18 +38,24 @@ func TestGolden(t *testing.T) {
 	for _, c := range proxytest.Cases() {
 		cases[c.Name] = c
 	}
-	for _, name := range goldenCases {
-		c, ok := cases[name]
-		if !ok {
-			t.Errorf("golden case %q is not in proxytest.Cases()", name)
-			continue
-		}
-		for _, family := range proxy.Families {
-			file := strings.NewReplacer(" ", "-", ",", "").Replace(strings.ToLower(name)) + "-" + strings.ToLower(string(family)) + ".golden"
-			t.Run(file, func(t *testing.T) {
-				got := syncFake(t, proxytest.BuildState(t, c, family)).Dump()
-				proxytest.CheckGolden(t, filepath.Join("testdata", file), got, *update)
-			})
+	for _, list := range []struct {
+		names    []string
+		suffix   string
+		ownSlots int
+	}{{goldenCases, "", defaultOwnSlots}, {ownGoldenCases, "-own", 0}} {
+		for _, name := range list.names {
+			c, ok := cases[name]
+			if !ok {
+				t.Errorf("golden case %q is not in proxytest.Cases()", name)
+				continue
+			}
+			for _, family := range proxy.Families {
+				file := strings.NewReplacer(" ", "-", ",", "").Replace(strings.ToLower(name)) + "-" + strings.ToLower(string(family)) + list.suffix + ".golden"
+				t.Run(file, func(t *testing.T) {
+					got := syncFakeOwn(t, proxytest.BuildState(t, c, family), list.ownSlots).Dump()
+					proxytest.CheckGolden(t, filepath.Join("testdata", file), got, *update)
+				})
+			}
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package nftables_test
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -33,13 +32,7 @@ func TestKernelEndpointCounts(t *testing.T) {
 	}
 	env.Pods["pod-d"] = pod
 	order := []string{"pod-a", "pod-r", "pod-b", "pod-d", "pod-c"} // a remote one among the first two
-	endpoints := func(n int) []scenario.EPSpec {
-		var eps []scenario.EPSpec
-		for _, name := range order[:n] {
-			eps = append(eps, scenario.EPSpec{Pod: name})
-		}
-		return eps
-	}
+	endpoints := func(n int) []scenario.EPSpec { return podEndpoints(order[:n]...) }
 	for _, f := range scenario.Families {
 		t.Run(string(f.Family), func(t *testing.T) {
 			w := env.NewWorld(f)
@@ -57,9 +50,7 @@ func TestKernelEndpointCounts(t *testing.T) {
 				flushConntrack(t, env)
 				reachesExactly(t, env, f, spec)
 			}
-			if err := env.Node1.NS.Do(func() error { return p.Cleanup(context.Background()) }); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
+			cleanupIn(t, env, p)
 		})
 	}
 }

@@ -151,6 +151,15 @@ func affinityChain(class string, n proxy.ServicePortName) string {
 	return fmt.Sprintf("affinity-%s-%s-%s", class, svcHash(id), id)
 }
 
+// ownChain names a service port's own dispatch chain of a class (many
+// external frontends × endpoints, see defaultOwnSlots): "<class>-HASH-ns/svc/proto/port",
+// upstream's spelling of its per-service chains. A shared dispatch chain's
+// name never holds a "/", so the two cannot meet.
+func ownChain(class string, n proxy.ServicePortName) string {
+	id := servicePortID(n)
+	return fmt.Sprintf("%s-%s-%s", class, svcHash(id), id)
+}
+
 // affinitySet names the dynamic set that remembers the clients of one
 // endpoint of one service port.
 func affinitySet(n proxy.ServicePortName, ep netip.AddrPort) string {

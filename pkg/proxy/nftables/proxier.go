@@ -26,6 +26,9 @@ type Proxier struct {
 	run    txRunner // commits a transaction: nft.Run, or nftRunner
 	store  *store
 	maxOps int
+	// ownSlots is config.ownSlots (tests lower it to give every service
+	// port with several external frontends chains of its own).
+	ownSlots int
 
 	readDone bool  // the existing table was read back
 	nlFamily uint8 // non-zero: a real kernel, read back over netlink
@@ -70,7 +73,8 @@ func New(family proxy.IPFamily) (*Proxier, error) {
 // NewWithInterface returns a Proxier that programs through nft (tests pass
 // knftables.NewFake(family, TableName)).
 func NewWithInterface(family proxy.IPFamily, nft knftables.Interface) *Proxier {
-	return &Proxier{family: family, nft: nft, run: nft.Run, store: newStore(), maxOps: defaultMaxOps, needFull: true}
+	return &Proxier{family: family, nft: nft, run: nft.Run, store: newStore(), maxOps: defaultMaxOps,
+		ownSlots: defaultOwnSlots, needFull: true}
 }
 
 // Init is part of syncer.Proxier. The nftables backend needs no privileged
@@ -97,6 +101,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	full := p.needFull || st.Changed == nil || !p.global.equal(g)
 	cfg := newConfig(st)
 	cfg.kernelValue = p.store
+	cfg.ownSlots = p.ownSlots
 	p.store.clearDirty()
 	if full {
 		p.store.resetClaims()

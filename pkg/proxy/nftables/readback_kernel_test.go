@@ -77,7 +77,8 @@ func diffLines(a, b []string) string {
 // throwaway namespace and checks that the netlink read-back sees exactly
 // what nft's JSON listing sees: chains, rule comments, sets, and every
 // element in the same spelling (addresses, protocols, ports, numgen slots,
-// verdicts, concatenated ranges).
+// verdicts, concatenated ranges), and that a restarted Proxier, reading
+// it back, sends nothing.
 func TestNetlinkReadBackMatchesNft(t *testing.T) {
 	requireRoot(t)
 	ns, err := netnstest.New(t).NewNS("readback")
@@ -92,6 +93,9 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				// Every service port with several external frontends
+				// in chains of its own, to cover that shape too.
+				p.ownSlots = 0
 				defer func() { _ = p.Cleanup(context.Background()) }()
 				if err := p.Sync(context.Background(), st); err != nil {
 					return err
@@ -102,6 +106,20 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				}
 				if len(viaNft) < 10 {
 					return fmt.Errorf("read-back saw almost nothing: %v", viaNft)
+				}
+				// And a restart with the same State sends nothing.
+				restarted, err := New(family)
+				if err != nil {
+					return err
+				}
+				restarted.ownSlots = 0
+				full := *st
+				full.Changed = nil
+				if err := restarted.Sync(context.Background(), &full); err != nil {
+					return err
+				}
+				if n := restarted.last.operations; n != 0 {
+					return fmt.Errorf("a restart with the same State sent %d operations", n)
 				}
 				return nil
 			})

@@ -22,11 +22,15 @@ type config struct {
 	podMatch string
 	// dispatch caches the dispatch chains rendered in this sync.
 	dispatch map[string]*chainSpec
+	// ownSlots: a service port whose external frontends would hold this
+	// many endpoint slots beyond one frontend's gets chains of its own
+	// (ownsExternal).
+	ownSlots int
 }
 
 func newConfig(st *desired.State) *config {
 	fs := specFor(st.Family)
-	c := &config{fs: fs, mark: fmt.Sprintf("%#08x", st.Masquerade.Mark)}
+	c := &config{fs: fs, mark: fmt.Sprintf("%#08x", st.Masquerade.Mark), ownSlots: defaultOwnSlots}
 	notLocal := ""
 	switch l := st.Masquerade.Local; l.Mode {
 	case desired.LocalCIDR:

@@ -37,15 +37,17 @@ type epString struct {
 func renderService(c *config, sp *desired.ServicePort) *part {
 	s := &svcContext{c: c, sp: sp, proto: protoName(sp.Protocol), p: &part{}, shard: serviceShard(sp.Name),
 		values: make([]epString, 0, len(sp.Internal.Endpoints))}
-	// Most elements are endpoint slots: frontends × endpoints per map,
-	// plus the hairpin set; sizing once saves the slice's regrowth.
+	// Most elements are endpoint slots: frontends × endpoints per map
+	// (one external IP's at most: more get chains of their own), plus the
+	// hairpin set; sizing once saves the slice's regrowth.
 	n := len(sp.Internal.Endpoints)
-	s.p.elems = make([]elemSpec, 0, 4+len(sp.ExternalIPs)+len(sp.LoadBalancerIPs)+3*n+n*(len(sp.ExternalIPs)+len(sp.LoadBalancerIPs)))
+	ext := s.externalAddrs()
+	s.p.elems = make([]elemSpec, 0, 4+len(ext)+3*n+n*min(len(ext), 1))
 	s.p.addElem(setClusterIPs, addrString(sp.ClusterIP), "")
 
-	internal, external, externalNP := s.verdicts()
+	internal, external, externalNP := s.verdicts(ext)
 	s.p.addElem(mapServiceIPs, s.ipKey(sp.ClusterIP, sp.Port), internal)
-	for _, a := range s.externalAddrs() {
+	for _, a := range ext {
 		s.p.addElem(mapServiceIPs, s.ipKey(a, sp.Port), external)
 	}
 	if sp.NodePort != 0 {
@@ -119,19 +121,23 @@ func (s *svcContext) externalAddrs() []netip.Addr {
 }
 
 // verdicts returns the service-ips / service-nodeports verdicts of the
-// cluster IP, the external IPs and the node port, adding whatever chains and
-// endpoint elements they lead to. A verdict no frontend uses is "".
-func (s *svcContext) verdicts() (internal, external, nodePort string) {
+// cluster IP, the external IPs ext and the node port, adding whatever
+// chains and endpoint elements they lead to. A verdict no frontend uses
+// is "".
+func (s *svcContext) verdicts(ext []netip.Addr) (internal, external, nodePort string) {
 	if s.sp.AffinitySeconds > 0 {
 		return s.affinityVerdicts()
 	}
 	sp := s.sp
 	internal = s.dispatchVerdict(sp.Internal, s.chain(s.c.internalChain, ipFrontend), []string{s.ipKey(sp.ClusterIP, sp.Port)})
-	if keys := s.frontendKeys(ipFrontend); len(keys) > 0 {
-		external = s.externalVerdict(ipFrontend, keys)
+	switch {
+	case s.ownsExternal(len(ext)):
+		external = s.ownExternalVerdict()
+	case len(ext) > 0:
+		external = s.externalVerdict(ipFrontend, s.frontendKeys(ext))
 	}
 	if sp.NodePort != 0 {
-		nodePort = s.externalVerdict(nodePortFrontend, s.frontendKeys(nodePortFrontend))
+		nodePort = s.externalVerdict(nodePortFrontend, []string{s.npKey(sp.NodePort)})
 	}
 	return internal, external, nodePort
 }
@@ -151,13 +157,11 @@ func (s *svcContext) dispatchVerdict(d desired.Dispatch, chain func(int) *chainS
 	return "goto " + ch.name
 }
 
-// frontendKeys lists the endpoint-map key prefixes of the frontends of kind.
-func (s *svcContext) frontendKeys(kind frontendKind) []string {
-	if kind == nodePortFrontend {
-		return []string{s.npKey(s.sp.NodePort)}
-	}
-	var keys []string
-	for _, a := range s.externalAddrs() {
+// frontendKeys lists the endpoint-map key prefixes of the external IP
+// frontends ext.
+func (s *svcContext) frontendKeys(ext []netip.Addr) []string {
+	keys := make([]string, 0, len(ext))
+	for _, a := range ext {
 		keys = append(keys, s.ipKey(a, s.sp.Port))
 	}
 	return keys

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -14,8 +15,16 @@ import (
 // syncFake programs state into a fresh fake and returns it.
 func syncFake(t *testing.T, state *desired.State) *strictFake {
 	t.Helper()
+	return syncFakeOwn(t, state, defaultOwnSlots)
+}
+
+// syncFakeOwn is syncFake with config.ownSlots set to ownSlots (0: every
+// service port with several external frontends gets chains of its own).
+func syncFakeOwn(t *testing.T, state *desired.State, ownSlots int) *strictFake {
+	t.Helper()
 	fake := newStrictFake(specFor(state.Family).family)
 	p := NewWithInterface(state.Family, fake)
+	p.ownSlots = ownSlots
 	if err := p.Sync(context.Background(), state); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
@@ -27,17 +36,23 @@ func newTracer(t *testing.T, fake *strictFake, state *desired.State) *tracer {
 }
 
 // TestFlows runs the shared packet-flow table through the rules the
-// backend programs for each case.
+// backend programs for each case: with the default layout, and with every
+// service port that has several external frontends in chains of its own
+// (the shared cases are too small to reach the default threshold).
 func TestFlows(t *testing.T) {
-	fakes := map[*desired.State]*strictFake{}
-	proxytest.RunFlows(t, func(t *testing.T, state *desired.State, flow proxytest.Flow) proxytest.Result {
-		fake := fakes[state]
-		if fake == nil {
-			fake = syncFake(t, state)
-			fakes[state] = fake
-		}
-		return newTracer(t, fake, state).trace(flow)
-	})
+	for _, own := range []int{defaultOwnSlots, 0} {
+		t.Run(fmt.Sprintf("ownSlots=%d", own), func(t *testing.T) {
+			fakes := map[*desired.State]*strictFake{}
+			proxytest.RunFlows(t, func(t *testing.T, state *desired.State, flow proxytest.Flow) proxytest.Result {
+				fake := fakes[state]
+				if fake == nil {
+					fake = syncFakeOwn(t, state, own)
+					fakes[state] = fake
+				}
+				return newTracer(t, fake, state).trace(flow)
+			})
+		})
+	}
 }
 
 // TestTracerNoticesBrokenRules guards the tracer against passing vacuously:

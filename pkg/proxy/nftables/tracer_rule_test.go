@@ -222,7 +222,8 @@ func (tr *tracer) vmap(name string, alts [][]string, p pkt) []branch {
 	return out
 }
 
-// dnat handles "dnat ip to ADDR:PORT" and "dnat ip to EXPR map @m".
+// dnat handles "dnat ip to ADDR:PORT", "dnat ip to EXPR map @m" and
+// "dnat ip to EXPR map { k : v, … }".
 func (tr *tracer) dnat(toks []string, i int, p pkt) []branch {
 	if i+4 == len(toks) {
 		ap, err := netip.ParseAddrPort(toks[i+3])
@@ -236,9 +237,13 @@ func (tr *tracer) dnat(toks []string, i int, p pkt) []branch {
 	if toks[j] != "map" {
 		tr.t.Fatalf("tracer: dnat without map in %q", strings.Join(toks, " "))
 	}
+	lookup := func(key []string) (*knftElem, bool) { return tr.lookup(toks[j+1][1:], key) }
+	if strings.HasPrefix(toks[j+1], "{") {
+		lookup = func(key []string) (*knftElem, bool) { return inlineLookup(tr, toks[j+1], key) }
+	}
 	var out []branch
 	for _, alt := range tr.values(sels, p) {
-		e, ok := tr.lookup(toks[j+1][1:], alt)
+		e, ok := lookup(alt)
 		if !ok {
 			out = append(out, branch{p: p, f: fNext}) // a failed lookup breaks the rule
 			continue
@@ -252,6 +257,21 @@ func (tr *tracer) dnat(toks []string, i int, p pkt) []branch {
 		out = append(out, branch{p: q, f: fAccept})
 	}
 	return out
+}
+
+// inlineLookup finds key in an inline map "{ k : v, … }" (keys and
+// values concatenations joined by " . ").
+func inlineLookup(tr *tracer, group string, key []string) (*knftElem, bool) {
+	for _, item := range groupItems(group) {
+		k, v, ok := strings.Cut(item, " : ")
+		if !ok {
+			tr.t.Fatalf("tracer: map item %q in %q", item, group)
+		}
+		if ks := splitElem(k); keyMatches(key, ks) {
+			return &knftElem{key: ks, value: splitElem(v)}, true
+		}
+	}
+	return nil, false
 }
 
 func parseNum(tr *tracer, s string) uint32 {

@@ -15,7 +15,7 @@ import (
 func Cases() []Case {
 	var out []Case
 	for _, group := range [][]Case{basicCases(), nodePortCases(), externalCases(), policyCases(),
-		terminatingCases(), topologyCases(), masqueradeCases()} {
+		terminatingCases(), topologyCases(), masqueradeCases(), manyFrontendCases()} {
 		out = append(out, group...)
 	}
 	return out
