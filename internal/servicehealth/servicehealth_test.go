@@ -7,11 +7,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
@@ -211,5 +214,40 @@ func TestAllNodePortAddressesListenOnUnspecified(t *testing.T) {
 	want := []string{"tcp4 0.0.0.0:30001", "tcp6 [::]:30001"}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("listened on %v, want %v", got, want)
+	}
+}
+
+// TestDropsIdleAndSlowConnections: a load balancer's probes are short; a
+// client that keeps a connection idle after a probe, or never finishes its
+// request, must not hold the port's goroutine and socket for ever. The
+// deadline only guards against a hang; the timeouts are 100 ms.
+func TestDropsIdleAndSlowConnections(t *testing.T) {
+	var healthy atomic.Bool
+	healthy.Store(true)
+	s, _ := newServer(t, &healthy)
+	s.timeouts = metrics.Timeouts{ReadHeader: 100 * time.Millisecond, Read: 100 * time.Millisecond, Write: 100 * time.Millisecond, Idle: 100 * time.Millisecond}
+	port := freePort(t, "tcp4", "127.0.0.1")
+	s.Sync(loopback4, proxy.IPv4, []desired.HealthCheck{{Service: svcA, Port: port, LocalReady: 1}})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
+
+	for name, request := range map[string]string{
+		"idle after a probe": "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"partial request":    "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+	} {
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, request); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		// Reads the probe's answer, if any, then waits for the close.
+		if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s: connection still open after 20s", name)
+		}
+		c.Close()
 	}
 }
