@@ -80,7 +80,20 @@ type Reconciler struct {
 	// diff is left to the round, off the sync path).
 	retired       []*desired.ServicePort
 	retiredStates []*desired.State
+	// sweep replaces retired and retiredStates once they grew past their
+	// bounds (rounds kept failing while syncs went on): the detail is
+	// dropped and the next complete round sweeps more broadly instead.
+	sweep bool
 }
+
+// Bounds of the retired work kept between rounds. A round normally takes
+// it within seconds; they are reached only when rounds keep failing (the
+// conntrack netlink dump erroring) across many syncs. A retired State can
+// hold as much memory as the current one, hence the small bound.
+const (
+	maxRetiredPorts  = 4096
+	maxRetiredStates = 4
+)
 
 // New returns a Reconciler for family that works through ct. The first
 // round, once a State has been observed, checks every UDP and SCTP flow.
@@ -111,6 +124,7 @@ func (r *Reconciler) Observe(state *desired.State, changes model.Changes) {
 		} else {
 			r.noteRetired(prev, state)
 		}
+		r.bound()
 	}
 	due := changes.ConntrackCleanup || r.pending
 	r.pending = due
@@ -133,6 +147,20 @@ func (r *Reconciler) noteRetired(prev, state *desired.State) {
 	}
 }
 
+// bound collapses the retired work into a sweep once it is too large.
+// Dropping detail must not lose a deletion: the sweep deletes every flow
+// a retired frontend could have left behind, and more.
+func (r *Reconciler) bound() {
+	if len(r.retired) <= maxRetiredPorts && len(r.retiredStates) <= maxRetiredStates {
+		return
+	}
+	if !r.sweep {
+		klog.InfoS("Conntrack cleanup is far behind; the next round sweeps every DNATed flow to a non-service address",
+			"ipFamily", r.family, "retiredPorts", len(r.retired), "retiredStates", len(r.retiredStates))
+	}
+	r.retired, r.retiredStates, r.sweep = nil, nil, true
+}
+
 func (r *Reconciler) signal() {
 	select {
 	case r.wake <- struct{}{}:
@@ -145,6 +173,7 @@ type work struct {
 	state         *desired.State
 	retired       []*desired.ServicePort
 	retiredStates []*desired.State
+	sweep         bool
 }
 
 // take hands the due work to a round, or nil when nothing is due.
@@ -154,8 +183,8 @@ func (r *Reconciler) take() *work {
 	if !r.pending || r.latest == nil {
 		return nil
 	}
-	w := &work{state: r.latest, retired: r.retired, retiredStates: r.retiredStates}
-	r.pending, r.retired, r.retiredStates = false, nil, nil
+	w := &work{state: r.latest, retired: r.retired, retiredStates: r.retiredStates, sweep: r.sweep}
+	r.pending, r.retired, r.retiredStates, r.sweep = false, nil, nil, false
 	return w
 }
 
@@ -166,6 +195,8 @@ func (r *Reconciler) giveBack(w *work) {
 	r.pending = true
 	r.retired = append(w.retired, r.retired...)
 	r.retiredStates = append(w.retiredStates, r.retiredStates...)
+	r.sweep = r.sweep || w.sweep
+	r.bound()
 }
 
 func (r *Reconciler) current() *desired.State {
