@@ -60,7 +60,7 @@ func New(family proxy.IPFamily) (*Proxier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables %s: %w", family, err)
 	}
-	p := NewWithInterface(family, nft)
+	p := NewWithInterface(family, timeoutNFT{nft})
 	p.nlFamily = nfproto(family)
 	p.nlElements = netlinkElements
 	p.run = nftRunner(path)
@@ -186,7 +186,7 @@ func CleanupTables(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("nftables %s: %w", f, err))
 			continue
 		}
-		if err := deleteTable(ctx, nft); err != nil {
+		if err := deleteTable(ctx, timeoutNFT{nft}); err != nil {
 			errs = append(errs, err)
 		}
 	}
