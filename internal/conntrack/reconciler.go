@@ -36,7 +36,8 @@ type Options struct {
 	// Resync runs a round this long after the last one even without a
 	// trigger, as a safety net; negative disables it.
 	Resync time.Duration
-	// RetryAfter paces rounds after a failed one.
+	// RetryAfter paces rounds after a failed one; it doubles with each
+	// further consecutive failure, up to MaxRetryAfter.
 	RetryAfter time.Duration
 }
 
@@ -47,6 +48,12 @@ const (
 	DefaultResync      = 5 * time.Minute
 	DefaultRetryAfter  = time.Second
 )
+
+// MaxRetryAfter caps the backoff of failed rounds (unless RetryAfter is
+// longer): every round dumps all the family's flows (listing 200k took
+// most of a 1.1 s round, docs/performance.md), which a conntrack netlink
+// that keeps failing should not cost every second.
+const MaxRetryAfter = 30 * time.Second
 
 func (o Options) withDefaults() Options {
 	if o.Chunk <= 0 {
@@ -71,6 +78,8 @@ type Reconciler struct {
 	ct     kconntrack.Interface
 	opts   Options
 	wake   chan struct{}
+	// failures counts consecutive failed rounds; owned by Run's goroutine.
+	failures int
 
 	mu      sync.Mutex
 	latest  *desired.State
@@ -241,15 +250,29 @@ func (r *Reconciler) roundDue(ctx context.Context) bool {
 	case ctx.Err() != nil:
 		return false
 	case err != nil:
-		klog.ErrorS(err, "Conntrack reconciliation failed; will retry", "ipFamily", r.family, "after", r.opts.RetryAfter)
+		r.failures++
+		wait := r.retryWait()
+		klog.ErrorS(err, "Conntrack reconciliation failed; will retry", "ipFamily", r.family,
+			"consecutiveFailures", r.failures, "after", wait)
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(r.opts.RetryAfter):
+		case <-time.After(wait):
 		}
 		return true
 	}
+	r.failures = 0
 	return !res.Complete
+}
+
+// retryWait is the pause after the r.failures-th consecutive failed round.
+func (r *Reconciler) retryWait() time.Duration {
+	limit := max(MaxRetryAfter, r.opts.RetryAfter)
+	wait := r.opts.RetryAfter
+	for i := 1; i < r.failures && wait < limit; i++ {
+		wait *= 2
+	}
+	return min(wait, limit)
 }
 
 // Result describes one round.

@@ -381,3 +381,33 @@ func TestRetiredWorkIsBounded(t *testing.T) {
 		t.Error("a complete round left the sweep pending")
 	}
 }
+
+// TestFailedRoundsBackOff: a conntrack dump that keeps failing is retried
+// after 1, 2, 4 … s, at most every MaxRetryAfter, not every second.
+func TestFailedRoundsBackOff(t *testing.T) {
+	r := New(proxy.IPv4, &kconntrack.Fake{}, Options{})
+	var got []time.Duration
+	for r.failures = 1; r.failures <= 7; r.failures++ {
+		got = append(got, r.retryWait())
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 30, 30}
+	for i := range want {
+		want[i] *= time.Second
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+
+	// A failed round counts, a successful one resets.
+	ct := &kconntrack.Fake{ListErr: errors.New("netlink broke")}
+	r = New(proxy.IPv4, ct, Options{RetryAfter: time.Millisecond})
+	r.Observe(world(), cleanup)
+	if !r.roundDue(context.Background()) || r.failures != 1 {
+		t.Fatalf("after a failed round: failures=%d, want 1 and another round", r.failures)
+	}
+	ct.ListErr = nil
+	r.roundDue(context.Background())
+	if r.failures != 0 {
+		t.Errorf("after a good round: failures=%d, want 0", r.failures)
+	}
+}
