@@ -12,15 +12,19 @@ import (
 	"time"
 )
 
-// short are timeouts the tests can wait out; closeGuard only guards against
-// a hang (a server that never closes), it is not a timing assertion.
-var short = Timeouts{ReadHeader: 100 * time.Millisecond, Read: 200 * time.Millisecond, Write: 200 * time.Millisecond, Idle: 100 * time.Millisecond}
+// Each test makes short only the timeout it exercises; the others stay
+// long, so a loaded machine cannot make them fire first. closeGuard only
+// guards against a hang (a server that never closes), it is not a timing
+// assertion.
+const (
+	short      = 100 * time.Millisecond
+	long       = 30 * time.Second
+	closeGuard = 20 * time.Second
+)
 
-const closeGuard = 20 * time.Second
-
-// serveShort runs Serve with the short timeouts on a free loopback port and
+// serveShort runs Serve with timeouts on a free loopback port and
 // returns the address once it answers.
-func serveShort(t *testing.T) string {
+func serveShort(t *testing.T, timeouts Timeouts) string {
 	t.Helper()
 	l := occupy(t)
 	addr := l.Addr().String()
@@ -28,7 +32,7 @@ func serveShort(t *testing.T) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		Serve(ctx, ServeOptions{Name: "metrics", Addr: addr, Timeouts: short,
+		Serve(ctx, ServeOptions{Name: "metrics", Addr: addr, Timeouts: timeouts,
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })})
 		close(done)
 	}()
@@ -57,7 +61,7 @@ func expectClosed(t *testing.T, c net.Conn, r io.Reader) {
 }
 
 func TestServeClosesIdleKeepAliveConnection(t *testing.T) {
-	addr := serveShort(t)
+	addr := serveShort(t, Timeouts{ReadHeader: long, Read: long, Write: long, Idle: short})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +85,7 @@ func TestServeClosesIdleKeepAliveConnection(t *testing.T) {
 }
 
 func TestServeClosesPartialRequest(t *testing.T) {
-	addr := serveShort(t)
+	addr := serveShort(t, Timeouts{ReadHeader: short, Read: long, Write: long, Idle: long})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

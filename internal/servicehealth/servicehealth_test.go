@@ -219,35 +219,41 @@ func TestAllNodePortAddressesListenOnUnspecified(t *testing.T) {
 
 // TestDropsIdleAndSlowConnections: a load balancer's probes are short; a
 // client that keeps a connection idle after a probe, or never finishes its
-// request, must not hold the port's goroutine and socket for ever. The
-// deadline only guards against a hang; the timeouts are 100 ms.
+// request, must not hold the port's goroutine and socket for ever. Only the
+// timeout a case exercises is short (100 ms); the 20 s deadline only guards
+// against a hang.
 func TestDropsIdleAndSlowConnections(t *testing.T) {
-	var healthy atomic.Bool
-	healthy.Store(true)
-	s, _ := newServer(t, &healthy)
-	s.timeouts = metrics.Timeouts{ReadHeader: 100 * time.Millisecond, Read: 100 * time.Millisecond, Write: 100 * time.Millisecond, Idle: 100 * time.Millisecond}
-	port := freePort(t, "tcp4", "127.0.0.1")
-	s.Sync(loopback4, proxy.IPv4, []desired.HealthCheck{{Service: svcA, Port: port, LocalReady: 1}})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
-
-	for name, request := range map[string]string{
-		"idle after a probe": "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-		"partial request":    "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+	const short, long = 100 * time.Millisecond, 30 * time.Second
+	for name, c := range map[string]struct {
+		timeouts metrics.Timeouts
+		request  string
+	}{
+		"idle after a probe": {metrics.Timeouts{ReadHeader: long, Read: long, Write: long, Idle: short},
+			"GET / HTTP/1.1\r\nHost: x\r\n\r\n"},
+		"partial request": {metrics.Timeouts{ReadHeader: short, Read: long, Write: long, Idle: long},
+			"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: "},
 	} {
-		c, err := net.Dial("tcp4", addr)
+		var healthy atomic.Bool
+		healthy.Store(true)
+		s, _ := newServer(t, &healthy)
+		s.timeouts = c.timeouts
+		port := freePort(t, "tcp4", "127.0.0.1")
+		s.Sync(loopback4, proxy.IPv4, []desired.HealthCheck{{Service: svcA, Port: port, LocalReady: 1}})
+		conn, err := net.Dial("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := io.WriteString(c, request); err != nil {
+		if _, err := io.WriteString(conn, c.request); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		if err := conn.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		// Reads the probe's answer, if any, then waits for the close.
-		if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+		if _, err := io.Copy(io.Discard, conn); errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("%s: connection still open after 20s", name)
 		}
-		c.Close()
+		conn.Close()
+		s.Close()
 	}
 }
