@@ -19,7 +19,10 @@ import (
 type schedulerWarner struct {
 	warn func(svc proxy.ServiceName, value string)
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// warned holds the Services that have an invalid value now, and only
+	// those: an entry goes when its Service or the bad value does, so the
+	// map does not grow with every Service the node ever saw.
 	warned map[proxy.ServiceName]string
 }
 
@@ -28,29 +31,43 @@ func newSchedulerWarner(warn func(proxy.ServiceName, string)) *schedulerWarner {
 }
 
 // observe fits syncer.Options.AfterSync: it looks at the changed ports, or
-// all of them after a full sync.
+// all of them after a full sync, which also rebuilds warned from scratch.
 func (w *schedulerWarner) observe(state *desired.State, _ model.Changes) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	check := func(sp *desired.ServicePort) {
-		if sp == nil || sp.Scheduler == "" || slices.Contains(kipvs.Schedulers, sp.Scheduler) {
-			return
-		}
-		if w.warned[sp.Name.ServiceName] == sp.Scheduler {
-			return
-		}
-		w.warned[sp.Name.ServiceName] = sp.Scheduler
-		w.warn(sp.Name.ServiceName, sp.Scheduler)
-	}
 	if state.Changed == nil {
+		before := w.warned
+		w.warned = make(map[proxy.ServiceName]string)
 		for _, sp := range state.Services {
-			check(sp)
+			w.check(before, sp)
 		}
 		return
 	}
 	for name := range state.Changed {
-		check(state.Services[name])
+		if sp := state.Services[name]; sp != nil {
+			w.check(w.warned, sp)
+			continue
+		}
+		// The port is gone. Forgetting its Service is exact when the whole
+		// Service went; if other ports remain with the same bad value, their
+		// next change warns once more, which is harmless.
+		delete(w.warned, name.ServiceName)
 	}
+}
+
+// check warns about sp's scheduler unless before or w.warned already holds
+// that value for its Service, and records the outcome in w.warned.
+func (w *schedulerWarner) check(before map[proxy.ServiceName]string, sp *desired.ServicePort) {
+	svc := sp.Name.ServiceName
+	if sp.Scheduler == "" || slices.Contains(kipvs.Schedulers, sp.Scheduler) {
+		delete(w.warned, svc)
+		return
+	}
+	// w.warned: another port of the Service, already seen in this sync.
+	if before[svc] != sp.Scheduler && w.warned[svc] != sp.Scheduler {
+		w.warn(svc, sp.Scheduler)
+	}
+	w.warned[svc] = sp.Scheduler
 }
 
 // invalidScheduler records the Warning event for observe.

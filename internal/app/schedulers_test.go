@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -30,5 +31,48 @@ func TestSchedulerWarnerWarnsOncePerServiceAndValue(t *testing.T) {
 	want := []string{"ns/b=fastest", "ns/b=quickest"}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("warnings = %v, want %v", got, want)
+	}
+}
+
+// TestSchedulerWarnerForgetsGoneServices: the warner's memory must follow
+// the Services that exist, not every Service ever seen.
+func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
+	warnings := 0
+	w := newSchedulerWarner(func(proxy.ServiceName, string) { warnings++ })
+	state := &desired.State{Services: map[proxy.ServicePortName]*desired.ServicePort{}}
+	var names []proxy.ServicePortName
+	for i := range 100 {
+		sp := &desired.ServicePort{Name: proxy.ServicePortName{
+			ServiceName: proxy.ServiceName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}, Port: "p", Protocol: proxy.TCP}, Scheduler: "bogus"}
+		state.Services[sp.Name] = sp
+		names = append(names, sp.Name)
+	}
+	w.observe(state, model.Changes{})
+	if warnings != 100 || len(w.warned) != 100 {
+		t.Fatalf("warnings=%d remembered=%d, want 100 and 100", warnings, len(w.warned))
+	}
+
+	// Partial syncs delete half the Services and fix the annotation of a quarter.
+	partial := &desired.State{Services: map[proxy.ServicePortName]*desired.ServicePort{}, Changed: map[proxy.ServicePortName]struct{}{}}
+	for i, name := range names {
+		switch {
+		case i < 50: // deleted
+		case i < 75:
+			partial.Services[name] = &desired.ServicePort{Name: name, Scheduler: "rr"}
+		default:
+			partial.Services[name] = state.Services[name]
+			continue
+		}
+		partial.Changed[name] = struct{}{}
+	}
+	w.observe(partial, model.Changes{})
+	if len(w.warned) != 25 {
+		t.Errorf("after partial sync remembered %d Services, want the 25 still invalid", len(w.warned))
+	}
+
+	// A full sync with none of them keeps nothing, and warns nothing new.
+	w.observe(&desired.State{Services: map[proxy.ServicePortName]*desired.ServicePort{}}, model.Changes{})
+	if len(w.warned) != 0 || warnings != 100 {
+		t.Errorf("after full sync: remembered %d, warnings %d; want 0 and 100", len(w.warned), warnings)
 	}
 }

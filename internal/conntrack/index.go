@@ -36,6 +36,15 @@ type index struct {
 	// otherwise only on nodePortIPs.
 	nodePortAll bool
 	nodePortIPs map[netip.Addr]bool
+	// sweep stands in for retired frontends the Reconciler no longer
+	// knows: every UDP or SCTP flow to an address that is no current
+	// frontend but was DNATed (its reply does not come from the address
+	// it was sent to) counts as stale. That covers all a removed service
+	// can have left behind. It also catches others' DNAT (a CNI hostPort,
+	// Docker): a deleted UDP entry is made again, the same, by the next
+	// packet; an SCTP association of theirs may have to restart. That is
+	// the price of a bound on memory after a long conntrack outage.
+	sweep bool
 }
 
 // connectionless reports whether flows of p can go stale silently.
@@ -158,7 +167,7 @@ func (ix *index) stale(f kconntrack.Flow) bool {
 	}
 	s, known := ix.lookup(f)
 	if !known {
-		return false
+		return ix.sweep && f.Reply.Src != f.Orig.Dst
 	}
 	_, ok := s[f.Reply.Src]
 	return !ok

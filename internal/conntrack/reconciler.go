@@ -36,7 +36,8 @@ type Options struct {
 	// Resync runs a round this long after the last one even without a
 	// trigger, as a safety net; negative disables it.
 	Resync time.Duration
-	// RetryAfter paces rounds after a failed one.
+	// RetryAfter paces rounds after a failed one; it doubles with each
+	// further consecutive failure, up to MaxRetryAfter.
 	RetryAfter time.Duration
 }
 
@@ -47,6 +48,12 @@ const (
 	DefaultResync      = 5 * time.Minute
 	DefaultRetryAfter  = time.Second
 )
+
+// MaxRetryAfter caps the backoff of failed rounds (unless RetryAfter is
+// longer): every round dumps all the family's flows (listing 200k took
+// most of a 1.1 s round, docs/performance.md), which a conntrack netlink
+// that keeps failing should not cost every second.
+const MaxRetryAfter = 30 * time.Second
 
 func (o Options) withDefaults() Options {
 	if o.Chunk <= 0 {
@@ -71,6 +78,8 @@ type Reconciler struct {
 	ct     kconntrack.Interface
 	opts   Options
 	wake   chan struct{}
+	// failures counts consecutive failed rounds; owned by Run's goroutine.
+	failures int
 
 	mu      sync.Mutex
 	latest  *desired.State
@@ -80,7 +89,20 @@ type Reconciler struct {
 	// diff is left to the round, off the sync path).
 	retired       []*desired.ServicePort
 	retiredStates []*desired.State
+	// sweep replaces retired and retiredStates once they grew past their
+	// bounds (rounds kept failing while syncs went on): the detail is
+	// dropped and the next complete round sweeps more broadly instead.
+	sweep bool
 }
+
+// Bounds of the retired work kept between rounds. A round normally takes
+// it within seconds; they are reached only when rounds keep failing (the
+// conntrack netlink dump erroring) across many syncs. A retired State can
+// hold as much memory as the current one, hence the small bound.
+const (
+	maxRetiredPorts  = 4096
+	maxRetiredStates = 4
+)
 
 // New returns a Reconciler for family that works through ct. The first
 // round, once a State has been observed, checks every UDP and SCTP flow.
@@ -111,6 +133,7 @@ func (r *Reconciler) Observe(state *desired.State, changes model.Changes) {
 		} else {
 			r.noteRetired(prev, state)
 		}
+		r.bound()
 	}
 	due := changes.ConntrackCleanup || r.pending
 	r.pending = due
@@ -133,6 +156,20 @@ func (r *Reconciler) noteRetired(prev, state *desired.State) {
 	}
 }
 
+// bound collapses the retired work into a sweep once it is too large.
+// Dropping detail must not lose a deletion: the sweep deletes every flow
+// a retired frontend could have left behind, and more.
+func (r *Reconciler) bound() {
+	if len(r.retired) <= maxRetiredPorts && len(r.retiredStates) <= maxRetiredStates {
+		return
+	}
+	if !r.sweep {
+		klog.InfoS("Conntrack cleanup is far behind; the next round sweeps every DNATed flow to a non-service address",
+			"ipFamily", r.family, "retiredPorts", len(r.retired), "retiredStates", len(r.retiredStates))
+	}
+	r.retired, r.retiredStates, r.sweep = nil, nil, true
+}
+
 func (r *Reconciler) signal() {
 	select {
 	case r.wake <- struct{}{}:
@@ -145,6 +182,7 @@ type work struct {
 	state         *desired.State
 	retired       []*desired.ServicePort
 	retiredStates []*desired.State
+	sweep         bool
 }
 
 // take hands the due work to a round, or nil when nothing is due.
@@ -154,8 +192,8 @@ func (r *Reconciler) take() *work {
 	if !r.pending || r.latest == nil {
 		return nil
 	}
-	w := &work{state: r.latest, retired: r.retired, retiredStates: r.retiredStates}
-	r.pending, r.retired, r.retiredStates = false, nil, nil
+	w := &work{state: r.latest, retired: r.retired, retiredStates: r.retiredStates, sweep: r.sweep}
+	r.pending, r.retired, r.retiredStates, r.sweep = false, nil, nil, false
 	return w
 }
 
@@ -166,6 +204,8 @@ func (r *Reconciler) giveBack(w *work) {
 	r.pending = true
 	r.retired = append(w.retired, r.retired...)
 	r.retiredStates = append(w.retiredStates, r.retiredStates...)
+	r.sweep = r.sweep || w.sweep
+	r.bound()
 }
 
 func (r *Reconciler) current() *desired.State {
@@ -210,15 +250,29 @@ func (r *Reconciler) roundDue(ctx context.Context) bool {
 	case ctx.Err() != nil:
 		return false
 	case err != nil:
-		klog.ErrorS(err, "Conntrack reconciliation failed; will retry", "ipFamily", r.family, "after", r.opts.RetryAfter)
+		r.failures++
+		wait := r.retryWait()
+		klog.ErrorS(err, "Conntrack reconciliation failed; will retry", "ipFamily", r.family,
+			"consecutiveFailures", r.failures, "after", wait)
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(r.opts.RetryAfter):
+		case <-time.After(wait):
 		}
 		return true
 	}
+	r.failures = 0
 	return !res.Complete
+}
+
+// retryWait is the pause after the r.failures-th consecutive failed round.
+func (r *Reconciler) retryWait() time.Duration {
+	limit := max(MaxRetryAfter, r.opts.RetryAfter)
+	wait := r.opts.RetryAfter
+	for i := 1; i < r.failures && wait < limit; i++ {
+		wait *= 2
+	}
+	return min(wait, limit)
 }
 
 // Result describes one round.

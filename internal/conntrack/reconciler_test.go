@@ -3,6 +3,7 @@ package conntrack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -324,4 +325,89 @@ func read(t *testing.T, m any) *dto.Metric {
 		t.Fatal(err)
 	}
 	return &out
+}
+
+// TestRetiredWorkIsBounded: while every round fails, syncs keep retiring
+// ports and whole States. What is kept for the next round must stay
+// bounded, and what the bound drops must still be deleted once rounds work.
+func TestRetiredWorkIsBounded(t *testing.T) {
+	ct := &kconntrack.Fake{ListErr: errors.New("netlink broke")}
+	r := New(proxy.IPv4, ct, Options{})
+	live := port("live", proxy.UDP, "172.30.0.10", 53, servedBy("198.19.1.2:53"))
+	prev := state(live)
+	r.Observe(prev, cleanup)
+	// Each sync removes one UDP service (a new cluster IP every time).
+	const removed = maxRetiredPorts + 100
+	for i := range removed {
+		gone := port(fmt.Sprintf("gone%d", i), proxy.UDP, fmt.Sprintf("172.31.%d.%d", i/250, i%250+1), 53, servedBy("198.19.1.9:53"))
+		prev = next(next(prev, nil, gone), []string{gone.Name.Name})
+		r.Observe(prev, cleanup)
+		if i%1000 == 0 {
+			if _, err := r.Reconcile(context.Background()); err == nil {
+				t.Fatal("list error not reported")
+			}
+		}
+	}
+	for range maxRetiredStates + 2 {
+		full := next(prev, nil)
+		full.Changed = nil
+		r.Observe(full, cleanup)
+		prev = full
+	}
+	r.mu.Lock()
+	ports, states, sweep := len(r.retired), len(r.retiredStates), r.sweep
+	r.mu.Unlock()
+	if ports > maxRetiredPorts || states > maxRetiredStates || !sweep {
+		t.Fatalf("kept %d retired ports and %d States (sweep=%v); want at most %d and %d, and a sweep",
+			ports, states, sweep, maxRetiredPorts, maxRetiredStates)
+	}
+
+	ct.ListErr = nil
+	first, last := udp("172.31.0.1:53", "198.19.1.9:53"), udp("172.31.16.100:53", "198.19.1.9:53")
+	keep := []kconntrack.Flow{
+		udp("172.30.0.10:53", "198.19.1.2:53"), // a live service's flow
+		udp("198.19.1.6:53", "198.19.1.6:53"),  // pod to pod: never DNATed
+	}
+	ct.Add(append([]kconntrack.Flow{first, last}, keep...)...)
+	if _, err := r.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := ct.Flows(); !slices.Equal(got, keep) {
+		t.Errorf("after the sweep left %v, want %v", got, keep)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sweep {
+		t.Error("a complete round left the sweep pending")
+	}
+}
+
+// TestFailedRoundsBackOff: a conntrack dump that keeps failing is retried
+// after 1, 2, 4 … s, at most every MaxRetryAfter, not every second.
+func TestFailedRoundsBackOff(t *testing.T) {
+	r := New(proxy.IPv4, &kconntrack.Fake{}, Options{})
+	var got []time.Duration
+	for r.failures = 1; r.failures <= 7; r.failures++ {
+		got = append(got, r.retryWait())
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 30, 30}
+	for i := range want {
+		want[i] *= time.Second
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+
+	// A failed round counts, a successful one resets.
+	ct := &kconntrack.Fake{ListErr: errors.New("netlink broke")}
+	r = New(proxy.IPv4, ct, Options{RetryAfter: time.Millisecond})
+	r.Observe(world(), cleanup)
+	if !r.roundDue(context.Background()) || r.failures != 1 {
+		t.Fatalf("after a failed round: failures=%d, want 1 and another round", r.failures)
+	}
+	ct.ListErr = nil
+	r.roundDue(context.Background())
+	if r.failures != 0 {
+		t.Errorf("after a good round: failures=%d, want 0", r.failures)
+	}
 }

@@ -39,6 +39,7 @@ func (r *Reconciler) Reconcile(ctx context.Context) (Result, error) {
 func (r *Reconciler) round(ctx context.Context, w *work) (Result, error) {
 	res := Result{Ran: true}
 	ix := buildIndex(w.state, w.allRetired())
+	ix.sweep = w.sweep
 	var stale []kconntrack.Flow
 	err := r.ct.List(ctx, r.family, func(f kconntrack.Flow) {
 		res.Listed++

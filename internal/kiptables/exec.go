@@ -23,6 +23,20 @@ import (
 // iptables-nft accepts and ignores the flags.
 var lockArgs = []string{"-w", "5", "-W", "100000"}
 
+// execTimeout bounds one run of iptables-restore or iptables-save, so that
+// a hung tool fails the sync instead of blocking the sync loop for ever
+// (the runner then retries with backoff and /healthz reports the stall).
+// A restore carries a whole table: the cold sync of 10k services × 10
+// endpoints took 21 s on iptables-nft and 14 s on legacy here
+// (docs/performance.md), plus up to 5 s waiting for the xtables lock; five
+// minutes leaves room for several times that on a loaded node. Tests
+// shorten it. The single-rule iptables calls through go-iptables (setup
+// and the canary) take no context and are not covered.
+var execTimeout = 5 * time.Minute
+
+// waitDelay bounds the wait for the output pipes after a tool is killed.
+const waitDelay = 5 * time.Second
+
 const (
 	lockRetries   = 3
 	lockBackoff   = 500 * time.Millisecond
@@ -43,8 +57,12 @@ type osExec struct{}
 
 func (osExec) LookPath(file string) (string, error) { return exec.LookPath(file) }
 
-func (osExec) Run(ctx context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error) {
+func (osExec) Run(parent context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error) {
+	timeout := execTimeout
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.WaitDelay = waitDelay
 	var stdout, stderr bytes.Buffer
 	// A nil Stdout is /dev/null, written by the child directly: a
 	// restore's listing (see withCacheHints) is tens of MB at 10k services.
@@ -56,6 +74,9 @@ func (osExec) Run(ctx context.Context, path string, args []string, stdin []byte,
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
 	if err := cmd.Run(); err != nil {
+		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("timed out after %v (killed): %w", timeout, err)
+		}
 		return nil, fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.Bytes(), nil

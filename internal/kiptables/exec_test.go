@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -150,6 +152,42 @@ func TestDetectFlavour(t *testing.T) {
 		}}
 		if got, why := detectFlavour(ctx, ex); got != c.want {
 			t.Errorf("%s: got %s (%s), want %s", c.name, got, why, c.want)
+		}
+	}
+}
+
+// TestHungToolTimesOut: a hung iptables-restore (here a script on PATH
+// that sleeps) must fail the restore, saying it timed out, instead of
+// blocking the sync for ever. The 30 s guard only catches a call that never
+// returns; the timeout is 200 ms.
+func TestHungToolTimesOut(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"iptables-restore", "iptables-save"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\nexec sleep 300\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	old := execTimeout
+	execTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { execTimeout = old })
+
+	c, err := newClient(proxy.IPv4, "", osExec{}, false)
+	must(t, err)
+	done := make(chan error, 2)
+	go func() {
+		done <- c.Restore(context.Background(), []byte("*nat\nCOMMIT\n"))
+		_, err := c.Save(context.Background(), TableNAT)
+		done <- err
+	}()
+	for _, what := range []string{"restore", "save"} {
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "timed out") {
+				t.Errorf("%s: got %v, want a timed-out error", what, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not return: no timeout on the process", what)
 		}
 	}
 }

@@ -177,31 +177,76 @@ func TestRunsAtLeastEveryMaxInterval(t *testing.T) {
 	}
 }
 
-func TestRetriesAfterError(t *testing.T) {
+// TestFailuresBackOffExponentially: consecutive errors wait 1, 2, 4, 8,
+// 16 s, then retryInterval (30 s) for good; a success returns to the normal
+// cadence and the next error starts again at the first step.
+func TestFailuresBackOffExponentially(t *testing.T) {
 	h := newHarness(t, errors.New("boom"))
 	h.expectCall(start)
-	h.expectIdle(start.Add(retryInterval))
-
-	h.errs <- errors.New("boom again")
+	at := start
+	for _, wait := range []time.Duration{1, 2, 4, 8, 16, 30, 30} {
+		wait *= time.Second
+		h.expectIdle(at.Add(wait))
+		h.errs <- errors.New("boom again")
+		h.clock.Step(wait)
+		at = at.Add(wait)
+		h.expectCall(at)
+	}
+	// That last call failed too: still capped. Then one succeeds.
+	h.expectIdle(at.Add(retryInterval))
 	h.clock.Step(retryInterval)
-	h.expectCall(start.Add(retryInterval))
-	h.expectIdle(start.Add(2 * retryInterval))
+	at = at.Add(retryInterval)
+	h.expectCall(at)
+	h.expectIdle(at.Add(maxInterval))
 
-	// Success returns to the maxInterval cadence.
-	h.clock.Step(retryInterval)
-	h.expectCall(start.Add(2 * retryInterval))
-	h.expectIdle(start.Add(2*retryInterval + maxInterval))
+	// The next failure starts the backoff over.
+	h.errs <- errors.New("boom once more")
+	h.clock.Step(10 * time.Second)
+	at = at.Add(10 * time.Second)
+	h.runner.Run()
+	h.expectCall(at)
+	h.expectIdle(at.Add(MinBackoff))
 }
 
-func TestRequestAfterErrorStillHonoursMinInterval(t *testing.T) {
-	h := newHarness(t, errors.New("boom"))
+// TestRequestsDuringBackoffWait: events arriving while fn keeps failing do
+// not retry it any sooner than the backoff; they coalesce into the retry.
+func TestRequestsDuringBackoffWait(t *testing.T) {
+	h := newHarness(t, errors.New("boom"), errors.New("boom again"))
 	h.expectCall(start)
-	h.expectIdle(start.Add(retryInterval))
+	h.expectIdle(start.Add(1 * time.Second))
+	h.clock.Step(1 * time.Second)
+	h.expectCall(start.Add(1 * time.Second))
+	retry := start.Add(3 * time.Second) // second failure: 2 s backoff
+	h.expectIdle(retry)
 
-	h.runner.Run()
-	h.expectIdle(start.Add(minInterval))
-	h.clock.Step(minInterval)
-	h.expectCall(start.Add(minInterval))
+	// minInterval (1 s) has passed, but the backoff (2 s) has not.
+	h.clock.Step(1500 * time.Millisecond)
+	for range 3 {
+		h.runner.Run()
+		h.expectIdle(retry)
+	}
+	h.clock.Step(500 * time.Millisecond)
+	h.expectCall(retry)
+	h.expectIdle(retry.Add(maxInterval))
+}
+
+// TestBackoffFloorWithZeroMinInterval: minSyncPeriod 0 must not turn a
+// persistent error into a tight retry loop.
+func TestBackoffFloorWithZeroMinInterval(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	r := New("test", func() error { return nil }, 0, retryInterval, maxInterval, clk)
+	for n, want := range map[int]time.Duration{1: MinBackoff, 2: 2 * MinBackoff, 10: retryInterval} {
+		r.failures = n
+		if got := r.backoff(); got != want {
+			t.Errorf("backoff after %d failures = %v, want %v", n, got, want)
+		}
+	}
+	// A retryInterval below the floor caps it.
+	r = New("test", func() error { return nil }, 0, 500*time.Millisecond, maxInterval, clk)
+	r.failures = 1
+	if got := r.backoff(); got != 500*time.Millisecond {
+		t.Errorf("backoff with retryInterval 500ms = %v, want 500ms", got)
+	}
 }
 
 func TestRetryIntervalNeverShorterThanMin(t *testing.T) {

@@ -18,10 +18,10 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
@@ -34,6 +34,8 @@ type Server struct {
 	// listen opens a listener; tests replace it to observe addresses they
 	// must not really bind (the unspecified address).
 	listen func(network, address string) (net.Listener, error)
+	// timeouts bound each probe connection (tests shorten them).
+	timeouts metrics.Timeouts
 
 	mu       sync.Mutex
 	services map[key]*service
@@ -150,7 +152,7 @@ func (s *Server) open(family proxy.IPFamily, hc desired.HealthCheck, addrs []net
 		network = "tcp6"
 	}
 	svc := &service{name: hc.Service, port: hc.Port, addrs: addrs, localReady: hc.LocalReady, healthy: s.healthy}
-	svc.server = &http.Server{Handler: svc, ReadHeaderTimeout: 10 * time.Second}
+	svc.server = s.timeouts.NewServer(svc)
 	var listeners []net.Listener
 	for _, addr := range addrs {
 		address := netip.AddrPortFrom(addr, hc.Port).String()

@@ -7,11 +7,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
@@ -211,5 +214,46 @@ func TestAllNodePortAddressesListenOnUnspecified(t *testing.T) {
 	want := []string{"tcp4 0.0.0.0:30001", "tcp6 [::]:30001"}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("listened on %v, want %v", got, want)
+	}
+}
+
+// TestDropsIdleAndSlowConnections: a load balancer's probes are short; a
+// client that keeps a connection idle after a probe, or never finishes its
+// request, must not hold the port's goroutine and socket for ever. Only the
+// timeout a case exercises is short (100 ms); the 20 s deadline only guards
+// against a hang.
+func TestDropsIdleAndSlowConnections(t *testing.T) {
+	const short, long = 100 * time.Millisecond, 30 * time.Second
+	for name, c := range map[string]struct {
+		timeouts metrics.Timeouts
+		request  string
+	}{
+		"idle after a probe": {metrics.Timeouts{ReadHeader: long, Read: long, Write: long, Idle: short},
+			"GET / HTTP/1.1\r\nHost: x\r\n\r\n"},
+		"partial request": {metrics.Timeouts{ReadHeader: short, Read: long, Write: long, Idle: long},
+			"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: "},
+	} {
+		var healthy atomic.Bool
+		healthy.Store(true)
+		s, _ := newServer(t, &healthy)
+		s.timeouts = c.timeouts
+		port := freePort(t, "tcp4", "127.0.0.1")
+		s.Sync(loopback4, proxy.IPv4, []desired.HealthCheck{{Service: svcA, Port: port, LocalReady: 1}})
+		conn, err := net.Dial("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(conn, c.request); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		// Reads the probe's answer, if any, then waits for the close.
+		if _, err := io.Copy(io.Discard, conn); errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s: connection still open after 20s", name)
+		}
+		conn.Close()
+		s.Close()
 	}
 }

@@ -59,8 +59,9 @@ type Options struct {
 	// Health and ServiceHealth may be nil.
 	Health        Health
 	ServiceHealth ServiceHealth
-	// MinSyncPeriod is the least time between syncs; SyncPeriod the retry
-	// interval after a failure (and half the health timeout).
+	// MinSyncPeriod is the least time between syncs; SyncPeriod caps the
+	// exponential backoff of retries after failures (and is half the
+	// health timeout). See runner.Runner.
 	MinSyncPeriod time.Duration
 	SyncPeriod    time.Duration
 	// Clock defaults to the real clock.

@@ -30,8 +30,39 @@ type applyStats struct {
 // order: a transaction may become several, each of them a prefix-closed
 // step of the same sequence, which every phase boundary already is. The
 // next batch is encoded while the last one is in the kernel.
+//
+// The cleanup units at the end (stale chains and sets: nothing refers to
+// them once the rest committed) go in transactions of their own; their
+// failure is returned as a *cleanupError, as upstream's separate cleanup
+// transaction: everything the State asks for is programmed by then.
 func apply(ctx context.Context, nft knftables.Interface, run txRunner, ew *nlElemWriter, units []*unit, maxOps int) (applyStats, error) {
 	c := &committer{ctx: ctx, nft: nft, run: run, ew: ew}
+	first := len(units)
+	for first > 0 && units[first-1].phase >= phaseChainFlush {
+		first--
+	}
+	if err := c.commitAll(units[:first], maxOps); err != nil {
+		return c.stats, err
+	}
+	if err := c.settle(); err != nil {
+		return c.stats, err
+	}
+	if err := c.commitAll(units[first:], maxOps); err != nil {
+		return c.stats, &cleanupError{err}
+	}
+	return c.stats, c.settle()
+}
+
+// cleanupError is a failure to delete stale chains or sets, after the rest
+// of a sync committed.
+type cleanupError struct{ err error }
+
+func (e *cleanupError) Error() string { return "cleaning up stale objects: " + e.err.Error() }
+func (e *cleanupError) Unwrap() error { return e.err }
+
+// commitAll commits units packed into transactions of at most maxOps
+// operations (a unit is never split).
+func (c *committer) commitAll(units []*unit, maxOps int) error {
 	for start := 0; start < len(units); {
 		end, ops := start, 0
 		for end < len(units) && (end == start || ops+units[end].numOps() <= maxOps) {
@@ -39,11 +70,11 @@ func apply(ctx context.Context, nft knftables.Interface, run txRunner, ew *nlEle
 			end++
 		}
 		if err := c.commitUnits(units[start:end]); err != nil {
-			return c.stats, err
+			return err
 		}
 		start = end
 	}
-	return c.stats, c.settle()
+	return nil
 }
 
 // committer commits one sync's units.

@@ -169,9 +169,15 @@ func formatFields(sb *strings.Builder, fs []field, b, end []byte) error {
 
 func formatField(sb *strings.Builder, f field, v []byte) {
 	switch f.typ {
-	case typeIPAddr, typeIP6Addr:
+	case typeIPAddr:
 		a, _ := netip.AddrFromSlice(v)
 		sb.WriteString(addrString(a))
+	case typeIP6Addr:
+		// Not addrString: an IPv4-mapped address in an IPv6 field is
+		// "::ffff:a.b.c.d" to nft, and unmapped it would not encode back
+		// into the field (found by FuzzElemRoundTrip).
+		a, _ := netip.AddrFromSlice(v)
+		sb.WriteString(a.String())
 	case typeInetProto:
 		switch v[0] {
 		case unix.IPPROTO_TCP:

@@ -214,6 +214,12 @@ func appendVerdict(b []byte, v string) ([]byte, error) {
 	if (code == unix.NFT_JUMP || code == unix.NFT_GOTO) != (chain != "") {
 		return b, fmt.Errorf("verdict %q: %w", v, errUndecodable)
 	}
+	// The chain goes as a NUL-terminated string: a NUL inside would cut
+	// it short, and the kernel refuses names of NFT_CHAIN_MAXNAMELEN
+	// bytes or more (found by FuzzElemRoundTrip).
+	if strings.IndexByte(chain, 0) >= 0 || len(chain) >= unix.NFT_CHAIN_MAXNAMELEN {
+		return b, fmt.Errorf("verdict %q: chain name: %w", v, errUndecodable)
+	}
 	n := len(b)
 	b = nestStart(b, unix.NFTA_DATA_VERDICT)
 	b = appendAttr(b, unix.NFTA_VERDICT_CODE, binary.BigEndian.AppendUint32(nil, uint32(code)))

@@ -5,6 +5,7 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -12,8 +13,10 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
@@ -63,7 +66,7 @@ func New(family proxy.IPFamily) (*Proxier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables %s: %w", family, err)
 	}
-	p := NewWithInterface(family, nft)
+	p := NewWithInterface(family, timeoutNFT{nft})
 	p.nlFamily = nfproto(family)
 	p.nlElements = netlinkElements
 	p.run = nftRunner(path)
@@ -128,6 +131,11 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	}
 	stats, err := apply(ctx, p.nft, p.run, ew, p.store.diff(), p.maxOps)
 	p.last = stats
+	var cleanup *cleanupError
+	if errors.As(err, &cleanup) {
+		p.cleanupFailed(cleanup)
+		return nil
+	}
 	if err != nil {
 		// The store is true to what this Proxier committed, but the
 		// failure may come from a table changed behind its back (an
@@ -140,6 +148,19 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	p.global = g
 	p.programmed.Store(true)
 	return nil
+}
+
+// cleanupFailed handles a sync that programmed the State but could not
+// delete some stale chains or sets. As upstream, that does not fail the
+// sync (nothing refers to them any more); it counts
+// kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total and reads the
+// kernel back before the next sync, which is full and so retries them.
+func (p *Proxier) cleanupFailed(err *cleanupError) {
+	klog.ErrorS(err, "nftables cleanup of stale objects failed; will retry", "ipFamily", p.family)
+	metrics.NFTablesCleanupFailuresTotal.WithLabelValues(string(p.family)).Inc()
+	p.store, p.readDone = newStore(), false
+	p.global = nil
+	p.programmed.Store(true)
 }
 
 // fullClaims renders every part and claims it. Into an empty store (a
@@ -191,7 +212,7 @@ func CleanupTables(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("nftables %s: %w", f, err))
 			continue
 		}
-		if err := deleteTable(ctx, nft); err != nil {
+		if err := deleteTable(ctx, timeoutNFT{nft}); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -7,9 +7,77 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/knftables"
 )
+
+// execTimeout bounds one run of the nft binary, so that a hung nft (a
+// stuck netlink socket, a kernel bug, a wedged lock) fails the sync
+// instead of blocking the sync loop for ever; the runner then retries with
+// backoff and /healthz reports the stall. One run carries a transaction of
+// at most defaultMaxOps operations or one listing; the largest measured
+// take about a second (a 10k×10 cold sync is 34 transactions in ≈ 1.3 s,
+// docs/performance.md), so two minutes never cuts a working nft short,
+// even on a loaded node. Tests shorten it.
+var execTimeout = 2 * time.Minute
+
+// waitDelay bounds the wait for the output pipes after nft is killed (a
+// child of it could hold them open).
+const waitDelay = 5 * time.Second
+
+// withTimeout returns ctx bounded by execTimeout and a function that turns
+// an error of the call made with it into one that says it timed out.
+func withTimeout(ctx context.Context) (context.Context, func(error) error, context.CancelFunc) {
+	d := execTimeout
+	tctx, cancel := context.WithTimeout(ctx, d)
+	explain := func(err error) error {
+		if err != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("nft timed out after %v (killed): %w", d, err)
+		}
+		return err
+	}
+	return tctx, explain, cancel
+}
+
+// timeoutNFT bounds each knftables call that runs nft (Run, Check and the
+// listings the read-back and the canary use) by execTimeout.
+type timeoutNFT struct {
+	knftables.Interface
+}
+
+func (t timeoutNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	ctx, explain, cancel := withTimeout(ctx)
+	defer cancel()
+	return explain(t.Interface.Run(ctx, tx))
+}
+
+func (t timeoutNFT) Check(ctx context.Context, tx *knftables.Transaction) error {
+	ctx, explain, cancel := withTimeout(ctx)
+	defer cancel()
+	return explain(t.Interface.Check(ctx, tx))
+}
+
+func (t timeoutNFT) List(ctx context.Context, objectType string) ([]string, error) {
+	ctx, explain, cancel := withTimeout(ctx)
+	defer cancel()
+	out, err := t.Interface.List(ctx, objectType)
+	return out, explain(err)
+}
+
+func (t timeoutNFT) ListRules(ctx context.Context, chain string) ([]*knftables.Rule, error) {
+	ctx, explain, cancel := withTimeout(ctx)
+	defer cancel()
+	out, err := t.Interface.ListRules(ctx, chain)
+	return out, explain(err)
+}
+
+func (t timeoutNFT) ListElements(ctx context.Context, objectType, name string) ([]*knftables.Element, error) {
+	ctx, explain, cancel := withTimeout(ctx)
+	defer cancel()
+	out, err := t.Interface.ListElements(ctx, objectType, name)
+	return out, explain(err)
+}
 
 // txRunner commits one transaction.
 type txRunner func(ctx context.Context, tx *knftables.Transaction) error
@@ -32,16 +100,19 @@ func nftRunner(path string) txRunner {
 		if i := strings.LastIndex(text, "# ERROR: "); i >= 0 {
 			return fmt.Errorf("invalid transaction: %s", strings.TrimSpace(text[i+len("# ERROR: "):]))
 		}
+		ctx, explain, cancel := withTimeout(ctx)
+		defer cancel()
 		cmd := exec.CommandContext(ctx, path, "-f", "-")
+		cmd.WaitDelay = waitDelay
 		cmd.Stdin = strings.NewReader(coalesceElements(text, maxElemsPerCommand))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Run(); err != nil {
 			var exit *exec.ExitError
 			if errors.As(err, &exit) && stderr.Len() > 0 {
-				return fmt.Errorf("nft: %w: %s", err, strings.TrimSpace(stderr.String()))
+				err = fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 			}
-			return fmt.Errorf("nft: %w", err)
+			return fmt.Errorf("nft: %w", explain(err))
 		}
 		return nil
 	}

@@ -193,20 +193,27 @@ func TestFailureMakesNextSyncFull(t *testing.T) {
 	}
 }
 
-func TestServiceRemovalCleansUp(t *testing.T) {
-	st := caseState(t, "session affinity", proxy.IPv4)
-	fake := newStrictFake(knftables.IPv4Family)
-	p := NewWithInterface(proxy.IPv4, fake)
-	mustSync(t, p, st)
+// withoutServices returns st with every service port removed, as a partial
+// sync that names them all as changed.
+func withoutServices(st *desired.State) *desired.State {
 	empty := *st
 	empty.Services = map[proxy.ServicePortName]*desired.ServicePort{}
 	empty.Changed = map[proxy.ServicePortName]struct{}{}
 	for name := range st.Services {
 		empty.Changed[name] = struct{}{}
 	}
-	mustSync(t, p, &empty)
+	return &empty
+}
+
+func TestServiceRemovalCleansUp(t *testing.T) {
+	st := caseState(t, "session affinity", proxy.IPv4)
+	fake := newStrictFake(knftables.IPv4Family)
+	p := NewWithInterface(proxy.IPv4, fake)
+	mustSync(t, p, st)
+	empty := withoutServices(st)
+	mustSync(t, p, empty)
 	ref := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, ref), &empty)
+	mustSync(t, NewWithInterface(proxy.IPv4, ref), empty)
 	if sortedDump(fake) != sortedDump(ref) {
 		t.Errorf("removing every service left objects behind:\n%s", fake.Dump())
 	}
