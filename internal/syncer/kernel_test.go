@@ -63,7 +63,7 @@ func isolateInKernel(t *testing.T, mode string) {
 		if len(quarantined) != len(scenario.Protocols) {
 			t.Errorf("%s: quarantined %v, want poison's %d ports", f.Family, quarantined, len(scenario.Protocols))
 		}
-		t.Run(string(f.Family), func(t *testing.T) { env.TrafficCases(t, f) })
+		t.Run(string(f.Family), func(t *testing.T) { env.ReachableCases(t, f) })
 
 		// A Service created later: one sync, no new refusal.
 		refused := fi.Refused

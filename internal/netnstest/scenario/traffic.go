@@ -30,6 +30,20 @@ func (e *Env) TrafficCases(t *testing.T, f Fam) {
 	t.Run("TerminatingFallback", func(t *testing.T) { e.terminating(t, f) })
 }
 
+// ReachableCases is the part of TrafficCases that checks where traffic
+// goes, without the checks that time the kernel (affinity expiry, how fast
+// a reject answers): for tests about which Services are programmed at all.
+func (e *Env) ReachableCases(t *testing.T, f Fam) {
+	t.Run("ClusterIPBalancesOverAllEndpoints", func(t *testing.T) { e.clusterIPBalances(t, f) })
+	t.Run("NodePortExternalIPAndLBIP", func(t *testing.T) { e.externalFrontends(t, f) })
+	t.Run("SourceRanges", func(t *testing.T) { e.sourceRanges(t, f) })
+	t.Run("Affinity", func(t *testing.T) { e.affinity(t, f) })
+	t.Run("ExternalTrafficPolicyLocal", func(t *testing.T) { e.externalLocal(t, f) })
+	t.Run("InternalTrafficPolicyLocal", func(t *testing.T) { e.internalLocal(t, f) })
+	t.Run("Hairpin", func(t *testing.T) { e.hairpin(t, f) })
+	t.Run("TerminatingFallback", func(t *testing.T) { e.terminating(t, f) })
+}
+
 // AskMany sends n requests and returns how often each server answered.
 func AskMany(t *testing.T, c netnstest.Client, proto proxy.Protocol, dst netip.AddrPort, n int) map[string]int {
 	t.Helper()
