@@ -42,6 +42,8 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	cfg.Master = o.master
 	cfg.ConfigFile = o.configFile
 	cfg.ServiceProxyName = o.serviceProxyName
+	cfg.Flags = map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) { cfg.Flags[f.Name] = f.Value.String() })
 	return cfg, nil
 }
 

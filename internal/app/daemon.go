@@ -185,6 +185,11 @@ func (d *daemon) serve(ctx context.Context) {
 			Mode:            string(d.cfg.Mode),
 			Config:          configzObject(d.cfg),
 			EnableProfiling: d.cfg.EnableProfiling,
+			ZPages: &metrics.ZPages{
+				Component: reportingController, Flags: d.cfg.Flags, Started: processStart,
+				BinaryVersion: Version, EmulationVersion: config.UpstreamVersion,
+				Paths: []string{"/configz", "/flagz", "/healthz", "/metrics", "/proxyMode", "/statusz"},
+			},
 		})
 		handler = metrics.WithHandlers(handler, map[string]http.Handler{
 			debugstate.Path: d.state.Handler(debugstate.HandlerOptions{}),

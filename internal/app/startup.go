@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
@@ -10,6 +11,9 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/kipvs"
 )
+
+// processStart is when this process started, for /statusz.
+var processStart = time.Now()
 
 // checkConfig runs upstream's startup checks once this Node is known: the
 // nodePortAddresses remark, the IP-family mismatches (some fatal), and the

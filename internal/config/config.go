@@ -110,6 +110,8 @@ type Config struct {
 	Kubeconfig string
 	// ConfigFile is the --config path, "" when flags alone configured us.
 	ConfigFile string
+	// Flags are the command line's flags with their values, for /flagz.
+	Flags map[string]string
 
 	// Versioned is the defaulted v1alpha1 object the Config was built from,
 	// served on /configz and written by --write-config-to.

@@ -20,6 +20,10 @@ const (
 	KubeProxyNFTablesLocalhostNodePorts featuregate.Feature = "KubeProxyNFTablesLocalhostNodePorts"
 )
 
+// UpstreamVersion is the kube-proxy release whose behaviour svcproxy
+// reproduces (its emulation version, in /statusz's terms).
+const UpstreamVersion = upstreamBinaryVersion
+
 // NewFeatureGate returns upstream's gate registry, evaluated at upstream's
 // binary version, with settings applied. It fails as upstream does: unknown
 // names, a locked gate set to the other value, unmet dependencies.

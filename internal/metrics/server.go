@@ -25,6 +25,8 @@ type HandlerOptions struct {
 	Config any
 	// EnableProfiling adds /debug/pprof/* and /debug/flags/v.
 	EnableProfiling bool
+	// ZPages, when set, adds /flagz and /statusz.
+	ZPages *ZPages
 }
 
 // NewHandler returns the handler for metricsBindAddress (default :10249):
@@ -41,6 +43,9 @@ func NewHandler(o HandlerOptions) http.Handler {
 	mux.HandleFunc("/configz", configzHandler(o.Config))
 	// component-base's SLI families (healthcheck status), as upstream serves.
 	slis.SLIMetricsWithReset{}.Install(mux)
+	if o.ZPages != nil {
+		o.ZPages.install(mux)
+	}
 	// A generic liveness endpoint of the metrics server itself; proxy
 	// health lives on healthzBindAddress.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
