@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,31 +36,79 @@ func TestRuntime(t *testing.T) {
 	if err := c.StartProxy(n1); err != nil {
 		t.Fatal(err)
 	}
-	startKubeProxy(t, c, n2, b.kubeProxy)
+	stopKubeProxy := startKubeProxy(t, c, n2, b.kubeProxy)
+	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
+	t.Run("nftables", func(t *testing.T) {
+		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
+		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
+	})
+	// Then both again without a mode: upstream 1.37 defaults to iptables,
+	// warns (KEP-5343) and records a KubeProxyDefaultMode event.
+	n1.Proxy.Stop(5 * time.Second)
+	stopKubeProxy()
 	for _, n := range []*F.Node{n1, n2} {
-		if err := c.WaitHealthz(n, 200, 60*time.Second); err != nil {
-			t.Fatalf("%s: %v", n.Name, err)
-		}
-		waitHCNP(t, c, n, svc.Spec.HealthCheckNodePort)
+		dropMode(t, n.Config)
 	}
-	t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
-	t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
+	if err := c.StartProxy(n1); err != nil {
+		t.Fatal(err)
+	}
+	startKubeProxy(t, c, n2, b.kubeProxy)
+	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
+	t.Run("default-mode", func(t *testing.T) {
+		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
+		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
+	})
 	t.Run("events", func(t *testing.T) { compareEvents(t, c, n2, n1, diffs) })
 	diffs.checkUsed(t, "metric ")
 	diffs.checkUsed(t, "endpoint ")
 }
 
+// waitBoth waits until both nodes answer /healthz and the
+// healthCheckNodePort with 200.
+func waitBoth(t *testing.T, c *F.Cluster, hcnp int32, nodes ...*F.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		if err := c.WaitHealthz(n, 200, 60*time.Second); err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+		waitHCNP(t, c, n, hcnp)
+	}
+}
+
+// dropMode removes the mode line from a configuration file.
+func dropMode(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "mode:") {
+			keep = append(keep, line)
+		}
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(keep, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // startKubeProxy runs upstream kube-proxy on n with the configuration the
 // framework writes for svcproxy (StartProxy writes it; that svcproxy is
 // stopped again before kube-proxy starts).
-func startKubeProxy(t *testing.T, c *F.Cluster, n *F.Node, bin string) {
+// It returns a function that stops it (also run at the end of the test).
+func startKubeProxy(t *testing.T, c *F.Cluster, n *F.Node, bin string) (stop func()) {
 	t.Helper()
-	if err := c.StartProxy(n); err != nil {
-		t.Fatal(err)
+	if n.Config == "" {
+		if err := c.StartProxy(n); err != nil {
+			t.Fatal(err)
+		}
+		n.Proxy.Stop(5 * time.Second)
+		// WaitHealthz would take that stopped svcproxy for this node's proxy.
+		n.Proxy = nil
 	}
-	n.Proxy.Stop(5 * time.Second)
 	logPath := filepath.Join(c.Work, "logs", "kube-proxy-"+n.Name+".log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +118,24 @@ func startKubeProxy(t *testing.T, c *F.Cluster, n *F.Node, bin string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-		_ = logFile.Close()
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				cancel()
+				<-done
+			}
+			cancel()
+			_ = logFile.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // waitHCNP waits until the healthCheckNodePort on n answers 200.
