@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -49,16 +50,22 @@ func TestCorpus(t *testing.T) {
 	ns := newNetns(t)
 	diffs := loadDifferences(t)
 	var tally tally
-	for _, c := range loadCorpus(t) {
-		t.Run(c.Name, func(t *testing.T) {
-			var found []string
-			found = append(found, compareWrite(t, ns, b, c, &tally)...)
-			if c.Config == nil && !c.MissingConfig {
-				found = append(found, compareCleanup(t, ns, b, c, &tally)...)
-			}
-			diffs.report(t, "case "+c.Name, found)
-		})
-	}
+	// The cases run in parallel (-parallel, GOMAXPROCS by default): most of
+	// the time goes into starting the two binaries. The group returns when
+	// every case has finished.
+	t.Run("cases", func(t *testing.T) {
+		for _, c := range loadCorpus(t) {
+			t.Run(c.Name, func(t *testing.T) {
+				t.Parallel()
+				var found []string
+				found = append(found, compareWrite(t, ns, b, c, &tally)...)
+				if c.Config == nil && !c.MissingConfig {
+					found = append(found, compareCleanup(t, ns, b, c, &tally)...)
+				}
+				diffs.report(t, "case "+c.Name, found)
+			})
+		}
+	})
 	diffs.checkUsed(t, "case ")
 	// A corpus where everything is rejected (a broken run) would compare
 	// equal too: both outcomes must be well represented.
@@ -71,7 +78,17 @@ func TestCorpus(t *testing.T) {
 }
 
 // tally counts upstream's outcomes over the corpus.
-type tally struct{ accepted, rejected, written, cleanupAccepted int }
+type tally struct {
+	mu                                           sync.Mutex
+	accepted, rejected, written, cleanupAccepted int
+}
+
+// add counts one outcome under the lock (the cases run in parallel).
+func (tl *tally) add(field *int) {
+	tl.mu.Lock()
+	*field++
+	tl.mu.Unlock()
+}
 
 // invocation is one binary's outcome for one case.
 type invocation struct {
@@ -123,12 +140,12 @@ func compareWrite(t *testing.T, ns string, b binaries, c corpusCase, tl *tally) 
 	t.Logf("--write-config-to: upstream exit %d naming %v, svcproxy exit %d naming %v",
 		up.res.code, namedIn(up.res.output()), ours.res.code, namedIn(ours.res.output()))
 	if !up.accepted() {
-		tl.rejected++
+		tl.add(&tl.rejected)
 		return found
 	}
-	tl.accepted++
+	tl.add(&tl.accepted)
 	if len(up.written) > 0 {
-		tl.written++
+		tl.add(&tl.written)
 	}
 	if ours.accepted() {
 		for _, d := range diffValues("", up.written, ours.written) {
@@ -144,7 +161,7 @@ func compareCleanup(t *testing.T, ns string, b binaries, c corpusCase, tl *tally
 	t.Logf("--cleanup: upstream exit %d naming %v, svcproxy exit %d naming %v",
 		up.res.code, namedIn(up.res.output()), ours.res.code, namedIn(ours.res.output()))
 	if up.accepted() {
-		tl.cleanupAccepted++
+		tl.add(&tl.cleanupAccepted)
 	}
 	return compareOutcome("--cleanup", up, ours)
 }
