@@ -7,6 +7,11 @@
 #   hack/e2e.sh --json    the `go test -json` stream on stdout (hack/test.sh feeds it to its
 #                         summary together with the unit tests); progress goes to stderr
 #
+# test/e2e/contract is the differential suite (issue #16): svcproxy against upstream kube-proxy
+# v1.37.1 (hack/build-upstream.sh kube-proxy: ~2-5 min once, then cached in _output/upstream) on
+# --help, --write-config-to, a corpus of flag/config cases, /metrics, the endpoints and Events;
+# differences are allowed only in test/e2e/contract/testdata/deliberate-differences.yaml.
+#
 # Builds what it needs: kube-apiserver and etcd (hack/build-controlplane.sh: 0 s when cached,
 # ~5–18 min cold), svcproxy and the test tools (the tests run `go build`). A missing binary
 # or control plane is a failure, never a skip.

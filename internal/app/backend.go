@@ -49,7 +49,6 @@ func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily) 
 			SyncPeriod:            cfg.SyncPeriod,
 		})
 	case config.ModeIPVS:
-		klog.FromContext(ctx).Error(nil, "IPVS mode is deprecated upstream (KEP-5495); consider nftables mode")
 		return ipvs.New(family, ipvs.Options{
 			Scheduler:     cfg.IPVS.Scheduler,
 			ExcludeCIDRs:  cfg.IPVS.ExcludeCIDRs,

@@ -52,9 +52,6 @@ It accepts kube-proxy's flags and KubeProxyConfiguration file.`,
 			if err := act.applyLogging(cfg); err != nil {
 				return err
 			}
-			for _, w := range config.Warnings(cfg.Versioned) {
-				logger.Info("Warning: " + w)
-			}
 			return o.dispatch(cmd.Context(), logger, cfg, act)
 		},
 	}

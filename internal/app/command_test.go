@@ -80,7 +80,7 @@ func TestConfigFileErrors(t *testing.T) {
 		t.Errorf("undecodable file: err %v, action %q", res.err, res.action)
 	}
 	invalid := writeFile(t, "invalid.conf", configHeader+"oomScoreAdj: 5000\n")
-	if res := execute(t, nil, "--config="+invalid); res.err == nil || !strings.Contains(res.err.Error(), "oomScoreAdj") {
+	if res := execute(t, nil, "--config="+invalid); res.err == nil || !strings.Contains(res.err.Error(), "KubeProxyLinuxConfiguration.OOMScoreAdj") {
 		t.Errorf("invalid file: err %v", res.err)
 	}
 	lenient := writeFile(t, "lenient.conf", configHeader+"mode: ipvs\nsomethingNew: 1\n")

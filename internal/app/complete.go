@@ -3,8 +3,6 @@ package app
 import (
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -32,7 +30,7 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 		}
 		obj = loaded
 	} else {
-		obj = o.fromFlags(fs)
+		obj = o.fromFlags()
 	}
 	if err := o.applyHostnameOverride(obj); err != nil {
 		return nil, err
@@ -44,13 +42,15 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	cfg.Master = o.master
 	cfg.ConfigFile = o.configFile
 	cfg.ServiceProxyName = o.serviceProxyName
+	cfg.Flags = map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) { cfg.Flags[f.Name] = f.Value.String() })
 	return cfg, nil
 }
 
 // fromFlags finishes the flag-built object: the shared period and
 // masquerade flags go to the sections §2.2 says, and the deprecated port
 // flags adjust the bind addresses.
-func (o *options) fromFlags(fs *pflag.FlagSet) *v1alpha1.KubeProxyConfiguration {
+func (o *options) fromFlags() *v1alpha1.KubeProxyConfiguration {
 	obj := o.flagConfig.DeepCopy()
 	obj.IPTables.MasqueradeAll = o.masqueradeAll
 	obj.NFTables.MasqueradeAll = o.masqueradeAll
@@ -63,29 +63,24 @@ func (o *options) fromFlags(fs *pflag.FlagSet) *v1alpha1.KubeProxyConfiguration 
 		obj.NFTables.SyncPeriod.Duration = o.iptablesSyncPeriod
 		obj.NFTables.MinSyncPeriod.Duration = o.iptablesMinSyncPeriod
 	}
-	// Upstream leaves the written defaults alone for --write-config-to.
+	// Upstream applies the deprecated port flags (default 10256 and 10249)
+	// unless a file or --write-config-to is given: they give a bare IP its
+	// port, and 0 disables the server.
 	if o.writeConfigTo == "" {
-		if fs.Changed("healthz-port") {
-			obj.HealthzBindAddress = addressWithPort(obj.HealthzBindAddress, o.healthzPort)
-		}
-		if fs.Changed("metrics-port") {
-			obj.MetricsBindAddress = addressWithPort(obj.MetricsBindAddress, o.metricsPort)
-		}
+		obj.HealthzBindAddress = addressFromDeprecatedFlag(obj.HealthzBindAddress, o.healthzPort)
+		obj.MetricsBindAddress = addressFromDeprecatedFlag(obj.MetricsBindAddress, o.metricsPort)
 	}
 	return obj
 }
 
-// addressWithPort applies a deprecated --*-port flag: 0 disables the
-// server, anything else replaces the port of addr.
-func addressWithPort(addr string, port int32) string {
+// addressFromDeprecatedFlag applies a --*-port value: 0 disables the
+// server; otherwise the port is appended to a bare IP, and an address that
+// already has a port keeps it.
+func addressFromDeprecatedFlag(addr string, port int32) string {
 	if port == 0 {
 		return ""
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = strings.Trim(addr, "[]")
-	}
-	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+	return config.AppendPortIfNeeded(addr, int(port))
 }
 
 // applyHostnameOverride applies --hostname-override over either source,

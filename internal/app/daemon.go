@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -18,7 +17,6 @@ import (
 	"github.com/svcproxy/svcproxy/internal/healthz"
 	"github.com/svcproxy/svcproxy/internal/kconntrack"
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/metrics/restclient"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/internal/watch"
@@ -98,8 +96,15 @@ func (d *daemon) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer d.svcHealth.Close()
-	d.serve(ctx)
-
+	// As upstream: nothing listens and nothing is set up before this Node
+	// exists; then the startup checks, which may refuse the config.
+	nodeWatcher, err := d.awaitNode(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.checkConfig(); err != nil {
+		return err
+	}
 	if err := setupNode(ctx, d.cfg); err != nil {
 		return err
 	}
@@ -125,10 +130,7 @@ func (d *daemon) run(ctx context.Context) error {
 	} else if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
 		d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
 	}
-	nodeWatcher, err := d.awaitNode(ctx)
-	if err != nil {
-		return err
-	}
+	d.serve(ctx)
 	conntrackClient, err := kconntrack.New()
 	if err != nil {
 		return fmt.Errorf("opening the conntrack netlink socket: %w", err)
@@ -168,31 +170,34 @@ func (d *daemon) run(ctx context.Context) error {
 // serve starts the metrics and health servers (each disabled by an empty
 // address).
 func (d *daemon) serve(ctx context.Context) {
-	var hardFail chan<- error
+	var metricsFail, healthzFail chan<- error
 	if d.cfg.BindAddressHardFail {
-		hardFail = d.fatal
+		metricsFail = d.hardFailEvents("FailedToStartMetricServer")
+		healthzFail = d.hardFailEvents("FailedToStartProxierHealthcheck")
 	}
-	reg := prometheus.NewRegistry()
-	if err := metrics.Register(reg, metricsMode(d.cfg.Mode)); err != nil {
+	gatherer, err := registerMetrics(d.cfg)
+	if err != nil {
 		d.logger.Error(err, "Registering metrics failed")
-	}
-	if err := restclient.Register(reg); err != nil {
-		d.logger.Error(err, "Registering API client metrics failed")
 	}
 	if addr := d.cfg.MetricsBindAddress; addr != "" {
 		handler := metrics.NewHandler(metrics.HandlerOptions{
-			Gatherer:        reg,
+			Gatherer:        gatherer,
 			Mode:            string(d.cfg.Mode),
-			Config:          d.cfg.Versioned,
+			Config:          configzObject(d.cfg),
 			EnableProfiling: d.cfg.EnableProfiling,
+			ZPages: &metrics.ZPages{
+				Component: reportingController, Flags: d.cfg.Flags, Started: processStart,
+				BinaryVersion: Version, EmulationVersion: config.UpstreamVersion,
+				Paths: []string{"/configz", "/flagz", "/healthz", "/metrics", "/proxyMode", "/statusz"},
+			},
 		})
 		handler = metrics.WithHandlers(handler, map[string]http.Handler{
 			debugstate.Path: d.state.Handler(debugstate.HandlerOptions{}),
 		})
-		go metrics.Serve(ctx, metrics.ServeOptions{Name: "metrics", Addr: addr, Handler: handler, HardFail: hardFail})
+		go metrics.Serve(ctx, metrics.ServeOptions{Name: "metrics", Addr: addr, Handler: handler, HardFail: metricsFail})
 	}
 	if addr := d.cfg.HealthzBindAddress; addr != "" {
-		go d.health.Serve(ctx, addr, hardFail)
+		go d.health.Serve(ctx, addr, healthzFail)
 	}
 }
 

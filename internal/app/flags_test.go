@@ -20,14 +20,14 @@ func TestFlagDefaults(t *testing.T) {
 		"pod-bridge-interface": "", "pod-interface-name-prefix": "", "nodeport-addresses": "[]",
 		"masquerade-all": "false", "iptables-masquerade-bit": "14",
 		"iptables-localhost-nodeports": "true", "iptables-sync-period": "30s",
-		"iptables-min-sync-period": "1s", "ipvs-sync-period": "30s", "ipvs-min-sync-period": "0s",
+		"iptables-min-sync-period": "1s", "ipvs-sync-period": "30s", "ipvs-min-sync-period": "1s",
 		"ipvs-scheduler": "", "ipvs-exclude-cidrs": "[]", "ipvs-strict-arp": "false",
 		"ipvs-tcp-timeout": "0s", "ipvs-tcpfin-timeout": "0s", "ipvs-udp-timeout": "0s",
 		"conntrack-max-per-core": "32768", "conntrack-min": "131072",
 		"conntrack-tcp-timeout-established": "24h0m0s", "conntrack-tcp-timeout-close-wait": "1h0m0s",
 		"conntrack-tcp-be-liberal": "false", "conntrack-udp-timeout": "0s",
 		"conntrack-udp-timeout-stream": "0s", "config-sync-period": "15m0s", "oom-score-adj": "-999",
-		"healthz-port": "10256", "metrics-port": "10249", "proxy-port-range": "",
+		"healthz-port": "10256", "metrics-port": "10249",
 		"v": "0", "vmodule": "", "logging-format": "text", "log-flush-frequency": "5s",
 		"version": "false", "service-proxy-name": "",
 	}
@@ -42,10 +42,13 @@ func TestFlagDefaults(t *testing.T) {
 			t.Errorf("--%s default = %q, want %q", name, f.DefValue, def)
 		}
 	}
-	for _, name := range []string{"healthz-port", "metrics-port", "proxy-port-range"} {
+	for _, name := range []string{"healthz-port", "metrics-port"} {
 		if fs.Lookup(name).Deprecated == "" {
 			t.Errorf("--%s is not marked deprecated", name)
 		}
+	}
+	if fs.Lookup("proxy-port-range") != nil {
+		t.Error("--proxy-port-range is gone upstream in 1.37; it must be an unknown flag")
 	}
 	if fs.Lookup("v").Shorthand != "v" {
 		t.Error("-v shorthand missing")
@@ -64,7 +67,8 @@ func TestFlagsOnlyMapping(t *testing.T) {
 		{"iptables flags fill nftables", []string{"--proxy-mode=nftables", "--iptables-sync-period=7s", "--iptables-min-sync-period=2s", "--masquerade-all"}, 7 * time.Second, 2 * time.Second, true},
 		{"ipvs flags ignored outside ipvs", []string{"--ipvs-sync-period=9s", "--ipvs-min-sync-period=3s"}, 30 * time.Second, time.Second, false},
 		{"ipvs mode uses ipvs flags", []string{"--proxy-mode=ipvs", "--iptables-sync-period=7s", "--ipvs-sync-period=9s", "--ipvs-min-sync-period=3s", "--masquerade-all"}, 9 * time.Second, 3 * time.Second, true},
-		{"ipvs mode min default", []string{"--proxy-mode=ipvs"}, 30 * time.Second, 0, false},
+		// Upstream's flags share one period pair defaulted from iptables: 1s.
+		{"ipvs mode min default", []string{"--proxy-mode=ipvs"}, 30 * time.Second, time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := mustRun(t, tc.args...)
@@ -98,7 +102,8 @@ func TestFlagsOnlyValues(t *testing.T) {
 		{"DetectLocalMode", string(cfg.DetectLocalMode), "NodeCIDR"},
 		{"ServiceProxyName", cfg.ServiceProxyName, "mine"},
 		{"BindAddress", cfg.BindAddress.String(), "10.1.2.3"},
-		{"MetricsBindAddress", cfg.MetricsBindAddress, ""},
+		// An empty value keeps the default, as upstream's IPPortVar does.
+		{"MetricsBindAddress", cfg.MetricsBindAddress, "127.0.0.1:10249"},
 		{"HealthzBindAddress", cfg.HealthzBindAddress, "0.0.0.0:10256"},
 		{"HostnameOverride", cfg.HostnameOverride, "node-1"},
 		{"ConfigFile", cfg.ConfigFile, ""},
@@ -110,17 +115,25 @@ func TestFlagsOnlyValues(t *testing.T) {
 	}
 }
 
+// TestDeprecatedPortFlags checks upstream's rules: the port flags (default
+// 10256, 10249) give a bare IP its port, leave an address that has one
+// alone, and 0 disables the server.
 func TestDeprecatedPortFlags(t *testing.T) {
 	cfg := mustRun(t, "--healthz-port=0", "--metrics-port=12345")
 	if cfg.HealthzBindAddress != "" {
 		t.Errorf("--healthz-port=0: HealthzBindAddress = %q, want disabled", cfg.HealthzBindAddress)
 	}
-	if cfg.MetricsBindAddress != "127.0.0.1:12345" {
-		t.Errorf("--metrics-port=12345: MetricsBindAddress = %q", cfg.MetricsBindAddress)
+	if cfg.MetricsBindAddress != "127.0.0.1:10249" {
+		t.Errorf("--metrics-port=12345: MetricsBindAddress = %q, want the default kept", cfg.MetricsBindAddress)
 	}
-	cfg = mustRun(t, "--healthz-bind-address=[::1]:1", "--healthz-port=2")
-	if cfg.HealthzBindAddress != "[::1]:2" {
-		t.Errorf("HealthzBindAddress = %q, want [::1]:2", cfg.HealthzBindAddress)
+	cfg = mustRun(t, "--healthz-bind-address=::1", "--healthz-port=2", "--metrics-bind-address=0.0.0.0")
+	if cfg.HealthzBindAddress != "[::1]:2" || cfg.MetricsBindAddress != "0.0.0.0:10249" {
+		t.Errorf("bare IPs: HealthzBindAddress = %q MetricsBindAddress = %q, want [::1]:2 0.0.0.0:10249",
+			cfg.HealthzBindAddress, cfg.MetricsBindAddress)
+	}
+	cfg = mustRun(t, "--healthz-bind-address=", "--bind-address=")
+	if cfg.HealthzBindAddress != "0.0.0.0:10256" || cfg.BindAddress.String() != "0.0.0.0" {
+		t.Errorf("empty values: HealthzBindAddress = %q BindAddress = %s, want the defaults", cfg.HealthzBindAddress, cfg.BindAddress)
 	}
 }
 
@@ -154,8 +167,8 @@ func TestUnderscoreFlagNames(t *testing.T) {
 
 func TestInvalidFlagConfigRejected(t *testing.T) {
 	res := execute(t, nil, "--iptables-sync-period=1s", "--iptables-min-sync-period=5s")
-	if res.err == nil || !strings.Contains(res.err.Error(), "iptables.minSyncPeriod") {
-		t.Fatalf("err = %v, want it to name iptables.minSyncPeriod", res.err)
+	if res.err == nil || !strings.Contains(res.err.Error(), "KubeProxyConfiguration.SyncPeriod") {
+		t.Fatalf("err = %v, want it to name KubeProxyConfiguration.SyncPeriod", res.err)
 	}
 	if res.action != "" {
 		t.Errorf("action %q ran with an invalid config", res.action)

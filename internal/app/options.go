@@ -43,9 +43,12 @@ func newOptions() *options {
 		flagConfig:            obj,
 		iptablesSyncPeriod:    obj.IPTables.SyncPeriod.Duration,
 		iptablesMinSyncPeriod: obj.IPTables.MinSyncPeriod.Duration,
-		ipvsSyncPeriod:        obj.IPVS.SyncPeriod.Duration,
-		ipvsMinSyncPeriod:     obj.IPVS.MinSyncPeriod.Duration,
-		healthzPort:           config.HealthzPort,
-		metricsPort:           config.MetricsPort,
+		// Upstream's flags share one pair of periods, defaulted from the
+		// iptables section: --ipvs-min-sync-period defaults to 1s, not to
+		// the file default of ipvs.minSyncPeriod (0s).
+		ipvsSyncPeriod:    obj.IPTables.SyncPeriod.Duration,
+		ipvsMinSyncPeriod: obj.IPTables.MinSyncPeriod.Duration,
+		healthzPort:       config.HealthzPort,
+		metricsPort:       config.MetricsPort,
 	}
 }

@@ -5,6 +5,11 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 )
 
 // Version is the release, set at build time with
@@ -77,4 +82,59 @@ func printVersion(w io.Writer, mode string) error {
 	default:
 		return fmt.Errorf("--version: invalid value %q: must be true, false or raw", mode)
 	}
+}
+
+// versionValue is --version as upstream's verflag parses it: a boolean,
+// "raw", or "vX.Y.Z..." which sets the reported version (it must keep the
+// binary's major.minor.patch) and lets the command run on.
+type versionValue struct{ mode *string }
+
+func (v versionValue) Type() string     { return "version" }
+func (v versionValue) String() string   { return *v.mode }
+func (v versionValue) IsBoolFlag() bool { return true }
+func (v versionValue) Set(s string) error {
+	if s == "raw" {
+		*v.mode = s
+		return nil
+	}
+	if strings.HasPrefix(s, "v") {
+		if err := setDynamicVersion(s); err != nil {
+			return err
+		}
+		*v.mode = "false"
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*v.mode = strconv.FormatBool(b)
+	return nil
+}
+
+func addVersionFlag(fs *pflag.FlagSet, mode *string) {
+	*mode = "false"
+	fs.Var(versionValue{mode}, "version", "--version, --version=raw prints version information and quits; --version=vX.Y.Z... sets the reported version")
+	fs.Lookup("version").NoOptDefVal = "true"
+}
+
+// setDynamicVersion replaces the reported version by s, which must have the
+// same major, minor and patch as the built-in one (component-base's rule).
+func setDynamicVersion(s string) error {
+	if s == Version {
+		return nil
+	}
+	want, err := utilversion.ParseSemantic(s)
+	if err != nil {
+		return err
+	}
+	have, err := utilversion.ParseSemantic(Version)
+	if err != nil {
+		return fmt.Errorf("the built-in version %q is not semantic: %w", Version, err)
+	}
+	if want.Major() != have.Major() || want.Minor() != have.Minor() || want.Patch() != have.Patch() {
+		return fmt.Errorf("version %q must match major/minor/patch of default version %q", s, Version)
+	}
+	Version = s
+	return nil
 }

@@ -7,6 +7,10 @@ import (
 	"net/netip"
 	"time"
 
+	"k8s.io/component-base/featuregate"
+	// The json log format, registered as upstream's main does, so that
+	// logging.format: json validates.
+	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/kube-proxy/config/v1alpha1"
 )
 
@@ -89,6 +93,11 @@ type Config struct {
 
 	ClientConnection ClientConnection
 	FeatureGates     map[string]bool
+	// FeatureGate is upstream's gate registry with FeatureGates applied.
+	FeatureGate featuregate.FeatureGate
+	// ModeDefaulted is true when neither the file nor --proxy-mode set a
+	// mode: upstream 1.37 then warns that the default becomes nftables.
+	ModeDefaulted bool
 
 	// ServiceProxyName, when set, restricts the watch to Services labelled
 	// service.kubernetes.io/service-proxy-name=ServiceProxyName (an
@@ -101,6 +110,8 @@ type Config struct {
 	Kubeconfig string
 	// ConfigFile is the --config path, "" when flags alone configured us.
 	ConfigFile string
+	// Flags are the command line's flags with their values, for /flagz.
+	Flags map[string]string
 
 	// Versioned is the defaulted v1alpha1 object the Config was built from,
 	// served on /configz and written by --write-config-to.

@@ -5,19 +5,39 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
+	netutils "k8s.io/utils/net"
 )
 
 // Complete applies the platform defaults to an already defaulted obj,
 // validates it and builds the Config. Master, ConfigFile and
 // ServiceProxyName are not part of v1alpha1; the caller sets them.
 func Complete(obj *v1alpha1.KubeProxyConfiguration) (*Config, error) {
+	modeDefaulted := obj.Mode == ""
 	ApplyPlatformDefaults(obj)
+	Normalize(obj)
+	// Upstream sets the gates, then applies logging, then validates; each
+	// step fails on its own, with its own message.
+	gate, err := NewFeatureGate(obj.FeatureGates)
+	if err != nil {
+		return nil, err
+	}
+	if errs := logsapi.Validate(&obj.Logging, gate, field.NewPath("logging")); len(errs) > 0 {
+		return nil, fmt.Errorf("initialize logging: %w", errs.ToAggregate())
+	}
 	if err := Validate(obj); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
-	return fromVersioned(obj)
+	cfg, err := fromVersioned(obj)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ModeDefaulted = modeDefaulted
+	return cfg, nil
 }
 
 // fromVersioned maps a validated object to Config with the conversion rules
@@ -73,11 +93,10 @@ func fromVersioned(obj *v1alpha1.KubeProxyConfiguration) (*Config, error) {
 		cfg.MasqueradeAll = obj.IPTables.MasqueradeAll
 		cfg.MasqueradeBit = derefInt(obj.IPTables.MasqueradeBit)
 	}
-	if obj.ClusterCIDR != "" {
-		if cfg.ClusterCIDRs, err = parseCIDRList(obj.ClusterCIDR); err != nil {
-			return nil, fmt.Errorf("clusterCIDR: %w", err)
-		}
+	if cfg.FeatureGate, err = NewFeatureGate(obj.FeatureGates); err != nil {
+		return nil, fmt.Errorf("featureGates: %w", err)
 	}
+	cfg.ClusterCIDRs = parseCIDRList(obj.ClusterCIDR)
 	if cfg.IPVS, err = ipvsFrom(&obj.IPVS); err != nil {
 		return nil, err
 	}
@@ -109,14 +128,47 @@ func ipvsFrom(c *v1alpha1.KubeProxyIPVSConfiguration) (IPVS, error) {
 		TCPFinTimeout: c.TCPFinTimeout.Duration,
 		UDPTimeout:    c.UDPTimeout.Duration,
 	}
+	// Checked in ipvs mode, the only one that uses them; ignored otherwise.
 	for _, s := range c.ExcludeCIDRs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return IPVS{}, fmt.Errorf("ipvs.excludeCIDRs: %w", err)
+		if p, ok := parsePrefix(s); ok {
+			out.ExcludeCIDRs = append(out.ExcludeCIDRs, p)
 		}
-		out.ExcludeCIDRs = append(out.ExcludeCIDRs, p.Masked())
 	}
 	return out, nil
+}
+
+// parseCIDRList splits a comma-separated list of CIDRs. Validation has
+// checked the list in ClusterCIDR mode, the only mode that uses it; in the
+// others upstream ignores it, so invalid entries are skipped here.
+func parseCIDRList(s string) []netip.Prefix {
+	var out []netip.Prefix
+	if s == "" {
+		return nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		if p, ok := parsePrefix(part); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parsePrefix parses a CIDR as upstream does (leading zeros allowed) and
+// returns it masked.
+func parsePrefix(s string) (netip.Prefix, bool) {
+	_, ipnet, err := netutils.ParseCIDRSloppy(strings.TrimSpace(s))
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	addr, ok := netip.AddrFromSlice(ipnet.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := ipnet.Mask.Size()
+	if addr.Is4In6() && ones >= 96 {
+		addr, ones = addr.Unmap(), ones-96
+	}
+	return netip.PrefixFrom(addr, ones).Masked(), true
 }
 
 func derefInt(p *int32) int {
@@ -127,16 +179,3 @@ func derefInt(p *int32) int {
 }
 
 func derefBool(p *bool) bool { return p != nil && *p }
-
-// Warnings returns the non-fatal remarks upstream logs at startup
-// (checkBadConfig): unset nodePortAddresses and unknown feature gates.
-func Warnings(obj *v1alpha1.KubeProxyConfiguration) []string {
-	var out []string
-	if len(obj.NodePortAddresses) == 0 {
-		out = append(out, "nodePortAddresses is unset; NodePort connections will be accepted on all local IPs. Consider using `--nodeport-addresses primary`")
-	}
-	if unknown := UnknownFeatureGates(obj.FeatureGates); len(unknown) > 0 {
-		out = append(out, fmt.Sprintf("featureGates: ignoring gates svcproxy does not know: %v", unknown))
-	}
-	return out
-}

@@ -3,13 +3,13 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/netip"
-	"strings"
+	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
+	netutils "k8s.io/utils/net"
 )
 
 // The well-known kube-proxy ports (upstream pkg/cluster/ports).
@@ -112,7 +112,7 @@ func NewDefaulted() *v1alpha1.KubeProxyConfiguration {
 // wildcard and loopback for an IPv4 bindAddress, their IPv6 twins for
 // anything else (including an unparsable one, as upstream does).
 func defaultHosts(bindAddress string) (healthz, metrics string) {
-	if addr, err := netip.ParseAddr(bindAddress); err == nil && addr.Unmap().Is4() {
+	if netutils.ParseIPSloppy(bindAddress).To4() != nil {
 		return "0.0.0.0", "127.0.0.1"
 	}
 	return "[::]", "[::1]"
@@ -128,17 +128,16 @@ func defaultHostPort(addr, defaultHost string, port int) string {
 }
 
 // AppendPortIfNeeded appends port to addr when addr is a bare IP address.
-// Anything else (already host:port, or not an IP) is returned unchanged so
-// that validation reports it.
+// Anything else (already host:port, or not an IP, including a bracketed
+// "[::]") is returned unchanged so that validation reports it, as upstream.
 func AppendPortIfNeeded(addr string, port int) string {
 	if _, _, err := net.SplitHostPort(addr); err == nil {
 		return addr
 	}
-	ip, err := netip.ParseAddr(strings.Trim(addr, "[]"))
-	if err != nil {
+	if netutils.ParseIPSloppy(addr) == nil {
 		return addr
 	}
-	return netip.AddrPortFrom(ip, uint16(port)).String()
+	return net.JoinHostPort(addr, strconv.Itoa(port))
 }
 
 func setDefaultInt32(p **int32, v int32) {

@@ -65,7 +65,7 @@ func TestDefaultsPerMode(t *testing.T) {
 			if string(got.Versioned.Mode) != string(tc.want) {
 				t.Errorf("Versioned.Mode = %q, want %q", got.Versioned.Mode, tc.want)
 			}
-			opts := cmpopts.IgnoreFields(Config{}, "Versioned")
+			opts := cmpopts.IgnoreFields(Config{}, "Versioned", "FeatureGate", "ModeDefaulted")
 			if diff := cmp.Diff(expectedDefaults(tc.want), got, opts, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 				t.Errorf("Config mismatch (-want +got):\n%s", diff)
 			}

@@ -1,234 +1,253 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"net"
-	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"github.com/blang/semver/v4"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	metricsapi "k8s.io/component-base/metrics/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
+	netutils "k8s.io/utils/net"
 )
 
-// ipvsSchedulers are the schedulers upstream accepts ("" means rr).
-var ipvsSchedulers = []string{"", "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq", "mh"}
+// root is the path upstream's validation names every field under. The
+// paths are upstream's internal field names (KubeProxyConfiguration.SyncPeriod,
+// ...KubeProxyIPTablesConfiguration.MasqueradeBit), not the v1alpha1 JSON
+// names: operators and tooling match these messages, so they are kept as
+// upstream prints them.
+var root = field.NewPath("KubeProxyConfiguration")
 
-// errorList collects validation errors, each prefixed with its field path.
-type errorList []error
-
-func (l *errorList) add(path, format string, args ...any) {
-	*l = append(*l, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
-}
-
-// Validate checks a defaulted object (SetDefaults and ApplyPlatformDefaults
-// already applied) with the rules of contract §2.3 and returns every
-// violation, joined; each names its field path.
+// Validate checks a defaulted, normalized object (SetDefaults,
+// ApplyPlatformDefaults and Normalize applied) with upstream's rules
+// (pkg/proxy/apis/config/validation) and returns every violation.
 func Validate(obj *v1alpha1.KubeProxyConfiguration) error {
-	var errs errorList
-	validateMode(&errs, obj)
-	validateAddresses(&errs, obj)
-	validateDetectLocal(&errs, obj)
-	validateNodePortAddresses(&errs, obj.NodePortAddresses)
-	validateLinux(&errs, obj)
-	validateIPVS(&errs, &obj.IPVS)
-	validateMisc(&errs, obj)
-	if err := validateFeatureGates(obj.FeatureGates); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return validate(obj).ToAggregate()
 }
 
-func validateMode(errs *errorList, obj *v1alpha1.KubeProxyConfiguration) {
+func validate(obj *v1alpha1.KubeProxyConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	gate, err := NewFeatureGate(obj.FeatureGates)
+	if err != nil {
+		errs = append(errs, field.Invalid(root.Child("featureGates"), obj.FeatureGates, err.Error()))
+		if gate, err = newDefaultFeatureGate(); err != nil {
+			return append(errs, field.InternalError(root.Child("featureGates"), err))
+		}
+	}
+	errs = append(errs, validateMasqueradeBit(obj.IPTables.MasqueradeBit, root.Child("KubeProxyIPTablesConfiguration"))...)
 	switch Mode(obj.Mode) {
-	case ModeIPTables, "":
-		validateSyncPeriods(errs, "iptables", obj.IPTables.SyncPeriod, obj.IPTables.MinSyncPeriod)
-	case ModeNFTables:
-		validateSyncPeriods(errs, "nftables", obj.NFTables.SyncPeriod, obj.NFTables.MinSyncPeriod)
 	case ModeIPVS:
-		validateSyncPeriods(errs, "ipvs", obj.IPVS.SyncPeriod, obj.IPVS.MinSyncPeriod)
-	default:
-		errs.add("mode", "unsupported value %q: must be one of iptables, ipvs, nftables", obj.Mode)
+		errs = append(errs, validateIPVS(&obj.IPVS, root.Child("KubeProxyIPVSConfiguration"))...)
+	case ModeNFTables:
+		errs = append(errs, validateMasqueradeBit(obj.NFTables.MasqueradeBit, root.Child("KubeProxyNFTablesConfiguration"))...)
 	}
-	validateMasqueradeBit(errs, "iptables.masqueradeBit", obj.IPTables.MasqueradeBit)
-	validateMasqueradeBit(errs, "nftables.masqueradeBit", obj.NFTables.MasqueradeBit)
+	errs = append(errs, validateLinux(obj, root.Child("KubeProxyLinuxConfiguration"))...)
+	errs = append(errs, validateMode(Mode(obj.Mode), gate, root.Child("Mode"))...)
+	if obj.ClientConnection.Burst < 0 {
+		errs = append(errs, field.Invalid(root.Child("ClientConnection", "Burst"), obj.ClientConnection.Burst, "must be greater than or equal to 0"))
+	}
+	errs = append(errs, validatePeriods(obj)...)
+	errs = append(errs, validateAddresses(obj)...)
+	errs = append(errs, validateNodePortAddresses(obj.NodePortAddresses, root.Child("NodePortAddresses"))...)
+	errs = append(errs, validateShowHiddenMetrics(obj.ShowHiddenMetricsForVersion, root.Child("ShowHiddenMetricsForVersion"))...)
+	errs = append(errs, validateDetectLocal(obj)...)
+	return append(errs, logsapi.Validate(&obj.Logging, gate, root.Child("logging"))...)
 }
 
-func validateSyncPeriods(errs *errorList, section string, sync, minSync metav1.Duration) {
+func validateMasqueradeBit(bit *int32, path *field.Path) field.ErrorList {
+	if bit != nil && (*bit < 0 || *bit > 31) {
+		return field.ErrorList{field.Invalid(path.Child("MasqueradeBit"), *bit, "must be within the range [0, 31]")}
+	}
+	return nil
+}
+
+// validateIPVS runs in ipvs mode only, as upstream's; the scheduler is
+// checked when the proxier starts (upstream: CanUseIPVSProxier).
+func validateIPVS(c *v1alpha1.KubeProxyIPVSConfiguration, path *field.Path) field.ErrorList {
+	errs := nonNegative(nil, path.Child("TCPTimeout"), c.TCPTimeout.Duration)
+	errs = nonNegative(errs, path.Child("TCPFinTimeout"), c.TCPFinTimeout.Duration)
+	errs = nonNegative(errs, path.Child("UDPTimeout"), c.UDPTimeout.Duration)
+	for i, cidr := range c.ExcludeCIDRs {
+		if _, _, err := netutils.ParseCIDRSloppy(cidr); err != nil {
+			errs = append(errs, field.Invalid(path.Child("ExcludeCidrs").Index(i), cidr, "must be a valid CIDR"))
+		}
+	}
+	return errs
+}
+
+func validateLinux(obj *v1alpha1.KubeProxyConfiguration, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	c, ct := &obj.Conntrack, path.Child("KubeProxyConntrackConfiguration")
+	if c.MaxPerCore != nil && *c.MaxPerCore < 0 {
+		errs = append(errs, field.Invalid(ct.Child("MaxPerCore"), *c.MaxPerCore, "must be greater than or equal to 0"))
+	}
+	if c.Min != nil && *c.Min < 0 {
+		errs = append(errs, field.Invalid(ct.Child("Min"), *c.Min, "must be greater than or equal to 0"))
+	}
+	if c.TCPEstablishedTimeout != nil {
+		errs = nonNegative(errs, ct.Child("TCPEstablishedTimeout"), c.TCPEstablishedTimeout.Duration)
+	}
+	if c.TCPCloseWaitTimeout != nil {
+		errs = nonNegative(errs, ct.Child("TCPCloseWaitTimeout"), c.TCPCloseWaitTimeout.Duration)
+	}
+	errs = nonNegative(errs, ct.Child("UDPTimeout"), c.UDPTimeout.Duration)
+	errs = nonNegative(errs, ct.Child("UDPStreamTimeout"), c.UDPStreamTimeout.Duration)
+	if v := obj.OOMScoreAdj; v != nil && (*v < -1000 || *v > 1000) {
+		errs = append(errs, field.Invalid(path.Child("OOMScoreAdj"), *v, "must be within the range [-1000, 1000]"))
+	}
+	return errs
+}
+
+// validateMode accepts ipvs only while the KubeProxyIPVS gate is on.
+func validateMode(mode Mode, gate featuregate.FeatureGate, path *field.Path) field.ErrorList {
+	valid := []string{string(ModeIPTables), string(ModeNFTables)}
+	if gate.Enabled(KubeProxyIPVS) {
+		valid = []string{string(ModeIPTables), string(ModeIPVS), string(ModeNFTables)}
+	}
+	for _, v := range append(valid, "") {
+		if string(mode) == v {
+			return nil
+		}
+	}
+	msg := fmt.Sprintf("must be %s or blank (blank means the best-available proxy [currently iptables])", strings.Join(valid, ", "))
+	return field.ErrorList{field.Invalid(path.Child("ProxyMode"), string(mode), msg)}
+}
+
+// validatePeriods checks configSyncPeriod and the sync periods of the
+// active mode's section (the only one upstream keeps).
+func validatePeriods(obj *v1alpha1.KubeProxyConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	if obj.ConfigSyncPeriod.Duration <= 0 {
+		errs = append(errs, field.Invalid(root.Child("ConfigSyncPeriod"), obj.ConfigSyncPeriod, "must be greater than 0"))
+	}
+	sync, minSync := activePeriods(obj)
 	if sync.Duration <= 0 {
-		errs.add(section+".syncPeriod", "must be greater than 0")
+		errs = append(errs, field.Invalid(root.Child("SyncPeriod"), sync, "must be greater than 0"))
 	}
 	if minSync.Duration < 0 {
-		errs.add(section+".minSyncPeriod", "must be greater than or equal to 0")
+		errs = append(errs, field.Invalid(root.Child("MinSyncPeriod"), minSync, "must be greater than or equal to 0"))
 	}
 	if minSync.Duration > sync.Duration {
-		errs.add(section+".minSyncPeriod", "must be <= syncPeriod (%s > %s)", minSync.Duration, sync.Duration)
+		errs = append(errs, field.Invalid(root.Child("SyncPeriod"), minSync, "must be greater than or equal to "+root.Child("MinSyncPeriod").String()))
 	}
+	return errs
 }
 
-func validateMasqueradeBit(errs *errorList, path string, bit *int32) {
-	if bit != nil && (*bit < 0 || *bit > 31) {
-		errs.add(path, "must be within the range [0, 31], got %d", *bit)
-	}
-}
-
-func validateAddresses(errs *errorList, obj *v1alpha1.KubeProxyConfiguration) {
-	if _, err := netip.ParseAddr(obj.BindAddress); err != nil {
-		errs.add("bindAddress", "must be an IP address, got %q", obj.BindAddress)
+func validateAddresses(obj *v1alpha1.KubeProxyConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	if netutils.ParseIPSloppy(obj.BindAddress) == nil {
+		errs = append(errs, field.Invalid(root.Child("BindAddress"), obj.BindAddress, "not a valid textual representation of an IP address"))
 	}
 	if obj.HealthzBindAddress != "" {
-		validateHostPort(errs, "healthzBindAddress", obj.HealthzBindAddress)
+		errs = append(errs, validateHostPort(obj.HealthzBindAddress, root.Child("HealthzBindAddress"))...)
 	}
-	if obj.MetricsBindAddress != "" {
-		validateHostPort(errs, "metricsBindAddress", obj.MetricsBindAddress)
-	}
+	// Upstream requires a metrics address: only the flags can disable it.
+	return append(errs, validateHostPort(obj.MetricsBindAddress, root.Child("MetricsBindAddress"))...)
 }
 
-func validateHostPort(errs *errorList, path, hostPort string) {
+func validateHostPort(hostPort string, path *field.Path) field.ErrorList {
 	host, port, err := net.SplitHostPort(hostPort)
 	if err != nil {
-		errs.add(path, "must be IP:port, got %q", hostPort)
-		return
+		return field.ErrorList{field.Invalid(path, hostPort, "must be IP:port")}
 	}
-	if _, err := netip.ParseAddr(host); err != nil {
-		errs.add(path, "must be IP:port, %q is not an IP address", host)
+	var errs field.ErrorList
+	if netutils.ParseIPSloppy(host) == nil {
+		errs = append(errs, field.Invalid(path, host, "must be a valid IP"))
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		errs.add(path, "port must be within the range [1, 65535], got %q", port)
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		errs = append(errs, field.Invalid(path, port, "must be a valid port"))
 	}
+	return errs
 }
 
-func validateDetectLocal(errs *errorList, obj *v1alpha1.KubeProxyConfiguration) {
-	switch LocalMode(obj.DetectLocalMode) {
-	case "", LocalModeClusterCIDR, LocalModeNodeCIDR:
-	case LocalModeBridgeInterface:
-		if obj.DetectLocal.BridgeInterface == "" {
-			errs.add("detectLocal.bridgeInterface", "must not be empty with detectLocalMode BridgeInterface")
-		}
-	case LocalModeInterfaceNamePrefix:
-		if obj.DetectLocal.InterfaceNamePrefix == "" {
-			errs.add("detectLocal.interfaceNamePrefix", "must not be empty with detectLocalMode InterfaceNamePrefix")
-		}
-	default:
-		errs.add("detectLocalMode", "unsupported value %q: must be one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix", obj.DetectLocalMode)
-	}
-	if obj.ClusterCIDR == "" {
-		return
-	}
-	cidrs, err := parseCIDRList(obj.ClusterCIDR)
-	switch {
-	case err != nil:
-		errs.add("clusterCIDR", "%v", err)
-	case len(cidrs) > 2:
-		errs.add("clusterCIDR", "only one CIDR or a dual-stack pair is allowed, got %q", obj.ClusterCIDR)
-	case len(cidrs) == 2 && cidrs[0].Addr().Is4() == cidrs[1].Addr().Is4():
-		errs.add("clusterCIDR", "two CIDRs must be one IPv4 and one IPv6, got %q", obj.ClusterCIDR)
-	}
-}
-
-// validateNodePortAddresses accepts CIDRs and the keywords of upstream's
-// newest release (primary, localhost, all). Older releases allowed only
-// "primary", alone; every config they accept is accepted here too.
-func validateNodePortAddresses(errs *errorList, addrs []string) {
+// validateNodePortAddresses accepts CIDRs and the keywords primary,
+// localhost and all, each keyword at most once.
+func validateNodePortAddresses(addrs []string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
 	for i, a := range addrs {
 		switch a {
 		case NodePortAddressesPrimary, NodePortAddressesLocalhost, NodePortAddressesAll:
-			if slices.Index(addrs, a) != i {
-				errs.add(fmt.Sprintf("nodePortAddresses[%d]", i), "duplicate keyword %q", a)
+			if seen[a] {
+				errs = append(errs, field.Duplicate(path.Index(i), a))
 			}
-		default:
-			if _, err := netip.ParsePrefix(a); err != nil {
-				errs.add(fmt.Sprintf("nodePortAddresses[%d]", i), "must be a CIDR or one of primary, localhost, all, got %q", a)
-			}
+			seen[a] = true
+			continue
+		}
+		if _, _, err := netutils.ParseCIDRSloppy(a); err != nil {
+			errs = append(errs, field.Invalid(path.Index(i), a, "must be a valid CIDR or one of the keywords 'primary', 'localhost', 'all'"))
 		}
 	}
+	return errs
 }
 
-func validateLinux(errs *errorList, obj *v1alpha1.KubeProxyConfiguration) {
-	if v := obj.OOMScoreAdj; v != nil && (*v < -1000 || *v > 1000) {
-		errs.add("oomScoreAdj", "must be within the range [-1000, 1000], got %d", *v)
+// validateShowHiddenMetrics allows only the previous minor release of the
+// upstream version svcproxy stands in for, as upstream does for its own.
+func validateShowHiddenMetrics(v string, path *field.Path) field.ErrorList {
+	if v == "" {
+		return nil
 	}
-	c := &obj.Conntrack
-	nonNegativeInt32(errs, "conntrack.maxPerCore", c.MaxPerCore)
-	nonNegativeInt32(errs, "conntrack.min", c.Min)
-	if c.TCPEstablishedTimeout != nil {
-		nonNegativeDuration(errs, "conntrack.tcpEstablishedTimeout", c.TCPEstablishedTimeout.Duration)
+	current := semver.MustParse(upstreamBinaryVersion + ".0")
+	if err := metricsapi.ValidateShowHiddenMetricsVersionForKubeletBackwardCompatOnly(current, v); err != nil {
+		return field.ErrorList{field.Invalid(path, v, err.Error())}
 	}
-	if c.TCPCloseWaitTimeout != nil {
-		nonNegativeDuration(errs, "conntrack.tcpCloseWaitTimeout", c.TCPCloseWaitTimeout.Duration)
-	}
-	nonNegativeDuration(errs, "conntrack.udpTimeout", c.UDPTimeout.Duration)
-	nonNegativeDuration(errs, "conntrack.udpStreamTimeout", c.UDPStreamTimeout.Duration)
+	return nil
 }
 
-func validateIPVS(errs *errorList, c *v1alpha1.KubeProxyIPVSConfiguration) {
-	if !slices.Contains(ipvsSchedulers, c.Scheduler) {
-		errs.add("ipvs.scheduler", "unsupported value %q: must be one of %s", c.Scheduler, strings.Join(ipvsSchedulers[1:], ", "))
+func validateDetectLocal(obj *v1alpha1.KubeProxyConfiguration) field.ErrorList {
+	path := root.Child("DetectLocalConfiguration")
+	switch LocalMode(obj.DetectLocalMode) {
+	case "", LocalModeNodeCIDR:
+		return nil
+	case LocalModeBridgeInterface:
+		return validateInterface(obj.DetectLocal.BridgeInterface, path.Child("InterfaceName"))
+	case LocalModeInterfaceNamePrefix:
+		return validateInterface(obj.DetectLocal.InterfaceNamePrefix, path.Child("InterfacePrefix"))
+	case LocalModeClusterCIDR:
+		// Only this mode uses clusterCIDR, so only this mode checks it.
+		if obj.ClusterCIDR == "" {
+			return nil
+		}
+		return validateClusterCIDRs(strings.Split(obj.ClusterCIDR, ","), path.Child("ClusterCIDRs"))
 	}
-	for i, cidr := range c.ExcludeCIDRs {
-		if _, err := netip.ParsePrefix(cidr); err != nil {
-			errs.add(fmt.Sprintf("ipvs.excludeCIDRs[%d]", i), "must be a CIDR, got %q", cidr)
+	valid := []string{string(LocalModeClusterCIDR), string(LocalModeNodeCIDR), string(LocalModeBridgeInterface), string(LocalModeInterfaceNamePrefix), ""}
+	return field.ErrorList{field.NotSupported(root.Child("DetectLocalMode"), string(obj.DetectLocalMode), valid)}
+}
+
+func validateInterface(name string, path *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Invalid(path, name, "must not be empty")}
+	}
+	return nil
+}
+
+const dualStackPairMsg = "must be a either a single CIDR or dual-stack pair of CIDRs (e.g. [10.100.0.0/16, fde4:8dba:82e1::/48]"
+
+func validateClusterCIDRs(cidrs []string, path *field.Path) field.ErrorList {
+	if len(cidrs) > 2 {
+		return field.ErrorList{field.Invalid(path, cidrs, dualStackPairMsg)}
+	}
+	var errs field.ErrorList
+	for i, c := range cidrs {
+		if _, _, err := netutils.ParseCIDRSloppy(c); err != nil {
+			errs = append(errs, field.Invalid(path.Index(i), c, "must be a valid CIDR block (e.g. 10.100.0.0/16 or fde4:8dba:82e1::/48)"))
 		}
 	}
-	nonNegativeDuration(errs, "ipvs.tcpTimeout", c.TCPTimeout.Duration)
-	nonNegativeDuration(errs, "ipvs.tcpFinTimeout", c.TCPFinTimeout.Duration)
-	nonNegativeDuration(errs, "ipvs.udpTimeout", c.UDPTimeout.Duration)
-}
-
-func validateMisc(errs *errorList, obj *v1alpha1.KubeProxyConfiguration) {
-	if obj.ConfigSyncPeriod.Duration <= 0 {
-		errs.add("configSyncPeriod", "must be greater than 0")
-	}
-	if obj.ClientConnection.Burst < 0 {
-		errs.add("clientConnection.burst", "must be greater than or equal to 0")
-	}
-	if obj.PortRange != "" {
-		if _, err := utilnet.ParsePortRange(obj.PortRange); err != nil {
-			errs.add("portRange", "%v", err)
+	if len(cidrs) == 2 {
+		if dual, err := netutils.IsDualStackCIDRStrings(cidrs); err == nil && !dual {
+			errs = append(errs, field.Invalid(path, cidrs, dualStackPairMsg))
 		}
 	}
-	if v := obj.ShowHiddenMetricsForVersion; v != "" {
-		if _, err := version.ParseMajorMinor(v); err != nil {
-			errs.add("showHiddenMetricsForVersion", "must be major.minor, got %q", v)
-		}
-	}
-	gate, err := newFeatureGate(obj.FeatureGates)
-	if err != nil {
-		return // reported by validateFeatureGates
-	}
-	for _, e := range logsapi.Validate(&obj.Logging, gate, field.NewPath("logging")) {
-		*errs = append(*errs, e)
-	}
+	return errs
 }
 
-func nonNegativeInt32(errs *errorList, path string, v *int32) {
-	if v != nil && *v < 0 {
-		errs.add(path, "must be greater than or equal to 0, got %d", *v)
-	}
-}
-
-func nonNegativeDuration(errs *errorList, path string, d time.Duration) {
+func nonNegative[T ~int64](errs field.ErrorList, path *field.Path, d T) field.ErrorList {
 	if d < 0 {
-		errs.add(path, "must be greater than or equal to 0, got %s", d)
+		return append(errs, field.Invalid(path, d, "must be greater than or equal to 0"))
 	}
-}
-
-// parseCIDRList splits a comma-separated list of CIDRs.
-func parseCIDRList(s string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, part := range strings.Split(s, ",") {
-		p, err := netip.ParsePrefix(strings.TrimSpace(part))
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a valid CIDR", part)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
+	return errs
 }

@@ -50,18 +50,23 @@ var programmingBuckets = func() []float64 {
 	return append(b, prometheus.LinearBuckets(120, 30, 7)...)
 }()
 
+// alpha marks help text the way component-base's registry does for ALPHA
+// metrics (every kubeproxy_* family upstream is ALPHA); scrapers and
+// linters that read the HELP lines see the same text.
+func alpha(help string) string { return "[ALPHA] " + help }
+
 func histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Subsystem: subsystem, Name: name, Help: help, Buckets: buckets,
+		Subsystem: subsystem, Name: name, Help: alpha(help), Buckets: buckets,
 	}, labels)
 }
 
 func gauge(name, help string, labels ...string) *prometheus.GaugeVec {
-	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: subsystem, Name: name, Help: help}, labels)
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: subsystem, Name: name, Help: alpha(help)}, labels)
 }
 
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem, Name: name, Help: help}, labels)
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem, Name: name, Help: alpha(help)}, labels)
 }
 
 // Sync metrics, updated by the syncer. Families labelled ip_family take
@@ -92,16 +97,16 @@ var (
 
 	// EndpointChangesPending counts EndpointSlice changes not yet synced.
 	EndpointChangesPending = prometheus.NewGauge(prometheus.GaugeOpts{Subsystem: subsystem,
-		Name: "sync_proxy_rules_endpoint_changes_pending", Help: "Pending proxy rules Endpoint changes"})
+		Name: "sync_proxy_rules_endpoint_changes_pending", Help: alpha("Pending proxy rules Endpoint changes")})
 	// EndpointChangesTotal counts EndpointSlice changes seen.
 	EndpointChangesTotal = prometheus.NewCounter(prometheus.CounterOpts{Subsystem: subsystem,
-		Name: "sync_proxy_rules_endpoint_changes_total", Help: "Cumulative proxy rules Endpoint changes"})
+		Name: "sync_proxy_rules_endpoint_changes_total", Help: alpha("Cumulative proxy rules Endpoint changes")})
 	// ServiceChangesPending counts Service changes not yet synced.
 	ServiceChangesPending = prometheus.NewGauge(prometheus.GaugeOpts{Subsystem: subsystem,
-		Name: "sync_proxy_rules_service_changes_pending", Help: "Pending proxy rules Service changes"})
+		Name: "sync_proxy_rules_service_changes_pending", Help: alpha("Pending proxy rules Service changes")})
 	// ServiceChangesTotal counts Service changes seen.
 	ServiceChangesTotal = prometheus.NewCounter(prometheus.CounterOpts{Subsystem: subsystem,
-		Name: "sync_proxy_rules_service_changes_total", Help: "Cumulative proxy rules Service changes"})
+		Name: "sync_proxy_rules_service_changes_total", Help: alpha("Cumulative proxy rules Service changes")})
 	// SyncProxyRulesNoLocalEndpointsTotal counts services whose Local
 	// traffic policy leaves no endpoint on this node.
 	SyncProxyRulesNoLocalEndpointsTotal = gauge("sync_proxy_rules_no_local_endpoints_total",

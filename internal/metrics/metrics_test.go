@@ -168,8 +168,8 @@ func checkFamily(t *testing.T, w want, mf *dto.MetricFamily) {
 	if mf.GetType() != w.typ {
 		t.Errorf("%s: type %v, want %v", w.name, mf.GetType(), w.typ)
 	}
-	if mf.GetHelp() != w.help {
-		t.Errorf("%s: help %q, want %q", w.name, mf.GetHelp(), w.help)
+	if mf.GetHelp() != "[ALPHA] "+w.help {
+		t.Errorf("%s: help %q, want %q", w.name, mf.GetHelp(), "[ALPHA] "+w.help)
 	}
 	m := mf.GetMetric()[0]
 	var labels []string

@@ -31,13 +31,13 @@ func newNFAcctCollectors(r NFAcctReader) []prometheus.Collector {
 		&nfacctCollector{
 			counter: NFAcctCTStateInvalidDropped,
 			desc: prometheus.NewDesc("kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
-				"packets dropped by iptables to work around conntrack problems", nil, nil),
+				alpha("packets dropped by iptables to work around conntrack problems"), nil, nil),
 			reader: r,
 		},
 		&nfacctCollector{
 			counter: NFAcctLocalhostNodePortAccepted,
 			desc: prometheus.NewDesc("kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
-				"Number of packets accepted on nodeports of loopback interface", nil, nil),
+				alpha("Number of packets accepted on nodeports of loopback interface"), nil, nil),
 			reader: r,
 		},
 	}

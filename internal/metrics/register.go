@@ -15,6 +15,15 @@ type Option func(*registerOptions)
 
 type registerOptions struct {
 	nfacct NFAcctReader
+	// noRuntime leaves out go_*, process_* and kubernetes_build_info.
+	noRuntime bool
+}
+
+// WithoutRuntimeCollectors leaves the Go, process and build-info
+// collectors out: the process serves component-base's legacy registry
+// beside this one, which has them (with upstream's Go collector settings).
+func WithoutRuntimeCollectors() Option {
+	return func(o *registerOptions) { o.noRuntime = true }
 }
 
 // WithNFAcct gives the iptables-mode nfacct collectors their counter reader.
@@ -37,10 +46,10 @@ func Register(reg prometheus.Registerer, mode string, opts ...Option) error {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	cs := []prometheus.Collector{
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newBuildInfo(),
+	var cs []prometheus.Collector
+	if !o.noRuntime {
+		cs = append(cs, collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newBuildInfo())
 	}
 	for _, f := range families {
 		if f.in(mode) {
@@ -65,8 +74,8 @@ func newBuildInfo() prometheus.Collector {
 	info := buildInfo()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "kubernetes_build_info",
-		Help: "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, " +
-			"build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+		Help: alpha("A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, " +
+			"build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running."),
 		ConstLabels: info,
 	})
 	g.Set(1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/component-base/metrics/prometheus/slis"
 	"k8s.io/klog/v2"
 )
 
@@ -24,6 +25,8 @@ type HandlerOptions struct {
 	Config any
 	// EnableProfiling adds /debug/pprof/* and /debug/flags/v.
 	EnableProfiling bool
+	// ZPages, when set, adds /flagz and /statusz.
+	ZPages *ZPages
 }
 
 // NewHandler returns the handler for metricsBindAddress (default :10249):
@@ -38,6 +41,11 @@ func NewHandler(o HandlerOptions) http.Handler {
 		_, _ = io.WriteString(w, o.Mode)
 	})
 	mux.HandleFunc("/configz", configzHandler(o.Config))
+	// component-base's SLI families (healthcheck status), as upstream serves.
+	slis.SLIMetricsWithReset{}.Install(mux)
+	if o.ZPages != nil {
+		o.ZPages.install(mux)
+	}
 	// A generic liveness endpoint of the metrics server itself; proxy
 	// health lives on healthzBindAddress.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -56,9 +64,13 @@ func NewHandler(o HandlerOptions) http.Handler {
 	return mux
 }
 
+// ConfigzGroup is the key /configz files the configuration under, as
+// component-base's configz does for kube-proxy (its API group).
+const ConfigzGroup = "kubeproxy.config.k8s.io"
+
 func configzHandler(config any) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
-		body, err := json.Marshal(config)
+		body, err := json.Marshal(map[string]any{ConfigzGroup: config})
 		if err != nil {
 			http.Error(w, fmt.Sprintf("cannot encode configuration: %v", err), http.StatusInternalServerError)
 			return

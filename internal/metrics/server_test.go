@@ -69,10 +69,11 @@ func TestProxyModeHealthzConfigz(t *testing.T) {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
 	code, hdr, body = do(t, http.MethodGet, srv.URL+"/configz", "")
-	var cfg map[string]string
-	if err := json.Unmarshal([]byte(body), &cfg); err != nil || code != http.StatusOK {
+	var wrapped map[string]map[string]string
+	if err := json.Unmarshal([]byte(body), &wrapped); err != nil || code != http.StatusOK {
 		t.Fatalf("/configz = %d %q: %v", code, body, err)
 	}
+	cfg := wrapped["kubeproxy.config.k8s.io"]
 	if cfg["mode"] != "nftables" || cfg["syncPeriod"] != "30s" || hdr.Get("Content-Type") != "application/json" {
 		t.Errorf("/configz = %v (%s)", cfg, hdr.Get("Content-Type"))
 	}

@@ -31,8 +31,10 @@ func nodePortAddrs(entries []string, family proxy.IPFamily, node Node) NodePortA
 			// Upstream rewrites "primary" into the node IP of each family
 			// as a host CIDR; a family without a node IP gets no CIDR and so
 			// falls back to all addresses.
+			// Like any CIDR, that host CIDR then selects among the addresses
+			// configured on the host: a node IP that is not local serves nothing.
 			if ip, ok := firstOfFamily(node.IPs, family); ok && !ip.IsLoopback() {
-				ips = append(ips, ip)
+				ips = append(ips, hostAddrsIn(node.HostAddrs, netip.PrefixFrom(ip, ip.BitLen()), family)...)
 				ofFamily = true
 			}
 		case NodePortAddressesLocalhost:

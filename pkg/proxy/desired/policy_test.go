@@ -35,6 +35,10 @@ func TestNodePortAddrs(t *testing.T) {
 		{"primary v6", []string{"primary"}, proxy.IPv6, testNode, NodePortAddrs{IPs: addrs("fd00:1::2")}},
 		{"primary without node IP of family means all", []string{"primary"}, proxy.IPv6,
 			Node{Name: "n", IPs: addrs("192.168.0.2")}, NodePortAddrs{All: true}},
+		// Upstream's "primary" becomes a host CIDR, matched against local
+		// addresses like any CIDR: a node IP not on the host serves nothing.
+		{"primary not on a local interface serves nothing", []string{"primary"}, proxy.IPv4,
+			Node{Name: "n", IPs: addrs("192.168.9.9"), HostAddrs: addrs("192.168.0.2")}, NodePortAddrs{}},
 		{"localhost v4", []string{"localhost"}, proxy.IPv4, testNode, NodePortAddrs{IPs: addrs("127.0.0.1")}},
 		{"localhost v6", []string{"localhost"}, proxy.IPv6, testNode, NodePortAddrs{IPs: addrs("::1")}},
 		{"union without duplicates", []string{"192.168.0.2/32", "primary", "127.0.0.0/8"}, proxy.IPv4, testNode,

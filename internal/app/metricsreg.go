@@ -1,0 +1,30 @@
+package app
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/metrics/legacyregistry"
+	// As upstream's main: client-go's rest_client_* families and
+	// kubernetes_build_info, registered in component-base's legacy registry.
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/metrics"
+)
+
+// registerMetrics builds what /metrics serves: the kubeproxy_* families of
+// the mode in their own registry, and component-base's legacy registry
+// beside it, as upstream has it: go_* and process_* with component-base's
+// settings, kubernetes_build_info, every rest_client_* family,
+// registered_metrics_total and kubernetes_feature_enabled.
+func registerMetrics(cfg *config.Config) (prometheus.Gatherer, error) {
+	reg := prometheus.NewRegistry()
+	if err := metrics.Register(reg, metricsMode(cfg.Mode), metrics.WithoutRuntimeCollectors()); err != nil {
+		return reg, err
+	}
+	if gate, ok := cfg.FeatureGate.(featuregate.MutableFeatureGate); ok {
+		gate.AddMetrics()
+	}
+	return prometheus.Gatherers{legacyregistry.DefaultGatherer, reg}, nil
+}

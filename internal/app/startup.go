@@ -1,0 +1,94 @@
+package app
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/kube-proxy/config/v1alpha1"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/kipvs"
+)
+
+// processStart is when this process started, for /statusz.
+var processStart = time.Now()
+
+// checkConfig runs upstream's startup checks once this Node is known: the
+// nodePortAddresses remark, the IP-family mismatches (some fatal), and the
+// mode warnings with their events (mode unset: KEP-5343; ipvs: KEP-5495).
+func (d *daemon) checkConfig() error {
+	facts := d.nodeFacts()
+	if err := config.CheckBadConfig(d.cfg, facts); err != nil {
+		d.logger.Error(err, "Kube-proxy configuration may be incomplete or incorrect")
+	}
+	if err, fatal := config.CheckBadIPConfig(d.cfg, facts); err != nil {
+		if fatal {
+			return fmt.Errorf("kube-proxy configuration is incorrect: %w", err)
+		}
+		d.logger.Error(err, "Kube-proxy configuration may be incomplete or incorrect")
+	}
+	switch {
+	case d.cfg.Mode == config.ModeIPTables && d.cfg.ModeDefaulted:
+		d.logger.Error(nil, config.DefaultModeMessage)
+		d.events.nodeWarning("KubeProxyDefaultMode", config.DefaultModeMessage)
+	case d.cfg.Mode == config.ModeIPVS:
+		if s := d.cfg.IPVS.Scheduler; s != "" && !slices.Contains(kipvs.Schedulers, s) {
+			return fmt.Errorf("can't use the IPVS proxier: scheduler %q is not one of %v", s, kipvs.Schedulers)
+		}
+		d.logger.Error(nil, config.IPVSDeprecationMessage)
+		d.events.nodeWarning("IPVSDeprecation", config.IPVSDeprecationMessage)
+	}
+	return nil
+}
+
+// nodeFacts is what the checks need: the primary family as upstream picks
+// it (bindAddress if set, else the Node's first IP, else IPv4), the node IP
+// of each family, the podCIDRs, and whether both families are programmed.
+func (d *daemon) nodeFacts() config.NodeFacts {
+	n, _ := d.node.get()
+	facts := config.NodeFacts{
+		PodCIDRs:  n.PodCIDRs,
+		DualStack: len(proxyFamilies(d.cfg.Mode)) == 2,
+	}
+	for i, ip := range n.IPs {
+		if i == 0 {
+			facts.PrimaryIPv6 = ip.Is6()
+		}
+		if ip.Is4() && !facts.IPv4.IsValid() {
+			facts.IPv4 = ip
+		}
+		if ip.Is6() && !facts.IPv6.IsValid() {
+			facts.IPv6 = ip
+		}
+	}
+	return facts
+}
+
+// hardFailEvents forwards a listener failure under bindAddressHardFail to
+// d.fatal, after the Warning event upstream records for it.
+func (d *daemon) hardFailEvents(reason string) chan<- error {
+	ch := make(chan error, 1)
+	go func() {
+		err := <-ch
+		d.events.nodeWarning(reason, err.Error())
+		d.fatal <- err
+	}()
+	return ch
+}
+
+// nodeWarning records a Warning event about this Node, as upstream's
+// startup warnings are recorded (action StartKubeProxy).
+func (e *eventSink) nodeWarning(reason, note string) {
+	ref := &v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: e.nodeName}
+	e.recorder.Eventf(ref, nil, v1.EventTypeWarning, reason, "StartKubeProxy", "%s", note)
+}
+
+// configzObject is the running configuration as upstream's /configz shows
+// it: the v1alpha1 object with apiVersion and kind set.
+func configzObject(cfg *config.Config) *v1alpha1.KubeProxyConfiguration {
+	obj := cfg.Versioned.DeepCopy()
+	obj.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind("KubeProxyConfiguration"))
+	return obj
+}

@@ -1,0 +1,8 @@
+// Package contract is the differential suite of issue #16: it runs svcproxy
+// (built from the tree) and upstream kube-proxy v1.37.1 (built by
+// hack/build-upstream.sh) on the same inputs, inside network namespaces the
+// tests create, and compares what a user or tool can observe: --help,
+// --write-config-to, accept/reject with the fields named, and the runtime
+// endpoints. Every difference must be explained, one reason each, in
+// testdata/deliberate-differences.yaml; anything else fails.
+package contract

@@ -1,0 +1,208 @@
+package contract
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	F "github.com/svcproxy/svcproxy/test/e2e/framework"
+)
+
+// TestRuntime runs svcproxy on node-1 and upstream kube-proxy on node-2 of
+// one throwaway cluster (real kube-apiserver, nodes in network namespaces,
+// nftables mode, the same configuration file shape), gives both the same
+// Services, and compares what they serve: /metrics families, the health and
+// metrics-port endpoints, the healthCheckNodePort answer and the Events.
+func TestRuntime(t *testing.T) {
+	b := buildBinaries(t)
+	diffs := loadDifferences(t)
+	c := F.New(t, F.Options{Mode: "nftables", Nodes: 2, NoProxy: true, SyncPeriod: 5 * time.Second})
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	svc := F.NewService("local", corev1.ServiceTypeLoadBalancer)
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	svc = c.CreateService(svc)
+	c.SetEndpoints(svc, F.EP{Pod: c.AddPod(n1, "ra")}, F.EP{Pod: c.AddPod(n2, "rb")})
+	if err := c.StartProxy(n1); err != nil {
+		t.Fatal(err)
+	}
+	stopKubeProxy := startKubeProxy(t, c, n2, b.kubeProxy)
+	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
+	t.Run("nftables", func(t *testing.T) {
+		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
+		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
+	})
+	// Then both again without a mode: upstream 1.37 defaults to iptables,
+	// warns (KEP-5343) and records a KubeProxyDefaultMode event.
+	n1.Proxy.Stop(5 * time.Second)
+	stopKubeProxy()
+	for _, n := range []*F.Node{n1, n2} {
+		dropMode(t, n.Config)
+	}
+	if err := c.StartProxy(n1); err != nil {
+		t.Fatal(err)
+	}
+	startKubeProxy(t, c, n2, b.kubeProxy)
+	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
+	t.Run("default-mode", func(t *testing.T) {
+		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
+		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
+	})
+	t.Run("events", func(t *testing.T) { compareEvents(t, c, n2, n1, diffs) })
+	diffs.checkUsed(t, "metric ")
+	diffs.checkUsed(t, "endpoint ")
+}
+
+// waitBoth waits until both nodes answer /healthz and the
+// healthCheckNodePort with 200.
+func waitBoth(t *testing.T, c *F.Cluster, hcnp int32, nodes ...*F.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		if err := c.WaitHealthz(n, 200, 60*time.Second); err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+		waitHCNP(t, c, n, hcnp)
+	}
+}
+
+// dropMode removes the mode line from a configuration file.
+func dropMode(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "mode:") {
+			keep = append(keep, line)
+		}
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(keep, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startKubeProxy runs upstream kube-proxy on n with the configuration the
+// framework writes for svcproxy (StartProxy writes it; that svcproxy is
+// stopped again before kube-proxy starts).
+// It returns a function that stops it (also run at the end of the test).
+func startKubeProxy(t *testing.T, c *F.Cluster, n *F.Node, bin string) (stop func()) {
+	t.Helper()
+	if n.Config == "" {
+		if err := c.StartProxy(n); err != nil {
+			t.Fatal(err)
+		}
+		n.Proxy.Stop(5 * time.Second)
+		// WaitHealthz would take that stopped svcproxy for this node's proxy.
+		n.Proxy = nil
+	}
+	logPath := filepath.Join(c.Work, "logs", "kube-proxy-"+n.Name+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n.NS, bin, "--config", n.Config, "-v=2")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				cancel()
+				<-done
+			}
+			cancel()
+			_ = logFile.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitHCNP waits until the healthCheckNodePort on n answers 200.
+func waitHCNP(t *testing.T, c *F.Cluster, n *F.Node, port int32) {
+	t.Helper()
+	url := fmt.Sprintf("http://%s:%d/", n.IP, port)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body, err := F.HTTPGet(c.NS("ext"), url, 2*time.Second)
+		if err == nil && code == 200 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s: %d %q %v", url, n.Name, code, body, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// compareEvents compares, by reason, the Events each proxy recorded about
+// its Node (type, action and reporting controller).
+func compareEvents(t *testing.T, c *F.Cluster, up, ours *F.Node, diffs *differences) {
+	ctx, cancel := c.Ctx(20 * time.Second)
+	defer cancel()
+	list, err := c.Admin.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byNode := map[string]map[string]string{up.Name: {}, ours.Name: {}}
+	for _, e := range list.Items {
+		if e.Regarding.Kind != "Node" || byNode[e.Regarding.Name] == nil {
+			continue
+		}
+		byNode[e.Regarding.Name][e.Reason] = fmt.Sprintf("%s/%s/%s", e.Type, e.Action, e.ReportingController)
+	}
+	reasons := map[string]bool{}
+	for _, m := range byNode {
+		for r := range m {
+			reasons[r] = true
+		}
+	}
+	t.Logf("events about the nodes: upstream %v, svcproxy %v", byNode[up.Name], byNode[ours.Name])
+	if len(byNode[up.Name]) == 0 {
+		t.Fatal("upstream recorded no Events about its Node; the comparison would be empty")
+	}
+	for _, r := range sortedKeys(reasons) {
+		u, o := byNode[up.Name][r], byNode[ours.Name][r]
+		if u != o {
+			diffs.report(t, "endpoint event "+r, []string{fmt.Sprintf("event %s: upstream %q, svcproxy %q", r, u, o)})
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// trimmed is a body for messages.
+func trimmed(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
