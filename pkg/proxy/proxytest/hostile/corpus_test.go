@@ -56,7 +56,8 @@ func seedCorpus() []seed {
 			lb(svcSpec{clusterIPs: dualIPs, ports: [][3]int{{1, 0, 0}, {5, 1, 0}, {5, 0, 1}}, slices: dualStack}),
 			lb(svcSpec{clusterIPs: dualIPs, ports: [][3]int{{0, 4, 0}, {0, 3, 3}, {0, 5, 5}}, slices: dualStack}),
 			{clusterIPs: dualIPs, ports: [][3]int{{4, 0, 6}, {0, 2, 4}}, slices: dualStack},
-		}, nil), []string{"http/UDP:80", "http/TCP:443", "/ICMP:", "/tcp:65536", "dns/TCP:-1", "/SCTP:65535"}},
+			lb(svcSpec{clusterIPs: dualIPs, ports: [][3]int{{1, 0, 0}, {4, 3, 0}}, slices: dualStack}), // one frontend, two names
+		}, nil), []string{"http/UDP:80", "http/TCP:443", "/ICMP:", "/tcp:65536", "dns/TCP:-1", "/SCTP:65535", "http/TCP:80 dns/:80"}},
 		{"contested frontends", program([]svcSpec{
 			lb(svcSpec{other: 1, clusterIPs: dualIPs, external: []int{6, 7, 8}, ingress: [][2]int{{0, 1}, {3, 1}}, ports: http80, slices: dualStack}),
 			lb(svcSpec{other: 0, clusterIPs: dualIPs, external: []int{0, 9}, ingress: [][2]int{{8, 1}, {6, 1}}, ports: http80, slices: dualStack}),
