@@ -13,7 +13,14 @@ import (
 
 // gen turns fuzz bytes into API objects, one decision per byte; past the
 // end every decision is 0, so any input yields a (possibly small) world.
-type gen struct{ data []byte }
+type gen struct {
+	data []byte
+	// hugeUsed: this world has its many ports or many endpoints already.
+	// One such dimension per world keeps an input's cost bounded: many
+	// ports × many endpoints × affinity is ~30k chains, and the fakes'
+	// chain deletes are linear in the table, so the fuzzer stalled on it.
+	hugeUsed bool
+}
 
 func (g *gen) next() int {
 	if len(g.data) == 0 {
@@ -79,6 +86,7 @@ type world struct {
 // world builds up to 4 Services in slots 10.., each with its slices.
 func (g *gen) world() world {
 	var w world
+	g.hugeUsed = false
 	for i := range 1 + g.n(4) {
 		svc := g.service(i)
 		w.services = append(w.services, svc)
@@ -135,13 +143,23 @@ func (g *gen) policies(svc *v1.Service) {
 	}
 }
 
+// huge decides (one time in eight, byte 7) for many ports or endpoints,
+// once per world.
+func (g *gen) huge() bool {
+	if g.n(8) != 7 || g.hugeUsed {
+		return false
+	}
+	g.hugeUsed = true
+	return true
+}
+
 func (g *gen) pick32(from ...int) int { return from[g.n(len(from))] }
 
 // ports adds a few ports, or (one time in eight, byte 7) many: node ports are
 // unique per Service slot unless the bytes say otherwise.
 func (g *gen) ports(svc *v1.Service, slot int) {
 	count := g.n(4)
-	if g.n(8) == 7 {
+	if g.huge() {
 		count = 16 + g.n(48)
 	}
 	for j := range count {
@@ -172,7 +190,7 @@ func (g *gen) slice(svc *v1.Service, k int) *discoveryv1.EndpointSlice {
 			sl.Ports = append(sl.Ports, port)
 		}
 		count := g.n(5)
-		if g.n(8) == 7 {
+		if g.huge() {
 			count = 32 + g.n(96)
 		}
 		for e := range count {

@@ -103,6 +103,16 @@ func appendInts(b []byte, xs []int) []byte {
 func program(first, second []svcSpec) []byte {
 	var b []byte
 	for _, batch := range [][]svcSpec{first, second} {
+		huge := 0
+		for _, s := range batch {
+			huge += min(s.huge, 1)
+			for _, sl := range s.slices {
+				huge += min(sl.huge, 1)
+			}
+		}
+		if huge > 1 {
+			panic("gen allows many ports or many endpoints once per batch")
+		}
 		b = append(b, byte(len(batch)-1))
 		for _, s := range batch {
 			b = append(b, s.bytes(s.typ == 1 || s.typ == 2 || s.typ == 4)...)
