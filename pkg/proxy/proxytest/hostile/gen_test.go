@@ -65,7 +65,7 @@ var (
 	protocols  = []string{"TCP", "UDP", "SCTP", "", "ICMP", "tcp"}
 	portNames  = []string{"", "http", "p%[1]d", "a-b-c-d-e-f-g-h", "dns", "http"}
 	namespaces = []string{"ns", "default", strings.Repeat("n", 63), "0-0", "kube-system"}
-	names      = []string{"svc%[1]d", strings.Repeat("s", 61) + "%02[1]d", "x%[1]d", "a-%[1]d-z"}
+	names      = []string{"svc%[1]d", strings.Repeat("s", 61) + "%02[1]d", "x%[1]d", "a-%[1]d-z", "web"}
 )
 
 // spell formats a dictionary entry for a Service in slot own, naming
@@ -87,8 +87,15 @@ type world struct {
 func (g *gen) world() world {
 	var w world
 	g.hugeUsed = false
+	seen := map[string]bool{}
 	for i := range 1 + g.n(4) {
 		svc := g.service(i)
+		// The same name in two namespaces is fine; twice in one is one
+		// object, which an informer never delivers as two.
+		for seen[svc.Namespace+"/"+svc.Name] {
+			svc.Name += "-2"
+		}
+		seen[svc.Namespace+"/"+svc.Name] = true
 		w.services = append(w.services, svc)
 		for k := range g.n(3) {
 			w.slices = append(w.slices, g.slice(svc, k))
