@@ -133,3 +133,31 @@ func TestParseEndpointSliceHostileAddresses(t *testing.T) {
 		t.Errorf("problems %v, want the two zoned addresses", problems)
 	}
 }
+
+// Two ports of one Service on the same port number or node port (with the
+// same protocol) would be one frontend leading to two places; the API
+// server refuses such a Service, the model keeps the first port (found by
+// FuzzHostileServices: nft refuses the second map element, the sync fails).
+func TestParseServiceDuplicateFrontends(t *testing.T) {
+	svc := makeService("ns", "dup", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeNodePort
+		s.Spec.Ports = []v1.ServicePort{
+			{Name: "http", Protocol: v1.ProtocolTCP, Port: 80, NodePort: 30080},
+			{Name: "dns", Port: 80, NodePort: 30081},                               // port 80/TCP again ("" is TCP)
+			{Name: "alt", Protocol: v1.ProtocolTCP, Port: 8080, NodePort: 30080},   // node port 30080/TCP again
+			{Name: "udp", Protocol: v1.ProtocolUDP, Port: 80, NodePort: 30080},     // other protocol: fine
+			{Name: "http2", Protocol: v1.ProtocolTCP, Port: 8443, NodePort: 30443}, // fine
+		}
+	})
+	ports, problems := ParseService(svc, proxy.IPv4)
+	var got []string
+	for _, sp := range ports {
+		got = append(got, sp.Name.Port)
+	}
+	if want := []string{"http", "udp", "http2"}; !slices.Equal(got, want) {
+		t.Errorf("ports %v, want %v", got, want)
+	}
+	if len(problems) != 2 {
+		t.Errorf("problems %v, want the duplicate port number and node port", problems)
+	}
+}

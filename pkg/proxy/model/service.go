@@ -52,20 +52,57 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 	}
 
 	name := proxy.ServiceName{Namespace: svc.Namespace, Name: svc.Name}
-	seen := make(map[proxy.ServicePortName]bool, len(svc.Spec.Ports))
+	seen := newSeenPorts(len(svc.Spec.Ports))
 	for i := range svc.Spec.Ports {
 		sp, err := parseServicePort(name, &svc.Spec.Ports[i], &common)
-		if err == nil && seen[sp.Name] {
-			err = fmt.Errorf("duplicate port %q/%s", sp.Name.Port, sp.Name.Protocol)
+		if err == nil {
+			err = seen.add(sp)
 		}
 		if err != nil {
 			p.add("InvalidServicePort", fmt.Sprintf("spec.ports[%d]", i), err)
 			continue
 		}
-		seen[sp.Name] = true
 		ports = append(ports, sp)
 	}
 	return ports, p.errs
+}
+
+// seenPorts refuses a port that repeats an earlier one's name, port or
+// node port (each with the protocol), as the API server's validation does.
+// Two service ports on one frontend would lead it to two places: nft
+// refuses the second map element ("File exists") and the whole sync with
+// it, iptables and IPVS let whichever is rendered last win. The first one
+// in spec order is kept.
+type seenPorts struct {
+	names     map[proxy.ServicePortName]bool
+	ports     map[protoPort]bool
+	nodePorts map[protoPort]bool
+}
+
+type protoPort struct {
+	proto proxy.Protocol
+	port  uint16
+}
+
+func newSeenPorts(n int) *seenPorts {
+	return &seenPorts{names: make(map[proxy.ServicePortName]bool, n), ports: make(map[protoPort]bool, n), nodePorts: map[protoPort]bool{}}
+}
+
+func (s *seenPorts) add(sp *ServicePort) error {
+	port, nodePort := protoPort{sp.Name.Protocol, sp.Port}, protoPort{sp.Name.Protocol, sp.NodePort}
+	switch {
+	case s.names[sp.Name]:
+		return fmt.Errorf("duplicate port %q/%s", sp.Name.Port, sp.Name.Protocol)
+	case s.ports[port]:
+		return fmt.Errorf("port %q: duplicate port number %d/%s", sp.Name.Port, sp.Port, sp.Name.Protocol)
+	case sp.NodePort != 0 && s.nodePorts[nodePort]:
+		return fmt.Errorf("port %q: duplicate nodePort %d/%s", sp.Name.Port, sp.NodePort, sp.Name.Protocol)
+	}
+	s.names[sp.Name], s.ports[port] = true, true
+	if sp.NodePort != 0 {
+		s.nodePorts[nodePort] = true
+	}
+	return nil
 }
 
 func skipService(svc *v1.Service) bool {
