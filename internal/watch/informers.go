@@ -106,11 +106,11 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 		factory: factory,
 		services: factory.InformerFor(&v1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 			lw := listWatch[*v1.ServiceList](c.CoreV1().Services(metav1.NamespaceAll), tweak)
-			return newInformer(lw, c, &v1.Service{}, "services", resync, backoff)
+			return newInformer(lw, c, &v1.Service{}, "services", resync, backoff, leanObject)
 		}),
 		slices: factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 			lw := listWatch[*discoveryv1.EndpointSliceList](c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak)
-			return newInformer(lw, c, &discoveryv1.EndpointSlice{}, "endpointslices", resync, backoff)
+			return newInformer(lw, c, &discoveryv1.EndpointSlice{}, "endpointslices", resync, backoff, leanObject)
 		}),
 		targets: targets,
 	}
