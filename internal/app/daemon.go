@@ -104,6 +104,10 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	families := proxyFamilies(d.cfg.Mode)
+	feed, err := d.startFeed(ctx, families)
+	if err != nil {
+		return err
+	}
 	proxiers := make(map[proxy.IPFamily]syncer.Proxier, len(families))
 	for _, f := range families {
 		p, err := newProxier(ctx, d.cfg, f)
@@ -134,18 +138,10 @@ func (d *daemon) run(ctx context.Context) error {
 		return fmt.Errorf("opening the conntrack netlink socket: %w", err)
 	}
 	defer conntrackClient.Close()
-	syncers, targets, err := d.newSyncers(ctx, proxiers, conntrackClient)
+	syncers, err := d.newSyncers(ctx, proxiers, feed, conntrackClient)
 	if err != nil {
 		return err
 	}
-	informers, err := watch.NewInformers(d.client, watch.Options{
-		ResyncPeriod:     d.cfg.ConfigSyncPeriod,
-		ServiceProxyName: d.cfg.ServiceProxyName,
-	}, targets...)
-	if err != nil {
-		return err
-	}
-	informers.Start(ctx)
 	if err := d.watchNode(ctx, nodeWatcher, syncers); err != nil {
 		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
 	}
@@ -196,17 +192,16 @@ func (d *daemon) serve(ctx context.Context) {
 	}
 }
 
-// newSyncers builds one tracker and syncer per family, and the informer
-// targets that feed them.
-func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, ct kconntrack.Interface) (map[proxy.IPFamily]*syncer.Syncer, []watch.Target, error) {
+// newSyncers builds one syncer per family on the feed's tracker and
+// connects the feed's sync requests to it.
+func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, feed *feed, ct kconntrack.Interface) (map[proxy.IPFamily]*syncer.Syncer, error) {
 	syncers := make(map[proxy.IPFamily]*syncer.Syncer, len(proxiers))
-	var targets []watch.Target
 	for _, family := range proxy.Families {
 		p, ok := proxiers[family]
-		if !ok {
+		tracker := feed.trackers[family]
+		if !ok || tracker == nil {
 			continue
 		}
-		tracker := model.NewTracker(family)
 		// Stale UDP/SCTP flows are removed beside the sync, never inside it.
 		reconciler := conntrack.New(family, ct, conntrack.Options{})
 		go reconciler.Run(ctx)
@@ -224,12 +219,12 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			AfterSync:     d.afterSync(reconciler.Observe),
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("creating %s syncer: %w", family, err)
+			return nil, fmt.Errorf("creating %s syncer: %w", family, err)
 		}
 		syncers[family] = s
-		targets = append(targets, watch.Target{Tracker: tracker, SyncNeeded: s.Request})
+		feed.connect(family, s)
 	}
-	return syncers, targets, nil
+	return syncers, nil
 }
 
 func computeOptions(cfg *config.Config, family proxy.IPFamily) desired.Options {
