@@ -175,7 +175,7 @@ func (w *NodeWatcher) Start(ctx context.Context, initial NodeInfo, needPodCIDRs 
 	}
 	factory := informers.NewSharedInformerFactory(w.client, w.resync)
 	informer := factory.InformerFor(&v1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return newInformer(listWatch[*v1.NodeList](c.CoreV1().Nodes(), tweak), c, &v1.Node{}, "nodes", resync, w.reconnect, nil)
+		return newInformer(listWatch[*v1.NodeList](c.CoreV1().Nodes(), tweak), c, &v1.Node{}, "nodes", resync, w.reconnect)
 	})
 	tracker := &nodeTracker{
 		name: w.name, initial: initial, needPodCIDRs: needPodCIDRs, handler: h,

@@ -78,15 +78,9 @@ func listWatch[L runtime.Object](api listWatchAPI[L], tweak func(*metav1.ListOpt
 // newInformer is the informer the factory would build for obj, reading
 // through reconnecting. client only says whether it supports watch-list
 // (fakes do not).
-// A non-nil transform is set on it (before it runs, as client-go requires).
-func newInformer(lw *cache.ListWatch, client any, obj runtime.Object, resource string, resync time.Duration, backoff wait.Backoff, transform cache.TransformFunc) cache.SharedIndexInformer {
-	inf := cache.NewSharedIndexInformerWithOptions(newReconnecting(lw, client, resource, backoff), obj,
+func newInformer(lw *cache.ListWatch, client any, obj runtime.Object, resource string, resync time.Duration, backoff wait.Backoff) cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformerWithOptions(newReconnecting(lw, client, resource, backoff), obj,
 		cache.SharedIndexInformerOptions{ResyncPeriod: resync})
-	if transform != nil {
-		// Only fails on a started informer; this one is not.
-		_ = inf.SetTransform(transform)
-	}
-	return inf
 }
 
 // reconnecting is a ListerWatcher that retries calls that did not reach
