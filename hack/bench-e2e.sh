@@ -5,9 +5,10 @@
 # prefix svb…-) started from a copy of the seeded etcd, the proxy started against it, and
 # measured: start → first sync holding every Service (checked in a kernel dump), the proxy's CPU
 # and peak RSS (children included), an EndpointSlice churn timed from each API write to the new
-# endpoint's appearance in the kernel (`nft monitor` in the node's namespace) with the proxy's CPU
-# seconds, and a restart with nothing changed (time to its first sync, kernel changes seen by
-# `nft monitor`). Prints one table (median [min … max], issue #17's target, every run) and writes
+# endpoint's new-element notification from the kernel (a netlink listener on the nf_tables group in
+# the node's namespace: what `nft monitor` reads), with the proxy's CPU seconds, and a restart with
+# nothing changed (time to its first sync, kernel change notifications). Prints one table (median
+# [min … max], issue #17's target, every run) and writes
 # _output/bench-e2e/results-<time>.json. It asserts nothing.
 #
 # The seeded etcd data dir is cached in _output/bench-e2e/seed-v<N>-<S>x<E>-<control plane build>/:

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
+	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -53,15 +55,19 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	}
 	slices := listSlices(t, cs)
 	order := rand.Perm(*flagServices)[:min(*flagChanges, *flagServices)]
-	want := make(map[string]bool, len(order))
+	watched := make([]netip.Addr, len(order))
 	for k := range order {
-		want[addrAt(churnBase, k)] = true
+		watched[k] = netip.MustParseAddr(addrAt(churnBase, k))
 	}
-	obs, err := startKernelObserver(n.NS, func(ip string) bool { return want[ip] })
+	obs, err := startKernelObserver(n.NS, filepath.Join(c.Work, "kernel-changes-churn.txt"), watched)
 	if err != nil {
-		t.Fatalf("nft monitor: %v", err)
+		t.Fatalf("kernel observer: %v", err)
 	}
-	defer obs.stop()
+	defer func() {
+		if err := obs.stop(); err != nil {
+			t.Errorf("kernel observer lost notifications: %v", err)
+		}
+	}()
 	before := scrapeHistogram(t, c, n)
 	cpu0 := cpuSeconds(n.Proxy.Pid())
 	var res churnResult
@@ -168,7 +174,7 @@ func kernelStats(res *churnResult, obs *kernelObserver, order []int, triggers []
 		if triggers[k].IsZero() {
 			continue
 		}
-		seen, ok := obs.seen(addrAt(churnBase, k))
+		seen, ok := obs.seen(netip.MustParseAddr(addrAt(churnBase, k)))
 		if !ok {
 			res.KernelMissing++
 			continue

@@ -3,80 +3,186 @@
 package bench
 
 import (
-	"bufio"
-	"context"
+	"errors"
+	"fmt"
+	"net/netip"
 	"os"
-	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// kernelObserver runs `nft monitor` in the node's namespace: the kernel's
-// own account of every nf_tables change, whoever made it (svcproxy over
-// netlink, nft, iptables-nft, upstream's nft). Each line is stamped when
-// the benchmark reads it. It counts the changes (lines not starting with
-// '#') and the transactions ("# new generation" lines), and keeps the
-// first time each IPv4 address of interest appeared in a change: the
-// moment an endpoint written through the API was live in the kernel.
+// kernelObserver listens, in the node's namespace, to the kernel's
+// nf_tables notifications (the netlink multicast group `nft monitor`
+// reads): the kernel's own account of every change, whoever made it. Each
+// message is stamped when it is read. It counts the changes (every
+// message but the end of a transaction) and the transactions (NEWGEN),
+// and keeps the first time each watched IPv4 address appeared in a new
+// set element: the moment an endpoint written through the API was live in
+// the kernel. (nft monitor itself printed nothing at 10k × 10: it loads
+// the whole ruleset before it decodes a notification.)
 //
 // A listener makes the kernel build a notification per change, so the
-// observer is not run during the cold start (100k+ elements), only during
-// the restart and the churn.
+// observer does not run during the cold start (100k+ elements), only
+// during the churn and the restart.
 type kernelObserver struct {
-	cmd  *exec.Cmd
+	fd   int
 	done chan struct{}
+	log  *os.File
 
 	mu           sync.Mutex
 	changes      int
 	transactions int
-	firstSeen    map[string]time.Time
-	interesting  func(ip string) bool
+	firstSeen    map[netip.Addr]time.Time
+	watched      map[netip.Addr]struct{}
+	readErr      error
 }
 
-func startKernelObserver(ns string, interesting func(ip string) bool) (*kernelObserver, error) {
-	cmd := exec.Command("ip", "netns", "exec", ns, "nft", "monitor")
-	out, err := cmd.StdoutPipe()
+// nf_tables netlink constants (linux/netfilter/nfnetlink.h, nf_tables.h).
+const (
+	nfnlgrpNftables   = 7
+	nfnlSubsysNftable = 10
+	nftMsgNewSetElem  = 12
+	nftMsgNewGen      = 16
+)
+
+// startKernelObserver subscribes in namespace ns; a summary line per
+// message goes to logPath.
+func startKernelObserver(ns, logPath string, watched []netip.Addr) (*kernelObserver, error) {
+	fd, err := socketIn(ns)
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	log, err := os.Create(logPath)
+	if err != nil {
+		unix.Close(fd)
 		return nil, err
 	}
-	o := &kernelObserver{cmd: cmd, done: make(chan struct{}), firstSeen: map[string]time.Time{}, interesting: interesting}
-	go o.read(out)
-	// nft subscribes before it prints anything; give it a moment so that a
-	// change made right after this returns is not missed.
-	time.Sleep(300 * time.Millisecond)
+	o := &kernelObserver{fd: fd, done: make(chan struct{}), log: log,
+		firstSeen: map[netip.Addr]time.Time{}, watched: map[netip.Addr]struct{}{}}
+	for _, a := range watched {
+		o.watched[a] = struct{}{}
+	}
+	go o.read()
 	return o, nil
 }
 
-func (o *kernelObserver) read(out interface{ Read([]byte) (int, error) }) {
+// socketIn opens a NETLINK_NETFILTER socket inside ns, subscribed to the
+// nf_tables group, with a large receive buffer.
+func socketIn(ns string) (int, error) {
+	type result struct {
+		fd  int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread goes back to its own namespace before it is unlocked:
+		// a thread left in the node's (the main thread cannot be ended)
+		// would make the whole test binary a process of that namespace,
+		// which the cluster's teardown kills.
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{-1, err}
+			return
+		}
+		defer orig.Close()
+		fd, err := socketOnThread(ns)
+		if rerr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); rerr != nil {
+			ch <- result{fd, fmt.Errorf("leaving %s: %w", ns, rerr)} // thread stays locked: it dies
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- result{fd, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		if r.fd >= 0 {
+			unix.Close(r.fd)
+		}
+		return -1, fmt.Errorf("nf_tables netlink socket in %s: %w", ns, r.err)
+	}
+	return r.fd, nil
+}
+
+// socketOnThread enters ns on this (locked) thread and opens the socket
+// there; the socket stays in ns.
+func socketOnThread(ns string) (int, error) {
+	target, err := os.Open("/var/run/netns/" + ns)
+	if err != nil {
+		return -1, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return -1, fmt.Errorf("entering %s: %w", ns, err)
+	}
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return -1, err
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	err = unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (nfnlgrpNftables - 1)})
+	return fd, err
+}
+
+func (o *kernelObserver) read() {
 	defer close(o.done)
-	sc := bufio.NewScanner(out)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
+	buf := make([]byte, 1<<20)
+	for {
+		n, _, err := unix.Recvfrom(o.fd, buf, 0)
 		now := time.Now()
-		line := sc.Text()
-		o.mu.Lock()
-		if strings.HasPrefix(line, "#") {
-			if strings.Contains(line, "new generation") {
-				o.transactions++
+		if err != nil {
+			if !errors.Is(err, unix.EINTR) {
+				o.mu.Lock()
+				o.readErr = err
+				o.mu.Unlock()
+				return
 			}
-			o.mu.Unlock()
 			continue
 		}
-		o.changes++
-		if o.interesting != nil {
-			for _, ip := range ipv4RE.FindAllString(line, -1) {
-				if _, seen := o.firstSeen[ip]; !seen && o.interesting(ip) {
-					o.firstSeen[ip] = now
-				}
-			}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			continue
 		}
-		o.mu.Unlock()
+		for _, m := range msgs {
+			o.note(now, m)
+		}
+	}
+}
+
+// note counts one message and, for a new set element, looks for the
+// watched addresses in its bytes (network order).
+func (o *kernelObserver) note(now time.Time, m syscall.NetlinkMessage) {
+	subsys, typ := m.Header.Type>>8, m.Header.Type&0xff
+	if subsys != nfnlSubsysNftable {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if typ == nftMsgNewGen {
+		o.transactions++
+		fmt.Fprintf(o.log, "%s generation\n", now.Format("15:04:05.000000"))
+		return
+	}
+	o.changes++
+	fmt.Fprintf(o.log, "%s type %d len %d\n", now.Format("15:04:05.000000"), typ, len(m.Data))
+	if typ != nftMsgNewSetElem {
+		return
+	}
+	for i := 0; i+4 <= len(m.Data); i++ {
+		a := netip.AddrFrom4([4]byte(m.Data[i : i+4]))
+		if _, ok := o.watched[a]; !ok {
+			continue
+		}
+		if _, seen := o.firstSeen[a]; !seen {
+			o.firstSeen[a] = now
+		}
 	}
 }
 
@@ -87,20 +193,30 @@ func (o *kernelObserver) counts() (changes, transactions int) {
 	return o.changes, o.transactions
 }
 
-// seen returns when ip first appeared in a change.
-func (o *kernelObserver) seen(ip string) (time.Time, bool) {
+// seen returns when a first appeared in a new set element.
+func (o *kernelObserver) seen(a netip.Addr) (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	t, ok := o.firstSeen[ip]
+	t, ok := o.firstSeen[a]
 	return t, ok
 }
 
-func (o *kernelObserver) stop() {
-	if o.cmd.Process != nil {
-		_ = o.cmd.Process.Kill()
+// stop closes the socket and returns a read error (ENOBUFS: notifications
+// were lost), if any.
+func (o *kernelObserver) stop() error {
+	_ = unix.Shutdown(o.fd, unix.SHUT_RDWR)
+	unix.Close(o.fd)
+	select {
+	case <-o.done:
+	case <-time.After(2 * time.Second): // a blocked recvfrom on a closed fd
 	}
-	<-o.done
-	_ = o.cmd.Wait()
+	o.log.Close()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.readErr != nil && !errors.Is(o.readErr, unix.EBADF) {
+		return o.readErr
+	}
+	return nil
 }
 
 // cpuSeconds is the CPU time (user + system) of pid and of its children it
@@ -124,11 +240,3 @@ func cpuSeconds(pid int) float64 {
 
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
-
-// waitCtx sleeps d unless ctx ends first.
-func waitCtx(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}

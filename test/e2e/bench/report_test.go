@@ -69,14 +69,14 @@ func rows(children []string) []row {
 		{"ClusterIPs the API lists", "%.0f", func(r runResult) float64 { return float64(r.WantIPs) }, noTarget},
 		{"proxy CPU, start → first sync (s)", "%.2f", func(r runResult) float64 { return r.CPUToFirstSync }, noTarget},
 		{"restart unchanged → end of first sync (s)", "%.2f", func(r runResult) float64 { return r.Restart.FirstSync }, onlyFor("nftables", "≤ 1.0")},
-		{"restart: kernel changes (nft monitor)", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, onlyFor("nftables", "0")},
-		{"restart: kernel transactions (nft monitor)", "%.0f", func(r runResult) float64 { return float64(r.Restart.Transactions) }, noTarget},
+		{"restart: kernel changes (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, onlyFor("nftables", "0")},
+		{"restart: kernel transactions (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.Transactions) }, noTarget},
 		{"restart: proxy CPU until quiet (s)", "%.2f", func(r runResult) float64 { return r.Restart.CPUSeconds }, noTarget},
 		{"churn updates sent (API errors excluded)", "%.0f", func(r runResult) float64 { return float64(r.Churn.Sent) }, noTarget},
 		{"churn rate achieved (updates/s)", "%.1f", func(r runResult) float64 { return r.Churn.Rate }, noTarget},
-		{"churn: API write → kernel p50 (ms, nft monitor)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP50) }, onlyFor("nftables", "≤ 20")},
-		{"churn: API write → kernel p99 (ms, nft monitor)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP99) }, onlyFor("nftables", "≤ 100")},
-		{"churn: API write → kernel max (ms, nft monitor)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelMax) }, noTarget},
+		{"churn: API write → kernel p50 (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP50) }, onlyFor("nftables", "≤ 20")},
+		{"churn: API write → kernel p99 (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP99) }, onlyFor("nftables", "≤ 100")},
+		{"churn: API write → kernel max (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelMax) }, noTarget},
 		{"churn: changes never seen in the kernel", "%.0f", func(r runResult) float64 { return float64(r.Churn.KernelMissing) }, noTarget},
 		{"churn: proxy CPU, incl. children (s)", "%.2f", func(r runResult) float64 { return r.Churn.CPUSeconds }, noTarget},
 		{"programming latency histogram mean (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.Mean) }, noTarget},
@@ -154,14 +154,13 @@ table / iptables-save) and the API's ClusterIPs are counted in it; with no sync 
 time is the end of the last sync before it (the proxy's stamp, taken after the kernel accepted the
 transaction). Nothing changes in the API meanwhile, so more than one sync means the first sync ran
 before the proxy had received every listed Service.
-Restart: SIGTERM, then the same binary started again with nothing changed; nft monitor in the node's
-namespace counts every nf_tables change (lines) and transaction from just before the start until the
-proxy has been quiet for 5 s.
+Restart: SIGTERM, then the same binary started again with nothing changed; a netlink listener on
+the nf_tables group in the node's namespace (what nft monitor reads) counts every change notification
+and transaction from just before the start until the proxy has been quiet for 5 s.
 Churn: distinct Services' slices updated at the given rate by 8 writers (one round trip each), each
 moving one endpoint to a new address and stamping last-change-trigger-time just before the write.
-API write → kernel: from that stamp to the first nft monitor line holding the new address (the
-kernel's own notification, read by the benchmark as it comes): the whole path, API server and watch
-included. Proxy CPU: utime+stime of the proxy and its waited-for children (/proc/PID/stat), from the
+API write → kernel: from that stamp to the first new-set-element notification of the kernel holding
+the new address (the same listener, stamped as read): the whole path, API server and watch included. Proxy CPU: utime+stime of the proxy and its waited-for children (/proc/PID/stat), from the
 first write until the histogram counted every update. The histogram rows are the proxy's own
 kubeproxy_network_programming_duration_seconds (delta over the churn).
 RSS: VmHWM of the proxy; children (nft, iptables-restore) sampled every 20 ms from /proc (lower

@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,11 +28,15 @@ type restartResult struct {
 // starts it again with the kernel observer running.
 func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 	n.Proxy.Stop(30 * time.Second)
-	obs, err := startKernelObserver(n.NS, nil)
+	obs, err := startKernelObserver(n.NS, filepath.Join(c.Work, "kernel-changes-restart.txt"), nil)
 	if err != nil {
-		t.Fatalf("nft monitor: %v", err)
+		t.Fatalf("kernel observer: %v", err)
 	}
-	defer obs.stop()
+	defer func() {
+		if err := obs.stop(); err != nil {
+			t.Errorf("kernel observer lost notifications: %v", err)
+		}
+	}()
 	var res restartResult
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {
