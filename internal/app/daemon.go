@@ -122,13 +122,7 @@ func (d *daemon) run(ctx context.Context) error {
 			defer c.Close()
 		}
 	}
-	if d.cfg.ServiceProxyName != "" {
-		// Beside kube-proxy on a canary subset of Services, the "other
-		// mode's leftovers" are kube-proxy's live rules: leave them alone.
-		d.logger.Info("Not cleaning up other proxy modes: --service-proxy-name is set", "name", d.cfg.ServiceProxyName)
-	} else if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
-		d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
-	}
+	cleaned := d.startCleanup(ctx)
 	nodeWatcher, err := d.awaitNode(ctx)
 	if err != nil {
 		return err
@@ -146,6 +140,11 @@ func (d *daemon) run(ctx context.Context) error {
 		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
 	}
 	d.events.starting()
+	select { // the first sync comes after the other modes' leftovers are gone
+	case <-cleaned:
+	case <-ctx.Done():
+		return nil
+	}
 	for family, s := range syncers {
 		go s.Loop(ctx)
 		if c, ok := proxiers[family].(canaryChecker); ok {
@@ -159,6 +158,28 @@ func (d *daemon) run(ctx context.Context) error {
 	case err := <-d.fatal:
 		return err
 	}
+}
+
+// startCleanup removes the other proxy modes' leftovers in the background
+// (it runs iptables-save, ip6tables-save and probes IPVS: seconds on a
+// loaded node), so that it overlaps the wait for the Node and the initial
+// lists; the returned channel is closed when it is done.
+func (d *daemon) startCleanup(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	if d.cfg.ServiceProxyName != "" {
+		// Beside kube-proxy on a canary subset of Services, the "other
+		// mode's leftovers" are kube-proxy's live rules: leave them alone.
+		d.logger.Info("Not cleaning up other proxy modes: --service-proxy-name is set", "name", d.cfg.ServiceProxyName)
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
+			d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
+		}
+	}()
+	return done
 }
 
 // serve starts the metrics and health servers (each disabled by an empty
