@@ -23,7 +23,9 @@
 #        BENCH_E2E_CHANGES (6000), BENCH_E2E_RATE (100 updates/s: a minute),
 #        BENCH_E2E_MIN_SYNC (minSyncPeriod, 1ms: a sync per change; 0s in a config file means
 #        the default 1s, upstream's defaulting too), BENCH_E2E_TIMEOUT (go test -timeout, 120m),
-#        SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary).
+#        SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
+#        BENCH_E2E_PROFILE (true: the restarted proxy runs with enableProfiling and its heap
+#        profile is kept in _output/e2e/<cluster>/heap-restarted.pprof).
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -84,6 +86,7 @@ main() {
     -changes "${BENCH_E2E_CHANGES:-6000}" -rate "${BENCH_E2E_RATE:-100}"
     -min-sync-period "${BENCH_E2E_MIN_SYNC:-1ms}"
     -upstream "$upstream" -baseline "${BENCH_E2E_BASELINE:-}"
+    -profile="${BENCH_E2E_PROFILE:-false}"
   )
   log "go test -tags benche2e -run TestBenchE2E ./bench -args ${args[*]} (in test/e2e)"
   t0=$SECONDS
