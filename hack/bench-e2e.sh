@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
 # hack/bench-e2e.sh (`make bench-e2e`) — svcproxy's end-to-end scale benchmark (test/e2e/bench,
 # build tag benche2e): 10,000 Services × 10 endpoints created through a real kube-apiserver, then
-# for each mode and run a fresh one-node cluster (namespaces prefix svb…-) started from a copy of
-# the seeded etcd, svcproxy started against it, and measured: start → first sync holding every
-# Service, kubeproxy_network_programming_duration_seconds under an EndpointSlice churn, peak RSS.
-# Prints one table (median and every run) and writes _output/bench-e2e/results-<time>.json.
+# for each run and mode (runs alternate between the modes) a fresh one-node cluster (namespaces
+# prefix svb…-) started from a copy of the seeded etcd, the proxy started against it, and
+# measured: start → first sync holding every Service (checked in a kernel dump), the proxy's CPU
+# and peak RSS (children included), an EndpointSlice churn timed from each API write to the new
+# endpoint's new-element notification from the kernel (a netlink listener on the nf_tables group in
+# the node's namespace: what `nft monitor` reads), with the proxy's CPU seconds, and a restart with
+# nothing changed (time to its first sync, kernel change notifications). Prints one table (median
+# [min … max], issue #17's target, every run) and writes
+# _output/bench-e2e/results-<time>.json. It asserts nothing.
 #
 # The seeded etcd data dir is cached in _output/bench-e2e/seed-v<N>-<S>x<E>-<control plane build>/:
 # the first run creates it through the API (1–2.5 min at 10k; the API server's ClusterIP
 # allocator is O(n) per Service), later runs start from a copy in seconds. Root; builds what it
 # needs (hack/build-controlplane.sh, svcproxy with its commit stamped). Not part of make test.
 #
-# Knobs: BENCH_E2E_MODES (nftables; nftables,iptables for both), BENCH_E2E_RUNS (3),
-#        BENCH_E2E_SERVICES (10000), BENCH_E2E_ENDPOINTS (10), BENCH_E2E_CHANGES (300),
-#        BENCH_E2E_RATE (4 updates/s), BENCH_E2E_MIN_SYNC (svcproxy minSyncPeriod; default 1s,
-#        which 0s also means in a config file; 1ms syncs on every change),
-#        BENCH_E2E_TIMEOUT (go test -timeout, 120m), SVCPROXY_BIN (measure this binary).
+# Knobs: BENCH_E2E_MODES (nftables; also iptables, upstream-nftables, upstream-iptables: upstream
+#        kube-proxy v1.37.1 from hack/build-upstream.sh, and baseline-nftables, baseline-iptables:
+#        the svcproxy binary BENCH_E2E_BASELINE, e.g. main's, for before/after in one session),
+#        BENCH_E2E_RUNS (5), BENCH_E2E_SERVICES (10000), BENCH_E2E_ENDPOINTS (10),
+#        BENCH_E2E_CHANGES (6000), BENCH_E2E_RATE (100 updates/s: a minute),
+#        BENCH_E2E_MIN_SYNC (minSyncPeriod, 1ms: a sync per change; 0s in a config file means
+#        the default 1s, upstream's defaulting too), BENCH_E2E_TIMEOUT (go test -timeout, 120m),
+#        SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
+#        BENCH_E2E_PROFILE (true: the restarted proxy runs with enableProfiling and its heap
+#        profile is kept in _output/e2e/<cluster>/heap-restarted.pprof).
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -64,11 +74,19 @@ main() {
   export SVCPROXY_BIN
   log "svcproxy: $SVCPROXY_BIN — $("$SVCPROXY_BIN" --version 2>&1 | head -1)"
   log "machine: $(nproc) CPUs, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  local modes=${BENCH_E2E_MODES:-nftables} upstream=${BENCH_E2E_UPSTREAM:-}
+  if [[ $modes == *upstream-* && -z $upstream ]]; then
+    upstream=$("$HACK/build-upstream.sh" kube-proxy)/kube-proxy || { log "ERROR: building kube-proxy failed"; return 1; }
+  fi
+  [[ -z $upstream ]] || log "upstream: $upstream — $("$upstream" --version 2>&1 | head -1)"
+  [[ -z ${BENCH_E2E_BASELINE:-} ]] || log "baseline: $BENCH_E2E_BASELINE — $("$BENCH_E2E_BASELINE" --version 2>&1 | head -1)"
   local args=(
-    -modes "${BENCH_E2E_MODES:-nftables}" -runs "${BENCH_E2E_RUNS:-3}"
+    -modes "$modes" -runs "${BENCH_E2E_RUNS:-5}"
     -services "${BENCH_E2E_SERVICES:-10000}" -endpoints "${BENCH_E2E_ENDPOINTS:-10}"
-    -changes "${BENCH_E2E_CHANGES:-300}" -rate "${BENCH_E2E_RATE:-4}"
-    -min-sync-period "${BENCH_E2E_MIN_SYNC:-}"
+    -changes "${BENCH_E2E_CHANGES:-6000}" -rate "${BENCH_E2E_RATE:-100}"
+    -min-sync-period "${BENCH_E2E_MIN_SYNC:-1ms}"
+    -upstream "$upstream" -baseline "${BENCH_E2E_BASELINE:-}"
+    -profile="${BENCH_E2E_PROFILE:-false}"
   )
   log "go test -tags benche2e -run TestBenchE2E ./bench -args ${args[*]} (in test/e2e)"
   t0=$SECONDS

@@ -96,6 +96,13 @@ func (d *daemon) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer d.svcHealth.Close()
+	// The lists of Services and EndpointSlices start first: at scale they
+	// are most of a start, and reading them only needs the API server.
+	families := proxyFamilies(d.cfg.Mode)
+	feed, err := d.startFeed(ctx, families)
+	if err != nil {
+		return err
+	}
 	// As upstream: nothing listens and nothing is set up before this Node
 	// exists; then the startup checks, which may refuse the config.
 	nodeWatcher, err := d.awaitNode(ctx)
@@ -108,7 +115,6 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := setupNode(ctx, d.cfg); err != nil {
 		return err
 	}
-	families := proxyFamilies(d.cfg.Mode)
 	proxiers := make(map[proxy.IPFamily]syncer.Proxier, len(families))
 	for _, f := range families {
 		p, err := newProxier(ctx, d.cfg, f)
@@ -123,35 +129,26 @@ func (d *daemon) run(ctx context.Context) error {
 			defer c.Close()
 		}
 	}
-	if d.cfg.ServiceProxyName != "" {
-		// Beside kube-proxy on a canary subset of Services, the "other
-		// mode's leftovers" are kube-proxy's live rules: leave them alone.
-		d.logger.Info("Not cleaning up other proxy modes: --service-proxy-name is set", "name", d.cfg.ServiceProxyName)
-	} else if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
-		d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
-	}
+	cleaned := d.startCleanup(ctx)
 	d.serve(ctx)
 	conntrackClient, err := kconntrack.New()
 	if err != nil {
 		return fmt.Errorf("opening the conntrack netlink socket: %w", err)
 	}
 	defer conntrackClient.Close()
-	syncers, targets, err := d.newSyncers(ctx, proxiers, conntrackClient)
+	syncers, err := d.newSyncers(ctx, proxiers, feed, conntrackClient)
 	if err != nil {
 		return err
 	}
-	informers, err := watch.NewInformers(d.client, watch.Options{
-		ResyncPeriod:     d.cfg.ConfigSyncPeriod,
-		ServiceProxyName: d.cfg.ServiceProxyName,
-	}, targets...)
-	if err != nil {
-		return err
-	}
-	informers.Start(ctx)
 	if err := d.watchNode(ctx, nodeWatcher, syncers); err != nil {
 		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
 	}
 	d.events.starting()
+	select { // the first sync comes after the other modes' leftovers are gone
+	case <-cleaned:
+	case <-ctx.Done():
+		return nil
+	}
 	for family, s := range syncers {
 		go s.Loop(ctx)
 		if c, ok := proxiers[family].(canaryChecker); ok {
@@ -165,6 +162,28 @@ func (d *daemon) run(ctx context.Context) error {
 	case err := <-d.fatal:
 		return err
 	}
+}
+
+// startCleanup removes the other proxy modes' leftovers in the background
+// (it runs iptables-save, ip6tables-save and probes IPVS: seconds on a
+// loaded node), so that it overlaps the wait for the Node and the initial
+// lists; the returned channel is closed when it is done.
+func (d *daemon) startCleanup(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	if d.cfg.ServiceProxyName != "" {
+		// Beside kube-proxy on a canary subset of Services, the "other
+		// mode's leftovers" are kube-proxy's live rules: leave them alone.
+		d.logger.Info("Not cleaning up other proxy modes: --service-proxy-name is set", "name", d.cfg.ServiceProxyName)
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
+			d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
+		}
+	}()
+	return done
 }
 
 // serve starts the metrics and health servers (each disabled by an empty
@@ -201,18 +220,16 @@ func (d *daemon) serve(ctx context.Context) {
 	}
 }
 
-// newSyncers builds one tracker and syncer per family, and the informer
-// targets that feed them.
-func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, ct kconntrack.Interface) (map[proxy.IPFamily]*syncer.Syncer, []watch.Target, error) {
+// newSyncers builds one syncer per family on the feed's tracker and
+// connects the feed's sync requests to it.
+func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, feed *feed, ct kconntrack.Interface) (map[proxy.IPFamily]*syncer.Syncer, error) {
 	syncers := make(map[proxy.IPFamily]*syncer.Syncer, len(proxiers))
-	var targets []watch.Target
 	for _, family := range proxy.Families {
 		p, ok := proxiers[family]
-		if !ok {
+		tracker := feed.trackers[family]
+		if !ok || tracker == nil {
 			continue
 		}
-		tracker := model.NewTracker(family)
-		tracker.SetProblemReporter(d.events.invalidParts)
 		// Stale UDP/SCTP flows are removed beside the sync, never inside it.
 		reconciler := conntrack.New(family, ct, conntrack.Options{})
 		go reconciler.Run(ctx)
@@ -232,12 +249,12 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			FrontendsLost: d.events.frontendsLost,
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("creating %s syncer: %w", family, err)
+			return nil, fmt.Errorf("creating %s syncer: %w", family, err)
 		}
 		syncers[family] = s
-		targets = append(targets, watch.Target{Tracker: tracker, SyncNeeded: s.Request})
+		feed.connect(family, s)
 	}
-	return syncers, targets, nil
+	return syncers, nil
 }
 
 func computeOptions(cfg *config.Config, family proxy.IPFamily) desired.Options {

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -29,7 +28,9 @@ const (
 )
 
 // Tracker is what the watcher feeds; model.Tracker implements it. Each On*
-// method returns true when a sync is needed.
+// method returns true when a sync is needed. old is nil for an add; for an
+// update or a delete it may hold only the namespace and name (no earlier
+// version of the object is kept).
 type Tracker interface {
 	OnServiceUpdate(old, new *v1.Service) bool
 	OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) bool
@@ -75,22 +76,17 @@ func LabelSelector(serviceProxyName string) (labels.Selector, error) {
 }
 
 // Informers watches Services and EndpointSlices and fans every event out to
-// all targets (one per IP family).
+// all targets (one per IP family). Despite the name it keeps no informer
+// cache: a reflector per resource writes into a directStore (direct.go).
 type Informers struct {
-	factory  informers.SharedInformerFactory
-	services cache.SharedIndexInformer
-	slices   cache.SharedIndexInformer
-	targets  []Target
-	// The handlers' registrations: synced once the handler has been given
-	// every object of the initial list, which the informer's own HasSynced
-	// does not wait for. The first sync must see them all: at a restart
-	// it reconciles the kernel against the State, and a Service missing
-	// from it would lose its rules until the next sync.
-	servicesHandled, slicesHandled cache.ResourceEventHandlerRegistration
+	services, slices   *cache.Reflector
+	svcStore, sliceStr *directStore
+	targets            []Target
 }
 
-// NewInformers builds the label-filtered informers and registers the event
-// handlers. Nothing runs until Start.
+// NewInformers builds the label-filtered reflectors. Nothing runs until
+// Start. opts.ResyncPeriod is not used: a resync would hand the trackers
+// objects they already hold.
 func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) (*Informers, error) {
 	selector, err := LabelSelector(opts.ServiceProxyName)
 	if err != nil {
@@ -101,49 +97,38 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 	if backoff == (wait.Backoff{}) {
 		backoff = ReconnectBackoff
 	}
-	factory := informers.NewSharedInformerFactory(client, opts.ResyncPeriod)
-	w := &Informers{
-		factory: factory,
-		services: factory.InformerFor(&v1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			lw := listWatch[*v1.ServiceList](c.CoreV1().Services(metav1.NamespaceAll), tweak)
-			return newInformer(lw, c, &v1.Service{}, "services", resync, backoff)
-		}),
-		slices: factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			lw := listWatch[*discoveryv1.EndpointSliceList](c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak)
-			return newInformer(lw, c, &discoveryv1.EndpointSlice{}, "endpointslices", resync, backoff)
-		}),
-		targets: targets,
-	}
-	if w.servicesHandled, err = w.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.onService(nil, obj) },
-		UpdateFunc: w.onService,
-		DeleteFunc: func(obj any) { w.onService(obj, nil) },
-	}); err != nil {
-		return nil, fmt.Errorf("registering Service handler: %w", err)
-	}
-	if w.slicesHandled, err = w.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.onSlice(nil, obj) },
-		UpdateFunc: w.onSlice,
-		DeleteFunc: func(obj any) { w.onSlice(obj, nil) },
-	}); err != nil {
-		return nil, fmt.Errorf("registering EndpointSlice handler: %w", err)
-	}
+	w := &Informers{targets: targets}
+	w.svcStore = newDirectStore("Service", w.onService, func(ns, name string) any {
+		return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	})
+	w.sliceStr = newDirectStore("EndpointSlice", w.onSlice, func(ns, name string) any {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	})
+	svcLW := listWatch[*v1.ServiceList](client.CoreV1().Services(metav1.NamespaceAll), tweak)
+	sliceLW := listWatch[*discoveryv1.EndpointSliceList](client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak)
+	w.services = cache.NewReflectorWithOptions(newReconnecting(svcLW, client, "services", backoff), &v1.Service{},
+		w.svcStore, cache.ReflectorOptions{Name: "services", TypeDescription: "*v1.Service"})
+	w.slices = cache.NewReflectorWithOptions(newReconnecting(sliceLW, client, "endpointslices", backoff), &discoveryv1.EndpointSlice{},
+		w.sliceStr, cache.ReflectorOptions{Name: "endpointslices", TypeDescription: "*v1.EndpointSlice"})
 	return w, nil
 }
 
-// Start runs the informers until ctx is done. Once each handler has been
-// given the initial list, the targets' On*Synced are called, followed by SyncNeeded, so a syncer that
-// waits for Synced() can run its first sync. Start does not block.
+// Start runs the reflectors until ctx is done. Once a resource's initial
+// list has been given to the trackers, the targets' On*Synced are called,
+// followed by SyncNeeded, so a syncer that waits for Synced() can run its
+// first sync. Start does not block.
 func (w *Informers) Start(ctx context.Context) {
-	w.factory.Start(ctx.Done())
-	go w.afterSync(ctx, "Service", w.servicesHandled.HasSynced, func(t Tracker) { t.OnServicesSynced() })
-	go w.afterSync(ctx, "EndpointSlice", w.slicesHandled.HasSynced, func(t Tracker) { t.OnEndpointSlicesSynced() })
+	go w.services.RunWithContext(ctx)
+	go w.slices.RunWithContext(ctx)
+	go w.afterSync(ctx, "Service", w.svcStore, func(t Tracker) { t.OnServicesSynced() })
+	go w.afterSync(ctx, "EndpointSlice", w.sliceStr, func(t Tracker) { t.OnEndpointSlicesSynced() })
 }
 
-func (w *Informers) afterSync(ctx context.Context, what string, synced cache.InformerSynced, notify func(Tracker)) {
-	if !cache.WaitForNamedCacheSync(what, ctx.Done(), synced) {
+func (w *Informers) afterSync(ctx context.Context, what string, s *directStore, notify func(Tracker)) {
+	if !s.waitSynced(ctx) {
 		return // ctx ended first
 	}
+	klog.V(2).InfoS("Initial list delivered", "kind", what)
 	for _, t := range w.targets {
 		notify(t.Tracker)
 		if t.SyncNeeded != nil {

@@ -14,15 +14,18 @@ import (
 )
 
 var (
-	flagModes        = flag.String("modes", "nftables", "proxy modes to measure, comma-separated (nftables,iptables)")
-	flagRuns         = flag.Int("runs", 3, "runs per mode, each on a fresh cluster from the seed")
+	flagModes        = flag.String("modes", "nftables", "proxy modes to measure, comma-separated (nftables, iptables, upstream-nftables, upstream-iptables, baseline-nftables, baseline-iptables)")
+	flagRuns         = flag.Int("runs", 5, "runs per mode, each on a fresh cluster from the seed")
 	flagServices     = flag.Int("services", 10000, "Services (one EndpointSlice each)")
 	flagEndpoints    = flag.Int("endpoints", 10, "endpoints per slice")
-	flagChanges      = flag.Int("changes", 300, "EndpointSlice updates in the churn")
-	flagRate         = flag.Float64("rate", 4, "churn updates per second")
+	flagChanges      = flag.Int("changes", 6000, "EndpointSlice updates in the churn")
+	flagRate         = flag.Float64("rate", 100, "churn updates per second")
 	flagMinSync      = flag.String("min-sync-period", "", "svcproxy's minSyncPeriod (empty or 0s: the default, 1s; 1ms for a sync per change)")
 	flagSyncPeriod   = flag.Duration("sync-period", 30*time.Second, "svcproxy's syncPeriod (kube-proxy's default 30s)")
 	flagStartTimeout = flag.Duration("start-timeout", 15*time.Minute, "limit for the first sync")
+	flagBaseline     = flag.String("baseline", "", "another svcproxy binary (e.g. main's), for the modes baseline-nftables and baseline-iptables")
+	flagUpstream     = flag.String("upstream", "", "upstream kube-proxy binary, for the modes upstream-nftables and upstream-iptables")
+	flagProfile      = flag.Bool("profile", false, "restart the proxy with enableProfiling and keep its heap profile in the cluster's work dir")
 	flagJSON         = flag.String("json", "", "also write the results here (default _output/bench-e2e/results-<time>.json)")
 )
 
@@ -34,8 +37,10 @@ func TestBenchE2E(t *testing.T) {
 	}
 	seedDir := ensureSeed(t)
 	var results []runResult
-	for _, mode := range strings.Split(*flagModes, ",") {
-		for run := 1; run <= *flagRuns; run++ {
+	// Runs alternate between the modes (run 1 of each, then run 2 …), so
+	// that a change in the machine's load falls on every mode alike.
+	for run := 1; run <= *flagRuns; run++ {
+		for _, mode := range strings.Split(*flagModes, ",") {
 			t.Run(fmt.Sprintf("%s-%d", mode, run), func(t *testing.T) {
 				results = append(results, runOnce(t, mode, run, seedDir))
 			})

@@ -7,39 +7,85 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 )
 
-// row is one line of the report: a measure taken from every run.
+// row is one line of the report: a measure taken from every run, and the
+// issue's target for it (by mode and scale; "" when it has none).
 type row struct {
 	name   string
 	format string // for one value
 	value  func(r runResult) float64
+	target func(mode string) string
 }
 
 const mib = 1024.0
 
+func noTarget(string) string { return "" }
+
+// targets are issue #17's, for the scale and mode they were set for.
+func startTarget(mode string) string {
+	switch {
+	case mode == "nftables" && *flagServices == 10000:
+		return "≤ 1.0"
+	case mode == "nftables" && *flagServices == 50000:
+		return "≤ 5"
+	case mode == "iptables" && *flagServices == 10000:
+		return "≤ 15"
+	}
+	return ""
+}
+
+func rssTarget(mode string) string {
+	switch {
+	case mode == "nftables" && *flagServices == 10000:
+		return "≤ 100"
+	case mode == "nftables" && *flagServices == 50000:
+		return "≤ 400"
+	case mode == "iptables" && *flagServices == 10000:
+		return "≤ 200"
+	}
+	return ""
+}
+
+func onlyFor(mode10k, text string) func(string) string {
+	return func(mode string) string {
+		if mode == mode10k && *flagServices == 10000 {
+			return text
+		}
+		return ""
+	}
+}
+
 func rows(children []string) []row {
 	out := []row{
-		{"start → end of the first sync (s)", "%.2f", func(r runResult) float64 { return r.FirstSync }},
-		{"start → end of the sync that programmed all (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }},
-		{"syncs until all were programmed", "%.0f", func(r runResult) float64 { return r.SyncsToAll }},
-		{"ClusterIPs in the kernel, svcproxy idle", "%.0f", func(r runResult) float64 { return float64(r.KernelIPs) }},
-		{"ClusterIPs the API lists", "%.0f", func(r runResult) float64 { return float64(r.WantIPs) }},
-		{"programming latency p50, bucket bound (s)", "%.2f", func(r runResult) float64 { return r.Churn.P50Bound }},
-		{"programming latency p99, bucket bound (s)", "%.2f", func(r runResult) float64 { return r.Churn.P99Bound }},
-		{"programming latency p50, interpolated (s)", "%.3f", func(r runResult) float64 { return r.Churn.P50Interp }},
-		{"programming latency p99, interpolated (s)", "%.3f", func(r runResult) float64 { return r.Churn.P99Interp }},
-		{"programming latency mean, sum/count (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.Mean) }},
-		{"per change p50, from sync end stamps (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.TraceP50) }},
-		{"per change p99, from sync end stamps (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.TraceP99) }},
-		{"per change max, from sync end stamps (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.TraceMax) }},
-		{"churn updates sent (API errors excluded)", "%.0f", func(r runResult) float64 { return float64(r.Churn.Sent) }},
-		{"churn updates observed in the histogram", "%.0f", func(r runResult) float64 { return float64(r.Churn.Observed) }},
-		{"svcproxy peak RSS after first sync (MiB)", "%.0f", func(r runResult) float64 { return float64(r.RSSAfterFirstSync) / mib }},
-		{"svcproxy peak RSS, whole run (MiB)", "%.0f", func(r runResult) float64 { return float64(r.RSSPeak) / mib }},
+		{"start → end of the first sync (s)", "%.2f", func(r runResult) float64 { return r.FirstSync }, noTarget},
+		{"start → every ClusterIP in the kernel (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }, startTarget},
+		{"syncs until all were programmed", "%.0f", func(r runResult) float64 { return r.SyncsToAll }, noTarget},
+		{"ClusterIPs in the kernel, proxy idle", "%.0f", func(r runResult) float64 { return float64(r.KernelIPs) }, noTarget},
+		{"ClusterIPs the API lists", "%.0f", func(r runResult) float64 { return float64(r.WantIPs) }, noTarget},
+		{"proxy CPU, start → first sync (s)", "%.2f", func(r runResult) float64 { return r.CPUToFirstSync }, noTarget},
+		{"restart unchanged → end of first sync (s)", "%.2f", func(r runResult) float64 { return r.Restart.FirstSync }, onlyFor("nftables", "≤ 1.0")},
+		{"restart: kernel changes (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, onlyFor("nftables", "0")},
+		{"restart: kernel transactions (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.Transactions) }, noTarget},
+		{"restart: proxy CPU until quiet (s)", "%.2f", func(r runResult) float64 { return r.Restart.CPUSeconds }, noTarget},
+		{"churn updates sent (API errors excluded)", "%.0f", func(r runResult) float64 { return float64(r.Churn.Sent) }, noTarget},
+		{"churn rate achieved (updates/s)", "%.1f", func(r runResult) float64 { return r.Churn.Rate }, noTarget},
+		{"churn: API write → kernel p50 (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP50) }, onlyFor("nftables", "≤ 20")},
+		{"churn: API write → kernel p99 (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP99) }, onlyFor("nftables", "≤ 100")},
+		{"churn: API write → kernel max (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelMax) }, noTarget},
+		{"churn: changes never seen in the kernel", "%.0f", func(r runResult) float64 { return float64(r.Churn.KernelMissing) }, noTarget},
+		{"churn: proxy CPU, incl. children (s)", "%.2f", func(r runResult) float64 { return r.Churn.CPUSeconds }, noTarget},
+		{"programming latency histogram mean (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.Mean) }, noTarget},
+		{"programming latency p99, interpolated (s)", "%.3f", func(r runResult) float64 { return r.Churn.P99Interp }, noTarget},
+		{"churn updates observed in the histogram", "%.0f", func(r runResult) float64 { return float64(r.Churn.Observed) }, noTarget},
+		{"proxy peak RSS after first sync (MiB)", "%.0f", func(r runResult) float64 { return float64(r.RSSAfterFirstSync) / mib }, noTarget},
+		{"proxy peak RSS, cold start + churn (MiB)", "%.0f", func(r runResult) float64 { return float64(r.RSSPeak) / mib }, noTarget},
+		{"proxy peak RSS, restarted process (MiB)", "%.0f", func(r runResult) float64 { return float64(r.Restart.RSS) / mib }, noTarget},
+		{"peak RSS in all: proxy + largest child (MiB)", "%.0f", func(r runResult) float64 { return float64(inAll(r)) / mib }, rssTarget},
 	}
 	for _, name := range children {
 		out = append(out, row{"child " + name + " peak RSS, sampled (MiB)", "%.0f", func(r runResult) float64 {
@@ -49,14 +95,24 @@ func rows(children []string) []row {
 				}
 			}
 			return math.NaN()
-		}})
+		}, noTarget})
 	}
 	return append(out,
-		row{"wait4 maxrss: svcproxy or largest child (MiB)", "%.0f", func(r runResult) float64 { return float64(r.WaitMaxRSS) / mib }},
-		row{"cluster up from the seed (s)", "%.1f", func(r runResult) float64 { return r.ClusterUp }},
-		row{"load average (1 min) before run", "%.2f", func(r runResult) float64 { return r.Load1Before }},
-		row{"load average (1 min) after run", "%.2f", func(r runResult) float64 { return r.Load1After }},
+		row{"wait4 maxrss: proxy or largest child (MiB)", "%.0f", func(r runResult) float64 { return float64(r.WaitMaxRSS) / mib }, noTarget},
+		row{"cluster up from the seed (s)", "%.1f", func(r runResult) float64 { return r.ClusterUp }, noTarget},
+		row{"load average (1 min) before run", "%.2f", func(r runResult) float64 { return r.Load1Before }, noTarget},
+		row{"load average (1 min) after run", "%.2f", func(r runResult) float64 { return r.Load1After }, noTarget},
 	)
+}
+
+// inAll is the proxy's peak (cold or restarted, whichever is larger) plus
+// its largest child's sampled peak, in KiB.
+func inAll(r runResult) int64 {
+	var child int64
+	for _, c := range r.Children {
+		child = max(child, c.HWMKiB)
+	}
+	return max(r.RSSPeak, r.Restart.RSS) + child
 }
 
 // printReport prints one table: per mode and measure the median and every
@@ -65,7 +121,7 @@ func printReport(w io.Writer, results []runResult) {
 	fmt.Fprintf(w, "\nbench-e2e: %d Services × %d endpoints through the API; churn %d updates at %g/s; minSyncPeriod %s; %d CPUs\n\n",
 		*flagServices, *flagEndpoints, *flagChanges, *flagRate, orDefault(*flagMinSync), runtime.NumCPU())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "metric\tmode\tmedian\truns")
+	fmt.Fprintln(tw, "metric\tmode\tmedian [min … max]\ttarget\truns")
 	for _, mode := range modesOf(results) {
 		var rs []runResult
 		for _, r := range results {
@@ -81,7 +137,9 @@ func printReport(w io.Writer, results []runResult) {
 				vals = append(vals, v)
 				cells = append(cells, cell(rw.format, v))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", rw.name, mode, cell(rw.format, median(vals)), strings.Join(cells, ", "))
+			lo, hi := span(vals)
+			fmt.Fprintf(tw, "%s\t%s\t%s [%s … %s]\t%s\t%s\n", rw.name, mode, cell(rw.format, median(vals)),
+				cell(rw.format, lo), cell(rw.format, hi), rw.target(mode), strings.Join(cells, ", "))
 		}
 	}
 	tw.Flush()
@@ -89,22 +147,26 @@ func printReport(w io.Writer, results []runResult) {
 }
 
 const legend = `
-First sync: from just before svcproxy's exec to the end of its first successful sync, as svcproxy
-stamps it in kubeproxy_sync_proxy_rules_last_timestamp_seconds (polled every 50 ms).
-Programmed all: once svcproxy has made no sync for 5 s, the kernel is dumped (nft list table /
-iptables-save) and the API's ClusterIPs are counted in it; with no sync during the dump, the time is
-the end of the last sync before it. Nothing changes in the API meanwhile, so more than one sync
-means the first sync ran before svcproxy had received every listed Service.
-Programming latency: kubeproxy_network_programming_duration_seconds, delta of the histogram
-scraped before and after the churn (trigger time = just before each update's API write; end =
-end of the sync that consumed it). The buckets are 0.25 s wide below 1 s: "bucket bound" is
-the le of the bucket holding the quantile (an upper bound), "interpolated" is
-histogram_quantile's linear guess inside it, the mean is exact. "Per change": svcproxy scraped every
-20 ms during the churn; each update's latency is the end stamp of the sync after which the
-histogram's count covered it, minus its trigger time (nearest-rank quantiles; late by at most one
-sync when two syncs end within one scrape).
-RSS: VmHWM of svcproxy; children (nft, iptables-restore) sampled every 20 ms from /proc (lower
-bound: short-lived ones are missed); wait4 maxrss is an upper bound for the largest child.
+First sync: from just before the proxy's exec to the end of its first successful sync, as it stamps
+it in kubeproxy_sync_proxy_rules_last_timestamp_seconds (polled every 50 ms).
+Every ClusterIP in the kernel: once the proxy has made no sync for 5 s, the kernel is dumped (nft list
+table / iptables-save) and the API's ClusterIPs are counted in it; with no sync during the dump, the
+time is the end of the last sync before it (the proxy's stamp, taken after the kernel accepted the
+transaction). Nothing changes in the API meanwhile, so more than one sync means the first sync ran
+before the proxy had received every listed Service.
+Restart: SIGTERM, then the same binary started again with nothing changed; a netlink listener on
+the nf_tables group in the node's namespace (what nft monitor reads) counts every change notification
+and transaction from just before the start until the proxy has been quiet for 5 s.
+Churn: distinct Services' slices updated at the given rate by 8 writers (one round trip each), each
+moving one endpoint to a new address and stamping last-change-trigger-time just before the write.
+API write → kernel: from that stamp to the first new-set-element notification of the kernel holding
+the new address (the same listener, stamped as read): the whole path, API server and watch included. Proxy CPU: utime+stime of the proxy and its waited-for children (/proc/PID/stat), from the
+first write until the histogram counted every update. The histogram rows are the proxy's own
+kubeproxy_network_programming_duration_seconds (delta over the churn).
+RSS: VmHWM of the proxy; children (nft, iptables-restore) sampled every 20 ms from /proc (lower
+bound: short-lived ones are missed); "in all" adds the largest child's peak to the proxy's; wait4
+maxrss (first process) is an upper bound for the largest child.
+Targets: issue #17's, shown for svcproxy's own modes at the scale they were set for.
 `
 
 // ms converts seconds, keeping "none" (negative) as it is.
@@ -147,10 +209,28 @@ func median(vals []float64) float64 {
 	return (ok[len(ok)/2-1] + ok[len(ok)/2]) / 2
 }
 
+// span is the min and max of the defined values.
+func span(vals []float64) (lo, hi float64) {
+	lo, hi = math.NaN(), math.NaN()
+	for _, v := range vals {
+		if math.IsNaN(v) || v < 0 {
+			continue
+		}
+		if math.IsNaN(lo) || v < lo {
+			lo = v
+		}
+		if math.IsNaN(hi) || v > hi {
+			hi = v
+		}
+	}
+	return lo, hi
+}
+
+// modesOf lists the modes in the order they first ran.
 func modesOf(results []runResult) []string {
 	var out []string
 	for _, r := range results {
-		if len(out) == 0 || out[len(out)-1] != r.Mode {
+		if !slices.Contains(out, r.Mode) {
 			out = append(out, r.Mode)
 		}
 	}

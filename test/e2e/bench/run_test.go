@@ -3,16 +3,10 @@
 package bench
 
 import (
-	"context"
-	"fmt"
 	"math"
-	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	F "github.com/svcproxy/svcproxy/test/e2e/framework"
 )
@@ -39,7 +33,11 @@ type runResult struct {
 	WantIPs        int // ClusterIPs the API lists (the Services + "kubernetes")
 	KernelDumpSecs float64
 
-	Churn churnResult
+	Churn   churnResult
+	Restart restartResult
+	// CPUToFirstSync: the proxy's CPU seconds (its waited-for children
+	// included) from its start to the end of its first sync.
+	CPUToFirstSync float64
 
 	RSSAfterFirstSync int64 // svcproxy VmHWM right after the first sync
 	RSSPeak           int64 // svcproxy VmHWM at the end of the run
@@ -47,30 +45,18 @@ type runResult struct {
 	WaitMaxRSS        int64 // wait4 maxrss: max(svcproxy, largest child)
 }
 
-// churnResult is the network programming latency of the churn: the
-// delta of the histogram over it, as quantile bucket bounds, Prometheus-
-// interpolated quantiles and the exact mean.
-type churnResult struct {
-	Sent, Errors, Observed int
-	Seconds                float64
-	P50Bound, P99Bound     float64
-	P50Interp, P99Interp   float64
-	Mean                   float64
-	Buckets                string
-	// Per change, from svcproxy's sync end stamps (syncTrace): exact
-	// nearest-rank quantiles over TraceN changes.
-	TraceN                       int
-	TraceP50, TraceP99, TraceMax float64
-}
-
 // runOnce builds a one-node cluster from the seed, starts svcproxy and
 // measures it; the cluster goes away with t's cleanup.
 func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	res := runResult{Mode: mode, Run: run, Load1Before: load1()}
 	t0 := time.Now()
-	c := F.New(t, F.Options{Mode: mode, Nodes: 1, NoProxy: true, SeedDir: seedDir,
+	proxyMode, bin := proxyBinary(t, mode)
+	c := F.New(t, F.Options{Mode: proxyMode, Nodes: 1, NoProxy: true, SeedDir: seedDir,
 		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync})
 	res.ClusterUp = time.Since(t0).Seconds()
+	if bin != "" {
+		c.Bins.SvcProxy = bin // same config, flags and namespace
+	}
 	n := c.Nodes[0]
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {
@@ -79,18 +65,36 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	mon := startChildMonitor(n.Proxy.Pid())
 	defer mon.finish()
 	res.FirstSync = waitFirstSync(t, c, n, start)
+	res.CPUToFirstSync = cpuSeconds(n.Proxy.Pid())
 	_, res.RSSAfterFirstSync, _ = procStatus(n.Proxy.Pid())
 	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB", res.FirstSync, res.RSSAfterFirstSync>>10)
 	waitProgrammed(t, c, n, start, &res)
 	res.Churn = runChurn(t, c, n)
 	_, res.RSSPeak, _ = procStatus(n.Proxy.Pid())
 	res.Children = mon.finish()
-	n.Proxy.Stop(30 * time.Second)
-	if ru := n.Proxy.Rusage(); ru != nil {
+	first := n.Proxy
+	res.Restart = measureRestart(t, c, n) // stops the first process
+	if ru := first.Rusage(); ru != nil {
 		res.WaitMaxRSS = ru.Maxrss
 	}
+	n.Proxy.Stop(30 * time.Second)
 	res.Load1After = load1()
 	return res
+}
+
+// proxyBinary splits a mode into the proxy mode and the binary to run
+// instead of the svcproxy under test ("" for that one): upstream-<mode> is
+// -upstream (kube-proxy), baseline-<mode> is -baseline.
+func proxyBinary(t *testing.T, mode string) (string, string) {
+	for prefix, bin := range map[string]string{"upstream-": *flagUpstream, "baseline-": *flagBaseline} {
+		if m, ok := strings.CutPrefix(mode, prefix); ok {
+			if bin == "" {
+				t.Fatalf("mode %s needs -%s", mode, strings.TrimSuffix(prefix, "-"))
+			}
+			return m, bin
+		}
+	}
+	return mode, ""
 }
 
 // waitFirstSync polls /metrics until svcproxy reports a successful sync
@@ -114,48 +118,6 @@ func waitFirstSync(t *testing.T, c *F.Cluster, n *F.Node, start time.Time) float
 	return 0
 }
 
-// runChurn updates distinct Services' slices at flagRate per second, each
-// moving one endpoint to a new address and stamping the trigger-time
-// annotation as the EndpointSlice controller would, then waits until
-// svcproxy has observed every change in the histogram.
-func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
-	before := scrapeHistogram(t, c, n)
-	cs, err := fastClient(c.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res churnResult
-	order := rand.Perm(*flagServices)[:min(*flagChanges, *flagServices)]
-	tick := time.NewTicker(time.Duration(float64(time.Second) / *flagRate))
-	defer tick.Stop()
-	trace := startTrace(c, n)
-	var triggers []time.Time
-	t0 := time.Now()
-	for k, i := range order {
-		<-tick.C
-		trigger, err := moveEndpoint(cs, i, k)
-		if err != nil {
-			res.Errors++
-			t.Logf("churn update %d: %v", k, err)
-			continue
-		}
-		triggers = append(triggers, trigger)
-	}
-	res.Sent = len(triggers)
-	res.Seconds = time.Since(t0).Seconds()
-	after := waitObserved(t, c, n, before, res.Sent)
-	traceStats(&res, trace.latencies(before.count, triggers))
-	d := after.minus(before)
-	res.Observed = int(d.count)
-	res.P50Bound, res.P99Bound = none(d.upperBound(0.5)), none(d.upperBound(0.99))
-	res.P50Interp, res.P99Interp = none(d.interpolated(0.5)), none(d.interpolated(0.99))
-	res.Mean, res.Buckets = none(d.mean()), d.bucketCounts()
-	t.Logf("churn: %d updates in %.1f s (%d errors), %d observed; mean %.0f ms; buckets %s; per change p50 %.0f p99 %.0f max %.0f ms",
-		res.Sent, res.Seconds, res.Errors, res.Observed, res.Mean*1000, res.Buckets,
-		res.TraceP50*1000, res.TraceP99*1000, res.TraceMax*1000)
-	return res
-}
-
 // none turns "no observation" (NaN) into -1: JSON has no NaN, and the
 // report prints negative values as "–".
 func none(v float64) float64 {
@@ -163,29 +125,6 @@ func none(v float64) float64 {
 		return -1
 	}
 	return v
-}
-
-// moveEndpoint replaces endpoint k%len of Service i's slice with a fresh
-// address and returns the trigger time it wrote, taken just before the
-// write.
-func moveEndpoint(cs kubernetes.Interface, i, k int) (time.Time, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	slices := cs.DiscoveryV1().EndpointSlices(F.Namespace)
-	s, err := slices.Get(ctx, sliceName(i), metav1.GetOptions{})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("get %s: %w", sliceName(i), err)
-	}
-	s.Endpoints[k%len(s.Endpoints)].Addresses = []string{addrAt(churnBase, k)}
-	if s.Annotations == nil {
-		s.Annotations = map[string]string{}
-	}
-	trigger := time.Now()
-	s.Annotations[corev1.EndpointsLastChangeTriggerTime] = trigger.UTC().Format(time.RFC3339Nano)
-	if _, err := slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-		return time.Time{}, fmt.Errorf("update %s: %w", sliceName(i), err)
-	}
-	return trigger, nil
 }
 
 func scrapeHistogram(t *testing.T, c *F.Cluster, n *F.Node) hist {

@@ -1,0 +1,131 @@
+package watch
+
+// No informer cache.
+//
+// A shared informer keeps every object it lists and watches (its indexer),
+// queues each one as a delta and buffers a notification per object for
+// each handler; the trackers then parse each object into their own model
+// and only ever read the namespace and name of the "old" object. At 10k
+// Services and slices the objects, queues and buffers were most of the
+// process's memory after the first sync. Here the reflector writes into a
+// directStore instead, which hands each object to the targets as it
+// arrives and keeps only its key: enough to tell an add from an update and
+// to find, at a relist, what was deleted while the watch was down.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// directStore is the reflector's store (cache.ReflectorStore): deliver is
+// called at once, from the reflector's goroutine, with (nil, obj) for an
+// add, (stub, obj) for an update and (obj or stub, nil) for a delete, where
+// a stub holds only the namespace and name of the earlier version.
+type directStore struct {
+	kind    string
+	deliver func(old, cur any)
+	stub    func(namespace, name string) any
+
+	mu     sync.Mutex
+	keys   map[string]struct{}
+	synced chan struct{} // closed by the first Replace, once delivered
+	once   sync.Once
+}
+
+func newDirectStore(kind string, deliver func(old, cur any), stub func(namespace, name string) any) *directStore {
+	return &directStore{kind: kind, deliver: deliver, stub: stub, keys: map[string]struct{}{}, synced: make(chan struct{})}
+}
+
+// Transformer makes the reflector strip each object as it is decoded into
+// the temporary store of a streaming (watch-list) initial list.
+func (s *directStore) Transformer() cache.TransformFunc { return leanObject }
+
+func (s *directStore) Add(obj any) error    { return s.upsert(obj) }
+func (s *directStore) Update(obj any) error { return s.upsert(obj) }
+
+func (s *directStore) upsert(obj any) error {
+	key, err := cache.MetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return fmt.Errorf("%s key: %w", s.kind, err)
+	}
+	s.mu.Lock()
+	_, known := s.keys[key]
+	s.keys[key] = struct{}{}
+	s.mu.Unlock()
+	if known {
+		s.deliver(s.stubOf(key), obj)
+	} else {
+		s.deliver(nil, obj)
+	}
+	return nil
+}
+
+func (s *directStore) Delete(obj any) error {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return fmt.Errorf("%s key: %w", s.kind, err)
+	}
+	s.mu.Lock()
+	delete(s.keys, key)
+	s.mu.Unlock()
+	s.deliver(obj, nil)
+	return nil
+}
+
+// Replace delivers a (re)list: every listed object, then a delete for each
+// key known before and not listed now. The first one marks the store
+// synced, after its last delivery.
+func (s *directStore) Replace(list []any, _ string) error {
+	listed := make(map[string]struct{}, len(list))
+	for _, obj := range list {
+		key, err := cache.MetaNamespaceKeyFunc(obj)
+		if err != nil {
+			klog.InfoS("Ignoring listed object without a key", "kind", s.kind, "err", err)
+			continue
+		}
+		listed[key] = struct{}{}
+		if err := s.upsert(obj); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	var gone []string
+	for key := range s.keys {
+		if _, ok := listed[key]; !ok {
+			gone = append(gone, key)
+			delete(s.keys, key)
+		}
+	}
+	s.mu.Unlock()
+	for _, key := range gone {
+		s.deliver(s.stubOf(key), nil)
+	}
+	s.once.Do(func() { close(s.synced) })
+	return nil
+}
+
+// Resync does nothing: the trackers would find every object unchanged.
+func (s *directStore) Resync() error { return nil }
+
+func (s *directStore) stubOf(key string) any {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not reached: keys come from MetaNamespaceKeyFunc
+	}
+	return s.stub(ns, name)
+}
+
+// waitSynced blocks until the first list was delivered or ctx ended; it
+// reports which.
+func (s *directStore) waitSynced(ctx context.Context) bool {
+	select {
+	case <-s.synced:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,242 @@
+//go:build benche2e
+
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// kernelObserver listens, in the node's namespace, to the kernel's
+// nf_tables notifications (the netlink multicast group `nft monitor`
+// reads): the kernel's own account of every change, whoever made it. Each
+// message is stamped when it is read. It counts the changes (every
+// message but the end of a transaction) and the transactions (NEWGEN),
+// and keeps the first time each watched IPv4 address appeared in a new
+// set element: the moment an endpoint written through the API was live in
+// the kernel. (nft monitor itself printed nothing at 10k × 10: it loads
+// the whole ruleset before it decodes a notification.)
+//
+// A listener makes the kernel build a notification per change, so the
+// observer does not run during the cold start (100k+ elements), only
+// during the churn and the restart.
+type kernelObserver struct {
+	fd   int
+	done chan struct{}
+	log  *os.File
+
+	mu           sync.Mutex
+	changes      int
+	transactions int
+	firstSeen    map[netip.Addr]time.Time
+	watched      map[netip.Addr]struct{}
+	readErr      error
+}
+
+// nf_tables netlink constants (linux/netfilter/nfnetlink.h, nf_tables.h).
+const (
+	nfnlgrpNftables   = 7
+	nfnlSubsysNftable = 10
+	nftMsgNewSetElem  = 12
+	nftMsgNewGen      = 16
+)
+
+// startKernelObserver subscribes in namespace ns; a summary line per
+// message goes to logPath.
+func startKernelObserver(ns, logPath string, watched []netip.Addr) (*kernelObserver, error) {
+	fd, err := socketIn(ns)
+	if err != nil {
+		return nil, err
+	}
+	log, err := os.Create(logPath)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	o := &kernelObserver{fd: fd, done: make(chan struct{}), log: log,
+		firstSeen: map[netip.Addr]time.Time{}, watched: map[netip.Addr]struct{}{}}
+	for _, a := range watched {
+		o.watched[a] = struct{}{}
+	}
+	go o.read()
+	return o, nil
+}
+
+// socketIn opens a NETLINK_NETFILTER socket inside ns, subscribed to the
+// nf_tables group, with a large receive buffer.
+func socketIn(ns string) (int, error) {
+	type result struct {
+		fd  int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread goes back to its own namespace before it is unlocked:
+		// a thread left in the node's (the main thread cannot be ended)
+		// would make the whole test binary a process of that namespace,
+		// which the cluster's teardown kills.
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{-1, err}
+			return
+		}
+		defer orig.Close()
+		fd, err := socketOnThread(ns)
+		if rerr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); rerr != nil {
+			ch <- result{fd, fmt.Errorf("leaving %s: %w", ns, rerr)} // thread stays locked: it dies
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- result{fd, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		if r.fd >= 0 {
+			unix.Close(r.fd)
+		}
+		return -1, fmt.Errorf("nf_tables netlink socket in %s: %w", ns, r.err)
+	}
+	return r.fd, nil
+}
+
+// socketOnThread enters ns on this (locked) thread and opens the socket
+// there; the socket stays in ns.
+func socketOnThread(ns string) (int, error) {
+	target, err := os.Open("/var/run/netns/" + ns)
+	if err != nil {
+		return -1, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return -1, fmt.Errorf("entering %s: %w", ns, err)
+	}
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return -1, err
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	err = unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (nfnlgrpNftables - 1)})
+	return fd, err
+}
+
+func (o *kernelObserver) read() {
+	defer close(o.done)
+	buf := make([]byte, 1<<20)
+	for {
+		n, _, err := unix.Recvfrom(o.fd, buf, 0)
+		now := time.Now()
+		if err != nil {
+			if !errors.Is(err, unix.EINTR) {
+				o.mu.Lock()
+				o.readErr = err
+				o.mu.Unlock()
+				return
+			}
+			continue
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			continue
+		}
+		for _, m := range msgs {
+			o.note(now, m)
+		}
+	}
+}
+
+// note counts one message and, for a new set element, looks for the
+// watched addresses in its bytes (network order).
+func (o *kernelObserver) note(now time.Time, m syscall.NetlinkMessage) {
+	subsys, typ := m.Header.Type>>8, m.Header.Type&0xff
+	if subsys != nfnlSubsysNftable {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if typ == nftMsgNewGen {
+		o.transactions++
+		fmt.Fprintf(o.log, "%s generation\n", now.Format("15:04:05.000000"))
+		return
+	}
+	o.changes++
+	fmt.Fprintf(o.log, "%s type %d len %d\n", now.Format("15:04:05.000000"), typ, len(m.Data))
+	if typ != nftMsgNewSetElem {
+		return
+	}
+	for i := 0; i+4 <= len(m.Data); i++ {
+		a := netip.AddrFrom4([4]byte(m.Data[i : i+4]))
+		if _, ok := o.watched[a]; !ok {
+			continue
+		}
+		if _, seen := o.firstSeen[a]; !seen {
+			o.firstSeen[a] = now
+		}
+	}
+}
+
+// counts returns the changes and transactions seen so far.
+func (o *kernelObserver) counts() (changes, transactions int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.changes, o.transactions
+}
+
+// seen returns when a first appeared in a new set element.
+func (o *kernelObserver) seen(a netip.Addr) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t, ok := o.firstSeen[a]
+	return t, ok
+}
+
+// stop closes the socket and returns a read error (ENOBUFS: notifications
+// were lost), if any.
+func (o *kernelObserver) stop() error {
+	_ = unix.Shutdown(o.fd, unix.SHUT_RDWR)
+	unix.Close(o.fd)
+	select {
+	case <-o.done:
+	case <-time.After(2 * time.Second): // a blocked recvfrom on a closed fd
+	}
+	o.log.Close()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.readErr != nil && !errors.Is(o.readErr, unix.EBADF) {
+		return o.readErr
+	}
+	return nil
+}
+
+// cpuSeconds is the CPU time (user + system) of pid and of its children it
+// has waited for (nft, iptables-restore), from /proc/PID/stat.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14 … cstime 17.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	var ticks float64
+	for _, i := range []int{14, 15, 16, 17} {
+		v, _ := strconv.ParseFloat(f[i-3], 64)
+		ticks += v
+	}
+	return ticks / clockTicks
+}
+
+// clockTicks is USER_HZ, 100 on every Linux this runs on.
+const clockTicks = 100

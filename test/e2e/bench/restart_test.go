@@ -1,0 +1,89 @@
+//go:build benche2e
+
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	F "github.com/svcproxy/svcproxy/test/e2e/framework"
+)
+
+// restartResult is a restart of the proxy with nothing changed in the API
+// or the kernel since it stopped.
+type restartResult struct {
+	// FirstSync: process start → end of its first successful sync.
+	FirstSync float64
+	// KernelChanges, Transactions: nf_tables changes and transactions
+	// the kernel reported (nft monitor) from just before the start until
+	// the proxy had been quiet for a while after its first sync. An
+	// unchanged restart should make none.
+	KernelChanges, Transactions int
+	RSS                         int64 // VmHWM of the new process, KiB, once quiet
+	CPUSeconds                  float64
+}
+
+// measureRestart stops the proxy (SIGTERM, as a rolling update does) and
+// starts it again with the kernel observer running.
+func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
+	n.Proxy.Stop(30 * time.Second)
+	obs, err := startKernelObserver(n.NS, filepath.Join(c.Work, "kernel-changes-restart.txt"), nil)
+	if err != nil {
+		t.Fatalf("kernel observer: %v", err)
+	}
+	defer func() {
+		if err := obs.stop(); err != nil {
+			t.Errorf("kernel observer lost notifications: %v", err)
+		}
+	}()
+	if *flagProfile {
+		enableProfiling(t, n)
+	}
+	var res restartResult
+	start := time.Now()
+	if err := c.StartProxy(n); err != nil {
+		t.Fatal(err)
+	}
+	res.FirstSync = waitFirstSync(t, c, n, start)
+	waitQuiet(t, c, n)
+	res.KernelChanges, res.Transactions = obs.counts()
+	_, res.RSS, _ = procStatus(n.Proxy.Pid())
+	res.CPUSeconds = cpuSeconds(n.Proxy.Pid())
+	if *flagProfile {
+		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-restarted.pprof"))
+	}
+	t.Logf("restart: first sync %.2f s after start; %d kernel changes in %d transactions; VmHWM %d MiB; CPU %.2f s",
+		res.FirstSync, res.KernelChanges, res.Transactions, res.RSS>>10, res.CPUSeconds)
+	return res
+}
+
+// enableProfiling turns on /debug/pprof in n's config (read at the next
+// start); a top-level key appended to the YAML.
+func enableProfiling(t *testing.T, n *F.Node) {
+	f, err := os.OpenFile(n.Config, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString("enableProfiling: true\n")
+		f.Close()
+	}
+	if err != nil {
+		t.Fatalf("enabling profiling: %v", err)
+	}
+}
+
+// saveHeapProfile fetches the proxy's heap profile (in-use and allocated
+// since start) after a GC.
+func saveHeapProfile(t *testing.T, c *F.Cluster, n *F.Node, path string) {
+	code, body, err := F.HTTPGet(c.NS("ext"), fmt.Sprintf("http://%s:10249/debug/pprof/heap?gc=1", n.IP), 30*time.Second)
+	if err != nil || code != 200 {
+		t.Logf("heap profile: HTTP %d, %v", code, err)
+		return
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Logf("heap profile: %v", err)
+		return
+	}
+	t.Logf("heap profile of the restarted proxy: %s", path)
+}
