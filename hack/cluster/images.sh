@@ -31,13 +31,15 @@ KUBE_PROXY_TAG=registry.k8s.io/kube-proxy:$KUBE_VERSION
 
 kube_src() { echo "$(go env GOMODCACHE)/k8s.io/kubernetes@$KUBE_VERSION"; }
 
-# copy_libs ROOT BIN...: the shared libraries BIN needs (ldd, from the host or $DEBS/x), into ROOT.
+# copy_libs ROOT BIN...: the shared libraries BIN needs, from the host, into ROOT (those of
+# the unpacked packages are all copied by the caller).
 copy_libs() {
   local root=$1 b l
   shift
   for b in "$@"; do
     for l in $(LD_LIBRARY_PATH=$DEBS/x/usr/lib/x86_64-linux-gnu ldd "$b" | awk '/=>/{print $3} /ld-linux/{print $1}'); do
-      [[ -e $root$l ]] && continue
+      [[ $l == not ]] && die "$b: a shared library is missing (ldd: not found); add its package to debs()"
+      [[ -e $root$l || $l == "$DEBS"/* ]] && continue
       mkdir -p "$root$(dirname "$l")"
       cp -L "$l" "$root$l"
     done
@@ -49,7 +51,8 @@ debs() {
   [[ -f $DEBS/.done ]] && return 0
   rm -rf "$DEBS"
   mkdir -p "$DEBS/x"
-  (cd "$DEBS" && apt-get download busybox-static netcat-openbsd libbsd0 libmd0 wget bind9-dnsutils bind9-libs >&2)
+  (cd "$DEBS" && apt-get download busybox-static netcat-openbsd libbsd0 libmd0 wget \
+    bind9-dnsutils bind9-libs libjemalloc2 libuv1 libmaxminddb0 libfstrm0 libprotobuf-c1 liblmdb0 >&2)
   local d
   for d in "$DEBS"/*.deb; do dpkg-deb -x "$d" "$DEBS/x"; done
   touch "$DEBS/.done"
@@ -84,6 +87,8 @@ img_agnhost() {
   cp /bin/bash "$r/bin/bash"
   cp "$DEBS/x/bin/nc.openbsd" "$r/usr/bin/nc"
   cp "$DEBS/x/usr/bin/wget" "$DEBS/x/usr/bin/dig" "$DEBS/x/usr/bin/nslookup" "$r/usr/bin/"
+  mkdir -p "$r/usr/lib/x86_64-linux-gnu"
+  cp -a "$DEBS/x/usr/lib/x86_64-linux-gnu/." "$r/usr/lib/x86_64-linux-gnu/"
   cp /usr/bin/curl /usr/sbin/conntrack "$r/usr/bin/"
   copy_libs "$r" "$r/bin/dash" "$r/bin/bash" "$r/usr/bin/nc" "$r/usr/bin/wget" "$r/usr/bin/dig" \
     "$r/usr/bin/nslookup" "$r/usr/bin/curl" "$r/usr/bin/conntrack"
