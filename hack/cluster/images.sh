@@ -11,7 +11,9 @@
 #   agnhost     agnhost v1.37.1 (CGO_ENABLED=0) on a Debian stand-in for upstream's alpine base:
 #               busybox-static applets, dash as /bin/sh (busybox ash runs its own `nc` applet,
 #               which lacks -v), bash, netcat-openbsd, GNU wget (busybox-static's segfaults next
-#               to a glibc), curl, dig (bind9-dnsutils) and conntrack, with their shared libraries
+#               to a glibc), curl, dig (bind9-dnsutils), getent and conntrack, with their libraries
+#               (also tagged glibc-dns-testing:2.1.1, the DNS specs' glibc querier: every
+#               command of it is given by the spec, and it needs dig and getent)
 #   busybox     busybox-static, CMD sh
 #   regression-issue-74839, coredns (hack/tools/coredns, v1.14.7, a minimal plugin set)
 # Tags are the refs `e2e.test --list-images` prints (hack/e2e-upstream.sh checks them). The
@@ -25,6 +27,8 @@ DEBS=$CL/debs
 PAUSE_TAG=registry.k8s.io/pause:3.10.2
 AGNHOST_TAG=registry.k8s.io/e2e-test-images/agnhost:2.66.1
 BUSYBOX_TAG=registry.k8s.io/e2e-test-images/busybox:1.37.0-2
+# the DNS specs' glibc querier: a glibc userland with dig and getent, which our agnhost is
+GLIBC_DNS_TAG=registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1
 R74839_TAG=registry.k8s.io/e2e-test-images/regression-issue-74839:1.5
 COREDNS_TAG=registry.k8s.io/coredns/coredns:v1.14.7
 KUBE_PROXY_TAG=registry.k8s.io/kube-proxy:$KUBE_VERSION
@@ -89,13 +93,13 @@ img_agnhost() {
   cp "$DEBS/x/usr/bin/wget" "$DEBS/x/usr/bin/dig" "$DEBS/x/usr/bin/nslookup" "$r/usr/bin/"
   mkdir -p "$r/usr/lib/x86_64-linux-gnu"
   cp -a "$DEBS/x/usr/lib/x86_64-linux-gnu/." "$r/usr/lib/x86_64-linux-gnu/"
-  cp /usr/bin/curl /usr/sbin/conntrack "$r/usr/bin/"
+  cp /usr/bin/curl /usr/sbin/conntrack /usr/bin/getent "$r/usr/bin/"
   copy_libs "$r" "$r/bin/dash" "$r/bin/bash" "$r/usr/bin/nc" "$r/usr/bin/wget" "$r/usr/bin/dig" \
-    "$r/usr/bin/nslookup" "$r/usr/bin/curl" "$r/usr/bin/conntrack"
+    "$r/usr/bin/nslookup" "$r/usr/bin/curl" "$r/usr/bin/conntrack" "$r/usr/bin/getent"
   mkdir -p "$r/uploads"
   cp "$ubin/agnhost" "$r/agnhost" && ln -s agnhost "$r/agnhost-2"
   cp "$k/test/images/agnhost/porter/localhost.crt" "$k/test/images/agnhost/porter/localhost.key" "$r/"
-  "$MK" "$IMAGES/agnhost.tar" "$r" '["/agnhost"]' '["pause"]' $AGNHOST_TAG
+  "$MK" "$IMAGES/agnhost.tar" "$r" '["/agnhost"]' '["pause"]' $AGNHOST_TAG $GLIBC_DNS_TAG
 }
 
 img_busybox() {
