@@ -21,8 +21,10 @@ ROOT=$(cd "$HACK/.." && pwd)
 CL=${CLUSTER_DIR:-$ROOT/_output/cluster}   # state: run/ (per run), images/ (cached), e2e/ (results)
 RUN=$CL/run
 PKI=$RUN/pki
-IMAGES=$CL/images
-P=svk                                      # prefix of every namespace, link and cgroup we create
+IMAGES=${CLUSTER_IMAGES_DIR:-$CL/images}
+# prefix of every namespace, link, node name and cgroup we create; another prefix (and
+# CLUSTER_DIR) gives a second, independent cluster on the same machine
+P=${CLUSTER_PREFIX:-svk}
 NODES=${NODES:-"1 2"}
 CP_IP=10.210.0.1
 SVC_CIDR=10.96.0.0/16
