@@ -9,6 +9,10 @@
 #   make demo     a throwaway cluster in network namespaces: real kube-apiserver, two nodes
 #                 running svcproxy, pods, a client; shows load balancing, then tears it down
 #   make demo-down  remove what a demo left (killed hard, or still running): its namespaces
+#   make cluster-up / cluster-down  a real 2-node cluster (kubelet, containerd) in network
+#                 namespaces with svcproxy as the kube-proxy DaemonSet from deploy/
+#   make e2e-upstream MODE=nftables|iptables PROXY=svcproxy|kube-proxy  upstream's sig-network
+#                 e2e suite (e2e.test v1.37.1) on that cluster; results in _output/cluster/e2e/
 #   make clean    remove _output/ (including the cached control-plane binaries)
 
 SHELL := /usr/bin/env bash
@@ -26,7 +30,7 @@ LDFLAGS := -X $(APP).gitCommit=$(GIT_COMMIT) -X $(APP).gitTreeState=$(GIT_TREE)
 all: build
 
 help:
-	@sed -n '3,13p' Makefile
+	@sed -n '3,17p' Makefile
 
 build:
 	@mkdir -p $(OUTPUT)/bin
@@ -63,6 +67,16 @@ demo: deps
 
 demo-down:
 	hack/demo.sh down
+
+# The real cluster (hack/cluster.sh): PROXY=svcproxy|kube-proxy, MODE=nftables|iptables.
+# Root; the first run builds kubelet, kcm, scheduler, kubectl, agnhost, e2e.test (~17 min on a
+# quiet 2-core machine) and `make image`. Not part of make test.
+.PHONY: cluster-up cluster-down e2e-upstream
+PROXY ?= svcproxy
+MODE ?= nftables
+cluster-up: ; PROXY=$(PROXY) MODE=$(MODE) hack/cluster.sh up
+cluster-down: ; hack/cluster.sh down
+e2e-upstream: ; PROXY=$(PROXY) MODE=$(MODE) hack/e2e-upstream.sh
 
 clean:
 	rm -rf $(OUTPUT)

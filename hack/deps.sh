@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# hack/deps.sh — install the Debian packages that the tests, the demo and the benchmarks
-# need, idempotently: nothing happens when all are present; `apt-get update` runs only
-# when something is missing. Needs root (the tests need root anyway).
+# hack/deps.sh [cluster] — install the Debian packages that the tests, the demo and the
+# benchmarks need, idempotently: nothing happens when all are present; `apt-get update` runs
+# only when something is missing. Needs root (the tests need root anyway).
+# `cluster` adds what the real test cluster (hack/cluster.sh) runs on its nodes: containerd,
+# runc and the CNI plugins (bridge, host-local, portmap).
 set -euo pipefail
 
 # Binary each package provides, to check for it cheaply; package name → binary.
@@ -20,6 +22,9 @@ declare -A PKGS=(
   [make]=make
   [git]=git
 )
+if [[ ${1:-} == cluster ]]; then
+  PKGS+=([containerd]=containerd [runc]=runc [containernetworking-plugins]=/usr/lib/cni/bridge [gcc]=gcc [jq]=jq)
+fi
 
 log() { echo "[deps] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -29,6 +34,8 @@ missing_packages() {
   for p in "${!PKGS[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
       echo "$p"
+    elif [[ ${PKGS[$p]} == /* ]]; then
+      [[ -x ${PKGS[$p]} ]] || echo "$p"
     elif ! command -v "${PKGS[$p]}" >/dev/null 2>&1 && [[ ! -x /usr/sbin/${PKGS[$p]} && ! -x /sbin/${PKGS[$p]} ]]; then
       echo "$p"
     fi
@@ -58,4 +65,4 @@ main() {
   log "installed"
 }
 
-main "$@"
+main

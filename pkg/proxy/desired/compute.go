@@ -59,7 +59,10 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	}
 	state.Services, state.Changed = computeChanged(prev.Services, snap, rebuild, family, node, nodeIPs, state.Lost)
 	state.HealthChecks = prev.HealthChecks
-	for name := range state.Changed {
+	// Every changed input, not only state.Changed: a local endpoint going from
+	// ready to terminating can leave the port's rules equal (traffic falls back
+	// to it) while its health check count must drop.
+	for name := range changes.Changed {
 		if touchesHealthChecks(name, prev.Services, state.Services) {
 			state.HealthChecks = healthChecks(state.Services, snap, family, node)
 			break

@@ -137,3 +137,29 @@ func assertChangedSet(t *testing.T, ctx string, prevServices map[proxy.ServicePo
 		t.Fatalf("%s: incremental State.Changed is nil", ctx)
 	}
 }
+
+// A local endpoint that goes from ready to serving-and-terminating leaves the
+// port's rules as they were (traffic falls back to the terminating endpoint)
+// but must drop the healthCheckNodePort's count to 0, so load balancers
+// drain the node (upstream e2e: "should fail health check node port if there
+// are only terminating endpoints").
+func TestIncrementalHealthCheckOnlyTerminating(t *testing.T) {
+	name := portName("lb", proxy.TCP)
+	sp := svcPort("lb", addrs("172.30.0.1"), func(sp *model.ServicePort) {
+		sp.NodePort, sp.HealthCheckNodePort, sp.ExternalLocal = 30080, 31000, true
+	})
+	snap := func(e *model.Endpoint) *model.Snapshot {
+		return &model.Snapshot{Family: proxy.IPv4,
+			Services:  model.NewPortMap(map[proxy.ServicePortName]*model.ServicePort{name: sp}),
+			Endpoints: model.NewPortMap(map[proxy.ServicePortName][]*model.Endpoint{name: {e}})}
+	}
+	prev := Compute(nil, snap(readyEP("10.0.1.5", "node-a")), model.Changes{}, testNode, v4Options())
+	if len(prev.HealthChecks) != 1 || prev.HealthChecks[0].LocalReady != 1 {
+		t.Fatalf("ready endpoint: HealthChecks = %+v, want one with LocalReady 1", prev.HealthChecks)
+	}
+	changes := model.Changes{Changed: map[proxy.ServicePortName]struct{}{name: {}}}
+	got := Compute(prev, snap(termEP("10.0.1.5", "node-a")), changes, testNode, v4Options())
+	if len(got.HealthChecks) != 1 || got.HealthChecks[0].LocalReady != 0 {
+		t.Fatalf("only a terminating endpoint: HealthChecks = %+v, want one with LocalReady 0", got.HealthChecks)
+	}
+}
