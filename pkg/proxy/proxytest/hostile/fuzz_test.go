@@ -36,7 +36,7 @@ func FuzzHostileServices(f *testing.F) {
 		first := g.world()
 		second := g.world()
 		for _, family := range proxy.Families {
-			runFamily(t, family, first, second)
+			runFamily(t, family, first, second, fakeBackends(family))
 		}
 	})
 }
@@ -49,12 +49,16 @@ type backend struct {
 	check func(t reporter, st *desired.State)
 }
 
-func runFamily(t *testing.T, family proxy.IPFamily, first, second world) {
+// fakeBackends is every backend on its fake kernel.
+func fakeBackends(family proxy.IPFamily) []backend {
+	return []backend{newNFT(family), newIPT(family), newIPVS(family)}
+}
+
+func runFamily(t *testing.T, family proxy.IPFamily, first, second world, backends []backend) {
 	t.Helper()
 	tracker := model.NewTracker(family)
 	node := proxytest.NodeOf(proxytest.MakeNode(proxytest.NodeName, nil))
 	opts := proxytest.StandardOptions(family)
-	backends := []backend{newNFT(family), newIPT(family), newIPVS(family)}
 	var state *desired.State
 	for step, w := range []world{first, second} {
 		apply(tracker, step, first, w)
