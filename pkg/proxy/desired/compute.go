@@ -30,16 +30,16 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	if family == "" {
 		family = snap.Family
 	}
-	nodeIPs := nodeIPsOf(node.IPs, family)
+	in := portInputs{family: family, node: node, nodeIPs: nodeIPsOf(node.IPs, family), masq: masquerade(opts, family, node)}
 	state := &State{
 		Family:     family,
-		NodeIPs:    nodeIPs,
+		NodeIPs:    in.nodeIPs,
 		NodePorts:  nodePortAddrs(opts.NodePortAddresses, family, node),
-		Masquerade: masquerade(opts, family, node),
+		Masquerade: in.masq,
 	}
 	if prev == nil {
 		state.Lost, state.claims = lostFrontends(snap, family)
-		state.Services = computeAll(snap, family, node, nodeIPs, state.Lost)
+		state.Services = computeAll(snap, in, state.Lost)
 		state.HealthChecks = healthChecks(state.Services, snap, family, node)
 		return state
 	}
@@ -57,7 +57,7 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		}
 		lossesChanged(prev.Lost, state.Lost, rebuild)
 	}
-	state.Services, state.Changed = computeChanged(prev.Services, snap, rebuild, family, node, nodeIPs, state.Lost)
+	state.Services, state.Changed = computeChanged(prev.Services, snap, rebuild, in, state.Lost)
 	state.HealthChecks = prev.HealthChecks
 	// Every changed input, not only state.Changed: a local endpoint going from
 	// ready to terminating can leave the port's rules equal (traffic falls back
@@ -71,13 +71,20 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	return state
 }
 
-func computeAll(snap *model.Snapshot, family proxy.IPFamily, node Node, nodeIPs []netip.Addr,
-	lost map[proxy.ServicePortName][]LostFrontend,
-) map[proxy.ServicePortName]*ServicePort {
+// portInputs is what every service port of one Compute is decided from,
+// besides its own model values.
+type portInputs struct {
+	family  proxy.IPFamily
+	node    Node
+	nodeIPs []netip.Addr
+	masq    Masquerade
+}
+
+func computeAll(snap *model.Snapshot, in portInputs, lost map[proxy.ServicePortName][]LostFrontend) map[proxy.ServicePortName]*ServicePort {
 	services := make(map[proxy.ServicePortName]*ServicePort, snap.Services.Len())
 	for name, sp := range snap.Services.All() {
 		eps, _ := snap.Endpoints.Get(name)
-		if out := buildServicePort(sp, eps, family, node, nodeIPs, lost[name]); out != nil {
+		if out := buildServicePort(sp, eps, in, lost[name]); out != nil {
 			services[name] = out
 		}
 	}
@@ -89,7 +96,7 @@ func computeAll(snap *model.Snapshot, family proxy.IPFamily, node Node, nodeIPs 
 // pointer and stays out of the changed set, so a backend is not asked to
 // touch what it already has.
 func computeChanged(prev map[proxy.ServicePortName]*ServicePort, snap *model.Snapshot, rebuild map[proxy.ServicePortName]struct{},
-	family proxy.IPFamily, node Node, nodeIPs []netip.Addr, lost map[proxy.ServicePortName][]LostFrontend,
+	in portInputs, lost map[proxy.ServicePortName][]LostFrontend,
 ) (map[proxy.ServicePortName]*ServicePort, map[proxy.ServicePortName]struct{}) {
 	services := maps.Clone(prev)
 	if services == nil {
@@ -100,7 +107,7 @@ func computeChanged(prev map[proxy.ServicePortName]*ServicePort, snap *model.Sna
 		var next *ServicePort
 		if sp, ok := snap.Services.Get(name); ok {
 			eps, _ := snap.Endpoints.Get(name)
-			next = buildServicePort(sp, eps, family, node, nodeIPs, lost[name])
+			next = buildServicePort(sp, eps, in, lost[name])
 		}
 		old := prev[name]
 		switch {

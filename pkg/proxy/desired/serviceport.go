@@ -11,7 +11,8 @@ import (
 // buildServicePort decides everything about one service port in one family.
 // It returns nil when the port has no cluster IP of the family: a per-family
 // proxier ignores such a port entirely, like upstream.
-func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, family proxy.IPFamily, node Node, nodeIPs []netip.Addr, lost []LostFrontend) *ServicePort {
+func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, in portInputs, lost []LostFrontend) *ServicePort {
+	family := in.family
 	clusterIP, ok := firstOfFamily(sp.ClusterIPs, family)
 	if !ok {
 		return nil
@@ -33,9 +34,10 @@ func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, family proxy
 	if len(lost) > 0 {
 		withoutLost(out, lost)
 	}
-	out.AllowedSources = allowedSources(sp, out.LoadBalancerIPs, family, nodeIPs)
+	out.AllowedSources = allowedSources(sp, out.LoadBalancerIPs, family, in.nodeIPs)
+	out.Routes = DecideRoutes(in.masq, sp.ExternalLocal)
 
-	sets := categorize(eps, family, node)
+	sets := categorize(eps, family, in.node)
 	out.Cluster = dispatch(sets.cluster, sets.cluster)
 	out.Internal = out.Cluster
 	if sp.InternalLocal {

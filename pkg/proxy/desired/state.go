@@ -129,6 +129,11 @@ type ServicePort struct {
 	// Otherwise all external traffic is masqueraded.
 	ExternalLocal bool
 
+	// Routes decide, per path and source class, which of Internal, External
+	// and Cluster serves a new connection and whether it is masqueraded
+	// (DecideRoutes). Backends render them; they decide nothing of their own.
+	Routes Routes
+
 	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
 	HealthCheckNodePort uint16
 
@@ -148,21 +153,32 @@ type Dispatch struct {
 	Empty Verdict
 }
 
-// Verdict is what happens to traffic that finds no endpoint.
+// Verdict is the fate of a new connection. A Dispatch's Empty verdict is
+// Reject or Drop; Evaluate's outcome may be any.
 type Verdict uint8
 
-// Verdicts for traffic without endpoints.
+// The verdicts. Reject is the zero value, so that a Dispatch without
+// endpoints rejects unless Compute decided otherwise.
 const (
 	// Reject answers with ICMP port unreachable (TCP: connection refused).
 	Reject Verdict = iota
 	// Drop silently discards.
 	Drop
+	// DNAT sends the connection to one of a dispatch's endpoints.
+	DNAT
+	// Accept leaves the packet alone: no service frontend matched.
+	Accept
 )
 
 // String names the verdict as nft and iptables spell it.
 func (v Verdict) String() string {
-	if v == Drop {
+	switch v {
+	case Drop:
 		return "DROP"
+	case DNAT:
+		return "DNAT"
+	case Accept:
+		return "ACCEPT"
 	}
 	return "REJECT"
 }
