@@ -29,21 +29,24 @@ func ep(s string) desired.Endpoint {
 func sampleState() *desired.State {
 	web := name("default", "web", "http", proxy.TCP)
 	dns := name("kube-system", "dns", "", proxy.UDP)
+	masq := desired.Masquerade{Mark: 0x4000, Local: desired.LocalDetector{
+		Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
 	return &desired.State{
-		Family:    proxy.IPv4,
-		NodeIPs:   []netip.Addr{netip.MustParseAddr("192.168.0.10")},
-		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
-		Masquerade: desired.Masquerade{Mark: 0x4000, Local: desired.LocalDetector{
-			Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}},
+		Family:     proxy.IPv4,
+		NodeIPs:    []netip.Addr{netip.MustParseAddr("192.168.0.10")},
+		NodePorts:  desired.NodePortAddrs{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
+		Masquerade: masq,
 		Services: map[proxy.ServicePortName]*desired.ServicePort{
 			web: {Name: web, Protocol: proxy.TCP, Port: 80, ClusterIP: netip.MustParseAddr("10.96.0.10"),
 				NodePort: 30080, LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("203.0.113.5")},
+				ExternalIPs:     []netip.Addr{netip.MustParseAddr("198.51.100.7")},
+				Routes:          desired.DecideRoutes(masq, true),
 				AllowedSources:  []netip.Prefix{},
 				AffinitySeconds: 10800,
 				Internal:        desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080"), ep("10.244.2.2:8080")}},
 				External:        desired.Dispatch{Empty: desired.Drop},
 				Cluster:         desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}},
-				ExternalLocal:   true, HealthCheckNodePort: 31000, Scheduler: "lc"},
+				InternalLocal:   true, ExternalLocal: true, HealthCheckNodePort: 31000, Scheduler: "lc"},
 			dns: {Name: dns, Protocol: proxy.UDP, Port: 53, ClusterIP: netip.MustParseAddr("10.96.0.53"),
 				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
 				Cluster: desired.Dispatch{Empty: desired.Reject}},
@@ -93,6 +96,38 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSampleCoversEveryField keeps the wire form complete: the sample's web
+// port sets every field of desired.ServicePort, so a field added there and
+// not carried by ServicePort makes the round trip above fail. Before the
+// wire carried InternalLocal, explain guessed it from the endpoints.
+func TestSampleCoversEveryField(t *testing.T) {
+	web := sampleState().Services[name("default", "web", "http", proxy.TCP)]
+	v := reflect.ValueOf(*web)
+	for i := range v.NumField() {
+		if f := v.Type().Field(i); f.IsExported() && v.Field(i).IsZero() {
+			t.Errorf("sampleState's web port leaves desired.ServicePort.%s zero: set it, and carry it on the wire", f.Name)
+		}
+	}
+}
+
+// TestDecodeWithoutRoutes: a dump from a daemon that did not carry routes
+// decodes with them undecided, and State.RoutesOf decides them.
+func TestDecodeWithoutRoutes(t *testing.T) {
+	in := sampleState()
+	w := Encode(in, time.Time{})
+	for i := range w.Services {
+		w.Services[i].Routes = nil
+	}
+	out, err := w.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := name("default", "web", "http", proxy.TCP)
+	if got, want := out.RoutesOf(out.Services[n]), in.Services[n].Routes; got != want {
+		t.Errorf("routes = %v, want %v", got, want)
+	}
+}
+
 func TestDecodeRejectsGarbage(t *testing.T) {
 	if _, err := (State{Family: "IPv5"}).Decode(); err == nil {
 		t.Error("unknown family accepted")
@@ -100,6 +135,11 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	bad := State{Family: proxy.IPv4, Services: []ServicePort{{Name: "x", Internal: Dispatch{Empty: "MAYBE"}}}}
 	if _, err := bad.Decode(); err == nil {
 		t.Error("unknown verdict accepted")
+	}
+	w := Encode(sampleState(), time.Time{})
+	w.Services[0].Routes.External.Pod.Why = "because"
+	if _, err := w.Decode(); err == nil {
+		t.Error("unknown route reason accepted")
 	}
 }
 

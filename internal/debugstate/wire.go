@@ -67,7 +67,9 @@ type ServicePort struct {
 	Internal            Dispatch       `json:"internal"`
 	External            Dispatch       `json:"external"`
 	Cluster             Dispatch       `json:"cluster"`
+	InternalLocal       bool           `json:"internalLocal,omitempty"`
 	ExternalLocal       bool           `json:"externalLocal,omitempty"`
+	Routes              *Routes        `json:"routes,omitempty"`
 	HealthCheckNodePort uint16         `json:"healthCheckNodePort,omitempty"`
 	Scheduler           string         `json:"scheduler,omitempty"`
 }
@@ -115,7 +117,8 @@ func encodePort(sp *desired.ServicePort) ServicePort {
 		ExternalIPs: sp.ExternalIPs, LoadBalancerIPs: sp.LoadBalancerIPs,
 		AllowedSources: sp.AllowedSources, AffinitySeconds: sp.AffinitySeconds,
 		Internal: encodeDispatch(sp.Internal), External: encodeDispatch(sp.External),
-		Cluster: encodeDispatch(sp.Cluster), ExternalLocal: sp.ExternalLocal,
+		Cluster: encodeDispatch(sp.Cluster), InternalLocal: sp.InternalLocal, ExternalLocal: sp.ExternalLocal,
+		Routes:              encodeRoutes(sp.Routes),
 		HealthCheckNodePort: sp.HealthCheckNodePort, Scheduler: sp.Scheduler,
 	}
 }
@@ -167,11 +170,16 @@ func (p ServicePort) decode() (*desired.ServicePort, error) {
 			return nil, fmt.Errorf("service port %s: %w", name, err)
 		}
 	}
+	routes, err := p.Routes.decode()
+	if err != nil {
+		return nil, fmt.Errorf("service port %s: %w", name, err)
+	}
 	return &desired.ServicePort{
 		Name: name, Protocol: p.Protocol, Port: p.Port, ClusterIP: p.ClusterIP, NodePort: p.NodePort,
 		ExternalIPs: p.ExternalIPs, LoadBalancerIPs: p.LoadBalancerIPs,
 		AllowedSources: p.AllowedSources, AffinitySeconds: p.AffinitySeconds,
-		Internal: ds[0], External: ds[1], Cluster: ds[2], ExternalLocal: p.ExternalLocal,
+		Internal: ds[0], External: ds[1], Cluster: ds[2], InternalLocal: p.InternalLocal, ExternalLocal: p.ExternalLocal,
+		Routes:              routes,
 		HealthCheckNodePort: p.HealthCheckNodePort, Scheduler: p.Scheduler,
 	}, nil
 }
