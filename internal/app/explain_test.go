@@ -136,3 +136,26 @@ func TestVersionRaw(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainInternalLocalAllLocal: internalTrafficPolicy Local with every
+// endpoint on this node leaves Internal equal to Cluster, so nothing but the
+// policy itself tells it apart. Explain must report it from the programmed
+// State (through the debug wire form), not guess "Cluster" from the sets.
+func TestExplainInternalLocalAllLocal(t *testing.T) {
+	rec := debugstate.NewRecorder()
+	srv := explainServer(t, rec)
+	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "default", Name: "local"}, Protocol: proxy.TCP}
+	ep := desired.Dispatch{Endpoints: []desired.Endpoint{{IP: netip.MustParseAddr("10.244.1.2"), Port: 80}}}
+	rec.Record(&desired.State{
+		Family: proxy.IPv4, NodePorts: desired.NodePortAddrs{All: true},
+		Services: map[proxy.ServicePortName]*desired.ServicePort{name: {Name: name, Protocol: proxy.TCP, Port: 80,
+			ClusterIP: netip.MustParseAddr("10.96.0.11"), Internal: ep, External: ep, Cluster: ep, InternalLocal: true}},
+	}, model.Changes{})
+	out, err := runExplain(t, "10.96.0.11:80", "--server", srv.URL, "--from-pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "policy:     internalTrafficPolicy: Local"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+}

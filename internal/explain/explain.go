@@ -4,16 +4,14 @@
 // of the running backend that implement it. It reads a desired.State (as
 // served by internal/debugstate) and never touches the kernel.
 //
-// The decision order is the reference semantics of pkg/proxy/proxytest's
-// Evaluate (a test-only package, so it is restated here with reasons):
-// cluster IP, then external IP, then load-balancer IP (source ranges), then
-// node port; anything else is not a Service packet.
+// The decisions are desired.Evaluate's, from the State the daemon
+// programmed (its routes included): explain adds the reasons, never a
+// policy of its own.
 package explain
 
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -92,39 +90,39 @@ func (e *Explanation) because(format string, args ...any) {
 	e.Reasons = append(e.Reasons, fmt.Sprintf(format, args...))
 }
 
-// Explain decides what state does with pkt. state must be the family of
-// pkt.Dest (see Pick).
+// Explain tells what state does with pkt. state must be the family of
+// pkt.Dest (see Pick). The decision is desired.Evaluate's; this only
+// words it.
 func Explain(state *desired.State, pkt Packet) Explanation {
 	e := Explanation{Packet: pkt, Family: state.Family}
-	e.Source = classify(state, pkt, &e)
-	if sp, known := matchClusterIP(state, pkt); known {
-		if sp == nil {
-			e.Frontend, e.Verdict = FrontendClusterIP, Reject
-			e.because("%s is a cluster IP but no Service port %d/%s is defined on it: rejected (cluster-ips check)", pkt.Dest, pkt.Port, pkt.Protocol)
-			return e
+	src := e.classify(state, pkt)
+	e.Source = src.String()
+	out := desired.EvaluateFrom(state, desired.Packet{Source: pkt.Source, Protocol: pkt.Protocol,
+		Dest: pkt.Dest, DestPort: pkt.Port, FromNode: pkt.Origin == OriginHost,
+		// With NodePorts.All the State does not list the host's addresses:
+		// any destination is assumed local (the reason says so).
+		DestLocal: true}, src)
+	e.Port, e.Frontend = out.Port, frontendNames[out.Frontend]
+	switch {
+	case out.Frontend == desired.ClusterIPFrontend && out.Port == nil:
+		e.Verdict = Reject
+		e.because("%s is a cluster IP but no Service port %d/%s is defined on it: rejected (cluster-ips check)", pkt.Dest, pkt.Port, pkt.Protocol)
+	case out.Frontend == desired.NoFrontend:
+		e.noFrontend(state, pkt)
+	default:
+		e.frontend(state, out)
+		if out.Firewall != desired.FirewallDenied {
+			e.route(out)
 		}
-		e.Port, e.Frontend = sp, FrontendClusterIP
-		e.internal(state, sp)
-		return e
 	}
-	if sp, frontend := matchExternal(state, pkt); sp != nil {
-		e.Port, e.Frontend = sp, frontend
-		if frontend == FrontendLoadBalancer && sp.AllowedSources != nil {
-			if !e.sourceAllowed(sp) {
-				return e
-			}
-		}
-		e.external(sp)
-		return e
-	}
-	if sp := matchNodePort(state, pkt, &e); sp != nil {
-		e.Port, e.Frontend = sp, FrontendNodePort
-		e.external(sp)
-		return e
-	}
-	e.Verdict = Accept
-	e.because("no cluster IP, external IP, load-balancer IP or node port of this node matches %s:%d/%s", pkt.Dest, pkt.Port, pkt.Protocol)
 	return e
+}
+
+var frontendNames = map[desired.Frontend]string{
+	desired.ClusterIPFrontend:    FrontendClusterIP,
+	desired.ExternalIPFrontend:   FrontendExternalIP,
+	desired.LoadBalancerFrontend: FrontendLoadBalancer,
+	desired.NodePortFrontend:     FrontendNodePort,
 }
 
 // Pick returns the state of dest's family among states, or nil.
@@ -137,116 +135,83 @@ func Pick(states []*desired.State, dest netip.Addr) *desired.State {
 	return nil
 }
 
-// classify says how the dataplane will see the source, as Evaluate does.
-func classify(state *desired.State, pkt Packet, e *Explanation) string {
+// classify says how the dataplane will see the source, by the State's
+// detector where the packet tells enough, else by what the caller said
+// (--from-pod, --from-host), giving the reason either way.
+func (e *Explanation) classify(state *desired.State, pkt Packet) desired.Source {
 	local := state.Masquerade.Local
 	switch {
 	case pkt.Origin == OriginHost:
 		e.because("the packet comes from the node itself (OUTPUT path)")
-		return "host"
+		return desired.FromNode
 	case local.Mode == desired.LocalNone:
 		if pkt.Origin == OriginPod {
 			e.because("no local-traffic detector is configured for %s (detectLocalMode has no input), so pod traffic cannot be told apart: it is treated as external", state.Family)
 		}
-		return "external"
+		return desired.FromOutside
 	case local.Mode == desired.LocalCIDR:
 		if pkt.Source.IsValid() {
-			if slices.ContainsFunc(local.CIDRs, func(p netip.Prefix) bool { return p.Contains(pkt.Source) }) {
+			if state.Classify(desired.Packet{Source: pkt.Source}) == desired.FromPod {
 				e.because("source %s is inside the pod CIDRs %v: pod traffic", pkt.Source, local.CIDRs)
-				return "pod"
+				return desired.FromPod
 			}
 			e.because("source %s is outside the pod CIDRs %v: external traffic", pkt.Source, local.CIDRs)
-			return "external"
+			return desired.FromOutside
 		}
 		if pkt.Origin == OriginPod {
 			e.because("pod traffic (source assumed inside the pod CIDRs %v)", local.CIDRs)
-			return "pod"
+			return desired.FromPod
 		}
 	default: // interface modes: the interface decides, which we cannot see
 		if pkt.Origin == OriginPod {
 			e.because("pod traffic (assumed to arrive on interface %s%s)", local.Interface, map[bool]string{true: "*"}[local.Mode == desired.LocalInterfacePrefix])
-			return "pod"
+			return desired.FromPod
 		}
 	}
 	e.because("the packet comes from outside the node (use --from-pod or --from-host otherwise)")
-	return "external"
+	return desired.FromOutside
 }
 
-func matchClusterIP(state *desired.State, pkt Packet) (sp *desired.ServicePort, known bool) {
-	for _, p := range sortedPorts(state) {
-		if p.ClusterIP != pkt.Dest {
-			continue
-		}
-		known = true
-		if p.Port == pkt.Port && p.Protocol == pkt.Protocol {
-			return p, true
+// frontend words how the packet matched: node-port addresses and the
+// loadBalancerSourceRanges check.
+func (e *Explanation) frontend(state *desired.State, out desired.Outcome) {
+	p := e.Packet
+	if out.Frontend == desired.NodePortFrontend {
+		if state.NodePorts.All {
+			e.because("node ports answer on every local address (nodePortAddresses unset or 0.0.0.0/0); assuming %s is one of this node's", p.Dest)
+		} else {
+			e.because("%s is one of the nodePortAddresses %v", p.Dest, state.NodePorts.IPs)
 		}
 	}
-	return nil, known
-}
-
-func matchExternal(state *desired.State, pkt Packet) (*desired.ServicePort, string) {
-	for _, sp := range sortedPorts(state) {
-		if sp.Protocol != pkt.Protocol || sp.Port != pkt.Port {
-			continue
-		}
-		if slices.Contains(sp.ExternalIPs, pkt.Dest) {
-			return sp, FrontendExternalIP
-		}
-		if slices.Contains(sp.LoadBalancerIPs, pkt.Dest) {
-			return sp, FrontendLoadBalancer
-		}
+	ranges := out.Port.AllowedSources
+	switch out.Firewall {
+	case desired.FirewallUnchecked:
+		e.because("loadBalancerSourceRanges %v apply; give --source to check the client (assuming it is allowed)", ranges)
+	case desired.FirewallAllowed:
+		e.because("source %s is allowed by loadBalancerSourceRanges %v", p.Source, ranges)
+	case desired.FirewallDenied:
+		e.Verdict = Drop
+		e.because("source %s is outside loadBalancerSourceRanges %v: dropped by the firewall check", p.Source, ranges)
 	}
-	return nil, ""
 }
 
-// matchNodePort finds the node port. With NodePorts.All the State does not
-// list the host's addresses, so any destination outside the cluster IPs is
-// assumed local; the reason says so.
-func matchNodePort(state *desired.State, pkt Packet, e *Explanation) *desired.ServicePort {
-	for _, sp := range sortedPorts(state) {
+// noFrontend explains an ACCEPT: a node port on an address that does not
+// take node ports gets its own reason.
+func (e *Explanation) noFrontend(state *desired.State, pkt Packet) {
+	e.Verdict = Accept
+	for _, sp := range state.Services {
+		// Node ports are unique per protocol: the first match is the one.
 		if sp.NodePort == 0 || sp.NodePort != pkt.Port || sp.Protocol != pkt.Protocol {
 			continue
 		}
-		switch {
-		case state.NodePorts.All && pkt.Dest.IsLoopback():
+		if state.NodePorts.All {
 			e.because("node port %d does not answer on loopback addresses", pkt.Port)
-			return nil
-		case state.NodePorts.All:
-			e.because("node ports answer on every local address (nodePortAddresses unset or 0.0.0.0/0); assuming %s is one of this node's", pkt.Dest)
-		case slices.Contains(state.NodePorts.IPs, pkt.Dest):
-			e.because("%s is one of the nodePortAddresses %v", pkt.Dest, state.NodePorts.IPs)
-		default:
+		} else {
 			e.because("node port %d exists but %s is not among the nodePortAddresses %v", pkt.Port, pkt.Dest, state.NodePorts.IPs)
-			return nil
 		}
-		return sp
+		break
 	}
-	return nil
-}
-
-func (e *Explanation) sourceAllowed(sp *desired.ServicePort) bool {
-	src := e.Packet.Source
-	if !src.IsValid() {
-		e.because("loadBalancerSourceRanges %v apply; give --source to check the client (assuming it is allowed)", sp.AllowedSources)
-		return true
-	}
-	if slices.ContainsFunc(sp.AllowedSources, func(p netip.Prefix) bool { return p.Contains(src) }) {
-		e.because("source %s is allowed by loadBalancerSourceRanges %v", src, sp.AllowedSources)
-		return true
-	}
-	e.Verdict = Drop
-	e.because("source %s is outside loadBalancerSourceRanges %v: dropped by the firewall check", src, sp.AllowedSources)
-	return false
-}
-
-func sortedPorts(state *desired.State) []*desired.ServicePort {
-	out := make([]*desired.ServicePort, 0, len(state.Services))
-	for _, sp := range state.Services {
-		out = append(out, sp)
-	}
-	slices.SortFunc(out, func(a, b *desired.ServicePort) int { return a.Name.Compare(b.Name) })
-	return out
+	e.because("no cluster IP, external IP, load-balancer IP or node port of this node matches %s:%d/%s", pkt.Dest, pkt.Port, pkt.Protocol)
 }
 
 func joinAddrPorts(eps []netip.AddrPort) string {

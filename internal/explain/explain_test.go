@@ -53,7 +53,7 @@ func cannedState() *desired.State {
 				ExternalLocal: true, HealthCheckNodePort: 31000},
 			api: {Name: api, Protocol: proxy.TCP, Port: 443, ClusterIP: a("10.96.0.20"),
 				Internal: desired.Dispatch{Empty: desired.Drop}, Cluster: desired.Dispatch{Endpoints: eps("10.244.2.9:6443")},
-				External: desired.Dispatch{Endpoints: eps("10.244.2.9:6443")}},
+				External: desired.Dispatch{Endpoints: eps("10.244.2.9:6443")}, InternalLocal: true},
 			empty: {Name: empty, Protocol: proxy.UDP, Port: 53, ClusterIP: a("10.96.0.30"), NodePort: 30053,
 				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
 				Cluster: desired.Dispatch{Empty: desired.Reject}},

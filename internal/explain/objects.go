@@ -15,6 +15,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
@@ -30,7 +31,7 @@ func Objects(ctx context.Context, mode string, state *desired.State, e Explanati
 	case "iptables":
 		return iptablesObjects(e), nil
 	case "ipvs":
-		return ipvsObjects(e), nil
+		return ipvsObjects(state, e), nil
 	}
 	return nil, fmt.Errorf("unknown proxy mode %q", mode)
 }
@@ -142,7 +143,7 @@ func iptablesObjects(e Explanation) []string {
 	h := hash16(display + proto)
 	out := []string{"nat KUBE-SERVICES (cluster, external and LB IPs; node ports via KUBE-NODEPORTS)"}
 	switch {
-	case e.Class == ClassInternal && e.Policy == "internalTrafficPolicy: Local":
+	case e.Class == ClassInternal && e.Port.InternalLocal:
 		out = append(out, "nat KUBE-SVL-"+h+" (local endpoints)")
 	case e.Class == ClassInternal:
 		out = append(out, "nat KUBE-SVC-"+h)
@@ -169,17 +170,18 @@ func iptablesObjects(e Explanation) []string {
 	return out
 }
 
-func ipvsObjects(e Explanation) []string {
+// ipvsObjects names the virtual server and asks the IPVS backend which of
+// its ipsets hold the frontend (IPv6 sets are KUBE-6-…, SCTP node ports
+// …-SCTP-HASH: names only the backend should spell).
+func ipvsObjects(state *desired.State, e Explanation) []string {
 	vs := fmt.Sprintf("IPVS virtual server %s %s", strings.ToLower(string(e.Port.Protocol)),
 		netip.AddrPortFrom(e.Packet.Dest, e.Packet.Port))
 	out := []string{vs + " (ipvsadm -Ln)"}
-	switch e.Frontend {
-	case FrontendClusterIP:
-		out = append(out, "address on dummy interface kube-ipvs0; ipset KUBE-CLUSTER-IP")
-	case FrontendNodePort:
-		out = append(out, "ipset KUBE-NODE-PORT-"+strings.ToUpper(string(e.Port.Protocol)))
-	default:
-		out = append(out, "address on kube-ipvs0; ipsets KUBE-EXTERNAL-IP / KUBE-LOAD-BALANCER*")
+	if e.Frontend != FrontendNodePort {
+		out = append(out, "address on dummy interface "+ipvs.DummyLink)
+	}
+	if sets := ipvs.SetsFor(state.Family, e.Port, e.Packet.Dest, e.Packet.Port); len(sets) > 0 {
+		out = append(out, "ipsets "+strings.Join(sets, ", "))
 	}
 	if e.Masquerade {
 		out = append(out, "iptables nat KUBE-MARK-MASQ, KUBE-POSTROUTING")

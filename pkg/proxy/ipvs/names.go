@@ -1,8 +1,12 @@
 package ipvs
 
 import (
+	"net/netip"
+	"slices"
+
 	"github.com/svcproxy/svcproxy/internal/kipset"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // DummyLink is the link that holds every cluster, external and LB IP, so
@@ -89,3 +93,23 @@ const (
 	chainIPVSFilter           = "KUBE-IPVS-FILTER"
 	chainIPVSOutFilter        = "KUBE-IPVS-OUT-FILTER"
 )
+
+// SetsFor lists the ipsets, under the family's names, that hold a member
+// for traffic to dest:port of sp, in the order Sync renders them: what
+// `svcproxy explain` shows. It asks the renderer itself (dest standing in
+// for the node-port addresses), so the names cannot drift from it.
+func SetsFor(family proxy.IPFamily, sp *desired.ServicePort, dest netip.Addr, port uint16) []string {
+	cfg := &renderConfig{family: family, nodePortAddrs: []netip.Addr{dest}}
+	var out []string
+	for _, e := range renderService(cfg, sp).entries {
+		ip, p := e.entry.IP, e.entry.Port
+		// A member for the frontend's address and port, for its port on
+		// any address (bitmap:port node ports), or for its address alone
+		// (KUBE-IPVS-IPS).
+		hit := (p == port && (ip == dest || !ip.IsValid())) || (ip == dest && p == 0)
+		if hit && !slices.Contains(out, e.set) {
+			out = append(out, e.set)
+		}
+	}
+	return out
+}

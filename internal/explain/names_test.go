@@ -1,0 +1,98 @@
+package explain
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// TestIPVSObjectNames: the ipsets explain names are the IPVS backend's, for
+// IPv6 (prefix KUBE-6-, truncated to the kernel's 31 characters as upstream)
+// and for SCTP node ports (hash:ip,port sets named …-SCTP-HASH).
+func TestIPVSObjectNames(t *testing.T) {
+	v6 := spn("default", "v6", "", proxy.SCTP)
+	ep := desired.Dispatch{Endpoints: eps("[fd00:10::5]:9000")}
+	st := &desired.State{
+		Family:    proxy.IPv6,
+		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{a("fd00:1::2")}},
+		Services: map[proxy.ServicePortName]*desired.ServicePort{
+			v6: {Name: v6, Protocol: proxy.SCTP, Port: 9000, ClusterIP: a("fd00:172:30::9"), NodePort: 30900,
+				Internal: ep, External: ep, Cluster: ep, ExternalLocal: true},
+		},
+	}
+	sctp4 := cannedSCTP()
+	for _, tc := range []struct {
+		name  string
+		state *desired.State
+		pkt   Packet
+		want  []string
+		never []string
+	}{
+		{"IPv6 cluster IP", st, Packet{Dest: a("fd00:172:30::9"), Port: 9000, Protocol: proxy.SCTP},
+			[]string{"KUBE-6-CLUSTER-IP"}, []string{"KUBE-CLUSTER-IP"}},
+		{"IPv6 SCTP node port, eTP Local", st, Packet{Dest: a("fd00:1::2"), Port: 30900, Protocol: proxy.SCTP},
+			[]string{"KUBE-6-NODE-PORT-LOCAL-SCTP-HAS"}, []string{"KUBE-NODE-PORT-SCTP"}},
+		{"IPv4 SCTP node port", sctp4, Packet{Dest: a("192.168.0.10"), Port: 30901, Protocol: proxy.SCTP},
+			[]string{"KUBE-NODE-PORT-SCTP-HASH"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := Explain(tc.state, tc.pkt)
+			objs, err := Objects(context.Background(), "ipvs", tc.state, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s", strings.Join(objs, "\n"))
+			words := strings.FieldsFunc(strings.Join(objs, " "), func(r rune) bool { return r == ' ' || r == ',' || r == ';' })
+			has := func(w string) bool {
+				for _, x := range words {
+					if x == w {
+						return true
+					}
+				}
+				return false
+			}
+			for _, w := range tc.want {
+				if !has(w) {
+					t.Errorf("objects lack %s:\n%s", w, strings.Join(objs, "\n"))
+				}
+			}
+			for _, w := range tc.never {
+				if has(w) {
+					t.Errorf("objects name %s, which the backend does not use here:\n%s", w, strings.Join(objs, "\n"))
+				}
+			}
+		})
+	}
+}
+
+func cannedSCTP() *desired.State {
+	st := cannedState()
+	n := spn("default", "sctp", "", proxy.SCTP)
+	ep := desired.Dispatch{Endpoints: eps("10.244.1.5:9000")}
+	st.Services = map[proxy.ServicePortName]*desired.ServicePort{n: {Name: n, Protocol: proxy.SCTP, Port: 9000,
+		ClusterIP: a("10.96.0.90"), NodePort: 30901, Internal: ep, External: ep, Cluster: ep}}
+	return st
+}
+
+// TestIPTablesInternalLocalChain: internalTrafficPolicy Local with every
+// endpoint local is KUBE-SVL in the iptables backend, though Internal and
+// Cluster hold the same endpoints.
+func TestIPTablesInternalLocalChain(t *testing.T) {
+	st := cannedState()
+	n := spn("default", "local", "", proxy.TCP)
+	ep := desired.Dispatch{Endpoints: eps("10.244.1.5:8080")}
+	st.Services[n] = &desired.ServicePort{Name: n, Protocol: proxy.TCP, Port: 80, ClusterIP: a("10.96.0.50"),
+		Internal: ep, External: ep, Cluster: ep, InternalLocal: true}
+	e := Explain(st, Packet{Dest: a("10.96.0.50"), Port: 80, Protocol: proxy.TCP, Origin: OriginPod})
+	objs, err := Objects(context.Background(), "iptables", st, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "nat KUBE-SVL-" + hash16("default/localtcp"); !strings.Contains(strings.Join(objs, "\n"), want) {
+		t.Errorf("objects lack %s:\n%s", want, strings.Join(objs, "\n"))
+	}
+}
