@@ -24,11 +24,17 @@ func syncFake(t *testing.T, state *desired.State, opts Options) (*kiptables.Fake
 // caseState builds the State of the named shared case.
 func caseState(t *testing.T, name string, family proxy.IPFamily) *desired.State {
 	t.Helper()
+	return proxytest.BuildState(t, caseNamed(t, name), family)
+}
+
+// caseNamed finds the named shared case.
+func caseNamed(t *testing.T, name string) proxytest.Case {
+	t.Helper()
 	for _, c := range proxytest.Cases() {
 		if c.Name == name {
-			return proxytest.BuildState(t, c, family)
+			return c
 		}
 	}
 	t.Fatalf("no case %q in proxytest.Cases()", name)
-	return nil
+	return proxytest.Case{}
 }

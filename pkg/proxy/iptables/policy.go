@@ -6,10 +6,12 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
-// policy is upstream's view of one service port, derived from the State's
-// dispatches: which chains exist, where each kind of traffic goes, and
-// what the filter table does when there is nowhere to go.
+// policy is upstream's view of one service port: which chains exist and
+// what each kind of traffic meets. Where traffic goes, who is masqueraded
+// and REJECT vs DROP are desired's decisions (routes, Dispatch.Empty); this
+// only maps them onto upstream's chains.
 type policy struct {
+	routes        desired.Routes
 	hasEndpoints  bool // any usable endpoint anywhere
 	internalLocal bool // internalTrafficPolicy Local
 	externallyUp  bool // has a node port, external IP or LB IP
@@ -29,42 +31,54 @@ type policy struct {
 	externalTarget, externalComment string // ... without external endpoints
 }
 
-// policyOf mirrors upstream's per-service decisions.
-func policyOf(sp *desired.ServicePort, pn portNames) policy {
+// policyOf maps sp's routes onto upstream's chains: KUBE-SVL is the chain
+// of a Local policy's dispatch, KUBE-SVC the cluster-wide one's.
+func policyOf(sp *desired.ServicePort, routes desired.Routes, pn portNames) policy {
 	p := policy{
+		routes:        routes,
 		hasEndpoints:  len(sp.Cluster.Endpoints) > 0,
 		internalLocal: sp.InternalLocal,
 		externallyUp:  sp.NodePort != 0 || len(sp.ExternalIPs) > 0 || len(sp.LoadBalancerIPs) > 0,
 		internalChain: pn.svc,
 		externalChain: pn.svc,
 	}
-	p.hasInternal, p.hasExternal = p.hasEndpoints, p.hasEndpoints
+	internal := sp.Dispatch(routes[desired.ClusterIPPath][desired.FromOutside].Set)
+	external := sp.Dispatch(routes[desired.ExternalPath][desired.FromOutside].Set)
+	p.hasInternal, p.hasExternal = len(internal.Endpoints) > 0, len(external.Endpoints) > 0
 	if p.internalLocal {
 		p.internalChain, p.local = pn.svl, sp.Internal.Endpoints
-		p.hasInternal = len(sp.Internal.Endpoints) > 0
 	}
 	if sp.ExternalLocal {
 		p.externalChain, p.local = pn.svl, sp.External.Endpoints
-		p.hasExternal = len(sp.External.Endpoints) > 0
 	}
 	p.usesSVC = p.hasEndpoints && (!p.internalLocal || p.externallyUp)
 	p.usesSVL = len(p.local) > 0 && (p.internalLocal || (sp.ExternalLocal && p.externallyUp))
 	p.usesEXT = p.hasEndpoints && p.externallyUp
 	p.usesFW = p.hasEndpoints && len(sp.LoadBalancerIPs) > 0 && sp.AllowedSources != nil
-	switch {
-	case !p.hasEndpoints:
-		p.internalTarget, p.internalComment = "REJECT", quoted(pn.display+" has no endpoints")
-		p.externalTarget, p.externalComment = p.internalTarget, p.internalComment
-	default:
-		noLocal := quoted(pn.display + " has no local endpoints")
-		if !p.hasInternal {
-			p.internalTarget, p.internalComment = "DROP", noLocal
-		}
-		if !p.hasExternal {
-			p.externalTarget, p.externalComment = "DROP", noLocal
-		}
-	}
+	p.internalTarget, p.internalComment = emptyTarget(internal.Empty, pn)
+	p.externalTarget, p.externalComment = emptyTarget(external.Empty, pn)
 	return p
+}
+
+// emptyTarget is the filter rule for a dispatch without endpoints, with
+// upstream's comment: REJECT when the service has none anywhere, DROP when
+// a Local policy leaves none on this node.
+func emptyTarget(v desired.Verdict, pn portNames) (target, comment string) {
+	if v == desired.Drop {
+		return "DROP", quoted(pn.display + " has no local endpoints")
+	}
+	return "REJECT", quoted(pn.display + " has no endpoints")
+}
+
+// chainOf is the policy chain that serves a route's dispatch.
+func (p *policy) chainOf(set desired.Set, pn portNames) string {
+	switch set {
+	case desired.SetInternal:
+		return p.internalChain
+	case desired.SetExternal:
+		return p.externalChain
+	}
+	return pn.svc
 }
 
 // sepEndpoints lists the endpoints that get a KUBE-SEP chain: those of the

@@ -20,8 +20,8 @@ const (
 // it changes between syncs, every chain may change, so the sync is full.
 type config struct {
 	family       proxy.IPFamily
-	mark         string // "0x004000", as upstream formats it (%#08x)
-	masqAll      bool
+	mark         string   // "0x004000", as upstream formats it (%#08x)
+	masqAll      bool     // rendered through the routes; here so that a change means a full sync
 	ifLocal      []string // match for pod-originated traffic; nil without a detector
 	ifNotLocal   []string
 	nodePorts    desired.NodePortAddrs
@@ -78,7 +78,9 @@ func (c *config) equal(o *config) bool {
 
 // renderer renders rules under one config.
 type renderer struct {
-	cfg   *config
+	cfg *config
+	// state answers RoutesOf: the decisions rules are rendered from.
+	state *desired.State
 	probs *probabilities
 }
 

@@ -36,7 +36,7 @@ type entry struct {
 // partial sync passes nil for ports that did not change.
 func (r *renderer) renderService(sp *desired.ServicePort, chains, rules *lineBuffer) *entry {
 	pn := namesOf(sp.Name)
-	p := policyOf(sp, pn)
+	p := policyOf(sp, r.state.RoutesOf(sp), pn)
 	e := &entry{}
 	r.clusterIPRules(e, sp, pn, &p)
 	r.externalRules(e, sp, pn, &p)
@@ -50,7 +50,7 @@ func (r *renderer) renderService(sp *desired.ServicePort, chains, rules *lineBuf
 	r.internalMasq(own, sp, pn, &p)
 	if p.usesEXT {
 		e.chains = append(e.chains, pn.ext)
-		r.extChain(own, sp, pn, &p)
+		r.extChain(own, pn, &p)
 	}
 	if p.usesFW {
 		e.chains = append(e.chains, pn.fw)
@@ -148,37 +148,52 @@ func (r *renderer) nodePortRules(e *entry, sp *desired.ServicePort, pn portNames
 	}
 }
 
-// internalMasq marks cluster-IP traffic for masquerade: all of it with
-// masqueradeAll, else what does not come from a pod.
+// internalMasq marks cluster-IP traffic for masquerade as its routes say:
+// all of it when even pods' is masqueraded (masqueradeAll), else what the
+// detector does not call a pod's.
 func (r *renderer) internalMasq(out *lineBuffer, sp *desired.ServicePort, pn portNames, p *policy) {
-	if !p.hasInternal || (!r.cfg.masqAll && r.cfg.ifNotLocal == nil) {
+	routes := p.routes[desired.ClusterIPPath]
+	if !p.hasInternal {
 		return
 	}
 	match := w("-m", "comment", "--comment", quoted(pn.display+" cluster IP"),
 		"-m", pn.proto, "-p", pn.proto, "-d", addr(sp.ClusterIP), "--dport", port(sp.Port))
-	if r.cfg.masqAll {
+	switch {
+	case routes[desired.FromPod].Masquerade:
 		out.rule(p.internalChain, match, w("-j", chainMarkMasq))
-		return
+	case routes[desired.FromOutside].Masquerade && r.cfg.ifNotLocal != nil:
+		out.rule(p.internalChain, match, r.cfg.ifNotLocal, w("-j", chainMarkMasq))
 	}
-	out.rule(p.internalChain, match, r.cfg.ifNotLocal, w("-j", chainMarkMasq))
 }
 
-func (r *renderer) extChain(out *lineBuffer, sp *desired.ServicePort, pn portNames, p *policy) {
-	if !sp.ExternalLocal {
-		out.rule(pn.ext, w("-m", "comment", "--comment", quoted("masquerade traffic for "+pn.display+" external destinations")),
-			w("-j", chainMarkMasq))
-	} else {
-		if r.cfg.ifLocal != nil {
-			out.rule(pn.ext, w("-m", "comment", "--comment", quoted("pod traffic for "+pn.display+" external destinations")),
-				r.cfg.ifLocal, w("-j", pn.svc))
+// extChain writes KUBE-EXT, the external path's routes: one masquerade
+// rule when every source is treated alike (externalTrafficPolicy Cluster),
+// else the pod and node short-cuts before the outside route.
+func (r *renderer) extChain(out *lineBuffer, pn portNames, p *policy) {
+	routes := p.routes[desired.ExternalPath]
+	outside, pod, node := routes[desired.FromOutside], routes[desired.FromPod], routes[desired.FromNode]
+	switch {
+	case pod == outside && node == outside:
+		if outside.Masquerade {
+			out.rule(pn.ext, w("-m", "comment", "--comment", quoted("masquerade traffic for "+pn.display+" external destinations")),
+				w("-j", chainMarkMasq))
 		}
-		out.rule(pn.ext, w("-m", "comment", "--comment", quoted("masquerade LOCAL traffic for "+pn.display+" external destinations")),
-			w("-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq))
-		out.rule(pn.ext, w("-m", "comment", "--comment", quoted("route LOCAL traffic for "+pn.display+" external destinations")),
-			w("-m", "addrtype", "--src-type", "LOCAL", "-j", pn.svc))
+	default:
+		if pod != outside && r.cfg.ifLocal != nil {
+			out.rule(pn.ext, w("-m", "comment", "--comment", quoted("pod traffic for "+pn.display+" external destinations")),
+				r.cfg.ifLocal, w("-j", p.chainOf(pod.Set, pn)))
+		}
+		if node != outside {
+			if node.Masquerade {
+				out.rule(pn.ext, w("-m", "comment", "--comment", quoted("masquerade LOCAL traffic for "+pn.display+" external destinations")),
+					w("-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq))
+			}
+			out.rule(pn.ext, w("-m", "comment", "--comment", quoted("route LOCAL traffic for "+pn.display+" external destinations")),
+				w("-m", "addrtype", "--src-type", "LOCAL", "-j", p.chainOf(node.Set, pn)))
+		}
 	}
 	if p.hasExternal {
-		out.rule(pn.ext, w("-j", p.externalChain))
+		out.rule(pn.ext, w("-j", p.chainOf(outside.Set, pn)))
 	}
 }
 

@@ -51,7 +51,7 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full
 			return err
 		}
 	}
-	pl := p.plan(ctx, st, &renderer{cfg: cfg, probs: &p.probs}, full, natSave)
+	pl := p.plan(ctx, st, &renderer{cfg: cfg, state: st, probs: &p.probs}, full, natSave)
 	if len(pl.data) == 0 {
 		// Nothing the kernel holds would change.
 		p.commit(pl, cfg)
