@@ -121,6 +121,12 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	// Any failure, including one part-way through, makes the next sync
 	// full; the store already reflects whatever did commit.
 	p.needFull = true
+	if cfg.err != nil {
+		// Nothing was sent, but the store holds the rendered parts: read
+		// the kernel again before the next sync.
+		p.store, p.readDone = newStore(), false
+		return fmt.Errorf("rendering nftables %s: %w", p.family, cfg.err)
+	}
 	var ew *nlElemWriter
 	if p.nlElements {
 		var err error

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -74,6 +75,12 @@ func (c *config) dispatchChain(class string, kind frontendKind, variant string, 
 	// One spec per chain and sync, shared by every service port using it:
 	// 10k services would otherwise format the same rules 10k times.
 	if ch := c.dispatch[name]; ch != nil {
+		// Routes depend on the State's masquerade policy and the port's
+		// traffic policy, which the chain's class names: ports sharing a
+		// chain share its marks. Fail rather than share a wrong one.
+		if !slices.Equal(ch.rules[:len(ch.rules)-1], pre) {
+			c.fail(fmt.Errorf("dispatch chain %s is shared by routes that masquerade differently (%q, %q)", name, ch.rules[:len(ch.rules)-1], pre))
+		}
 		return ch
 	}
 	m := &setSpec{name: base + "-endpoints-" + suffix, isMap: true, typeOf: c.epMapType(kind), bound: true}
@@ -86,40 +93,28 @@ func (c *config) dispatchChain(class string, kind frontendKind, variant string, 
 	return ch
 }
 
-// internalChain: cluster-IP traffic, masqueraded per the local detector.
-func (c *config) internalChain(_ frontendKind, n, shard int) *chainSpec {
-	return c.dispatchChain("internal", ipFrontend, "", n, shard, c.masqInternal...)
+// internalChain: cluster-IP traffic; pre marks what its routes masquerade.
+func (c *config) internalChain(_ frontendKind, n, shard int, pre ...string) *chainSpec {
+	return c.dispatchChain("internal", ipFrontend, "", n, shard, pre...)
 }
 
-// externalChain: externalTrafficPolicy Cluster; always masqueraded.
-func (c *config) externalChain(kind frontendKind, n, shard int) *chainSpec {
-	return c.dispatchChain("external", kind, "", n, shard, "jump "+chainMarkMasq)
+// externalChain: external traffic that every source class sends to the
+// same dispatch (externalTrafficPolicy Cluster); pre marks what its routes
+// masquerade.
+func (c *config) externalChain(kind frontendKind, n, shard int, pre ...string) *chainSpec {
+	return c.dispatchChain("external", kind, "", n, shard, pre...)
 }
 
-// clusterChain: the short-circuit of eTP=Local for traffic from inside.
-func (c *config) clusterChain(kind frontendKind, n, shard int) *chainSpec {
+// clusterChain: the cluster-wide dispatch of an entry chain (the eTP=Local
+// short-cut); masquerade is marked in the entry chain.
+func (c *config) clusterChain(kind frontendKind, n, shard int, _ ...string) *chainSpec {
 	return c.dispatchChain("cluster", kind, "", n, shard)
 }
 
-// localChain: eTP=Local traffic from external clients to the local
-// endpoints, keeping the client's address.
-func (c *config) localChain(kind frontendKind, n, shard int) *chainSpec {
+// localChain: an entry chain's dispatch to the local endpoints
+// (externalTrafficPolicy Local from outside).
+func (c *config) localChain(kind frontendKind, n, shard int, _ ...string) *chainSpec {
 	return c.dispatchChain("external", kind, "local-", n, shard)
-}
-
-// localRules are the rules of an eTP=Local entry chain: pod- and
-// host-originated traffic goes to the cluster-wide choice (host traffic
-// masqueraded), external clients to the local endpoints, keeping their
-// source address.
-func (c *config) localRules(toCluster string, external []string) []string {
-	var rules []string
-	if c.podMatch != "" {
-		rules = append(rules, c.podMatch+" "+toCluster)
-	}
-	rules = append(rules,
-		"fib saddr type local jump "+chainMarkMasq,
-		"fib saddr type local "+toCluster)
-	return append(rules, external...)
 }
 
 // affinityRules balance over eps remembering each client's endpoint for the

@@ -16,10 +16,15 @@ type config struct {
 	// that an endpoint keeps its slot across syncs (see slotOrder).
 	kernelValue slotSource
 	mark        string // "0x004000"
-	// masqInternal are the rules that mark cluster-IP traffic for masquerade.
-	masqInternal []string
-	// podMatch recognizes pod-originated traffic ("" with LocalNone).
+	// podMatch recognizes a pod's traffic ("" with LocalNone).
 	podMatch string
+	// markAll and markNotPod mark everything, or everything but a pod's
+	// traffic, for masquerade: built once, shared by every port's chains.
+	markAll, markNotPod []string
+	// routesOf gives each service port's routes (State.RoutesOf).
+	routesOf func(*desired.ServicePort) desired.Routes
+	// err is the first route the rules could not express (render_routes.go).
+	err error
 	// dispatch caches the dispatch chains rendered in this sync.
 	dispatch map[string]*chainSpec
 	// ownSlots: a service port whose external frontends would hold this
@@ -30,8 +35,8 @@ type config struct {
 
 func newConfig(st *desired.State) *config {
 	fs := specFor(st.Family)
-	c := &config{fs: fs, mark: fmt.Sprintf("%#08x", st.Masquerade.Mark), ownSlots: defaultOwnSlots}
-	notLocal := ""
+	c := &config{fs: fs, mark: fmt.Sprintf("%#08x", st.Masquerade.Mark), ownSlots: defaultOwnSlots, routesOf: st.RoutesOf}
+	notPod := ""
 	switch l := st.Masquerade.Local; l.Mode {
 	case desired.LocalCIDR:
 		if len(l.CIDRs) > 0 {
@@ -41,20 +46,18 @@ func newConfig(st *desired.State) *config {
 			}
 			set := "{ " + strings.Join(cidrs, ", ") + " }"
 			c.podMatch = fmt.Sprintf("%s saddr %s", fs.ip, set)
-			notLocal = fmt.Sprintf("%s saddr != %s", fs.ip, set)
+			notPod = fmt.Sprintf("%s saddr != %s", fs.ip, set)
 		}
 	case desired.LocalInterface:
 		c.podMatch = fmt.Sprintf("iifname %q", l.Interface)
-		notLocal = fmt.Sprintf("iifname != %q", l.Interface)
+		notPod = fmt.Sprintf("iifname != %q", l.Interface)
 	case desired.LocalInterfacePrefix:
 		c.podMatch = fmt.Sprintf("iifname %q", l.Interface+"*")
-		notLocal = fmt.Sprintf("iifname != %q", l.Interface+"*")
+		notPod = fmt.Sprintf("iifname != %q", l.Interface+"*")
 	}
-	switch {
-	case st.Masquerade.All:
-		c.masqInternal = []string{"jump " + chainMarkMasq}
-	case notLocal != "":
-		c.masqInternal = []string{notLocal + " jump " + chainMarkMasq}
+	c.markAll = []string{"jump " + chainMarkMasq}
+	if notPod != "" {
+		c.markNotPod = []string{notPod + " jump " + chainMarkMasq}
 	}
 	return c
 }

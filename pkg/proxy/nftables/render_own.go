@@ -48,16 +48,22 @@ func (s *svcContext) ownsExternal(ipFrontends int) bool {
 // every other service's: it costs N elements either way, and its path
 // stays the one every node port takes.
 func (s *svcContext) ownExternalVerdict() string {
-	sp := s.sp
-	if !sp.ExternalLocal {
-		return s.ownDispatch("external", sp.External, "jump "+chainMarkMasq)
+	sp, r := s.sp, s.routes[desired.ExternalPath]
+	if uniform(r) {
+		return s.ownDispatch("external", sp.Dispatch(r[desired.FromOutside].Set), s.c.masqRules(r)...)
 	}
-	toCluster := s.ownDispatch("cluster", sp.Cluster)
-	local := emptyVerdict(sp.External.Empty)
-	if len(sp.External.Endpoints) > 0 {
-		local = s.inlineDNAT(sp.External.Endpoints)
+	verdicts := setVerdicts(r, func(set desired.Set) string {
+		if set == desired.SetCluster {
+			return s.ownDispatch("cluster", sp.Cluster)
+		}
+		return "" // the outside route's DNAT is inline
+	})
+	d := sp.Dispatch(r[desired.FromOutside].Set)
+	local := emptyVerdict(d.Empty)
+	if len(d.Endpoints) > 0 {
+		local = s.inlineDNAT(d.Endpoints)
 	}
-	ch := &chainSpec{name: ownChain("external", sp.Name), rules: s.c.localRules(toCluster, []string{local})}
+	ch := &chainSpec{name: ownChain("external", sp.Name), rules: s.c.entryRules(r, verdicts, []string{local})}
 	s.p.addChain(ch)
 	return "goto " + ch.name
 }

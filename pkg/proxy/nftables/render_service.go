@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"fmt"
 	"net/netip"
 	"strconv"
 	"time"
@@ -12,11 +13,12 @@ import (
 
 // svcContext is one service port being rendered.
 type svcContext struct {
-	c     *config
-	sp    *desired.ServicePort
-	proto string
-	p     *part
-	shard int // of the dispatch chains and endpoint maps
+	c      *config
+	sp     *desired.ServicePort
+	routes desired.Routes
+	proto  string
+	p      *part
+	shard  int // of the dispatch chains and endpoint maps
 	// buf builds element keys; values caches each endpoint's value, which
 	// every frontend's slots and every dispatch repeat.
 	buf      []byte
@@ -35,7 +37,7 @@ type epString struct {
 // (shared by shape, or its own when session affinity forces per-endpoint
 // state).
 func renderService(c *config, sp *desired.ServicePort) *part {
-	s := &svcContext{c: c, sp: sp, proto: protoName(sp.Protocol), p: &part{}, shard: serviceShard(sp.Name),
+	s := &svcContext{c: c, sp: sp, routes: c.routesOf(sp), proto: protoName(sp.Protocol), p: &part{}, shard: serviceShard(sp.Name),
 		values: make([]epString, 0, len(sp.Internal.Endpoints))}
 	// Most elements are endpoint slots: frontends × endpoints per map
 	// (one external IP's at most: more get chains of their own), plus the
@@ -129,7 +131,9 @@ func (s *svcContext) verdicts(ext []netip.Addr) (internal, external, nodePort st
 		return s.affinityVerdicts()
 	}
 	sp := s.sp
-	internal = s.dispatchVerdict(sp.Internal, s.chain(s.c.internalChain, ipFrontend), []string{s.ipKey(sp.ClusterIP, sp.Port)})
+	r := s.clusterIPRoutes()
+	internal = s.dispatchVerdict(sp.Dispatch(r[desired.FromOutside].Set), s.chain(s.c.internalChain, ipFrontend, s.c.masqRules(r)...),
+		[]string{s.ipKey(sp.ClusterIP, sp.Port)})
 	switch {
 	case s.ownsExternal(len(ext)):
 		external = s.ownExternalVerdict()
@@ -167,29 +171,46 @@ func (s *svcContext) frontendKeys(ext []netip.Addr) []string {
 	return keys
 }
 
-// externalVerdict is the verdict of the external frontends of kind (keys).
+// externalVerdict is the verdict of the external frontends of kind (keys):
+// the dispatch chain every source class shares, or an entry chain that
+// sends each to the cluster-wide or the local endpoints.
 func (s *svcContext) externalVerdict(kind frontendKind, keys []string) string {
-	sp := s.sp
-	if !sp.ExternalLocal {
-		return s.dispatchVerdict(sp.External, s.chain(s.c.externalChain, kind), keys)
+	sp, r := s.sp, s.routes[desired.ExternalPath]
+	if uniform(r) {
+		d := sp.Dispatch(r[desired.FromOutside].Set)
+		return s.dispatchVerdict(d, s.chain(s.c.externalChain, kind, s.c.masqRules(r)...), keys)
 	}
-	toCluster := s.dispatchVerdict(sp.Cluster, s.chain(s.c.clusterChain, kind), keys)
-	toLocal := s.dispatchVerdict(sp.External, s.chain(s.c.localChain, kind), keys)
+	verdicts := setVerdicts(r, func(set desired.Set) string {
+		if set == desired.SetCluster {
+			return s.dispatchVerdict(sp.Cluster, s.chain(s.c.clusterChain, kind), keys)
+		}
+		return s.dispatchVerdict(sp.Dispatch(set), s.chain(s.c.localChain, kind), keys)
+	})
 	name := "etp-local-"
 	if kind == nodePortFrontend {
 		name = "etp-local-nodeport-"
 	}
 	// In the service's shard, like the chains it leads to.
 	ch := &chainSpec{name: shardName(name+emptyName(sp.External)+"-"+emptyName(sp.Cluster), s.shard),
-		rules: s.c.localRules(toCluster, []string{toLocal})}
+		rules: s.c.entryRules(r, verdicts, []string{verdicts[r[desired.FromOutside].Set]})}
 	s.p.addChain(ch)
 	return "goto " + ch.name
 }
 
-// chain binds a class of dispatch chains to a frontend kind and this
-// service's shard.
-func (s *svcContext) chain(class func(kind frontendKind, n, shard int) *chainSpec, kind frontendKind) func(int) *chainSpec {
-	return func(n int) *chainSpec { return class(kind, n, s.shard) }
+// clusterIPRoutes are the cluster-IP routes, which must use one dispatch:
+// the cluster IP has no entry chain.
+func (s *svcContext) clusterIPRoutes() pathRoutes {
+	r := s.routes[desired.ClusterIPPath]
+	if !uniform(r) {
+		s.c.fail(fmt.Errorf("cannot render the cluster-IP routes %+v of %s: one dispatch per source class", r, s.sp.Name))
+	}
+	return r
+}
+
+// chain binds a class of dispatch chains to a frontend kind, this
+// service's shard and the masquerade rules pre.
+func (s *svcContext) chain(class func(kind frontendKind, n, shard int, pre ...string) *chainSpec, kind frontendKind, pre ...string) func(int) *chainSpec {
+	return func(n int) *chainSpec { return class(kind, n, s.shard, pre...) }
 }
 
 // endpointElems adds one element per endpoint slot of a frontend.
@@ -321,16 +342,24 @@ func (s *svcContext) affinityVerdicts() (internal, external, nodePort string) {
 		s.p.addChain(ch)
 		return "goto " + ch.name
 	}
-	internal = own("internal", s.c.masqInternal, sp.Internal)
-	if !sp.ExternalLocal {
-		external = own("external", []string{"jump " + chainMarkMasq}, sp.External)
+	ci := s.clusterIPRoutes()
+	internal = own("internal", s.c.masqRules(ci), sp.Dispatch(ci[desired.FromOutside].Set))
+	r := s.routes[desired.ExternalPath]
+	if uniform(r) {
+		external = own("external", s.c.masqRules(r), sp.Dispatch(r[desired.FromOutside].Set))
 	} else {
-		toCluster := own("cluster", nil, sp.Cluster)
-		ext := []string{emptyVerdict(sp.External.Empty)}
-		if len(sp.External.Endpoints) > 0 {
-			ext = s.c.affinityRules(s, sp.External.Endpoints)
+		verdicts := setVerdicts(r, func(set desired.Set) string {
+			if set == desired.SetCluster {
+				return own("cluster", nil, sp.Cluster)
+			}
+			return "" // the outside route's rules are inline
+		})
+		d := sp.Dispatch(r[desired.FromOutside].Set)
+		ext := []string{emptyVerdict(d.Empty)}
+		if len(d.Endpoints) > 0 {
+			ext = s.c.affinityRules(s, d.Endpoints)
 		}
-		ch := &chainSpec{name: affinityChain("external", sp.Name), rules: s.c.localRules(toCluster, ext)}
+		ch := &chainSpec{name: affinityChain("external", sp.Name), rules: s.c.entryRules(r, verdicts, ext)}
 		s.p.addChain(ch)
 		external = "goto " + ch.name
 	}
