@@ -100,8 +100,9 @@ func readCorpusFile(path string) ([]byte, error) {
 	if len(lines) != 2 || lines[0] != "go test fuzz v1" {
 		return nil, fmt.Errorf("not a one-value go fuzz corpus file")
 	}
-	lit, ok := strings.CutPrefix(lines[1], "[]byte(")
-	if lit, ok = strings.CutSuffix(lit, ")"); !ok {
+	lit, prefixed := strings.CutPrefix(lines[1], "[]byte(")
+	lit, suffixed := strings.CutSuffix(lit, ")")
+	if !prefixed || !suffixed {
 		return nil, fmt.Errorf("value is not []byte(...)")
 	}
 	s, err := strconv.Unquote(lit)
