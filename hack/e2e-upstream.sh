@@ -46,7 +46,8 @@ check_images() {
   list=$("$e2e" --list-images 2>/dev/null)
   for ref in registry.k8s.io/pause:3.10.2 registry.k8s.io/e2e-test-images/agnhost:2.66.1 \
     registry.k8s.io/e2e-test-images/busybox:1.37.0-2 registry.k8s.io/e2e-test-images/regression-issue-74839:1.5 \
-    registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1; do
+    registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1 \
+    registry.k8s.io/build-image/distroless-iptables:v0.9.7; do
     grep -qxF "$ref" <<<"$list" || die "e2e.test does not list $ref: update hack/cluster/images.sh"
   done
 }
