@@ -58,7 +58,7 @@ ginkgo() {
   # shellcheck disable=SC2086 # GINKGO_ARGS is a list of flags
   (cd "$out" && in_ns cp "$ubin/ginkgo" "$procs" --no-color --timeout=3h --label-filter="$labels" \
     --focus="$(focus)" --skip="$(skip_regex)" --json-report="report-$name.json" ${GINKGO_ARGS:-} \
-    "$ubin/e2e.test" -- --kubeconfig="$RUN/admin.kubeconfig" --provider=skeleton \
+    "$ubin/e2e.test" -- --kubeconfig="$RUN/admin.kubeconfig" --provider=skeleton --num-nodes="$(wc -w <<<"$NODES")" \
     --kubectl-path="$ubin/kubectl" --report-dir="$out" --e2e-output-dir="$out") >"$out/ginkgo-$name.log" 2>&1
 }
 
