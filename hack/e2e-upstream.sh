@@ -46,7 +46,8 @@ check_images() {
   list=$("$e2e" --list-images 2>/dev/null)
   for ref in registry.k8s.io/pause:3.10.2 registry.k8s.io/e2e-test-images/agnhost:2.66.1 \
     registry.k8s.io/e2e-test-images/busybox:1.37.0-2 registry.k8s.io/e2e-test-images/regression-issue-74839:1.5 \
-    registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1; do
+    registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1 \
+    registry.k8s.io/build-image/distroless-iptables:v0.9.7; do
     grep -qxF "$ref" <<<"$list" || die "e2e.test does not list $ref: update hack/cluster/images.sh"
   done
 }
@@ -57,7 +58,7 @@ ginkgo() {
   # shellcheck disable=SC2086 # GINKGO_ARGS is a list of flags
   (cd "$out" && in_ns cp "$ubin/ginkgo" "$procs" --no-color --timeout=3h --label-filter="$labels" \
     --focus="$(focus)" --skip="$(skip_regex)" --json-report="report-$name.json" ${GINKGO_ARGS:-} \
-    "$ubin/e2e.test" -- --kubeconfig="$RUN/admin.kubeconfig" --provider=skeleton \
+    "$ubin/e2e.test" -- --kubeconfig="$RUN/admin.kubeconfig" --provider=skeleton --num-nodes="$(wc -w <<<"$NODES")" \
     --kubectl-path="$ubin/kubectl" --report-dir="$out" --e2e-output-dir="$out") >"$out/ginkgo-$name.log" 2>&1
 }
 

@@ -13,7 +13,9 @@
 #               which lacks -v), bash, netcat-openbsd, GNU wget (busybox-static's segfaults next
 #               to a glibc), curl, dig (bind9-dnsutils), getent and conntrack, with their libraries
 #               (also tagged glibc-dns-testing:2.1.1, the DNS specs' glibc querier: every
-#               command of it is given by the spec, and it needs dig and getent)
+#               command of it is given by the spec, and it needs dig and getent; and tagged
+#               build-image/distroless-iptables:v0.9.7, which only the KubeProxy CLOSE_WAIT spec
+#               uses, to run `sleep`, `sh -c`, `test`, `cat`, `grep` and `conntrack -L`)
 #   busybox     busybox-static, CMD sh
 #   regression-issue-74839, coredns (hack/tools/coredns, v1.14.7, a minimal plugin set)
 # Tags are the refs `e2e.test --list-images` prints (hack/e2e-upstream.sh checks them). The
@@ -29,6 +31,7 @@ AGNHOST_TAG=registry.k8s.io/e2e-test-images/agnhost:2.66.1
 BUSYBOX_TAG=registry.k8s.io/e2e-test-images/busybox:1.37.0-2
 # the DNS specs' glibc querier: a glibc userland with dig and getent, which our agnhost is
 GLIBC_DNS_TAG=registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1
+DISTROLESS_IPTABLES_TAG=registry.k8s.io/build-image/distroless-iptables:v0.9.7
 R74839_TAG=registry.k8s.io/e2e-test-images/regression-issue-74839:1.5
 COREDNS_TAG=registry.k8s.io/coredns/coredns:v1.14.7
 KUBE_PROXY_TAG=registry.k8s.io/kube-proxy:$KUBE_VERSION
@@ -99,7 +102,7 @@ img_agnhost() {
   mkdir -p "$r/uploads"
   cp "$ubin/agnhost" "$r/agnhost" && ln -s agnhost "$r/agnhost-2"
   cp "$k/test/images/agnhost/porter/localhost.crt" "$k/test/images/agnhost/porter/localhost.key" "$r/"
-  "$MK" "$IMAGES/agnhost.tar" "$r" '["/agnhost"]' '["pause"]' $AGNHOST_TAG $GLIBC_DNS_TAG
+  "$MK" "$IMAGES/agnhost.tar" "$r" '["/agnhost"]' '["pause"]' $AGNHOST_TAG $GLIBC_DNS_TAG $DISTROLESS_IPTABLES_TAG
 }
 
 img_busybox() {

@@ -143,6 +143,9 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := d.watchNode(ctx, nodeWatcher, syncers); err != nil {
 		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
 	}
+	if err := d.watchServiceCIDRs(ctx, syncers); err != nil {
+		return err
+	}
 	d.events.starting()
 	select { // the first sync comes after the other modes' leftovers are gone
 	case <-cleaned:

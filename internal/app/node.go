@@ -43,6 +43,13 @@ func (v *nodeView) set(info watch.NodeInfo) {
 	v.known = true
 }
 
+// setServiceCIDRs records the cluster's service ranges (ServiceCIDR objects).
+func (v *nodeView) setServiceCIDRs(cidrs []netip.Prefix) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.node.ServiceCIDRs = cidrs
+}
+
 func (v *nodeView) setZone(zone string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -135,6 +142,25 @@ func (d *daemon) awaitNode(ctx context.Context) (*watch.NodeWatcher, error) {
 // watchNode follows this Node: eligibility feeds /healthz, a zone change
 // re-evaluates topology everywhere, and the changes upstream answers by
 // exiting (IPs, podCIDRs in NodeCIDR mode, deletion) stop the process.
+// watchServiceCIDRs follows the ServiceCIDR objects in nftables mode, the
+// only mode that renders them (as upstream); the first sync does not wait
+// for them.
+func (d *daemon) watchServiceCIDRs(ctx context.Context, syncers map[proxy.IPFamily]*syncer.Syncer) error {
+	if d.cfg.Mode != config.ModeNFTables {
+		return nil
+	}
+	w := watch.NewServiceCIDRs(d.client, d.cfg.ConfigSyncPeriod, func(cidrs []netip.Prefix) {
+		d.node.setServiceCIDRs(cidrs)
+		for _, s := range syncers {
+			s.Request()
+		}
+	})
+	if err := w.Start(ctx); err != nil {
+		return fmt.Errorf("watching ServiceCIDRs: %w", err)
+	}
+	return nil
+}
+
 func (d *daemon) watchNode(ctx context.Context, w *watch.NodeWatcher, syncers map[proxy.IPFamily]*syncer.Syncer) error {
 	return w.Start(ctx, d.nodeInfo, needPodCIDRs(d.cfg), watch.NodeHandler{
 		Fatal: func(err error) { d.fatal <- err },

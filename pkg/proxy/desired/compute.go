@@ -32,10 +32,11 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	}
 	in := portInputs{family: family, node: node, nodeIPs: nodeIPsOf(node.IPs, family), masq: masquerade(opts, family, node)}
 	state := &State{
-		Family:     family,
-		NodeIPs:    in.nodeIPs,
-		NodePorts:  nodePortAddrs(opts.NodePortAddresses, family, node),
-		Masquerade: in.masq,
+		Family:       family,
+		NodeIPs:      in.nodeIPs,
+		NodePorts:    nodePortAddrs(opts.NodePortAddresses, family, node),
+		Masquerade:   in.masq,
+		ServiceCIDRs: serviceCIDRsOf(node.ServiceCIDRs, family),
 	}
 	if prev == nil {
 		state.Lost, state.claims = lostFrontends(snap, family)
@@ -126,6 +127,18 @@ func computeChanged(prev map[proxy.ServicePortName]*ServicePort, snap *model.Sna
 
 // nodeIPsOf keeps the node IPs of family, in order (primary first), without
 // duplicates.
+// serviceCIDRsOf: the prefixes of family, none inside another (nft
+// refuses overlapping elements of one set).
+func serviceCIDRsOf(cidrs []netip.Prefix, family proxy.IPFamily) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range cidrs {
+		if p.IsValid() && family.Contains(p.Addr()) {
+			out = append(out, p.Masked())
+		}
+	}
+	return coverPrefixes(out)
+}
+
 func nodeIPsOf(ips []netip.Addr, family proxy.IPFamily) []netip.Addr {
 	var out []netip.Addr
 	for _, ip := range ips {

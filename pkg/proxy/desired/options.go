@@ -20,6 +20,11 @@ type Node struct {
 	// HostAddrs are the addresses configured on the host's interfaces, read
 	// from the kernel; nodePortAddresses CIDRs select among them.
 	HostAddrs []netip.Addr
+	// ServiceCIDRs are the cluster's service IP ranges as this node sees
+	// them (the ServiceCIDR objects' spec.cidrs, both families): not a
+	// property of the Node, but an input that changes as rarely and that
+	// every rule set may depend on.
+	ServiceCIDRs []netip.Prefix
 }
 
 // Options are the configuration inputs of Compute for one family.

@@ -22,6 +22,10 @@ type State struct {
 	NodePorts NodePortAddrs
 	// Masquerade says which traffic is source-NATed.
 	Masquerade Masquerade
+	// ServiceCIDRs are the service IP ranges of this family, sorted and
+	// without overlaps; new connections to an address in them that no
+	// Service holds are dropped (nftables, as upstream's).
+	ServiceCIDRs []netip.Prefix
 
 	// Services holds every service port with a cluster IP of this family.
 	Services map[proxy.ServicePortName]*ServicePort

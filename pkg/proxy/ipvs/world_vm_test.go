@@ -26,6 +26,7 @@ type svcSpec struct {
 	lb        bool
 	affinity  int32
 	endpoints []string
+	edit      func(*v1.Service) // last changes to the Service (hostile fields)
 }
 
 var allPods = []string{"pod-a", "pod-b", "pod-c", "pod-r"}
@@ -68,6 +69,9 @@ func (e *vmEnv) service(s svcSpec) *v1.Service {
 			svc.Spec.Type = v1.ServiceTypeLoadBalancer
 		case s.nodePort != 0:
 			svc.Spec.Type = v1.ServiceTypeNodePort
+		}
+		if s.edit != nil {
+			defer s.edit(svc)
 		}
 		if s.affinity > 0 {
 			svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP

@@ -156,6 +156,9 @@ func (s *store) diffElems() []*unit {
 	var units []*unit
 	for _, k := range keys {
 		isMap := s.sets[k.set].desired.isMap
+		if s.sets[k.set].interval() {
+			deletesFirst(*groups[k])
+		}
 		for els := *groups[k]; len(els) > 0; {
 			n := min(len(els), elemRunLen)
 			u := &unit{phase: k.phase, sortBy: k.set, els: els[:n:n], isMap: isMap, s: s}

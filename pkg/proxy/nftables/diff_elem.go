@@ -1,6 +1,10 @@
 package nftables
 
-import "sigs.k8s.io/knftables"
+import (
+	"slices"
+
+	"sigs.k8s.io/knftables"
+)
 
 // elemOp is one element change: a delete of the kernel's element, an add
 // of the desired one, or both in that order (nft refuses to add an element
@@ -53,6 +57,28 @@ func (o *elemOp) done(s *store) {
 	o.entry.present, o.entry.kernel = true, o.value
 }
 
+// interval reports whether the set is an interval set (its elements are
+// ranges that must not overlap).
+func (e *setEntry) interval() bool {
+	return e.desired != nil && slices.Contains(e.desired.flags, knftables.IntervalFlag)
+}
+
+// deletesFirst orders a run of one interval set's changes so that every
+// delete precedes every add (stable otherwise).
+func deletesFirst(els []*elemEntry) {
+	slices.SortStableFunc(els, func(a, b *elemEntry) int {
+		_, aAdds := a.desiredValue()
+		_, bAdds := b.desiredValue()
+		switch {
+		case aAdds == bAdds:
+			return 0
+		case aAdds:
+			return 1
+		}
+		return -1
+	})
+}
+
 // elemChange is the change entry e needs (diffElem decided that it needs
 // one). It depends only on the entry, which nothing changes between the
 // diff and the commit of its unit, so a unit keeps entries, not changes.
@@ -78,6 +104,11 @@ func (s *store) diffElem(e *elemEntry) (int, bool) {
 	case !ok && !e.present:
 		delete(s.elems[e.set()], e.key)
 		return 0, false
+	case !ok && set.interval():
+		// With the set's adds, and before them (diffElems): the kernel
+		// refuses an element that overlaps one still there ("File
+		// exists"), e.g. a source range widened from /16 to /8.
+		return elemAddPhase(rank), true
 	case !ok:
 		return phaseElemDel + 2 - rank, true
 	case e.present && e.kernel == want:

@@ -54,6 +54,8 @@ type globalInputs struct {
 	nodeIPs    []netip.Addr
 	nodePorts  desired.NodePortAddrs
 	masquerade desired.Masquerade
+	// serviceCIDRs are in the cluster-ips-check chain's drop rule.
+	serviceCIDRs []netip.Prefix
 }
 
 // New returns a Proxier for family that runs the nft binary.
@@ -100,7 +102,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 		}
 		p.readDone = true
 	}
-	g := &globalInputs{nodeIPs: st.NodeIPs, nodePorts: st.NodePorts, masquerade: st.Masquerade}
+	g := &globalInputs{nodeIPs: st.NodeIPs, nodePorts: st.NodePorts, masquerade: st.Masquerade, serviceCIDRs: st.ServiceCIDRs}
 	full := p.needFull || st.Changed == nil || !p.global.equal(g)
 	cfg := newConfig(st)
 	cfg.kernelValue = p.store
@@ -243,5 +245,6 @@ func (g *globalInputs) equal(o *globalInputs) bool {
 		g.masquerade.Mark == o.masquerade.Mark && g.masquerade.All == o.masquerade.All &&
 		g.masquerade.Local.Mode == o.masquerade.Local.Mode &&
 		g.masquerade.Local.Interface == o.masquerade.Local.Interface &&
-		slices.Equal(g.masquerade.Local.CIDRs, o.masquerade.Local.CIDRs)
+		slices.Equal(g.masquerade.Local.CIDRs, o.masquerade.Local.CIDRs) &&
+		slices.Equal(g.serviceCIDRs, o.serviceCIDRs)
 }

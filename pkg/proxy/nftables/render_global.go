@@ -114,9 +114,7 @@ func renderGlobal(st *desired.State, c *config) *part {
 		fmt.Sprintf("%s daddr . meta l4proto . th dport @%s %s daddr . meta l4proto . th dport . %s saddr != @%s drop",
 			ip, setFirewallIPs, ip, ip, setFirewallAllow),
 	}})
-	p.addChain(&chainSpec{name: chainClusterIPsCheck, rules: []string{
-		fmt.Sprintf("%s daddr @%s reject", ip, setClusterIPs),
-	}})
+	p.addChain(&chainSpec{name: chainClusterIPsCheck, rules: clusterIPsCheck(st, ip)})
 
 	renderGlobalSets(p, c.fs)
 	if !st.NodePorts.All {
@@ -127,6 +125,22 @@ func renderGlobal(st *desired.State, c *config) *part {
 		}
 	}
 	return p
+}
+
+// clusterIPsCheck sees new connections after DNAT, so a destination still
+// in the service ranges was not a Service's frontend: an unused port of a
+// ClusterIP is rejected, an address no Service holds is dropped (as
+// upstream's nftables mode does, with the ServiceCIDR objects' ranges).
+func clusterIPsCheck(st *desired.State, ip string) []string {
+	rules := []string{fmt.Sprintf("%s daddr @%s reject", ip, setClusterIPs)}
+	if len(st.ServiceCIDRs) > 0 {
+		cidrs := make([]string, len(st.ServiceCIDRs))
+		for i, p := range st.ServiceCIDRs {
+			cidrs[i] = prefixString(p)
+		}
+		rules = append(rules, fmt.Sprintf("%s daddr { %s } drop", ip, strings.Join(cidrs, ", ")))
+	}
+	return rules
 }
 
 func renderGlobalSets(p *part, fs famSpec) {

@@ -1,0 +1,95 @@
+package watch
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// ServiceCIDRs watches the cluster's networking.k8s.io/v1 ServiceCIDR
+// objects and reports the union of their spec.cidrs (both families, sorted,
+// unique) whenever it changes. Upstream's nftables mode drops traffic to
+// addresses of these ranges that no Service holds; the first sync does not
+// wait for them (nor does upstream's). Unlike upstream's handler, which
+// deletes an old object's CIDRs from a shared set (so that two objects
+// naming one CIDR lose it when either goes), the union is recomputed from
+// every object held.
+type ServiceCIDRs struct {
+	client  kubernetes.Interface
+	resync  time.Duration
+	changed func([]netip.Prefix)
+
+	mu   sync.Mutex
+	last []netip.Prefix
+}
+
+// NewServiceCIDRs returns a watcher that calls changed (from the informer's
+// goroutine) with the union after every change of it.
+func NewServiceCIDRs(client kubernetes.Interface, resync time.Duration, changed func([]netip.Prefix)) *ServiceCIDRs {
+	return &ServiceCIDRs{client: client, resync: resync, changed: changed}
+}
+
+// Start runs the informer until ctx ends.
+func (w *ServiceCIDRs) Start(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactory(w.client, w.resync)
+	informer := factory.Networking().V1().ServiceCIDRs().Informer()
+	store := informer.GetStore()
+	update := func(any) { w.update(store.List()) }
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    update,
+		UpdateFunc: func(_, obj any) { update(obj) },
+		DeleteFunc: update,
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	return nil
+}
+
+func (w *ServiceCIDRs) update(objs []any) {
+	cidrs := ServiceCIDRsOf(objs)
+	w.mu.Lock()
+	same := slices.Equal(cidrs, w.last) && w.last != nil
+	w.last = cidrs
+	w.mu.Unlock()
+	if !same {
+		klog.V(2).InfoS("Service CIDRs changed", "cidrs", cidrs)
+		w.changed(cidrs)
+	}
+}
+
+// ServiceCIDRsOf is the sorted, unique union of the spec.cidrs of the
+// ServiceCIDR objects in objs (never nil). The API server validates them
+// as canonical CIDRs; anything else is skipped.
+func ServiceCIDRsOf(objs []any) []netip.Prefix {
+	out := []netip.Prefix{}
+	for _, obj := range objs {
+		sc, ok := obj.(*networkingv1.ServiceCIDR)
+		if !ok {
+			continue
+		}
+		for _, s := range sc.Spec.CIDRs {
+			p, err := netip.ParsePrefix(s)
+			if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+				klog.V(2).InfoS("Ignoring an invalid ServiceCIDR range", "serviceCIDR", sc.Name, "cidr", s)
+				continue
+			}
+			out = append(out, p.Masked())
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
+}

@@ -1,0 +1,75 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func serviceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
+	return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
+}
+
+// The watcher reports the union of every object's ranges as objects come
+// and go; a range two objects name survives the deletion of one of them
+// (upstream's handler deletes it from its shared set).
+func TestServiceCIDRsFollowObjects(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:10:96::/112"))
+	got := make(chan []netip.Prefix, 16)
+	if err := NewServiceCIDRs(client, 0, func(c []netip.Prefix) { got <- c }).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect := func(want ...string) {
+		t.Helper()
+		select {
+		case c := <-got:
+			if s := fmt.Sprint(c); s != fmt.Sprint(prefixes(want...)) {
+				t.Fatalf("service CIDRs %s, want %v", s, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no update, want %v", want)
+		}
+	}
+	expect("10.96.0.0/16", "fd00:10:96::/112")
+	api := client.NetworkingV1().ServiceCIDRs()
+	if _, err := api.Create(ctx, serviceCIDR("extra", "10.96.0.0/16", "10.100.0.0/24"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("10.96.0.0/16", "10.100.0.0/24", "fd00:10:96::/112")
+	if err := api.Delete(ctx, "extra", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("10.96.0.0/16", "fd00:10:96::/112")
+	if err := api.Delete(ctx, "kubernetes", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect()
+}
+
+func TestServiceCIDRsOfSkipsInvalid(t *testing.T) {
+	objs := []any{
+		serviceCIDR("a", "10.96.0.0/16", "garbage", "fe80::/64%eth0", "::ffff:10.0.0.0/104"),
+		serviceCIDR("b", "10.96.0.0/16", "10.0.0.1/8"),
+		"not a ServiceCIDR",
+	}
+	if got, want := ServiceCIDRsOf(objs), prefixes("10.0.0.0/8", "10.96.0.0/16"); !slices.Equal(got, want) {
+		t.Errorf("ServiceCIDRsOf = %v, want %v", got, want)
+	}
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	out := []netip.Prefix{}
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
