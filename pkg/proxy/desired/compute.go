@@ -125,8 +125,6 @@ func computeChanged(prev map[proxy.ServicePortName]*ServicePort, snap *model.Sna
 	return services, changed
 }
 
-// nodeIPsOf keeps the node IPs of family, in order (primary first), without
-// duplicates.
 // serviceCIDRsOf: the prefixes of family, none inside another (nft
 // refuses overlapping elements of one set).
 func serviceCIDRsOf(cidrs []netip.Prefix, family proxy.IPFamily) []netip.Prefix {
@@ -139,6 +137,8 @@ func serviceCIDRsOf(cidrs []netip.Prefix, family proxy.IPFamily) []netip.Prefix 
 	return coverPrefixes(out)
 }
 
+// nodeIPsOf keeps the node IPs of family, in order (primary first), without
+// duplicates.
 func nodeIPsOf(ips []netip.Addr, family proxy.IPFamily) []netip.Addr {
 	var out []netip.Addr
 	for _, ip := range ips {
