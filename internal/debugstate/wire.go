@@ -25,12 +25,13 @@ type Dump struct {
 type State struct {
 	Family proxy.IPFamily `json:"family"`
 	// SyncedAt is when the syncer finished programming this state.
-	SyncedAt     time.Time     `json:"syncedAt"`
-	NodeIPs      []netip.Addr  `json:"nodeIPs"`
-	NodePorts    NodePorts     `json:"nodePorts"`
-	Masquerade   Masquerade    `json:"masquerade"`
-	Services     []ServicePort `json:"services"`
-	HealthChecks []HealthCheck `json:"healthChecks,omitempty"`
+	SyncedAt     time.Time      `json:"syncedAt"`
+	NodeIPs      []netip.Addr   `json:"nodeIPs"`
+	NodePorts    NodePorts      `json:"nodePorts"`
+	Masquerade   Masquerade     `json:"masquerade"`
+	ServiceCIDRs []netip.Prefix `json:"serviceCIDRs,omitempty"`
+	Services     []ServicePort  `json:"services"`
+	HealthChecks []HealthCheck  `json:"healthChecks,omitempty"`
 }
 
 // NodePorts is desired.NodePortAddrs.
@@ -98,7 +99,8 @@ func Encode(s *desired.State, syncedAt time.Time) State {
 		Masquerade: Masquerade{Mark: s.Masquerade.Mark, All: s.Masquerade.All,
 			LocalMode: s.Masquerade.Local.Mode, LocalCIDRs: s.Masquerade.Local.CIDRs,
 			LocalInterface: s.Masquerade.Local.Interface},
-		Services: make([]ServicePort, 0, len(s.Services)),
+		ServiceCIDRs: s.ServiceCIDRs,
+		Services:     make([]ServicePort, 0, len(s.Services)),
 	}
 	for _, name := range sortedNames(s.Services) {
 		out.Services = append(out.Services, encodePort(s.Services[name]))
@@ -143,7 +145,8 @@ func (w State) Decode() (*desired.State, error) {
 		Masquerade: desired.Masquerade{Mark: w.Masquerade.Mark, All: w.Masquerade.All,
 			Local: desired.LocalDetector{Mode: w.Masquerade.LocalMode,
 				CIDRs: w.Masquerade.LocalCIDRs, Interface: w.Masquerade.LocalInterface}},
-		Services: make(map[proxy.ServicePortName]*desired.ServicePort, len(w.Services)),
+		ServiceCIDRs: w.ServiceCIDRs,
+		Services:     make(map[proxy.ServicePortName]*desired.ServicePort, len(w.Services)),
 	}
 	for _, p := range w.Services {
 		sp, err := p.decode()

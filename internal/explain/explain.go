@@ -107,6 +107,9 @@ func Explain(state *desired.State, pkt Packet) Explanation {
 	case out.Frontend == desired.ClusterIPFrontend && out.Port == nil:
 		e.Verdict = Reject
 		e.because("%s is a cluster IP but no Service port %d/%s is defined on it: rejected (cluster-ips check)", pkt.Dest, pkt.Port, pkt.Protocol)
+	case out.ServiceCIDR.IsValid():
+		e.Verdict = Drop
+		e.because("%s is in the service range %s but no Service holds it: dropped (cluster-ips-check)", pkt.Dest, out.ServiceCIDR)
 	case out.Frontend == desired.NoFrontend:
 		e.noFrontend(state, pkt)
 	default:

@@ -96,3 +96,18 @@ func TestIPTablesInternalLocalChain(t *testing.T) {
 		t.Errorf("objects lack %s:\n%s", want, strings.Join(objs, "\n"))
 	}
 }
+
+// TestServiceRangeDrop: with the ServiceCIDR ranges in the State (nftables
+// mode), a new connection to an address of the range that no Service holds
+// is dropped by cluster-ips-check; explain said ACCEPT.
+func TestServiceRangeDrop(t *testing.T) {
+	st := cannedState()
+	st.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}
+	e := Explain(st, Packet{Dest: a("10.96.7.7"), Port: 80, Protocol: proxy.TCP, Origin: OriginPod})
+	if e.Verdict != Drop || !strings.Contains(strings.Join(e.Reasons, "\n"), "10.96.0.0/16") {
+		t.Errorf("unheld address in the service range: verdict %s, reasons %q; want DROP naming the range", e.Verdict, e.Reasons)
+	}
+	if e := Explain(st, Packet{Dest: a("10.1.2.3"), Port: 80, Protocol: proxy.TCP}); e.Verdict != Accept {
+		t.Errorf("outside the service range: %s, want ACCEPT", e.Verdict)
+	}
+}

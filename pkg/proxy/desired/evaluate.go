@@ -72,6 +72,9 @@ type Outcome struct {
 	// Hairpin: the source is itself one of Endpoints, so the reply only
 	// comes back through this node when the packet is masqueraded.
 	Hairpin bool
+	// ServiceCIDR is the service range of an address no frontend holds
+	// (dropped); invalid otherwise.
+	ServiceCIDR netip.Prefix
 }
 
 // Evaluate is the reference semantics of a State: what happens to pkt.
@@ -85,7 +88,9 @@ type Outcome struct {
 //     set and holds no prefix with the source; else the external route.
 //  4. A node port on an address that NodePorts accepts (All: DestLocal and
 //     not loopback): the external route.
-//  5. Anything else is ACCEPTed untouched.
+//  5. An address in ServiceCIDRs (only set where the backend drops these:
+//     nftables mode) is DROPped: no Service holds it.
+//  6. Anything else is ACCEPTed untouched.
 func Evaluate(s *State, pkt Packet) Outcome {
 	return EvaluateFrom(s, pkt, s.Classify(pkt))
 }
@@ -122,6 +127,13 @@ func EvaluateFrom(s *State, pkt Packet, src Source) Outcome {
 	if sp := matchNodePort(s, ports, pkt); sp != nil {
 		out.Frontend = NodePortFrontend
 		out.route(s, sp, ExternalPath, pkt)
+		return out
+	}
+	for _, p := range s.ServiceCIDRs {
+		if p.Contains(pkt.Dest) {
+			out.Verdict, out.ServiceCIDR = Drop, p
+			break
+		}
 	}
 	return out
 }

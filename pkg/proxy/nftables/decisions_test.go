@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -34,13 +35,7 @@ func TestRendersDecisions(t *testing.T) {
 // instead of being rendered as something else. Here pods would be
 // masqueraded and everyone else not, which no single-chain mark can say.
 func TestUnrenderableRoutesFail(t *testing.T) {
-	c := proxytest.Case{}
-	for _, pc := range proxytest.Cases() {
-		if pc.Name == "cluster IP" {
-			c = pc
-		}
-	}
-	state := proxytest.BuildState(t, c, proxy.IPv4)
+	state := caseState(t, "cluster IP", proxy.IPv4)
 	for _, sp := range state.Services {
 		sp.Routes[desired.ClusterIPPath][desired.FromPod].Masquerade = true
 		sp.Routes[desired.ClusterIPPath][desired.FromOutside].Masquerade = false
@@ -48,5 +43,31 @@ func TestUnrenderableRoutesFail(t *testing.T) {
 	p := NewWithInterface(state.Family, newStrictFake(specFor(state.Family).family))
 	if err := p.Sync(context.Background(), state); err == nil || !strings.Contains(err.Error(), "cannot render routes") {
 		t.Errorf("Sync = %v, want a rendering error", err)
+	}
+}
+
+// TestServiceRangeFlows: addresses of State.ServiceCIDRs that no Service
+// holds are dropped, as desired.Evaluate says (only nftables mode puts the
+// ranges in the State, so the shared cases, traced by every backend, have
+// none).
+func TestServiceRangeFlows(t *testing.T) {
+	for _, family := range proxy.Families {
+		w := proxytest.WorldOf(family)
+		state := caseState(t, "cluster IP", family)
+		state.ServiceCIDRs = []netip.Prefix{w.ServiceCIDR}
+		tr := newTracer(t, syncFake(t, state), state)
+		for _, flow := range []proxytest.Flow{
+			{Name: "unheld service address", Source: w.LocalPod(9), Protocol: proxy.TCP, Dest: w.ClusterIP(200), DestPort: 80},
+			{Name: "unknown port on a cluster IP", Source: w.LocalPod(9), Protocol: proxy.TCP, Dest: w.ClusterIP(1), DestPort: 81},
+			{Name: "outside the range", Source: w.LocalPod(9), Protocol: proxy.TCP, Dest: w.ExternalClient, DestPort: 80},
+		} {
+			got, want := tr.trace(flow), proxytest.Evaluate(state, flow)
+			if !got.Equal(want) {
+				t.Errorf("%s %s: rules give %s, the State says %s", family, flow.Name, got, want)
+			}
+		}
+		if got := proxytest.Evaluate(state, proxytest.Flow{Source: w.LocalPod(9), Protocol: proxy.TCP, Dest: w.ClusterIP(200), DestPort: 80}); got.Verdict != proxytest.Drop {
+			t.Errorf("%s: Evaluate gives %s for an unheld service address, want DROP", family, got)
+		}
 	}
 }
