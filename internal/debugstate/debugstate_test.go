@@ -31,6 +31,7 @@ func sampleState() *desired.State {
 	dns := name("kube-system", "dns", "", proxy.UDP)
 	masq := desired.Masquerade{Mark: 0x4000, Local: desired.LocalDetector{
 		Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
+	webRoutes := desired.DecideRoutes(masq, true)
 	return &desired.State{
 		Family:       proxy.IPv4,
 		NodeIPs:      []netip.Addr{netip.MustParseAddr("192.168.0.10")},
@@ -41,7 +42,7 @@ func sampleState() *desired.State {
 			web: {Name: web, Protocol: proxy.TCP, Port: 80, ClusterIP: netip.MustParseAddr("10.96.0.10"),
 				NodePort: 30080, LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("203.0.113.5")},
 				ExternalIPs:     []netip.Addr{netip.MustParseAddr("198.51.100.7")},
-				Routes:          desired.DecideRoutes(masq, true),
+				Routes:          &webRoutes,
 				AllowedSources:  []netip.Prefix{},
 				AffinitySeconds: 10800,
 				Internal:        desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080"), ep("10.244.2.2:8080")}},
@@ -133,7 +134,7 @@ func TestDecodeWithoutRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := name("default", "web", "http", proxy.TCP)
-	if got, want := out.RoutesOf(out.Services[n]), in.Services[n].Routes; got != want {
+	if got, want := out.RoutesOf(out.Services[n]), *in.Services[n].Routes; got != want {
 		t.Errorf("routes = %v, want %v", got, want)
 	}
 }

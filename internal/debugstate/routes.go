@@ -29,8 +29,8 @@ type Route struct {
 	Why        string `json:"why"`
 }
 
-func encodeRoutes(r desired.Routes) *Routes {
-	if !r.Decided() {
+func encodeRoutes(r *desired.Routes) *Routes {
+	if r == nil {
 		return nil
 	}
 	path := func(p desired.Path) PathRoutes {
@@ -43,20 +43,20 @@ func encodeRoutes(r desired.Routes) *Routes {
 	return &Routes{ClusterIP: path(desired.ClusterIPPath), External: path(desired.ExternalPath)}
 }
 
-func (w *Routes) decode() (desired.Routes, error) {
-	var out desired.Routes
+func (w *Routes) decode() (*desired.Routes, error) {
 	if w == nil {
-		return out, nil
+		return nil, nil
 	}
+	out := &desired.Routes{}
 	for p, pr := range map[desired.Path]PathRoutes{desired.ClusterIPPath: w.ClusterIP, desired.ExternalPath: w.External} {
 		for s, r := range map[desired.Source]Route{desired.FromOutside: pr.Outside, desired.FromPod: pr.Pod, desired.FromNode: pr.Node} {
 			set, err := desired.ParseSet(r.Set)
 			if err != nil {
-				return out, fmt.Errorf("%s route from %s: %w", r.Set, s, err)
+				return nil, fmt.Errorf("%s route from %s: %w", r.Set, s, err)
 			}
 			why, err := desired.ParseWhy(r.Why)
 			if err != nil {
-				return out, fmt.Errorf("%s route from %s: %w", r.Set, s, err)
+				return nil, fmt.Errorf("%s route from %s: %w", r.Set, s, err)
 			}
 			out[p][s] = desired.Route{Set: set, Masquerade: r.Masquerade, Why: why}
 		}

@@ -23,7 +23,7 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.Internal.Equal(o.Internal) && sp.External.Equal(o.External) &&
 		sp.Cluster.Equal(o.Cluster) &&
 		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
-		sp.Routes == o.Routes &&
+		(sp.Routes == o.Routes || (sp.Routes != nil && o.Routes != nil && *sp.Routes == *o.Routes)) &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
 		sp.Scheduler == o.Scheduler
 }

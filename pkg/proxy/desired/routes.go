@@ -147,12 +147,11 @@ type Route struct {
 // FromOutside's, so a renderer never needs a pod match it cannot write.
 type Routes [numPaths][numSources]Route
 
-// Decided reports whether r was filled in by Compute (or DecideRoutes).
-func (r Routes) Decided() bool { return r[ClusterIPPath][FromOutside].Set != SetNone }
-
 // DecideRoutes is the one place that decides who is masqueraded and which
-// dispatch each source class uses (contract §5.0). Compute stores its
-// result in every ServicePort; it is exported for States built by hand.
+// dispatch each source class uses (contract §5.0). Compute points every
+// ServicePort at its result; it is exported for States built by hand. It
+// reads only m.All, whether m has a detector, and externalLocal
+// (routeTables relies on that).
 //
 //   - The cluster IP always uses Internal. It is masqueraded with
 //     masqueradeAll, or when a detector exists and the source is not a pod.
@@ -193,10 +192,39 @@ func DecideRoutes(m Masquerade, externalLocal bool) Routes {
 // RoutesOf returns sp's routes: those Compute decided, or, for a port built
 // by hand, DecideRoutes' for the State's masquerade policy.
 func (s *State) RoutesOf(sp *ServicePort) Routes {
-	if sp.Routes.Decided() {
-		return sp.Routes
+	if sp.Routes != nil {
+		return *sp.Routes
 	}
 	return DecideRoutes(s.Masquerade, sp.ExternalLocal)
+}
+
+// routeTables holds DecideRoutes' result for every input it reads
+// (masqueradeAll, whether a detector exists, externalTrafficPolicy Local),
+// indexed by those three as 0/1: Compute shares them between ports instead
+// of storing 18 bytes in each.
+var routeTables = func() (t [2][2][2]Routes) {
+	for all := range 2 {
+		for detector := range 2 {
+			m := Masquerade{All: all == 1}
+			if detector == 1 {
+				m.Local.Mode = LocalCIDR
+			}
+			t[all][detector][0] = DecideRoutes(m, false)
+			t[all][detector][1] = DecideRoutes(m, true)
+		}
+	}
+	return t
+}()
+
+// sharedRoutes is DecideRoutes(m, externalLocal), shared (never modify it).
+func sharedRoutes(m Masquerade, externalLocal bool) *Routes {
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	return &routeTables[b(m.All)][b(m.Local.Mode != LocalNone)][b(externalLocal)]
 }
 
 // Dispatch returns the dispatch a route's set names. SetNone has none: its

@@ -41,14 +41,16 @@ func TestDecideRoutes(t *testing.T) {
 			if got[ClusterIPPath] != tc.clusterIP || got[ExternalPath] != tc.external {
 				t.Errorf("DecideRoutes = %+v, want cluster IP %+v, external %+v", got, tc.clusterIP, tc.external)
 			}
-			if !got.Decided() {
-				t.Error("not Decided")
+			shared := sharedRoutes(tc.m, tc.externalLocal)
+			if *shared != got {
+				t.Errorf("sharedRoutes = %+v, want DecideRoutes' %+v", *shared, got)
 			}
 		})
 	}
-	var zero Routes
-	if zero.Decided() {
-		t.Error("zero Routes reported as decided")
+	// Every detector mode shares the tables of "a detector exists".
+	iface := Masquerade{Local: LocalDetector{Mode: LocalInterfacePrefix, Interface: "veth"}}
+	if *sharedRoutes(iface, true) != DecideRoutes(iface, true) {
+		t.Error("sharedRoutes differs from DecideRoutes for an interface detector")
 	}
 }
 

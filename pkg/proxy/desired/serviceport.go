@@ -35,7 +35,7 @@ func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, in portInput
 		withoutLost(out, lost)
 	}
 	out.AllowedSources = allowedSources(sp, out.LoadBalancerIPs, family, in.nodeIPs)
-	out.Routes = DecideRoutes(in.masq, sp.ExternalLocal)
+	out.Routes = sharedRoutes(in.masq, sp.ExternalLocal)
 
 	sets := categorize(eps, family, in.node)
 	out.Cluster = dispatch(sets.cluster, sets.cluster)

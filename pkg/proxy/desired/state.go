@@ -97,11 +97,13 @@ type ServicePort struct {
 	Name     proxy.ServicePortName
 	Protocol proxy.Protocol
 	Port     uint16
+	// NodePort is 0 when the port has none. (Beside Port, so that the two
+	// share a word: with Routes, ServicePort stays within the 320-byte
+	// malloc size class it had before.)
+	NodePort uint16
 
 	// ClusterIP is this family's cluster IP; always valid.
 	ClusterIP netip.Addr
-	// NodePort is 0 when the port has none.
-	NodePort uint16
 	// ExternalIPs and LoadBalancerIPs are this family's external frontends.
 	ExternalIPs     []netip.Addr
 	LoadBalancerIPs []netip.Addr
@@ -124,6 +126,13 @@ type ServicePort struct {
 	// external frontends from a local pod, or from the node itself, is
 	// short-circuited here; node-originated traffic is also masqueraded.
 	Cluster Dispatch
+	// Routes decide, per path and source class, which of Internal, External
+	// and Cluster serves a new connection and whether it is masqueraded
+	// (DecideRoutes). Backends render them; they decide nothing of their own.
+	// Compute points every port at one of a few shared, immutable tables;
+	// nil (a port built by hand) is decided by State.RoutesOf.
+	Routes *Routes
+
 	// InternalLocal is internalTrafficPolicy: Local: Internal holds only
 	// local endpoints. Backends that name chains after the policy (iptables'
 	// KUBE-SVL) need it even when every endpoint happens to be local.
@@ -132,11 +141,6 @@ type ServicePort struct {
 	// local endpoints and its traffic keeps the client source IP.
 	// Otherwise all external traffic is masqueraded.
 	ExternalLocal bool
-
-	// Routes decide, per path and source class, which of Internal, External
-	// and Cluster serves a new connection and whether it is masqueraded
-	// (DecideRoutes). Backends render them; they decide nothing of their own.
-	Routes Routes
 
 	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
 	HealthCheckNodePort uint16

@@ -37,8 +37,10 @@ func TestRendersDecisions(t *testing.T) {
 func TestUnrenderableRoutesFail(t *testing.T) {
 	state := caseState(t, "cluster IP", proxy.IPv4)
 	for _, sp := range state.Services {
-		sp.Routes[desired.ClusterIPPath][desired.FromPod].Masquerade = true
-		sp.Routes[desired.ClusterIPPath][desired.FromOutside].Masquerade = false
+		r := *sp.Routes // Compute's tables are shared: edit a copy
+		r[desired.ClusterIPPath][desired.FromPod].Masquerade = true
+		r[desired.ClusterIPPath][desired.FromOutside].Masquerade = false
+		sp.Routes = &r
 	}
 	p := NewWithInterface(state.Family, newStrictFake(specFor(state.Family).family))
 	if err := p.Sync(context.Background(), state); err == nil || !strings.Contains(err.Error(), "cannot render routes") {

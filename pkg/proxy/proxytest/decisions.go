@@ -20,9 +20,11 @@ type DecisionEdit struct {
 func DecisionEdits() []DecisionEdit {
 	unmasq := func(path desired.Path, sources ...desired.Source) func(*desired.ServicePort) {
 		return func(sp *desired.ServicePort) {
+			r := *sp.Routes // Compute's tables are shared: edit a copy
 			for _, src := range sources {
-				sp.Routes[path][src].Masquerade = false
+				r[path][src].Masquerade = false
 			}
+			sp.Routes = &r
 		}
 	}
 	return []DecisionEdit{
