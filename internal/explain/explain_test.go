@@ -2,6 +2,8 @@ package explain
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
 	"net/netip"
 	"slices"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 )
 
 func spn(ns, name, port string, proto proxy.Protocol) proxy.ServicePortName {
@@ -183,10 +186,17 @@ func TestIPTablesObjects(t *testing.T) {
 	}
 	// A name from the iptables backend's golden dump, itself checked
 	// against upstream's.
-	if got := hash16("ns1/web:http" + "tcp"); got != "4LVCYZMTA5CQO6SX" {
-		t.Errorf("hash16 = %s, want the backend's 4LVCYZMTA5CQO6SX", got)
+	if got := iptables.ChainNamesOf(spn("ns1", "web", "http", proxy.TCP)).SVC; got != "KUBE-SVC-4LVCYZMTA5CQO6SX" {
+		t.Errorf("SVC chain = %s, want the backend's KUBE-SVC-4LVCYZMTA5CQO6SX", got)
 	}
 	if _, err := Objects(context.Background(), "bogus", st, e); err == nil {
 		t.Error("unknown mode accepted")
 	}
+}
+
+// hash16 is upstream's chain hash, restated here (not imported) so that the
+// tests check the backend's names against upstream's algorithm.
+func hash16(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return base32.StdEncoding.EncodeToString(sum[:])[:16]
 }

@@ -2,8 +2,6 @@ package explain
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base32"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
@@ -134,32 +133,30 @@ func jumps(s string) []string {
 	return out
 }
 
-// iptablesObjects names upstream's chains (the iptables backend keeps them
-// byte for byte): KUBE-SVC/SVL/EXT/FW-<hash of "ns/svc:port"+proto> and
-// KUBE-SEP-<hash of that plus the endpoint>.
+// iptablesObjects names upstream's chains, as the iptables backend spells
+// them (iptables.ChainNamesOf): KUBE-SVL is a Local policy's dispatch,
+// KUBE-SVC the cluster-wide one.
 func iptablesObjects(e Explanation) []string {
-	display := e.Port.Name.String()
-	proto := strings.ToLower(string(e.Port.Protocol))
-	h := hash16(display + proto)
+	c := iptables.ChainNamesOf(e.Port.Name)
 	out := []string{"nat KUBE-SERVICES (cluster, external and LB IPs; node ports via KUBE-NODEPORTS)"}
 	switch {
 	case e.Class == ClassInternal && e.Port.InternalLocal:
-		out = append(out, "nat KUBE-SVL-"+h+" (local endpoints)")
+		out = append(out, "nat "+c.SVL+" (local endpoints)")
 	case e.Class == ClassInternal:
-		out = append(out, "nat KUBE-SVC-"+h)
+		out = append(out, "nat "+c.SVC)
 	default:
 		if e.Frontend == FrontendLoadBalancer && e.Port.AllowedSources != nil {
-			out = append(out, "nat KUBE-FW-"+h+" (loadBalancerSourceRanges), filter KUBE-PROXY-FIREWALL")
+			out = append(out, "nat "+c.FW+" (loadBalancerSourceRanges), filter KUBE-PROXY-FIREWALL")
 		}
-		out = append(out, "nat KUBE-EXT-"+h)
+		out = append(out, "nat "+c.EXT)
 		if e.Class == ClassExternal && e.Port.ExternalLocal {
-			out = append(out, "nat KUBE-SVL-"+h+" (local endpoints)")
+			out = append(out, "nat "+c.SVL+" (local endpoints)")
 		} else {
-			out = append(out, "nat KUBE-SVC-"+h)
+			out = append(out, "nat "+c.SVC)
 		}
 	}
 	for _, ep := range e.Endpoints {
-		out = append(out, fmt.Sprintf("nat KUBE-SEP-%s (%s)", hash16(display+proto+epString(ep)), ep))
+		out = append(out, fmt.Sprintf("nat %s (%s)", c.SEP(ep), ep))
 	}
 	if e.Masquerade {
 		out = append(out, "nat KUBE-MARK-MASQ, KUBE-POSTROUTING")
@@ -187,17 +184,4 @@ func ipvsObjects(state *desired.State, e Explanation) []string {
 		out = append(out, "iptables nat KUBE-MARK-MASQ, KUBE-POSTROUTING")
 	}
 	return out
-}
-
-func hash16(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return base32.StdEncoding.EncodeToString(sum[:])[:16]
-}
-
-func epString(ep netip.AddrPort) string {
-	a := ep.Addr().Unmap()
-	if a.Is4() {
-		return a.String() + ":" + strconv.Itoa(int(ep.Port()))
-	}
-	return "[" + a.String() + "]:" + strconv.Itoa(int(ep.Port()))
 }

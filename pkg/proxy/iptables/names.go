@@ -98,3 +98,19 @@ func (p *probabilities) of(n int) string {
 	}
 	return (*p)[n]
 }
+
+// ChainNames are the names of one service port's own nat chains, as Sync
+// writes them: for `svcproxy explain`, so that only this package spells
+// upstream's hashes.
+type ChainNames struct {
+	SVC, SVL, EXT, FW string
+	// SEP names an endpoint's chain.
+	SEP func(ep netip.AddrPort) string
+}
+
+// ChainNamesOf returns the chain names of the service port n.
+func ChainNamesOf(n proxy.ServicePortName) ChainNames {
+	pn := namesOf(n)
+	return ChainNames{SVC: pn.svc, SVL: pn.svl, EXT: pn.ext, FW: pn.fw,
+		SEP: func(ep netip.AddrPort) string { return pn.sepChain(endpointString(ep)) }}
+}
