@@ -47,6 +47,7 @@ var scenarios = []scenario{
 	{"RestartUnderLoad", testRestartUnderLoad},
 	{"APIServerOutage", testAPIServerOutage},
 	{"HealthzNodeDraining", testHealthzDraining},
+	{"ServiceCIDRs", testServiceCIDRs},
 }
 
 // modes: E2E_MODES narrows them (comma-separated), e.g. for a quick rerun.
