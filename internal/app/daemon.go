@@ -270,6 +270,7 @@ func computeOptions(cfg *config.Config, family proxy.IPFamily) desired.Options {
 		BridgeInterface:     cfg.BridgeInterface,
 		InterfaceNamePrefix: cfg.InterfaceNamePrefix,
 		NodePortAddresses:   cfg.NodePortAddresses,
+		DropUnallocated:     cfg.Mode == config.ModeNFTables,
 	}
 }
 

@@ -142,13 +142,10 @@ func (d *daemon) awaitNode(ctx context.Context) (*watch.NodeWatcher, error) {
 // watchNode follows this Node: eligibility feeds /healthz, a zone change
 // re-evaluates topology everywhere, and the changes upstream answers by
 // exiting (IPs, podCIDRs in NodeCIDR mode, deletion) stop the process.
-// watchServiceCIDRs follows the ServiceCIDR objects in nftables mode, the
-// only mode that renders them (as upstream); the first sync does not wait
-// for them.
+// watchServiceCIDRs follows the ServiceCIDR objects in every mode, as
+// upstream (desired decides what to do with them: Options.DropUnallocated);
+// the first sync does not wait for them.
 func (d *daemon) watchServiceCIDRs(ctx context.Context, syncers map[proxy.IPFamily]*syncer.Syncer) error {
-	if d.cfg.Mode != config.ModeNFTables {
-		return nil
-	}
 	w := watch.NewServiceCIDRs(d.client, d.cfg.ConfigSyncPeriod, func(cidrs []netip.Prefix) {
 		d.node.setServiceCIDRs(cidrs)
 		for _, s := range syncers {

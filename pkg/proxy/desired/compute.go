@@ -32,11 +32,13 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	}
 	in := portInputs{family: family, node: node, nodeIPs: nodeIPsOf(node.IPs, family), masq: masquerade(opts, family, node)}
 	state := &State{
-		Family:       family,
-		NodeIPs:      in.nodeIPs,
-		NodePorts:    nodePortAddrs(opts.NodePortAddresses, family, node),
-		Masquerade:   in.masq,
-		ServiceCIDRs: serviceCIDRsOf(node.ServiceCIDRs, family),
+		Family:     family,
+		NodeIPs:    in.nodeIPs,
+		NodePorts:  nodePortAddrs(opts.NodePortAddresses, family, node),
+		Masquerade: in.masq,
+	}
+	if opts.DropUnallocated {
+		state.ServiceCIDRs = serviceCIDRsOf(node.ServiceCIDRs, family)
 	}
 	if prev == nil {
 		state.Lost, state.claims = lostFrontends(snap, family)

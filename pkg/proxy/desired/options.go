@@ -45,4 +45,9 @@ type Options struct {
 	// NodePortAddresses are CIDRs and the keywords "primary", "localhost"
 	// and "all", already defaulted per mode by config (nil means all).
 	NodePortAddresses []string
+	// DropUnallocated drops new connections to addresses of the node's
+	// ServiceCIDRs that no Service holds (upstream's nftables mode does;
+	// its iptables and IPVS modes do not). Without it State.ServiceCIDRs
+	// stays empty.
+	DropUnallocated bool
 }

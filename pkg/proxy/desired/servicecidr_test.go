@@ -9,9 +9,10 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// A State carries its family's service ranges without overlaps (nft
-// refuses overlapping elements of one anonymous interval set), on full and
-// incremental computes alike.
+// With DropUnallocated (nftables mode) a State carries its family's service
+// ranges without overlaps (nft refuses overlapping elements of one
+// anonymous interval set), on full and incremental computes alike; without
+// it, none (iptables and IPVS do not drop them, as upstream's).
 func TestServiceCIDRsPerFamily(t *testing.T) {
 	node := Node{Name: "n", ServiceCIDRs: []netip.Prefix{
 		netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00::/108"),
@@ -23,11 +24,14 @@ func TestServiceCIDRsPerFamily(t *testing.T) {
 		proxy.IPv6: {netip.MustParsePrefix("fd00::/108")},
 	}
 	for _, family := range proxy.Families {
-		full := Compute(nil, nil, model.Changes{}, node, Options{Family: family})
-		next := Compute(full, nil, model.Changes{}, node, Options{Family: family})
-		for _, st := range []*State{full, next} {
-			if !slices.Equal(st.ServiceCIDRs, want[family]) {
-				t.Errorf("%s: ServiceCIDRs %v, want %v", family, st.ServiceCIDRs, want[family])
+		for _, drop := range []bool{true, false} {
+			opts := Options{Family: family, DropUnallocated: drop}
+			full := Compute(nil, nil, model.Changes{}, node, opts)
+			next := Compute(full, nil, model.Changes{}, node, opts)
+			for _, st := range []*State{full, next} {
+				if w := want[family]; drop && !slices.Equal(st.ServiceCIDRs, w) || !drop && st.ServiceCIDRs != nil {
+					t.Errorf("%s, DropUnallocated %v: ServiceCIDRs %v, want %v", family, drop, st.ServiceCIDRs, map[bool][]netip.Prefix{true: w}[drop])
+				}
 			}
 		}
 	}
