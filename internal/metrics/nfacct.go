@@ -13,9 +13,10 @@ const (
 	NFAcctLocalhostNodePortAccepted = "localhost_nps_accepted_pkts"
 )
 
-// NFAcctReader reads the packet count of one nfacct counter.
+// NFAcctReader reads the packet count of one nfacct counter
+// (knfacct.Interface is one; this package stays a leaf).
 type NFAcctReader interface {
-	Packets(counter string) (uint64, error)
+	Get(counter string) (packets uint64, err error)
 }
 
 // nfacctCollector reports one nfacct counter as a Prometheus counter, read
@@ -53,7 +54,7 @@ func (c *nfacctCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.reader == nil {
 		return
 	}
-	packets, err := c.reader.Packets(c.counter)
+	packets, err := c.reader.Get(c.counter)
 	if err != nil {
 		klog.V(4).InfoS("Cannot read nfacct counter", "counter", c.counter, "err", err)
 		return
