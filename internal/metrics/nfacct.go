@@ -48,8 +48,9 @@ func newNFAcctCollectors(r NFAcctReader) []prometheus.Collector {
 func (c *nfacctCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect implements prometheus.Collector. A counter that cannot be read
-// (no reader, or the rule not yet installed) is left out of the scrape
-// rather than reported as zero, which would look like a reset.
+// (no reader: the kernel lacks nfacct; or the object not yet created by
+// the first sync) is left out of the scrape, as upstream leaves it, rather
+// than reported as zero, which would look like a reset.
 func (c *nfacctCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.reader == nil {
 		return
