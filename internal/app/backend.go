@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/knfacct"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -37,8 +38,9 @@ func checkMode(mode config.Mode) error {
 	}
 }
 
-// newProxier returns the backend for cfg.Mode and one IP family.
-func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily) (syncer.Proxier, error) {
+// newProxier returns the backend for cfg.Mode and one IP family; acct, if
+// not nil, holds the nfacct objects iptables mode counts into.
+func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, acct knfacct.Interface) (syncer.Proxier, error) {
 	switch cfg.Mode {
 	case config.ModeNFTables:
 		return nftables.New(family)
@@ -47,6 +49,7 @@ func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily) 
 			LocalhostNodePorts:    family == proxy.IPv4 && cfg.LocalhostNodePorts && nodePortsOnLoopback(cfg.NodePortAddresses),
 			ConntrackTCPBeLiberal: tcpBeLiberal(),
 			SyncPeriod:            cfg.SyncPeriod,
+			NFAcct:                acct,
 		})
 	case config.ModeIPVS:
 		return ipvs.New(family, ipvs.Options{
@@ -61,6 +64,22 @@ func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily) 
 	default:
 		return nil, fmt.Errorf("proxy mode %q: %w", cfg.Mode, errModeNotImplemented)
 	}
+}
+
+// openNFAcct opens, in iptables mode, the nfacct client the backend
+// counts with and the metrics read. On a kernel without nfnetlink_acct it
+// logs, as upstream does, and returns nil: the rules then have no nfacct
+// match and the two kubeproxy_iptables_*_packets_total metrics no sample.
+func openNFAcct(ctx context.Context, mode config.Mode) (acct knfacct.Interface, closeFn func()) {
+	if mode != config.ModeIPTables {
+		return nil, func() {}
+	}
+	c, err := knfacct.New()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Failed to create nfacct runner, nfacct based metrics won't be available")
+		return nil, func() {}
+	}
+	return c, c.Close
 }
 
 // nodePortsOnLoopback says whether nodePortAddresses lets node ports answer

@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/healthz"
 	"github.com/svcproxy/svcproxy/internal/kconntrack"
+	"github.com/svcproxy/svcproxy/internal/knfacct"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
@@ -42,6 +43,9 @@ type daemon struct {
 	state *debugstate.Recorder
 	// schedulers warns about invalid per-Service IPVS scheduler annotations.
 	schedulers *schedulerWarner
+	// nfacct holds the nfacct objects of iptables mode (nil otherwise, or
+	// when the kernel lacks them): the backend counts, the metrics read.
+	nfacct knfacct.Interface
 	// fatal receives errors that must stop the process: a listener failure
 	// under bindAddressHardFail, or a change to this Node that upstream
 	// answers by exiting.
@@ -115,9 +119,12 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := setupNode(ctx, d.cfg); err != nil {
 		return err
 	}
+	var closeNFAcct func()
+	d.nfacct, closeNFAcct = openNFAcct(ctx, d.cfg.Mode)
+	defer closeNFAcct()
 	proxiers := make(map[proxy.IPFamily]syncer.Proxier, len(families))
 	for _, f := range families {
-		p, err := newProxier(ctx, d.cfg, f)
+		p, err := newProxier(ctx, d.cfg, f, d.nfacct)
 		if err != nil {
 			return err
 		}
@@ -197,7 +204,7 @@ func (d *daemon) serve(ctx context.Context) {
 		metricsFail = d.hardFailEvents("FailedToStartMetricServer")
 		healthzFail = d.hardFailEvents("FailedToStartProxierHealthcheck")
 	}
-	gatherer, err := registerMetrics(d.cfg)
+	gatherer, err := registerMetrics(d.cfg, d.nfacct)
 	if err != nil {
 		d.logger.Error(err, "Registering metrics failed")
 	}

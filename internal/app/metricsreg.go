@@ -10,6 +10,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/knfacct"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 )
 
@@ -18,9 +19,15 @@ import (
 // beside it, as upstream has it: go_* and process_* with component-base's
 // settings, kubernetes_build_info, every rest_client_* family,
 // registered_metrics_total and kubernetes_feature_enabled.
-func registerMetrics(cfg *config.Config) (prometheus.Gatherer, error) {
+//
+// acct, if not nil, is what the iptables nfacct collectors read.
+func registerMetrics(cfg *config.Config, acct knfacct.Interface) (prometheus.Gatherer, error) {
 	reg := prometheus.NewRegistry()
-	if err := metrics.Register(reg, metricsMode(cfg.Mode), metrics.WithoutRuntimeCollectors()); err != nil {
+	opts := []metrics.Option{metrics.WithoutRuntimeCollectors()}
+	if acct != nil {
+		opts = append(opts, metrics.WithNFAcct(acct))
+	}
+	if err := metrics.Register(reg, metricsMode(cfg.Mode), opts...); err != nil {
 		return reg, err
 	}
 	if gate, ok := cfg.FeatureGate.(featuregate.MutableFeatureGate); ok {

@@ -37,7 +37,7 @@ func initOnly(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	for _, f := range proxyFamilies(cfg.Mode) {
-		p, err := newProxier(ctx, cfg, f)
+		p, err := newProxier(ctx, cfg, f, nil)
 		if err != nil {
 			return err
 		}

@@ -76,7 +76,7 @@ var contractTable = []want{
 
 type fakeNFAcct map[string]uint64
 
-func (f fakeNFAcct) Packets(name string) (uint64, error) {
+func (f fakeNFAcct) Get(name string) (uint64, error) {
 	if n, ok := f[name]; ok {
 		return n, nil
 	}

@@ -13,9 +13,10 @@ const (
 	NFAcctLocalhostNodePortAccepted = "localhost_nps_accepted_pkts"
 )
 
-// NFAcctReader reads the packet count of one nfacct counter.
+// NFAcctReader reads the packet count of one nfacct counter
+// (knfacct.Interface is one; this package stays a leaf).
 type NFAcctReader interface {
-	Packets(counter string) (uint64, error)
+	Get(counter string) (packets uint64, err error)
 }
 
 // nfacctCollector reports one nfacct counter as a Prometheus counter, read
@@ -47,13 +48,14 @@ func newNFAcctCollectors(r NFAcctReader) []prometheus.Collector {
 func (c *nfacctCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect implements prometheus.Collector. A counter that cannot be read
-// (no reader, or the rule not yet installed) is left out of the scrape
-// rather than reported as zero, which would look like a reset.
+// (no reader: the kernel lacks nfacct; or the object not yet created by
+// the first sync) is left out of the scrape, as upstream leaves it, rather
+// than reported as zero, which would look like a reset.
 func (c *nfacctCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.reader == nil {
 		return
 	}
-	packets, err := c.reader.Packets(c.counter)
+	packets, err := c.reader.Get(c.counter)
 	if err != nil {
 		klog.V(4).InfoS("Cannot read nfacct counter", "counter", c.counter, "err", err)
 		return

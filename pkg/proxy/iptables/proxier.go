@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/internal/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -28,8 +29,11 @@ type Options struct {
 	// ConntrackTCPBeLiberal is net.netfilter.nf_conntrack_tcp_be_liberal
 	// != 0: no INVALID drop rule is needed then.
 	ConntrackTCPBeLiberal bool
-	// NFAcct says the nfacct counters exist, so rules may count into them.
-	NFAcct bool
+	// NFAcct, if set, holds the node's nfacct objects: full syncs ensure
+	// them and the INVALID drop and IPv4 localhost node port rules count
+	// into those that exist (the kubeproxy_iptables_*_packets_total
+	// metrics). nil renders no nfacct match.
+	NFAcct knfacct.Interface
 	// RejectUnknownClusterIPPorts rejects traffic to a cluster IP on a port
 	// no service uses, as nftables mode does. Off by default: upstream's
 	// iptables mode has no such rules.
@@ -55,6 +59,7 @@ type Proxier struct {
 	probs  probabilities
 
 	needFull  atomic.Bool // the next sync must be full
+	counters  counters    // the nfacct objects the last full sync ensured
 	cfg       *config     // config of the last successful sync
 	entries   map[proxy.ServicePortName]*entry
 	natOwned  map[string]struct{} // our per-service nat chains in the kernel

@@ -27,19 +27,19 @@ type config struct {
 	nodePorts    desired.NodePortAddrs
 	localhostV4  bool // IPv4 node ports answer on 127.0.0.0/8
 	largeCluster bool
-	nfacct       bool
+	counters     counters // nfacct objects rules may count into
 	beLiberal    bool
 	rejectPorts  bool
 }
 
-func newConfig(st *desired.State, opts *Options, largeCluster bool) *config {
+func newConfig(st *desired.State, opts *Options, largeCluster bool, acct counters) *config {
 	c := &config{
 		family:       st.Family,
 		mark:         fmt.Sprintf("%#08x", st.Masquerade.Mark),
 		masqAll:      st.Masquerade.All,
 		nodePorts:    st.NodePorts,
 		largeCluster: largeCluster,
-		nfacct:       opts.NFAcct,
+		counters:     acct,
 		beLiberal:    opts.ConntrackTCPBeLiberal,
 		rejectPorts:  opts.RejectUnknownClusterIPPorts,
 	}
@@ -72,7 +72,7 @@ func (c *config) equal(o *config) bool {
 	return o != nil && c.family == o.family && c.mark == o.mark && c.masqAll == o.masqAll &&
 		slices.Equal(c.ifLocal, o.ifLocal) && c.nodePorts.All == o.nodePorts.All &&
 		slices.Equal(c.nodePorts.IPs, o.nodePorts.IPs) && c.localhostV4 == o.localhostV4 &&
-		c.largeCluster == o.largeCluster && c.nfacct == o.nfacct && c.beLiberal == o.beLiberal &&
+		c.largeCluster == o.largeCluster && c.counters == o.counters && c.beLiberal == o.beLiberal &&
 		c.rejectPorts == o.rejectPorts
 }
 
@@ -138,7 +138,7 @@ func (r *renderer) globalFilter(out *lineBuffer) {
 	}
 	if !r.cfg.beLiberal {
 		var acct []string
-		if r.cfg.nfacct {
+		if r.cfg.counters.invalidDropped {
 			acct = w("-m", "nfacct", "--nfacct-name", nfacctInvalidDropped)
 		}
 		out.rule(chainForward, w("-m", "conntrack", "--ctstate", "INVALID"), acct, w("-j", "DROP"))

@@ -129,7 +129,7 @@ func (r *renderer) nodePortRules(e *entry, sp *desired.ServicePort, pn portNames
 	if sp.NodePort != 0 {
 		np := port(sp.NodePort)
 		if p.hasEndpoints {
-			if r.cfg.localhostV4 && r.cfg.nfacct {
+			if r.cfg.localhostV4 && r.cfg.counters.localhostNodePorts {
 				e.shared[natNodePorts].rule(chainNodePorts, w("-m", "comment", "--comment", pn.display), proto,
 					w("-d", "127.0.0.0/8", "--dport", np, "-m", "nfacct", "--nfacct-name", nfacctLocalhostNodePorts, "-j", pn.ext))
 			}

@@ -23,10 +23,14 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	if st.Family != p.family {
 		return fmt.Errorf("iptables %s proxier got a %s state", p.family, st.Family)
 	}
-	cfg := newConfig(st, &p.opts, countEndpoints(st) > largeClusterEndpoints)
 	// Swap, not Load: a canary loss noticed while this sync runs must
 	// survive it.
-	full := p.needFull.Swap(false) || st.Changed == nil || p.entries == nil || !cfg.equal(p.cfg)
+	full := p.needFull.Swap(false) || st.Changed == nil || p.entries == nil
+	if full {
+		p.counters = p.ensureCounters()
+	}
+	cfg := newConfig(st, &p.opts, countEndpoints(st) > largeClusterEndpoints, p.counters)
+	full = full || !cfg.equal(p.cfg)
 	err := p.sync(ctx, st, cfg, full)
 	if err != nil {
 		p.needFull.Store(true)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/internal/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
@@ -146,7 +147,7 @@ const upstreamRules = `*filter
 // TestUpstreamRuleShapes compares the rules in our own chains (the jumps
 // in built-in chains are checked by TestJumpRules) with upstream's.
 func TestUpstreamRuleShapes(t *testing.T) {
-	fake, _ := syncFake(t, upstreamState(), Options{LocalhostNodePorts: true, NFAcct: true})
+	fake, _ := syncFake(t, upstreamState(), Options{LocalhostNodePorts: true, NFAcct: knfacct.NewFake()})
 	var got strings.Builder
 	for _, table := range []string{"filter", "nat"} {
 		got.WriteString("*" + table + "\n")

@@ -40,6 +40,7 @@ var scenarios = []scenario{
 	{"SessionAffinity", testAffinity},
 	{"IgnoredServiceLabels", testIgnoredLabels},
 	{"Explain", testExplain},
+	{"LocalhostNodePortMetric", testLocalhostNodePortMetric},
 	{"RollingReplacement", testRollingReplacement},
 	{"UDPFlowSurvivesPodReplacement", testUDPReplacement},
 	{"MalformedEndpointSlice", testMalformedSlice},
