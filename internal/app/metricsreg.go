@@ -11,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
 // registerMetrics builds what /metrics serves: the kubeproxy_* families of
@@ -20,7 +21,11 @@ import (
 // registered_metrics_total and kubernetes_feature_enabled.
 func registerMetrics(cfg *config.Config) (prometheus.Gatherer, error) {
 	reg := prometheus.NewRegistry()
-	if err := metrics.Register(reg, metricsMode(cfg.Mode), metrics.WithoutRuntimeCollectors()); err != nil {
+	opts := []metrics.Option{metrics.WithoutRuntimeCollectors()}
+	if localhostNodePortsOn(cfg) {
+		opts = append(opts, metrics.WithLocalhostNodePorts(nftables.NewRejectCounters(proxyFamilies(cfg.Mode))))
+	}
+	if err := metrics.Register(reg, metricsMode(cfg.Mode), opts...); err != nil {
 		return reg, err
 	}
 	if gate, ok := cfg.FeatureGate.(featuregate.MutableFeatureGate); ok {
