@@ -49,6 +49,9 @@ func TestKernelLocalhostNodePorts(t *testing.T) {
 				{nftables.LocalhostNodePortsOff, netnstest.Refused, netnstest.Refused, false, false},
 				{nftables.LocalhostNodePortsReject, netnstest.Refused, netnstest.Refused, true, true},
 				{nftables.LocalhostNodePortsProxied, netnstest.OK, netnstest.Refused, false, true},
+				// Back to off: the map goes before the chains its
+				// elements jump to, or the kernel refuses the cleanup.
+				{nftables.LocalhostNodePortsOff, netnstest.Refused, netnstest.Refused, false, false},
 			} {
 				programNode(t, env, f.Family, tc.mode, st)
 				var lp *Proxy
@@ -74,6 +77,13 @@ func TestKernelLocalhostNodePorts(t *testing.T) {
 				}
 				if moved := after["UDP"] > before["UDP"]; moved != tc.udpCount {
 					t.Errorf("mode %d: UDP reject counter %d → %d", tc.mode, before["UDP"], after["UDP"])
+				}
+				// Only the mode's counters exist: a restart in another
+				// mode removed the others from the kernel.
+				_, tcpCounter := after["TCP"]
+				_, udpCounter := after["UDP"]
+				if tcpCounter != (tc.mode == nftables.LocalhostNodePortsReject) || udpCounter != (tc.mode != nftables.LocalhostNodePortsOff) {
+					t.Errorf("mode %d: counters %v", tc.mode, after)
 				}
 				if lp != nil {
 					proxiedPolicies(t, node, lo)
