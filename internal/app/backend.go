@@ -43,7 +43,7 @@ func checkMode(mode config.Mode) error {
 func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, acct knfacct.Interface) (syncer.Proxier, error) {
 	switch cfg.Mode {
 	case config.ModeNFTables:
-		return nftables.New(family)
+		return nftables.New(family, nftables.Options{LocalhostNodePorts: localhostNodePorts(cfg, family)})
 	case config.ModeIPTables:
 		return iptables.New(ctx, family, iptables.Options{
 			LocalhostNodePorts:    family == proxy.IPv4 && cfg.LocalhostNodePorts && nodePortsOnLoopback(cfg.NodePortAddresses),

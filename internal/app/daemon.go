@@ -243,6 +243,10 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 		// Stale UDP/SCTP flows are removed beside the sync, never inside it.
 		reconciler := conntrack.New(family, ct, conntrack.Options{})
 		go reconciler.Run(ctx)
+		afterSync := d.afterSync(reconciler.Observe)
+		if serve := localhostProxy(ctx, d.cfg, family); serve != nil {
+			afterSync = chainAfterSync(afterSync, serve)
+		}
 		s, err := syncer.New(syncer.Options{
 			Family:        family,
 			Mode:          metricsMode(d.cfg.Mode),
@@ -254,7 +258,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			ServiceHealth: d.svcHealth,
 			MinSyncPeriod: d.cfg.MinSyncPeriod,
 			SyncPeriod:    d.cfg.SyncPeriod,
-			AfterSync:     d.afterSync(reconciler.Observe),
+			AfterSync:     afterSync,
 			Quarantined:   d.events.quarantined,
 			FrontendsLost: d.events.frontendsLost,
 		})

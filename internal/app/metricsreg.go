@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/knfacct"
 	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
 // registerMetrics builds what /metrics serves: the kubeproxy_* families of
@@ -26,6 +27,9 @@ func registerMetrics(cfg *config.Config, acct knfacct.Interface) (prometheus.Gat
 	opts := []metrics.Option{metrics.WithoutRuntimeCollectors()}
 	if acct != nil {
 		opts = append(opts, metrics.WithNFAcct(acct))
+	}
+	if localhostNodePortsOn(cfg) {
+		opts = append(opts, metrics.WithLocalhostNodePorts(nftables.NewRejectCounters(proxyFamilies(cfg.Mode))))
 	}
 	if err := metrics.Register(reg, metricsMode(cfg.Mode), opts...); err != nil {
 		return reg, err

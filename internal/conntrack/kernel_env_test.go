@@ -98,7 +98,7 @@ func newEnv(t *testing.T) *env {
 // does; the kernel keeps its table and flows.
 func (e *env) restartProxier() {
 	err := e.node.NS.Do(func() (err error) {
-		e.proxier, err = nftables.New(proxy.IPv4)
+		e.proxier, err = nftables.New(proxy.IPv4, nftables.Options{})
 		return err
 	})
 	if err != nil {

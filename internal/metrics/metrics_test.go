@@ -113,12 +113,19 @@ func touchAll(t *testing.T) {
 
 func gather(t *testing.T, mode string) map[string]*dto.MetricFamily {
 	t.Helper()
-	reg := prometheus.NewRegistry()
 	nf := fakeNFAcct{NFAcctCTStateInvalidDropped: 7, NFAcctLocalhostNodePortAccepted: 3}
-	if err := Register(reg, mode, WithNFAcct(nf)); err != nil {
+	return gatherWith(t, mode, func() { touchAll(t) }, WithNFAcct(nf))
+}
+
+// gatherWith registers mode's families with opts, runs touch, and gathers
+// them by name.
+func gatherWith(t *testing.T, mode string, touch func(), opts ...Option) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if err := Register(reg, mode, opts...); err != nil {
 		t.Fatalf("Register(%s): %v", mode, err)
 	}
-	touchAll(t)
+	touch()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather: %v", err)

@@ -15,6 +15,10 @@ type Option func(*registerOptions)
 
 type registerOptions struct {
 	nfacct NFAcctReader
+	// localhost reads the localhost node-port reject counters;
+	// localhostOn registers those families (nftables mode).
+	localhost   LocalhostRejects
+	localhostOn bool
 	// noRuntime leaves out go_*, process_* and kubernetes_build_info.
 	noRuntime bool
 }
@@ -58,6 +62,9 @@ func Register(reg prometheus.Registerer, mode string, opts ...Option) error {
 	}
 	if mode == ModeIPTables {
 		cs = append(cs, newNFAcctCollectors(o.nfacct)...)
+	}
+	if mode == ModeNFTables && o.localhostOn {
+		cs = append(cs, newLocalhostCollectors(o.localhost)...)
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

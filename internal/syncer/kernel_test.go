@@ -90,7 +90,7 @@ func backendFor(t *testing.T, env *scenario.Env, mode string, f scenario.Fam) Pr
 	var p Proxier
 	err := env.Node1.NS.Do(func() (err error) {
 		if mode == metrics.ModeNFTables {
-			p, err = nftables.New(f.Family)
+			p, err = nftables.New(f.Family, nftables.Options{})
 		} else {
 			p, err = iptables.New(context.Background(), f.Family, iptables.Options{Flavour: kiptables.FlavourNFT, SyncPeriod: 30 * time.Second})
 		}

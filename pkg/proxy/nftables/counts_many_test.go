@@ -238,7 +238,7 @@ func TestManyExternalIPsInKernel(t *testing.T) {
 			*sp = *wideState(e, n-1, local).Services[countsName("wide")]
 		})
 		err := ns.Do(func() error {
-			p, err := New(proxy.IPv4)
+			p, err := New(proxy.IPv4, Options{})
 			if err != nil {
 				return err
 			}
@@ -253,7 +253,7 @@ func TestManyExternalIPsInKernel(t *testing.T) {
 				if ops := p.last.operations; ops > e+8*n {
 					return fmt.Errorf("%s: %d operations, want ≤ %d (E+N)", step.what, ops, e+8*n)
 				}
-				restarted, err := New(proxy.IPv4)
+				restarted, err := New(proxy.IPv4, Options{})
 				if err != nil {
 					return err
 				}

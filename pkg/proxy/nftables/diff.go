@@ -199,7 +199,7 @@ func (s *store) diffSet(name string) []*unit {
 			commit: func() { e.present, e.isMap = true, d.isMap }}}
 	case e.desired == nil && e.present:
 		isMap := e.isMap
-		return []*unit{{phase: phaseSetDelete, sortBy: name,
+		return []*unit{{phase: setDeletePhase(name), sortBy: name,
 			ops: []func(*knftables.Transaction){func(tx *knftables.Transaction) {
 				if isMap {
 					tx.Delete(&knftables.Map{Name: name})
@@ -215,6 +215,18 @@ func (s *store) diffSet(name string) []*unit {
 		delete(s.sets, name)
 	}
 	return nil
+}
+
+// setDeletePhase is when a set that goes is deleted: after the chains, whose
+// rules may read it, except the localhost reject map, whose elements jump
+// to the reject chains: it goes before them (the filter-input rule that
+// reads it was rewritten in an earlier phase), or the kernel refuses to
+// delete a chain a verdict still names.
+func setDeletePhase(name string) int {
+	if name == mapLocalhostReject {
+		return phaseChainFlush
+	}
+	return phaseSetDelete
 }
 
 func setObject(d *setSpec) knftables.Object {
@@ -244,7 +256,7 @@ func (s *store) diffChain(name string) []*unit {
 				ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) }},
 				commit: func() { e.kernel = nil }},
 			{phase: phaseChainDel, sortBy: name,
-				ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Delete(&knftables.Chain{Name: name}) }},
+				ops:    append([]func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Delete(&knftables.Chain{Name: name}) }}, dropCounter(name)...),
 				commit: func() { delete(s.chains, name) }},
 		}
 	}
@@ -285,6 +297,11 @@ func (s *store) diffChain(name string) []*unit {
 		spec := *d.epMap
 		spec.size = size
 		elemOps = s.bindEndpointMap(u, &spec, m, live)
+	}
+	if c := chainCounter(name); c != "" {
+		// "add" keeps an existing counter's value: a rewritten chain
+		// counts on.
+		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(&knftables.Counter{Name: c}) })
 	}
 	for i, r := range d.rules {
 		rule := &knftables.Rule{Chain: name, Rule: r, Comment: knftables.PtrTo(ids[i])}
@@ -378,4 +395,19 @@ func chainObject(d *chainSpec) *knftables.Chain {
 		c.Priority = knftables.PtrTo(d.base.prio)
 	}
 	return c
+}
+
+// dropCounter returns the operations that delete a going chain's named
+// counter, after the chain (its rule references it). Add, then delete, as
+// upstream: the delete succeeds whether or not the counter is there (one
+// made by hand, or lost with a failed transaction).
+func dropCounter(chain string) []func(*knftables.Transaction) {
+	c := chainCounter(chain)
+	if c == "" {
+		return nil
+	}
+	return []func(*knftables.Transaction){func(tx *knftables.Transaction) {
+		tx.Add(&knftables.Counter{Name: c})
+		tx.Delete(&knftables.Counter{Name: c})
+	}}
 }

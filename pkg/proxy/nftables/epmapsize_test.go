@@ -93,7 +93,7 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = ns.Do(func() error {
-		p, err := New(proxy.IPv4)
+		p, err := New(proxy.IPv4, Options{})
 		if err != nil {
 			return err
 		}
@@ -110,7 +110,7 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 		if err := p.Sync(context.Background(), grownTo(20, 300)); err != nil {
 			return fmt.Errorf("growing: %w", err)
 		}
-		q, err := New(proxy.IPv4)
+		q, err := New(proxy.IPv4, Options{})
 		if err != nil {
 			return err
 		}

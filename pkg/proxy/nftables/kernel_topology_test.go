@@ -33,7 +33,7 @@ func newProxier(t *testing.T, env *scenario.Env, f scenario.Fam) *nftables.Proxi
 	t.Helper()
 	var p *nftables.Proxier
 	err := env.Node1.NS.Do(func() (err error) {
-		if p, err = nftables.New(f.Family); err != nil {
+		if p, err = nftables.New(f.Family, nftables.Options{}); err != nil {
 			return err
 		}
 		return p.Init(context.Background())

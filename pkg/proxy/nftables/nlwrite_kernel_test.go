@@ -89,7 +89,7 @@ func mustJSON(v any) string {
 // netlink element batches or nft only, in transactions of at most maxOps
 // operations, and returns the table's listing.
 func programTable(family proxy.IPFamily, st *desired.State, viaNetlink bool, maxOps int) (string, applyStats, error) {
-	p, err := New(family)
+	p, err := New(family, Options{})
 	if err != nil {
 		return "", applyStats{}, err
 	}
@@ -177,7 +177,7 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 		if err != nil {
 			return err
 		}
-		p, err := New(proxy.IPv4)
+		p, err := New(proxy.IPv4, Options{})
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,8 @@ type Proxier struct {
 	// ownSlots is config.ownSlots (tests lower it to give every service
 	// port with several external frontends chains of its own).
 	ownSlots int
+	// localhost is Options.LocalhostNodePorts.
+	localhost LocalhostNodePorts
 
 	readDone bool  // the existing table was read back
 	nlFamily uint8 // non-zero: a real kernel, read back over netlink
@@ -59,7 +61,7 @@ type globalInputs struct {
 }
 
 // New returns a Proxier for family that runs the nft binary.
-func New(family proxy.IPFamily) (*Proxier, error) {
+func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 	nft, err := knftables.New(specFor(family).family, TableName)
 	if err != nil {
 		return nil, fmt.Errorf("nftables %s: %w", family, err)
@@ -69,6 +71,7 @@ func New(family proxy.IPFamily) (*Proxier, error) {
 		return nil, fmt.Errorf("nftables %s: %w", family, err)
 	}
 	p := NewWithInterface(family, timeoutNFT{nft})
+	p.localhost = o.LocalhostNodePorts
 	p.nlFamily = nfproto(family)
 	p.nlElements = netlinkElements
 	p.run = nftRunner(path)
@@ -107,6 +110,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	cfg := newConfig(st)
 	cfg.kernelValue = p.store
 	cfg.ownSlots = p.ownSlots
+	cfg.localhost = p.localhost
 	p.store.clearDirty()
 	if full {
 		p.store.resetClaims()

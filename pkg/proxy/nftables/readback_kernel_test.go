@@ -89,7 +89,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 		for _, c := range proxytest.Cases() {
 			st := proxytest.BuildState(t, c, family)
 			err := ns.Do(func() error {
-				p, err := New(family)
+				p, err := New(family, Options{})
 				if err != nil {
 					return err
 				}
@@ -108,7 +108,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 					return fmt.Errorf("read-back saw almost nothing: %v", viaNft)
 				}
 				// And a restart with the same State sends nothing.
-				restarted, err := New(family)
+				restarted, err := New(family, Options{})
 				if err != nil {
 					return err
 				}
@@ -142,7 +142,7 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 	}
 	st := caseState(t, "loadBalancerSourceRanges", proxy.IPv4)
 	err = ns.Do(func() error {
-		p, err := New(proxy.IPv4)
+		p, err := New(proxy.IPv4, Options{})
 		if err != nil {
 			return err
 		}
@@ -158,7 +158,7 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 			return fmt.Errorf("tampering changed nothing")
 		}
 		for i, wantOps := range []string{"a few", "none"} {
-			q, err := New(proxy.IPv4)
+			q, err := New(proxy.IPv4, Options{})
 			if err != nil {
 				return err
 			}
@@ -224,7 +224,7 @@ func TestRestartOverNetlinkRemovesWhatWentAway(t *testing.T) {
 		before := caseState(t, "session affinity", family)
 		after := caseState(t, "cluster IP", family)
 		err := ns.Do(func() error {
-			p, err := New(family)
+			p, err := New(family, Options{})
 			if err != nil {
 				return err
 			}
@@ -236,7 +236,7 @@ func TestRestartOverNetlinkRemovesWhatWentAway(t *testing.T) {
 			if err := p.Sync(context.Background(), before); err != nil {
 				return err
 			}
-			q, err := New(family)
+			q, err := New(family, Options{})
 			if err != nil {
 				return err
 			}

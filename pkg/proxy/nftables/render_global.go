@@ -31,6 +31,8 @@ type config struct {
 	// many endpoint slots beyond one frontend's gets chains of its own
 	// (ownsExternal).
 	ownSlots int
+	// localhost is Options.LocalhostNodePorts.
+	localhost LocalhostNodePorts
 }
 
 func newConfig(st *desired.State) *config {
@@ -75,7 +77,8 @@ func renderGlobal(st *desired.State, c *config) *part {
 	filterPrio := knftables.DNATPriority + "-10"
 	p.addChain(&chainSpec{name: chainFilterPrerouting, base: base(knftables.FilterType, knftables.PreroutingHook, filterPrio),
 		rules: []string{newConn + "jump " + chainFirewallCheck}})
-	p.addChain(&chainSpec{name: chainFilterInput, base: base(knftables.FilterType, knftables.InputHook, filterPrio)})
+	p.addChain(&chainSpec{name: chainFilterInput, base: base(knftables.FilterType, knftables.InputHook, filterPrio),
+		rules: renderLocalhost(p, c)})
 	p.addChain(&chainSpec{name: chainFilterForward, base: base(knftables.FilterType, knftables.ForwardHook, filterPrio),
 		rules: []string{newConn + "jump " + chainClusterIPsCheck}})
 	p.addChain(&chainSpec{name: chainFilterOutput, base: base(knftables.FilterType, knftables.OutputHook, filterPrio),
@@ -118,10 +121,8 @@ func renderGlobal(st *desired.State, c *config) *part {
 
 	renderGlobalSets(p, c.fs)
 	if !st.NodePorts.All {
-		for _, a := range st.NodePorts.IPs {
-			if st.Family.Contains(a) {
-				p.addElem(setNodePortIPs, addrString(a), "")
-			}
+		for _, a := range nodePortIPs(st) {
+			p.addElem(setNodePortIPs, a, "")
 		}
 	}
 	return p

@@ -55,6 +55,7 @@ func renderService(c *config, sp *desired.ServicePort) *part {
 	if sp.NodePort != 0 {
 		s.p.addElem(mapServiceNodePorts, s.npKey(sp.NodePort), externalNP)
 	}
+	s.renderLocalhostElem()
 	s.renderFirewall()
 	s.renderHairpin()
 	return s.p

@@ -21,6 +21,7 @@ var (
 	ruleLine   = regexp.MustCompile(`^(?:add|insert) rule \S+ \S+ (\S+) (.*)$`)
 	chainLine  = regexp.MustCompile(`^(flush|delete) chain \S+ \S+ (\S+)`)
 	elemLine   = regexp.MustCompile(`^(add|delete) element \S+ \S+ (\S+) \{ (.*) \}$`)
+	mapDelLine = regexp.MustCompile(`^delete map \S+ \S+ (\S+)`)
 )
 
 func (r chainRefs) add(referrer, text string) {
@@ -35,6 +36,18 @@ func (r chainRefs) add(referrer, text string) {
 func (r chainRefs) drop(referrer string) {
 	for _, from := range r {
 		delete(from, referrer)
+	}
+}
+
+// dropMap drops the references of every element of map name: deleting a
+// map deletes its elements.
+func (r chainRefs) dropMap(name string) {
+	for _, from := range r {
+		for referrer := range from {
+			if strings.HasPrefix(referrer, "element "+name+" ") {
+				delete(from, referrer)
+			}
+		}
 	}
 }
 
@@ -72,6 +85,8 @@ func (f *strictFake) checkChainRefs(text string) error {
 			} else {
 				refs.add(referrer, value)
 			}
+		} else if m := mapDelLine.FindStringSubmatch(line); m != nil {
+			refs.dropMap(m[1])
 		} else if m := chainLine.FindStringSubmatch(line); m != nil {
 			refs.drop("chain " + m[2])
 			if m[1] == "delete" {

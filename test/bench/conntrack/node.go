@@ -74,7 +74,7 @@ func coldSync(lab *netnstest.Lab, role string, st *desired.State) (time.Duration
 	}
 	var d time.Duration
 	err = ns.Do(func() error {
-		p, err := nftables.New(proxy.IPv4)
+		p, err := nftables.New(proxy.IPv4, nftables.Options{})
 		if err != nil {
 			return err
 		}

@@ -60,7 +60,7 @@ func run() int {
 	}
 	makers := map[string]func() (backend, error){
 		"ipvs":     func() (backend, error) { return ipvs.New(proxy.IPv4, ipvs.Options{ReapInterval: -1}) },
-		"nftables": func() (backend, error) { return nftables.New(proxy.IPv4) },
+		"nftables": func() (backend, error) { return nftables.New(proxy.IPv4, nftables.Options{}) },
 	}
 	rows := map[int]map[string]*result{}
 	failed := false

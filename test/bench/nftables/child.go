@@ -78,7 +78,7 @@ func runChild(services, changes int, profile string) (*Result, error) {
 	ctx := context.Background()
 	var p *nftables.Proxier
 	if res.Init, err = measure(ns, func() (err error) {
-		if p, err = nftables.New(proxy.IPv4); err != nil {
+		if p, err = nftables.New(proxy.IPv4, nftables.Options{}); err != nil {
 			return err
 		}
 		return p.Init(ctx)
@@ -161,7 +161,7 @@ func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result, profile str
 	}
 	var p *nftables.Proxier
 	res.Restart, err = measure(ns, func() (err error) {
-		if p, err = nftables.New(proxy.IPv4); err != nil {
+		if p, err = nftables.New(proxy.IPv4, nftables.Options{}); err != nil {
 			return err
 		}
 		if err := p.Init(ctx); err != nil {

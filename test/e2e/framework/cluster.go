@@ -77,6 +77,9 @@ type Options struct {
 	// refuses the rules of Services named kernel-poison* as a kernel would
 	// refuse a normalization bug's (internal/faultinject). Test-only.
 	FaultInject bool
+	// ExtraConfig is appended to every node's KubeProxyConfiguration
+	// (top-level YAML fields: featureGates, nodePortAddresses, …).
+	ExtraConfig string
 }
 
 // Cluster is one running test cluster.

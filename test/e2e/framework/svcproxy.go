@@ -41,7 +41,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, c.Opts.Mode, n.Name, n.Kubecfg, ClusterCIDR, n.IP, sp, sp)
+`, c.Opts.Mode, n.Name, n.Kubecfg, ClusterCIDR, n.IP, sp, sp) + c.Opts.ExtraConfig
 	n.Config = filepath.Join(c.Work, n.Name+".yaml")
 	return os.WriteFile(n.Config, []byte(cfg), 0o644)
 }

@@ -126,7 +126,7 @@ func kernelBackends(t *testing.T, ns *netnstest.NS, family proxy.IPFamily) []bac
 	var nft *nftables.Proxier
 	var ipt *iptables.Proxier
 	err := ns.Do(func() (err error) {
-		if nft, err = nftables.New(family); err != nil {
+		if nft, err = nftables.New(family, nftables.Options{}); err != nil {
 			return err
 		}
 		if err = nft.Init(ctx); err != nil {
