@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/kiptables"
@@ -69,5 +71,32 @@ func TestTracerNoticesBrokenRules(t *testing.T) {
 	}
 	if got := newTracer(t, fake, st).trace(flow); got.Verdict != proxytest.Reject {
 		t.Errorf("without the cluster-IP rule: got %s, want REJECT (unknown port)", got)
+	}
+}
+
+// TestLoopbackNodePortAddresses: nodePortAddresses that select a loopback
+// address open node ports there only where upstream does — IPv4 with
+// localhostNodePorts — and only then add the KUBE-FIREWALL localnet rule;
+// ::1 never gets a rule (upstream logs and skips it).
+func TestLoopbackNodePortAddresses(t *testing.T) {
+	for _, family := range proxy.Families {
+		w := proxytest.WorldOf(family)
+		for _, on := range []bool{false, true} {
+			st := caseState(t, "node port on every local address by default", family)
+			st.NodePorts.All, st.NodePorts.IPs = false, []netip.Addr{w.NodeIP, w.Loopback}
+			fake, _ := syncFake(t, st, Options{LocalhostNodePorts: on})
+			opened := family == proxy.IPv4 && on
+			services := strings.Join(fake.Table(kiptables.TableNAT).Chains[chainServices].Rules, "\n")
+			if got := strings.Contains(services, "-d "+w.Loopback.String()+" "); got != opened {
+				t.Errorf("%s localhostNodePorts=%t: KUBE-SERVICES jumps for %s = %t, want %t:\n%s", family, on, w.Loopback, got, opened, services)
+			}
+			if !strings.Contains(services, "-d "+w.NodeIP.String()+" ") {
+				t.Errorf("%s localhostNodePorts=%t: no jump for the node IP:\n%s", family, on, services)
+			}
+			hasFirewall := len(fake.Table(kiptables.TableFilter).Chains[chainKubeletFirewall].Rules) > 0
+			if hasFirewall != opened {
+				t.Errorf("%s localhostNodePorts=%t: KUBE-FIREWALL localnet rule present = %t, want %t", family, on, hasFirewall, opened)
+			}
+		}
 	}
 }

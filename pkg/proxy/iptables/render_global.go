@@ -44,8 +44,10 @@ func newConfig(st *desired.State, opts *Options, largeCluster bool, acct counter
 		rejectPorts:  opts.RejectUnknownClusterIPPorts,
 	}
 	c.ifLocal, c.ifNotLocal = localMatches(st.Masquerade.Local)
-	if st.Family == proxy.IPv4 {
-		c.localhostV4 = (st.NodePorts.All && opts.LocalhostNodePorts) || slices.ContainsFunc(st.NodePorts.IPs, netip.Addr.IsLoopback)
+	// As upstream: localhost node ports are IPv4 only and only with
+	// localhostNodePorts, whatever nodePortAddresses selects.
+	if st.Family == proxy.IPv4 && opts.LocalhostNodePorts {
+		c.localhostV4 = st.NodePorts.All || slices.ContainsFunc(st.NodePorts.IPs, netip.Addr.IsLoopback)
 	}
 	return c
 }
@@ -124,6 +126,9 @@ func (r *renderer) nodePortJumps(out *lineBuffer) {
 		return
 	}
 	for _, ip := range r.cfg.nodePorts.IPs {
+		if ip.IsLoopback() && !r.cfg.localhostV4 {
+			continue // upstream logs and skips it (::1 never works; 127/8 needs route_localnet)
+		}
 		out.rule(chainServices, comment, w("-d", addr(ip), "-j", chainNodePorts))
 	}
 }
