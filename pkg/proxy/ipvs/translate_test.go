@@ -14,8 +14,8 @@ import (
 // mode differs"); everything else must match the reference exactly.
 func translate(st *desired.State, flow proxytest.Flow, want proxytest.Result) proxytest.Result {
 	// 1. No node ports on loopback addresses.
-	if flow.Dest.IsLoopback() && want.Verdict != proxytest.Accept {
-		return proxytest.Result{Verdict: proxytest.Accept}
+	if flow.Dest.IsLoopback() {
+		return proxytest.LoopbackNodePortUnserved(flow, want)
 	}
 	sp, lbIP := externalFrontend(st, flow)
 	if sp != nil {
