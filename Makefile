@@ -76,7 +76,8 @@ PROXY ?= svcproxy
 MODE ?= nftables
 cluster-up: ; PROXY=$(PROXY) MODE=$(MODE) hack/cluster.sh up
 cluster-down: ; hack/cluster.sh down
-e2e-upstream: ; PROXY=$(PROXY) MODE=$(MODE) hack/e2e-upstream.sh
+SUITE ?= all
+e2e-upstream: ; PROXY=$(PROXY) MODE=$(MODE) SUITE=$(SUITE) hack/e2e-upstream.sh
 
 clean:
 	rm -rf $(OUTPUT)
