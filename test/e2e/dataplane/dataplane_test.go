@@ -45,10 +45,10 @@ var scenarios = []scenario{
 	{"UDPFlowSurvivesPodReplacement", testUDPReplacement},
 	{"MalformedEndpointSlice", testMalformedSlice},
 	{"RulesDeletedByThirdParty", testRulesDeleted},
+	{"ServiceCIDRs", testServiceCIDRs},
 	{"RestartUnderLoad", testRestartUnderLoad},
 	{"APIServerOutage", testAPIServerOutage},
 	{"HealthzNodeDraining", testHealthzDraining},
-	{"ServiceCIDRs", testServiceCIDRs},
 }
 
 // modes: E2E_MODES narrows them (comma-separated), e.g. for a quick rerun.
