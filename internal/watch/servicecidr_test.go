@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -72,4 +74,28 @@ func prefixes(ss ...string) []netip.Prefix {
 		out = append(out, netip.MustParsePrefix(s))
 	}
 	return out
+}
+
+// After an API server outage the watch is open again within 1 s and
+// delivers (through reconnecting; client-go's own backoff applied a new
+// ServiceCIDR 25–60 s late after the e2e suite's outage).
+func TestServiceCIDRsReconnectAfterOutage(t *testing.T) {
+	t.Parallel()
+	client := fake.NewClientset()
+	o := newOutage(client, "servicecidrs")
+	var mu sync.Mutex
+	var last []netip.Prefix
+	w := NewServiceCIDRs(client, 0, func(c []netip.Prefix) { mu.Lock(); last = c; mu.Unlock() })
+	w.reconnect = fastReconnect
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cidr := map[string]string{"before": "10.96.0.0/16", "after": "10.100.0.0/24"}
+	o.run(t, func(fw *watch.FakeWatcher, name string) { fw.Add(serviceCIDR(name, cidr[name])) }, func(name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(last, netip.MustParsePrefix(cidr[name]))
+	})
 }

@@ -16,18 +16,11 @@ const DropTimeout = 700 * time.Millisecond
 
 // TrafficCases runs every connection check of family f against what is
 // programmed on node1 now (every Service of Services, as World.Apply
-// computed it).
+// computed it): ReachableCases, then the checks that time the kernel.
 func (e *Env) TrafficCases(t *testing.T, f Fam) {
-	t.Run("ClusterIPBalancesOverAllEndpoints", func(t *testing.T) { e.clusterIPBalances(t, f) })
-	t.Run("NodePortExternalIPAndLBIP", func(t *testing.T) { e.externalFrontends(t, f) })
-	t.Run("SourceRanges", func(t *testing.T) { e.sourceRanges(t, f) })
-	t.Run("Affinity", func(t *testing.T) { e.affinity(t, f) })
+	e.ReachableCases(t, f)
 	t.Run("AffinityExpires", func(t *testing.T) { e.affinityExpires(t, f) })
-	t.Run("ExternalTrafficPolicyLocal", func(t *testing.T) { e.externalLocal(t, f) })
-	t.Run("InternalTrafficPolicyLocal", func(t *testing.T) { e.internalLocal(t, f) })
 	t.Run("RejectWithoutEndpoints", func(t *testing.T) { e.reject(t, f) })
-	t.Run("Hairpin", func(t *testing.T) { e.hairpin(t, f) })
-	t.Run("TerminatingFallback", func(t *testing.T) { e.terminating(t, f) })
 }
 
 // ReachableCases is the part of TrafficCases that checks where traffic
