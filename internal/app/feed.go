@@ -36,6 +36,7 @@ func (d *daemon) startFeed(ctx context.Context, families []proxy.IPFamily) (*fee
 		}
 		tracker := model.NewTracker(family)
 		tracker.SetProblemReporter(d.events.invalidParts)
+		tracker.SetEventCounter(syncer.ChangeCounter{})
 		s := &atomic.Pointer[syncer.Syncer]{}
 		f.trackers[family], f.syncers[family] = tracker, s
 		targets = append(targets, watch.Target{Tracker: tracker, SyncNeeded: func() {

@@ -29,7 +29,6 @@ const readyPollInterval = time.Second
 // Tracker is what the syncer needs of a model.Tracker.
 type Tracker interface {
 	Synced() bool
-	Pending() (services, endpoints int)
 	Commit() (*model.Snapshot, model.Changes)
 }
 
@@ -120,9 +119,6 @@ func New(o Options) (*Syncer, error) {
 // tracker has synced, as upstream does.
 func (s *Syncer) Request() {
 	metrics.SyncProxyRulesLastQueuedTimestamp.WithLabelValues(s.family).Set(unixSeconds(s.clock.Now()))
-	services, endpoints := s.o.Tracker.Pending()
-	metrics.ServiceChangesPending.Set(float64(services))
-	metrics.EndpointChangesPending.Set(float64(endpoints))
 	if s.o.Health != nil && s.o.Tracker.Synced() {
 		s.o.Health.QueuedUpdate(s.o.Family)
 	}
@@ -189,6 +185,7 @@ func (s *Syncer) syncOnce() error {
 	}
 	start := s.clock.Now()
 	snap, changes := s.o.Tracker.Commit()
+	clearPending()
 	prev := s.prev
 	if s.needFull(node, start) {
 		prev = nil
@@ -254,11 +251,6 @@ func (s *Syncer) succeeded(prev, state *desired.State, changes model.Changes, st
 			metrics.NetworkProgrammingLatency.WithLabelValues(s.family).Observe(latency.Seconds())
 		}
 	}
-	metrics.ServiceChangesTotal.Add(float64(changes.ServiceEvents))
-	metrics.EndpointChangesTotal.Add(float64(changes.EndpointEvents))
-	services, endpoints := s.o.Tracker.Pending()
-	metrics.ServiceChangesPending.Set(float64(services))
-	metrics.EndpointChangesPending.Set(float64(endpoints))
 	s.noLocal.update(prev, state)
 	s.noLocal.publish(s.family)
 

@@ -130,6 +130,7 @@ func newFixture(t *testing.T, mode string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.tracker.SetEventCounter(ChangeCounter{})
 	f.syncer = s
 	return f
 }
@@ -298,6 +299,16 @@ func TestSuccessfulSyncUpdatesHealthAndMetrics(t *testing.T) {
 		svc.Spec.HealthCheckNodePort = 32000
 	}))
 	f.tracker.OnEndpointSliceUpdate(nil, webSlice(trigger, "10.0.1.1"))
+	// Counted per event, before any sync, as upstream's trackers do.
+	if got := counterValue(t, metrics.ServiceChangesTotal) - svcTotal; got != 1 {
+		t.Errorf("service_changes_total +%v before the sync, want +1", got)
+	}
+	if got := counterValue(t, metrics.EndpointChangesTotal) - epTotal; got != 1 {
+		t.Errorf("endpoint_changes_total +%v before the sync, want +1", got)
+	}
+	if s, e := gaugeValue(t, metrics.ServiceChangesPending), gaugeValue(t, metrics.EndpointChangesPending); s != 1 || e != 1 {
+		t.Errorf("pending gauges %v, %v before the sync, want 1, 1", s, e)
+	}
 	f.syncer.Request()
 	f.clock.Step(2 * time.Second)
 	f.mustSync()

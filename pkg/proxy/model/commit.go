@@ -18,9 +18,7 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 
 	c := &commit{
 		changes: Changes{
-			Changed:        map[proxy.ServicePortName]struct{}{},
-			ServiceEvents:  t.serviceEvents,
-			EndpointEvents: t.endpointEvents,
+			Changed: map[proxy.ServicePortName]struct{}{},
 		},
 		services:  newPortMapEditor(t.snapshot.Services),
 		endpoints: newPortMapEditor(t.snapshot.Endpoints),
@@ -41,7 +39,6 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 	clear(t.pendingPorts)
 	clear(t.pendingEps)
 	clear(t.triggerTimes)
-	t.serviceEvents, t.endpointEvents = 0, 0
 	t.snapshot = &Snapshot{
 		Family:    t.family,
 		Services:  c.services.done(),

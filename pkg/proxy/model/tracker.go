@@ -49,15 +49,34 @@ type Tracker struct {
 
 	// Services whose current state differs from the committed one. A present
 	// but empty set means "removed".
-	pendingPorts   map[proxy.ServiceName]portSet
-	pendingEps     map[proxy.ServiceName]endpointSet
-	triggerTimes   map[proxy.ServiceName][]time.Time
-	serviceEvents  int
-	endpointEvents int
+	pendingPorts map[proxy.ServiceName]portSet
+	pendingEps   map[proxy.ServiceName]endpointSet
+	triggerTimes map[proxy.ServiceName][]time.Time
 
 	// report, if set, is told what parsing ignored (SetProblemReporter).
 	report ProblemReporter
+	// count, if set, is told of every event taken (SetEventCounter).
+	count EventCounter
 }
+
+// EventCounter is told of each event a Tracker takes, as it takes it, the
+// way upstream's change trackers count them for
+// kubeproxy_sync_proxy_rules_{service,endpoint}_changes_{total,pending}:
+// per event and per tracker (a dual-stack Service event counts twice),
+// never per sync.
+type EventCounter interface {
+	// ServiceEvent is one Service event; pending is how many Services of
+	// this tracker now differ from the last commit.
+	ServiceEvent(pending int)
+	// EndpointSliceEvent is one event of an EndpointSlice of this family
+	// that names its Service; pending is false when it left nothing to do
+	// (the deletion of a slice never taken).
+	EndpointSliceEvent(pending bool)
+}
+
+// SetEventCounter makes the tracker tell c of every event it takes. Call
+// it before the first event.
+func (t *Tracker) SetEventCounter(c EventCounter) { t.count = c }
 
 // ProblemReporter is told, for an object just parsed, what parts of it were
 // ignored or overridden: each problem is a *Problem. kind is "Service" or
@@ -104,8 +123,11 @@ func (t *Tracker) OnServiceUpdate(old, new *v1.Service) bool {
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.serviceEvents++
-	return t.setServicePorts(name, ports)
+	changed := t.setServicePorts(name, ports)
+	if t.count != nil {
+		t.count.ServiceEvent(len(t.pendingPorts))
+	}
+	return changed
 }
 
 func (t *Tracker) setServicePorts(name proxy.ServiceName, ports []*ServicePort) bool {
@@ -166,11 +188,12 @@ func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) boo
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.endpointEvents++
+	owner, owned := t.sliceOwner[key]
+	t.countSliceEvent(obj, new != nil && parsed == nil, parsed != nil || owned)
 	changed := false
 	// A slice that is deleted, became invalid, or moved to another Service
 	// no longer counts for the Service it belonged to.
-	if owner, ok := t.sliceOwner[key]; ok && (parsed == nil || owner != parsed.service) {
+	if owned && (parsed == nil || owner != parsed.service) {
 		delete(t.sliceOwner, key)
 		delete(t.slices[owner], key.name)
 		if len(t.slices[owner]) == 0 {
@@ -189,6 +212,17 @@ func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) boo
 		changed = t.refreshEndpoints(parsed.service, parsed.triggerTime, false) || changed
 	}
 	return changed
+}
+
+// countSliceEvent tells the counter of a slice event. Upstream cannot file
+// a slice without its Service's name, so it counts neither such a slice
+// nor its deletion; a deletion may carry only the name (a relist found it
+// gone), which counts when the slice was taken.
+func (t *Tracker) countSliceEvent(obj *discoveryv1.EndpointSlice, unnamed, pending bool) {
+	if t.count == nil || unnamed || (!pending && obj.Labels[discoveryv1.LabelServiceName] == "") {
+		return
+	}
+	t.count.EndpointSliceEvent(pending)
 }
 
 // ownsSlice reports whether the slice counts for one of our Services. The

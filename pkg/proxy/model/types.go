@@ -106,10 +106,6 @@ type Changes struct {
 	// Changed holds every service port whose Service or endpoints differ from
 	// the previous commit. Changes that cancel out (A→B→A) are not in it.
 	Changed map[proxy.ServicePortName]struct{}
-	// ServiceEvents and EndpointEvents count the events folded into this
-	// commit (for kubeproxy_sync_proxy_rules_*_changes_total).
-	ServiceEvents  int
-	EndpointEvents int
 	// TriggerTimes are the endpoints.kubernetes.io/last-change-trigger-time
 	// values of the EndpointSlice changes consumed, for
 	// kubeproxy_network_programming_duration_seconds.
