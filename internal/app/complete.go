@@ -43,7 +43,13 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	cfg.ConfigFile = o.configFile
 	cfg.ServiceProxyName = o.serviceProxyName
 	cfg.Flags = map[string]string{}
-	fs.VisitAll(func(f *pflag.Flag) { cfg.Flags[f.Name] = f.Value.String() })
+	fs.VisitAll(func(f *pflag.Flag) {
+		// The removed flags only refuse themselves: /flagz lists kube-proxy's
+		// flags, which have none of them.
+		if _, removed := f.Value.(removedFlag); !removed {
+			cfg.Flags[f.Name] = f.Value.String()
+		}
+	})
 	return cfg, nil
 }
 

@@ -21,10 +21,19 @@ type response struct {
 	header      http.Header
 }
 
-func get(c *F.Cluster, url string) (response, error) {
+// get fetches url from the ext namespace, with an Accept header unless
+// accept is empty.
+func get(c *F.Cluster, url, accept string) (response, error) {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DialContext: F.DialerIn(c.NS("ext")), DisableKeepAlives: true, Proxy: nil}}
-	resp, err := client.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return response{}, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return response{}, err
 	}
@@ -70,26 +79,34 @@ func jsonPaths(prefix string, v any) []string {
 // compareEndpoints compares the metrics port's paths, :10256 and the
 // healthCheckNodePort of both nodes.
 func compareEndpoints(t *testing.T, c *F.Cluster, up, ours *F.Node, hcnp int32, diffs *differences) {
+	const z = ";g=config.k8s.io;v=v1beta1"
 	for _, ep := range []struct {
 		port      string
 		path      string
 		exactText bool
+		accept    string // the z-pages negotiate: text, JSON, YAML or 406
 	}{
-		{"10249", "/healthz", true},
-		{"10249", "/proxyMode", true},
-		{"10249", "/configz", false},
-		{"10249", "/flagz", false},
-		{"10249", "/statusz", false},
-		{"10249", "/metrics/slis", false},
-		{"10256", "/healthz", false},
-		{"10256", "/livez", false},
-		{fmt.Sprint(hcnp), "/", true},
+		{"10249", "/healthz", true, ""},
+		{"10249", "/proxyMode", true, ""},
+		{"10249", "/configz", false, ""},
+		{"10249", "/flagz", false, ""},
+		{"10249", "/flagz", false, "application/json" + z + ";as=Flagz"},
+		{"10249", "/flagz", false, "application/json;g=config.k8s.io;v=v1alpha1;as=Flagz"},
+		{"10249", "/flagz", false, "application/yaml" + z + ";as=Flagz"},
+		{"10249", "/flagz", true, "application/json"},
+		{"10249", "/statusz", false, ""},
+		{"10249", "/statusz", false, "application/json" + z + ";as=Statusz"},
+		{"10249", "/statusz", true, "application/json" + z + ";as=Flagz"},
+		{"10249", "/metrics/slis", false, ""},
+		{"10256", "/healthz", false, ""},
+		{"10256", "/livez", false, ""},
+		{fmt.Sprint(hcnp), "/", true, ""},
 	} {
-		u, err := get(c, fmt.Sprintf("http://%s:%s%s", up.IP, ep.port, ep.path))
+		u, err := get(c, fmt.Sprintf("http://%s:%s%s", up.IP, ep.port, ep.path), ep.accept)
 		if err != nil {
 			t.Fatalf("upstream %s%s: %v", ep.port, ep.path, err)
 		}
-		o, err := get(c, fmt.Sprintf("http://%s:%s%s", ours.IP, ep.port, ep.path))
+		o, err := get(c, fmt.Sprintf("http://%s:%s%s", ours.IP, ep.port, ep.path), ep.accept)
 		if err != nil {
 			t.Fatalf("svcproxy %s%s: %v", ep.port, ep.path, err)
 		}
@@ -97,12 +114,17 @@ func compareEndpoints(t *testing.T, c *F.Cluster, up, ours *F.Node, hcnp int32, 
 		if ep.port == fmt.Sprint(hcnp) {
 			key = "endpoint healthCheckNodePort"
 		}
+		if ep.accept != "" {
+			key += " Accept " + ep.accept
+		}
 		var found []string
 		if us, os := shape(u, ep.exactText), shape(o, ep.exactText); us != os {
 			found = append(found, fmt.Sprintf("upstream %q (%s), svcproxy %q (%s)", us, trimmed(u.body), os, trimmed(o.body)))
 		}
-		if w := "X-Load-Balancing-Endpoint-Weight"; u.header.Get(w) != o.header.Get(w) {
-			found = append(found, fmt.Sprintf("%s: upstream %q, svcproxy %q", w, u.header.Get(w), o.header.Get(w)))
+		for _, h := range []string{"X-Load-Balancing-Endpoint-Weight", "Warning"} {
+			if u.header.Get(h) != o.header.Get(h) {
+				found = append(found, fmt.Sprintf("%s: upstream %q, svcproxy %q", h, u.header.Get(h), o.header.Get(h)))
+			}
 		}
 		diffs.report(t, key, found)
 	}

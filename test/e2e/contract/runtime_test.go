@@ -22,8 +22,10 @@ import (
 // TestRuntime runs svcproxy on node-1 and upstream kube-proxy on node-2 of
 // one throwaway cluster (real kube-apiserver, nodes in network namespaces,
 // nftables mode, the same configuration file shape), gives both the same
-// Services, and compares what they serve: /metrics families, the health and
-// metrics-port endpoints, the healthCheckNodePort answer and the Events.
+// Services, and compares what they serve: /metrics families, the change
+// counters' values after the same events, the health and metrics-port
+// endpoints, the healthCheckNodePort answer and the Events; then again
+// without a mode (iptables) and with the localhost node-port gate on.
 func TestRuntime(t *testing.T) {
 	b := buildBinaries(t)
 	diffs := loadDifferences(t)
@@ -32,7 +34,8 @@ func TestRuntime(t *testing.T) {
 	svc := F.NewService("local", corev1.ServiceTypeLoadBalancer)
 	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	svc = c.CreateService(svc)
-	c.SetEndpoints(svc, F.EP{Pod: c.AddPod(n1, "ra")}, F.EP{Pod: c.AddPod(n2, "rb")})
+	eps := []F.EP{{Pod: c.AddPod(n1, "ra")}, {Pod: c.AddPod(n2, "rb")}}
+	c.SetEndpoints(svc, eps...)
 	if err := c.StartProxy(n1); err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +44,7 @@ func TestRuntime(t *testing.T) {
 	t.Run("nftables", func(t *testing.T) {
 		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
 		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
+		t.Run("changes", func(t *testing.T) { compareChangeCounters(t, c, n2, n1, svc, eps, 1, diffs) })
 	})
 	// Then both again without a mode: upstream 1.37 defaults to iptables,
 	// warns (KEP-5343) and records a KubeProxyDefaultMode event.
@@ -52,13 +56,31 @@ func TestRuntime(t *testing.T) {
 	if err := c.StartProxy(n1); err != nil {
 		t.Fatal(err)
 	}
-	startKubeProxy(t, c, n2, b.kubeProxy)
+	stopKubeProxy = startKubeProxy(t, c, n2, b.kubeProxy)
 	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
 	t.Run("default-mode", func(t *testing.T) {
 		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
 		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
+		t.Run("changes", func(t *testing.T) { compareChangeCounters(t, c, n2, n1, svc, eps, 2, diffs) })
 	})
 	t.Run("events", func(t *testing.T) { compareEvents(t, c, n2, n1, diffs) })
+	// Last, nftables with KEP-6032's alpha gate and loopback among the
+	// node-port addresses: the userspace localhost proxy and its metrics.
+	n1.Proxy.Stop(5 * time.Second)
+	stopKubeProxy()
+	for _, n := range []*F.Node{n1, n2} {
+		appendConfig(t, n.Config, localhostNodePortsConfig)
+	}
+	if err := c.StartProxy(n1); err != nil {
+		t.Fatal(err)
+	}
+	startKubeProxy(t, c, n2, b.kubeProxy)
+	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
+	t.Run("localhost-nodeports", func(t *testing.T) {
+		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
+		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
+		t.Run("changes", func(t *testing.T) { compareChangeCounters(t, c, n2, n1, svc, eps, 3, diffs) })
+	})
 	diffs.checkUsed(t, "metric ")
 	diffs.checkUsed(t, "endpoint ")
 }
@@ -72,6 +94,27 @@ func waitBoth(t *testing.T, c *F.Cluster, hcnp int32, nodes ...*F.Node) {
 			t.Fatalf("%s: %v", n.Name, err)
 		}
 		waitHCNP(t, c, n, hcnp)
+	}
+}
+
+// localhostNodePortsConfig turns on upstream's alpha localhost node ports
+// (nftables mode) with loopback named in nodePortAddresses.
+const localhostNodePortsConfig = `mode: nftables
+featureGates:
+  KubeProxyNFTablesLocalhostNodePorts: true
+nodePortAddresses: [primary, localhost]
+`
+
+// appendConfig adds top-level fields to a configuration file.
+func appendConfig(t *testing.T, path, fields string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("\n" + fields); err != nil {
+		t.Fatal(err)
 	}
 }
 
