@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"time"
 
 	"k8s.io/klog/v2"
 
@@ -105,37 +104,6 @@ func nodePortsOnLoopback(addrs []string) bool {
 func tcpBeLiberal() bool {
 	b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal")
 	return err == nil && strings.TrimSpace(string(b)) != "0"
-}
-
-// canaryChecker is implemented by backends whose rules others may delete
-// (an iptables flush by a firewall reload, an nftables table deleted by an
-// admin): the app polls it and forces a full sync when it fires.
-type canaryChecker interface {
-	CanaryMissing(ctx context.Context) (bool, error)
-}
-
-// monitorCanary polls p every period and asks s for a full sync whenever
-// the backend's canary is gone.
-func monitorCanary(ctx context.Context, p canaryChecker, s *syncer.Syncer, period time.Duration) {
-	logger := klog.FromContext(ctx)
-	ticker := time.NewTicker(period)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		missing, err := p.CanaryMissing(ctx)
-		if err != nil {
-			logger.Error(err, "Checking the dataplane canary failed")
-			continue
-		}
-		if missing {
-			logger.Info("Our rules were removed by someone else (canary gone); forcing a full sync")
-			s.RequestFull()
-		}
-	}
 }
 
 // metricsMode names cfg.Mode as the metrics package does.

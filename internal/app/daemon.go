@@ -159,11 +159,8 @@ func (d *daemon) run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	for family, s := range syncers {
+	for _, s := range syncers {
 		go s.Loop(ctx)
-		if c, ok := proxiers[family].(canaryChecker); ok {
-			go monitorCanary(ctx, c, s, d.cfg.SyncPeriod)
-		}
 	}
 	d.logger.Info("svcproxy started", "mode", d.cfg.Mode, "node", d.nodeName, "families", families)
 	select {

@@ -146,7 +146,7 @@ func (e *env) sync() (*desired.State, model.Changes) {
 		HostAddrs: []netip.Addr{n.IPv4}}
 	e.state = desired.Compute(e.state, snap, changes, node, desired.Options{Family: proxy.IPv4,
 		MasqueradeBit: 14, DetectLocalMode: "ClusterCIDR", ClusterCIDRs: []netip.Prefix{netnstest.ClusterCIDRv4}})
-	if err := n.NS.Do(func() error { return e.proxier.Sync(context.Background(), e.state) }); err != nil {
+	if err := n.NS.Do(func() error { return e.proxier.Sync(context.Background(), e.state, proxytest.ModeOf(e.state)) }); err != nil {
 		e.t.Fatalf("sync: %v", err)
 	}
 	return e.state, changes

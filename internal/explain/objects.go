@@ -48,7 +48,7 @@ func nftObjects(ctx context.Context, state *desired.State, e Explanation) ([]str
 	one := *state
 	one.Services = map[proxy.ServicePortName]*desired.ServicePort{e.Port.Name: e.Port}
 	one.Changed = nil
-	if err := nftables.NewWithInterface(state.Family, fake).Sync(ctx, &one); err != nil {
+	if err := nftables.NewWithInterface(state.Family, fake).Sync(ctx, &one, proxy.FullSync); err != nil {
 		return nil, fmt.Errorf("rendering %s for nftables: %w", e.Port.Name, err)
 	}
 	proto := strings.ToLower(string(e.Port.Protocol))

@@ -22,7 +22,8 @@ const PoisonPrefix = "kernel-poison"
 // Backend is what a Proxier wraps (syncer.Proxier's methods).
 type Backend interface {
 	Init(ctx context.Context) error
-	Sync(ctx context.Context, state *desired.State) error
+	Sync(ctx context.Context, state *desired.State, mode proxy.SyncMode) error
+	CanaryMissing(ctx context.Context) (bool, error)
 	Cleanup(ctx context.Context) error
 }
 
@@ -44,7 +45,7 @@ func Wrap(b Backend, mode string, family proxy.IPFamily) *Proxier {
 }
 
 // Sync is part of syncer.Proxier.
-func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
+func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
 	out := *st
 	out.Services = make(map[proxy.ServicePortName]*desired.ServicePort, len(st.Services))
 	for name, sp := range st.Services {
@@ -55,7 +56,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 		}
 		out.Services[name] = sp
 	}
-	err := p.Backend.Sync(ctx, &out)
+	err := p.Backend.Sync(ctx, &out, mode)
 	if err != nil {
 		p.Refused++
 	}

@@ -135,7 +135,7 @@ func programNode(t *testing.T, env *scenario.Env, family proxy.IPFamily, mode nf
 		if err != nil {
 			return err
 		}
-		return p.Sync(context.Background(), st)
+		return p.Sync(context.Background(), st, proxy.RecoverySync) // a new Proxier
 	})
 	if err != nil {
 		t.Fatalf("programming node1 (mode %d): %v", mode, err)

@@ -70,26 +70,28 @@ type isolation struct {
 	bad   map[proxy.ServicePortName]error
 }
 
-// program hands state to the Proxier. When that fails and service ports
-// changed, it finds the ones the kernel rejects, quarantines them and
-// programs everything else. It returns the State that is now programmed.
-// prev is the programmed State state was computed from (nil: from scratch).
-func (s *Syncer) program(state, prev *desired.State) (*desired.State, error) {
-	err := s.o.Proxier.Sync(s.ctx, state)
+// program hands state to the Proxier in mode. When that fails and service
+// ports changed, it finds the ones the kernel rejects, quarantines them and
+// programs everything else. It returns the State that is now programmed and
+// the mode the first attempt ran in. prev is the programmed State state was
+// computed from (nil: from scratch).
+func (s *Syncer) program(state, prev *desired.State, mode proxy.SyncMode) (*desired.State, proxy.SyncMode, error) {
+	mode, err := s.syncProxier(state, mode)
 	if err == nil {
-		return state, nil
+		return state, mode, nil
 	}
 	cands := candidates(state, prev)
 	if len(cands) == 0 {
-		return nil, err
+		return nil, mode, err
 	}
 	base := withServices(state, map[proxy.ServicePortName]*desired.ServicePort{})
 	if prev != nil {
 		// What the kernel had before: if even that fails, the fault is
-		// not in the changed ports.
+		// not in the changed ports. After the failure the Proxier's
+		// record of the kernel is suspect: a recovery sync.
 		base = withServices(state, prev.Services)
-		if berr := s.o.Proxier.Sync(s.ctx, base); berr != nil {
-			return nil, err
+		if _, berr := s.syncProxier(base, proxy.RecoverySync); berr != nil {
+			return nil, mode, err
 		}
 	}
 	klog.InfoS("Sync rejected; looking for the service ports responsible", "ipFamily", s.family, "candidates", len(cands), "err", err)
@@ -103,7 +105,7 @@ func (s *Syncer) program(state, prev *desired.State) (*desired.State, error) {
 	}
 	if ierr != nil || len(iso.bad) == 0 {
 		// Nothing consistent found (a transient or global failure).
-		return nil, errors.Join(err, ierr)
+		return nil, mode, errors.Join(err, ierr)
 	}
 	for name, berr := range iso.bad {
 		s.quarantined[name] = state.Services[name]
@@ -112,7 +114,7 @@ func (s *Syncer) program(state, prev *desired.State) (*desired.State, error) {
 			s.o.Quarantined(name, berr)
 		}
 	}
-	return good, nil
+	return good, mode, nil
 }
 
 // search returns good plus every candidate the kernel accepts with it.
@@ -144,17 +146,20 @@ func (iso *isolation) search(good *desired.State, cands []proxy.ServicePortName)
 	return iso.search(good, cands[mid:])
 }
 
-// try hands trial to the Proxier, saying what changed since the last State
-// it accepted (everything, after a rejection).
+// try hands trial to the Proxier: a partial sync of what changed since the
+// last State it accepted, or a recovery sync after a rejection (or a
+// reported loss), when its record of the kernel is suspect.
 func (iso *isolation) try(trial *desired.State) error {
 	iso.calls++
 	trial.Changed = nil
+	mode := proxy.RecoverySync
 	if iso.last != nil {
 		trial.Changed = changedBetween(iso.last, trial)
+		mode = proxy.PartialSync
 	}
-	err := iso.s.o.Proxier.Sync(iso.s.ctx, trial)
+	_, err := iso.s.syncProxier(trial, mode)
 	iso.last = nil
-	if err == nil {
+	if err == nil && !iso.s.recover {
 		iso.last = trial
 	}
 	return err

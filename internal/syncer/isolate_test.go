@@ -29,8 +29,8 @@ type poisonProxier struct {
 	global     error // fails every Sync when set
 }
 
-func (p *poisonProxier) Sync(ctx context.Context, s *desired.State) error {
-	_ = p.fakeProxier.Sync(ctx, s)
+func (p *poisonProxier) Sync(ctx context.Context, s *desired.State, mode proxy.SyncMode) error {
+	_ = p.fakeProxier.Sync(ctx, s, mode)
 	if p.global != nil {
 		return p.global
 	}

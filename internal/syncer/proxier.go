@@ -1,11 +1,13 @@
 // Package syncer runs one IP family's sync loop: it commits the tracker,
 // computes the desired state, hands it to a Proxier, and keeps the health
-// timestamps and sync metrics. It is the only place that knows about timing.
+// timestamps and sync metrics. It is the only place that knows about timing,
+// and the only place that decides whether a sync is full (see README.md).
 package syncer
 
 import (
 	"context"
 
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
@@ -14,10 +16,18 @@ import (
 type Proxier interface {
 	// Init does the privileged, idempotent setup (what --init-only runs).
 	Init(ctx context.Context) error
-	// Sync makes the kernel match state. It always receives the complete
-	// desired state; state.Changed (if non-nil) says what changed since the
-	// previous call. After an error the next call must reconcile fully.
-	Sync(ctx context.Context, state *desired.State) error
+	// Sync makes the kernel match state, reconciling as much as mode
+	// says; the syncer decides the mode, the backend obeys it. With
+	// proxy.PartialSync only the service ports in state.Changed differ
+	// from the previous successful call. After an error the next call is
+	// a proxy.RecoverySync. Sync reports with proxy.ErrStateLost and
+	// proxy.ErrFullSyncNeeded what the syncer must know for the next mode.
+	Sync(ctx context.Context, state *desired.State, mode proxy.SyncMode) error
+	// CanaryMissing reports whether the rules Sync programmed were removed
+	// behind the backend's back (a firewall reload, an admin); the syncer
+	// polls it every syncPeriod and answers true with a RecoverySync. It
+	// may run concurrently with Sync, and only reads the kernel.
+	CanaryMissing(ctx context.Context) (bool, error)
 	// Cleanup removes everything the backend ever programmed (--cleanup).
 	Cleanup(ctx context.Context) error
 }

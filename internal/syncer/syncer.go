@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,7 +61,8 @@ type Options struct {
 	ServiceHealth ServiceHealth
 	// MinSyncPeriod is the least time between syncs; SyncPeriod caps the
 	// exponential backoff of retries after failures (and is half the
-	// health timeout). See runner.Runner.
+	// health timeout), and paces the Proxier's canary check. See
+	// runner.Runner.
 	MinSyncPeriod time.Duration
 	SyncPeriod    time.Duration
 	// Clock defaults to the real clock.
@@ -85,13 +87,18 @@ type Syncer struct {
 	runner *runner.Runner
 	wake   chan struct{}
 	full   atomic.Bool // RequestFull was called
+	// canaryGone: the Proxier's canary was found missing (canary.go).
+	canaryGone atomic.Bool
 
 	// Owned by the loop goroutine.
 	ctx      context.Context
 	prev     *desired.State // what the Proxier last programmed; nil forces a full sync
 	prevNode desired.Node
 	lastFull time.Time
-	noLocal  noLocalCounts
+	// recover makes the next sync a RecoverySync: set at start, after a
+	// failure and when the Proxier reported proxy.ErrStateLost.
+	recover bool
+	noLocal noLocalCounts
 	// quarantined are service ports the kernel rejected (isolate.go).
 	quarantined quarantine
 }
@@ -108,7 +115,7 @@ func New(o Options) (*Syncer, error) {
 		o.Clock = clock.RealClock{}
 	}
 	s := &Syncer{o: o, family: string(o.Family), clock: o.Clock, wake: make(chan struct{}, 1), ctx: context.Background(),
-		quarantined: quarantine{}}
+		quarantined: quarantine{}, recover: true}
 	s.runner = runner.New("sync-"+s.family, s.syncOnce, o.MinSyncPeriod, o.SyncPeriod, FullSyncPeriod, o.Clock)
 	return s, nil
 }
@@ -147,6 +154,9 @@ func (s *Syncer) Loop(ctx context.Context) {
 	if !s.waitReady(ctx) {
 		return
 	}
+	var canary sync.WaitGroup
+	canary.Go(func() { s.watchCanary(ctx) })
+	defer canary.Wait()
 	s.runner.Loop(ctx)
 }
 
@@ -186,12 +196,17 @@ func (s *Syncer) syncOnce() error {
 	start := s.clock.Now()
 	snap, changes := s.o.Tracker.Commit()
 	clearPending()
+	mode := s.decide(node, start)
 	prev := s.prev
-	if s.needFull(node, start) {
+	if mode.Full() {
 		prev = nil
 	}
 	state := s.quarantined.filter(desired.Compute(prev, snap, changes, node, s.o.Compute), prev)
-	state, err := s.program(state, prev)
+	if !mode.Full() && !state.SameGlobals(s.prev) {
+		klog.V(2).InfoS("Node IPs, node port addresses, masquerading or service CIDRs changed; doing a full sync", "ipFamily", s.family)
+		mode = proxy.FullSync
+	}
+	state, mode, err := s.program(state, prev, mode)
 	metrics.QuarantinedServicePorts.WithLabelValues(s.family).Set(float64(len(s.quarantined)))
 	end := s.clock.Now()
 	metrics.SyncProxyRulesLatency.WithLabelValues(s.family).Observe(end.Sub(start).Seconds())
@@ -199,37 +214,71 @@ func (s *Syncer) syncOnce() error {
 		s.failed()
 		return fmt.Errorf("sync %s proxy rules: %w", s.family, err)
 	}
-	if prev == nil {
+	if mode.Full() {
 		s.lastFull = start
 	}
 	s.reportLosses(s.prev, state)
 	s.prev, s.prevNode = state, node
-	s.succeeded(prev, state, changes, start, end)
+	s.succeeded(prev, state, mode, changes, start, end)
 	return nil
 }
 
-// needFull reports whether this sync must reconcile everything: at start,
-// after a failure, when asked, when the node changed, and at least hourly.
-func (s *Syncer) needFull(node desired.Node, now time.Time) bool {
+// decide picks how much of the kernel this sync reconciles, before the
+// State is computed; syncOnce then upgrades a partial sync whose State
+// changed a global input (desired.State.SameGlobals), and syncProxier one
+// the Proxier refuses. Nothing else decides it.
+//
+//   - RecoverySync at start, after a failure, after the Proxier reported
+//     proxy.ErrStateLost and when its canary is gone: the Proxier's record
+//     of the kernel is not to be trusted;
+//   - FullSync when asked (RequestFull), when the node changed, and at
+//     least every FullSyncPeriod;
+//   - PartialSync otherwise.
+func (s *Syncer) decide(node desired.Node, now time.Time) proxy.SyncMode {
 	forced := s.full.Swap(false)
+	canaryGone := s.canaryGone.Swap(false)
+	lost := s.recover
+	s.recover = false
 	switch {
-	case s.prev == nil, forced:
-		return true
+	case lost, canaryGone, s.prev == nil:
+		return proxy.RecoverySync
+	case forced:
+		return proxy.FullSync
 	case !sameNode(s.prevNode, node):
 		klog.V(2).InfoS("Node changed; doing a full sync", "ipFamily", s.family)
-		return true
+		return proxy.FullSync
 	case now.Sub(s.lastFull) >= FullSyncPeriod:
 		// Retry what the kernel rejected, in case the cause was passing.
 		clear(s.quarantined)
-		return true
+		return proxy.FullSync
 	}
-	return false
+	return proxy.PartialSync
+}
+
+// syncProxier hands state to the Proxier in mode and reads its report: a
+// partial sync it refuses with proxy.ErrFullSyncNeeded is redone at once as
+// a full one, and proxy.ErrStateLost counts as done but makes the next sync
+// a recovery. It returns the mode the Proxier ran.
+func (s *Syncer) syncProxier(state *desired.State, mode proxy.SyncMode) (proxy.SyncMode, error) {
+	err := s.o.Proxier.Sync(s.ctx, state, mode)
+	if mode == proxy.PartialSync && errors.Is(err, proxy.ErrFullSyncNeeded) {
+		klog.V(2).InfoS("The backend needs a full sync", "ipFamily", s.family, "reason", err)
+		mode = proxy.FullSync
+		err = s.o.Proxier.Sync(s.ctx, state, mode)
+	}
+	if errors.Is(err, proxy.ErrStateLost) {
+		klog.InfoS("The backend lost track of the kernel; the next sync is a recovery sync", "ipFamily", s.family, "reason", err)
+		s.recover = true
+		err = nil
+	}
+	return mode, err
 }
 
 func (s *Syncer) failed() {
 	// The Proxier may have programmed part of the state: forget what it
-	// had, so the next sync is full.
+	// had, so the next sync is a recovery sync.
 	s.prev = nil
+	s.recover = true
 	switch s.o.Mode {
 	case metrics.ModeNFTables:
 		metrics.NFTablesSyncFailuresTotal.WithLabelValues(s.family).Inc()
@@ -238,9 +287,9 @@ func (s *Syncer) failed() {
 	}
 }
 
-func (s *Syncer) succeeded(prev, state *desired.State, changes model.Changes, start, end time.Time) {
+func (s *Syncer) succeeded(prev, state *desired.State, mode proxy.SyncMode, changes model.Changes, start, end time.Time) {
 	elapsed := end.Sub(start).Seconds()
-	if state.Changed == nil {
+	if mode.Full() {
 		metrics.SyncFullProxyRulesLatency.WithLabelValues(s.family).Observe(elapsed)
 	} else {
 		metrics.SyncPartialProxyRulesLatency.WithLabelValues(s.family).Observe(elapsed)
@@ -279,8 +328,9 @@ func (s *Syncer) reportLosses(prev, state *desired.State) {
 	}
 }
 
-// sameNode compares what every service port may depend on. HostAddrs is
-// left out on purpose: only node ports use it, Compute recomputes them on
+// sameNode compares what every service port may depend on (a test keeps
+// it complete). ServiceCIDRs reach the backend only as State.ServiceCIDRs,
+// which SameGlobals compares. HostAddrs is left out on purpose: only node ports use it, Compute recomputes them on
 // every call, and host addresses come and go with every pod whose veth has
 // one — a full recompute for each would be O(services) per pod start.
 func sameNode(a, b desired.Node) bool {

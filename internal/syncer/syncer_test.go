@@ -30,25 +30,41 @@ const (
 	syncPeriod    = 30 * time.Second
 )
 
-// fakeProxier records every State it is given and fails when told to.
+// fakeProxier records every State and mode it is given, fails when told
+// to, and reports its canary as told.
 type fakeProxier struct {
 	mu     sync.Mutex
 	states []*desired.State
+	modes  []proxy.SyncMode
 	fail   error
-	calls  chan *desired.State
+	// report, if set, answers the next Sync in mode (and is then cleared).
+	report     func(mode proxy.SyncMode) error
+	calls      chan *desired.State
+	canaryGone bool
+	canaryErr  error
 }
 
 func (p *fakeProxier) Init(context.Context) error    { return nil }
 func (p *fakeProxier) Cleanup(context.Context) error { return nil }
-func (p *fakeProxier) Sync(_ context.Context, s *desired.State) error {
+func (p *fakeProxier) Sync(_ context.Context, s *desired.State, mode proxy.SyncMode) error {
 	p.mu.Lock()
 	p.states = append(p.states, s)
+	p.modes = append(p.modes, mode)
 	err := p.fail
+	if p.report != nil {
+		err, p.report = p.report(mode), nil
+	}
 	p.mu.Unlock()
 	if p.calls != nil {
 		p.calls <- s
 	}
 	return err
+}
+
+func (p *fakeProxier) CanaryMissing(context.Context) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.canaryGone, p.canaryErr
 }
 
 func (p *fakeProxier) setFail(err error) {
@@ -59,12 +75,19 @@ func (p *fakeProxier) setFail(err error) {
 
 func (p *fakeProxier) last(t *testing.T) *desired.State {
 	t.Helper()
+	st, _ := p.lastCall(t)
+	return st
+}
+
+// lastCall is the State and mode of the last Sync.
+func (p *fakeProxier) lastCall(t *testing.T) (*desired.State, proxy.SyncMode) {
+	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.states) == 0 {
 		t.Fatal("Proxier.Sync never called")
 	}
-	return p.states[len(p.states)-1]
+	return p.states[len(p.states)-1], p.modes[len(p.modes)-1]
 }
 
 func (p *fakeProxier) count() int {

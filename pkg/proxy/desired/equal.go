@@ -36,3 +36,21 @@ func (d Dispatch) Equal(o Dispatch) bool {
 	}
 	return len(d.Endpoints) > 0 || d.Empty == o.Empty
 }
+
+// SameGlobals reports whether s and o agree on every field a backend
+// renders besides the service ports: when they do not, every shared object
+// may change, so the syncer makes the sync full. Services, Changed, Lost and
+// claims are per service port, and HealthChecks are served by the syncer,
+// not rendered. A nil State agrees with nothing.
+func (s *State) SameGlobals(o *State) bool {
+	if s == nil || o == nil {
+		return false
+	}
+	return s.Family == o.Family && slices.Equal(s.NodeIPs, o.NodeIPs) &&
+		s.NodePorts.All == o.NodePorts.All && slices.Equal(s.NodePorts.IPs, o.NodePorts.IPs) &&
+		s.Masquerade.Mark == o.Masquerade.Mark && s.Masquerade.All == o.Masquerade.All &&
+		s.Masquerade.Local.Mode == o.Masquerade.Local.Mode &&
+		s.Masquerade.Local.Interface == o.Masquerade.Local.Interface &&
+		slices.Equal(s.Masquerade.Local.CIDRs, o.Masquerade.Local.CIDRs) &&
+		slices.Equal(s.ServiceCIDRs, o.ServiceCIDRs)
+}

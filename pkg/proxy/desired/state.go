@@ -44,8 +44,9 @@ type State struct {
 	claims map[frontendKey]claim
 
 	// Changed holds the service ports whose ServicePort differs from the
-	// previous State handed to the same backend. nil means "unknown": the
-	// backend must reconcile everything (a full sync).
+	// prev State Compute was given. nil means "unknown" (computed from
+	// scratch): readers of the difference look at every port, and the
+	// syncer, which alone decides how a backend syncs, makes the sync full.
 	Changed map[proxy.ServicePortName]struct{}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // discard is an Interface that accepts everything and keeps only the size
@@ -60,7 +61,7 @@ func BenchmarkFullSync10kx10(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		p := NewWithInterface(proxy.IPv4, ipt, Options{})
-		if err := p.Sync(context.Background(), st); err != nil {
+		if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -71,7 +72,7 @@ func BenchmarkPartialSync10kx10(b *testing.B) {
 	st := bigState(10000, 10)
 	ipt := &discard{}
 	p := NewWithInterface(proxy.IPv4, ipt, Options{})
-	if err := p.Sync(context.Background(), st); err != nil {
+	if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 		b.Fatal(err)
 	}
 	var name proxy.ServicePortName
@@ -82,7 +83,7 @@ func BenchmarkPartialSync10kx10(b *testing.B) {
 	next.Changed = map[proxy.ServicePortName]struct{}{name: {}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := p.Sync(context.Background(), &next); err != nil {
+		if err := p.Sync(context.Background(), &next, proxytest.ModeOf(&next)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,12 +10,13 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
-// syncFake programs state into a fresh fake with opts and returns both.
+// syncFake programs state into a fresh fake with opts and returns both. The
+// first sync is a recovery, as the syncer's first sync is.
 func syncFake(t *testing.T, state *desired.State, opts Options) (*kiptables.Fake, *Proxier) {
 	t.Helper()
 	fake := kiptables.NewFake()
 	p := NewWithInterface(state.Family, fake, opts)
-	if err := p.Sync(context.Background(), state); err != nil {
+	if err := p.Sync(context.Background(), state, proxy.RecoverySync); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 	return fake, p

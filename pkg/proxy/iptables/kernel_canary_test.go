@@ -26,10 +26,10 @@ func scenarioClusterIP(f scenario.Fam) netip.AddrPort {
 
 // canaryRestores plays a firewalld reload: everything is flushed and every
 // user chain deleted from outside, in all tables of both families. Traffic
-// stops. A canary monitor like the daemon's (internal/app monitorCanary:
-// CanaryMissing every syncPeriod, then a sync) must bring every rule back
-// at its first check. The sync it triggers is handed a State that changes
-// nothing, so only the backend's own canary handling can make it full.
+// stops. A canary monitor like the syncer's (internal/syncer watchCanary:
+// CanaryMissing every syncPeriod, then a recovery sync) must bring every
+// rule back at its first check. The sync it triggers is handed a State
+// that changes nothing, so only the recovery mode can make it whole.
 func (k *kernel) canaryRestores(t *testing.T) {
 	ns := k.env.Node1.NS
 	before := map[proxy.IPFamily]string{}
@@ -112,7 +112,7 @@ type canaryCheck struct {
 	restoredAfter time.Duration // from the monitor's start to the end of the resync
 }
 
-// canaryMonitor is the daemon's canary loop for both families, recording
+// canaryMonitor is the syncer's canary loop for both families, recording
 // the first check of each.
 type canaryMonitor struct {
 	cancel context.CancelFunc
@@ -151,7 +151,7 @@ func (k *kernel) startCanaryMonitor() *canaryMonitor {
 func (m *canaryMonitor) check(f proxy.IPFamily, ns *netnstest.NS, p *iptables.Proxier, st *desired.State, start time.Time) {
 	missing, err := canaryMissing(ns, p)
 	if err == nil && missing {
-		err = ns.Do(func() error { return p.Sync(context.Background(), st) })
+		err = ns.Do(func() error { return p.Sync(context.Background(), st, proxy.RecoverySync) })
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

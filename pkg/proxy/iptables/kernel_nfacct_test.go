@@ -18,6 +18,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // The metric of each nfacct object (internal/metrics/nfacct.go).
@@ -70,7 +71,7 @@ func newNFAcctNode(t *testing.T, fl kiptables.Flavour) *nfacctNode {
 		t.Fatal(err)
 	}
 	st := n.env.NewWorld(scenario.Families[0]).Apply(t, n.env.ServiceNamed(t, "spread"))
-	if err := node.Do(func() error { return p.Sync(context.Background(), st) }); err != nil {
+	if err := node.Do(func() error { return p.Sync(context.Background(), st, proxytest.ModeOf(st)) }); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 	// iptables-save prints two spaces after --nfacct-name.

@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // Both flavours Debian's iptables package ships; a node runs one of them,
@@ -115,7 +116,7 @@ func (k *kernel) newProxier(t *testing.T, f proxy.IPFamily) *iptables.Proxier {
 // iptables-restore, which inherits the calling thread's namespace.
 func (k *kernel) sync(t *testing.T, p *iptables.Proxier, st *desired.State) {
 	t.Helper()
-	if err := k.env.Node1.NS.Do(func() error { return p.Sync(context.Background(), st) }); err != nil {
+	if err := k.env.Node1.NS.Do(func() error { return p.Sync(context.Background(), st, proxytest.ModeOf(st)) }); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 }

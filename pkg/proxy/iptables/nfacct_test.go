@@ -77,7 +77,7 @@ func TestNFAcctEnsuredOnFullSyncs(t *testing.T) {
 	st := upstreamState()
 	fake, p := syncFake(t, st, Options{LocalhostNodePorts: true, NFAcct: acct})
 	ensures := acct.Ensures()
-	if err := p.Sync(ctx, withEndpoints(st, svcName("ns4", "svc4"), "10.180.0.4:80")); err != nil {
+	if err := p.Sync(ctx, withEndpoints(st, svcName("ns4", "svc4"), "10.180.0.4:80"), proxy.PartialSync); err != nil {
 		t.Fatal(err)
 	}
 	if p.last.full || acct.Ensures() != ensures {
@@ -86,7 +86,7 @@ func TestNFAcctEnsuredOnFullSyncs(t *testing.T) {
 	acct.EnsureErr = nil
 	full := *st
 	full.Changed = nil
-	if err := p.Sync(ctx, &full); err != nil {
+	if err := p.Sync(ctx, &full, proxytest.ModeOf(&full)); err != nil {
 		t.Fatal(err)
 	}
 	if got := acctRules(fake)[nfacctLocalhostNodePorts]; got != 3 {

@@ -7,7 +7,6 @@ package iptables
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/kiptables"
@@ -58,9 +57,8 @@ type Proxier struct {
 	opts   Options
 	probs  probabilities
 
-	needFull  atomic.Bool // the next sync must be full
-	counters  counters    // the nfacct objects the last full sync ensured
-	cfg       *config     // config of the last successful sync
+	counters  counters // the nfacct objects the last full sync ensured
+	cfg       *config  // config of the last successful sync
 	entries   map[proxy.ServicePortName]*entry
 	natOwned  map[string]struct{} // our per-service nat chains in the kernel
 	lastSweep time.Time
@@ -98,9 +96,7 @@ func NewWithInterface(family proxy.IPFamily, ipt kiptables.Interface, opts Optio
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p := &Proxier{family: family, ipt: ipt, opts: opts}
-	p.needFull.Store(true)
-	return p
+	return &Proxier{family: family, ipt: ipt, opts: opts}
 }
 
 // Init is part of syncer.Proxier: it sets route_localnet when localhost
@@ -123,10 +119,12 @@ func (p *Proxier) ensureLocalnet() error {
 	return nil
 }
 
-// CanaryMissing reports whether our canary chain is gone from any table,
-// which means someone flushed iptables (firewalld reload, an admin); the
-// next Sync is then full. The app calls it every syncPeriod and asks for a
-// sync when it returns true.
+// CanaryMissing is part of syncer.Proxier: it reports whether our canary
+// chain (KUBE-PROXY-CANARY, as upstream's, in mangle, nat and filter) is
+// gone from any table, which means someone flushed iptables (a firewalld
+// reload, an admin). The syncer polls it every syncPeriod and answers true
+// with a recovery sync, which recreates the canaries, jumps and chains. It
+// only reads the kernel, so it may run beside Sync.
 func (p *Proxier) CanaryMissing(ctx context.Context) (bool, error) {
 	for _, t := range canaryTables {
 		ok, err := p.ipt.ChainExists(ctx, t, chainCanary)
@@ -134,7 +132,6 @@ func (p *Proxier) CanaryMissing(ctx context.Context) (bool, error) {
 			return false, fmt.Errorf("checking canary in %s: %w", t, err)
 		}
 		if !ok {
-			p.needFull.Store(true)
 			return true, nil
 		}
 	}
@@ -144,7 +141,6 @@ func (p *Proxier) CanaryMissing(ctx context.Context) (bool, error) {
 // Cleanup is part of syncer.Proxier: it removes this family's jumps and
 // chains (--cleanup).
 func (p *Proxier) Cleanup(ctx context.Context) error {
-	p.needFull.Store(true)
 	p.cfg, p.entries, p.natOwned = nil, nil, nil
 	return cleanup(ctx, p.ipt)
 }

@@ -15,25 +15,32 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
-// Sync is part of syncer.Proxier. A full sync rewrites every chain we own;
-// a partial one (state.Changed non-nil, nothing global changed) rewrites
-// the top-level chains and only the changed ports' own chains. Both are a
-// single iptables-restore --noflush, atomic per table.
-func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
+// Sync is part of syncer.Proxier. A full sync rewrites every chain we own
+// and recreates the canaries and jumps; a partial one rewrites the
+// top-level chains and only the changed ports' own chains. Both are a
+// single iptables-restore --noflush, atomic per table. A recovery sync is
+// a full one: that already checks the kernel (the jumps, the stale-chain
+// sweep), and a failed restore has dropped the record it would distrust.
+func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
 	if st.Family != p.family {
 		return fmt.Errorf("iptables %s proxier got a %s state", p.family, st.Family)
 	}
-	// Swap, not Load: a canary loss noticed while this sync runs must
-	// survive it.
-	full := p.needFull.Swap(false) || st.Changed == nil || p.entries == nil
+	full := mode.Full()
+	if !full && p.entries == nil {
+		return fmt.Errorf("iptables %s: no record of the service chains: %w", p.family, proxy.ErrFullSyncNeeded)
+	}
 	if full {
 		p.counters = p.ensureCounters()
 	}
 	cfg := newConfig(st, &p.opts, countEndpoints(st) > largeClusterEndpoints, p.counters)
-	full = full || !cfg.equal(p.cfg)
+	if !full && !cfg.equal(p.cfg) {
+		// The syncer makes a change of the State's globals full, and the
+		// options are fixed: this is large-cluster mode flipping, which
+		// changes the text of every endpoint chain.
+		return fmt.Errorf("iptables %s: the rendering of every chain changed: %w", p.family, proxy.ErrFullSyncNeeded)
+	}
 	err := p.sync(ctx, st, cfg, full)
 	if err != nil {
-		p.needFull.Store(true)
 		if !full {
 			metrics.IPTablesPartialRestoreFailuresTotal.WithLabelValues(string(p.family)).Inc()
 		}

@@ -49,7 +49,7 @@ func TestPartialSyncRewritesOnlyChangedChains(t *testing.T) {
 	before := fake.Dump()
 
 	next := withEndpoints(st, svcName("ns4", "svc4"), "10.180.0.4:80", "10.180.0.6:80")
-	if err := p.Sync(ctx, next); err != nil {
+	if err := p.Sync(ctx, next, proxytest.ModeOf(next)); err != nil {
 		t.Fatal(err)
 	}
 	if p.last.full {
@@ -100,7 +100,7 @@ func TestPartialSyncRemovesService(t *testing.T) {
 		}
 	}
 	next.Changed = map[proxy.ServicePortName]struct{}{name: {}}
-	if err := p.Sync(ctx, &next); err != nil {
+	if err := p.Sync(ctx, &next, proxytest.ModeOf(&next)); err != nil {
 		t.Fatal(err)
 	}
 	if dump := fake.Dump(); strings.Contains(dump, namesOf(name).svc) || strings.Contains(dump, "ns4/svc4") {
@@ -114,19 +114,23 @@ func TestPartialSyncRemovesService(t *testing.T) {
 	}
 }
 
-// TestFailureForcesFullSync: a failed partial restore counts as a partial
-// failure, and the next sync is full even though it has a Changed set.
-func TestFailureForcesFullSync(t *testing.T) {
+// TestFailureThenRecoverySync: a failed partial restore counts as a partial
+// failure and drops the Proxier's record, so it refuses a partial sync; the
+// recovery sync the syncer sends after a failure is full.
+func TestFailureThenRecoverySync(t *testing.T) {
 	st := upstreamState()
 	fake, p := syncFake(t, st, Options{})
 	fake.RestoreHook = func([]byte) error { return errors.New("injected failure") }
 	next := withEndpoints(st, svcName("ns4", "svc4"), "10.180.0.4:80")
-	if err := p.Sync(ctx, next); err == nil {
+	if err := p.Sync(ctx, next, proxytest.ModeOf(next)); err == nil {
 		t.Fatal("Sync succeeded despite the failing restore")
 	}
 	fake.RestoreHook = nil
 	again := withEndpoints(next, svcName("ns1", "svc1"), "10.180.0.1:80")
-	if err := p.Sync(ctx, again); err != nil {
+	if err := p.Sync(ctx, again, proxy.PartialSync); !errors.Is(err, proxy.ErrFullSyncNeeded) {
+		t.Fatalf("partial sync after a failure: %v, want proxy.ErrFullSyncNeeded", err)
+	}
+	if err := p.Sync(ctx, again, proxy.RecoverySync); err != nil {
 		t.Fatal(err)
 	}
 	if !p.last.full {
@@ -145,7 +149,7 @@ func TestRestartWithSameStateChangesNothing(t *testing.T) {
 	fake, _ := syncFake(t, st, Options{})
 	before := fake.Dump()
 	p2 := NewWithInterface(proxy.IPv4, fake, Options{})
-	if err := p2.Sync(ctx, st); err != nil {
+	if err := p2.Sync(ctx, st, proxytest.ModeOf(st)); err != nil {
 		t.Fatal(err)
 	}
 	if after := fake.Dump(); after != before {
@@ -160,7 +164,7 @@ func TestStartSweepsLeftovers(t *testing.T) {
 	st := upstreamState()
 	delete(st.Services, svcName("ns4", "svc4"))
 	p2 := NewWithInterface(proxy.IPv4, fake, Options{})
-	if err := p2.Sync(ctx, st); err != nil {
+	if err := p2.Sync(ctx, st, proxytest.ModeOf(st)); err != nil {
 		t.Fatal(err)
 	}
 	if dump := fake.Dump(); strings.Contains(dump, "ns4/svc4") {
@@ -168,9 +172,10 @@ func TestStartSweepsLeftovers(t *testing.T) {
 	}
 }
 
-// TestCanaryLossForcesFullSync: a flushed table is noticed, and the next
-// sync (even with a Changed set) is full and restores jumps and canaries.
-func TestCanaryLossForcesFullSync(t *testing.T) {
+// TestCanaryLossThenRecoverySync: a flushed table is noticed, and the
+// recovery sync the syncer answers with (its State has a Changed set) is
+// full and restores jumps and canaries.
+func TestCanaryLossThenRecoverySync(t *testing.T) {
 	st := upstreamState()
 	fake, p := syncFake(t, st, Options{})
 	if missing, err := p.CanaryMissing(ctx); err != nil || missing {
@@ -182,11 +187,11 @@ func TestCanaryLossForcesFullSync(t *testing.T) {
 		t.Fatalf("CanaryMissing after deletion = %t, %v", missing, err)
 	}
 	next := withEndpoints(st, svcName("ns1", "svc1"), "10.180.0.1:80")
-	if err := p.Sync(ctx, next); err != nil {
+	if err := p.Sync(ctx, next, proxy.RecoverySync); err != nil {
 		t.Fatal(err)
 	}
 	if !p.last.full {
-		t.Error("sync after canary loss was partial")
+		t.Error("recovery sync after canary loss was partial")
 	}
 	if fake.Dump() != before {
 		t.Errorf("tables not restored:\n%s", proxytest.LineDiff(before, fake.Dump()))
@@ -271,9 +276,23 @@ func TestLargeClusterMode(t *testing.T) {
 	if len(svc) != 1002 || strings.Contains(svc[1], "comment") || !strings.Contains(svc[0], "comment") {
 		t.Errorf("SVC chain in large-cluster mode: %d rules, first two %q", len(svc), svc[:2])
 	}
-	small, _ := syncFake(t, st, Options{})
+	small, sp := syncFake(t, st, Options{})
 	if !strings.Contains(small.Dump(), `--comment "ns4/svc4:p80 -> 10.180.0.4:80"`) {
 		t.Error("small cluster lost its endpoint comments")
+	}
+
+	// Crossing the threshold changes every endpoint chain's text: the
+	// Proxier refuses a partial sync, and the syncer redoes it fully.
+	grown := withEndpoints(st, name, eps...)
+	before := len(small.Restores)
+	if err := sp.Sync(ctx, grown, proxy.PartialSync); !errors.Is(err, proxy.ErrFullSyncNeeded) {
+		t.Fatalf("partial sync into large-cluster mode: %v, want proxy.ErrFullSyncNeeded", err)
+	}
+	if len(small.Restores) != before {
+		t.Error("the refused partial sync ran iptables-restore")
+	}
+	if err := sp.Sync(ctx, grown, proxy.FullSync); err != nil || !sp.cfg.largeCluster {
+		t.Fatalf("full sync into large-cluster mode: %v (large=%t)", err, sp.cfg.largeCluster)
 	}
 }
 
@@ -285,7 +304,7 @@ func TestPartialSyncRewritesChangedTopLevel(t *testing.T) {
 	st := upstreamState()
 	fake, p := syncFake(t, st, Options{})
 	next := withEndpoints(st, svcName("ns4", "svc4"))
-	if err := p.Sync(ctx, next); err != nil {
+	if err := p.Sync(ctx, next, proxytest.ModeOf(next)); err != nil {
 		t.Fatal(err)
 	}
 	input := string(fake.Restores[len(fake.Restores)-1])

@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // counting wraps the real kernel clients and counts the writes that
@@ -119,7 +120,7 @@ func (e *vmEnv) newProxier(t *testing.T, f scenario.Fam, opts ipvs.Options) (*ip
 func (e *vmEnv) sync(t *testing.T, p *ipvs.Proxier, st *desired.State) {
 	t.Helper()
 	start := time.Now()
-	if err := e.node1.NS.Do(func() error { return p.Sync(context.Background(), st) }); err != nil {
+	if err := e.node1.NS.Do(func() error { return p.Sync(context.Background(), st, proxytest.ModeOf(st)) }); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 	t.Logf("sync of %d service ports took %v", len(st.Services), time.Since(start))

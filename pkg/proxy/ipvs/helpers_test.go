@@ -59,7 +59,7 @@ func newProxier(f *fakes, family proxy.IPFamily, opts Options) *Proxier {
 
 func mustSync(t *testing.T, p *Proxier, st *desired.State) {
 	t.Helper()
-	if err := p.Sync(context.Background(), st); err != nil {
+	if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 }

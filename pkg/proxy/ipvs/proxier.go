@@ -83,7 +83,6 @@ type Proxier struct {
 	store       *store
 	terminating map[rsKey]time.Time // since when a real server is at weight 0
 	needRead    bool                // adopt the kernel's objects before the next diff
-	needFull    bool
 	global      *globalInputs
 	rulesText   []byte // iptables input last applied
 	setsReady   bool
@@ -93,8 +92,10 @@ type Proxier struct {
 }
 
 // globalInputs is what every service port's rendering may depend on
-// besides the port itself: the node-port addresses. A change makes the
-// sync full. (The masquerade policy only shapes the iptables rules.)
+// besides the port itself: the node-port addresses, which depend on the
+// host's addresses, read here and not carried by the State. A change makes
+// the Proxier refuse a partial sync (proxy.ErrFullSyncNeeded). (The
+// masquerade policy only shapes the iptables rules.)
 type globalInputs struct {
 	nodePorts []netip.Addr
 }
@@ -141,47 +142,56 @@ func NewWithClients(family proxy.IPFamily, opts Options, c Clients) *Proxier {
 		opts.MasqueradeBit = 14
 	}
 	return &Proxier{family: family, opts: opts, c: c, store: newStore(),
-		terminating: map[rsKey]time.Time{}, needRead: true, needFull: true}
+		terminating: map[rsKey]time.Time{}, needRead: true}
 }
 
-// Sync is part of syncer.Proxier.
-func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
+// Sync is part of syncer.Proxier. A full sync also rewrites the iptables
+// rules, repairing them; a recovery sync first re-adopts the kernel's
+// virtual servers and ipsets.
+func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
 	if st.Family != p.family {
 		return fmt.Errorf("ipvs %s proxier got a %s state", p.family, st.Family)
 	}
 	p.startReaper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if st.Changed == nil {
-		p.needFull = true // also rewrites the iptables rules, repairing them
+	if mode == proxy.RecoverySync {
+		p.needRead = true
 	}
-	err := p.sync(ctx, st)
+	if !mode.Full() && p.needRead {
+		return fmt.Errorf("ipvs %s: the kernel's objects are not read back: %w", p.family, proxy.ErrFullSyncNeeded)
+	}
+	err := p.sync(ctx, st, mode.Full())
+	if errors.Is(err, proxy.ErrFullSyncNeeded) {
+		return err
+	}
 	if err != nil {
-		// Re-adopt the kernel's objects next time: whatever failed may
-		// have been changed behind our back.
-		p.needRead, p.needFull = true, true
+		// Re-adopt the kernel's objects: whatever failed may have been
+		// changed behind our back (the syncer's next sync is a recovery).
+		p.needRead = true
 		return fmt.Errorf("syncing ipvs %s: %w", p.family, err)
 	}
-	p.needFull = false
 	return nil
 }
 
-func (p *Proxier) sync(ctx context.Context, st *desired.State) error {
-	if err := p.ensureBase(ctx, st); err != nil {
+func (p *Proxier) sync(ctx context.Context, st *desired.State, full bool) error {
+	if err := p.ensureBase(ctx, st, full); err != nil {
 		return err
 	}
 	if p.needRead {
 		if err := p.readBack(); err != nil {
 			return err
 		}
-		p.needRead, p.needFull = false, true
+		p.needRead = false
 	}
 	host, err := p.c.Link.HostAddrs(DummyLink)
 	if err != nil {
 		return fmt.Errorf("listing host addresses: %w", err)
 	}
 	g := &globalInputs{nodePorts: nodePortAddrs(st, host)}
-	full := p.needFull || !p.global.equal(g)
+	if !full && !p.global.equal(g) {
+		return fmt.Errorf("ipvs %s: the node port addresses changed: %w", p.family, proxy.ErrFullSyncNeeded)
+	}
 	cfg := &renderConfig{family: p.family, scheduler: p.opts.Scheduler, nodePortAddrs: g.nodePorts}
 	if full {
 		p.store.resetClaims()
@@ -202,9 +212,9 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State) error {
 }
 
 // ensureBase creates the dummy link and the ipsets, and (re)writes the
-// iptables rules when the masquerade policy changed. The sets must exist
-// before the rules that match on them.
-func (p *Proxier) ensureBase(ctx context.Context, st *desired.State) error {
+// iptables rules in a full sync or when the masquerade policy changed. The
+// sets must exist before the rules that match on them.
+func (p *Proxier) ensureBase(ctx context.Context, st *desired.State, full bool) error {
 	if err := p.c.Link.EnsureDummy(DummyLink); err != nil {
 		return err
 	}
@@ -219,7 +229,7 @@ func (p *Proxier) ensureBase(ctx context.Context, st *desired.State) error {
 		m.Mark = 1 << uint(p.opts.MasqueradeBit)
 	}
 	text := renderIptables(p.family, m)
-	if p.needFull || !slices.Equal(text, p.rulesText) {
+	if full || !slices.Equal(text, p.rulesText) {
 		if err := p.c.Iptables.Restore(ctx, text); err != nil {
 			p.rulesText = nil
 			return fmt.Errorf("restoring iptables rules: %w", err)

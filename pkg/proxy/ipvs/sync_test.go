@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 func ep(ip netip.Addr) netip.AddrPort { return netip.AddrPortFrom(ip, 8080) }
@@ -287,11 +288,19 @@ func TestFailedSyncRecovers(t *testing.T) {
 		}
 		return nil
 	}
-	if err := p.Sync(context.Background(), st); err == nil {
+	if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err == nil {
 		t.Fatal("sync with a failing kernel succeeded")
 	}
 	f.ipvs.FailOn = nil
-	mustSync(t, p, changed(st, nil)) // a partial state: the proxier must still go full
+	// After a failure the Proxier refuses a partial sync; the syncer's
+	// answer to a failure is a recovery sync.
+	next := changed(st, nil)
+	if err := p.Sync(context.Background(), next, proxy.PartialSync); !errors.Is(err, proxy.ErrFullSyncNeeded) {
+		t.Fatalf("partial sync after a failure: %v, want proxy.ErrFullSyncNeeded", err)
+	}
+	if err := p.Sync(context.Background(), next, proxy.RecoverySync); err != nil {
+		t.Fatal(err)
+	}
 	if got := dests(t, f, vsKey(a.ClusterIP, 80)); got[ep(w4.LocalPod(1))] != 1 {
 		t.Errorf("after recovery: %v", got)
 	}

@@ -11,7 +11,8 @@ import (
 )
 
 // A table deleted behind the Proxier's back is noticed by the canary, and
-// the next sync, though it carries no change, recreates it exactly.
+// the recovery sync the syncer answers with, though the State carries no
+// change, recreates it exactly.
 func TestCanaryRestoresDeletedTable(t *testing.T) {
 	ctx := context.Background()
 	for _, family := range proxy.Families {
@@ -34,9 +35,8 @@ func TestCanaryRestoresDeletedTable(t *testing.T) {
 		if missing, err := p.CanaryMissing(ctx); err != nil || !missing {
 			t.Fatalf("%s: canary after the table was deleted: missing=%v err=%v", family, missing, err)
 		}
-		// A partial sync request: the lost table must still be rebuilt whole.
 		unchanged := withChange(st, anyService(t, st, 1), func(*desired.ServicePort) {})
-		mustSync(t, p, unchanged)
+		mustSyncIn(t, p, unchanged, proxy.RecoverySync)
 		if got := sortedDump(fake); got != want {
 			t.Errorf("%s: table not restored:\n%s\nwant:\n%s", family, got, want)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // cleanupFailingNFT rejects transactions that delete chains while armed,
@@ -38,7 +39,8 @@ func cleanupFailures(t *testing.T) float64 {
 
 // TestCleanupFailureIsCountedNotFatal: as upstream's, a failed deletion of
 // stale chains counts nftables_cleanup_failures_total and does not fail a
-// sync that programmed everything else; the next sync retries it.
+// sync that programmed everything else: the sync reports proxy.ErrStateLost,
+// and the recovery sync the syncer answers with retries it.
 func TestCleanupFailureIsCountedNotFatal(t *testing.T) {
 	st := caseState(t, "session affinity", proxy.IPv4)
 	fake := &cleanupFailingNFT{strictFake: newStrictFake(knftables.IPv4Family)}
@@ -48,8 +50,8 @@ func TestCleanupFailureIsCountedNotFatal(t *testing.T) {
 	empty := withoutServices(st)
 	before := cleanupFailures(t)
 	fake.fail = true
-	if err := p.Sync(context.Background(), empty); err != nil {
-		t.Fatalf("a failed cleanup failed the sync: %v", err)
+	if err := p.Sync(context.Background(), empty, proxytest.ModeOf(empty)); !errors.Is(err, proxy.ErrStateLost) {
+		t.Fatalf("a failed cleanup: %v, want proxy.ErrStateLost (done, but the next sync a recovery)", err)
 	}
 	if got := cleanupFailures(t) - before; got != 1 {
 		t.Errorf("nftables_cleanup_failures_total +%v, want +1", got)
@@ -64,7 +66,10 @@ func TestCleanupFailureIsCountedNotFatal(t *testing.T) {
 	fake.fail = false
 	again := *empty
 	again.Changed = map[proxy.ServicePortName]struct{}{}
-	mustSync(t, p, &again)
+	if err := p.Sync(context.Background(), &again, proxy.PartialSync); !errors.Is(err, proxy.ErrFullSyncNeeded) {
+		t.Fatalf("partial sync after the lost state: %v, want proxy.ErrFullSyncNeeded", err)
+	}
+	mustSyncIn(t, p, &again, proxy.RecoverySync)
 	if sortedDump(fake.strictFake) != sortedDump(ref) {
 		t.Errorf("the sync after a failed cleanup left objects behind:\n%s", fake.Dump())
 	}

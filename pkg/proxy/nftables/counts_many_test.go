@@ -247,7 +247,7 @@ func TestManyExternalIPsInKernel(t *testing.T) {
 				st   *desired.State
 				what string
 			}{{st, "cold sync"}, {next, "one endpoint fewer"}} {
-				if err := p.Sync(context.Background(), step.st); err != nil {
+				if err := p.Sync(context.Background(), step.st, proxytest.ModeOf(step.st)); err != nil {
 					return fmt.Errorf("%s: %w", step.what, err)
 				}
 				if ops := p.last.operations; ops > e+8*n {
@@ -259,7 +259,7 @@ func TestManyExternalIPsInKernel(t *testing.T) {
 				}
 				full := *step.st
 				full.Changed = nil
-				if err := restarted.Sync(context.Background(), &full); err != nil {
+				if err := restarted.Sync(context.Background(), &full, proxytest.ModeOf(&full)); err != nil {
 					return fmt.Errorf("restart after %s: %w", step.what, err)
 				}
 				if ops := restarted.last.operations; ops != 0 {

@@ -215,7 +215,8 @@ func TestDetectorChangeRewritesDispatchChains(t *testing.T) {
 	next := countsState(3)
 	next.Masquerade.Local = desired.LocalDetector{Mode: desired.LocalInterfacePrefix, Interface: "veth"}
 	next.Changed = map[proxy.ServicePortName]struct{}{}
-	mustSync(t, p, next)
+	// A new detector is global: the syncer makes the sync full.
+	mustSyncIn(t, p, next, proxy.FullSync)
 	ref := newStrictFake(knftables.IPv4Family)
 	mustSync(t, NewWithInterface(proxy.IPv4, ref), next)
 	if got, want := sortedDump(fake), sortedDump(ref); got != want {

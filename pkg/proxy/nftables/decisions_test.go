@@ -43,7 +43,7 @@ func TestUnrenderableRoutesFail(t *testing.T) {
 		sp.Routes = &r
 	}
 	p := NewWithInterface(state.Family, newStrictFake(specFor(state.Family).family))
-	if err := p.Sync(context.Background(), state); err == nil || !strings.Contains(err.Error(), "cannot render routes") {
+	if err := p.Sync(context.Background(), state, proxytest.ModeOf(state)); err == nil || !strings.Contains(err.Error(), "cannot render routes") {
 		t.Errorf("Sync = %v, want a rendering error", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // grownTo is benchState(to) marked as a partial sync from benchState(from):
@@ -98,7 +99,7 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 			return err
 		}
 		defer func() { _ = p.Cleanup(context.Background()) }()
-		if err := p.Sync(context.Background(), benchState(20)); err != nil {
+		if err := p.Sync(context.Background(), benchState(20), proxytest.ModeOf(benchState(20))); err != nil {
 			return err
 		}
 		small := map[string]uint64{}
@@ -107,14 +108,14 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 				small[name] = m.size
 			}
 		}
-		if err := p.Sync(context.Background(), grownTo(20, 300)); err != nil {
+		if err := p.Sync(context.Background(), grownTo(20, 300), proxytest.ModeOf(grownTo(20, 300))); err != nil {
 			return fmt.Errorf("growing: %w", err)
 		}
 		q, err := New(proxy.IPv4, Options{})
 		if err != nil {
 			return err
 		}
-		if err := q.Sync(context.Background(), benchState(300)); err != nil {
+		if err := q.Sync(context.Background(), benchState(300), proxytest.ModeOf(benchState(300))); err != nil {
 			return fmt.Errorf("restart: %w", err)
 		}
 		if q.last.operations != 0 {

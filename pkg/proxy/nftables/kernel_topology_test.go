@@ -9,6 +9,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // The kernel tests run in internal/netnstest/scenario's topology (a
@@ -48,7 +49,7 @@ func newProxier(t *testing.T, env *scenario.Env, f scenario.Fam) *nftables.Proxi
 // inherits the namespace of the calling thread.
 func syncIn(t *testing.T, env *scenario.Env, p *nftables.Proxier, st *desired.State) {
 	t.Helper()
-	if err := env.Node1.NS.Do(func() error { return p.Sync(context.Background(), st) }); err != nil {
+	if err := env.Node1.NS.Do(func() error { return p.Sync(context.Background(), st, proxytest.ModeOf(st)) }); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 }

@@ -97,7 +97,7 @@ func programTable(family proxy.IPFamily, st *desired.State, viaNetlink bool, max
 	if err := p.Cleanup(context.Background()); err != nil {
 		return "", applyStats{}, err
 	}
-	if err := p.Sync(context.Background(), st); err != nil {
+	if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 		return "", applyStats{}, err
 	}
 	list, err := listTableJSON(family)
@@ -186,7 +186,7 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 		if err := p.Cleanup(context.Background()); err != nil {
 			return err
 		}
-		if err := p.Sync(context.Background(), &early); err != nil {
+		if err := p.Sync(context.Background(), &early, proxytest.ModeOf(&early)); err != nil {
 			return err
 		}
 		// The frontends the late service's sync adds, taken behind our
@@ -211,12 +211,12 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 		if err != nil {
 			return err
 		}
-		err = p.Sync(context.Background(), &partial)
+		err = p.Sync(context.Background(), &partial, proxytest.ModeOf(&partial))
 		if err == nil || !strings.Contains(err.Error(), "over netlink") {
 			return fmt.Errorf("sync over a conflicting element: got %v, want a netlink batch error", err)
 		}
-		if !p.needFull {
-			return fmt.Errorf("after a failed sync the next one is not full")
+		if p.readDone {
+			return fmt.Errorf("after a failed sync the Proxier still trusts its record of the table")
 		}
 		after, err := listTableJSON(proxy.IPv4)
 		if err != nil {
@@ -247,7 +247,8 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 				return fmt.Errorf("the failed sync changed frontends (%d lines before; - before, + after):\n%s", len(a), diffLines(a, b))
 			}
 		}
-		if err := p.Sync(context.Background(), &partial); err != nil {
+		// After a failure the syncer's next sync is a recovery.
+		if err := p.Sync(context.Background(), &partial, proxy.RecoverySync); err != nil {
 			return fmt.Errorf("retry: %w", err)
 		}
 		got, err := listTableJSON(proxy.IPv4)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"os/exec"
 	"slices"
 	"sync/atomic"
@@ -40,24 +39,11 @@ type Proxier struct {
 	// nlElements: element runs go to the kernel as netlink batches
 	// (nlwrite.go) instead of through nft; set from netlinkElements.
 	nlElements bool
-	needFull   bool // the next sync must reconcile everything
-	global     *globalInputs
 	last       applyStats
 
-	// programmed is set once a sync succeeded; tableLost is raised by
-	// CanaryMissing (another goroutine) and consumed by the next Sync.
+	// programmed is set once a sync succeeded, for CanaryMissing (which
+	// may run on another goroutine).
 	programmed atomic.Bool
-	tableLost  atomic.Bool
-}
-
-// globalInputs are the State fields every rule may depend on; when they
-// change, every shared chain may change, so the sync is full.
-type globalInputs struct {
-	nodeIPs    []netip.Addr
-	nodePorts  desired.NodePortAddrs
-	masquerade desired.Masquerade
-	// serviceCIDRs are in the cluster-ips-check chain's drop rule.
-	serviceCIDRs []netip.Prefix
 }
 
 // New returns a Proxier for family that runs the nft binary.
@@ -82,31 +68,37 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 // knftables.NewFake(family, TableName)).
 func NewWithInterface(family proxy.IPFamily, nft knftables.Interface) *Proxier {
 	return &Proxier{family: family, nft: nft, run: nft.Run, store: newStore(), maxOps: defaultMaxOps,
-		ownSlots: defaultOwnSlots, needFull: true}
+		ownSlots: defaultOwnSlots}
 }
 
 // Init is part of syncer.Proxier. The nftables backend needs no privileged
 // setup beyond what Sync does.
 func (p *Proxier) Init(context.Context) error { return nil }
 
-// Sync is part of syncer.Proxier.
-func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
+// Sync is part of syncer.Proxier. A RecoverySync forgets what this Proxier
+// committed and reads the table back first (at start; after a failure;
+// after someone deleted the table), so that the full sync recreates
+// whatever is missing. A full sync renders every part, a partial one only
+// the ports in st.Changed; either sends only the difference.
+func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
 	if st.Family != p.family {
 		return fmt.Errorf("nftables %s proxier got a %s state", p.family, st.Family)
 	}
-	if p.tableLost.Swap(false) {
-		// Someone deleted our table: forget what we committed and read
-		// the kernel again, so the full sync below recreates everything.
-		p.store, p.readDone, p.needFull = newStore(), false, true
+	if mode == proxy.RecoverySync {
+		p.store, p.readDone = newStore(), false
 	}
 	if !p.readDone {
+		if !mode.Full() {
+			// The store was dropped after a failure: there is nothing
+			// to apply a difference to.
+			return fmt.Errorf("nftables %s: the table is not read back: %w", p.family, proxy.ErrFullSyncNeeded)
+		}
 		if err := p.store.readBack(ctx, p.nft, p.nlFamily); err != nil {
 			return fmt.Errorf("reading back table %s: %w", TableName, err)
 		}
 		p.readDone = true
 	}
-	g := &globalInputs{nodeIPs: st.NodeIPs, nodePorts: st.NodePorts, masquerade: st.Masquerade, serviceCIDRs: st.ServiceCIDRs}
-	full := p.needFull || st.Changed == nil || !p.global.equal(g)
+	full := mode.Full()
 	cfg := newConfig(st)
 	cfg.kernelValue = p.store
 	cfg.ownSlots = p.ownSlots
@@ -124,9 +116,9 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 			p.store.replace(name, pt)
 		}
 	}
-	// Any failure, including one part-way through, makes the next sync
-	// full; the store already reflects whatever did commit.
-	p.needFull = true
+	// After any failure, including one part-way through, the syncer's
+	// next sync is a recovery; the store already reflects whatever did
+	// commit.
 	if cfg.err != nil {
 		// Nothing was sent, but the store holds the rendered parts: read
 		// the kernel again before the next sync.
@@ -145,8 +137,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	p.last = stats
 	var cleanup *cleanupError
 	if errors.As(err, &cleanup) {
-		p.cleanupFailed(cleanup)
-		return nil
+		return p.cleanupFailed(cleanup)
 	}
 	if err != nil {
 		// The store is true to what this Proxier committed, but the
@@ -156,8 +147,6 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 		return fmt.Errorf("syncing nftables %s: %w", p.family, err)
 	}
 	p.store.clearDirty()
-	p.needFull = false
-	p.global = g
 	p.programmed.Store(true)
 	return nil
 }
@@ -165,14 +154,15 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 // cleanupFailed handles a sync that programmed the State but could not
 // delete some stale chains or sets. As upstream, that does not fail the
 // sync (nothing refers to them any more); it counts
-// kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total and reads the
-// kernel back before the next sync, which is full and so retries them.
-func (p *Proxier) cleanupFailed(err *cleanupError) {
+// kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total and reports
+// proxy.ErrStateLost, so that the next sync is a recovery sync: it reads
+// the kernel back and so retries them.
+func (p *Proxier) cleanupFailed(err *cleanupError) error {
 	klog.ErrorS(err, "nftables cleanup of stale objects failed; will retry", "ipFamily", p.family)
 	metrics.NFTablesCleanupFailuresTotal.WithLabelValues(string(p.family)).Inc()
 	p.store, p.readDone = newStore(), false
-	p.global = nil
 	p.programmed.Store(true)
+	return fmt.Errorf("nftables %s: %w: %w", p.family, err, proxy.ErrStateLost)
 }
 
 // fullClaims renders every part and claims it. Into an empty store (a
@@ -210,7 +200,7 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 
 // Cleanup is part of syncer.Proxier: it deletes this family's table.
 func (p *Proxier) Cleanup(ctx context.Context) error {
-	p.store, p.readDone, p.needFull, p.global = newStore(), false, true, nil
+	p.store, p.readDone = newStore(), false
 	return deleteTable(ctx, p.nft)
 }
 
@@ -238,17 +228,4 @@ func deleteTable(ctx context.Context, nft knftables.Interface) error {
 		return fmt.Errorf("deleting table %s: %w", TableName, err)
 	}
 	return nil
-}
-
-func (g *globalInputs) equal(o *globalInputs) bool {
-	if g == nil || o == nil {
-		return false
-	}
-	return slices.Equal(g.nodeIPs, o.nodeIPs) &&
-		g.nodePorts.All == o.nodePorts.All && slices.Equal(g.nodePorts.IPs, o.nodePorts.IPs) &&
-		g.masquerade.Mark == o.masquerade.Mark && g.masquerade.All == o.masquerade.All &&
-		g.masquerade.Local.Mode == o.masquerade.Local.Mode &&
-		g.masquerade.Local.Interface == o.masquerade.Local.Interface &&
-		slices.Equal(g.masquerade.Local.CIDRs, o.masquerade.Local.CIDRs) &&
-		slices.Equal(g.serviceCIDRs, o.serviceCIDRs)
 }

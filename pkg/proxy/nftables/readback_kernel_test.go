@@ -97,7 +97,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				// in chains of its own, to cover that shape too.
 				p.ownSlots = 0
 				defer func() { _ = p.Cleanup(context.Background()) }()
-				if err := p.Sync(context.Background(), st); err != nil {
+				if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 					return err
 				}
 				viaNft, viaNetlink := readBoth(t, family, p.nft)
@@ -115,7 +115,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				restarted.ownSlots = 0
 				full := *st
 				full.Changed = nil
-				if err := restarted.Sync(context.Background(), &full); err != nil {
+				if err := restarted.Sync(context.Background(), &full, proxytest.ModeOf(&full)); err != nil {
 					return err
 				}
 				if n := restarted.last.operations; n != 0 {
@@ -147,7 +147,7 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 			return err
 		}
 		defer func() { _ = p.Cleanup(context.Background()) }()
-		if err := p.Sync(context.Background(), st); err != nil {
+		if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 			return err
 		}
 		want, _ := readBoth(t, proxy.IPv4, p.nft)
@@ -162,7 +162,7 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if err := q.Sync(context.Background(), st); err != nil {
+			if err := q.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 				return fmt.Errorf("restart %d: %w", i+1, err)
 			}
 			if ops := q.last.operations; (i == 0 && (ops == 0 || ops > 20)) || (i == 1 && ops != 0) {
@@ -229,18 +229,18 @@ func TestRestartOverNetlinkRemovesWhatWentAway(t *testing.T) {
 				return err
 			}
 			defer func() { _ = p.Cleanup(context.Background()) }()
-			if err := p.Sync(context.Background(), after); err != nil {
+			if err := p.Sync(context.Background(), after, proxytest.ModeOf(after)); err != nil {
 				return err
 			}
 			want, _ := readBoth(t, family, p.nft)
-			if err := p.Sync(context.Background(), before); err != nil {
+			if err := p.Sync(context.Background(), before, proxytest.ModeOf(before)); err != nil {
 				return err
 			}
 			q, err := New(family, Options{})
 			if err != nil {
 				return err
 			}
-			if err := q.Sync(context.Background(), after); err != nil {
+			if err := q.Sync(context.Background(), after, proxytest.ModeOf(after)); err != nil {
 				return fmt.Errorf("restart: %w", err)
 			}
 			if _, got := readBoth(t, family, q.nft); !slices.Equal(got, want) {

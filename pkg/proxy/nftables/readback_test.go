@@ -12,6 +12,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // TestFailureRereadsTheTable: an element deleted behind the Proxier's back
@@ -33,12 +34,12 @@ func TestFailureRereadsTheTable(t *testing.T) {
 	if err := fake.Run(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Sync(context.Background(), changed); err == nil {
+	if err := p.Sync(context.Background(), changed, proxytest.ModeOf(changed)); err == nil {
 		t.Fatalf("deleting an element that is gone did not fail; the test needs a fake that refuses it:\n%s", fake.LastTransaction)
 	}
 	again := *changed
 	again.Changed = map[proxy.ServicePortName]struct{}{}
-	mustSync(t, p, &again)
+	mustSyncIn(t, p, &again, proxy.RecoverySync) // the syncer's answer to a failure
 	ref := newStrictFake(knftables.IPv4Family)
 	mustSync(t, NewWithInterface(proxy.IPv4, ref), &again)
 	if sortedDump(fake) != sortedDump(ref) {

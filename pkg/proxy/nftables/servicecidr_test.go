@@ -36,7 +36,9 @@ func TestServiceCIDRsDropUnallocated(t *testing.T) {
 		for _, c := range tc.cidrs {
 			next.ServiceCIDRs = append(next.ServiceCIDRs, netip.MustParsePrefix(c))
 		}
-		mustSync(t, p, &next)
+		// A change of ServiceCIDRs is global: the syncer makes it full
+		// (desired.State.SameGlobals).
+		mustSyncIn(t, p, &next, proxy.FullSync)
 		want := []string{reject}
 		if tc.want != "" {
 			want = append(want, tc.want)

@@ -27,10 +27,22 @@ func caseState(t *testing.T, name string, family proxy.IPFamily) *desired.State 
 	return nil
 }
 
+// mustSync syncs st in the mode the syncer would pick when only the State
+// speaks (a new Proxier's first sync is a recovery, as the syncer's is).
 func mustSync(t *testing.T, p *Proxier, st *desired.State) applyStats {
 	t.Helper()
-	if err := p.Sync(context.Background(), st); err != nil {
-		t.Fatalf("Sync: %v", err)
+	mode := proxytest.ModeOf(st)
+	if !p.programmed.Load() {
+		mode = proxy.RecoverySync
+	}
+	return mustSyncIn(t, p, st, mode)
+}
+
+// mustSyncIn syncs st in mode, as the syncer decided it.
+func mustSyncIn(t *testing.T, p *Proxier, st *desired.State, mode proxy.SyncMode) applyStats {
+	t.Helper()
+	if err := p.Sync(context.Background(), st, mode); err != nil {
+		t.Fatalf("Sync (%s): %v", mode, err)
 	}
 	return p.last
 }
@@ -171,7 +183,10 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 	return f.strictFake.Run(ctx, tx)
 }
 
-func TestFailureMakesNextSyncFull(t *testing.T) {
+// TestFailureThenRecoverySync: after a failed sync the Proxier drops its
+// record of the table and refuses a partial sync; the recovery sync the
+// syncer sends after a failure reconciles everything.
+func TestFailureThenRecoverySync(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
 	fake := &failingNFT{strictFake: newStrictFake(knftables.IPv4Family)}
 	p := NewWithInterface(proxy.IPv4, fake)
@@ -179,13 +194,16 @@ func TestFailureMakesNextSyncFull(t *testing.T) {
 	name := anyService(t, st, 1)
 	changed := withChange(st, name, func(sp *desired.ServicePort) { sp.Internal.Endpoints = nil })
 	fake.fail = true
-	if err := p.Sync(context.Background(), changed); err == nil {
+	if err := p.Sync(context.Background(), changed, proxytest.ModeOf(changed)); err == nil {
 		t.Fatal("injected failure not reported")
 	}
 	// The next state says nothing changed, yet the failed change must land.
 	again := *changed
 	again.Changed = map[proxy.ServicePortName]struct{}{}
-	mustSync(t, p, &again)
+	if err := p.Sync(context.Background(), &again, proxy.PartialSync); !errors.Is(err, proxy.ErrFullSyncNeeded) {
+		t.Fatalf("partial sync after a failure: %v, want proxy.ErrFullSyncNeeded", err)
+	}
+	mustSyncIn(t, p, &again, proxy.RecoverySync)
 	ref := newStrictFake(knftables.IPv4Family)
 	mustSync(t, NewWithInterface(proxy.IPv4, ref), &again)
 	if sortedDump(fake.strictFake) != sortedDump(ref) {

@@ -25,7 +25,7 @@ func syncFakeOwn(t *testing.T, state *desired.State, ownSlots int) *strictFake {
 	fake := newStrictFake(specFor(state.Family).family)
 	p := NewWithInterface(state.Family, fake)
 	p.ownSlots = ownSlots
-	if err := p.Sync(context.Background(), state); err != nil {
+	if err := p.Sync(context.Background(), state, proxytest.ModeOf(state)); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 	return fake

@@ -18,6 +18,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // node is a namespace whose conntrack table the benchmark fills.
@@ -79,7 +80,7 @@ func coldSync(lab *netnstest.Lab, role string, st *desired.State) (time.Duration
 			return err
 		}
 		start := time.Now()
-		err = p.Sync(context.Background(), st)
+		err = p.Sync(context.Background(), st, proxytest.ModeOf(st))
 		d = time.Since(start)
 		return err
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
@@ -85,7 +86,7 @@ func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes 
 	if err != nil {
 		return nil, err
 	}
-	if b.res.Cold, err = b.measure(ipt, func(ctx context.Context) error { return p.Sync(ctx, st) }); err != nil {
+	if b.res.Cold, err = b.measure(ipt, func(ctx context.Context) error { return p.Sync(ctx, st, proxytest.ModeOf(st)) }); err != nil {
 		return nil, fmt.Errorf("cold sync: %w", err)
 	}
 	b.res.SelfHWMColdKiB = benchkit.ReadHWM()
@@ -131,7 +132,7 @@ func (b *bench) endpointChanges(p *iptables.Proxier, ipt *timedIPT, st *desired.
 	for k := 0; k < changes; k++ {
 		cur = benchkit.WithEndpointMoved(cur, (k*7919)%services, k)
 		next := cur
-		s, err := b.measure(ipt, func(ctx context.Context) error { return p.Sync(ctx, next) })
+		s, err := b.measure(ipt, func(ctx context.Context) error { return p.Sync(ctx, next, proxytest.ModeOf(next)) })
 		if err != nil {
 			return nil, fmt.Errorf("endpoint change %d: %w", k, err)
 		}
@@ -153,7 +154,9 @@ func (b *bench) restart(cur *desired.State) error {
 		var ipt *timedIPT
 		p, ipt, err = b.newProxier()
 		return ipt, err
-	}, func(ctx context.Context) error { return p.Sync(ctx, benchkit.FullSync(cur)) })
+	}, func(ctx context.Context) error {
+		return p.Sync(ctx, benchkit.FullSync(cur), proxytest.ModeOf(benchkit.FullSync(cur)))
+	})
 	if err != nil {
 		return fmt.Errorf("restart: %w", err)
 	}

@@ -27,13 +27,14 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
 // backend is what the benchmark needs of a Proxier.
 type backend interface {
 	Init(context.Context) error
-	Sync(context.Context, *desired.State) error
+	Sync(context.Context, *desired.State, proxy.SyncMode) error
 	Cleanup(context.Context) error
 }
 
@@ -118,14 +119,14 @@ func measure(newBackend func() (backend, error), n, changes int) (*result, error
 	if r.init, err = timed(ns, start); err != nil {
 		return nil, fmt.Errorf("init: %w", err)
 	}
-	if r.cold, err = timed(ns, func() error { return p.Sync(ctx, st) }); err != nil {
+	if r.cold, err = timed(ns, func() error { return p.Sync(ctx, st, proxytest.ModeOf(st)) }); err != nil {
 		return nil, fmt.Errorf("cold sync: %w", err)
 	}
 	cur := st
 	for k := range changes {
 		cur = benchkit.WithEndpointMoved(cur, (k*7919)%n, k)
 		next := cur
-		d, err := timed(ns, func() error { return p.Sync(ctx, next) })
+		d, err := timed(ns, func() error { return p.Sync(ctx, next, proxytest.ModeOf(next)) })
 		if err != nil {
 			return nil, fmt.Errorf("endpoint change %d: %w", k, err)
 		}
@@ -136,7 +137,7 @@ func measure(newBackend func() (backend, error), n, changes int) (*result, error
 		if err := start(); err != nil {
 			return err
 		}
-		return p.Sync(ctx, benchkit.FullSync(cur))
+		return p.Sync(ctx, benchkit.FullSync(cur), proxytest.ModeOf(benchkit.FullSync(cur)))
 	}); err != nil {
 		return nil, fmt.Errorf("restart: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
@@ -89,7 +90,7 @@ func runChild(services, changes int, profile string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Cold, err = measure(ns, func() error { return p.Sync(ctx, st) })
+	res.Cold, err = measure(ns, func() error { return p.Sync(ctx, st, proxytest.ModeOf(st)) })
 	stop()
 	if err != nil {
 		return nil, fmt.Errorf("cold sync: %w", err)
@@ -125,7 +126,7 @@ func incrementalPhases(ns *netnstest.NS, p *nftables.Proxier, st *desired.State,
 	for k := 0; k < changes; k++ {
 		cur = benchkit.WithEndpointMoved(cur, (k*7919)%services, k)
 		next := cur
-		s, err := measure(ns, func() error { return p.Sync(ctx, next) })
+		s, err := measure(ns, func() error { return p.Sync(ctx, next, proxytest.ModeOf(next)) })
 		if err != nil {
 			return nil, fmt.Errorf("endpoint change %d: %w", k, err)
 		}
@@ -134,7 +135,7 @@ func incrementalPhases(ns *netnstest.NS, p *nftables.Proxier, st *desired.State,
 	for k := 0; k < changes; k++ {
 		cur = benchkit.WithService(cur, benchkit.MakeServicePort(services+k))
 		next := cur
-		s, err := measure(ns, func() error { return p.Sync(ctx, next) })
+		s, err := measure(ns, func() error { return p.Sync(ctx, next, proxytest.ModeOf(next)) })
 		if err != nil {
 			return nil, fmt.Errorf("service add %d: %w", k, err)
 		}
@@ -167,7 +168,7 @@ func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result, profile str
 		if err := p.Init(ctx); err != nil {
 			return err
 		}
-		return p.Sync(ctx, benchkit.FullSync(cur))
+		return p.Sync(ctx, benchkit.FullSync(cur), proxytest.ModeOf(benchkit.FullSync(cur)))
 	})
 	stop()
 	res.RestartEvents = countEvents(mon.Stop())

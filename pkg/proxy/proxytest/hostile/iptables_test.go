@@ -11,6 +11,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 func newIPT(family proxy.IPFamily) backend {
@@ -18,7 +19,7 @@ func newIPT(family proxy.IPFamily) backend {
 	p := iptables.NewWithInterface(family, fake, iptables.Options{LocalhostNodePorts: true})
 	return backend{
 		name: "iptables",
-		sync: func(st *desired.State) error { return p.Sync(ctx, st) },
+		sync: func(st *desired.State) error { return p.Sync(ctx, st, proxytest.ModeOf(st)) },
 		check: func(t reporter, st *desired.State) {
 			t.Helper()
 			checkRestores(t, "iptables", st.Family, fake)

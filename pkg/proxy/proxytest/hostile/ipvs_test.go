@@ -31,7 +31,7 @@ func newIPVS(family proxy.IPFamily) backend {
 		ipvs.Clients{IPVS: vs, IPSet: sets, Link: link, Iptables: ipt, Sysctl: sysctls{}})
 	return backend{
 		name: "ipvs",
-		sync: func(st *desired.State) error { return p.Sync(ctx, st) },
+		sync: func(st *desired.State) error { return p.Sync(ctx, st, proxytest.ModeOf(st)) },
 		check: func(t reporter, st *desired.State) {
 			t.Helper()
 			checkIPVS(t, st.Family, vs, sets, link)

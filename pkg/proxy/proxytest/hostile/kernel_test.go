@@ -21,6 +21,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // TestKernelCorpus replays the seed corpus, the committed crashers and a
@@ -141,8 +142,10 @@ func kernelBackends(t *testing.T, ns *netnstest.NS, family proxy.IPFamily) []bac
 	if err != nil {
 		t.Fatalf("%s proxiers: %v", family, err)
 	}
-	inNS := func(sync func(context.Context, *desired.State) error) func(*desired.State) error {
-		return func(st *desired.State) error { return ns.Do(func() error { return sync(ctx, st) }) }
+	inNS := func(sync func(context.Context, *desired.State, proxy.SyncMode) error) func(*desired.State) error {
+		return func(st *desired.State) error {
+			return ns.Do(func() error { return sync(ctx, st, proxytest.ModeOf(st)) })
+		}
 	}
 	listed := func(name string, args ...string) func(reporter, *desired.State) {
 		return func(t reporter, _ *desired.State) {

@@ -13,6 +13,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 func newNFT(family proxy.IPFamily) backend {
@@ -24,7 +25,7 @@ func newNFT(family proxy.IPFamily) backend {
 	p := nftables.NewWithInterface(family, fake)
 	return backend{
 		name:  "nftables",
-		sync:  func(st *desired.State) error { return p.Sync(ctx, st) },
+		sync:  func(st *desired.State) error { return p.Sync(ctx, st, proxytest.ModeOf(st)) },
 		check: func(t reporter, st *desired.State) { t.Helper(); checkNFT(t, st.Family, fake) },
 	}
 }
