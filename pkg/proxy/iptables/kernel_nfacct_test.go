@@ -11,11 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/knfacct"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 )

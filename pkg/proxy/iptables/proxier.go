@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/knfacct"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 

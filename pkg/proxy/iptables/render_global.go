@@ -5,8 +5,8 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
 	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )

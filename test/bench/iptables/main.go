@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
