@@ -9,10 +9,10 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
 // Sync is part of syncer.Proxier. A full sync rewrites every chain we own;
