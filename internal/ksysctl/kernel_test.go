@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/ksysctl"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 )
 
 // In a test namespace: a per-namespace sysctl is written and read back; a

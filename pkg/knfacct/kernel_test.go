@@ -7,8 +7,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 )
 
 // newClient returns a client whose socket lives in a fresh test namespace,

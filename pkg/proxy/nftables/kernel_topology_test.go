@@ -6,12 +6,12 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
-// The kernel tests run in internal/netnstest/scenario's topology (a
+// The kernel tests run in pkg/netnstest/scenario's topology (a
 // two-node namespace cluster with pods and an outside client); this file
 // holds what is nftables-specific: the requirements and the Proxier calls
 // made inside node1's namespace.
