@@ -2,7 +2,6 @@ package ksysctl_test
 
 import (
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/ksysctl"
@@ -14,9 +13,7 @@ import (
 // on kernels that allow it per namespace, is written) — never a plain
 // failure. Nothing here touches the root namespace.
 func TestProcInNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("ksysctl kernel test needs root (network namespaces)")
-	}
+	netnstest.RequireKernel(t)
 	ns, err := netnstest.New(t).NewNS("sysctl")
 	if err != nil {
 		t.Fatal(err)

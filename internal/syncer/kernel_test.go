@@ -3,8 +3,6 @@ package syncer
 import (
 	"context"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -27,14 +25,7 @@ var poisonSpec = scenario.Spec{Name: faultinject.PoisonPrefix, Slot: 37, LB: tru
 // same sync and answers real traffic, and a Service created later is
 // programmed without the poison being tried again.
 func TestKernelIsolatesRejectedService(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("kernel tests need root (network namespaces)")
-	}
-	for _, tool := range []string{"nft", "iptables-nft-restore", "ip6tables-nft-restore"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("kernel tests need %s: %v", tool, err)
-		}
-	}
+	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
 	for _, mode := range []string{metrics.ModeNFTables, metrics.ModeIPTables} {
 		t.Run(mode, func(t *testing.T) { isolateInKernel(t, mode) })
 	}
