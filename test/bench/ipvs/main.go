@@ -94,15 +94,11 @@ func measure(newBackend func() (backend, error), n, changes int) (*result, error
 	if err != nil {
 		return nil, err
 	}
-	lab, err := netnstest.NewLab()
+	ns, deleteNS, err := benchkit.Namespace()
 	if err != nil {
 		return nil, err
 	}
-	defer lab.Close()
-	ns, err := lab.NewNS("bench")
-	if err != nil {
-		return nil, err
-	}
+	defer deleteNS()
 	if err := addNodeAddr(ns); err != nil {
 		return nil, err
 	}

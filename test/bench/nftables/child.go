@@ -57,15 +57,11 @@ func runChild(services, changes int, profile string) (*Result, error) {
 		defer removeShim()
 		nftLog = log
 	}
-	lab, err := netnstest.NewLab()
+	ns, deleteNS, err := benchkit.Namespace()
 	if err != nil {
 		return nil, err
 	}
-	defer lab.Close()
-	ns, err := lab.NewNS("bench")
-	if err != nil {
-		return nil, err
-	}
+	defer deleteNS()
 	res := &Result{Services: services, Endpoints: services * benchkit.EndpointsPerService}
 
 	start := time.Now()
