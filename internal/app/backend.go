@@ -11,9 +11,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/knfacct"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"

@@ -10,8 +10,8 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/knfacct"
 	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 

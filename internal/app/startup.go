@@ -9,7 +9,7 @@ import (
 	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
 )
 
 // processStart is when this process started, for /statusz.

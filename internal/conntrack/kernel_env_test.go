@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +14,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/internal/kconntrack"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
@@ -48,12 +47,7 @@ type env struct {
 }
 
 // requireKernel fails, never skips: without root these tests prove nothing.
-func requireKernel(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("conntrack kernel tests need root (network namespaces, nft, ctnetlink)")
-	}
-}
+func requireKernel(t *testing.T) { t.Helper(); netnstest.RequireKernel(t) }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()

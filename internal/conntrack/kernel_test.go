@@ -10,7 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/internal/kconntrack"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )

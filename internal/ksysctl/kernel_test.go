@@ -2,11 +2,10 @@ package ksysctl_test
 
 import (
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/ksysctl"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 )
 
 // In a test namespace: a per-namespace sysctl is written and read back; a
@@ -14,9 +13,7 @@ import (
 // on kernels that allow it per namespace, is written) — never a plain
 // failure. Nothing here touches the root namespace.
 func TestProcInNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("ksysctl kernel test needs root (network namespaces)")
-	}
+	netnstest.RequireKernel(t)
 	ns, err := netnstest.New(t).NewNS("sysctl")
 	if err != nil {
 		t.Fatal(err)

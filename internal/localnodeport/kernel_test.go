@@ -4,13 +4,11 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
-	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
@@ -178,12 +176,4 @@ func rejected(t *testing.T, env *scenario.Env, family proxy.IPFamily) map[string
 	return got[string(family)]
 }
 
-func requireKernel(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("kernel tests need root (network namespaces, nft)")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Fatalf("kernel tests need the nft binary: %v", err)
-	}
-}
+func requireKernel(t *testing.T) { t.Helper(); netnstest.RequireKernel(t, "nft") }

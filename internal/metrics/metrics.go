@@ -1,6 +1,9 @@
-// Package metrics defines every kubeproxy_* metric family under upstream
+// Package metrics defines the kubeproxy_* metric families under upstream
 // kube-proxy's exact name, type, help, buckets and labels, registers the
 // families each proxy mode exposes, and serves them on metricsBindAddress.
+// The families the backends update themselves (and the nfacct collectors)
+// are defined in pkg/proxy/metrics, which pkg/ may import; this package
+// registers them with the rest.
 //
 // The collectors are package variables, as upstream's are, so that the
 // syncer, the health servers and the backends can update them without
@@ -10,6 +13,8 @@ package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
 // The proxy modes, spelled as --proxy-mode spells them.
@@ -21,9 +26,9 @@ const (
 
 // Label names shared by several families.
 const (
-	LabelIPFamily      = "ip_family"
+	LabelIPFamily      = proxymetrics.LabelIPFamily
 	LabelTrafficPolicy = "traffic_policy"
-	LabelTable         = "table"
+	LabelTable         = proxymetrics.LabelTable
 	LabelCode          = "code"
 )
 
@@ -33,7 +38,7 @@ const (
 	TrafficPolicyExternal = "external"
 )
 
-const subsystem = "kubeproxy"
+const subsystem = proxymetrics.Subsystem
 
 // syncBuckets are the buckets of every sync duration histogram:
 // 1ms doubling up to about 16s.
@@ -50,10 +55,8 @@ var programmingBuckets = func() []float64 {
 	return append(b, prometheus.LinearBuckets(120, 30, 7)...)
 }()
 
-// alpha marks help text the way component-base's registry does for ALPHA
-// metrics (every kubeproxy_* family upstream is ALPHA); scrapers and
-// linters that read the HELP lines see the same text.
-func alpha(help string) string { return "[ALPHA] " + help }
+// alpha is proxymetrics.Alpha: one "[ALPHA] " prefix for every family.
+var alpha = proxymetrics.Alpha
 
 func histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -61,13 +64,10 @@ func histogram(name, help string, buckets []float64, labels ...string) *promethe
 	}, labels)
 }
 
-func gauge(name, help string, labels ...string) *prometheus.GaugeVec {
-	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: subsystem, Name: name, Help: alpha(help)}, labels)
-}
-
-func counter(name, help string, labels ...string) *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem, Name: name, Help: alpha(help)}, labels)
-}
+var (
+	gauge   = proxymetrics.NewGaugeVec
+	counter = proxymetrics.NewCounterVec
+)
 
 // Sync metrics, updated by the syncer. Families labelled ip_family take
 // "IPv4" or "IPv6".
@@ -113,27 +113,15 @@ var (
 		"Number of services with a Local traffic policy and no endpoints", LabelTrafficPolicy, LabelIPFamily)
 )
 
-// Backend metrics, updated by the syncer (failures) or the backends.
+// Backend metrics updated by the syncer (failures) or the conntrack
+// reconciler. Those the backends update themselves are in pkg/proxy/metrics.
 var (
 	// IPTablesRestoreFailuresTotal counts failed syncs in iptables and ipvs mode.
 	IPTablesRestoreFailuresTotal = counter("sync_proxy_rules_iptables_restore_failures_total",
 		"Cumulative proxy iptables restore failures", LabelIPFamily)
-	// IPTablesPartialRestoreFailuresTotal counts partial restores that failed
-	// and fell back to a full restore.
-	IPTablesPartialRestoreFailuresTotal = counter("sync_proxy_rules_iptables_partial_restore_failures_total",
-		"Cumulative proxy iptables partial restore failures", LabelIPFamily)
-	// IPTablesRulesTotal is the number of rules owned per table ("filter", "nat").
-	IPTablesRulesTotal = gauge("sync_proxy_rules_iptables_total",
-		"Total number of iptables rules owned by kube-proxy", LabelTable, LabelIPFamily)
-	// IPTablesRulesLastSync is the number of rules written by the last sync per table.
-	IPTablesRulesLastSync = gauge("sync_proxy_rules_iptables_last",
-		"Number of iptables rules written by kube-proxy in last sync", LabelTable, LabelIPFamily)
 	// NFTablesSyncFailuresTotal counts failed syncs in nftables mode.
 	NFTablesSyncFailuresTotal = counter("sync_proxy_rules_nftables_sync_failures_total",
 		"Cumulative proxy nftables sync failures", LabelIPFamily)
-	// NFTablesCleanupFailuresTotal counts failed cleanups of stale nftables objects.
-	NFTablesCleanupFailuresTotal = counter("sync_proxy_rules_nftables_cleanup_failures_total",
-		"Cumulative proxy nftables cleanup failures", LabelIPFamily)
 	// ReconcileConntrackFlowsLatency observes each stale-flow cleanup.
 	ReconcileConntrackFlowsLatency = histogram("conntrack_reconciler_sync_duration_seconds",
 		"ReconcileConntrackFlowsLatency latency in seconds", syncBuckets, LabelIPFamily)
@@ -173,11 +161,11 @@ var families = []family{
 	{ServiceChangesTotal, nil, nil},
 	{SyncProxyRulesNoLocalEndpointsTotal, []string{LabelTrafficPolicy, LabelIPFamily}, nil},
 	{IPTablesRestoreFailuresTotal, []string{LabelIPFamily}, []string{ModeIPTables, ModeIPVS}},
-	{IPTablesPartialRestoreFailuresTotal, []string{LabelIPFamily}, []string{ModeIPTables}},
-	{IPTablesRulesTotal, []string{LabelTable, LabelIPFamily}, []string{ModeIPTables}},
-	{IPTablesRulesLastSync, []string{LabelTable, LabelIPFamily}, []string{ModeIPTables}},
+	{proxymetrics.IPTablesPartialRestoreFailuresTotal, []string{LabelIPFamily}, []string{ModeIPTables}},
+	{proxymetrics.IPTablesRulesTotal, []string{LabelTable, LabelIPFamily}, []string{ModeIPTables}},
+	{proxymetrics.IPTablesRulesLastSync, []string{LabelTable, LabelIPFamily}, []string{ModeIPTables}},
 	{NFTablesSyncFailuresTotal, []string{LabelIPFamily}, []string{ModeNFTables}},
-	{NFTablesCleanupFailuresTotal, []string{LabelIPFamily}, []string{ModeNFTables}},
+	{proxymetrics.NFTablesCleanupFailuresTotal, []string{LabelIPFamily}, []string{ModeNFTables}},
 	{ReconcileConntrackFlowsLatency, []string{LabelIPFamily}, nil},
 	{ReconcileConntrackFlowsDeletedEntriesTotal, []string{LabelIPFamily}, nil},
 	{ProxyHealthzTotal, []string{LabelCode}, nil},

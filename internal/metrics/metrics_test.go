@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
 // want is one row of the contract's table (§3.2), written out independently
@@ -113,7 +115,7 @@ func touchAll(t *testing.T) {
 
 func gather(t *testing.T, mode string) map[string]*dto.MetricFamily {
 	t.Helper()
-	nf := fakeNFAcct{NFAcctCTStateInvalidDropped: 7, NFAcctLocalhostNodePortAccepted: 3}
+	nf := fakeNFAcct{proxymetrics.NFAcctCTStateInvalidDropped: 7, proxymetrics.NFAcctLocalhostNodePortAccepted: 3}
 	return gatherWith(t, mode, func() { touchAll(t) }, WithNFAcct(nf))
 }
 

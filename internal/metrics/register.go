@@ -8,13 +8,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
 // Option adjusts Register.
 type Option func(*registerOptions)
 
 type registerOptions struct {
-	nfacct NFAcctReader
+	nfacct proxymetrics.NFAcctReader
 	// localhost reads the localhost node-port reject counters;
 	// localhostOn registers those families (nftables mode).
 	localhost   LocalhostRejects
@@ -32,7 +34,7 @@ func WithoutRuntimeCollectors() Option {
 
 // WithNFAcct gives the iptables-mode nfacct collectors their counter reader.
 // Without it they are registered but report nothing.
-func WithNFAcct(r NFAcctReader) Option {
+func WithNFAcct(r proxymetrics.NFAcctReader) Option {
 	return func(o *registerOptions) { o.nfacct = r }
 }
 
@@ -61,7 +63,7 @@ func Register(reg prometheus.Registerer, mode string, opts ...Option) error {
 		}
 	}
 	if mode == ModeIPTables {
-		cs = append(cs, newNFAcctCollectors(o.nfacct)...)
+		cs = append(cs, proxymetrics.NFAcctCollectors(o.nfacct)...)
 	}
 	if mode == ModeNFTables && o.localhostOn {
 		cs = append(cs, newLocalhostCollectors(o.localhost)...)

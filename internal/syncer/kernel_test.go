@@ -3,16 +3,14 @@ package syncer
 import (
 	"context"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/faultinject"
-	"github.com/svcproxy/svcproxy/internal/kiptables"
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
-	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
@@ -27,14 +25,7 @@ var poisonSpec = scenario.Spec{Name: faultinject.PoisonPrefix, Slot: 37, LB: tru
 // same sync and answers real traffic, and a Service created later is
 // programmed without the poison being tried again.
 func TestKernelIsolatesRejectedService(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("kernel tests need root (network namespaces)")
-	}
-	for _, tool := range []string{"nft", "iptables-nft-restore", "ip6tables-nft-restore"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("kernel tests need %s: %v", tool, err)
-		}
-	}
+	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
 	for _, mode := range []string{metrics.ModeNFTables, metrics.ModeIPTables} {
 		t.Run(mode, func(t *testing.T) { isolateInKernel(t, mode) })
 	}

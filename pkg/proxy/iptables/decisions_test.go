@@ -3,7 +3,7 @@ package iptables
 import (
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"

@@ -11,17 +11,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/knfacct"
-	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
-	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/knfacct"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
-// The metric of each nfacct object (internal/metrics/nfacct.go).
+// The metric of each nfacct object (pkg/proxy/metrics/nfacct.go).
 var acctMetric = map[string]string{
 	metrics.NFAcctLocalhostNodePortAccepted: "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
 	metrics.NFAcctCTStateInvalidDropped:     "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
@@ -67,8 +67,10 @@ func newNFAcctNode(t *testing.T, fl kiptables.Flavour) *nfacctNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.acct.Close)
-	if err := metrics.Register(n.reg, metrics.ModeIPTables, metrics.WithoutRuntimeCollectors(), metrics.WithNFAcct(n.acct)); err != nil {
-		t.Fatal(err)
+	for _, c := range metrics.NFAcctCollectors(n.acct) {
+		if err := n.reg.Register(c); err != nil {
+			t.Fatal(err)
+		}
 	}
 	st := n.env.NewWorld(scenario.Families[0]).Apply(t, n.env.ServiceNamed(t, "spread"))
 	if err := node.Do(func() error { return p.Sync(context.Background(), st, proxytest.ModeOf(st)) }); err != nil {

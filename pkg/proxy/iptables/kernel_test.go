@@ -3,16 +3,14 @@ package iptables_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
-	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
@@ -30,18 +28,15 @@ var tables = []kiptables.Table{kiptables.TableMangle, kiptables.TableNAT, kiptab
 // rules work in a real kernel, so their absence must be loud.
 func requireKernel(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("iptables kernel tests need root (network namespaces, iptables)")
-	}
+	var tools []string
 	for _, fl := range flavours {
 		for _, f := range proxy.Families {
 			for _, suffix := range []string{"", "-save", "-restore"} {
-				if _, err := exec.LookPath(tool(f, fl) + suffix); err != nil {
-					t.Fatalf("iptables kernel tests need %s%s: %v", tool(f, fl), suffix, err)
-				}
+				tools = append(tools, tool(f, fl)+suffix)
 			}
 		}
 	}
+	netnstest.RequireKernel(t, tools...)
 }
 
 // tool is "iptables-nft", "ip6tables-legacy", ...

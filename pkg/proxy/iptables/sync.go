@@ -9,10 +9,10 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
 // Sync is part of syncer.Proxier. A full sync rewrites every chain we own
@@ -202,7 +202,7 @@ func (p *Proxier) sweep(ctx context.Context, cfg *config, natSave []byte, stale,
 // rule is read. A partial sync leaves out the filter section and the nat
 // top-level chains when their text equals what the last sync wrote: with
 // 10k services they are 20k rules jumping to 20k chains, which
-// iptables-nft-restore takes seconds to read (see internal/kiptables
+// iptables-nft-restore takes seconds to read (see pkg/kiptables
 // withCacheHints) and which an endpoint change rarely alters.
 func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, natChainLines, ownRules *lineBuffer) {
 	order := sortedNames(p.entries)

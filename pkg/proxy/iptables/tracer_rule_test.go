@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 )
 
 // rule evaluates one rule. Matches are read left to right; "statistic"

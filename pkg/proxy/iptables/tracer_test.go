@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
@@ -142,22 +142,11 @@ func (tr *tracer) run(table *kiptables.FakeTable, chain string, i int, p pkt, de
 }
 
 func result(bs []branch) proxytest.Result {
-	outs := make([]proxytest.Outcome, len(bs))
-	for i, b := range bs {
-		outs[i] = b.outcome()
-	}
-	return proxytest.CombineOutcomes(outs)
+	return proxytest.CombineBranches(bs, branch.end)
 }
 
-// outcome is where this branch ended.
-func (b branch) outcome() proxytest.Outcome {
-	switch {
-	case b.f == fDrop:
-		return proxytest.Outcome{Verdict: proxytest.Drop}
-	case b.f == fReject:
-		return proxytest.Outcome{Verdict: proxytest.Reject}
-	case b.p.dnat:
-		return proxytest.Outcome{Verdict: proxytest.DNAT, Endpoint: netip.AddrPortFrom(b.p.dst, b.p.dport), Masquerade: b.p.masq}
-	}
-	return proxytest.Outcome{Verdict: proxytest.Accept}
+// end is where this branch ended.
+func (b branch) end() proxytest.BranchEnd {
+	return proxytest.BranchEnd{Dropped: b.f == fDrop, Rejected: b.f == fReject,
+		DNAT: b.p.dnat, Dst: netip.AddrPortFrom(b.p.dst, b.p.dport), Masquerade: b.p.masq}
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/knfacct"
+	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kipset"
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/kipset"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
 )
 
 // Cleanup is part of syncer.Proxier (--cleanup): it removes this family's

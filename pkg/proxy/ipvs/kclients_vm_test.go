@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kipset"
-	"github.com/svcproxy/svcproxy/internal/kipvs"
-	"github.com/svcproxy/svcproxy/internal/klink"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/kipset"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/klink"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 )
 
 // The kernel clients the IPVS backend is built on, against the VM's real

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/svcproxy/svcproxy/internal/kipset"
+	"github.com/svcproxy/svcproxy/pkg/kipset"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )

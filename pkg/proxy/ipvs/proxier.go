@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kipset"
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/kipvs"
-	"github.com/svcproxy/svcproxy/internal/klink"
+	"github.com/svcproxy/svcproxy/pkg/kipset"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/klink"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/svcproxy/svcproxy/internal/kipvs"
-	"github.com/svcproxy/svcproxy/internal/klink"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/klink"
 )
 
 // readBack adopts what the kernel already holds for this family: virtual

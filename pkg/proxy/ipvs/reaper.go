@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
 )
 
 // rsKey names one real server of one virtual server.

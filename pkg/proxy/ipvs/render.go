@@ -4,8 +4,8 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/svcproxy/svcproxy/internal/kipset"
-	"github.com/svcproxy/svcproxy/internal/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/kipset"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )

@@ -15,7 +15,7 @@ import (
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 

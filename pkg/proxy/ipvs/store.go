@@ -3,7 +3,7 @@ package ipvs
 import (
 	"net/netip"
 
-	"github.com/svcproxy/svcproxy/internal/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )

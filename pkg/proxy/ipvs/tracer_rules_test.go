@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/svcproxy/svcproxy/internal/kipset"
-	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kipset"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 

@@ -9,8 +9,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/kconntrack"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
-	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 

@@ -2,32 +2,23 @@ package nftables_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
-// The kernel tests run in internal/netnstest/scenario's topology (a
+// The kernel tests run in pkg/netnstest/scenario's topology (a
 // two-node namespace cluster with pods and an outside client); this file
 // holds what is nftables-specific: the requirements and the Proxier calls
 // made inside node1's namespace.
 
 // requireKernel fails (never skips): these are the only tests that prove the
 // ruleset works in a real kernel, so their absence must be loud.
-func requireKernel(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("nftables kernel tests need root (network namespaces, nft)")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Fatalf("nftables kernel tests need the nft binary: %v", err)
-	}
-}
+func requireKernel(t *testing.T) { t.Helper(); netnstest.RequireKernel(t, "nft") }
 
 // newProxier creates and initializes a Proxier inside the node namespace.
 func newProxier(t *testing.T, env *scenario.Env, f scenario.Fam) *nftables.Proxier {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"

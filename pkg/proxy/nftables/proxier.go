@@ -15,9 +15,9 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
 // Proxier programs one IP family's kube-proxy table. It is not safe for

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -12,20 +11,12 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("nftables kernel tests need root (network namespaces, nft)")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Fatalf("nftables kernel tests need the nft binary: %v", err)
-	}
-}
+func requireRoot(t *testing.T) { t.Helper(); netnstest.RequireKernel(t, "nft") }
 
 // kernelSide is the read-back part of a store, printed one object per line
 // so two read-backs compare with a readable diff.

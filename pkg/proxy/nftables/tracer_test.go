@@ -167,24 +167,13 @@ func (tr *tracer) trace(flow proxytest.Flow) proxytest.Result {
 }
 
 func (tr *tracer) result(bs []branch) proxytest.Result {
-	outs := make([]proxytest.Outcome, len(bs))
-	for i, b := range bs {
-		outs[i] = b.outcome()
-	}
-	return proxytest.CombineOutcomes(outs)
+	return proxytest.CombineBranches(bs, branch.end)
 }
 
-// outcome is where this branch ended.
-func (b branch) outcome() proxytest.Outcome {
-	switch {
-	case b.f == fDrop:
-		return proxytest.Outcome{Verdict: proxytest.Drop}
-	case b.f == fReject:
-		return proxytest.Outcome{Verdict: proxytest.Reject}
-	case b.p.dnat:
-		return proxytest.Outcome{Verdict: proxytest.DNAT, Endpoint: netip.AddrPortFrom(b.p.dst, b.p.dport), Masquerade: b.p.masq}
-	}
-	return proxytest.Outcome{Verdict: proxytest.Accept}
+// end is where this branch ended.
+func (b branch) end() proxytest.BranchEnd {
+	return proxytest.BranchEnd{Dropped: b.f == fDrop, Rejected: b.f == fReject,
+		DNAT: b.p.dnat, Dst: netip.AddrPortFrom(b.p.dst, b.p.dport), Masquerade: b.p.masq}
 }
 
 // tokenize splits a rule into words, keeping "{ ... }" groups and quoted

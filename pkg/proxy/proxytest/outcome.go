@@ -34,3 +34,37 @@ func CombineOutcomes(outs []Outcome) Result {
 	slices.SortFunc(res.Endpoints, netip.AddrPort.Compare)
 	return res
 }
+
+// BranchEnd is how a rule tracer's branch ended: dropped or rejected by a
+// rule, or let through as last rewritten (to Dst when DNATed, marked for
+// masquerade or not).
+type BranchEnd struct {
+	Dropped, Rejected bool
+	DNAT              bool
+	Dst               netip.AddrPort // DNAT only
+	Masquerade        bool           // DNAT only
+}
+
+// Outcome is the Outcome of a branch that ended as e.
+func (e BranchEnd) Outcome() Outcome {
+	switch {
+	case e.Dropped:
+		return Outcome{Verdict: Drop}
+	case e.Rejected:
+		return Outcome{Verdict: Reject}
+	case e.DNAT:
+		return Outcome{Verdict: DNAT, Endpoint: e.Dst, Masquerade: e.Masquerade}
+	}
+	return Outcome{Verdict: Accept}
+}
+
+// CombineBranches is the Result of a traced packet whose branches are bs,
+// each ended as end says: the rule tracers of the iptables and nftables
+// backends share it, so only their rule matching differs.
+func CombineBranches[B any](bs []B, end func(B) BranchEnd) Result {
+	outs := make([]Outcome, len(bs))
+	for i, b := range bs {
+		outs[i] = end(b).Outcome()
+	}
+	return CombineOutcomes(outs)
+}

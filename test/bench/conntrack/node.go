@@ -13,7 +13,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/internal/kconntrack"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"

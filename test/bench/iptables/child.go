@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
@@ -64,15 +64,11 @@ type bench struct {
 // rule, whatever happens. At the deadline the running iptables tool is
 // killed and runChild returns an error, so the namespace is still deleted.
 func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes int) (*Result, error) {
-	lab, err := netnstest.NewLab()
+	ns, deleteNS, err := benchkit.Namespace()
 	if err != nil {
 		return nil, err
 	}
-	defer lab.Close()
-	ns, err := lab.NewNS("bench")
-	if err != nil {
-		return nil, err
-	}
+	defer deleteNS()
 	b := &bench{ctx: ctx, ns: ns, flavour: flavour,
 		res: &Result{Flavour: string(flavour), Services: services, Endpoints: services * benchkit.EndpointsPerService}}
 	start := time.Now()

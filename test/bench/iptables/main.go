@@ -15,17 +15,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
@@ -116,16 +113,7 @@ func childMain(flavour kiptables.Flavour, services, changes int, timeout time.Du
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	res, err := runChild(ctx, flavour, services, changes)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return benchkit.ChildMain(func() (any, error) { return runChild(ctx, flavour, services, changes) })
 }
 
 // spawnChild runs this binary with -child for one flavour and scale. The
@@ -135,16 +123,10 @@ func childMain(flavour kiptables.Flavour, services, changes int, timeout time.Du
 func spawnChild(flavour kiptables.Flavour, services, changes int, timeout time.Duration) (*Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find own binary: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, self, "-child", "-flavour", string(flavour), "-timeout", timeout.String(),
-		"-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	child := benchkit.Child{OwnGroup: true, Args: []string{"-child", "-flavour", string(flavour), "-timeout", timeout.String(),
+		"-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes)}}
 	var res Result
-	if err := benchkit.RunChild(cmd, &res); err != nil {
+	if err := child.Run(ctx, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

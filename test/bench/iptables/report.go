@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 

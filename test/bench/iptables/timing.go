@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 

@@ -22,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
@@ -95,15 +95,11 @@ func measure(newBackend func() (backend, error), n, changes int) (*result, error
 	if err != nil {
 		return nil, err
 	}
-	lab, err := netnstest.NewLab()
+	ns, deleteNS, err := benchkit.Namespace()
 	if err != nil {
 		return nil, err
 	}
-	defer lab.Close()
-	ns, err := lab.NewNS("bench")
-	if err != nil {
-		return nil, err
-	}
+	defer deleteNS()
 	if err := addNodeAddr(ns); err != nil {
 		return nil, err
 	}

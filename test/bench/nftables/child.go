@@ -8,7 +8,7 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
@@ -58,15 +58,11 @@ func runChild(services, changes int, profile string) (*Result, error) {
 		defer removeShim()
 		nftLog = log
 	}
-	lab, err := netnstest.NewLab()
+	ns, deleteNS, err := benchkit.Namespace()
 	if err != nil {
 		return nil, err
 	}
-	defer lab.Close()
-	ns, err := lab.NewNS("bench")
-	if err != nil {
-		return nil, err
-	}
+	defer deleteNS()
 	res := &Result{Services: services, Endpoints: services * benchkit.EndpointsPerService}
 
 	start := time.Now()

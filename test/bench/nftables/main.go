@@ -13,11 +13,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"time"
 
@@ -87,26 +85,13 @@ func childMain(services, changes int, profile string) int {
 		fmt.Fprintln(os.Stderr, "-child needs -services")
 		return 2
 	}
-	res, err := runChild(services, changes, profile)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return benchkit.ChildMain(func() (any, error) { return runChild(services, changes, profile) })
 }
 
 // spawnChild runs this binary with -child for one scale.
 func spawnChild(services, changes int, timeout time.Duration, profile string) (*Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find own binary: %w", err)
-	}
 	args := []string{"-child", "-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes)}
 	if !*nftRSS {
 		args = append(args, "-nftrss=false")
@@ -114,9 +99,8 @@ func spawnChild(services, changes int, timeout time.Duration, profile string) (*
 	if profile != "" {
 		args = append(args, "-cpuprofile", fmt.Sprintf("%s.%d", profile, services))
 	}
-	cmd := exec.CommandContext(ctx, self, args...)
 	var res Result
-	if err := benchkit.RunChild(cmd, &res); err != nil {
+	if err := (benchkit.Child{Args: args}).Run(ctx, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

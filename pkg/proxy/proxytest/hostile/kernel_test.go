@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kiptables"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
@@ -33,14 +33,7 @@ import (
 // else's rules are part of it. HOSTILE_KERNEL_INPUTS sets how many
 // generated inputs (default 24). IPVS is not in this kernel; its fake runs.
 func TestKernelCorpus(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("kernel corpus test needs root (network namespaces, nft, iptables)")
-	}
-	for _, tool := range []string{"nft", "iptables-nft-restore", "ip6tables-nft-restore"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("kernel corpus test needs %s: %v", tool, err)
-		}
-	}
+	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
 	ns, err := netnstest.New(t).NewNS("hostile")
 	if err != nil {
 		t.Fatal(err)

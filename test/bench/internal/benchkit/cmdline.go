@@ -1,11 +1,9 @@
 package benchkit
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 )
@@ -34,28 +32,4 @@ func WriteJSON(path string, v any) error {
 	enc := json.NewEncoder(f)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// RunChild runs cmd (a benchmark's measuring child) and decodes the JSON
-// it prints into result; a failure carries the last lines of its stderr.
-func RunChild(cmd *exec.Cmd, result any) error {
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%w: %s", err, lastLines(stderr.String(), 5))
-	}
-	if err := json.Unmarshal(stdout.Bytes(), result); err != nil {
-		return fmt.Errorf("child output: %w", err)
-	}
-	return nil
-}
-
-// lastLines joins the last n lines of s with " | " (a child's stderr in
-// one error line).
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/knfacct"
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/knfacct"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 )
 
 // newClient returns a client whose socket lives in a fresh test namespace,
@@ -16,9 +15,7 @@ import (
 // the only proof the wire format is right.
 func newClient(t *testing.T, lab *netnstest.Lab, role string) (*knfacct.Client, *netnstest.NS) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("knfacct kernel tests need root (network namespaces, nfnetlink)")
-	}
+	netnstest.RequireKernel(t)
 	ns, err := lab.NewNS(role)
 	if err != nil {
 		t.Fatal(err)

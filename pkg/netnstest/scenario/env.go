@@ -17,7 +17,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -13,17 +12,8 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
-// requireKernel fails (never skips) without what these tests need: a skip
-// would silently drop the only real-kernel coverage.
-func requireKernel(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("kernel tests need root (network namespaces)")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Fatal("kernel tests need the nft binary: ", err)
-	}
-}
+// requireKernel: these tests program nft rules by hand.
+func requireKernel(t *testing.T) { t.Helper(); RequireKernel(t, "nft") }
 
 // A hand-written DNAT in the node namespace, so the library is tested
 // against the kernel without depending on any backend.

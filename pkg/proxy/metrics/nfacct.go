@@ -27,18 +27,21 @@ type nfacctCollector struct {
 	reader  NFAcctReader
 }
 
-func newNFAcctCollectors(r NFAcctReader) []prometheus.Collector {
+// NFAcctCollectors returns the iptables-mode families that report the
+// nfacct counters, read through r at scrape time (r may be nil: the kernel
+// lacks nfacct, and they report nothing).
+func NFAcctCollectors(r NFAcctReader) []prometheus.Collector {
 	return []prometheus.Collector{
 		&nfacctCollector{
 			counter: NFAcctCTStateInvalidDropped,
 			desc: prometheus.NewDesc("kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
-				alpha("packets dropped by iptables to work around conntrack problems"), nil, nil),
+				Alpha("packets dropped by iptables to work around conntrack problems"), nil, nil),
 			reader: r,
 		},
 		&nfacctCollector{
 			counter: NFAcctLocalhostNodePortAccepted,
 			desc: prometheus.NewDesc("kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
-				alpha("Number of packets accepted on nodeports of loopback interface"), nil, nil),
+				Alpha("Number of packets accepted on nodeports of loopback interface"), nil, nil),
 			reader: r,
 		},
 	}
