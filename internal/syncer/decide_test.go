@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/fieldcheck"
 	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/fieldcheck"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/fieldcheck"
+	"github.com/svcproxy/svcproxy/pkg/fieldcheck"
 )
 
 // TestEqualComparesEveryField keeps ServicePort.Equal complete: a field
