@@ -158,6 +158,24 @@ func TestRemovedFlags(t *testing.T) {
 	}
 }
 
+// TestFlagzOmitsRemovedFlags: /flagz lists kube-proxy's flags
+// (Config.Flags), and the removed flags that only refuse themselves are not
+// among them; before 19949ff they were listed with empty values.
+func TestFlagzOmitsRemovedFlags(t *testing.T) {
+	flags := mustRun(t, "--proxy-mode=nftables").Flags
+	for name := range removedFlags {
+		if v, listed := flags[name]; listed {
+			t.Errorf("/flagz lists the removed flag --%s (value %q)", name, v)
+		}
+	}
+	// The filter must not drop the real flags with them.
+	for name, want := range map[string]string{"proxy-mode": "nftables", "iptables-sync-period": "30s", "v": "0"} {
+		if got, listed := flags[name]; !listed || got != want {
+			t.Errorf("/flagz --%s = %q (listed %v), want %q", name, got, listed, want)
+		}
+	}
+}
+
 func TestUnderscoreFlagNames(t *testing.T) {
 	cfg := mustRun(t, "--proxy_mode=ipvs")
 	if cfg.Mode != "ipvs" {

@@ -86,7 +86,7 @@ func TestRuntime(t *testing.T) {
 }
 
 // waitBoth waits until both nodes answer /healthz and the
-// healthCheckNodePort with 200.
+// healthCheckNodePort with 200, and have finished a sync of each family.
 func waitBoth(t *testing.T, c *F.Cluster, hcnp int32, nodes ...*F.Node) {
 	t.Helper()
 	for _, n := range nodes {
@@ -94,6 +94,28 @@ func waitBoth(t *testing.T, c *F.Cluster, hcnp int32, nodes ...*F.Node) {
 			t.Fatalf("%s: %v", n.Name, err)
 		}
 		waitHCNP(t, c, n, hcnp)
+		waitSynced(t, c, n)
+	}
+}
+
+// waitSynced waits until n's /metrics shows a finished sync of both
+// families. Neither /healthz (200 from the start) nor the
+// healthCheckNodePort (opened early in upstream's first sync, before the
+// sync histogram is observed) says that a sync has finished; without this
+// wait the metrics comparison raced upstream's first iptables sync.
+func waitSynced(t *testing.T, c *F.Cluster, n *F.Node) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		text, err := c.Metrics(n)
+		if err == nil && strings.Contains(text, `kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"}`) &&
+			strings.Contains(text, `kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"}`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no finished sync of both families in /metrics after 60 s (%v)", n.Name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
