@@ -47,6 +47,9 @@ func (k *Kernel) Exists(context.Context) (bool, error) {
 
 // Apply is part of Interface.
 func (k *Kernel) Apply(ctx context.Context, txs [][]*Unit) (Stats, error) {
+	if len(txs) == 0 {
+		return Stats{}, nil // no sockets to open
+	}
 	ew, err := newElemWriter(k.family, k.table)
 	if err != nil {
 		return Stats{}, err
