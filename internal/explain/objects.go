@@ -11,6 +11,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
@@ -48,7 +49,7 @@ func nftObjects(ctx context.Context, state *desired.State, e Explanation) ([]str
 	one := *state
 	one.Services = map[proxy.ServicePortName]*desired.ServicePort{e.Port.Name: e.Port}
 	one.Changed = nil
-	if err := nftables.NewWithInterface(state.Family, fake).Sync(ctx, &one, proxy.FullSync); err != nil {
+	if err := nftables.NewWithInterface(state.Family, knft.NewFake(fake, nil)).Sync(ctx, &one, proxy.FullSync); err != nil {
 		return nil, fmt.Errorf("rendering %s for nftables: %w", e.Port.Name, err)
 	}
 	proto := strings.ToLower(string(e.Port.Protocol))

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -61,12 +62,13 @@ func appendCreate(b []byte, f Flow, seq uint32, family uint8, timeout time.Durat
 	b = appendRequest(b, msgNew, unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL, seq, family)
 	b = appendTuple(b, ctaTupleOrig, f.Orig, f.Proto, family)
 	b = appendTuple(b, ctaTupleReply, f.Reply, f.Proto, family)
-	b = appendAttr(b, ctaTimeout, be32(uint32(timeout/time.Second)))
-	b = appendAttr(b, ctaStatus, be32(createdStatus))
+	b = knetlink.AppendAttr(b, ctaTimeout, be32(uint32(timeout/time.Second)))
+	b = knetlink.AppendAttr(b, ctaStatus, be32(createdStatus))
 	if f.Zone != 0 {
-		b = appendAttr(b, ctaZone, be16(f.Zone))
+		b = knetlink.AppendAttr(b, ctaZone, be16(f.Zone))
 	}
-	return finishMessage(b, start)
+	knetlink.SetLen(b, start)
+	return b
 }
 
 func be32(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -59,7 +60,7 @@ func goneOK(e unix.Errno) bool { return e == 0 || e == unix.ENOENT }
 // exchange sends one batch of n requests numbered from first and counts
 // their acks as accepted by ok or not.
 func (c *Client) exchange(msg []byte, first uint32, n int, ok func(unix.Errno) bool) (gone, failed int, err error) {
-	if err := unix.Sendto(c.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := knetlink.Send(c.fd, msg); err != nil {
 		return 0, 0, err
 	}
 	last := first + uint32(n) - 1
@@ -68,12 +69,12 @@ func (c *Client) exchange(msg []byte, first uint32, n int, ok func(unix.Errno) b
 		if err != nil {
 			return gone, failed, err
 		}
-		err = nlMessages(c.buf[:size], func(typ, _ uint16, seq uint32, body []byte) error {
+		err = knetlink.Messages(c.buf[:size], func(typ, _ uint16, seq uint32, body []byte) error {
 			if typ != unix.NLMSG_ERROR || seq < first || seq > last {
 				return nil
 			}
 			acked++
-			if ok(ackError(body)) {
+			if ok(knetlink.AckErrno(body)) {
 				gone++
 			} else {
 				failed++

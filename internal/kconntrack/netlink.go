@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -86,13 +87,9 @@ func openSocketIn(ns netns.NsHandle) (int, error) {
 }
 
 func openSocket() (int, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	fd, err := knetlink.OpenNetfilter()
 	if err != nil {
-		return -1, fmt.Errorf("netlink socket: %w", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("netlink bind: %w", err)
+		return -1, err
 	}
 	// A bigger buffer holds the acks of a whole delete batch. FORCE needs
 	// CAP_NET_ADMIN, which the daemon has; the plain option is the fallback.
@@ -139,7 +136,7 @@ func (c *Client) List(ctx context.Context, family proxy.IPFamily, visit func(Flo
 	c.seq++
 	seq := c.seq
 	req := appendRequest(nil, msgGet, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, inetFamily(family))
-	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := knetlink.Send(c.fd, req); err != nil {
 		return fmt.Errorf("conntrack dump request: %w", err)
 	}
 	interrupted := false
@@ -171,15 +168,7 @@ func (c *Client) List(ctx context.Context, family proxy.IPFamily, visit func(Flo
 	return nil
 }
 
-func (c *Client) recv() (int, error) {
-	for {
-		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		return n, err
-	}
-}
+func (c *Client) recv() (int, error) { return knetlink.Receive(c.fd, c.buf) }
 
 // resetLocked replaces the socket after an aborted exchange, so that stale
 // replies left in the old one never reach the next request.

@@ -3,11 +3,11 @@ package kconntrack
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net/netip"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -28,55 +28,22 @@ const (
 	ctaProtoNum     = 1
 	ctaProtoSrcPort = 2
 	ctaProtoDstPort = 3
-
-	nlaNested   = 0x8000
-	nlaTypeMask = 0x3fff
-
-	nlmsgHdrLen = 16
-	nfgenLen    = 4
 )
 
-var native = binary.NativeEndian
-
-func align4(n int) int { return (n + 3) &^ 3 }
-
-// appendRequest appends a netlink header and nfgenmsg; the caller appends
-// attributes and then fixes the length with finishMessage.
+// appendRequest appends a ctnetlink request's header, its length set; a
+// caller that appends attributes sets it again with knetlink.SetLen.
 func appendRequest(b []byte, msg uint16, flags uint16, seq uint32, family uint8) []byte {
 	start := len(b)
-	b = append(b, make([]byte, nlmsgHdrLen)...)
-	native.PutUint16(b[start+4:], subsysCtnetlink<<8|msg)
-	native.PutUint16(b[start+6:], flags)
-	native.PutUint32(b[start+8:], seq)
-	b = append(b, family, 0 /* NFNETLINK_V0 */, 0, 0)
-	return finishMessage(b, start)
-}
-
-func finishMessage(b []byte, start int) []byte {
-	native.PutUint32(b[start:], uint32(len(b)-start))
-	return b
-}
-
-// appendAttr appends one attribute with payload and padding.
-func appendAttr(b []byte, typ uint16, payload []byte) []byte {
-	start := len(b)
-	b = append(b, 0, 0, 0, 0)
-	b = append(b, payload...)
-	native.PutUint16(b[start:], uint16(len(b)-start))
-	native.PutUint16(b[start+2:], typ)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
+	b = knetlink.AppendHeader(b, subsysCtnetlink<<8|msg, flags, seq, family, 0)
+	knetlink.SetLen(b, start)
 	return b
 }
 
 // appendNested appends a nested attribute whose children fill adds.
 func appendNested(b []byte, typ uint16, fill func([]byte) []byte) []byte {
 	start := len(b)
-	b = append(b, 0, 0, 0, 0)
-	b = fill(b)
-	native.PutUint16(b[start:], uint16(len(b)-start))
-	native.PutUint16(b[start+2:], typ|nlaNested)
+	b = fill(knetlink.NestStart(b, typ))
+	knetlink.NestEnd(b, start)
 	return b
 }
 
@@ -89,9 +56,10 @@ func appendDelete(b []byte, f Flow, seq uint32, family uint8) []byte {
 	b = appendRequest(b, msgDelete, unix.NLM_F_REQUEST|unix.NLM_F_ACK, seq, family)
 	b = appendTuple(b, ctaTupleOrig, f.Orig, f.Proto, family)
 	if f.Zone != 0 {
-		b = appendAttr(b, ctaZone, be16(f.Zone))
+		b = knetlink.AppendAttr(b, ctaZone, be16(f.Zone))
 	}
-	return finishMessage(b, start)
+	knetlink.SetLen(b, start)
+	return b
 }
 
 // appendTuple appends a CTA_TUPLE_ORIG or CTA_TUPLE_REPLY attribute.
@@ -102,94 +70,56 @@ func appendTuple(b []byte, typ uint16, t Tuple, proto uint8, family uint8) []byt
 			if family == unix.AF_INET6 {
 				src, dst = ctaIPv6Src, ctaIPv6Dst
 			}
-			b = appendAttr(b, src, t.Src.Addr().AsSlice())
-			return appendAttr(b, dst, t.Dst.Addr().AsSlice())
+			b = knetlink.AppendAttr(b, src, t.Src.Addr().AsSlice())
+			return knetlink.AppendAttr(b, dst, t.Dst.Addr().AsSlice())
 		})
 		return appendNested(b, ctaTupleProto, func(b []byte) []byte {
-			b = appendAttr(b, ctaProtoNum, []byte{proto})
-			b = appendAttr(b, ctaProtoSrcPort, be16(t.Src.Port()))
-			return appendAttr(b, ctaProtoDstPort, be16(t.Dst.Port()))
+			b = knetlink.AppendAttr(b, ctaProtoNum, []byte{proto})
+			b = knetlink.AppendAttr(b, ctaProtoSrcPort, be16(t.Src.Port()))
+			return knetlink.AppendAttr(b, ctaProtoDstPort, be16(t.Dst.Port()))
 		})
 	})
 }
-
-// nlMessages walks the netlink messages in buf.
-func nlMessages(buf []byte, fn func(typ, flags uint16, seq uint32, body []byte) error) error {
-	for len(buf) >= nlmsgHdrLen {
-		l := int(native.Uint32(buf))
-		if l < nlmsgHdrLen || l > len(buf) {
-			return fmt.Errorf("bad netlink message length %d", l)
-		}
-		typ, flags, seq := native.Uint16(buf[4:]), native.Uint16(buf[6:]), native.Uint32(buf[8:])
-		if err := fn(typ, flags, seq, buf[nlmsgHdrLen:l]); err != nil {
-			return err
-		}
-		buf = buf[min(align4(l), len(buf)):]
-	}
-	return nil
-}
-
-// ackError returns the errno carried by an NLMSG_ERROR body (0 for an ack).
-func ackError(body []byte) unix.Errno {
-	if len(body) < 4 {
-		return unix.EINVAL
-	}
-	return unix.Errno(-int32(native.Uint32(body)))
-}
-
-// errDone ends the walk of a dump.
-var errDone = errors.New("done")
 
 // parseDump visits the flows in one receive buffer of a dump. It reports
 // whether the dump is complete and whether the kernel flagged it as
 // interrupted.
 func parseDump(buf []byte, seq uint32, family proxy.IPFamily, visit func(Flow)) (done, interrupted bool, err error) {
-	err = nlMessages(buf, func(typ, flags uint16, s uint32, body []byte) error {
+	err = knetlink.Messages(buf, func(typ, flags uint16, s uint32, body []byte) error {
 		if s != seq {
 			return nil // a late reply to an earlier request
 		}
 		if flags&nlmFDumpIntr != 0 {
 			interrupted = true
 		}
-		switch typ {
-		case unix.NLMSG_DONE:
-			return errDone
-		case unix.NLMSG_ERROR:
-			if e := ackError(body); e != 0 {
-				return e
-			}
-			return errDone
+		if err := knetlink.ReplyEnd(typ, body); err != nil {
+			return err
 		}
-		if len(body) < nfgenLen {
+		if len(body) < knetlink.HdrLen-unix.NLMSG_HDRLEN {
 			return nil
 		}
-		if f, ok := parseFlow(body[nfgenLen:]); ok && family.Contains(f.Orig.Dst.Addr()) {
+		if f, ok := parseFlow(body[knetlink.HdrLen-unix.NLMSG_HDRLEN:]); ok && family.Contains(f.Orig.Dst.Addr()) {
 			visit(f)
 		}
 		return nil
 	})
-	if errors.Is(err, errDone) {
+	if errors.Is(err, knetlink.ErrEnd) {
 		return true, interrupted, nil
 	}
 	return false, interrupted, err
 }
 
 // attrs walks the attributes in b.
-func attrs(b []byte, fn func(typ uint16, nested bool, payload []byte)) {
-	for len(b) >= 4 {
-		l := int(native.Uint16(b))
-		if l < 4 || l > len(b) {
-			return
-		}
-		t := native.Uint16(b[2:])
-		fn(t&nlaTypeMask, t&nlaNested != 0, b[4:l])
-		b = b[min(align4(l), len(b)):]
+func attrs(b []byte, fn func(typ uint16, payload []byte)) {
+	a := knetlink.Attrs{B: b}
+	for t, p, ok := a.Next(); ok; t, p, ok = a.Next() {
+		fn(t, p)
 	}
 }
 
 func parseFlow(b []byte) (f Flow, ok bool) {
 	var origOK, replyOK bool
-	attrs(b, func(typ uint16, _ bool, p []byte) {
+	attrs(b, func(typ uint16, p []byte) {
 		switch typ {
 		case ctaTupleOrig:
 			f.Orig, f.Proto, origOK = parseTuple(p)
@@ -207,10 +137,10 @@ func parseFlow(b []byte) (f Flow, ok bool) {
 func parseTuple(b []byte) (t Tuple, proto uint8, ok bool) {
 	var src, dst netip.Addr
 	var sport, dport uint16
-	attrs(b, func(typ uint16, _ bool, p []byte) {
+	attrs(b, func(typ uint16, p []byte) {
 		switch typ {
 		case ctaTupleIP:
-			attrs(p, func(typ uint16, _ bool, p []byte) {
+			attrs(p, func(typ uint16, p []byte) {
 				a, valid := netip.AddrFromSlice(p)
 				if !valid {
 					return
@@ -223,7 +153,7 @@ func parseTuple(b []byte) (t Tuple, proto uint8, ok bool) {
 				}
 			})
 		case ctaTupleProto:
-			attrs(p, func(typ uint16, _ bool, p []byte) {
+			attrs(p, func(typ uint16, p []byte) {
 				switch {
 				case typ == ctaProtoNum && len(p) >= 1:
 					proto = p[0]

@@ -2,11 +2,7 @@ package nftables
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"golang.org/x/sys/unix"
-	"sigs.k8s.io/knftables"
 )
 
 // CanaryMissing is part of syncer.Proxier: it reports whether this family's
@@ -27,24 +23,5 @@ func (p *Proxier) CanaryMissing(ctx context.Context) (bool, error) {
 	return !present, nil
 }
 
-// tableExists asks the kernel for the table alone (netlink), or the fake.
-func (p *Proxier) tableExists(ctx context.Context) (bool, error) {
-	if p.nlFamily == 0 {
-		_, err := p.nft.List(ctx, "chains")
-		if knftables.IsNotFound(err) {
-			return false, nil
-		}
-		return err == nil, err
-	}
-	c, err := dialNetfilter()
-	if err != nil {
-		return false, err
-	}
-	defer c.close()
-	err = c.request(unix.NFT_MSG_GETTABLE, p.nlFamily, false, attrString(unix.NFTA_TABLE_NAME, TableName),
-		func([]byte) error { return nil })
-	if errors.Is(err, unix.ENOENT) {
-		return false, nil
-	}
-	return err == nil, err
-}
+// tableExists asks the kernel for the table alone.
+func (p *Proxier) tableExists(ctx context.Context) (bool, error) { return p.kernel.Exists(ctx) }

@@ -18,7 +18,7 @@ func TestCanaryRestoresDeletedTable(t *testing.T) {
 	for _, family := range proxy.Families {
 		st := caseState(t, "cluster IP", family)
 		fake := newStrictFake(specFor(family).family)
-		p := NewWithInterface(family, fake)
+		p := NewWithInterface(family, fakeKernel(fake))
 		if missing, err := p.CanaryMissing(ctx); err != nil || missing {
 			t.Fatalf("%s: canary before any sync: missing=%v err=%v", family, missing, err)
 		}

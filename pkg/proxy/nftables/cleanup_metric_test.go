@@ -44,7 +44,7 @@ func cleanupFailures(t *testing.T) float64 {
 func TestCleanupFailureIsCountedNotFatal(t *testing.T) {
 	st := caseState(t, "session affinity", proxy.IPv4)
 	fake := &cleanupFailingNFT{strictFake: newStrictFake(knftables.IPv4Family)}
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	mustSync(t, p, st)
 
 	empty := withoutServices(st)
@@ -57,7 +57,7 @@ func TestCleanupFailureIsCountedNotFatal(t *testing.T) {
 		t.Errorf("nftables_cleanup_failures_total +%v, want +1", got)
 	}
 	ref := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, ref), empty)
+	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), empty)
 	if sortedDump(fake.strictFake) == sortedDump(ref) {
 		t.Fatal("the injected failure left nothing behind; the test proves nothing")
 	}

@@ -45,10 +45,9 @@ func BenchmarkColdSyncGo(b *testing.B) {
 		s := newStore()
 		s.tablePresent = true
 		cfg := newConfig(st)
-		cfg.kernelValue = s
 		(&Proxier{store: s}).fullClaims(st, cfg)
 		for _, u := range s.diff() {
-			u.done()
+			u.kernelUnit().Done()
 		}
 		s.clearDirty()
 	}

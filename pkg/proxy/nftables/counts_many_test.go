@@ -92,7 +92,7 @@ func TestManyExternalIPsCostEPlusN(t *testing.T) {
 				t.Fatalf("%d external IPs × %d endpoints render %d elements, want ≤ %d (E+N, not E×N)", e, n, got, limit)
 			}
 			fake := newStrictFake(knftables.IPv4Family)
-			p := NewWithInterface(proxy.IPv4, fake)
+			p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 			mustSync(t, p, st)
 			got := tableElements(fake)
 			t.Logf("%d external IPs × %d endpoints: %d elements, %d chains", e, n, got, len(fake.Table.Chains))
@@ -105,15 +105,15 @@ func TestManyExternalIPsCostEPlusN(t *testing.T) {
 				*sp = shrunk
 			})
 			s := mustSync(t, p, next)
-			t.Logf("one endpoint fewer: %d operations", s.operations)
-			if s.operations > limit {
-				t.Errorf("one endpoint fewer: %d operations, want ≤ %d (E+N, not E×N)", s.operations, limit)
+			t.Logf("one endpoint fewer: %d operations", s.Operations)
+			if s.Operations > limit {
+				t.Errorf("one endpoint fewer: %d operations, want ≤ %d (E+N, not E×N)", s.Operations, limit)
 			}
 			checkWideFlows(t, fake, next)
 			full := *next
 			full.Changed = nil
-			if s := mustSync(t, NewWithInterface(proxy.IPv4, fake), &full); s.operations != 0 {
-				t.Errorf("restart sent %d operations, want none", s.operations)
+			if s := mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(fake)), &full); s.Operations != 0 {
+				t.Errorf("restart sent %d operations, want none", s.Operations)
 			}
 		})
 	}
@@ -155,7 +155,7 @@ func TestOwnChainsThreshold(t *testing.T) {
 	}{{false, []int{5, 10, 8, 12, 3}}, {true, []int{2, 6, 4, 8, 2}}} {
 		t.Run(fmt.Sprintf("eTP-local=%v", tc.local), func(t *testing.T) {
 			fake := newStrictFake(knftables.IPv4Family)
-			p := NewWithInterface(proxy.IPv4, fake)
+			p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 			prev := wideState(e, tc.counts[0], tc.local)
 			mustSync(t, p, prev)
 			p.maxOps = 1
@@ -171,7 +171,7 @@ func TestOwnChainsThreshold(t *testing.T) {
 					t.Errorf("%d endpoints: chains of its own %v, want %v", n, got, want)
 				}
 				ref := newStrictFake(knftables.IPv4Family)
-				mustSync(t, NewWithInterface(proxy.IPv4, ref), wideState(e, n, tc.local))
+				mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), wideState(e, n, tc.local))
 				if got, want := sortedDump(fake), sortedDump(ref); got != want {
 					t.Errorf("%d endpoints: table differs from a fresh sync:\n%s", n, lineDiff(want, got))
 				}
@@ -250,7 +250,7 @@ func TestManyExternalIPsInKernel(t *testing.T) {
 				if err := p.Sync(context.Background(), step.st, proxytest.ModeOf(step.st)); err != nil {
 					return fmt.Errorf("%s: %w", step.what, err)
 				}
-				if ops := p.last.operations; ops > e+8*n {
+				if ops := p.last.Operations; ops > e+8*n {
 					return fmt.Errorf("%s: %d operations, want ≤ %d (E+N)", step.what, ops, e+8*n)
 				}
 				restarted, err := New(proxy.IPv4, Options{})
@@ -262,7 +262,7 @@ func TestManyExternalIPsInKernel(t *testing.T) {
 				if err := restarted.Sync(context.Background(), &full, proxytest.ModeOf(&full)); err != nil {
 					return fmt.Errorf("restart after %s: %w", step.what, err)
 				}
-				if ops := restarted.last.operations; ops != 0 {
+				if ops := restarted.last.Operations; ops != 0 {
 					return fmt.Errorf("restart after %s sent %d operations", step.what, ops)
 				}
 			}

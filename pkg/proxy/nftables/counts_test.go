@@ -98,7 +98,7 @@ func withCounts(prev *desired.State, n int) *desired.State {
 // after each sync that the table is what a fresh sync would program.
 func TestEndpointCountChanges(t *testing.T) {
 	fake := newStrictFake(knftables.IPv4Family)
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	prev := countsState(2)
 	mustSync(t, p, prev)
 	p.maxOps = 1
@@ -121,7 +121,7 @@ func TestEndpointCountChanges(t *testing.T) {
 			}
 		}
 		ref := newStrictFake(knftables.IPv4Family)
-		mustSync(t, NewWithInterface(proxy.IPv4, ref), countsState(n))
+		mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), countsState(n))
 		if got, want := sortedDump(fake), sortedDump(ref); got != want {
 			t.Errorf("%d endpoints: table differs from a fresh sync:\n%s", n, lineDiff(want, got))
 		}
@@ -133,7 +133,7 @@ func TestEndpointCountChanges(t *testing.T) {
 // elsewhere rewrites one element per frontend (and the hairpin element),
 // not every slot after it; a restart reads the slots back and rewrites
 // nothing.
-// 20 endpoints take the map-based lookups of slotOrder, 5 the scans.
+// 20 endpoints take the map-based lookups of assignSlots, 5 the scans.
 func TestReplacedEndpointKeepsSlots(t *testing.T) {
 	for _, n := range []int{5, 20} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) { testReplacedEndpointKeepsSlots(t, n) })
@@ -142,7 +142,7 @@ func TestReplacedEndpointKeepsSlots(t *testing.T) {
 
 func testReplacedEndpointKeepsSlots(t *testing.T, n int) {
 	fake := newStrictFake(knftables.IPv4Family)
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	st := countsState(n)
 	mustSync(t, p, st)
 	name := countsName("web")
@@ -154,8 +154,8 @@ func testReplacedEndpointKeepsSlots(t *testing.T, n int) {
 		sp.Internal, sp.External, sp.Cluster = d, d, d
 	})
 	// 3 frontends × (delete + add) + hairpin (delete + add).
-	if s := mustSync(t, p, next); s.operations > 8 {
-		t.Errorf("replacing one endpoint sent %d operations, want ≤ 8:\n%s", s.operations, fake.LastTransaction)
+	if s := mustSync(t, p, next); s.Operations > 8 {
+		t.Errorf("replacing one endpoint sent %d operations, want ≤ 8:\n%s", s.Operations, fake.LastTransaction)
 	}
 	for _, flow := range countsFlows() {
 		if got, want := newTracer(t, fake, next).trace(flow), proxytest.Evaluate(next, flow); !got.Equal(want) {
@@ -164,8 +164,8 @@ func testReplacedEndpointKeepsSlots(t *testing.T, n int) {
 	}
 	full := *next
 	full.Changed = nil
-	if s := mustSync(t, NewWithInterface(proxy.IPv4, fake), &full); s.operations != 0 {
-		t.Errorf("restart after a slot-preserving change sent %d operations:\n%s", s.operations, fake.LastTransaction)
+	if s := mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(fake)), &full); s.Operations != 0 {
+		t.Errorf("restart after a slot-preserving change sent %d operations:\n%s", s.Operations, fake.LastTransaction)
 	}
 }
 
@@ -176,7 +176,7 @@ func testReplacedEndpointKeepsSlots(t *testing.T, n int) {
 func TestRepairRecreatesEndpointMap(t *testing.T) {
 	st := countsState(3)
 	fake := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, fake), st)
+	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(fake)), st)
 	want := sortedDump(fake)
 	// The service's shard decides the names: "internal-3-sK".
 	var chain string
@@ -197,7 +197,7 @@ func TestRepairRecreatesEndpointMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := *st
-	mustSync(t, NewWithInterface(proxy.IPv4, fake), &full)
+	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(fake)), &full)
 	if got := sortedDump(fake); got != want {
 		t.Errorf("repaired table differs:\n%s", lineDiff(want, got))
 	}
@@ -210,7 +210,7 @@ func TestRepairRecreatesEndpointMap(t *testing.T) {
 // changes the internal chains' rules; their maps are re-created with them.
 func TestDetectorChangeRewritesDispatchChains(t *testing.T) {
 	fake := newStrictFake(knftables.IPv4Family)
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	mustSync(t, p, countsState(3))
 	next := countsState(3)
 	next.Masquerade.Local = desired.LocalDetector{Mode: desired.LocalInterfacePrefix, Interface: "veth"}
@@ -218,7 +218,7 @@ func TestDetectorChangeRewritesDispatchChains(t *testing.T) {
 	// A new detector is global: the syncer makes the sync full.
 	mustSyncIn(t, p, next, proxy.FullSync)
 	ref := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, ref), next)
+	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), next)
 	if got, want := sortedDump(fake), sortedDump(ref); got != want {
 		t.Errorf("table differs from a fresh sync:\n%s", lineDiff(want, got))
 	}
@@ -273,11 +273,11 @@ func TestUpgradeFromSharedEndpointMaps(t *testing.T) {
 	}
 	check("old layout")
 	fake.afterRun = func() { check("mid-upgrade") }
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	p.maxOps = 1
 	mustSync(t, p, st)
 	ref := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, ref), st)
+	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), st)
 	if got, want := sortedDump(fake), sortedDump(ref); got != want {
 		t.Errorf("upgraded table differs from a fresh sync:\n%s", lineDiff(want, got))
 	}

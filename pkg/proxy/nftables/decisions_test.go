@@ -42,7 +42,7 @@ func TestUnrenderableRoutesFail(t *testing.T) {
 		r[desired.ClusterIPPath][desired.FromOutside].Masquerade = false
 		sp.Routes = &r
 	}
-	p := NewWithInterface(state.Family, newStrictFake(specFor(state.Family).family))
+	p := NewWithInterface(state.Family, fakeKernel(newStrictFake(specFor(state.Family).family)))
 	if err := p.Sync(context.Background(), state, proxytest.ModeOf(state)); err == nil || !strings.Contains(err.Error(), "cannot render routes") {
 		t.Errorf("Sync = %v, want a rendering error", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/knft"
 )
 
 // Phases order the units of one sync so that every prefix of the sequence
@@ -70,27 +72,29 @@ func (u *unit) numOps() int {
 	return len(u.ops)
 }
 
-// write adds the unit's operations to tx.
-func (u *unit) write(tx *knftables.Transaction) {
-	for _, e := range u.els {
-		op := elemChange(e, u.isMap)
-		op.write(tx)
+// kernelUnit is u for knft: its operations, and the store's update once
+// the kernel has them.
+func (u *unit) kernelUnit() *knft.Unit {
+	if u.els == nil {
+		return &knft.Unit{Ops: len(u.ops), Done: u.commit, Objects: func(tx *knftables.Transaction) {
+			for _, op := range u.ops {
+				op(tx)
+			}
+		}}
 	}
-	for _, op := range u.ops {
-		op(tx)
-	}
-}
-
-// done updates the kernel side of the store once the unit is committed.
-func (u *unit) done() {
-	if u.els != nil {
-		for _, e := range u.els {
-			op := elemChange(e, u.isMap)
-			op.done(u.s)
-		}
-		return
-	}
-	u.commit()
+	return &knft.Unit{Set: u.els[0].set(), IsMap: u.isMap, Ops: u.elemOps,
+		Elems: func(yield func(knft.Change) bool) {
+			for _, e := range u.els {
+				if !yield(elemChange(e)) {
+					return
+				}
+			}
+		},
+		Done: func() {
+			for _, e := range u.els {
+				u.s.changed(e, elemChange(e))
+			}
+		}}
 }
 
 // diff turns the dirty entries into units, in phase order.
@@ -163,8 +167,7 @@ func (s *store) diffElems() []*unit {
 			n := min(len(els), elemRunLen)
 			u := &unit{phase: k.phase, sortBy: k.set, els: els[:n:n], isMap: isMap, s: s}
 			for _, e := range u.els {
-				op := elemChange(e, isMap)
-				u.elemOps += op.numOps()
+				u.elemOps += changeOps(elemChange(e))
 			}
 			units = append(units, u)
 			els = els[n:]

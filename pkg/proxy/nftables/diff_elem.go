@@ -4,57 +4,29 @@ import (
 	"slices"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/knft"
 )
 
-// elemOp is one element change: a delete of the kernel's element, an add
-// of the desired one, or both in that order (nft refuses to add an element
-// whose key exists with another value).
-type elemOp struct {
-	entry    *elemEntry // set and key
-	value    string     // desired value, for add
-	isMap    bool
-	del, add bool
-}
-
-func (o *elemOp) numOps() int {
+// changeOps is the number of operations of c.
+func changeOps(c knft.Change) int {
 	n := 0
-	if o.del {
+	if c.Del {
 		n++
 	}
-	if o.add {
+	if c.Add {
 		n++
 	}
 	return n
 }
 
-func (o *elemOp) element(value string) *knftables.Element {
-	el := &knftables.Element{Key: splitElem(o.entry.key)}
-	if !o.isMap {
-		el.Set = o.entry.set()
-		return el
-	}
-	el.Map = o.entry.set()
-	if value != "" {
-		el.Value = splitElem(value)
-	}
-	return el
-}
-
-func (o *elemOp) write(tx *knftables.Transaction) {
-	if o.del {
-		tx.Delete(o.element(""))
-	}
-	if o.add {
-		tx.Add(o.element(o.value))
-	}
-}
-
-func (o *elemOp) done(s *store) {
-	if !o.add {
-		delete(s.elems[o.entry.set()], o.entry.key)
+// changed updates the kernel side of e once its change c is committed.
+func (s *store) changed(e *elemEntry, c knft.Change) {
+	if !c.Add {
+		delete(s.elems[e.set()], e.key)
 		return
 	}
-	o.entry.present, o.entry.kernel = true, o.value
+	e.present, e.kernel = true, c.Value
 }
 
 // interval reports whether the set is an interval set (its elements are
@@ -80,14 +52,15 @@ func deletesFirst(els []*elemEntry) {
 }
 
 // elemChange is the change entry e needs (diffElem decided that it needs
-// one). It depends only on the entry, which nothing changes between the
+// one): a delete of the kernel's element, an add of the desired one, or
+// both. It depends only on the entry, which nothing changes between the
 // diff and the commit of its unit, so a unit keeps entries, not changes.
-func elemChange(e *elemEntry, isMap bool) elemOp {
+func elemChange(e *elemEntry) knft.Change {
 	want, ok := e.desiredValue()
 	if !ok {
-		return elemOp{entry: e, isMap: isMap, del: true}
+		return knft.Change{Key: e.key, Del: true}
 	}
-	return elemOp{entry: e, value: want, isMap: isMap, del: e.present, add: true}
+	return knft.Change{Key: e.key, Value: want, Del: e.present, Add: true}
 }
 
 // diffElem returns the phase of the change element e needs, if any.

@@ -17,7 +17,7 @@ func TestExternalLocalEndpointCountChange(t *testing.T) {
 	for _, family := range proxy.Families {
 		st := caseState(t, "externalTrafficPolicy Local with a local endpoint", family)
 		fake := newStrictFake(specFor(family).family)
-		p := NewWithInterface(family, fake)
+		p := NewWithInterface(family, fakeKernel(fake))
 		mustSync(t, p, st)
 		var name proxy.ServicePortName
 		for n, sp := range st.Services {
@@ -34,9 +34,9 @@ func TestExternalLocalEndpointCountChange(t *testing.T) {
 		})
 		mustSync(t, p, grown)
 		mustSync(t, p, withChange(grown, name, func(sp *desired.ServicePort) { *sp = *st.Services[name] }))
-		restarted := NewWithInterface(family, fake)
-		if s := mustSync(t, restarted, st); s.operations != 0 {
-			t.Errorf("%s: after growing and shrinking back, a restart still sent %d operations", family, s.operations)
+		restarted := NewWithInterface(family, fakeKernel(fake))
+		if s := mustSync(t, restarted, st); s.Operations != 0 {
+			t.Errorf("%s: after growing and shrinking back, a restart still sent %d operations", family, s.Operations)
 		}
 	}
 }

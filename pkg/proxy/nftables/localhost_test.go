@@ -43,7 +43,7 @@ func localhostState(t *testing.T, family proxy.IPFamily) *desired.State {
 func syncLocalhost(t *testing.T, st *desired.State, mode LocalhostNodePorts) *strictFake {
 	t.Helper()
 	fake := newStrictFake(specFor(st.Family).family)
-	p := NewWithInterface(st.Family, fake)
+	p := NewWithInterface(st.Family, fakeKernel(fake))
 	p.localhost = mode
 	mustSync(t, p, st)
 	return fake
@@ -164,7 +164,7 @@ func TestLocalhostModeChangeCleansUp(t *testing.T) {
 		{LocalhostNodePortsProxied, []string{"sctp", "udp"}},
 		{LocalhostNodePortsOff, nil},
 	} {
-		p := NewWithInterface(proxy.IPv4, fake) // a restart: reads the table back
+		p := NewWithInterface(proxy.IPv4, fakeKernel(fake)) // a restart: reads the table back
 		p.localhost = tc.mode
 		mustSync(t, p, st)
 		var chains, counters []string

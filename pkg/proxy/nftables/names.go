@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -168,11 +169,8 @@ func affinitySet(n proxy.ServicePortName, ep netip.AddrPort) string {
 	return fmt.Sprintf("%s%s-%s__%s/%d", affinityPrefix, svcHash(id), id, addr, ep.Port())
 }
 
-// elemKey joins an element's key or value components the way nft prints them.
 // elemSep joins the fields of a concatenated key or value, as nft prints it.
-const elemSep = " . "
-
-func joinElem(parts []string) string { return strings.Join(parts, elemSep) }
+const elemSep = knft.ElemSep
 
 func splitElem(s string) []string { return strings.Split(s, elemSep) }
 

@@ -1,6 +1,10 @@
 package nftables
 
 import (
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/knft"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -88,17 +92,24 @@ func mustJSON(v any) string {
 // programTable syncs st into an empty table of a fresh Proxier, through
 // netlink element batches or nft only, in transactions of at most maxOps
 // operations, and returns the table's listing.
-func programTable(family proxy.IPFamily, st *desired.State, viaNetlink bool, maxOps int) (string, applyStats, error) {
+func programTable(family proxy.IPFamily, st *desired.State, viaNetlink bool, maxOps int) (string, knft.Stats, error) {
 	p, err := New(family, Options{})
 	if err != nil {
-		return "", applyStats{}, err
+		return "", knft.Stats{}, err
 	}
-	p.nlElements, p.maxOps = viaNetlink, maxOps
+	if !viaNetlink {
+		nft, err := knftables.New(specFor(family).family, TableName)
+		if err != nil {
+			return "", knft.Stats{}, err
+		}
+		p = NewWithInterface(family, knft.NewKnftables(nft))
+	}
+	p.maxOps = maxOps
 	if err := p.Cleanup(context.Background()); err != nil {
-		return "", applyStats{}, err
+		return "", knft.Stats{}, err
 	}
 	if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
-		return "", applyStats{}, err
+		return "", knft.Stats{}, err
 	}
 	list, err := listTableJSON(family)
 	return list, p.last, err
@@ -128,7 +139,7 @@ func TestNetlinkElementsMatchNft(t *testing.T) {
 					if err != nil {
 						return fmt.Errorf("over netlink, maxOps %d: %w", maxOps, err)
 					}
-					if stats.netlinkOps == 0 {
+					if stats.NetlinkOps == 0 {
 						return fmt.Errorf("maxOps %d: no element went over netlink (%+v)", maxOps, stats)
 					}
 					if got != want {
@@ -235,8 +246,8 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 			// went in (the endpoints), and no frontend: the refused batch
 			// is the first of the frontends (service-ips), and the
 			// node-port batch encoded after it must not be sent.
-			if added := elementCount(t, after) - elementCount(t, before); p.last.netlinkOps == 0 || added != p.last.netlinkOps {
-				return fmt.Errorf("the failed sync added %d elements; the batches before the refused one hold %d", added, p.last.netlinkOps)
+			if added := elementCount(t, after) - elementCount(t, before); p.last.NetlinkOps == 0 || added != p.last.NetlinkOps {
+				return fmt.Errorf("the failed sync added %d elements; the batches before the refused one hold %d", added, p.last.NetlinkOps)
 			}
 			frontends := func(listing string) []string {
 				return slices.DeleteFunc(withElements(listing), func(l string) bool {

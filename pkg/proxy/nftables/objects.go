@@ -58,8 +58,8 @@ type elemSpec struct {
 	set   string
 	key   string
 	value string // empty for set elements
-	// entry is the store's entry for set and key when render looked it
-	// up already (endpoint slots the kernel holds), else nil.
+	// entry is the store's entry for set and key when assignSlots looked
+	// it up already (endpoint slots the kernel holds), else nil.
 	entry *elemEntry
 }
 
@@ -72,6 +72,9 @@ type part struct {
 	sets    []*setSpec
 	elems   []elemSpec   // as rendered; dropped once claimed
 	entries []*elemEntry // the store entries claimed for elems
+	// slotGroups are the runs of elems that are one frontend's endpoint
+	// slots, for assignSlots.
+	slotGroups []slotGroup
 }
 
 // addChain adds c and, for a dispatch chain, its endpoint map: the two are

@@ -8,13 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os/exec"
 	"slices"
 	"sync/atomic"
 
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
@@ -24,8 +23,7 @@ import (
 // concurrent use; the syncer calls it from one goroutine.
 type Proxier struct {
 	family proxy.IPFamily
-	nft    knftables.Interface
-	run    txRunner // commits a transaction: nft.Run, or nftRunner
+	kernel knft.Interface
 	store  *store
 	maxOps int
 	// ownSlots is config.ownSlots (tests lower it to give every service
@@ -34,40 +32,29 @@ type Proxier struct {
 	// localhost is Options.LocalhostNodePorts.
 	localhost LocalhostNodePorts
 
-	readDone bool  // the existing table was read back
-	nlFamily uint8 // non-zero: a real kernel, read back over netlink
-	// nlElements: element runs go to the kernel as netlink batches
-	// (nlwrite.go) instead of through nft; set from netlinkElements.
-	nlElements bool
-	last       applyStats
+	readDone bool // the existing table was read back
+	last     knft.Stats
 
 	// programmed is set once a sync succeeded, for CanaryMissing (which
 	// may run on another goroutine).
 	programmed atomic.Bool
 }
 
-// New returns a Proxier for family that runs the nft binary.
+// New returns a Proxier for family that programs the kernel (knft.New).
 func New(family proxy.IPFamily, o Options) (*Proxier, error) {
-	nft, err := knftables.New(specFor(family).family, TableName)
+	k, err := knft.New(specFor(family).family, TableName)
 	if err != nil {
-		return nil, fmt.Errorf("nftables %s: %w", family, err)
+		return nil, err
 	}
-	path, err := exec.LookPath("nft")
-	if err != nil {
-		return nil, fmt.Errorf("nftables %s: %w", family, err)
-	}
-	p := NewWithInterface(family, timeoutNFT{nft})
+	p := NewWithInterface(family, k)
 	p.localhost = o.LocalhostNodePorts
-	p.nlFamily = nfproto(family)
-	p.nlElements = netlinkElements
-	p.run = nftRunner(path)
 	return p, nil
 }
 
-// NewWithInterface returns a Proxier that programs through nft (tests pass
-// knftables.NewFake(family, TableName)).
-func NewWithInterface(family proxy.IPFamily, nft knftables.Interface) *Proxier {
-	return &Proxier{family: family, nft: nft, run: nft.Run, store: newStore(), maxOps: defaultMaxOps,
+// NewWithInterface returns a Proxier that programs through k (tests pass
+// knft.NewFake over knftables.NewFake(family, TableName)).
+func NewWithInterface(family proxy.IPFamily, k knft.Interface) *Proxier {
+	return &Proxier{family: family, kernel: k, store: newStore(), maxOps: defaultMaxOps,
 		ownSlots: defaultOwnSlots}
 }
 
@@ -93,14 +80,13 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 			// to apply a difference to.
 			return fmt.Errorf("nftables %s: the table is not read back: %w", p.family, proxy.ErrFullSyncNeeded)
 		}
-		if err := p.store.readBack(ctx, p.nft, p.nlFamily); err != nil {
+		if err := p.store.readBack(ctx, p.kernel); err != nil {
 			return fmt.Errorf("reading back table %s: %w", TableName, err)
 		}
 		p.readDone = true
 	}
 	full := mode.Full()
 	cfg := newConfig(st)
-	cfg.kernelValue = p.store
 	cfg.ownSlots = p.ownSlots
 	cfg.localhost = p.localhost
 	p.store.clearDirty()
@@ -111,7 +97,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 		for name := range st.Changed {
 			var pt *part
 			if sp := st.Services[name]; sp != nil {
-				pt = renderService(cfg, sp)
+				pt = p.store.assignSlots(renderService(cfg, sp))
 			}
 			p.store.replace(name, pt)
 		}
@@ -125,15 +111,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 		p.store, p.readDone = newStore(), false
 		return fmt.Errorf("rendering nftables %s: %w", p.family, cfg.err)
 	}
-	var ew *nlElemWriter
-	if p.nlElements {
-		var err error
-		if ew, err = newElemWriter(p.nlFamily); err != nil {
-			return fmt.Errorf("syncing nftables %s: %w", p.family, err)
-		}
-		defer ew.close()
-	}
-	stats, err := apply(ctx, p.nft, p.run, ew, p.store.diff(), p.maxOps)
+	stats, err := apply(ctx, p.kernel, p.store.diff(), p.maxOps)
 	p.last = stats
 	var cleanup *cleanupError
 	if errors.As(err, &cleanup) {
@@ -182,13 +160,13 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 	if p.store.holdsElements() {
 		p.store.replace(owner{}, global)
 		for _, name := range names {
-			p.store.replace(name, renderService(cfg, st.Services[name]))
+			p.store.replace(name, p.store.assignSlots(renderService(cfg, st.Services[name])))
 		}
 		return
 	}
 	parts := make([]*part, len(names))
 	for i, name := range names {
-		parts[i] = renderService(cfg, st.Services[name])
+		parts[i] = p.store.assignSlots(renderService(cfg, st.Services[name]))
 	}
 	p.store.reserve(append(parts, global))
 	p.store.replace(owner{}, global)
@@ -201,7 +179,7 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 // Cleanup is part of syncer.Proxier: it deletes this family's table.
 func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.store, p.readDone = newStore(), false
-	return deleteTable(ctx, p.nft)
+	return p.kernel.Delete(ctx)
 }
 
 // CleanupTables deletes the kube-proxy table in both families, for other
@@ -209,23 +187,13 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 func CleanupTables(ctx context.Context) error {
 	var errs []error
 	for _, f := range proxy.Families {
-		nft, err := knftables.New(specFor(f).family, TableName)
+		k, err := knft.New(specFor(f).family, TableName)
+		if err == nil {
+			err = k.Delete(ctx)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("nftables %s: %w", f, err))
-			continue
-		}
-		if err := deleteTable(ctx, timeoutNFT{nft}); err != nil {
-			errs = append(errs, err)
 		}
 	}
 	return errorsJoin(errs)
-}
-
-func deleteTable(ctx context.Context, nft knftables.Interface) error {
-	tx := nft.NewTransaction()
-	tx.Delete(&knftables.Table{})
-	if err := nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
-		return fmt.Errorf("deleting table %s: %w", TableName, err)
-	}
-	return nil
 }

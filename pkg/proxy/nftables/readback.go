@@ -2,29 +2,20 @@ package nftables
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
-	"sigs.k8s.io/knftables"
+	"github.com/svcproxy/svcproxy/pkg/knft"
 )
 
-// readBack fills the kernel side of the store from the existing table, once,
-// when a new process starts: an unchanged table then diffs to nothing and
-// nothing is flushed or rewritten, and whatever differs (an element deleted
-// behind our back) is repaired piecemeal. Affinity sets are filled by the
-// kernel and their elements are not ours to diff, so they are not listed.
-//
-// family is the table's nfgen family when the table is the real kernel's:
-// then everything is read over netlink (nltable.go); otherwise (fakes)
-// through knftables, which costs a whole-table JSON listing per call. On
-// failure the kernel side is forgotten, so a retry starts clean.
-func (s *store) readBack(ctx context.Context, nft knftables.Interface, family uint8) error {
-	var err error
-	if family != 0 {
-		err = s.readBackNetlink(ctx, nft, family)
-	} else {
-		err = s.readBackKnftables(ctx, nft)
-	}
+// readBack fills the kernel side of the store from the existing table,
+// once, when a new process starts: an unchanged table then diffs to
+// nothing and nothing is flushed or rewritten, and whatever differs (an
+// element deleted behind our back) is repaired piecemeal. Affinity sets
+// are filled by the kernel and their elements are not ours to diff, so
+// they are not listed. On failure the kernel side is forgotten, so a retry
+// starts clean.
+func (s *store) readBack(ctx context.Context, k knft.Interface) error {
+	err := k.ReadBack(ctx, storeSink{s})
 	if err != nil {
 		s.tablePresent = false
 		s.chains, s.sets, s.elems = map[string]*chainEntry{}, map[string]*setEntry{}, map[string]map[string]*elemEntry{}
@@ -32,65 +23,44 @@ func (s *store) readBack(ctx context.Context, nft knftables.Interface, family ui
 	return err
 }
 
-func (s *store) readBackKnftables(ctx context.Context, nft knftables.Interface) error {
-	chains, err := nft.List(ctx, "chains")
-	if knftables.IsNotFound(err) {
-		return nil
+// storeSink is the store as a knft.Sink.
+type storeSink struct{ s *store }
+
+func (k storeSink) Table() { k.s.tablePresent = true }
+
+func (k storeSink) Chain(name string) { k.chain(name) }
+
+func (k storeSink) chain(name string) *chainEntry {
+	e := k.s.chains[name]
+	if e == nil {
+		e = &chainEntry{present: true}
+		k.s.chains[name] = e
 	}
-	if err != nil {
-		return fmt.Errorf("listing chains: %w", err)
-	}
-	s.tablePresent = true
-	for _, name := range chains {
-		s.chains[name] = &chainEntry{present: true}
-	}
-	rules, err := nft.ListRules(ctx, "")
-	if err != nil {
-		return fmt.Errorf("listing rules: %w", err)
-	}
-	for _, r := range rules {
-		e := s.chains[r.Chain]
-		if e == nil {
-			e = &chainEntry{present: true}
-			s.chains[r.Chain] = e
-		}
-		id := ""
-		if r.Comment != nil {
-			id = *r.Comment
-		}
-		e.kernel = append(e.kernel, id)
-	}
-	for _, kind := range []string{"set", "map"} {
-		names, err := nft.List(ctx, kind+"s")
-		if err != nil {
-			return fmt.Errorf("listing %ss: %w", kind, err)
-		}
-		for _, name := range names {
-			s.sets[name] = &setEntry{present: true, isMap: kind == "map"}
-			if strings.HasPrefix(name, affinityPrefix) {
-				continue
-			}
-			if err := s.readBackElements(ctx, nft, kind == "map", name); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return e
 }
 
-// readBackElements lists one set's elements through knftables.
-func (s *store) readBackElements(ctx context.Context, nft knftables.Interface, isMap bool, name string) error {
-	kind := "set"
-	if isMap {
-		kind = "map"
+func (k storeSink) Rule(chain, comment string) {
+	e := k.chain(chain)
+	e.kernel = append(e.kernel, comment)
+}
+
+func (k storeSink) Set(name string, isMap bool, size uint64) bool {
+	k.s.sets[name] = &setEntry{present: true, isMap: isMap, size: size}
+	delete(k.s.elems, name)
+	if strings.HasPrefix(name, affinityPrefix) {
+		return false
 	}
-	elems, err := nft.ListElements(ctx, kind, name)
-	if err != nil {
-		return fmt.Errorf("listing elements of %s %s: %w", kind, name, err)
+	if size > 0 {
+		// Sized by this code to twice what it held (epMapSize); capped
+		// in case someone else's is huge.
+		k.s.elems[name] = make(map[string]*elemEntry, min(size/2, 1<<17))
 	}
-	for _, el := range elems {
-		e := s.elem(name, joinElem(el.Key), true)
-		e.present, e.kernel = true, joinElem(el.Value)
+	return true
+}
+
+func (k storeSink) Elements(set string, kv []string) {
+	for i := 0; i+1 < len(kv); i += 2 {
+		e := k.s.elem(set, kv[i], true)
+		e.present, e.kernel = true, kv[i+1]
 	}
-	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
@@ -37,13 +38,21 @@ func kernelSide(s *store) []string {
 	return out
 }
 
-func readBoth(t *testing.T, family proxy.IPFamily, nft knftables.Interface) (viaNft, viaNetlink []string) {
+func readBoth(t *testing.T, family proxy.IPFamily) (viaNft, viaNetlink []string) {
 	t.Helper()
+	nft, err := knftables.New(specFor(family).family, TableName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := knft.New(specFor(family).family, TableName)
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, b := newStore(), newStore()
-	if err := a.readBack(context.Background(), nft, 0); err != nil {
+	if err := a.readBack(context.Background(), knft.NewKnftables(nft)); err != nil {
 		t.Fatalf("read-back through nft: %v", err)
 	}
-	if err := b.readBack(context.Background(), nft, nfproto(family)); err != nil {
+	if err := b.readBack(context.Background(), k); err != nil {
 		t.Fatalf("read-back over netlink: %v", err)
 	}
 	return kernelSide(a), kernelSide(b)
@@ -91,7 +100,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 					return err
 				}
-				viaNft, viaNetlink := readBoth(t, family, p.nft)
+				viaNft, viaNetlink := readBoth(t, family)
 				if d := diffLines(viaNft, viaNetlink); d != "" {
 					return fmt.Errorf("netlink read-back differs from nft's (- nft, + netlink):\n%s", d)
 				}
@@ -109,7 +118,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				if err := restarted.Sync(context.Background(), &full, proxytest.ModeOf(&full)); err != nil {
 					return err
 				}
-				if n := restarted.last.operations; n != 0 {
+				if n := restarted.last.Operations; n != 0 {
 					return fmt.Errorf("a restart with the same State sent %d operations", n)
 				}
 				return nil
@@ -141,11 +150,11 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 		if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 			return err
 		}
-		want, _ := readBoth(t, proxy.IPv4, p.nft)
+		want, _ := readBoth(t, proxy.IPv4)
 		if err := tamper(p.store); err != nil {
 			return err
 		}
-		if _, got := readBoth(t, proxy.IPv4, p.nft); slices.Equal(got, want) {
+		if _, got := readBoth(t, proxy.IPv4); slices.Equal(got, want) {
 			return fmt.Errorf("tampering changed nothing")
 		}
 		for i, wantOps := range []string{"a few", "none"} {
@@ -156,11 +165,11 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 			if err := q.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 				return fmt.Errorf("restart %d: %w", i+1, err)
 			}
-			if ops := q.last.operations; (i == 0 && (ops == 0 || ops > 20)) || (i == 1 && ops != 0) {
+			if ops := q.last.Operations; (i == 0 && (ops == 0 || ops > 20)) || (i == 1 && ops != 0) {
 				return fmt.Errorf("restart %d sent %d operations, want %s", i+1, ops, wantOps)
 			}
 		}
-		if _, got := readBoth(t, proxy.IPv4, p.nft); !slices.Equal(got, want) {
+		if _, got := readBoth(t, proxy.IPv4); !slices.Equal(got, want) {
 			return fmt.Errorf("not repaired:\n%s", diffLines(want, got))
 		}
 		return nil
@@ -223,7 +232,7 @@ func TestRestartOverNetlinkRemovesWhatWentAway(t *testing.T) {
 			if err := p.Sync(context.Background(), after, proxytest.ModeOf(after)); err != nil {
 				return err
 			}
-			want, _ := readBoth(t, family, p.nft)
+			want, _ := readBoth(t, family)
 			if err := p.Sync(context.Background(), before, proxytest.ModeOf(before)); err != nil {
 				return err
 			}
@@ -234,7 +243,7 @@ func TestRestartOverNetlinkRemovesWhatWentAway(t *testing.T) {
 			if err := q.Sync(context.Background(), after, proxytest.ModeOf(after)); err != nil {
 				return fmt.Errorf("restart: %w", err)
 			}
-			if _, got := readBoth(t, family, q.nft); !slices.Equal(got, want) {
+			if _, got := readBoth(t, family); !slices.Equal(got, want) {
 				return fmt.Errorf("restart left a different table than a fresh start (- fresh, + restarted):\n%s", diffLines(want, got))
 			}
 			return nil

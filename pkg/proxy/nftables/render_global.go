@@ -11,11 +11,8 @@ import (
 
 // config is what every rule derives from the State's global fields.
 type config struct {
-	fs famSpec
-	// kernelValue, when set, tells the endpoint slots the kernel holds, so
-	// that an endpoint keeps its slot across syncs (see slotOrder).
-	kernelValue slotSource
-	mark        string // "0x004000"
+	fs   famSpec
+	mark string // "0x004000"
 	// podMatch recognizes a pod's traffic ("" with LocalNone).
 	podMatch string
 	// markAll and markNotPod mark everything, or everything but a pod's

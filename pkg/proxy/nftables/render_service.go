@@ -22,7 +22,6 @@ type svcContext struct {
 	// buf builds element keys; values caches each endpoint's value, which
 	// every frontend's slots and every dispatch repeat.
 	buf      []byte
-	slotBuf  []byte // endpoint-map keys looked up in slotOrder
 	values   []epString
 	valueMap map[desired.Endpoint]string // values, once there are many
 }
@@ -214,16 +213,11 @@ func (s *svcContext) chain(class func(kind frontendKind, n, shard int, pre ...st
 	return func(n int) *chainSpec { return class(kind, n, s.shard, pre...) }
 }
 
-// endpointElems adds one element per endpoint slot of a frontend.
+// endpointElems adds one element per endpoint slot of a frontend, in the
+// order of eps; assignSlots moves them to the slots the kernel has.
 func (s *svcContext) endpointElems(m string, frontend string, eps []desired.Endpoint) {
-	ordered, found := s.slotOrder(m, frontend, eps)
-	for i, ep := range ordered {
-		if found != nil && found[i] != nil {
-			// The kernel's entry for this slot: its key, and no lookup
-			// when it is claimed.
-			s.p.elems = append(s.p.elems, elemSpec{set: m, key: found[i].key, value: s.epValue(ep), entry: found[i]})
-			continue
-		}
+	s.p.slotGroups = append(s.p.slotGroups, slotGroup{start: len(s.p.elems), n: len(eps), frontend: frontend})
+	for i, ep := range eps {
 		s.p.addElem(m, slotKey(frontend, i), s.epValue(ep))
 	}
 }
@@ -231,89 +225,6 @@ func (s *svcContext) endpointElems(m string, frontend string, eps []desired.Endp
 // slotKey is the endpoint-map key frontend · slot.
 func slotKey(frontend string, slot int) string {
 	return frontend + elemSep + strconv.Itoa(slot)
-}
-
-// slotOrder returns eps in slot order for one frontend of map m. An
-// endpoint keeps the slot it has in the kernel, so replacing one endpoint
-// rewrites one element instead of shifting every slot after it; the other
-// endpoints fill the free slots in sorted order. A map holds one endpoint
-// count only, so when the count changes every slot is new anyway. found
-// holds the store's entry of each slot the kernel has (nil otherwise).
-func (s *svcContext) slotOrder(m string, frontend string, eps []desired.Endpoint) (ordered []desired.Endpoint, found []*elemEntry) {
-	if s.c.kernelValue == nil || !s.c.kernelValue.hasElems(m) {
-		return eps, nil
-	}
-	found = make([]*elemEntry, len(eps))
-	// at[slot] is the index in eps of the endpoint the kernel has in slot,
-	// or -1.
-	at := make([]int, len(eps))
-	inOrder := true
-	index := s.endpointIndex(eps)
-	// Not s.buf: index builds values there.
-	key := append(append(s.slotBuf[:0], frontend...), elemSep...)
-	prefix := len(key)
-	for slot := range eps {
-		key = strconv.AppendUint(key[:prefix], uint64(slot), 10)
-		at[slot] = -1
-		if e := s.c.kernelValue.kernelEntry(m, key); e != nil {
-			found[slot] = e
-			if e.kernel == s.epValue(eps[slot]) {
-				at[slot] = slot // the usual case: no search
-			} else {
-				at[slot] = index(e.kernel)
-			}
-		}
-		inOrder = inOrder && at[slot] == slot
-	}
-	s.slotBuf = key
-	if inOrder {
-		return eps, found // a restart, or a change elsewhere: nothing moves
-	}
-	out := make([]desired.Endpoint, len(eps))
-	placed := make([]bool, len(eps))
-	filled := make([]bool, len(eps))
-	for slot, i := range at {
-		if i >= 0 && !placed[i] {
-			out[slot], placed[i], filled[slot] = eps[i], true, true
-		}
-	}
-	next := 0
-	for i, ep := range eps {
-		if placed[i] {
-			continue
-		}
-		for filled[next] {
-			next++
-		}
-		out[next], filled[next] = ep, true
-	}
-	return out, found
-}
-
-// endpointIndex returns a function that finds the index in eps of the
-// endpoint whose map value is v (-1: none): a scan for a few endpoints, a
-// map for many.
-func (s *svcContext) endpointIndex(eps []desired.Endpoint) func(v string) int {
-	if len(eps) <= 16 {
-		return func(v string) int {
-			for i, ep := range eps {
-				if s.epValue(ep) == v {
-					return i
-				}
-			}
-			return -1
-		}
-	}
-	index := make(map[string]int, len(eps))
-	for i, ep := range eps {
-		index[s.epValue(ep)] = i
-	}
-	return func(v string) int {
-		if i, ok := index[v]; ok {
-			return i
-		}
-		return -1
-	}
 }
 
 // affinityVerdicts renders ClientIP affinity. The choice must be remembered

@@ -16,7 +16,7 @@ import (
 func TestServiceCIDRsDropUnallocated(t *testing.T) {
 	st := caseState(t, "externalTrafficPolicy Local with a local endpoint", proxy.IPv4)
 	fake := newStrictFake(knftables.IPv4Family)
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	mustSync(t, p, st)
 	reject := "ip daddr @cluster-ips reject"
 	if got := chainRules(t, fake, chainClusterIPsCheck); !slices.Equal(got, []string{reject}) {

@@ -351,14 +351,6 @@ func (e *elemEntry) dropClaim(o *owner) {
 	e.setOthers(more)
 }
 
-// slotSource tells what the kernel holds in an endpoint map, for stable
-// slot numbering.
-type slotSource interface {
-	hasElems(set string) bool
-	// kernelEntry is the entry of an element the kernel holds, or nil.
-	kernelEntry(set string, key []byte) *elemEntry
-}
-
 // hasElems reports whether the kernel may hold elements of set: its set
 // exists there (at a cold start none does, and render skips the lookups).
 func (s *store) hasElems(set string) bool {
@@ -366,6 +358,7 @@ func (s *store) hasElems(set string) bool {
 	return e != nil && e.present && len(s.elems[set]) > 0
 }
 
+// kernelEntry is the entry of an element the kernel holds, or nil.
 func (s *store) kernelEntry(set string, key []byte) *elemEntry {
 	e := s.elems[set][string(key)] // no copy: a map lookup by converted bytes does not allocate
 	if e == nil || !e.present {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/knft"
 )
 
 // strictFake is a knftables.Fake that also refuses what nft 1.0.6 refuses
@@ -177,3 +179,14 @@ func (f *strictFake) checkSizes(text string) error {
 	}
 	return nil
 }
+
+// fakeKernel is the knft fake over nft: a knftables.Fake, or a strictFake
+// or a wrapper of one (which commits the transactions).
+func fakeKernel(nft knftables.Interface) *knft.Knftables {
+	if f, ok := nft.(interface{ table() *knftables.Fake }); ok {
+		return knft.NewFake(f.table(), nft)
+	}
+	return knft.NewFake(nft.(*knftables.Fake), nil)
+}
+
+func (f *strictFake) table() *knftables.Fake { return f.Fake }

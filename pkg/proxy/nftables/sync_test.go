@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
@@ -29,7 +30,7 @@ func caseState(t *testing.T, name string, family proxy.IPFamily) *desired.State 
 
 // mustSync syncs st in the mode the syncer would pick when only the State
 // speaks (a new Proxier's first sync is a recovery, as the syncer's is).
-func mustSync(t *testing.T, p *Proxier, st *desired.State) applyStats {
+func mustSync(t *testing.T, p *Proxier, st *desired.State) knft.Stats {
 	t.Helper()
 	mode := proxytest.ModeOf(st)
 	if !p.programmed.Load() {
@@ -39,7 +40,7 @@ func mustSync(t *testing.T, p *Proxier, st *desired.State) applyStats {
 }
 
 // mustSyncIn syncs st in mode, as the syncer decided it.
-func mustSyncIn(t *testing.T, p *Proxier, st *desired.State, mode proxy.SyncMode) applyStats {
+func mustSyncIn(t *testing.T, p *Proxier, st *desired.State, mode proxy.SyncMode) knft.Stats {
 	t.Helper()
 	if err := p.Sync(context.Background(), st, mode); err != nil {
 		t.Fatalf("Sync (%s): %v", mode, err)
@@ -73,26 +74,26 @@ func anyService(t *testing.T, st *desired.State, withEndpoints int) proxy.Servic
 func TestUnchangedResyncIsEmpty(t *testing.T) {
 	st := caseState(t, "externalTrafficPolicy Local with a local endpoint", proxy.IPv4)
 	fake := newStrictFake(knftables.IPv4Family)
-	p := NewWithInterface(proxy.IPv4, fake)
-	if s := mustSync(t, p, st); s.operations == 0 {
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
+	if s := mustSync(t, p, st); s.Operations == 0 {
 		t.Fatal("first sync sent nothing")
 	}
 	partial := *st
 	partial.Changed = map[proxy.ServicePortName]struct{}{}
-	if s := mustSync(t, p, &partial); s.operations != 0 {
-		t.Errorf("unchanged partial sync sent %d operations", s.operations)
+	if s := mustSync(t, p, &partial); s.Operations != 0 {
+		t.Errorf("unchanged partial sync sent %d operations", s.Operations)
 	}
 	full := *st
 	full.Changed = nil
-	if s := mustSync(t, p, &full); s.operations != 0 {
-		t.Errorf("unchanged full sync sent %d operations", s.operations)
+	if s := mustSync(t, p, &full); s.Operations != 0 {
+		t.Errorf("unchanged full sync sent %d operations", s.Operations)
 	}
 }
 
 func TestOneEndpointChangeIsAFewElementOps(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
 	fake := newStrictFake(knftables.IPv4Family)
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	mustSync(t, p, st)
 	name := anyService(t, st, 1)
 	next := withChange(st, name, func(sp *desired.ServicePort) {
@@ -101,8 +102,8 @@ func TestOneEndpointChangeIsAFewElementOps(t *testing.T) {
 		sp.Internal.Endpoints = eps
 	})
 	s := mustSync(t, p, next)
-	if s.operations == 0 || s.operations > 4 {
-		t.Errorf("one endpoint change sent %d operations, want 1..4:\n%s", s.operations, fake.LastTransaction)
+	if s.Operations == 0 || s.Operations > 4 {
+		t.Errorf("one endpoint change sent %d operations, want 1..4:\n%s", s.Operations, fake.LastTransaction)
 	}
 	if strings.Contains(fake.LastTransaction.String(), " rule ") || strings.Contains(fake.LastTransaction.String(), "flush") {
 		t.Errorf("endpoint change touched rules:\n%s", fake.LastTransaction)
@@ -119,11 +120,11 @@ func TestRestartRewritesNothing(t *testing.T) {
 	for _, family := range proxy.Families {
 		st := caseState(t, "session affinity", family)
 		fake := newStrictFake(specFor(family).family)
-		mustSync(t, NewWithInterface(family, fake), st)
+		mustSync(t, NewWithInterface(family, fakeKernel(fake)), st)
 		before := fake.Dump()
-		restarted := NewWithInterface(family, fake)
-		if s := mustSync(t, restarted, st); s.operations != 0 {
-			t.Errorf("%s: restart with unchanged state sent %d operations:\n%s", family, s.operations, fake.LastTransaction)
+		restarted := NewWithInterface(family, fakeKernel(fake))
+		if s := mustSync(t, restarted, st); s.Operations != 0 {
+			t.Errorf("%s: restart with unchanged state sent %d operations:\n%s", family, s.Operations, fake.LastTransaction)
 		}
 		if fake.Dump() != before {
 			t.Errorf("%s: restart changed the table", family)
@@ -134,7 +135,7 @@ func TestRestartRewritesNothing(t *testing.T) {
 func TestRestartRepairsOnlyWhatDiffers(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
 	fake := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, fake), st)
+	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(fake)), st)
 	want := fake.Dump()
 	// Damage the table behind the Proxier's back: one element gone.
 	tx := fake.NewTransaction()
@@ -144,8 +145,8 @@ func TestRestartRepairsOnlyWhatDiffers(t *testing.T) {
 	if err := fake.Run(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
-	if s := mustSync(t, NewWithInterface(proxy.IPv4, fake), st); s.operations != 1 {
-		t.Errorf("repair sent %d operations, want 1:\n%s", s.operations, fake.LastTransaction)
+	if s := mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(fake)), st); s.Operations != 1 {
+		t.Errorf("repair sent %d operations, want 1:\n%s", s.Operations, fake.LastTransaction)
 	}
 	if sortedDump(fake) != sortedLines(want) {
 		t.Error("repaired table differs from the original")
@@ -155,14 +156,14 @@ func TestRestartRepairsOnlyWhatDiffers(t *testing.T) {
 func TestColdStartIsSplitConsistently(t *testing.T) {
 	st := caseState(t, "loadBalancerSourceRanges", proxy.IPv6)
 	whole := newStrictFake(knftables.IPv6Family)
-	mustSync(t, NewWithInterface(proxy.IPv6, whole), st)
+	mustSync(t, NewWithInterface(proxy.IPv6, fakeKernel(whole)), st)
 
 	split := newStrictFake(knftables.IPv6Family)
-	p := NewWithInterface(proxy.IPv6, split)
+	p := NewWithInterface(proxy.IPv6, fakeKernel(split))
 	p.maxOps = 5
 	s := mustSync(t, p, st)
-	if s.transactions < 5 {
-		t.Errorf("cold start used %d transactions with maxOps 5", s.transactions)
+	if s.Transactions < 5 {
+		t.Errorf("cold start used %d transactions with maxOps 5", s.Transactions)
 	}
 	if sortedDump(split) != sortedDump(whole) {
 		t.Error("split cold start programmed a different table")
@@ -189,7 +190,7 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 func TestFailureThenRecoverySync(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
 	fake := &failingNFT{strictFake: newStrictFake(knftables.IPv4Family)}
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	mustSync(t, p, st)
 	name := anyService(t, st, 1)
 	changed := withChange(st, name, func(sp *desired.ServicePort) { sp.Internal.Endpoints = nil })
@@ -205,7 +206,7 @@ func TestFailureThenRecoverySync(t *testing.T) {
 	}
 	mustSyncIn(t, p, &again, proxy.RecoverySync)
 	ref := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, ref), &again)
+	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), &again)
 	if sortedDump(fake.strictFake) != sortedDump(ref) {
 		t.Error("sync after a failure did not reconcile fully")
 	}
@@ -226,12 +227,12 @@ func withoutServices(st *desired.State) *desired.State {
 func TestServiceRemovalCleansUp(t *testing.T) {
 	st := caseState(t, "session affinity", proxy.IPv4)
 	fake := newStrictFake(knftables.IPv4Family)
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	mustSync(t, p, st)
 	empty := withoutServices(st)
 	mustSync(t, p, empty)
 	ref := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, ref), empty)
+	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), empty)
 	if sortedDump(fake) != sortedDump(ref) {
 		t.Errorf("removing every service left objects behind:\n%s", fake.Dump())
 	}
@@ -240,7 +241,7 @@ func TestServiceRemovalCleansUp(t *testing.T) {
 func TestCleanupDeletesTable(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
 	fake := newStrictFake(knftables.IPv4Family)
-	p := NewWithInterface(proxy.IPv4, fake)
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
 	mustSync(t, p, st)
 	if err := p.Cleanup(context.Background()); err != nil {
 		t.Fatal(err)

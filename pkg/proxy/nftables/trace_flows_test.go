@@ -23,7 +23,7 @@ func syncFake(t *testing.T, state *desired.State) *strictFake {
 func syncFakeOwn(t *testing.T, state *desired.State, ownSlots int) *strictFake {
 	t.Helper()
 	fake := newStrictFake(specFor(state.Family).family)
-	p := NewWithInterface(state.Family, fake)
+	p := NewWithInterface(state.Family, fakeKernel(fake))
 	p.ownSlots = ownSlots
 	if err := p.Sync(context.Background(), state, proxytest.ModeOf(state)); err != nil {
 		t.Fatalf("Sync: %v", err)

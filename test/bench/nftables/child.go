@@ -8,6 +8,9 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -75,7 +78,7 @@ func runChild(services, changes int, profile string) (*Result, error) {
 	ctx := context.Background()
 	var p *nftables.Proxier
 	if res.Init, err = measure(ns, func() (err error) {
-		if p, err = nftables.New(proxy.IPv4, nftables.Options{}); err != nil {
+		if p, err = newProxier(); err != nil {
 			return err
 		}
 		return p.Init(ctx)
@@ -158,7 +161,7 @@ func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result, profile str
 	}
 	var p *nftables.Proxier
 	res.Restart, err = measure(ns, func() (err error) {
-		if p, err = nftables.New(proxy.IPv4, nftables.Options{}); err != nil {
+		if p, err = newProxier(); err != nil {
 			return err
 		}
 		if err := p.Init(ctx); err != nil {
@@ -236,4 +239,19 @@ func writeHeapProfile(path string) error {
 		return fmt.Errorf("heap profile: %w", err)
 	}
 	return nil
+}
+
+// newProxier is the Proxier of the chosen -transport.
+func newProxier() (*nftables.Proxier, error) {
+	if *transport == "knft" {
+		return nftables.New(proxy.IPv4, nftables.Options{})
+	}
+	if *transport != "knftables" {
+		return nil, fmt.Errorf("unknown -transport %q", *transport)
+	}
+	nft, err := knftables.New(knftables.IPv4Family, nftables.TableName)
+	if err != nil {
+		return nil, err
+	}
+	return nftables.NewWithInterface(proxy.IPv4, knft.NewKnftables(nft)), nil
 }

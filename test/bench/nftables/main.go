@@ -25,6 +25,12 @@ import (
 // nftRSS is read by the child too (spawnChild passes it on).
 var nftRSS = flag.Bool("nftrss", true, "measure the nft processes' own peak RSS through a shim (nftshim.go; adds ≈ 10 ms of start-up to each nft run)")
 
+// transport is read by the child too: "knft" (the backend's own, netlink
+// elements and read-back) or "knftables" (everything through knftables:
+// one nft command per element, read-back by its JSON listings), the
+// alternative pkg/knft/README.md measures it against.
+var transport = flag.String("transport", "knft", `the backend's way to the kernel: "knft" or "knftables"`)
+
 func main() {
 	if isShim() {
 		os.Exit(shimMain())
@@ -92,7 +98,7 @@ func childMain(services, changes int, profile string) int {
 func spawnChild(services, changes int, timeout time.Duration, profile string) (*Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	args := []string{"-child", "-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes)}
+	args := []string{"-child", "-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes), "-transport", *transport}
 	if !*nftRSS {
 		args = append(args, "-nftrss=false")
 	}

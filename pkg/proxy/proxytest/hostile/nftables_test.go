@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
@@ -22,7 +23,7 @@ func newNFT(family proxy.IPFamily) backend {
 		nftFamily = knftables.IPv6Family
 	}
 	fake := knftables.NewFake(nftFamily, nftables.TableName)
-	p := nftables.NewWithInterface(family, fake)
+	p := nftables.NewWithInterface(family, knft.NewFake(fake, nil))
 	return backend{
 		name:  "nftables",
 		sync:  func(st *desired.State) error { return p.Sync(ctx, st, proxytest.ModeOf(st)) },

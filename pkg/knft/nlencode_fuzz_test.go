@@ -1,4 +1,4 @@
-package nftables
+package knft
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
 )
 
 // fuzzLayouts are the set layouts render creates (pkg/proxy/nftables
@@ -33,9 +35,9 @@ var fuzzLayouts = func() []*layout {
 // elemOf returns the one NFTA_LIST_ELEM payload in b.
 func elemOf(t *testing.T, b []byte) []byte {
 	t.Helper()
-	a := attrs{b: b}
-	typ, elem, ok := a.next()
-	if !ok || typ != unix.NFTA_LIST_ELEM || len(a.b) != 0 {
+	a := knetlink.Attrs{B: b}
+	typ, elem, ok := a.Next()
+	if !ok || typ != unix.NFTA_LIST_ELEM || len(a.B) != 0 {
 		t.Fatalf("encoding %x is not one NFTA_LIST_ELEM", b)
 	}
 	return elem
@@ -121,8 +123,8 @@ func FuzzElemDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which uint8, b []byte) {
 		l := fuzzLayouts[int(which)%len(fuzzLayouts)]
 		var sb strings.Builder
-		a := attrs{b: b}
-		_, elem, ok := a.next()
+		a := knetlink.Attrs{B: b}
+		_, elem, ok := a.Next()
 		if !ok {
 			return
 		}

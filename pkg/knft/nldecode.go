@@ -1,4 +1,4 @@
-package nftables
+package knft
 
 import (
 	"encoding/binary"
@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
 )
 
 // nft datatype numbers (nftables' include/datatype.h). A concatenated
@@ -95,7 +97,7 @@ func fields(typ, n uint32) ([]field, bool) {
 		if len(fs) == 1 {
 			sum += fs[i].len
 		} else {
-			sum += nlAlign(fs[i].len)
+			sum += knetlink.Align(fs[i].len)
 		}
 	}
 	return fs, uint32(sum) == n
@@ -104,13 +106,13 @@ func fields(typ, n uint32) ([]field, bool) {
 // decode turns one NFTA_LIST_ELEM into key and value strings.
 func (l *layout) decode(elem []byte, sb *strings.Builder) (key, value string, err error) {
 	var k, kEnd, data []byte
-	a := attrs{b: elem}
-	for t, d, ok := a.next(); ok; t, d, ok = a.next() {
+	a := knetlink.Attrs{B: elem}
+	for t, d, ok := a.Next(); ok; t, d, ok = a.Next() {
 		switch t {
 		case unix.NFTA_SET_ELEM_KEY:
-			k = find(d, unix.NFTA_DATA_VALUE)
+			k = knetlink.Find(d, unix.NFTA_DATA_VALUE)
 		case nftaSetElemKeyEnd:
-			kEnd = find(d, unix.NFTA_DATA_VALUE)
+			kEnd = knetlink.Find(d, unix.NFTA_DATA_VALUE)
 		case unix.NFTA_SET_ELEM_DATA:
 			data = d
 		case unix.NFTA_SET_ELEM_FLAGS:
@@ -119,8 +121,8 @@ func (l *layout) decode(elem []byte, sb *strings.Builder) (key, value string, er
 			}
 		}
 	}
-	if a.err != nil {
-		return "", "", a.err
+	if a.Err != nil {
+		return "", "", a.Err
 	}
 	if !l.interval {
 		kEnd = nil
@@ -132,10 +134,10 @@ func (l *layout) decode(elem []byte, sb *strings.Builder) (key, value string, er
 	key = sb.String()
 	switch {
 	case l.verdict:
-		value, err = formatVerdict(find(data, unix.NFTA_DATA_VERDICT))
+		value, err = formatVerdict(knetlink.Find(data, unix.NFTA_DATA_VERDICT))
 	case l.data != nil:
 		sb.Reset()
-		err = formatFields(sb, l.data, find(data, unix.NFTA_DATA_VALUE), nil)
+		err = formatFields(sb, l.data, knetlink.Find(data, unix.NFTA_DATA_VALUE), nil)
 		value = sb.String()
 	}
 	return key, value, err
@@ -159,7 +161,7 @@ func formatFields(sb *strings.Builder, fs []field, b, end []byte) error {
 			formatField(sb, f, v)
 		}
 		if len(fs) > 1 {
-			off += nlAlign(f.len)
+			off += knetlink.Align(f.len)
 		} else {
 			off += f.len
 		}
@@ -171,9 +173,9 @@ func formatField(sb *strings.Builder, f field, v []byte) {
 	switch f.typ {
 	case typeIPAddr:
 		a, _ := netip.AddrFromSlice(v)
-		sb.WriteString(addrString(a))
+		sb.WriteString(a.Unmap().String())
 	case typeIP6Addr:
-		// Not addrString: an IPv4-mapped address in an IPv6 field is
+		// Not unmapped: an IPv4-mapped address in an IPv6 field is
 		// "::ffff:a.b.c.d" to nft, and unmapped it would not encode back
 		// into the field (found by FuzzElemRoundTrip).
 		a, _ := netip.AddrFromSlice(v)
@@ -202,7 +204,7 @@ func formatRange(sb *strings.Builder, f field, start, end []byte) {
 	if f.typ == typeIPAddr || f.typ == typeIP6Addr {
 		if bits, ok := prefixLen(start, end); ok {
 			a, _ := netip.AddrFromSlice(start)
-			sb.WriteString(prefixString(netip.PrefixFrom(a, bits)))
+			writePrefix(sb, netip.PrefixFrom(a, bits))
 			return
 		}
 	}
@@ -234,7 +236,7 @@ func prefixLen(start, end []byte) (int, bool) {
 
 // formatVerdict spells a verdict as knftables returns it ("goto x", "drop").
 func formatVerdict(b []byte) (string, error) {
-	code, chain := int32(beUint32(find(b, unix.NFTA_VERDICT_CODE))), cString(find(b, unix.NFTA_VERDICT_CHAIN))
+	code, chain := int32(beUint32(knetlink.Find(b, unix.NFTA_VERDICT_CODE))), knetlink.CString(knetlink.Find(b, unix.NFTA_VERDICT_CHAIN))
 	switch code {
 	case 0: // NF_DROP
 		return "drop", nil
@@ -250,4 +252,14 @@ func formatVerdict(b []byte) (string, error) {
 		return "goto " + chain, nil
 	}
 	return "", fmt.Errorf("verdict code %d: %w", code, errUndecodable)
+}
+
+// writePrefix writes a prefix as nft prints it: a full-length prefix is a
+// plain address.
+func writePrefix(sb *strings.Builder, p netip.Prefix) {
+	if p.IsSingleIP() {
+		sb.WriteString(p.Addr().Unmap().String())
+		return
+	}
+	sb.WriteString(p.String())
 }

@@ -1,12 +1,13 @@
-package nftables
+package knft
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
 )
 
 // Element changes over netlink. A cold sync at 10k services × 10 endpoints
@@ -16,10 +17,6 @@ import (
 // one NFNL_MSG_BATCH_BEGIN … END batch — a transaction, exactly like the
 // one nft would send — so runs of element units are encoded here
 // (nlencode.go) and everything else still goes through nft.
-
-// netlinkElements switches element runs to netlink on the real kernel;
-// off, every operation goes through nft as before.
-var netlinkElements = true
 
 // maxElemListBytes bounds one message's element list: its length is a
 // 16-bit netlink attribute length.
@@ -38,6 +35,7 @@ type nlElemWriter struct {
 	send   *nlConn // batches
 	lookup *nlConn // set layouts, asked while a batch is in flight
 	family uint8
+	table  string
 	// layouts caches the kernel's layout per set; a nil value means the
 	// set is absent or not encodable. Cleared whenever nft ran, since nft
 	// may have deleted or added sets.
@@ -75,7 +73,7 @@ type batchMsg struct {
 	what string
 }
 
-func newElemWriter(family uint8) (*nlElemWriter, error) {
+func newElemWriter(family uint8, table string) (*nlElemWriter, error) {
 	send, err := dialNetfilter()
 	if err != nil {
 		return nil, err
@@ -85,7 +83,7 @@ func newElemWriter(family uint8) (*nlElemWriter, error) {
 		send.close()
 		return nil, err
 	}
-	w := &nlElemWriter{send: send, lookup: lookup, family: family, layouts: map[string]*layout{}, open: -1}
+	w := &nlElemWriter{send: send, lookup: lookup, family: family, table: table, layouts: map[string]*layout{}, open: -1}
 	// Errors then carry only the failing message's header, not its
 	// (up to 48 KiB) payload.
 	if err := unix.SetsockoptInt(send.fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1); err != nil {
@@ -118,7 +116,7 @@ func (w *nlElemWriter) layout(set string) *layout {
 	if ok {
 		return l
 	}
-	req := append(attrString(unix.NFTA_SET_TABLE, TableName), attrString(unix.NFTA_SET_NAME, set)...)
+	req := append(knetlink.AppendString(nil, unix.NFTA_SET_TABLE, w.table), knetlink.AppendString(nil, unix.NFTA_SET_NAME, set)...)
 	var st nlSet
 	err := w.lookup.request(unix.NFT_MSG_GETSET, w.family, false, req, func(b []byte) error {
 		var err error
@@ -136,15 +134,15 @@ func (w *nlElemWriter) layout(set string) *layout {
 
 // canWrite reports whether u is an element change of a set this writer
 // encodes.
-func (w *nlElemWriter) canWrite(u *unit) bool {
-	return len(u.els) > 0 && w.layout(u.els[0].set()) != nil
+func (w *nlElemWriter) canWrite(u *Unit) bool {
+	return u.Elems != nil && u.Objects == nil && w.layout(u.Set) != nil
 }
 
 // encodeRun encodes, as the next batch, the leading units of us that it
 // can, and returns how many those were (0: the first one is not for
 // netlink, and there is no batch). Their order is kept. It may run while
 // the previous batch is in flight; start sends it.
-func (w *nlElemWriter) encodeRun(us []*unit) int {
+func (w *nlElemWriter) encodeRun(us []*Unit) int {
 	w.reset()
 	n := 0
 	for ; n < len(us) && w.canWrite(us[n]); n++ {
@@ -162,8 +160,8 @@ func (w *nlElemWriter) reset() {
 	w.b.buf, w.b.msgs, w.open = w.b.buf[:0], w.b.msgs[:0], -1
 	w.send.seq++
 	w.b.beginSeq = w.send.seq
-	w.b.buf = appendNlHdr(w.b.buf, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, w.b.beginSeq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
-	binary.NativeEndian.PutUint32(w.b.buf, uint32(len(w.b.buf)))
+	w.b.buf = knetlink.AppendHeader(w.b.buf, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, w.b.beginSeq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	knetlink.SetLen(w.b.buf, 0)
 }
 
 // writerMark is where the batch was before a run, to take the run back.
@@ -176,11 +174,10 @@ type writerMark struct {
 
 // addRun encodes a run of element changes, all or none of them, and
 // reports whether it did.
-func (w *nlElemWriter) addRun(u *unit) bool {
+func (w *nlElemWriter) addRun(u *Unit) bool {
 	m := writerMark{len(w.b.buf), len(w.b.msgs), w.open, w.listAt, w.lastAt, w.openSet, w.openDel, w.b.lastSeq}
-	for _, e := range u.els {
-		op := elemChange(e, u.isMap)
-		if err := w.add(&op); err != nil {
+	for c := range u.Elems {
+		if err := w.add(u.Set, &c); err != nil {
 			w.b.buf, w.b.msgs, w.open, w.listAt, w.lastAt = w.b.buf[:m.buf], w.b.msgs[:m.msgs], m.open, m.listAt, m.lastAt
 			w.openSet, w.openDel, w.b.lastSeq = m.openSet, m.openDel, m.lastSeq
 			return false
@@ -191,22 +188,22 @@ func (w *nlElemWriter) addRun(u *unit) bool {
 
 // add encodes one element change, or nothing if any part of it fails: a
 // delete and the re-add of its key are encoded first, then appended.
-func (w *nlElemWriter) add(o *elemOp) error {
-	set, key := o.entry.set(), o.entry.key
+func (w *nlElemWriter) add(set string, o *Change) error {
+	key := o.Key
 	l := w.layouts[set]
 	// Both encodings go into scratch, the delete first: a nil base would
 	// allocate (and grow) a new slice per element.
 	var del, add []byte
 	buf := w.scratch[:0]
 	var err error
-	if o.del {
+	if o.Del {
 		if buf, err = l.appendElem(buf, key, "", false); err != nil {
 			return err
 		}
 		del = buf
 	}
-	if o.add {
-		if buf, err = l.appendElem(buf, key, o.value, true); err != nil {
+	if o.Add {
+		if buf, err = l.appendElem(buf, key, o.Value, true); err != nil {
 			return err
 		}
 		add = buf[len(del):]
@@ -240,11 +237,11 @@ func (w *nlElemWriter) openMsg(set string, del bool) {
 	b := &w.b
 	w.open, w.lastAt, b.lastSeq, w.openSet, w.openDel = len(b.buf), len(b.buf), w.send.seq, set, del
 	b.msgs = append(b.msgs, batchMsg{seq: w.send.seq, what: verb + set})
-	b.buf = appendNlHdr(b.buf, unix.NFNL_SUBSYS_NFTABLES<<8|msg, flags, w.send.seq, w.family, 0)
-	b.buf = append(b.buf, attrString(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)...)
-	b.buf = append(b.buf, attrString(unix.NFTA_SET_ELEM_LIST_SET, set)...)
+	b.buf = knetlink.AppendHeader(b.buf, unix.NFNL_SUBSYS_NFTABLES<<8|msg, flags, w.send.seq, w.family, 0)
+	b.buf = append(b.buf, knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_TABLE, w.table)...)
+	b.buf = append(b.buf, knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_SET, set)...)
 	w.listAt = len(b.buf)
-	b.buf = nestStart(b.buf, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+	b.buf = knetlink.NestStart(b.buf, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 }
 
 // closeMsg fills in the lengths of the open message and its element list.
@@ -252,21 +249,9 @@ func (w *nlElemWriter) closeMsg() {
 	if w.open < 0 {
 		return
 	}
-	nestEnd(w.b.buf, w.listAt)
-	binary.NativeEndian.PutUint32(w.b.buf[w.open:], uint32(len(w.b.buf)-w.open))
+	knetlink.NestEnd(w.b.buf, w.listAt)
+	knetlink.SetLen(w.b.buf, w.open)
 	w.open = -1
-}
-
-// appendNlHdr appends a netlink header and an nfgenmsg; the length is
-// filled in by the caller.
-func appendNlHdr(b []byte, typ, flags uint16, seq uint32, family uint8, resID uint16) []byte {
-	b = binary.NativeEndian.AppendUint32(b, 0)
-	b = binary.NativeEndian.AppendUint16(b, typ)
-	b = binary.NativeEndian.AppendUint16(b, flags)
-	b = binary.NativeEndian.AppendUint32(b, seq)
-	b = binary.NativeEndian.AppendUint32(b, 0) // port id: the kernel's
-	b = append(b, family, unix.NFNETLINK_V0)
-	return binary.BigEndian.AppendUint16(b, resID)
 }
 
 // finish closes the batch. Only the last element message asks for an
@@ -276,11 +261,11 @@ func appendNlHdr(b []byte, typ, flags uint16, seq uint32, family uint8, resID ui
 func (w *nlElemWriter) finish() {
 	w.closeMsg()
 	b := &w.b
-	binary.NativeEndian.PutUint16(b.buf[w.lastAt+6:], binary.NativeEndian.Uint16(b.buf[w.lastAt+6:])|unix.NLM_F_ACK)
+	knetlink.AddFlags(b.buf, w.lastAt, unix.NLM_F_ACK)
 	w.send.seq++
 	end := len(b.buf)
-	b.buf = appendNlHdr(b.buf, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, w.send.seq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
-	binary.NativeEndian.PutUint32(b.buf[end:], uint32(len(b.buf)-end))
+	b.buf = knetlink.AppendHeader(b.buf, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, w.send.seq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	knetlink.SetLen(b.buf, end)
 }
 
 // start sends the batch encodeRun made, from a goroutine; wait tells how
@@ -309,7 +294,7 @@ func (w *nlElemWriter) transmit(b *nlBatch) error {
 	if err := w.growSndbuf(len(b.buf)); err != nil {
 		return err
 	}
-	if err := unix.Sendto(w.send.fd, b.buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := knetlink.Send(w.send.fd, b.buf); err != nil {
 		return fmt.Errorf("netlink batch send: %w", err)
 	}
 	return w.receive(b)
@@ -335,36 +320,28 @@ func (w *nlElemWriter) growSndbuf(n int) error {
 func (w *nlElemWriter) receive(b *nlBatch) error {
 	var first error
 	for {
-		n, _, rflags, _, err := unix.Recvmsg(w.send.fd, w.send.buf, nil, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
+		n, err := knetlink.Receive(w.send.fd, w.send.buf)
 		if err != nil {
 			return fmt.Errorf("netlink batch receive: %w", err)
 		}
-		if rflags&unix.MSG_TRUNC != 0 {
-			return fmt.Errorf("netlink batch receive: message truncated")
-		}
-		for r := w.send.buf[:n]; len(r) >= unix.NLMSG_HDRLEN; {
-			l := int(binary.NativeEndian.Uint32(r))
-			if l < unix.NLMSG_HDRLEN || l > len(r) {
-				return errMalformed
-			}
-			typ, seq, body := binary.NativeEndian.Uint16(r[4:]), binary.NativeEndian.Uint32(r[8:]), r[unix.NLMSG_HDRLEN:l]
-			r = r[min(nlAlign(l), len(r)):]
+		err = knetlink.Messages(w.send.buf[:n], func(typ, _ uint16, seq uint32, body []byte) error {
 			if typ != unix.NLMSG_ERROR || seq < b.beginSeq || seq > b.lastSeq {
-				continue // not about this batch
+				return nil // not about this batch
 			}
-			if len(body) < 4 {
-				return errMalformed
-			}
-			errno := syscall.Errno(-int32(binary.NativeEndian.Uint32(body)))
+			errno := knetlink.AckErrno(body)
 			if errno != 0 && first == nil {
 				first = b.failure(seq, errno)
 			}
 			if seq == b.lastSeq || (seq == b.beginSeq && errno != 0) {
-				return first
+				return knetlink.ErrEnd
 			}
+			return nil
+		})
+		if errors.Is(err, knetlink.ErrEnd) {
+			return first
+		}
+		if err != nil {
+			return err
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package nftables
+package knft
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
 )
 
 // Attribute numbers x/sys/unix does not define.
@@ -22,9 +22,9 @@ const (
 	udataRuleComment   = 0 // NFTNL_UDATA_RULE_COMMENT, a TLV in the rule's userdata
 )
 
-// nfproto is the nfgen_family of f's table.
-func nfproto(f proxy.IPFamily) uint8 {
-	if f == proxy.IPv6 {
+// nfproto is the nfgen_family of an ip or ip6 table.
+func nfproto(f knftables.Family) uint8 {
+	if f == knftables.IPv6Family {
 		return unix.NFPROTO_IPV6
 	}
 	return unix.NFPROTO_IPV4
@@ -39,65 +39,48 @@ type nlSet struct {
 	size              uint32 // the most elements it holds; 0: no limit
 }
 
-// readBackNetlink fills the kernel side of the store like readBackKnftables
-// but over netlink. A set whose element layout it cannot decode is listed
-// through nft instead (nft).
-func (s *store) readBackNetlink(ctx context.Context, nft knftables.Interface, family uint8) error {
+// ReadBack is part of Interface. It reads over netlink; a set whose
+// element layout it cannot decode is listed through nft instead.
+func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
 	c, err := dialNetfilter()
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	err = c.request(unix.NFT_MSG_GETTABLE, family, false, attrString(unix.NFTA_TABLE_NAME, TableName),
-		func([]byte) error { return nil })
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("getting table: %w", err)
-	}
-	s.tablePresent = true
-	if err := s.readChainsNetlink(c, family); err != nil {
+	if present, err := k.tableExists(c); err != nil || !present {
 		return err
 	}
-	sets, err := listSetsNetlink(c, family)
+	sink.Table()
+	if err := k.readChains(c, sink); err != nil {
+		return err
+	}
+	sets, err := k.listSets(c)
 	if err != nil {
 		return err
 	}
 	var dumps []*setDump
 	for _, st := range sets {
 		isMap := st.flags&unix.NFT_SET_MAP != 0
-		s.sets[st.name] = &setEntry{present: true, isMap: isMap, size: uint64(st.size)}
-		if strings.HasPrefix(st.name, affinityPrefix) {
+		if !sink.Set(st.name, isMap, uint64(st.size)) {
 			continue
 		}
 		if l, ok := setLayout(st); ok {
-			dumps = append(dumps, &setDump{name: st.name, layout: l})
-			if st.size > 0 {
-				// Sized by this code to twice what it held (epMapSize);
-				// capped in case someone else's is huge.
-				s.elems[st.name] = make(map[string]*elemEntry, min(st.size/2, 1<<17))
-			}
-		} else if err := s.readBackElements(ctx, nft, isMap, st.name); err != nil {
+			dumps = append(dumps, &setDump{name: st.name, layout: l, isMap: isMap, size: st.size})
+		} else if err := readElementsKnftables(ctx, k.nft, isMap, st.name, sink); err != nil {
 			return err
 		}
 	}
-	// Elements go into the store as the workers decode them, a message
-	// at a time: collecting whole sets first kept every key twice and grew
+	// Elements go to the sink as the workers decode them, a message at a
+	// time: collecting whole sets first kept every key twice and grew
 	// slices of 100k strings (≈ 45 MB of garbage at 10k×10).
-	err = dumpElements(ctx, family, dumps, func(b elemBatch) {
-		for i := 0; i+1 < len(b.kv); i += 2 {
-			e := s.elem(b.set, b.kv[i], true)
-			e.present, e.kernel = true, b.kv[i+1]
-		}
-	})
+	err = k.dumpElements(ctx, dumps, func(b elemBatch) { sink.Elements(b.set, b.kv) })
 	if err != nil {
 		return err
 	}
 	for _, d := range dumps {
 		if d.undecodable {
-			delete(s.elems, d.name) // what arrived before the element it could not spell
-			if err := s.readBackElements(ctx, nft, s.sets[d.name].isMap, d.name); err != nil {
+			sink.Set(d.name, d.isMap, uint64(d.size)) // forget what arrived before the element it could not spell
+			if err := readElementsKnftables(ctx, k.nft, d.isMap, d.name, sink); err != nil {
 				return err
 			}
 		}
@@ -105,34 +88,37 @@ func (s *store) readBackNetlink(ctx context.Context, nft knftables.Interface, fa
 	return nil
 }
 
-// readChainsNetlink records every chain of the table and the comments of
-// its rules, in order.
-func (s *store) readChainsNetlink(c *nlConn, family uint8) error {
-	table := attrString(unix.NFTA_CHAIN_TABLE, TableName)
-	err := c.request(unix.NFT_MSG_GETCHAIN, family, true, table, func(b []byte) error {
-		if cString(find(b, unix.NFTA_CHAIN_TABLE)) != TableName {
-			return nil
-		}
-		if name := cString(find(b, unix.NFTA_CHAIN_NAME)); s.chains[name] == nil {
-			s.chains[name] = &chainEntry{present: true}
+// tableExists asks the kernel for the table alone.
+func (k *Kernel) tableExists(c *nlConn) (bool, error) {
+	err := c.request(unix.NFT_MSG_GETTABLE, k.family, false, knetlink.AppendString(nil, unix.NFTA_TABLE_NAME, k.table),
+		func([]byte) error { return nil })
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("getting table %s: %w", k.table, err)
+	}
+	return true, nil
+}
+
+// readChains reports every chain of the table and the comments of its
+// rules, in order.
+func (k *Kernel) readChains(c *nlConn, sink Sink) error {
+	table := knetlink.AppendString(nil, unix.NFTA_CHAIN_TABLE, k.table)
+	err := c.request(unix.NFT_MSG_GETCHAIN, k.family, true, table, func(b []byte) error {
+		if knetlink.CString(knetlink.Find(b, unix.NFTA_CHAIN_TABLE)) == k.table {
+			sink.Chain(knetlink.CString(knetlink.Find(b, unix.NFTA_CHAIN_NAME)))
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("listing chains: %w", err)
 	}
-	table = attrString(unix.NFTA_RULE_TABLE, TableName)
-	err = c.request(unix.NFT_MSG_GETRULE, family, true, table, func(b []byte) error {
-		if cString(find(b, unix.NFTA_RULE_TABLE)) != TableName {
-			return nil
+	table = knetlink.AppendString(nil, unix.NFTA_RULE_TABLE, k.table)
+	err = c.request(unix.NFT_MSG_GETRULE, k.family, true, table, func(b []byte) error {
+		if knetlink.CString(knetlink.Find(b, unix.NFTA_RULE_TABLE)) == k.table {
+			sink.Rule(knetlink.CString(knetlink.Find(b, unix.NFTA_RULE_CHAIN)), ruleComment(knetlink.Find(b, unix.NFTA_RULE_USERDATA)))
 		}
-		name := cString(find(b, unix.NFTA_RULE_CHAIN))
-		e := s.chains[name]
-		if e == nil {
-			e = &chainEntry{present: true}
-			s.chains[name] = e
-		}
-		e.kernel = append(e.kernel, ruleComment(find(b, unix.NFTA_RULE_USERDATA)))
 		return nil
 	})
 	if err != nil {
@@ -150,19 +136,19 @@ func ruleComment(udata []byte) string {
 			return ""
 		}
 		if typ == udataRuleComment {
-			return cString(udata[2 : 2+l])
+			return knetlink.CString(udata[2 : 2+l])
 		}
 		udata = udata[2+l:]
 	}
 	return ""
 }
 
-func listSetsNetlink(c *nlConn, family uint8) ([]nlSet, error) {
+func (k *Kernel) listSets(c *nlConn) ([]nlSet, error) {
 	var sets []nlSet
-	table := attrString(unix.NFTA_SET_TABLE, TableName)
-	err := c.request(unix.NFT_MSG_GETSET, family, true, table, func(b []byte) error {
+	table := knetlink.AppendString(nil, unix.NFTA_SET_TABLE, k.table)
+	err := c.request(unix.NFT_MSG_GETSET, k.family, true, table, func(b []byte) error {
 		st, table, err := parseSet(b)
-		if table == TableName && st.flags&unix.NFT_SET_ANONYMOUS == 0 {
+		if table == k.table && st.flags&unix.NFT_SET_ANONYMOUS == 0 {
 			sets = append(sets, st)
 		}
 		return err
@@ -175,13 +161,13 @@ func listSetsNetlink(c *nlConn, family uint8) ([]nlSet, error) {
 
 // parseSet reads the attributes of one NFT_MSG_NEWSET message.
 func parseSet(b []byte) (st nlSet, table string, err error) {
-	a := attrs{b: b}
-	for t, d, ok := a.next(); ok; t, d, ok = a.next() {
+	a := knetlink.Attrs{B: b}
+	for t, d, ok := a.Next(); ok; t, d, ok = a.Next() {
 		switch t {
 		case unix.NFTA_SET_TABLE:
-			table = cString(d)
+			table = knetlink.CString(d)
 		case unix.NFTA_SET_NAME:
-			st.name = cString(d)
+			st.name = knetlink.CString(d)
 		case unix.NFTA_SET_FLAGS:
 			st.flags = beUint32(d)
 		case unix.NFTA_SET_KEY_TYPE:
@@ -193,18 +179,20 @@ func parseSet(b []byte) (st nlSet, table string, err error) {
 		case unix.NFTA_SET_DATA_LEN:
 			st.dataLen = beUint32(d)
 		case unix.NFTA_SET_DESC:
-			if v := find(d, unix.NFTA_SET_DESC_SIZE); len(v) == 4 {
+			if v := knetlink.Find(d, unix.NFTA_SET_DESC_SIZE); len(v) == 4 {
 				st.size = beUint32(v)
 			}
 		}
 	}
-	return st, table, a.err
+	return st, table, a.Err
 }
 
 // setDump is one set a worker reads.
 type setDump struct {
 	name   string
 	layout *layout
+	isMap  bool
+	size   uint32
 	// undecodable: an element this decoder cannot spell (not something
 	// render writes, e.g. a catch-all or a range that is no prefix); the
 	// set is then listed through nft. Written by the worker, read once
@@ -225,7 +213,7 @@ type elemBatch struct {
 // message of at most 32 KiB, so a dump costs O(n²/500) element visits, and
 // that walk runs in the reading thread: parallel reads use the cores, and
 // the caller fills the store meanwhile.
-func dumpElements(ctx context.Context, family uint8, dumps []*setDump, take func(elemBatch)) error {
+func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, take func(elemBatch)) error {
 	workers := min(len(dumps), runtime.GOMAXPROCS(0), 4)
 	// Opened here, by the caller's thread: a socket belongs to the
 	// network namespace of the thread that creates it.
@@ -252,7 +240,7 @@ func dumpElements(ctx context.Context, family uint8, dumps []*setDump, take func
 			defer wg.Done()
 			for d := range next { // after an error: drain, so the feeder never blocks
 				if errs[i] == nil {
-					errs[i] = d.read(c, family, batches)
+					errs[i] = d.read(c, k.family, k.table, batches)
 				}
 			}
 		}()
@@ -275,9 +263,9 @@ func dumpElements(ctx context.Context, family uint8, dumps []*setDump, take func
 
 // read lists one set's elements in the store's string form, one batch per
 // reply message.
-func (d *setDump) read(c *nlConn, family uint8, out chan<- elemBatch) error {
-	req := append(attrString(unix.NFTA_SET_ELEM_LIST_TABLE, TableName),
-		attrString(unix.NFTA_SET_ELEM_LIST_SET, d.name)...)
+func (d *setDump) read(c *nlConn, family uint8, table string, out chan<- elemBatch) error {
+	req := append(knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_TABLE, table),
+		knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_SET, d.name)...)
 	var sb strings.Builder
 	last := 0 // the previous message's length: messages are alike
 	err := c.request(unix.NFT_MSG_GETSETELEM, family, true, req, func(b []byte) error {
@@ -285,8 +273,8 @@ func (d *setDump) read(c *nlConn, family uint8, out chan<- elemBatch) error {
 			return nil // drain the dump: the socket serves one at a time
 		}
 		kv := make([]string, 0, last)
-		list := attrs{b: find(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)}
-		for t, e, ok := list.next(); ok; t, e, ok = list.next() {
+		list := knetlink.Attrs{B: knetlink.Find(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)}
+		for t, e, ok := list.Next(); ok; t, e, ok = list.Next() {
 			if t != unix.NFTA_LIST_ELEM {
 				continue
 			}
@@ -303,7 +291,7 @@ func (d *setDump) read(c *nlConn, family uint8, out chan<- elemBatch) error {
 		if last = len(kv); last > 0 {
 			out <- elemBatch{set: d.name, kv: kv}
 		}
-		return list.err
+		return list.Err
 	})
 	if err != nil {
 		return fmt.Errorf("listing elements of %s: %w", d.name, err)

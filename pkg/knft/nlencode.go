@@ -1,4 +1,4 @@
-package nftables
+package knft
 
 import (
 	"encoding/binary"
@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
 )
 
 // The encoder is the decoder's (nldecode.go) inverse: it turns the store's
@@ -16,36 +18,32 @@ import (
 // layout the kernel reports. Anything it cannot spell exactly returns an
 // error, and the caller sends that element through nft instead.
 
-// nlaFNested marks a nested attribute; nf_tables does not insist on it,
-// but libnftnl sets it and so do we.
-const nlaFNested = 0x8000
-
 // appendElem appends one NFTA_LIST_ELEM for key (and value, for a map) to
 // b. withValue is false for deletes, which name the key only.
 func (l *layout) appendElem(b []byte, key, value string, withValue bool) ([]byte, error) {
 	start := len(b)
-	b = nestStart(b, unix.NFTA_LIST_ELEM)
+	b = knetlink.NestStart(b, unix.NFTA_LIST_ELEM)
 	b, err := l.appendKey(b, key)
 	if err != nil {
 		return b[:start], err
 	}
 	if withValue && (l.verdict || l.data != nil) {
 		d := len(b)
-		b = nestStart(b, unix.NFTA_SET_ELEM_DATA)
+		b = knetlink.NestStart(b, unix.NFTA_SET_ELEM_DATA)
 		if l.verdict {
 			b, err = appendVerdict(b, value)
 		} else {
 			var vb [64]byte
 			var v []byte
 			v, _, err = encodeFields(vb[:0], nil, l.data, value, false)
-			b = appendAttr(b, unix.NFTA_DATA_VALUE, v)
+			b = knetlink.AppendAttr(b, unix.NFTA_DATA_VALUE, v)
 		}
 		if err != nil {
 			return b[:start], err
 		}
-		nestEnd(b, d)
+		knetlink.NestEnd(b, d)
 	}
-	nestEnd(b, start)
+	knetlink.NestEnd(b, start)
 	return b, nil
 }
 
@@ -58,12 +56,12 @@ func (l *layout) appendKey(b []byte, key string) ([]byte, error) {
 		return b, err
 	}
 	n := len(b)
-	b = appendAttr(nestStart(b, unix.NFTA_SET_ELEM_KEY), unix.NFTA_DATA_VALUE, k)
-	nestEnd(b, n)
+	b = knetlink.AppendAttr(knetlink.NestStart(b, unix.NFTA_SET_ELEM_KEY), unix.NFTA_DATA_VALUE, k)
+	knetlink.NestEnd(b, n)
 	if l.interval {
 		n = len(b)
-		b = appendAttr(nestStart(b, nftaSetElemKeyEnd), unix.NFTA_DATA_VALUE, end)
-		nestEnd(b, n)
+		b = knetlink.AppendAttr(knetlink.NestStart(b, nftaSetElemKeyEnd), unix.NFTA_DATA_VALUE, end)
+		knetlink.NestEnd(b, n)
 	}
 	return b, nil
 }
@@ -86,7 +84,7 @@ func encodeFields(dst, end []byte, fs []field, s string, interval bool) ([]byte,
 			return nil, nil, fmt.Errorf("element %q: %w", s, err)
 		}
 		if len(fs) > 1 {
-			for pad := nlAlign(f.len) - f.len; pad > 0; pad-- {
+			for pad := knetlink.Align(f.len) - f.len; pad > 0; pad-- {
 				dst = append(dst, 0)
 				if interval {
 					end = append(end, 0)
@@ -221,31 +219,11 @@ func appendVerdict(b []byte, v string) ([]byte, error) {
 		return b, fmt.Errorf("verdict %q: chain name: %w", v, errUndecodable)
 	}
 	n := len(b)
-	b = nestStart(b, unix.NFTA_DATA_VERDICT)
-	b = appendAttr(b, unix.NFTA_VERDICT_CODE, binary.BigEndian.AppendUint32(nil, uint32(code)))
+	b = knetlink.NestStart(b, unix.NFTA_DATA_VERDICT)
+	b = knetlink.AppendAttr(b, unix.NFTA_VERDICT_CODE, binary.BigEndian.AppendUint32(nil, uint32(code)))
 	if chain != "" {
-		b = append(b, attrString(unix.NFTA_VERDICT_CHAIN, chain)...)
+		b = append(b, knetlink.AppendString(nil, unix.NFTA_VERDICT_CHAIN, chain)...)
 	}
-	nestEnd(b, n)
+	knetlink.NestEnd(b, n)
 	return b, nil
-}
-
-// appendAttr appends an attribute with payload data, padded to 4 bytes.
-func appendAttr(b []byte, typ uint16, data []byte) []byte {
-	b = binary.NativeEndian.AppendUint16(b, uint16(4+len(data)))
-	b = binary.NativeEndian.AppendUint16(b, typ)
-	b = append(b, data...)
-	return append(b, make([]byte, nlAlign(len(data))-len(data))...)
-}
-
-// nestStart appends the header of a nested attribute whose length nestEnd
-// fills in once its contents are appended.
-func nestStart(b []byte, typ uint16) []byte {
-	b = binary.NativeEndian.AppendUint16(b, 0)
-	return binary.NativeEndian.AppendUint16(b, typ|nlaFNested)
-}
-
-// nestEnd sets the length of the nested attribute that starts at b[at:].
-func nestEnd(b []byte, at int) {
-	binary.NativeEndian.PutUint16(b[at:], uint16(len(b)-at))
 }

@@ -1,4 +1,4 @@
-package nftables
+package knft
 
 import (
 	"context"
@@ -48,7 +48,7 @@ func TestCoalesceElements(t *testing.T) {
 // TestRunnerReportsInvalidTransaction: a transaction knftables refused to
 // build is not sent.
 func TestRunnerReportsInvalidTransaction(t *testing.T) {
-	tx := knftables.NewFake(knftables.IPv4Family, TableName).NewTransaction()
+	tx := knftables.NewFake(knftables.IPv4Family, "kube-proxy").NewTransaction()
 	tx.Add(&knftables.Element{Set: "s"}) // no key
 	if err := nftRunner("/nonexistent/nft")(context.Background(), tx); err == nil || !strings.Contains(err.Error(), "invalid transaction") {
 		t.Errorf("got %v, want an invalid-transaction error", err)
@@ -79,7 +79,7 @@ func shortExecTimeout(t *testing.T) {
 func TestRunnerTimesOutHungNFT(t *testing.T) {
 	shortExecTimeout(t)
 	nft := hungBinary(t, "nft")
-	tx := knftables.NewFake(knftables.IPv4Family, TableName).NewTransaction()
+	tx := knftables.NewFake(knftables.IPv4Family, "kube-proxy").NewTransaction()
 	tx.Add(&knftables.Table{})
 	done := make(chan error, 1)
 	go func() { done <- nftRunner(nft)(context.Background(), tx) }()
@@ -109,7 +109,7 @@ func (blockingNFT) Run(ctx context.Context, _ *knftables.Transaction) error {
 
 func TestKnftablesCallsTimeOut(t *testing.T) {
 	shortExecTimeout(t)
-	nft := timeoutNFT{blockingNFT{knftables.NewFake(knftables.IPv4Family, TableName)}}
+	nft := timeoutNFT{blockingNFT{knftables.NewFake(knftables.IPv4Family, "kube-proxy")}}
 	done := make(chan error, 2)
 	go func() {
 		_, err := nft.List(context.Background(), "chains")

@@ -1,0 +1,227 @@
+package knft
+
+import (
+	"context"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
+)
+
+// Knftables is an Interface that reaches the table through a
+// knftables.Interface: read back with its listings, transactions in its
+// text. Over knftables.NewFake it is the unit tests' fake (NewFake); over
+// the real nft it is the alternative Kernel was measured against
+// (NewKnftables; README.md).
+type Knftables struct {
+	nft knftables.Interface
+	// table, when set, is the knftables.Fake behind nft: element runs of
+	// the sets it declares are then encoded to netlink and decoded back
+	// by the Kernel's code, as one batch each, in Apply's split.
+	table *knftables.Fake
+}
+
+// NewFake returns a fake Interface over table (knftables.NewFake(family,
+// name)). It runs the production Apply path: runs of element changes are
+// split from the objects as the Kernel splits them, encoded by the
+// Kernel's netlink encoder and decoded back by its read-back decoder (the
+// set layouts come from table's declarations), and what the decoder spells
+// is what table gets. nft, when not nil, commits the transactions instead
+// of table itself (a wrapper of table that refuses more).
+func NewFake(table *knftables.Fake, nft knftables.Interface) *Knftables {
+	if nft == nil {
+		nft = table
+	}
+	return &Knftables{nft: nft, table: table}
+}
+
+// NewKnftables returns an Interface that does everything through nft:
+// one command per element (knftables' own text), read-back through its
+// JSON listings. Nothing in production uses it: it is what the Kernel is
+// measured against (README.md).
+func NewKnftables(nft knftables.Interface) *Knftables { return &Knftables{nft: nft} }
+
+// Exists is part of Interface.
+func (k *Knftables) Exists(ctx context.Context) (bool, error) {
+	_, err := k.nft.List(ctx, "chains")
+	if knftables.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ReadBack is part of Interface.
+func (k *Knftables) ReadBack(ctx context.Context, sink Sink) error {
+	return readBackKnftables(ctx, k.nft, sink)
+}
+
+// Apply is part of Interface.
+func (k *Knftables) Apply(ctx context.Context, txs [][]*Unit) (Stats, error) {
+	c := &committer{ctx: ctx, nft: k.nft, run: k.nft.Run}
+	if k.table != nil {
+		c.ew = &fakeWriter{k: k, ctx: ctx, layouts: map[string]*layout{}}
+	}
+	return c.apply(txs)
+}
+
+// Delete is part of Interface.
+func (k *Knftables) Delete(ctx context.Context) error { return deleteTable(ctx, k.nft) }
+
+// fakeWriter is the Fake's elemWriter: a batch is encoded as the netlink
+// writer encodes it, decoded back, and committed to the fake as one nft
+// transaction.
+type fakeWriter struct {
+	k       *Knftables
+	ctx     context.Context
+	layouts map[string]*layout
+	tx      *knftables.Transaction // the batch encodeRun made
+	err     error                  // the verdict on the batch start sent
+	sb      strings.Builder
+}
+
+func (w *fakeWriter) nftRan() { clear(w.layouts) }
+
+func (w *fakeWriter) canWrite(u *Unit) bool {
+	return u.Elems != nil && u.Objects == nil && w.layout(u.Set) != nil
+}
+
+func (w *fakeWriter) encodeRun(us []*Unit) int {
+	w.tx = w.k.nft.NewTransaction()
+	n := 0
+	for ; n < len(us) && w.canWrite(us[n]); n++ {
+		decoded, ok := w.roundTrip(us[n])
+		if !ok {
+			break
+		}
+		decoded.Write(w.tx)
+	}
+	return n
+}
+
+// roundTrip encodes u's changes and decodes them back, all or none.
+func (w *fakeWriter) roundTrip(u *Unit) (*Unit, bool) {
+	l := w.layout(u.Set)
+	keyOnly := *l
+	keyOnly.verdict, keyOnly.data = false, nil
+	var out []Change
+	for c := range u.Elems {
+		d := Change{Del: c.Del, Add: c.Add}
+		if c.Del {
+			k, _, ok := w.encodeDecode(&keyOnly, c.Key, "", false)
+			if !ok {
+				return nil, false
+			}
+			d.Key = k
+		}
+		if c.Add {
+			var ok bool
+			if d.Key, d.Value, ok = w.encodeDecode(l, c.Key, c.Value, true); !ok {
+				return nil, false
+			}
+		}
+		out = append(out, d)
+	}
+	seq := func(yield func(Change) bool) {
+		for _, c := range out {
+			if !yield(c) {
+				return
+			}
+		}
+	}
+	return &Unit{Set: u.Set, IsMap: u.IsMap, Elems: seq}, true
+}
+
+func (w *fakeWriter) encodeDecode(l *layout, key, value string, withValue bool) (string, string, bool) {
+	b, err := l.appendElem(nil, key, value, withValue)
+	if err != nil {
+		return "", "", false
+	}
+	a := knetlink.Attrs{B: b}
+	_, elem, _ := a.Next()
+	k, v, err := l.decode(elem, &w.sb)
+	return k, v, err == nil
+}
+
+func (w *fakeWriter) start()      { w.err = w.k.nft.Run(w.ctx, w.tx) }
+func (w *fakeWriter) wait() error { err := w.err; w.err = nil; return err }
+
+// layout is set's layout as the kernel would report it for the fake's
+// declaration, or nil (absent, or not something the encoder spells).
+func (w *fakeWriter) layout(set string) *layout {
+	if l, ok := w.layouts[set]; ok {
+		return l
+	}
+	var l *layout
+	if t := w.k.table.Table; t != nil {
+		if s := t.Sets[set]; s != nil {
+			l = declLayout(s.Type, s.TypeOf, s.Flags, false)
+		} else if m := t.Maps[set]; m != nil {
+			l = declLayout(m.Type, m.TypeOf, m.Flags, true)
+		}
+	}
+	w.layouts[set] = l
+	return l
+}
+
+// declLayout is the layout the kernel reports for a set or map declared
+// with typ or typeOf (nft's type names or typeof expressions), or nil.
+func declLayout(typ, typeOf string, flags []knftables.SetFlag, isMap bool) *layout {
+	decl := typ
+	if decl == "" {
+		decl = typeOf
+	}
+	keyDecl, dataDecl, _ := strings.Cut(decl, " : ")
+	var st nlSet
+	var ok bool
+	if st.keyType, st.keyLen, ok = declType(keyDecl); !ok {
+		return nil
+	}
+	if isMap {
+		st.flags |= unix.NFT_SET_MAP
+		if dataDecl == "verdict" {
+			st.dataType = unix.NFT_DATA_VERDICT
+		} else if st.dataType, st.dataLen, ok = declType(dataDecl); !ok {
+			return nil
+		}
+	}
+	for _, f := range flags {
+		if f == knftables.IntervalFlag {
+			st.flags |= unix.NFT_SET_INTERVAL
+			if strings.Contains(keyDecl, ElemSep) {
+				st.flags |= nftSetConcat
+			}
+		}
+	}
+	l, _ := setLayout(st)
+	return l
+}
+
+// declType is the kernel's type number and length of a declaration.
+func declType(decl string) (typ, n uint32, ok bool) {
+	parts := strings.Split(decl, ElemSep)
+	for _, p := range parts {
+		var ft, fl uint32
+		switch {
+		case p == "ipv4_addr" || p == "ip daddr" || p == "ip saddr":
+			ft, fl = typeIPAddr, 4
+		case p == "ipv6_addr" || p == "ip6 daddr" || p == "ip6 saddr":
+			ft, fl = typeIP6Addr, 16
+		case p == "inet_proto" || p == "meta l4proto":
+			ft, fl = typeInetProto, 1
+		case p == "inet_service" || p == "th dport":
+			ft, fl = typeInetService, 2
+		case strings.HasPrefix(p, "numgen "):
+			ft, fl = typeInteger, 4
+		default:
+			return 0, 0, false
+		}
+		typ = typ<<concatTypeBits | ft
+		if len(parts) > 1 {
+			fl = uint32(knetlink.Align(int(fl)))
+		}
+		n += fl
+	}
+	return typ, n, true
+}

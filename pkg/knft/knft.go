@@ -1,0 +1,113 @@
+// Package knft is the nftables backend's way to the kernel: it reads one
+// table back and applies ordered transactions of object and element
+// operations to it. Objects (table, chains, rules, set and map
+// definitions) go through nft, which does the `typeof` work; elements go
+// as netlink batches encoded here. See README.md for why, with numbers.
+package knft
+
+import (
+	"context"
+	"iter"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Interface is what the backend needs from the kernel.
+type Interface interface {
+	// Exists reports whether the table is there.
+	Exists(ctx context.Context) (bool, error)
+	// ReadBack reports the table's chains, rule comments, sets and
+	// elements to sink; a missing table reports nothing.
+	ReadBack(ctx context.Context, sink Sink) error
+	// Apply commits txs in order, each as one transaction or, when it
+	// mixes objects and element runs, as several (each a prefix of it:
+	// the caller orders units so that every unit boundary is consistent).
+	// Each unit's Done runs once the kernel has it; on an error, the
+	// units after the failing transaction have not been committed.
+	Apply(ctx context.Context, txs [][]*Unit) (Stats, error)
+	// Delete deletes the table; a missing table is not an error.
+	Delete(ctx context.Context) error
+}
+
+// Sink receives a read-back. Calls come from one goroutine.
+type Sink interface {
+	// Table: the table exists.
+	Table()
+	// Chain: a chain exists.
+	Chain(name string)
+	// Rule: the next rule of chain has comment ("": none).
+	Rule(chain, comment string)
+	// Set: a set or map exists (size 0: no limit, or not known).
+	// Its elements are listed when Set returns true.
+	Set(name string, isMap bool, size uint64) (listElements bool)
+	// Elements are some elements of a set, as key, value pairs in nft's
+	// spelling (fields joined with " . "; the value is "" in a set).
+	Elements(set string, kv []string)
+}
+
+// Unit is operations that must be in one transaction, and what to do once
+// they are committed. It is either objects (Objects) or a run of element
+// changes of one set (Elems).
+type Unit struct {
+	// Objects adds the unit's operations to an nft transaction.
+	Objects func(tx *knftables.Transaction)
+	// Set, IsMap and Elems are a run of element changes.
+	Set   string
+	IsMap bool
+	Elems iter.Seq[Change]
+	// Ops is how many operations the unit adds to a transaction.
+	Ops int
+	// Done records the unit as committed.
+	Done func()
+}
+
+// Change is one element change: a delete of the key, an add of key and
+// value, or both in that order (nft refuses to add a key that exists with
+// another value).
+type Change struct {
+	Key, Value string
+	Del, Add   bool
+}
+
+// Stats describes what one Apply sent.
+type Stats struct {
+	Transactions int
+	Operations   int
+	// NetlinkOps of the operations went as netlink element batches.
+	NetlinkOps int
+}
+
+// ElemSep joins the fields of an element's key or value.
+const ElemSep = " . "
+
+// Write adds u's operations to tx in nft's form.
+func (u *Unit) Write(tx *knftables.Transaction) {
+	if u.Objects != nil {
+		u.Objects(tx)
+	}
+	if u.Elems == nil {
+		return
+	}
+	for c := range u.Elems {
+		if c.Del {
+			tx.Delete(u.element(c.Key, ""))
+		}
+		if c.Add {
+			tx.Add(u.element(c.Key, c.Value))
+		}
+	}
+}
+
+func (u *Unit) element(key, value string) *knftables.Element {
+	el := &knftables.Element{Key: strings.Split(key, ElemSep)}
+	if !u.IsMap {
+		el.Set = u.Set
+		return el
+	}
+	el.Map = u.Set
+	if value != "" {
+		el.Value = strings.Split(value, ElemSep)
+	}
+	return el
+}
