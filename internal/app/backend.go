@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -43,10 +42,9 @@ func checkMode(mode config.Mode) error {
 func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, acct knfacct.Interface) (syncer.Proxier, error) {
 	switch cfg.Mode {
 	case config.ModeNFTables:
-		return nftables.New(family, nftables.Options{LocalhostNodePorts: localhostNodePorts(cfg, family)})
+		return nftables.New(family, nftables.Options{})
 	case config.ModeIPTables:
 		return iptables.New(ctx, family, iptables.Options{
-			LocalhostNodePorts:    family == proxy.IPv4 && cfg.LocalhostNodePorts && nodePortsOnLoopback(cfg.NodePortAddresses),
 			ConntrackTCPBeLiberal: tcpBeLiberal(),
 			SyncPeriod:            cfg.SyncPeriod,
 			NFAcct:                acct,
@@ -80,24 +78,6 @@ func openNFAcct(ctx context.Context, mode config.Mode) (acct knfacct.Interface, 
 		return nil, func() {}
 	}
 	return c, c.Close
-}
-
-// nodePortsOnLoopback says whether nodePortAddresses lets node ports answer
-// on 127.0.0.1, which upstream requires before enabling localhost node ports.
-func nodePortsOnLoopback(addrs []string) bool {
-	if len(addrs) == 0 {
-		return true
-	}
-	loopback := netip.MustParseAddr("127.0.0.1")
-	for _, a := range addrs {
-		if a == config.NodePortAddressesLocalhost || a == config.NodePortAddressesAll {
-			return true
-		}
-		if p, err := netip.ParsePrefix(a); err == nil && p.Contains(loopback) {
-			return true
-		}
-	}
-	return false
 }
 
 // tcpBeLiberal reads nf_conntrack_tcp_be_liberal: when set, the kernel

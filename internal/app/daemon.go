@@ -282,6 +282,7 @@ func computeOptions(cfg *config.Config, family proxy.IPFamily) desired.Options {
 		InterfaceNamePrefix: cfg.InterfaceNamePrefix,
 		NodePortAddresses:   cfg.NodePortAddresses,
 		DropUnallocated:     cfg.Mode == config.ModeNFTables,
+		Localhost:           localhostMode(cfg),
 	}
 }
 

@@ -33,9 +33,10 @@ func sampleState() *desired.State {
 		Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
 	webRoutes := desired.DecideRoutes(masq, true)
 	return &desired.State{
-		Family:       proxy.IPv4,
-		NodeIPs:      []netip.Addr{netip.MustParseAddr("192.168.0.10")},
-		NodePorts:    desired.NodePortAddrs{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
+		Family:  proxy.IPv4,
+		NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")},
+		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")},
+			Localhost: desired.LocalhostProxied},
 		Masquerade:   masq,
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
 		Services: map[proxy.ServicePortName]*desired.ServicePort{
@@ -112,6 +113,13 @@ func TestSampleCoversEveryField(t *testing.T) {
 			t.Errorf("sampleState leaves desired.State.%s zero: set it, and carry it on the wire", f.Name)
 		}
 	}
+	np := reflect.ValueOf(sampleState().NodePorts)
+	for i := range np.NumField() {
+		// All and IPs exclude each other; the sample lists IPs.
+		if f := np.Type().Field(i); f.IsExported() && f.Name != "All" && np.Field(i).IsZero() {
+			t.Errorf("sampleState leaves desired.NodePortAddrs.%s zero: set it, and carry it on the wire", f.Name)
+		}
+	}
 	web := sampleState().Services[name("default", "web", "http", proxy.TCP)]
 	v := reflect.ValueOf(*web)
 	for i := range v.NumField() {
@@ -151,6 +159,11 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	w.Services[0].Routes.External.Pod.Why = "because"
 	if _, err := w.Decode(); err == nil {
 		t.Error("unknown route reason accepted")
+	}
+	w = Encode(sampleState(), time.Time{})
+	w.NodePorts.Localhost = "maybe"
+	if _, err := w.Decode(); err == nil {
+		t.Error("unknown localhost decision accepted")
 	}
 }
 

@@ -38,6 +38,30 @@ type State struct {
 type NodePorts struct {
 	All bool         `json:"all"`
 	IPs []netip.Addr `json:"ips,omitempty"`
+	// Localhost is the localhost node-port decision, as its String names
+	// it ("off", "DNAT", "reject", "proxied"); absent means off.
+	Localhost string `json:"localhost,omitempty"`
+}
+
+// encodeLocalhost names a decision; off, the usual one, is left out.
+func encodeLocalhost(l desired.LocalhostNodePorts) string {
+	if l == desired.LocalhostOff {
+		return ""
+	}
+	return l.String()
+}
+
+// decodeLocalhost parses what encodeLocalhost wrote.
+func decodeLocalhost(s string) (desired.LocalhostNodePorts, error) {
+	if s == "" {
+		return desired.LocalhostOff, nil
+	}
+	for _, l := range []desired.LocalhostNodePorts{desired.LocalhostOff, desired.LocalhostDNAT, desired.LocalhostReject, desired.LocalhostProxied} {
+		if l.String() == s {
+			return l, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown localhost node-port decision %q", s)
 }
 
 // Masquerade is desired.Masquerade.
@@ -95,7 +119,7 @@ func Encode(s *desired.State, syncedAt time.Time) State {
 		Family:    s.Family,
 		SyncedAt:  syncedAt,
 		NodeIPs:   s.NodeIPs,
-		NodePorts: NodePorts{All: s.NodePorts.All, IPs: s.NodePorts.IPs},
+		NodePorts: NodePorts{All: s.NodePorts.All, IPs: s.NodePorts.IPs, Localhost: encodeLocalhost(s.NodePorts.Localhost)},
 		Masquerade: Masquerade{Mark: s.Masquerade.Mark, All: s.Masquerade.All,
 			LocalMode: s.Masquerade.Local.Mode, LocalCIDRs: s.Masquerade.Local.CIDRs,
 			LocalInterface: s.Masquerade.Local.Interface},
@@ -138,10 +162,14 @@ func (w State) Decode() (*desired.State, error) {
 	if w.Family != proxy.IPv4 && w.Family != proxy.IPv6 {
 		return nil, fmt.Errorf("unknown IP family %q", w.Family)
 	}
+	localhost, err := decodeLocalhost(w.NodePorts.Localhost)
+	if err != nil {
+		return nil, err
+	}
 	s := &desired.State{
 		Family:    w.Family,
 		NodeIPs:   w.NodeIPs,
-		NodePorts: desired.NodePortAddrs{All: w.NodePorts.All, IPs: w.NodePorts.IPs},
+		NodePorts: desired.NodePortAddrs{All: w.NodePorts.All, IPs: w.NodePorts.IPs, Localhost: localhost},
 		Masquerade: desired.Masquerade{Mark: w.Masquerade.Mark, All: w.Masquerade.All,
 			Local: desired.LocalDetector{Mode: w.Masquerade.LocalMode,
 				CIDRs: w.Masquerade.LocalCIDRs, Interface: w.Masquerade.LocalInterface}},

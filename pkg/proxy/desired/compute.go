@@ -34,7 +34,7 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	state := &State{
 		Family:     family,
 		NodeIPs:    in.nodeIPs,
-		NodePorts:  nodePortAddrs(opts.NodePortAddresses, family, node),
+		NodePorts:  nodePortAddrs(opts, family, node),
 		Masquerade: in.masq,
 	}
 	if opts.DropUnallocated {

@@ -50,4 +50,7 @@ type Options struct {
 	// its iptables and IPVS modes do not). Without it State.ServiceCIDRs
 	// stays empty.
 	DropUnallocated bool
+	// Localhost is how the mode treats node ports on loopback addresses
+	// (localhost.go); the zero value never serves them.
+	Localhost LocalhostMode
 }

@@ -6,6 +6,7 @@ package desired
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -54,8 +55,18 @@ type NodePortAddrs struct {
 	// All means every local address of the node except loopback
 	// (nodePortAddresses unset in iptables/ipvs mode, or 0.0.0.0/0, ::/0).
 	All bool
-	// IPs lists the accepting addresses when All is false.
+	// IPs lists the accepting addresses when All is false. It holds a
+	// loopback address only with Localhost LocalhostDNAT.
 	IPs []netip.Addr
+	// Localhost is what happens to node-port traffic to a loopback
+	// address (DecideLocalhost); with All, loopback answers only under
+	// LocalhostDNAT.
+	Localhost LocalhostNodePorts
+}
+
+// Equal reports whether two selections accept the same addresses alike.
+func (n NodePortAddrs) Equal(o NodePortAddrs) bool {
+	return n.All == o.All && slices.Equal(n.IPs, o.IPs) && n.Localhost == o.Localhost
 }
 
 // Masquerade describes source NAT policy.

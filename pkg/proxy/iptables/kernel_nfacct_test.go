@@ -17,6 +17,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 )
 
@@ -57,7 +58,7 @@ func newNFAcctNode(t *testing.T, fl kiptables.Flavour) *nfacctNode {
 			return err
 		}
 		p, err = iptables.New(context.Background(), proxy.IPv4, iptables.Options{
-			Flavour: fl, SyncPeriod: 30 * time.Second, LocalhostNodePorts: true, NFAcct: n.acct,
+			Flavour: fl, SyncPeriod: 30 * time.Second, NFAcct: n.acct,
 			EnsureRouteLocalnet: func() error { return node.Sysctl("net.ipv4.conf.all.route_localnet", "1") },
 		})
 		return err
@@ -69,7 +70,9 @@ func newNFAcctNode(t *testing.T, fl kiptables.Flavour) *nfacctNode {
 	if err := metrics.Register(n.reg, metrics.ModeIPTables, metrics.WithoutRuntimeCollectors(), metrics.WithNFAcct(n.acct)); err != nil {
 		t.Fatal(err)
 	}
-	st := n.env.NewWorld(scenario.Families[0]).Apply(t, n.env.ServiceNamed(t, "spread"))
+	st := n.env.NewWorld(scenario.Families[0]).Configure(func(o *desired.Options) {
+		o.Localhost = desired.LocalhostModeIPTables
+	}).Apply(t, n.env.ServiceNamed(t, "spread"))
 	if err := node.Do(func() error { return p.Sync(context.Background(), st) }); err != nil {
 		t.Fatalf("sync: %v", err)
 	}

@@ -32,8 +32,6 @@ type Proxier struct {
 	// ownSlots is config.ownSlots (tests lower it to give every service
 	// port with several external frontends chains of its own).
 	ownSlots int
-	// localhost is Options.LocalhostNodePorts.
-	localhost LocalhostNodePorts
 
 	readDone bool  // the existing table was read back
 	nlFamily uint8 // non-zero: a real kernel, read back over netlink
@@ -71,7 +69,6 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 		return nil, fmt.Errorf("nftables %s: %w", family, err)
 	}
 	p := NewWithInterface(family, timeoutNFT{nft})
-	p.localhost = o.LocalhostNodePorts
 	p.nlFamily = nfproto(family)
 	p.nlElements = netlinkElements
 	p.run = nftRunner(path)
@@ -110,7 +107,6 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State) error {
 	cfg := newConfig(st)
 	cfg.kernelValue = p.store
 	cfg.ownSlots = p.ownSlots
-	cfg.localhost = p.localhost
 	p.store.clearDirty()
 	if full {
 		p.store.resetClaims()
@@ -245,7 +241,7 @@ func (g *globalInputs) equal(o *globalInputs) bool {
 		return false
 	}
 	return slices.Equal(g.nodeIPs, o.nodeIPs) &&
-		g.nodePorts.All == o.nodePorts.All && slices.Equal(g.nodePorts.IPs, o.nodePorts.IPs) &&
+		g.nodePorts.Equal(o.nodePorts) &&
 		g.masquerade.Mark == o.masquerade.Mark && g.masquerade.All == o.masquerade.All &&
 		g.masquerade.Local.Mode == o.masquerade.Local.Mode &&
 		g.masquerade.Local.Interface == o.masquerade.Local.Interface &&
