@@ -51,13 +51,11 @@ func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, 
 		})
 	case config.ModeIPVS:
 		return ipvs.New(family, ipvs.Options{
-			Scheduler:     cfg.IPVS.Scheduler,
 			ExcludeCIDRs:  cfg.IPVS.ExcludeCIDRs,
 			StrictARP:     cfg.IPVS.StrictARP,
 			TCPTimeout:    cfg.IPVS.TCPTimeout,
 			TCPFinTimeout: cfg.IPVS.TCPFinTimeout,
 			UDPTimeout:    cfg.IPVS.UDPTimeout,
-			MasqueradeBit: cfg.MasqueradeBit,
 		})
 	default:
 		return nil, fmt.Errorf("proxy mode %q: %w", cfg.Mode, errModeNotImplemented)

@@ -36,7 +36,7 @@ func sampleState() *desired.State {
 		Family:  proxy.IPv4,
 		NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")},
 		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")},
-			Localhost: desired.LocalhostProxied},
+			Localhost: desired.LocalhostProxied, Bound: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
 		Masquerade:   masq,
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
 		Services: map[proxy.ServicePortName]*desired.ServicePort{
@@ -49,7 +49,8 @@ func sampleState() *desired.State {
 				Internal:        desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080"), ep("10.244.2.2:8080")}},
 				External:        desired.Dispatch{Empty: desired.Drop},
 				Cluster:         desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}},
-				InternalLocal:   true, ExternalLocal: true, HealthCheckNodePort: 31000, Scheduler: "lc"},
+				InternalLocal:   true, ExternalLocal: true, HealthCheckNodePort: 31000,
+				Scheduler: &desired.Scheduler{Name: "rr", Ignored: "fastest"}},
 			dns: {Name: dns, Protocol: proxy.UDP, Port: 53, ClusterIP: netip.MustParseAddr("10.96.0.53"),
 				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
 				Cluster: desired.Dispatch{Empty: desired.Reject}},

@@ -125,3 +125,31 @@ func TestCoversIPv4Loopback(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundNodePorts: with BindNodePorts, Compute resolves every address
+// node ports answer on from the host's addresses, so that IPVS needs no
+// host addresses of its own; without it, Bound stays empty.
+func TestBoundNodePorts(t *testing.T) {
+	node := testNode
+	node.HostAddrs = append(addrs("169.254.3.3", "fe80::1"), testNode.HostAddrs...)
+	for _, tc := range []struct {
+		name  string
+		opts  Options
+		bound []netip.Addr
+	}{
+		{"not asked", Options{Family: proxy.IPv4}, nil},
+		{"all, IPv4: no loopback, no link-local", Options{Family: proxy.IPv4, BindNodePorts: true}, addrs("192.168.0.2", "192.168.1.2")},
+		{"all, IPv6", Options{Family: proxy.IPv6, BindNodePorts: true}, addrs("fd00:1::2", "fd00:2::2")},
+		{"a CIDR", Options{Family: proxy.IPv4, BindNodePorts: true, NodePortAddresses: []string{"192.168.1.0/24", "localhost"}},
+			addrs("192.168.1.2")},
+		{"loopback when DNATed", Options{Family: proxy.IPv4, BindNodePorts: true, Localhost: LocalhostModeIPTables},
+			addrs("127.0.0.1", "192.168.0.2", "192.168.1.2")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := Compute(nil, nil, model.Changes{}, node, tc.opts)
+			if !slices.Equal(st.NodePorts.Bound, tc.bound) {
+				t.Errorf("Bound = %v, want %v", st.NodePorts.Bound, tc.bound)
+			}
+		})
+	}
+}

@@ -28,7 +28,31 @@ func nodePortAddrs(opts Options, family proxy.IPFamily, node Node) NodePortAddrs
 	if out.Localhost != LocalhostDNAT {
 		out.IPs = slices.DeleteFunc(out.IPs, netip.Addr.IsLoopback)
 	}
+	if opts.BindNodePorts {
+		out.Bound = boundNodePorts(out, family, node)
+	}
 	return out
+}
+
+// boundNodePorts lists the addresses a backend that binds each one must
+// serve node ports on: IPs, or with All every host address of family,
+// loopback only when DNATed, never link-local (see NodePortAddrs.Bound),
+// sorted.
+func boundNodePorts(np NodePortAddrs, family proxy.IPFamily, node Node) []netip.Addr {
+	src := np.IPs
+	if np.All {
+		src = node.HostAddrs
+	}
+	var out []netip.Addr
+	for _, a := range src {
+		a = a.Unmap()
+		if !family.Contains(a) || a.IsLinkLocalUnicast() || (a.IsLoopback() && np.Localhost != LocalhostDNAT) {
+			continue
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // nodePortSelection is what the nodePortAddresses entries select among the

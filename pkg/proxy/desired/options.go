@@ -53,4 +53,10 @@ type Options struct {
 	// Localhost is how the mode treats node ports on loopback addresses
 	// (localhost.go); the zero value never serves them.
 	Localhost LocalhostMode
+	// BindNodePorts fills NodePortAddrs.Bound: the backend binds every
+	// node-port address itself (IPVS) instead of matching "any local
+	// address" in its rules.
+	BindNodePorts bool
+	// Scheduling resolves each port's IPVS scheduler (IPVS mode only).
+	Scheduling *IPVSScheduling
 }

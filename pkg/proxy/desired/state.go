@@ -58,6 +58,13 @@ type NodePortAddrs struct {
 	// IPs lists the accepting addresses when All is false. It holds a
 	// loopback address only with Localhost LocalhostDNAT.
 	IPs []netip.Addr
+	// Bound lists, with Options.BindNodePorts, every address node ports
+	// answer on, resolved against the host's addresses (All: all of them):
+	// what a backend that binds each address (IPVS virtual servers) uses.
+	// Loopback is left out unless DNATed, link-local always (upstream's
+	// IPVS mode leaves them out: an IPv6 one needs a zone, which a virtual
+	// server's address cannot carry).
+	Bound []netip.Addr
 	// Localhost is what happens to node-port traffic to a loopback
 	// address (DecideLocalhost); with All, loopback answers only under
 	// LocalhostDNAT.
@@ -66,7 +73,8 @@ type NodePortAddrs struct {
 
 // Equal reports whether two selections accept the same addresses alike.
 func (n NodePortAddrs) Equal(o NodePortAddrs) bool {
-	return n.All == o.All && slices.Equal(n.IPs, o.IPs) && n.Localhost == o.Localhost
+	return n.All == o.All && slices.Equal(n.IPs, o.IPs) && n.Localhost == o.Localhost &&
+		slices.Equal(n.Bound, o.Bound)
 }
 
 // Masquerade describes source NAT policy.
@@ -156,10 +164,10 @@ type ServicePort struct {
 	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
 	HealthCheckNodePort uint16
 
-	// Scheduler is the IPVS scheduler the Service asks for with the
-	// annotation ipvs.svcproxy.io/scheduler; "" means the configured
-	// default. Only the ipvs backend reads it.
-	Scheduler string
+	// Scheduler is the IPVS scheduler decided from the annotation
+	// ipvs.svcproxy.io/scheduler and Options.Scheduling; nil outside IPVS
+	// mode. Only the ipvs backend reads it.
+	Scheduler *Scheduler
 }
 
 // Dispatch is a set of endpoints to balance over, and what to do with none.
