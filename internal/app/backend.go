@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"strings"
 
@@ -42,23 +41,20 @@ func checkMode(mode config.Mode) error {
 func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, acct knfacct.Interface) (syncer.Proxier, error) {
 	switch cfg.Mode {
 	case config.ModeNFTables:
-		return nftables.New(family, nftables.Options{LocalhostNodePorts: localhostNodePorts(cfg, family)})
+		return nftables.New(family, nftables.Options{})
 	case config.ModeIPTables:
 		return iptables.New(ctx, family, iptables.Options{
-			LocalhostNodePorts:    family == proxy.IPv4 && cfg.LocalhostNodePorts && nodePortsOnLoopback(cfg.NodePortAddresses),
 			ConntrackTCPBeLiberal: tcpBeLiberal(),
 			SyncPeriod:            cfg.SyncPeriod,
 			NFAcct:                acct,
 		})
 	case config.ModeIPVS:
 		return ipvs.New(family, ipvs.Options{
-			Scheduler:     cfg.IPVS.Scheduler,
 			ExcludeCIDRs:  cfg.IPVS.ExcludeCIDRs,
 			StrictARP:     cfg.IPVS.StrictARP,
 			TCPTimeout:    cfg.IPVS.TCPTimeout,
 			TCPFinTimeout: cfg.IPVS.TCPFinTimeout,
 			UDPTimeout:    cfg.IPVS.UDPTimeout,
-			MasqueradeBit: cfg.MasqueradeBit,
 		})
 	default:
 		return nil, fmt.Errorf("proxy mode %q: %w", cfg.Mode, errModeNotImplemented)
@@ -79,24 +75,6 @@ func openNFAcct(ctx context.Context, mode config.Mode) (acct knfacct.Interface, 
 		return nil, func() {}
 	}
 	return c, c.Close
-}
-
-// nodePortsOnLoopback says whether nodePortAddresses lets node ports answer
-// on 127.0.0.1, which upstream requires before enabling localhost node ports.
-func nodePortsOnLoopback(addrs []string) bool {
-	if len(addrs) == 0 {
-		return true
-	}
-	loopback := netip.MustParseAddr("127.0.0.1")
-	for _, a := range addrs {
-		if a == config.NodePortAddressesLocalhost || a == config.NodePortAddressesAll {
-			return true
-		}
-		if p, err := netip.ParsePrefix(a); err == nil && p.Contains(loopback) {
-			return true
-		}
-	}
-	return false
 }
 
 // tcpBeLiberal reads nf_conntrack_tcp_be_liberal: when set, the kernel

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/internal/watch"
+	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -279,7 +281,22 @@ func computeOptions(cfg *config.Config, family proxy.IPFamily) desired.Options {
 		InterfaceNamePrefix: cfg.InterfaceNamePrefix,
 		NodePortAddresses:   cfg.NodePortAddresses,
 		DropUnallocated:     cfg.Mode == config.ModeNFTables,
+		Localhost:           localhostMode(cfg),
+		// IPVS binds a virtual server to every node-port address and has
+		// a scheduler per port: desired resolves both once.
+		BindNodePorts: cfg.Mode == config.ModeIPVS,
+		Scheduling:    ipvsScheduling(cfg),
 	}
+}
+
+// ipvsScheduling is, in IPVS mode, what desired resolves each port's
+// scheduler with: ipvs.scheduler (round robin when unset) and the names the
+// kernel ships (startup refuses a configured name outside them).
+func ipvsScheduling(cfg *config.Config) *desired.IPVSScheduling {
+	if cfg.Mode != config.ModeIPVS {
+		return nil
+	}
+	return &desired.IPVSScheduling{Default: cmp.Or(cfg.IPVS.Scheduler, kipvs.RoundRobin), Known: kipvs.Schedulers}
 }
 
 // proxyFamilies lists the families to run a proxier for. Like upstream, one

@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
@@ -28,7 +29,7 @@ func registerMetrics(cfg *config.Config, acct knfacct.Interface) (prometheus.Gat
 	if acct != nil {
 		opts = append(opts, metrics.WithNFAcct(acct))
 	}
-	if localhostNodePortsOn(cfg) {
+	if localhostMode(cfg) == desired.LocalhostModeNFTables {
 		opts = append(opts, metrics.WithLocalhostNodePorts(nftables.NewRejectCounters(proxyFamilies(cfg.Mode))))
 	}
 	if err := metrics.Register(reg, metricsMode(cfg.Mode), opts...); err != nil {

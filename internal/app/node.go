@@ -14,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/watch"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 )
 
 // nodeWaitTimeout is how long to wait for this Node at start, as upstream.
@@ -84,14 +85,13 @@ func withBindAddress(ips []netip.Addr, bindAddr netip.Addr) []netip.Addr {
 	return out
 }
 
-// ipvsDummyInterface holds every service IP in IPVS mode; its addresses are
-// not the node's (upstream excludes them from node port addresses too), and
-// counting them would make every Service change look like a node change.
-const ipvsDummyInterface = "kube-ipvs0"
-
 // interfaceAddrs lists the addresses configured on this network namespace's
-// interfaces, except the IPVS dummy; nodePortAddresses CIDRs select among
-// them.
+// interfaces; nodePortAddresses CIDRs select among them (and, in IPVS mode,
+// desired binds node ports to them: NodePortAddrs.Bound). This is the one
+// place that reads them. The IPVS dummy link is left out: it holds every
+// service IP, which is not the node's (upstream excludes them from
+// node-port addresses too), and counting them would make every Service
+// change look like a node change.
 func interfaceAddrs() []netip.Addr {
 	ifaces, err := net.Interfaces()
 	if err != nil {
@@ -99,7 +99,7 @@ func interfaceAddrs() []netip.Addr {
 	}
 	var out []netip.Addr
 	for _, iface := range ifaces {
-		if iface.Name == ipvsDummyInterface {
+		if iface.Name == ipvs.DummyLink {
 			continue
 		}
 		addrs, err := iface.Addrs()

@@ -31,21 +31,3 @@ func TestNodeViewPutsBindAddressFirst(t *testing.T) {
 		t.Errorf("zone after setZone = %q", n.Zone)
 	}
 }
-
-func TestNodePortsOnLoopback(t *testing.T) {
-	for _, tc := range []struct {
-		addrs []string
-		want  bool
-	}{
-		{nil, true},
-		{[]string{"primary"}, false},
-		{[]string{"localhost"}, true},
-		{[]string{"10.0.0.0/8"}, false},
-		{[]string{"10.0.0.0/8", "127.0.0.0/8"}, true},
-		{[]string{"0.0.0.0/0"}, true},
-	} {
-		if got := nodePortsOnLoopback(tc.addrs); got != tc.want {
-			t.Errorf("nodePortsOnLoopback(%v) = %v, want %v", tc.addrs, got, tc.want)
-		}
-	}
-}

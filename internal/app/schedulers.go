@@ -1,7 +1,6 @@
 package app
 
 import (
-	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,9 +12,10 @@ import (
 )
 
 // schedulerWarner reports, once per Service and value, an
-// ipvs.svcproxy.io/scheduler annotation naming no kernel scheduler. The IPVS
-// backend ignores such a value (the node's default applies); the Warning
-// event tells the Service's owner why.
+// ipvs.svcproxy.io/scheduler annotation that desired ignored because it
+// names no kernel scheduler (desired.Scheduler.Ignored: the node's default
+// applies); the Warning event tells the Service's owner why. It reads the
+// decision and checks nothing itself.
 type schedulerWarner struct {
 	warn func(svc proxy.ServiceName, value string)
 
@@ -59,15 +59,16 @@ func (w *schedulerWarner) observe(state *desired.State, _ model.Changes) {
 // that value for its Service, and records the outcome in w.warned.
 func (w *schedulerWarner) check(before map[proxy.ServiceName]string, sp *desired.ServicePort) {
 	svc := sp.Name.ServiceName
-	if sp.Scheduler == "" || slices.Contains(kipvs.Schedulers, sp.Scheduler) {
+	if sp.Scheduler == nil || sp.Scheduler.Ignored == "" {
 		delete(w.warned, svc)
 		return
 	}
+	value := sp.Scheduler.Ignored
 	// w.warned: another port of the Service, already seen in this sync.
-	if before[svc] != sp.Scheduler && w.warned[svc] != sp.Scheduler {
-		w.warn(svc, sp.Scheduler)
+	if before[svc] != value && w.warned[svc] != value {
+		w.warn(svc, value)
 	}
-	w.warned[svc] = sp.Scheduler
+	w.warned[svc] = value
 }
 
 // invalidScheduler records the Warning event for observe.

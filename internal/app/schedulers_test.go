@@ -4,17 +4,30 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
+// sched is desired's decision for an annotation value: kept when it names
+// a kernel scheduler, else ignored (the default, rr here, applies).
+func sched(value string) *desired.Scheduler {
+	switch value {
+	case "":
+		return &desired.Scheduler{Name: "rr"}
+	case "rr", "lc":
+		return &desired.Scheduler{Name: value}
+	}
+	return &desired.Scheduler{Name: "rr", Ignored: value}
+}
+
 func TestSchedulerWarnerWarnsOncePerServiceAndValue(t *testing.T) {
 	var got []string
 	w := newSchedulerWarner(func(svc proxy.ServiceName, value string) { got = append(got, svc.String()+"="+value) })
-	port := func(svc, portName, sched string) *desired.ServicePort {
+	port := func(svc, portName, value string) *desired.ServicePort {
 		return &desired.ServicePort{Name: proxy.ServicePortName{
-			ServiceName: proxy.ServiceName{Namespace: "ns", Name: svc}, Port: portName, Protocol: proxy.TCP}, Scheduler: sched}
+			ServiceName: proxy.ServiceName{Namespace: "ns", Name: svc}, Port: portName, Protocol: proxy.TCP}, Scheduler: sched(value)}
 	}
 	full := &desired.State{Services: map[proxy.ServicePortName]*desired.ServicePort{}}
 	for _, sp := range []*desired.ServicePort{port("a", "http", "lc"), port("b", "http", "fastest"), port("b", "https", "fastest"), port("c", "", "")} {
@@ -43,7 +56,7 @@ func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
 	var names []proxy.ServicePortName
 	for i := range 100 {
 		sp := &desired.ServicePort{Name: proxy.ServicePortName{
-			ServiceName: proxy.ServiceName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}, Port: "p", Protocol: proxy.TCP}, Scheduler: "bogus"}
+			ServiceName: proxy.ServiceName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}, Port: "p", Protocol: proxy.TCP}, Scheduler: sched("bogus")}
 		state.Services[sp.Name] = sp
 		names = append(names, sp.Name)
 	}
@@ -58,7 +71,7 @@ func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
 		switch {
 		case i < 50: // deleted
 		case i < 75:
-			partial.Services[name] = &desired.ServicePort{Name: name, Scheduler: "rr"}
+			partial.Services[name] = &desired.ServicePort{Name: name, Scheduler: sched("rr")}
 		default:
 			partial.Services[name] = state.Services[name]
 			continue
@@ -74,5 +87,34 @@ func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
 	w.observe(&desired.State{Services: map[proxy.ServicePortName]*desired.ServicePort{}}, model.Changes{})
 	if len(w.warned) != 0 || warnings != 100 {
 		t.Errorf("after full sync: remembered %d, warnings %d; want 0 and 100", len(w.warned), warnings)
+	}
+}
+
+// TestComputeOptionsIPVS: in IPVS mode the app hands desired what it needs
+// to decide node-port addresses and schedulers once (nothing is left for
+// the backend to resolve); other modes ask for neither.
+func TestComputeOptionsIPVS(t *testing.T) {
+	for _, tc := range []struct {
+		mode      config.Mode
+		scheduler string
+		want      string // default scheduler; "" means no Scheduling
+	}{
+		{config.ModeIPVS, "", "rr"},
+		{config.ModeIPVS, "wlc", "wlc"},
+		{config.ModeNFTables, "wlc", ""},
+		{config.ModeIPTables, "", ""},
+	} {
+		cfg := &config.Config{Mode: tc.mode}
+		cfg.IPVS.Scheduler = tc.scheduler
+		o := computeOptions(cfg, proxy.IPv4)
+		if o.BindNodePorts != (tc.mode == config.ModeIPVS) {
+			t.Errorf("%s: BindNodePorts = %t", tc.mode, o.BindNodePorts)
+		}
+		switch {
+		case tc.want == "" && o.Scheduling != nil:
+			t.Errorf("%s: Scheduling = %+v, want none", tc.mode, o.Scheduling)
+		case tc.want != "" && (o.Scheduling == nil || o.Scheduling.Default != tc.want || len(o.Scheduling.Known) == 0):
+			t.Errorf("%s %q: Scheduling = %+v, want default %q and the kernel's names", tc.mode, tc.scheduler, o.Scheduling, tc.want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/ksysctl"
 	"github.com/svcproxy/svcproxy/internal/nodesetup"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // setupNode applies the conntrack sysctls, oomScoreAdj and route_localnet,
@@ -29,8 +30,7 @@ func setupNode(ctx context.Context, cfg *config.Config) error {
 		UDPStreamTimeout:      cfg.Conntrack.UDPStreamTimeout,
 		TCPBeLiberal:          cfg.Conntrack.TCPBeLiberal,
 		OOMScoreAdj:           &oom,
-		LocalhostNodePorts:    cfg.LocalhostNodePorts,
-		NodePortAddresses:     cfg.NodePortAddresses,
+		LocalhostNodePorts:    desired.DecideLocalhost(computeOptions(cfg, proxy.IPv4)) == desired.LocalhostDNAT,
 	}, nodesetup.Env{Sysctl: ksysctl.Proc{}, InInitialNetNS: nodesetup.InInitialNetNS})
 	for _, w := range res.Warnings {
 		logger.Info("Warning: node setup: " + w)

@@ -33,9 +33,10 @@ func sampleState() *desired.State {
 		Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
 	webRoutes := desired.DecideRoutes(masq, true)
 	return &desired.State{
-		Family:       proxy.IPv4,
-		NodeIPs:      []netip.Addr{netip.MustParseAddr("192.168.0.10")},
-		NodePorts:    desired.NodePortAddrs{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
+		Family:  proxy.IPv4,
+		NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")},
+		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")},
+			Localhost: desired.LocalhostProxied, Bound: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
 		Masquerade:   masq,
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
 		Services: map[proxy.ServicePortName]*desired.ServicePort{
@@ -48,7 +49,8 @@ func sampleState() *desired.State {
 				Internal:        desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080"), ep("10.244.2.2:8080")}},
 				External:        desired.Dispatch{Empty: desired.Drop},
 				Cluster:         desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}},
-				InternalLocal:   true, ExternalLocal: true, HealthCheckNodePort: 31000, Scheduler: "lc"},
+				InternalLocal:   true, ExternalLocal: true, HealthCheckNodePort: 31000,
+				Scheduler: &desired.Scheduler{Name: "rr", Ignored: "fastest"}},
 			dns: {Name: dns, Protocol: proxy.UDP, Port: 53, ClusterIP: netip.MustParseAddr("10.96.0.53"),
 				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
 				Cluster: desired.Dispatch{Empty: desired.Reject}},
@@ -112,6 +114,13 @@ func TestSampleCoversEveryField(t *testing.T) {
 			t.Errorf("sampleState leaves desired.State.%s zero: set it, and carry it on the wire", f.Name)
 		}
 	}
+	np := reflect.ValueOf(sampleState().NodePorts)
+	for i := range np.NumField() {
+		// All and IPs exclude each other; the sample lists IPs.
+		if f := np.Type().Field(i); f.IsExported() && f.Name != "All" && np.Field(i).IsZero() {
+			t.Errorf("sampleState leaves desired.NodePortAddrs.%s zero: set it, and carry it on the wire", f.Name)
+		}
+	}
 	web := sampleState().Services[name("default", "web", "http", proxy.TCP)]
 	v := reflect.ValueOf(*web)
 	for i := range v.NumField() {
@@ -151,6 +160,11 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	w.Services[0].Routes.External.Pod.Why = "because"
 	if _, err := w.Decode(); err == nil {
 		t.Error("unknown route reason accepted")
+	}
+	w = Encode(sampleState(), time.Time{})
+	w.NodePorts.Localhost = "maybe"
+	if _, err := w.Decode(); err == nil {
+		t.Error("unknown localhost decision accepted")
 	}
 }
 

@@ -38,6 +38,32 @@ type State struct {
 type NodePorts struct {
 	All bool         `json:"all"`
 	IPs []netip.Addr `json:"ips,omitempty"`
+	// Localhost is the localhost node-port decision, as its String names
+	// it ("off", "DNAT", "reject", "proxied"); absent means off.
+	Localhost string `json:"localhost,omitempty"`
+	// Bound lists every node-port address (IPVS mode).
+	Bound []netip.Addr `json:"bound,omitempty"`
+}
+
+// encodeLocalhost names a decision; off, the usual one, is left out.
+func encodeLocalhost(l desired.LocalhostNodePorts) string {
+	if l == desired.LocalhostOff {
+		return ""
+	}
+	return l.String()
+}
+
+// decodeLocalhost parses what encodeLocalhost wrote.
+func decodeLocalhost(s string) (desired.LocalhostNodePorts, error) {
+	if s == "" {
+		return desired.LocalhostOff, nil
+	}
+	for _, l := range []desired.LocalhostNodePorts{desired.LocalhostOff, desired.LocalhostDNAT, desired.LocalhostReject, desired.LocalhostProxied} {
+		if l.String() == s {
+			return l, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown localhost node-port decision %q", s)
 }
 
 // Masquerade is desired.Masquerade.
@@ -72,7 +98,10 @@ type ServicePort struct {
 	ExternalLocal       bool           `json:"externalLocal,omitempty"`
 	Routes              *Routes        `json:"routes,omitempty"`
 	HealthCheckNodePort uint16         `json:"healthCheckNodePort,omitempty"`
-	Scheduler           string         `json:"scheduler,omitempty"`
+	// Scheduler is the IPVS scheduler decided (IPVS mode only);
+	// SchedulerIgnored the annotation value that named none.
+	Scheduler        string `json:"scheduler,omitempty"`
+	SchedulerIgnored string `json:"schedulerIgnored,omitempty"`
 }
 
 // Dispatch is desired.Dispatch; Empty is "REJECT" or "DROP".
@@ -92,10 +121,11 @@ type HealthCheck struct {
 // Encode turns a State into its wire form, service ports sorted by name.
 func Encode(s *desired.State, syncedAt time.Time) State {
 	out := State{
-		Family:    s.Family,
-		SyncedAt:  syncedAt,
-		NodeIPs:   s.NodeIPs,
-		NodePorts: NodePorts{All: s.NodePorts.All, IPs: s.NodePorts.IPs},
+		Family:   s.Family,
+		SyncedAt: syncedAt,
+		NodeIPs:  s.NodeIPs,
+		NodePorts: NodePorts{All: s.NodePorts.All, IPs: s.NodePorts.IPs, Localhost: encodeLocalhost(s.NodePorts.Localhost),
+			Bound: s.NodePorts.Bound},
 		Masquerade: Masquerade{Mark: s.Masquerade.Mark, All: s.Masquerade.All,
 			LocalMode: s.Masquerade.Local.Mode, LocalCIDRs: s.Masquerade.Local.CIDRs,
 			LocalInterface: s.Masquerade.Local.Interface},
@@ -113,7 +143,7 @@ func Encode(s *desired.State, syncedAt time.Time) State {
 }
 
 func encodePort(sp *desired.ServicePort) ServicePort {
-	return ServicePort{
+	out := ServicePort{
 		Namespace: sp.Name.Namespace, Name: sp.Name.Name, PortName: sp.Name.Port,
 		Protocol: sp.Protocol, Port: sp.Port, ClusterIP: sp.ClusterIP, NodePort: sp.NodePort,
 		ExternalIPs: sp.ExternalIPs, LoadBalancerIPs: sp.LoadBalancerIPs,
@@ -121,8 +151,12 @@ func encodePort(sp *desired.ServicePort) ServicePort {
 		Internal: encodeDispatch(sp.Internal), External: encodeDispatch(sp.External),
 		Cluster: encodeDispatch(sp.Cluster), InternalLocal: sp.InternalLocal, ExternalLocal: sp.ExternalLocal,
 		Routes:              encodeRoutes(sp.Routes),
-		HealthCheckNodePort: sp.HealthCheckNodePort, Scheduler: sp.Scheduler,
+		HealthCheckNodePort: sp.HealthCheckNodePort,
 	}
+	if sp.Scheduler != nil {
+		out.Scheduler, out.SchedulerIgnored = sp.Scheduler.Name, sp.Scheduler.Ignored
+	}
+	return out
 }
 
 func encodeDispatch(d desired.Dispatch) Dispatch {
@@ -138,10 +172,15 @@ func (w State) Decode() (*desired.State, error) {
 	if w.Family != proxy.IPv4 && w.Family != proxy.IPv6 {
 		return nil, fmt.Errorf("unknown IP family %q", w.Family)
 	}
+	localhost, err := decodeLocalhost(w.NodePorts.Localhost)
+	if err != nil {
+		return nil, err
+	}
 	s := &desired.State{
-		Family:    w.Family,
-		NodeIPs:   w.NodeIPs,
-		NodePorts: desired.NodePortAddrs{All: w.NodePorts.All, IPs: w.NodePorts.IPs},
+		Family:  w.Family,
+		NodeIPs: w.NodeIPs,
+		NodePorts: desired.NodePortAddrs{All: w.NodePorts.All, IPs: w.NodePorts.IPs, Localhost: localhost,
+			Bound: w.NodePorts.Bound},
 		Masquerade: desired.Masquerade{Mark: w.Masquerade.Mark, All: w.Masquerade.All,
 			Local: desired.LocalDetector{Mode: w.Masquerade.LocalMode,
 				CIDRs: w.Masquerade.LocalCIDRs, Interface: w.Masquerade.LocalInterface}},
@@ -177,14 +216,18 @@ func (p ServicePort) decode() (*desired.ServicePort, error) {
 	if err != nil {
 		return nil, fmt.Errorf("service port %s: %w", name, err)
 	}
-	return &desired.ServicePort{
+	out := &desired.ServicePort{
 		Name: name, Protocol: p.Protocol, Port: p.Port, ClusterIP: p.ClusterIP, NodePort: p.NodePort,
 		ExternalIPs: p.ExternalIPs, LoadBalancerIPs: p.LoadBalancerIPs,
 		AllowedSources: p.AllowedSources, AffinitySeconds: p.AffinitySeconds,
 		Internal: ds[0], External: ds[1], Cluster: ds[2], InternalLocal: p.InternalLocal, ExternalLocal: p.ExternalLocal,
 		Routes:              routes,
-		HealthCheckNodePort: p.HealthCheckNodePort, Scheduler: p.Scheduler,
-	}, nil
+		HealthCheckNodePort: p.HealthCheckNodePort,
+	}
+	if p.Scheduler != "" || p.SchedulerIgnored != "" {
+		out.Scheduler = &desired.Scheduler{Name: p.Scheduler, Ignored: p.SchedulerIgnored}
+	}
+	return out, nil
 }
 
 func (d Dispatch) decode() (desired.Dispatch, error) {

@@ -112,6 +112,9 @@ func Explain(state *desired.State, pkt Packet) Explanation {
 		e.because("%s is in the service range %s but no Service holds it: dropped (cluster-ips-check)", pkt.Dest, out.ServiceCIDR)
 	case out.Frontend == desired.NoFrontend:
 		e.noFrontend(state, pkt)
+	case out.Frontend == desired.NodePortFrontend && out.Verdict == desired.Reject && out.Route == (desired.Route{}):
+		e.Verdict = Reject
+		e.because("node port %d on loopback: %s", pkt.Port, localhostReason(state.NodePorts.Localhost, pkt.Protocol))
 	default:
 		e.frontend(state, out)
 		if out.Firewall != desired.FirewallDenied {
@@ -180,6 +183,9 @@ func (e *Explanation) classify(state *desired.State, pkt Packet) desired.Source 
 func (e *Explanation) frontend(state *desired.State, out desired.Outcome) {
 	p := e.Packet
 	if out.Frontend == desired.NodePortFrontend {
+		if p.Dest.IsLoopback() {
+			e.because("node port on loopback: %s", localhostReason(state.NodePorts.Localhost, p.Protocol))
+		}
 		if state.NodePorts.All {
 			e.because("node ports answer on every local address (nodePortAddresses unset or 0.0.0.0/0); assuming %s is one of this node's", p.Dest)
 		} else {
@@ -207,14 +213,32 @@ func (e *Explanation) noFrontend(state *desired.State, pkt Packet) {
 		if sp.NodePort == 0 || sp.NodePort != pkt.Port || sp.Protocol != pkt.Protocol {
 			continue
 		}
-		if state.NodePorts.All {
-			e.because("node port %d does not answer on loopback addresses", pkt.Port)
+		if pkt.Dest.IsLoopback() {
+			e.because("node port %d on loopback: %s", pkt.Port, localhostReason(state.NodePorts.Localhost, pkt.Protocol))
+		} else if state.NodePorts.All {
+			e.because("node port %d does not answer on %s", pkt.Port, pkt.Dest)
 		} else {
 			e.because("node port %d exists but %s is not among the nodePortAddresses %v", pkt.Port, pkt.Dest, state.NodePorts.IPs)
 		}
 		break
 	}
 	e.because("no cluster IP, external IP, load-balancer IP or node port of this node matches %s:%d/%s", pkt.Dest, pkt.Port, pkt.Protocol)
+}
+
+// localhostReason words the daemon's localhost node-port decision for a
+// packet of protocol proto (desired.DecideLocalhost made it).
+func localhostReason(l desired.LocalhostNodePorts, proto proxy.Protocol) string {
+	switch {
+	case l == desired.LocalhostDNAT:
+		return "DNATed like any node port (iptables localhostNodePorts; needs route_localnet)"
+	case l.Rejects(proto) && l == desired.LocalhostProxied:
+		return fmt.Sprintf("rejected and counted: the localhost proxy serves TCP only, not %s", proto)
+	case l.Rejects(proto):
+		return "rejected and counted (KubeProxyNFTablesLocalhostNodePorts on, but nodePortAddresses does not name loopback)"
+	case l == desired.LocalhostProxied:
+		return "not DNATed; svcproxy's userspace localhost proxy answers it and connects to the port's external endpoints"
+	}
+	return "node ports do not answer on loopback in this mode and configuration; nothing listens, so the kernel refuses it"
 }
 
 func joinAddrPorts(eps []netip.AddrPort) string {

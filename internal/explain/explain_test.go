@@ -200,3 +200,36 @@ func hash16(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return base32.StdEncoding.EncodeToString(sum[:])[:16]
 }
+
+// TestExplainLocalhostNodePorts: a node port on 127.0.0.1 is explained
+// from the daemon's own localhost decision (State.NodePorts.Localhost),
+// never guessed from the mode.
+func TestExplainLocalhostNodePorts(t *testing.T) {
+	lo := a("127.0.0.1")
+	tcp := Packet{Dest: lo, Port: 30080, Protocol: proxy.TCP, Origin: OriginHost}
+	udp := Packet{Dest: lo, Port: 30053, Protocol: proxy.UDP, Origin: OriginHost}
+	for _, tc := range []struct {
+		localhost desired.LocalhostNodePorts
+		pkt       Packet
+		verdict   Verdict
+		reason    string
+	}{
+		{desired.LocalhostOff, tcp, Accept, "do not answer on loopback"},
+		{desired.LocalhostReject, tcp, Reject, "rejected and counted"},
+		{desired.LocalhostProxied, tcp, Accept, "userspace localhost proxy answers it"},
+		{desired.LocalhostProxied, udp, Reject, "serves TCP only"},
+		{desired.LocalhostDNAT, tcp, DNAT, "DNATed like any node port"},
+	} {
+		t.Run(tc.localhost.String()+"/"+string(tc.pkt.Protocol), func(t *testing.T) {
+			st := cannedState()
+			st.NodePorts = desired.NodePortAddrs{All: true, Localhost: tc.localhost}
+			e := Explain(st, tc.pkt)
+			if e.Verdict != tc.verdict {
+				t.Errorf("verdict %s, want %s", e.Verdict, tc.verdict)
+			}
+			if !strings.Contains(strings.Join(e.Reasons, "\n"), tc.reason) {
+				t.Errorf("reasons lack %q:\n%s", tc.reason, strings.Join(e.Reasons, "\n"))
+			}
+		})
+	}
+}

@@ -111,3 +111,28 @@ func TestServiceRangeDrop(t *testing.T) {
 		t.Errorf("outside the service range: %s, want ACCEPT", e.Verdict)
 	}
 }
+
+// TestIPVSSchedulerFromState: explain names the scheduler the daemon
+// decided, and the ignored annotation, from the State (no check of its own).
+func TestIPVSSchedulerFromState(t *testing.T) {
+	st := cannedState()
+	pkt := Packet{Dest: a("10.96.0.10"), Port: 80, Protocol: proxy.TCP}
+	for _, tc := range []struct {
+		sched *desired.Scheduler
+		want  string
+	}{
+		{&desired.Scheduler{Name: "lc"}, "scheduler lc"},
+		{&desired.Scheduler{Name: "rr", Ignored: "fastest"}, `scheduler rr (the annotation's "fastest" names no IPVS scheduler)`},
+	} {
+		web := *st.Services[spn("default", "web", "http", proxy.TCP)]
+		web.Scheduler = tc.sched
+		st.Services[web.Name] = &web
+		objs, err := Objects(context.Background(), "ipvs", st, Explain(st, pkt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(objs, "\n"), tc.want) {
+			t.Errorf("objects lack %q:\n%s", tc.want, strings.Join(objs, "\n"))
+		}
+	}
+}

@@ -175,10 +175,15 @@ func ipvsObjects(state *desired.State, e Explanation) []string {
 	vs := fmt.Sprintf("IPVS virtual server %s %s", strings.ToLower(string(e.Port.Protocol)),
 		netip.AddrPortFrom(e.Packet.Dest, e.Packet.Port))
 	out := []string{vs + " (ipvsadm -Ln)"}
+	if sch := e.Port.Scheduler; sch != nil && sch.Ignored != "" {
+		out[0] = fmt.Sprintf("%s, scheduler %s (the annotation's %q names no IPVS scheduler)", vs, sch.Name, sch.Ignored)
+	} else if sch != nil {
+		out[0] = fmt.Sprintf("%s, scheduler %s (ipvsadm -Ln)", vs, sch.Name)
+	}
 	if e.Frontend != FrontendNodePort {
 		out = append(out, "address on dummy interface "+ipvs.DummyLink)
 	}
-	if sets := ipvs.SetsFor(state.Family, e.Port, e.Packet.Dest, e.Packet.Port); len(sets) > 0 {
+	if sets := ipvs.SetsFor(state, e.Port, e.Packet.Dest, e.Packet.Port); len(sets) > 0 {
 		out = append(out, "ipsets "+strings.Join(sets, ", "))
 	}
 	if e.Masquerade {

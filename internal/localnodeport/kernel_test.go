@@ -40,22 +40,22 @@ func TestKernelLocalhostNodePorts(t *testing.T) {
 			}
 			spread := netip.AddrPortFrom(lo, 30010)
 			for _, tc := range []struct {
-				mode               nftables.LocalhostNodePorts
+				mode               desired.LocalhostNodePorts
 				tcp, udp           netnstest.Outcome
 				tcpCount, udpCount bool // the reject counter moves
 			}{
-				{nftables.LocalhostNodePortsOff, netnstest.Refused, netnstest.Refused, false, false},
-				{nftables.LocalhostNodePortsReject, netnstest.Refused, netnstest.Refused, true, true},
-				{nftables.LocalhostNodePortsProxied, netnstest.OK, netnstest.Refused, false, true},
+				{desired.LocalhostOff, netnstest.Refused, netnstest.Refused, false, false},
+				{desired.LocalhostReject, netnstest.Refused, netnstest.Refused, true, true},
+				{desired.LocalhostProxied, netnstest.OK, netnstest.Refused, false, true},
 				// Back to off: the map goes before the chains its
 				// elements jump to, or the kernel refuses the cleanup.
-				{nftables.LocalhostNodePortsOff, netnstest.Refused, netnstest.Refused, false, false},
+				{desired.LocalhostOff, netnstest.Refused, netnstest.Refused, false, false},
 			} {
 				programNode(t, env, f.Family, tc.mode, st)
 				var lp *Proxy
-				if tc.mode == nftables.LocalhostNodePortsProxied {
+				if tc.mode == desired.LocalhostProxied {
 					lp = proxyIn(t, env.Node1.NS, f.Family)
-					lp.Observe(st, model.Changes{})
+					lp.Observe(withLocalhost(st, tc.mode), model.Changes{})
 				}
 				before := rejected(t, env, f.Family)
 				answer, err := node.Ask(proxy.TCP, spread)
@@ -80,7 +80,7 @@ func TestKernelLocalhostNodePorts(t *testing.T) {
 				// mode removed the others from the kernel.
 				_, tcpCounter := after["TCP"]
 				_, udpCounter := after["UDP"]
-				if tcpCounter != (tc.mode == nftables.LocalhostNodePortsReject) || udpCounter != (tc.mode != nftables.LocalhostNodePortsOff) {
+				if tcpCounter != (tc.mode == desired.LocalhostReject) || udpCounter != (tc.mode != desired.LocalhostOff) {
 					t.Errorf("mode %d: counters %v", tc.mode, after)
 				}
 				if lp != nil {
@@ -117,23 +117,32 @@ func localhostState(t *testing.T, env *scenario.Env, f scenario.Fam) *desired.St
 	snap, changes := w.Tracker().Commit()
 	opts := w.Options()
 	opts.NodePortAddresses = []string{"localhost"}
+	opts.Localhost = desired.LocalhostModeNFTables
 	st := desired.Compute(nil, snap, changes, w.Node(), opts)
-	if len(st.NodePorts.IPs) != 1 || !st.NodePorts.IPs[0].IsLoopback() {
-		t.Fatalf("node-port addresses %v, want loopback only", st.NodePorts.IPs)
+	if len(st.NodePorts.IPs) != 0 || st.NodePorts.Localhost != desired.LocalhostProxied {
+		t.Fatalf("node ports %+v, want no address and localhost proxied", st.NodePorts)
 	}
 	return st
 }
 
+// withLocalhost is st with the localhost decision replaced by mode: the
+// modes desired decides for other configurations, over the same Services.
+func withLocalhost(st *desired.State, mode desired.LocalhostNodePorts) *desired.State {
+	out := *st
+	out.NodePorts.Localhost = mode
+	return &out
+}
+
 // programNode syncs st into node1's table with a new Proxier in mode (a
 // restart over whatever the previous mode left).
-func programNode(t *testing.T, env *scenario.Env, family proxy.IPFamily, mode nftables.LocalhostNodePorts, st *desired.State) {
+func programNode(t *testing.T, env *scenario.Env, family proxy.IPFamily, mode desired.LocalhostNodePorts, st *desired.State) {
 	t.Helper()
 	err := env.Node1.NS.Do(func() error {
-		p, err := nftables.New(family, nftables.Options{LocalhostNodePorts: mode})
+		p, err := nftables.New(family, nftables.Options{})
 		if err != nil {
 			return err
 		}
-		return p.Sync(context.Background(), st, proxy.RecoverySync) // a new Proxier
+		return p.Sync(context.Background(), withLocalhost(st, mode), proxy.RecoverySync) // a new Proxier
 	})
 	if err != nil {
 		t.Fatalf("programming node1 (mode %d): %v", mode, err)

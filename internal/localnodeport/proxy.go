@@ -46,7 +46,12 @@ type Spec struct {
 // (External: the cluster-wide choice, or the local endpoints under
 // externalTrafficPolicy: Local). A port without endpoints is listed; Sync
 // gives it no listener, so the kernel refuses its connections as upstream.
+// Nothing is served unless desired handed the family's localhost node ports
+// to this proxy (State.NodePorts.Localhost is LocalhostProxied).
 func Specs(st *desired.State) []Spec {
+	if st.NodePorts.Localhost != desired.LocalhostProxied {
+		return nil
+	}
 	var out []Spec
 	for _, sp := range st.Services {
 		if sp.NodePort == 0 || sp.Protocol != proxy.TCP {

@@ -283,7 +283,7 @@ func TestSpecsFromState(t *testing.T) {
 	}
 	cluster := desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.0.1.1:80"), ep("10.0.2.1:80")}}
 	local := desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.0.1.1:80")}}
-	st := &desired.State{Family: proxy.IPv4, Services: map[proxy.ServicePortName]*desired.ServicePort{
+	st := &desired.State{Family: proxy.IPv4, NodePorts: desired.NodePortAddrs{Localhost: desired.LocalhostProxied}, Services: map[proxy.ServicePortName]*desired.ServicePort{
 		name("web", proxy.TCP):     {Name: name("web", proxy.TCP), Protocol: proxy.TCP, NodePort: 30080, Cluster: cluster, External: cluster, AffinitySeconds: 30},
 		name("local", proxy.TCP):   {Name: name("local", proxy.TCP), Protocol: proxy.TCP, NodePort: 30081, Cluster: cluster, External: local, ExternalLocal: true},
 		name("dns", proxy.UDP):     {Name: name("dns", proxy.UDP), Protocol: proxy.UDP, NodePort: 30053, Cluster: cluster, External: cluster},
@@ -299,5 +299,11 @@ func TestSpecsFromState(t *testing.T) {
 		return a.Name == b.Name && a.Port == b.Port && a.Affinity == b.Affinity && slices.Equal(a.Endpoints, b.Endpoints)
 	}) {
 		t.Errorf("Specs() = %+v\nwant %+v", got, want)
+	}
+	for _, l := range []desired.LocalhostNodePorts{desired.LocalhostOff, desired.LocalhostReject, desired.LocalhostDNAT} {
+		st.NodePorts.Localhost = l
+		if got := Specs(st); len(got) != 0 {
+			t.Errorf("localhost decision %s: Specs() = %+v, want none (not handed to the proxy)", l, got)
+		}
 	}
 }

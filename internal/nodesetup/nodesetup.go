@@ -10,10 +10,8 @@ package nodesetup
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"runtime"
-	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -23,20 +21,16 @@ import (
 
 // The tunables, as upstream names them.
 const (
-	ConntrackMax        = "net.netfilter.nf_conntrack_max"
-	ConntrackHashsize   = "/sys/module/nf_conntrack/parameters/hashsize"
-	TCPEstablished      = "net.netfilter.nf_conntrack_tcp_timeout_established"
-	TCPCloseWait        = "net.netfilter.nf_conntrack_tcp_timeout_close_wait"
-	TCPBeLiberal        = "net.netfilter.nf_conntrack_tcp_be_liberal"
-	UDPTimeout          = "net.netfilter.nf_conntrack_udp_timeout"
-	UDPStreamTimeout    = "net.netfilter.nf_conntrack_udp_timeout_stream"
-	RouteLocalnet       = "net.ipv4.conf.all.route_localnet"
-	OOMScoreAdjFile     = "/proc/self/oom_score_adj"
-	ModeIPTables        = "iptables"
-	nodePortsLocalhost  = "localhost"
-	nodePortsAll        = "all"
-	nodePortsPrimary    = "primary"
-	ipv4LoopbackAddress = "127.0.0.1"
+	ConntrackMax      = "net.netfilter.nf_conntrack_max"
+	ConntrackHashsize = "/sys/module/nf_conntrack/parameters/hashsize"
+	TCPEstablished    = "net.netfilter.nf_conntrack_tcp_timeout_established"
+	TCPCloseWait      = "net.netfilter.nf_conntrack_tcp_timeout_close_wait"
+	TCPBeLiberal      = "net.netfilter.nf_conntrack_tcp_be_liberal"
+	UDPTimeout        = "net.netfilter.nf_conntrack_udp_timeout"
+	UDPStreamTimeout  = "net.netfilter.nf_conntrack_udp_timeout_stream"
+	RouteLocalnet     = "net.ipv4.conf.all.route_localnet"
+	OOMScoreAdjFile   = "/proc/self/oom_score_adj"
+	ModeIPTables      = "iptables"
 )
 
 // Config is what Setup needs; the app maps config.Config onto it. Zero
@@ -62,9 +56,10 @@ type Config struct {
 	// OOMScoreAdj, if set, is applied to this process.
 	OOMScoreAdj *int
 
-	// LocalhostNodePorts and NodePortAddresses decide route_localnet.
+	// LocalhostNodePorts: IPv4 node ports on 127.0.0.0/8 are DNATed
+	// (desired.DecideLocalhost decides so in iptables mode), which needs
+	// route_localnet.
 	LocalhostNodePorts bool
-	NodePortAddresses  []string
 }
 
 // Env is the node Setup works on.
@@ -213,7 +208,7 @@ func (s *setup) oomScore(cfg Config) error {
 // routeLocalnet lets iptables mode DNAT node ports on 127.0.0.1; upstream
 // fails to start when it cannot set it.
 func (s *setup) routeLocalnet(cfg Config) error {
-	if cfg.Mode != ModeIPTables || !cfg.IPv4 || !cfg.LocalhostNodePorts || !coversIPv4Loopback(cfg.NodePortAddresses) {
+	if !cfg.IPv4 || !cfg.LocalhostNodePorts {
 		return nil
 	}
 	if cur, err := s.env.Sysctl.ReadInt(RouteLocalnet); err == nil && cur == 1 {
@@ -224,30 +219,4 @@ func (s *setup) routeLocalnet(cfg Config) error {
 	}
 	s.res.Changed = append(s.res.Changed, RouteLocalnet+"=1")
 	return nil
-}
-
-// coversIPv4Loopback reports whether nodePortAddresses let node ports
-// answer on 127.0.0.1: no IPv4 entry (all addresses), "all", "localhost",
-// or a CIDR containing it.
-func coversIPv4Loopback(entries []string) bool {
-	loopback := netip.MustParseAddr(ipv4LoopbackAddress)
-	anyV4 := false
-	for _, e := range entries {
-		switch e = strings.TrimSpace(e); e {
-		case nodePortsAll, nodePortsLocalhost:
-			return true
-		case nodePortsPrimary:
-			anyV4 = true // a node IP, never loopback
-			continue
-		}
-		p, err := netip.ParsePrefix(e)
-		if err != nil || !p.Addr().Is4() {
-			continue
-		}
-		anyV4 = true
-		if p.Contains(loopback) {
-			return true
-		}
-	}
-	return !anyV4
 }

@@ -74,12 +74,13 @@ func TestSetup(t *testing.T) {
 		{name: "route_localnet failure is fatal, as upstream", cpus: 1, initial: true, wantError: true,
 			cfg:      func(c *Config) { *c = Config{Mode: "iptables", IPv4: true, LocalhostNodePorts: true} },
 			readOnly: []string{RouteLocalnet}},
-		{name: "no route_localnet when node ports skip loopback", cpus: 1, initial: true,
-			cfg: func(c *Config) {
-				*c = Config{Mode: "iptables", IPv4: true, LocalhostNodePorts: true, NodePortAddresses: []string{"10.0.0.0/8"}}
-			}},
-		{name: "no route_localnet in nftables mode", cpus: 1, initial: true,
-			cfg: func(c *Config) { *c = Config{Mode: "nftables", IPv4: true, LocalhostNodePorts: true} }},
+		// Whether localhost node ports are DNATed is desired's decision
+		// (TestDecideLocalhost: not in nftables mode, not when
+		// nodePortAddresses skips loopback).
+		{name: "no route_localnet without localhost node ports", cpus: 1, initial: true,
+			cfg: func(c *Config) { *c = Config{Mode: "iptables", IPv4: true} }},
+		{name: "no route_localnet without IPv4", cpus: 1, initial: true,
+			cfg: func(c *Config) { *c = Config{Mode: "iptables", LocalhostNodePorts: true} }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,26 +128,5 @@ func TestSecondRunChangesNothing(t *testing.T) {
 	// oom_score_adj is per process and always applied; nothing else.
 	if !slices.Equal(f.Writes, []string{OOMScoreAdjFile + "=-999"}) || len(res.Changed) != 0 {
 		t.Fatalf("second run wrote %v, changed %v", f.Writes, res.Changed)
-	}
-}
-
-func TestCoversIPv4Loopback(t *testing.T) {
-	for entries, want := range map[string]bool{
-		"":                        true,
-		"fd00::/64":               true, // no IPv4 entry: every address
-		"127.0.0.0/8":             true,
-		"0.0.0.0/0":               true,
-		"localhost":               true,
-		"primary":                 false,
-		"10.0.0.0/8":              false,
-		"10.0.0.0/8,127.0.0.1/32": true,
-	} {
-		var list []string
-		if entries != "" {
-			list = strings.Split(entries, ",")
-		}
-		if got := coversIPv4Loopback(list); got != want {
-			t.Errorf("coversIPv4Loopback(%q) = %v, want %v", entries, got, want)
-		}
 	}
 }

@@ -171,11 +171,20 @@ type World struct {
 	f       Fam
 	tracker *model.Tracker
 	state   *desired.State
+	// configure edits the Compute options (Configure).
+	configure func(*desired.Options)
 }
 
 // NewWorld starts an empty world of family f.
 func (e *Env) NewWorld(f Fam) *World {
 	return &World{env: e, f: f, tracker: model.NewTracker(f.Family)}
+}
+
+// Configure makes every later Apply compute with edit applied to the
+// options: a mode's configuration, such as iptables' localhostNodePorts.
+func (w *World) Configure(edit func(*desired.Options)) *World {
+	w.configure = edit
+	return w
 }
 
 // State is the last State Apply returned.
@@ -230,10 +239,14 @@ func (e *Env) desiredNode() desired.Node {
 }
 
 func (w *World) options() desired.Options {
-	return desired.Options{
+	o := desired.Options{
 		Family:          w.f.Family,
 		MasqueradeBit:   14,
 		DetectLocalMode: "ClusterCIDR",
 		ClusterCIDRs:    []netip.Prefix{netnstest.ClusterCIDRv4, netnstest.ClusterCIDRv6},
 	}
+	if w.configure != nil {
+		w.configure(&o)
+	}
+	return o
 }

@@ -30,11 +30,12 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	if family == "" {
 		family = snap.Family
 	}
-	in := portInputs{family: family, node: node, nodeIPs: nodeIPsOf(node.IPs, family), masq: masquerade(opts, family, node)}
+	in := portInputs{family: family, node: node, nodeIPs: nodeIPsOf(node.IPs, family), masq: masquerade(opts, family, node),
+		schedulers: newSchedulers(opts.Scheduling)}
 	state := &State{
 		Family:     family,
 		NodeIPs:    in.nodeIPs,
-		NodePorts:  nodePortAddrs(opts.NodePortAddresses, family, node),
+		NodePorts:  nodePortAddrs(opts, family, node),
 		Masquerade: in.masq,
 	}
 	if opts.DropUnallocated {
@@ -77,10 +78,11 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 // portInputs is what every service port of one Compute is decided from,
 // besides its own model values.
 type portInputs struct {
-	family  proxy.IPFamily
-	node    Node
-	nodeIPs []netip.Addr
-	masq    Masquerade
+	family     proxy.IPFamily
+	node       Node
+	nodeIPs    []netip.Addr
+	masq       Masquerade
+	schedulers schedulers
 }
 
 func computeAll(snap *model.Snapshot, in portInputs, lost map[proxy.ServicePortName][]LostFrontend) map[proxy.ServicePortName]*ServicePort {

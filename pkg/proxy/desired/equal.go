@@ -25,7 +25,7 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
 		(sp.Routes == o.Routes || (sp.Routes != nil && o.Routes != nil && *sp.Routes == *o.Routes)) &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
-		sp.Scheduler == o.Scheduler
+		equalSchedulers(sp.Scheduler, o.Scheduler)
 }
 
 // Equal reports whether two dispatches balance over the same endpoints and,
@@ -47,7 +47,7 @@ func (s *State) SameGlobals(o *State) bool {
 		return false
 	}
 	return s.Family == o.Family && slices.Equal(s.NodeIPs, o.NodeIPs) &&
-		s.NodePorts.All == o.NodePorts.All && slices.Equal(s.NodePorts.IPs, o.NodePorts.IPs) &&
+		s.NodePorts.Equal(o.NodePorts) &&
 		s.Masquerade.Mark == o.Masquerade.Mark && s.Masquerade.All == o.Masquerade.All &&
 		s.Masquerade.Local.Mode == o.Masquerade.Local.Mode &&
 		s.Masquerade.Local.Interface == o.Masquerade.Local.Interface &&

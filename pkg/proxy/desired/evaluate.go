@@ -88,9 +88,12 @@ type Outcome struct {
 //     set and holds no prefix with the source; else the external route.
 //  4. A node port on an address that NodePorts accepts (All: DestLocal and
 //     not loopback): the external route.
+//     A node port on a loopback address that the localhost decision
+//     rejects (NodePorts.Localhost.Rejects) is REJECTed (and counted).
 //  5. An address in ServiceCIDRs (only set where the backend drops these:
 //     nftables mode) is DROPped: no Service holds it.
-//  6. Anything else is ACCEPTed untouched.
+//  6. Anything else is ACCEPTed untouched (a TCP node port on loopback
+//     under LocalhostProxied: the userspace proxy answers it).
 func Evaluate(s *State, pkt Packet) Outcome {
 	return EvaluateFrom(s, pkt, s.Classify(pkt))
 }
@@ -128,6 +131,12 @@ func EvaluateFrom(s *State, pkt Packet, src Source) Outcome {
 		out.Frontend = NodePortFrontend
 		out.route(s, sp, ExternalPath, pkt)
 		return out
+	}
+	if pkt.Dest.IsLoopback() && s.NodePorts.Localhost.Rejects(pkt.Protocol) {
+		if sp := nodePortOf(ports, pkt); sp != nil {
+			out.Frontend, out.Port, out.Verdict = NodePortFrontend, sp, Reject
+			return out
+		}
 	}
 	for _, p := range s.ServiceCIDRs {
 		if p.Contains(pkt.Dest) {
@@ -210,6 +219,11 @@ func matchNodePort(s *State, ports []*ServicePort, pkt Packet) *ServicePort {
 	if !s.AcceptsNodePorts(pkt.Dest, pkt.DestLocal) {
 		return nil
 	}
+	return nodePortOf(ports, pkt)
+}
+
+// nodePortOf finds the service port whose node port pkt addresses.
+func nodePortOf(ports []*ServicePort, pkt Packet) *ServicePort {
 	for _, sp := range ports {
 		if sp.NodePort != 0 && sp.NodePort == pkt.DestPort && sp.Protocol == pkt.Protocol {
 			return sp
@@ -220,12 +234,12 @@ func matchNodePort(s *State, ports []*ServicePort, pkt Packet) *ServicePort {
 
 // AcceptsNodePorts reports whether node ports answer on dest; local says
 // whether dest is one of the node's addresses, which only matters with
-// NodePorts.All (any local address but loopback).
+// NodePorts.All (any local address; loopback only when DNATed).
 func (s *State) AcceptsNodePorts(dest netip.Addr, local bool) bool {
 	if !s.NodePorts.All {
 		return slices.Contains(s.NodePorts.IPs, dest)
 	}
-	return local && !dest.IsLoopback()
+	return local && (!dest.IsLoopback() || s.NodePorts.Localhost == LocalhostDNAT)
 }
 
 func firewall(sp *ServicePort, src netip.Addr) Firewall {

@@ -19,8 +19,45 @@ const (
 // Entries of the other family are ignored; when none of this family remain,
 // every address answers, as upstream's NewNodePortAddresses does. Entries
 // that are not keywords and do not parse as CIDRs are ignored (config has
-// validated them already).
-func nodePortAddrs(entries []string, family proxy.IPFamily, node Node) NodePortAddrs {
+// validated them already). Loopback addresses accept node ports only when
+// the localhost decision DNATs them.
+func nodePortAddrs(opts Options, family proxy.IPFamily, node Node) NodePortAddrs {
+	opts.Family = family
+	out := nodePortSelection(opts.NodePortAddresses, family, node)
+	out.Localhost = DecideLocalhost(opts)
+	if out.Localhost != LocalhostDNAT {
+		out.IPs = slices.DeleteFunc(out.IPs, netip.Addr.IsLoopback)
+	}
+	if opts.BindNodePorts {
+		out.Bound = boundNodePorts(out, family, node)
+	}
+	return out
+}
+
+// boundNodePorts lists the addresses a backend that binds each one must
+// serve node ports on: IPs, or with All every host address of family,
+// loopback only when DNATed, never link-local (see NodePortAddrs.Bound),
+// sorted.
+func boundNodePorts(np NodePortAddrs, family proxy.IPFamily, node Node) []netip.Addr {
+	src := np.IPs
+	if np.All {
+		src = node.HostAddrs
+	}
+	var out []netip.Addr
+	for _, a := range src {
+		a = a.Unmap()
+		if !family.Contains(a) || a.IsLinkLocalUnicast() || (a.IsLoopback() && np.Localhost != LocalhostDNAT) {
+			continue
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// nodePortSelection is what the nodePortAddresses entries select among the
+// node's addresses, loopback included.
+func nodePortSelection(entries []string, family proxy.IPFamily, node Node) NodePortAddrs {
 	var ips []netip.Addr
 	ofFamily := false
 	for _, entry := range entries {

@@ -50,4 +50,13 @@ type Options struct {
 	// its iptables and IPVS modes do not). Without it State.ServiceCIDRs
 	// stays empty.
 	DropUnallocated bool
+	// Localhost is how the mode treats node ports on loopback addresses
+	// (localhost.go); the zero value never serves them.
+	Localhost LocalhostMode
+	// BindNodePorts fills NodePortAddrs.Bound: the backend binds every
+	// node-port address itself (IPVS) instead of matching "any local
+	// address" in its rules.
+	BindNodePorts bool
+	// Scheduling resolves each port's IPVS scheduler (IPVS mode only).
+	Scheduling *IPVSScheduling
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-func TestNodePortAddrs(t *testing.T) {
+func TestNodePortSelection(t *testing.T) {
 	tests := []struct {
 		name    string
 		entries []string
@@ -46,9 +46,9 @@ func TestNodePortAddrs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := nodePortAddrs(tt.entries, tt.family, tt.node)
+			got := nodePortSelection(tt.entries, tt.family, tt.node)
 			if got.All != tt.want.All || !slices.Equal(got.IPs, tt.want.IPs) {
-				t.Errorf("nodePortAddrs(%q, %s) = %+v, want %+v", tt.entries, tt.family, got, tt.want)
+				t.Errorf("nodePortSelection(%q, %s) = %+v, want %+v", tt.entries, tt.family, got, tt.want)
 			}
 		})
 	}

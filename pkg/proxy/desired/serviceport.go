@@ -29,7 +29,7 @@ func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, in portInput
 		InternalLocal:       sp.InternalLocal,
 		ExternalLocal:       sp.ExternalLocal,
 		HealthCheckNodePort: sp.HealthCheckNodePort,
-		Scheduler:           sp.Scheduler,
+		Scheduler:           in.schedulers.of(sp.Scheduler),
 	}
 	if len(lost) > 0 {
 		withoutLost(out, lost)

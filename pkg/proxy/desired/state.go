@@ -6,6 +6,7 @@ package desired
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -55,8 +56,26 @@ type NodePortAddrs struct {
 	// All means every local address of the node except loopback
 	// (nodePortAddresses unset in iptables/ipvs mode, or 0.0.0.0/0, ::/0).
 	All bool
-	// IPs lists the accepting addresses when All is false.
+	// IPs lists the accepting addresses when All is false. It holds a
+	// loopback address only with Localhost LocalhostDNAT.
 	IPs []netip.Addr
+	// Bound lists, with Options.BindNodePorts, every address node ports
+	// answer on, resolved against the host's addresses (All: all of them):
+	// what a backend that binds each address (IPVS virtual servers) uses.
+	// Loopback is left out unless DNATed, link-local always (upstream's
+	// IPVS mode leaves them out: an IPv6 one needs a zone, which a virtual
+	// server's address cannot carry).
+	Bound []netip.Addr
+	// Localhost is what happens to node-port traffic to a loopback
+	// address (DecideLocalhost); with All, loopback answers only under
+	// LocalhostDNAT.
+	Localhost LocalhostNodePorts
+}
+
+// Equal reports whether two selections accept the same addresses alike.
+func (n NodePortAddrs) Equal(o NodePortAddrs) bool {
+	return n.All == o.All && slices.Equal(n.IPs, o.IPs) && n.Localhost == o.Localhost &&
+		slices.Equal(n.Bound, o.Bound)
 }
 
 // Masquerade describes source NAT policy.
@@ -146,10 +165,10 @@ type ServicePort struct {
 	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
 	HealthCheckNodePort uint16
 
-	// Scheduler is the IPVS scheduler the Service asks for with the
-	// annotation ipvs.svcproxy.io/scheduler; "" means the configured
-	// default. Only the ipvs backend reads it.
-	Scheduler string
+	// Scheduler is the IPVS scheduler decided from the annotation
+	// ipvs.svcproxy.io/scheduler and Options.Scheduling; nil outside IPVS
+	// mode. Only the ipvs backend reads it.
+	Scheduler *Scheduler
 }
 
 // Dispatch is a set of endpoints to balance over, and what to do with none.

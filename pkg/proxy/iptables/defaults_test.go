@@ -1,12 +1,12 @@
 package iptables
 
 import (
-	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -23,10 +23,14 @@ func TestUpstreamDefaults(t *testing.T) {
 		t.Errorf("unknown cluster-IP port by default: got %s, want ACCEPT", got)
 	}
 
-	np := caseState(t, "node port on every local address by default", proxy.IPv4)
 	lo := proxytest.Flow{Source: w.Loopback, Protocol: proxy.TCP, Dest: w.Loopback, DestPort: 30080, FromHost: true}
 	for _, on := range []bool{false, true} {
-		fake, _ := syncFake(t, np, Options{LocalhostNodePorts: on})
+		np := caseStateWith(t, "node port on every local address by default", proxy.IPv4, func(o *desired.Options) {
+			if on {
+				localhostIPTables(o)
+			}
+		})
+		fake, _ := syncFake(t, np, Options{})
 		got := newTracer(t, fake, np).trace(lo)
 		if want := map[bool]proxytest.Verdict{false: proxytest.Accept, true: proxytest.DNAT}[on]; got.Verdict != want {
 			t.Errorf("localhostNodePorts=%t: 127.0.0.1:30080 got %s, want %s", on, got, want)
@@ -37,8 +41,8 @@ func TestUpstreamDefaults(t *testing.T) {
 		}
 	}
 	// IPv6 never opens ::1 implicitly.
-	np6 := caseState(t, "node port on every local address by default", proxy.IPv6)
-	fake6, _ := syncFake(t, np6, Options{LocalhostNodePorts: true})
+	np6 := caseStateWith(t, "node port on every local address by default", proxy.IPv6, localhostIPTables)
+	fake6, _ := syncFake(t, np6, Options{})
 	w6 := proxytest.WorldOf(proxy.IPv6)
 	lo6 := proxytest.Flow{Source: w6.Loopback, Protocol: proxy.TCP, Dest: w6.Loopback, DestPort: 30080, FromHost: true}
 	if got := newTracer(t, fake6, np6).trace(lo6); got.Verdict != proxytest.Accept {
@@ -77,14 +81,19 @@ func TestTracerNoticesBrokenRules(t *testing.T) {
 // TestLoopbackNodePortAddresses: nodePortAddresses that select a loopback
 // address open node ports there only where upstream does — IPv4 with
 // localhostNodePorts — and only then add the KUBE-FIREWALL localnet rule;
-// ::1 never gets a rule (upstream logs and skips it).
+// ::1 never gets a rule (upstream logs and skips it). desired decides
+// (State.NodePorts.Localhost); the rules follow.
 func TestLoopbackNodePortAddresses(t *testing.T) {
 	for _, family := range proxy.Families {
 		w := proxytest.WorldOf(family)
 		for _, on := range []bool{false, true} {
-			st := caseState(t, "node port on every local address by default", family)
-			st.NodePorts.All, st.NodePorts.IPs = false, []netip.Addr{w.NodeIP, w.Loopback}
-			fake, _ := syncFake(t, st, Options{LocalhostNodePorts: on})
+			st := caseStateWith(t, "node port on every local address by default", family, func(o *desired.Options) {
+				o.NodePortAddresses = []string{"primary", "localhost"}
+				if on {
+					localhostIPTables(o)
+				}
+			})
+			fake, _ := syncFake(t, st, Options{})
 			opened := family == proxy.IPv4 && on
 			services := strings.Join(fake.Table(kiptables.TableNAT).Chains[chainServices].Rules, "\n")
 			if got := strings.Contains(services, "-d "+w.Loopback.String()+" "); got != opened {

@@ -31,7 +31,7 @@ func TestGolden(t *testing.T) {
 		for _, family := range proxy.Families {
 			file := strings.NewReplacer(" ", "-", ",", "").Replace(strings.ToLower(name)) + "-" + strings.ToLower(string(family)) + ".golden"
 			t.Run(file, func(t *testing.T) {
-				fake, _ := syncFake(t, caseState(t, name, family), Options{LocalhostNodePorts: true})
+				fake, _ := syncFake(t, caseStateWith(t, name, family, localhostIPTables), Options{})
 				proxytest.CheckGolden(t, filepath.Join("testdata", file), fake.Dump(), *update)
 			})
 		}

@@ -39,3 +39,30 @@ func caseNamed(t *testing.T, name string) proxytest.Case {
 	t.Fatalf("no case %q in proxytest.Cases()", name)
 	return proxytest.Case{}
 }
+
+// caseStateWith builds the named shared case's State with edit applied to
+// desired's options after the case's own edits.
+func caseStateWith(t *testing.T, name string, family proxy.IPFamily, edit func(*desired.Options)) *desired.State {
+	t.Helper()
+	c := caseNamed(t, name)
+	own := c.Options
+	c.Options = func(o *desired.Options) {
+		if own != nil {
+			own(o)
+		}
+		edit(o)
+	}
+	return proxytest.BuildState(t, c, family)
+}
+
+// localhostIPTables is upstream iptables mode's default, localhostNodePorts
+// true: desired decides where IPv4 node ports answer on 127.0.0.1.
+func localhostIPTables(o *desired.Options) { o.Localhost = desired.LocalhostModeIPTables }
+
+// withLocalhost is a shallow copy of st with the localhost decision set, for
+// hand-built States (desired decides it from Options otherwise).
+func withLocalhost(st *desired.State, l desired.LocalhostNodePorts) *desired.State {
+	out := *st
+	out.NodePorts.Localhost = l
+	return &out
+}

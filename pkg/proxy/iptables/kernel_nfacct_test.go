@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
@@ -58,7 +59,7 @@ func newNFAcctNode(t *testing.T, fl kiptables.Flavour) *nfacctNode {
 			return err
 		}
 		p, err = iptables.New(context.Background(), proxy.IPv4, iptables.Options{
-			Flavour: fl, SyncPeriod: 30 * time.Second, LocalhostNodePorts: true, NFAcct: n.acct,
+			Flavour: fl, SyncPeriod: 30 * time.Second, NFAcct: n.acct,
 			EnsureRouteLocalnet: func() error { return node.Sysctl("net.ipv4.conf.all.route_localnet", "1") },
 		})
 		return err
@@ -72,7 +73,9 @@ func newNFAcctNode(t *testing.T, fl kiptables.Flavour) *nfacctNode {
 			t.Fatal(err)
 		}
 	}
-	st := n.env.NewWorld(scenario.Families[0]).Apply(t, n.env.ServiceNamed(t, "spread"))
+	st := n.env.NewWorld(scenario.Families[0]).Configure(func(o *desired.Options) {
+		o.Localhost = desired.LocalhostModeIPTables
+	}).Apply(t, n.env.ServiceNamed(t, "spread"))
 	if err := node.Do(func() error { return p.Sync(context.Background(), st, proxytest.ModeOf(st)) }); err != nil {
 		t.Fatalf("sync: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -49,7 +50,7 @@ func TestNFAcctRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			acct := tc.acct()
-			fake, _ := syncFake(t, upstreamState(), Options{LocalhostNodePorts: tc.localhost, NFAcct: acct})
+			fake, _ := syncFake(t, withLocalhost(upstreamState(), map[bool]desired.LocalhostNodePorts{true: desired.LocalhostDNAT}[tc.localhost]), Options{NFAcct: acct})
 			got := acctRules(fake)
 			if !maps.Equal(got, tc.want) {
 				t.Errorf("rules counting into nfacct objects: got %v, want %v", got, tc.want)
@@ -61,8 +62,8 @@ func TestNFAcctRules(t *testing.T) {
 			}
 		})
 	}
-	st6 := caseState(t, "node port on every local address by default", proxy.IPv6)
-	fake6, _ := syncFake(t, st6, Options{LocalhostNodePorts: true, NFAcct: knfacct.NewFake()})
+	st6 := caseStateWith(t, "node port on every local address by default", proxy.IPv6, localhostIPTables)
+	fake6, _ := syncFake(t, st6, Options{NFAcct: knfacct.NewFake()})
 	if got := acctRules(fake6); !maps.Equal(got, map[string]int{nfacctInvalidDropped: 1}) {
 		t.Errorf("IPv6: rules counting into nfacct objects: %v", got)
 	}
@@ -75,7 +76,7 @@ func TestNFAcctEnsuredOnFullSyncs(t *testing.T) {
 	acct := knfacct.NewFake()
 	acct.EnsureErr = map[string]error{nfacctLocalhostNodePorts: knfacct.ErrNotSupported}
 	st := upstreamState()
-	fake, p := syncFake(t, st, Options{LocalhostNodePorts: true, NFAcct: acct})
+	fake, p := syncFake(t, st, Options{NFAcct: acct})
 	ensures := acct.Ensures()
 	if err := p.Sync(ctx, withEndpoints(st, svcName("ns4", "svc4"), "10.180.0.4:80"), proxy.PartialSync); err != nil {
 		t.Fatal(err)
@@ -93,8 +94,8 @@ func TestNFAcctEnsuredOnFullSyncs(t *testing.T) {
 		t.Errorf("after a full sync with the object created: %d localhost node port rules count, want 3", got)
 	}
 
-	np := caseState(t, "node port on every local address by default", proxy.IPv4)
-	fake, _ = syncFake(t, np, Options{LocalhostNodePorts: true, NFAcct: knfacct.NewFake()})
+	np := caseStateWith(t, "node port on every local address by default", proxy.IPv4, localhostIPTables)
+	fake, _ = syncFake(t, np, Options{NFAcct: knfacct.NewFake()})
 	w := proxytest.WorldOf(proxy.IPv4)
 	lo := proxytest.Flow{Source: w.Loopback, Protocol: proxy.TCP, Dest: w.Loopback, DestPort: 30080, FromHost: true}
 	if got := newTracer(t, fake, np).trace(lo); got.Verdict != proxytest.DNAT {

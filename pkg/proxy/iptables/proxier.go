@@ -19,12 +19,6 @@ const largeClusterEndpoints = 1000
 
 // Options carries what the State does not.
 type Options struct {
-	// LocalhostNodePorts (--iptables-localhost-nodeports) makes IPv4 node
-	// ports answer on 127.0.0.0/8 too when every address accepts them.
-	// As upstream does, the caller clears it when nodePortAddresses
-	// excludes 127.0.0.1. Node ports the State lists on a loopback address
-	// are rendered regardless: the State has already decided.
-	LocalhostNodePorts bool
 	// ConntrackTCPBeLiberal is net.netfilter.nf_conntrack_tcp_be_liberal
 	// != 0: no INVALID drop rule is needed then.
 	ConntrackTCPBeLiberal bool
@@ -41,7 +35,7 @@ type Options struct {
 	// run to sweep stale chains.
 	SyncPeriod time.Duration
 	// EnsureRouteLocalnet sets net.ipv4.conf.all.route_localnet=1; it is
-	// called once IPv4 localhost node ports are rendered. nil skips it.
+	// called once a State DNATs IPv4 localhost node ports. nil skips it.
 	EnsureRouteLocalnet func() error
 	// Flavour selects iptables-nft or iptables-legacy for New; "" detects.
 	Flavour kiptables.Flavour
@@ -99,14 +93,10 @@ func NewWithInterface(family proxy.IPFamily, ipt kiptables.Interface, opts Optio
 	return &Proxier{family: family, ipt: ipt, opts: opts}
 }
 
-// Init is part of syncer.Proxier: it sets route_localnet when localhost
-// node ports are configured (what --init-only does upstream).
-func (p *Proxier) Init(context.Context) error {
-	if p.family == proxy.IPv4 && p.opts.LocalhostNodePorts {
-		return p.ensureLocalnet()
-	}
-	return nil
-}
+// Init is part of syncer.Proxier. route_localnet, which localhost node
+// ports need, is set by the first sync whose State DNATs them (and, at
+// start and in --init-only, by internal/nodesetup).
+func (p *Proxier) Init(context.Context) error { return nil }
 
 func (p *Proxier) ensureLocalnet() error {
 	if p.localnet || p.opts.EnsureRouteLocalnet == nil {

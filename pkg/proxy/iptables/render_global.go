@@ -25,7 +25,7 @@ type config struct {
 	ifLocal      []string // match for pod-originated traffic; nil without a detector
 	ifNotLocal   []string
 	nodePorts    desired.NodePortAddrs
-	localhostV4  bool // IPv4 node ports answer on 127.0.0.0/8
+	localhostV4  bool // IPv4 node ports answer on 127.0.0.0/8 (desired.LocalhostDNAT)
 	largeCluster bool
 	counters     counters // nfacct objects rules may count into
 	beLiberal    bool
@@ -44,11 +44,9 @@ func newConfig(st *desired.State, opts *Options, largeCluster bool, acct counter
 		rejectPorts:  opts.RejectUnknownClusterIPPorts,
 	}
 	c.ifLocal, c.ifNotLocal = localMatches(st.Masquerade.Local)
-	// As upstream: localhost node ports are IPv4 only and only with
-	// localhostNodePorts, whatever nodePortAddresses selects.
-	if st.Family == proxy.IPv4 && opts.LocalhostNodePorts {
-		c.localhostV4 = st.NodePorts.All || slices.ContainsFunc(st.NodePorts.IPs, netip.Addr.IsLoopback)
-	}
+	// desired decides (IPv4 only, as upstream); the family check keeps the
+	// 127.0.0.0/8 rules out of ip6tables whatever a State says.
+	c.localhostV4 = st.Family == proxy.IPv4 && st.NodePorts.Localhost == desired.LocalhostDNAT
 	return c
 }
 
@@ -72,8 +70,7 @@ func localMatches(d desired.LocalDetector) (ifLocal, ifNotLocal []string) {
 
 func (c *config) equal(o *config) bool {
 	return o != nil && c.family == o.family && c.mark == o.mark && c.masqAll == o.masqAll &&
-		slices.Equal(c.ifLocal, o.ifLocal) && c.nodePorts.All == o.nodePorts.All &&
-		slices.Equal(c.nodePorts.IPs, o.nodePorts.IPs) && c.localhostV4 == o.localhostV4 &&
+		slices.Equal(c.ifLocal, o.ifLocal) && c.nodePorts.Equal(o.nodePorts) && c.localhostV4 == o.localhostV4 &&
 		c.largeCluster == o.largeCluster && c.counters == o.counters && c.beLiberal == o.beLiberal &&
 		c.rejectPorts == o.rejectPorts
 }
@@ -125,10 +122,8 @@ func (r *renderer) nodePortJumps(out *lineBuffer) {
 		out.rule(chainServices, comment, w("-m", "addrtype", "--dst-type", "LOCAL"), notLoopback, w("-j", chainNodePorts))
 		return
 	}
+	// desired lists a loopback address only when it decided DNAT.
 	for _, ip := range r.cfg.nodePorts.IPs {
-		if ip.IsLoopback() && !r.cfg.localhostV4 {
-			continue // upstream logs and skips it (::1 never works; 127/8 needs route_localnet)
-		}
 		out.rule(chainServices, comment, w("-d", addr(ip), "-j", chainNodePorts))
 	}
 }

@@ -230,7 +230,7 @@ func TestJumpRules(t *testing.T) {
 // TestCleanup removes everything but kubelet's KUBE-FIREWALL, and leaves
 // other software's rules alone.
 func TestCleanup(t *testing.T) {
-	fake, p := syncFake(t, upstreamState(), Options{LocalhostNodePorts: true})
+	fake, p := syncFake(t, upstreamState(), Options{})
 	other := []string{"-s", "1.2.3.4", "-j", "DROP"}
 	if err := fake.EnsureRuleAtFront(ctx, kiptables.TableFilter, kiptables.ChainInput, other...); err != nil {
 		t.Fatal(err)

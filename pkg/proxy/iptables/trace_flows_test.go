@@ -9,11 +9,11 @@ import (
 )
 
 // flowOptions are the options the shared flows are traced with. The shared
-// semantics reject unknown ports on a cluster IP and never accept node
-// ports on loopback unless the State lists it; upstream's iptables mode
-// does neither by default, so both are configured here and the defaults
-// are tested on their own (TestUpstreamDefaults).
-var flowOptions = Options{RejectUnknownClusterIPPorts: true, LocalhostNodePorts: false}
+// semantics reject unknown ports on a cluster IP, which upstream's iptables
+// mode does not by default, so it is configured here and the default is
+// tested on its own (TestUpstreamDefaults). Localhost node ports are the
+// State's decision (the shared cases leave them off).
+var flowOptions = Options{RejectUnknownClusterIPPorts: true}
 
 // TestFlows runs the shared packet-flow table through the rules the
 // backend programs for each case.
@@ -25,9 +25,9 @@ func TestFlows(t *testing.T) {
 			fake, _ = syncFake(t, state, flowOptions)
 			fakes[state] = fake
 		}
-		// With flowOptions (no localhostNodePorts) node ports do not answer
-		// on loopback, as upstream's; TestUpstreamDefaults and
-		// TestLoopbackNodePortAddresses cover it on.
-		return proxytest.MapBack(flow, newTracer(t, fake, state).trace(flow), proxytest.LoopbackNodePortUnserved)
+		// The shared cases leave localhost node ports off (desired's
+		// decision); TestUpstreamDefaults and TestLoopbackNodePortAddresses
+		// cover them on.
+		return newTracer(t, fake, state).trace(flow)
 	})
 }

@@ -60,7 +60,7 @@ func upstreamState() *desired.State {
 	st := &desired.State{
 		Family:    proxy.IPv4,
 		NodeIPs:   []netip.Addr{ip("192.168.0.2")},
-		NodePorts: desired.NodePortAddrs{All: true},
+		NodePorts: desired.NodePortAddrs{All: true, Localhost: desired.LocalhostDNAT},
 		Masquerade: desired.Masquerade{Mark: 0x4000,
 			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}},
 		Services: map[proxy.ServicePortName]*desired.ServicePort{},
@@ -147,7 +147,7 @@ const upstreamRules = `*filter
 // TestUpstreamRuleShapes compares the rules in our own chains (the jumps
 // in built-in chains are checked by TestJumpRules) with upstream's.
 func TestUpstreamRuleShapes(t *testing.T) {
-	fake, _ := syncFake(t, upstreamState(), Options{LocalhostNodePorts: true, NFAcct: knfacct.NewFake()})
+	fake, _ := syncFake(t, upstreamState(), Options{NFAcct: knfacct.NewFake()})
 	var got strings.Builder
 	for _, table := range []string{"filter", "nat"} {
 		got.WriteString("*" + table + "\n")

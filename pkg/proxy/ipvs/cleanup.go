@@ -27,7 +27,7 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	errs = append(errs, p.cleanupVS())
 	errs = append(errs, p.cleanupLink())
 	p.store, p.terminating = newStore(), map[rsKey]time.Time{}
-	p.needRead, p.global, p.rulesText, p.setsReady = true, nil, nil, false
+	p.needRead, p.rulesText, p.setsReady = true, nil, false
 	return errors.Join(errs...)
 }
 

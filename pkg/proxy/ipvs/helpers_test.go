@@ -81,7 +81,7 @@ func baseState(family proxy.IPFamily, ports ...*desired.ServicePort) *desired.St
 	st := &desired.State{
 		Family:     family,
 		NodeIPs:    []netip.Addr{w.NodeIP},
-		NodePorts:  desired.NodePortAddrs{All: true},
+		NodePorts:  desired.NodePortAddrs{All: true, Bound: []netip.Addr{w.NodeIP, w.SecondHostIP}},
 		Masquerade: desired.Masquerade{Mark: mark, Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{w.ClusterCIDR}}},
 		Services:   map[proxy.ServicePortName]*desired.ServicePort{},
 	}

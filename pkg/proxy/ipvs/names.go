@@ -95,11 +95,13 @@ const (
 )
 
 // SetsFor lists the ipsets, under the family's names, that hold a member
-// for traffic to dest:port of sp, in the order Sync renders them: what
-// `svcproxy explain` shows. It asks the renderer itself (dest standing in
-// for the node-port addresses), so the names cannot drift from it.
-func SetsFor(family proxy.IPFamily, sp *desired.ServicePort, dest netip.Addr, port uint16) []string {
-	cfg := &renderConfig{family: family, nodePortAddrs: []netip.Addr{dest}}
+// for traffic to dest:port of sp, in the order Sync renders them from st:
+// what `svcproxy explain` shows. It asks the renderer itself (dest
+// standing in for the node-port addresses), so the names cannot drift from
+// it.
+func SetsFor(st *desired.State, sp *desired.ServicePort, dest netip.Addr, port uint16) []string {
+	cfg := newRenderConfig(st)
+	cfg.nodePortAddrs = []netip.Addr{dest}
 	var out []string
 	for _, e := range renderService(cfg, sp).entries {
 		ip, p := e.entry.IP, e.entry.Port

@@ -21,10 +21,10 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
-// Options configure a Proxier. Zero values take upstream's defaults.
+// Options configure a Proxier. Zero values take upstream's defaults. What
+// the State decides (schedulers, node-port addresses, the masquerade mark)
+// is not an option.
 type Options struct {
-	// Scheduler is the default scheduler (ipvs.scheduler); "" means rr.
-	Scheduler string
 	// ExcludeCIDRs hold virtual servers this Proxier never deletes.
 	ExcludeCIDRs []netip.Prefix
 	// StrictARP makes Init set arp_ignore=1 and arp_announce=2.
@@ -32,8 +32,6 @@ type Options struct {
 	// TCPTimeout, TCPFinTimeout and UDPTimeout set IPVS connection
 	// timeouts in Init; zero leaves the kernel's value.
 	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
-	// MasqueradeBit selects the mark when a State carries none (-1: 14).
-	MasqueradeBit int
 	// GracePeriod bounds how long a removed real server with open
 	// connections is kept at weight 0; 0 means DefaultGracePeriod.
 	GracePeriod time.Duration
@@ -83,21 +81,11 @@ type Proxier struct {
 	store       *store
 	terminating map[rsKey]time.Time // since when a real server is at weight 0
 	needRead    bool                // adopt the kernel's objects before the next diff
-	global      *globalInputs
-	rulesText   []byte // iptables input last applied
+	rulesText   []byte              // iptables input last applied
 	setsReady   bool
 
 	reaperOnce sync.Once
 	stopReaper context.CancelFunc
-}
-
-// globalInputs is what every service port's rendering may depend on
-// besides the port itself: the node-port addresses, which depend on the
-// host's addresses, read here and not carried by the State. A change makes
-// the Proxier refuse a partial sync (proxy.ErrFullSyncNeeded). (The
-// masquerade policy only shapes the iptables rules.)
-type globalInputs struct {
-	nodePorts []netip.Addr
 }
 
 // New returns a Proxier for family over the real kernel clients of the
@@ -126,9 +114,6 @@ func New(family proxy.IPFamily, opts Options) (*Proxier, error) {
 
 // NewWithClients returns a Proxier over the given clients (tests pass fakes).
 func NewWithClients(family proxy.IPFamily, opts Options, c Clients) *Proxier {
-	if opts.Scheduler == "" || !slices.Contains(kipvs.Schedulers, opts.Scheduler) {
-		opts.Scheduler = kipvs.RoundRobin
-	}
 	if opts.GracePeriod <= 0 {
 		opts.GracePeriod = DefaultGracePeriod
 	}
@@ -137,9 +122,6 @@ func NewWithClients(family proxy.IPFamily, opts Options, c Clients) *Proxier {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.MasqueradeBit < 0 || opts.MasqueradeBit > 31 {
-		opts.MasqueradeBit = 14
 	}
 	return &Proxier{family: family, opts: opts, c: c, store: newStore(),
 		terminating: map[rsKey]time.Time{}, needRead: true}
@@ -184,19 +166,26 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, full bool) error 
 		}
 		p.needRead = false
 	}
-	host, err := p.c.Link.HostAddrs(DummyLink)
+	parts, err := render(newRenderConfig(st), st, full)
 	if err != nil {
-		return fmt.Errorf("listing host addresses: %w", err)
+		return err
 	}
-	g := &globalInputs{nodePorts: nodePortAddrs(st, host)}
-	if !full && !p.global.equal(g) {
-		return fmt.Errorf("ipvs %s: the node port addresses changed: %w", p.family, proxy.ErrFullSyncNeeded)
-	}
-	cfg := &renderConfig{family: p.family, scheduler: p.opts.Scheduler, nodePortAddrs: g.nodePorts}
 	if full {
 		p.store.resetClaims()
+	}
+	for name, pt := range parts {
+		p.store.replace(name, pt)
+	}
+	return p.apply()
+}
+
+// render renders every service port (full) or the changed ones, a removed
+// port as nil. Nothing reaches the store when a route cannot be rendered.
+func render(cfg *renderConfig, st *desired.State, full bool) (map[proxy.ServicePortName]*part, error) {
+	parts := make(map[proxy.ServicePortName]*part)
+	if full {
 		for name, sp := range st.Services {
-			p.store.replace(name, renderService(cfg, sp))
+			parts[name] = renderService(cfg, sp)
 		}
 	} else {
 		for name := range st.Changed {
@@ -204,11 +193,10 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, full bool) error 
 			if sp := st.Services[name]; sp != nil {
 				pt = renderService(cfg, sp)
 			}
-			p.store.replace(name, pt)
+			parts[name] = pt
 		}
 	}
-	p.global = g
-	return p.apply()
+	return parts, cfg.err
 }
 
 // ensureBase creates the dummy link and the ipsets, and (re)writes the
@@ -224,11 +212,7 @@ func (p *Proxier) ensureBase(ctx context.Context, st *desired.State, full bool) 
 		}
 		p.setsReady = true
 	}
-	m := st.Masquerade
-	if m.Mark == 0 {
-		m.Mark = 1 << uint(p.opts.MasqueradeBit)
-	}
-	text := renderIptables(p.family, m)
+	text := renderIptables(p.family, st.Masquerade)
 	if full || !slices.Equal(text, p.rulesText) {
 		if err := p.c.Iptables.Restore(ctx, text); err != nil {
 			p.rulesText = nil
@@ -269,11 +253,4 @@ func (p *Proxier) ensureSets() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func (g *globalInputs) equal(o *globalInputs) bool {
-	if g == nil || o == nil {
-		return false
-	}
-	return slices.Equal(g.nodePorts, o.nodePorts)
 }

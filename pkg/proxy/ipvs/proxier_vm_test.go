@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
@@ -422,19 +423,21 @@ func (e *vmEnv) cleanup(t *testing.T, f scenario.Fam, p *ipvs.Proxier) {
 	}
 }
 
-// TestVMSchedulers: every scheduler the kernel ships is created through the
-// Proxier's Options and read back, and traffic flows through it. Each round
-// is a new Proxier (a restart with another --ipvs-scheduler) whose State
-// holds only that round's Service: it adopts the previous round's objects,
-// deletes that virtual server and creates its own.
+// TestVMSchedulers: every scheduler the kernel ships, decided by desired as
+// the default (--ipvs-scheduler), is created and read back, and traffic
+// flows through it. Each round is a new Proxier (a restart with another
+// --ipvs-scheduler) whose State holds only that round's Service: it adopts
+// the previous round's objects, deletes that virtual server and creates
+// its own.
 func TestVMSchedulers(t *testing.T) {
 	e := newVMEnv(t)
 	f := scenario.Families[0]
 	for i, sched := range kipvs.Schedulers {
 		t.Run(sched, func(t *testing.T) {
 			spec := svcSpec{name: "sched-" + sched, ip: 30 + i, endpoints: []string{"pod-a", "pod-b"}}
-			w := &world{e: e, f: f, tracker: model.NewTracker(f.Family)}
-			p, _ := e.newProxier(t, f, ipvs.Options{Scheduler: sched})
+			w := &world{e: e, f: f, tracker: model.NewTracker(f.Family),
+				scheduling: &desired.IPVSScheduling{Default: sched, Known: kipvs.Schedulers}}
+			p, _ := e.newProxier(t, f, ipvs.Options{})
 			e.sync(t, p, w.apply(spec))
 			c := e.ipvsClient(t)
 			svcs, err := c.ListServices()

@@ -33,19 +33,30 @@ type setEntry struct {
 
 // renderConfig holds what rendering needs beyond the service port.
 type renderConfig struct {
-	family    proxy.IPFamily
-	scheduler string
-	// nodePortAddrs are the addresses node ports get a virtual server on.
+	family proxy.IPFamily
+	// nodePortAddrs are the addresses node ports get a virtual server on
+	// (desired.NodePortAddrs.Bound).
 	nodePortAddrs []netip.Addr
+	// masq is the State's masquerade policy, which the iptables rules
+	// render; routesOf gives each port's routes (State.RoutesOf).
+	masq     desired.Masquerade
+	routesOf func(*desired.ServicePort) desired.Routes
+	// err is the first route the rules cannot express (render_routes.go).
+	err error
 }
 
-// renderService renders one service port.
-//
-// Cluster IPs dispatch to Internal. External IPs, LB IPs and node ports
-// dispatch to External: an IPVS virtual server has one set of real servers
-// whatever the client, so the eTP=Local short-circuit of pod and host
-// traffic to Cluster cannot be expressed (see README.md).
+// newRenderConfig is the rendering configuration of st.
+func newRenderConfig(st *desired.State) *renderConfig {
+	return &renderConfig{family: st.Family, nodePortAddrs: st.NodePorts.Bound, masq: st.Masquerade, routesOf: st.RoutesOf}
+}
+
+// renderService renders one service port from its routes
+// (render_routes.go): the cluster IP's virtual server gets the cluster-IP
+// path's dispatch, external IPs, LB IPs and node ports the external path's,
+// and the external path's masquerade decides the -LOCAL sets.
 func renderService(cfg *renderConfig, sp *desired.ServicePort) *part {
+	r := cfg.routes(sp)
+	internal, external := sp.Dispatch(r.clusterIP.Set), sp.Dispatch(r.external.Set)
 	p := &part{}
 	proto := ipvsProtocol(sp.Protocol)
 	set := func(base string, e kipset.Entry) {
@@ -55,34 +66,37 @@ func renderService(cfg *renderConfig, sp *desired.ServicePort) *part {
 		return kipset.Entry{IP: ip, Protocol: uint8(proto), Port: port}
 	}
 	frontend := func(ip netip.Addr, port uint16, d desired.Dispatch, onDummy bool) {
-		p.vs = append(p.vs, vsSpec{svc: virtualServer(cfg, sp, ip, port), dests: realServers(d)})
+		p.vs = append(p.vs, vsSpec{svc: virtualServer(sp, ip, port), dests: realServers(d)})
 		if onDummy {
 			p.addrs = append(p.addrs, ip)
 			set(setIPVSIPs, kipset.Entry{IP: ip})
 		}
 	}
 
-	frontend(sp.ClusterIP, sp.Port, sp.Internal, true)
+	// Traffic the external path leaves unmasqueraded goes through the
+	// -LOCAL sets, whose rules skip the masquerade mark.
+	keepSource := !r.external.Masquerade
+	frontend(sp.ClusterIP, sp.Port, internal, true)
 	set(setClusterIP, ipPort(sp.ClusterIP, sp.Port))
 	for _, ip := range sp.ExternalIPs {
-		frontend(ip, sp.Port, sp.External, true)
-		set(pick(sp.ExternalLocal, setExternalIPLocal, setExternalIP), ipPort(ip, sp.Port))
+		frontend(ip, sp.Port, external, true)
+		set(pick(keepSource, setExternalIPLocal, setExternalIP), ipPort(ip, sp.Port))
 	}
 	for _, ip := range sp.LoadBalancerIPs {
-		frontend(ip, sp.Port, sp.External, true)
+		frontend(ip, sp.Port, external, true)
 		set(setLoadBalancer, ipPort(ip, sp.Port))
-		if sp.ExternalLocal {
+		if keepSource {
 			set(setLoadBalancerLocal, ipPort(ip, sp.Port))
 		}
 		renderSourceRanges(sp, ip, proto, set)
 	}
 	if sp.NodePort != 0 {
-		renderNodePort(cfg, sp, p, set)
+		renderNodePort(cfg, sp, external, keepSource, p, set)
 	}
 	if sp.HealthCheckNodePort != 0 {
 		set(setHealthCheckNodePort, kipset.Entry{Port: sp.HealthCheckNodePort})
 	}
-	for _, d := range []desired.Dispatch{sp.Internal, sp.External} {
+	for _, d := range []desired.Dispatch{internal, external} {
 		for _, ep := range d.Endpoints {
 			set(setLoopBack, kipset.Entry{IP: ep.IP, Protocol: uint8(proto), Port: ep.Port, IP2: ep.IP})
 		}
@@ -93,10 +107,12 @@ func renderService(cfg *renderConfig, sp *desired.ServicePort) *part {
 // renderNodePort adds a virtual server per node-port address. TCP and UDP
 // node ports are bitmap:port members (any local address); SCTP ones are
 // address·port members, as upstream keys them.
-func renderNodePort(cfg *renderConfig, sp *desired.ServicePort, p *part, set func(string, kipset.Entry)) {
+func renderNodePort(cfg *renderConfig, sp *desired.ServicePort, external desired.Dispatch, keepSource bool,
+	p *part, set func(string, kipset.Entry),
+) {
 	proto := ipvsProtocol(sp.Protocol)
 	for _, ip := range cfg.nodePortAddrs {
-		p.vs = append(p.vs, vsSpec{svc: virtualServer(cfg, sp, ip, sp.NodePort), dests: realServers(sp.External)})
+		p.vs = append(p.vs, vsSpec{svc: virtualServer(sp, ip, sp.NodePort), dests: realServers(external)})
 	}
 	var base, local string
 	switch sp.Protocol {
@@ -105,13 +121,13 @@ func renderNodePort(cfg *renderConfig, sp *desired.ServicePort, p *part, set fun
 	case proxy.SCTP:
 		for _, ip := range cfg.nodePortAddrs {
 			e := kipset.Entry{IP: ip, Protocol: uint8(proto), Port: sp.NodePort}
-			set(pick(sp.ExternalLocal, setNodePortLocalSCTP, setNodePortSCTP), e)
+			set(pick(keepSource, setNodePortLocalSCTP, setNodePortSCTP), e)
 		}
 		return
 	default:
 		base, local = setNodePortTCP, setNodePortLocalTCP
 	}
-	set(pick(sp.ExternalLocal, local, base), kipset.Entry{Port: sp.NodePort})
+	set(pick(keepSource, local, base), kipset.Entry{Port: sp.NodePort})
 }
 
 // renderSourceRanges fills the loadBalancerSourceRanges firewall of one LB
@@ -149,15 +165,17 @@ func splitZero(p netip.Prefix) []netip.Prefix {
 	return []netip.Prefix{lo, netip.PrefixFrom(hi, 1)}
 }
 
-// virtualServer is the IPVS service of one frontend. ClientIP affinity is
-// IPVS persistence with the affinity timeout.
-func virtualServer(cfg *renderConfig, sp *desired.ServicePort, ip netip.Addr, port uint16) kipvs.Service {
+// virtualServer is the IPVS service of one frontend, with the scheduler
+// desired decided (a State computed without IPVS scheduling, as the shared
+// test cases are, decided none: round robin, the kernel's usual). ClientIP
+// affinity is IPVS persistence with the affinity timeout.
+func virtualServer(sp *desired.ServicePort, ip netip.Addr, port uint16) kipvs.Service {
 	svc := kipvs.Service{
 		ServiceKey: kipvs.ServiceKey{Addr: ip, Protocol: ipvsProtocol(sp.Protocol), Port: port},
-		Scheduler:  cfg.scheduler,
+		Scheduler:  kipvs.RoundRobin,
 	}
-	if slices.Contains(kipvs.Schedulers, sp.Scheduler) {
-		svc.Scheduler = sp.Scheduler
+	if sp.Scheduler != nil {
+		svc.Scheduler = sp.Scheduler.Name
 	}
 	if sp.AffinitySeconds > 0 {
 		svc.Flags |= kipvs.FlagPersistent
@@ -172,26 +190,6 @@ func realServers(d desired.Dispatch) []netip.AddrPort {
 		out = append(out, ep.AddrPort())
 	}
 	return out
-}
-
-// nodePortAddrs resolves where node ports answer: the listed addresses, or
-// with All every host address of the family (host excludes kube-ipvs0).
-// Loopback and IPv6 link-local addresses never get node ports in IPVS mode,
-// as upstream (contract §5.3: no localhost node ports).
-func nodePortAddrs(st *desired.State, host []netip.Addr) []netip.Addr {
-	src := st.NodePorts.IPs
-	if st.NodePorts.All {
-		src = host
-	}
-	var out []netip.Addr
-	for _, a := range src {
-		a = a.Unmap()
-		if st.Family.Contains(a) && !a.IsLoopback() && !a.IsLinkLocalUnicast() {
-			out = append(out, a)
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
 }
 
 func ipvsProtocol(p proxy.Protocol) kipvs.Protocol {

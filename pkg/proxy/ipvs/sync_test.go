@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,16 +69,21 @@ func TestCreateUpdateDeleteVirtualServers(t *testing.T) {
 	}
 }
 
+// TestSchedulerPerService: the virtual servers use the scheduler desired
+// decided for the port (the annotation's, or the default when it named
+// none); a State that decided none (not computed for IPVS) gets rr.
 func TestSchedulerPerService(t *testing.T) {
 	f := newFakes()
-	p := newProxier(f, proxy.IPv4, Options{Scheduler: kipvs.WeightedLeastConnection})
+	p := newProxier(f, proxy.IPv4, Options{})
 	a := svcPort("a", 1, w4.LocalPod(1))
+	a.Scheduler = &desired.Scheduler{Name: kipvs.WeightedLeastConnection}
 	b := svcPort("b", 2, w4.LocalPod(2))
-	b.Scheduler = kipvs.SourceHashing
+	b.Scheduler = &desired.Scheduler{Name: kipvs.SourceHashing}
 	c := svcPort("c", 3, w4.LocalPod(3))
-	c.Scheduler = "no-such-scheduler"
-	mustSync(t, p, baseState(proxy.IPv4, a, b, c))
-	for sp, want := range map[*desired.ServicePort]string{a: "wlc", b: "sh", c: "wlc"} {
+	c.Scheduler = &desired.Scheduler{Name: kipvs.WeightedLeastConnection, Ignored: "no-such-scheduler"}
+	d := svcPort("d", 4, w4.LocalPod(4))
+	mustSync(t, p, baseState(proxy.IPv4, a, b, c, d))
+	for sp, want := range map[*desired.ServicePort]string{a: "wlc", b: "sh", c: "wlc", d: "rr"} {
 		if svc, _, _ := f.ipvs.Service(vsKey(sp.ClusterIP, 80)); svc.Scheduler != want {
 			t.Errorf("%s: scheduler %q, want %q", sp.Name, svc.Scheduler, want)
 		}
@@ -367,5 +373,37 @@ func TestIPv6SetNames(t *testing.T) {
 		if setName(proxy.IPv4, base) != base {
 			t.Errorf("IPv4 name of %s changed", base)
 		}
+	}
+}
+
+// TestNodePortsOnBoundAddrs: node ports get a virtual server on exactly the
+// addresses desired resolved (NodePortAddrs.Bound), whatever the host's
+// links hold: the backend reads no host addresses of its own. A change of
+// them makes the sync full.
+func TestNodePortsOnBoundAddrs(t *testing.T) {
+	f := newFakes()
+	p := newProxier(f, proxy.IPv4, Options{})
+	a := svcPort("a", 1, w4.RemotePod(1))
+	a.NodePort = 30080
+	st := baseState(proxy.IPv4, a)
+	st.NodePorts.Bound = []netip.Addr{w4.SecondHostIP}
+	mustSync(t, p, st)
+	nodePortVS := func() []netip.Addr {
+		var out []netip.Addr
+		for _, ip := range []netip.Addr{w4.NodeIP, w4.SecondHostIP, w4.Loopback} {
+			if _, _, ok := f.ipvs.Service(vsKey(ip, 30080)); ok {
+				out = append(out, ip)
+			}
+		}
+		return out
+	}
+	if got := nodePortVS(); !slices.Equal(got, []netip.Addr{w4.SecondHostIP}) {
+		t.Errorf("node port on %v, want only the bound %s", got, w4.SecondHostIP)
+	}
+	next := changed(st, nil)
+	next.NodePorts.Bound = []netip.Addr{w4.NodeIP}
+	mustSync(t, p, next)
+	if got := nodePortVS(); !slices.Equal(got, []netip.Addr{w4.NodeIP}) {
+		t.Errorf("after the addresses changed: node port on %v, want only %s", got, w4.NodeIP)
 	}
 }

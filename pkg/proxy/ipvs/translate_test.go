@@ -13,10 +13,8 @@ import (
 // instead. Each rule is one documented difference (README.md, "Where IPVS
 // mode differs"); everything else must match the reference exactly.
 func translate(st *desired.State, flow proxytest.Flow, want proxytest.Result) proxytest.Result {
-	// 1. No node ports on loopback addresses.
-	if flow.Dest.IsLoopback() {
-		return proxytest.LoopbackNodePortUnserved(flow, want)
-	}
+	// (1. No node ports on loopback addresses: desired decides that now,
+	// State.NodePorts.Localhost, and the reference agrees.)
 	sp, lbIP := externalFrontend(st, flow)
 	if sp != nil {
 		src := sourceClass(st, flow)

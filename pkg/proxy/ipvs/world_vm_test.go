@@ -102,6 +102,8 @@ type world struct {
 	f       scenario.Fam
 	tracker *model.Tracker
 	state   *desired.State
+	// scheduling is the IPVS scheduling desired resolves with (nil: rr).
+	scheduling *desired.IPVSScheduling
 }
 
 func (w *world) apply(specs ...svcSpec) *desired.State {
@@ -118,7 +120,8 @@ func (w *world) apply(specs ...svcSpec) *desired.State {
 	}
 	w.state = desired.Compute(w.state, snap, changes, node, desired.Options{
 		Family: w.f.Family, MasqueradeBit: 14, DetectLocalMode: "ClusterCIDR",
-		ClusterCIDRs: []netip.Prefix{netnstest.ClusterCIDRv4, netnstest.ClusterCIDRv6},
+		ClusterCIDRs:  []netip.Prefix{netnstest.ClusterCIDRv4, netnstest.ClusterCIDRv6},
+		BindNodePorts: true, Scheduling: w.scheduling,
 	})
 	return w.state
 }

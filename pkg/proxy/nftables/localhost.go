@@ -1,62 +1,18 @@
 package nftables
 
 import (
+	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
-// Options configure a Proxier beyond what the State says.
-type Options struct {
-	// LocalhostNodePorts is what the table does with new connections to a
-	// node port on loopback (KEP-6032).
-	LocalhostNodePorts LocalhostNodePorts
-}
-
-// LocalhostNodePorts says which localhost node-port traffic the table
-// rejects and counts. Node ports never answer on loopback through the
-// table itself: a loopback destination is never DNATed, as upstream's
-// nftables mode (a DNATed packet keeps its 127.0.0.1 source, which the
-// kernel refuses to route off the node).
-type LocalhostNodePorts uint8
-
-// The localhost node-port modes, as upstream derives them from the gate
-// KubeProxyNFTablesLocalhostNodePorts and nodePortAddresses.
-const (
-	// LocalhostNodePortsOff: the gate is off; no rule sees such traffic
-	// (nothing listens there, so TCP is refused by the kernel, uncounted).
-	LocalhostNodePortsOff LocalhostNodePorts = iota
-	// LocalhostNodePortsReject: the gate is on but nodePortAddresses does
-	// not name loopback, so no userspace proxy runs: every protocol's
-	// localhost node-port traffic is rejected and counted.
-	LocalhostNodePortsReject
-	// LocalhostNodePortsProxied: the userspace proxy serves TCP
-	// (internal/localnodeport); UDP and SCTP, which it cannot serve, are
-	// rejected and counted.
-	LocalhostNodePortsProxied
-)
-
-// rejected returns the protocols whose localhost node-port traffic is
-// rejected in mode m.
-func (m LocalhostNodePorts) rejected() []proxy.Protocol {
-	switch m {
-	case LocalhostNodePortsReject:
-		return []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP}
-	case LocalhostNodePortsProxied:
-		return []proxy.Protocol{proxy.UDP, proxy.SCTP}
-	default:
-		return nil
-	}
-}
-
-// rejects reports whether localhost node-port traffic of protocol p is
-// rejected in mode m.
-func (m LocalhostNodePorts) rejects(p proxy.Protocol) bool {
-	return slices.Contains(m.rejected(), p)
-}
+// Options configure a Proxier beyond what the State says. Nothing does
+// today: the localhost node-port decision, once an option, comes with the
+// State (desired.NodePortAddrs.Localhost).
+type Options struct{}
 
 // Upstream's names: dashboards and runbooks look for the counters by name
 // (kubeproxy_nftables_localhost_nodeport_rejected_packets_total reads them).
@@ -88,9 +44,14 @@ func chainCounter(chain string) string {
 
 // renderLocalhost adds the localhost node-port reject map, its chains and
 // the filter-input rule that reads the map. filter-input sees the traffic
-// because a loopback destination is never DNATed (see LocalhostNodePorts).
+// because a loopback destination is never DNATed: a DNATed packet keeps its
+// loopback source, which the kernel refuses to route off the node, so a
+// State that decides DNAT fails the sync.
 func renderLocalhost(p *part, c *config) []string {
-	protos := c.localhost.rejected()
+	if c.localhost == desired.LocalhostDNAT && c.err == nil {
+		c.err = errors.New("node ports on loopback cannot be DNATed by nftables (localhost decision DNAT)")
+	}
+	protos := c.localhost.Rejected()
 	if len(protos) == 0 {
 		return nil
 	}
@@ -108,22 +69,20 @@ func renderLocalhost(p *part, c *config) []string {
 // protocol's localhost traffic is rejected.
 func (s *svcContext) renderLocalhostElem() {
 	sp := s.sp
-	if sp.NodePort == 0 || !s.c.localhost.rejects(sp.Protocol) {
+	if sp.NodePort == 0 || !s.c.localhost.Rejects(sp.Protocol) {
 		return
 	}
 	s.p.addElem(mapLocalhostReject, s.npKey(sp.NodePort), "goto "+LocalhostRejectChain(sp.Protocol))
 }
 
-// nodePortIPs are the node-port addresses that go into nodeport-ips:
-// never loopback, as upstream, so that localhost node-port traffic is
-// left to the userspace proxy or the reject rules (or, gate off, to the
-// kernel, which refuses it).
+// nodePortIPs are the node-port addresses that go into nodeport-ips.
+// desired leaves loopback out unless it decided DNAT, which renderLocalhost
+// refuses, so localhost node-port traffic is left to the userspace proxy or
+// the reject rules (or, with neither, to the kernel, which refuses it).
 func nodePortIPs(st *desired.State) []string {
-	var out []string
+	out := make([]string, 0, len(st.NodePorts.IPs))
 	for _, a := range st.NodePorts.IPs {
-		if st.Family.Contains(a) && !a.IsLoopback() {
-			out = append(out, addrString(a))
-		}
+		out = append(out, addrString(a))
 	}
 	return out
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -33,19 +32,23 @@ func localhostState(t *testing.T, family proxy.IPFamily) *desired.State {
 			merged.Slices = append(merged.Slices, c.Slices...)
 		}
 	}
-	st := proxytest.BuildState(t, merged, family)
-	if !slices.ContainsFunc(st.NodePorts.IPs, netip.Addr.IsLoopback) {
-		t.Fatalf("nodePortAddresses %v: no loopback address, the test needs one", st.NodePorts.IPs)
-	}
-	return st
+	return proxytest.BuildState(t, merged, family)
 }
 
-func syncLocalhost(t *testing.T, st *desired.State, mode LocalhostNodePorts) *strictFake {
+// withLocalhost is st with the localhost decision replaced by mode (a
+// shallow copy: desired decides it from the options; here the renderer is
+// under test, given each decision).
+func withLocalhost(st *desired.State, mode desired.LocalhostNodePorts) *desired.State {
+	out := *st
+	out.NodePorts.Localhost = mode
+	return &out
+}
+
+func syncLocalhost(t *testing.T, st *desired.State, mode desired.LocalhostNodePorts) *strictFake {
 	t.Helper()
 	fake := newStrictFake(specFor(st.Family).family)
 	p := NewWithInterface(st.Family, fakeKernel(fake))
-	p.localhost = mode
-	mustSync(t, p, st)
+	mustSync(t, p, withLocalhost(st, mode))
 	return fake
 }
 
@@ -54,7 +57,7 @@ func syncLocalhost(t *testing.T, st *desired.State, mode LocalhostNodePorts) *st
 // the case "localhost node ports" (no localhost object at all).
 func TestLocalhostGolden(t *testing.T) {
 	for _, family := range proxy.Families {
-		for mode, suffix := range map[LocalhostNodePorts]string{LocalhostNodePortsReject: "reject", LocalhostNodePortsProxied: "proxied"} {
+		for mode, suffix := range map[desired.LocalhostNodePorts]string{desired.LocalhostReject: "reject", desired.LocalhostProxied: "proxied"} {
 			file := "localhost-nodeports-" + suffix + "-" + strings.ToLower(string(family)) + ".golden"
 			t.Run(file, func(t *testing.T) {
 				got := syncLocalhost(t, localhostState(t, family), mode).Dump()
@@ -69,12 +72,12 @@ func TestLocalhostGolden(t *testing.T) {
 // filter-input reads the map for loopback destinations only.
 func TestLocalhostObjects(t *testing.T) {
 	for _, tc := range []struct {
-		mode   LocalhostNodePorts
+		mode   desired.LocalhostNodePorts
 		protos []string
 	}{
-		{LocalhostNodePortsOff, nil},
-		{LocalhostNodePortsReject, []string{"sctp", "tcp", "udp"}},
-		{LocalhostNodePortsProxied, []string{"sctp", "udp"}},
+		{desired.LocalhostOff, nil},
+		{desired.LocalhostReject, []string{"sctp", "tcp", "udp"}},
+		{desired.LocalhostProxied, []string{"sctp", "udp"}},
 	} {
 		for _, family := range proxy.Families {
 			st := localhostState(t, family)
@@ -91,7 +94,7 @@ func TestLocalhostObjects(t *testing.T) {
 				}
 			}
 			input := table.Chains[chainFilterInput].Rules
-			if (len(input) == 1) != (tc.mode != LocalhostNodePortsOff) {
+			if (len(input) == 1) != (tc.mode != desired.LocalhostOff) {
 				t.Fatalf("%s mode %d: filter-input has %d rules", family, tc.mode, len(input))
 			}
 			if len(input) == 1 && !strings.Contains(input[0].Rule, "daddr "+specFor(family).loopback+" ") {
@@ -129,22 +132,16 @@ func rejectedProtocols(t *testing.T, table *knftables.FakeTable, st *desired.Sta
 	return slices.Compact(out)
 }
 
-// TestNodePortIPsNeverLoopback: loopback in nodePortAddresses never
-// reaches nodeport-ips, in any mode, as upstream: DNAT of a loopback
-// destination would bypass the userspace proxy and the reject rules.
-func TestNodePortIPsNeverLoopback(t *testing.T) {
+// TestLocalhostDNATRefused: nftables cannot DNAT node ports on loopback
+// (the packet keeps its loopback source); a State that decides so fails
+// the sync instead of being rendered some other way.
+func TestLocalhostDNATRefused(t *testing.T) {
 	for _, family := range proxy.Families {
-		st := localhostState(t, family)
-		for _, mode := range []LocalhostNodePorts{LocalhostNodePortsOff, LocalhostNodePortsProxied} {
-			set := syncLocalhost(t, st, mode).Table.Sets[setNodePortIPs]
-			if set == nil {
-				t.Fatalf("%s: no set %s", family, setNodePortIPs)
-			}
-			for _, el := range set.Elements {
-				if el.Key[0] == "127.0.0.1" || el.Key[0] == "::1" {
-					t.Errorf("%s mode %d: %s holds %s", family, mode, setNodePortIPs, el.Key[0])
-				}
-			}
+		st := withLocalhost(localhostState(t, family), desired.LocalhostDNAT)
+		st.NodePorts.IPs = append(slices.Clone(st.NodePorts.IPs), proxytest.WorldOf(family).Loopback)
+		p := NewWithInterface(family, fakeKernel(newStrictFake(specFor(family).family)))
+		if err := p.Sync(context.Background(), st, proxy.RecoverySync); err == nil {
+			t.Errorf("%s: a State with localhost node ports DNATed synced", family)
 		}
 	}
 }
@@ -154,19 +151,18 @@ func TestNodePortIPsNeverLoopback(t *testing.T) {
 // counters no longer used, and keeps a remaining counter's value.
 func TestLocalhostModeChangeCleansUp(t *testing.T) {
 	st := localhostState(t, proxy.IPv4)
-	fake := syncLocalhost(t, st, LocalhostNodePortsReject)
+	fake := syncLocalhost(t, st, desired.LocalhostReject)
 	packets := uint64(7)
 	fake.Table.Counters[localhostRejectCount+"udp"].Packets = &packets
 	for _, tc := range []struct {
-		mode   LocalhostNodePorts
+		mode   desired.LocalhostNodePorts
 		chains []string
 	}{
-		{LocalhostNodePortsProxied, []string{"sctp", "udp"}},
-		{LocalhostNodePortsOff, nil},
+		{desired.LocalhostProxied, []string{"sctp", "udp"}},
+		{desired.LocalhostOff, nil},
 	} {
 		p := NewWithInterface(proxy.IPv4, fakeKernel(fake)) // a restart: reads the table back
-		p.localhost = tc.mode
-		mustSync(t, p, st)
+		mustSync(t, p, withLocalhost(st, tc.mode))
 		var chains, counters []string
 		for name := range fake.Table.Chains {
 			if proto, ok := strings.CutPrefix(name, localhostRejectChain); ok && proto != "ports" {
@@ -181,7 +177,7 @@ func TestLocalhostModeChangeCleansUp(t *testing.T) {
 		if !slices.Equal(chains, tc.chains) || !slices.Equal(counters, tc.chains) {
 			t.Errorf("mode %d: chains %v, counters %v, want %v", tc.mode, chains, counters, tc.chains)
 		}
-		if _, ok := fake.Table.Maps[mapLocalhostReject]; ok != (tc.mode != LocalhostNodePortsOff) {
+		if _, ok := fake.Table.Maps[mapLocalhostReject]; ok != (tc.mode != desired.LocalhostOff) {
 			t.Errorf("mode %d: map %s present = %v", tc.mode, mapLocalhostReject, ok)
 		}
 		if c := fake.Table.Counters[localhostRejectCount+"udp"]; c != nil && (c.Packets == nil || *c.Packets != packets) {
@@ -194,7 +190,7 @@ func TestLocalhostModeChangeCleansUp(t *testing.T) {
 func TestRejectCounters(t *testing.T) {
 	fakes := map[proxy.IPFamily]knftables.Interface{}
 	for _, family := range proxy.Families {
-		fake := syncLocalhost(t, localhostState(t, family), LocalhostNodePortsReject)
+		fake := syncLocalhost(t, localhostState(t, family), desired.LocalhostReject)
 		// The Fake, unlike nft, keeps no packet count until one is set.
 		for i, proto := range []string{"tcp", "udp", "sctp"} {
 			n := uint64(2 + i)

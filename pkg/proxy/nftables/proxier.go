@@ -29,8 +29,6 @@ type Proxier struct {
 	// ownSlots is config.ownSlots (tests lower it to give every service
 	// port with several external frontends chains of its own).
 	ownSlots int
-	// localhost is Options.LocalhostNodePorts.
-	localhost LocalhostNodePorts
 
 	readDone bool // the existing table was read back
 	last     knft.Stats
@@ -47,7 +45,6 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 		return nil, err
 	}
 	p := NewWithInterface(family, k)
-	p.localhost = o.LocalhostNodePorts
 	return p, nil
 }
 
@@ -88,7 +85,6 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	full := mode.Full()
 	cfg := newConfig(st)
 	cfg.ownSlots = p.ownSlots
-	cfg.localhost = p.localhost
 	p.store.clearDirty()
 	if full {
 		p.store.resetClaims()

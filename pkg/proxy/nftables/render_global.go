@@ -28,13 +28,14 @@ type config struct {
 	// many endpoint slots beyond one frontend's gets chains of its own
 	// (ownsExternal).
 	ownSlots int
-	// localhost is Options.LocalhostNodePorts.
-	localhost LocalhostNodePorts
+	// localhost is the State's localhost node-port decision.
+	localhost desired.LocalhostNodePorts
 }
 
 func newConfig(st *desired.State) *config {
 	fs := specFor(st.Family)
-	c := &config{fs: fs, mark: fmt.Sprintf("%#08x", st.Masquerade.Mark), ownSlots: defaultOwnSlots, routesOf: st.RoutesOf}
+	c := &config{fs: fs, mark: fmt.Sprintf("%#08x", st.Masquerade.Mark), ownSlots: defaultOwnSlots, routesOf: st.RoutesOf,
+		localhost: st.NodePorts.Localhost}
 	notPod := ""
 	switch l := st.Masquerade.Local; l.Mode {
 	case desired.LocalCIDR:

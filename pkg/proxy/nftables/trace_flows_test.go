@@ -49,12 +49,9 @@ func TestFlows(t *testing.T) {
 					fake = syncFakeOwn(t, state, own)
 					fakes[state] = fake
 				}
-				// Node ports never answer on loopback through the table,
-				// as upstream's (a DNATed packet would keep its loopback
-				// source, which the kernel does not route off the node);
-				// the userspace proxy (internal/localnodeport) or the
-				// kernel answers instead.
-				return proxytest.MapBack(flow, newTracer(t, fake, state).trace(flow), proxytest.LoopbackNodePortUnserved)
+				// Node ports on loopback need no mapping: desired decides
+				// that they are not DNATed (State.NodePorts.Localhost).
+				return newTracer(t, fake, state).trace(flow)
 			})
 		})
 	}

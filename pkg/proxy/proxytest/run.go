@@ -77,17 +77,6 @@ func RunFlows(t *testing.T, tracer Tracer) {
 	}
 }
 
-// LoopbackNodePortUnserved is the reference outcome of flow as backends
-// that do not serve node ports on loopback addresses see it (nftables and
-// IPVS always, iptables without localhostNodePorts, as upstream's): the
-// packet is not DNATed and goes to the host's own stack.
-func LoopbackNodePortUnserved(flow Flow, want Result) Result {
-	if flow.Dest.IsLoopback() && want.Verdict != Accept {
-		return Result{Verdict: Accept}
-	}
-	return want
-}
-
 // MapBack returns flow.Want when got is exactly what translate makes of
 // it (a documented difference of the backend), else got, for RunFlows to
 // compare.

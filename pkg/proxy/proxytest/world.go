@@ -114,12 +114,15 @@ func StandardNode() desired.Node { return NodeOf(MakeNode(NodeName, nil)) }
 
 // StandardOptions are the defaults of a kube-proxy configuration for family:
 // masqueradeBit 14, detectLocalMode ClusterCIDR with both cluster CIDRs,
-// nodePortAddresses unset.
+// nodePortAddresses unset. Node-port addresses are resolved (BindNodePorts,
+// as IPVS mode asks) so that every backend can render the same States;
+// the others ignore NodePortAddrs.Bound.
 func StandardOptions(family proxy.IPFamily) desired.Options {
 	return desired.Options{
 		Family:        family,
 		MasqueradeBit: MasqueradeBit,
 		ClusterCIDRs:  []netip.Prefix{worlds[proxy.IPv4].ClusterCIDR, worlds[proxy.IPv6].ClusterCIDR},
+		BindNodePorts: true,
 	}
 }
 

@@ -16,15 +16,27 @@ import (
 
 func newIPT(family proxy.IPFamily) backend {
 	fake := kiptables.NewFake()
-	p := iptables.NewWithInterface(family, fake, iptables.Options{LocalhostNodePorts: true})
+	p := iptables.NewWithInterface(family, fake, iptables.Options{})
 	return backend{
 		name: "iptables",
-		sync: func(st *desired.State) error { return p.Sync(ctx, st, proxytest.ModeOf(st)) },
+		sync: func(st *desired.State) error { st = localhostDNAT(st); return p.Sync(ctx, st, proxytest.ModeOf(st)) },
 		check: func(t reporter, st *desired.State) {
 			t.Helper()
 			checkRestores(t, "iptables", st.Family, fake)
 		},
 	}
+}
+
+// localhostDNAT is st as desired decides it in iptables mode by default
+// (localhostNodePorts): IPv4 node ports answer on 127.0.0.0/8 too, so that
+// the hostile Services also reach the localhost rules.
+func localhostDNAT(st *desired.State) *desired.State {
+	if st.Family != proxy.IPv4 {
+		return st
+	}
+	out := *st
+	out.NodePorts.Localhost = desired.LocalhostDNAT
+	return &out
 }
 
 // checkRestores checks every iptables-restore input the fake received

@@ -126,7 +126,7 @@ func kernelBackends(t *testing.T, ns *netnstest.NS, family proxy.IPFamily) []bac
 		if err = nft.Init(ctx); err != nil {
 			return err
 		}
-		opts := iptables.Options{Flavour: kiptables.FlavourNFT, SyncPeriod: time.Hour, LocalhostNodePorts: true}
+		opts := iptables.Options{Flavour: kiptables.FlavourNFT, SyncPeriod: time.Hour}
 		if ipt, err = iptables.New(ctx, family, opts); err != nil {
 			return err
 		}
@@ -156,6 +156,7 @@ func kernelBackends(t *testing.T, ns *netnstest.NS, family proxy.IPFamily) []bac
 	}
 	return []backend{
 		{name: "nftables kernel", sync: inNS(nft.Sync), check: listed("nftables kernel", "nft", "list", "table", nftFamily, nftables.TableName)},
-		{name: "iptables kernel", sync: inNS(ipt.Sync), check: listed("iptables kernel", save)},
+		{name: "iptables kernel", sync: func(st *desired.State) error { return inNS(ipt.Sync)(localhostDNAT(st)) },
+			check: listed("iptables kernel", save)},
 	}
 }

@@ -89,9 +89,11 @@ func BuildState(n int, nodeIP netip.Addr) (*desired.State, error) {
 		return nil, fmt.Errorf("at most %d services", MaxServices)
 	}
 	st := &desired.State{
-		Family:    proxy.IPv4,
-		NodeIPs:   []netip.Addr{nodeIP},
-		NodePorts: desired.NodePortAddrs{All: true},
+		Family:  proxy.IPv4,
+		NodeIPs: []netip.Addr{nodeIP},
+		// Bound: the node's one address beside loopback, where IPVS
+		// binds node ports (desired resolves it from the host's addresses).
+		NodePorts: desired.NodePortAddrs{All: true, Bound: []netip.Addr{nodeIP}},
 		Masquerade: desired.Masquerade{
 			Mark:  1 << 14,
 			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{podCIDR}},
