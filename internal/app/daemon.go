@@ -163,12 +163,7 @@ func (d *daemon) run(ctx context.Context) error {
 		go s.Loop(ctx)
 	}
 	d.logger.Info("svcproxy started", "mode", d.cfg.Mode, "node", d.nodeName, "families", families)
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-d.fatal:
-		return err
-	}
+	return d.awaitFatal(ctx)
 }
 
 // startCleanup removes the other proxy modes' leftovers in the background
@@ -198,8 +193,8 @@ func (d *daemon) startCleanup(ctx context.Context) <-chan struct{} {
 func (d *daemon) serve(ctx context.Context) {
 	var metricsFail, healthzFail chan<- error
 	if d.cfg.BindAddressHardFail {
-		metricsFail = d.hardFailEvents("FailedToStartMetricServer")
-		healthzFail = d.hardFailEvents("FailedToStartProxierHealthcheck")
+		metricsFail = d.hardFail("FailedToStartMetricServer")
+		healthzFail = d.hardFail("FailedToStartProxierHealthcheck")
 	}
 	gatherer, err := registerMetrics(d.cfg, d.nfacct)
 	if err != nil {
