@@ -10,7 +10,7 @@
 #                                       no k8s.io/client-go anywhere below it
 #   everything                          must not depend on k8s.io/kubernetes
 #   pkg/...                             imports nothing under internal/, tests and files behind
-#                                       build tags included (issue #15; one exemption below)
+#                                       build tags included (issue #15)
 #
 # Dependencies are those of the non-test packages (`go list -deps`), except for the pkg/ rule,
 # which also reads every import line of every .go file under pkg/. Runs every check, then
@@ -138,19 +138,6 @@ allow_direct() {
   fi
 }
 
-# PKG_INTERNAL_EXEMPT: "file import" pairs allowed to break the pkg/ rule, each with its reason.
-# - internal/kconntrack is being reworked on another branch (issue #15's transport part); its
-#   move to pkg/ comes with that work, and this entry goes then.
-PKG_INTERNAL_EXEMPT=(
-  "pkg/proxy/nftables/kernel_servicecidr_test.go $MOD/internal/kconntrack"
-)
-
-pkg_internal_exempt() {
-  local e
-  for e in "${PKG_INTERNAL_EXEMPT[@]}"; do [[ $e == "$1" ]] && return 0; done
-  return 1
-}
-
 # check_pkg_no_internal: no file under pkg/ (tests and build-tagged files included) imports a
 # package under internal/, and no package under pkg/ reaches one through its dependencies.
 check_pkg_no_internal() {
@@ -162,7 +149,6 @@ check_pkg_no_internal() {
     [[ -n $line ]] || continue
     file=${line%%:*}
     imp=$(grep -oE "\"[^\"]+\"" <<<"${line#*:}" | tr -d '"')
-    pkg_internal_exempt "$file $imp" && continue
     bad+="  forbidden import (pkg/ must not import internal/): $file -> $imp"$'\n'
   done <<<"$hits"
   if [[ -n $bad ]]; then

@@ -16,11 +16,11 @@ import (
 	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/healthz"
-	"github.com/svcproxy/svcproxy/internal/kconntrack"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/internal/watch"
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -165,12 +165,7 @@ func (d *daemon) run(ctx context.Context) error {
 		go s.Loop(ctx)
 	}
 	d.logger.Info("svcproxy started", "mode", d.cfg.Mode, "node", d.nodeName, "families", families)
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-d.fatal:
-		return err
-	}
+	return d.awaitFatal(ctx)
 }
 
 // startCleanup removes the other proxy modes' leftovers in the background
@@ -200,8 +195,8 @@ func (d *daemon) startCleanup(ctx context.Context) <-chan struct{} {
 func (d *daemon) serve(ctx context.Context) {
 	var metricsFail, healthzFail chan<- error
 	if d.cfg.BindAddressHardFail {
-		metricsFail = d.hardFailEvents("FailedToStartMetricServer")
-		healthzFail = d.hardFailEvents("FailedToStartProxierHealthcheck")
+		metricsFail = d.hardFail("FailedToStartMetricServer")
+		healthzFail = d.hardFail("FailedToStartProxierHealthcheck")
 	}
 	gatherer, err := registerMetrics(d.cfg, d.nfacct)
 	if err != nil {

@@ -3,9 +3,14 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"time"
 	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -24,6 +29,8 @@ const reportingController = "kube-proxy"
 type eventSink struct {
 	recorder events.EventRecorder
 	nodeName string
+	// client sends finalWarning's Event itself (nil: through the recorder).
+	client kubernetes.Interface
 }
 
 func newEventSink(ctx context.Context, client kubernetes.Interface, nodeName string) *eventSink {
@@ -32,7 +39,42 @@ func newEventSink(ctx context.Context, client kubernetes.Interface, nodeName str
 	return &eventSink{
 		recorder: broadcaster.NewRecorder(scheme.Scheme, reportingController),
 		nodeName: nodeName,
+		client:   client,
 	}
+}
+
+// finalWarning records a Warning Event about this Node for the error the
+// process is about to exit with. The recorder sends events from a goroutine
+// of its own, which the exit would cut short (upstream's hard-fail Event is
+// lost that way), so this one is created here, within a few seconds.
+func (e *eventSink) finalWarning(ctx context.Context, reason, note string) error {
+	ref := v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: e.nodeName}
+	if e.client == nil {
+		e.recorder.Eventf(&ref, nil, v1.EventTypeWarning, reason, "StartKubeProxy", "%s", note)
+		return nil
+	}
+	now := time.Now()
+	host, _ := os.Hostname()
+	ev := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s.%x", e.nodeName, now.UnixNano()),
+			Namespace: metav1.NamespaceDefault,
+		},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: reportingController,
+		ReportingInstance:   reportingController + "-" + host,
+		Action:              "StartKubeProxy",
+		Reason:              reason,
+		Regarding:           ref,
+		Note:                clip(note),
+		Type:                v1.EventTypeWarning,
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := e.client.EventsV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating Event %s: %w", reason, err)
+	}
+	return nil
 }
 
 // starting is the "birth cry": a Normal Starting event on this Node.

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -66,16 +68,42 @@ func (d *daemon) nodeFacts() config.NodeFacts {
 	return facts
 }
 
-// hardFailEvents forwards a listener failure under bindAddressHardFail to
-// d.fatal, after the Warning event upstream records for it.
-func (d *daemon) hardFailEvents(reason string) chan<- error {
+// listenerFailure is the failure of the health or metrics listener under
+// bindAddressHardFail, with the reason of the Event upstream records for it.
+type listenerFailure struct {
+	reason string
+	err    error
+}
+
+func (f listenerFailure) Error() string { return f.err.Error() }
+func (f listenerFailure) Unwrap() error { return f.err }
+
+// hardFail returns the channel a server reports its listener failure on
+// under bindAddressHardFail; the failure goes to d.fatal with its reason.
+func (d *daemon) hardFail(reason string) chan<- error {
 	ch := make(chan error, 1)
-	go func() {
-		err := <-ch
-		d.events.nodeWarning(reason, err.Error())
-		d.fatal <- err
-	}()
+	go func() { d.fatal <- listenerFailure{reason: reason, err: <-ch} }()
 	return ch
+}
+
+// awaitFatal blocks until ctx ends or something fatal happens. As
+// upstream's Run, only the first fatal error counts, and a listener failure
+// is recorded as a Warning Event about this Node then, after the "Starting"
+// one; unlike upstream's, whose process exits before its event broadcaster
+// sends it, the Event is sent before the error is returned.
+func (d *daemon) awaitFatal(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-d.fatal:
+		var lf listenerFailure
+		if errors.As(err, &lf) {
+			if werr := d.events.finalWarning(ctx, lf.reason, err.Error()); werr != nil {
+				d.logger.Error(werr, "Recording the Event failed", "reason", lf.reason)
+			}
+		}
+		return err
+	}
 }
 
 // nodeWarning records a Warning event about this Node, as upstream's

@@ -1,12 +1,16 @@
 package app
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
@@ -83,18 +87,43 @@ func TestCheckConfigModeEvents(t *testing.T) {
 	}
 }
 
+// TestHardFailEvents: with both listeners failing under
+// bindAddressHardFail, the first failure ends the process with one Warning
+// Event (upstream's Run takes one failure and returns), and that Event has
+// been sent when awaitFatal returns (the recorder's goroutine would lose it
+// at exit). Before, each failure recorded its own Event through the
+// recorder: two Events, both possibly lost.
 func TestHardFailEvents(t *testing.T) {
 	d, rec := testDaemon(t, mustRun(t), "")
-	d.hardFailEvents("FailedToStartMetricServer") <- errors.New("listen tcp 127.0.0.1:10249: bind: address already in use")
-	select {
-	case err := <-d.fatal:
-		if !strings.Contains(err.Error(), "address already in use") {
-			t.Errorf("fatal %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the listener failure did not reach d.fatal")
+	client := fake.NewClientset()
+	d.events.client = client
+	d.fatal = make(chan error, 4)
+	d.hardFail("FailedToStartProxierHealthcheck") <- errors.New("listen tcp 10.0.0.1:10256: bind: address already in use")
+	for len(d.fatal) < 1 {
+		time.Sleep(time.Millisecond)
 	}
-	if got := drain(rec); len(got) != 1 || !strings.HasPrefix(got[0], "Warning FailedToStartMetricServer listen tcp") {
-		t.Errorf("events %q", got)
+	d.hardFail("FailedToStartMetricServer") <- errors.New("listen tcp 0.0.0.0:10249: bind: address already in use")
+	for len(d.fatal) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	err := d.awaitFatal(context.Background())
+	if err == nil || !strings.Contains(err.Error(), ":10256: bind: address already in use") {
+		t.Errorf("awaitFatal returned %v, want the healthz failure", err)
+	}
+	if got := drain(rec); len(got) != 0 {
+		t.Errorf("recorder got %q; the final Event must be sent directly", got)
+	}
+	list, lerr := client.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("%d Events, want 1: %+v", len(list.Items), list.Items)
+	}
+	e := list.Items[0]
+	got := fmt.Sprintf("%s %s %s %s %s/%s %s", e.Type, e.Reason, e.Action, e.ReportingController, e.Regarding.Kind, e.Regarding.Name, e.Note)
+	want := "Warning FailedToStartProxierHealthcheck StartKubeProxy kube-proxy Node/n1 listen tcp 10.0.0.1:10256: bind: address already in use"
+	if got != want {
+		t.Errorf("Event %q, want %q", got, want)
 	}
 }

@@ -1,5 +1,5 @@
 // Package knetlink is the netlink framing shared by the project's netfilter
-// clients (pkg/knft, internal/kconntrack): the NETLINK_NETFILTER socket,
+// clients (pkg/knft, pkg/kconntrack): the NETLINK_NETFILTER socket,
 // message headers with their nfgenmsg, attributes appended in place, and
 // walks over received messages and attributes without copying. See
 // README.md for why this is not vishvananda/netlink's nl package.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"

@@ -12,7 +12,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/svcproxy/svcproxy/internal/conntrack"
-	"github.com/svcproxy/svcproxy/internal/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"

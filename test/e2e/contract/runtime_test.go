@@ -1,20 +1,15 @@
 package contract
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	F "github.com/svcproxy/svcproxy/test/e2e/framework"
 )
@@ -25,7 +20,8 @@ import (
 // Services, and compares what they serve: /metrics families, the change
 // counters' values after the same events, the health and metrics-port
 // endpoints, the healthCheckNodePort answer and the Events; then again
-// without a mode (iptables) and with the localhost node-port gate on.
+// without a mode (iptables) and with the localhost node-port gate on; last,
+// with the health and metrics ports taken (comparePortsTaken).
 func TestRuntime(t *testing.T) {
 	b := buildBinaries(t)
 	diffs := loadDifferences(t)
@@ -39,7 +35,7 @@ func TestRuntime(t *testing.T) {
 	if err := c.StartProxy(n1); err != nil {
 		t.Fatal(err)
 	}
-	stopKubeProxy := startKubeProxy(t, c, n2, b.kubeProxy)
+	upstream := startKubeProxy(t, c, n2, b.kubeProxy)
 	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
 	t.Run("nftables", func(t *testing.T) {
 		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
@@ -49,14 +45,14 @@ func TestRuntime(t *testing.T) {
 	// Then both again without a mode: upstream 1.37 defaults to iptables,
 	// warns (KEP-5343) and records a KubeProxyDefaultMode event.
 	n1.Proxy.Stop(5 * time.Second)
-	stopKubeProxy()
+	upstream.Stop(5 * time.Second)
 	for _, n := range []*F.Node{n1, n2} {
 		dropMode(t, n.Config)
 	}
 	if err := c.StartProxy(n1); err != nil {
 		t.Fatal(err)
 	}
-	stopKubeProxy = startKubeProxy(t, c, n2, b.kubeProxy)
+	upstream = startKubeProxy(t, c, n2, b.kubeProxy)
 	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
 	t.Run("default-mode", func(t *testing.T) {
 		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
@@ -67,20 +63,25 @@ func TestRuntime(t *testing.T) {
 	// Last, nftables with KEP-6032's alpha gate and loopback among the
 	// node-port addresses: the userspace localhost proxy and its metrics.
 	n1.Proxy.Stop(5 * time.Second)
-	stopKubeProxy()
+	upstream.Stop(5 * time.Second)
 	for _, n := range []*F.Node{n1, n2} {
 		appendConfig(t, n.Config, localhostNodePortsConfig)
 	}
 	if err := c.StartProxy(n1); err != nil {
 		t.Fatal(err)
 	}
-	startKubeProxy(t, c, n2, b.kubeProxy)
+	upstream = startKubeProxy(t, c, n2, b.kubeProxy)
 	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
 	t.Run("localhost-nodeports", func(t *testing.T) {
 		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
 		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
 		t.Run("changes", func(t *testing.T) { compareChangeCounters(t, c, n2, n1, svc, eps, 3, diffs) })
 	})
+	// Last, the listener failures: both ports taken before either starts,
+	// without and then with bindAddressHardFail.
+	n1.Proxy.Stop(5 * time.Second)
+	upstream.Stop(5 * time.Second)
+	t.Run("ports-taken", func(t *testing.T) { comparePortsTaken(t, c, b, n2, n1, diffs) })
 	diffs.checkUsed(t, "metric ")
 	diffs.checkUsed(t, "endpoint ")
 }
@@ -160,9 +161,9 @@ func dropMode(t *testing.T, path string) {
 
 // startKubeProxy runs upstream kube-proxy on n with the configuration the
 // framework writes for svcproxy (StartProxy writes it; that svcproxy is
-// stopped again before kube-proxy starts).
-// It returns a function that stops it (also run at the end of the test).
-func startKubeProxy(t *testing.T, c *F.Cluster, n *F.Node, bin string) (stop func()) {
+// stopped again before kube-proxy starts). The process is stopped at the
+// end of the test if still running.
+func startKubeProxy(t *testing.T, c *F.Cluster, n *F.Node, bin string) *F.Proc {
 	t.Helper()
 	if n.Config == "" {
 		if err := c.StartProxy(n); err != nil {
@@ -173,34 +174,12 @@ func startKubeProxy(t *testing.T, c *F.Cluster, n *F.Node, bin string) (stop fun
 		n.Proxy = nil
 	}
 	logPath := filepath.Join(c.Work, "logs", "kube-proxy-"+n.Name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := F.Start("kube-proxy-"+n.Name, n.NS, logPath, bin, "--config", n.Config, "-v=2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", n.NS, bin, "--config", n.Config, "-v=2")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				cancel()
-				<-done
-			}
-			cancel()
-			_ = logFile.Close()
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	t.Cleanup(func() { p.Stop(5 * time.Second) })
+	return p
 }
 
 // waitHCNP waits until the healthCheckNodePort on n answers 200.
@@ -223,14 +202,8 @@ func waitHCNP(t *testing.T, c *F.Cluster, n *F.Node, port int32) {
 // compareEvents compares, by reason, the Events each proxy recorded about
 // its Node (type, action and reporting controller).
 func compareEvents(t *testing.T, c *F.Cluster, up, ours *F.Node, diffs *differences) {
-	ctx, cancel := c.Ctx(20 * time.Second)
-	defer cancel()
-	list, err := c.Admin.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	byNode := map[string]map[string]string{up.Name: {}, ours.Name: {}}
-	for _, e := range list.Items {
+	for _, e := range listEvents(t, c) {
 		if e.Regarding.Kind != "Node" || byNode[e.Regarding.Name] == nil {
 			continue
 		}

@@ -84,48 +84,73 @@ func namespacesWithPrefix(prefix string) []string {
 // server or health port that exists only inside the test's namespaces,
 // without putting anything in the root namespace.
 func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
-	type result struct {
-		conn net.Conn
-		err  error
+	var conn net.Conn
+	var dialErr error
+	if err := inNetns(ns, func() {
+		var d net.Dialer
+		conn, dialErr = d.DialContext(ctx, network, addr)
+	}); err != nil {
+		if conn != nil {
+			conn.Close()
+		}
+		return nil, err
 	}
-	ch := make(chan result, 1)
+	return conn, dialErr
+}
+
+// ListenIn opens a listener inside network namespace ns, as DialIn opens
+// a connection: a test takes a port there before a proxy starts.
+func ListenIn(ns, network, addr string) (net.Listener, error) {
+	var l net.Listener
+	var listenErr error
+	if err := inNetns(ns, func() {
+		var lc net.ListenConfig
+		l, listenErr = lc.Listen(context.Background(), network, addr)
+	}); err != nil {
+		if l != nil {
+			l.Close()
+		}
+		return nil, err
+	}
+	return l, listenErr
+}
+
+// inNetns runs fn on a locked OS thread switched into ns and back; the
+// sockets fn opens keep ns for their life.
+func inNetns(ns string, fn func()) error {
+	ch := make(chan error, 1)
 	go func() {
 		// Not unlocked when switching back fails: the thread then dies with
 		// this goroutine instead of running others in the wrong namespace.
 		runtime.LockOSThread()
-		conn, restored, err := dialOnThread(ctx, ns, network, addr)
+		restored, err := onThreadIn(ns, fn)
 		if restored {
 			runtime.UnlockOSThread()
 		}
-		ch <- result{conn, err}
+		ch <- err
 	}()
-	r := <-ch
-	return r.conn, r.err
+	return <-ch
 }
 
-func dialOnThread(ctx context.Context, ns, network, addr string) (net.Conn, bool, error) {
+func onThreadIn(ns string, fn func()) (restored bool, err error) {
 	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 	if err != nil {
-		return nil, true, fmt.Errorf("opening own netns: %w", err)
+		return true, fmt.Errorf("opening own netns: %w", err)
 	}
 	defer orig.Close()
 	target, err := os.Open("/var/run/netns/" + ns)
 	if err != nil {
-		return nil, true, fmt.Errorf("opening netns %s: %w", ns, err)
+		return true, fmt.Errorf("opening netns %s: %w", ns, err)
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, true, fmt.Errorf("entering netns %s: %w", ns, err)
+		return true, fmt.Errorf("entering netns %s: %w", ns, err)
 	}
-	var d net.Dialer
-	conn, dialErr := d.DialContext(ctx, network, addr)
+	fn()
 	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		if conn != nil {
-			conn.Close()
-		}
-		return nil, false, fmt.Errorf("leaving netns %s: %w", ns, err)
+		return false, fmt.Errorf("leaving netns %s: %w", ns, err)
 	}
-	return conn, true, dialErr
+	return true, nil
 }
 
 // DialerIn returns a DialContext function for http.Transport / rest.Config.

@@ -18,6 +18,13 @@ type Proc struct {
 	err  error
 }
 
+// Start starts a program the framework does not run itself (upstream
+// kube-proxy, for the differential suite) in namespace ns, with its output
+// appended to logPath.
+func Start(name, ns, logPath string, argv ...string) (*Proc, error) {
+	return startProc(name, ns, logPath, argv...)
+}
+
 // startProc starts argv in namespace ns with output to logPath.
 func startProc(name, ns, logPath string, argv ...string) (*Proc, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
