@@ -4,6 +4,7 @@ package bench
 
 import (
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,9 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 		c.Bins.SvcProxy = bin // same config, flags and namespace
 	}
 	n := c.Nodes[0]
+	if *flagProfile {
+		enableProfiling(t, n) // kept for the restart
+	}
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {
 		t.Fatal(err)
@@ -69,6 +73,9 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	_, res.RSSAfterFirstSync, _ = procStatus(n.Proxy.Pid())
 	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB", res.FirstSync, res.RSSAfterFirstSync>>10)
 	waitProgrammed(t, c, n, start, &res)
+	if *flagProfile {
+		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-first.pprof"))
+	}
 	res.Churn = runChurn(t, c, n)
 	_, res.RSSPeak, _ = procStatus(n.Proxy.Pid())
 	res.Children = mon.finish()
