@@ -57,19 +57,6 @@ func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 	return res
 }
 
-// enableProfiling turns on /debug/pprof in n's config (read at the next
-// start); a top-level key appended to the YAML.
-func enableProfiling(t *testing.T, n *F.Node) {
-	f, err := os.OpenFile(n.Config, os.O_APPEND|os.O_WRONLY, 0)
-	if err == nil {
-		_, err = f.WriteString("enableProfiling: true\n")
-		f.Close()
-	}
-	if err != nil {
-		t.Fatalf("enabling profiling: %v", err)
-	}
-}
-
 // saveHeapProfile fetches the proxy's heap profile (in-use and allocated
 // since start) after a GC. runOnce enables profiling before the first start
 // (-profile), so both processes serve it.

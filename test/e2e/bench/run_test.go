@@ -52,16 +52,17 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	res := runResult{Mode: mode, Run: run, Load1Before: load1()}
 	t0 := time.Now()
 	proxyMode, bin := proxyBinary(t, mode)
-	c := F.New(t, F.Options{Mode: proxyMode, Nodes: 1, NoProxy: true, SeedDir: seedDir,
-		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync})
+	opts := F.Options{Mode: proxyMode, Nodes: 1, NoProxy: true, SeedDir: seedDir,
+		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync}
+	if *flagProfile {
+		opts.ExtraConfig = "enableProfiling: true\n" // /debug/pprof, for saveHeapProfile
+	}
+	c := F.New(t, opts)
 	res.ClusterUp = time.Since(t0).Seconds()
 	if bin != "" {
 		c.Bins.SvcProxy = bin // same config, flags and namespace
 	}
 	n := c.Nodes[0]
-	if *flagProfile {
-		enableProfiling(t, n) // kept for the restart
-	}
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {
 		t.Fatal(err)
