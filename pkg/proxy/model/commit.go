@@ -38,9 +38,9 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 	}
 	slices.SortFunc(c.changes.TriggerTimes, time.Time.Compare)
 
-	clear(t.pendingPorts)
-	clear(t.pendingEps)
-	clear(t.triggerTimes)
+	t.pendingPorts = emptied(t.pendingPorts)
+	t.pendingEps = emptied(t.pendingEps)
+	t.triggerTimes = emptied(t.triggerTimes)
 	t.serviceEvents, t.endpointEvents = 0, 0
 	t.snapshot = &Snapshot{
 		Family:    t.family,
@@ -48,6 +48,17 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 		Endpoints: c.endpoints.done(),
 	}
 	return t.snapshot, c.changes
+}
+
+// emptied returns m emptied. A Go map keeps the room it grew to when
+// cleared: after the initial lists, 10k pending Services would keep ~3 MB
+// of empty maps for good, so a map that held many is replaced.
+func emptied[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) > 256 {
+		return map[K]V{}
+	}
+	clear(m)
+	return m
 }
 
 func storeOrDelete[S ~[]E, E any](m map[proxy.ServiceName]S, k proxy.ServiceName, v S) {

@@ -52,6 +52,7 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 	p := &problemList{}
 	out := &sliceEndpoints{
 		service:     proxy.ServiceName{Namespace: in.str(slice.Namespace), Name: svcName},
+		ports:       make(endpointSet, 0, len(slice.Ports)),
 		triggerTime: triggerTime(p, slice.Annotations),
 	}
 	addrs := parseEndpointAddrs(p, slice.Endpoints, family, in)

@@ -238,3 +238,15 @@ func TestInternerStartsOverAtItsBound(t *testing.T) {
 		t.Fatalf("list of two = %q", got)
 	}
 }
+
+func TestEmptied(t *testing.T) {
+	for _, n := range []int{3, 300} {
+		m := map[int]bool{}
+		for i := range n {
+			m[i] = true
+		}
+		if got := emptied(m); len(got) != 0 || got == nil {
+			t.Fatalf("emptied map of %d: %v", n, got)
+		}
+	}
+}
