@@ -78,6 +78,9 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-first.pprof"))
 	}
 	res.Churn = runChurn(t, c, n)
+	if *flagProfile {
+		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-churned.pprof"))
+	}
 	_, res.RSSPeak, _ = procStatus(n.Proxy.Pid())
 	res.Children = mon.finish()
 	first := n.Proxy
