@@ -24,8 +24,11 @@
 #        BENCH_E2E_MIN_SYNC (minSyncPeriod, 1ms: a sync per change; 0s in a config file means
 #        the default 1s, upstream's defaulting too), BENCH_E2E_TIMEOUT (go test -timeout, 120m),
 #        SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
-#        BENCH_E2E_PROFILE (true: the restarted proxy runs with enableProfiling and its heap
-#        profile is kept in _output/e2e/<cluster>/heap-restarted.pprof).
+#        BENCH_E2E_PROFILE (true: the proxy runs with enableProfiling and its heap profiles —
+#        live and allocated since start, after a GC — are kept in _output/e2e/<cluster>/:
+#        heap-first.pprof once every ClusterIP is programmed, heap-churned.pprof after the
+#        churn (its alloc_space minus heap-first's is what the churn allocated: pprof
+#        -diff_base), heap-restarted.pprof after the unchanged restart).
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -36,9 +36,9 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 	}
 	slices.SortFunc(c.changes.TriggerTimes, time.Time.Compare)
 
-	clear(t.pendingPorts)
-	clear(t.pendingEps)
-	clear(t.triggerTimes)
+	t.pendingPorts = emptied(t.pendingPorts)
+	t.pendingEps = emptied(t.pendingEps)
+	t.triggerTimes = emptied(t.triggerTimes)
 	t.snapshot = &Snapshot{
 		Family:    t.family,
 		Services:  c.services.done(),
@@ -47,7 +47,18 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 	return t.snapshot, c.changes
 }
 
-func storeOrDelete[M ~map[proxy.ServicePortName]V, V any](m map[proxy.ServiceName]M, k proxy.ServiceName, v M) {
+// emptied returns m emptied. A Go map keeps the room it grew to when
+// cleared: after the initial lists, 10k pending Services would keep ~3 MB
+// of empty maps for good, so a map that held many is replaced.
+func emptied[K comparable, V any](m map[K]V) map[K]V {
+	if len(m) > 256 {
+		return map[K]V{}
+	}
+	clear(m)
+	return m
+}
+
+func storeOrDelete[S ~[]E, E any](m map[proxy.ServiceName]S, k proxy.ServiceName, v S) {
 	if len(v) == 0 {
 		delete(m, k)
 		return
@@ -69,15 +80,17 @@ func (c *commit) markChanged(name proxy.ServicePortName) {
 // applyPorts replaces one Service's committed ports by current ones. A UDP or
 // SCTP port that is removed or changed may leave flows to its old frontends.
 func (c *commit) applyPorts(committed, current portSet) {
-	for name := range committed {
-		if _, ok := current[name]; !ok {
+	for _, old := range committed {
+		if name := old.Name; current.get(name) == nil {
 			c.services.remove(name)
 			c.markChanged(name)
 			c.changes.ConntrackCleanup = c.changes.ConntrackCleanup || connectionless(name.Protocol)
 		}
 	}
-	for name, sp := range current {
-		old, existed := committed[name]
+	for _, sp := range current {
+		name := sp.Name
+		old := committed.get(name)
+		existed := old != nil
 		if old == sp {
 			continue
 		}
@@ -90,21 +103,21 @@ func (c *commit) applyPorts(committed, current portSet) {
 // applyEndpoints replaces one Service's committed endpoint lists by current
 // ones.
 func (c *commit) applyEndpoints(committed, current endpointSet) {
-	for name, old := range committed {
-		if _, ok := current[name]; !ok {
-			c.endpoints.remove(name)
-			c.markChanged(name)
-			c.noteStaleFlows(name, old, nil)
+	for _, pe := range committed {
+		if _, ok := current.get(pe.name); !ok {
+			c.endpoints.remove(pe.name)
+			c.markChanged(pe.name)
+			c.noteStaleFlows(pe.name, pe.eps, nil)
 		}
 	}
-	for name, list := range current {
-		old := committed[name]
-		if endpointsEqual(old, list) {
+	for _, pe := range current {
+		old, _ := committed.get(pe.name)
+		if endpointsEqual(old, pe.eps) {
 			continue
 		}
-		c.endpoints.set(name, list)
-		c.markChanged(name)
-		c.noteStaleFlows(name, old, list)
+		c.endpoints.set(pe.name, pe.eps)
+		c.markChanged(pe.name)
+		c.noteStaleFlows(pe.name, old, pe.eps)
 	}
 }
 

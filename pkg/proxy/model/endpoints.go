@@ -20,9 +20,10 @@ var errNoServiceName = errors.New("EndpointSlice has no " + discoveryv1.LabelSer
 // sliceEndpoints is what one EndpointSlice contributes to its Service.
 type sliceEndpoints struct {
 	service proxy.ServiceName
-	// ports maps each of the slice's service ports to its endpoints, in the
-	// slice's order.
-	ports map[proxy.ServicePortName][]*Endpoint
+	// ports holds each of the slice's service ports that has endpoints,
+	// with its endpoints deduplicated as mergeSlices would (so that a
+	// Service with one slice uses these lists as they are).
+	ports endpointSet
 	// triggerTime is the last-change-trigger-time annotation; zero if absent.
 	triggerTime time.Time
 }
@@ -41,19 +42,20 @@ func sliceFamily(slice *discoveryv1.EndpointSlice) proxy.IPFamily {
 
 // parseEndpointSlice parses a slice of family. Endpoints with an unusable
 // address and ports that are nil, zero or invalid are dropped and reported in
-// problems; a slice without a service-name label is an error.
-func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily) (*sliceEndpoints, []error, error) {
+// problems; a slice without a service-name label is an error. Names are
+// shared through in.
+func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily, in *interner) (*sliceEndpoints, []error, error) {
 	svcName := slice.Labels[discoveryv1.LabelServiceName]
 	if svcName == "" {
 		return nil, nil, errNoServiceName
 	}
 	p := &problemList{}
 	out := &sliceEndpoints{
-		service:     proxy.ServiceName{Namespace: slice.Namespace, Name: svcName},
-		ports:       make(map[proxy.ServicePortName][]*Endpoint, len(slice.Ports)),
+		service:     proxy.ServiceName{Namespace: in.str(slice.Namespace), Name: svcName},
+		ports:       make(endpointSet, 0, len(slice.Ports)),
 		triggerTime: triggerTime(p, slice.Annotations),
 	}
-	addrs := parseEndpointAddrs(p, slice.Endpoints, family)
+	addrs := parseEndpointAddrs(p, slice.Endpoints, family, in)
 	for i := range slice.Ports {
 		name, port, err := parseSlicePort(out.service, &slice.Ports[i])
 		if err != nil {
@@ -63,19 +65,30 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily)
 		if port == 0 {
 			continue // upstream skips nil and zero ports silently
 		}
-		if _, dup := out.ports[name]; dup {
+		if _, dup := out.ports.get(name); dup {
 			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), fmt.Errorf("duplicate port %q/%s", name.Port, name.Protocol))
 			continue
 		}
-		eps := make([]*Endpoint, 0, len(addrs))
-		for _, a := range addrs {
-			ep := *a
-			ep.Port = port
-			eps = append(eps, &ep)
-		}
-		out.ports[name] = eps
+		name.Port = in.str(name.Port)
+		out.ports = out.ports.with(name, withPort(addrs, port))
 	}
 	return out, p.errs, nil
+}
+
+// withPort returns the endpoints addrs on port, sorted and deduplicated. They
+// live in one block: an endpoint list is replaced whole, never in part.
+func withPort(addrs []Endpoint, port uint16) []*Endpoint {
+	if len(addrs) == 0 {
+		return nil
+	}
+	block := make([]Endpoint, len(addrs))
+	eps := make([]*Endpoint, len(addrs))
+	for i := range addrs {
+		block[i] = addrs[i]
+		block[i].Port = port
+		eps[i] = &block[i]
+	}
+	return dedupe(eps)
 }
 
 func parseSlicePort(svc proxy.ServiceName, port *discoveryv1.EndpointPort) (proxy.ServicePortName, uint16, error) {
@@ -103,8 +116,8 @@ func parseSlicePort(svc proxy.ServiceName, port *discoveryv1.EndpointPort) (prox
 
 // parseEndpointAddrs returns one port-less Endpoint per usable endpoint.
 // Only addresses[0] counts, as in upstream.
-func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family proxy.IPFamily) []*Endpoint {
-	out := make([]*Endpoint, 0, len(endpoints))
+func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family proxy.IPFamily, in *interner) []Endpoint {
+	out := make([]Endpoint, 0, len(endpoints))
 	for i := range endpoints {
 		e := &endpoints[i]
 		if len(e.Addresses) == 0 {
@@ -120,34 +133,39 @@ func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family
 			p.add("InvalidEndpointAddress", field, fmt.Errorf("%s is not %s", ip, family))
 			continue
 		}
-		out = append(out, endpointOf(ip, e))
+		out = append(out, endpointOf(ip, e, in))
 	}
 	return out
 }
 
-func endpointOf(ip netip.Addr, e *discoveryv1.Endpoint) *Endpoint {
+func endpointOf(ip netip.Addr, e *discoveryv1.Endpoint, in *interner) Endpoint {
 	c := e.Conditions
-	ep := &Endpoint{
+	ep := Endpoint{
 		IP:          ip,
 		Ready:       c.Ready == nil || *c.Ready,
 		Serving:     c.Serving == nil || *c.Serving,
 		Terminating: c.Terminating != nil && *c.Terminating,
 	}
 	if e.NodeName != nil {
-		ep.NodeName = *e.NodeName
+		ep.NodeName = in.str(*e.NodeName)
 	}
 	if e.Zone != nil {
-		ep.Zone = *e.Zone
+		ep.Zone = in.str(*e.Zone)
 	}
 	if e.Hints != nil {
-		for _, z := range e.Hints.ForZones {
-			ep.ZoneHints = append(ep.ZoneHints, z.Name)
-		}
-		for _, n := range e.Hints.ForNodes {
-			ep.NodeHints = append(ep.NodeHints, n.Name)
-		}
+		ep.ZoneHints = in.list(hintNames(e.Hints.ForZones, func(z discoveryv1.ForZone) string { return z.Name }))
+		ep.NodeHints = in.list(hintNames(e.Hints.ForNodes, func(n discoveryv1.ForNode) string { return n.Name }))
 	}
 	return ep
+}
+
+// hintNames returns the names of hints; nil when there are none.
+func hintNames[H any](hints []H, name func(H) string) []string {
+	var out []string
+	for _, h := range hints {
+		out = append(out, name(h))
+	}
+	return out
 }
 
 func triggerTime(p *problemList, annotations map[string]string) time.Time {
@@ -163,46 +181,49 @@ func triggerTime(p *problemList, annotations map[string]string) time.Time {
 	return t
 }
 
-// mergeSlices combines the slices of one Service into each service port's
-// endpoint list, sorted by address and port. An endpoint listed by several
-// slices is kept once: the ready copy wins, else the one from the slice whose
-// name sorts first, so the result does not depend on event order.
-func mergeSlices(bySlice map[string]*sliceEndpoints) map[proxy.ServicePortName][]*Endpoint {
-	names := make([]string, 0, len(bySlice))
-	for n := range bySlice {
-		names = append(names, n)
+// mergeSlices combines the slices of one Service, sorted by name, into each
+// service port's endpoint list, sorted by address and port. An endpoint
+// listed by several slices is kept once: the ready copy wins, else the one
+// from the slice whose name sorts first, so the result does not depend on
+// event order. The set of a Service with one slice is that slice's own; the
+// caller may only replace its lists by equal ones.
+func mergeSlices(bySlice sliceList) endpointSet {
+	switch len(bySlice) {
+	case 0:
+		return nil
+	case 1:
+		return bySlice[0].endpoints.ports
 	}
-	slices.Sort(names)
+	all := map[proxy.ServicePortName][]*Endpoint{}
+	for _, s := range bySlice {
+		for _, pe := range s.endpoints.ports {
+			all[pe.name] = append(all[pe.name], pe.eps...)
+		}
+	}
+	out := make(endpointSet, 0, len(all))
+	for name, eps := range all {
+		out = append(out, portEndpoints{name: name, eps: dedupe(eps)})
+	}
+	slices.SortFunc(out, func(a, b portEndpoints) int { return a.name.Compare(b.name) })
+	return out
+}
 
-	chosen := map[proxy.ServicePortName]map[netip.AddrPort]*Endpoint{}
-	for _, n := range names {
-		for port, eps := range bySlice[n].ports {
-			set := chosen[port]
-			if set == nil {
-				set = make(map[netip.AddrPort]*Endpoint, len(eps))
-				chosen[port] = set
-			}
-			for _, ep := range eps {
-				if prev, ok := set[ep.AddrPort()]; !ok || (!prev.Ready && ep.Ready) {
-					set[ep.AddrPort()] = ep
-				}
-			}
+// dedupe sorts eps (which it owns) by address and port and keeps one
+// endpoint per address and port: the first ready one, else the first.
+func dedupe(eps []*Endpoint) []*Endpoint {
+	slices.SortStableFunc(eps, func(a, b *Endpoint) int {
+		return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Port, b.Port))
+	})
+	out := eps[:0]
+	for _, ep := range eps {
+		last := len(out) - 1
+		switch {
+		case last < 0 || out[last].AddrPort() != ep.AddrPort():
+			out = append(out, ep)
+		case !out[last].Ready && ep.Ready:
+			out[last] = ep
 		}
 	}
-
-	out := make(map[proxy.ServicePortName][]*Endpoint, len(chosen))
-	for port, set := range chosen {
-		if len(set) == 0 {
-			continue // a port without endpoints is the same as no port
-		}
-		list := make([]*Endpoint, 0, len(set))
-		for _, ep := range set {
-			list = append(list, ep)
-		}
-		slices.SortFunc(list, func(a, b *Endpoint) int {
-			return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Port, b.Port))
-		})
-		out[port] = list
-	}
+	clear(eps[len(out):]) // no hidden references to dropped endpoints
 	return out
 }

@@ -26,11 +26,11 @@ func TestParseEndpointSliceConditionsAndHints(t *testing.T) {
 			{Addresses: nil},
 		}
 	})
-	parsed, problems, err := parseEndpointSlice(slice, proxy.IPv4)
+	parsed, problems, err := parseEndpointSlice(slice, proxy.IPv4, newInterner())
 	if err != nil || len(problems) != 0 {
 		t.Fatalf("unexpected err %v, problems %v", err, problems)
 	}
-	eps := parsed.ports[httpPort]
+	eps, _ := parsed.ports.get(httpPort)
 	if len(eps) != 3 {
 		t.Fatalf("got %d endpoints, want 3 (address-less one dropped)", len(eps))
 	}
@@ -59,13 +59,13 @@ func TestParseEndpointSlicePorts(t *testing.T) {
 			{Port: ptrTo[int32](9)}, // unnamed port
 		}
 	})
-	parsed, problems, err := parseEndpointSlice(slice, proxy.IPv4)
+	parsed, problems, err := parseEndpointSlice(slice, proxy.IPv4, newInterner())
 	if err != nil || len(problems) != 2 {
 		t.Fatalf("err %v, problems %v; want 2 problems", err, problems)
 	}
 	var got []proxy.ServicePortName
-	for name := range parsed.ports {
-		got = append(got, name)
+	for _, pe := range parsed.ports {
+		got = append(got, pe.name)
 	}
 	slices.SortFunc(got, proxy.ServicePortName.Compare)
 	want := []proxy.ServicePortName{
@@ -78,7 +78,7 @@ func TestParseEndpointSlicePorts(t *testing.T) {
 
 func TestParseEndpointSliceRejectsSliceWithoutService(t *testing.T) {
 	slice := makeSlice("ns", "x", "", []string{"10.0.0.1"}, nil)
-	if _, _, err := parseEndpointSlice(slice, proxy.IPv4); !errors.Is(err, errNoServiceName) {
+	if _, _, err := parseEndpointSlice(slice, proxy.IPv4, newInterner()); !errors.Is(err, errNoServiceName) {
 		t.Fatalf("err = %v, want errNoServiceName", err)
 	}
 }

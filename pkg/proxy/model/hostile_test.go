@@ -116,13 +116,16 @@ func TestParseServiceHostileAddresses(t *testing.T) {
 
 func TestParseEndpointSliceHostileAddresses(t *testing.T) {
 	slice := makeSlice("ns", "web-1", "web", []string{"010.0.0.1", "::ffff:10.0.0.2", "fe80::1%eth0", "10.0.0.3%1"}, nil)
-	parsed, problems, err := parseEndpointSlice(slice, proxy.IPv4)
+	parsed, problems, err := parseEndpointSlice(slice, proxy.IPv4, newInterner())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, eps := range parsed.ports {
+	if len(parsed.ports) != 1 {
+		t.Fatalf("ports %v, want one", parsed.ports)
+	}
+	for _, pe := range parsed.ports {
 		var got []netip.Addr
-		for _, ep := range eps {
+		for _, ep := range pe.eps {
 			got = append(got, ep.IP)
 		}
 		if !slices.Equal(got, addrs("10.0.0.1", "10.0.0.2")) {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -10,12 +11,6 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
-
-// portSet is one Service's service ports.
-type portSet map[proxy.ServicePortName]*ServicePort
-
-// endpointSet is one Service's endpoint lists, per service port.
-type endpointSet map[proxy.ServicePortName][]*Endpoint
 
 // sliceKey identifies an EndpointSlice object.
 type sliceKey struct{ namespace, name string }
@@ -42,10 +37,12 @@ type Tracker struct {
 	committedPorts map[proxy.ServiceName]portSet
 	committedEps   map[proxy.ServiceName]endpointSet
 
-	// Every EndpointSlice seen, per Service and slice name, and which Service
-	// each slice currently belongs to.
-	slices     map[proxy.ServiceName]map[string]*sliceEndpoints
+	// Every EndpointSlice seen, per Service, and which Service each slice
+	// currently belongs to.
+	slices     map[proxy.ServiceName]sliceList
 	sliceOwner map[sliceKey]proxy.ServiceName
+	// names shares the strings that many endpoints repeat.
+	names *interner
 
 	// Services whose current state differs from the committed one. A present
 	// but empty set means "removed".
@@ -95,8 +92,9 @@ func NewTracker(family proxy.IPFamily) *Tracker {
 		snapshot:       &Snapshot{Family: family},
 		committedPorts: map[proxy.ServiceName]portSet{},
 		committedEps:   map[proxy.ServiceName]endpointSet{},
-		slices:         map[proxy.ServiceName]map[string]*sliceEndpoints{},
+		slices:         map[proxy.ServiceName]sliceList{},
 		sliceOwner:     map[sliceKey]proxy.ServiceName{},
+		names:          newInterner(),
 		pendingPorts:   map[proxy.ServiceName]portSet{},
 		pendingEps:     map[proxy.ServiceName]endpointSet{},
 		triggerTimes:   map[proxy.ServiceName][]time.Time{},
@@ -130,14 +128,14 @@ func (t *Tracker) OnServiceUpdate(old, new *v1.Service) bool {
 	return changed
 }
 
+// setServicePorts records ports, which it takes over, as name's.
 func (t *Tracker) setServicePorts(name proxy.ServiceName, ports []*ServicePort) bool {
 	committed := t.committedPorts[name]
-	set := make(portSet, len(ports))
-	for _, sp := range ports {
-		if old := committed[sp.Name]; sp.Equal(old) {
-			sp = old // keep the published pointer for unchanged ports
+	set := sortPorts(ports)
+	for i, sp := range set {
+		if old := committed.get(sp.Name); sp.Equal(old) {
+			set[i] = old // keep the published pointer for unchanged ports
 		}
-		set[sp.Name] = sp
 	}
 	if portSetsEqual(set, committed) {
 		delete(t.pendingPorts, name)
@@ -148,15 +146,7 @@ func (t *Tracker) setServicePorts(name proxy.ServiceName, ports []*ServicePort) 
 }
 
 func portSetsEqual(a, b portSet) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if !v.Equal(b[k]) {
-			return false
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, (*ServicePort).Equal)
 }
 
 // OnEndpointSliceUpdate records an add (old nil), update, or delete (new
@@ -179,7 +169,7 @@ func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) boo
 	if new != nil && sliceFamily(new) == t.family {
 		var problems []error
 		var err error
-		parsed, problems, err = parseEndpointSlice(new, t.family)
+		parsed, problems, err = parseEndpointSlice(new, t.family, t.names)
 		if err != nil {
 			klog.InfoS("Ignoring invalid EndpointSlice", "endpointSlice", klog.KObj(new), "err", err)
 		}
@@ -195,19 +185,15 @@ func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) boo
 	// no longer counts for the Service it belonged to.
 	if owned && (parsed == nil || owner != parsed.service) {
 		delete(t.sliceOwner, key)
-		delete(t.slices[owner], key.name)
-		if len(t.slices[owner]) == 0 {
+		if rest := t.slices[owner].remove(key.name); len(rest) > 0 {
+			t.slices[owner] = rest
+		} else {
 			delete(t.slices, owner)
 		}
 		changed = t.refreshEndpoints(owner, time.Time{}, new == nil)
 	}
 	if parsed != nil {
-		bySlice := t.slices[parsed.service]
-		if bySlice == nil {
-			bySlice = map[string]*sliceEndpoints{}
-			t.slices[parsed.service] = bySlice
-		}
-		bySlice[key.name] = parsed
+		t.slices[parsed.service] = t.slices[parsed.service].set(key.name, parsed)
 		t.sliceOwner[key] = parsed.service
 		changed = t.refreshEndpoints(parsed.service, parsed.triggerTime, false) || changed
 	}
@@ -241,9 +227,13 @@ func (t *Tracker) refreshEndpoints(svc proxy.ServiceName, trigger time.Time, del
 	merged := mergeSlices(t.slices[svc])
 	committed := t.committedEps[svc]
 	same := len(merged) == len(committed)
-	for port, list := range merged {
-		if old, ok := committed[port]; ok && endpointsEqual(list, old) {
-			merged[port] = old // keep the published list for unchanged ports
+	for i, pe := range merged {
+		if old, ok := committed.get(pe.name); ok && endpointsEqual(pe.eps, old) {
+			// Keep the published list for unchanged ports. merged may be
+			// a slice's own set: replacing a list by an equal one keeps
+			// that slice's endpoints what they were, and the new copy
+			// becomes garbage instead of being held twice.
+			merged[i].eps = old
 		} else {
 			same = false
 		}

@@ -25,7 +25,7 @@ var (
 	flagStartTimeout = flag.Duration("start-timeout", 15*time.Minute, "limit for the first sync")
 	flagBaseline     = flag.String("baseline", "", "another svcproxy binary (e.g. main's), for the modes baseline-nftables and baseline-iptables")
 	flagUpstream     = flag.String("upstream", "", "upstream kube-proxy binary, for the modes upstream-nftables and upstream-iptables")
-	flagProfile      = flag.Bool("profile", false, "restart the proxy with enableProfiling and keep its heap profile in the cluster's work dir")
+	flagProfile      = flag.Bool("profile", false, "run the proxy with enableProfiling and keep its heap profiles (after the first sync, after the churn, after the restart) in the cluster's work dir")
 	flagJSON         = flag.String("json", "", "also write the results here (default _output/bench-e2e/results-<time>.json)")
 )
 

@@ -39,9 +39,6 @@ func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 			t.Errorf("kernel observer lost notifications: %v", err)
 		}
 	}()
-	if *flagProfile {
-		enableProfiling(t, n)
-	}
 	var res restartResult
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {
@@ -60,21 +57,9 @@ func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 	return res
 }
 
-// enableProfiling turns on /debug/pprof in n's config (read at the next
-// start); a top-level key appended to the YAML.
-func enableProfiling(t *testing.T, n *F.Node) {
-	f, err := os.OpenFile(n.Config, os.O_APPEND|os.O_WRONLY, 0)
-	if err == nil {
-		_, err = f.WriteString("enableProfiling: true\n")
-		f.Close()
-	}
-	if err != nil {
-		t.Fatalf("enabling profiling: %v", err)
-	}
-}
-
 // saveHeapProfile fetches the proxy's heap profile (in-use and allocated
-// since start) after a GC.
+// since start) after a GC. runOnce enables profiling before the first start
+// (-profile), so both processes serve it.
 func saveHeapProfile(t *testing.T, c *F.Cluster, n *F.Node, path string) {
 	code, body, err := F.HTTPGet(c.NS("ext"), fmt.Sprintf("http://%s:10249/debug/pprof/heap?gc=1", n.IP), 30*time.Second)
 	if err != nil || code != 200 {
@@ -85,5 +70,5 @@ func saveHeapProfile(t *testing.T, c *F.Cluster, n *F.Node, path string) {
 		t.Logf("heap profile: %v", err)
 		return
 	}
-	t.Logf("heap profile of the restarted proxy: %s", path)
+	t.Logf("heap profile: %s", path)
 }

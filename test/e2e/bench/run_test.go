@@ -4,6 +4,7 @@ package bench
 
 import (
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,8 +52,12 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	res := runResult{Mode: mode, Run: run, Load1Before: load1()}
 	t0 := time.Now()
 	proxyMode, bin := proxyBinary(t, mode)
-	c := F.New(t, F.Options{Mode: proxyMode, Nodes: 1, NoProxy: true, SeedDir: seedDir,
-		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync})
+	opts := F.Options{Mode: proxyMode, Nodes: 1, NoProxy: true, SeedDir: seedDir,
+		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync}
+	if *flagProfile {
+		opts.ExtraConfig = "enableProfiling: true\n" // /debug/pprof, for saveHeapProfile
+	}
+	c := F.New(t, opts)
 	res.ClusterUp = time.Since(t0).Seconds()
 	if bin != "" {
 		c.Bins.SvcProxy = bin // same config, flags and namespace
@@ -69,7 +74,13 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	_, res.RSSAfterFirstSync, _ = procStatus(n.Proxy.Pid())
 	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB", res.FirstSync, res.RSSAfterFirstSync>>10)
 	waitProgrammed(t, c, n, start, &res)
+	if *flagProfile {
+		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-first.pprof"))
+	}
 	res.Churn = runChurn(t, c, n)
+	if *flagProfile {
+		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-churned.pprof"))
+	}
 	_, res.RSSPeak, _ = procStatus(n.Proxy.Pid())
 	res.Children = mon.finish()
 	first := n.Proxy

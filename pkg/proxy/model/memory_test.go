@@ -1,0 +1,252 @@
+package model
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// BenchmarkTrackerLiveHeap reports the heap a committed tracker holds at
+// 10k Services × 10 endpoints (metric live-MB: heap in use after a GC, minus
+// before). "bare" slices carry addresses only (like make bench-e2e's seed);
+// "located" ones a node name and zone per endpoint, each string a fresh
+// allocation as the API decoder makes them (100 nodes, 3 zones).
+func BenchmarkTrackerLiveHeap(b *testing.B) {
+	for _, located := range []bool{false, true} {
+		b.Run(map[bool]string{false: "bare", true: "located"}[located], func(b *testing.B) {
+			for b.Loop() {
+				before := liveHeap()
+				svcs, slices := trackerWorld(10000, 10, located)
+				tr := NewTracker(proxy.IPv4)
+				for i := range svcs {
+					tr.OnServiceUpdate(nil, svcs[i])
+					tr.OnEndpointSliceUpdate(nil, slices[i])
+				}
+				tr.Commit()
+				svcs, slices = nil, nil
+				b.ReportMetric(float64(liveHeap()-before)/(1<<20), "live-MB")
+				runtime.KeepAlive(tr)
+			}
+		})
+	}
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// trackerWorld returns n Services with one port and a slice of e endpoints
+// each.
+func trackerWorld(n, e int, located bool) ([]*v1.Service, []*discoveryv1.EndpointSlice) {
+	svcs := make([]*v1.Service, n)
+	slices := make([]*discoveryv1.EndpointSlice, n)
+	for i := range n {
+		name := fmt.Sprintf("svc-%d", i)
+		ip := fmt.Sprintf("172.30.%d.%d", i/256, i%256)
+		svcs[i] = makeService("ns", name, func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ip, []string{ip} })
+		eps := make([]string, e)
+		for j := range eps {
+			eps[j] = fmt.Sprintf("10.%d.%d.%d", i/256, i%256, j+1)
+		}
+		slices[i] = makeSlice("ns", name+"-1", name, eps, func(s *discoveryv1.EndpointSlice) {
+			if !located {
+				return
+			}
+			for j := range s.Endpoints {
+				node := (i*e + j) % 100
+				s.Endpoints[j].NodeName = ptrTo(strings.Clone(fmt.Sprintf("ip-10-0-%d-%d.ec2.internal", node/10, node)))
+				s.Endpoints[j].Zone = ptrTo(strings.Clone(fmt.Sprintf("eu-west-1%c", 'a'+node%3)))
+			}
+		})
+	}
+	return svcs, slices
+}
+
+func TestEndpointSize(t *testing.T) {
+	if got := unsafe.Sizeof(Endpoint{}); got > 112 {
+		t.Fatalf("Endpoint takes %d bytes, want at most 112 (the next size class is 128)", got)
+	}
+}
+
+// twoPorts gives a slice a second port, "dns" 53/UDP.
+func twoPorts(s *discoveryv1.EndpointSlice) {
+	s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptrTo("dns"), Protocol: ptrTo(v1.ProtocolUDP), Port: ptrTo[int32](53)})
+}
+
+// A Service with one slice publishes that slice's own lists, and an update
+// that leaves a port's endpoints equal keeps the published list in the
+// slice too, so no list is held twice.
+func TestTrackerSingleSliceSharesItsLists(t *testing.T) {
+	dns := spn("ns", "web", "dns", proxy.UDP)
+	tr := NewTracker(proxy.IPv4)
+	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-1", "web", []string{"10.0.0.2", "10.0.0.1"}, twoPorts))
+	first, _ := tr.Commit()
+	published, _ := first.Endpoints.Get(httpPort)
+	held := tr.slices[proxy.ServiceName{Namespace: "ns", Name: "web"}][0].endpoints
+	if own, _ := held.ports.get(httpPort); len(own) == 0 || &own[0] != &published[0] {
+		t.Fatalf("the snapshot does not share the slice's list")
+	}
+
+	// Only dns changes: 53 becomes 54.
+	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-1", "web", []string{"10.0.0.1", "10.0.0.2"}, func(s *discoveryv1.EndpointSlice) {
+		twoPorts(s)
+		s.Ports[1].Port = ptrTo[int32](54)
+	}))
+	second, ch := tr.Commit()
+	if _, ok := ch.Changed[httpPort]; ok || len(ch.Changed) != 1 {
+		t.Fatalf("changed %v, want only %v", ch.Changed, dns)
+	}
+	again, _ := second.Endpoints.Get(httpPort)
+	held = tr.slices[proxy.ServiceName{Namespace: "ns", Name: "web"}][0].endpoints
+	own, _ := held.ports.get(httpPort)
+	if &again[0] != &published[0] || &own[0] != &published[0] {
+		t.Fatalf("an unchanged port's list was not kept: snapshot %p, slice %p, published %p", &again[0], &own[0], &published[0])
+	}
+	if got := endpointAddrs(second, dns); !slices.Equal(got, []string{"10.0.0.1:54", "10.0.0.2:54"}) {
+		t.Fatalf("dns endpoints %v", got)
+	}
+	if got := endpointAddrs(first, dns); !slices.Equal(got, []string{"10.0.0.1:53", "10.0.0.2:53"}) {
+		t.Fatalf("the previous snapshot changed: %v", got)
+	}
+}
+
+// Updates and deletes through the shared lists leave nothing stale visible,
+// and a Service whose slices are gone leaves nothing behind.
+func TestTrackerSharedListsShowNoStaleEndpoint(t *testing.T) {
+	svc := proxy.ServiceName{Namespace: "ns", Name: "web"}
+	notReady := func(s *discoveryv1.EndpointSlice) { s.Endpoints[1].Conditions.Ready = ptrTo(false) }
+	tr := NewTracker(proxy.IPv4)
+	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-1", "web", []string{"10.0.0.1", "10.0.0.2"}, nil))
+	first, _ := tr.Commit()
+
+	// 10.0.0.1 goes, 10.0.0.2 becomes not ready, 10.0.0.3 comes.
+	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-1", "web", []string{"10.0.0.3", "10.0.0.2"}, notReady))
+	second, _ := tr.Commit()
+	if got := endpointAddrs(second, httpPort); !slices.Equal(got, []string{"10.0.0.2:8080", "10.0.0.3:8080"}) {
+		t.Fatalf("after the update: %v", got)
+	}
+	if eps, _ := second.Endpoints.Get(httpPort); eps[0].Ready || !eps[1].Ready {
+		t.Fatalf("after the update, 10.0.0.2 must be not ready and 10.0.0.3 ready")
+	}
+	if got := endpointAddrs(first, httpPort); !slices.Equal(got, []string{"10.0.0.1:8080", "10.0.0.2:8080"}) {
+		t.Fatalf("the first snapshot changed: %v", got)
+	}
+
+	// A second slice with the ready copy of 10.0.0.2 comes and goes.
+	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-2", "web", []string{"10.0.0.2"}, nil))
+	third, _ := tr.Commit()
+	if eps, _ := third.Endpoints.Get(httpPort); len(eps) != 2 || !eps[0].Ready {
+		t.Fatalf("with web-2, 10.0.0.2 must be web-2's ready copy")
+	}
+	tr.OnEndpointSliceUpdate(makeSlice("ns", "web-2", "web", nil, nil), nil)
+	fourth, _ := tr.Commit()
+	if eps, _ := fourth.Endpoints.Get(httpPort); len(eps) != 2 || eps[0].Ready {
+		t.Fatalf("after deleting web-2, 10.0.0.2 must be web-1's not-ready copy again")
+	}
+
+	tr.OnEndpointSliceUpdate(makeSlice("ns", "web-1", "web", nil, nil), nil)
+	last, ch := tr.Commit()
+	if last.Endpoints.Len() != 0 || len(ch.Changed) != 1 {
+		t.Fatalf("after deleting every slice: %d endpoint lists, changes %v", last.Endpoints.Len(), ch.Changed)
+	}
+	if len(tr.slices) != 0 || len(tr.sliceOwner) != 0 || tr.committedEps[svc] != nil {
+		t.Fatalf("a Service without slices left state behind: %v %v %v", tr.slices, tr.sliceOwner, tr.committedEps)
+	}
+}
+
+func TestParseEndpointSliceDeduplicates(t *testing.T) {
+	for _, readyFirst := range []bool{true, false} {
+		slice := makeSlice("ns", "web-1", "web", []string{"10.0.0.9", "10.0.0.2", "10.0.0.2"}, func(s *discoveryv1.EndpointSlice) {
+			s.Endpoints[map[bool]int{true: 2, false: 1}[readyFirst]].Conditions.Ready = ptrTo(false)
+		})
+		parsed, _, err := parseEndpointSlice(slice, proxy.IPv4, newInterner())
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps, _ := parsed.ports.get(httpPort)
+		if len(eps) != 2 || eps[0].IP != addrs("10.0.0.2")[0] || !eps[0].Ready || eps[1].IP != addrs("10.0.0.9")[0] {
+			t.Fatalf("ready listed first=%v: got %v, want the ready 10.0.0.2, then 10.0.0.9", !readyFirst, eps)
+		}
+	}
+}
+
+func TestParseEndpointSliceDropsPortsWithoutEndpoints(t *testing.T) {
+	parsed, _, err := parseEndpointSlice(makeSlice("ns", "web-1", "web", nil, nil), proxy.IPv4, newInterner())
+	if err != nil || len(parsed.ports) != 0 {
+		t.Fatalf("err %v, ports %v; want none", err, parsed.ports)
+	}
+}
+
+// Endpoints of one node share its name, zone and single-name hint lists
+// rather than each holding what its API object was decoded with.
+func TestParsedEndpointsShareNames(t *testing.T) {
+	located := func(s *discoveryv1.EndpointSlice) {
+		for i := range s.Endpoints {
+			s.Endpoints[i].NodeName = ptrTo(strings.Clone("node-a"))
+			s.Endpoints[i].Zone = ptrTo(strings.Clone("zone-a"))
+			s.Endpoints[i].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: strings.Clone("zone-a")}}}
+		}
+	}
+	in := newInterner()
+	var all []*Endpoint
+	for i := range 2 {
+		parsed, _, err := parseEndpointSlice(makeSlice("ns", fmt.Sprint("web-", i), "web", []string{"10.0.0.1", "10.0.0.2"}, located), proxy.IPv4, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps, _ := parsed.ports.get(httpPort)
+		all = append(all, eps...)
+	}
+	first := all[0]
+	if first.NodeName != "node-a" || first.Zone != "zone-a" || !slices.Equal(first.ZoneHints, []string{"zone-a"}) {
+		t.Fatalf("endpoint %+v", *first)
+	}
+	for _, ep := range all[1:] {
+		if unsafe.StringData(ep.NodeName) != unsafe.StringData(first.NodeName) ||
+			unsafe.StringData(ep.Zone) != unsafe.StringData(first.Zone) || &ep.ZoneHints[0] != &first.ZoneHints[0] {
+			t.Fatalf("endpoint %v does not share the names of %v", ep.AddrPort(), first.AddrPort())
+		}
+	}
+}
+
+func TestInternerStartsOverAtItsBound(t *testing.T) {
+	in := newInterner()
+	for i := range maxInterned + 10 {
+		name := fmt.Sprint("node-", i)
+		if got := in.str(name); got != name {
+			t.Fatalf("str(%q) = %q", name, got)
+		}
+		if got := in.list([]string{name}); !slices.Equal(got, []string{name}) {
+			t.Fatalf("list(%q) = %q", name, got)
+		}
+	}
+	if len(in.strings) > maxInterned || len(in.lists) > maxInterned {
+		t.Fatalf("interner holds %d strings and %d lists, bound %d", len(in.strings), len(in.lists), maxInterned)
+	}
+	if got := in.list([]string{"a", "b"}); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("list of two = %q", got)
+	}
+}
+
+func TestEmptied(t *testing.T) {
+	for _, n := range []int{3, 300} {
+		m := map[int]bool{}
+		for i := range n {
+			m[i] = true
+		}
+		if got := emptied(m); len(got) != 0 || got == nil {
+			t.Fatalf("emptied map of %d: %v", n, got)
+		}
+	}
+}

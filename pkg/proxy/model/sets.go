@@ -1,0 +1,105 @@
+package model
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// The tracker holds, per Service and per EndpointSlice, a few entries keyed
+// by service port name. They are sorted slices rather than Go maps: a map
+// of one entry with this key costs about 800 bytes, which at 10k Services
+// was 30 MB of a 60 MB model (heap profile, docs/performance.md).
+
+// portSet is one Service's service ports, sorted by name.
+type portSet []*ServicePort
+
+// get returns the port named name, or nil.
+func (s portSet) get(name proxy.ServicePortName) *ServicePort {
+	if i, ok := slices.BinarySearchFunc(s, name, func(sp *ServicePort, n proxy.ServicePortName) int {
+		return sp.Name.Compare(n)
+	}); ok {
+		return s[i]
+	}
+	return nil
+}
+
+// sortPorts sorts ports, which the caller owns, into a portSet.
+func sortPorts(ports []*ServicePort) portSet {
+	slices.SortFunc(ports, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })
+	return ports
+}
+
+// portEndpoints is one service port's endpoints, sorted by address and port
+// without duplicates.
+type portEndpoints struct {
+	name proxy.ServicePortName
+	eps  []*Endpoint
+}
+
+// endpointSet is the endpoint lists of one Service or one EndpointSlice,
+// sorted by service port name; no list is empty (a port without endpoints is
+// the same as no port).
+type endpointSet []portEndpoints
+
+func (s endpointSet) search(name proxy.ServicePortName) (int, bool) {
+	return slices.BinarySearchFunc(s, name, func(pe portEndpoints, n proxy.ServicePortName) int {
+		return pe.name.Compare(n)
+	})
+}
+
+// get returns the endpoints of name and whether it has any.
+func (s endpointSet) get(name proxy.ServicePortName) ([]*Endpoint, bool) {
+	if i, ok := s.search(name); ok {
+		return s[i].eps, true
+	}
+	return nil, false
+}
+
+// with returns s, which the caller owns, with name's endpoints set to eps
+// (removed when eps is empty).
+func (s endpointSet) with(name proxy.ServicePortName, eps []*Endpoint) endpointSet {
+	i, ok := s.search(name)
+	switch {
+	case ok && len(eps) == 0:
+		return slices.Delete(s, i, i+1)
+	case ok:
+		s[i].eps = eps
+		return s
+	case len(eps) == 0:
+		return s
+	}
+	return slices.Insert(s, i, portEndpoints{name: name, eps: eps})
+}
+
+// namedSlice is one EndpointSlice of a Service, by the slice's name.
+type namedSlice struct {
+	name      string
+	endpoints *sliceEndpoints
+}
+
+// sliceList is one Service's EndpointSlices, sorted by name.
+type sliceList []namedSlice
+
+func (l sliceList) search(name string) (int, bool) {
+	return slices.BinarySearchFunc(l, name, func(s namedSlice, n string) int { return strings.Compare(s.name, n) })
+}
+
+// set returns l, which the caller owns, with slice name holding e.
+func (l sliceList) set(name string, e *sliceEndpoints) sliceList {
+	i, ok := l.search(name)
+	if ok {
+		l[i].endpoints = e
+		return l
+	}
+	return slices.Insert(l, i, namedSlice{name: name, endpoints: e})
+}
+
+// remove returns l, which the caller owns, without slice name.
+func (l sliceList) remove(name string) sliceList {
+	if i, ok := l.search(name); ok {
+		return slices.Delete(l, i, i+1)
+	}
+	return l
+}
