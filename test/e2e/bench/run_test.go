@@ -33,8 +33,10 @@ type runResult struct {
 	WantIPs        int // ClusterIPs the API lists (the Services + "kubernetes")
 	KernelDumpSecs float64
 
-	Churn   churnResult
-	Restart restartResult
+	Churn    churnResult
+	Datapath datapathResult
+	FullSync fullSyncResult
+	Restart  restartResult
 	// CPUToFirstSync: the proxy's CPU seconds (its waited-for children
 	// included) from its start to the end of its first sync.
 	CPUToFirstSync float64
@@ -70,6 +72,8 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB", res.FirstSync, res.RSSAfterFirstSync>>10)
 	waitProgrammed(t, c, n, start, &res)
 	res.Churn = runChurn(t, c, n)
+	res.Datapath = measureDatapath(t, c, n)
+	res.FullSync = measureFullSync(t, c, n)
 	_, res.RSSPeak, _ = procStatus(n.Proxy.Pid())
 	res.Children = mon.finish()
 	first := n.Proxy
