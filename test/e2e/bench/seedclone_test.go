@@ -75,6 +75,32 @@ func cloneServices(t *testing.T, c *F.Cluster, from, n, eps int) {
 	}
 	t.Logf("SEED: wrote Services %d…%d (+ slices, IPAddresses) into etcd in %v", from, n-1, time.Since(t0).Round(time.Second))
 	waitServed(t, c, n+1)
+	waitAllocated(t, c, n+1)
+}
+
+// waitAllocated waits until the API server lists want IPAddresses and that
+// number has held for a while: its IP repair loop has nothing left to
+// repair or clean up, so every run from the seed starts consistent.
+func waitAllocated(t *testing.T, c *F.Cluster, want int) {
+	deadline := time.Now().Add(5 * time.Minute)
+	stable := time.Time{}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		list, err := c.Admin.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+		cancel()
+		switch {
+		case err != nil || len(list.Items) != want:
+			stable = time.Time{}
+		case stable.IsZero():
+			stable = time.Now()
+		case time.Since(stable) > 10*time.Second:
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API server does not settle on %d IPAddresses (err %v)", want, err)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // loadTemplate reads Service 0, its slice and its IPAddress from etcd.
@@ -129,13 +155,16 @@ func decodeKey(c *F.Cluster, key string, into runtime.Object) error {
 // clone returns the etcd writes of Service i, in this order: its Service,
 // slice and IPAddress, copies of the template's with i's names and ip.
 func (tpl *template) clone(i, eps int, ip netip.Addr) ([]F.KV, error) {
+	// Created now, as each copy is: the API server's IP repair loop deletes
+	// an IPAddress older than 60 s whose Service it has not seen yet.
+	now := metav1.Now()
 	svc := tpl.svc.DeepCopy()
-	svc.Name, svc.UID = serviceName(i), uuid.NewUUID()
+	svc.Name, svc.UID, svc.CreationTimestamp = serviceName(i), uuid.NewUUID(), now
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip.String(), []string{ip.String()}
 	svc.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}
 
 	slice := tpl.slice.DeepCopy()
-	slice.Name, slice.UID = sliceName(i), uuid.NewUUID()
+	slice.Name, slice.UID, slice.CreationTimestamp = sliceName(i), uuid.NewUUID(), now
 	slice.Labels[discoveryv1.LabelServiceName] = svc.Name
 	want := benchSlice(i, eps)
 	for k := range slice.Endpoints {
@@ -144,7 +173,7 @@ func (tpl *template) clone(i, eps int, ip netip.Addr) ([]F.KV, error) {
 	slice.TypeMeta = metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"}
 
 	addr := tpl.ipAddr.DeepCopy()
-	addr.Name, addr.UID = ip.String(), uuid.NewUUID()
+	addr.Name, addr.UID, addr.CreationTimestamp = ip.String(), uuid.NewUUID(), now
 	addr.Spec.ParentRef.Name = svc.Name
 	addr.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "IPAddress"}
 
