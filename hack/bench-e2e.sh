@@ -13,8 +13,16 @@
 #
 # The seeded etcd data dir is cached in _output/bench-e2e/seed-v<N>-<S>x<E>-<control plane build>/:
 # the first run creates it through the API (1–2.5 min at 10k; the API server's ClusterIP
-# allocator is O(n) per Service), later runs start from a copy in seconds. Root; builds what it
+# allocator is O(n) per Service, static IPs included), later runs start from a copy in seconds.
+# Past BENCH_E2E_SEED_API Services (10000) the rest are copies of Service 0's stored objects
+# (Service, EndpointSlice, IPAddress) written into etcd directly: 50k in minutes, not an hour. Root; builds what it
 # needs (hack/build-controlplane.sh, svcproxy with its commit stamped). Not part of make test.
+#
+# Then, after the churn, the datapath: a server pod behind a new ClusterIP Service on the node and,
+# from a client pod behind the same node, new TCP connections (+ one request each) per second with
+# BENCH_E2E_DP_CONNS in flight for BENCH_E2E_DP_DURATION (e2ectl rate); and a full sync with nothing
+# changed, forced by a change of the Node's zone label (svcproxy and upstream both answer it with the
+# full sync of their hourly resync): kernel change notifications (target 0) and the proxy's CPU.
 #
 # Knobs: BENCH_E2E_MODES (nftables; also iptables, upstream-nftables, upstream-iptables: upstream
 #        kube-proxy v1.37.1 from hack/build-upstream.sh, and baseline-nftables, baseline-iptables:
@@ -23,6 +31,8 @@
 #        BENCH_E2E_CHANGES (6000), BENCH_E2E_RATE (100 updates/s: a minute),
 #        BENCH_E2E_MIN_SYNC (minSyncPeriod, 1ms: a sync per change; 0s in a config file means
 #        the default 1s, upstream's defaulting too), BENCH_E2E_TIMEOUT (go test -timeout, 120m),
+#        BENCH_E2E_SEED_API (10000), BENCH_E2E_DP_CONNS (16), BENCH_E2E_DP_DURATION (10s; 0s: no
+#        datapath), BENCH_E2E_DP_REF (the 1k run's connections/s: the 50k target is 90 % of it),
 #        SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
 #        BENCH_E2E_PROFILE (true: the proxy runs with enableProfiling and its heap profiles —
 #        live and allocated since start, after a GC — are kept in _output/e2e/<cluster>/:
@@ -90,6 +100,12 @@ main() {
     -min-sync-period "${BENCH_E2E_MIN_SYNC:-1ms}"
     -upstream "$upstream" -baseline "${BENCH_E2E_BASELINE:-}"
     -profile="${BENCH_E2E_PROFILE:-false}"
+  )
+  # Seeding past 10k, datapath and full sync (issue #17); see the header.
+  args+=(
+    -seed-api "${BENCH_E2E_SEED_API:-10000}"
+    -dp-conns "${BENCH_E2E_DP_CONNS:-16}" -dp-duration "${BENCH_E2E_DP_DURATION:-10s}"
+    -dp-reference "${BENCH_E2E_DP_REF:-0}"
   )
   log "go test -tags benche2e -run TestBenchE2E ./bench -args ${args[*]} (in test/e2e)"
   t0=$SECONDS

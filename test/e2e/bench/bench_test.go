@@ -18,6 +18,7 @@ var (
 	flagRuns         = flag.Int("runs", 5, "runs per mode, each on a fresh cluster from the seed")
 	flagServices     = flag.Int("services", 10000, "Services (one EndpointSlice each)")
 	flagEndpoints    = flag.Int("endpoints", 10, "endpoints per slice")
+	flagSeedAPI      = flag.Int("seed-api", 10000, "seed at most this many Services through the API; the rest are copies of Service 0's stored objects written into etcd")
 	flagChanges      = flag.Int("changes", 6000, "EndpointSlice updates in the churn")
 	flagRate         = flag.Float64("rate", 100, "churn updates per second")
 	flagMinSync      = flag.String("min-sync-period", "", "svcproxy's minSyncPeriod (empty or 0s: the default, 1s; 1ms for a sync per change)")
@@ -25,6 +26,9 @@ var (
 	flagStartTimeout = flag.Duration("start-timeout", 15*time.Minute, "limit for the first sync")
 	flagBaseline     = flag.String("baseline", "", "another svcproxy binary (e.g. main's), for the modes baseline-nftables and baseline-iptables")
 	flagUpstream     = flag.String("upstream", "", "upstream kube-proxy binary, for the modes upstream-nftables and upstream-iptables")
+	flagDPConns      = flag.Int("dp-conns", 16, "datapath: connections in flight")
+	flagDPDuration   = flag.Duration("dp-duration", 10*time.Second, "datapath: how long to measure the new-connection rate (0: not at all)")
+	flagDPReference  = flag.Float64("dp-reference", 0, "datapath: the 1k run's connections/s, for the 50k target (90 % of it)")
 	flagProfile      = flag.Bool("profile", false, "run the proxy with enableProfiling and keep its heap profiles (after the first sync, after the churn, after the restart) in the cluster's work dir")
 	flagJSON         = flag.String("json", "", "also write the results here (default _output/bench-e2e/results-<time>.json)")
 )
@@ -64,6 +68,7 @@ func writeJSON(results []runResult) error {
 	b, err := json.MarshalIndent(map[string]any{
 		"services": *flagServices, "endpoints": *flagEndpoints, "changes": *flagChanges,
 		"rate": *flagRate, "minSyncPeriod": *flagMinSync, "syncPeriod": flagSyncPeriod.String(),
+		"dpConns": *flagDPConns, "dpDuration": flagDPDuration.String(),
 		"runs": results,
 	}, "", "  ")
 	if err != nil {

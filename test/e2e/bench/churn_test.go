@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -57,17 +56,10 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	order := rand.Perm(*flagServices)[:min(*flagChanges, *flagServices)]
 	watched := make([]netip.Addr, len(order))
 	for k := range order {
-		watched[k] = netip.MustParseAddr(addrAt(churnBase, k))
+		watched[k] = netip.MustParseAddr(addrAt(churnBase(), k))
 	}
-	obs, err := startKernelObserver(n.NS, filepath.Join(c.Work, "kernel-changes-churn.txt"), watched)
-	if err != nil {
-		t.Fatalf("kernel observer: %v", err)
-	}
-	defer func() {
-		if err := obs.stop(); err != nil {
-			t.Errorf("kernel observer lost notifications: %v", err)
-		}
-	}()
+	obs, stop := observe(t, c, n, "kernel-changes-churn.txt", watched)
+	defer stop()
 	before := scrapeHistogram(t, c, n)
 	cpu0 := cpuSeconds(n.Proxy.Pid())
 	var res churnResult
@@ -155,7 +147,7 @@ func moveEndpoint(cs kubernetes.Interface, s *discoveryv1.EndpointSlice, k int) 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s = s.DeepCopy()
-	s.Endpoints[k%len(s.Endpoints)].Addresses = []string{addrAt(churnBase, k)}
+	s.Endpoints[k%len(s.Endpoints)].Addresses = []string{addrAt(churnBase(), k)}
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
@@ -174,7 +166,7 @@ func kernelStats(res *churnResult, obs *kernelObserver, order []int, triggers []
 		if triggers[k].IsZero() {
 			continue
 		}
-		seen, ok := obs.seen(netip.MustParseAddr(addrAt(churnBase, k)))
+		seen, ok := obs.seen(netip.MustParseAddr(addrAt(churnBase(), k)))
 		if !ok {
 			res.KernelMissing++
 			continue

@@ -7,14 +7,18 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	F "github.com/svcproxy/svcproxy/test/e2e/framework"
 )
 
 // kernelObserver listens, in the node's namespace, to the kernel's
@@ -50,6 +54,20 @@ const (
 	nftMsgNewSetElem  = 12
 	nftMsgNewGen      = 16
 )
+
+// observe starts a kernel observer (its log in c.Work/name); the caller
+// defers the returned stop, which fails t if notifications were lost.
+func observe(t *testing.T, c *F.Cluster, n *F.Node, name string, watched []netip.Addr) (*kernelObserver, func()) {
+	obs, err := startKernelObserver(n.NS, filepath.Join(c.Work, name), watched)
+	if err != nil {
+		t.Fatalf("kernel observer: %v", err)
+	}
+	return obs, func() {
+		if err := obs.stop(); err != nil {
+			t.Errorf("kernel observer lost notifications: %v", err)
+		}
+	}
+}
 
 // startKernelObserver subscribes in namespace ns; a summary line per
 // message goes to logPath.

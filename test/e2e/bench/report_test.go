@@ -26,66 +26,75 @@ const mib = 1024.0
 
 func noTarget(string) string { return "" }
 
-// targets are issue #17's, for the scale and mode they were set for.
-func startTarget(mode string) string {
-	switch {
-	case mode == "nftables" && *flagServices == 10000:
-		return "≤ 1.0"
-	case mode == "nftables" && *flagServices == 50000:
-		return "≤ 5"
-	case mode == "iptables" && *flagServices == 10000:
-		return "≤ 15"
-	}
-	return ""
+// targetKey names one of issue #17's targets: a measure, for a mode at a
+// scale (-services).
+type targetKey struct {
+	measure, mode string
+	services      int
 }
 
-func rssTarget(mode string) string {
-	switch {
-	case mode == "nftables" && *flagServices == 10000:
-		return "≤ 100"
-	case mode == "nftables" && *flagServices == 50000:
-		return "≤ 400"
-	case mode == "iptables" && *flagServices == 10000:
-		return "≤ 200"
-	}
-	return ""
+// issueTargets are issue #17's targets, at the scales they were set for.
+var issueTargets = map[targetKey]string{
+	{"start", "nftables", 10000}:            "≤ 1.0",
+	{"start", "nftables", 50000}:            "≤ 5",
+	{"start", "iptables", 10000}:            "≤ 15",
+	{"rss", "nftables", 10000}:              "≤ 100",
+	{"rss", "nftables", 50000}:              "≤ 400",
+	{"rss", "iptables", 10000}:              "≤ 200",
+	{"restart", "nftables", 10000}:          "≤ 1.0",
+	{"restart-writes", "nftables", 10000}:   "0",
+	{"churn-p50", "nftables", 10000}:        "≤ 20",
+	{"churn-p99", "nftables", 10000}:        "≤ 100",
+	{"datapath", "nftables", 1000}:          "the 50k run's reference",
+	{"datapath", "nftables", 10000}:         "beside upstream's",
+	{"datapath", "nftables", 50000}:         "≥ 90 % of 1k's",
+	{"full-sync-writes", "nftables", 50000}: "0",
+	{"full-sync-cpu", "nftables", 50000}:    "printed",
 }
 
-func onlyFor(mode10k, text string) func(string) string {
+// target is the issue's target for measure, by mode, at this run's scale.
+func target(measure string) func(string) string {
 	return func(mode string) string {
-		if mode == mode10k && *flagServices == 10000 {
-			return text
+		text := issueTargets[targetKey{measure, mode, *flagServices}]
+		if measure == "datapath" && *flagServices == 50000 && *flagDPReference > 0 && text != "" {
+			// The 1k figure of an earlier run, given with -dp-reference.
+			text = fmt.Sprintf("≥ %.0f (90 %% of %.0f at 1k)", 0.9**flagDPReference, *flagDPReference)
 		}
-		return ""
+		return text
 	}
 }
 
 func rows(children []string) []row {
 	out := []row{
 		{"start → end of the first sync (s)", "%.2f", func(r runResult) float64 { return r.FirstSync }, noTarget},
-		{"start → every ClusterIP in the kernel (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }, startTarget},
+		{"start → every ClusterIP in the kernel (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }, target("start")},
 		{"syncs until all were programmed", "%.0f", func(r runResult) float64 { return r.SyncsToAll }, noTarget},
 		{"ClusterIPs in the kernel, proxy idle", "%.0f", func(r runResult) float64 { return float64(r.KernelIPs) }, noTarget},
 		{"ClusterIPs the API lists", "%.0f", func(r runResult) float64 { return float64(r.WantIPs) }, noTarget},
 		{"proxy CPU, start → first sync (s)", "%.2f", func(r runResult) float64 { return r.CPUToFirstSync }, noTarget},
-		{"restart unchanged → end of first sync (s)", "%.2f", func(r runResult) float64 { return r.Restart.FirstSync }, onlyFor("nftables", "≤ 1.0")},
-		{"restart: kernel changes (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, onlyFor("nftables", "0")},
+		{"restart unchanged → end of first sync (s)", "%.2f", func(r runResult) float64 { return r.Restart.FirstSync }, target("restart")},
+		{"restart: kernel changes (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, target("restart-writes")},
 		{"restart: kernel transactions (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.Transactions) }, noTarget},
 		{"restart: proxy CPU until quiet (s)", "%.2f", func(r runResult) float64 { return r.Restart.CPUSeconds }, noTarget},
 		{"churn updates sent (API errors excluded)", "%.0f", func(r runResult) float64 { return float64(r.Churn.Sent) }, noTarget},
 		{"churn rate achieved (updates/s)", "%.1f", func(r runResult) float64 { return r.Churn.Rate }, noTarget},
-		{"churn: API write → kernel p50 (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP50) }, onlyFor("nftables", "≤ 20")},
-		{"churn: API write → kernel p99 (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP99) }, onlyFor("nftables", "≤ 100")},
+		{"churn: API write → kernel p50 (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP50) }, target("churn-p50")},
+		{"churn: API write → kernel p99 (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP99) }, target("churn-p99")},
 		{"churn: API write → kernel max (ms, kernel)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelMax) }, noTarget},
 		{"churn: changes never seen in the kernel", "%.0f", func(r runResult) float64 { return float64(r.Churn.KernelMissing) }, noTarget},
 		{"churn: proxy CPU, incl. children (s)", "%.2f", func(r runResult) float64 { return r.Churn.CPUSeconds }, noTarget},
 		{"programming latency histogram mean (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.Mean) }, noTarget},
 		{"programming latency p99, interpolated (s)", "%.3f", func(r runResult) float64 { return r.Churn.P99Interp }, noTarget},
 		{"churn updates observed in the histogram", "%.0f", func(r runResult) float64 { return float64(r.Churn.Observed) }, noTarget},
+		{"datapath: new connections/s via a ClusterIP", "%.0f", func(r runResult) float64 { return r.Datapath.Rate }, target("datapath")},
+		{"datapath: failed connections", "%.0f", func(r runResult) float64 { return float64(r.Datapath.Errors) }, noTarget},
+		{"full sync, nothing changed: kernel changes", "%.0f", func(r runResult) float64 { return float64(r.FullSync.KernelChanges) }, target("full-sync-writes")},
+		{"full sync: proxy CPU until quiet (s)", "%.2f", func(r runResult) float64 { return r.FullSync.CPUSeconds }, target("full-sync-cpu")},
+		{"full sync: duration, proxy's histogram (s)", "%.2f", func(r runResult) float64 { return r.FullSync.Seconds }, noTarget},
 		{"proxy peak RSS after first sync (MiB)", "%.0f", func(r runResult) float64 { return float64(r.RSSAfterFirstSync) / mib }, noTarget},
 		{"proxy peak RSS, cold start + churn (MiB)", "%.0f", func(r runResult) float64 { return float64(r.RSSPeak) / mib }, noTarget},
 		{"proxy peak RSS, restarted process (MiB)", "%.0f", func(r runResult) float64 { return float64(r.Restart.RSS) / mib }, noTarget},
-		{"peak RSS in all: proxy + largest child (MiB)", "%.0f", func(r runResult) float64 { return float64(inAll(r)) / mib }, rssTarget},
+		{"peak RSS in all: proxy + largest child (MiB)", "%.0f", func(r runResult) float64 { return float64(inAll(r)) / mib }, target("rss")},
 	}
 	for _, name := range children {
 		out = append(out, row{"child " + name + " peak RSS, sampled (MiB)", "%.0f", func(r runResult) float64 {
@@ -118,8 +127,8 @@ func inAll(r runResult) int64 {
 // printReport prints one table: per mode and measure the median and every
 // run's value, then what the measures mean.
 func printReport(w io.Writer, results []runResult) {
-	fmt.Fprintf(w, "\nbench-e2e: %d Services × %d endpoints through the API; churn %d updates at %g/s; minSyncPeriod %s; %d CPUs\n\n",
-		*flagServices, *flagEndpoints, *flagChanges, *flagRate, orDefault(*flagMinSync), runtime.NumCPU())
+	fmt.Fprintf(w, "\nbench-e2e: %d Services × %d endpoints through the API; churn %d updates at %g/s; minSyncPeriod %s; datapath %d connections in flight for %v; %d CPUs\n\n",
+		*flagServices, *flagEndpoints, *flagChanges, *flagRate, orDefault(*flagMinSync), *flagDPConns, *flagDPDuration, runtime.NumCPU())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "metric\tmode\tmedian [min … max]\ttarget\truns")
 	for _, mode := range modesOf(results) {
@@ -163,6 +172,14 @@ API write → kernel: from that stamp to the first new-set-element notification 
 the new address (the same listener, stamped as read): the whole path, API server and watch included. Proxy CPU: utime+stime of the proxy and its waited-for children (/proc/PID/stat), from the
 first write until the histogram counted every update. The histogram rows are the proxy's own
 kubeproxy_network_programming_duration_seconds (delta over the churn).
+Datapath: a podserver pod on the node behind a new ClusterIP Service (added after the churn); from
+the client pod cli1 (same node) e2ectl rate keeps -dp-conns connections in flight for -dp-duration,
+each a new TCP connection + one HTTP/1.0 request read to the end: connections/s. Client, server and
+Service are the same for every mode; only the proxy's rules around them differ.
+Full sync: the Node's zone label is changed, which makes svcproxy (a changed node) and upstream
+(OnTopologyChange) run the full sync their hourly resync runs; no slice has hints, so nothing in the
+rules depends on it. The kernel listener counts notifications from the write until the proxy has been
+quiet for 5 s; CPU is the proxy's (children included) over the same interval.
 RSS: VmHWM of the proxy; children (nft, iptables-restore) sampled every 20 ms from /proc (lower
 bound: short-lived ones are missed); "in all" adds the largest child's peak to the proxy's; wait4
 maxrss (first process) is an upper bound for the largest child.

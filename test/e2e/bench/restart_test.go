@@ -30,15 +30,8 @@ type restartResult struct {
 // starts it again with the kernel observer running.
 func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 	n.Proxy.Stop(30 * time.Second)
-	obs, err := startKernelObserver(n.NS, filepath.Join(c.Work, "kernel-changes-restart.txt"), nil)
-	if err != nil {
-		t.Fatalf("kernel observer: %v", err)
-	}
-	defer func() {
-		if err := obs.stop(); err != nil {
-			t.Errorf("kernel observer lost notifications: %v", err)
-		}
-	}()
+	obs, stop := observe(t, c, n, "kernel-changes-restart.txt", nil)
+	defer stop()
 	var res restartResult
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {

@@ -34,8 +34,10 @@ type runResult struct {
 	WantIPs        int // ClusterIPs the API lists (the Services + "kubernetes")
 	KernelDumpSecs float64
 
-	Churn   churnResult
-	Restart restartResult
+	Churn    churnResult
+	Datapath datapathResult
+	FullSync fullSyncResult
+	Restart  restartResult
 	// CPUToFirstSync: the proxy's CPU seconds (its waited-for children
 	// included) from its start to the end of its first sync.
 	CPUToFirstSync float64
@@ -81,6 +83,8 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	if *flagProfile {
 		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-churned.pprof"))
 	}
+	res.Datapath = measureDatapath(t, c, n)
+	res.FullSync = measureFullSync(t, c, n)
 	_, res.RSSPeak, _ = procStatus(n.Proxy.Pid())
 	res.Children = mon.finish()
 	first := n.Proxy

@@ -33,11 +33,21 @@ const seedVersion = 1
 // Endpoint addresses come from the benchmarking range 198.18.0.0/15, as in
 // make bench, above the framework's node, external and LB networks
 // (198.18.0-2.x): 100k seeded endpoints end at 198.19.134.159, churned ones
-// start at 198.19.160.0. No traffic is ever sent to them.
+// start at 198.19.160.0. Past 10k × 10 both run on above 198.19.255.255
+// (churned ones 64Ki addresses after the seeded ones); only in the node's
+// rules: no traffic is ever sent to them.
 var (
 	endpointBase = netip.MustParseAddr("198.18.16.0")
-	churnBase    = netip.MustParseAddr("198.19.160.0")
+	churnBase0   = netip.MustParseAddr("198.19.160.0")
 )
+
+// churnBase is the first churned endpoint address, above every seeded one.
+func churnBase() netip.Addr {
+	if last := netip.MustParseAddr(addrAt(endpointBase, *flagServices**flagEndpoints)); last.Less(churnBase0) {
+		return churnBase0
+	}
+	return netip.MustParseAddr(addrAt(endpointBase, *flagServices**flagEndpoints+1<<16))
+}
 
 func addrAt(base netip.Addr, n int) string {
 	b := base.As4()
@@ -97,6 +107,10 @@ func seedPath() (string, error) {
 		return "", err
 	}
 	name := fmt.Sprintf("seed-v%d-%dx%d-%s", seedVersion, *flagServices, *flagEndpoints, filepath.Base(cpBin))
+	if *flagServices > *flagSeedAPI {
+		// Services past -seed-api are copies written into etcd (seedclone_test.go).
+		name = fmt.Sprintf("seed-v%d-%dx%d-api%d-%s", seedVersion, *flagServices, *flagEndpoints, *flagSeedAPI, filepath.Base(cpBin))
+	}
 	return filepath.Join(root, "_output", "bench-e2e", name), nil
 }
 
@@ -118,8 +132,8 @@ func ensureSeed(t *testing.T) string {
 	return dir
 }
 
-// seed creates every Service and slice through the API of a fresh cluster,
-// stops etcd for a consistent copy and keeps its data dir. The copy goes
+// seed creates the Services and slices through the API of a fresh cluster
+// (past -seed-api: copies written into etcd, seedclone_test.go), stops etcd for a consistent copy and keeps its data dir. The copy goes
 // to a temporary name first, so an interrupted seed is never reused.
 func seed(t *testing.T, dir string) {
 	c := F.New(t, F.Options{Mode: "nftables", Nodes: 1, NoProxy: true})
@@ -130,11 +144,15 @@ func seed(t *testing.T, dir string) {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	if err := createAll(ctx, cs, *flagServices, *flagEndpoints, t.Logf); err != nil {
+	viaAPI := min(*flagServices, max(*flagSeedAPI, 1))
+	if err := createAll(ctx, cs, viaAPI, *flagEndpoints, t.Logf); err != nil {
 		t.Fatalf("seeding: %v", err)
 	}
 	t.Logf("SEED: created %d Services + %d EndpointSlices through the API in %v",
-		*flagServices, *flagServices, time.Since(t0).Round(time.Second))
+		viaAPI, viaAPI, time.Since(t0).Round(time.Second))
+	if viaAPI < *flagServices {
+		cloneServices(t, c, viaAPI, *flagServices, *flagEndpoints)
+	}
 	if err := c.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}

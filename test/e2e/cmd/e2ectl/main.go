@@ -7,6 +7,7 @@
 //	e2ectl probe -url http://10.96.0.10:80/ -n 30 [-wait 30s] [-expect pod-a,pod-b]
 //	e2ectl probe -udp 10.96.0.10:80 -n 30
 //	e2ectl ask -url http://10.96.0.10:80/ -n 0 -interval 50ms   (until SIGTERM; for the Go tests)
+//	e2ectl rate -addr 10.96.0.10:80 -conns 16 -duration 10s     (new connections/s; bench-e2e)
 //
 // Objects are created or updated in place, so each subcommand can be repeated.
 package main
@@ -32,7 +33,8 @@ commands:
   endpoints  -service N -ports (as for service) POD=IP@NODE...
              set the Service's EndpointSlice to these ready endpoints
   probe      (-url URL | -udp HOST:PORT) -n N   send N requests, print how they were balanced
-  ask        (-url URL | -udp HOST:PORT) [-n N] [-keep]  one parseable line per request (tests)`)
+  ask        (-url URL | -udp HOST:PORT) [-n N] [-keep]  one parseable line per request (tests)
+  rate       -addr HOST:PORT [-conns N] [-duration D]   new TCP connections (+ 1 request) per second`)
 }
 
 func main() {
@@ -54,6 +56,8 @@ func main() {
 		err = probeCmd(ctx, args)
 	case "ask":
 		err = askCmd(ctx, args)
+	case "rate":
+		err = rateCmd(ctx, args)
 	case "nodes", "service", "endpoints":
 		var cs *kubernetes.Clientset
 		cs, err = client(*kubeconfig)

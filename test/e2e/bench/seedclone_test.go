@@ -1,0 +1,246 @@
+//go:build benche2e
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	F "github.com/svcproxy/svcproxy/test/e2e/framework"
+)
+
+// Seeding past -seed-api Services through the API would take most of an
+// hour at 50k: kube-apiserver's ClusterIP allocator counts every IPAddress
+// object twice after each allocation, dynamic or static
+// (ipallocator.createIPAddress → Used, Free), so n creates cost O(n²) and no
+// client-side choice (explicit clusterIPs, more clients) avoids it. The rest
+// are written into etcd directly as copies of Service 0's three stored
+// objects — Service, EndpointSlice and the allocator's IPAddress — each
+// decoded from its stored bytes, given its own name, UID, ClusterIP and
+// endpoint addresses, and encoded back in the same protobuf storage format.
+// The API server then serves them as it serves the ones it created.
+
+// storageCodec is the API server's storage encoding (protobuf, "k8s\0").
+var storageCodec = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+
+// template is Service 0's stored objects and their etcd keys.
+type template struct {
+	svc       *corev1.Service
+	slice     *discoveryv1.EndpointSlice
+	ipAddr    *networkingv1.IPAddress
+	svcKey    string
+	sliceKey  string
+	ipAddrKey string
+}
+
+// cloneServices writes Services from..n-1 straight into etcd.
+func cloneServices(t *testing.T, c *F.Cluster, from, n, eps int) {
+	t0 := time.Now()
+	tpl, err := loadTemplate(c)
+	if err != nil {
+		t.Fatalf("reading Service 0's stored objects: %v", err)
+	}
+	free, err := freeClusterIPs(c, n-from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perBatch = 1000
+	for i := from; i < n; i += perBatch {
+		// IPAddresses first, in earlier transactions: the API server's
+		// repair loop then finds each Service's address allocated.
+		var addrs, objs []F.KV
+		for j := i; j < min(n, i+perBatch); j++ {
+			kv, err := tpl.clone(j, eps, free[j-from])
+			if err != nil {
+				t.Fatalf("cloning Service %d: %v", j, err)
+			}
+			addrs, objs = append(addrs, kv[2]), append(objs, kv[:2]...)
+		}
+		if err := c.PutRawBatch(append(addrs, objs...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("SEED: wrote Services %d…%d (+ slices, IPAddresses) into etcd in %v", from, n-1, time.Since(t0).Round(time.Second))
+	waitServed(t, c, n+1)
+	waitAllocated(t, c, n+1)
+}
+
+// waitAllocated waits until the API server lists want IPAddresses and that
+// number has held for a while: its IP repair loop has nothing left to
+// repair or clean up, so every run from the seed starts consistent.
+func waitAllocated(t *testing.T, c *F.Cluster, want int) {
+	deadline := time.Now().Add(5 * time.Minute)
+	stable := time.Time{}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		list, err := c.Admin.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+		cancel()
+		switch {
+		case err != nil || len(list.Items) != want:
+			stable = time.Time{}
+		case stable.IsZero():
+			stable = time.Now()
+		case time.Since(stable) > 10*time.Second:
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API server does not settle on %d IPAddresses (err %v)", want, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// loadTemplate reads Service 0, its slice and its IPAddress from etcd.
+func loadTemplate(c *F.Cluster) (*template, error) {
+	keys, err := c.GetRaw("/registry/", true)
+	if err != nil {
+		return nil, err
+	}
+	tpl := &template{svc: &corev1.Service{}, slice: &discoveryv1.EndpointSlice{}, ipAddr: &networkingv1.IPAddress{}}
+	for _, kv := range keys {
+		switch {
+		case strings.HasPrefix(kv.Key, "/registry/services/specs/") && strings.HasSuffix(kv.Key, "/"+serviceName(0)):
+			tpl.svcKey = kv.Key
+		case strings.Contains(kv.Key, "/endpointslices/") && strings.HasSuffix(kv.Key, "/"+sliceName(0)):
+			tpl.sliceKey = kv.Key
+		}
+	}
+	if err := decodeKey(c, tpl.svcKey, tpl.svc); err != nil {
+		return nil, err
+	}
+	if err := decodeKey(c, tpl.sliceKey, tpl.slice); err != nil {
+		return nil, err
+	}
+	for _, kv := range keys {
+		if strings.Contains(kv.Key, "/ipaddresses/") && strings.HasSuffix(kv.Key, "/"+tpl.svc.Spec.ClusterIP) {
+			tpl.ipAddrKey = kv.Key
+		}
+	}
+	if err := decodeKey(c, tpl.ipAddrKey, tpl.ipAddr); err != nil {
+		return nil, err
+	}
+	return tpl, nil
+}
+
+func decodeKey(c *F.Cluster, key string, into runtime.Object) error {
+	if key == "" {
+		return fmt.Errorf("no key for a %T of Service 0 in etcd", into)
+	}
+	kvs, err := c.GetRaw(key, false) // key and the keys it is a prefix of
+	if err != nil {
+		return err
+	}
+	for _, kv := range kvs {
+		if kv.Key == key {
+			_, _, err := storageCodec.Decode(kv.Value, nil, into)
+			return err
+		}
+	}
+	return fmt.Errorf("etcd has no %s", key)
+}
+
+// clone returns the etcd writes of Service i, in this order: its Service,
+// slice and IPAddress, copies of the template's with i's names and ip.
+func (tpl *template) clone(i, eps int, ip netip.Addr) ([]F.KV, error) {
+	// Created now, as each copy is: the API server's IP repair loop deletes
+	// an IPAddress older than 60 s whose Service it has not seen yet.
+	now := metav1.Now()
+	svc := tpl.svc.DeepCopy()
+	svc.Name, svc.UID, svc.CreationTimestamp = serviceName(i), uuid.NewUUID(), now
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip.String(), []string{ip.String()}
+	svc.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}
+
+	slice := tpl.slice.DeepCopy()
+	slice.Name, slice.UID, slice.CreationTimestamp = sliceName(i), uuid.NewUUID(), now
+	slice.Labels[discoveryv1.LabelServiceName] = svc.Name
+	want := benchSlice(i, eps)
+	for k := range slice.Endpoints {
+		slice.Endpoints[k].Addresses = want.Endpoints[k].Addresses
+	}
+	slice.TypeMeta = metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"}
+
+	addr := tpl.ipAddr.DeepCopy()
+	addr.Name, addr.UID, addr.CreationTimestamp = ip.String(), uuid.NewUUID(), now
+	addr.Spec.ParentRef.Name = svc.Name
+	addr.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "IPAddress"}
+
+	var kvs []F.KV
+	for _, o := range []struct {
+		key string
+		obj runtime.Object
+	}{
+		{strings.TrimSuffix(tpl.svcKey, serviceName(0)) + svc.Name, svc},
+		{strings.TrimSuffix(tpl.sliceKey, sliceName(0)) + slice.Name, slice},
+		{strings.TrimSuffix(tpl.ipAddrKey, tpl.svc.Spec.ClusterIP) + addr.Name, addr},
+	} {
+		var b strings.Builder
+		if err := storageCodec.Encode(o.obj, &b); err != nil {
+			return nil, err
+		}
+		kvs = append(kvs, F.KV{Key: o.key, Value: []byte(b.String())})
+	}
+	return kvs, nil
+}
+
+// freeClusterIPs returns n addresses of the service range no Service holds.
+func freeClusterIPs(c *F.Cluster, n int) ([]netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := c.Admin.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing Services: %w", err)
+	}
+	used := map[netip.Addr]bool{}
+	for _, s := range list.Items {
+		if a, err := netip.ParseAddr(s.Spec.ClusterIP); err == nil {
+			used[a] = true
+		}
+	}
+	cidr := netip.MustParsePrefix(F.ServiceCIDR)
+	var out []netip.Addr
+	// The range's first address (network) and last (broadcast) are never given.
+	for a := cidr.Addr().Next(); cidr.Contains(a.Next()) && len(out) < n; a = a.Next() {
+		if !used[a] {
+			out = append(out, a)
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("service range %s has %d free addresses, %d wanted", F.ServiceCIDR, len(out), n)
+	}
+	return out, nil
+}
+
+// waitServed waits until the API server lists want Services (its watch
+// cache follows etcd).
+func waitServed(t *testing.T, c *F.Cluster, want int) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		list, err := c.Admin.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+		cancel()
+		got := 0
+		if err == nil {
+			got = len(list.Items)
+		}
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API server lists %d Services (err %v), want %d", got, err, want)
+		}
+		time.Sleep(time.Second)
+	}
+}
