@@ -32,55 +32,40 @@ func TestRuntime(t *testing.T) {
 	svc = c.CreateService(svc)
 	eps := []F.EP{{Pod: c.AddPod(n1, "ra")}, {Pod: c.AddPod(n2, "rb")}}
 	c.SetEndpoints(svc, eps...)
-	if err := c.StartProxy(n1); err != nil {
-		t.Fatal(err)
+	// round starts both proxies over the nodes' current configs and
+	// compares them; the change counters are compared after round's event.
+	round := func(name string, event int) {
+		if err := c.StartProxy(n1); err != nil {
+			t.Fatal(err)
+		}
+		upstream := startKubeProxy(t, c, n2, b.kubeProxy)
+		waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
+		t.Run(name, func(t *testing.T) {
+			t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
+			t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
+			t.Run("changes", func(t *testing.T) { compareChangeCounters(t, c, n2, n1, svc, eps, event, diffs) })
+		})
+		if name == "default-mode" {
+			t.Run("events", func(t *testing.T) { compareEvents(t, c, n2, n1, diffs) })
+		}
+		n1.Proxy.Stop(5 * time.Second)
+		upstream.Stop(5 * time.Second)
 	}
-	upstream := startKubeProxy(t, c, n2, b.kubeProxy)
-	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
-	t.Run("nftables", func(t *testing.T) {
-		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
-		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
-		t.Run("changes", func(t *testing.T) { compareChangeCounters(t, c, n2, n1, svc, eps, 1, diffs) })
-	})
+	round("nftables", 1)
 	// Then both again without a mode: upstream 1.37 defaults to iptables,
 	// warns (KEP-5343) and records a KubeProxyDefaultMode event.
-	n1.Proxy.Stop(5 * time.Second)
-	upstream.Stop(5 * time.Second)
 	for _, n := range []*F.Node{n1, n2} {
 		dropMode(t, n.Config)
 	}
-	if err := c.StartProxy(n1); err != nil {
-		t.Fatal(err)
-	}
-	upstream = startKubeProxy(t, c, n2, b.kubeProxy)
-	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
-	t.Run("default-mode", func(t *testing.T) {
-		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
-		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
-		t.Run("changes", func(t *testing.T) { compareChangeCounters(t, c, n2, n1, svc, eps, 2, diffs) })
-	})
-	t.Run("events", func(t *testing.T) { compareEvents(t, c, n2, n1, diffs) })
-	// Last, nftables with KEP-6032's alpha gate and loopback among the
+	round("default-mode", 2)
+	// Then nftables with KEP-6032's alpha gate and loopback among the
 	// node-port addresses: the userspace localhost proxy and its metrics.
-	n1.Proxy.Stop(5 * time.Second)
-	upstream.Stop(5 * time.Second)
 	for _, n := range []*F.Node{n1, n2} {
 		appendConfig(t, n.Config, localhostNodePortsConfig)
 	}
-	if err := c.StartProxy(n1); err != nil {
-		t.Fatal(err)
-	}
-	upstream = startKubeProxy(t, c, n2, b.kubeProxy)
-	waitBoth(t, c, svc.Spec.HealthCheckNodePort, n1, n2)
-	t.Run("localhost-nodeports", func(t *testing.T) {
-		t.Run("metrics", func(t *testing.T) { compareMetrics(t, c, n2, n1, diffs) })
-		t.Run("endpoints", func(t *testing.T) { compareEndpoints(t, c, n2, n1, svc.Spec.HealthCheckNodePort, diffs) })
-		t.Run("changes", func(t *testing.T) { compareChangeCounters(t, c, n2, n1, svc, eps, 3, diffs) })
-	})
+	round("localhost-nodeports", 3)
 	// Last, the listener failures: both ports taken before either starts,
 	// without and then with bindAddressHardFail.
-	n1.Proxy.Stop(5 * time.Second)
-	upstream.Stop(5 * time.Second)
 	t.Run("ports-taken", func(t *testing.T) { comparePortsTaken(t, c, b, n2, n1, diffs) })
 	diffs.checkUsed(t, "metric ")
 	diffs.checkUsed(t, "endpoint ")
