@@ -22,6 +22,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/watch"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/klink"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -78,6 +79,11 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		state:    debugstate.NewRecorder(),
 		fatal:    make(chan error, 4),
 	}
+	// The host's addresses are listed again only after the kernel announces
+	// a change, not on every sync (issue #17: 63 MB a churn minute).
+	hostAddrs := klink.NewAddrCache(interfaceAddrs)
+	context.AfterFunc(ctx, hostAddrs.Close)
+	d.node.hostAddrs = hostAddrs.Addrs
 	d.svcHealth = servicehealth.New(d.health.Healthy, d.events.healthCheckFailed)
 	d.schedulers = newSchedulerWarner(d.events.invalidScheduler)
 	return d, nil

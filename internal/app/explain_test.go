@@ -53,8 +53,8 @@ func TestExplainCommand(t *testing.T) {
 		Family: proxy.IPv4, NodePorts: desired.NodePortAddrs{All: true},
 		Masquerade: desired.Masquerade{Mark: 0x4000, Local: desired.LocalDetector{Mode: desired.LocalCIDR,
 			CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}},
-		Services: map[proxy.ServicePortName]*desired.ServicePort{name: {Name: name, Protocol: proxy.UDP, Port: 53,
-			ClusterIP: netip.MustParseAddr("10.96.0.10"), Internal: ep, External: ep, Cluster: ep}},
+		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{name: {Name: name, Protocol: proxy.UDP, Port: 53,
+			ClusterIP: netip.MustParseAddr("10.96.0.10"), Internal: ep, External: ep, Cluster: ep}}),
 	}, model.Changes{})
 	out, err := runExplain(t, "10.96.0.10:53/udp", "--server", srv.URL, "--from-pod")
 	if err != nil {
@@ -148,8 +148,8 @@ func TestExplainInternalLocalAllLocal(t *testing.T) {
 	ep := desired.Dispatch{Endpoints: []desired.Endpoint{{IP: netip.MustParseAddr("10.244.1.2"), Port: 80}}}
 	rec.Record(&desired.State{
 		Family: proxy.IPv4, NodePorts: desired.NodePortAddrs{All: true},
-		Services: map[proxy.ServicePortName]*desired.ServicePort{name: {Name: name, Protocol: proxy.TCP, Port: 80,
-			ClusterIP: netip.MustParseAddr("10.96.0.11"), Internal: ep, External: ep, Cluster: ep, InternalLocal: true}},
+		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{name: {Name: name, Protocol: proxy.TCP, Port: 80,
+			ClusterIP: netip.MustParseAddr("10.96.0.11"), Internal: ep, External: ep, Cluster: ep, InternalLocal: true}}),
 	}, model.Changes{})
 	out, err := runExplain(t, "10.96.0.11:80", "--server", srv.URL, "--from-pod")
 	if err != nil {

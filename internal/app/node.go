@@ -58,7 +58,8 @@ func (v *nodeView) setZone(zone string) {
 }
 
 // get returns the node for Compute, with the host's current interface
-// addresses, or false while the Node is unknown.
+// addresses (in the daemon, from a klink.AddrCache: listed again after the
+// kernel announces a change), or false while the Node is unknown.
 func (v *nodeView) get() (desired.Node, bool) {
 	v.mu.Lock()
 	n, ok := v.node, v.known

@@ -38,13 +38,13 @@ func (w *schedulerWarner) observe(state *desired.State, _ model.Changes) {
 	if state.Changed == nil {
 		before := w.warned
 		w.warned = make(map[proxy.ServiceName]string)
-		for _, sp := range state.Services {
+		for _, sp := range state.Services.All() {
 			w.check(before, sp)
 		}
 		return
 	}
 	for name := range state.Changed {
-		if sp := state.Services[name]; sp != nil {
+		if sp := state.Service(name); sp != nil {
 			w.check(w.warned, sp)
 			continue
 		}

@@ -29,15 +29,15 @@ func TestSchedulerWarnerWarnsOncePerServiceAndValue(t *testing.T) {
 		return &desired.ServicePort{Name: proxy.ServicePortName{
 			ServiceName: proxy.ServiceName{Namespace: "ns", Name: svc}, Port: portName, Protocol: proxy.TCP}, Scheduler: sched(value)}
 	}
-	full := &desired.State{Services: map[proxy.ServicePortName]*desired.ServicePort{}}
+	full := &desired.State{Services: model.PortMap[*desired.ServicePort]{}}
 	for _, sp := range []*desired.ServicePort{port("a", "http", "lc"), port("b", "http", "fastest"), port("b", "https", "fastest"), port("c", "", "")} {
-		full.Services[sp.Name] = sp
+		full.Services = full.Services.With(sp.Name, sp)
 	}
 	w.observe(full, model.Changes{})
 	w.observe(full, model.Changes{}) // a resync warns nothing new
 	changed := port("b", "http", "quickest")
 	partial := &desired.State{
-		Services: map[proxy.ServicePortName]*desired.ServicePort{changed.Name: changed},
+		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{changed.Name: changed}),
 		Changed:  map[proxy.ServicePortName]struct{}{changed.Name: {}},
 	}
 	w.observe(partial, model.Changes{})
@@ -52,12 +52,12 @@ func TestSchedulerWarnerWarnsOncePerServiceAndValue(t *testing.T) {
 func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
 	warnings := 0
 	w := newSchedulerWarner(func(proxy.ServiceName, string) { warnings++ })
-	state := &desired.State{Services: map[proxy.ServicePortName]*desired.ServicePort{}}
+	state := &desired.State{Services: model.PortMap[*desired.ServicePort]{}}
 	var names []proxy.ServicePortName
 	for i := range 100 {
 		sp := &desired.ServicePort{Name: proxy.ServicePortName{
 			ServiceName: proxy.ServiceName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}, Port: "p", Protocol: proxy.TCP}, Scheduler: sched("bogus")}
-		state.Services[sp.Name] = sp
+		state.Services = state.Services.With(sp.Name, sp)
 		names = append(names, sp.Name)
 	}
 	w.observe(state, model.Changes{})
@@ -66,14 +66,14 @@ func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
 	}
 
 	// Partial syncs delete half the Services and fix the annotation of a quarter.
-	partial := &desired.State{Services: map[proxy.ServicePortName]*desired.ServicePort{}, Changed: map[proxy.ServicePortName]struct{}{}}
+	partial := &desired.State{Services: model.PortMap[*desired.ServicePort]{}, Changed: map[proxy.ServicePortName]struct{}{}}
 	for i, name := range names {
 		switch {
 		case i < 50: // deleted
 		case i < 75:
-			partial.Services[name] = &desired.ServicePort{Name: name, Scheduler: sched("rr")}
+			partial.Services = partial.Services.With(name, &desired.ServicePort{Name: name, Scheduler: sched("rr")})
 		default:
-			partial.Services[name] = state.Services[name]
+			partial.Services = partial.Services.With(name, state.Service(name))
 			continue
 		}
 		partial.Changed[name] = struct{}{}
@@ -84,7 +84,7 @@ func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
 	}
 
 	// A full sync with none of them keeps nothing, and warns nothing new.
-	w.observe(&desired.State{Services: map[proxy.ServicePortName]*desired.ServicePort{}}, model.Changes{})
+	w.observe(&desired.State{Services: model.PortMap[*desired.ServicePort]{}}, model.Changes{})
 	if len(w.warned) != 0 || warnings != 100 {
 		t.Errorf("after full sync: remembered %d, warnings %d; want 0 and 100", len(w.warned), warnings)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 func ip(s string) netip.Addr       { return netip.MustParseAddr(s) }
@@ -51,10 +52,10 @@ func state(ports ...*desired.ServicePort) *desired.State {
 		Family:    proxy.IPv4,
 		NodeIPs:   []netip.Addr{ip("198.18.0.11")},
 		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{ip("198.18.0.11")}},
-		Services:  map[proxy.ServicePortName]*desired.ServicePort{},
+		Services:  model.PortMap[*desired.ServicePort]{},
 	}
 	for _, sp := range ports {
-		st.Services[sp.Name] = sp
+		st.Services = st.Services.With(sp.Name, sp)
 	}
 	return st
 }
@@ -64,19 +65,19 @@ func state(ports ...*desired.ServicePort) *desired.State {
 func next(prev *desired.State, remove []string, ports ...*desired.ServicePort) *desired.State {
 	st := state()
 	st.Changed = map[proxy.ServicePortName]struct{}{}
-	for name, sp := range prev.Services {
-		st.Services[name] = sp
+	for name, sp := range prev.Services.All() {
+		st.Services = st.Services.With(name, sp)
 	}
 	for _, name := range remove {
-		for n := range st.Services {
+		for n := range st.Services.All() {
 			if n.Name == name {
-				delete(st.Services, n)
+				st.Services = st.Services.Without(n)
 				st.Changed[n] = struct{}{}
 			}
 		}
 	}
 	for _, sp := range ports {
-		st.Services[sp.Name] = sp
+		st.Services = st.Services.With(sp.Name, sp)
 		st.Changed[sp.Name] = struct{}{}
 	}
 	return st

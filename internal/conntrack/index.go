@@ -63,7 +63,7 @@ func buildIndex(st *desired.State, retired []*desired.ServicePort) *index {
 	for _, ip := range st.NodePorts.IPs {
 		ix.nodePortIPs[ip] = true
 	}
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		if connectionless(sp.Protocol) {
 			ix.add(sp, servingOf(sp))
 		}

@@ -150,7 +150,7 @@ func (r *Reconciler) noteRetired(prev, state *desired.State) {
 		if !connectionless(name.Protocol) {
 			continue
 		}
-		if old, ok := prev.Services[name]; ok && state.Services[name] != old {
+		if old := prev.Service(name); old != nil && state.Service(name) != old {
 			r.retired = append(r.retired, old)
 		}
 	}

@@ -102,8 +102,8 @@ func (r *Reconciler) deleteBounded(ctx context.Context, flows []kconntrack.Flow)
 func (w *work) allRetired() []*desired.ServicePort {
 	out := w.retired
 	for _, old := range w.retiredStates {
-		for name, sp := range old.Services {
-			if connectionless(sp.Protocol) && w.state.Services[name] != sp {
+		for name, sp := range old.Services.All() {
+			if connectionless(sp.Protocol) && w.state.Service(name) != sp {
 				out = append(out, sp)
 			}
 		}

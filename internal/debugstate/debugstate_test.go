@@ -39,7 +39,7 @@ func sampleState() *desired.State {
 			Localhost: desired.LocalhostProxied, Bound: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
 		Masquerade:   masq,
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
-		Services: map[proxy.ServicePortName]*desired.ServicePort{
+		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{
 			web: {Name: web, Protocol: proxy.TCP, Port: 80, ClusterIP: netip.MustParseAddr("10.96.0.10"),
 				NodePort: 30080, LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("203.0.113.5")},
 				ExternalIPs:     []netip.Addr{netip.MustParseAddr("198.51.100.7")},
@@ -54,7 +54,7 @@ func sampleState() *desired.State {
 			dns: {Name: dns, Protocol: proxy.UDP, Port: 53, ClusterIP: netip.MustParseAddr("10.96.0.53"),
 				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
 				Cluster: desired.Dispatch{Empty: desired.Reject}},
-		},
+		}),
 		HealthChecks: []desired.HealthCheck{{Service: web.ServiceName, Port: 31000, LocalReady: 1}},
 	}
 }
@@ -79,22 +79,22 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 	// Endpoint slices may come back empty instead of nil: compare ports with
 	// desired's own equality, the rest with DeepEqual.
-	for n, sp := range in.Services {
-		got := out.Services[n]
+	for n, sp := range in.Services.All() {
+		got := out.Service(n)
 		if got == nil || !sp.Equal(got) {
 			t.Errorf("%s: round trip changed the port:\n in  %+v\n out %+v", n, sp, got)
 		}
 	}
-	if len(out.Services) != len(in.Services) {
-		t.Errorf("%d services after the round trip, want %d", len(out.Services), len(in.Services))
+	if out.Services.Len() != in.Services.Len() {
+		t.Errorf("%d services after the round trip, want %d", out.Services.Len(), in.Services.Len())
 	}
-	if out.Services[name("default", "web", "http", proxy.TCP)].AllowedSources == nil {
+	if out.Service(name("default", "web", "http", proxy.TCP)).AllowedSources == nil {
 		t.Error("an empty AllowedSources became nil (unrestricted)")
 	}
-	if out.Services[name("kube-system", "dns", "", proxy.UDP)].AllowedSources != nil {
+	if out.Service(name("kube-system", "dns", "", proxy.UDP)).AllowedSources != nil {
 		t.Error("a nil AllowedSources became non-nil (restricted)")
 	}
-	in.Services, out.Services = nil, nil
+	in.Services, out.Services = model.PortMap[*desired.ServicePort]{}, model.PortMap[*desired.ServicePort]{}
 	if !reflect.DeepEqual(in, out) {
 		t.Errorf("state round trip:\n in  %+v\n out %+v", in, out)
 	}
@@ -121,7 +121,7 @@ func TestSampleCoversEveryField(t *testing.T) {
 			t.Errorf("sampleState leaves desired.NodePortAddrs.%s zero: set it, and carry it on the wire", f.Name)
 		}
 	}
-	web := sampleState().Services[name("default", "web", "http", proxy.TCP)]
+	web := sampleState().Service(name("default", "web", "http", proxy.TCP))
 	v := reflect.ValueOf(*web)
 	for i := range v.NumField() {
 		if f := v.Type().Field(i); f.IsExported() && v.Field(i).IsZero() {
@@ -143,7 +143,7 @@ func TestDecodeWithoutRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := name("default", "web", "http", proxy.TCP)
-	if got, want := out.RoutesOf(out.Services[n]), *in.Services[n].Routes; got != want {
+	if got, want := out.RoutesOf(out.Service(n)), *in.Service(n).Routes; got != want {
 		t.Errorf("routes = %v, want %v", got, want)
 	}
 }

@@ -9,10 +9,12 @@ package debugstate
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // Dump is the body of /debug/svcproxy/state: one entry per IP family that
@@ -130,10 +132,10 @@ func Encode(s *desired.State, syncedAt time.Time) State {
 			LocalMode: s.Masquerade.Local.Mode, LocalCIDRs: s.Masquerade.Local.CIDRs,
 			LocalInterface: s.Masquerade.Local.Interface},
 		ServiceCIDRs: s.ServiceCIDRs,
-		Services:     make([]ServicePort, 0, len(s.Services)),
+		Services:     make([]ServicePort, 0, s.Services.Len()),
 	}
-	for _, name := range sortedNames(s.Services) {
-		out.Services = append(out.Services, encodePort(s.Services[name]))
+	for _, name := range slices.SortedFunc(s.Services.Keys(), proxy.ServicePortName.Compare) {
+		out.Services = append(out.Services, encodePort(s.Service(name)))
 	}
 	for _, hc := range s.HealthChecks {
 		out.HealthChecks = append(out.HealthChecks, HealthCheck{Namespace: hc.Service.Namespace,
@@ -185,15 +187,16 @@ func (w State) Decode() (*desired.State, error) {
 			Local: desired.LocalDetector{Mode: w.Masquerade.LocalMode,
 				CIDRs: w.Masquerade.LocalCIDRs, Interface: w.Masquerade.LocalInterface}},
 		ServiceCIDRs: w.ServiceCIDRs,
-		Services:     make(map[proxy.ServicePortName]*desired.ServicePort, len(w.Services)),
 	}
+	var services model.PortMapEditor[*desired.ServicePort]
 	for _, p := range w.Services {
 		sp, err := p.decode()
 		if err != nil {
 			return nil, err
 		}
-		s.Services[sp.Name] = sp
+		services.Set(sp.Name, sp)
 	}
+	s.Services = services.Done()
 	for _, hc := range w.HealthChecks {
 		s.HealthChecks = append(s.HealthChecks, desired.HealthCheck{
 			Service: proxy.ServiceName{Namespace: hc.Namespace, Name: hc.Name},

@@ -208,7 +208,7 @@ func (e *Explanation) frontend(state *desired.State, out desired.Outcome) {
 // take node ports gets its own reason.
 func (e *Explanation) noFrontend(state *desired.State, pkt Packet) {
 	e.Verdict = Accept
-	for _, sp := range state.Services {
+	for _, sp := range state.Services.All() {
 		// Node ports are unique per protocol: the first match is the one.
 		if sp.NodePort == 0 || sp.NodePort != pkt.Port || sp.Protocol != pkt.Protocol {
 			continue

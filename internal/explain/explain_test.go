@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 func spn(ns, name, port string, proto proxy.Protocol) proxy.ServicePortName {
@@ -47,7 +48,7 @@ func cannedState() *desired.State {
 		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{a("192.168.0.10")}},
 		Masquerade: desired.Masquerade{Mark: 0x4000, Local: desired.LocalDetector{
 			Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}},
-		Services: map[proxy.ServicePortName]*desired.ServicePort{
+		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{
 			web: {Name: web, Protocol: proxy.TCP, Port: 80, ClusterIP: a("10.96.0.10"), NodePort: 30080,
 				ExternalIPs: []netip.Addr{a("198.51.100.1")}, LoadBalancerIPs: []netip.Addr{a("203.0.113.5")},
 				AllowedSources: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.18.0.0/15")},
@@ -62,7 +63,7 @@ func cannedState() *desired.State {
 				Cluster: desired.Dispatch{Empty: desired.Reject}},
 			sticky: {Name: sticky, Protocol: proxy.TCP, Port: 80, ClusterIP: a("10.96.0.40"), AffinitySeconds: 10800,
 				Internal: desired.Dispatch{Endpoints: all}, External: desired.Dispatch{Endpoints: all}, Cluster: desired.Dispatch{Endpoints: all}},
-		},
+		}),
 	}
 }
 

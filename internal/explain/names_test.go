@@ -8,6 +8,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // TestIPVSObjectNames: the ipsets explain names are the IPVS backend's, for
@@ -19,10 +20,10 @@ func TestIPVSObjectNames(t *testing.T) {
 	st := &desired.State{
 		Family:    proxy.IPv6,
 		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{a("fd00:1::2")}},
-		Services: map[proxy.ServicePortName]*desired.ServicePort{
+		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{
 			v6: {Name: v6, Protocol: proxy.SCTP, Port: 9000, ClusterIP: a("fd00:172:30::9"), NodePort: 30900,
 				Internal: ep, External: ep, Cluster: ep, ExternalLocal: true},
-		},
+		}),
 	}
 	sctp4 := cannedSCTP()
 	for _, tc := range []struct {
@@ -73,8 +74,8 @@ func cannedSCTP() *desired.State {
 	st := cannedState()
 	n := spn("default", "sctp", "", proxy.SCTP)
 	ep := desired.Dispatch{Endpoints: eps("10.244.1.5:9000")}
-	st.Services = map[proxy.ServicePortName]*desired.ServicePort{n: {Name: n, Protocol: proxy.SCTP, Port: 9000,
-		ClusterIP: a("10.96.0.90"), NodePort: 30901, Internal: ep, External: ep, Cluster: ep}}
+	st.Services = model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{n: {Name: n, Protocol: proxy.SCTP, Port: 9000,
+		ClusterIP: a("10.96.0.90"), NodePort: 30901, Internal: ep, External: ep, Cluster: ep}})
 	return st
 }
 
@@ -85,8 +86,8 @@ func TestIPTablesInternalLocalChain(t *testing.T) {
 	st := cannedState()
 	n := spn("default", "local", "", proxy.TCP)
 	ep := desired.Dispatch{Endpoints: eps("10.244.1.5:8080")}
-	st.Services[n] = &desired.ServicePort{Name: n, Protocol: proxy.TCP, Port: 80, ClusterIP: a("10.96.0.50"),
-		Internal: ep, External: ep, Cluster: ep, InternalLocal: true}
+	st.Services = st.Services.With(n, &desired.ServicePort{Name: n, Protocol: proxy.TCP, Port: 80, ClusterIP: a("10.96.0.50"),
+		Internal: ep, External: ep, Cluster: ep, InternalLocal: true})
 	e := Explain(st, Packet{Dest: a("10.96.0.50"), Port: 80, Protocol: proxy.TCP, Origin: OriginPod})
 	objs, err := Objects(context.Background(), "iptables", st, e)
 	if err != nil {
@@ -124,9 +125,9 @@ func TestIPVSSchedulerFromState(t *testing.T) {
 		{&desired.Scheduler{Name: "lc"}, "scheduler lc"},
 		{&desired.Scheduler{Name: "rr", Ignored: "fastest"}, `scheduler rr (the annotation's "fastest" names no IPVS scheduler)`},
 	} {
-		web := *st.Services[spn("default", "web", "http", proxy.TCP)]
+		web := *st.Service(spn("default", "web", "http", proxy.TCP))
 		web.Scheduler = tc.sched
-		st.Services[web.Name] = &web
+		st.Services = st.Services.With(web.Name, &web)
 		objs, err := Objects(context.Background(), "ipvs", st, Explain(st, pkt))
 		if err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
@@ -47,7 +48,7 @@ func nftObjects(ctx context.Context, state *desired.State, e Explanation) ([]str
 	}
 	fake := knftables.NewFake(family, nftables.TableName)
 	one := *state
-	one.Services = map[proxy.ServicePortName]*desired.ServicePort{e.Port.Name: e.Port}
+	one.Services = model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{e.Port.Name: e.Port})
 	one.Changed = nil
 	if err := nftables.NewWithInterface(state.Family, knft.NewFake(fake, nil)).Sync(ctx, &one, proxy.FullSync); err != nil {
 		return nil, fmt.Errorf("rendering %s for nftables: %w", e.Port.Name, err)

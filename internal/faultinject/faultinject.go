@@ -14,6 +14,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // PoisonPrefix names the Services the test build corrupts.
@@ -47,15 +48,16 @@ func Wrap(b Backend, mode string, family proxy.IPFamily) *Proxier {
 // Sync is part of syncer.Proxier.
 func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
 	out := *st
-	out.Services = make(map[proxy.ServicePortName]*desired.ServicePort, len(st.Services))
-	for name, sp := range st.Services {
+	services := model.NewPortMapEditor(st.Services)
+	for name, sp := range st.Services.All() {
 		if p.Poison(name.ServiceName) {
 			c := *sp
 			p.Corrupt(&c)
 			sp = &c
 		}
-		out.Services[name] = sp
+		services.Set(name, sp)
 	}
+	out.Services = services.Done()
 	err := p.Backend.Sync(ctx, &out, mode)
 	if err != nil {
 		p.Refused++

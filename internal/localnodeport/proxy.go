@@ -53,7 +53,7 @@ func Specs(st *desired.State) []Spec {
 		return nil
 	}
 	var out []Spec
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		if sp.NodePort == 0 || sp.Protocol != proxy.TCP {
 			continue
 		}

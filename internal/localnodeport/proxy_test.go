@@ -21,6 +21,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // The tests bind real sockets on the host's loopback (nothing else): the
@@ -283,12 +284,12 @@ func TestSpecsFromState(t *testing.T) {
 	}
 	cluster := desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.0.1.1:80"), ep("10.0.2.1:80")}}
 	local := desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.0.1.1:80")}}
-	st := &desired.State{Family: proxy.IPv4, NodePorts: desired.NodePortAddrs{Localhost: desired.LocalhostProxied}, Services: map[proxy.ServicePortName]*desired.ServicePort{
+	st := &desired.State{Family: proxy.IPv4, NodePorts: desired.NodePortAddrs{Localhost: desired.LocalhostProxied}, Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{
 		name("web", proxy.TCP):     {Name: name("web", proxy.TCP), Protocol: proxy.TCP, NodePort: 30080, Cluster: cluster, External: cluster, AffinitySeconds: 30},
 		name("local", proxy.TCP):   {Name: name("local", proxy.TCP), Protocol: proxy.TCP, NodePort: 30081, Cluster: cluster, External: local, ExternalLocal: true},
 		name("dns", proxy.UDP):     {Name: name("dns", proxy.UDP), Protocol: proxy.UDP, NodePort: 30053, Cluster: cluster, External: cluster},
 		name("cluster", proxy.TCP): {Name: name("cluster", proxy.TCP), Protocol: proxy.TCP, Cluster: cluster, External: cluster},
-	}}
+	})}
 	got := Specs(st)
 	slices.SortFunc(got, func(a, b Spec) int { return int(a.Port) - int(b.Port) })
 	want := []Spec{

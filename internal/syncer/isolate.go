@@ -10,6 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // maxIsolationSyncs bounds the Proxier.Sync calls spent looking for the
@@ -35,25 +36,26 @@ func (q quarantine) filter(state, prev *desired.State) *desired.State {
 		return state
 	}
 	out := *state
-	out.Services = maps.Clone(state.Services)
+	services := model.NewPortMapEditor(state.Services)
 	if state.Changed != nil {
 		out.Changed = maps.Clone(state.Changed)
 	}
 	for name, rejected := range q {
-		cur := out.Services[name]
+		cur := out.Service(name)
 		if cur == nil || !cur.Equal(rejected) {
 			delete(q, name) // changed or gone: try it again
 			continue
 		}
-		delete(out.Services, name)
+		services.Remove(name)
 		if out.Changed != nil {
-			if _, had := prev.Services[name]; had {
+			if prev.Service(name) != nil {
 				out.Changed[name] = struct{}{} // programmed before: remove it
 			} else {
 				delete(out.Changed, name)
 			}
 		}
 	}
+	out.Services = services.Done()
 	return &out
 }
 
@@ -84,7 +86,7 @@ func (s *Syncer) program(state, prev *desired.State, mode proxy.SyncMode) (*desi
 	if len(cands) == 0 {
 		return nil, mode, err
 	}
-	base := withServices(state, map[proxy.ServicePortName]*desired.ServicePort{})
+	base := withServices(state, model.PortMap[*desired.ServicePort]{})
 	if prev != nil {
 		// What the kernel had before: if even that fails, the fault is
 		// not in the changed ports. After the failure the Proxier's
@@ -108,7 +110,7 @@ func (s *Syncer) program(state, prev *desired.State, mode proxy.SyncMode) (*desi
 		return nil, mode, errors.Join(err, ierr)
 	}
 	for name, berr := range iso.bad {
-		s.quarantined[name] = state.Services[name]
+		s.quarantined[name] = state.Service(name)
 		klog.ErrorS(berr, "Kernel rejected a service port; keeping it out until it changes", "ipFamily", s.family, "servicePort", name)
 		if s.o.Quarantined != nil {
 			s.o.Quarantined(name, berr)
@@ -119,14 +121,15 @@ func (s *Syncer) program(state, prev *desired.State, mode proxy.SyncMode) (*desi
 
 // search returns good plus every candidate the kernel accepts with it.
 func (iso *isolation) search(good *desired.State, cands []proxy.ServicePortName) (*desired.State, error) {
-	trial := withServices(good, good.Services)
+	services := model.NewPortMapEditor(good.Services)
 	for _, name := range cands {
-		if sp := iso.target.Services[name]; sp != nil {
-			trial.Services[name] = sp
+		if sp := iso.target.Service(name); sp != nil {
+			services.Set(name, sp)
 		} else {
-			delete(trial.Services, name)
+			services.Remove(name)
 		}
 	}
+	trial := withServices(good, services.Done())
 	if iso.calls >= maxIsolationSyncs {
 		return good, fmt.Errorf("gave up after %d attempts", iso.calls)
 	}
@@ -169,18 +172,16 @@ func (iso *isolation) try(trial *desired.State) error {
 // rejection, in name order: the changed ones, or all after a full compute.
 func candidates(state, prev *desired.State) []proxy.ServicePortName {
 	if prev == nil || state.Changed == nil {
-		return slices.SortedFunc(maps.Keys(state.Services), proxy.ServicePortName.Compare)
+		return slices.SortedFunc(state.Services.Keys(), proxy.ServicePortName.Compare)
 	}
 	return slices.SortedFunc(maps.Keys(state.Changed), proxy.ServicePortName.Compare)
 }
 
-// withServices is state with its own copy of services and Changed unset.
-func withServices(state *desired.State, services map[proxy.ServicePortName]*desired.ServicePort) *desired.State {
+// withServices is state with services (immutable, so shared) and Changed
+// unset.
+func withServices(state *desired.State, services model.PortMap[*desired.ServicePort]) *desired.State {
 	out := *state
-	out.Services = maps.Clone(services)
-	if out.Services == nil {
-		out.Services = map[proxy.ServicePortName]*desired.ServicePort{}
-	}
+	out.Services = services
 	out.Changed = nil
 	return &out
 }
@@ -189,13 +190,13 @@ func withServices(state *desired.State, services map[proxy.ServicePortName]*desi
 // of one search (by pointer: the search shares the target's values).
 func changedBetween(a, b *desired.State) map[proxy.ServicePortName]struct{} {
 	changed := map[proxy.ServicePortName]struct{}{}
-	for name, sp := range b.Services {
-		if a.Services[name] != sp {
+	for name, sp := range b.Services.All() {
+		if a.Service(name) != sp {
 			changed[name] = struct{}{}
 		}
 	}
-	for name := range a.Services {
-		if _, ok := b.Services[name]; !ok {
+	for name := range a.Services.All() {
+		if b.Service(name) == nil {
 			changed[name] = struct{}{}
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -24,7 +24,7 @@ const poisonPort = 666
 // transaction fail. It keeps what it last accepted.
 type poisonProxier struct {
 	fakeProxier
-	programmed map[proxy.ServicePortName]*desired.ServicePort
+	programmed model.PortMap[*desired.ServicePort]
 	rejected   int
 	global     error // fails every Sync when set
 }
@@ -34,13 +34,13 @@ func (p *poisonProxier) Sync(ctx context.Context, s *desired.State, mode proxy.S
 	if p.global != nil {
 		return p.global
 	}
-	for name, sp := range s.Services {
+	for name, sp := range s.Services.All() {
 		if sp.Port == poisonPort {
 			p.rejected++
 			return fmt.Errorf("netlink: file exists (%s)", name)
 		}
 	}
-	p.programmed = maps.Clone(s.Services)
+	p.programmed = s.Services
 	return nil
 }
 
@@ -64,9 +64,14 @@ func newPoisonFixture(t *testing.T) (*fixture, *poisonProxier, *[]proxy.ServiceP
 	return f, p, &reported
 }
 
+func has(m model.PortMap[*desired.ServicePort], name proxy.ServicePortName) bool {
+	_, ok := m.Get(name)
+	return ok
+}
+
 func programmedNames(p *poisonProxier) []string {
 	var out []string
-	for name := range p.programmed {
+	for name := range p.programmed.Keys() {
 		out = append(out, name.Name)
 	}
 	slices.Sort(out)
@@ -111,7 +116,7 @@ func TestIsolateOffenderInFullSync(t *testing.T) {
 	if err := f.syncer.syncOnce(); err != nil {
 		t.Fatal(err)
 	}
-	if p.rejected != rejected || p.programmed[portOf("late")] == nil || p.programmed[portOf("s13")] != nil {
+	if p.rejected != rejected || !has(p.programmed, portOf("late")) || has(p.programmed, portOf("s13")) {
 		t.Errorf("after a later change: rejected %d more, programmed %v", p.rejected-rejected, programmedNames(p))
 	}
 
@@ -120,7 +125,7 @@ func TestIsolateOffenderInFullSync(t *testing.T) {
 	if err := f.syncer.syncOnce(); err != nil {
 		t.Fatal(err)
 	}
-	if p.programmed[portOf("s13")] == nil || len(f.syncer.quarantined) != 0 {
+	if !has(p.programmed, portOf("s13")) || len(f.syncer.quarantined) != 0 {
 		t.Errorf("fixed Service not programmed (quarantine %v)", f.syncer.quarantined)
 	}
 	if g := gaugeValue(t, metrics.QuarantinedServicePorts.WithLabelValues("IPv4")); g != 0 {
@@ -154,7 +159,7 @@ func TestIsolateOffenderInPartialSync(t *testing.T) {
 		t.Errorf("reported %v", *reported)
 	}
 	// The State the syncer builds on does not hold the offender either.
-	if f.syncer.prev.Services[portOf("bad")] != nil {
+	if f.syncer.prev.Service(portOf("bad")) != nil {
 		t.Error("the offender is in the syncer's programmed State")
 	}
 }
@@ -175,7 +180,7 @@ func TestIsolateGlobalFailure(t *testing.T) {
 		t.Errorf("quarantined %v on a global failure", *reported)
 	}
 	p.global = nil
-	if err := f.syncer.syncOnce(); err != nil || len(p.programmed) != 4 {
+	if err := f.syncer.syncOnce(); err != nil || p.programmed.Len() != 4 {
 		t.Errorf("after recovery: err %v, programmed %v", err, programmedNames(p))
 	}
 }

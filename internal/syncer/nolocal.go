@@ -18,14 +18,14 @@ type noLocalCounts struct {
 func (c *noLocalCounts) update(prev, state *desired.State) {
 	if prev == nil || state.Changed == nil {
 		*c = noLocalCounts{}
-		for _, sp := range state.Services {
+		for _, sp := range state.Services.All() {
 			c.add(sp, 1)
 		}
 		return
 	}
 	for name := range state.Changed {
-		c.add(prev.Services[name], -1)
-		c.add(state.Services[name], 1)
+		c.add(prev.Service(name), -1)
+		c.add(state.Service(name), 1)
 	}
 }
 

@@ -217,7 +217,7 @@ func TestNoSyncBeforeTrackerSyncedAndNodeKnown(t *testing.T) {
 	}
 	f.nodeOK = true
 	st := f.mustSync()
-	if st.Changed != nil || st.Services[webPort] == nil {
+	if st.Changed != nil || st.Service(webPort) == nil {
 		t.Fatalf("first sync: Changed=%v services=%v, want a full state with ns/web", st.Changed, st.Services)
 	}
 }
@@ -250,7 +250,7 @@ func TestPartialAfterFullAndFullAfterFailure(t *testing.T) {
 	if st.Changed != nil {
 		t.Fatalf("sync after a failure has Changed=%v, want a full sync", st.Changed)
 	}
-	if eps := st.Services[webPort].Internal.Endpoints; len(eps) != 1 || eps[0].IP != netip.MustParseAddr("10.0.1.2") {
+	if eps := st.Service(webPort).Internal.Endpoints; len(eps) != 1 || eps[0].IP != netip.MustParseAddr("10.0.1.2") {
 		t.Errorf("full sync after failure lost the failed change: %v", eps)
 	}
 }

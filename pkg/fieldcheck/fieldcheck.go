@@ -50,10 +50,15 @@ func leaves(t reflect.Type, prefix []string) []leaf {
 		}
 		name := append(slices.Clone(prefix), f.Name)
 		if f.Type.Kind() == reflect.Struct && !atomic(f.Type) {
-			for _, l := range leaves(f.Type, name) {
+			inner := leaves(f.Type, name)
+			for _, l := range inner {
 				out = append(out, leaf{name: l.name, index: append([]int{i}, l.index...)})
 			}
-			continue
+			if len(inner) > 0 {
+				continue
+			}
+			// Opaque (no exported field, e.g. model.PortMap): one leaf,
+			// which change cannot set, so it is reported, not skipped.
 		}
 		out = append(out, leaf{name: strings.Join(name, "."), index: []int{i}})
 	}

@@ -1,5 +1,6 @@
 // Package klink manages the dummy interface IPVS mode parks its virtual IPs
-// on (kube-ipvs0) and lists the host's addresses, through netlink. It knows
+// on (kube-ipvs0) and lists the host's addresses, through netlink; AddrCache
+// lists them again only after the kernel announces a change. It knows
 // nothing about Kubernetes. Fake is an in-memory stand-in for tests.
 package klink
 

@@ -41,8 +41,8 @@ func BenchmarkComputeFull10kx10(b *testing.B) {
 	snap := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)}
 	b.ReportAllocs()
 	for b.Loop() {
-		if st := Compute(nil, snap, model.Changes{}, testNode, v4Options()); len(st.Services) != 10000 {
-			b.Fatalf("got %d service ports", len(st.Services))
+		if st := Compute(nil, snap, model.Changes{}, testNode, v4Options()); st.Services.Len() != 10000 {
+			b.Fatalf("got %d service ports", st.Services.Len())
 		}
 	}
 }

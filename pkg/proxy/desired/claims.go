@@ -104,7 +104,7 @@ func claimsUnchanged(prev *State, snap *model.Snapshot, changed map[proxy.Servic
 		if len(prev.Lost[name]) > 0 {
 			return false
 		}
-		if old := prev.Services[name]; old != nil {
+		if old, _ := prev.Services.Get(name); old != nil {
 			if len(old.ExternalIPs) > 0 || len(old.LoadBalancerIPs) > 0 || prev.claimed(frontendKey{old.ClusterIP, name.Protocol, old.Port}) {
 				return false
 			}

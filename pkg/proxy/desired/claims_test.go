@@ -46,7 +46,7 @@ func TestContestedFrontends(t *testing.T) {
 		{self.Name, nil, nil},
 		{other.Name, addrs("172.30.0.10"), nil},
 	} {
-		sp := st.Services[tt.port]
+		sp := st.Service(tt.port)
 		if !slices.Equal(sp.ExternalIPs, tt.external) || !slices.Equal(sp.LoadBalancerIPs, tt.lb) {
 			t.Errorf("%s: external %v lb %v, want %v %v", tt.port, sp.ExternalIPs, sp.LoadBalancerIPs, tt.external, tt.lb)
 		}
@@ -71,7 +71,7 @@ func TestContestedFrontends(t *testing.T) {
 	snap2 := snapshot(proxy.IPv4, snapEntry{sp: victim}, snapEntry{sp: thief}, snapEntry{sp: lbB},
 		snapEntry{sp: self}, snapEntry{sp: other})
 	inc := Compute(st, snap2, model.Changes{Changed: map[proxy.ServicePortName]struct{}{lbA.Name: {}}}, testNode, v4Options())
-	if got := inc.Services[lbB.Name].LoadBalancerIPs; !slices.Equal(got, addrs("198.51.100.1")) {
+	if got := inc.Service(lbB.Name).LoadBalancerIPs; !slices.Equal(got, addrs("198.51.100.1")) {
 		t.Errorf("lb-b after lb-a left: LB IPs %v, want 198.51.100.1", got)
 	}
 	if _, ok := inc.Changed[lbB.Name]; !ok {

@@ -85,28 +85,26 @@ type portInputs struct {
 	schedulers schedulers
 }
 
-func computeAll(snap *model.Snapshot, in portInputs, lost map[proxy.ServicePortName][]LostFrontend) map[proxy.ServicePortName]*ServicePort {
-	services := make(map[proxy.ServicePortName]*ServicePort, snap.Services.Len())
+func computeAll(snap *model.Snapshot, in portInputs, lost map[proxy.ServicePortName][]LostFrontend) model.PortMap[*ServicePort] {
+	var services model.PortMapEditor[*ServicePort]
 	for name, sp := range snap.Services.All() {
 		eps, _ := snap.Endpoints.Get(name)
 		if out := buildServicePort(sp, eps, in, lost[name]); out != nil {
-			services[name] = out
+			services.Set(name, out)
 		}
 	}
-	return services
+	return services.Done()
 }
 
-// computeChanged copies prev's map (never modifying it) and rebuilds only the
-// changed ports. A rebuilt port equal to its predecessor keeps the old
-// pointer and stays out of the changed set, so a backend is not asked to
-// touch what it already has.
-func computeChanged(prev map[proxy.ServicePortName]*ServicePort, snap *model.Snapshot, rebuild map[proxy.ServicePortName]struct{},
+// computeChanged derives a new map from prev's (never modifying it, see
+// model.PortMap: only the shards holding a changed port are copied) and
+// rebuilds only the changed ports. A rebuilt port equal to its predecessor
+// keeps the old pointer and stays out of the changed set, so a backend is
+// not asked to touch what it already has.
+func computeChanged(prev model.PortMap[*ServicePort], snap *model.Snapshot, rebuild map[proxy.ServicePortName]struct{},
 	in portInputs, lost map[proxy.ServicePortName][]LostFrontend,
-) (map[proxy.ServicePortName]*ServicePort, map[proxy.ServicePortName]struct{}) {
-	services := maps.Clone(prev)
-	if services == nil {
-		services = map[proxy.ServicePortName]*ServicePort{}
-	}
+) (model.PortMap[*ServicePort], map[proxy.ServicePortName]struct{}) {
+	services := model.NewPortMapEditor(prev)
 	changed := map[proxy.ServicePortName]struct{}{}
 	for name := range rebuild {
 		var next *ServicePort
@@ -114,19 +112,19 @@ func computeChanged(prev map[proxy.ServicePortName]*ServicePort, snap *model.Sna
 			eps, _ := snap.Endpoints.Get(name)
 			next = buildServicePort(sp, eps, in, lost[name])
 		}
-		old := prev[name]
+		old, _ := prev.Get(name)
 		switch {
 		case next == nil && old == nil:
 		case next == nil:
-			delete(services, name)
+			services.Remove(name)
 			changed[name] = struct{}{}
 		case next.Equal(old):
 		default:
-			services[name] = next
+			services.Set(name, next)
 			changed[name] = struct{}{}
 		}
 	}
-	return services, changed
+	return services.Done(), changed
 }
 
 // serviceCIDRsOf: the prefixes of family, none inside another (nft

@@ -95,7 +95,7 @@ func TestDispatches(t *testing.T) {
 				sp.InternalLocal, sp.ExternalLocal, sp.NodePort = tt.iLocal, tt.eLocal, 30080
 			})
 			st := Compute(nil, snapshot(proxy.IPv4, snapEntry{sp, tt.eps}), model.Changes{}, testNode, v4Options())
-			got := st.Services[sp.Name]
+			got := st.Service(sp.Name)
 			for _, d := range []struct {
 				what      string
 				got, want Dispatch

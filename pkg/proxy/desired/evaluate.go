@@ -188,7 +188,7 @@ func (o *Outcome) route(s *State, sp *ServicePort, path Path, pkt Packet) {
 // returns known=true with a nil port when the IP is a cluster IP but no
 // port of it matches.
 func matchClusterIP(s *State, pkt Packet) (sp *ServicePort, known bool) {
-	for _, p := range s.Services {
+	for _, p := range s.Services.All() {
 		if p.ClusterIP != pkt.Dest {
 			continue
 		}
@@ -255,8 +255,8 @@ func firewall(sp *ServicePort, src netip.Addr) Firewall {
 // sortedPorts lists the state's ports in name order, so that overlapping
 // frontends (which claims.go normally prevents) resolve deterministically.
 func sortedPorts(s *State) []*ServicePort {
-	out := make([]*ServicePort, 0, len(s.Services))
-	for _, sp := range s.Services {
+	out := make([]*ServicePort, 0, s.Services.Len())
+	for _, sp := range s.Services.All() {
 		out = append(out, sp)
 	}
 	slices.SortFunc(out, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })

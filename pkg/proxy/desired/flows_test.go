@@ -36,13 +36,13 @@ func TestStateShape(t *testing.T) {
 	for _, family := range proxy.Families {
 		t.Run(string(family), func(t *testing.T) {
 			sticky := proxytest.BuildState(t, caseNamed(t, "session affinity"), family)
-			for name, sp := range sticky.Services {
+			for name, sp := range sticky.Services.All() {
 				if sp.AffinitySeconds != 600 {
 					t.Errorf("%s: AffinitySeconds = %d, want 600", name, sp.AffinitySeconds)
 				}
 			}
 			plain := proxytest.BuildState(t, caseNamed(t, "cluster IP"), family)
-			for name, sp := range plain.Services {
+			for name, sp := range plain.Services.All() {
 				if sp.AffinitySeconds != 0 {
 					t.Errorf("%s: AffinitySeconds = %d, want 0", name, sp.AffinitySeconds)
 				}

@@ -35,12 +35,12 @@ func FuzzCompute(f *testing.F) {
 			inc := Compute(state, snap, changes, testNode, v4OptionsFor(family))
 			full := Compute(nil, snap, changes, testNode, v4OptionsFor(family))
 			checkInvariants(t, inc)
-			if len(inc.Services) != len(full.Services) {
-				t.Fatalf("%s: incremental has %d ports, full %d", family, len(inc.Services), len(full.Services))
+			if inc.Services.Len() != full.Services.Len() {
+				t.Fatalf("%s: incremental has %d ports, full %d", family, inc.Services.Len(), full.Services.Len())
 			}
-			for name, sp := range full.Services {
-				if !sp.Equal(inc.Services[name]) {
-					t.Fatalf("%s: %s: incremental %+v, full %+v", family, name, inc.Services[name], sp)
+			for name, sp := range full.Services.All() {
+				if !sp.Equal(inc.Service(name)) {
+					t.Fatalf("%s: %s: incremental %+v, full %+v", family, name, inc.Service(name), sp)
 				}
 			}
 		}
@@ -82,7 +82,7 @@ func at[T any](list []*T, i int) *T {
 
 func checkInvariants(t *testing.T, st *State) {
 	t.Helper()
-	for name, sp := range st.Services {
+	for name, sp := range st.Services.All() {
 		if sp == nil || sp.Name != name || !st.Family.Contains(sp.ClusterIP) {
 			t.Fatalf("%s: bad port %s: %+v", st.Family, name, sp)
 		}

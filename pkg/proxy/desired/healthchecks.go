@@ -14,13 +14,13 @@ import (
 // what upstream's LocalReadyEndpoints reports: serving-but-terminating
 // endpoints are left out so load balancers drain the node. Each family
 // counts its own endpoints; the health server adds the families up.
-func healthChecks(services map[proxy.ServicePortName]*ServicePort, snap *model.Snapshot, family proxy.IPFamily, node Node) []HealthCheck {
+func healthChecks(services model.PortMap[*ServicePort], snap *model.Snapshot, family proxy.IPFamily, node Node) []HealthCheck {
 	type check struct {
 		port  uint16
 		ready map[netip.AddrPort]struct{}
 	}
 	checks := map[proxy.ServiceName]*check{}
-	for name, sp := range services {
+	for name, sp := range services.All() {
 		if sp.HealthCheckNodePort == 0 {
 			continue
 		}
@@ -51,11 +51,11 @@ func healthChecks(services map[proxy.ServicePortName]*ServicePort, snap *model.S
 
 // touchesHealthChecks reports whether a change to name can change the health
 // check list: only when the port had or has a health check node port.
-func touchesHealthChecks(name proxy.ServicePortName, prev, next map[proxy.ServicePortName]*ServicePort) bool {
-	if sp := prev[name]; sp != nil && sp.HealthCheckNodePort != 0 {
+func touchesHealthChecks(name proxy.ServicePortName, prev, next model.PortMap[*ServicePort]) bool {
+	if sp, _ := prev.Get(name); sp != nil && sp.HealthCheckNodePort != 0 {
 		return true
 	}
-	if sp := next[name]; sp != nil && sp.HealthCheckNodePort != 0 {
+	if sp, _ := next.Get(name); sp != nil && sp.HealthCheckNodePort != 0 {
 		return true
 	}
 	return false

@@ -88,7 +88,7 @@ func TestIncrementalEqualsFull(t *testing.T) {
 				changed[w.mutate()] = struct{}{}
 			}
 			snap := w.snapshot()
-			prevServices := maps.Clone(prev.Services)
+			prevServices := maps.Collect(prev.Services.All())
 			inc := Compute(prev, snap, model.Changes{Changed: changed}, testNode, v4Options())
 			full := Compute(nil, snap, model.Changes{}, testNode, v4Options())
 			ctx := fmt.Sprintf("seed %d step %d", seed, step)
@@ -101,12 +101,12 @@ func TestIncrementalEqualsFull(t *testing.T) {
 
 func assertSameState(t *testing.T, ctx string, inc, full *State) {
 	t.Helper()
-	if len(inc.Services) != len(full.Services) {
-		t.Fatalf("%s: incremental has %d ports, full %d", ctx, len(inc.Services), len(full.Services))
+	if inc.Services.Len() != full.Services.Len() {
+		t.Fatalf("%s: incremental has %d ports, full %d", ctx, inc.Services.Len(), full.Services.Len())
 	}
-	for name, sp := range full.Services {
-		if !sp.Equal(inc.Services[name]) {
-			t.Fatalf("%s: %s differs:\nincremental %+v\nfull        %+v", ctx, name, inc.Services[name], sp)
+	for name, sp := range full.Services.All() {
+		if !sp.Equal(inc.Service(name)) {
+			t.Fatalf("%s: %s differs:\nincremental %+v\nfull        %+v", ctx, name, inc.Service(name), sp)
 		}
 	}
 	if fmt.Sprint(inc.HealthChecks) != fmt.Sprint(full.HealthChecks) {
@@ -118,13 +118,15 @@ func assertSameState(t *testing.T, ctx string, inc, full *State) {
 // that unchanged ports keep prev's pointer, and that prev was not modified.
 func assertChangedSet(t *testing.T, ctx string, prevServices map[proxy.ServicePortName]*ServicePort, prev, inc *State) {
 	t.Helper()
-	if !maps.Equal(prevServices, prev.Services) {
+	// inc shares prev's storage (model.PortMap): prev must still show
+	// exactly what it showed before the incremental Compute.
+	if !maps.Equal(prevServices, maps.Collect(prev.Services.All())) || prev.Services.Len() != len(prevServices) {
 		t.Fatalf("%s: Compute modified prev.Services", ctx)
 	}
-	names := maps.Clone(prev.Services)
-	maps.Copy(names, inc.Services)
+	names := maps.Collect(prev.Services.All())
+	maps.Copy(names, maps.Collect(inc.Services.All()))
 	for name := range names {
-		old, now := prev.Services[name], inc.Services[name]
+		old, now := prev.Service(name), inc.Service(name)
 		_, listed := inc.Changed[name]
 		if differs := !old.Equal(now); differs != listed {
 			t.Fatalf("%s: %s differs=%v but listed in Changed=%v", ctx, name, differs, listed)
@@ -161,5 +163,34 @@ func TestIncrementalHealthCheckOnlyTerminating(t *testing.T) {
 	got := Compute(prev, snap(termEP("10.0.1.5", "node-a")), changes, testNode, v4Options())
 	if len(got.HealthChecks) != 1 || got.HealthChecks[0].LocalReady != 0 {
 		t.Fatalf("only a terminating endpoint: HealthChecks = %+v, want one with LocalReady 0", got.HealthChecks)
+	}
+}
+
+// TestIncrementalSharesPrevSafely: the new State shares prev's storage
+// (model.PortMap shards), so removing, changing and adding ports must leave
+// every view of prev (Get, All, Len) as it was: backends and hooks may
+// still be reading it.
+func TestIncrementalSharesPrevSafely(t *testing.T) {
+	svcs, eps := benchWorld(300, 3)
+	prev := Compute(nil, &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)},
+		model.Changes{}, testNode, v4Options())
+	before := maps.Collect(prev.Services.All())
+	gone, moved := portName("svc-00007", proxy.TCP), portName("svc-00011", proxy.TCP)
+	added := portName("svc-new", proxy.TCP)
+	delete(svcs, gone)
+	eps[moved] = eps[moved][1:]
+	svcs[added] = &model.ServicePort{Name: added, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("172.31.9.9")}}
+	changes := model.Changes{Changed: map[proxy.ServicePortName]struct{}{gone: {}, moved: {}, added: {}}}
+	next := Compute(prev, &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)},
+		changes, testNode, v4Options())
+
+	if len(next.Changed) != 3 || next.Service(gone) != nil || next.Service(added) == nil || next.Service(moved) == before[moved] {
+		t.Fatalf("next State: Changed %v, gone %v, added %v", next.Changed, next.Service(gone), next.Service(added))
+	}
+	if !maps.Equal(maps.Collect(prev.Services.All()), before) || prev.Services.Len() != len(before) {
+		t.Fatal("the incremental Compute changed what prev.Services shows")
+	}
+	if prev.Service(gone) == nil || prev.Service(added) != nil || prev.Service(moved) != before[moved] {
+		t.Fatal("prev.Service no longer answers as before")
 	}
 }

@@ -154,7 +154,7 @@ func TestFrontendsPerFamily(t *testing.T) {
 			opts := v4Options()
 			opts.Family = tt.family
 			st := Compute(nil, snapshot(tt.family, snapEntry{sp: dual}, snapEntry{sp: v6only}), model.Changes{}, testNode, opts)
-			sp := st.Services[dual.Name]
+			sp := st.Service(dual.Name)
 			if sp == nil {
 				t.Fatalf("dual-stack port missing from %s state", tt.family)
 			}
@@ -166,7 +166,7 @@ func TestFrontendsPerFamily(t *testing.T) {
 				t.Errorf("external %v lb %v ranges %v, want %v %v %v", sp.ExternalIPs, sp.LoadBalancerIPs, sp.AllowedSources,
 					tt.external, tt.lb, tt.ranges)
 			}
-			if _, ok := st.Services[v6only.Name]; ok != tt.wantV6OnlyPresent {
+			if _, ok := st.Services.Get(v6only.Name); ok != tt.wantV6OnlyPresent {
 				t.Errorf("v6-only service present = %v, want %v", ok, tt.wantV6OnlyPresent)
 			}
 			if len(st.NodeIPs) != 1 || !tt.family.Contains(st.NodeIPs[0]) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // TestDecideRoutes is the decision table, written out: who is masqueraded
@@ -62,7 +63,7 @@ func TestEvaluateOutcome(t *testing.T) {
 		Internal: Dispatch{Endpoints: []Endpoint{{IP: netip.MustParseAddr("10.0.1.5"), Port: 8080}}}}
 	sp.Cluster, sp.External = sp.Internal, sp.Internal
 	st := &State{Family: "IPv4", Masquerade: Masquerade{Local: LocalDetector{Mode: LocalCIDR, CIDRs: prefixes("10.0.0.0/16")}},
-		Services: map[proxy.ServicePortName]*ServicePort{sp.Name: sp}}
+		Services: model.NewPortMap(map[proxy.ServicePortName]*ServicePort{sp.Name: sp})}
 
 	hairpin := Evaluate(st, Packet{Source: netip.MustParseAddr("10.0.1.5"), Protocol: "TCP", Dest: sp.ClusterIP, DestPort: 80})
 	if hairpin.Verdict != DNAT || !hairpin.Hairpin || !hairpin.Masquerade || hairpin.Route.Masquerade || hairpin.Source != FromPod {

@@ -27,7 +27,7 @@ func schedulerState(t *testing.T, value string, scheduling *desired.IPVSScheduli
 		Options: func(o *desired.Options) { o.Scheduling = scheduling }}
 	state := proxytest.BuildState(t, c, proxy.IPv4)
 	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: proxy.TCP}
-	sp, ok := state.Services[name]
+	sp, ok := state.Services.Get(name)
 	if !ok {
 		t.Fatalf("service port %v missing from state", name)
 	}

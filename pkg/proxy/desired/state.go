@@ -9,11 +9,13 @@ import (
 	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // State is everything one backend needs to program one IP family.
 // A State and everything reachable from it is immutable once returned:
-// unchanged service ports are shared, by pointer, between successive States.
+// unchanged service ports, and the shards of Services that hold only such
+// ports, are shared, by pointer, between successive States.
 type State struct {
 	Family proxy.IPFamily
 
@@ -29,7 +31,9 @@ type State struct {
 	ServiceCIDRs []netip.Prefix
 
 	// Services holds every service port with a cluster IP of this family.
-	Services map[proxy.ServicePortName]*ServicePort
+	// It is a persistent map (model.PortMap: Get, All, Len), so that an
+	// incremental Compute allocates for the ports it changes, not for all.
+	Services model.PortMap[*ServicePort]
 	// HealthChecks lists the healthCheckNodePort servers this node must run,
 	// sorted by service name.
 	HealthChecks []HealthCheck
@@ -227,4 +231,10 @@ type HealthCheck struct {
 	// LocalReady counts ready (not merely serving) endpoints on this node,
 	// over all the service's ports: the X-Load-Balancing-Endpoint-Weight.
 	LocalReady int
+}
+
+// Service returns the service port name, or nil when the State has none.
+func (s *State) Service(name proxy.ServicePortName) *ServicePort {
+	sp, _ := s.Services.Get(name)
+	return sp
 }

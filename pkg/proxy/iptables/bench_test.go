@@ -9,6 +9,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -39,7 +40,7 @@ func bigState(services, endpoints int) *desired.State {
 		NodePorts: desired.NodePortAddrs{All: true},
 		Masquerade: desired.Masquerade{Mark: 0x4000, Local: desired.LocalDetector{Mode: desired.LocalCIDR,
 			CIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}},
-		Services: make(map[proxy.ServicePortName]*desired.ServicePort, services)}
+		Services: model.PortMap[*desired.ServicePort]{}}
 	for i := range services {
 		name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: fmt.Sprintf("svc%d", i)},
 			Port: "http", Protocol: proxy.TCP}
@@ -48,9 +49,9 @@ func bigState(services, endpoints int) *desired.State {
 			d.Endpoints = append(d.Endpoints, desired.Endpoint{
 				IP: netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), byte(j + 1)}), Port: 8080})
 		}
-		st.Services[name] = &desired.ServicePort{Name: name, Protocol: proxy.TCP, Port: 80,
+		st.Services = st.Services.With(name, &desired.ServicePort{Name: name, Protocol: proxy.TCP, Port: 80,
 			ClusterIP: netip.AddrFrom4([4]byte{172, 30, byte(i >> 8), byte(i)}), NodePort: uint16(30000 + i%2000),
-			Internal: d, External: d, Cluster: d}
+			Internal: d, External: d, Cluster: d})
 	}
 	return st
 }
@@ -76,7 +77,7 @@ func BenchmarkPartialSync10kx10(b *testing.B) {
 		b.Fatal(err)
 	}
 	var name proxy.ServicePortName
-	for name = range st.Services {
+	for name = range st.Services.All() {
 		break
 	}
 	next := *st

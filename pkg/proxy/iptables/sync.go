@@ -124,8 +124,8 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 		for name := range p.natOwned {
 			stale[name] = struct{}{}
 		}
-		p.entries = make(map[proxy.ServicePortName]*entry, len(st.Services))
-		for name, sp := range st.Services {
+		p.entries = make(map[proxy.ServicePortName]*entry, st.Services.Len())
+		for name, sp := range st.Services.All() {
 			p.entries[name] = r.renderService(sp, &natChainLines, &ownRules)
 		}
 	} else {
@@ -138,7 +138,7 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 				}
 				delete(p.entries, name)
 			}
-			if sp := st.Services[name]; sp != nil {
+			if sp := st.Service(name); sp != nil {
 				p.entries[name] = r.renderService(sp, &natChainLines, &ownRules)
 			}
 		}
@@ -292,7 +292,7 @@ func (p *Proxier) commit(pl *plan, cfg *config) {
 // decides large-cluster mode.
 func countEndpoints(st *desired.State) int {
 	n := 0
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		n += len(sp.Cluster.Endpoints)
 	}
 	return n
@@ -318,8 +318,8 @@ func sortedKeys(m map[string]struct{}) []string {
 
 // clusterIPs lists the distinct cluster IPs of the state, sorted.
 func clusterIPs(st *desired.State) []netip.Addr {
-	ips := make([]netip.Addr, 0, len(st.Services))
-	for _, sp := range st.Services {
+	ips := make([]netip.Addr, 0, st.Services.Len())
+	for _, sp := range st.Services.All() {
 		ips = append(ips, sp.ClusterIP)
 	}
 	slices.SortFunc(ips, netip.Addr.Compare)

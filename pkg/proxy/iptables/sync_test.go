@@ -10,6 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -19,18 +20,18 @@ var ctx = context.Background()
 // given cluster endpoints, and Changed names only that port.
 func withEndpoints(st *desired.State, name proxy.ServicePortName, eps ...string) *desired.State {
 	next := *st
-	next.Services = map[proxy.ServicePortName]*desired.ServicePort{}
-	for n, sp := range st.Services {
-		next.Services[n] = sp
+	next.Services = model.PortMap[*desired.ServicePort]{}
+	for n, sp := range st.Services.All() {
+		next.Services = next.Services.With(n, sp)
 	}
-	sp := *st.Services[name]
+	sp := *st.Service(name)
 	var d desired.Dispatch
 	for _, e := range eps {
 		ap := netip.MustParseAddrPort(e)
 		d.Endpoints = append(d.Endpoints, desired.Endpoint{IP: ap.Addr(), Port: ap.Port()})
 	}
 	sp.Internal, sp.External, sp.Cluster = d, d, d
-	next.Services[name] = &sp
+	next.Services = next.Services.With(name, &sp)
 	next.Changed = map[proxy.ServicePortName]struct{}{name: {}}
 	return &next
 }
@@ -93,10 +94,10 @@ func TestPartialSyncRemovesService(t *testing.T) {
 	fake, p := syncFake(t, st, Options{})
 	name := svcName("ns4", "svc4")
 	next := *st
-	next.Services = map[proxy.ServicePortName]*desired.ServicePort{}
-	for n, sp := range st.Services {
+	next.Services = model.PortMap[*desired.ServicePort]{}
+	for n, sp := range st.Services.All() {
 		if n != name {
-			next.Services[n] = sp
+			next.Services = next.Services.With(n, sp)
 		}
 	}
 	next.Changed = map[proxy.ServicePortName]struct{}{name: {}}
@@ -162,7 +163,7 @@ func TestRestartWithSameStateChangesNothing(t *testing.T) {
 func TestStartSweepsLeftovers(t *testing.T) {
 	fake, _ := syncFake(t, upstreamState(), Options{})
 	st := upstreamState()
-	delete(st.Services, svcName("ns4", "svc4"))
+	st.Services = st.Services.Without(svcName("ns4", "svc4"))
 	p2 := NewWithInterface(proxy.IPv4, fake, Options{})
 	if err := p2.Sync(ctx, st, proxytest.ModeOf(st)); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -63,10 +64,10 @@ func upstreamState() *desired.State {
 		NodePorts: desired.NodePortAddrs{All: true, Localhost: desired.LocalhostDNAT},
 		Masquerade: desired.Masquerade{Mark: 0x4000,
 			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}},
-		Services: map[proxy.ServicePortName]*desired.ServicePort{},
+		Services: model.PortMap[*desired.ServicePort]{},
 	}
 	for _, sp := range svcs {
-		st.Services[sp.Name] = sp
+		st.Services = st.Services.With(sp.Name, sp)
 	}
 	return st
 }

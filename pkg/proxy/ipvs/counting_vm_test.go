@@ -123,5 +123,5 @@ func (e *vmEnv) sync(t *testing.T, p *ipvs.Proxier, st *desired.State) {
 	if err := e.node1.NS.Do(func() error { return p.Sync(context.Background(), st, proxytest.ModeOf(st)) }); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
-	t.Logf("sync of %d service ports took %v", len(st.Services), time.Since(start))
+	t.Logf("sync of %d service ports took %v", st.Services.Len(), time.Since(start))
 }

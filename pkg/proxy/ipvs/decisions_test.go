@@ -32,7 +32,7 @@ func TestRendersDecisions(t *testing.T) {
 		for _, family := range proxy.Families {
 			t.Run(e.Name+"/"+string(family), func(t *testing.T) {
 				state := proxytest.BuildState(t, c, family)
-				for _, sp := range state.Services {
+				for _, sp := range state.Services.All() {
 					e.Edit(sp)
 				}
 				f := newFakes()

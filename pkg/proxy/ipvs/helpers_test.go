@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/klink"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -83,10 +84,10 @@ func baseState(family proxy.IPFamily, ports ...*desired.ServicePort) *desired.St
 		NodeIPs:    []netip.Addr{w.NodeIP},
 		NodePorts:  desired.NodePortAddrs{All: true, Bound: []netip.Addr{w.NodeIP, w.SecondHostIP}},
 		Masquerade: desired.Masquerade{Mark: mark, Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{w.ClusterCIDR}}},
-		Services:   map[proxy.ServicePortName]*desired.ServicePort{},
+		Services:   model.PortMap[*desired.ServicePort]{},
 	}
 	for _, sp := range ports {
-		st.Services[sp.Name] = sp
+		st.Services = st.Services.With(sp.Name, sp)
 	}
 	return st
 }
@@ -109,17 +110,17 @@ func svcPort(name string, n int, eps ...netip.Addr) *desired.ServicePort {
 // changed (nil removes the port).
 func changed(st *desired.State, ports map[proxy.ServicePortName]*desired.ServicePort) *desired.State {
 	out := *st
-	out.Services = map[proxy.ServicePortName]*desired.ServicePort{}
-	for k, v := range st.Services {
-		out.Services[k] = v
+	out.Services = model.PortMap[*desired.ServicePort]{}
+	for k, v := range st.Services.All() {
+		out.Services = out.Services.With(k, v)
 	}
 	out.Changed = map[proxy.ServicePortName]struct{}{}
 	for k, v := range ports {
 		out.Changed[k] = struct{}{}
 		if v == nil {
-			delete(out.Services, k)
+			out.Services = out.Services.Without(k)
 		} else {
-			out.Services[k] = v
+			out.Services = out.Services.With(k, v)
 		}
 	}
 	return &out

@@ -184,13 +184,13 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, full bool) error 
 func render(cfg *renderConfig, st *desired.State, full bool) (map[proxy.ServicePortName]*part, error) {
 	parts := make(map[proxy.ServicePortName]*part)
 	if full {
-		for name, sp := range st.Services {
+		for name, sp := range st.Services.All() {
 			parts[name] = renderService(cfg, sp)
 		}
 	} else {
 		for name := range st.Changed {
 			var pt *part
-			if sp := st.Services[name]; sp != nil {
+			if sp := st.Service(name); sp != nil {
 				pt = renderService(cfg, sp)
 			}
 			parts[name] = pt

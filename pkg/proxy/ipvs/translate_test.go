@@ -46,12 +46,12 @@ func translate(st *desired.State, flow proxytest.Flow, want proxytest.Result) pr
 // externalFrontend finds the service port whose external IP, LB IP or node
 // port the flow addresses (the reference's order), and whether it is an LB IP.
 func externalFrontend(st *desired.State, flow proxytest.Flow) (*desired.ServicePort, bool) {
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		if sp.ClusterIP == flow.Dest {
 			return nil, false
 		}
 	}
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		if sp.Protocol != flow.Protocol || sp.Port != flow.DestPort {
 			continue
 		}
@@ -62,7 +62,7 @@ func externalFrontend(st *desired.State, flow proxytest.Flow) (*desired.ServiceP
 			return sp, true
 		}
 	}
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		if sp.NodePort == flow.DestPort && sp.Protocol == flow.Protocol && slices.Contains(proxytest.LocalAddrs(st), flow.Dest) {
 			return sp, false
 		}
@@ -116,7 +116,7 @@ func allowed(sp *desired.ServicePort, src netip.Addr) bool {
 }
 
 func onDummy(st *desired.State, a netip.Addr) bool {
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		if sp.ClusterIP == a || slices.Contains(sp.ExternalIPs, a) || slices.Contains(sp.LoadBalancerIPs, a) {
 			return true
 		}

@@ -20,8 +20,8 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 		changes: Changes{
 			Changed: map[proxy.ServicePortName]struct{}{},
 		},
-		services:  newPortMapEditor(t.snapshot.Services),
-		endpoints: newPortMapEditor(t.snapshot.Endpoints),
+		services:  NewPortMapEditor(t.snapshot.Services),
+		endpoints: NewPortMapEditor(t.snapshot.Endpoints),
 	}
 	for svc, ports := range t.pendingPorts {
 		c.applyPorts(t.committedPorts[svc], ports)
@@ -41,8 +41,8 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 	t.triggerTimes = emptied(t.triggerTimes)
 	t.snapshot = &Snapshot{
 		Family:    t.family,
-		Services:  c.services.done(),
-		Endpoints: c.endpoints.done(),
+		Services:  c.services.Done(),
+		Endpoints: c.endpoints.Done(),
 	}
 	return t.snapshot, c.changes
 }
@@ -69,8 +69,8 @@ func storeOrDelete[S ~[]E, E any](m map[proxy.ServiceName]S, k proxy.ServiceName
 // commit is the work of one Commit call.
 type commit struct {
 	changes   Changes
-	services  *portMapEditor[*ServicePort]
-	endpoints *portMapEditor[[]*Endpoint]
+	services  *PortMapEditor[*ServicePort]
+	endpoints *PortMapEditor[[]*Endpoint]
 }
 
 func (c *commit) markChanged(name proxy.ServicePortName) {
@@ -82,7 +82,7 @@ func (c *commit) markChanged(name proxy.ServicePortName) {
 func (c *commit) applyPorts(committed, current portSet) {
 	for _, old := range committed {
 		if name := old.Name; current.get(name) == nil {
-			c.services.remove(name)
+			c.services.Remove(name)
 			c.markChanged(name)
 			c.changes.ConntrackCleanup = c.changes.ConntrackCleanup || connectionless(name.Protocol)
 		}
@@ -94,7 +94,7 @@ func (c *commit) applyPorts(committed, current portSet) {
 		if old == sp {
 			continue
 		}
-		c.services.set(name, sp)
+		c.services.Set(name, sp)
 		c.markChanged(name)
 		c.changes.ConntrackCleanup = c.changes.ConntrackCleanup || (existed && connectionless(name.Protocol))
 	}
@@ -105,7 +105,7 @@ func (c *commit) applyPorts(committed, current portSet) {
 func (c *commit) applyEndpoints(committed, current endpointSet) {
 	for _, pe := range committed {
 		if _, ok := current.get(pe.name); !ok {
-			c.endpoints.remove(pe.name)
+			c.endpoints.Remove(pe.name)
 			c.markChanged(pe.name)
 			c.noteStaleFlows(pe.name, pe.eps, nil)
 		}
@@ -115,7 +115,7 @@ func (c *commit) applyEndpoints(committed, current endpointSet) {
 		if endpointsEqual(old, pe.eps) {
 			continue
 		}
-		c.endpoints.set(pe.name, pe.eps)
+		c.endpoints.Set(pe.name, pe.eps)
 		c.markChanged(pe.name)
 		c.noteStaleFlows(pe.name, old, pe.eps)
 	}

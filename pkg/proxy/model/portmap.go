@@ -19,8 +19,8 @@ var shardSeed = maphash.MakeSeed()
 type shardArray[V any] [shardCount]map[proxy.ServicePortName]V
 
 // PortMap is an immutable map from service port name to V. It is persistent:
-// editing it (inside this package) yields a new PortMap that shares every
-// shard the edit did not touch with the old one, which stays valid.
+// editing it (PortMapEditor) yields a new PortMap that shares every shard the
+// edit did not touch with the old one, which stays valid and unchanged.
 // The zero value is an empty map.
 type PortMap[V any] struct {
 	shards *shardArray[V]
@@ -29,11 +29,11 @@ type PortMap[V any] struct {
 
 // NewPortMap returns a PortMap holding a copy of m's entries.
 func NewPortMap[V any](m map[proxy.ServicePortName]V) PortMap[V] {
-	var e portMapEditor[V]
+	var e PortMapEditor[V]
 	for k, v := range m {
-		e.set(k, v)
+		e.Set(k, v)
 	}
-	return e.done()
+	return e.Done()
 }
 
 func shardOf(name proxy.ServicePortName) int {
@@ -69,22 +69,50 @@ func (m PortMap[V]) All() iter.Seq2[proxy.ServicePortName, V] {
 	}
 }
 
-// portMapEditor derives a new PortMap from a base one, cloning each shard at
-// most once, on its first write.
-type portMapEditor[V any] struct {
+// Keys iterates over every name, in no particular order.
+func (m PortMap[V]) Keys() iter.Seq[proxy.ServicePortName] {
+	return func(yield func(proxy.ServicePortName) bool) {
+		for k := range m.All() {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// With returns m with name mapped to v; m is unchanged. For many edits, a
+// PortMapEditor copies each touched shard once instead of once per edit.
+func (m PortMap[V]) With(name proxy.ServicePortName, v V) PortMap[V] {
+	e := NewPortMapEditor(m)
+	e.Set(name, v)
+	return e.Done()
+}
+
+// Without returns m without name; m is unchanged.
+func (m PortMap[V]) Without(name proxy.ServicePortName) PortMap[V] {
+	e := NewPortMapEditor(m)
+	e.Remove(name)
+	return e.Done()
+}
+
+// PortMapEditor derives a new PortMap from a base one, cloning each shard at
+// most once, on its first write; the base is never modified, so a PortMap
+// already handed out stays immutable. The zero value edits an empty map.
+type PortMapEditor[V any] struct {
 	base   PortMap[V]
 	shards *shardArray[V]
 	owned  [shardCount]bool
 	n      int
 }
 
-func newPortMapEditor[V any](base PortMap[V]) *portMapEditor[V] {
-	return &portMapEditor[V]{base: base, n: base.n}
+// NewPortMapEditor starts an edit of base.
+func NewPortMapEditor[V any](base PortMap[V]) *PortMapEditor[V] {
+	return &PortMapEditor[V]{base: base, n: base.n}
 }
 
 // shard returns a writable shard i, copying the pointer array and the shard
 // itself on first use.
-func (e *portMapEditor[V]) shard(i int) map[proxy.ServicePortName]V {
+func (e *PortMapEditor[V]) shard(i int) map[proxy.ServicePortName]V {
 	if e.shards == nil {
 		e.shards = new(shardArray[V])
 		if e.base.shards != nil {
@@ -103,7 +131,8 @@ func (e *portMapEditor[V]) shard(i int) map[proxy.ServicePortName]V {
 	return e.shards[i]
 }
 
-func (e *portMapEditor[V]) set(name proxy.ServicePortName, v V) {
+// Set maps name to v.
+func (e *PortMapEditor[V]) Set(name proxy.ServicePortName, v V) {
 	s := e.shard(shardOf(name))
 	if _, exists := s[name]; !exists {
 		e.n++
@@ -111,7 +140,8 @@ func (e *portMapEditor[V]) set(name proxy.ServicePortName, v V) {
 	s[name] = v
 }
 
-func (e *portMapEditor[V]) remove(name proxy.ServicePortName) {
+// Remove deletes name, if present.
+func (e *PortMapEditor[V]) Remove(name proxy.ServicePortName) {
 	i := shardOf(name)
 	if e.shards == nil && e.base.shards == nil {
 		return
@@ -123,15 +153,15 @@ func (e *portMapEditor[V]) remove(name proxy.ServicePortName) {
 	e.n--
 }
 
-func (e *portMapEditor[V]) current(i int) map[proxy.ServicePortName]V {
+func (e *PortMapEditor[V]) current(i int) map[proxy.ServicePortName]V {
 	if e.shards != nil {
 		return e.shards[i]
 	}
 	return e.base.shards[i]
 }
 
-// done returns the edited map. The editor must not be used afterwards.
-func (e *portMapEditor[V]) done() PortMap[V] {
+// Done returns the edited map. The editor must not be used afterwards.
+func (e *PortMapEditor[V]) Done() PortMap[V] {
 	if e.shards == nil {
 		return PortMap[V]{shards: e.base.shards, n: e.n}
 	}

@@ -40,12 +40,12 @@ func TestPortMapEditsLeaveBaseUntouched(t *testing.T) {
 		t.Fatalf("NewPortMap: got %d entries, want 1000 equal entries", base.Len())
 	}
 
-	e := newPortMapEditor(base)
-	e.set(portName(1), -1)   // replace
-	e.set(portName(5000), 5) // add
-	e.remove(portName(2))    // delete
-	e.remove(portName(9999)) // delete of an absent key is a no-op
-	edited := e.done()
+	e := NewPortMapEditor(base)
+	e.Set(portName(1), -1)   // replace
+	e.Set(portName(5000), 5) // add
+	e.Remove(portName(2))    // delete
+	e.Remove(portName(9999)) // delete of an absent key is a no-op
+	edited := e.Done()
 
 	if !maps.Equal(collect(base), want) {
 		t.Fatalf("editing changed the base map")
@@ -64,9 +64,9 @@ func TestPortMapEditsLeaveBaseUntouched(t *testing.T) {
 
 func TestPortMapEditorWithoutWritesSharesBase(t *testing.T) {
 	base := NewPortMap(map[proxy.ServicePortName]int{portName(1): 1})
-	e := newPortMapEditor(base)
-	e.remove(portName(2))
-	if got := e.done(); got.shards != base.shards || got.Len() != 1 {
+	e := NewPortMapEditor(base)
+	e.Remove(portName(2))
+	if got := e.Done(); got.shards != base.shards || got.Len() != 1 {
 		t.Fatalf("an editor without writes must return the base unchanged")
 	}
 }
@@ -80,5 +80,31 @@ func TestPortMapAllStopsEarly(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("All did not stop when asked: %d iterations", n)
+	}
+}
+
+func TestPortMapWithWithoutKeys(t *testing.T) {
+	base := NewPortMap(map[proxy.ServicePortName]int{portName(1): 1, portName(2): 2})
+	added := base.With(portName(3), 3)
+	removed := added.Without(portName(1))
+	if !maps.Equal(collect(base), map[proxy.ServicePortName]int{portName(1): 1, portName(2): 2}) {
+		t.Fatalf("With or Without changed the map they were called on: %v", collect(base))
+	}
+	if !maps.Equal(collect(added), map[proxy.ServicePortName]int{portName(1): 1, portName(2): 2, portName(3): 3}) {
+		t.Fatalf("With: %v", collect(added))
+	}
+	want := map[proxy.ServicePortName]int{portName(2): 2, portName(3): 3}
+	if !maps.Equal(collect(removed), want) || removed.Len() != 2 {
+		t.Fatalf("Without: %v (len %d)", collect(removed), removed.Len())
+	}
+	keys := maps.Collect(func(yield func(proxy.ServicePortName, int) bool) {
+		for k := range removed.Keys() {
+			if !yield(k, want[k]) {
+				return
+			}
+		}
+	})
+	if !maps.Equal(keys, want) {
+		t.Fatalf("Keys listed %v, want the names of %v", keys, want)
 	}
 }

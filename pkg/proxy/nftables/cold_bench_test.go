@@ -7,6 +7,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // benchState is n services × 10 endpoints, each with a cluster IP and a
@@ -18,7 +19,7 @@ func benchState(n int) *desired.State {
 		NodePorts: desired.NodePortAddrs{All: true},
 		Masquerade: desired.Masquerade{Mark: 1 << 14,
 			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}},
-		Services: make(map[proxy.ServicePortName]*desired.ServicePort, n),
+		Services: model.PortMap[*desired.ServicePort]{},
 	}
 	for i := range n {
 		eps := make([]desired.Endpoint, 10)
@@ -28,9 +29,9 @@ func benchState(n int) *desired.State {
 		}
 		d := desired.Dispatch{Endpoints: eps, Empty: desired.Reject}
 		name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i)}, Port: "http", Protocol: proxy.TCP}
-		st.Services[name] = &desired.ServicePort{Name: name, Protocol: proxy.TCP, Port: 80,
+		st.Services = st.Services.With(name, &desired.ServicePort{Name: name, Protocol: proxy.TCP, Port: 80,
 			ClusterIP: netip.AddrFrom4([4]byte{172, 30, byte(i >> 8), byte(i)}), NodePort: uint16(10000 + i%50000),
-			Internal: d, External: d, Cluster: d}
+			Internal: d, External: d, Cluster: d})
 	}
 	return st
 }

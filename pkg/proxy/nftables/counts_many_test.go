@@ -38,7 +38,7 @@ func wideState(e, n int, local bool) *desired.State {
 		sp.Internal = sp.Cluster
 		sp.External, sp.ExternalLocal = desired.Dispatch{Endpoints: locals}, true
 	}
-	st.Services[name] = sp
+	st.Services = st.Services.With(name, sp)
 	return st
 }
 
@@ -88,7 +88,7 @@ func TestManyExternalIPsCostEPlusN(t *testing.T) {
 			const limit = e + 8*n
 			// The rendered part first: syncing E×N elements into the
 			// fake would take minutes.
-			if got := len(renderService(newConfig(st), st.Services[countsName("wide")]).elems); got > limit {
+			if got := len(renderService(newConfig(st), st.Service(countsName("wide"))).elems); got > limit {
 				t.Fatalf("%d external IPs × %d endpoints render %d elements, want ≤ %d (E+N, not E×N)", e, n, got, limit)
 			}
 			fake := newStrictFake(knftables.IPv4Family)
@@ -101,7 +101,7 @@ func TestManyExternalIPsCostEPlusN(t *testing.T) {
 			}
 			checkWideFlows(t, fake, st)
 			next := withChange(st, countsName("wide"), func(sp *desired.ServicePort) {
-				shrunk := *wideState(e, n-1, local).Services[countsName("wide")]
+				shrunk := *wideState(e, n-1, local).Service(countsName("wide"))
 				*sp = shrunk
 			})
 			s := mustSync(t, p, next)
@@ -124,7 +124,7 @@ func TestManyExternalIPsCostEPlusN(t *testing.T) {
 func checkWideFlows(t *testing.T, fake *strictFake, st *desired.State) {
 	t.Helper()
 	w := proxytest.WorldOf(proxy.IPv4)
-	sp := st.Services[countsName("wide")]
+	sp := st.Service(countsName("wide"))
 	ext := sp.ExternalIPs
 	var flows []proxytest.Flow
 	for _, dst := range []netip.AddrPort{netip.AddrPortFrom(ext[0], 80), netip.AddrPortFrom(ext[len(ext)/2], 80),
@@ -161,7 +161,7 @@ func TestOwnChainsThreshold(t *testing.T) {
 			p.maxOps = 1
 			for _, n := range tc.counts[1:] {
 				next := withChange(prev, countsName("wide"), func(sp *desired.ServicePort) {
-					*sp = *wideState(e, n, tc.local).Services[countsName("wide")]
+					*sp = *wideState(e, n, tc.local).Service(countsName("wide"))
 				})
 				fake.afterRun = func() { midSyncFlows(t, fake, prev, next) }
 				mustSync(t, p, next)
@@ -184,7 +184,7 @@ func TestOwnChainsThreshold(t *testing.T) {
 // ownsWide tells whether the wide service port should have chains of its
 // own: (E−1)·N ≥ defaultOwnSlots.
 func ownsWide(st *desired.State) bool {
-	sp := st.Services[countsName("wide")]
+	sp := st.Service(countsName("wide"))
 	n := len(sp.External.Endpoints)
 	if sp.ExternalLocal {
 		n += len(sp.Cluster.Endpoints)
@@ -235,7 +235,7 @@ func TestManyExternalIPsInKernel(t *testing.T) {
 	for _, local := range []bool{false, true} {
 		st := wideState(e, n, local)
 		next := withChange(st, countsName("wide"), func(sp *desired.ServicePort) {
-			*sp = *wideState(e, n-1, local).Services[countsName("wide")]
+			*sp = *wideState(e, n-1, local).Service(countsName("wide"))
 		})
 		err := ns.Do(func() error {
 			p, err := New(proxy.IPv4, Options{})

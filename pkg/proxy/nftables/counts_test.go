@@ -14,6 +14,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -33,14 +34,14 @@ func countsState(n int) *desired.State {
 		return out
 	}
 	remote := desired.Dispatch{Endpoints: eps(w.RemotePod, n)}
-	st.Services[countsName("web")] = &desired.ServicePort{Name: countsName("web"), Protocol: proxy.TCP, Port: 80,
+	st.Services = st.Services.With(countsName("web"), &desired.ServicePort{Name: countsName("web"), Protocol: proxy.TCP, Port: 80,
 		ClusterIP: w.ClusterIP(1), NodePort: 30001, ExternalIPs: []netip.Addr{w.ExternalIP(1)},
-		Internal: remote, External: remote, Cluster: remote}
+		Internal: remote, External: remote, Cluster: remote})
 	local := desired.Dispatch{Endpoints: eps(w.LocalPod, n)}
 	cluster := desired.Dispatch{Endpoints: append(slices.Clone(local.Endpoints), desired.Endpoint{IP: w.RemotePod(200), Port: 8080})}
-	st.Services[countsName("local")] = &desired.ServicePort{Name: countsName("local"), Protocol: proxy.TCP, Port: 80,
+	st.Services = st.Services.With(countsName("local"), &desired.ServicePort{Name: countsName("local"), Protocol: proxy.TCP, Port: 80,
 		ClusterIP: w.ClusterIP(2), NodePort: 30002, ExternalIPs: []netip.Addr{w.ExternalIP(2)},
-		Internal: cluster, External: local, Cluster: cluster, ExternalLocal: true}
+		Internal: cluster, External: local, Cluster: cluster, ExternalLocal: true})
 	return st
 }
 
@@ -54,7 +55,7 @@ func emptyState() *desired.State {
 		NodePorts: desired.NodePortAddrs{All: true},
 		Masquerade: desired.Masquerade{Mark: 1 << 14,
 			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{w.ClusterCIDR}}},
-		Services: map[proxy.ServicePortName]*desired.ServicePort{},
+		Services: model.PortMap[*desired.ServicePort]{},
 	}
 }
 
@@ -84,7 +85,7 @@ func countsFlows() []proxytest.Flow {
 func withCounts(prev *desired.State, n int) *desired.State {
 	next := countsState(n)
 	next.Changed = map[proxy.ServicePortName]struct{}{}
-	for name := range next.Services {
+	for name := range next.Services.All() {
 		next.Changed[name] = struct{}{}
 	}
 	return next
@@ -257,7 +258,7 @@ func TestUpgradeFromSharedEndpointMaps(t *testing.T) {
 	}
 	st := caseState(t, "externalTrafficPolicy Local with a local endpoint", proxy.IPv4)
 	var flows []proxytest.Flow
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		for _, dst := range append([]netip.Addr{sp.ClusterIP}, sp.LoadBalancerIPs...) {
 			for _, src := range []netip.Addr{proxytest.WorldOf(proxy.IPv4).ExternalClient, proxytest.WorldOf(proxy.IPv4).LocalPod(9)} {
 				flows = append(flows, proxytest.Flow{Source: src, Protocol: sp.Protocol, Dest: dst, DestPort: sp.Port})

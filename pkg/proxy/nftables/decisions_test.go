@@ -36,7 +36,7 @@ func TestRendersDecisions(t *testing.T) {
 // masqueraded and everyone else not, which no single-chain mark can say.
 func TestUnrenderableRoutesFail(t *testing.T) {
 	state := caseState(t, "cluster IP", proxy.IPv4)
-	for _, sp := range state.Services {
+	for _, sp := range state.Services.All() {
 		r := *sp.Routes // Compute's tables are shared: edit a copy
 		r[desired.ClusterIPPath][desired.FromPod].Masquerade = true
 		r[desired.ClusterIPPath][desired.FromOutside].Masquerade = false

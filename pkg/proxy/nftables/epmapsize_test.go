@@ -20,8 +20,8 @@ import (
 func grownTo(from, to int) *desired.State {
 	small, big := benchState(from), benchState(to)
 	big.Changed = map[proxy.ServicePortName]struct{}{}
-	for name := range big.Services {
-		if small.Services[name] == nil {
+	for name := range big.Services.All() {
+		if small.Service(name) == nil {
 			big.Changed[name] = struct{}{}
 		}
 	}

@@ -20,7 +20,7 @@ func TestExternalLocalEndpointCountChange(t *testing.T) {
 		p := NewWithInterface(family, fakeKernel(fake))
 		mustSync(t, p, st)
 		var name proxy.ServicePortName
-		for n, sp := range st.Services {
+		for n, sp := range st.Services.All() {
 			if sp.ExternalLocal && len(sp.Cluster.Endpoints) > 0 {
 				name = n
 			}
@@ -33,7 +33,7 @@ func TestExternalLocalEndpointCountChange(t *testing.T) {
 			sp.Cluster.Endpoints = append(append([]desired.Endpoint{}, sp.Cluster.Endpoints...), extra)
 		})
 		mustSync(t, p, grown)
-		mustSync(t, p, withChange(grown, name, func(sp *desired.ServicePort) { *sp = *st.Services[name] }))
+		mustSync(t, p, withChange(grown, name, func(sp *desired.ServicePort) { *sp = *st.Service(name) }))
 		restarted := NewWithInterface(family, fakeKernel(fake))
 		if s := mustSync(t, restarted, st); s.Operations != 0 {
 			t.Errorf("%s: after growing and shrinking back, a restart still sent %d operations", family, s.Operations)

@@ -1,7 +1,6 @@
 package nftables_test
 
 import (
-	"maps"
 	"net/netip"
 	"testing"
 
@@ -42,7 +41,7 @@ func TestKernelSourceRangesReplaced(t *testing.T) {
 
 func firewalled(t *testing.T, st *desired.State) (proxy.ServicePortName, *desired.ServicePort) {
 	t.Helper()
-	for name, sp := range st.Services {
+	for name, sp := range st.Services.All() {
 		if len(sp.AllowedSources) > 0 && sp.AllowedSources[0].Bits() >= 16 {
 			return name, sp
 		}
@@ -54,10 +53,10 @@ func firewalled(t *testing.T, st *desired.State) (proxy.ServicePortName, *desire
 // withSources is st with name's allowed sources replaced, as the only change.
 func withSources(st *desired.State, name proxy.ServicePortName, ranges []netip.Prefix) *desired.State {
 	next := *st
-	next.Services = maps.Clone(st.Services)
-	sp := *st.Services[name]
+	next.Services = st.Services
+	sp := *st.Service(name)
 	sp.AllowedSources = ranges
-	next.Services[name] = &sp
+	next.Services = next.Services.With(name, &sp)
 	next.Changed = map[proxy.ServicePortName]struct{}{name: {}}
 	return &next
 }

@@ -114,7 +114,7 @@ func rejectedProtocols(t *testing.T, table *knftables.FakeTable, st *desired.Sta
 		return nil
 	}
 	var out []string
-	for _, sp := range st.Services {
+	for _, sp := range st.Services.All() {
 		if sp.NodePort == 0 {
 			continue
 		}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -174,11 +173,11 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 		t.Fatal(err)
 	}
 	full := caseState(t, "loadBalancerSourceRanges", proxy.IPv4)
-	names := slices.SortedFunc(maps.Keys(full.Services), func(a, b proxy.ServicePortName) int { return strings.Compare(a.String(), b.String()) })
+	names := slices.SortedFunc(full.Services.Keys(), func(a, b proxy.ServicePortName) int { return strings.Compare(a.String(), b.String()) })
 	late := names[len(names)-1]
 	early := *full
-	early.Services = maps.Clone(full.Services)
-	delete(early.Services, late)
+	early.Services = full.Services
+	early.Services = early.Services.Without(late)
 	early.Changed = nil
 	partial := *full
 	partial.Changed = map[proxy.ServicePortName]struct{}{late: {}}
@@ -203,7 +202,7 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 		// The frontends the late service's sync adds, taken behind our
 		// back with another verdict.
 		cfg := newConfig(full)
-		pt := renderService(cfg, full.Services[late])
+		pt := renderService(cfg, full.Service(late))
 		var cmds []string
 		for _, e := range pt.elems {
 			if e.set == mapServiceIPs {

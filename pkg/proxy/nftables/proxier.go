@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync/atomic"
 
@@ -92,7 +91,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	} else {
 		for name := range st.Changed {
 			var pt *part
-			if sp := st.Services[name]; sp != nil {
+			if sp := st.Service(name); sp != nil {
 				pt = p.store.assignSlots(renderService(cfg, sp))
 			}
 			p.store.replace(name, pt)
@@ -151,18 +150,18 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 	// In name order: the elements are sent in the order they were
 	// claimed, so a full sync of the same State sends the same
 	// transactions.
-	names := slices.SortedFunc(maps.Keys(st.Services), proxy.ServicePortName.Compare)
+	names := slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare)
 	global := renderGlobal(st, cfg)
 	if p.store.holdsElements() {
 		p.store.replace(owner{}, global)
 		for _, name := range names {
-			p.store.replace(name, p.store.assignSlots(renderService(cfg, st.Services[name])))
+			p.store.replace(name, p.store.assignSlots(renderService(cfg, st.Service(name))))
 		}
 		return
 	}
 	parts := make([]*part, len(names))
 	for i, name := range names {
-		parts[i] = p.store.assignSlots(renderService(cfg, st.Services[name]))
+		parts[i] = p.store.assignSlots(renderService(cfg, st.Service(name)))
 	}
 	p.store.reserve(append(parts, global))
 	p.store.replace(owner{}, global)

@@ -24,7 +24,7 @@ func TestFailureRereadsTheTable(t *testing.T) {
 	changed := withChange(st, name, func(sp *desired.ServicePort) { sp.Internal.Endpoints = nil })
 
 	// Delete, behind its back, the frontend element the change replaces.
-	sp := st.Services[name]
+	sp := st.Service(name)
 	key := []string{addrString(sp.ClusterIP), protoName(sp.Protocol), strconv.Itoa(int(sp.Port))}
 	tx := fake.NewTransaction()
 	tx.Delete(&knftables.Element{Map: mapServiceIPs, Key: key})

@@ -26,14 +26,14 @@ func TestRenderIsPure(t *testing.T) {
 		d := desired.Dispatch{Endpoints: eps}
 		sp.Internal, sp.External, sp.Cluster = d, d, d
 	})
-	before := renderService(newConfig(st), st.Services[name])
+	before := renderService(newConfig(st), st.Service(name))
 	p := NewWithInterface(proxy.IPv4, fakeKernel(newStrictFake(knftables.IPv4Family)))
 	mustSync(t, p, reversed)
-	after := renderService(newConfig(st), st.Services[name])
+	after := renderService(newConfig(st), st.Service(name))
 	if !reflect.DeepEqual(before, after) {
 		t.Fatalf("render of the same State differs once the store holds a table:\n%+v\n%+v", before.elems, after.elems)
 	}
-	kernel := renderService(newConfig(reversed), reversed.Services[name]).elems
+	kernel := renderService(newConfig(reversed), reversed.Service(name)).elems
 	assigned := p.store.assignSlots(after).elems
 	if len(assigned) != len(kernel) {
 		t.Fatalf("assignSlots changed the element count: %d, want %d", len(assigned), len(kernel))

@@ -3,7 +3,6 @@ package nftables
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -52,17 +52,17 @@ func mustSyncIn(t *testing.T, p *Proxier, st *desired.State, mode proxy.SyncMode
 // marked as the only change.
 func withChange(st *desired.State, name proxy.ServicePortName, edit func(*desired.ServicePort)) *desired.State {
 	next := *st
-	next.Services = maps.Clone(st.Services)
-	sp := *st.Services[name]
+	next.Services = st.Services
+	sp := *st.Service(name)
 	edit(&sp)
-	next.Services[name] = &sp
+	next.Services = next.Services.With(name, &sp)
 	next.Changed = map[proxy.ServicePortName]struct{}{name: {}}
 	return &next
 }
 
 func anyService(t *testing.T, st *desired.State, withEndpoints int) proxy.ServicePortName {
 	t.Helper()
-	for name, sp := range st.Services {
+	for name, sp := range st.Services.All() {
 		if len(sp.Internal.Endpoints) >= withEndpoints && sp.AffinitySeconds == 0 {
 			return name
 		}
@@ -109,7 +109,7 @@ func TestOneEndpointChangeIsAFewElementOps(t *testing.T) {
 		t.Errorf("endpoint change touched rules:\n%s", fake.LastTransaction)
 	}
 	tr := newTracer(t, fake, next)
-	sp := next.Services[name]
+	sp := next.Service(name)
 	got := tr.trace(proxytest.Flow{Source: proxytest.WorldOf(proxy.IPv4).LocalPod(9), Protocol: sp.Protocol, Dest: sp.ClusterIP, DestPort: sp.Port})
 	if want := proxytest.Evaluate(next, proxytest.Flow{Source: proxytest.WorldOf(proxy.IPv4).LocalPod(9), Protocol: sp.Protocol, Dest: sp.ClusterIP, DestPort: sp.Port}); !got.Equal(want) {
 		t.Errorf("after the change got %s, want %s", got, want)
@@ -216,9 +216,9 @@ func TestFailureThenRecoverySync(t *testing.T) {
 // sync that names them all as changed.
 func withoutServices(st *desired.State) *desired.State {
 	empty := *st
-	empty.Services = map[proxy.ServicePortName]*desired.ServicePort{}
+	empty.Services = model.PortMap[*desired.ServicePort]{}
 	empty.Changed = map[proxy.ServicePortName]struct{}{}
-	for name := range st.Services {
+	for name := range st.Services.All() {
 		empty.Changed[name] = struct{}{}
 	}
 	return &empty

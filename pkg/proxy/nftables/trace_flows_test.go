@@ -64,7 +64,7 @@ func TestTracerNoticesBrokenRules(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
 	fake := syncFake(t, st)
 	name := anyService(t, st, 1)
-	sp := st.Services[name]
+	sp := st.Service(name)
 	flow := proxytest.Flow{Source: proxytest.WorldOf(proxy.IPv4).LocalPod(9), Protocol: sp.Protocol, Dest: sp.ClusterIP, DestPort: sp.Port}
 	if got := newTracer(t, fake, st).trace(flow); got.Verdict != proxytest.DNAT || len(got.Endpoints) != len(sp.Internal.Endpoints) {
 		t.Fatalf("intact table: got %s", got)

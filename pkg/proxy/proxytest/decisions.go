@@ -55,7 +55,7 @@ func RunDecisionEdits(t *testing.T, tracer Tracer) {
 		for _, family := range proxy.Families {
 			t.Run(e.Name+"/"+string(family), func(t *testing.T) {
 				state := BuildState(t, c, family)
-				for _, sp := range state.Services {
+				for _, sp := range state.Services.All() {
 					e.Edit(sp) // a fresh State: nothing else shares its ports
 				}
 				for _, flow := range c.Flows {

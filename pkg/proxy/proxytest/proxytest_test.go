@@ -25,7 +25,7 @@ func TestCasesShape(t *testing.T) {
 			perFamily[proxy.FamilyOf(f.Dest)]++
 		}
 		for _, family := range proxy.Families {
-			if len(BuildState(t, c, family).Services) == 0 {
+			if BuildState(t, c, family).Services.Len() == 0 {
 				t.Errorf("case %q: no %s service ports", c.Name, family)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // The UDP world the table is filled against: udpServices DNS-like services
@@ -42,8 +43,8 @@ func endpoint(s, k int) netip.AddrPort {
 }
 
 func udpWorld(int) udpWorldT {
-	st := &desired.State{Family: proxy.IPv4, NodePorts: desired.NodePortAddrs{All: true},
-		Services: map[proxy.ServicePortName]*desired.ServicePort{}}
+	st := &desired.State{Family: proxy.IPv4, NodePorts: desired.NodePortAddrs{All: true}}
+	services := map[proxy.ServicePortName]*desired.ServicePort{}
 	for s := 0; s < udpServices; s++ {
 		var eps []desired.Endpoint
 		for k := 0; k < udpEndpoints; k++ {
@@ -52,9 +53,10 @@ func udpWorld(int) udpWorldT {
 		}
 		d := desired.Dispatch{Endpoints: eps}
 		name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "bench", Name: fmt.Sprintf("dns-%d", s)}, Protocol: proxy.UDP}
-		st.Services[name] = &desired.ServicePort{Name: name, Protocol: proxy.UDP, Port: 53,
+		services[name] = &desired.ServicePort{Name: name, Protocol: proxy.UDP, Port: 53,
 			ClusterIP: addrAt(svcBase, s+1), Internal: d, External: d, Cluster: d}
 	}
+	st.Services = model.NewPortMap(services)
 	return udpWorldT{state: st}
 }
 
@@ -80,8 +82,8 @@ func tcpState(n int) *desired.State {
 		NodePorts: desired.NodePortAddrs{All: true},
 		Masquerade: desired.Masquerade{Mark: 1 << 14,
 			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15")}}},
-		Services: make(map[proxy.ServicePortName]*desired.ServicePort, n),
 	}
+	services := make(map[proxy.ServicePortName]*desired.ServicePort, n)
 	for i := 0; i < n; i++ {
 		eps := make([]desired.Endpoint, 10)
 		for j := range eps {
@@ -90,9 +92,10 @@ func tcpState(n int) *desired.State {
 		slices.SortFunc(eps, func(a, b desired.Endpoint) int { return a.AddrPort().Compare(b.AddrPort()) })
 		d := desired.Dispatch{Endpoints: eps}
 		name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i)}, Port: "http", Protocol: proxy.TCP}
-		st.Services[name] = &desired.ServicePort{Name: name, Protocol: proxy.TCP, Port: 80,
+		services[name] = &desired.ServicePort{Name: name, Protocol: proxy.TCP, Port: 80,
 			ClusterIP: addrAt(netip.MustParseAddr("172.31.0.0"), i+1), NodePort: uint16(10000 + i),
 			Internal: d, External: d, Cluster: d}
 	}
+	st.Services = model.NewPortMap(services)
 	return st
 }

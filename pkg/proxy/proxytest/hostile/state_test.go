@@ -42,7 +42,7 @@ func checkState(t reporter, st *desired.State) {
 		}
 		owner[fe] = name
 	}
-	for name, sp := range st.Services {
+	for name, sp := range st.Services.All() {
 		addrs := append([]netip.Addr{sp.ClusterIP}, sp.ExternalIPs...)
 		addrs = append(addrs, sp.LoadBalancerIPs...)
 		for _, d := range []desired.Dispatch{sp.Internal, sp.External, sp.Cluster} {

@@ -6,12 +6,12 @@ package benchkit
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // The synthetic cluster: S services in one namespace, each with one TCP
@@ -98,12 +98,13 @@ func BuildState(n int, nodeIP netip.Addr) (*desired.State, error) {
 			Mark:  1 << 14,
 			Local: desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{podCIDR}},
 		},
-		Services: make(map[proxy.ServicePortName]*desired.ServicePort, n),
 	}
+	var services model.PortMapEditor[*desired.ServicePort]
 	for i := 0; i < n; i++ {
 		sp := MakeServicePort(i)
-		st.Services[sp.Name] = sp
+		services.Set(sp.Name, sp)
 	}
+	st.Services = services.Done()
 	return st, nil
 }
 
@@ -112,8 +113,9 @@ func BuildState(n int, nodeIP netip.Addr) (*desired.State, error) {
 // after one event.
 func WithService(prev *desired.State, sp *desired.ServicePort) *desired.State {
 	next := *prev
-	next.Services = maps.Clone(prev.Services)
-	next.Services[sp.Name] = sp
+	services := model.NewPortMapEditor(prev.Services)
+	services.Set(sp.Name, sp)
+	next.Services = services.Done()
 	next.Changed = map[proxy.ServicePortName]struct{}{sp.Name: {}}
 	return &next
 }
@@ -121,7 +123,7 @@ func WithService(prev *desired.State, sp *desired.ServicePort) *desired.State {
 // WithEndpointMoved returns prev with service i's first endpoint replaced
 // by a fresh address (a pod rescheduled), Changed naming only that service.
 func WithEndpointMoved(prev *desired.State, i, generation int) *desired.State {
-	old := prev.Services[ServiceName(i)]
+	old := prev.Service(ServiceName(i))
 	sp := *old
 	eps := slices.Clone(old.Internal.Endpoints)
 	eps[0] = desired.Endpoint{IP: AddrAt(netip.MustParseAddr("198.19.255.0"), generation%250+1), Port: 9090}
