@@ -287,7 +287,43 @@ func TestUpgradeFromSharedEndpointMaps(t *testing.T) {
 // The store holds one elemEntry per element (330k at 10k×10): its size
 // class is part of the memory budget (see the field comments).
 func TestElemEntrySizeClass(t *testing.T) {
-	if got := unsafe.Sizeof(elemEntry{}); got > 80 {
-		t.Errorf("elemEntry is %d bytes, want ≤ 80 (the 80-byte size class)", got)
+	if got := unsafe.Sizeof(elemEntry{}); got > 64 {
+		t.Errorf("elemEntry is %d bytes, want ≤ 64 (the 64-byte size class)", got)
 	}
+}
+
+// Claims beyond an element's first live in store.more: the element
+// resolves to the first owner in name order whichever claimed first, and
+// releasing the claims in any order leaves nothing behind there.
+func TestSharedElementClaims(t *testing.T) {
+	s := newStore()
+	a, b, c := countsName("a"), countsName("b"), countsName("c")
+	partOf := func(v string) *part {
+		p := &part{}
+		p.addElem(mapServiceIPs, "10.0.0.1 . tcp . 80", v)
+		return p
+	}
+	want := func(wantV string, wantOK bool, wantMore int) {
+		t.Helper()
+		e := s.elem(mapServiceIPs, "10.0.0.1 . tcp . 80", false)
+		if e == nil {
+			t.Fatal("entry gone while claimed")
+		}
+		if v, ok := s.desiredValue(e); v != wantV || ok != wantOK {
+			t.Errorf("desired value %q %v, want %q %v", v, ok, wantV, wantOK)
+		}
+		if len(s.more) != wantMore {
+			t.Errorf("store.more holds %d entries, want %d", len(s.more), wantMore)
+		}
+	}
+	s.replace(c, partOf("goto c"))
+	s.replace(b, partOf("goto b"))
+	s.replace(a, partOf("goto a"))
+	want("goto a", true, 1)
+	s.replace(a, nil)
+	want("goto b", true, 1)
+	s.replace(c, nil)
+	want("goto b", true, 0)
+	s.replace(b, nil)
+	want("", false, 0)
 }

@@ -82,17 +82,17 @@ func (u *unit) kernelUnit() *knft.Unit {
 			}
 		}}
 	}
-	return &knft.Unit{Set: u.els[0].set(), IsMap: u.isMap, Ops: u.elemOps,
+	return &knft.Unit{Set: u.s.setOf(u.els[0]), IsMap: u.isMap, Ops: u.elemOps,
 		Elems: func(yield func(knft.Change) bool) {
 			for _, e := range u.els {
-				if !yield(elemChange(e)) {
+				if !yield(u.s.elemChange(e)) {
 					return
 				}
 			}
 		},
 		Done: func() {
 			for _, e := range u.els {
-				u.s.changed(e, elemChange(e))
+				u.s.changed(e, u.s.elemChange(e))
 			}
 		}}
 }
@@ -143,7 +143,7 @@ func (s *store) diffElems() []*unit {
 		}
 		// Consecutive elements are mostly of one group: look it up
 		// only when it changes.
-		if g := (group{phase, e.set()}); cur == nil || g != last {
+		if g := (group{phase, s.setOf(e)}); cur == nil || g != last {
 			if last, cur = g, groups[g]; cur == nil {
 				cur = new([]*elemEntry)
 				groups[g] = cur
@@ -161,13 +161,13 @@ func (s *store) diffElems() []*unit {
 	for _, k := range keys {
 		isMap := s.sets[k.set].desired.isMap
 		if s.sets[k.set].interval() {
-			deletesFirst(*groups[k])
+			s.deletesFirst(*groups[k])
 		}
 		for els := *groups[k]; len(els) > 0; {
 			n := min(len(els), elemRunLen)
 			u := &unit{phase: k.phase, sortBy: k.set, els: els[:n:n], isMap: isMap, s: s}
 			for _, e := range u.els {
-				u.elemOps += changeOps(elemChange(e))
+				u.elemOps += changeOps(s.elemChange(e))
 			}
 			units = append(units, u)
 			els = els[n:]
@@ -339,7 +339,7 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 	values := make(map[string]string, len(keys))
 	var ops []func(*knftables.Transaction)
 	for _, k := range keys {
-		v, ok := elems[k].desiredValue()
+		v, ok := s.desiredValue(elems[k])
 		if !ok {
 			continue
 		}

@@ -23,7 +23,7 @@ func changeOps(c knft.Change) int {
 // changed updates the kernel side of e once its change c is committed.
 func (s *store) changed(e *elemEntry, c knft.Change) {
 	if !c.Add {
-		delete(s.elems[e.set()], e.key)
+		delete(s.elems[s.setOf(e)], e.key)
 		return
 	}
 	e.present, e.kernel = true, c.Value
@@ -37,10 +37,10 @@ func (e *setEntry) interval() bool {
 
 // deletesFirst orders a run of one interval set's changes so that every
 // delete precedes every add (stable otherwise).
-func deletesFirst(els []*elemEntry) {
+func (s *store) deletesFirst(els []*elemEntry) {
 	slices.SortStableFunc(els, func(a, b *elemEntry) int {
-		_, aAdds := a.desiredValue()
-		_, bAdds := b.desiredValue()
+		_, aAdds := s.desiredValue(a)
+		_, bAdds := s.desiredValue(b)
 		switch {
 		case aAdds == bAdds:
 			return 0
@@ -55,8 +55,8 @@ func deletesFirst(els []*elemEntry) {
 // one): a delete of the kernel's element, an add of the desired one, or
 // both. It depends only on the entry, which nothing changes between the
 // diff and the commit of its unit, so a unit keeps entries, not changes.
-func elemChange(e *elemEntry) knft.Change {
-	want, ok := e.desiredValue()
+func (s *store) elemChange(e *elemEntry) knft.Change {
+	want, ok := s.desiredValue(e)
 	if !ok {
 		return knft.Change{Key: e.key, Del: true}
 	}
@@ -65,17 +65,17 @@ func elemChange(e *elemEntry) knft.Change {
 
 // diffElem returns the phase of the change element e needs, if any.
 func (s *store) diffElem(e *elemEntry) (int, bool) {
-	want, ok := e.desiredValue()
-	set := s.sets[e.set()]
+	want, ok := s.desiredValue(e)
+	set := s.sets[s.setOf(e)]
 	// Elements of a set being deleted go with it; those of a re-created
 	// endpoint map are all in its chain's unit.
-	if set == nil || (set.desired == nil && set.present) || s.recreated[e.set()] {
+	if set == nil || (set.desired == nil && set.present) || s.recreated[s.setOf(e)] {
 		return 0, false
 	}
-	rank := elemRank(e.set())
+	rank := elemRank(s.setOf(e))
 	switch {
 	case !ok && !e.present:
-		delete(s.elems[e.set()], e.key)
+		delete(s.elems[s.setOf(e)], e.key)
 		return 0, false
 	case !ok && set.interval():
 		// With the set's adds, and before them (diffElems): the kernel

@@ -19,7 +19,14 @@ type store struct {
 	chains       map[string]*chainEntry
 	sets         map[string]*setEntry
 	elems        map[string]map[string]*elemEntry
-	names        map[string]*string // set name → the copy its entries share
+	// setIDs and setNames number the sets elements belong to
+	// (elemEntry.set): 4 bytes per entry instead of a name.
+	setIDs   map[string]uint32
+	setNames []string
+	// more holds the claims after the first of the few elements that
+	// have several (elemEntry.shared): a cluster IP's ports, an endpoint
+	// in several services' hairpin sets.
+	more map[*elemEntry][]elemClaim
 
 	// parts holds what each owner claimed, so it can be released.
 	parts map[owner]*part
@@ -52,23 +59,20 @@ type setEntry struct {
 	size    uint64 // of the kernel object, when present; 0: no limit
 }
 
+// elemEntry is one element (330k at 10k×10): it fits the 64-byte size
+// class (TestElemEntrySize), so the set is a number (store.setOf) and the
+// rare claims after the first live in store.more.
 type elemEntry struct {
-	// setName is shared by all the set's entries (store.nameOf): 8 bytes
-	// instead of a 16-byte string header keep the entry in the 80-byte
-	// size class (330k entries at 10k×10).
-	setName *string
-	key     string
+	key    string
+	kernel string // value in the kernel
+	// first is the first claim (owner nil: none); most elements have one
+	// owner, and a slice per element cost an allocation each.
+	first   elemClaim
+	set     uint32 // store.setNames index
 	dirty   bool
 	present bool
-	kernel  string // value in the kernel
-	// first is the first claim (owner nil: none), more any others: most
-	// elements have one owner, and a slice per element cost an
-	// allocation each (330k at 10k×10).
-	first elemClaim
-	more  *[]elemClaim
+	shared  bool // claims beyond first, in store.more
 }
-
-func (e *elemEntry) set() string { return *e.setName }
 
 // elemClaim is one owner's claim on an element. The owner is its part's
 // copy, shared by all the part's claims: 8 bytes per claim instead of a
@@ -83,7 +87,8 @@ func newStore() *store {
 		chains: map[string]*chainEntry{},
 		sets:   map[string]*setEntry{},
 		elems:  map[string]map[string]*elemEntry{},
-		names:  map[string]*string{},
+		setIDs: map[string]uint32{},
+		more:   map[*elemEntry][]elemClaim{},
 		parts:  map[owner]*part{},
 	}
 	s.clearDirty()
@@ -111,6 +116,7 @@ func (s *store) resetClaims() {
 		e.desired, e.claims = nil, 0
 		s.dirtySets[name] = struct{}{}
 	}
+	s.more = map[*elemEntry][]elemClaim{}
 	n := 0
 	for _, m := range s.elems {
 		n += len(m)
@@ -118,7 +124,7 @@ func (s *store) resetClaims() {
 	s.dirtyElems = slices.Grow(s.dirtyElems, n)
 	for _, m := range s.elems {
 		for _, e := range m {
-			e.first, e.more = elemClaim{}, nil
+			e.first, e.shared = elemClaim{}, false
 			s.markDirty(e)
 		}
 	}
@@ -162,23 +168,23 @@ func (s *store) claim(o owner, p *part) {
 	p.owner = id
 	p.entries = make([]*elemEntry, 0, len(p.elems))
 	var set string
-	var setName *string
+	var setID uint32
 	var m map[string]*elemEntry
 	for _, el := range p.elems {
 		// A part's elements come in runs of one set.
 		if m == nil || el.set != set {
-			set, m, setName = el.set, s.setElems(el.set), s.nameOf(el.set)
+			set, m, setID = el.set, s.setElems(el.set), s.setID(el.set)
 		}
 		// Render found the entry already (an endpoint slot the kernel
 		// holds): no second lookup.
 		e := el.entry
 		if e == nil {
 			if e = m[el.key]; e == nil {
-				e = &elemEntry{setName: setName, key: el.key}
+				e = &elemEntry{set: setID, key: el.key}
 				m[el.key] = e
 			}
 		}
-		if e.addClaim(elemClaim{owner: id, value: el.value}) {
+		if s.addClaim(e, elemClaim{owner: id, value: el.value}) {
 			p.entries = append(p.entries, e)
 		}
 		if e.present && e.kernel == el.value {
@@ -211,7 +217,7 @@ func (s *store) release(p *part) {
 	// A claimed entry stays in s.elems (only unclaimed ones are removed),
 	// so the part's pointers are the live entries.
 	for _, e := range p.entries {
-		e.dropClaim(p.owner)
+		s.dropClaim(e, p.owner)
 		s.markDirty(e)
 	}
 }
@@ -244,15 +250,20 @@ func (s *store) reserve(parts []*part) {
 	}
 }
 
-// nameOf returns the shared copy of a set's name.
-func (s *store) nameOf(set string) *string {
-	p := s.names[set]
-	if p == nil {
-		p = &set
-		s.names[set] = p
+// setID returns the number of a set's name, numbering it if new. Set
+// names are few (hundreds) and kept for the life of the store.
+func (s *store) setID(set string) uint32 {
+	id, ok := s.setIDs[set]
+	if !ok {
+		id = uint32(len(s.setNames))
+		s.setIDs[set] = id
+		s.setNames = append(s.setNames, set)
 	}
-	return p
+	return id
 }
+
+// setOf returns the name of e's set.
+func (s *store) setOf(e *elemEntry) string { return s.setNames[e.set] }
 
 // holdsElements reports whether any set has entries.
 func (s *store) holdsElements() bool {
@@ -281,7 +292,7 @@ func (s *store) elem(set, key string, create bool) *elemEntry {
 	m := s.setElems(set)
 	e := m[key]
 	if e == nil {
-		e = &elemEntry{setName: s.nameOf(set), key: key}
+		e = &elemEntry{set: s.setID(set), key: key}
 		m[key] = e
 	}
 	return e
@@ -296,12 +307,12 @@ func (s *store) markDirty(e *elemEntry) {
 
 // desiredValue is the value of the element's first claimant in name
 // order, so that conflicting claims resolve the same way in every sync.
-func (e *elemEntry) desiredValue() (string, bool) {
+func (s *store) desiredValue(e *elemEntry) (string, bool) {
 	if e.first.owner == nil {
 		return "", false
 	}
 	best := e.first
-	for _, c := range e.others() {
+	for _, c := range s.others(e) {
 		if c.owner.Compare(*best.owner) < 0 {
 			best = c
 		}
@@ -309,46 +320,47 @@ func (e *elemEntry) desiredValue() (string, bool) {
 	return best.value, true
 }
 
-// addClaim adds c unless its owner has a claim already, and reports
+// addClaim adds c to e unless its owner has a claim already, and reports
 // whether it did.
-func (e *elemEntry) addClaim(c elemClaim) bool {
+func (s *store) addClaim(e *elemEntry, c elemClaim) bool {
 	switch {
 	case e.first.owner == nil:
 		e.first = c
-	case e.first.owner == c.owner || slices.ContainsFunc(e.others(), func(m elemClaim) bool { return m.owner == c.owner }):
+	case e.first.owner == c.owner || slices.ContainsFunc(s.others(e), func(m elemClaim) bool { return m.owner == c.owner }):
 		return false
 	default:
-		e.setOthers(append(e.others(), c))
+		s.setOthers(e, append(s.others(e), c))
 	}
 	return true
 }
 
-// others returns the claims after the first.
-func (e *elemEntry) others() []elemClaim {
-	if e.more == nil {
+// others returns e's claims after the first.
+func (s *store) others(e *elemEntry) []elemClaim {
+	if !e.shared {
 		return nil
 	}
-	return *e.more
+	return s.more[e]
 }
 
-func (e *elemEntry) setOthers(cs []elemClaim) {
-	if len(cs) == 0 {
-		e.more = nil
-		return
+func (s *store) setOthers(e *elemEntry, cs []elemClaim) {
+	e.shared = len(cs) > 0
+	if e.shared {
+		s.more[e] = cs
+	} else {
+		delete(s.more, e)
 	}
-	e.more = &cs
 }
 
-// dropClaim removes o's claim.
-func (e *elemEntry) dropClaim(o *owner) {
-	more := slices.DeleteFunc(e.others(), func(c elemClaim) bool { return c.owner == o })
+// dropClaim removes o's claim on e.
+func (s *store) dropClaim(e *elemEntry, o *owner) {
+	more := slices.DeleteFunc(s.others(e), func(c elemClaim) bool { return c.owner == o })
 	if e.first.owner == o {
 		e.first = elemClaim{}
 		if len(more) > 0 {
 			e.first, more = more[0], more[1:]
 		}
 	}
-	e.setOthers(more)
+	s.setOthers(e, more)
 }
 
 // hasElems reports whether the kernel may hold elements of set: its set
