@@ -14,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/klink"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
@@ -119,8 +120,15 @@ func (e *vmEnv) newProxier(t *testing.T, f scenario.Fam, opts ipvs.Options) (*ip
 
 func (e *vmEnv) sync(t *testing.T, p *ipvs.Proxier, st *desired.State) {
 	t.Helper()
+	e.syncIn(t, p, st, proxytest.ModeOf(st))
+}
+
+// syncIn syncs st in mode: a new Proxier's first sync is a RecoverySync,
+// as the syncer makes it.
+func (e *vmEnv) syncIn(t *testing.T, p *ipvs.Proxier, st *desired.State, mode proxy.SyncMode) {
+	t.Helper()
 	start := time.Now()
-	if err := e.node1.NS.Do(func() error { return p.Sync(context.Background(), st, proxytest.ModeOf(st)) }); err != nil {
+	if err := e.node1.NS.Do(func() error { return p.Sync(context.Background(), st, mode) }); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 	t.Logf("sync of %d service ports took %v", st.Services.Len(), time.Since(start))

@@ -348,7 +348,7 @@ func (e *vmEnv) restart(t *testing.T, f scenario.Fam, w *world) {
 	defer conn.Close()
 	before := e.iptablesSave(t, f)
 	p2, cnt := e.newProxier(t, f, ipvs.Options{})
-	e.sync(t, p2, w.state)
+	e.syncIn(t, p2, w.state, proxy.RecoverySync) // a new Proxier, as the syncer's first sync
 	t.Logf("restart: %d write attempts, %d of them changed the kernel", cnt.attempts.Load(), cnt.writes.Load())
 	if n := cnt.writes.Load(); n != 0 {
 		t.Errorf("restart with an unchanged State made %d IPVS/ipset/link writes, want 0", n)
