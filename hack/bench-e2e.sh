@@ -33,12 +33,15 @@
 #        the default 1s, upstream's defaulting too), BENCH_E2E_TIMEOUT (go test -timeout, 120m),
 #        BENCH_E2E_SEED_API (10000), BENCH_E2E_DP_CONNS (16), BENCH_E2E_DP_DURATION (10s; 0s: no
 #        datapath), BENCH_E2E_DP_REF (the 1k run's connections/s: the 50k target is 90 % of it),
-#        SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
+#        BENCH_E2E_START_TIMEOUT (15m: the limit for a first sync and for the proxy to go quiet;
+#        upstream iptables mode needs more at 10k), SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
 #        BENCH_E2E_PROFILE (true: the proxy runs with enableProfiling and its heap profiles —
 #        live and allocated since start, after a GC — are kept in _output/e2e/<cluster>/:
 #        heap-first.pprof once every ClusterIP is programmed, heap-churned.pprof after the
 #        churn (its alloc_space minus heap-first's is what the churn allocated: pprof
-#        -diff_base), heap-restarted.pprof after the unchanged restart).
+#        -diff_base), heap-restarted.pprof after the unchanged restart; and svcproxy built with
+#        -tags startprofile writes a CPU profile of each process's first
+#        SVCPROXY_START_CPUPROFILE_SECONDS (6) to _output/bench-e2e/profiles/cpu-start-<pid>.pprof).
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -67,7 +70,10 @@ build_svcproxy() {
   commit=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
   tree=$(git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null && echo clean || echo dirty)
   mkdir -p "$OUT"
-  (cd "$ROOT" && go build -trimpath -o "$OUT/svcproxy" \
+  local tags=()
+  # A CPU profile from the process's start (cmd/svcproxy/startprofile.go).
+  [[ ${BENCH_E2E_PROFILE:-false} != true ]] || tags=(-tags startprofile)
+  (cd "$ROOT" && go build -trimpath "${tags[@]}" -o "$OUT/svcproxy" \
     -ldflags "-X github.com/svcproxy/svcproxy/internal/app.gitCommit=$commit -X github.com/svcproxy/svcproxy/internal/app.gitTreeState=$tree" \
     ./cmd/svcproxy)
   SVCPROXY_BIN=$OUT/svcproxy
@@ -99,7 +105,7 @@ main() {
     -changes "${BENCH_E2E_CHANGES:-6000}" -rate "${BENCH_E2E_RATE:-100}"
     -min-sync-period "${BENCH_E2E_MIN_SYNC:-1ms}"
     -upstream "$upstream" -baseline "${BENCH_E2E_BASELINE:-}"
-    -profile="${BENCH_E2E_PROFILE:-false}"
+    -profile="${BENCH_E2E_PROFILE:-false}" -start-timeout "${BENCH_E2E_START_TIMEOUT:-15m}"
   )
   # Seeding past 10k, datapath and full sync (issue #17); see the header.
   args+=(
@@ -107,6 +113,12 @@ main() {
     -dp-conns "${BENCH_E2E_DP_CONNS:-16}" -dp-duration "${BENCH_E2E_DP_DURATION:-10s}"
     -dp-reference "${BENCH_E2E_DP_REF:-0}"
   )
+  # After the --version calls above: each process writes its own profile.
+  if [[ ${BENCH_E2E_PROFILE:-false} == true ]]; then
+    mkdir -p "$OUT/profiles"
+    export SVCPROXY_START_CPUPROFILE=$OUT/profiles/cpu-start-%d.pprof
+    log "start CPU profiles (first ${SVCPROXY_START_CPUPROFILE_SECONDS:-6} s of each svcproxy process): $OUT/profiles/"
+  fi
   log "go test -tags benche2e -run TestBenchE2E ./bench -args ${args[*]} (in test/e2e)"
   t0=$SECONDS
   local rc=0

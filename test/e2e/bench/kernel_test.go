@@ -84,7 +84,7 @@ func waitQuiet(t *testing.T, c *F.Cluster, n *F.Node) samples {
 }
 
 func scrape(t *testing.T, c *F.Cluster, n *F.Node) samples {
-	text, err := c.Metrics(n)
+	text, err := plainMetrics(c, n)
 	if err != nil {
 		t.Fatalf("scraping /metrics: %v", err)
 	}

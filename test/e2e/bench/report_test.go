@@ -157,7 +157,7 @@ func printReport(w io.Writer, results []runResult) {
 
 const legend = `
 First sync: from just before the proxy's exec to the end of its first successful sync, as it stamps
-it in kubeproxy_sync_proxy_rules_last_timestamp_seconds (polled every 50 ms).
+it in kubeproxy_sync_proxy_rules_last_timestamp_seconds (polled every 200 ms, uncompressed).
 Every ClusterIP in the kernel: once the proxy has made no sync for 5 s, the kernel is dumped (nft list
 table / iptables-save) and the API's ClusterIPs are counted in it; with no sync during the dump, the
 time is the end of the last sync before it (the proxy's stamp, taken after the kernel accepted the
