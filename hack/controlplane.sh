@@ -158,7 +158,14 @@ start_etcd() {
   local unsafe=""
   "$ETCD_BIN" --help 2>&1 | grep -q -- '--unsafe-no-fsync' && unsafe="--unsafe-no-fsync"
   if [[ ${KEEP_DATA:-0} != 1 ]]; then rm -rf "$RUN/etcd-data"; fi
-  if [[ -n ${SEED_DIR:-} ]]; then rm -rf "$RUN/etcd-data"; cp -a "$SEED_DIR" "$RUN/etcd-data"; fi
+  if [[ -n ${SEED_DIR:-} ]]; then
+    # The contents, not the path: a SEED_DIR that is a symlink to a cached
+    # seed was copied as the link, and etcd then wrote into the cache.
+    rm -rf "$RUN/etcd-data"
+    mkdir -p "$RUN/etcd-data"
+    chmod 700 "$RUN/etcd-data"
+    cp -a "$SEED_DIR/." "$RUN/etcd-data/"
+  fi
   # shellcheck disable=SC2086
   inns "$ETCD_BIN" \
     --name svcproxy-test \
