@@ -155,6 +155,9 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	for _, s := range syncers {
+		s.Prepare(ctx) // reads the kernel back beside the lists and the cleanup
+	}
 	if err := d.watchNode(ctx, nodeWatcher, syncers); err != nil {
 		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
 	}

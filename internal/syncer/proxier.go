@@ -31,3 +31,12 @@ type Proxier interface {
 	// Cleanup removes everything the backend ever programmed (--cleanup).
 	Cleanup(ctx context.Context) error
 }
+
+// Preparer is a Proxier whose RecoverySync starts by reading the kernel
+// back. ReadBack does only that: it forgets what the Proxier committed and
+// reads the kernel's state, so that a FullSync after it needs no second
+// read. The syncer calls it ahead of the first sync, while the informers'
+// initial lists still arrive (Syncer.Prepare).
+type Preparer interface {
+	ReadBack(ctx context.Context) error
+}

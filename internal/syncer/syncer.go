@@ -27,6 +27,10 @@ const FullSyncPeriod = time.Hour
 // before the first sync, in case nobody calls Request when that happens.
 const readyPollInterval = time.Second
 
+// readAheadLimit is how old Prepare's read of the kernel may be for the
+// first sync to trust it instead of reading again.
+const readAheadLimit = 30 * time.Second
+
 // Tracker is what the syncer needs of a model.Tracker.
 type Tracker interface {
 	Synced() bool
@@ -98,7 +102,12 @@ type Syncer struct {
 	// recover makes the next sync a RecoverySync: set at start, after a
 	// failure and when the Proxier reported proxy.ErrStateLost.
 	recover bool
-	noLocal noLocalCounts
+	// readAhead: Prepare read the kernel back, so the first sync needs
+	// no recovery of its own (decide consumes it).
+	readAhead   bool
+	readAheadAt time.Time
+	prepareOnce sync.Once
+	noLocal     noLocalCounts
 	// quarantined are service ports the kernel rejected (isolate.go).
 	quarantined quarantine
 }
@@ -143,6 +152,27 @@ func (s *Syncer) RequestFull() {
 	s.Request()
 }
 
+// Prepare starts, in the background, what the first sync can do before the
+// tracker has synced: a Proxier that is a Preparer reads the kernel back
+// (at a restart of 10k Services × 10 endpoints, ≈ 0.3 s that otherwise
+// follow the initial lists). The app calls it as soon as the Syncer exists;
+// Loop waits for it, and runs it itself if nobody did.
+func (s *Syncer) Prepare(ctx context.Context) {
+	go s.prepareOnce.Do(func() { s.readBack(ctx) })
+}
+
+func (s *Syncer) readBack(ctx context.Context) {
+	p, ok := s.o.Proxier.(Preparer)
+	if !ok {
+		return
+	}
+	if err := p.ReadBack(ctx); err != nil {
+		klog.InfoS("Reading the kernel back before the first sync failed; the first sync will", "ipFamily", s.family, "err", err)
+		return
+	}
+	s.readAhead, s.readAheadAt = true, s.clock.Now()
+}
+
 // Loop syncs until ctx is done. The first sync runs as soon as the tracker
 // has synced and the node is known; then the runner's guarantees apply.
 func (s *Syncer) Loop(ctx context.Context) {
@@ -151,6 +181,8 @@ func (s *Syncer) Loop(ctx context.Context) {
 	if s.o.Health != nil {
 		s.o.Health.Updated(s.o.Family)
 	}
+	// Returns once Prepare's read-back is done (sync.Once), or does it.
+	s.prepareOnce.Do(func() { s.readBack(ctx) })
 	if !s.waitReady(ctx) {
 		return
 	}
@@ -230,7 +262,8 @@ func (s *Syncer) syncOnce() error {
 //
 //   - RecoverySync at start, after a failure, after the Proxier reported
 //     proxy.ErrStateLost and when its canary is gone: the Proxier's record
-//     of the kernel is not to be trusted;
+//     of the kernel is not to be trusted; but FullSync for the first sync
+//     when Prepare read the kernel back just before (readAhead);
 //   - FullSync when asked (RequestFull), when the node changed, and at
 //     least every FullSyncPeriod;
 //   - PartialSync otherwise.
@@ -239,7 +272,13 @@ func (s *Syncer) decide(node desired.Node, now time.Time) proxy.SyncMode {
 	canaryGone := s.canaryGone.Swap(false)
 	lost := s.recover
 	s.recover = false
+	// A read older than readAheadLimit (an API server that kept the lists
+	// waiting) may miss what someone else did to the kernel meanwhile.
+	readAhead := s.readAhead && now.Sub(s.readAheadAt) < readAheadLimit
+	s.readAhead = false
 	switch {
+	case readAhead && !canaryGone:
+		return proxy.FullSync
 	case lost, canaryGone, s.prev == nil:
 		return proxy.RecoverySync
 	case forced:

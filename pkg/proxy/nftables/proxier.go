@@ -68,7 +68,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 		return fmt.Errorf("nftables %s proxier got a %s state", p.family, st.Family)
 	}
 	if mode == proxy.RecoverySync {
-		p.store, p.readDone = newStore(), false
+		p.readDone = false
 	}
 	if !p.readDone {
 		if !mode.Full() {
@@ -76,10 +76,9 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 			// to apply a difference to.
 			return fmt.Errorf("nftables %s: the table is not read back: %w", p.family, proxy.ErrFullSyncNeeded)
 		}
-		if err := p.store.readBack(ctx, p.kernel); err != nil {
-			return fmt.Errorf("reading back table %s: %w", TableName, err)
+		if err := p.ReadBack(ctx); err != nil {
+			return err
 		}
-		p.readDone = true
 	}
 	full := mode.Full()
 	cfg := newConfig(st)
@@ -121,6 +120,19 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	}
 	p.store.clearDirty()
 	p.programmed.Store(true)
+	return nil
+}
+
+// ReadBack is syncer.Preparer: it forgets what this Proxier committed and
+// reads the table back, the first step of a RecoverySync, so that the
+// syncer can do it while the initial lists arrive and make the first sync a
+// FullSync.
+func (p *Proxier) ReadBack(ctx context.Context) error {
+	p.store, p.readDone = newStore(), false
+	if err := p.store.readBack(ctx, p.kernel); err != nil {
+		return fmt.Errorf("reading back table %s: %w", TableName, err)
+	}
+	p.readDone = true
 	return nil
 }
 

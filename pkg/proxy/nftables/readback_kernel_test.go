@@ -78,7 +78,7 @@ func diffLines(a, b []string) string {
 // what nft's JSON listing sees: chains, rule comments, sets, and every
 // element in the same spelling (addresses, protocols, ports, numgen slots,
 // verdicts, concatenated ranges), and that a restarted Proxier, reading
-// it back, sends nothing.
+// it back in its first sync or ahead of it (ReadBack), sends nothing.
 func TestNetlinkReadBackMatchesNft(t *testing.T) {
 	requireRoot(t)
 	ns, err := netnstest.New(t).NewNS("readback")
@@ -120,6 +120,22 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				}
 				if n := restarted.last.Operations; n != 0 {
 					return fmt.Errorf("a restart with the same State sent %d operations", n)
+				}
+				// Nor one that read the table back ahead (the
+				// syncer's Prepare) and then syncs fully.
+				ahead, err := New(family, Options{})
+				if err != nil {
+					return err
+				}
+				ahead.ownSlots = 0
+				if err := ahead.ReadBack(context.Background()); err != nil {
+					return err
+				}
+				if err := ahead.Sync(context.Background(), &full, proxy.FullSync); err != nil {
+					return err
+				}
+				if n := ahead.last.Operations; n != 0 {
+					return fmt.Errorf("a restart read back ahead with the same State sent %d operations", n)
 				}
 				return nil
 			})

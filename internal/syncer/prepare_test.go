@@ -1,0 +1,89 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// preparingProxier is a fakeProxier that is also a Preparer.
+type preparingProxier struct {
+	*fakeProxier
+	reads int
+	err   error
+}
+
+func (p *preparingProxier) ReadBack(context.Context) error {
+	p.reads++
+	return p.err
+}
+
+func newPreparingFixture(t *testing.T, readErr error) (*fixture, *preparingProxier) {
+	f := newFixture(t, metrics.ModeNFTables)
+	p := &preparingProxier{fakeProxier: f.proxier, err: readErr}
+	f.syncer.o.Proxier = p
+	return f, p
+}
+
+// prepare runs Prepare and then waits for it exactly as Loop does (whichever
+// of the two gets to the sync.Once first reads the kernel, once).
+func (f *fixture) prepare() {
+	ctx := context.Background()
+	f.syncer.Prepare(ctx)
+	f.syncer.prepareOnce.Do(func() { f.syncer.readBack(ctx) })
+}
+
+// TestPrepareMakesFirstSyncFull: a Proxier that read the kernel back ahead
+// gets a full sync first, not a recovery that would read it again; after
+// that the usual reasons apply.
+func TestPrepareMakesFirstSyncFull(t *testing.T) {
+	f, p := newPreparingFixture(t, nil)
+	f.prepare()
+	if p.reads != 1 {
+		t.Fatalf("%d read-backs, want 1", p.reads)
+	}
+	f.markSynced()
+	f.wantMode("first sync after the read-back", proxy.FullSync)
+	f.wantMode("nothing happened", proxy.PartialSync)
+	f.proxier.setFail(errors.New("boom"))
+	if err := f.syncer.syncOnce(); err == nil {
+		t.Fatal("failure not reported")
+	}
+	f.proxier.setFail(nil)
+	f.wantMode("after a failure", proxy.RecoverySync)
+}
+
+// TestPrepareFailedOrStale: a read-back that failed, or one older than
+// readAheadLimit when the first sync comes, leaves the first sync a
+// recovery; so does a canary found missing meanwhile.
+func TestPrepareFailedOrStale(t *testing.T) {
+	f, _ := newPreparingFixture(t, errors.New("netlink: no answer"))
+	f.prepare()
+	f.markSynced()
+	f.wantMode("read-back failed", proxy.RecoverySync)
+
+	f, _ = newPreparingFixture(t, nil)
+	f.prepare()
+	f.clock.Step(readAheadLimit + time.Second)
+	f.markSynced()
+	f.wantMode("read-back too old", proxy.RecoverySync)
+
+	f, _ = newPreparingFixture(t, nil)
+	f.prepare()
+	f.syncer.canaryGone.Store(true)
+	f.markSynced()
+	f.wantMode("canary gone since the read-back", proxy.RecoverySync)
+}
+
+// TestNoPrepareWithoutPreparer: a Proxier that is not a Preparer (iptables,
+// IPVS) starts with a recovery sync, Prepare or not.
+func TestNoPrepareWithoutPreparer(t *testing.T) {
+	f := newFixture(t, metrics.ModeIPTables)
+	f.prepare()
+	f.markSynced()
+	f.wantMode("first sync", proxy.RecoverySync)
+}
