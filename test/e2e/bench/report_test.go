@@ -72,6 +72,7 @@ func rows(children []string) []row {
 		{"ClusterIPs in the kernel, proxy idle", "%.0f", func(r runResult) float64 { return float64(r.KernelIPs) }, noTarget},
 		{"ClusterIPs the API lists", "%.0f", func(r runResult) float64 { return float64(r.WantIPs) }, noTarget},
 		{"proxy CPU, start → first sync (s)", "%.2f", func(r runResult) float64 { return r.CPUToFirstSync }, noTarget},
+		{"floor: a decode-only client's initial lists (s)", "%.2f", func(r runResult) float64 { return r.ListFloor }, noTarget},
 		{"restart unchanged → end of first sync (s)", "%.2f", func(r runResult) float64 { return r.Restart.FirstSync }, target("restart")},
 		{"restart: kernel changes (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, target("restart-writes")},
 		{"restart: kernel transactions (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.Transactions) }, noTarget},
@@ -163,6 +164,9 @@ table / iptables-save) and the API's ClusterIPs are counted in it; with no sync 
 time is the end of the last sync before it (the proxy's stamp, taken after the kernel accepted the
 transaction). Nothing changes in the API meanwhile, so more than one sync means the first sync ran
 before the proxy had received every listed Service.
+Floor: after the run, against the same API server, a client that only decodes runs the initial
+lists a proxy's informers run (streaming watch-list, protobuf, Services and EndpointSlices at once)
+and keeps nothing: no proxy can have its rules live sooner on this machine.
 Restart: SIGTERM, then the same binary started again with nothing changed; a netlink listener on
 the nf_tables group in the node's namespace (what nft monitor reads) counts every change notification
 and transaction from just before the start until the proxy has been quiet for 5 s.

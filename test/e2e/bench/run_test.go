@@ -44,6 +44,9 @@ type runResult struct {
 	// CPUToFirstSync: the proxy's CPU seconds (its waited-for children
 	// included) from its start to the end of its first sync.
 	CPUToFirstSync float64
+	// ListFloor: seconds a decode-only client takes for the same initial
+	// lists, after the run (measureListFloor).
+	ListFloor float64
 
 	RSSAfterFirstSync int64 // svcproxy VmHWM right after the first sync
 	RSSPeak           int64 // svcproxy VmHWM at the end of the run
@@ -96,6 +99,7 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 		res.WaitMaxRSS = ru.Maxrss
 	}
 	n.Proxy.Stop(30 * time.Second)
+	res.ListFloor = measureListFloor(t, c)
 	res.Load1After = load1()
 	return res
 }

@@ -1,0 +1,93 @@
+//go:build benche2e
+
+package bench
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	F "github.com/svcproxy/svcproxy/test/e2e/framework"
+)
+
+// measureListFloor is what the API server alone costs a start: a client
+// that does what svcproxy's informers do for their initial lists — a
+// streaming watch-list (client-go's default) of every Service and every
+// EndpointSlice, protobuf, both at once — but only decodes and keeps
+// nothing. No proxy can have its rules live sooner than this on the same
+// machine; it is measured after the run, against the same API server.
+func measureListFloor(t *testing.T, c *F.Cluster) float64 {
+	cfg := rest.CopyConfig(c.AdminConfig)
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Logf("list floor: %v", err)
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	svcs, slices := client.CoreV1().Services(""), client.DiscoveryV1().EndpointSlices("")
+	start := time.Now()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		listOnce(ctx, &v1.Service{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return svcs.List(ctx, o) },
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return svcs.Watch(ctx, o) })
+	})
+	wg.Go(func() {
+		listOnce(ctx, &discoveryv1.EndpointSlice{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return slices.List(ctx, o) },
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return slices.Watch(ctx, o) })
+	})
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Logf("list floor: %v", ctx.Err())
+		return -1
+	}
+	secs := time.Since(start).Seconds()
+	t.Logf("list floor: a decode-only client lists every Service and EndpointSlice in %.2f s", secs)
+	return secs
+}
+
+// listOnce runs a reflector until its first list was delivered.
+func listOnce(ctx context.Context, obj runtime.Object,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	store := &discardStore{listed: make(chan struct{})}
+	lw := &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}
+	r := cache.NewReflectorWithOptions(lw, obj, store, cache.ReflectorOptions{})
+	go r.RunWithContext(ctx)
+	select {
+	case <-store.listed:
+	case <-ctx.Done():
+	}
+}
+
+// discardStore is a reflector store that keeps nothing and reports the
+// end of the first list.
+type discardStore struct {
+	listed chan struct{}
+	once   sync.Once
+}
+
+func (s *discardStore) Add(any) error    { return nil }
+func (s *discardStore) Update(any) error { return nil }
+func (s *discardStore) Delete(any) error { return nil }
+func (s *discardStore) Replace([]any, string) error {
+	s.once.Do(func() { close(s.listed) })
+	return nil
+}
+func (s *discardStore) Resync() error { return nil }
