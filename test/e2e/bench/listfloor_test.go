@@ -60,6 +60,36 @@ func measureListFloor(t *testing.T, c *F.Cluster) float64 {
 	return secs
 }
 
+// measurePlainListFloor is measureListFloor with one plain LIST per kind
+// (resourceVersion 0: served from the API server's watch cache, one
+// response each), what informers did before streaming lists.
+func measurePlainListFloor(t *testing.T, c *F.Cluster) float64 {
+	cfg := rest.CopyConfig(c.AdminConfig)
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Logf("plain list floor: %v", err)
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	opts := metav1.ListOptions{ResourceVersion: "0"}
+	start := time.Now()
+	var wg sync.WaitGroup
+	var errs [2]error
+	wg.Go(func() { _, errs[0] = client.CoreV1().Services("").List(ctx, opts) })
+	wg.Go(func() { _, errs[1] = client.DiscoveryV1().EndpointSlices("").List(ctx, opts) })
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Logf("plain list floor: %v, %v", errs[0], errs[1])
+		return -1
+	}
+	secs := time.Since(start).Seconds()
+	t.Logf("plain list floor: one LIST per kind in %.2f s", secs)
+	return secs
+}
+
 // listOnce runs a reflector until its first list was delivered.
 func listOnce(ctx context.Context, obj runtime.Object,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),

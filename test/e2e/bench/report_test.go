@@ -73,6 +73,7 @@ func rows(children []string) []row {
 		{"ClusterIPs the API lists", "%.0f", func(r runResult) float64 { return float64(r.WantIPs) }, noTarget},
 		{"proxy CPU, start → first sync (s)", "%.2f", func(r runResult) float64 { return r.CPUToFirstSync }, noTarget},
 		{"floor: a decode-only client's initial lists (s)", "%.2f", func(r runResult) float64 { return r.ListFloor }, noTarget},
+		{"floor, one plain LIST per kind instead (s)", "%.2f", func(r runResult) float64 { return r.PlainListFloor }, noTarget},
 		{"restart unchanged → end of first sync (s)", "%.2f", func(r runResult) float64 { return r.Restart.FirstSync }, target("restart")},
 		{"restart: kernel changes (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, target("restart-writes")},
 		{"restart: kernel transactions (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.Transactions) }, noTarget},
@@ -166,7 +167,8 @@ transaction). Nothing changes in the API meanwhile, so more than one sync means 
 before the proxy had received every listed Service.
 Floor: after the run, against the same API server, a client that only decodes runs the initial
 lists a proxy's informers run (streaming watch-list, protobuf, Services and EndpointSlices at once)
-and keeps nothing: no proxy can have its rules live sooner on this machine.
+and keeps nothing: no proxy can have its rules live sooner on this machine. The plain-LIST floor
+does one LIST per kind (resourceVersion 0, from the watch cache) instead, as informers did before.
 Restart: SIGTERM, then the same binary started again with nothing changed; a netlink listener on
 the nf_tables group in the node's namespace (what nft monitor reads) counts every change notification
 and transaction from just before the start until the proxy has been quiet for 5 s.

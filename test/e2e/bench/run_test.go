@@ -47,6 +47,8 @@ type runResult struct {
 	// ListFloor: seconds a decode-only client takes for the same initial
 	// lists, after the run (measureListFloor).
 	ListFloor float64
+	// PlainListFloor: the same with one plain LIST per kind.
+	PlainListFloor float64
 
 	RSSAfterFirstSync int64 // svcproxy VmHWM right after the first sync
 	RSSPeak           int64 // svcproxy VmHWM at the end of the run
@@ -100,6 +102,7 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	}
 	n.Proxy.Stop(30 * time.Second)
 	res.ListFloor = measureListFloor(t, c)
+	res.PlainListFloor = measurePlainListFloor(t, c)
 	res.Load1After = load1()
 	return res
 }
