@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/healthz"
+	"github.com/svcproxy/svcproxy/internal/leftovers"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
@@ -189,7 +190,7 @@ func (d *daemon) startCleanup(ctx context.Context) <-chan struct{} {
 	}
 	go func() {
 		defer close(done)
-		if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
+		if err := leftovers.OtherModes(ctx, d.cfg.Mode); err != nil {
 			d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
 		}
 	}()
