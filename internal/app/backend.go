@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
@@ -36,9 +37,20 @@ func checkMode(mode config.Mode) error {
 	}
 }
 
+// iptablesFlavour detects, once for both families' proxiers, the iptables
+// flavour that iptables and IPVS modes drive ("" in nftables mode, which
+// needs none).
+func iptablesFlavour(ctx context.Context, mode config.Mode) kiptables.Flavour {
+	if mode == config.ModeNFTables {
+		return ""
+	}
+	return kiptables.DetectFlavour(ctx)
+}
+
 // newProxier returns the backend for cfg.Mode and one IP family; acct, if
-// not nil, holds the nfacct objects iptables mode counts into.
-func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, acct knfacct.Interface) (syncer.Proxier, error) {
+// not nil, holds the nfacct objects iptables mode counts into; flavour is
+// iptablesFlavour's.
+func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, acct knfacct.Interface, flavour kiptables.Flavour) (syncer.Proxier, error) {
 	switch cfg.Mode {
 	case config.ModeNFTables:
 		return nftables.New(family, nftables.Options{})
@@ -47,6 +59,7 @@ func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, 
 			ConntrackTCPBeLiberal: tcpBeLiberal(),
 			SyncPeriod:            cfg.SyncPeriod,
 			NFAcct:                acct,
+			Flavour:               flavour,
 		})
 	case config.ModeIPVS:
 		return ipvs.New(family, ipvs.Options{
@@ -55,6 +68,7 @@ func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, 
 			TCPTimeout:    cfg.IPVS.TCPTimeout,
 			TCPFinTimeout: cfg.IPVS.TCPFinTimeout,
 			UDPTimeout:    cfg.IPVS.UDPTimeout,
+			Flavour:       flavour,
 		})
 	default:
 		return nil, fmt.Errorf("proxy mode %q: %w", cfg.Mode, errModeNotImplemented)

@@ -132,8 +132,9 @@ func (d *daemon) run(ctx context.Context) error {
 	d.nfacct, closeNFAcct = openNFAcct(ctx, d.cfg.Mode)
 	defer closeNFAcct()
 	proxiers := make(map[proxy.IPFamily]syncer.Proxier, len(families))
+	flavour := iptablesFlavour(ctx, d.cfg.Mode)
 	for _, f := range families {
-		p, err := newProxier(ctx, d.cfg, f, d.nfacct)
+		p, err := newProxier(ctx, d.cfg, f, d.nfacct, flavour)
 		if err != nil {
 			return err
 		}

@@ -37,8 +37,9 @@ func initOnly(ctx context.Context, cfg *config.Config) error {
 	if err := setupNode(ctx, cfg); err != nil {
 		return err
 	}
+	flavour := iptablesFlavour(ctx, cfg.Mode)
 	for _, f := range proxyFamilies(cfg.Mode) {
-		p, err := newProxier(ctx, cfg, f, nil)
+		p, err := newProxier(ctx, cfg, f, nil, flavour)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
@@ -47,13 +48,25 @@ func All(ctx context.Context) error {
 }
 
 // cleanupIPVS removes IPVS mode's virtual servers, kube-ipvs0 and ipsets. A
-// kernel without IPVS has nothing to clean.
+// kernel without IPVS has nothing to clean. What is there is read first:
+// creating the clients runs modprobe and the iptables tools.
 func cleanupIPVS(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	switch present, what, err := ipvs.LeftoversPresent(); {
+	case err != nil:
+		logger.Error(err, "Cannot tell whether IPVS mode left anything; cleaning up")
+	case !present:
+		logger.V(2).Info("No IPVS mode leftovers")
+		return nil
+	default:
+		logger.Info("Removing IPVS mode's leftovers", "found", what)
+	}
 	var errs []error
+	opts := ipvs.Options{ReapInterval: -1, Flavour: kiptables.DetectFlavour(ctx)}
 	for _, family := range proxy.Families {
-		p, err := ipvs.New(family, ipvs.Options{ReapInterval: -1})
+		p, err := ipvs.New(family, opts)
 		if err != nil {
-			klog.FromContext(ctx).V(2).Info("IPVS is not available; nothing to clean", "family", family, "err", err)
+			logger.V(2).Info("IPVS is not available; nothing to clean", "family", family, "err", err)
 			continue
 		}
 		if err := p.Cleanup(ctx); err != nil {
