@@ -13,13 +13,16 @@ import (
 // The tables cleanup visits and, in each, the top-level chains it removes
 // when present, beside every service chain. Like upstream's newest cleanup
 // it leaves only KUBE-FIREWALL and its jumps, whose original kubelet owns.
-var cleanupTables = []struct {
-	table kiptables.Table
-	fixed []string
-}{
+var cleanupTables = []cleanupTable{
 	{kiptables.TableNAT, []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainCanary}},
 	{kiptables.TableFilter, []string{chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall, chainCanary}},
 	{kiptables.TableMangle, []string{chainCanary}},
+}
+
+// cleanupTable is one table cleanup visits and its top-level chains.
+type cleanupTable struct {
+	table kiptables.Table
+	fixed []string
 }
 
 // doomed names, per table, the chains of ours that cleanup removes.

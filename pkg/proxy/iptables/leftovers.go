@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 
 	"k8s.io/klog/v2"
 
@@ -33,34 +34,45 @@ func CleanupLeftovers(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// cleanupFlavour removes one flavour's leftovers in one family.
+// cleanupFlavour removes one flavour's leftovers in one family. If
+// netlink cannot list iptables-nft's chains, iptables-nft-save does, as
+// before.
 func cleanupFlavour(ctx context.Context, f proxy.IPFamily, fl kiptables.Flavour) error {
-	var ipt kiptables.Interface
-	var found doomed
-	var readErr error
+	var found doomed // nil: to be read with the tool
+	var only []kiptables.Table
 	if fl == kiptables.FlavourNFT {
-		found, readErr = nftChains(f)
+		var err error
+		found, err = nftChains(f)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Cannot list iptables-nft's chains over netlink; reading them with the tool", "ipFamily", f, "err", err)
+			found = nil
+		} else if len(found) == 0 {
+			return nil
+		}
 	} else {
 		tables, err := kiptables.LegacyTables(f)
-		if len(tables) == 0 {
+		if !slices.ContainsFunc(tables, isCleanupTable) {
 			return err
 		}
-		if ipt, err = newCleanupClient(ctx, f, fl); ipt == nil {
-			return err
-		}
-		found, readErr = savedChains(ctx, ipt, tables)
+		only = tables
 	}
-	if len(found) == 0 {
-		return readErr
-	}
+	ipt, err := newCleanupClient(ctx, f, fl)
 	if ipt == nil {
-		var err error
-		if ipt, err = newCleanupClient(ctx, f, fl); ipt == nil {
-			return errors.Join(readErr, err)
+		return err
+	}
+	var readErr error
+	if found == nil {
+		if found, readErr = savedChains(ctx, ipt, only); len(found) == 0 {
+			return readErr
 		}
 	}
 	klog.FromContext(ctx).Info("Removing iptables mode's leftovers", "ipFamily", f, "flavour", fl)
 	return errors.Join(readErr, removeChains(ctx, ipt, found))
+}
+
+// isCleanupTable reports whether cleanup visits table.
+func isCleanupTable(table kiptables.Table) bool {
+	return slices.ContainsFunc(cleanupTables, func(t cleanupTable) bool { return t.table == table })
 }
 
 // nftChains reads our chains in iptables-nft's tables over netlink.
