@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
@@ -36,9 +37,20 @@ func checkMode(mode config.Mode) error {
 	}
 }
 
+// iptablesFlavour detects, once for both families' proxiers, the iptables
+// flavour that iptables and IPVS modes drive ("" in nftables mode, which
+// needs none).
+func iptablesFlavour(ctx context.Context, mode config.Mode) kiptables.Flavour {
+	if mode == config.ModeNFTables {
+		return ""
+	}
+	return kiptables.DetectFlavour(ctx)
+}
+
 // newProxier returns the backend for cfg.Mode and one IP family; acct, if
-// not nil, holds the nfacct objects iptables mode counts into.
-func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, acct knfacct.Interface) (syncer.Proxier, error) {
+// not nil, holds the nfacct objects iptables mode counts into; flavour is
+// iptablesFlavour's.
+func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, acct knfacct.Interface, flavour kiptables.Flavour) (syncer.Proxier, error) {
 	switch cfg.Mode {
 	case config.ModeNFTables:
 		return nftables.New(family, nftables.Options{})
@@ -47,6 +59,7 @@ func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, 
 			ConntrackTCPBeLiberal: tcpBeLiberal(),
 			SyncPeriod:            cfg.SyncPeriod,
 			NFAcct:                acct,
+			Flavour:               flavour,
 		})
 	case config.ModeIPVS:
 		return ipvs.New(family, ipvs.Options{
@@ -55,6 +68,7 @@ func newProxier(ctx context.Context, cfg *config.Config, family proxy.IPFamily, 
 			TCPTimeout:    cfg.IPVS.TCPTimeout,
 			TCPFinTimeout: cfg.IPVS.TCPFinTimeout,
 			UDPTimeout:    cfg.IPVS.UDPTimeout,
+			Flavour:       flavour,
 		})
 	default:
 		return nil, fmt.Errorf("proxy mode %q: %w", cfg.Mode, errModeNotImplemented)
@@ -94,50 +108,4 @@ func metricsMode(mode config.Mode) string {
 	default:
 		return metrics.ModeIPTables
 	}
-}
-
-// cleanupOtherModes removes what other modes left behind, as upstream does
-// at start: nftables mode removes iptables and IPVS leftovers; iptables and
-// IPVS modes remove the nftables tables (iptables↔IPVS leftovers stay,
-// KEP-2448).
-func cleanupOtherModes(ctx context.Context, mode config.Mode) error {
-	switch mode {
-	case config.ModeNFTables:
-		return errors.Join(iptables.CleanupLeftovers(ctx), cleanupIPVS(ctx))
-	default:
-		return nftables.CleanupTables(ctx)
-	}
-}
-
-// cleanupIPVS removes IPVS mode's virtual servers, kube-ipvs0 and ipsets. A
-// kernel without IPVS has nothing to clean.
-func cleanupIPVS(ctx context.Context) error {
-	var errs []error
-	for _, family := range proxy.Families {
-		p, err := ipvs.New(family, ipvs.Options{ReapInterval: -1})
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("IPVS is not available; nothing to clean", "family", family, "err", err)
-			continue
-		}
-		if err := p.Cleanup(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", family, err))
-		}
-		p.Close()
-	}
-	return errors.Join(errs...)
-}
-
-// cleanupAll removes the rules of every mode (--cleanup).
-func cleanupAll(ctx context.Context) error {
-	var errs []error
-	if err := nftables.CleanupTables(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("nftables: %w", err))
-	}
-	if err := iptables.CleanupLeftovers(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("iptables: %w", err))
-	}
-	if err := cleanupIPVS(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("ipvs: %w", err))
-	}
-	return errors.Join(errs...)
 }

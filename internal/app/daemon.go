@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/healthz"
+	"github.com/svcproxy/svcproxy/internal/leftovers"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
@@ -131,8 +132,9 @@ func (d *daemon) run(ctx context.Context) error {
 	d.nfacct, closeNFAcct = openNFAcct(ctx, d.cfg.Mode)
 	defer closeNFAcct()
 	proxiers := make(map[proxy.IPFamily]syncer.Proxier, len(families))
+	flavour := iptablesFlavour(ctx, d.cfg.Mode)
 	for _, f := range families {
-		p, err := newProxier(ctx, d.cfg, f, d.nfacct)
+		p, err := newProxier(ctx, d.cfg, f, d.nfacct, flavour)
 		if err != nil {
 			return err
 		}
@@ -192,7 +194,7 @@ func (d *daemon) startCleanup(ctx context.Context) <-chan struct{} {
 	}
 	go func() {
 		defer close(done)
-		if err := cleanupOtherModes(ctx, d.cfg.Mode); err != nil {
+		if err := leftovers.OtherModes(ctx, d.cfg.Mode); err != nil {
 			d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
 		}
 	}()

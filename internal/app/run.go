@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/leftovers"
 )
 
 // run starts the proxy and blocks until ctx is done or it fails.
@@ -22,7 +23,7 @@ func run(ctx context.Context, cfg *config.Config) error {
 // cleanup removes the rules of every mode and returns (--cleanup); any
 // error makes the process exit non-zero, as upstream.
 func cleanup(ctx context.Context, _ *config.Config) error {
-	if err := cleanupAll(ctx); err != nil {
+	if err := leftovers.All(ctx); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
 	return nil
@@ -36,8 +37,9 @@ func initOnly(ctx context.Context, cfg *config.Config) error {
 	if err := setupNode(ctx, cfg); err != nil {
 		return err
 	}
+	flavour := iptablesFlavour(ctx, cfg.Mode)
 	for _, f := range proxyFamilies(cfg.Mode) {
-		p, err := newProxier(ctx, cfg, f, nil)
+		p, err := newProxier(ctx, cfg, f, nil, flavour)
 		if err != nil {
 			return err
 		}

@@ -104,18 +104,11 @@ func (k *Kernel) tableExists(c *nlConn) (bool, error) {
 // readChains reports every chain of the table and the comments of its
 // rules, in order.
 func (k *Kernel) readChains(c *nlConn, sink Sink) error {
-	table := knetlink.AppendString(nil, unix.NFTA_CHAIN_TABLE, k.table)
-	err := c.request(unix.NFT_MSG_GETCHAIN, k.family, true, table, func(b []byte) error {
-		if knetlink.CString(knetlink.Find(b, unix.NFTA_CHAIN_TABLE)) == k.table {
-			sink.Chain(knetlink.CString(knetlink.Find(b, unix.NFTA_CHAIN_NAME)))
-		}
-		return nil
-	})
-	if err != nil {
+	if err := c.listChains(k.family, k.table, sink.Chain); err != nil {
 		return fmt.Errorf("listing chains: %w", err)
 	}
-	table = knetlink.AppendString(nil, unix.NFTA_RULE_TABLE, k.table)
-	err = c.request(unix.NFT_MSG_GETRULE, k.family, true, table, func(b []byte) error {
+	table := knetlink.AppendString(nil, unix.NFTA_RULE_TABLE, k.table)
+	err := c.request(unix.NFT_MSG_GETRULE, k.family, true, table, func(b []byte) error {
 		if knetlink.CString(knetlink.Find(b, unix.NFTA_RULE_TABLE)) == k.table {
 			sink.Rule(knetlink.CString(knetlink.Find(b, unix.NFTA_RULE_CHAIN)), ruleComment(knetlink.Find(b, unix.NFTA_RULE_USERDATA)))
 		}

@@ -5,105 +5,102 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
-
-	"k8s.io/klog/v2"
+	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
-	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
-// Top-level chains cleanup removes when present. Like upstream's newest
-// cleanup it leaves only KUBE-FIREWALL and its jumps, whose original
-// kubelet owns.
-var (
-	cleanupNAT    = []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainCanary}
-	cleanupFilter = []string{chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall, chainCanary}
-	cleanupMangle = []string{chainCanary}
-)
+// The tables cleanup visits and, in each, the top-level chains it removes
+// when present, beside every service chain. Like upstream's newest cleanup
+// it leaves only KUBE-FIREWALL and its jumps, whose original kubelet owns.
+var cleanupTables = []cleanupTable{
+	{kiptables.TableNAT, []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainCanary}},
+	{kiptables.TableFilter, []string{chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall, chainCanary}},
+	{kiptables.TableMangle, []string{chainCanary}},
+}
 
-// cleanup removes our jumps, then flushes and deletes our chains in each
-// table with one restore per table. Errors are collected, not fatal, so
-// one broken table does not keep the others dirty.
+// cleanupTable is one table cleanup visits and its top-level chains.
+type cleanupTable struct {
+	table kiptables.Table
+	fixed []string
+}
+
+// doomed names, per table, the chains of ours that cleanup removes.
+type doomed map[kiptables.Table][]string
+
+// pick keeps, of names (one table's chains), those cleanup removes.
+func (d doomed) pick(table kiptables.Table, fixed []string, names []string) {
+	for _, n := range names {
+		if isServiceChain(n) || slices.Contains(fixed, n) {
+			d[table] = append(d[table], n)
+		}
+	}
+}
+
+// cleanup removes our chains from every table, found with iptables-save
+// (Proxier.Cleanup, --cleanup in iptables mode).
 func cleanup(ctx context.Context, ipt kiptables.Interface) error {
+	found, err := savedChains(ctx, ipt, nil)
+	return errors.Join(err, removeChains(ctx, ipt, found))
+}
+
+// savedChains reads our chains with iptables-save, from the cleanup tables
+// that only lists (all when nil). A table that cannot be read is an error,
+// not a reason to skip the others.
+func savedChains(ctx context.Context, ipt kiptables.Interface, only []kiptables.Table) (doomed, error) {
+	found := doomed{}
+	var errs []error
+	for _, t := range cleanupTables {
+		if only != nil && !slices.Contains(only, t.table) {
+			continue
+		}
+		save, err := ipt.Save(ctx, t.table)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cleanup of %s: %w", t.table, err))
+			continue
+		}
+		var names []string
+		for _, line := range bytes.Split(save, []byte("\n")) {
+			if len(line) > 0 && line[0] == ':' {
+				name, _, _ := bytes.Cut(line[1:], []byte(" "))
+				names = append(names, string(name))
+			}
+		}
+		found.pick(t.table, t.fixed, names)
+	}
+	return found, errors.Join(errs...)
+}
+
+// removeChains removes our jumps to the chains found, then flushes and
+// deletes the chains with one restore per table. Errors are collected, not
+// fatal, so one broken table does not keep the others dirty. A jump cannot
+// outlive the chain it targets, so with no chain found nothing runs.
+func removeChains(ctx context.Context, ipt kiptables.Interface, found doomed) error {
 	var errs []error
 	for _, j := range jumps {
+		if !slices.Contains(found[j.table], j.to) {
+			continue
+		}
 		if err := ipt.DeleteRule(ctx, j.table, j.from, j.args()...); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, t := range []struct {
-		table  kiptables.Table
-		chains []string
-	}{{kiptables.TableNAT, cleanupNAT}, {kiptables.TableFilter, cleanupFilter}, {kiptables.TableMangle, cleanupMangle}} {
-		if err := cleanupTable(ctx, ipt, t.table, t.chains); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func cleanupTable(ctx context.Context, ipt kiptables.Interface, table kiptables.Table, fixed []string) error {
-	save, err := ipt.Save(ctx, table)
-	if err != nil {
-		return fmt.Errorf("cleanup of %s: %w", table, err)
-	}
-	var doomed []string
-	for _, line := range bytes.Split(save, []byte("\n")) {
-		if len(line) == 0 || line[0] != ':' {
+	for _, t := range cleanupTables {
+		chains := found[t.table]
+		if len(chains) == 0 {
 			continue
 		}
-		name, _, _ := bytes.Cut(line[1:], []byte(" "))
-		n := string(name)
-		if isServiceChain(n) || containsString(fixed, n) {
-			doomed = append(doomed, n)
+		var b lineBuffer
+		b.line("*" + string(t.table))
+		for _, c := range chains {
+			b.chainLine(c) // flush first, so references between them vanish
 		}
-	}
-	if len(doomed) == 0 {
-		return nil
-	}
-	var b lineBuffer
-	b.line("*" + string(table))
-	for _, c := range doomed {
-		b.chainLine(c) // flush first, so references between them vanish
-	}
-	for _, c := range doomed {
-		b.line("-X", c)
-	}
-	b.line("COMMIT")
-	if err := ipt.Restore(ctx, b.b); err != nil {
-		return fmt.Errorf("cleanup of %s: %w", table, err)
-	}
-	return nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+		for _, c := range chains {
+			b.line("-X", c)
 		}
-	}
-	return false
-}
-
-// CleanupLeftovers removes iptables-mode rules of both families, with the
-// host's iptables flavour; nftables mode calls it at start. A family whose
-// tools are missing has nothing to clean.
-func CleanupLeftovers(ctx context.Context) error {
-	flavour := kiptables.DetectFlavour(ctx)
-	var errs []error
-	for _, f := range proxy.Families {
-		ipt, err := kiptables.New(f, flavour)
-		if err != nil {
-			if errors.Is(err, exec.ErrNotFound) {
-				klog.V(2).InfoS("No iptables tools; nothing to clean", "ipFamily", f, "err", err)
-				continue
-			}
-			errs = append(errs, fmt.Errorf("iptables %s: %w", f, err))
-			continue
-		}
-		if err := cleanup(ctx, ipt); err != nil {
-			errs = append(errs, fmt.Errorf("iptables %s: %w", f, err))
+		b.line("COMMIT")
+		if err := ipt.Restore(ctx, b.b); err != nil {
+			errs = append(errs, fmt.Errorf("cleanup of %s: %w", t.table, err))
 		}
 	}
 	return errors.Join(errs...)

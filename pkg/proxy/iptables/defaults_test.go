@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,7 +63,7 @@ func TestTracerNoticesBrokenRules(t *testing.T) {
 	}
 	var kept []string
 	for _, r := range fake.Table(kiptables.TableNAT).Chains[chainServices].Rules {
-		if !containsString(kiptables.SplitRule(r), "ns1/web:http cluster IP") {
+		if !slices.Contains(kiptables.SplitRule(r), "ns1/web:http cluster IP") {
 			kept = append(kept, r)
 		}
 	}

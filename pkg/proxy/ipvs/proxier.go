@@ -41,6 +41,9 @@ type Options struct {
 	ReapInterval time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Flavour selects iptables-nft or iptables-legacy for New; "" detects
+	// (callers making both families' proxiers detect once and pass it).
+	Flavour kiptables.Flavour
 }
 
 // Defaults for Options.
@@ -103,7 +106,11 @@ func New(family proxy.IPFamily, opts Options) (*Proxier, error) {
 	if err != nil {
 		return nil, err
 	}
-	ipt, err := kiptables.New(family, kiptables.DetectFlavour(context.Background()))
+	flavour := opts.Flavour
+	if flavour == "" {
+		flavour = kiptables.DetectFlavour(context.Background())
+	}
+	ipt, err := kiptables.New(family, flavour)
 	if err != nil {
 		return nil, fmt.Errorf("iptables %s: %w", family, err)
 	}

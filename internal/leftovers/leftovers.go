@@ -1,0 +1,78 @@
+// Package leftovers removes what other proxy modes left in the kernel:
+// at start, the modes svcproxy is not running in (OtherModes), and every
+// mode for --cleanup (All). It is the one place that knows which kernel
+// objects each mode leaves behind.
+package leftovers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
+	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+)
+
+// OtherModes removes what other modes left behind, as upstream does at
+// start: nftables mode removes iptables and IPVS leftovers; iptables and
+// IPVS modes remove the nftables tables (iptables↔IPVS leftovers stay,
+// KEP-2448).
+func OtherModes(ctx context.Context, mode config.Mode) error {
+	switch mode {
+	case config.ModeNFTables:
+		return errors.Join(iptables.CleanupLeftovers(ctx), cleanupIPVS(ctx))
+	default:
+		return nftables.CleanupTables(ctx)
+	}
+}
+
+// All removes the rules of every mode (--cleanup).
+func All(ctx context.Context) error {
+	var errs []error
+	if err := nftables.CleanupTables(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("nftables: %w", err))
+	}
+	if err := iptables.CleanupLeftovers(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("iptables: %w", err))
+	}
+	if err := cleanupIPVS(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("ipvs: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupIPVS removes IPVS mode's virtual servers, kube-ipvs0 and ipsets. A
+// kernel without IPVS has nothing to clean. What is there is read first:
+// creating the clients runs modprobe and the iptables tools.
+func cleanupIPVS(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	switch present, what, err := ipvs.LeftoversPresent(); {
+	case err != nil:
+		logger.Error(err, "Cannot tell whether IPVS mode left anything; cleaning up")
+	case !present:
+		logger.V(2).Info("No IPVS mode leftovers")
+		return nil
+	default:
+		logger.Info("Removing IPVS mode's leftovers", "found", what)
+	}
+	var errs []error
+	opts := ipvs.Options{ReapInterval: -1, Flavour: kiptables.DetectFlavour(ctx)}
+	for _, family := range proxy.Families {
+		p, err := ipvs.New(family, opts)
+		if err != nil {
+			logger.V(2).Info("IPVS is not available; nothing to clean", "family", family, "err", err)
+			continue
+		}
+		if err := p.Cleanup(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", family, err))
+		}
+		p.Close()
+	}
+	return errors.Join(errs...)
+}
