@@ -97,6 +97,14 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 	if backoff == (wait.Backoff{}) {
 		backoff = ReconnectBackoff
 	}
+	svcLW := listWatch[*v1.ServiceList](client.CoreV1().Services(metav1.NamespaceAll), tweak)
+	sliceLW := listWatch[*discoveryv1.EndpointSliceList](client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak)
+	return newInformers(newReconnecting(svcLW, client, "services", backoff),
+		newReconnecting(sliceLW, client, "endpointslices", backoff), targets), nil
+}
+
+// newInformers builds the reflectors over the given lists and watches.
+func newInformers(services, slices cache.ListerWatcher, targets []Target) *Informers {
 	w := &Informers{targets: targets}
 	w.svcStore = newDirectStore("Service", w.onService, func(ns, name string) any {
 		return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
@@ -104,13 +112,11 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 	w.sliceStr = newDirectStore("EndpointSlice", w.onSlice, func(ns, name string) any {
 		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	})
-	svcLW := listWatch[*v1.ServiceList](client.CoreV1().Services(metav1.NamespaceAll), tweak)
-	sliceLW := listWatch[*discoveryv1.EndpointSliceList](client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak)
-	w.services = cache.NewReflectorWithOptions(newReconnecting(svcLW, client, "services", backoff), &v1.Service{},
+	w.services = cache.NewReflectorWithOptions(services, &v1.Service{},
 		w.svcStore, cache.ReflectorOptions{Name: "services", TypeDescription: "*v1.Service"})
-	w.slices = cache.NewReflectorWithOptions(newReconnecting(sliceLW, client, "endpointslices", backoff), &discoveryv1.EndpointSlice{},
+	w.slices = cache.NewReflectorWithOptions(slices, &discoveryv1.EndpointSlice{},
 		w.sliceStr, cache.ReflectorOptions{Name: "endpointslices", TypeDescription: "*v1.EndpointSlice"})
-	return w, nil
+	return w
 }
 
 // Start runs the reflectors until ctx is done. Once a resource's initial
