@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	goruntime "runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -54,6 +55,53 @@ func BenchmarkInitialWatchList(b *testing.B) {
 		cancel()
 	}
 	b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+	b.StopTimer()
+	atEnd, synced := heldAtListEnd(b, services, slices)
+	b.ReportMetric(float64(atEnd), "listend-B")
+	b.ReportMetric(float64(synced), "synced-B")
+}
+
+// heldAtListEnd streams services and slices as the benchmark does, and
+// returns how much more heap is live than before the start once every
+// object was consumed but before the lists' end bookmarks (what the
+// reflectors' temporary stores hold), and once both lists were delivered
+// (the tracker's model).
+func heldAtListEnd(b *testing.B, services, slices []runtime.Object) (atEnd, synced uint64) {
+	time.Sleep(100 * time.Millisecond) // the benchmark's reflectors stop
+	tracker := model.NewTracker(proxy.IPv4)
+	end := make(chan struct{})
+	svcLW, svcW := streamedListUntil(services, &v1.Service{}, end)
+	sliceLW, sliceW := streamedListUntil(slices, &discoveryv1.EndpointSlice{}, end)
+	w := newInformers(svcLW, sliceLW, []Target{{Tracker: tracker}})
+	before := liveHeap()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w.Start(ctx)
+	for !consumed(svcW) || !consumed(sliceW) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // the last object is stored after it is received
+	atEnd = liveHeap() - before
+	close(end)
+	if !w.svcStore.waitSynced(ctx) || !w.sliceStr.waitSynced(ctx) {
+		b.Fatal("not synced")
+	}
+	synced = liveHeap() - before
+	goruntime.KeepAlive(tracker)
+	return atEnd, synced
+}
+
+// consumed reports whether the watch was opened and all its events read.
+func consumed(w *atomic.Pointer[watch.FakeWatcher]) bool {
+	fw := w.Load()
+	return fw != nil && len(fw.ResultChan()) == 0
+}
+
+func liveHeap() uint64 {
+	goruntime.GC()
+	var m goruntime.MemStats
+	goruntime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
 
 // processCPU returns the CPU time the process used so far (user and
@@ -71,6 +119,15 @@ func processCPU(b *testing.B) time.Duration {
 // streams objs and the bookmark that ends the initial events, then stays
 // open; bookmark is an empty object of the listed type.
 func streamedList(objs []runtime.Object, bookmark metav1.Object) cache.ListerWatcher {
+	lw, _ := streamedListUntil(objs, bookmark, nil)
+	return lw
+}
+
+// streamedListUntil is streamedList with the bookmark sent once end is
+// closed (at once for a nil end); it also returns the streaming watch, set
+// once opened.
+func streamedListUntil(objs []runtime.Object, bookmark metav1.Object, end <-chan struct{}) (cache.ListerWatcher, *atomic.Pointer[watch.FakeWatcher]) {
+	opened := &atomic.Pointer[watch.FakeWatcher]{}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 			return nil, fmt.Errorf("listed instead of a streaming list")
@@ -85,10 +142,15 @@ func streamedList(objs []runtime.Object, bookmark metav1.Object) cache.ListerWat
 			}
 			bookmark.SetResourceVersion("2")
 			bookmark.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
-			w.Action(watch.Bookmark, bookmark.(runtime.Object))
+			opened.Store(w)
+			if end == nil {
+				w.Action(watch.Bookmark, bookmark.(runtime.Object))
+			} else {
+				go func() { <-end; w.Action(watch.Bookmark, bookmark.(runtime.Object)) }()
+			}
 			return w, nil
 		},
-	}
+	}, opened
 }
 
 // apiMeta is the metadata of an object as the API server returns it.
