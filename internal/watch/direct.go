@@ -9,8 +9,9 @@ package watch
 // Services and slices the objects, queues and buffers were most of the
 // process's memory after the first sync. Here the reflector writes into a
 // directStore instead, which hands each object to the targets as it
-// arrives and keeps only its key: enough to tell an add from an update and
-// to find, at a relist, what was deleted while the watch was down.
+// arrives, parsed (transform.go), and keeps only its key: enough to tell an
+// add from an update and to find, at a relist, what was deleted while the
+// watch was down.
 
 import (
 	"context"
@@ -24,11 +25,16 @@ import (
 // directStore is the reflector's store (cache.ReflectorStore): deliver is
 // called at once, from the reflector's goroutine, with (nil, obj) for an
 // add, (stub, obj) for an update and (obj or stub, nil) for a delete, where
-// a stub holds only the namespace and name of the earlier version.
+// obj is what transform made of the object and a stub holds only the
+// namespace and name of the earlier version.
 type directStore struct {
-	kind    string
-	deliver func(old, cur any)
-	stub    func(namespace, name string) any
+	kind string
+	// transform is also the reflector's transform for its temporary store
+	// (Transformer), so an object may come already transformed: transform
+	// must pass that unchanged.
+	transform cache.TransformFunc
+	deliver   func(old, cur any)
+	stub      func(namespace, name string) any
 
 	mu     sync.Mutex
 	keys   map[string]struct{}
@@ -36,13 +42,14 @@ type directStore struct {
 	once   sync.Once
 }
 
-func newDirectStore(kind string, deliver func(old, cur any), stub func(namespace, name string) any) *directStore {
-	return &directStore{kind: kind, deliver: deliver, stub: stub, keys: map[string]struct{}{}, synced: make(chan struct{})}
+func newDirectStore(kind string, transform cache.TransformFunc, deliver func(old, cur any), stub func(namespace, name string) any) *directStore {
+	return &directStore{kind: kind, transform: transform, deliver: deliver, stub: stub,
+		keys: map[string]struct{}{}, synced: make(chan struct{})}
 }
 
-// Transformer makes the reflector strip each object as it is decoded into
-// the temporary store of a streaming (watch-list) initial list.
-func (s *directStore) Transformer() cache.TransformFunc { return leanObject }
+// Transformer makes the reflector transform each object as it is decoded
+// into the temporary store of a streaming (watch-list) initial list.
+func (s *directStore) Transformer() cache.TransformFunc { return s.transform }
 
 func (s *directStore) Add(obj any) error    { return s.upsert(obj) }
 func (s *directStore) Update(obj any) error { return s.upsert(obj) }
@@ -51,6 +58,9 @@ func (s *directStore) upsert(obj any) error {
 	key, err := cache.MetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return fmt.Errorf("%s key: %w", s.kind, err)
+	}
+	if obj, err = s.transform(obj); err != nil {
+		return fmt.Errorf("%s %s: %w", s.kind, key, err)
 	}
 	s.mu.Lock()
 	_, known := s.keys[key]
@@ -65,9 +75,15 @@ func (s *directStore) upsert(obj any) error {
 }
 
 func (s *directStore) Delete(obj any) error {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj // the last state known: as good as any for a delete
+	}
+	key, err := cache.MetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return fmt.Errorf("%s key: %w", s.kind, err)
+	}
+	if obj, err = s.transform(obj); err != nil {
+		return fmt.Errorf("%s %s: %w", s.kind, key, err)
 	}
 	s.mu.Lock()
 	delete(s.keys, key)

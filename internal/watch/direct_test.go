@@ -13,25 +13,34 @@ import (
 type directRecorder struct{ events []string }
 
 func (r *directRecorder) deliver(old, cur any) {
-	var o, c metav1.Object
+	var o, c objectName
 	stub := ""
 	if old != nil {
-		o = old.(*v1.Service)
+		o = metaName{old.(*v1.Service)}
 		if old.(*v1.Service).Spec.ClusterIP == "" {
 			stub = " (stub)"
 		}
 	}
 	if cur != nil {
-		c = cur.(*v1.Service)
+		c = metaName{cur.(*v1.Service)}
 	}
 	r.events = append(r.events, describe(o, c)+stub)
 }
 
 func newTestDirectStore(r *directRecorder) *directStore {
-	return newDirectStore("Service", r.deliver, func(ns, name string) any {
+	return newDirectStore("Service", keep, r.deliver, func(ns, name string) any {
 		return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	})
 }
+
+// metaName is an object as an objectName.
+type metaName struct{ metav1.Object }
+
+func (m metaName) Namespace() string { return m.GetNamespace() }
+func (m metaName) Name() string      { return m.GetName() }
+
+// keep is a transform that keeps the object as it is.
+func keep(obj any) (any, error) { return obj, nil }
 
 func TestDirectStoreRelistDeletesWhatIsGone(t *testing.T) {
 	r := &directRecorder{}

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // Labels kube-proxy selects Services and EndpointSlices by.
@@ -27,13 +29,18 @@ const (
 	LabelHeadless = v1.IsHeadlessService
 )
 
-// Tracker is what the watcher feeds; model.Tracker implements it. Each On*
-// method returns true when a sync is needed. old is nil for an add; for an
-// update or a delete it may hold only the namespace and name (no earlier
-// version of the object is kept).
+// Tracker is what the watcher feeds; model.Tracker implements it. The
+// watcher has each object parsed by the tracker that takes it (Parse*) as
+// soon as it is decoded (transform.go), and hands the parse back to it
+// (OnParsed*). Each OnParsed* method returns true when a sync is needed.
+// old is nil for an add; for an update or a delete it may be a stub
+// (model.ServiceStub, model.EndpointSliceStub): no earlier version of the
+// object is kept.
 type Tracker interface {
-	OnServiceUpdate(old, new *v1.Service) bool
-	OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) bool
+	ParseService(*v1.Service) *model.ParsedService
+	ParseEndpointSlice(*discoveryv1.EndpointSlice) *model.ParsedEndpointSlice
+	OnParsedServiceUpdate(old, new *model.ParsedService) bool
+	OnParsedEndpointSliceUpdate(old, new *model.ParsedEndpointSlice) bool
 	OnServicesSynced()
 	OnEndpointSlicesSynced()
 }
@@ -97,20 +104,22 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 	if backoff == (wait.Backoff{}) {
 		backoff = ReconnectBackoff
 	}
-	w := &Informers{targets: targets}
-	w.svcStore = newDirectStore("Service", w.onService, func(ns, name string) any {
-		return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	})
-	w.sliceStr = newDirectStore("EndpointSlice", w.onSlice, func(ns, name string) any {
-		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	})
 	svcLW := listWatch[*v1.ServiceList](client.CoreV1().Services(metav1.NamespaceAll), tweak)
 	sliceLW := listWatch[*discoveryv1.EndpointSliceList](client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak)
-	w.services = cache.NewReflectorWithOptions(newReconnecting(svcLW, client, "services", backoff), &v1.Service{},
+	return newInformers(newReconnecting(svcLW, client, "services", backoff),
+		newReconnecting(sliceLW, client, "endpointslices", backoff), targets), nil
+}
+
+// newInformers builds the reflectors over the given lists and watches.
+func newInformers(services, slices cache.ListerWatcher, targets []Target) *Informers {
+	w := &Informers{targets: targets}
+	w.svcStore = newDirectStore("Service", w.parseService, w.onService, w.serviceStub)
+	w.sliceStr = newDirectStore("EndpointSlice", w.parseSlice, w.onSlice, w.sliceStub)
+	w.services = cache.NewReflectorWithOptions(services, &v1.Service{},
 		w.svcStore, cache.ReflectorOptions{Name: "services", TypeDescription: "*v1.Service"})
-	w.slices = cache.NewReflectorWithOptions(newReconnecting(sliceLW, client, "endpointslices", backoff), &discoveryv1.EndpointSlice{},
+	w.slices = cache.NewReflectorWithOptions(slices, &discoveryv1.EndpointSlice{},
 		w.sliceStr, cache.ReflectorOptions{Name: "endpointslices", TypeDescription: "*v1.EndpointSlice"})
-	return w, nil
+	return w
 }
 
 // Start runs the reflectors until ctx is done. Once a resource's initial
@@ -138,39 +147,35 @@ func (w *Informers) afterSync(ctx context.Context, what string, s *directStore, 
 }
 
 func (w *Informers) onService(oldObj, newObj any) {
-	fanOut(w, "Service", oldObj, newObj, Tracker.OnServiceUpdate)
+	fanOut(w, "Service", oldObj, newObj, Tracker.OnParsedServiceUpdate)
 }
 
 func (w *Informers) onSlice(oldObj, newObj any) {
-	fanOut(w, "EndpointSlice", oldObj, newObj, Tracker.OnEndpointSliceUpdate)
+	fanOut(w, "EndpointSlice", oldObj, newObj, Tracker.OnParsedEndpointSliceUpdate)
 }
 
-// fanOut hands one event, tombstones unwrapped, to every target's tracker
+// fanOut hands one event to every target's tracker, its own parse to each,
 // and asks for a sync where the tracker says one is needed.
-func fanOut[T any](w *Informers, kind string, oldObj, newObj any, update func(Tracker, T, T) bool) {
-	old, okOld := unwrap[T](oldObj)
-	cur, okNew := unwrap[T](newObj)
+func fanOut[P any](w *Informers, kind string, oldObj, newObj any, update func(Tracker, P, P) bool) {
+	old, okOld := asParsed[P](oldObj)
+	cur, okNew := asParsed[P](newObj)
 	if !okOld || !okNew {
 		klog.InfoS("Ignoring unexpected object in "+kind+" event", "old", fmt.Sprintf("%T", oldObj), "new", fmt.Sprintf("%T", newObj))
 		return
 	}
-	for _, t := range w.targets {
-		if update(t.Tracker, old, cur) && t.SyncNeeded != nil {
+	for i, t := range w.targets {
+		if update(t.Tracker, old.target(i), cur.target(i)) && t.SyncNeeded != nil {
 			t.SyncNeeded()
 		}
 	}
 }
 
-// unwrap returns obj as a T, looking inside a delete tombstone (the informer
-// missed the deletion and only knows the last state). A nil obj is a nil T.
-// ok is false for anything else.
-func unwrap[T any](obj any) (v T, ok bool) {
+// asParsed returns obj as parses; a nil obj is a nil one. ok is false for
+// anything else.
+func asParsed[P any](obj any) (p *parsed[P], ok bool) {
 	if obj == nil {
-		return v, true
+		return nil, true
 	}
-	if tomb, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
-		obj = tomb.Obj
-	}
-	v, ok = obj.(T)
-	return v, ok
+	p, ok = obj.(*parsed[P])
+	return p, ok
 }

@@ -15,9 +15,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// recorder is a Tracker that records what it is told.
+// recorder is a Tracker that records what it is told. Its parses hold only
+// the name; it notes a parse it is handed that it did not make ("foreign").
 type recorder struct {
 	mu             sync.Mutex
 	needSync       bool
@@ -25,44 +28,79 @@ type recorder struct {
 	slices         []string
 	servicesSynced bool
 	slicesSynced   bool
+	made           map[any]bool // the parses it made
 }
 
-func describe(old, cur metav1.Object) string {
+// objectName is what describe reads of an object or a parse.
+type objectName interface {
+	Namespace() string
+	Name() string
+}
+
+func describe(old, cur objectName) string {
 	switch {
 	case old == nil:
-		return "add " + cur.GetNamespace() + "/" + cur.GetName()
+		return "add " + cur.Namespace() + "/" + cur.Name()
 	case cur == nil:
-		return "delete " + old.GetNamespace() + "/" + old.GetName()
+		return "delete " + old.Namespace() + "/" + old.Name()
 	}
-	return "update " + cur.GetNamespace() + "/" + cur.GetName()
+	return "update " + cur.Namespace() + "/" + cur.Name()
 }
 
-func (r *recorder) OnServiceUpdate(old, cur *v1.Service) bool {
+// own records p as one of the recorder's parses.
+func (r *recorder) own(p any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var o, c metav1.Object
-	if old != nil {
-		o = old
+	if r.made == nil {
+		r.made = map[any]bool{}
 	}
-	if cur != nil {
-		c = cur
+	r.made[p] = true
+}
+
+func (r *recorder) ParseService(svc *v1.Service) *model.ParsedService {
+	p := model.ServiceStub(svc.Namespace, svc.Name)
+	r.own(p)
+	return p
+}
+
+func (r *recorder) ParseEndpointSlice(s *discoveryv1.EndpointSlice) *model.ParsedEndpointSlice {
+	p := model.EndpointSliceStub(s.Namespace, s.Name)
+	r.own(p)
+	return p
+}
+
+// record notes one event; a nil old or cur must be passed as a nil
+// interface.
+func (r *recorder) record(events *[]string, old, cur objectName, curParse any) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	event := describe(old, cur)
+	if cur != nil && !r.made[curParse] {
+		event += " (foreign)"
 	}
-	r.services = append(r.services, describe(o, c))
+	*events = append(*events, event)
 	return r.needSync
 }
 
-func (r *recorder) OnEndpointSliceUpdate(old, cur *discoveryv1.EndpointSlice) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var o, c metav1.Object
-	if old != nil {
-		o = old
+func (r *recorder) OnParsedServiceUpdate(old, cur *model.ParsedService) bool {
+	o, c := nameOf(old), nameOf(cur)
+	return r.record(&r.services, o, c, cur)
+}
+
+func (r *recorder) OnParsedEndpointSliceUpdate(old, cur *model.ParsedEndpointSlice) bool {
+	o, c := nameOf(old), nameOf(cur)
+	return r.record(&r.slices, o, c, cur)
+}
+
+// nameOf is p as an objectName; nil for a nil p.
+func nameOf[P interface {
+	*model.ParsedService | *model.ParsedEndpointSlice
+	objectName
+}](p P) objectName {
+	if p == nil {
+		return nil
 	}
-	if cur != nil {
-		c = cur
-	}
-	r.slices = append(r.slices, describe(o, c))
-	return r.needSync
+	return p
 }
 
 func (r *recorder) OnServicesSynced() {
@@ -221,10 +259,17 @@ func TestTombstonesAreUnwrapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.onService(cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: testService("web", nil)}, nil)
-	w.onSlice(cache.DeletedFinalStateUnknown{Key: "ns/web-1", Obj: testSlice("web-1", nil)}, nil)
-	// Garbage is ignored, not passed on and not a crash.
-	w.onService(cache.DeletedFinalStateUnknown{Key: "ns/x", Obj: "not a service"}, nil)
+	if err := w.svcStore.Delete(cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: testService("web", nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.sliceStr.Delete(cache.DeletedFinalStateUnknown{Key: "ns/web-1", Obj: testSlice("web-1", nil)}); err != nil {
+		t.Fatal(err)
+	}
+	// Garbage is refused or ignored, not passed on and not a crash.
+	if err := w.svcStore.Delete(cache.DeletedFinalStateUnknown{Key: "ns/x", Obj: "not a service"}); err == nil {
+		t.Error("a tombstone of garbage was accepted")
+	}
+	w.onService(testService("raw", nil), nil) // not parsed
 	w.onSlice(42, nil)
 
 	svcs, slcs, _ := r.snapshot()
@@ -243,9 +288,9 @@ type slowRecorder struct {
 	seenAtSync int
 }
 
-func (r *slowRecorder) OnServiceUpdate(old, cur *v1.Service) bool {
+func (r *slowRecorder) OnParsedServiceUpdate(old, cur *model.ParsedService) bool {
 	time.Sleep(200 * time.Microsecond)
-	return r.recorder.OnServiceUpdate(old, cur)
+	return r.recorder.OnParsedServiceUpdate(old, cur)
 }
 
 func (r *slowRecorder) OnServicesSynced() {

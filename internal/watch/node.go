@@ -259,3 +259,17 @@ func (t *nodeTracker) fatal(err error) {
 		}
 	})
 }
+
+// unwrap returns obj as a T, looking inside a delete tombstone (the informer
+// missed the deletion and only knows the last state). A nil obj is a nil T.
+// ok is false for anything else.
+func unwrap[T any](obj any) (v T, ok bool) {
+	if obj == nil {
+		return v, true
+	}
+	if tomb, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+		obj = tomb.Obj
+	}
+	v, ok = obj.(T)
+	return v, ok
+}

@@ -1,143 +1,111 @@
 package watch
 
-// Keeping only what the model reads.
+// Parsing as the list streams in.
 //
-// The informers cache every Service and EndpointSlice, and the model's
-// trackers parse each one again into their own form; the cached object is
-// only handed back as the "old" side of the next event, of which the
-// trackers read the namespace and name. Each object is stripped as it is
-// decoded (cache.TransformFunc, applied by the reflector before anything
-// holds it, the initial streaming list included) down to the fields that
-// model.ParseService and the EndpointSlice parser read, plus what the
-// informer itself needs (name, namespace, resourceVersion, uid). A Service
-// or slice written by the API server carries managedFields, labels copied
-// from the Service, a targetRef per endpoint and the kubectl
-// last-applied-configuration annotation; none of them changes a rule.
+// The initial list comes as a stream (watch-list): the reflector keeps each
+// object in a temporary store until the list's end bookmark, and only then
+// hands the whole list to the directStore, which hands it to the trackers.
+// Parsing it there came after the whole stream, on the reflector's
+// goroutine, and the temporary store held every object (stripped or not)
+// until then. Instead the reflector's transform (cache.TransformFunc,
+// applied to each object as it is stored, the temporary store included)
+// has each target's tracker parse the object as it arrives: the temporary
+// store holds only the parses, the decoded object is garbage at once, and
+// at the end of the list the trackers only take what is parsed. Watch
+// events, which the reflector hands to the directStore as decoded, are
+// parsed there the same way (direct.go).
 //
 // The tests (transform_test.go) fill every field at random and check that
-// the parsed model is the same with and without the transform, so a field
-// the parser starts to read but this file drops fails them.
+// the model is the same through this path as when the tracker is handed
+// the object itself.
 
 import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// keptAnnotations are the annotations some part of svcproxy reads.
-var keptAnnotations = []string{
-	model.SchedulerAnnotation,
-	v1.AnnotationTopologyMode,
-	v1.DeprecatedAnnotationTopologyAwareHints,
-	v1.EndpointsLastChangeTriggerTime,
+// parsed is what the reflector's stores hold of a Service or EndpointSlice
+// (P is *model.ParsedService or *model.ParsedEndpointSlice): the identity
+// that the reflector and the directStore need (namespace and name for the
+// key, resourceVersion, and uid for client-go's optional consistency
+// check of the streamed list), and each target's parse, in target order.
+type parsed[P any] struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	byTarget []P
 }
 
-// keptLabels are the labels svcproxy reads or selects by.
-var keptLabels = []string{
-	discoveryv1.LabelServiceName,
-	LabelServiceProxyName,
-	LabelHeadless,
+// DeepCopyObject makes parsed a runtime.Object, which client-go's
+// consistency check (KUBE_WATCHLIST_INCONSISTENCY_DETECTOR) asks of what
+// the transform returns. The parses are shared: they are the trackers' to
+// take, not to copy.
+func (p *parsed[P]) DeepCopyObject() runtime.Object {
+	out := *p
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
 }
 
-// leanObject is the cache.TransformFunc of both informers: Services and
-// EndpointSlices are replaced by their lean form, anything else (a delete
-// tombstone, an unexpected type) passes unchanged.
-func leanObject(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *v1.Service:
-		return leanService(o), nil
-	case *discoveryv1.EndpointSlice:
-		return leanSlice(o), nil
+// target returns target i's parse, nil for a nil p (no object).
+func (p *parsed[P]) target(i int) P {
+	var none P
+	if p == nil {
+		return none
 	}
-	return obj, nil
+	return p.byTarget[i]
 }
 
-// leanMeta keeps the identity, the resourceVersion the reflector resumes
-// from, and the kept labels and annotations.
-func leanMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:            m.Name,
-		Namespace:       m.Namespace,
-		UID:             m.UID,
-		ResourceVersion: m.ResourceVersion,
-		Labels:          pick(m.Labels, keptLabels),
-		Annotations:     pick(m.Annotations, keptAnnotations),
-	}
+// identity keeps of m what the stores need.
+func identity(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
 }
 
-// pick returns the entries of m under keys; nil when there are none.
-func pick(m map[string]string, keys []string) map[string]string {
-	var out map[string]string
-	for _, k := range keys {
-		if v, ok := m[k]; ok {
-			if out == nil {
-				out = make(map[string]string, 1)
-			}
-			out[k] = v
-		}
+// parseFor has each target parse one object.
+func parseFor[P any](targets []Target, m *metav1.ObjectMeta, parse func(Tracker) P) *parsed[P] {
+	out := &parsed[P]{ObjectMeta: identity(m), byTarget: make([]P, len(targets))}
+	for i, t := range targets {
+		out.byTarget[i] = parse(t.Tracker)
 	}
 	return out
 }
 
-// leanService returns a new Service holding what model.ParseService reads.
-func leanService(s *v1.Service) *v1.Service {
-	spec := &s.Spec
-	out := &v1.Service{
-		ObjectMeta: leanMeta(&s.ObjectMeta),
-		Spec: v1.ServiceSpec{
-			Type:                     spec.Type,
-			ClusterIP:                spec.ClusterIP,
-			ClusterIPs:               spec.ClusterIPs,
-			ExternalIPs:              spec.ExternalIPs,
-			LoadBalancerSourceRanges: spec.LoadBalancerSourceRanges,
-			SessionAffinity:          spec.SessionAffinity,
-			SessionAffinityConfig:    spec.SessionAffinityConfig,
-			ExternalTrafficPolicy:    spec.ExternalTrafficPolicy,
-			InternalTrafficPolicy:    spec.InternalTrafficPolicy,
-			HealthCheckNodePort:      spec.HealthCheckNodePort,
-			TrafficDistribution:      spec.TrafficDistribution,
-		},
+// parseService is the Services' transform: a *v1.Service becomes its
+// parses; anything else (already parsed, unexpected) passes unchanged.
+func (w *Informers) parseService(obj any) (any, error) {
+	svc, ok := obj.(*v1.Service)
+	if !ok {
+		return obj, nil
 	}
-	if len(spec.Ports) > 0 {
-		out.Spec.Ports = make([]v1.ServicePort, len(spec.Ports))
-		for i, p := range spec.Ports {
-			out.Spec.Ports[i] = v1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, NodePort: p.NodePort}
-		}
-	}
-	for _, ing := range s.Status.LoadBalancer.Ingress {
-		out.Status.LoadBalancer.Ingress = append(out.Status.LoadBalancer.Ingress,
-			v1.LoadBalancerIngress{IP: ing.IP, IPMode: ing.IPMode})
-	}
-	return out
+	return parseFor(w.targets, &svc.ObjectMeta, func(t Tracker) *model.ParsedService { return t.ParseService(svc) }), nil
 }
 
-// leanSlice returns a new EndpointSlice holding what the model's slice
-// parser reads: per endpoint its first address (the only one that counts),
-// conditions, node, zone and hints.
-func leanSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
-	out := &discoveryv1.EndpointSlice{
-		ObjectMeta:  leanMeta(&s.ObjectMeta),
-		AddressType: s.AddressType,
-		Ports:       s.Ports,
+// parseSlice is the EndpointSlices' transform, as parseService.
+func (w *Informers) parseSlice(obj any) (any, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj, nil
 	}
-	if len(s.Endpoints) > 0 {
-		out.Endpoints = make([]discoveryv1.Endpoint, len(s.Endpoints))
-		for i := range s.Endpoints {
-			e := &s.Endpoints[i]
-			addrs := e.Addresses
-			if len(addrs) > 1 {
-				addrs = []string{addrs[0]} // not the rest's backing array
-			}
-			out.Endpoints[i] = discoveryv1.Endpoint{
-				Addresses:  addrs,
-				Conditions: e.Conditions,
-				NodeName:   e.NodeName,
-				Zone:       e.Zone,
-				Hints:      e.Hints,
-			}
-		}
+	return parseFor(w.targets, &s.ObjectMeta, func(t Tracker) *model.ParsedEndpointSlice { return t.ParseEndpointSlice(s) }), nil
+}
+
+// serviceStub and sliceStub are the old side of an update and the deletion
+// a relist finds: only the name.
+func (w *Informers) serviceStub(namespace, name string) any {
+	return stubFor(w.targets, namespace, name, model.ServiceStub)
+}
+
+func (w *Informers) sliceStub(namespace, name string) any {
+	return stubFor(w.targets, namespace, name, model.EndpointSliceStub)
+}
+
+func stubFor[P any](targets []Target, namespace, name string, stub func(namespace, name string) P) *parsed[P] {
+	one := stub(namespace, name)
+	out := &parsed[P]{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, byTarget: make([]P, len(targets))}
+	for i := range out.byTarget {
+		out.byTarget[i] = one
 	}
 	return out
 }

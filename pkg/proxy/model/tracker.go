@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -101,9 +99,10 @@ func NewTracker(family proxy.IPFamily) *Tracker {
 	}
 }
 
-// OnServiceUpdate records an add (old nil), update, or delete (new nil). It
-// returns true when the Service now differs from the last commit.
-func (t *Tracker) OnServiceUpdate(old, new *v1.Service) bool {
+// OnParsedServiceUpdate records an add (old nil), update, or delete (new
+// nil) of a Service this tracker parsed (new) or a stub (old). It returns
+// true when the Service now differs from the last commit.
+func (t *Tracker) OnParsedServiceUpdate(old, new *ParsedService) bool {
 	obj := new
 	if obj == nil {
 		obj = old
@@ -111,12 +110,11 @@ func (t *Tracker) OnServiceUpdate(old, new *v1.Service) bool {
 	if obj == nil {
 		return false
 	}
-	name := proxy.ServiceName{Namespace: obj.Namespace, Name: obj.Name}
+	name := obj.name
 	var ports []*ServicePort
 	if new != nil {
-		var problems []error
-		ports, problems = ParseService(new, t.family)
-		t.problems("Service", name.Namespace, name.Name, problems)
+		ports = new.ports
+		t.problems("Service", name.Namespace, name.Name, new.problems)
 	}
 
 	t.mu.Lock()
@@ -149,11 +147,12 @@ func portSetsEqual(a, b portSet) bool {
 	return slices.EqualFunc(a, b, (*ServicePort).Equal)
 }
 
-// OnEndpointSliceUpdate records an add (old nil), update, or delete (new
-// nil). Slices of the other family, and FQDN slices, are ignored. It returns
-// true when the endpoints of the slice's Service now differ from the last
-// commit.
-func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) bool {
+// OnParsedEndpointSliceUpdate records an add (old nil), update, or delete
+// (new nil) of an EndpointSlice this tracker parsed (new; old may be a
+// stub). Slices of the other family, and FQDN slices, are ignored. It
+// returns true when the endpoints of the slice's Service now differ from
+// the last commit.
+func (t *Tracker) OnParsedEndpointSliceUpdate(old, new *ParsedEndpointSlice) bool {
 	obj := new
 	if obj == nil {
 		obj = old
@@ -161,19 +160,17 @@ func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) boo
 	if obj == nil {
 		return false
 	}
-	key := sliceKey{namespace: obj.Namespace, name: obj.Name}
-	if sliceFamily(obj) != t.family && !t.ownsSlice(key) {
+	key := obj.key
+	if obj.family != t.family && !t.ownsSlice(key) {
 		return false
 	}
 	var parsed *sliceEndpoints
-	if new != nil && sliceFamily(new) == t.family {
-		var problems []error
-		var err error
-		parsed, problems, err = parseEndpointSlice(new, t.family, t.names)
-		if err != nil {
-			klog.InfoS("Ignoring invalid EndpointSlice", "endpointSlice", klog.KObj(new), "err", err)
+	if new != nil && new.family == t.family {
+		parsed = new.endpoints
+		if new.err != nil {
+			klog.InfoS("Ignoring invalid EndpointSlice", "endpointSlice", klog.KRef(key.namespace, key.name), "err", new.err)
 		}
-		t.problems("EndpointSlice", key.namespace, key.name, problems)
+		t.problems("EndpointSlice", key.namespace, key.name, new.problems)
 	}
 
 	t.mu.Lock()
@@ -204,8 +201,8 @@ func (t *Tracker) OnEndpointSliceUpdate(old, new *discoveryv1.EndpointSlice) boo
 // a slice without its Service's name, so it counts neither such a slice
 // nor its deletion; a deletion may carry only the name (a relist found it
 // gone), which counts when the slice was taken.
-func (t *Tracker) countSliceEvent(obj *discoveryv1.EndpointSlice, unnamed, pending bool) {
-	if t.count == nil || unnamed || (!pending && obj.Labels[discoveryv1.LabelServiceName] == "") {
+func (t *Tracker) countSliceEvent(obj *ParsedEndpointSlice, unnamed, pending bool) {
+	if t.count == nil || unnamed || (!pending && !obj.named) {
 		return
 	}
 	t.count.EndpointSliceEvent(pending)
