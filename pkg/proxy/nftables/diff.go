@@ -410,11 +410,11 @@ func (s *store) elemCount(set string) uint64 {
 			continue
 		}
 		want, _ := s.desiredValue(e)
-		kernel := ""
-		if e.present {
-			kernel = e.kernel
+		if e.present && e.kernel != want {
+			n += uint64(max(slotCount(want), slotCount(e.kernel)))
+		} else { // the usual case: one value to count
+			n += uint64(slotCount(want))
 		}
-		n += uint64(max(slotCount(want), slotCount(kernel)))
 	}
 	return n
 }

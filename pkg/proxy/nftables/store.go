@@ -60,7 +60,7 @@ type setEntry struct {
 }
 
 // elemEntry is one element, or one frontend's endpoint slots (slots;
-// 150k at 10k×10): it fits the 64-byte size class (TestElemEntrySize), so
+// 115k at 10k×10): it fits the 64-byte size class (TestElemEntrySize), so
 // the set is a number (store.setOf) and the rare claims after the first
 // live in store.more.
 type elemEntry struct {
