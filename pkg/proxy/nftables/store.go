@@ -78,7 +78,7 @@ type elemEntry struct {
 
 // elemClaim is one owner's claim on an element. The owner is its part's
 // copy, shared by all the part's claims: 8 bytes per claim instead of a
-// 64-byte name (330k claims at 10k×10).
+// 64-byte name (150k claims at 10k×10).
 type elemClaim struct {
 	owner *owner
 	value string
@@ -177,7 +177,7 @@ func (s *store) claim(o owner, p *part) {
 		if m == nil || el.set != set {
 			set, m, setID = el.set, s.setElems(el.set), s.setID(el.set)
 		}
-		// Render found the entry already (an endpoint slot the kernel
+		// Render found the entry already (a slot group the kernel
 		// holds): no second lookup.
 		e := el.entry
 		if e == nil {
