@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
@@ -43,13 +44,41 @@ func BenchmarkColdSyncGo(b *testing.B) {
 	st := benchState(10000)
 	b.ReportAllocs()
 	for b.Loop() {
-		s := newStore()
-		s.tablePresent = true
-		cfg := newConfig(st)
-		(&Proxier{store: s}).fullClaims(st, cfg)
-		for _, u := range s.diff() {
-			u.kernelUnit().Done()
-		}
-		s.clearDirty()
+		coldSync(st, func(u *knft.Unit) { u.Done() })
 	}
+}
+
+// BenchmarkColdSyncGoChanges is BenchmarkColdSyncGo plus what knft reads
+// of each element unit before encoding it: every change, with its key
+// and value spelled out (slot groups spell their elements' keys here).
+func BenchmarkColdSyncGoChanges(b *testing.B) {
+	st := benchState(10000)
+	b.ReportAllocs()
+	for b.Loop() {
+		n := 0
+		coldSync(st, func(u *knft.Unit) {
+			if u.Elems != nil {
+				for c := range u.Elems {
+					n += len(c.Key) + len(c.Value)
+				}
+			}
+			u.Done()
+		})
+		if n == 0 {
+			b.Fatal("no element changes")
+		}
+	}
+}
+
+// coldSync syncs st into a new store with a table and no kernel: each
+// unit goes to commit, in order.
+func coldSync(st *desired.State, commit func(*knft.Unit)) *store {
+	s := newStore()
+	s.tablePresent = true
+	(&Proxier{store: s}).fullClaims(st, newConfig(st))
+	for _, u := range s.diff() {
+		commit(u.kernelUnit())
+	}
+	s.clearDirty()
+	return s
 }

@@ -60,9 +60,10 @@ type unit struct {
 	s       *store // for els
 }
 
-// elemRunLen bounds a run of element changes: a transaction packs whole
-// units, so runs must stay well under defaultMaxOps.
-const elemRunLen = 512
+// elemRunOps bounds the operations of a run of element changes (a slot
+// group's are never split): a transaction packs whole units, so runs must
+// stay well under defaultMaxOps.
+const elemRunOps = 1024
 
 // numOps is the number of operations the unit adds to a transaction.
 func (u *unit) numOps() int {
@@ -85,14 +86,14 @@ func (u *unit) kernelUnit() *knft.Unit {
 	return &knft.Unit{Set: u.s.setOf(u.els[0]), IsMap: u.isMap, Ops: u.elemOps,
 		Elems: func(yield func(knft.Change) bool) {
 			for _, e := range u.els {
-				if !yield(u.s.elemChange(e)) {
+				if !u.s.elemChanges(e, yield) {
 					return
 				}
 			}
 		},
 		Done: func() {
 			for _, e := range u.els {
-				u.s.changed(e, u.s.elemChange(e))
+				u.s.committed(e)
 			}
 		}}
 }
@@ -164,11 +165,12 @@ func (s *store) diffElems() []*unit {
 			s.deletesFirst(*groups[k])
 		}
 		for els := *groups[k]; len(els) > 0; {
-			n := min(len(els), elemRunLen)
-			u := &unit{phase: k.phase, sortBy: k.set, els: els[:n:n], isMap: isMap, s: s}
-			for _, e := range u.els {
-				u.elemOps += changeOps(s.elemChange(e))
+			u := &unit{phase: k.phase, sortBy: k.set, isMap: isMap, s: s}
+			n := 0
+			for ; n < len(els) && u.elemOps < elemRunOps; n++ {
+				u.elemOps += s.elemOps(els[n])
 			}
+			u.els = els[:n:n]
 			units = append(units, u)
 			els = els[n:]
 		}
@@ -344,8 +346,15 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 			continue
 		}
 		values[k] = v
-		el := &knftables.Element{Map: name, Key: splitElem(k), Value: splitElem(v)}
-		ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
+		add := func(key, value string) {
+			el := &knftables.Element{Map: name, Key: splitElem(key), Value: splitElem(value)}
+			ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
+		}
+		if !elems[k].slots {
+			add(k, v)
+			continue
+		}
+		eachSlot(v, func(slot int, value string) { add(slotElemKey(k, slot), value) })
 	}
 	u.commit = func() {
 		commitRules()
@@ -379,7 +388,7 @@ const minEPMapSize = 64
 // their count bounds what it holds at any point of the sync (adds go
 // before deletes).
 func (s *store) epMapSize(name string, m *setEntry) (size uint64, grow bool) {
-	n := uint64(len(s.elems[name]))
+	n := s.elemCount(name)
 	if m.present && m.size != 0 && n <= m.size {
 		return m.size, false
 	}
@@ -388,6 +397,26 @@ func (s *store) epMapSize(name string, m *setEntry) (size uint64, grow bool) {
 		size *= 2
 	}
 	return size, m.present && m.size != 0
+}
+
+// elemCount is the number of elements the entries of set stand for: a
+// slot group's are its slots, the desired or the kernel's, whichever are
+// more.
+func (s *store) elemCount(set string) uint64 {
+	n := uint64(0)
+	for _, e := range s.elems[set] {
+		if !e.slots {
+			n++
+			continue
+		}
+		want, _ := s.desiredValue(e)
+		if e.present && e.kernel != want {
+			n += uint64(max(slotCount(want), slotCount(e.kernel)))
+		} else { // the usual case: one value to count
+			n += uint64(slotCount(want))
+		}
+	}
+	return n
 }
 
 func chainObject(d *chainSpec) *knftables.Chain {

@@ -20,13 +20,14 @@ func changeOps(c knft.Change) int {
 	return n
 }
 
-// changed updates the kernel side of e once its change c is committed.
-func (s *store) changed(e *elemEntry, c knft.Change) {
-	if !c.Add {
+// committed updates the kernel side of e once its changes are committed.
+func (s *store) committed(e *elemEntry) {
+	want, ok := s.desiredValue(e)
+	if !ok {
 		delete(s.elems[s.setOf(e)], e.key)
 		return
 	}
-	e.present, e.kernel = true, c.Value
+	e.present, e.kernel = true, want
 }
 
 // interval reports whether the set is an interval set (its elements are
@@ -51,16 +52,41 @@ func (s *store) deletesFirst(els []*elemEntry) {
 	})
 }
 
-// elemChange is the change entry e needs (diffElem decided that it needs
-// one): a delete of the kernel's element, an add of the desired one, or
-// both. It depends only on the entry, which nothing changes between the
-// diff and the commit of its unit, so a unit keeps entries, not changes.
+// elemChange is the change a plain entry e needs (diffElem decided that
+// it needs one): a delete of the kernel's element, an add of the desired
+// one, or both. It depends only on the entry, which nothing changes
+// between the diff and the commit of its unit, so a unit keeps entries,
+// not changes.
 func (s *store) elemChange(e *elemEntry) knft.Change {
 	want, ok := s.desiredValue(e)
 	if !ok {
 		return knft.Change{Key: e.key, Del: true}
 	}
 	return knft.Change{Key: e.key, Value: want, Del: e.present, Add: true}
+}
+
+// elemChanges yields the changes e needs: elemChange's, or one per slot
+// of a slot group whose value differs.
+func (s *store) elemChanges(e *elemEntry, yield func(knft.Change) bool) bool {
+	if !e.slots {
+		return yield(s.elemChange(e))
+	}
+	return s.eachSlotChange(e, func(slot int, kernel, want string) bool {
+		return yield(knft.Change{Key: slotElemKey(e.key, slot), Value: want, Del: kernel != "", Add: want != ""})
+	})
+}
+
+// elemOps is the number of operations of e's changes.
+func (s *store) elemOps(e *elemEntry) int {
+	if !e.slots {
+		return changeOps(s.elemChange(e))
+	}
+	n := 0
+	s.eachSlotChange(e, func(_ int, kernel, want string) bool {
+		n += changeOps(knft.Change{Del: kernel != "", Add: want != ""})
+		return true
+	})
+	return n
 }
 
 // diffElem returns the phase of the change element e needs, if any.

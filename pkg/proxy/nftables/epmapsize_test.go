@@ -128,7 +128,7 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 			if m.desired == nil || !m.desired.bound {
 				continue
 			}
-			if n := uint64(len(q.store.elems[name])); m.size < n || m.size == 0 {
+			if n := q.store.elemCount(name); m.size < n || m.size == 0 {
 				return fmt.Errorf("%s read back with size %d for %d elements", name, m.size, n)
 			}
 			if m.size > small[name] && small[name] != 0 {

@@ -52,8 +52,9 @@ type setSpec struct {
 	size uint64
 }
 
-// elemSpec is one set or map element; key and value are nft-spelled and
-// joined with " . ".
+// elemSpec is one set or map element, or one frontend's endpoint slots
+// (slots: key is the frontend, value the slots' values joined with
+// slotSep); key and value are nft-spelled and joined with " . ".
 type elemSpec struct {
 	set   string
 	key   string
@@ -61,6 +62,7 @@ type elemSpec struct {
 	// entry is the store's entry for set and key when assignSlots looked
 	// it up already (endpoint slots the kernel holds), else nil.
 	entry *elemEntry
+	slots bool
 }
 
 // part is everything one owner needs in the kernel: the global layout, or
@@ -72,9 +74,6 @@ type part struct {
 	sets    []*setSpec
 	elems   []elemSpec   // as rendered; dropped once claimed
 	entries []*elemEntry // the store entries claimed for elems
-	// slotGroups are the runs of elems that are one frontend's endpoint
-	// slots, for assignSlots.
-	slotGroups []slotGroup
 }
 
 // addChain adds c and, for a dispatch chain, its endpoint map: the two are

@@ -15,7 +15,9 @@ import (
 // they are not listed. On failure the kernel side is forgotten, so a retry
 // starts clean.
 func (s *store) readBack(ctx context.Context, k knft.Interface) error {
-	err := k.ReadBack(ctx, storeSink{s})
+	sink := storeSink{s, map[*elemEntry][]string{}}
+	err := k.ReadBack(ctx, sink)
+	sink.finish()
 	if err != nil {
 		s.tablePresent = false
 		s.chains, s.sets, s.elems = map[string]*chainEntry{}, map[string]*setEntry{}, map[string]map[string]*elemEntry{}
@@ -23,8 +25,13 @@ func (s *store) readBack(ctx context.Context, k knft.Interface) error {
 	return err
 }
 
-// storeSink is the store as a knft.Sink.
-type storeSink struct{ s *store }
+// storeSink is the store as a knft.Sink. Endpoint-map elements are
+// gathered into their frontend's slot group: slots holds each group's
+// values until finish joins them (elements come in any order).
+type storeSink struct {
+	s     *store
+	slots map[*elemEntry][]string
+}
 
 func (k storeSink) Table() { k.s.tablePresent = true }
 
@@ -50,22 +57,43 @@ func (k storeSink) Set(name string, isMap bool, size uint64) bool {
 	if strings.HasPrefix(name, affinityPrefix) {
 		return false
 	}
-	if size > 0 {
-		// Sized by this code to the power of two at least twice what it
-		// held (epMapSize), so it holds more than size/4 elements (unless
-		// at the minimum size): a hint of that never over-provisions. A
-		// hint of size/2 did, by up to 2×: Go rounds a map's tables up to
-		// a power of two, and 12.5k elements got 32k slots instead of 16k
-		// (at 10k×10, 18 of the restart's 66 MB live heap). Capped in
-		// case someone else's is huge.
-		k.s.elems[name] = make(map[string]*elemEntry, min(size/4, 1<<17))
-	}
+	// Only endpoint maps have a size, and their entries are slot groups,
+	// one per frontend and N elements: their entry maps grow as the groups
+	// come (a hint from the size, which counts elements, over-provisioned
+	// them up to N-fold).
 	return true
 }
 
 func (k storeSink) Elements(set string, kv []string) {
+	slotted := isEndpointMap(set)
 	for i := 0; i+1 < len(kv); i += 2 {
+		if slotted {
+			if frontend, slot, ok := splitSlotKey(kv[i]); ok {
+				k.slot(set, frontend, slot, kv[i+1])
+				continue
+			}
+		}
 		e := k.s.elem(set, kv[i], true)
 		e.present, e.kernel = true, kv[i+1]
 	}
+}
+
+// slot records the value of one slot of a frontend's group.
+func (k storeSink) slot(set, frontend string, slot int, value string) {
+	e := k.s.elem(set, frontend, true)
+	e.slots, e.present = true, true
+	vs := k.slots[e]
+	if slot >= len(vs) {
+		vs = append(vs, make([]string, slot+1-len(vs))...)
+	}
+	vs[slot] = value
+	k.slots[e] = vs
+}
+
+// finish gives each slot group read back its kernel value.
+func (k storeSink) finish() {
+	for e, vs := range k.slots {
+		e.kernel = strings.Join(vs, slotSep)
+	}
+	clear(k.slots)
 }

@@ -31,7 +31,7 @@ func kernelSide(s *store) []string {
 	}
 	for set, m := range s.elems {
 		for key, e := range m {
-			out = append(out, fmt.Sprintf("elem %s {%s} present=%v value=%q", set, key, e.present, e.kernel))
+			out = append(out, fmt.Sprintf("elem %s {%s} present=%v slots=%v value=%q", set, key, e.present, e.slots, e.kernel))
 		}
 	}
 	slices.Sort(out)
@@ -201,11 +201,12 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 func tamper(s *store) error {
 	var cmds []string
 	sets := slices.Sorted(maps.Keys(s.elems))
-	slices.SortStableFunc(sets, func(a, b string) int { return len(s.elems[b]) - len(s.elems[a]) })
+	slices.SortStableFunc(sets, func(a, b string) int { return int(s.elemCount(b)) - int(s.elemCount(a)) })
 	for _, set := range []string{sets[0], setFirewallAllow} {
-		for key := range s.elems[set] {
-			cmds = append(cmds, fmt.Sprintf("delete element ip %s %s { %s }", TableName, set, key))
-			break
+		var keys []string
+		s.kernelElems(set, func(key, _ string) { keys = append(keys, key) })
+		if len(keys) > 0 {
+			cmds = append(cmds, fmt.Sprintf("delete element ip %s %s { %s }", TableName, set, keys[0]))
 		}
 	}
 	// A range that is no prefix: the decoder leaves that set to nft.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
@@ -91,6 +92,13 @@ func (c *config) dispatchChain(class string, kind frontendKind, variant string, 
 	}
 	c.dispatch[name] = ch
 	return ch
+}
+
+// isEndpointMap reports whether set is a shared dispatch chain's endpoint
+// map (its elements are slot groups in the store); per-service names hold
+// a "/".
+func isEndpointMap(set string) bool {
+	return strings.Contains(set, "-endpoints-") && !strings.HasPrefix(set, setHairpin) && !strings.Contains(set, "/")
 }
 
 // internalChain: cluster-IP traffic; pre marks what its routes masquerade.

@@ -20,10 +20,18 @@ type svcContext struct {
 	p      *part
 	shard  int // of the dispatch chains and endpoint maps
 	// buf builds element keys; values caches each endpoint's value, which
-	// every frontend's slots and every dispatch repeat.
+	// an own chain's inline maps repeat.
 	buf      []byte
 	values   []epString
 	valueMap map[desired.Endpoint]string // values, once there are many
+	// slotValues caches the slot values of each endpoint list, which every
+	// frontend of a dispatch repeats (and the dispatches often share).
+	slotValues []epsString
+}
+
+type epsString struct {
+	eps []desired.Endpoint
+	s   string
 }
 
 type epString struct {
@@ -36,14 +44,13 @@ type epString struct {
 // (shared by shape, or its own when session affinity forces per-endpoint
 // state).
 func renderService(c *config, sp *desired.ServicePort) *part {
-	s := &svcContext{c: c, sp: sp, routes: c.routesOf(sp), proto: protoName(sp.Protocol), p: &part{}, shard: serviceShard(sp.Name),
-		values: make([]epString, 0, len(sp.Internal.Endpoints))}
-	// Most elements are endpoint slots: frontends × endpoints per map
-	// (one external IP's at most: more get chains of their own), plus the
-	// hairpin set; sizing once saves the slice's regrowth.
+	s := &svcContext{c: c, sp: sp, routes: c.routesOf(sp), proto: protoName(sp.Protocol), p: &part{}, shard: serviceShard(sp.Name)}
+	// Most elements are hairpin elements (one per endpoint address) and
+	// slot groups (one per frontend and dispatch); sizing once saves the
+	// slice's regrowth.
 	n := len(sp.Internal.Endpoints)
 	ext := s.externalAddrs()
-	s.p.elems = make([]elemSpec, 0, 4+len(ext)+3*n+n*min(len(ext), 1))
+	s.p.elems = make([]elemSpec, 0, 8+3*len(ext)+n)
 	s.p.addElem(setClusterIPs, addrString(sp.ClusterIP), "")
 
 	internal, external, externalNP := s.verdicts(ext)
@@ -213,18 +220,31 @@ func (s *svcContext) chain(class func(kind frontendKind, n, shard int, pre ...st
 	return func(n int) *chainSpec { return class(kind, n, s.shard, pre...) }
 }
 
-// endpointElems adds one element per endpoint slot of a frontend, in the
-// order of eps; assignSlots moves them to the slots the kernel has.
+// endpointElems adds a frontend's slot group: its endpoints in slots
+// 0…n-1 in the order of eps; assignSlots moves them to the slots the
+// kernel has.
 func (s *svcContext) endpointElems(m string, frontend string, eps []desired.Endpoint) {
-	s.p.slotGroups = append(s.p.slotGroups, slotGroup{start: len(s.p.elems), n: len(eps), frontend: frontend})
-	for i, ep := range eps {
-		s.p.addElem(m, slotKey(frontend, i), s.epValue(ep))
-	}
+	s.p.elems = append(s.p.elems, elemSpec{set: m, key: frontend, value: s.slotsOf(eps), slots: true})
 }
 
-// slotKey is the endpoint-map key frontend · slot.
-func slotKey(frontend string, slot int) string {
-	return frontend + elemSep + strconv.Itoa(slot)
+// slotsOf is the slot group value of eps: each endpoint's address · port,
+// joined with slotSep. One string per endpoint list of the service port.
+func (s *svcContext) slotsOf(eps []desired.Endpoint) string {
+	for _, v := range s.slotValues {
+		if len(v.eps) == len(eps) && &v.eps[0] == &eps[0] {
+			return v.s
+		}
+	}
+	b := s.buf[:0]
+	for i, ep := range eps {
+		if i > 0 {
+			b = append(b, slotSep...)
+		}
+		b = strconv.AppendUint(append(ep.IP.Unmap().AppendTo(b), elemSep...), uint64(ep.Port), 10)
+	}
+	v := s.keep(b)
+	s.slotValues = append(s.slotValues, epsString{eps, v})
+	return v
 }
 
 // affinityVerdicts renders ClientIP affinity. The choice must be remembered

@@ -1,11 +1,82 @@
 package nftables
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
-// slotGroup is one frontend's endpoint slots in a part: elems[start:][:n].
-type slotGroup struct {
-	start, n int
-	frontend string
+// An endpoint map's elements are frontend · slot → endpoint, N per
+// frontend. The store keeps one entry per frontend and map for them (a
+// slot group, elemEntry.slots), not one per slot: at 10k×10 that is 20k
+// entries instead of 200k, whose keys, map slots and entries were a
+// third of the store's heap. The entry's key is the frontend; its values
+// (each claim's, and the kernel's) are the slots' values in slot order,
+// joined with slotSep, "" for a slot the kernel lacks. The diff against
+// the kernel stays per element (eachSlotChange).
+const slotSep = "|"
+
+// slotElemKey is the endpoint-map key frontend · slot.
+func slotElemKey(frontend string, slot int) string {
+	return frontend + elemSep + strconv.Itoa(slot)
+}
+
+// maxSlot bounds the slots a read-back groups: numgen never picks a slot
+// beyond the endpoint count, and an element someone else added with a
+// huge slot is kept as an element of its own (and deleted).
+const maxSlot = 1 << 20
+
+// splitSlotKey splits an endpoint-map key into frontend and slot.
+func splitSlotKey(key string) (frontend string, slot int, ok bool) {
+	i := strings.LastIndex(key, elemSep)
+	if i < 0 {
+		return "", 0, false
+	}
+	slot, err := strconv.Atoi(key[i+len(elemSep):])
+	if err != nil || slot < 0 || slot >= maxSlot {
+		return "", 0, false
+	}
+	return key[:i], slot, true
+}
+
+// eachSlot calls f with every slot of a joined value that holds one.
+func eachSlot(joined string, f func(slot int, v string)) {
+	for slot := 0; joined != ""; slot++ {
+		var v string
+		v, joined, _ = strings.Cut(joined, slotSep)
+		if v != "" {
+			f(slot, v)
+		}
+	}
+}
+
+// slotCount is the number of slots of a joined value ("": none).
+func slotCount(joined string) int {
+	if joined == "" {
+		return 0
+	}
+	return strings.Count(joined, slotSep) + 1
+}
+
+// eachSlotChange calls f for every slot of the slot group e whose kernel
+// value differs from the desired one ("": none), until f returns false.
+func (s *store) eachSlotChange(e *elemEntry, f func(slot int, kernel, want string) bool) bool {
+	want, _ := s.desiredValue(e)
+	kernel := ""
+	if e.present {
+		kernel = e.kernel
+	}
+	if want == kernel {
+		return true
+	}
+	for slot := 0; want != "" || kernel != ""; slot++ {
+		var w, k string
+		w, want, _ = strings.Cut(want, slotSep)
+		k, kernel, _ = strings.Cut(kernel, slotSep)
+		if w != k && !f(slot, k, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // assignSlots is the step after render that keeps endpoint slots stable:
@@ -14,59 +85,38 @@ type slotGroup struct {
 // rewrites one element instead of shifting every slot after it; the other
 // endpoints fill the free slots in render's order. A map holds one endpoint
 // count only, so when the count changes every slot is new anyway. Each
-// slot the kernel has gets its store entry (no second lookup at the
+// slot group the kernel has gets its store entry (no second lookup at the
 // claim). It returns p.
 func (s *store) assignSlots(p *part) *part {
 	if p == nil {
 		return nil
 	}
-	var buf []byte
-	for _, g := range p.slotGroups {
-		els := p.elems[g.start : g.start+g.n]
-		if g.n == 0 || !s.hasElems(els[0].set) {
-			continue
+	for i := range p.elems {
+		if el := &p.elems[i]; el.slots && s.hasElems(el.set) {
+			s.assignGroup(el)
 		}
-		buf = s.assignGroup(els, g.frontend, buf)
 	}
-	p.slotGroups = nil
 	return p
 }
 
-// assignGroup reorders the values of one frontend's slot elements els.
-func (s *store) assignGroup(els []elemSpec, frontend string, buf []byte) []byte {
-	m := els[0].set
-	// at[slot] is the index in els of the value the kernel has in slot,
-	// or -1.
-	at := make([]int, len(els))
-	inOrder := true
-	index := valueIndex(els)
-	key := append(append(buf[:0], frontend...), elemSep...)
-	prefix := len(key)
-	for slot := range els {
-		key = strconv.AppendUint(key[:prefix], uint64(slot), 10)
-		at[slot] = -1
-		if e := s.kernelEntry(m, key); e != nil {
-			els[slot].key, els[slot].entry = e.key, e // share the kernel's key
-			if e.kernel == els[slot].value {
-				at[slot] = slot // the usual case: no search
-			} else {
-				at[slot] = index(e.kernel)
-			}
-		}
-		inOrder = inOrder && at[slot] == slot
+// assignGroup reorders the slot values of one frontend's group el.
+func (s *store) assignGroup(el *elemSpec) {
+	e := s.kernelEntry(el.set, el.key)
+	if e == nil || !e.slots {
+		return
 	}
-	if inOrder {
-		return key // a restart, or a change elsewhere: nothing moves
+	el.key, el.entry = e.key, e // share the kernel's key
+	if e.kernel == el.value {
+		return // a restart, or a change elsewhere: nothing moves
 	}
-	values := make([]string, len(els))
-	for i := range els {
-		values[i] = els[i].value
-	}
-	placed := make([]bool, len(els))
-	filled := make([]bool, len(els))
-	for slot, i := range at {
-		if i >= 0 && !placed[i] {
-			els[slot].value, placed[i], filled[slot] = values[i], true, true
+	values := strings.Split(el.value, slotSep)
+	kernel := strings.Split(e.kernel, slotSep)
+	index := valueIndex(values)
+	out := make([]string, len(values))
+	placed := make([]bool, len(values))
+	for slot := range min(len(values), len(kernel)) {
+		if i := index(kernel[slot]); i >= 0 && !placed[i] {
+			out[slot], placed[i] = values[i], true
 		}
 	}
 	next := 0
@@ -74,33 +124,35 @@ func (s *store) assignGroup(els []elemSpec, frontend string, buf []byte) []byte 
 		if placed[i] {
 			continue
 		}
-		for filled[next] {
+		for out[next] != "" {
 			next++
 		}
-		els[next].value, filled[next] = v, true
+		out[next] = v
 	}
-	return key
+	el.value = strings.Join(out, slotSep)
 }
 
-// valueIndex returns a function that finds the index in els of the
-// element whose value is v (-1: none): a scan for a few, a map for many.
-func valueIndex(els []elemSpec) func(v string) int {
-	if len(els) <= 16 {
+// valueIndex returns a function that finds the index in values of v (-1:
+// none, or v is ""): a scan for a few, a map for many.
+func valueIndex(values []string) func(v string) int {
+	if len(values) <= 16 {
 		return func(v string) int {
-			for i := range els {
-				if els[i].value == v {
-					return i
+			if v != "" {
+				for i := range values {
+					if values[i] == v {
+						return i
+					}
 				}
 			}
 			return -1
 		}
 	}
-	index := make(map[string]int, len(els))
-	for i := range els {
-		index[els[i].value] = i
+	index := make(map[string]int, len(values))
+	for i := range values {
+		index[values[i]] = i
 	}
 	return func(v string) int {
-		if i, ok := index[v]; ok {
+		if i, ok := index[v]; ok && v != "" {
 			return i
 		}
 		return -1

@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
@@ -67,20 +68,78 @@ func TestRenderIsPure(t *testing.T) {
 func TestAssignSlotsFillsFreeSlots(t *testing.T) {
 	s := newStore()
 	s.sets["m"] = &setEntry{present: true, isMap: true}
-	for key, value := range map[string]string{"fe . 0": "b", "fe . 1": "gone", "fe . 2": "a"} {
-		e := s.elem("m", key, true)
-		e.present, e.kernel = true, value
+	e := s.elem("m", "fe", true)
+	e.present, e.kernel, e.slots = true, "b|gone|a", true
+	p := &part{elems: []elemSpec{{set: "m", key: "fe", value: "a|b|c", slots: true}}}
+	got := s.assignSlots(p).elems[0]
+	if got.value != "b|c|a" || got.entry != e {
+		t.Errorf("got %q (entry %p), want %q (entry %p)", got.value, got.entry, "b|c|a", e)
 	}
-	p := &part{}
-	p.slotGroups = []slotGroup{{start: 0, n: 3, frontend: "fe"}}
-	for i, v := range []string{"a", "b", "c"} {
-		p.addElem("m", slotKey("fe", i), v)
+}
+
+// TestSlotGroupChanges: a slot group's diff is per element: only the
+// slots whose value differs change, a slot the kernel lacks is added, one
+// beyond the desired count deleted, and the kernel side is the desired
+// value once committed.
+func TestSlotGroupChanges(t *testing.T) {
+	s := newStore()
+	e := s.elem("m", "fe", true)
+	e.present, e.kernel, e.slots = true, "a||c|x", true
+	o := countsName("a")
+	s.addClaim(e, elemClaim{owner: &o, value: "a|b|d"})
+	var got []knft.Change
+	s.elemChanges(e, func(c knft.Change) bool { got = append(got, c); return true })
+	want := []knft.Change{
+		{Key: "fe . 1", Value: "b", Add: true},
+		{Key: "fe . 2", Value: "d", Del: true, Add: true},
+		{Key: "fe . 3", Del: true},
 	}
-	var got []string
-	for _, el := range s.assignSlots(p).elems {
-		got = append(got, el.key+" : "+el.value)
+	if !slices.Equal(got, want) {
+		t.Errorf("changes %+v, want %+v", got, want)
 	}
-	if want := []string{"fe . 0 : b", "fe . 1 : c", "fe . 2 : a"}; !slices.Equal(got, want) {
-		t.Errorf("got %v, want %v", got, want)
+	if n := s.elemOps(e); n != 4 {
+		t.Errorf("%d operations, want 4", n)
+	}
+	s.committed(e)
+	if e.kernel != "a|b|d" || !e.present {
+		t.Errorf("kernel side %q present=%v after commit, want %q", e.kernel, e.present, "a|b|d")
+	}
+}
+
+// TestReadBackGroupsSlots: read-back gathers an endpoint map's elements,
+// in any order, into their frontend's slot group; a key that is no
+// frontend · slot stays an element of its own.
+func TestReadBackGroupsSlots(t *testing.T) {
+	s := newStore()
+	sink := storeSink{s, map[*elemEntry][]string{}}
+	const m = "internal-endpoints-3-s0"
+	sink.Set(m, true, 64)
+	sink.Elements(m, []string{"fe . 2", "c", "fe . 0", "a", "odd", "v"})
+	sink.Elements(m, []string{"fe . 99999999", "z"})
+	sink.finish()
+	if e := s.elems[m]["fe"]; e == nil || !e.slots || !e.present || e.kernel != "a||c" {
+		t.Errorf("slot group %+v, want slots a, -, c", e)
+	}
+	for _, key := range []string{"odd", "fe . 99999999"} {
+		if e := s.elems[m][key]; e == nil || e.slots || !e.present {
+			t.Errorf("%q read back as %+v, want a plain element", key, e)
+		}
+	}
+	if n := s.elemCount(m); n != 5 {
+		t.Errorf("elemCount %d, want 5", n)
+	}
+}
+
+// kernelElems calls f with every element of set the kernel holds, slot
+// groups spelled as the kernel's elements.
+func (s *store) kernelElems(set string, f func(key, value string)) {
+	for key, e := range s.elems[set] {
+		switch {
+		case !e.present:
+		case e.slots:
+			eachSlot(e.kernel, func(slot int, v string) { f(slotElemKey(key, slot), v) })
+		default:
+			f(key, e.kernel)
+		}
 	}
 }

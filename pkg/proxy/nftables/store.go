@@ -59,9 +59,10 @@ type setEntry struct {
 	size    uint64 // of the kernel object, when present; 0: no limit
 }
 
-// elemEntry is one element (330k at 10k×10): it fits the 64-byte size
-// class (TestElemEntrySize), so the set is a number (store.setOf) and the
-// rare claims after the first live in store.more.
+// elemEntry is one element, or one frontend's endpoint slots (slots;
+// 115k at 10k×10): it fits the 64-byte size class (TestElemEntrySize), so
+// the set is a number (store.setOf) and the rare claims after the first
+// live in store.more.
 type elemEntry struct {
 	key    string
 	kernel string // value in the kernel
@@ -72,11 +73,12 @@ type elemEntry struct {
 	dirty   bool
 	present bool
 	shared  bool // claims beyond first, in store.more
+	slots   bool // a frontend's endpoint slots (slots.go)
 }
 
 // elemClaim is one owner's claim on an element. The owner is its part's
 // copy, shared by all the part's claims: 8 bytes per claim instead of a
-// 64-byte name (330k claims at 10k×10).
+// 64-byte name (150k claims at 10k×10).
 type elemClaim struct {
 	owner *owner
 	value string
@@ -175,12 +177,12 @@ func (s *store) claim(o owner, p *part) {
 		if m == nil || el.set != set {
 			set, m, setID = el.set, s.setElems(el.set), s.setID(el.set)
 		}
-		// Render found the entry already (an endpoint slot the kernel
+		// Render found the entry already (a slot group the kernel
 		// holds): no second lookup.
 		e := el.entry
 		if e == nil {
 			if e = m[el.key]; e == nil {
-				e = &elemEntry{set: setID, key: el.key}
+				e = &elemEntry{set: setID, key: el.key, slots: el.slots}
 				m[el.key] = e
 			}
 		}
@@ -371,8 +373,8 @@ func (s *store) hasElems(set string) bool {
 }
 
 // kernelEntry is the entry of an element the kernel holds, or nil.
-func (s *store) kernelEntry(set string, key []byte) *elemEntry {
-	e := s.elems[set][string(key)] // no copy: a map lookup by converted bytes does not allocate
+func (s *store) kernelEntry(set, key string) *elemEntry {
+	e := s.elems[set][key]
 	if e == nil || !e.present {
 		return nil
 	}
