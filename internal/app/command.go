@@ -22,12 +22,12 @@ type modeFunc func(context.Context, *config.Config) error
 // configuration is resolved; tests replace them.
 type actions struct {
 	run, cleanup, initOnly modeFunc
-	applyLogging           func(*config.Config) error
+	applyGlobals           func(*config.Config) error
 }
 
 // NewCommand returns the svcproxy command.
 func NewCommand() *cobra.Command {
-	return newCommand(actions{run: run, cleanup: cleanup, initOnly: initOnly, applyLogging: applyLogging})
+	return newCommand(actions{run: run, cleanup: cleanup, initOnly: initOnly, applyGlobals: applyGlobals})
 }
 
 func newCommand(act actions) *cobra.Command {
@@ -49,7 +49,7 @@ It accepts kube-proxy's flags and KubeProxyConfiguration file.`,
 			if err != nil {
 				return err
 			}
-			if err := act.applyLogging(cfg); err != nil {
+			if err := act.applyGlobals(cfg); err != nil {
 				return err
 			}
 			return o.dispatch(cmd.Context(), logger, cfg, act)
@@ -108,8 +108,10 @@ func writeConfig(logger klog.Logger, path string, cfg *config.Config) error {
 	return nil
 }
 
-// applyLogging configures klog from the resolved logging section.
-func applyLogging(cfg *config.Config) error {
+// applyGlobals applies the process-wide settings of the resolved config:
+// klog from the logging section, and --feature-gates to client-go's gates
+// as well (clientgates.go).
+func applyGlobals(cfg *config.Config) error {
 	gate, err := config.NewFeatureGate(cfg.FeatureGates)
 	if err != nil {
 		return err
@@ -117,5 +119,6 @@ func applyLogging(cfg *config.Config) error {
 	if err := logsapi.ValidateAndApply(&cfg.Versioned.Logging, gate); err != nil {
 		return fmt.Errorf("logging: %w", err)
 	}
+	useGatesForClientGo(gate, config.KnownFeature)
 	return nil
 }

@@ -135,7 +135,7 @@ func TestDispatch(t *testing.T) {
 // that it is not implemented instead of pretending to proxy.
 func TestRealRunIsHonest(t *testing.T) {
 	cmd := newCommand(actions{run: run, cleanup: cleanup, initOnly: initOnly,
-		applyLogging: func(*config.Config) error { return nil }})
+		applyGlobals: func(*config.Config) error { return nil }})
 	cmd.SetArgs([]string{"--proxy-mode=kernelspace"})
 	cmd.SetOut(&strings.Builder{})
 	cmd.SetErr(&strings.Builder{})

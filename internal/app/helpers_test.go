@@ -34,7 +34,7 @@ func execute(t *testing.T, runFn modeFunc, args ...string) result {
 		run:          record("run"),
 		cleanup:      record("cleanup"),
 		initOnly:     record("init-only"),
-		applyLogging: func(*config.Config) error { return nil },
+		applyGlobals: func(*config.Config) error { return nil },
 	}
 	if runFn != nil {
 		act.run = func(ctx context.Context, cfg *config.Config) error {

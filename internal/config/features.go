@@ -50,6 +50,12 @@ func newDefaultFeatureGate() (featuregate.MutableVersionedFeatureGate, error) {
 	return gate, nil
 }
 
+// KnownFeature reports whether name is a gate of upstream's registry.
+func KnownFeature(name featuregate.Feature) bool {
+	_, ok := upstreamFeatureGates[name]
+	return ok
+}
+
 // KnownFeatures is the list --feature-gates' help shows, as upstream's.
 func KnownFeatures() []string {
 	gate, err := newDefaultFeatureGate()
