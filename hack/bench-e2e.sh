@@ -26,7 +26,10 @@
 #
 # Knobs: BENCH_E2E_MODES (nftables; also iptables, upstream-nftables, upstream-iptables: upstream
 #        kube-proxy v1.37.1 from hack/build-upstream.sh, and baseline-nftables, baseline-iptables:
-#        the svcproxy binary BENCH_E2E_BASELINE, e.g. main's, for before/after in one session),
+#        the svcproxy binary BENCH_E2E_BASELINE, e.g. main's, for before/after in one session;
+#        BENCH_E2E_BASELINE_CONFIG: KubeProxyConfiguration lines added for the baseline modes only,
+#        e.g. $'featureGates:\n  WatchListClient: false\n' with BENCH_E2E_BASELINE=$PWD/_output/bench-e2e/svcproxy
+#        (this invocation's own build: the same binary with another setting)),
 #        BENCH_E2E_RUNS (5), BENCH_E2E_SERVICES (10000), BENCH_E2E_ENDPOINTS (10),
 #        BENCH_E2E_CHANGES (6000), BENCH_E2E_RATE (100 updates/s: a minute),
 #        BENCH_E2E_MIN_SYNC (minSyncPeriod, 1ms: a sync per change; 0s in a config file means
@@ -104,7 +107,7 @@ main() {
     -services "${BENCH_E2E_SERVICES:-10000}" -endpoints "${BENCH_E2E_ENDPOINTS:-10}"
     -changes "${BENCH_E2E_CHANGES:-6000}" -rate "${BENCH_E2E_RATE:-100}"
     -min-sync-period "${BENCH_E2E_MIN_SYNC:-1ms}"
-    -upstream "$upstream" -baseline "${BENCH_E2E_BASELINE:-}"
+    -upstream "$upstream" -baseline "${BENCH_E2E_BASELINE:-}" -baseline-config "${BENCH_E2E_BASELINE_CONFIG:-}"
     -profile="${BENCH_E2E_PROFILE:-false}" -start-timeout "${BENCH_E2E_START_TIMEOUT:-15m}"
   )
   # Seeding past 10k, datapath and full sync (issue #17); see the header.

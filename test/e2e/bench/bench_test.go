@@ -25,6 +25,7 @@ var (
 	flagSyncPeriod   = flag.Duration("sync-period", 30*time.Second, "svcproxy's syncPeriod (kube-proxy's default 30s)")
 	flagStartTimeout = flag.Duration("start-timeout", 15*time.Minute, "limit for the first sync")
 	flagBaseline     = flag.String("baseline", "", "another svcproxy binary (e.g. main's), for the modes baseline-nftables and baseline-iptables")
+	flagBaselineCfg  = flag.String("baseline-config", "", "KubeProxyConfiguration lines (top-level YAML) added for the baseline-* modes only: the same binary with another setting, runs alternating")
 	flagUpstream     = flag.String("upstream", "", "upstream kube-proxy binary, for the modes upstream-nftables and upstream-iptables")
 	flagDPConns      = flag.Int("dp-conns", 16, "datapath: connections in flight")
 	flagDPDuration   = flag.Duration("dp-duration", 10*time.Second, "datapath: how long to measure the new-connection rate (0: not at all)")

@@ -67,6 +67,9 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	if *flagProfile {
 		opts.ExtraConfig = "enableProfiling: true\n" // /debug/pprof, for saveHeapProfile
 	}
+	if strings.HasPrefix(mode, "baseline-") {
+		opts.ExtraConfig += *flagBaselineCfg
+	}
 	c := F.New(t, opts)
 	res.ClusterUp = time.Since(t0).Seconds()
 	if bin != "" {
