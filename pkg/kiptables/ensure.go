@@ -69,7 +69,7 @@ func savedChecks(save []byte, rules []FrontRule) (haveChain func(string) bool, h
 		wanted[r.Chain] = true
 	}
 	chains, lines := map[string]bool{}, map[string]bool{}
-	for _, line := range bytes.Split(save, []byte("\n")) {
+	eachLine([][]byte{save}, func(line []byte, _ int) {
 		switch {
 		case len(line) > 1 && line[0] == ':':
 			name, _, _ := bytes.Cut(line[1:], []byte(" "))
@@ -82,7 +82,7 @@ func savedChecks(save []byte, rules []FrontRule) (haveChain func(string) bool, h
 				lines[string(line)] = true
 			}
 		}
-	}
+	})
 	haveChain = func(c string) bool { return chains[c] }
 	haveRule = func(r FrontRule) bool { return lines[fmt.Sprintf("-A %s %s", r.Chain, JoinArgs(r.Rule))] }
 	return haveChain, haveRule

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"time"
@@ -47,17 +48,18 @@ const (
 // and stdin without running anything.
 type execer interface {
 	LookPath(file string) (string, error)
-	// Run runs path with args and stdin and returns its output, or
-	// discards it unless keepStdout; on failure the error includes stderr
-	// and wraps *exec.ExitError when the program ran.
-	Run(ctx context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error)
+	// Run runs path with args and stdin (its chunks concatenated, nil for
+	// none) and returns its output, or discards it unless keepStdout; on
+	// failure the error includes stderr and wraps *exec.ExitError when the
+	// program ran.
+	Run(ctx context.Context, path string, args []string, stdin [][]byte, keepStdout bool) ([]byte, error)
 }
 
 type osExec struct{}
 
 func (osExec) LookPath(file string) (string, error) { return exec.LookPath(file) }
 
-func (osExec) Run(parent context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error) {
+func (osExec) Run(parent context.Context, path string, args []string, stdin [][]byte, keepStdout bool) ([]byte, error) {
 	timeout := execTimeout
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
@@ -71,7 +73,7 @@ func (osExec) Run(parent context.Context, path string, args []string, stdin []by
 	}
 	cmd.Stderr = &stderr
 	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
+		cmd.Stdin = chunkReader(stdin)
 	}
 	if err := cmd.Run(); err != nil {
 		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -144,7 +146,7 @@ func (c *Client) Flavour() Flavour { return c.flavour }
 
 // Restore is part of Interface. On iptables-nft, large sections get a
 // read-only listing command first (see withCacheHints).
-func (c *Client) Restore(ctx context.Context, data []byte) error {
+func (c *Client) Restore(ctx context.Context, data ...[]byte) error {
 	if c.flavour == FlavourNFT {
 		data = withCacheHints(data)
 	}
@@ -160,7 +162,7 @@ func (c *Client) Save(ctx context.Context, table Table) ([]byte, error) {
 
 // runRetrying runs a tool, retrying with backoff while the xtables lock is
 // contended.
-func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error) {
+func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin [][]byte, keepStdout bool) ([]byte, error) {
 	var out []byte
 	err := c.retryLocked(ctx, path, func() error {
 		var err error
@@ -201,6 +203,15 @@ func isLockError(err error) bool {
 		return true
 	}
 	return strings.Contains(err.Error(), "xtables lock")
+}
+
+// chunkReader reads chunks one after another, without joining them.
+func chunkReader(chunks [][]byte) io.Reader {
+	readers := make([]io.Reader, len(chunks))
+	for i, c := range chunks {
+		readers[i] = bytes.NewReader(c)
+	}
+	return io.MultiReader(readers...)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

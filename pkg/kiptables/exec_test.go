@@ -1,6 +1,7 @@
 package kiptables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,9 +31,9 @@ func (f *fakeExec) LookPath(file string) (string, error) {
 	return "", fmt.Errorf("%s: %w", file, exec.ErrNotFound)
 }
 
-func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin []byte, _ bool) ([]byte, error) {
+func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin [][]byte, _ bool) ([]byte, error) {
 	f.calls = append(f.calls, path+" "+strings.Join(args, " "))
-	f.stdin = append(f.stdin, stdin)
+	f.stdin = append(f.stdin, bytes.Join(stdin, nil))
 	if f.answer == nil {
 		return nil, nil
 	}

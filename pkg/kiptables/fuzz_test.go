@@ -25,7 +25,7 @@ func FuzzRestoreSaveRoundTrip(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data string) {
-		_ = withCacheHints([]byte(data))
+		_ = withCacheHints([][]byte{[]byte(data)})
 		_ = SavedChainNames([]byte(data))
 		savedChecks([]byte(data), []FrontRule{{Chain: "KUBE-A", Rule: SplitRule(data)}})
 

@@ -1,7 +1,6 @@
 package iptables
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -49,12 +48,7 @@ func cleanupTable(ctx context.Context, ipt kiptables.Interface, table kiptables.
 		return fmt.Errorf("cleanup of %s: %w", table, err)
 	}
 	var doomed []string
-	for _, line := range bytes.Split(save, []byte("\n")) {
-		if len(line) == 0 || line[0] != ':' {
-			continue
-		}
-		name, _, _ := bytes.Cut(line[1:], []byte(" "))
-		n := string(name)
+	for _, n := range kiptables.SavedChainNames(save) {
 		if isServiceChain(n) || containsString(fixed, n) {
 			doomed = append(doomed, n)
 		}
