@@ -65,7 +65,7 @@ func cleanupTable(ctx context.Context, ipt kiptables.Interface, table kiptables.
 		b.line("-X", c)
 	}
 	b.line("COMMIT")
-	if err := ipt.Restore(ctx, b.b); err != nil {
+	if err := ipt.Restore(ctx, b.bytes()...); err != nil {
 		return fmt.Errorf("cleanup of %s: %w", table, err)
 	}
 	return nil

@@ -301,7 +301,8 @@ func (p *Proxier) commit(pl *plan, cfg *config) {
 	}
 	p.cfg = cfg
 	p.last = pl.stats
-	p.written = &pl.sums
+	sums := pl.sums // not &pl.sums, which would keep the whole input alive
+	p.written = &sums
 	fam := string(p.family)
 	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableFilter), fam).Set(float64(pl.stats.filterTotal))
 	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableNAT), fam).Set(float64(pl.stats.natTotal))
