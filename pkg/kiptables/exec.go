@@ -49,28 +49,25 @@ const (
 type execer interface {
 	LookPath(file string) (string, error)
 	// Run runs path with args and stdin (its chunks concatenated, nil for
-	// none) and returns its output, or discards it unless keepStdout; on
-	// failure the error includes stderr and wraps *exec.ExitError when the
-	// program ran.
-	Run(ctx context.Context, path string, args []string, stdin [][]byte, keepStdout bool) ([]byte, error)
+	// none), writing its output to stdout (nil discards it); on failure the
+	// error includes stderr and wraps *exec.ExitError when the program ran.
+	Run(ctx context.Context, path string, args []string, stdin [][]byte, stdout io.Writer) error
 }
 
 type osExec struct{}
 
 func (osExec) LookPath(file string) (string, error) { return exec.LookPath(file) }
 
-func (osExec) Run(parent context.Context, path string, args []string, stdin [][]byte, keepStdout bool) ([]byte, error) {
+func (osExec) Run(parent context.Context, path string, args []string, stdin [][]byte, stdout io.Writer) error {
 	timeout := execTimeout
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.WaitDelay = waitDelay
-	var stdout, stderr bytes.Buffer
+	var stderr bytes.Buffer
 	// A nil Stdout is /dev/null, written by the child directly: a
 	// restore's listing (see withCacheHints) is tens of MB at 10k services.
-	if keepStdout {
-		cmd.Stdout = &stdout
-	}
+	cmd.Stdout = stdout
 	cmd.Stderr = &stderr
 	if stdin != nil {
 		cmd.Stdin = chunkReader(stdin)
@@ -79,9 +76,9 @@ func (osExec) Run(parent context.Context, path string, args []string, stdin [][]
 		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("timed out after %v (killed): %w", timeout, err)
 		}
-		return nil, fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
-	return stdout.Bytes(), nil
+	return nil
 }
 
 // Client is the real Interface: it execs one flavour's tools for one family.
@@ -151,25 +148,39 @@ func (c *Client) Restore(ctx context.Context, data ...[]byte) error {
 		data = withCacheHints(data)
 	}
 	args := append(append([]string{}, lockArgs...), "--noflush", "--counters")
-	_, err := c.runRetrying(ctx, c.restore, args, data, false)
-	return err
+	return c.runRetrying(ctx, c.restore, args, data, nil)
 }
 
 // Save is part of Interface.
 func (c *Client) Save(ctx context.Context, table Table) ([]byte, error) {
-	return c.runRetrying(ctx, c.save, []string{"-t", string(table)}, nil, true)
+	var out bytes.Buffer
+	err := c.saveTo(ctx, table, func() io.Writer {
+		out.Reset()
+		return &out
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// saveTo runs iptables-save for table, its output going to the writer
+// stdout returns for each attempt.
+func (c *Client) saveTo(ctx context.Context, table Table, stdout func() io.Writer) error {
+	return c.runRetrying(ctx, c.save, []string{"-t", string(table)}, nil, stdout)
 }
 
 // runRetrying runs a tool, retrying with backoff while the xtables lock is
-// contended.
-func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin [][]byte, keepStdout bool) ([]byte, error) {
-	var out []byte
-	err := c.retryLocked(ctx, path, func() error {
-		var err error
-		out, err = c.exec.Run(ctx, path, args, stdin, keepStdout)
-		return err
+// contended. Each attempt's output goes to the writer stdout returns (nil
+// stdout: discarded).
+func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin [][]byte, stdout func() io.Writer) error {
+	return c.retryLocked(ctx, path, func() error {
+		var w io.Writer
+		if stdout != nil {
+			w = stdout()
+		}
+		return c.exec.Run(ctx, path, args, stdin, w)
 	})
-	return out, err
 }
 
 // retryLocked runs op, retrying with a doubling pause while it fails on
