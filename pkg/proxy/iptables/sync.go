@@ -54,14 +54,14 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full
 			return err
 		}
 	}
-	var natSave []byte
+	var natChains []string
 	if full {
 		var err error
-		if natSave, err = p.ensureJumps(ctx); err != nil {
+		if natChains, err = p.ensureJumps(ctx); err != nil {
 			return err
 		}
 	}
-	pl := p.plan(ctx, st, &renderer{cfg: cfg, state: st, probs: &p.probs}, full, natSave)
+	pl := p.plan(ctx, st, &renderer{cfg: cfg, state: st, probs: &p.probs}, full, natChains)
 	if len(pl.data) == 0 {
 		// Nothing the kernel holds would change.
 		p.commit(pl, cfg)
@@ -81,9 +81,9 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full
 // ensureJumps creates the canaries and the top-level chains and puts our
 // jumps at the front of the built-in chains. Done on full syncs only: the
 // rules outlive us. Checking costs one iptables-save per table on
-// iptables-legacy (kiptables.EnsureAtFront); the nat one is returned for
-// the stale-chain sweep, which would read the same.
-func (p *Proxier) ensureJumps(ctx context.Context) (natSave []byte, err error) {
+// iptables-legacy (kiptables.EnsureAtFront); the nat chains it lists are
+// returned for the stale-chain sweep, which would read the same.
+func (p *Proxier) ensureJumps(ctx context.Context) (natChains []string, err error) {
 	for _, t := range canaryTables {
 		chains := []string{chainCanary}
 		var rules []kiptables.FrontRule
@@ -93,15 +93,15 @@ func (p *Proxier) ensureJumps(ctx context.Context) (natSave []byte, err error) {
 				rules = append(rules, kiptables.FrontRule{Chain: j.from, Rule: j.args()})
 			}
 		}
-		save, err := kiptables.EnsureAtFront(ctx, p.ipt, t, chains, rules)
+		saved, err := kiptables.EnsureAtFront(ctx, p.ipt, t, chains, rules)
 		if err != nil {
 			return nil, fmt.Errorf("ensuring the %s jumps: %w", t, err)
 		}
 		if t == kiptables.TableNAT {
-			natSave = save
+			natChains = saved
 		}
 	}
-	return natSave, nil
+	return natChains, nil
 }
 
 // plan is one sync's restore input and what it does.
@@ -114,7 +114,7 @@ type plan struct {
 	stats    syncStats
 }
 
-func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full bool, natSave []byte) *plan {
+func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full bool, natChains []string) *plan {
 	pl := &plan{full: full, rendered: map[string]struct{}{}}
 	var natChainLines, ownRules lineBuffer
 	stale := map[string]struct{}{}
@@ -155,7 +155,7 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 				delete(stale, c)
 			}
 		}
-		p.sweep(ctx, r.cfg, natSave, stale, pl.rendered)
+		p.sweep(ctx, r.cfg, natChains, stale, pl.rendered)
 	} else {
 		for c := range pl.rendered {
 			delete(stale, c)
@@ -167,16 +167,14 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 }
 
 // sweep adds to stale the service chains the kernel holds that we do not
-// want, e.g. left by an earlier run. It reads them from natSave when
-// ensureJumps took one (iptables-legacy), else lists the chain names; in
+// want, e.g. left by an earlier run. It takes them from natChains when
+// ensureJumps read them (iptables-legacy), else lists the chain names; in
 // large-cluster mode, where that listing may take seconds, it does so at
 // most once per SyncPeriod.
-func (p *Proxier) sweep(ctx context.Context, cfg *config, natSave []byte, stale, wanted map[string]struct{}) {
+func (p *Proxier) sweep(ctx context.Context, cfg *config, natChains []string, stale, wanted map[string]struct{}) {
 	now := p.opts.Now()
-	var names []string
-	if natSave != nil {
-		names = kiptables.SavedChainNames(natSave)
-	} else {
+	names := natChains
+	if names == nil {
 		if cfg.largeCluster && now.Sub(p.lastSweep) < p.opts.SyncPeriod {
 			return
 		}
