@@ -17,8 +17,9 @@ type FrontRule struct {
 // EnsureAtFront makes sure chains exist in table and each rule is in its
 // chain, inserting missing rules at the front in the order given (so the
 // last one given ends up first), as EnsureChain and EnsureRuleAtFront
-// would one by one. It returns the table's iptables-save output when it
-// read one, else nil.
+// would one by one. It returns the chains the table held when it read
+// them (from iptables-save), else nil: the names, not the save, which at
+// 10k services is ~40 MB that a caller would hold through its sync.
 //
 // On iptables-legacy every single-rule call reads (and a change rewrites)
 // the whole table — ~0.2–0.7 s each with 10k services — so the table is
@@ -26,17 +27,14 @@ type FrontRule struct {
 // iptables-nft a single-rule call fetches just the chains it names and
 // costs milliseconds, while iptables-nft-save dumps every table (seconds
 // at that size), so there the calls are made directly.
-func EnsureAtFront(ctx context.Context, ipt Interface, table Table, chains []string, rules []FrontRule) ([]byte, error) {
-	var save []byte
+func EnsureAtFront(ctx context.Context, ipt Interface, table Table, chains []string, rules []FrontRule) (saved []string, err error) {
 	haveChain := func(string) bool { return false }
 	haveRule := func(FrontRule) bool { return false }
 	if ipt.Flavour() != FlavourNFT {
-		var err error
-		if save, err = ipt.Save(ctx, table); err != nil {
+		if save, err := ipt.Save(ctx, table); err != nil {
 			klog.ErrorS(err, "iptables-save failed; checking the jump rules one by one", "table", table)
-			save = nil
 		} else {
-			haveChain, haveRule = savedChecks(save, rules)
+			saved, haveChain, haveRule = savedChecks(save, rules)
 		}
 	}
 	for _, c := range chains {
@@ -44,7 +42,7 @@ func EnsureAtFront(ctx context.Context, ipt Interface, table Table, chains []str
 			continue
 		}
 		if err := ipt.EnsureChain(ctx, table, c); err != nil {
-			return save, err
+			return saved, err
 		}
 	}
 	for _, r := range rules {
@@ -52,28 +50,29 @@ func EnsureAtFront(ctx context.Context, ipt Interface, table Table, chains []str
 			continue
 		}
 		if err := ipt.EnsureRuleAtFront(ctx, table, r.Chain, r.Rule...); err != nil {
-			return save, err
+			return saved, err
 		}
 	}
-	return save, nil
+	return saved, nil
 }
 
-// savedChecks answers from iptables-save output whether a chain exists
-// and whether a rule is in its chain. A rule is looked for as
+// savedChecks lists the chains of iptables-save output and answers from
+// it whether a chain exists and whether a rule is in its chain. A rule is looked for as
 // iptables-save prints it ("-A CHAIN" + JoinArgs); a rule spelled
 // differently is reported missing, which costs an EnsureRuleAtFront call
 // (that checks again) but is never wrong.
-func savedChecks(save []byte, rules []FrontRule) (haveChain func(string) bool, haveRule func(FrontRule) bool) {
+func savedChecks(save []byte, rules []FrontRule) (names []string, haveChain func(string) bool, haveRule func(FrontRule) bool) {
 	wanted := map[string]bool{}
 	for _, r := range rules {
 		wanted[r.Chain] = true
 	}
 	chains, lines := map[string]bool{}, map[string]bool{}
-	for _, line := range bytes.Split(save, []byte("\n")) {
+	eachLine([][]byte{save}, func(line []byte, _ int) {
 		switch {
 		case len(line) > 1 && line[0] == ':':
 			name, _, _ := bytes.Cut(line[1:], []byte(" "))
-			chains[string(name)] = true
+			names = append(names, string(name))
+			chains[names[len(names)-1]] = true
 		case bytes.HasPrefix(line, []byte("-A ")):
 			// Only the chains we put rules in: nat holds 350k rules at
 			// 10k services.
@@ -82,8 +81,8 @@ func savedChecks(save []byte, rules []FrontRule) (haveChain func(string) bool, h
 				lines[string(line)] = true
 			}
 		}
-	}
+	})
 	haveChain = func(c string) bool { return chains[c] }
 	haveRule = func(r FrontRule) bool { return lines[fmt.Sprintf("-A %s %s", r.Chain, JoinArgs(r.Rule))] }
-	return haveChain, haveRule
+	return names, haveChain, haveRule
 }

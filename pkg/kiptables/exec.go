@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"time"
@@ -47,39 +48,37 @@ const (
 // and stdin without running anything.
 type execer interface {
 	LookPath(file string) (string, error)
-	// Run runs path with args and stdin and returns its output, or
-	// discards it unless keepStdout; on failure the error includes stderr
-	// and wraps *exec.ExitError when the program ran.
-	Run(ctx context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error)
+	// Run runs path with args and stdin (its chunks concatenated, nil for
+	// none), writing its output to stdout (nil discards it); on failure the
+	// error includes stderr and wraps *exec.ExitError when the program ran.
+	Run(ctx context.Context, path string, args []string, stdin [][]byte, stdout io.Writer) error
 }
 
 type osExec struct{}
 
 func (osExec) LookPath(file string) (string, error) { return exec.LookPath(file) }
 
-func (osExec) Run(parent context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error) {
+func (osExec) Run(parent context.Context, path string, args []string, stdin [][]byte, stdout io.Writer) error {
 	timeout := execTimeout
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.WaitDelay = waitDelay
-	var stdout, stderr bytes.Buffer
+	var stderr bytes.Buffer
 	// A nil Stdout is /dev/null, written by the child directly: a
 	// restore's listing (see withCacheHints) is tens of MB at 10k services.
-	if keepStdout {
-		cmd.Stdout = &stdout
-	}
+	cmd.Stdout = stdout
 	cmd.Stderr = &stderr
 	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
+		cmd.Stdin = chunkReader(stdin)
 	}
 	if err := cmd.Run(); err != nil {
 		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("timed out after %v (killed): %w", timeout, err)
 		}
-		return nil, fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
-	return stdout.Bytes(), nil
+	return nil
 }
 
 // Client is the real Interface: it execs one flavour's tools for one family.
@@ -144,30 +143,44 @@ func (c *Client) Flavour() Flavour { return c.flavour }
 
 // Restore is part of Interface. On iptables-nft, large sections get a
 // read-only listing command first (see withCacheHints).
-func (c *Client) Restore(ctx context.Context, data []byte) error {
+func (c *Client) Restore(ctx context.Context, data ...[]byte) error {
 	if c.flavour == FlavourNFT {
 		data = withCacheHints(data)
 	}
 	args := append(append([]string{}, lockArgs...), "--noflush", "--counters")
-	_, err := c.runRetrying(ctx, c.restore, args, data, false)
-	return err
+	return c.runRetrying(ctx, c.restore, args, data, nil)
 }
 
 // Save is part of Interface.
 func (c *Client) Save(ctx context.Context, table Table) ([]byte, error) {
-	return c.runRetrying(ctx, c.save, []string{"-t", string(table)}, nil, true)
+	var out bytes.Buffer
+	err := c.saveTo(ctx, table, func() io.Writer {
+		out.Reset()
+		return &out
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// saveTo runs iptables-save for table, its output going to the writer
+// stdout returns for each attempt.
+func (c *Client) saveTo(ctx context.Context, table Table, stdout func() io.Writer) error {
+	return c.runRetrying(ctx, c.save, []string{"-t", string(table)}, nil, stdout)
 }
 
 // runRetrying runs a tool, retrying with backoff while the xtables lock is
-// contended.
-func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin []byte, keepStdout bool) ([]byte, error) {
-	var out []byte
-	err := c.retryLocked(ctx, path, func() error {
-		var err error
-		out, err = c.exec.Run(ctx, path, args, stdin, keepStdout)
-		return err
+// contended. Each attempt's output goes to the writer stdout returns (nil
+// stdout: discarded).
+func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin [][]byte, stdout func() io.Writer) error {
+	return c.retryLocked(ctx, path, func() error {
+		var w io.Writer
+		if stdout != nil {
+			w = stdout()
+		}
+		return c.exec.Run(ctx, path, args, stdin, w)
 	})
-	return out, err
 }
 
 // retryLocked runs op, retrying with a doubling pause while it fails on
@@ -201,6 +214,15 @@ func isLockError(err error) bool {
 		return true
 	}
 	return strings.Contains(err.Error(), "xtables lock")
+}
+
+// chunkReader reads chunks one after another, without joining them.
+func chunkReader(chunks [][]byte) io.Reader {
+	readers := make([]io.Reader, len(chunks))
+	for i, c := range chunks {
+		readers[i] = bytes.NewReader(c)
+	}
+	return io.MultiReader(readers...)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -1,12 +1,15 @@
 package kiptables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,13 +33,22 @@ func (f *fakeExec) LookPath(file string) (string, error) {
 	return "", fmt.Errorf("%s: %w", file, exec.ErrNotFound)
 }
 
-func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin []byte, _ bool) ([]byte, error) {
+func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin [][]byte, stdout io.Writer) error {
 	f.calls = append(f.calls, path+" "+strings.Join(args, " "))
-	f.stdin = append(f.stdin, stdin)
+	f.stdin = append(f.stdin, bytes.Join(stdin, nil))
 	if f.answer == nil {
-		return nil, nil
+		return nil
 	}
-	return f.answer(path, args)
+	out, err := f.answer(path, args)
+	if stdout != nil {
+		// In pieces, as a pipe delivers it: lines may straddle them.
+		for len(out) > 0 {
+			n := min(len(out), 7)
+			_, _ = stdout.Write(out[:n])
+			out = out[n:]
+		}
+	}
+	return err
 }
 
 func tools(flavour string) map[string]string {
@@ -189,5 +201,24 @@ func TestHungToolTimesOut(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s did not return: no timeout on the process", what)
 		}
+	}
+}
+
+// TestChainNamesStreamed: ChainNames parses iptables-save as it arrives
+// (fakeExec writes 7 bytes at a time, so lines straddle writes), last
+// line without a newline included.
+func TestChainNamesStreamed(t *testing.T) {
+	save := "# Generated\n*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n:KUBE-SVC-ABCDEFGHIJKLMNOP - [0:0]\nCOMMIT\n:LAST - [0:0]"
+	ex := &fakeExec{paths: tools("nft"), answer: func(string, []string) ([]byte, error) { return []byte(save), nil }}
+	c, err := newClient(proxy.IPv4, FlavourNFT, ex, false)
+	must(t, err)
+	got, err := c.ChainNames(ctx, TableNAT)
+	must(t, err)
+	want := []string{"PREROUTING", "KUBE-SERVICES", "KUBE-SVC-ABCDEFGHIJKLMNOP", "LAST"}
+	if !slices.Equal(got, want) {
+		t.Errorf("ChainNames = %q, want %q", got, want)
+	}
+	if !slices.Equal(SavedChainNames([]byte(save)), want) {
+		t.Errorf("SavedChainNames = %q, want %q", SavedChainNames([]byte(save)), want)
 	}
 }

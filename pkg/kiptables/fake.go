@@ -1,6 +1,7 @@
 package kiptables
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -80,10 +81,11 @@ func (t *FakeTable) clone() *FakeTable {
 }
 
 // Restore is part of Interface.
-func (f *Fake) Restore(_ context.Context, data []byte) error {
+func (f *Fake) Restore(_ context.Context, chunks ...[]byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.Restores = append(f.Restores, slices.Clone(data))
+	data := bytes.Join(chunks, nil)
+	f.Restores = append(f.Restores, data)
 	if f.RestoreHook != nil {
 		if err := f.RestoreHook(data); err != nil {
 			return err

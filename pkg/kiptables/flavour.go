@@ -97,10 +97,11 @@ func (p *probe) save(ctx context.Context, table Table) []byte {
 			args = []string{"-t", string(table)}
 		}
 		c, cancel := context.WithTimeout(ctx, nftProbeTimeout)
-		b, err := p.ex.Run(c, path, args, nil, true)
+		var b bytes.Buffer
+		err := p.ex.Run(c, path, args, nil, &b)
 		cancel()
 		if err == nil {
-			out = append(out, b...)
+			out = append(out, b.Bytes()...)
 		}
 	}
 	return out

@@ -25,9 +25,9 @@ func FuzzRestoreSaveRoundTrip(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data string) {
-		_ = withCacheHints([]byte(data))
+		_ = withCacheHints([][]byte{[]byte(data)})
 		_ = SavedChainNames([]byte(data))
-		savedChecks([]byte(data), []FrontRule{{Chain: "KUBE-A", Rule: SplitRule(data)}})
+		_, _, _ = savedChecks([]byte(data), []FrontRule{{Chain: "KUBE-A", Rule: SplitRule(data)}})
 
 		x := NewFake()
 		if err := x.Restore(ctx, []byte(data)); err != nil {
@@ -67,7 +67,10 @@ func checkRoundTrip(t *testing.T, x *Fake, table Table) {
 			}
 		}
 	}
-	haveChain, haveRule := savedChecks(save, rules)
+	names, haveChain, haveRule := savedChecks(save, rules)
+	if !slices.Equal(names, SavedChainNames(save)) {
+		t.Fatalf("savedChecks names = %q, SavedChainNames %q", names, SavedChainNames(save))
+	}
 	for name := range want.Chains {
 		if !haveChain(name) {
 			t.Fatalf("savedChecks misses chain %q in\n%s", name, save)

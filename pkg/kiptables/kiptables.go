@@ -33,9 +33,11 @@ const (
 // from one goroutine at a time per value.
 type Interface interface {
 	// Restore runs iptables-restore --noflush --counters with data on
-	// stdin. data holds one or more "*table ... COMMIT" sections; each
-	// table's section is applied atomically, or not at all.
-	Restore(ctx context.Context, data []byte) error
+	// stdin: the concatenation of its chunks, which hold one or more
+	// "*table ... COMMIT" sections; each table's section is applied
+	// atomically, or not at all. Chunks let a caller pass the pieces it
+	// rendered (10k services: ~35 MB) without copying them into one buffer.
+	Restore(ctx context.Context, data ...[]byte) error
 	// Save returns iptables-save output for one table.
 	Save(ctx context.Context, table Table) ([]byte, error)
 	// ChainNames lists the chains of one table, built-in ones included.

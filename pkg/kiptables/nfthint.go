@@ -1,6 +1,9 @@
 package kiptables
 
-import "bytes"
+import (
+	"bytes"
+	"hash/maphash"
+)
 
 // iptables-nft-restore --noflush (1.8.x, the version Debian bookworm and
 // our image ship) decides what to fetch from the kernel by collecting the
@@ -31,21 +34,16 @@ const hintMinCost = 50_000_000
 
 // withCacheHints returns data with listCmd after the "*table" line of each
 // section whose chain list would be expensive, or data itself when no
-// section needs it.
-func withCacheHints(data []byte) []byte {
+// section needs it. The chunks are sliced around the hints, not copied.
+func withCacheHints(data [][]byte) [][]byte {
 	var at []int // offsets just after the "*table\n" lines to hint
 	var lines, start int
-	names := map[string]struct{}{}
-	for off := 0; off < len(data); {
-		end := bytes.IndexByte(data[off:], '\n')
-		if end < 0 {
-			end = len(data) - off
-		}
-		line := data[off : off+end]
-		off += end + 1
+	names := map[uint64]struct{}{}
+	seed := maphash.MakeSeed()
+	eachLine(data, func(line []byte, off int) {
 		switch {
 		case len(line) > 0 && line[0] == '*':
-			lines, start = 0, min(off, len(data))
+			lines, start = 0, off
 			clear(names)
 		case bytes.Equal(line, []byte("COMMIT")):
 			if lines*len(names) >= hintMinCost {
@@ -53,42 +51,79 @@ func withCacheHints(data []byte) []byte {
 			}
 		default:
 			lines++
-			addChainNames(names, line)
+			addChainNames(names, seed, line)
 		}
-	}
+	})
 	if len(at) == 0 {
 		return data
 	}
-	out := make([]byte, 0, len(data)+len(at)*len(listCmd))
-	prev := 0
-	for _, a := range at {
-		out = append(append(out, data[prev:a]...), listCmd...)
-		prev = a
+	return splice(data, at, listCmd)
+}
+
+// eachLine calls fn with each line of the chunks' concatenation (without
+// its newline; a line may span chunks) and the offset just past it.
+func eachLine(chunks [][]byte, fn func(line []byte, off int)) {
+	var carry []byte // a line begun in an earlier chunk
+	off := 0
+	for _, c := range chunks {
+		for len(c) > 0 {
+			end := bytes.IndexByte(c, '\n')
+			if end < 0 {
+				carry = append(carry, c...)
+				off += len(c)
+				break
+			}
+			line := c[:end]
+			if carry != nil {
+				line = append(carry, line...)
+				carry = nil
+			}
+			off += end + 1
+			c = c[end+1:]
+			fn(line, off)
+		}
 	}
-	return append(out, data[prev:]...)
+	if len(carry) > 0 {
+		fn(carry, off)
+	}
+}
+
+// splice returns chunks with ins inserted at each offset of at (ascending,
+// at most the chunks' total length).
+func splice(chunks [][]byte, at []int, ins []byte) [][]byte {
+	out := make([][]byte, 0, len(chunks)+2*len(at))
+	base := 0 // offset of c's first byte
+	for _, c := range chunks {
+		for len(at) > 0 && at[0] <= base+len(c) {
+			cut := at[0] - base
+			out = append(out, c[:cut], ins)
+			c, base, at = c[cut:], at[0], at[1:]
+		}
+		out = append(out, c)
+		base += len(c)
+	}
+	for range at {
+		out = append(out, ins)
+	}
+	return out
 }
 
 // addChainNames adds the chain names iptables-nft-restore would list for
 // one line: the chain of ":CHAIN ..." or "-A CHAIN ...", and the target
-// after "-j".
-func addChainNames(names map[string]struct{}, line []byte) {
+// after "-j". It adds their hashes: only their number matters, and at
+// 10k services the 120k names would take ~10 MB as strings.
+func addChainNames(names map[uint64]struct{}, seed maphash.Seed, line []byte) {
 	switch {
 	case len(line) > 1 && line[0] == ':':
 		name, _, _ := bytes.Cut(line[1:], []byte(" "))
-		addName(names, name)
+		names[maphash.Bytes(seed, name)] = struct{}{}
 	case len(line) > 3 && line[0] == '-':
 		_, rest, _ := bytes.Cut(line, []byte(" "))
 		name, _, _ := bytes.Cut(rest, []byte(" "))
-		addName(names, name)
+		names[maphash.Bytes(seed, name)] = struct{}{}
 		if i := bytes.LastIndex(line, []byte(" -j ")); i >= 0 {
 			target, _, _ := bytes.Cut(line[i+4:], []byte(" "))
-			addName(names, target)
+			names[maphash.Bytes(seed, target)] = struct{}{}
 		}
-	}
-}
-
-func addName(names map[string]struct{}, name []byte) {
-	if _, ok := names[string(name)]; !ok {
-		names[string(name)] = struct{}{}
 	}
 }

@@ -99,7 +99,7 @@ func removeChains(ctx context.Context, ipt kiptables.Interface, found doomed) er
 			b.line("-X", c)
 		}
 		b.line("COMMIT")
-		if err := ipt.Restore(ctx, b.b); err != nil {
+		if err := ipt.Restore(ctx, b.bytes()...); err != nil {
 			errs = append(errs, fmt.Errorf("cleanup of %s: %w", t.table, err))
 		}
 	}

@@ -7,6 +7,7 @@ package iptables
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"time"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
@@ -58,10 +59,16 @@ type Proxier struct {
 	lastSweep time.Time
 	localnet  bool // route_localnet ensured
 	last      syncStats
-	// The text of our filter rules and nat top-level rules as the last
-	// successful sync left them; nil after a failure.
-	lastFilter, lastNATTop []byte
+	// What the last successful sync left in our filter chains and nat
+	// top-level chains, hashed with seed; nil after a failure.
+	written *written
+	seed    maphash.Seed
 }
+
+// written is the hashes of the rule text of our filter chains and of
+// nat's top-level chains, which a partial sync rewrites only when they
+// changed. Hashes, as the text is megabytes at 10k services.
+type written struct{ filter, natTop uint64 }
 
 // syncStats describes the last successful sync, for tests and metrics.
 type syncStats struct {
@@ -90,7 +97,7 @@ func NewWithInterface(family proxy.IPFamily, ipt kiptables.Interface, opts Optio
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Proxier{family: family, ipt: ipt, opts: opts}
+	return &Proxier{family: family, ipt: ipt, opts: opts, seed: maphash.MakeSeed()}
 }
 
 // Init is part of syncer.Proxier. route_localnet, which localhost node

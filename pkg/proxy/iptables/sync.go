@@ -1,7 +1,6 @@
 package iptables
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -55,24 +54,24 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full
 			return err
 		}
 	}
-	var natSave []byte
+	var natChains []string
 	if full {
 		var err error
-		if natSave, err = p.ensureJumps(ctx); err != nil {
+		if natChains, err = p.ensureJumps(ctx); err != nil {
 			return err
 		}
 	}
-	pl := p.plan(ctx, st, &renderer{cfg: cfg, state: st, probs: &p.probs}, full, natSave)
+	pl := p.plan(ctx, st, &renderer{cfg: cfg, state: st, probs: &p.probs}, full, natChains)
 	if len(pl.data) == 0 {
 		// Nothing the kernel holds would change.
 		p.commit(pl, cfg)
 		return nil
 	}
-	if err := p.ipt.Restore(ctx, pl.data); err != nil {
+	if err := p.ipt.Restore(ctx, pl.data...); err != nil {
 		// Our record of the kernel's chains may be off now; the full
 		// sync that follows sweeps with iptables-save.
 		p.entries, p.natOwned, p.lastSweep = nil, nil, p.opts.Now().Add(-p.opts.SyncPeriod-1)
-		p.lastFilter, p.lastNATTop = nil, nil
+		p.written = nil
 		return fmt.Errorf("iptables-restore: %w", err)
 	}
 	p.commit(pl, cfg)
@@ -82,9 +81,9 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full
 // ensureJumps creates the canaries and the top-level chains and puts our
 // jumps at the front of the built-in chains. Done on full syncs only: the
 // rules outlive us. Checking costs one iptables-save per table on
-// iptables-legacy (kiptables.EnsureAtFront); the nat one is returned for
-// the stale-chain sweep, which would read the same.
-func (p *Proxier) ensureJumps(ctx context.Context) (natSave []byte, err error) {
+// iptables-legacy (kiptables.EnsureAtFront); the nat chains it lists are
+// returned for the stale-chain sweep, which would read the same.
+func (p *Proxier) ensureJumps(ctx context.Context) (natChains []string, err error) {
 	for _, t := range canaryTables {
 		chains := []string{chainCanary}
 		var rules []kiptables.FrontRule
@@ -94,29 +93,28 @@ func (p *Proxier) ensureJumps(ctx context.Context) (natSave []byte, err error) {
 				rules = append(rules, kiptables.FrontRule{Chain: j.from, Rule: j.args()})
 			}
 		}
-		save, err := kiptables.EnsureAtFront(ctx, p.ipt, t, chains, rules)
+		saved, err := kiptables.EnsureAtFront(ctx, p.ipt, t, chains, rules)
 		if err != nil {
 			return nil, fmt.Errorf("ensuring the %s jumps: %w", t, err)
 		}
 		if t == kiptables.TableNAT {
-			natSave = save
+			natChains = saved
 		}
 	}
-	return natSave, nil
+	return natChains, nil
 }
 
 // plan is one sync's restore input and what it does.
 type plan struct {
-	data     []byte
+	data     [][]byte // chunks, mostly the entries' own lines
 	full     bool
-	filter   []byte              // our filter rules, written or not
-	natTop   []byte              // the nat top-level chains' rules, written or not
+	sums     written             // of our filter rules and nat top-level rules, written or not
 	rendered map[string]struct{} // nat chains written
 	deleted  []string
 	stats    syncStats
 }
 
-func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full bool, natSave []byte) *plan {
+func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full bool, natChains []string) *plan {
 	pl := &plan{full: full, rendered: map[string]struct{}{}}
 	var natChainLines, ownRules lineBuffer
 	stale := map[string]struct{}{}
@@ -157,7 +155,7 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 				delete(stale, c)
 			}
 		}
-		p.sweep(ctx, r.cfg, natSave, stale, pl.rendered)
+		p.sweep(ctx, r.cfg, natChains, stale, pl.rendered)
 	} else {
 		for c := range pl.rendered {
 			delete(stale, c)
@@ -169,16 +167,14 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 }
 
 // sweep adds to stale the service chains the kernel holds that we do not
-// want, e.g. left by an earlier run. It reads them from natSave when
-// ensureJumps took one (iptables-legacy), else lists the chain names; in
+// want, e.g. left by an earlier run. It takes them from natChains when
+// ensureJumps read them (iptables-legacy), else lists the chain names; in
 // large-cluster mode, where that listing may take seconds, it does so at
 // most once per SyncPeriod.
-func (p *Proxier) sweep(ctx context.Context, cfg *config, natSave []byte, stale, wanted map[string]struct{}) {
+func (p *Proxier) sweep(ctx context.Context, cfg *config, natChains []string, stale, wanted map[string]struct{}) {
 	now := p.opts.Now()
-	var names []string
-	if natSave != nil {
-		names = kiptables.SavedChainNames(natSave)
-	} else {
+	names := natChains
+	if names == nil {
 		if cfg.largeCluster && now.Sub(p.lastSweep) < p.opts.SyncPeriod {
 			return
 		}
@@ -200,72 +196,95 @@ func (p *Proxier) sweep(ctx context.Context, cfg *config, natSave []byte, stale,
 // nat's top-level chains, the (re)rendered ports' chains and the deletions.
 // Chain lines come before any rule, as a jump target must exist when the
 // rule is read. A partial sync leaves out the filter section and the nat
-// top-level chains when their text equals what the last sync wrote: with
-// 10k services they are 20k rules jumping to 20k chains, which
+// top-level chains when their text hashes to what the last sync wrote:
+// with 10k services they are 20k rules jumping to 20k chains, which
 // iptables-nft-restore takes seconds to read (see pkg/kiptables
-// withCacheHints) and which an endpoint change rarely alters.
+// withCacheHints) and which an endpoint change rarely alters. The input
+// is a list of chunks pointing at the rendered lines, never a copy.
 func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, natChainLines, ownRules *lineBuffer) {
 	order := sortedNames(p.entries)
-	var filter, top lineBuffer
-	r.globalFilter(&filter)
-	for _, name := range order {
-		e := p.entries[name]
-		for _, s := range []shared{filterServices, filterExternal, filterNodePorts, filterFirewall} {
-			filter.appendBuf(&e.shared[s])
-		}
-	}
-	if r.cfg.rejectPorts {
-		r.unknownPortRejects(&filter, clusterIPs(st))
-	}
-	r.globalNAT(&top)
-	for _, name := range order {
-		e := p.entries[name]
-		top.appendBuf(&e.shared[natServices])
-		top.appendBuf(&e.shared[natNodePorts])
+	filter, top := p.sharedChains(order, st, r)
+	pl.stats.natTotal += top.lines
+	for _, e := range p.entries {
 		pl.stats.natTotal += e.chainRules
 	}
-	r.nodePortJumps(&top)
-	pl.filter, pl.natTop = filter.b, top.b
-	withFilter := pl.full || !bytes.Equal(filter.b, p.lastFilter)
-	withTop := pl.full || !bytes.Equal(top.b, p.lastNATTop)
+	pl.sums = written{filter: filter.sum(p.seed), natTop: top.sum(p.seed)}
+	withFilter := pl.full || p.written == nil || pl.sums.filter != p.written.filter
+	withTop := pl.full || p.written == nil || pl.sums.natTop != p.written.natTop
 
-	var out, nat lineBuffer
+	var out chunks
 	if withFilter {
-		out.line("*filter")
+		var head lineBuffer
+		head.line("*filter")
 		for _, c := range r.cfg.filterChains() {
-			out.chainLine(c)
+			head.chainLine(c)
 		}
-		out.appendBuf(&filter)
-		out.line("COMMIT")
+		out.add(&head)
+		out.addChunks(filter)
+		out.add(&lineBuffer{b: []byte("COMMIT\n")})
 		pl.stats.filterRules = filter.lines
 	}
+	var nat chunks
+	var natHead, deletions lineBuffer
 	if withTop {
 		for _, c := range natChains {
-			nat.chainLine(c)
+			natHead.chainLine(c)
 		}
 	}
-	nat.appendBuf(natChainLines)
+	nat.add(&natHead)
+	nat.add(natChainLines)
 	for _, c := range pl.deleted {
-		nat.chainLine(c)
+		deletions.chainLine(c)
 	}
+	nat.add(&deletions)
 	if withTop {
-		nat.appendBuf(&top)
+		nat.addChunks(top)
 	}
-	nat.appendBuf(ownRules)
+	nat.add(ownRules)
+	var removals lineBuffer
 	for _, c := range pl.deleted {
-		nat.line("-X", c)
+		removals.line("-X", c)
 	}
-	if len(nat.b) > 0 {
-		out.line("*nat")
-		out.appendBuf(&nat)
-		out.line("COMMIT")
+	nat.add(&removals)
+	if len(nat.parts) > 0 {
+		out.add(&lineBuffer{b: []byte("*nat\n")})
+		out.addChunks(&nat)
+		out.add(&lineBuffer{b: []byte("COMMIT\n")})
 	}
-	pl.data = out.b
+	pl.data = out.parts
 	pl.stats.full = pl.full
 	pl.stats.filterTotal = filter.lines
 	pl.stats.natRules = nat.lines - len(pl.deleted)
-	pl.stats.natTotal += top.lines
 	pl.stats.deleted = len(pl.deleted)
+}
+
+// sharedChains gathers the rules of our filter chains and of nat's
+// top-level chains: the global ones and each port's, in name order.
+func (p *Proxier) sharedChains(order []proxy.ServicePortName, st *desired.State, r *renderer) (filter, top *chunks) {
+	filter, top = &chunks{}, &chunks{}
+	var globalFilter, rejects, globalNAT, nodePortJumps lineBuffer
+	r.globalFilter(&globalFilter)
+	filter.add(&globalFilter)
+	for _, name := range order {
+		e := p.entries[name]
+		for _, s := range []shared{filterServices, filterExternal, filterNodePorts, filterFirewall} {
+			filter.add(&e.shared[s])
+		}
+	}
+	if r.cfg.rejectPorts {
+		r.unknownPortRejects(&rejects, clusterIPs(st))
+		filter.add(&rejects)
+	}
+	r.globalNAT(&globalNAT)
+	top.add(&globalNAT)
+	for _, name := range order {
+		e := p.entries[name]
+		top.add(&e.shared[natServices])
+		top.add(&e.shared[natNodePorts])
+	}
+	r.nodePortJumps(&nodePortJumps)
+	top.add(&nodePortJumps)
+	return filter, top
 }
 
 func (p *Proxier) commit(pl *plan, cfg *config) {
@@ -280,7 +299,8 @@ func (p *Proxier) commit(pl *plan, cfg *config) {
 	}
 	p.cfg = cfg
 	p.last = pl.stats
-	p.lastFilter, p.lastNATTop = pl.filter, pl.natTop
+	sums := pl.sums // not &pl.sums, which would keep the whole input alive
+	p.written = &sums
 	fam := string(p.family)
 	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableFilter), fam).Set(float64(pl.stats.filterTotal))
 	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableNAT), fam).Set(float64(pl.stats.natTotal))

@@ -55,7 +55,7 @@ const (
 // Iptables is what the backend needs of an iptables client bound to its
 // family (kiptables.Client and kiptables.Fake satisfy it).
 type Iptables interface {
-	Restore(ctx context.Context, data []byte) error
+	Restore(ctx context.Context, data ...[]byte) error
 	ChainExists(ctx context.Context, table kiptables.Table, chain string) (bool, error)
 	EnsureRuleAtFront(ctx context.Context, table kiptables.Table, chain string, rule ...string) error
 	DeleteRule(ctx context.Context, table kiptables.Table, chain string, rule ...string) error

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
 	"time"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
@@ -57,19 +60,20 @@ type bench struct {
 	ns      *netnstest.NS
 	flavour kiptables.Flavour
 	res     *Result
+	heap    *heapProfiler // nil unless -heapprofile
 }
 
 // runChild measures one flavour at one scale inside a fresh network
 // namespace of its own; deleting the namespace at the end removes every
 // rule, whatever happens. At the deadline the running iptables tool is
 // killed and runChild returns an error, so the namespace is still deleted.
-func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes int) (*Result, error) {
+func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes int, heap *heapProfiler) (*Result, error) {
 	ns, deleteNS, err := benchkit.Namespace()
 	if err != nil {
 		return nil, err
 	}
 	defer deleteNS()
-	b := &bench{ctx: ctx, ns: ns, flavour: flavour,
+	b := &bench{ctx: ctx, ns: ns, flavour: flavour, heap: heap,
 		res: &Result{Flavour: string(flavour), Services: services, Endpoints: services * benchkit.EndpointsPerService}}
 	start := time.Now()
 	st, err := benchkit.BuildState(services, benchkit.NodeIP)
@@ -78,6 +82,7 @@ func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes 
 	}
 	b.res.BuildMS = benchkit.MS(time.Since(start))
 
+	b.heap.setPhase("cold")
 	p, ipt, err := b.newProxier()
 	if err != nil {
 		return nil, err
@@ -90,10 +95,12 @@ func runChild(ctx context.Context, flavour kiptables.Flavour, services, changes 
 	if b.res.ColdDigest, b.res.Rules, err = b.digest(); err != nil {
 		return nil, err
 	}
+	b.heap.setPhase("change")
 	cur, err := b.endpointChanges(p, ipt, st, services, changes)
 	if err != nil {
 		return nil, err
 	}
+	b.heap.setPhase("restart")
 	if err := b.restart(cur); err != nil {
 		return nil, err
 	}
@@ -112,7 +119,7 @@ func (b *bench) newProxier() (*iptables.Proxier, *timedIPT, error) {
 		if err != nil {
 			return err
 		}
-		ipt = newTimedIPT(client)
+		ipt = newTimedIPT(client, b.heap)
 		// syncPeriod's default: in large-cluster mode the stale-chain
 		// sweep (an iptables-save) runs at most this often.
 		p = iptables.NewWithInterface(proxy.IPv4, ipt, iptables.Options{Flavour: b.flavour, SyncPeriod: 30 * time.Second})
@@ -168,18 +175,43 @@ func (b *bench) restart(cur *desired.State) error {
 // digest saves every table we write with the flavour's iptables-save, one
 // table at a time in a fixed order: a whole-ruleset save lists the tables
 // in a flavour-specific order (nft: creation order), which is not a
-// difference in rules.
+// difference in rules. The output is digested as it is read: held whole,
+// the nat table (~40 MB at 10k services) would count in this process's
+// peak RSS, which is meant to be svcproxy's.
 func (b *bench) digest() (string, int, error) {
-	var all []byte
+	d := newRulesDigest()
 	for _, t := range []kiptables.Table{kiptables.TableMangle, kiptables.TableNAT, kiptables.TableFilter} {
-		out, err := b.ns.Run(b.ctx, "iptables-"+string(b.flavour)+"-save", "-t", string(t))
-		if err != nil {
+		if err := b.ns.Do(func() error { return b.saveInto(d, t) }); err != nil {
 			return "", 0, err
 		}
-		all = append(all, out...)
 	}
-	d, n := rulesDigest(all)
-	return d, n, nil
+	digest, n := d.sum()
+	return digest, n, nil
+}
+
+// saveInto runs iptables-save for table (in the current namespace) and
+// feeds its lines to d.
+func (b *bench) saveInto(d *rulesDigest, t kiptables.Table) error {
+	cmd := exec.CommandContext(b.ctx, "iptables-"+string(b.flavour)+"-save", "-t", string(t))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		d.line(sc.Bytes())
+	}
+	scanErr := sc.Err()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%s: %w: %s", cmd, err, stderr.String())
+	}
+	return scanErr
 }
 
 // measure runs fn inside the namespace and records wall time, the CPU of

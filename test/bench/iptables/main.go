@@ -35,6 +35,7 @@ type config struct {
 	scales   []int
 	flavours []kiptables.Flavour
 	timeout  time.Duration
+	heapDir  string
 }
 
 func run() int {
@@ -49,15 +50,16 @@ func run() int {
 		quick    = flag.Bool("quick", false, "smoke run: scales 1000,2000, one run")
 		timeout  = flag.Duration("timeout", 15*time.Minute, "limit per child run")
 		jsonOut  = flag.String("json", "", "also write every raw result to this file")
+		heapDir  = flag.String("heapprofile", "", "write heap profiles (in use, after a GC) into this directory while each phase's first iptables-restore runs and after each iptables-save")
 	)
 	flag.Parse()
 	if *child {
-		return childMain(kiptables.Flavour(*flavour), *services, *changes, *timeout)
+		return childMain(kiptables.Flavour(*flavour), *services, *changes, *timeout, *heapDir)
 	}
 	if *quick {
 		*scales, *runs = "1000,2000", 1
 	}
-	cfg := config{changes: *changes, runs: *runs, timeout: *timeout}
+	cfg := config{changes: *changes, runs: *runs, timeout: *timeout, heapDir: *heapDir}
 	var err error
 	if cfg.scales, err = benchkit.ParseScales(*scales, benchkit.MaxServices); err == nil {
 		cfg.flavours, err = parseFlavours(*flavours)
@@ -91,7 +93,7 @@ func runAll(cfg config) (map[key][]*Result, map[key][]string) {
 			for _, n := range cfg.scales {
 				k := key{fl, n}
 				fmt.Fprintf(os.Stderr, "run %d/%d: iptables-%s, %d services × %d endpoints...\n", r+1, cfg.runs, fl, n, benchkit.EndpointsPerService)
-				res, err := spawnChild(fl, n, cfg.changes, cfg.timeout)
+				res, err := spawnChild(fl, n, cfg)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
 					failures[k] = append(failures[k], err.Error())
@@ -106,25 +108,29 @@ func runAll(cfg config) (map[key][]*Result, map[key][]string) {
 	return results, failures
 }
 
-func childMain(flavour kiptables.Flavour, services, changes int, timeout time.Duration) int {
+func childMain(flavour kiptables.Flavour, services, changes int, timeout time.Duration, heapDir string) int {
 	if services <= 0 || (flavour != kiptables.FlavourNFT && flavour != kiptables.FlavourLegacy) {
 		fmt.Fprintln(os.Stderr, "-child needs -services and -flavour nft|legacy")
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return benchkit.ChildMain(func() (any, error) { return runChild(ctx, flavour, services, changes) })
+	var heap *heapProfiler
+	if heapDir != "" {
+		heap = &heapProfiler{dir: heapDir, prefix: fmt.Sprintf("%s-%d", flavour, services), done: map[string]bool{}}
+	}
+	return benchkit.ChildMain(func() (any, error) { return runChild(ctx, flavour, services, changes, heap) })
 }
 
 // spawnChild runs this binary with -child for one flavour and scale. The
 // child stops itself at timeout (and deletes its namespace); the parent
 // waits a minute longer before it kills the child's whole process group,
 // iptables tools included.
-func spawnChild(flavour kiptables.Flavour, services, changes int, timeout time.Duration) (*Result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+func spawnChild(flavour kiptables.Flavour, services int, cfg config) (*Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout+time.Minute)
 	defer cancel()
-	child := benchkit.Child{OwnGroup: true, Args: []string{"-child", "-flavour", string(flavour), "-timeout", timeout.String(),
-		"-services", strconv.Itoa(services), "-changes", strconv.Itoa(changes)}}
+	child := benchkit.Child{OwnGroup: true, Args: []string{"-child", "-flavour", string(flavour), "-timeout", cfg.timeout.String(),
+		"-services", strconv.Itoa(services), "-changes", strconv.Itoa(cfg.changes), "-heapprofile", cfg.heapDir}}
 	var res Result
 	if err := child.Run(ctx, &res); err != nil {
 		return nil, err

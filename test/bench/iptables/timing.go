@@ -1,11 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"regexp"
-	"strings"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
@@ -29,11 +30,12 @@ type OpStat struct {
 // RUSAGE_CHILDREN around a call belong to it.
 type timedIPT struct {
 	kiptables.Interface
-	ops map[string]*OpStat
+	ops  map[string]*OpStat
+	heap *heapProfiler // nil unless -heapprofile
 }
 
-func newTimedIPT(ipt kiptables.Interface) *timedIPT {
-	return &timedIPT{Interface: ipt, ops: map[string]*OpStat{}}
+func newTimedIPT(ipt kiptables.Interface, heap *heapProfiler) *timedIPT {
+	return &timedIPT{Interface: ipt, ops: map[string]*OpStat{}, heap: heap}
 }
 
 // take returns the calls recorded since the last take and starts afresh.
@@ -61,8 +63,13 @@ func (t *timedIPT) timed(op string, in int, fn func() error) error {
 	return err
 }
 
-func (t *timedIPT) Restore(ctx context.Context, data []byte) error {
-	return t.timed("restore", len(data), func() error { return t.Interface.Restore(ctx, data) })
+func (t *timedIPT) Restore(ctx context.Context, data ...[]byte) error {
+	size := 0
+	for _, c := range data {
+		size += len(c)
+	}
+	t.heap.at("restore")
+	return t.timed("restore", size, func() error { return t.Interface.Restore(ctx, data...) })
 }
 
 func (t *timedIPT) Save(ctx context.Context, table kiptables.Table) (out []byte, err error) {
@@ -70,6 +77,7 @@ func (t *timedIPT) Save(ctx context.Context, table kiptables.Table) (out []byte,
 		out, err = t.Interface.Save(ctx, table)
 		return err
 	})
+	t.heap.at("save-" + string(table))
 	return out, err
 }
 
@@ -80,6 +88,7 @@ func (t *timedIPT) ChainNames(ctx context.Context, table kiptables.Table) (names
 		names, err = t.Interface.ChainNames(ctx, table)
 		return err
 	})
+	t.heap.at("chainnames-" + string(table))
 	return names, err
 }
 
@@ -106,19 +115,27 @@ func (t *timedIPT) DeleteRule(ctx context.Context, table kiptables.Table, chain 
 // counters are the packet/byte counts iptables-save prints.
 var counters = regexp.MustCompile(`\[[0-9]+:[0-9]+\]`)
 
-// rulesDigest is a digest of iptables-save output without its comment
-// lines and counters, and the number of rules: equal digests mean
+// rulesDigest digests iptables-save output, line by line, without its
+// comment lines and counters, and counts the rules: equal digests mean
 // byte-identical rules (across restarts, and across flavours).
-func rulesDigest(save []byte) (digest string, rules int) {
-	h := sha256.New()
-	for _, line := range strings.Split(string(save), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if strings.HasPrefix(line, "-A ") {
-			rules++
-		}
-		h.Write([]byte(counters.ReplaceAllString(line, "[0:0]") + "\n"))
+type rulesDigest struct {
+	h     hash.Hash
+	rules int
+}
+
+func newRulesDigest() *rulesDigest { return &rulesDigest{h: sha256.New()} }
+
+func (d *rulesDigest) line(line []byte) {
+	if len(line) == 0 || line[0] == '#' {
+		return
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16], rules
+	if bytes.HasPrefix(line, []byte("-A ")) {
+		d.rules++
+	}
+	d.h.Write(counters.ReplaceAll(line, []byte("[0:0]")))
+	d.h.Write([]byte("\n"))
+}
+
+func (d *rulesDigest) sum() (digest string, rules int) {
+	return hex.EncodeToString(d.h.Sum(nil))[:16], d.rules
 }
