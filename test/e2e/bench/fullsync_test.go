@@ -22,6 +22,9 @@ type fullSyncResult struct {
 	// KernelChanges, Transactions: nf_tables notifications from the Node
 	// write until the proxy was quiet again; none is the target.
 	KernelChanges, Transactions int
+	// Overflowed: the observer lost notifications; the counts above
+	// are lower bounds.
+	Overflowed bool
 	CPUSeconds                  float64 // the proxy's, same interval
 }
 
@@ -47,7 +50,7 @@ func measureFullSync(t *testing.T, c *F.Cluster, n *F.Node) fullSyncResult {
 	}
 	after := waitQuiet(t, c, n)
 	var res fullSyncResult
-	res.KernelChanges, res.Transactions = obs.counts()
+	res.KernelChanges, res.Transactions, res.Overflowed = obs.counts()
 	res.CPUSeconds = cpuSeconds(n.Proxy.Pid()) - cpu0
 	res.Seconds = after.ipv4Value(metricFullSyncs+"_sum") - before.ipv4Value(metricFullSyncs+"_sum")
 	if k := after.ipv4Value(metricFullSyncs+"_count") - full0; k != 1 {

@@ -22,6 +22,9 @@ type restartResult struct {
 	// the proxy had been quiet for a while after its first sync. An
 	// unchanged restart should make none.
 	KernelChanges, Transactions int
+	// Overflowed: the observer lost notifications; the counts above
+	// are lower bounds.
+	Overflowed bool
 	RSS                         int64 // VmHWM of the new process, KiB, once quiet
 	CPUSeconds                  float64
 }
@@ -39,7 +42,7 @@ func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 	}
 	res.FirstSync = waitFirstSync(t, c, n, start)
 	waitQuiet(t, c, n)
-	res.KernelChanges, res.Transactions = obs.counts()
+	res.KernelChanges, res.Transactions, res.Overflowed = obs.counts()
 	_, res.RSS, _ = procStatus(n.Proxy.Pid())
 	res.CPUSeconds = cpuSeconds(n.Proxy.Pid())
 	if *flagProfile {
