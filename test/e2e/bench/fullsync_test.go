@@ -25,7 +25,7 @@ type fullSyncResult struct {
 	// Overflowed: the observer lost notifications; the counts above
 	// are lower bounds.
 	Overflowed bool
-	CPUSeconds                  float64 // the proxy's, same interval
+	CPUSeconds float64 // the proxy's, same interval
 }
 
 // measureFullSync forces the sync the hourly resync runs, through a path

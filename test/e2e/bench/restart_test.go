@@ -25,8 +25,8 @@ type restartResult struct {
 	// Overflowed: the observer lost notifications; the counts above
 	// are lower bounds.
 	Overflowed bool
-	RSS                         int64 // VmHWM of the new process, KiB, once quiet
-	CPUSeconds                  float64
+	RSS        int64 // VmHWM of the new process, KiB, once quiet
+	CPUSeconds float64
 }
 
 // measureRestart stops the proxy (SIGTERM, as a rolling update does) and
