@@ -27,10 +27,7 @@ import (
 // nothing. No proxy can have its rules live sooner than this on the same
 // machine; it is measured after the run, against the same API server.
 func measureListFloor(t *testing.T, c *F.Cluster) float64 {
-	cfg := rest.CopyConfig(c.AdminConfig)
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := protobufClient(c)
 	if err != nil {
 		t.Logf("list floor: %v", err)
 		return -1
@@ -64,10 +61,7 @@ func measureListFloor(t *testing.T, c *F.Cluster) float64 {
 // (resourceVersion 0: served from the API server's watch cache, one
 // response each), what informers did before streaming lists.
 func measurePlainListFloor(t *testing.T, c *F.Cluster) float64 {
-	cfg := rest.CopyConfig(c.AdminConfig)
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := protobufClient(c)
 	if err != nil {
 		t.Logf("plain list floor: %v", err)
 		return -1
@@ -88,6 +82,15 @@ func measurePlainListFloor(t *testing.T, c *F.Cluster) float64 {
 	secs := time.Since(start).Seconds()
 	t.Logf("plain list floor: one LIST per kind in %.2f s", secs)
 	return secs
+}
+
+// protobufClient is an admin client speaking protobuf, as a proxy's
+// clientConnection does by default.
+func protobufClient(c *F.Cluster) (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(c.AdminConfig)
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return kubernetes.NewForConfig(cfg)
 }
 
 // listOnce runs a reflector until its first list was delivered.
