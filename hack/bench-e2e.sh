@@ -42,7 +42,8 @@
 #        live and allocated since start, after a GC — are kept in _output/e2e/<cluster>/:
 #        heap-first.pprof once every ClusterIP is programmed, heap-churned.pprof after the
 #        churn (its alloc_space minus heap-first's is what the churn allocated: pprof
-#        -diff_base), heap-restarted.pprof after the unchanged restart; and svcproxy built with
+#        -diff_base), heap-restarted.pprof after the unchanged restart, cpu-churn.pprof: a CPU
+#        profile of the churn (/debug/pprof/profile for CHANGES/RATE + 2 s); and svcproxy built with
 #        -tags startprofile writes a CPU profile of each process's first
 #        SVCPROXY_START_CPUPROFILE_SECONDS (6) to _output/bench-e2e/profiles/cpu-start-<pid>.pprof).
 set -euo pipefail

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -62,6 +63,10 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	defer stop()
 	before := scrapeHistogram(t, c, n)
 	cpu0 := cpuSeconds(n.Proxy.Pid())
+	if *flagProfile {
+		secs := int(float64(len(order)) / *flagRate) + 2
+		defer saveCPUProfile(t, c, n, filepath.Join(c.Work, "cpu-churn.pprof"), secs)()
+	}
 	var res churnResult
 	t0 := time.Now()
 	triggers, errs := sendChurn(cs, slices, order, t.Logf)

@@ -68,3 +68,25 @@ func saveHeapProfile(t *testing.T, c *F.Cluster, n *F.Node, path string) {
 	}
 	t.Logf("heap profile: %s", path)
 }
+
+// saveCPUProfile starts fetching a CPU profile of the proxy's next secs
+// seconds (its pprof server: runOnce enables profiling) and returns a
+// function that waits for it and writes it to path.
+func saveCPUProfile(t *testing.T, c *F.Cluster, n *F.Node, path string, secs int) func() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		url := fmt.Sprintf("http://%s:10249/debug/pprof/profile?seconds=%d", n.IP, secs)
+		code, body, err := F.HTTPGet(c.NS("ext"), url, time.Duration(secs+30)*time.Second)
+		if err != nil || code != 200 {
+			t.Logf("CPU profile: HTTP %d, %v", code, err)
+			return
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Logf("CPU profile: %v", err)
+			return
+		}
+		t.Logf("CPU profile (%d s): %s", secs, path)
+	}()
+	return func() { <-done }
+}
