@@ -6,6 +6,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/svcproxy/svcproxy/internal/config"
 )
@@ -35,4 +36,14 @@ func RESTConfig(cfg *config.Config) (*rest.Config, error) {
 	rc.QPS = cc.QPS
 	rc.Burst = int(cc.Burst)
 	return rc, nil
+}
+
+// unthrottled is rc without a client-side rate limiter, for the pages of a
+// list after its first (watch.Options.ContinuePages): a streaming list
+// takes one token of the limiter whatever its size, and a list read in
+// pages takes one too.
+func unthrottled(rc *rest.Config) *rest.Config {
+	out := rest.CopyConfig(rc)
+	out.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	return out
 }

@@ -70,3 +70,18 @@ func TestRESTConfigMissingKubeconfig(t *testing.T) {
 		t.Error("missing kubeconfig accepted")
 	}
 }
+
+// TestUnthrottled: the client for a list's later pages never waits for a
+// token, and the client's own configuration keeps its limits.
+func TestUnthrottled(t *testing.T) {
+	rc := &rest.Config{Host: "https://api:6443", QPS: 0.001, Burst: 1}
+	un := unthrottled(rc)
+	for i := range 100 {
+		if !un.RateLimiter.TryAccept() {
+			t.Fatalf("request %d held back", i)
+		}
+	}
+	if rc.RateLimiter != nil || rc.QPS != 0.001 || rc.Burst != 1 {
+		t.Errorf("the original configuration changed: %+v", rc)
+	}
+}

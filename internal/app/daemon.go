@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -33,9 +34,12 @@ import (
 // daemon is one running svcproxy: its servers, informers and one syncer per
 // IP family.
 type daemon struct {
-	cfg       *config.Config
-	logger    klog.Logger
-	client    kubernetes.Interface
+	cfg    *config.Config
+	logger klog.Logger
+	client kubernetes.Interface
+	// pages reads the pages of a list after its first, without the
+	// client's rate limiter (watch.Options.ContinuePages).
+	pages     kubernetes.Interface
 	nodeName  string
 	node      *nodeView
 	nodeInfo  watch.NodeInfo
@@ -65,7 +69,16 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	// One HTTP client, so both clients' requests share its connection.
+	httpClient, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("creating API client: %w", err)
+	}
+	client, err := kubernetes.NewForConfigAndClient(rc, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("creating API client: %w", err)
+	}
+	pages, err := kubernetes.NewForConfigAndClient(unthrottled(rc), httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("creating API client: %w", err)
 	}
@@ -73,6 +86,7 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		cfg:      cfg,
 		logger:   klog.FromContext(ctx),
 		client:   client,
+		pages:    pages,
 		nodeName: name,
 		node:     newNodeView(name, cfg.BindAddress),
 		health:   healthz.New(cfg.SyncPeriod, clock.RealClock{}),

@@ -48,6 +48,7 @@ func (d *daemon) startFeed(ctx context.Context, families []proxy.IPFamily) (*fee
 	informers, err := watch.NewInformers(d.client, watch.Options{
 		ResyncPeriod:     d.cfg.ConfigSyncPeriod,
 		ServiceProxyName: d.cfg.ServiceProxyName,
+		ContinuePages:    d.pages,
 	}, targets...)
 	if err != nil {
 		return nil, err

@@ -48,7 +48,10 @@ func newDirectStore(kind string, transform cache.TransformFunc, deliver func(old
 }
 
 // Transformer makes the reflector transform each object as it is decoded
-// into the temporary store of a streaming (watch-list) initial list.
+// into the temporary store of a streaming (watch-list) initial list. The
+// Service and EndpointSlice lists are not streamed (pagedlist.go); this
+// keeps a reflector over any other ListerWatcher (the tests' streamed
+// lists) parsing as it goes.
 func (s *directStore) Transformer() cache.TransformFunc { return s.transform }
 
 func (s *directStore) Add(obj any) error    { return s.upsert(obj) }

@@ -59,6 +59,10 @@ type Options struct {
 	// ServiceProxyName, when set, selects the objects labelled with it
 	// instead of the unlabelled ones (an extension; kube-proxy has none).
 	ServiceProxyName string
+	// ContinuePages, when set, reads the pages of a Service or
+	// EndpointSlice list after its first: the client without its rate
+	// limiter (pagedlist.go). Nil means the client.
+	ContinuePages kubernetes.Interface
 	// Reconnect is how a list or watch that did not reach the API server
 	// is retried; the zero value means ReconnectBackoff.
 	Reconnect wait.Backoff
@@ -104,22 +108,35 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 	if backoff == (wait.Backoff{}) {
 		backoff = ReconnectBackoff
 	}
-	svcLW := listWatch[*v1.ServiceList](client.CoreV1().Services(metav1.NamespaceAll), tweak)
-	sliceLW := listWatch[*discoveryv1.EndpointSliceList](client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak)
-	return newInformers(newReconnecting(svcLW, client, "services", backoff),
-		newReconnecting(sliceLW, client, "endpointslices", backoff), targets), nil
+	w := &Informers{targets: targets}
+	// Listed in pages, each parsed as it arrives (pagedlist.go).
+	more := opts.ContinuePages
+	if more == nil {
+		more = client
+	}
+	svcLW := newPagedList(client.CoreV1().Services(metav1.NamespaceAll), more.CoreV1().Services(metav1.NamespaceAll),
+		tweak, w.parseService)
+	sliceLW := newPagedList(client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll),
+		more.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak, w.parseSlice)
+	w.init(newReconnecting(svcLW, svcLW, "services", backoff),
+		newReconnecting(sliceLW, sliceLW, "endpointslices", backoff))
+	return w, nil
 }
 
 // newInformers builds the reflectors over the given lists and watches.
 func newInformers(services, slices cache.ListerWatcher, targets []Target) *Informers {
 	w := &Informers{targets: targets}
+	w.init(services, slices)
+	return w
+}
+
+func (w *Informers) init(services, slices cache.ListerWatcher) {
 	w.svcStore = newDirectStore("Service", w.parseService, w.onService, w.serviceStub)
 	w.sliceStr = newDirectStore("EndpointSlice", w.parseSlice, w.onSlice, w.sliceStub)
 	w.services = cache.NewReflectorWithOptions(services, &v1.Service{},
 		w.svcStore, cache.ReflectorOptions{Name: "services", TypeDescription: "*v1.Service"})
 	w.slices = cache.NewReflectorWithOptions(slices, &discoveryv1.EndpointSlice{},
 		w.sliceStr, cache.ReflectorOptions{Name: "endpointslices", TypeDescription: "*v1.EndpointSlice"})
-	return w
 }
 
 // Start runs the reflectors until ctx is done. Once a resource's initial

@@ -97,7 +97,7 @@ type reconnecting struct {
 	sleep func(ctx context.Context, d time.Duration) bool
 }
 
-func newReconnecting(lw *cache.ListWatch, client any, resource string, backoff wait.Backoff) *reconnecting {
+func newReconnecting(lw cache.ListerWatcherWithContext, client any, resource string, backoff wait.Backoff) *reconnecting {
 	return &reconnecting{
 		lw:          lw,
 		noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(client),

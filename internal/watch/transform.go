@@ -1,19 +1,13 @@
 package watch
 
-// Parsing as the list streams in.
+// Parsing as the list arrives.
 //
-// The initial list comes as a stream (watch-list): the reflector keeps each
-// object in a temporary store until the list's end bookmark, and only then
-// hands the whole list to the directStore, which hands it to the trackers.
-// Parsing it there came after the whole stream, on the reflector's
-// goroutine, and the temporary store held every object (stripped or not)
-// until then. Instead the reflector's transform (cache.TransformFunc,
-// applied to each object as it is stored, the temporary store included)
-// has each target's tracker parse the object as it arrives: the temporary
-// store holds only the parses, the decoded object is garbage at once, and
-// at the end of the list the trackers only take what is parsed. Watch
-// events, which the reflector hands to the directStore as decoded, are
-// parsed there the same way (direct.go).
+// The reflector's transform (cache.TransformFunc) has each target's tracker
+// parse an object as soon as it is decoded: the initial list page by page
+// (pagedlist.go: a page's objects are parsed before the next page is
+// asked for, so the reflector only ever holds parses), and each watch event
+// in the directStore (direct.go). The decoded object is garbage at once; at
+// the end of the list the trackers only take what is parsed.
 //
 // The tests (transform_test.go) fill every field at random and check that
 // the model is the same through this path as when the tracker is handed
@@ -32,7 +26,7 @@ import (
 // (P is *model.ParsedService or *model.ParsedEndpointSlice): the identity
 // that the reflector and the directStore need (namespace and name for the
 // key, resourceVersion, and uid for client-go's optional consistency
-// check of the streamed list), and each target's parse, in target order.
+// check of a streamed list), and each target's parse, in target order.
 type parsed[P any] struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta

@@ -84,6 +84,56 @@ func measurePlainListFloor(t *testing.T, c *F.Cluster) float64 {
 	return secs
 }
 
+// measurePagedListFloor is measureListFloor with a consistent LIST in pages
+// of 500 per kind (resourceVersion "", served from the watch cache's
+// snapshots since 1.34), what svcproxy's informers do: each page decoded
+// and dropped before the next is asked for.
+func measurePagedListFloor(t *testing.T, c *F.Cluster) float64 {
+	client, err := protobufClient(c)
+	if err != nil {
+		t.Logf("paged list floor: %v", err)
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var errs [2]error
+	wg.Go(func() {
+		errs[0] = listPages(ctx, func(o metav1.ListOptions) (metav1.ListInterface, error) {
+			return client.CoreV1().Services("").List(ctx, o)
+		})
+	})
+	wg.Go(func() {
+		errs[1] = listPages(ctx, func(o metav1.ListOptions) (metav1.ListInterface, error) {
+			return client.DiscoveryV1().EndpointSlices("").List(ctx, o)
+		})
+	})
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Logf("paged list floor: %v, %v", errs[0], errs[1])
+		return -1
+	}
+	secs := time.Since(start).Seconds()
+	t.Logf("paged list floor: consistent LISTs in pages of 500 in %.2f s", secs)
+	return secs
+}
+
+// listPages follows a list's continue tokens to its end.
+func listPages(ctx context.Context, list func(metav1.ListOptions) (metav1.ListInterface, error)) error {
+	o := metav1.ListOptions{Limit: 500}
+	for ctx.Err() == nil {
+		page, err := list(o)
+		if err != nil {
+			return err
+		}
+		if o.Continue = page.GetContinue(); o.Continue == "" {
+			return nil
+		}
+	}
+	return ctx.Err()
+}
+
 // protobufClient is an admin client speaking protobuf, as a proxy's
 // clientConnection does by default.
 func protobufClient(c *F.Cluster) (kubernetes.Interface, error) {

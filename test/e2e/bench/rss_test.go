@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -28,6 +29,23 @@ func procStatus(pid int) (name string, hwmKiB int64, ok bool) {
 		}
 	}
 	return name, hwmKiB, true
+}
+
+// rssParts reads /proc/PID/smaps_rollup's Rss, Anonymous and the file-backed
+// rest (the binary's pages) in MiB, for the log: what a proxy's RSS is made of.
+func rssParts(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return err.Error()
+	}
+	kib := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if f := strings.Fields(v); ok && len(f) > 0 {
+			kib[k], _ = strconv.ParseInt(f[0], 10, 64)
+		}
+	}
+	return fmt.Sprintf("RSS now %d MiB: anonymous %d, file-backed %d", kib["Rss"]>>10, kib["Anonymous"]>>10, (kib["Rss"]-kib["Anonymous"])>>10)
 }
 
 // children lists the PIDs of pid's children (every thread's list).

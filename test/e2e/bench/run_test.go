@@ -49,6 +49,8 @@ type runResult struct {
 	ListFloor float64
 	// PlainListFloor: the same with one plain LIST per kind.
 	PlainListFloor float64
+	// PagedListFloor: the same with consistent LISTs in pages.
+	PagedListFloor float64
 
 	RSSAfterFirstSync int64 // svcproxy VmHWM right after the first sync
 	RSSPeak           int64 // svcproxy VmHWM at the end of the run
@@ -85,12 +87,13 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	res.FirstSync = waitFirstSync(t, c, n, start)
 	res.CPUToFirstSync = cpuSeconds(n.Proxy.Pid())
 	_, res.RSSAfterFirstSync, _ = procStatus(n.Proxy.Pid())
-	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB", res.FirstSync, res.RSSAfterFirstSync>>10)
+	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB (%s)", res.FirstSync, res.RSSAfterFirstSync>>10, rssParts(n.Proxy.Pid()))
 	waitProgrammed(t, c, n, start, &res)
 	if *flagProfile {
 		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-first.pprof"))
 	}
 	res.Churn = runChurn(t, c, n)
+	t.Logf("after the churn: %s", rssParts(n.Proxy.Pid()))
 	if *flagProfile {
 		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-churned.pprof"))
 	}
@@ -106,6 +109,7 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	n.Proxy.Stop(30 * time.Second)
 	res.ListFloor = measureListFloor(t, c)
 	res.PlainListFloor = measurePlainListFloor(t, c)
+	res.PagedListFloor = measurePagedListFloor(t, c)
 	res.Load1After = load1()
 	return res
 }

@@ -1,0 +1,190 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/watchlist"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+)
+
+// pagedServices is a Services API that serves n Services in pages as the
+// API server does (limit, continue, resourceVersion on every page) and
+// records what it was asked and what had been parsed before each page.
+type pagedServices struct {
+	n  int
+	rv string
+
+	mu        sync.Mutex
+	calls     []metav1.ListOptions
+	via       []string // which client each page was asked through
+	parsedAt  []int    // parses done when each page was asked for
+	parsed    *int
+	expireAt  int // answer the page at this offset with 410 Gone once (0: never)
+	watchOpts chan metav1.ListOptions
+}
+
+func (s *pagedServices) List(ctx context.Context, o metav1.ListOptions) (*v1.ServiceList, error) {
+	return s.list(ctx, o, "limited")
+}
+
+// unlimited is the same API reached through the client without a rate
+// limiter.
+type unlimited struct{ *pagedServices }
+
+func (u unlimited) List(ctx context.Context, o metav1.ListOptions) (*v1.ServiceList, error) {
+	return u.list(ctx, o, "unlimited")
+}
+
+func (s *pagedServices) list(_ context.Context, o metav1.ListOptions, via string) (*v1.ServiceList, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, o)
+	s.via = append(s.via, via)
+	s.parsedAt = append(s.parsedAt, *s.parsed)
+	from := 0
+	if o.Continue != "" {
+		from, _ = strconv.Atoi(o.Continue)
+	}
+	if from != 0 && from == s.expireAt {
+		s.expireAt = 0
+		return nil, apierrors.NewResourceExpired("continue token expired")
+	}
+	to := s.n
+	if o.Limit > 0 && from+int(o.Limit) < s.n {
+		to = from + int(o.Limit)
+	}
+	list := &v1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: s.rv}}
+	if to < s.n {
+		list.Continue = strconv.Itoa(to)
+		rest := int64(s.n - to)
+		list.RemainingItemCount = &rest
+	}
+	for i := from; i < to; i++ {
+		list.Items = append(list.Items, *testService(fmt.Sprintf("svc-%05d", i), nil))
+	}
+	return list, nil
+}
+
+func (s *pagedServices) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	s.watchOpts <- o
+	w := watch.NewFake()
+	go func() { <-ctx.Done(); w.Stop() }()
+	return w, nil
+}
+
+// countingTracker counts the Services parsed and delivered.
+type countingTracker struct {
+	recorder
+	mu        sync.Mutex
+	parses    int
+	delivered map[string]bool
+}
+
+func (c *countingTracker) ParseService(svc *v1.Service) *model.ParsedService {
+	c.mu.Lock()
+	c.parses++
+	c.mu.Unlock()
+	return model.NewTracker(proxy.IPv4).ParseService(svc)
+}
+
+func (c *countingTracker) OnParsedServiceUpdate(_, cur *model.ParsedService) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.delivered[cur.Name()] = true
+	return true
+}
+
+func (c *countingTracker) parsed() *int { return &c.parses }
+
+// TestPagedListParsesEachPage lists 1,234 Services through a reflector
+// and a directStore: in pages of ListPageSize, each page parsed before the
+// next is asked for, consistently (resourceVersion "" where the reflector
+// asks for "0"), with the label selector on every page, the first page
+// through the rate-limited client and the rest through the other; then
+// the watch starts at the list's resourceVersion.
+func TestPagedListParsesEachPage(t *testing.T) {
+	tracker := &countingTracker{delivered: map[string]bool{}}
+	api := &pagedServices{n: 1234, rv: "777", parsed: tracker.parsed(), watchOpts: make(chan metav1.ListOptions, 1)}
+	w := &Informers{targets: []Target{{Tracker: tracker}}}
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = "x!=y" }
+	lw := newPagedList(api, unlimited{api}, tweak, w.parseService)
+	if !watchlist.DoesClientNotSupportWatchListSemantics(lw) {
+		t.Fatal("the reflector would stream the list: pagedList must say it does not")
+	}
+	w.init(lw, noSlices(w))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w.Start(ctx)
+	if !w.svcStore.waitSynced(ctx) {
+		t.Fatal("not synced")
+	}
+	watchOpts := <-api.watchOpts
+	tracker.mu.Lock()
+	defer tracker.mu.Unlock()
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if len(tracker.delivered) != api.n || tracker.parses != api.n {
+		t.Errorf("%d Services delivered, %d parsed; want %d", len(tracker.delivered), tracker.parses, api.n)
+	}
+	if len(api.calls) != 3 {
+		t.Fatalf("%d pages asked for, want 3: %+v", len(api.calls), api.calls)
+	}
+	for i, o := range api.calls {
+		wantRV := ""
+		if o.Limit != ListPageSize || o.ResourceVersion != wantRV || o.LabelSelector != "x!=y" {
+			t.Errorf("page %d asked with %+v: want limit %d, resourceVersion %q, the selector", i, o, ListPageSize, wantRV)
+		}
+		if want := map[bool]string{true: "limited", false: "unlimited"}[i == 0]; api.via[i] != want {
+			t.Errorf("page %d asked through the %s client, want the %s one", i, api.via[i], want)
+		}
+		if want := i * ListPageSize; api.parsedAt[i] != want {
+			t.Errorf("page %d asked for after %d parses, want %d (each page parsed before the next)", i, api.parsedAt[i], want)
+		}
+	}
+	if watchOpts.ResourceVersion != api.rv || watchOpts.LabelSelector != "x!=y" {
+		t.Errorf("watch opened with %+v, want resourceVersion %s and the selector", watchOpts, api.rv)
+	}
+}
+
+// TestPagedListExpiredContinue: a continue token that expired fails the
+// list, and the reflector lists again from the start; nothing is
+// delivered twice or lost.
+func TestPagedListExpiredContinue(t *testing.T) {
+	tracker := &countingTracker{delivered: map[string]bool{}}
+	api := &pagedServices{n: 1100, rv: "9", parsed: tracker.parsed(), expireAt: 1000, watchOpts: make(chan metav1.ListOptions, 1)}
+	w := &Informers{targets: []Target{{Tracker: tracker}}}
+	lw := newPagedList(api, unlimited{api}, func(*metav1.ListOptions) {}, w.parseService)
+	w.init(lw, noSlices(w))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w.Start(ctx)
+	if !w.svcStore.waitSynced(ctx) {
+		t.Fatal("not synced")
+	}
+	tracker.mu.Lock()
+	defer tracker.mu.Unlock()
+	if len(tracker.delivered) != api.n {
+		t.Errorf("%d Services delivered, want %d", len(tracker.delivered), api.n)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if len(api.calls) != 6 { // 3 pages, the third expired, then 3 again
+		t.Errorf("%d pages asked for, want 6: %+v", len(api.calls), api.calls)
+	}
+}
+
+// noSlices lists no EndpointSlices.
+func noSlices(w *Informers) *pagedList[*v1.ServiceList] {
+	none := &pagedServices{parsed: new(int), watchOpts: make(chan metav1.ListOptions, 1)}
+	return newPagedList(none, none, func(*metav1.ListOptions) {}, w.parseSlice)
+}
