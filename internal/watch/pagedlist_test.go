@@ -106,28 +106,36 @@ func (c *countingTracker) OnParsedServiceUpdate(_, cur *model.ParsedService) boo
 
 func (c *countingTracker) parsed() *int { return &c.parses }
 
-// TestPagedListParsesEachPage lists 1,234 Services through a reflector
-// and a directStore: in pages of ListPageSize, each page parsed before the
-// next is asked for, consistently (resourceVersion "" where the reflector
-// asks for "0"), with the label selector on every page, the first page
-// through the rate-limited client and the rest through the other; then
-// the watch starts at the list's resourceVersion.
-func TestPagedListParsesEachPage(t *testing.T) {
+// listThrough lists api's Services through a pagedList, a reflector and a
+// directStore into a countingTracker, until the list is delivered.
+func listThrough(t *testing.T, api *pagedServices, tweak func(*metav1.ListOptions)) *countingTracker {
+	t.Helper()
 	tracker := &countingTracker{delivered: map[string]bool{}}
-	api := &pagedServices{n: 1234, rv: "777", parsed: tracker.parsed(), watchOpts: make(chan metav1.ListOptions, 1)}
+	api.parsed = tracker.parsed()
 	w := &Informers{targets: []Target{{Tracker: tracker}}}
-	tweak := func(o *metav1.ListOptions) { o.LabelSelector = "x!=y" }
 	lw := newPagedList(api, unlimited{api}, tweak, w.parseService)
 	if !watchlist.DoesClientNotSupportWatchListSemantics(lw) {
 		t.Fatal("the reflector would stream the list: pagedList must say it does not")
 	}
 	w.init(lw, noSlices(w))
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	w.Start(ctx)
 	if !w.svcStore.waitSynced(ctx) {
 		t.Fatal("not synced")
 	}
+	return tracker
+}
+
+// TestPagedListParsesEachPage lists 1,234 Services: in pages of
+// ListPageSize, each page parsed before the next is asked for,
+// consistently (resourceVersion "" where the reflector asks for "0"), with
+// the label selector on every page, the first page through the
+// rate-limited client and the rest through the other; then the watch
+// starts at the list's resourceVersion.
+func TestPagedListParsesEachPage(t *testing.T) {
+	api := &pagedServices{n: 1234, rv: "777", watchOpts: make(chan metav1.ListOptions, 1)}
+	tracker := listThrough(t, api, func(o *metav1.ListOptions) { o.LabelSelector = "x!=y" })
 	watchOpts := <-api.watchOpts
 	tracker.mu.Lock()
 	defer tracker.mu.Unlock()
@@ -140,9 +148,8 @@ func TestPagedListParsesEachPage(t *testing.T) {
 		t.Fatalf("%d pages asked for, want 3: %+v", len(api.calls), api.calls)
 	}
 	for i, o := range api.calls {
-		wantRV := ""
-		if o.Limit != ListPageSize || o.ResourceVersion != wantRV || o.LabelSelector != "x!=y" {
-			t.Errorf("page %d asked with %+v: want limit %d, resourceVersion %q, the selector", i, o, ListPageSize, wantRV)
+		if o.Limit != ListPageSize || o.ResourceVersion != "" || o.LabelSelector != "x!=y" {
+			t.Errorf("page %d asked with %+v: want limit %d, resourceVersion \"\", the selector", i, o, ListPageSize)
 		}
 		if want := map[bool]string{true: "limited", false: "unlimited"}[i == 0]; api.via[i] != want {
 			t.Errorf("page %d asked through the %s client, want the %s one", i, api.via[i], want)
@@ -157,20 +164,10 @@ func TestPagedListParsesEachPage(t *testing.T) {
 }
 
 // TestPagedListExpiredContinue: a continue token that expired fails the
-// list, and the reflector lists again from the start; nothing is
-// delivered twice or lost.
+// list, and the reflector lists again from the start; nothing is lost.
 func TestPagedListExpiredContinue(t *testing.T) {
-	tracker := &countingTracker{delivered: map[string]bool{}}
-	api := &pagedServices{n: 1100, rv: "9", parsed: tracker.parsed(), expireAt: 1000, watchOpts: make(chan metav1.ListOptions, 1)}
-	w := &Informers{targets: []Target{{Tracker: tracker}}}
-	lw := newPagedList(api, unlimited{api}, func(*metav1.ListOptions) {}, w.parseService)
-	w.init(lw, noSlices(w))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w.Start(ctx)
-	if !w.svcStore.waitSynced(ctx) {
-		t.Fatal("not synced")
-	}
+	api := &pagedServices{n: 1100, rv: "9", expireAt: 1000, watchOpts: make(chan metav1.ListOptions, 1)}
+	tracker := listThrough(t, api, func(*metav1.ListOptions) {})
 	tracker.mu.Lock()
 	defer tracker.mu.Unlock()
 	if len(tracker.delivered) != api.n {
