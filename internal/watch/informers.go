@@ -133,10 +133,11 @@ func newInformers(services, slices cache.ListerWatcher, targets []Target) *Infor
 func (w *Informers) init(services, slices cache.ListerWatcher) {
 	w.svcStore = newDirectStore("Service", w.parseService, w.onService, w.serviceStub)
 	w.sliceStr = newDirectStore("EndpointSlice", w.parseSlice, w.onSlice, w.sliceStub)
+	logger := listedLogger(klog.Background())
 	w.services = cache.NewReflectorWithOptions(services, &v1.Service{},
-		w.svcStore, cache.ReflectorOptions{Name: "services", TypeDescription: "*v1.Service"})
+		w.svcStore, cache.ReflectorOptions{Name: "services", TypeDescription: "*v1.Service", Logger: logger})
 	w.slices = cache.NewReflectorWithOptions(slices, &discoveryv1.EndpointSlice{},
-		w.sliceStr, cache.ReflectorOptions{Name: "endpointslices", TypeDescription: "*v1.EndpointSlice"})
+		w.sliceStr, cache.ReflectorOptions{Name: "endpointslices", TypeDescription: "*v1.EndpointSlice", Logger: logger})
 }
 
 // Start runs the reflectors until ctx is done. Once a resource's initial

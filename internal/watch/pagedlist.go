@@ -32,6 +32,9 @@ package watch
 import (
 	"context"
 	"fmt"
+	"strings"
+
+	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,4 +156,47 @@ func (l *parsedList) DeepCopyObject() runtime.Object {
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
 	out.Items = append([]runtime.Object(nil), l.Items...)
 	return &out
+}
+
+// listedLogger is the reflectors' logger without the one line client-go
+// writes (at V(2)) when a ListerWatcher says it cannot stream: that it is
+// "expected in unit tests but not in production". pagedList says so on
+// purpose, and an operator reading -v=2 logs should not be sent looking.
+func listedLogger(l logr.Logger) *logr.Logger {
+	sink := l.GetSink()
+	if sink == nil {
+		return &l
+	}
+	// One frame more between the caller and the sink: the caller's line
+	// is still the one logged.
+	if cd, ok := sink.(logr.CallDepthLogSink); ok {
+		sink = cd.WithCallDepth(1)
+	}
+	out := l.WithSink(&dropWatchListNotice{LogSink: sink})
+	return &out
+}
+
+// dropWatchListNotice is a LogSink that drops that line.
+type dropWatchListNotice struct{ logr.LogSink }
+
+func (d *dropWatchListNotice) Info(level int, msg string, kv ...any) {
+	if strings.Contains(msg, "doesn't support WatchList semantics") {
+		return
+	}
+	d.LogSink.Info(level, msg, kv...)
+}
+
+func (d *dropWatchListNotice) WithValues(kv ...any) logr.LogSink {
+	return &dropWatchListNotice{LogSink: d.LogSink.WithValues(kv...)}
+}
+
+func (d *dropWatchListNotice) WithName(name string) logr.LogSink {
+	return &dropWatchListNotice{LogSink: d.LogSink.WithName(name)}
+}
+
+func (d *dropWatchListNotice) WithCallDepth(depth int) logr.LogSink {
+	if cd, ok := d.LogSink.(logr.CallDepthLogSink); ok {
+		return &dropWatchListNotice{LogSink: cd.WithCallDepth(depth)}
+	}
+	return d
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -184,4 +186,19 @@ func TestPagedListExpiredContinue(t *testing.T) {
 func noSlices(w *Informers) *pagedList[*v1.ServiceList] {
 	none := &pagedServices{parsed: new(int), watchOpts: make(chan metav1.ListOptions, 1)}
 	return newPagedList(none, none, func(*metav1.ListOptions) {}, w.parseSlice)
+}
+
+// TestListedLoggerDropsTheNotice: the reflectors' logger drops client-go's
+// "not expected in production" notice about watch-list semantics, and
+// nothing else.
+func TestListedLoggerDropsTheNotice(t *testing.T) {
+	var lines []string
+	base := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 9})
+	l := listedLogger(base).WithName("services").WithValues("k", "v")
+	l.V(2).Info("The client used to build this informer/reflector doesn't support WatchList semantics. The feature will be disabled.")
+	l.V(2).Info("Caches populated")
+	l.Error(nil, "failed to list")
+	if len(lines) != 2 || !strings.Contains(lines[0], "Caches populated") || !strings.Contains(lines[1], "failed to list") {
+		t.Errorf("logged %q, want the two other lines", lines)
+	}
 }
