@@ -129,14 +129,14 @@ func listThrough(t *testing.T, api *pagedServices, tweak func(*metav1.ListOption
 	return tracker
 }
 
-// TestPagedListParsesEachPage lists 1,234 Services: in pages of
+// TestPagedListParsesEachPage lists 2 pages and 234 Services: in pages of
 // ListPageSize, each page parsed before the next is asked for,
 // consistently (resourceVersion "" where the reflector asks for "0"), with
 // the label selector on every page, the first page through the
 // rate-limited client and the rest through the other; then the watch
 // starts at the list's resourceVersion.
 func TestPagedListParsesEachPage(t *testing.T) {
-	api := &pagedServices{n: 1234, rv: "777", watchOpts: make(chan metav1.ListOptions, 1)}
+	api := &pagedServices{n: 2*ListPageSize + 234, rv: "777", watchOpts: make(chan metav1.ListOptions, 1)}
 	tracker := listThrough(t, api, func(o *metav1.ListOptions) { o.LabelSelector = "x!=y" })
 	watchOpts := <-api.watchOpts
 	tracker.mu.Lock()
@@ -168,7 +168,7 @@ func TestPagedListParsesEachPage(t *testing.T) {
 // TestPagedListExpiredContinue: a continue token that expired fails the
 // list, and the reflector lists again from the start; nothing is lost.
 func TestPagedListExpiredContinue(t *testing.T) {
-	api := &pagedServices{n: 1100, rv: "9", expireAt: 1000, watchOpts: make(chan metav1.ListOptions, 1)}
+	api := &pagedServices{n: 2*ListPageSize + 100, rv: "9", expireAt: 2 * ListPageSize, watchOpts: make(chan metav1.ListOptions, 1)}
 	tracker := listThrough(t, api, func(*metav1.ListOptions) {})
 	tracker.mu.Lock()
 	defer tracker.mu.Unlock()

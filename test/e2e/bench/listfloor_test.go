@@ -85,7 +85,7 @@ func measurePlainListFloor(t *testing.T, c *F.Cluster) float64 {
 }
 
 // measurePagedListFloor is measureListFloor with a consistent LIST in pages
-// of 500 per kind (resourceVersion "", served from the watch cache's
+// of 2,000 per kind (resourceVersion "", served from the watch cache's
 // snapshots since 1.34), what svcproxy's informers do: each page decoded
 // and dropped before the next is asked for.
 func measurePagedListFloor(t *testing.T, c *F.Cluster) float64 {
@@ -115,13 +115,13 @@ func measurePagedListFloor(t *testing.T, c *F.Cluster) float64 {
 		return -1
 	}
 	secs := time.Since(start).Seconds()
-	t.Logf("paged list floor: consistent LISTs in pages of 500 in %.2f s", secs)
+	t.Logf("paged list floor: consistent LISTs in pages of 2,000 in %.2f s", secs)
 	return secs
 }
 
 // listPages follows a list's continue tokens to its end.
 func listPages(ctx context.Context, list func(metav1.ListOptions) (metav1.ListInterface, error)) error {
-	o := metav1.ListOptions{Limit: 500}
+	o := metav1.ListOptions{Limit: 2000} // svcproxy's watch.ListPageSize
 	for ctx.Err() == nil {
 		page, err := list(o)
 		if err != nil {

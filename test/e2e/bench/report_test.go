@@ -74,7 +74,7 @@ func rows(children []string) []row {
 		{"proxy CPU, start → first sync (s)", "%.2f", func(r runResult) float64 { return r.CPUToFirstSync }, noTarget},
 		{"floor: a decode-only client's initial lists (s)", "%.2f", func(r runResult) float64 { return r.ListFloor }, noTarget},
 		{"floor, one plain LIST per kind instead (s)", "%.2f", func(r runResult) float64 { return r.PlainListFloor }, noTarget},
-		{"floor, consistent LISTs in pages of 500 (s)", "%.2f", func(r runResult) float64 { return r.PagedListFloor }, noTarget},
+		{"floor, consistent LISTs in pages of 2,000 (s)", "%.2f", func(r runResult) float64 { return r.PagedListFloor }, noTarget},
 		{"restart unchanged → end of first sync (s)", "%.2f", func(r runResult) float64 { return r.Restart.FirstSync }, target("restart")},
 		{"restart: kernel changes (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, target("restart-writes")},
 		{"restart: kernel observer overflowed (1: counts are lower bounds)", "%.0f", func(r runResult) float64 { return b2f(r.Restart.Overflowed) }, noTarget},
