@@ -71,15 +71,25 @@ func newPagedList[L runtime.Object](api, more listWatchAPI[L], tweak func(*metav
 
 // List ignores the reflector's paging (it would gather the decoded pages
 // into one list) and does its own. A resourceVersion of "0", the
-// reflector's first list, becomes "": consistent.
+// reflector's first list, becomes "": consistent. Any other
+// resourceVersion (a relist after a watch ended) is asked as
+// NotOlderThan, what the reflector means by it: with a limit, an unset
+// match makes it Exact, which the API server answers from etcd's history,
+// a stale list, and after an API server restart a watch from there fails
+// again at once (410), relisting the same stale list on the reflector's
+// growing backoff (the e2e API server outage scenario: changes 15–30 s
+// late).
 func (p *pagedList[L]) List(o metav1.ListOptions) (runtime.Object, error) {
 	return p.ListWithContext(context.Background(), o)
 }
 
 func (p *pagedList[L]) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 	p.tweak(&o)
-	if o.ResourceVersion == "0" {
+	switch {
+	case o.ResourceVersion == "0":
 		o.ResourceVersion, o.ResourceVersionMatch = "", ""
+	case o.ResourceVersion != "" && o.ResourceVersionMatch == "":
+		o.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 	}
 	o.Limit, o.Continue = p.pageSize, ""
 	out := &parsedList{}

@@ -202,3 +202,43 @@ func TestListedLoggerDropsTheNotice(t *testing.T) {
 		t.Errorf("logged %q, want the two other lines", lines)
 	}
 }
+
+// TestPagedListResourceVersions: what each page asks for, by the
+// resourceVersion the reflector lists at. A relist's resourceVersion must
+// go as NotOlderThan: with a limit, an unset match means Exact, a stale
+// list from etcd's history (this failed the e2e API server outage
+// scenario).
+func TestPagedListResourceVersions(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		rv            string
+		match         metav1.ResourceVersionMatch
+		wantRV        string
+		wantFirstPage metav1.ResourceVersionMatch
+	}{
+		{"initial list", "0", "", "", ""},
+		{"consistent", "", "", "", ""},
+		{"relist", "123", "", "123", metav1.ResourceVersionMatchNotOlderThan},
+		{"relist, match given", "123", metav1.ResourceVersionMatchExact, "123", metav1.ResourceVersionMatchExact},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := &pagedServices{n: ListPageSize + 1, rv: "456", parsed: new(int)}
+			w := &Informers{targets: []Target{{Tracker: &countingTracker{delivered: map[string]bool{}}}}}
+			lw := newPagedList(api, unlimited{api}, func(*metav1.ListOptions) {}, w.parseService)
+			list, err := lw.ListWithContext(context.Background(), metav1.ListOptions{ResourceVersion: tc.rv, ResourceVersionMatch: tc.match})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := list.(*parsedList); len(got.Items) != api.n || got.ResourceVersion != api.rv {
+				t.Errorf("listed %d at %q, want %d at %q", len(got.Items), got.ResourceVersion, api.n, api.rv)
+			}
+			first, next := api.calls[0], api.calls[1]
+			if first.ResourceVersion != tc.wantRV || first.ResourceVersionMatch != tc.wantFirstPage {
+				t.Errorf("first page at %q/%q, want %q/%q", first.ResourceVersion, first.ResourceVersionMatch, tc.wantRV, tc.wantFirstPage)
+			}
+			if next.ResourceVersion != "" || next.ResourceVersionMatch != "" || next.Continue == "" {
+				t.Errorf("second page asked with %+v: want only the continue token", next)
+			}
+		})
+	}
+}
