@@ -1,7 +1,6 @@
 package model
 
 import (
-	"net/netip"
 	"slices"
 	"time"
 
@@ -70,7 +69,7 @@ func storeOrDelete[S ~[]E, E any](m map[proxy.ServiceName]S, k proxy.ServiceName
 type commit struct {
 	changes   Changes
 	services  *PortMapEditor[*ServicePort]
-	endpoints *PortMapEditor[[]*Endpoint]
+	endpoints *PortMapEditor[EndpointList]
 }
 
 func (c *commit) markChanged(name proxy.ServicePortName) {
@@ -107,12 +106,12 @@ func (c *commit) applyEndpoints(committed, current endpointSet) {
 		if _, ok := current.get(pe.name); !ok {
 			c.endpoints.Remove(pe.name)
 			c.markChanged(pe.name)
-			c.noteStaleFlows(pe.name, pe.eps, nil)
+			c.noteStaleFlows(pe.name, pe.eps, EndpointList{})
 		}
 	}
 	for _, pe := range current {
 		old, _ := committed.get(pe.name)
-		if endpointsEqual(old, pe.eps) {
+		if old.Equal(pe.eps) {
 			continue
 		}
 		c.endpoints.Set(pe.name, pe.eps)
@@ -124,23 +123,23 @@ func (c *commit) applyEndpoints(committed, current endpointSet) {
 // noteStaleFlows sets ConntrackCleanup when a UDP or SCTP service port lost a
 // serving endpoint (its flows would keep going to it), or gained its first
 // serving one (flows created while it was rejecting would keep failing).
-func (c *commit) noteStaleFlows(name proxy.ServicePortName, old, current []*Endpoint) {
+func (c *commit) noteStaleFlows(name proxy.ServicePortName, old, current EndpointList) {
 	if c.changes.ConntrackCleanup || !connectionless(name.Protocol) {
 		return
 	}
-	stillServing := make(map[netip.AddrPort]bool, len(current))
-	for _, ep := range current {
-		if ep.Serving {
-			stillServing[ep.AddrPort()] = true
+	stillServing := make(map[proxy.Endpoint]bool, current.Len())
+	for i, info := range current.Infos() {
+		if info.Serving {
+			stillServing[current.Addrs()[i]] = true
 		}
 	}
 	hadServing := false
-	for _, ep := range old {
-		if !ep.Serving {
+	for i, info := range old.Infos() {
+		if !info.Serving {
 			continue
 		}
 		hadServing = true
-		if !stillServing[ep.AddrPort()] {
+		if !stillServing[old.Addrs()[i]] {
 			c.changes.ConntrackCleanup = true
 			return
 		}

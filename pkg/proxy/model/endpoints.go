@@ -1,10 +1,8 @@
 package model
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -55,7 +53,10 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 		ports:       make(endpointSet, 0, len(slice.Ports)),
 		triggerTime: triggerTime(p, slice.Annotations),
 	}
-	addrs := parseEndpointAddrs(p, slice.Endpoints, family, in)
+	// The endpoints are sorted and deduplicated once: each port's list is
+	// them on that port, and all of them share one list of infos.
+	entries := dedupe(parseEndpointAddrs(p, slice.Endpoints, family, in))
+	var infos []EndpointInfo
 	for i := range slice.Ports {
 		name, port, err := parseSlicePort(out.service, &slice.Ports[i])
 		if err != nil {
@@ -69,26 +70,13 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), fmt.Errorf("duplicate port %q/%s", name.Port, name.Protocol))
 			continue
 		}
+		if infos == nil {
+			infos = infosOf(entries)
+		}
 		name.Port = in.str(name.Port)
-		out.ports = out.ports.with(name, withPort(addrs, port))
+		out.ports = out.ports.with(name, onPort(entries, infos, port))
 	}
 	return out, p.errs, nil
-}
-
-// withPort returns the endpoints addrs on port, sorted and deduplicated. They
-// live in one block: an endpoint list is replaced whole, never in part.
-func withPort(addrs []Endpoint, port uint16) []*Endpoint {
-	if len(addrs) == 0 {
-		return nil
-	}
-	block := make([]Endpoint, len(addrs))
-	eps := make([]*Endpoint, len(addrs))
-	for i := range addrs {
-		block[i] = addrs[i]
-		block[i].Port = port
-		eps[i] = &block[i]
-	}
-	return dedupe(eps)
 }
 
 func parseSlicePort(svc proxy.ServiceName, port *discoveryv1.EndpointPort) (proxy.ServicePortName, uint16, error) {
@@ -114,10 +102,10 @@ func parseSlicePort(svc proxy.ServiceName, port *discoveryv1.EndpointPort) (prox
 	return name, uint16(*port.Port), nil
 }
 
-// parseEndpointAddrs returns one port-less Endpoint per usable endpoint.
+// parseEndpointAddrs returns one port-less entry per usable endpoint.
 // Only addresses[0] counts, as in upstream.
-func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family proxy.IPFamily, in *interner) []Endpoint {
-	out := make([]Endpoint, 0, len(endpoints))
+func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family proxy.IPFamily, in *interner) []entry {
+	out := make([]entry, 0, len(endpoints))
 	for i := range endpoints {
 		e := &endpoints[i]
 		if len(e.Addresses) == 0 {
@@ -133,30 +121,31 @@ func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family
 			p.add("InvalidEndpointAddress", field, fmt.Errorf("%s is not %s", ip, family))
 			continue
 		}
-		out = append(out, endpointOf(ip, e, in))
+		out = append(out, entry{addr: proxy.Endpoint{IP: ip}, info: infoOf(e, in)})
 	}
 	return out
 }
 
-func endpointOf(ip netip.Addr, e *discoveryv1.Endpoint, in *interner) Endpoint {
+func infoOf(e *discoveryv1.Endpoint, in *interner) EndpointInfo {
 	c := e.Conditions
-	ep := Endpoint{
-		IP:          ip,
+	var nodeName, zone string
+	if e.NodeName != nil {
+		nodeName = *e.NodeName
+	}
+	if e.Zone != nil {
+		zone = *e.Zone
+	}
+	var zoneHints, nodeHints []string
+	if e.Hints != nil {
+		zoneHints = hintNames(e.Hints.ForZones, func(z discoveryv1.ForZone) string { return z.Name })
+		nodeHints = hintNames(e.Hints.ForNodes, func(n discoveryv1.ForNode) string { return n.Name })
+	}
+	return EndpointInfo{
+		where:       in.location(nodeName, zone, zoneHints, nodeHints),
 		Ready:       c.Ready == nil || *c.Ready,
 		Serving:     c.Serving == nil || *c.Serving,
 		Terminating: c.Terminating != nil && *c.Terminating,
 	}
-	if e.NodeName != nil {
-		ep.NodeName = in.str(*e.NodeName)
-	}
-	if e.Zone != nil {
-		ep.Zone = in.str(*e.Zone)
-	}
-	if e.Hints != nil {
-		ep.ZoneHints = in.list(hintNames(e.Hints.ForZones, func(z discoveryv1.ForZone) string { return z.Name }))
-		ep.NodeHints = in.list(hintNames(e.Hints.ForNodes, func(n discoveryv1.ForNode) string { return n.Name }))
-	}
-	return ep
 }
 
 // hintNames returns the names of hints; nil when there are none.
@@ -194,36 +183,16 @@ func mergeSlices(bySlice sliceList) endpointSet {
 	case 1:
 		return bySlice[0].endpoints.ports
 	}
-	all := map[proxy.ServicePortName][]*Endpoint{}
+	all := map[proxy.ServicePortName][]entry{}
 	for _, s := range bySlice {
 		for _, pe := range s.endpoints.ports {
-			all[pe.name] = append(all[pe.name], pe.eps...)
+			all[pe.name] = pe.eps.appendEntries(all[pe.name])
 		}
 	}
 	out := make(endpointSet, 0, len(all))
-	for name, eps := range all {
-		out = append(out, portEndpoints{name: name, eps: dedupe(eps)})
+	for name, entries := range all {
+		out = append(out, portEndpoints{name: name, eps: listOf(dedupe(entries))})
 	}
 	slices.SortFunc(out, func(a, b portEndpoints) int { return a.name.Compare(b.name) })
-	return out
-}
-
-// dedupe sorts eps (which it owns) by address and port and keeps one
-// endpoint per address and port: the first ready one, else the first.
-func dedupe(eps []*Endpoint) []*Endpoint {
-	slices.SortStableFunc(eps, func(a, b *Endpoint) int {
-		return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Port, b.Port))
-	})
-	out := eps[:0]
-	for _, ep := range eps {
-		last := len(out) - 1
-		switch {
-		case last < 0 || out[last].AddrPort() != ep.AddrPort():
-			out = append(out, ep)
-		case !out[last].Ready && ep.Ready:
-			out[last] = ep
-		}
-	}
-	clear(eps[len(out):]) // no hidden references to dropped endpoints
 	return out
 }

@@ -73,13 +73,20 @@ func trackerWorld(n, e int, located bool) ([]*v1.Service, []*discoveryv1.Endpoin
 	return svcs, slices
 }
 
-func TestEndpointSize(t *testing.T) {
-	if got := unsafe.Sizeof(Endpoint{}); got > 112 {
-		t.Fatalf("Endpoint takes %d bytes, want at most 112 (the next size class is 128)", got)
+// An endpoint in a list takes its address and port (32 bytes, shared with
+// the desired State's dispatches) and an info of 16.
+func TestEndpointInfoSize(t *testing.T) {
+	if got := unsafe.Sizeof(EndpointInfo{}); got > 16 {
+		t.Fatalf("EndpointInfo takes %d bytes, want at most 16", got)
 	}
 }
 
 // twoPorts gives a slice a second port, "dns" 53/UDP.
+// sameList reports whether a and b are the same list, not only equal ones.
+func sameList(a, b EndpointList) bool {
+	return a.Len() > 0 && a.Len() == b.Len() && &a.Addrs()[0] == &b.Addrs()[0] && &a.Infos()[0] == &b.Infos()[0]
+}
+
 func twoPorts(s *discoveryv1.EndpointSlice) {
 	s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptrTo("dns"), Protocol: ptrTo(v1.ProtocolUDP), Port: ptrTo[int32](53)})
 }
@@ -94,7 +101,7 @@ func TestTrackerSingleSliceSharesItsLists(t *testing.T) {
 	first, _ := tr.Commit()
 	published, _ := first.Endpoints.Get(httpPort)
 	held := tr.slices[proxy.ServiceName{Namespace: "ns", Name: "web"}][0].endpoints
-	if own, _ := held.ports.get(httpPort); len(own) == 0 || &own[0] != &published[0] {
+	if own, _ := held.ports.get(httpPort); own.Len() == 0 || !sameList(own, published) {
 		t.Fatalf("the snapshot does not share the slice's list")
 	}
 
@@ -110,8 +117,8 @@ func TestTrackerSingleSliceSharesItsLists(t *testing.T) {
 	again, _ := second.Endpoints.Get(httpPort)
 	held = tr.slices[proxy.ServiceName{Namespace: "ns", Name: "web"}][0].endpoints
 	own, _ := held.ports.get(httpPort)
-	if &again[0] != &published[0] || &own[0] != &published[0] {
-		t.Fatalf("an unchanged port's list was not kept: snapshot %p, slice %p, published %p", &again[0], &own[0], &published[0])
+	if !sameList(again, published) || !sameList(own, published) {
+		t.Fatalf("an unchanged port's list was not kept: snapshot %p, slice %p, published %p", again.Addrs(), own.Addrs(), published.Addrs())
 	}
 	if got := endpointAddrs(second, dns); !slices.Equal(got, []string{"10.0.0.1:54", "10.0.0.2:54"}) {
 		t.Fatalf("dns endpoints %v", got)
@@ -136,7 +143,7 @@ func TestTrackerSharedListsShowNoStaleEndpoint(t *testing.T) {
 	if got := endpointAddrs(second, httpPort); !slices.Equal(got, []string{"10.0.0.2:8080", "10.0.0.3:8080"}) {
 		t.Fatalf("after the update: %v", got)
 	}
-	if eps, _ := second.Endpoints.Get(httpPort); eps[0].Ready || !eps[1].Ready {
+	if eps, _ := second.Endpoints.Get(httpPort); eps.Infos()[0].Ready || !eps.Infos()[1].Ready {
 		t.Fatalf("after the update, 10.0.0.2 must be not ready and 10.0.0.3 ready")
 	}
 	if got := endpointAddrs(first, httpPort); !slices.Equal(got, []string{"10.0.0.1:8080", "10.0.0.2:8080"}) {
@@ -146,12 +153,12 @@ func TestTrackerSharedListsShowNoStaleEndpoint(t *testing.T) {
 	// A second slice with the ready copy of 10.0.0.2 comes and goes.
 	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-2", "web", []string{"10.0.0.2"}, nil))
 	third, _ := tr.Commit()
-	if eps, _ := third.Endpoints.Get(httpPort); len(eps) != 2 || !eps[0].Ready {
+	if eps, _ := third.Endpoints.Get(httpPort); eps.Len() != 2 || !eps.Infos()[0].Ready {
 		t.Fatalf("with web-2, 10.0.0.2 must be web-2's ready copy")
 	}
 	tr.OnEndpointSliceUpdate(makeSlice("ns", "web-2", "web", nil, nil), nil)
 	fourth, _ := tr.Commit()
-	if eps, _ := fourth.Endpoints.Get(httpPort); len(eps) != 2 || eps[0].Ready {
+	if eps, _ := fourth.Endpoints.Get(httpPort); eps.Len() != 2 || eps.Infos()[0].Ready {
 		t.Fatalf("after deleting web-2, 10.0.0.2 must be web-1's not-ready copy again")
 	}
 
@@ -175,8 +182,8 @@ func TestParseEndpointSliceDeduplicates(t *testing.T) {
 			t.Fatal(err)
 		}
 		eps, _ := parsed.ports.get(httpPort)
-		if len(eps) != 2 || eps[0].IP != addrs("10.0.0.2")[0] || !eps[0].Ready || eps[1].IP != addrs("10.0.0.9")[0] {
-			t.Fatalf("ready listed first=%v: got %v, want the ready 10.0.0.2, then 10.0.0.9", !readyFirst, eps)
+		if eps.Len() != 2 || eps.Addrs()[0].IP != addrs("10.0.0.2")[0] || !eps.Infos()[0].Ready || eps.Addrs()[1].IP != addrs("10.0.0.9")[0] {
+			t.Fatalf("ready listed first=%v: got %v, want the ready 10.0.0.2, then 10.0.0.9", !readyFirst, eps.Addrs())
 		}
 	}
 }
@@ -188,10 +195,12 @@ func TestParseEndpointSliceDropsPortsWithoutEndpoints(t *testing.T) {
 	}
 }
 
-// Endpoints of one node share its name, zone and single-name hint lists
-// rather than each holding what its API object was decoded with.
+// Endpoints of one node share one record of its name, zone and hints,
+// rather than each holding the strings its API object was decoded with, and
+// the ports of one slice share the endpoints' infos.
 func TestParsedEndpointsShareNames(t *testing.T) {
 	located := func(s *discoveryv1.EndpointSlice) {
+		twoPorts(s)
 		for i := range s.Endpoints {
 			s.Endpoints[i].NodeName = ptrTo(strings.Clone("node-a"))
 			s.Endpoints[i].Zone = ptrTo(strings.Clone("zone-a"))
@@ -199,24 +208,43 @@ func TestParsedEndpointsShareNames(t *testing.T) {
 		}
 	}
 	in := newInterner()
-	var all []*Endpoint
+	var all []EndpointInfo
 	for i := range 2 {
 		parsed, _, err := parseEndpointSlice(makeSlice("ns", fmt.Sprint("web-", i), "web", []string{"10.0.0.1", "10.0.0.2"}, located), proxy.IPv4, in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		eps, _ := parsed.ports.get(httpPort)
-		all = append(all, eps...)
+		http, _ := parsed.ports.get(httpPort)
+		dns, _ := parsed.ports.get(spn("ns", "web", "dns", proxy.UDP))
+		if &http.Infos()[0] != &dns.Infos()[0] {
+			t.Fatalf("the ports of one slice do not share their endpoints' infos")
+		}
+		all = append(all, http.Infos()...)
 	}
 	first := all[0]
-	if first.NodeName != "node-a" || first.Zone != "zone-a" || !slices.Equal(first.ZoneHints, []string{"zone-a"}) {
-		t.Fatalf("endpoint %+v", *first)
+	if first.NodeName() != "node-a" || first.Zone() != "zone-a" || !slices.Equal(first.ZoneHints(), []string{"zone-a"}) || first.NodeHints() != nil {
+		t.Fatalf("endpoint %+v", first)
 	}
-	for _, ep := range all[1:] {
-		if unsafe.StringData(ep.NodeName) != unsafe.StringData(first.NodeName) ||
-			unsafe.StringData(ep.Zone) != unsafe.StringData(first.Zone) || &ep.ZoneHints[0] != &first.ZoneHints[0] {
-			t.Fatalf("endpoint %v does not share the names of %v", ep.AddrPort(), first.AddrPort())
+	for _, info := range all[1:] {
+		if info.where != first.where {
+			t.Fatalf("endpoint %+v does not share the location of %+v", info, first)
 		}
+	}
+}
+
+// A hint named "" is a hint: its location is not the one without hints.
+func TestInternedLocationsTellEmptyHintsApart(t *testing.T) {
+	in := newInterner()
+	none := in.location("node-a", "", nil, nil)
+	empty := in.location("node-a", "", []string{""}, nil)
+	if none == empty || empty.zoneHints == nil || none.zoneHints != nil {
+		t.Fatalf("no hints %+v, an empty hint %+v", none, empty)
+	}
+	if in.location("", "", nil, nil) != nil {
+		t.Fatalf("an endpoint with no names has a location")
+	}
+	if two := in.location("node-a", "", []string{"zone-a", "zone-b"}, nil); !slices.Equal(two.zoneHints, []string{"zone-a", "zone-b"}) {
+		t.Fatalf("two zone hints: %+v", two)
 	}
 }
 
@@ -230,9 +258,12 @@ func TestInternerStartsOverAtItsBound(t *testing.T) {
 		if got := in.list([]string{name}); !slices.Equal(got, []string{name}) {
 			t.Fatalf("list(%q) = %q", name, got)
 		}
+		if got := in.location(name, "zone-a", nil, nil); got.nodeName != name || got.zone != "zone-a" {
+			t.Fatalf("location(%q) = %+v", name, got)
+		}
 	}
-	if len(in.strings) > maxInterned || len(in.lists) > maxInterned {
-		t.Fatalf("interner holds %d strings and %d lists, bound %d", len(in.strings), len(in.lists), maxInterned)
+	if len(in.strings) > maxInterned || len(in.lists) > maxInterned || len(in.locations) > maxInterned {
+		t.Fatalf("interner holds %d strings, %d lists and %d locations, bound %d", len(in.strings), len(in.lists), len(in.locations), maxInterned)
 	}
 	if got := in.list([]string{"a", "b"}); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("list of two = %q", got)

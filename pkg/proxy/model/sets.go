@@ -35,7 +35,7 @@ func sortPorts(ports []*ServicePort) portSet {
 // without duplicates.
 type portEndpoints struct {
 	name proxy.ServicePortName
-	eps  []*Endpoint
+	eps  EndpointList
 }
 
 // endpointSet is the endpoint lists of one Service or one EndpointSlice,
@@ -50,24 +50,24 @@ func (s endpointSet) search(name proxy.ServicePortName) (int, bool) {
 }
 
 // get returns the endpoints of name and whether it has any.
-func (s endpointSet) get(name proxy.ServicePortName) ([]*Endpoint, bool) {
+func (s endpointSet) get(name proxy.ServicePortName) (EndpointList, bool) {
 	if i, ok := s.search(name); ok {
 		return s[i].eps, true
 	}
-	return nil, false
+	return EndpointList{}, false
 }
 
 // with returns s, which the caller owns, with name's endpoints set to eps
 // (removed when eps is empty).
-func (s endpointSet) with(name proxy.ServicePortName, eps []*Endpoint) endpointSet {
+func (s endpointSet) with(name proxy.ServicePortName, eps EndpointList) endpointSet {
 	i, ok := s.search(name)
 	switch {
-	case ok && len(eps) == 0:
+	case ok && eps.Len() == 0:
 		return slices.Delete(s, i, i+1)
 	case ok:
 		s[i].eps = eps
 		return s
-	case len(eps) == 0:
+	case eps.Len() == 0:
 		return s
 	}
 	return slices.Insert(s, i, portEndpoints{name: name, eps: eps})

@@ -225,7 +225,7 @@ func (t *Tracker) refreshEndpoints(svc proxy.ServiceName, trigger time.Time, del
 	committed := t.committedEps[svc]
 	same := len(merged) == len(committed)
 	for i, pe := range merged {
-		if old, ok := committed.get(pe.name); ok && endpointsEqual(pe.eps, old) {
+		if old, ok := committed.get(pe.name); ok && pe.eps.Equal(old) {
 			// Keep the published list for unchanged ports. merged may be
 			// a slice's own set: replacing a list by an equal one keeps
 			// that slice's endpoints what they were, and the new copy

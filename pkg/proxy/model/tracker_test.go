@@ -99,7 +99,7 @@ func TestTrackerABACancels(t *testing.T) {
 	sp2, _ := second.Services.Get(httpPort)
 	eps1, _ := first.Endpoints.Get(httpPort)
 	eps2, _ := second.Endpoints.Get(httpPort)
-	if sp1 != sp2 || &eps1[0] != &eps2[0] {
+	if sp1 != sp2 || &eps1.Addrs()[0] != &eps2.Addrs()[0] || &eps1.Infos()[0] != &eps2.Infos()[0] {
 		t.Fatalf("unchanged values must keep their pointers")
 	}
 }
@@ -137,7 +137,7 @@ func TestTrackerEndpointsAndOverlappingSlices(t *testing.T) {
 		t.Fatalf("endpoints %v, want %v", got, want)
 	}
 	eps, _ := snap.Endpoints.Get(httpPort)
-	if !eps[1].Ready {
+	if !eps.Infos()[1].Ready {
 		t.Fatalf("the ready copy of a duplicate endpoint must win")
 	}
 	if !maps.Equal(ch.Changed, changedSet(httpPort)) {
@@ -152,7 +152,7 @@ func TestTrackerEndpointsAndOverlappingSlices(t *testing.T) {
 		t.Fatalf("after deleting slice b: %v, want %v", got, want)
 	}
 	eps, _ = snap.Endpoints.Get(httpPort)
-	if !eps[0].Ready || eps[1].Ready {
+	if !eps.Infos()[0].Ready || eps.Infos()[1].Ready {
 		t.Fatalf("after deleting slice b, 10.0.0.2 must be slice a's not-ready copy")
 	}
 }
@@ -168,8 +168,8 @@ func TestTrackerDedupIsOrderIndependent(t *testing.T) {
 		}
 		snap, _ := tr.Commit()
 		eps, _ := snap.Endpoints.Get(httpPort)
-		if len(eps) != 1 || !eps[0].Ready {
-			t.Fatalf("order %s,%s: got %d endpoints, want one ready", order[0].Name, order[1].Name, len(eps))
+		if eps.Len() != 1 || !eps.Infos()[0].Ready {
+			t.Fatalf("order %s,%s: got %d endpoints, want one ready", order[0].Name, order[1].Name, eps.Len())
 		}
 	}
 }

@@ -64,9 +64,9 @@ const (
 	DistributePreferSameNode TrafficDistribution = "PreferSameNode"
 )
 
-// Endpoint is one address:port serving a service port. Immutable, and so
-// are its hint lists, which endpoints share. The fields are ordered so that
-// it takes 112 bytes rather than 128 (100k of them at 10k × 10).
+// Endpoint is one address:port serving a service port, in full: what
+// NewEndpointList takes and EndpointList.At returns. Lists hold endpoints in
+// a compacter form (EndpointList).
 type Endpoint struct {
 	IP netip.Addr
 	// NodeName is the endpoint's node; "" when unknown.
@@ -98,9 +98,10 @@ type Snapshot struct {
 	Family   proxy.IPFamily
 	Services PortMap[*ServicePort]
 	// Endpoints holds, per service port, its endpoints sorted by address and
-	// port, deduplicated across slices. A service port may have endpoints
-	// without a Service (the slice arrived first) and vice versa.
-	Endpoints PortMap[[]*Endpoint]
+	// port, deduplicated across slices; never an empty list. A service port
+	// may have endpoints without a Service (the slice arrived first) and
+	// vice versa.
+	Endpoints PortMap[EndpointList]
 }
 
 // Changes describes what a Commit consumed.
