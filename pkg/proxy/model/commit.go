@@ -23,12 +23,16 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 		endpoints: NewPortMapEditor(t.snapshot.Endpoints),
 	}
 	for svc, ports := range t.pendingPorts {
-		c.applyPorts(t.committedPorts[svc], ports)
-		storeOrDelete(t.committedPorts, svc, ports)
+		r := t.record(svc)
+		c.applyPorts(r.ports, ports)
+		r.ports = nilIfEmpty(ports)
+		t.dropIfEmpty(svc, r)
 	}
 	for svc, eps := range t.pendingEps {
-		c.applyEndpoints(t.committedEps[svc], eps)
-		storeOrDelete(t.committedEps, svc, eps)
+		r := t.record(svc)
+		c.applyEndpoints(r.eps, eps)
+		r.eps = nilIfEmpty(eps)
+		t.dropIfEmpty(svc, r)
 	}
 	for _, times := range t.triggerTimes {
 		c.changes.TriggerTimes = append(c.changes.TriggerTimes, times...)
@@ -57,12 +61,13 @@ func emptied[K comparable, V any](m map[K]V) map[K]V {
 	return m
 }
 
-func storeOrDelete[S ~[]E, E any](m map[proxy.ServiceName]S, k proxy.ServiceName, v S) {
-	if len(v) == 0 {
-		delete(m, k)
-		return
+// nilIfEmpty returns s, or nil when it is empty: a removal is pending as an
+// empty set, which should not keep its backing array.
+func nilIfEmpty[S ~[]E, E any](s S) S {
+	if len(s) == 0 {
+		return nil
 	}
-	m[k] = v
+	return s
 }
 
 // commit is the work of one Commit call.

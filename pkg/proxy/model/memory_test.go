@@ -100,7 +100,7 @@ func TestTrackerSingleSliceSharesItsLists(t *testing.T) {
 	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-1", "web", []string{"10.0.0.2", "10.0.0.1"}, twoPorts))
 	first, _ := tr.Commit()
 	published, _ := first.Endpoints.Get(httpPort)
-	held := tr.slices[proxy.ServiceName{Namespace: "ns", Name: "web"}][0].endpoints
+	held := tr.services[proxy.ServiceName{Namespace: "ns", Name: "web"}].slices[0].endpoints
 	if own, _ := held.ports.get(httpPort); own.Len() == 0 || !sameList(own, published) {
 		t.Fatalf("the snapshot does not share the slice's list")
 	}
@@ -115,7 +115,7 @@ func TestTrackerSingleSliceSharesItsLists(t *testing.T) {
 		t.Fatalf("changed %v, want only %v", ch.Changed, dns)
 	}
 	again, _ := second.Endpoints.Get(httpPort)
-	held = tr.slices[proxy.ServiceName{Namespace: "ns", Name: "web"}][0].endpoints
+	held = tr.services[proxy.ServiceName{Namespace: "ns", Name: "web"}].slices[0].endpoints
 	own, _ := held.ports.get(httpPort)
 	if !sameList(again, published) || !sameList(own, published) {
 		t.Fatalf("an unchanged port's list was not kept: snapshot %p, slice %p, published %p", again.Addrs(), own.Addrs(), published.Addrs())
@@ -167,8 +167,8 @@ func TestTrackerSharedListsShowNoStaleEndpoint(t *testing.T) {
 	if last.Endpoints.Len() != 0 || len(ch.Changed) != 1 {
 		t.Fatalf("after deleting every slice: %d endpoint lists, changes %v", last.Endpoints.Len(), ch.Changed)
 	}
-	if len(tr.slices) != 0 || len(tr.sliceOwner) != 0 || tr.committedEps[svc] != nil {
-		t.Fatalf("a Service without slices left state behind: %v %v %v", tr.slices, tr.sliceOwner, tr.committedEps)
+	if len(tr.services) != 0 || len(tr.sliceOwner) != 0 {
+		t.Fatalf("a Service without slices left state behind: %v %v", tr.services[svc], tr.sliceOwner)
 	}
 }
 
@@ -279,5 +279,28 @@ func TestEmptied(t *testing.T) {
 		if got := emptied(m); len(got) != 0 || got == nil {
 			t.Fatalf("emptied map of %d: %v", n, got)
 		}
+	}
+}
+
+// The tracker holds one record per Service while anything of it is
+// published or any of its slices is seen, and none after.
+func TestTrackerForgetsAServiceWhenNothingIsLeft(t *testing.T) {
+	svc := proxy.ServiceName{Namespace: "ns", Name: "web"}
+	tr := NewTracker(proxy.IPv4)
+	tr.OnServiceUpdate(nil, makeService("ns", "web", nil))
+	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-1", "web", []string{"10.0.0.1"}, nil))
+	tr.Commit()
+	tr.OnServiceUpdate(makeService("ns", "web", nil), nil)
+	tr.Commit()
+	if r := tr.services[svc]; r == nil || len(r.ports) != 0 || len(r.slices) != 1 || len(r.eps) != 1 {
+		t.Fatalf("with the Service deleted and its slice left: record %+v, want the slice and its endpoints", r)
+	}
+	tr.OnEndpointSliceUpdate(makeSlice("ns", "web-1", "web", nil, nil), nil)
+	if r := tr.services[svc]; r == nil || len(r.eps) != 1 {
+		t.Fatalf("before the Commit, the published endpoints must stay: record %+v", r)
+	}
+	snap, _ := tr.Commit()
+	if len(tr.services) != 0 || len(tr.sliceOwner) != 0 || snap.Endpoints.Len() != 0 || snap.Services.Len() != 0 {
+		t.Fatalf("after deleting everything: records %v, owners %v, snapshot %d/%d", tr.services, tr.sliceOwner, snap.Services.Len(), snap.Endpoints.Len())
 	}
 }
