@@ -108,3 +108,36 @@ func TestPortMapWithWithoutKeys(t *testing.T) {
 		t.Fatalf("Keys listed %v, want the names of %v", keys, want)
 	}
 }
+
+// A published shard is exactly as long as its entries: appends while
+// editing leave room to grow, which Done gives back, and a shard emptied by
+// an edit is dropped.
+func TestPortMapShardsHoldNoSpareRoom(t *testing.T) {
+	var e PortMapEditor[int]
+	for i := range 5000 {
+		e.Set(portName(i), i)
+	}
+	m := e.Done()
+	for i, s := range m.shards {
+		if s != nil && cap(s.entries) != len(s.entries) {
+			t.Fatalf("shard %d: %d entries, room for %d", i, len(s.entries), cap(s.entries))
+		}
+	}
+	only := NewPortMap(map[proxy.ServicePortName]int{portName(1): 1})
+	if empty := only.Without(portName(1)); empty.Len() != 0 || empty.shards[hashOf(portName(1))%shardCount] != nil {
+		t.Fatalf("removing the only entry left %d entries or an empty shard", empty.Len())
+	}
+}
+
+// Names whose hashes collide are told apart by name.
+func TestPortMapShardSearchTiesOnName(t *testing.T) {
+	s := &shard[int]{entries: []portEntry[int]{{hash: 7, name: portName(1), v: 1}, {hash: 7, name: portName(2), v: 2}}}
+	for _, want := range []int{1, 2} {
+		if i, ok := s.search(7, portName(want)); !ok || s.entries[i].v != want {
+			t.Fatalf("search(%v) = %d, %v", portName(want), i, ok)
+		}
+	}
+	if _, ok := s.search(7, portName(3)); ok {
+		t.Fatalf("search found a name that is not there")
+	}
+}
