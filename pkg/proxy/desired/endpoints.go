@@ -25,17 +25,17 @@ type endpointSets struct {
 func categorize(eps model.EndpointList, family proxy.IPFamily, node Node) endpointSets {
 	topo := topologyFromHints(eps, node)
 	sets := endpointSets{
-		cluster: pick(eps, family, func(e model.EndpointInfo) bool { return e.Ready && topo.admits(e) }),
+		cluster: pick(eps, family, func(e *model.EndpointInfo) bool { return e.Ready && topo.admits(e) }),
 	}
 	if len(sets.cluster) == 0 {
 		// Topology never empties the ready set (it is ignored when no ready
 		// endpoint fits this node), so this means nothing is ready anywhere.
 		sets.cluster = pick(eps, family, servingTerminating)
 	}
-	isLocal := func(e model.EndpointInfo) bool { return node.Name != "" && e.NodeName() == node.Name }
-	sets.local = pick(eps, family, func(e model.EndpointInfo) bool { return isLocal(e) && e.Ready })
+	isLocal := func(e *model.EndpointInfo) bool { return node.Name != "" && e.NodeName == node.Name }
+	sets.local = pick(eps, family, func(e *model.EndpointInfo) bool { return isLocal(e) && e.Ready })
 	if len(sets.local) == 0 {
-		sets.local = pick(eps, family, func(e model.EndpointInfo) bool { return isLocal(e) && servingTerminating(e) })
+		sets.local = pick(eps, family, func(e *model.EndpointInfo) bool { return isLocal(e) && servingTerminating(e) })
 	}
 	// Without topology and with ready endpoints the local set is a subset
 	// of cluster; sharing the cluster slice when they are equal saves memory.
@@ -45,7 +45,7 @@ func categorize(eps model.EndpointList, family proxy.IPFamily, node Node) endpoi
 	return sets
 }
 
-func servingTerminating(e model.EndpointInfo) bool { return e.Serving && e.Terminating }
+func servingTerminating(e *model.EndpointInfo) bool { return e.Serving && e.Terminating }
 
 // pick returns the endpoints of family that satisfy keep, sorted by address
 // and port without duplicates (the model's lists are). When that is every
@@ -54,7 +54,7 @@ func servingTerminating(e model.EndpointInfo) bool { return e.Serving && e.Termi
 // State's memory otherwise (5 MB of 9.6 at 10k × 10, docs/performance.md).
 // It returns nil rather than an empty slice so that States compare equal
 // however they were built.
-func pick(eps model.EndpointList, family proxy.IPFamily, keep func(model.EndpointInfo) bool) []Endpoint {
+func pick(eps model.EndpointList, family proxy.IPFamily, keep func(*model.EndpointInfo) bool) []Endpoint {
 	addrs, infos := eps.Addrs(), eps.Infos()
 	n := 0
 	for i, info := range infos {
@@ -84,12 +84,12 @@ type topology struct {
 }
 
 // admits reports whether e survives the topology filter.
-func (t topology) admits(e model.EndpointInfo) bool {
+func (t topology) admits(e *model.EndpointInfo) bool {
 	switch {
 	case t.node != "":
-		return slices.Contains(e.NodeHints(), t.node)
+		return slices.Contains(e.NodeHints, t.node)
 	case t.zone != "":
-		return slices.Contains(e.ZoneHints(), t.zone)
+		return slices.Contains(e.ZoneHints, t.zone)
 	}
 	return true
 }
@@ -109,14 +109,14 @@ func topologyFromHints(eps model.EndpointList, node Node) topology {
 			continue
 		}
 		anyReady = true
-		if hints := e.NodeHints(); len(hints) == 0 {
+		if len(e.NodeHints) == 0 {
 			allNode = false
-		} else if slices.Contains(hints, node.Name) {
+		} else if slices.Contains(e.NodeHints, node.Name) {
 			forNode = true
 		}
-		if hints := e.ZoneHints(); len(hints) == 0 {
+		if len(e.ZoneHints) == 0 {
 			allZone = false
-		} else if slices.Contains(hints, node.Zone) {
+		} else if slices.Contains(e.ZoneHints, node.Zone) {
 			forZone = true
 		}
 	}

@@ -31,7 +31,7 @@ func healthChecks(services model.PortMap[*ServicePort], snap *model.Snapshot, fa
 		}
 		eps, _ := snap.Endpoints.Get(name)
 		for i, info := range eps.Infos() {
-			if e := eps.Addrs()[i]; info.Ready && node.Name != "" && info.NodeName() == node.Name && family.Contains(e.IP) {
+			if e := eps.Addrs()[i]; info.Ready && node.Name != "" && info.NodeName == node.Name && family.Contains(e.IP) {
 				c.ready[e.AddrPort()] = struct{}{}
 			}
 		}

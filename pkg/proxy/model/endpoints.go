@@ -56,7 +56,7 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 	// The endpoints are sorted and deduplicated once: each port's list is
 	// them on that port, and all of them share one list of infos.
 	entries := dedupe(parseEndpointAddrs(p, slice.Endpoints, family, in))
-	var infos []EndpointInfo
+	var infos []*EndpointInfo
 	for i := range slice.Ports {
 		name, port, err := parseSlicePort(out.service, &slice.Ports[i])
 		if err != nil {
@@ -126,26 +126,24 @@ func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family
 	return out
 }
 
-func infoOf(e *discoveryv1.Endpoint, in *interner) EndpointInfo {
+func infoOf(e *discoveryv1.Endpoint, in *interner) *EndpointInfo {
 	c := e.Conditions
-	var nodeName, zone string
-	if e.NodeName != nil {
-		nodeName = *e.NodeName
-	}
-	if e.Zone != nil {
-		zone = *e.Zone
-	}
-	var zoneHints, nodeHints []string
-	if e.Hints != nil {
-		zoneHints = hintNames(e.Hints.ForZones, func(z discoveryv1.ForZone) string { return z.Name })
-		nodeHints = hintNames(e.Hints.ForNodes, func(n discoveryv1.ForNode) string { return n.Name })
-	}
-	return EndpointInfo{
-		where:       in.location(nodeName, zone, zoneHints, nodeHints),
+	want := EndpointInfo{
 		Ready:       c.Ready == nil || *c.Ready,
 		Serving:     c.Serving == nil || *c.Serving,
 		Terminating: c.Terminating != nil && *c.Terminating,
 	}
+	if e.NodeName != nil {
+		want.NodeName = *e.NodeName
+	}
+	if e.Zone != nil {
+		want.Zone = *e.Zone
+	}
+	if e.Hints != nil {
+		want.ZoneHints = hintNames(e.Hints.ForZones, func(z discoveryv1.ForZone) string { return z.Name })
+		want.NodeHints = hintNames(e.Hints.ForNodes, func(n discoveryv1.ForNode) string { return n.Name })
+	}
+	return in.info(want)
 }
 
 // hintNames returns the names of hints; nil when there are none.

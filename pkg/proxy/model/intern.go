@@ -13,25 +13,26 @@ const maxInterned = 1 << 14
 // API object was decoded with (at 10k Services × 10 endpoints with a node
 // name and zone each, those copies were 4.5 MB of a 54 MB model). It also
 // shares single-name hint lists, the common form of topology hints, and
-// whole locations: the endpoints of one node point at one record of its
-// name, zone and hints.
+// whole EndpointInfos: the endpoints of one node in the same condition
+// point at one.
 type interner struct {
-	mu        sync.Mutex
-	strings   map[string]string
-	lists     map[string][]string
-	locations map[locationKey]*location
+	mu      sync.Mutex
+	strings map[string]string
+	lists   map[string][]string
+	infos   map[infoKey]*EndpointInfo
 }
 
-// locationKey identifies a location whose hint lists hold one name at most.
-type locationKey struct {
+// infoKey identifies an EndpointInfo whose hint lists hold one name at most.
+type infoKey struct {
 	nodeName, zone     string
 	zoneHint, nodeHint string
 	// hasZoneHint and hasNodeHint tell a hint named "" from no hint.
-	hasZoneHint, hasNodeHint bool
+	hasZoneHint, hasNodeHint    bool
+	ready, serving, terminating bool
 }
 
 func newInterner() *interner {
-	return &interner{strings: map[string]string{}, lists: map[string][]string{}, locations: map[locationKey]*location{}}
+	return &interner{strings: map[string]string{}, lists: map[string][]string{}, infos: map[infoKey]*EndpointInfo{}}
 }
 
 // str returns the shared copy of s.
@@ -74,41 +75,46 @@ func (in *interner) listLocked(names []string) []string {
 	return out
 }
 
-// location returns the location of the given names, shared when no hint
-// list holds more than one name; nil when every name is empty. The caller
-// must not modify the hint lists it passes afterwards.
-func (in *interner) location(nodeName, zone string, zoneHints, nodeHints []string) *location {
-	if nodeName == "" && zone == "" && len(zoneHints) == 0 && len(nodeHints) == 0 {
-		return nil
-	}
+// info returns the shared EndpointInfo equal to want when no hint list of
+// want holds more than one name, else one of its own; its strings and
+// lists are shared either way. The caller must not modify want's hint lists
+// afterwards.
+func (in *interner) info(want EndpointInfo) *EndpointInfo {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	key, ok := locationKeyOf(nodeName, zone, zoneHints, nodeHints)
-	if loc, hit := in.locations[key]; ok && hit {
-		return loc
+	key, ok := infoKeyOf(&want)
+	if info, hit := in.infos[key]; ok && hit {
+		return info
 	}
-	loc := &location{nodeName: in.strLocked(nodeName), zone: in.strLocked(zone),
-		zoneHints: in.listLocked(zoneHints), nodeHints: in.listLocked(nodeHints)}
+	info := &EndpointInfo{
+		NodeName: in.strLocked(want.NodeName), Zone: in.strLocked(want.Zone),
+		ZoneHints: in.listLocked(want.ZoneHints), NodeHints: in.listLocked(want.NodeHints),
+		Ready: want.Ready, Serving: want.Serving, Terminating: want.Terminating,
+	}
 	if ok {
 		// Keyed by the shared strings, not by the caller's copies.
-		key, _ = locationKeyOf(loc.nodeName, loc.zone, loc.zoneHints, loc.nodeHints)
-		shared(in.locations, key, func() *location { return loc })
+		key, _ = infoKeyOf(info)
+		shared(in.infos, key, func() *EndpointInfo { return info })
 	}
-	return loc
+	return info
 }
 
-// locationKeyOf returns the key of a location; false when a hint list holds
-// more than one name (such locations are not shared).
-func locationKeyOf(nodeName, zone string, zoneHints, nodeHints []string) (locationKey, bool) {
-	if len(zoneHints) > 1 || len(nodeHints) > 1 {
-		return locationKey{}, false
+// infoKeyOf returns the key of info; false when a hint list holds more than
+// one name (such infos are not shared).
+func infoKeyOf(info *EndpointInfo) (infoKey, bool) {
+	if len(info.ZoneHints) > 1 || len(info.NodeHints) > 1 {
+		return infoKey{}, false
 	}
-	key := locationKey{nodeName: nodeName, zone: zone, hasZoneHint: len(zoneHints) == 1, hasNodeHint: len(nodeHints) == 1}
+	key := infoKey{
+		nodeName: info.NodeName, zone: info.Zone,
+		hasZoneHint: len(info.ZoneHints) == 1, hasNodeHint: len(info.NodeHints) == 1,
+		ready: info.Ready, serving: info.Serving, terminating: info.Terminating,
+	}
 	if key.hasZoneHint {
-		key.zoneHint = zoneHints[0]
+		key.zoneHint = info.ZoneHints[0]
 	}
 	if key.hasNodeHint {
-		key.nodeHint = nodeHints[0]
+		key.nodeHint = info.NodeHints[0]
 	}
 	return key, true
 }

@@ -74,10 +74,11 @@ func trackerWorld(n, e int, located bool) ([]*v1.Service, []*discoveryv1.Endpoin
 }
 
 // An endpoint in a list takes its address and port (32 bytes, shared with
-// the desired State's dispatches) and an info of 16.
-func TestEndpointInfoSize(t *testing.T) {
-	if got := unsafe.Sizeof(EndpointInfo{}); got > 16 {
-		t.Fatalf("EndpointInfo takes %d bytes, want at most 16", got)
+// the desired State's dispatches) and a pointer to an info that the
+// endpoints of its node share.
+func TestEndpointListElementSizes(t *testing.T) {
+	if a, i := unsafe.Sizeof(proxy.Endpoint{}), unsafe.Sizeof(EndpointList{}.infos[0]); a != 32 || i != 8 {
+		t.Fatalf("an endpoint takes %d + %d bytes, want 32 + 8", a, i)
 	}
 }
 
@@ -195,10 +196,10 @@ func TestParseEndpointSliceDropsPortsWithoutEndpoints(t *testing.T) {
 	}
 }
 
-// Endpoints of one node share one record of its name, zone and hints,
-// rather than each holding the strings its API object was decoded with, and
-// the ports of one slice share the endpoints' infos.
-func TestParsedEndpointsShareNames(t *testing.T) {
+// Endpoints of one node in the same condition share one info, rather than
+// each holding the strings its API object was decoded with, and the ports
+// of one slice share the list of infos.
+func TestParsedEndpointsShareInfos(t *testing.T) {
 	located := func(s *discoveryv1.EndpointSlice) {
 		twoPorts(s)
 		for i := range s.Endpoints {
@@ -208,7 +209,7 @@ func TestParsedEndpointsShareNames(t *testing.T) {
 		}
 	}
 	in := newInterner()
-	var all []EndpointInfo
+	var all []*EndpointInfo
 	for i := range 2 {
 		parsed, _, err := parseEndpointSlice(makeSlice("ns", fmt.Sprint("web-", i), "web", []string{"10.0.0.1", "10.0.0.2"}, located), proxy.IPv4, in)
 		if err != nil {
@@ -222,29 +223,52 @@ func TestParsedEndpointsShareNames(t *testing.T) {
 		all = append(all, http.Infos()...)
 	}
 	first := all[0]
-	if first.NodeName() != "node-a" || first.Zone() != "zone-a" || !slices.Equal(first.ZoneHints(), []string{"zone-a"}) || first.NodeHints() != nil {
-		t.Fatalf("endpoint %+v", first)
+	want := EndpointInfo{NodeName: "node-a", Zone: "zone-a", ZoneHints: []string{"zone-a"}, Ready: true, Serving: true}
+	if !first.Equal(&want) {
+		t.Fatalf("info %+v, want %+v", *first, want)
 	}
 	for _, info := range all[1:] {
-		if info.where != first.where {
-			t.Fatalf("endpoint %+v does not share the location of %+v", info, first)
+		if info != first {
+			t.Fatalf("info %+v is not shared with %+v", *info, *first)
 		}
 	}
 }
 
-// A hint named "" is a hint: its location is not the one without hints.
-func TestInternedLocationsTellEmptyHintsApart(t *testing.T) {
+// Infos that differ in any part are not shared; a hint named "" is a hint.
+func TestInternedInfosTellApart(t *testing.T) {
 	in := newInterner()
-	none := in.location("node-a", "", nil, nil)
-	empty := in.location("node-a", "", []string{""}, nil)
-	if none == empty || empty.zoneHints == nil || none.zoneHints != nil {
-		t.Fatalf("no hints %+v, an empty hint %+v", none, empty)
+	base := EndpointInfo{NodeName: "node-a", Ready: true, Serving: true}
+	variants := []EndpointInfo{base}
+	for _, edit := range []func(*EndpointInfo){
+		func(i *EndpointInfo) { i.NodeName = "node-b" },
+		func(i *EndpointInfo) { i.Zone = "zone-a" },
+		func(i *EndpointInfo) { i.ZoneHints = []string{""} },
+		func(i *EndpointInfo) { i.NodeHints = []string{""} },
+		func(i *EndpointInfo) { i.Ready = false },
+		func(i *EndpointInfo) { i.Serving = false },
+		func(i *EndpointInfo) { i.Terminating = true },
+	} {
+		v := base
+		edit(&v)
+		variants = append(variants, v)
 	}
-	if in.location("", "", nil, nil) != nil {
-		t.Fatalf("an endpoint with no names has a location")
+	seen := map[*EndpointInfo]int{}
+	for i, v := range variants {
+		got := in.info(v)
+		if !got.Equal(&v) {
+			t.Fatalf("info(%+v) = %+v", v, *got)
+		}
+		if j, dup := seen[got]; dup {
+			t.Fatalf("variants %d and %d share %+v", j, i, *got)
+		}
+		seen[got] = i
+		if again := in.info(v); again != got {
+			t.Fatalf("info(%+v) is not shared", v)
+		}
 	}
-	if two := in.location("node-a", "", []string{"zone-a", "zone-b"}, nil); !slices.Equal(two.zoneHints, []string{"zone-a", "zone-b"}) {
-		t.Fatalf("two zone hints: %+v", two)
+	two := EndpointInfo{ZoneHints: []string{"zone-a", "zone-b"}}
+	if got := in.info(two); !got.Equal(&two) {
+		t.Fatalf("two zone hints: %+v", *got)
 	}
 }
 
@@ -258,12 +282,12 @@ func TestInternerStartsOverAtItsBound(t *testing.T) {
 		if got := in.list([]string{name}); !slices.Equal(got, []string{name}) {
 			t.Fatalf("list(%q) = %q", name, got)
 		}
-		if got := in.location(name, "zone-a", nil, nil); got.nodeName != name || got.zone != "zone-a" {
-			t.Fatalf("location(%q) = %+v", name, got)
+		if got := in.info(EndpointInfo{NodeName: name, Ready: true}); got.NodeName != name || !got.Ready {
+			t.Fatalf("info(%q) = %+v", name, *got)
 		}
 	}
-	if len(in.strings) > maxInterned || len(in.lists) > maxInterned || len(in.locations) > maxInterned {
-		t.Fatalf("interner holds %d strings, %d lists and %d locations, bound %d", len(in.strings), len(in.lists), len(in.locations), maxInterned)
+	if len(in.strings) > maxInterned || len(in.lists) > maxInterned || len(in.infos) > maxInterned {
+		t.Fatalf("interner holds %d strings, %d lists and %d infos, bound %d", len(in.strings), len(in.lists), len(in.infos), maxInterned)
 	}
 	if got := in.list([]string{"a", "b"}); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("list of two = %q", got)
