@@ -328,3 +328,9 @@ func TestTrackerForgetsAServiceWhenNothingIsLeft(t *testing.T) {
 		t.Fatalf("after deleting everything: records %v, owners %v, snapshot %d/%d", tr.services, tr.sliceOwner, snap.Services.Len(), snap.Endpoints.Len())
 	}
 }
+
+func TestServicePortSize(t *testing.T) {
+	if got := unsafe.Sizeof(ServicePort{}); got > 192 {
+		t.Fatalf("ServicePort takes %d bytes, want at most 192 (the next size class is 208)", got)
+	}
+}

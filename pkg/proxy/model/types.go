@@ -16,12 +16,9 @@ import (
 // immutable once built: the tracker replaces them, it never edits them.
 type ServicePort struct {
 	Name proxy.ServicePortName
-	Port uint16
 
 	// ClusterIPs holds spec.clusterIPs (one per family at most).
 	ClusterIPs []netip.Addr
-	// NodePort is 0 when the port has none.
-	NodePort uint16
 	// ExternalIPs holds the valid entries of spec.externalIPs.
 	ExternalIPs []netip.Addr
 	// LoadBalancerIPs holds status.loadBalancer.ingress[].ip whose ipMode is
@@ -30,39 +27,56 @@ type ServicePort struct {
 	// SourceRanges holds the trimmed, valid loadBalancerSourceRanges of
 	// the family, masked.
 	SourceRanges []netip.Prefix
+	// Scheduler is the IPVS scheduler the Service asks for with the
+	// svcproxy extension annotation ipvs.svcproxy.io/scheduler ("" = the
+	// node's default). The IPVS backend ignores unknown names.
+	Scheduler string
+
+	// The small fields come last, together, so that a ServicePort takes
+	// 192 bytes rather than 224 (one per service port).
+
+	Port uint16
+	// NodePort is 0 when the port has none.
+	NodePort uint16
+	// HealthCheckNodePort is spec.healthCheckNodePort when it applies
+	// (LoadBalancer with externalTrafficPolicy Local), else 0.
+	HealthCheckNodePort uint16
+	// AffinitySeconds is the ClientIP affinity timeout; 0 means none.
+	AffinitySeconds int32
 	// SourceRangesInvalid is set when an entry of loadBalancerSourceRanges
 	// did not parse. With no valid range of the family left, the firewall
 	// must then deny rather than vanish (fail closed).
 	SourceRangesInvalid bool
-
-	// AffinitySeconds is the ClientIP affinity timeout; 0 means none.
-	AffinitySeconds int32
 	// InternalLocal is internalTrafficPolicy: Local.
 	InternalLocal bool
 	// ExternalLocal is externalTrafficPolicy: Local on an externally
 	// reachable Service (NodePort, LoadBalancer, or with externalIPs).
 	ExternalLocal bool
-	// HealthCheckNodePort is spec.healthCheckNodePort when it applies
-	// (LoadBalancer with externalTrafficPolicy Local), else 0.
-	HealthCheckNodePort uint16
 	// TrafficDistribution is the normalized topology preference.
 	TrafficDistribution TrafficDistribution
-	// Scheduler is the IPVS scheduler the Service asks for with the
-	// svcproxy extension annotation ipvs.svcproxy.io/scheduler ("" = the
-	// node's default). The IPVS backend ignores unknown names.
-	Scheduler string
 }
 
 // TrafficDistribution is the endpoint topology preference of a Service.
-type TrafficDistribution string
+type TrafficDistribution uint8
 
 // The preferences kube-proxy honours. PreferClose is normalized to
 // PreferSameZone, as upstream treats them alike.
 const (
-	DistributeAnywhere       TrafficDistribution = ""
-	DistributePreferZone     TrafficDistribution = "PreferSameZone"
-	DistributePreferSameNode TrafficDistribution = "PreferSameNode"
+	DistributeAnywhere TrafficDistribution = iota
+	DistributePreferZone
+	DistributePreferSameNode
 )
+
+// String names the preference as the API spells it; "" for none.
+func (d TrafficDistribution) String() string {
+	switch d {
+	case DistributePreferZone:
+		return "PreferSameZone"
+	case DistributePreferSameNode:
+		return "PreferSameNode"
+	}
+	return ""
+}
 
 // Endpoint is one address:port serving a service port, in full: what
 // NewEndpointList takes and EndpointList.At returns. Lists hold endpoints in
