@@ -30,7 +30,7 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 	}
 	for svc, eps := range t.pendingEps {
 		r := t.record(svc)
-		c.applyEndpoints(r.eps, eps)
+		c.applyEndpoints(svc, r.eps, eps)
 		r.eps = nilIfEmpty(eps)
 		t.dropIfEmpty(svc, r)
 	}
@@ -104,24 +104,26 @@ func (c *commit) applyPorts(committed, current portSet) {
 	}
 }
 
-// applyEndpoints replaces one Service's committed endpoint lists by current
+// applyEndpoints replaces the committed endpoint lists of svc by current
 // ones.
-func (c *commit) applyEndpoints(committed, current endpointSet) {
+func (c *commit) applyEndpoints(svc proxy.ServiceName, committed, current endpointSet) {
 	for _, pe := range committed {
-		if _, ok := current.get(pe.name); !ok {
-			c.endpoints.Remove(pe.name)
-			c.markChanged(pe.name)
-			c.noteStaleFlows(pe.name, pe.eps, EndpointList{})
+		if _, ok := current.get(pe.key); !ok {
+			name := pe.key.in(svc)
+			c.endpoints.Remove(name)
+			c.markChanged(name)
+			c.noteStaleFlows(name, pe.eps, EndpointList{})
 		}
 	}
 	for _, pe := range current {
-		old, _ := committed.get(pe.name)
+		old, _ := committed.get(pe.key)
 		if old.Equal(pe.eps) {
 			continue
 		}
-		c.endpoints.Set(pe.name, pe.eps)
-		c.markChanged(pe.name)
-		c.noteStaleFlows(pe.name, old, pe.eps)
+		name := pe.key.in(svc)
+		c.endpoints.Set(name, pe.eps)
+		c.markChanged(name)
+		c.noteStaleFlows(name, old, pe.eps)
 	}
 }
 

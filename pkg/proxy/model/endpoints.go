@@ -17,7 +17,9 @@ var errNoServiceName = errors.New("EndpointSlice has no " + discoveryv1.LabelSer
 
 // sliceEndpoints is what one EndpointSlice contributes to its Service.
 type sliceEndpoints struct {
-	service proxy.ServiceName
+	// serviceName names the slice's Service, which is in the slice's
+	// namespace.
+	serviceName string
 	// ports holds each of the slice's service ports that has endpoints,
 	// with its endpoints deduplicated as mergeSlices would (so that a
 	// Service with one slice uses these lists as they are).
@@ -49,7 +51,7 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 	}
 	p := &problemList{}
 	out := &sliceEndpoints{
-		service:     proxy.ServiceName{Namespace: in.str(slice.Namespace), Name: svcName},
+		serviceName: svcName,
 		ports:       make(endpointSet, 0, len(slice.Ports)),
 		triggerTime: triggerTime(p, slice.Annotations),
 	}
@@ -58,7 +60,7 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 	entries := dedupe(parseEndpointAddrs(p, slice.Endpoints, family, in))
 	var infos []*EndpointInfo
 	for i := range slice.Ports {
-		name, port, err := parseSlicePort(out.service, &slice.Ports[i])
+		key, port, err := parseSlicePort(&slice.Ports[i])
 		if err != nil {
 			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), err)
 			continue
@@ -66,23 +68,23 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 		if port == 0 {
 			continue // upstream skips nil and zero ports silently
 		}
-		if _, dup := out.ports.get(name); dup {
-			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), fmt.Errorf("duplicate port %q/%s", name.Port, name.Protocol))
+		if _, dup := out.ports.get(key); dup {
+			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), fmt.Errorf("duplicate port %q/%s", key.port, key.protocol))
 			continue
 		}
 		if infos == nil {
 			infos = infosOf(entries)
 		}
-		name.Port = in.str(name.Port)
-		out.ports = out.ports.with(name, onPort(entries, infos, port))
+		key.port = in.str(key.port)
+		out.ports = out.ports.with(key, onPort(entries, infos, port))
 	}
 	return out, p.errs, nil
 }
 
-func parseSlicePort(svc proxy.ServiceName, port *discoveryv1.EndpointPort) (proxy.ServicePortName, uint16, error) {
-	name := proxy.ServicePortName{ServiceName: svc}
+func parseSlicePort(port *discoveryv1.EndpointPort) (portKey, uint16, error) {
+	var key portKey
 	if port.Name != nil {
-		name.Port = *port.Name
+		key.port = *port.Name
 	}
 	var protocol v1.Protocol
 	if port.Protocol != nil {
@@ -90,16 +92,16 @@ func parseSlicePort(svc proxy.ServiceName, port *discoveryv1.EndpointPort) (prox
 	}
 	proto, err := parseProtocol(protocol)
 	if err != nil {
-		return name, 0, fmt.Errorf("port %q: %w", name.Port, err)
+		return key, 0, fmt.Errorf("port %q: %w", key.port, err)
 	}
-	name.Protocol = proto
+	key.protocol = proto
 	if port.Port == nil {
-		return name, 0, nil
+		return key, 0, nil
 	}
 	if *port.Port < 0 || *port.Port > 65535 {
-		return name, 0, fmt.Errorf("port %q: invalid port number %d", name.Port, *port.Port)
+		return key, 0, fmt.Errorf("port %q: invalid port number %d", key.port, *port.Port)
 	}
-	return name, uint16(*port.Port), nil
+	return key, uint16(*port.Port), nil
 }
 
 // parseEndpointAddrs returns one port-less entry per usable endpoint.
@@ -111,14 +113,12 @@ func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family
 		if len(e.Addresses) == 0 {
 			continue
 		}
-		field := fmt.Sprintf("endpoints[%d].addresses[0]", i)
 		ip, err := parseAddr(e.Addresses[0])
-		if err != nil {
-			p.add("InvalidEndpointAddress", field, err)
-			continue
+		if err == nil && !family.Contains(ip) {
+			err = fmt.Errorf("%s is not %s", ip, family)
 		}
-		if !family.Contains(ip) {
-			p.add("InvalidEndpointAddress", field, fmt.Errorf("%s is not %s", ip, family))
+		if err != nil {
+			p.add("InvalidEndpointAddress", fmt.Sprintf("endpoints[%d].addresses[0]", i), err)
 			continue
 		}
 		out = append(out, entry{addr: proxy.Endpoint{IP: ip}, info: infoOf(e, in)})
@@ -181,16 +181,16 @@ func mergeSlices(bySlice sliceList) endpointSet {
 	case 1:
 		return bySlice[0].endpoints.ports
 	}
-	all := map[proxy.ServicePortName][]entry{}
+	all := map[portKey][]entry{}
 	for _, s := range bySlice {
 		for _, pe := range s.endpoints.ports {
-			all[pe.name] = pe.eps.appendEntries(all[pe.name])
+			all[pe.key] = pe.eps.appendEntries(all[pe.key])
 		}
 	}
 	out := make(endpointSet, 0, len(all))
-	for name, entries := range all {
-		out = append(out, portEndpoints{name: name, eps: listOf(dedupe(entries))})
+	for key, entries := range all {
+		out = append(out, portEndpoints{key: key, eps: listOf(dedupe(entries))})
 	}
-	slices.SortFunc(out, func(a, b portEndpoints) int { return a.name.Compare(b.name) })
+	slices.SortFunc(out, func(a, b portEndpoints) int { return a.key.compare(b.key) })
 	return out
 }

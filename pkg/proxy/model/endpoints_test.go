@@ -30,7 +30,7 @@ func TestParseEndpointSliceConditionsAndHints(t *testing.T) {
 	if err != nil || len(problems) != 0 {
 		t.Fatalf("unexpected err %v, problems %v", err, problems)
 	}
-	eps, _ := parsed.ports.get(httpPort)
+	eps, _ := parsed.ports.get(keyOf(httpPort))
 	if eps.Len() != 3 {
 		t.Fatalf("got %d endpoints, want 3 (address-less one dropped)", eps.Len())
 	}
@@ -65,7 +65,7 @@ func TestParseEndpointSlicePorts(t *testing.T) {
 	}
 	var got []proxy.ServicePortName
 	for _, pe := range parsed.ports {
-		got = append(got, pe.name)
+		got = append(got, pe.key.in(proxy.ServiceName{Namespace: "ns", Name: parsed.serviceName}))
 	}
 	slices.SortFunc(got, proxy.ServicePortName.Compare)
 	want := []proxy.ServicePortName{

@@ -102,7 +102,7 @@ func TestTrackerSingleSliceSharesItsLists(t *testing.T) {
 	first, _ := tr.Commit()
 	published, _ := first.Endpoints.Get(httpPort)
 	held := tr.services[proxy.ServiceName{Namespace: "ns", Name: "web"}].slices[0].endpoints
-	if own, _ := held.ports.get(httpPort); own.Len() == 0 || !sameList(own, published) {
+	if own, _ := held.ports.get(keyOf(httpPort)); own.Len() == 0 || !sameList(own, published) {
 		t.Fatalf("the snapshot does not share the slice's list")
 	}
 
@@ -117,7 +117,7 @@ func TestTrackerSingleSliceSharesItsLists(t *testing.T) {
 	}
 	again, _ := second.Endpoints.Get(httpPort)
 	held = tr.services[proxy.ServiceName{Namespace: "ns", Name: "web"}].slices[0].endpoints
-	own, _ := held.ports.get(httpPort)
+	own, _ := held.ports.get(keyOf(httpPort))
 	if !sameList(again, published) || !sameList(own, published) {
 		t.Fatalf("an unchanged port's list was not kept: snapshot %p, slice %p, published %p", again.Addrs(), own.Addrs(), published.Addrs())
 	}
@@ -182,7 +182,7 @@ func TestParseEndpointSliceDeduplicates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eps, _ := parsed.ports.get(httpPort)
+		eps, _ := parsed.ports.get(keyOf(httpPort))
 		if eps.Len() != 2 || eps.Addrs()[0].IP != addrs("10.0.0.2")[0] || !eps.Infos()[0].Ready || eps.Addrs()[1].IP != addrs("10.0.0.9")[0] {
 			t.Fatalf("ready listed first=%v: got %v, want the ready 10.0.0.2, then 10.0.0.9", !readyFirst, eps.Addrs())
 		}
@@ -215,8 +215,8 @@ func TestParsedEndpointsShareInfos(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		http, _ := parsed.ports.get(httpPort)
-		dns, _ := parsed.ports.get(spn("ns", "web", "dns", proxy.UDP))
+		http, _ := parsed.ports.get(keyOf(httpPort))
+		dns, _ := parsed.ports.get(keyOf(spn("ns", "web", "dns", proxy.UDP)))
 		if &http.Infos()[0] != &dns.Infos()[0] {
 			t.Fatalf("the ports of one slice do not share their endpoints' infos")
 		}

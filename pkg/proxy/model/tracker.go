@@ -178,7 +178,7 @@ func (t *Tracker) OnParsedEndpointSliceUpdate(old, new *ParsedEndpointSlice) boo
 	changed := false
 	// A slice that is deleted, became invalid, or moved to another Service
 	// no longer counts for the Service it belonged to.
-	if owned && (parsed == nil || owner != parsed.service) {
+	if owned && (parsed == nil || ownerName != parsed.serviceName) {
 		delete(t.sliceOwner, key)
 		r := t.services[owner]
 		r.slices = r.slices.remove(key.name)
@@ -186,10 +186,11 @@ func (t *Tracker) OnParsedEndpointSliceUpdate(old, new *ParsedEndpointSlice) boo
 		t.dropIfEmpty(owner, r)
 	}
 	if parsed != nil {
-		r := t.record(parsed.service)
+		svc := proxy.ServiceName{Namespace: key.namespace, Name: parsed.serviceName}
+		r := t.record(svc)
 		r.slices = r.slices.set(key.name, parsed)
-		t.sliceOwner[key] = parsed.service.Name
-		changed = t.refreshEndpoints(parsed.service, r, parsed.triggerTime, false) || changed
+		t.sliceOwner[key] = parsed.serviceName
+		changed = t.refreshEndpoints(svc, r, parsed.triggerTime, false) || changed
 	}
 	return changed
 }
@@ -222,7 +223,7 @@ func (t *Tracker) refreshEndpoints(svc proxy.ServiceName, r *serviceRecord, trig
 	committed := r.eps
 	same := len(merged) == len(committed)
 	for i, pe := range merged {
-		if old, ok := committed.get(pe.name); ok && pe.eps.Equal(old) {
+		if old, ok := committed.get(pe.key); ok && pe.eps.Equal(old) {
 			// Keep the published list for unchanged ports. merged may be
 			// a slice's own set: replacing a list by an equal one keeps
 			// that slice's endpoints what they were, and the new copy

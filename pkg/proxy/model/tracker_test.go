@@ -269,6 +269,30 @@ func TestTrackerSliceLosingItsLabelIsRemoved(t *testing.T) {
 	}
 }
 
+// A slice relabelled to another Service leaves the first and counts for the
+// second, in one event.
+func TestTrackerSliceMovingToAnotherService(t *testing.T) {
+	tr := NewTracker(proxy.IPv4)
+	s := makeSlice("ns", "web-1", "web", []string{"10.0.0.1"}, nil)
+	tr.OnEndpointSliceUpdate(nil, s)
+	tr.Commit()
+	moved := makeSlice("ns", "web-1", "api", []string{"10.0.0.1"}, nil)
+	if !tr.OnEndpointSliceUpdate(s, moved) {
+		t.Fatalf("a slice moving to another Service must need a sync")
+	}
+	snap, ch := tr.Commit()
+	api := spn("ns", "api", "http", proxy.TCP)
+	if got := endpointAddrs(snap, api); snap.Endpoints.Len() != 1 || !slices.Equal(got, []string{"10.0.0.1:8080"}) {
+		t.Fatalf("after the move: %d endpoint lists, api has %v", snap.Endpoints.Len(), got)
+	}
+	if !maps.Equal(ch.Changed, changedSet(httpPort, api)) {
+		t.Fatalf("changes %v, want both Services' ports", ch.Changed)
+	}
+	if _, ok := tr.services[proxy.ServiceName{Namespace: "ns", Name: "web"}]; ok || tr.sliceOwner[sliceKey{"ns", "web-1"}] != "api" {
+		t.Fatalf("the first Service is still held (%v) or the slice's owner is %q", ok, tr.sliceOwner[sliceKey{"ns", "web-1"}])
+	}
+}
+
 func TestTrackerTriggerTimes(t *testing.T) {
 	tr := NewTracker(proxy.IPv4)
 	t1 := time.Now().Add(time.Second).UTC().Truncate(time.Second)
