@@ -175,6 +175,16 @@ type ServicePort struct {
 	Scheduler *Scheduler
 }
 
+// PortName returns sp.Name (zero for a nil sp): State.Services holds each
+// port under its own name and need not store the name again
+// (model.PortNamer).
+func (sp *ServicePort) PortName() proxy.ServicePortName {
+	if sp == nil {
+		return proxy.ServicePortName{}
+	}
+	return sp.Name
+}
+
 // Dispatch is a set of endpoints to balance over, and what to do with none.
 type Dispatch struct {
 	// Endpoints is sorted by address then port, without duplicates. It may

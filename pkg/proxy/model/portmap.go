@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"hash/maphash"
 	"iter"
 	"slices"
@@ -19,19 +20,43 @@ const shardCount = 256
 // entries in order and only appends.
 var shardSeed = maphash.MakeSeed()
 
+// PortNamer is a value that knows its own service port name. A PortMap
+// does not store the name of an entry whose value is a PortNamer of that
+// name (the model's and the desired State's ServicePorts): 64 bytes an
+// entry. PortName must answer for a nil value too.
+type PortNamer interface {
+	PortName() proxy.ServicePortName
+}
+
 // portEntry is one entry of a PortMap.
 type portEntry[V any] struct {
 	hash uint64
-	name proxy.ServicePortName
 	v    V
 }
 
-// shard is the entries whose hash falls in one shard, sorted by hash, then
-// name: a sorted slice of the exact size rather than a Go map, which at
-// 40 entries holds 64 slots and their control words (docs/performance.md:
-// the three maps of 10k ports were 4.4 MB, the slices hold them in 2.8).
+// shard is the entries whose hash falls in one shard, sorted by hash: a
+// sorted slice of the exact size rather than a Go map, which at 40 entries
+// holds 64 slots and their control words (docs/performance.md).
 type shard[V any] struct {
 	entries []portEntry[V]
+	// names holds each entry's name, in the order of entries; nil while
+	// every value is a PortNamer of its entry's name.
+	names []proxy.ServicePortName
+}
+
+// nameAt returns the name of entry i.
+func (s *shard[V]) nameAt(i int) proxy.ServicePortName {
+	if s.names != nil {
+		return s.names[i]
+	}
+	return any(s.entries[i].v).(PortNamer).PortName()
+}
+
+// namedBy reports whether v is a PortNamer of name, which then need not be
+// stored.
+func namedBy[V any](v V, name proxy.ServicePortName) bool {
+	n, ok := any(v).(PortNamer)
+	return ok && n.PortName() == name
 }
 
 type shardArray[V any] [shardCount]*shard[V]
@@ -58,20 +83,20 @@ func hashOf(name proxy.ServicePortName) uint64 {
 	return maphash.Comparable(shardSeed, name)
 }
 
-// search returns where name (of hash h) is in s, or would be inserted.
+// search returns where name (of hash h) is in s, or would be inserted:
+// entries are sorted by hash alone, and the few that share one are told
+// apart by name.
 func (s *shard[V]) search(h uint64, name proxy.ServicePortName) (int, bool) {
 	if s == nil {
 		return 0, false
 	}
-	return slices.BinarySearchFunc(s.entries, h, func(e portEntry[V], h uint64) int {
-		switch {
-		case e.hash < h:
-			return -1
-		case e.hash > h:
-			return 1
+	i, _ := slices.BinarySearchFunc(s.entries, h, func(e portEntry[V], h uint64) int { return cmp.Compare(e.hash, h) })
+	for ; i < len(s.entries) && s.entries[i].hash == h; i++ {
+		if s.nameAt(i) == name {
+			return i, true
 		}
-		return e.name.Compare(name)
-	})
+	}
+	return i, false
 }
 
 // Get returns the value for name and whether it is present.
@@ -101,7 +126,7 @@ func (m PortMap[V]) All() iter.Seq2[proxy.ServicePortName, V] {
 				continue
 			}
 			for i := range s.entries {
-				if !yield(s.entries[i].name, s.entries[i].v) {
+				if !yield(s.nameAt(i), s.entries[i].v) {
 					return
 				}
 			}
@@ -162,7 +187,7 @@ func (e *PortMapEditor[V]) shard(i uint64) *shard[V] {
 	if !e.owned[i] {
 		clone := &shard[V]{}
 		if old := e.shards[i]; old != nil {
-			clone.entries = exactCopy(old.entries)
+			clone.entries, clone.names = exactCopy(old.entries), exactCopy(old.names)
 		}
 		e.shards[i] = clone
 		e.owned[i] = true
@@ -186,11 +211,24 @@ func (e *PortMapEditor[V]) Set(name proxy.ServicePortName, v V) {
 	h := hashOf(name)
 	s := e.shard(h % shardCount)
 	i, found := s.search(h, name)
+	if s.names == nil && !namedBy(v, name) {
+		names := make([]proxy.ServicePortName, len(s.entries))
+		for j := range s.entries {
+			names[j] = s.nameAt(j)
+		}
+		s.names = names
+	}
 	if found {
 		s.entries[i].v = v
+		if s.names != nil {
+			s.names[i] = name
+		}
 		return
 	}
-	s.entries = slices.Insert(s.entries, i, portEntry[V]{hash: h, name: name, v: v})
+	s.entries = slices.Insert(s.entries, i, portEntry[V]{hash: h, v: v})
+	if s.names != nil {
+		s.names = slices.Insert(s.names, i, name)
+	}
 	e.n++
 }
 
@@ -203,6 +241,9 @@ func (e *PortMapEditor[V]) Remove(name proxy.ServicePortName) {
 	s := e.shard(h % shardCount)
 	i, _ := s.search(h, name)
 	s.entries = slices.Delete(s.entries, i, i+1)
+	if s.names != nil {
+		s.names = slices.Delete(s.names, i, i+1)
+	}
 	e.n--
 }
 
@@ -215,20 +256,27 @@ func (e *PortMapEditor[V]) Done() PortMap[V] {
 		if !e.owned[i] {
 			continue
 		}
-		switch {
-		case len(s.entries) == 0:
+		if len(s.entries) == 0 {
 			e.shards[i] = nil
-		case cap(s.entries) > len(s.entries):
-			// Appends leave room to grow; a published shard never grows.
+			continue
+		}
+		// Appends leave room to grow; a published shard never grows.
+		if cap(s.entries) > len(s.entries) {
 			s.entries = exactCopy(s.entries)
+		}
+		if cap(s.names) > len(s.names) {
+			s.names = exactCopy(s.names)
 		}
 	}
 	return PortMap[V]{shards: e.shards, n: e.n}
 }
 
-// exactCopy returns a copy of entries whose capacity is its length.
-func exactCopy[V any](entries []portEntry[V]) []portEntry[V] {
-	out := make([]portEntry[V], len(entries))
-	copy(out, entries)
+// exactCopy returns a copy of s whose capacity is its length; nil for nil.
+func exactCopy[E any](s []E) []E {
+	if s == nil {
+		return nil
+	}
+	out := make([]E, len(s))
+	copy(out, s)
 	return out
 }

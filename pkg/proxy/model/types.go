@@ -56,6 +56,15 @@ type ServicePort struct {
 	TrafficDistribution TrafficDistribution
 }
 
+// PortName returns sp.Name (zero for a nil sp): a PortMap holding sp under
+// its own name need not store the name again.
+func (sp *ServicePort) PortName() proxy.ServicePortName {
+	if sp == nil {
+		return proxy.ServicePortName{}
+	}
+	return sp.Name
+}
+
 // TrafficDistribution is the endpoint topology preference of a Service.
 type TrafficDistribution uint8
 
