@@ -52,14 +52,9 @@ func (in *interner) strLocked(s string) string {
 	return shared(in.strings, s, func() string { return s })
 }
 
-// list returns names as a list that the caller must not modify: a shared
-// one when it holds a single name, else a new one; nil when it is empty.
-func (in *interner) list(names []string) []string {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.listLocked(names)
-}
-
+// listLocked returns names as a list that the caller must not modify: a
+// shared one when it holds a single name, else a new one; nil when it is
+// empty.
 func (in *interner) listLocked(names []string) []string {
 	switch len(names) {
 	case 0:
