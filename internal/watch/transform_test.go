@@ -112,7 +112,7 @@ func TestParsedSliceTakesTheSame(t *testing.T) {
 				t.Fatalf("round %d %s: through the watch\n%+v\nwant\n%+v", i, family, gotSnap, want)
 			}
 			for _, eps := range want.Endpoints.All() {
-				endpoints += len(eps)
+				endpoints += eps.Len()
 			}
 		}
 	}

@@ -1,5 +1,5 @@
 // Package proxy is the vocabulary shared by every part of svcproxy: names of
-// services and service ports, protocols and IP families. It is a leaf: it
+// services and service ports, protocols, IP families and endpoints. It is a leaf: it
 // imports nothing of ours and nothing from Kubernetes, so backends can use it
 // without pulling in the API machinery.
 package proxy
@@ -29,6 +29,26 @@ func FamilyOf(addr netip.Addr) IPFamily {
 // Contains reports whether addr belongs to family f.
 func (f IPFamily) Contains(addr netip.Addr) bool {
 	return addr.IsValid() && FamilyOf(addr) == f
+}
+
+// Endpoint is one backend's address and port. The model's endpoint lists
+// hold them in this form, so that a dispatch of the desired State that
+// balances over all of a port's endpoints can share the model's list
+// instead of copying it.
+type Endpoint struct {
+	IP   netip.Addr
+	Port uint16
+}
+
+// AddrPort returns the endpoint as an address and port.
+func (e Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.IP, e.Port) }
+
+// Compare orders endpoints by address, then port.
+func (e Endpoint) Compare(o Endpoint) int {
+	if c := e.IP.Compare(o.IP); c != 0 {
+		return c
+	}
+	return int(e.Port) - int(o.Port)
 }
 
 // Protocol is an L4 protocol as Kubernetes spells it.

@@ -11,9 +11,9 @@ import (
 
 // benchWorld builds services × endpointsPer service ports (TCP, NodePort,
 // half of them with an external IP) with endpoints spread over two nodes.
-func benchWorld(services, endpointsPer int) (map[proxy.ServicePortName]*model.ServicePort, map[proxy.ServicePortName][]*model.Endpoint) {
+func benchWorld(services, endpointsPer int) (map[proxy.ServicePortName]*model.ServicePort, map[proxy.ServicePortName][]model.Endpoint) {
 	svcs := make(map[proxy.ServicePortName]*model.ServicePort, services)
-	eps := make(map[proxy.ServicePortName][]*model.Endpoint, services)
+	eps := make(map[proxy.ServicePortName][]model.Endpoint, services)
 	for i := range services {
 		name := portName(fmt.Sprintf("svc-%05d", i), proxy.TCP)
 		svcs[name] = &model.ServicePort{
@@ -23,7 +23,7 @@ func benchWorld(services, endpointsPer int) (map[proxy.ServicePortName]*model.Se
 		if i%2 == 0 {
 			svcs[name].ExternalIPs = []netip.Addr{netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)})}
 		}
-		list := make([]*model.Endpoint, endpointsPer)
+		list := make([]model.Endpoint, endpointsPer)
 		for j := range list {
 			node := "node-b"
 			if j%5 == 0 {
@@ -38,7 +38,7 @@ func benchWorld(services, endpointsPer int) (map[proxy.ServicePortName]*model.Se
 
 func BenchmarkComputeFull10kx10(b *testing.B) {
 	svcs, eps := benchWorld(10000, 10)
-	snap := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)}
+	snap := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
 	b.ReportAllocs()
 	for b.Loop() {
 		if st := Compute(nil, snap, model.Changes{}, testNode, v4Options()); st.Services.Len() != 10000 {
@@ -59,10 +59,10 @@ func BenchmarkComputeOneChangeNoClaims10kx10(b *testing.B) { benchOneChange(b, "
 
 func benchOneChange(b *testing.B, changed string) {
 	svcs, eps := benchWorld(10000, 10)
-	snapA := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)}
+	snapA := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
 	changedName := portName(changed, proxy.TCP)
 	eps[changedName] = eps[changedName][1:]
-	snapB := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)}
+	snapB := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
 	changes := model.Changes{Changed: map[proxy.ServicePortName]struct{}{changedName: {}}}
 	state := Compute(nil, snapA, model.Changes{}, testNode, v4Options())
 	snaps := [2]*model.Snapshot{snapB, snapA}

@@ -15,46 +15,46 @@ var (
 func TestCategorize(t *testing.T) {
 	tests := []struct {
 		name           string
-		eps            []*model.Endpoint
+		eps            []model.Endpoint
 		cluster, local []Endpoint
 	}{
 		{"none", nil, nil, nil},
-		{"ready everywhere", []*model.Endpoint{readyEP("10.0.2.1", "node-b"), readyEP("10.0.1.1", "node-a")},
+		{"ready everywhere", []model.Endpoint{readyEP("10.0.2.1", "node-b"), readyEP("10.0.1.1", "node-a")},
 			endpointsOf("10.0.1.1:8080", "10.0.2.1:8080"), endpointsOf("10.0.1.1:8080")},
-		{"not ready and not terminating are unusable", []*model.Endpoint{ep("10.0.1.1", "node-a", false, true, false), deadEP("10.0.1.2", "node-a")},
+		{"not ready and not terminating are unusable", []model.Endpoint{ep("10.0.1.1", "node-a", false, true, false), deadEP("10.0.1.2", "node-a")},
 			nil, nil},
-		{"terminating fallback for both sets", []*model.Endpoint{termEP("10.0.1.1", "node-a"), termEP("10.0.2.1", "node-b")},
+		{"terminating fallback for both sets", []model.Endpoint{termEP("10.0.1.1", "node-a"), termEP("10.0.2.1", "node-b")},
 			endpointsOf("10.0.1.1:8080", "10.0.2.1:8080"), endpointsOf("10.0.1.1:8080")},
-		{"terminating ignored while ready exist", []*model.Endpoint{termEP("10.0.1.1", "node-a"), readyEP("10.0.2.1", "node-b")},
+		{"terminating ignored while ready exist", []model.Endpoint{termEP("10.0.1.1", "node-a"), readyEP("10.0.2.1", "node-b")},
 			endpointsOf("10.0.2.1:8080"), endpointsOf("10.0.1.1:8080")},
-		{"local falls back separately", []*model.Endpoint{termEP("10.0.1.1", "node-a"), readyEP("10.0.2.1", "node-b"), deadEP("10.0.1.2", "node-a")},
+		{"local falls back separately", []model.Endpoint{termEP("10.0.1.1", "node-a"), readyEP("10.0.2.1", "node-b"), deadEP("10.0.1.2", "node-a")},
 			endpointsOf("10.0.2.1:8080"), endpointsOf("10.0.1.1:8080")},
-		{"local ready preferred", []*model.Endpoint{termEP("10.0.1.1", "node-a"), readyEP("10.0.1.2", "node-a")},
+		{"local ready preferred", []model.Endpoint{termEP("10.0.1.1", "node-a"), readyEP("10.0.1.2", "node-a")},
 			endpointsOf("10.0.1.2:8080"), endpointsOf("10.0.1.2:8080")},
-		{"other family skipped", []*model.Endpoint{readyEP("fd00:10::1:1", "node-a"), readyEP("10.0.2.1", "node-b")},
+		{"other family skipped", []model.Endpoint{readyEP("fd00:10::1:1", "node-a"), readyEP("10.0.2.1", "node-b")},
 			endpointsOf("10.0.2.1:8080"), nil},
-		{"zone hints", []*model.Endpoint{withHints(readyEP("10.0.1.1", "node-a"), zoneA, nil), withHints(readyEP("10.0.2.1", "node-b"), zoneB, nil)},
+		{"zone hints", []model.Endpoint{withHints(readyEP("10.0.1.1", "node-a"), zoneA, nil), withHints(readyEP("10.0.2.1", "node-b"), zoneB, nil)},
 			endpointsOf("10.0.1.1:8080"), endpointsOf("10.0.1.1:8080")},
-		{"zone hints: one missing means none", []*model.Endpoint{withHints(readyEP("10.0.1.1", "node-a"), zoneA, nil), readyEP("10.0.2.1", "node-b")},
+		{"zone hints: one missing means none", []model.Endpoint{withHints(readyEP("10.0.1.1", "node-a"), zoneA, nil), readyEP("10.0.2.1", "node-b")},
 			endpointsOf("10.0.1.1:8080", "10.0.2.1:8080"), endpointsOf("10.0.1.1:8080")},
-		{"zone hints: none for our zone means none", []*model.Endpoint{withHints(readyEP("10.0.2.1", "node-b"), zoneB, nil), withHints(readyEP("10.0.2.2", "node-c"), zoneB, nil)},
+		{"zone hints: none for our zone means none", []model.Endpoint{withHints(readyEP("10.0.2.1", "node-b"), zoneB, nil), withHints(readyEP("10.0.2.2", "node-c"), zoneB, nil)},
 			endpointsOf("10.0.2.1:8080", "10.0.2.2:8080"), nil},
-		{"zone hints only counted on ready endpoints", []*model.Endpoint{withHints(readyEP("10.0.2.1", "node-b"), zoneA, nil), termEP("10.0.2.2", "node-b")},
+		{"zone hints only counted on ready endpoints", []model.Endpoint{withHints(readyEP("10.0.2.1", "node-b"), zoneA, nil), termEP("10.0.2.2", "node-b")},
 			endpointsOf("10.0.2.1:8080"), nil},
-		{"node hints win over zone hints", []*model.Endpoint{withHints(readyEP("10.0.1.1", "node-a"), zoneA, nodeA), withHints(readyEP("10.0.2.1", "node-b"), zoneA, nodeB)},
+		{"node hints win over zone hints", []model.Endpoint{withHints(readyEP("10.0.1.1", "node-a"), zoneA, nodeA), withHints(readyEP("10.0.2.1", "node-b"), zoneA, nodeB)},
 			endpointsOf("10.0.1.1:8080"), endpointsOf("10.0.1.1:8080")},
-		{"node hints incomplete fall back to zone", []*model.Endpoint{withHints(readyEP("10.0.1.1", "node-a"), zoneA, nodeA), withHints(readyEP("10.0.2.1", "node-b"), zoneA, nil), withHints(readyEP("10.0.2.2", "node-c"), zoneB, nil)},
+		{"node hints incomplete fall back to zone", []model.Endpoint{withHints(readyEP("10.0.1.1", "node-a"), zoneA, nodeA), withHints(readyEP("10.0.2.1", "node-b"), zoneA, nil), withHints(readyEP("10.0.2.2", "node-c"), zoneB, nil)},
 			endpointsOf("10.0.1.1:8080", "10.0.2.1:8080"), endpointsOf("10.0.1.1:8080")},
-		{"node hints not naming us fall back to zone", []*model.Endpoint{withHints(readyEP("10.0.2.1", "node-b"), zoneA, nodeB), withHints(readyEP("10.0.2.2", "node-c"), zoneB, nodeB)},
+		{"node hints not naming us fall back to zone", []model.Endpoint{withHints(readyEP("10.0.2.1", "node-b"), zoneA, nodeB), withHints(readyEP("10.0.2.2", "node-c"), zoneB, nodeB)},
 			endpointsOf("10.0.2.1:8080"), nil},
-		{"topology filters ready only; terminating still the fallback", []*model.Endpoint{termEP("10.0.1.1", "node-a")},
+		{"topology filters ready only; terminating still the fallback", []model.Endpoint{termEP("10.0.1.1", "node-a")},
 			endpointsOf("10.0.1.1:8080"), endpointsOf("10.0.1.1:8080")},
-		{"unsorted input comes out sorted and deduplicated", []*model.Endpoint{readyEP("10.0.2.9", "node-b"), readyEP("10.0.2.1", "node-b"), readyEP("10.0.2.1", "node-b")},
+		{"unsorted input comes out sorted and deduplicated", []model.Endpoint{readyEP("10.0.2.9", "node-b"), readyEP("10.0.2.1", "node-b"), readyEP("10.0.2.1", "node-b")},
 			endpointsOf("10.0.2.1:8080", "10.0.2.9:8080"), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := categorize(tt.eps, proxy.IPv4, testNode)
+			got := categorize(model.NewEndpointList(tt.eps...), proxy.IPv4, testNode)
 			if !equalEndpoints(got.cluster, tt.cluster) || !equalEndpoints(got.local, tt.local) {
 				t.Errorf("cluster %v local %v, want %v %v", got.cluster, got.local, tt.cluster, tt.local)
 			}
@@ -71,22 +71,22 @@ func TestDispatches(t *testing.T) {
 	tests := []struct {
 		name                        string
 		iLocal, eLocal              bool
-		eps                         []*model.Endpoint
+		eps                         []model.Endpoint
 		internal, external, cluster Dispatch
 	}{
-		{"cluster policies", false, false, []*model.Endpoint{local, remote},
+		{"cluster policies", false, false, []model.Endpoint{local, remote},
 			both(), both(), both()},
 		{"no endpoints rejects everywhere", true, true, nil,
 			Dispatch{Empty: Reject}, Dispatch{Empty: Reject}, Dispatch{Empty: Reject}},
-		{"only unusable endpoints rejects everywhere", true, false, []*model.Endpoint{deadEP("10.0.1.1", "node-a")},
+		{"only unusable endpoints rejects everywhere", true, false, []model.Endpoint{deadEP("10.0.1.1", "node-a")},
 			Dispatch{Empty: Reject}, Dispatch{Empty: Reject}, Dispatch{Empty: Reject}},
-		{"iTP Local with local", true, false, []*model.Endpoint{local, remote},
+		{"iTP Local with local", true, false, []model.Endpoint{local, remote},
 			Dispatch{Endpoints: endpointsOf("10.0.1.1:8080")}, both(), both()},
-		{"iTP Local without local drops", true, false, []*model.Endpoint{remote},
+		{"iTP Local without local drops", true, false, []model.Endpoint{remote},
 			Dispatch{Empty: Drop}, onlyRemote(), onlyRemote()},
-		{"eTP Local with local", false, true, []*model.Endpoint{local, remote},
+		{"eTP Local with local", false, true, []model.Endpoint{local, remote},
 			both(), Dispatch{Endpoints: endpointsOf("10.0.1.1:8080")}, both()},
-		{"eTP Local without local drops", false, true, []*model.Endpoint{remote},
+		{"eTP Local without local drops", false, true, []model.Endpoint{remote},
 			onlyRemote(), Dispatch{Empty: Drop}, onlyRemote()},
 	}
 	for _, tt := range tests {
@@ -121,12 +121,12 @@ func TestHealthChecks(t *testing.T) {
 	other := svcPort("a-other", addrs("172.30.0.2"), func(sp *model.ServicePort) { sp.HealthCheckNodePort = 31001 })
 	plain := svcPort("plain", addrs("172.30.0.3"), nil)
 	v6 := svcPort("v6", addrs("fd00:172:30::9"), hc)
-	https443 := func(e *model.Endpoint) *model.Endpoint { c := *e; c.Port = 8443; return &c }
+	https443 := func(e model.Endpoint) model.Endpoint { e.Port = 8443; return e }
 	snap := snapshot(proxy.IPv4,
-		snapEntry{http, []*model.Endpoint{readyEP("10.0.1.1", "node-a"), termEP("10.0.1.2", "node-a"), readyEP("10.0.2.1", "node-b")}},
-		snapEntry{https, []*model.Endpoint{https443(readyEP("10.0.1.1", "node-a"))}},
-		snapEntry{other, []*model.Endpoint{readyEP("10.0.2.2", "node-b")}},
-		snapEntry{plain, []*model.Endpoint{readyEP("10.0.1.3", "node-a")}},
+		snapEntry{http, []model.Endpoint{readyEP("10.0.1.1", "node-a"), termEP("10.0.1.2", "node-a"), readyEP("10.0.2.1", "node-b")}},
+		snapEntry{https, []model.Endpoint{https443(readyEP("10.0.1.1", "node-a"))}},
+		snapEntry{other, []model.Endpoint{readyEP("10.0.2.2", "node-b")}},
+		snapEntry{plain, []model.Endpoint{readyEP("10.0.1.3", "node-a")}},
 		snapEntry{v6, nil},
 	)
 	got := Compute(nil, snap, model.Changes{}, testNode, v4Options()).HealthChecks

@@ -102,7 +102,7 @@ func checkInvariants(t *testing.T, st *State) {
 
 func checkDispatch(t *testing.T, ctx string, family proxy.IPFamily, d Dispatch, anyUsable bool) {
 	t.Helper()
-	if !slices.IsSortedFunc(d.Endpoints, compareEndpoints) || len(slices.Compact(slices.Clone(d.Endpoints))) != len(d.Endpoints) {
+	if !slices.IsSortedFunc(d.Endpoints, Endpoint.Compare) || len(slices.Compact(slices.Clone(d.Endpoints))) != len(d.Endpoints) {
 		t.Fatalf("%s: endpoints not sorted and unique: %v", ctx, d.Endpoints)
 	}
 	for _, e := range d.Endpoints {

@@ -30,8 +30,8 @@ func healthChecks(services model.PortMap[*ServicePort], snap *model.Snapshot, fa
 			checks[name.ServiceName] = c
 		}
 		eps, _ := snap.Endpoints.Get(name)
-		for _, e := range eps {
-			if e.Ready && node.Name != "" && e.NodeName == node.Name && family.Contains(e.IP) {
+		for i, info := range eps.Infos() {
+			if e := eps.Addrs()[i]; info.Ready && node.Name != "" && info.NodeName == node.Name && family.Contains(e.IP) {
 				c.ready[e.AddrPort()] = struct{}{}
 			}
 		}

@@ -49,37 +49,45 @@ func svcPort(name string, clusterIPs []netip.Addr, edit func(*model.ServicePort)
 }
 
 // ep describes an endpoint compactly: address, node, and readiness.
-func ep(ip, node string, ready, serving, terminating bool) *model.Endpoint {
-	return &model.Endpoint{
+func ep(ip, node string, ready, serving, terminating bool) model.Endpoint {
+	return model.Endpoint{
 		IP: netip.MustParseAddr(ip), Port: 8080, NodeName: node,
 		Ready: ready, Serving: serving, Terminating: terminating,
 	}
 }
 
-func readyEP(ip, node string) *model.Endpoint { return ep(ip, node, true, true, false) }
-func termEP(ip, node string) *model.Endpoint  { return ep(ip, node, false, true, true) }
-func deadEP(ip, node string) *model.Endpoint  { return ep(ip, node, false, false, true) }
-func withHints(e *model.Endpoint, zones, nodes []string) *model.Endpoint {
-	c := *e
-	c.ZoneHints, c.NodeHints = zones, nodes
-	return &c
+func readyEP(ip, node string) model.Endpoint { return ep(ip, node, true, true, false) }
+func termEP(ip, node string) model.Endpoint  { return ep(ip, node, false, true, true) }
+func deadEP(ip, node string) model.Endpoint  { return ep(ip, node, false, false, true) }
+func withHints(e model.Endpoint, zones, nodes []string) model.Endpoint {
+	e.ZoneHints, e.NodeHints = zones, nodes
+	return e
 }
 
 type snapEntry struct {
 	sp  *model.ServicePort
-	eps []*model.Endpoint
+	eps []model.Endpoint
 }
 
 func snapshot(family proxy.IPFamily, entries ...snapEntry) *model.Snapshot {
 	svcs := map[proxy.ServicePortName]*model.ServicePort{}
-	eps := map[proxy.ServicePortName][]*model.Endpoint{}
+	eps := map[proxy.ServicePortName][]model.Endpoint{}
 	for _, e := range entries {
 		svcs[e.sp.Name] = e.sp
 		if e.eps != nil {
 			eps[e.sp.Name] = e.eps
 		}
 	}
-	return &model.Snapshot{Family: family, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)}
+	return &model.Snapshot{Family: family, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
+}
+
+// endpointMap returns each port's endpoints as the model's list.
+func endpointMap(m map[proxy.ServicePortName][]model.Endpoint) model.PortMap[model.EndpointList] {
+	lists := make(map[proxy.ServicePortName]model.EndpointList, len(m))
+	for name, eps := range m {
+		lists[name] = model.NewEndpointList(eps...)
+	}
+	return model.NewPortMap(lists)
 }
 
 func v4Options() Options {

@@ -16,11 +16,11 @@ import (
 type randomWorld struct {
 	rng  *rand.Rand
 	svcs map[proxy.ServicePortName]*model.ServicePort
-	eps  map[proxy.ServicePortName][]*model.Endpoint
+	eps  map[proxy.ServicePortName][]model.Endpoint
 }
 
 func (w *randomWorld) snapshot() *model.Snapshot {
-	return &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(w.svcs), Endpoints: model.NewPortMap(w.eps)}
+	return &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(w.svcs), Endpoints: endpointMap(w.eps)}
 }
 
 // mutate changes, adds or removes one random service port and returns its name.
@@ -64,8 +64,8 @@ func (w *randomWorld) randomPort(name proxy.ServicePortName) *model.ServicePort 
 	return sp
 }
 
-func (w *randomWorld) randomEndpoints() []*model.Endpoint {
-	var out []*model.Endpoint
+func (w *randomWorld) randomEndpoints() []model.Endpoint {
+	var out []model.Endpoint
 	for i := range w.rng.IntN(5) {
 		node := []string{"node-a", "node-b"}[w.rng.IntN(2)]
 		e := ep(fmt.Sprintf("10.0.%d.%d", 1+w.rng.IntN(2), i+1), node, w.rng.IntN(3) > 0, w.rng.IntN(2) == 0, w.rng.IntN(2) == 0)
@@ -80,7 +80,7 @@ func (w *randomWorld) randomEndpoints() []*model.Endpoint {
 func TestIncrementalEqualsFull(t *testing.T) {
 	for seed := range uint64(20) {
 		w := &randomWorld{rng: rand.New(rand.NewPCG(seed, 1)), svcs: map[proxy.ServicePortName]*model.ServicePort{},
-			eps: map[proxy.ServicePortName][]*model.Endpoint{}}
+			eps: map[proxy.ServicePortName][]model.Endpoint{}}
 		prev := Compute(nil, w.snapshot(), model.Changes{}, testNode, v4Options())
 		for step := range 50 {
 			changed := map[proxy.ServicePortName]struct{}{}
@@ -150,10 +150,10 @@ func TestIncrementalHealthCheckOnlyTerminating(t *testing.T) {
 	sp := svcPort("lb", addrs("172.30.0.1"), func(sp *model.ServicePort) {
 		sp.NodePort, sp.HealthCheckNodePort, sp.ExternalLocal = 30080, 31000, true
 	})
-	snap := func(e *model.Endpoint) *model.Snapshot {
+	snap := func(e model.Endpoint) *model.Snapshot {
 		return &model.Snapshot{Family: proxy.IPv4,
 			Services:  model.NewPortMap(map[proxy.ServicePortName]*model.ServicePort{name: sp}),
-			Endpoints: model.NewPortMap(map[proxy.ServicePortName][]*model.Endpoint{name: {e}})}
+			Endpoints: endpointMap(map[proxy.ServicePortName][]model.Endpoint{name: {e}})}
 	}
 	prev := Compute(nil, snap(readyEP("10.0.1.5", "node-a")), model.Changes{}, testNode, v4Options())
 	if len(prev.HealthChecks) != 1 || prev.HealthChecks[0].LocalReady != 1 {
@@ -172,7 +172,7 @@ func TestIncrementalHealthCheckOnlyTerminating(t *testing.T) {
 // still be reading it.
 func TestIncrementalSharesPrevSafely(t *testing.T) {
 	svcs, eps := benchWorld(300, 3)
-	prev := Compute(nil, &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)},
+	prev := Compute(nil, &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)},
 		model.Changes{}, testNode, v4Options())
 	before := maps.Collect(prev.Services.All())
 	gone, moved := portName("svc-00007", proxy.TCP), portName("svc-00011", proxy.TCP)
@@ -181,7 +181,7 @@ func TestIncrementalSharesPrevSafely(t *testing.T) {
 	eps[moved] = eps[moved][1:]
 	svcs[added] = &model.ServicePort{Name: added, Port: 80, ClusterIPs: []netip.Addr{netip.MustParseAddr("172.31.9.9")}}
 	changes := model.Changes{Changed: map[proxy.ServicePortName]struct{}{gone: {}, moved: {}, added: {}}}
-	next := Compute(prev, &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: model.NewPortMap(eps)},
+	next := Compute(prev, &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)},
 		changes, testNode, v4Options())
 
 	if len(next.Changed) != 3 || next.Service(gone) != nil || next.Service(added) == nil || next.Service(moved) == before[moved] {

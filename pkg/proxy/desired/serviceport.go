@@ -11,7 +11,7 @@ import (
 // buildServicePort decides everything about one service port in one family.
 // It returns nil when the port has no cluster IP of the family: a per-family
 // proxier ignores such a port entirely, like upstream.
-func buildServicePort(sp *model.ServicePort, eps []*model.Endpoint, in portInputs, lost []LostFrontend) *ServicePort {
+func buildServicePort(sp *model.ServicePort, eps model.EndpointList, in portInputs, lost []LostFrontend) *ServicePort {
 	family := in.family
 	clusterIP, ok := firstOfFamily(sp.ClusterIPs, family)
 	if !ok {

@@ -175,9 +175,20 @@ type ServicePort struct {
 	Scheduler *Scheduler
 }
 
+// PortName returns sp.Name (zero for a nil sp): State.Services holds each
+// port under its own name and need not store the name again
+// (model.PortNamer).
+func (sp *ServicePort) PortName() proxy.ServicePortName {
+	if sp == nil {
+		return proxy.ServicePortName{}
+	}
+	return sp.Name
+}
+
 // Dispatch is a set of endpoints to balance over, and what to do with none.
 type Dispatch struct {
-	// Endpoints is sorted by address then port, without duplicates.
+	// Endpoints is sorted by address then port, without duplicates. It may
+	// be the model's own list, shared by successive States: never modify it.
 	Endpoints []Endpoint
 	// Empty is the verdict when Endpoints is empty: Reject when the service
 	// has no usable endpoint anywhere, Drop when a Local policy leaves none
@@ -215,14 +226,10 @@ func (v Verdict) String() string {
 	return "REJECT"
 }
 
-// Endpoint is one backend address and port.
-type Endpoint struct {
-	IP   netip.Addr
-	Port uint16
-}
-
-// AddrPort returns the endpoint as an address and port.
-func (e Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.IP, e.Port) }
+// Endpoint is one backend address and port. It is the type of the model's
+// lists, so that a dispatch over all of a port's endpoints shares the
+// model's list (categorize).
+type Endpoint = proxy.Endpoint
 
 // HealthCheck is one healthCheckNodePort server for an eTP=Local service.
 type HealthCheck struct {

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"net/netip"
 	"slices"
 	"time"
 
@@ -24,12 +23,16 @@ func (t *Tracker) Commit() (*Snapshot, Changes) {
 		endpoints: NewPortMapEditor(t.snapshot.Endpoints),
 	}
 	for svc, ports := range t.pendingPorts {
-		c.applyPorts(t.committedPorts[svc], ports)
-		storeOrDelete(t.committedPorts, svc, ports)
+		r := t.record(svc)
+		c.applyPorts(r.ports, ports)
+		r.ports = nilIfEmpty(ports)
+		t.dropIfEmpty(svc, r)
 	}
 	for svc, eps := range t.pendingEps {
-		c.applyEndpoints(t.committedEps[svc], eps)
-		storeOrDelete(t.committedEps, svc, eps)
+		r := t.record(svc)
+		c.applyEndpoints(svc, r.eps, eps)
+		r.eps = nilIfEmpty(eps)
+		t.dropIfEmpty(svc, r)
 	}
 	for _, times := range t.triggerTimes {
 		c.changes.TriggerTimes = append(c.changes.TriggerTimes, times...)
@@ -58,19 +61,20 @@ func emptied[K comparable, V any](m map[K]V) map[K]V {
 	return m
 }
 
-func storeOrDelete[S ~[]E, E any](m map[proxy.ServiceName]S, k proxy.ServiceName, v S) {
-	if len(v) == 0 {
-		delete(m, k)
-		return
+// nilIfEmpty returns s, or nil when it is empty: a removal is pending as an
+// empty set, which should not keep its backing array.
+func nilIfEmpty[S ~[]E, E any](s S) S {
+	if len(s) == 0 {
+		return nil
 	}
-	m[k] = v
+	return s
 }
 
 // commit is the work of one Commit call.
 type commit struct {
 	changes   Changes
 	services  *PortMapEditor[*ServicePort]
-	endpoints *PortMapEditor[[]*Endpoint]
+	endpoints *PortMapEditor[EndpointList]
 }
 
 func (c *commit) markChanged(name proxy.ServicePortName) {
@@ -100,47 +104,49 @@ func (c *commit) applyPorts(committed, current portSet) {
 	}
 }
 
-// applyEndpoints replaces one Service's committed endpoint lists by current
+// applyEndpoints replaces the committed endpoint lists of svc by current
 // ones.
-func (c *commit) applyEndpoints(committed, current endpointSet) {
+func (c *commit) applyEndpoints(svc proxy.ServiceName, committed, current endpointSet) {
 	for _, pe := range committed {
-		if _, ok := current.get(pe.name); !ok {
-			c.endpoints.Remove(pe.name)
-			c.markChanged(pe.name)
-			c.noteStaleFlows(pe.name, pe.eps, nil)
+		if _, ok := current.get(pe.key); !ok {
+			name := pe.key.in(svc)
+			c.endpoints.Remove(name)
+			c.markChanged(name)
+			c.noteStaleFlows(name, pe.eps, EndpointList{})
 		}
 	}
 	for _, pe := range current {
-		old, _ := committed.get(pe.name)
-		if endpointsEqual(old, pe.eps) {
+		old, _ := committed.get(pe.key)
+		if old.Equal(pe.eps) {
 			continue
 		}
-		c.endpoints.Set(pe.name, pe.eps)
-		c.markChanged(pe.name)
-		c.noteStaleFlows(pe.name, old, pe.eps)
+		name := pe.key.in(svc)
+		c.endpoints.Set(name, pe.eps)
+		c.markChanged(name)
+		c.noteStaleFlows(name, old, pe.eps)
 	}
 }
 
 // noteStaleFlows sets ConntrackCleanup when a UDP or SCTP service port lost a
 // serving endpoint (its flows would keep going to it), or gained its first
 // serving one (flows created while it was rejecting would keep failing).
-func (c *commit) noteStaleFlows(name proxy.ServicePortName, old, current []*Endpoint) {
+func (c *commit) noteStaleFlows(name proxy.ServicePortName, old, current EndpointList) {
 	if c.changes.ConntrackCleanup || !connectionless(name.Protocol) {
 		return
 	}
-	stillServing := make(map[netip.AddrPort]bool, len(current))
-	for _, ep := range current {
-		if ep.Serving {
-			stillServing[ep.AddrPort()] = true
+	stillServing := make(map[proxy.Endpoint]bool, current.Len())
+	for i, info := range current.Infos() {
+		if info.Serving {
+			stillServing[current.Addrs()[i]] = true
 		}
 	}
 	hadServing := false
-	for _, ep := range old {
-		if !ep.Serving {
+	for i, info := range old.Infos() {
+		if !info.Serving {
 			continue
 		}
 		hadServing = true
-		if !stillServing[ep.AddrPort()] {
+		if !stillServing[old.Addrs()[i]] {
 			c.changes.ConntrackCleanup = true
 			return
 		}

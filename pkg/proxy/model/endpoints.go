@@ -1,10 +1,8 @@
 package model
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -19,7 +17,9 @@ var errNoServiceName = errors.New("EndpointSlice has no " + discoveryv1.LabelSer
 
 // sliceEndpoints is what one EndpointSlice contributes to its Service.
 type sliceEndpoints struct {
-	service proxy.ServiceName
+	// serviceName names the slice's Service, which is in the slice's
+	// namespace.
+	serviceName string
 	// ports holds each of the slice's service ports that has endpoints,
 	// with its endpoints deduplicated as mergeSlices would (so that a
 	// Service with one slice uses these lists as they are).
@@ -51,13 +51,16 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 	}
 	p := &problemList{}
 	out := &sliceEndpoints{
-		service:     proxy.ServiceName{Namespace: in.str(slice.Namespace), Name: svcName},
+		serviceName: svcName,
 		ports:       make(endpointSet, 0, len(slice.Ports)),
 		triggerTime: triggerTime(p, slice.Annotations),
 	}
-	addrs := parseEndpointAddrs(p, slice.Endpoints, family, in)
+	// The endpoints are sorted and deduplicated once: each port's list is
+	// them on that port, and all of them share one list of infos.
+	entries := dedupe(parseEndpointAddrs(p, slice.Endpoints, family, in))
+	var infos []*EndpointInfo
 	for i := range slice.Ports {
-		name, port, err := parseSlicePort(out.service, &slice.Ports[i])
+		key, port, err := parseSlicePort(&slice.Ports[i])
 		if err != nil {
 			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), err)
 			continue
@@ -65,36 +68,23 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 		if port == 0 {
 			continue // upstream skips nil and zero ports silently
 		}
-		if _, dup := out.ports.get(name); dup {
-			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), fmt.Errorf("duplicate port %q/%s", name.Port, name.Protocol))
+		if _, dup := out.ports.get(key); dup {
+			p.add("InvalidEndpointPort", fmt.Sprintf("ports[%d]", i), fmt.Errorf("duplicate port %q/%s", key.port, key.protocol))
 			continue
 		}
-		name.Port = in.str(name.Port)
-		out.ports = out.ports.with(name, withPort(addrs, port))
+		if infos == nil {
+			infos = infosOf(entries)
+		}
+		key.port = in.str(key.port)
+		out.ports = out.ports.with(key, onPort(entries, infos, port))
 	}
 	return out, p.errs, nil
 }
 
-// withPort returns the endpoints addrs on port, sorted and deduplicated. They
-// live in one block: an endpoint list is replaced whole, never in part.
-func withPort(addrs []Endpoint, port uint16) []*Endpoint {
-	if len(addrs) == 0 {
-		return nil
-	}
-	block := make([]Endpoint, len(addrs))
-	eps := make([]*Endpoint, len(addrs))
-	for i := range addrs {
-		block[i] = addrs[i]
-		block[i].Port = port
-		eps[i] = &block[i]
-	}
-	return dedupe(eps)
-}
-
-func parseSlicePort(svc proxy.ServiceName, port *discoveryv1.EndpointPort) (proxy.ServicePortName, uint16, error) {
-	name := proxy.ServicePortName{ServiceName: svc}
+func parseSlicePort(port *discoveryv1.EndpointPort) (portKey, uint16, error) {
+	var key portKey
 	if port.Name != nil {
-		name.Port = *port.Name
+		key.port = *port.Name
 	}
 	var protocol v1.Protocol
 	if port.Protocol != nil {
@@ -102,61 +92,58 @@ func parseSlicePort(svc proxy.ServiceName, port *discoveryv1.EndpointPort) (prox
 	}
 	proto, err := parseProtocol(protocol)
 	if err != nil {
-		return name, 0, fmt.Errorf("port %q: %w", name.Port, err)
+		return key, 0, fmt.Errorf("port %q: %w", key.port, err)
 	}
-	name.Protocol = proto
+	key.protocol = proto
 	if port.Port == nil {
-		return name, 0, nil
+		return key, 0, nil
 	}
 	if *port.Port < 0 || *port.Port > 65535 {
-		return name, 0, fmt.Errorf("port %q: invalid port number %d", name.Port, *port.Port)
+		return key, 0, fmt.Errorf("port %q: invalid port number %d", key.port, *port.Port)
 	}
-	return name, uint16(*port.Port), nil
+	return key, uint16(*port.Port), nil
 }
 
-// parseEndpointAddrs returns one port-less Endpoint per usable endpoint.
+// parseEndpointAddrs returns one port-less entry per usable endpoint.
 // Only addresses[0] counts, as in upstream.
-func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family proxy.IPFamily, in *interner) []Endpoint {
-	out := make([]Endpoint, 0, len(endpoints))
+func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family proxy.IPFamily, in *interner) []entry {
+	out := make([]entry, 0, len(endpoints))
 	for i := range endpoints {
 		e := &endpoints[i]
 		if len(e.Addresses) == 0 {
 			continue
 		}
-		field := fmt.Sprintf("endpoints[%d].addresses[0]", i)
 		ip, err := parseAddr(e.Addresses[0])
+		if err == nil && !family.Contains(ip) {
+			err = fmt.Errorf("%s is not %s", ip, family)
+		}
 		if err != nil {
-			p.add("InvalidEndpointAddress", field, err)
+			p.add("InvalidEndpointAddress", fmt.Sprintf("endpoints[%d].addresses[0]", i), err)
 			continue
 		}
-		if !family.Contains(ip) {
-			p.add("InvalidEndpointAddress", field, fmt.Errorf("%s is not %s", ip, family))
-			continue
-		}
-		out = append(out, endpointOf(ip, e, in))
+		out = append(out, entry{addr: proxy.Endpoint{IP: ip}, info: infoOf(e, in)})
 	}
 	return out
 }
 
-func endpointOf(ip netip.Addr, e *discoveryv1.Endpoint, in *interner) Endpoint {
+func infoOf(e *discoveryv1.Endpoint, in *interner) *EndpointInfo {
 	c := e.Conditions
-	ep := Endpoint{
-		IP:          ip,
+	want := EndpointInfo{
 		Ready:       c.Ready == nil || *c.Ready,
 		Serving:     c.Serving == nil || *c.Serving,
 		Terminating: c.Terminating != nil && *c.Terminating,
 	}
 	if e.NodeName != nil {
-		ep.NodeName = in.str(*e.NodeName)
+		want.NodeName = *e.NodeName
 	}
 	if e.Zone != nil {
-		ep.Zone = in.str(*e.Zone)
+		want.Zone = *e.Zone
 	}
 	if e.Hints != nil {
-		ep.ZoneHints = in.list(hintNames(e.Hints.ForZones, func(z discoveryv1.ForZone) string { return z.Name }))
-		ep.NodeHints = in.list(hintNames(e.Hints.ForNodes, func(n discoveryv1.ForNode) string { return n.Name }))
+		want.ZoneHints = hintNames(e.Hints.ForZones, func(z discoveryv1.ForZone) string { return z.Name })
+		want.NodeHints = hintNames(e.Hints.ForNodes, func(n discoveryv1.ForNode) string { return n.Name })
 	}
-	return ep
+	return in.info(want)
 }
 
 // hintNames returns the names of hints; nil when there are none.
@@ -194,36 +181,16 @@ func mergeSlices(bySlice sliceList) endpointSet {
 	case 1:
 		return bySlice[0].endpoints.ports
 	}
-	all := map[proxy.ServicePortName][]*Endpoint{}
+	all := map[portKey][]entry{}
 	for _, s := range bySlice {
 		for _, pe := range s.endpoints.ports {
-			all[pe.name] = append(all[pe.name], pe.eps...)
+			all[pe.key] = pe.eps.appendEntries(all[pe.key])
 		}
 	}
 	out := make(endpointSet, 0, len(all))
-	for name, eps := range all {
-		out = append(out, portEndpoints{name: name, eps: dedupe(eps)})
+	for key, entries := range all {
+		out = append(out, portEndpoints{key: key, eps: listOf(dedupe(entries))})
 	}
-	slices.SortFunc(out, func(a, b portEndpoints) int { return a.name.Compare(b.name) })
-	return out
-}
-
-// dedupe sorts eps (which it owns) by address and port and keeps one
-// endpoint per address and port: the first ready one, else the first.
-func dedupe(eps []*Endpoint) []*Endpoint {
-	slices.SortStableFunc(eps, func(a, b *Endpoint) int {
-		return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Port, b.Port))
-	})
-	out := eps[:0]
-	for _, ep := range eps {
-		last := len(out) - 1
-		switch {
-		case last < 0 || out[last].AddrPort() != ep.AddrPort():
-			out = append(out, ep)
-		case !out[last].Ready && ep.Ready:
-			out[last] = ep
-		}
-	}
-	clear(eps[len(out):]) // no hidden references to dropped endpoints
+	slices.SortFunc(out, func(a, b portEndpoints) int { return a.key.compare(b.key) })
 	return out
 }

@@ -30,9 +30,9 @@ func TestParseEndpointSliceConditionsAndHints(t *testing.T) {
 	if err != nil || len(problems) != 0 {
 		t.Fatalf("unexpected err %v, problems %v", err, problems)
 	}
-	eps, _ := parsed.ports.get(httpPort)
-	if len(eps) != 3 {
-		t.Fatalf("got %d endpoints, want 3 (address-less one dropped)", len(eps))
+	eps, _ := parsed.ports.get(keyOf(httpPort))
+	if eps.Len() != 3 {
+		t.Fatalf("got %d endpoints, want 3 (address-less one dropped)", eps.Len())
 	}
 	want := []Endpoint{
 		{IP: addrs("10.0.0.1")[0], Port: 8080, NodeName: "node-a", Zone: "zone-a", Ready: true, Serving: true,
@@ -41,8 +41,8 @@ func TestParseEndpointSliceConditionsAndHints(t *testing.T) {
 		{IP: addrs("10.0.0.3")[0], Port: 8080},
 	}
 	for i := range want {
-		if !eps[i].Equal(&want[i]) {
-			t.Errorf("endpoint %d = %+v, want %+v", i, *eps[i], want[i])
+		if got := eps.At(i); !got.Equal(&want[i]) {
+			t.Errorf("endpoint %d = %+v, want %+v", i, got, want[i])
 		}
 	}
 }
@@ -65,7 +65,7 @@ func TestParseEndpointSlicePorts(t *testing.T) {
 	}
 	var got []proxy.ServicePortName
 	for _, pe := range parsed.ports {
-		got = append(got, pe.name)
+		got = append(got, pe.key.in(proxy.ServiceName{Namespace: "ns", Name: parsed.serviceName}))
 	}
 	slices.SortFunc(got, proxy.ServicePortName.Compare)
 	want := []proxy.ServicePortName{

@@ -34,9 +34,3 @@ func (e *Endpoint) Equal(o *Endpoint) bool {
 		e.Ready == o.Ready && e.Serving == o.Serving && e.Terminating == o.Terminating &&
 		slices.Equal(e.ZoneHints, o.ZoneHints) && slices.Equal(e.NodeHints, o.NodeHints)
 }
-
-// endpointsEqual reports whether two endpoint lists hold equal endpoints in
-// the same order.
-func endpointsEqual(a, b []*Endpoint) bool {
-	return slices.EqualFunc(a, b, (*Endpoint).Equal)
-}

@@ -183,8 +183,8 @@ func snapshotContent(s *Snapshot) map[entryKey]string {
 	}
 	for name, eps := range s.Endpoints.All() {
 		var text string
-		for _, ep := range eps {
-			text += fmt.Sprintf("%+v;", *ep)
+		for i := range eps.Len() {
+			text += fmt.Sprintf("%+v;", eps.At(i))
 		}
 		out[entryKey{endpoints: true, name: name}] = text
 	}

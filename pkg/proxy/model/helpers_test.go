@@ -75,8 +75,8 @@ func addrs(ss ...string) []netip.Addr {
 // endpointAddrs lists the address:port of each endpoint of port in snap.
 func endpointAddrs(snap *Snapshot, port proxy.ServicePortName) []string {
 	eps, _ := snap.Endpoints.Get(port)
-	out := make([]string, 0, len(eps))
-	for _, ep := range eps {
+	out := make([]string, 0, eps.Len())
+	for _, ep := range eps.Addrs() {
 		out = append(out, ep.AddrPort().String())
 	}
 	return out
@@ -114,14 +114,15 @@ func checkSnapshot(t *testing.T, snap *Snapshot) {
 	n = 0
 	for name, eps := range snap.Endpoints.All() {
 		n++
-		if len(eps) == 0 {
-			t.Fatalf("endpoints of %v stored empty", name)
+		if eps.Len() == 0 || len(eps.Infos()) != eps.Len() {
+			t.Fatalf("endpoints of %v stored empty, or their infos do not match: %d addresses, %d infos", name, eps.Len(), len(eps.Infos()))
 		}
-		for i, ep := range eps {
+		addrs := eps.Addrs()
+		for i, ep := range addrs {
 			if !snap.Family.Contains(ep.IP) || ep.Port == 0 {
 				t.Fatalf("endpoint %v of %v invalid for %s", ep.AddrPort(), name, snap.Family)
 			}
-			if i > 0 && eps[i-1].AddrPort().Compare(ep.AddrPort()) >= 0 {
+			if i > 0 && addrs[i-1].Compare(ep) >= 0 {
 				t.Fatalf("endpoints of %v not sorted or duplicated at %d", name, i)
 			}
 		}

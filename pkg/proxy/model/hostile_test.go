@@ -125,7 +125,7 @@ func TestParseEndpointSliceHostileAddresses(t *testing.T) {
 	}
 	for _, pe := range parsed.ports {
 		var got []netip.Addr
-		for _, ep := range pe.eps {
+		for _, ep := range pe.eps.Addrs() {
 			got = append(got, ep.IP)
 		}
 		if !slices.Equal(got, addrs("10.0.0.1", "10.0.0.2")) {

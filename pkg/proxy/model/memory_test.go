@@ -73,13 +73,21 @@ func trackerWorld(n, e int, located bool) ([]*v1.Service, []*discoveryv1.Endpoin
 	return svcs, slices
 }
 
-func TestEndpointSize(t *testing.T) {
-	if got := unsafe.Sizeof(Endpoint{}); got > 112 {
-		t.Fatalf("Endpoint takes %d bytes, want at most 112 (the next size class is 128)", got)
+// An endpoint in a list takes its address and port (32 bytes, shared with
+// the desired State's dispatches) and a pointer to an info that the
+// endpoints of its node share.
+func TestEndpointListElementSizes(t *testing.T) {
+	if a, i := unsafe.Sizeof(proxy.Endpoint{}), unsafe.Sizeof(EndpointList{}.infos[0]); a != 32 || i != 8 {
+		t.Fatalf("an endpoint takes %d + %d bytes, want 32 + 8", a, i)
 	}
 }
 
 // twoPorts gives a slice a second port, "dns" 53/UDP.
+// sameList reports whether a and b are the same list, not only equal ones.
+func sameList(a, b EndpointList) bool {
+	return a.Len() > 0 && a.Len() == b.Len() && &a.Addrs()[0] == &b.Addrs()[0] && &a.Infos()[0] == &b.Infos()[0]
+}
+
 func twoPorts(s *discoveryv1.EndpointSlice) {
 	s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptrTo("dns"), Protocol: ptrTo(v1.ProtocolUDP), Port: ptrTo[int32](53)})
 }
@@ -93,8 +101,8 @@ func TestTrackerSingleSliceSharesItsLists(t *testing.T) {
 	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-1", "web", []string{"10.0.0.2", "10.0.0.1"}, twoPorts))
 	first, _ := tr.Commit()
 	published, _ := first.Endpoints.Get(httpPort)
-	held := tr.slices[proxy.ServiceName{Namespace: "ns", Name: "web"}][0].endpoints
-	if own, _ := held.ports.get(httpPort); len(own) == 0 || &own[0] != &published[0] {
+	held := tr.services[proxy.ServiceName{Namespace: "ns", Name: "web"}].slices[0].endpoints
+	if own, _ := held.ports.get(keyOf(httpPort)); own.Len() == 0 || !sameList(own, published) {
 		t.Fatalf("the snapshot does not share the slice's list")
 	}
 
@@ -108,10 +116,10 @@ func TestTrackerSingleSliceSharesItsLists(t *testing.T) {
 		t.Fatalf("changed %v, want only %v", ch.Changed, dns)
 	}
 	again, _ := second.Endpoints.Get(httpPort)
-	held = tr.slices[proxy.ServiceName{Namespace: "ns", Name: "web"}][0].endpoints
-	own, _ := held.ports.get(httpPort)
-	if &again[0] != &published[0] || &own[0] != &published[0] {
-		t.Fatalf("an unchanged port's list was not kept: snapshot %p, slice %p, published %p", &again[0], &own[0], &published[0])
+	held = tr.services[proxy.ServiceName{Namespace: "ns", Name: "web"}].slices[0].endpoints
+	own, _ := held.ports.get(keyOf(httpPort))
+	if !sameList(again, published) || !sameList(own, published) {
+		t.Fatalf("an unchanged port's list was not kept: snapshot %p, slice %p, published %p", again.Addrs(), own.Addrs(), published.Addrs())
 	}
 	if got := endpointAddrs(second, dns); !slices.Equal(got, []string{"10.0.0.1:54", "10.0.0.2:54"}) {
 		t.Fatalf("dns endpoints %v", got)
@@ -136,7 +144,7 @@ func TestTrackerSharedListsShowNoStaleEndpoint(t *testing.T) {
 	if got := endpointAddrs(second, httpPort); !slices.Equal(got, []string{"10.0.0.2:8080", "10.0.0.3:8080"}) {
 		t.Fatalf("after the update: %v", got)
 	}
-	if eps, _ := second.Endpoints.Get(httpPort); eps[0].Ready || !eps[1].Ready {
+	if eps, _ := second.Endpoints.Get(httpPort); eps.Infos()[0].Ready || !eps.Infos()[1].Ready {
 		t.Fatalf("after the update, 10.0.0.2 must be not ready and 10.0.0.3 ready")
 	}
 	if got := endpointAddrs(first, httpPort); !slices.Equal(got, []string{"10.0.0.1:8080", "10.0.0.2:8080"}) {
@@ -146,12 +154,12 @@ func TestTrackerSharedListsShowNoStaleEndpoint(t *testing.T) {
 	// A second slice with the ready copy of 10.0.0.2 comes and goes.
 	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-2", "web", []string{"10.0.0.2"}, nil))
 	third, _ := tr.Commit()
-	if eps, _ := third.Endpoints.Get(httpPort); len(eps) != 2 || !eps[0].Ready {
+	if eps, _ := third.Endpoints.Get(httpPort); eps.Len() != 2 || !eps.Infos()[0].Ready {
 		t.Fatalf("with web-2, 10.0.0.2 must be web-2's ready copy")
 	}
 	tr.OnEndpointSliceUpdate(makeSlice("ns", "web-2", "web", nil, nil), nil)
 	fourth, _ := tr.Commit()
-	if eps, _ := fourth.Endpoints.Get(httpPort); len(eps) != 2 || eps[0].Ready {
+	if eps, _ := fourth.Endpoints.Get(httpPort); eps.Len() != 2 || eps.Infos()[0].Ready {
 		t.Fatalf("after deleting web-2, 10.0.0.2 must be web-1's not-ready copy again")
 	}
 
@@ -160,8 +168,8 @@ func TestTrackerSharedListsShowNoStaleEndpoint(t *testing.T) {
 	if last.Endpoints.Len() != 0 || len(ch.Changed) != 1 {
 		t.Fatalf("after deleting every slice: %d endpoint lists, changes %v", last.Endpoints.Len(), ch.Changed)
 	}
-	if len(tr.slices) != 0 || len(tr.sliceOwner) != 0 || tr.committedEps[svc] != nil {
-		t.Fatalf("a Service without slices left state behind: %v %v %v", tr.slices, tr.sliceOwner, tr.committedEps)
+	if len(tr.services) != 0 || len(tr.sliceOwner) != 0 {
+		t.Fatalf("a Service without slices left state behind: %v %v", tr.services[svc], tr.sliceOwner)
 	}
 }
 
@@ -174,9 +182,9 @@ func TestParseEndpointSliceDeduplicates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eps, _ := parsed.ports.get(httpPort)
-		if len(eps) != 2 || eps[0].IP != addrs("10.0.0.2")[0] || !eps[0].Ready || eps[1].IP != addrs("10.0.0.9")[0] {
-			t.Fatalf("ready listed first=%v: got %v, want the ready 10.0.0.2, then 10.0.0.9", !readyFirst, eps)
+		eps, _ := parsed.ports.get(keyOf(httpPort))
+		if eps.Len() != 2 || eps.Addrs()[0].IP != addrs("10.0.0.2")[0] || !eps.Infos()[0].Ready || eps.Addrs()[1].IP != addrs("10.0.0.9")[0] {
+			t.Fatalf("ready listed first=%v: got %v, want the ready 10.0.0.2, then 10.0.0.9", !readyFirst, eps.Addrs())
 		}
 	}
 }
@@ -188,10 +196,12 @@ func TestParseEndpointSliceDropsPortsWithoutEndpoints(t *testing.T) {
 	}
 }
 
-// Endpoints of one node share its name, zone and single-name hint lists
-// rather than each holding what its API object was decoded with.
-func TestParsedEndpointsShareNames(t *testing.T) {
+// Endpoints of one node in the same condition share one info, rather than
+// each holding the strings its API object was decoded with, and the ports
+// of one slice share the list of infos.
+func TestParsedEndpointsShareInfos(t *testing.T) {
 	located := func(s *discoveryv1.EndpointSlice) {
+		twoPorts(s)
 		for i := range s.Endpoints {
 			s.Endpoints[i].NodeName = ptrTo(strings.Clone("node-a"))
 			s.Endpoints[i].Zone = ptrTo(strings.Clone("zone-a"))
@@ -199,24 +209,66 @@ func TestParsedEndpointsShareNames(t *testing.T) {
 		}
 	}
 	in := newInterner()
-	var all []*Endpoint
+	var all []*EndpointInfo
 	for i := range 2 {
 		parsed, _, err := parseEndpointSlice(makeSlice("ns", fmt.Sprint("web-", i), "web", []string{"10.0.0.1", "10.0.0.2"}, located), proxy.IPv4, in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		eps, _ := parsed.ports.get(httpPort)
-		all = append(all, eps...)
+		http, _ := parsed.ports.get(keyOf(httpPort))
+		dns, _ := parsed.ports.get(keyOf(spn("ns", "web", "dns", proxy.UDP)))
+		if &http.Infos()[0] != &dns.Infos()[0] {
+			t.Fatalf("the ports of one slice do not share their endpoints' infos")
+		}
+		all = append(all, http.Infos()...)
 	}
 	first := all[0]
-	if first.NodeName != "node-a" || first.Zone != "zone-a" || !slices.Equal(first.ZoneHints, []string{"zone-a"}) {
-		t.Fatalf("endpoint %+v", *first)
+	want := EndpointInfo{NodeName: "node-a", Zone: "zone-a", ZoneHints: []string{"zone-a"}, Ready: true, Serving: true}
+	if !first.Equal(&want) {
+		t.Fatalf("info %+v, want %+v", *first, want)
 	}
-	for _, ep := range all[1:] {
-		if unsafe.StringData(ep.NodeName) != unsafe.StringData(first.NodeName) ||
-			unsafe.StringData(ep.Zone) != unsafe.StringData(first.Zone) || &ep.ZoneHints[0] != &first.ZoneHints[0] {
-			t.Fatalf("endpoint %v does not share the names of %v", ep.AddrPort(), first.AddrPort())
+	for _, info := range all[1:] {
+		if info != first {
+			t.Fatalf("info %+v is not shared with %+v", *info, *first)
 		}
+	}
+}
+
+// Infos that differ in any part are not shared; a hint named "" is a hint.
+func TestInternedInfosTellApart(t *testing.T) {
+	in := newInterner()
+	base := EndpointInfo{NodeName: "node-a", Ready: true, Serving: true}
+	variants := []EndpointInfo{base}
+	for _, edit := range []func(*EndpointInfo){
+		func(i *EndpointInfo) { i.NodeName = "node-b" },
+		func(i *EndpointInfo) { i.Zone = "zone-a" },
+		func(i *EndpointInfo) { i.ZoneHints = []string{""} },
+		func(i *EndpointInfo) { i.NodeHints = []string{""} },
+		func(i *EndpointInfo) { i.Ready = false },
+		func(i *EndpointInfo) { i.Serving = false },
+		func(i *EndpointInfo) { i.Terminating = true },
+	} {
+		v := base
+		edit(&v)
+		variants = append(variants, v)
+	}
+	seen := map[*EndpointInfo]int{}
+	for i, v := range variants {
+		got := in.info(v)
+		if !got.Equal(&v) {
+			t.Fatalf("info(%+v) = %+v", v, *got)
+		}
+		if j, dup := seen[got]; dup {
+			t.Fatalf("variants %d and %d share %+v", j, i, *got)
+		}
+		seen[got] = i
+		if again := in.info(v); again != got {
+			t.Fatalf("info(%+v) is not shared", v)
+		}
+	}
+	two := EndpointInfo{ZoneHints: []string{"zone-a", "zone-b"}}
+	if got := in.info(two); !got.Equal(&two) {
+		t.Fatalf("two zone hints: %+v", *got)
 	}
 }
 
@@ -227,15 +279,13 @@ func TestInternerStartsOverAtItsBound(t *testing.T) {
 		if got := in.str(name); got != name {
 			t.Fatalf("str(%q) = %q", name, got)
 		}
-		if got := in.list([]string{name}); !slices.Equal(got, []string{name}) {
-			t.Fatalf("list(%q) = %q", name, got)
+		want := EndpointInfo{NodeName: name, ZoneHints: []string{name}, Ready: true}
+		if got := in.info(want); !got.Equal(&want) {
+			t.Fatalf("info(%+v) = %+v", want, *got)
 		}
 	}
-	if len(in.strings) > maxInterned || len(in.lists) > maxInterned {
-		t.Fatalf("interner holds %d strings and %d lists, bound %d", len(in.strings), len(in.lists), maxInterned)
-	}
-	if got := in.list([]string{"a", "b"}); !slices.Equal(got, []string{"a", "b"}) {
-		t.Fatalf("list of two = %q", got)
+	if len(in.strings) > maxInterned || len(in.lists) > maxInterned || len(in.infos) > maxInterned {
+		t.Fatalf("interner holds %d strings, %d lists and %d infos, bound %d", len(in.strings), len(in.lists), len(in.infos), maxInterned)
 	}
 }
 
@@ -248,5 +298,34 @@ func TestEmptied(t *testing.T) {
 		if got := emptied(m); len(got) != 0 || got == nil {
 			t.Fatalf("emptied map of %d: %v", n, got)
 		}
+	}
+}
+
+// The tracker holds one record per Service while anything of it is
+// published or any of its slices is seen, and none after.
+func TestTrackerForgetsAServiceWhenNothingIsLeft(t *testing.T) {
+	svc := proxy.ServiceName{Namespace: "ns", Name: "web"}
+	tr := NewTracker(proxy.IPv4)
+	tr.OnServiceUpdate(nil, makeService("ns", "web", nil))
+	tr.OnEndpointSliceUpdate(nil, makeSlice("ns", "web-1", "web", []string{"10.0.0.1"}, nil))
+	tr.Commit()
+	tr.OnServiceUpdate(makeService("ns", "web", nil), nil)
+	tr.Commit()
+	if r := tr.services[svc]; r == nil || len(r.ports) != 0 || len(r.slices) != 1 || len(r.eps) != 1 {
+		t.Fatalf("with the Service deleted and its slice left: record %+v, want the slice and its endpoints", r)
+	}
+	tr.OnEndpointSliceUpdate(makeSlice("ns", "web-1", "web", nil, nil), nil)
+	if r := tr.services[svc]; r == nil || len(r.eps) != 1 {
+		t.Fatalf("before the Commit, the published endpoints must stay: record %+v", r)
+	}
+	snap, _ := tr.Commit()
+	if len(tr.services) != 0 || len(tr.sliceOwner) != 0 || snap.Endpoints.Len() != 0 || snap.Services.Len() != 0 {
+		t.Fatalf("after deleting everything: records %v, owners %v, snapshot %d/%d", tr.services, tr.sliceOwner, snap.Services.Len(), snap.Endpoints.Len())
+	}
+}
+
+func TestServicePortSize(t *testing.T) {
+	if got := unsafe.Sizeof(ServicePort{}); got > 192 {
+		t.Fatalf("ServicePort takes %d bytes, want at most 192 (the next size class is 208)", got)
 	}
 }

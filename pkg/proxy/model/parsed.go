@@ -75,6 +75,7 @@ func (s *ParsedEndpointSlice) Name() string      { return s.key.name }
 func (t *Tracker) ParseEndpointSlice(slice *discoveryv1.EndpointSlice) *ParsedEndpointSlice {
 	p := identifySlice(slice)
 	if p.family == t.family {
+		p.key.namespace = t.names.str(p.key.namespace)
 		p.endpoints, p.problems, p.err = parseEndpointSlice(slice, t.family, t.names)
 	}
 	return p

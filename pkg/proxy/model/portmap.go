@@ -1,8 +1,10 @@
 package model
 
 import (
+	"cmp"
 	"hash/maphash"
 	"iter"
+	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -13,10 +15,51 @@ import (
 const shardCount = 256
 
 // shardSeed is shared by every PortMap so that shards line up between the
-// successive versions a Tracker produces.
+// successive versions a Tracker produces, and so that a map built by
+// iterating another (desired's from the snapshot's) receives each shard's
+// entries in order and only appends.
 var shardSeed = maphash.MakeSeed()
 
-type shardArray[V any] [shardCount]map[proxy.ServicePortName]V
+// PortNamer is a value that knows its own service port name. A PortMap
+// does not store the name of an entry whose value is a PortNamer of that
+// name (the model's and the desired State's ServicePorts): 64 bytes an
+// entry. PortName must answer for a nil value too.
+type PortNamer interface {
+	PortName() proxy.ServicePortName
+}
+
+// portEntry is one entry of a PortMap.
+type portEntry[V any] struct {
+	hash uint64
+	v    V
+}
+
+// shard is the entries whose hash falls in one shard, sorted by hash: a
+// sorted slice of the exact size rather than a Go map, which at 40 entries
+// holds 64 slots and their control words (docs/performance.md).
+type shard[V any] struct {
+	entries []portEntry[V]
+	// names holds each entry's name, in the order of entries; nil while
+	// every value is a PortNamer of its entry's name.
+	names []proxy.ServicePortName
+}
+
+// nameAt returns the name of entry i.
+func (s *shard[V]) nameAt(i int) proxy.ServicePortName {
+	if s.names != nil {
+		return s.names[i]
+	}
+	return any(s.entries[i].v).(PortNamer).PortName()
+}
+
+// namedBy reports whether v is a PortNamer of name, which then need not be
+// stored.
+func namedBy[V any](v V, name proxy.ServicePortName) bool {
+	n, ok := any(v).(PortNamer)
+	return ok && n.PortName() == name
+}
+
+type shardArray[V any] [shardCount]*shard[V]
 
 // PortMap is an immutable map from service port name to V. It is persistent:
 // editing it (PortMapEditor) yields a new PortMap that shares every shard the
@@ -36,18 +79,37 @@ func NewPortMap[V any](m map[proxy.ServicePortName]V) PortMap[V] {
 	return e.Done()
 }
 
-func shardOf(name proxy.ServicePortName) int {
-	return int(maphash.Comparable(shardSeed, name) % shardCount)
+func hashOf(name proxy.ServicePortName) uint64 {
+	return maphash.Comparable(shardSeed, name)
+}
+
+// search returns where name (of hash h) is in s, or would be inserted:
+// entries are sorted by hash alone, and the few that share one are told
+// apart by name.
+func (s *shard[V]) search(h uint64, name proxy.ServicePortName) (int, bool) {
+	if s == nil {
+		return 0, false
+	}
+	i, _ := slices.BinarySearchFunc(s.entries, h, func(e portEntry[V], h uint64) int { return cmp.Compare(e.hash, h) })
+	for ; i < len(s.entries) && s.entries[i].hash == h; i++ {
+		if s.nameAt(i) == name {
+			return i, true
+		}
+	}
+	return i, false
 }
 
 // Get returns the value for name and whether it is present.
 func (m PortMap[V]) Get(name proxy.ServicePortName) (V, bool) {
-	if m.shards == nil {
-		var zero V
-		return zero, false
+	if m.shards != nil {
+		h := hashOf(name)
+		s := m.shards[h%shardCount]
+		if i, ok := s.search(h, name); ok {
+			return s.entries[i].v, true
+		}
 	}
-	v, ok := m.shards[shardOf(name)][name]
-	return v, ok
+	var zero V
+	return zero, false
 }
 
 // Len returns the number of entries.
@@ -59,9 +121,12 @@ func (m PortMap[V]) All() iter.Seq2[proxy.ServicePortName, V] {
 		if m.shards == nil {
 			return
 		}
-		for _, shard := range m.shards {
-			for k, v := range shard {
-				if !yield(k, v) {
+		for _, s := range m.shards {
+			if s == nil {
+				continue
+			}
+			for i := range s.entries {
+				if !yield(s.nameAt(i), s.entries[i].v) {
 					return
 				}
 			}
@@ -112,7 +177,7 @@ func NewPortMapEditor[V any](base PortMap[V]) *PortMapEditor[V] {
 
 // shard returns a writable shard i, copying the pointer array and the shard
 // itself on first use.
-func (e *PortMapEditor[V]) shard(i int) map[proxy.ServicePortName]V {
+func (e *PortMapEditor[V]) shard(i uint64) *shard[V] {
 	if e.shards == nil {
 		e.shards = new(shardArray[V])
 		if e.base.shards != nil {
@@ -120,10 +185,9 @@ func (e *PortMapEditor[V]) shard(i int) map[proxy.ServicePortName]V {
 		}
 	}
 	if !e.owned[i] {
-		old := e.shards[i]
-		clone := make(map[proxy.ServicePortName]V, len(old)+1)
-		for k, v := range old {
-			clone[k] = v
+		clone := &shard[V]{}
+		if old := e.shards[i]; old != nil {
+			clone.entries, clone.names = exactCopy(old.entries), exactCopy(old.names)
 		}
 		e.shards[i] = clone
 		e.owned[i] = true
@@ -131,33 +195,56 @@ func (e *PortMapEditor[V]) shard(i int) map[proxy.ServicePortName]V {
 	return e.shards[i]
 }
 
+// current returns shard i as edited so far (nil when it has no entries).
+func (e *PortMapEditor[V]) current(i uint64) *shard[V] {
+	if e.shards != nil {
+		return e.shards[i]
+	}
+	if e.base.shards != nil {
+		return e.base.shards[i]
+	}
+	return nil
+}
+
 // Set maps name to v.
 func (e *PortMapEditor[V]) Set(name proxy.ServicePortName, v V) {
-	s := e.shard(shardOf(name))
-	if _, exists := s[name]; !exists {
-		e.n++
+	h := hashOf(name)
+	s := e.shard(h % shardCount)
+	i, found := s.search(h, name)
+	if s.names == nil && !namedBy(v, name) {
+		names := make([]proxy.ServicePortName, len(s.entries))
+		for j := range s.entries {
+			names[j] = s.nameAt(j)
+		}
+		s.names = names
 	}
-	s[name] = v
+	if found {
+		s.entries[i].v = v
+		if s.names != nil {
+			s.names[i] = name
+		}
+		return
+	}
+	s.entries = slices.Insert(s.entries, i, portEntry[V]{hash: h, v: v})
+	if s.names != nil {
+		s.names = slices.Insert(s.names, i, name)
+	}
+	e.n++
 }
 
 // Remove deletes name, if present.
 func (e *PortMapEditor[V]) Remove(name proxy.ServicePortName) {
-	i := shardOf(name)
-	if e.shards == nil && e.base.shards == nil {
+	h := hashOf(name)
+	if _, found := e.current(h%shardCount).search(h, name); !found {
 		return
 	}
-	if _, ok := e.current(i)[name]; !ok {
-		return
+	s := e.shard(h % shardCount)
+	i, _ := s.search(h, name)
+	s.entries = slices.Delete(s.entries, i, i+1)
+	if s.names != nil {
+		s.names = slices.Delete(s.names, i, i+1)
 	}
-	delete(e.shard(i), name)
 	e.n--
-}
-
-func (e *PortMapEditor[V]) current(i int) map[proxy.ServicePortName]V {
-	if e.shards != nil {
-		return e.shards[i]
-	}
-	return e.base.shards[i]
 }
 
 // Done returns the edited map. The editor must not be used afterwards.
@@ -165,5 +252,31 @@ func (e *PortMapEditor[V]) Done() PortMap[V] {
 	if e.shards == nil {
 		return PortMap[V]{shards: e.base.shards, n: e.n}
 	}
+	for i, s := range e.shards {
+		if !e.owned[i] {
+			continue
+		}
+		if len(s.entries) == 0 {
+			e.shards[i] = nil
+			continue
+		}
+		// Appends leave room to grow; a published shard never grows.
+		if cap(s.entries) > len(s.entries) {
+			s.entries = exactCopy(s.entries)
+		}
+		if cap(s.names) > len(s.names) {
+			s.names = exactCopy(s.names)
+		}
+	}
 	return PortMap[V]{shards: e.shards, n: e.n}
+}
+
+// exactCopy returns a copy of s whose capacity is its length; nil for nil.
+func exactCopy[E any](s []E) []E {
+	if s == nil {
+		return nil
+	}
+	out := make([]E, len(s))
+	copy(out, s)
+	return out
 }

@@ -108,3 +108,79 @@ func TestPortMapWithWithoutKeys(t *testing.T) {
 		t.Fatalf("Keys listed %v, want the names of %v", keys, want)
 	}
 }
+
+// A published shard is exactly as long as its entries: appends while
+// editing leave room to grow, which Done gives back, and a shard emptied by
+// an edit is dropped.
+func TestPortMapShardsHoldNoSpareRoom(t *testing.T) {
+	var e PortMapEditor[int]
+	for i := range 5000 {
+		e.Set(portName(i), i)
+	}
+	m := e.Done()
+	for i, s := range m.shards {
+		if s != nil && cap(s.entries) != len(s.entries) {
+			t.Fatalf("shard %d: %d entries, room for %d", i, len(s.entries), cap(s.entries))
+		}
+	}
+	only := NewPortMap(map[proxy.ServicePortName]int{portName(1): 1})
+	if empty := only.Without(portName(1)); empty.Len() != 0 || empty.shards[hashOf(portName(1))%shardCount] != nil {
+		t.Fatalf("removing the only entry left %d entries or an empty shard", empty.Len())
+	}
+}
+
+// Names whose hashes collide are told apart by name.
+func TestPortMapShardSearchTiesOnName(t *testing.T) {
+	s := &shard[int]{entries: []portEntry[int]{{hash: 7, v: 1}, {hash: 7, v: 2}}, names: []proxy.ServicePortName{portName(1), portName(2)}}
+	for _, want := range []int{1, 2} {
+		if i, ok := s.search(7, portName(want)); !ok || s.entries[i].v != want {
+			t.Fatalf("search(%v) = %d, %v", portName(want), i, ok)
+		}
+	}
+	if i, ok := s.search(7, portName(3)); ok || i != 2 {
+		t.Fatalf("search of an absent name = %d, %v; want 2 (after the equal hashes), false", i, ok)
+	}
+}
+
+// A map of ServicePorts under their own names stores no names. A value
+// under another name, or nil, makes its shard store the names of all its
+// entries, and every entry stays reachable.
+func TestPortMapStoresNamesOnlyWhenValuesLackThem(t *testing.T) {
+	ports := map[proxy.ServicePortName]*ServicePort{}
+	for i := range 1000 {
+		ports[portName(i)] = &ServicePort{Name: portName(i)}
+	}
+	m := NewPortMap(ports)
+	for i, s := range m.shards {
+		if s != nil && s.names != nil {
+			t.Fatalf("shard %d stores names of self-named values", i)
+		}
+	}
+	other, nilName := portName(5000), portName(5001)
+	misnamed := &ServicePort{Name: portName(7)}
+	e := NewPortMapEditor(m)
+	e.Set(other, misnamed)
+	e.Set(nilName, nil)
+	edited := e.Done()
+	for _, name := range []proxy.ServicePortName{other, nilName} {
+		if s := edited.shards[hashOf(name)%shardCount]; s.names == nil {
+			t.Fatalf("the shard of %v stores no names", name)
+		}
+	}
+	ports[other], ports[nilName] = misnamed, nil
+	if got := collect(edited); !maps.Equal(got, ports) || edited.Len() != len(ports) {
+		t.Fatalf("edited map: %d entries (Len %d), want %d equal ones", len(got), edited.Len(), len(ports))
+	}
+	for name, want := range ports {
+		if got, ok := edited.Get(name); !ok || got != want {
+			t.Fatalf("Get(%v) = %v, %v; want %v", name, got, ok, want)
+		}
+	}
+	if !maps.Equal(collect(m), func() map[proxy.ServicePortName]*ServicePort {
+		delete(ports, other)
+		delete(ports, nilName)
+		return ports
+	}()) {
+		t.Fatalf("the edit changed the base map")
+	}
+}

@@ -164,4 +164,9 @@ func TestParseServiceTrafficDistribution(t *testing.T) {
 			t.Errorf("case %d: got %+v, want %q", i, ports, tc.want)
 		}
 	}
+	for d, want := range map[TrafficDistribution]string{DistributeAnywhere: "", DistributePreferZone: "PreferSameZone", DistributePreferSameNode: "PreferSameNode"} {
+		if d.String() != want {
+			t.Errorf("%d names itself %q, want %q", d, d.String(), want)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 
@@ -31,46 +32,67 @@ func sortPorts(ports []*ServicePort) portSet {
 	return ports
 }
 
+// portKey names a port within its Service: an endpoint set is one
+// Service's, so its entries need not repeat the Service's name.
+type portKey struct {
+	port     string
+	protocol proxy.Protocol
+}
+
+// keyOf returns the key of name within its Service.
+func keyOf(name proxy.ServicePortName) portKey {
+	return portKey{port: name.Port, protocol: name.Protocol}
+}
+
+// in returns the name of the port k of svc.
+func (k portKey) in(svc proxy.ServiceName) proxy.ServicePortName {
+	return proxy.ServicePortName{ServiceName: svc, Port: k.port, Protocol: k.protocol}
+}
+
+// compare orders keys as ServicePortName.Compare orders one Service's
+// ports.
+func (k portKey) compare(o portKey) int {
+	return cmp.Or(strings.Compare(k.port, o.port), strings.Compare(string(k.protocol), string(o.protocol)))
+}
+
 // portEndpoints is one service port's endpoints, sorted by address and port
 // without duplicates.
 type portEndpoints struct {
-	name proxy.ServicePortName
-	eps  []*Endpoint
+	key portKey
+	eps EndpointList
 }
 
 // endpointSet is the endpoint lists of one Service or one EndpointSlice,
-// sorted by service port name; no list is empty (a port without endpoints is
-// the same as no port).
+// sorted by port; no list is empty (a port without endpoints is the same as
+// no port).
 type endpointSet []portEndpoints
 
-func (s endpointSet) search(name proxy.ServicePortName) (int, bool) {
-	return slices.BinarySearchFunc(s, name, func(pe portEndpoints, n proxy.ServicePortName) int {
-		return pe.name.Compare(n)
-	})
+func (s endpointSet) search(k portKey) (int, bool) {
+	return slices.BinarySearchFunc(s, k, func(pe portEndpoints, k portKey) int { return pe.key.compare(k) })
 }
 
-// get returns the endpoints of name and whether it has any.
-func (s endpointSet) get(name proxy.ServicePortName) ([]*Endpoint, bool) {
-	if i, ok := s.search(name); ok {
+// get returns the endpoints of port k and whether it has any.
+func (s endpointSet) get(k portKey) (EndpointList, bool) {
+	if i, ok := s.search(k); ok {
 		return s[i].eps, true
 	}
-	return nil, false
+	return EndpointList{}, false
 }
 
-// with returns s, which the caller owns, with name's endpoints set to eps
+// with returns s, which the caller owns, with port k's endpoints set to eps
 // (removed when eps is empty).
-func (s endpointSet) with(name proxy.ServicePortName, eps []*Endpoint) endpointSet {
-	i, ok := s.search(name)
+func (s endpointSet) with(k portKey, eps EndpointList) endpointSet {
+	i, ok := s.search(k)
 	switch {
-	case ok && len(eps) == 0:
+	case ok && eps.Len() == 0:
 		return slices.Delete(s, i, i+1)
 	case ok:
 		s[i].eps = eps
 		return s
-	case len(eps) == 0:
+	case eps.Len() == 0:
 		return s
 	}
-	return slices.Insert(s, i, portEndpoints{name: name, eps: eps})
+	return slices.Insert(s, i, portEndpoints{key: k, eps: eps})
 }
 
 // namedSlice is one EndpointSlice of a Service, by the slice's name.

@@ -30,15 +30,14 @@ type Tracker struct {
 	servicesSynced bool
 	slicesSynced   bool
 
-	// What the last Commit published, per Service.
-	snapshot       *Snapshot
-	committedPorts map[proxy.ServiceName]portSet
-	committedEps   map[proxy.ServiceName]endpointSet
-
-	// Every EndpointSlice seen, per Service, and which Service each slice
-	// currently belongs to.
-	slices     map[proxy.ServiceName]sliceList
-	sliceOwner map[sliceKey]proxy.ServiceName
+	// What the last Commit published.
+	snapshot *Snapshot
+	// services holds, per Service, what the last Commit published of it and
+	// every EndpointSlice seen for it.
+	services map[proxy.ServiceName]*serviceRecord
+	// sliceOwner names the Service each slice currently belongs to; it is
+	// in the slice's namespace.
+	sliceOwner map[sliceKey]string
 	// names shares the strings that many endpoints repeat.
 	names *interner
 
@@ -85,17 +84,15 @@ func (t *Tracker) SetProblemReporter(r ProblemReporter) { t.report = r }
 // NewTracker returns an empty Tracker for family.
 func NewTracker(family proxy.IPFamily) *Tracker {
 	return &Tracker{
-		family:         family,
-		start:          time.Now(),
-		snapshot:       &Snapshot{Family: family},
-		committedPorts: map[proxy.ServiceName]portSet{},
-		committedEps:   map[proxy.ServiceName]endpointSet{},
-		slices:         map[proxy.ServiceName]sliceList{},
-		sliceOwner:     map[sliceKey]proxy.ServiceName{},
-		names:          newInterner(),
-		pendingPorts:   map[proxy.ServiceName]portSet{},
-		pendingEps:     map[proxy.ServiceName]endpointSet{},
-		triggerTimes:   map[proxy.ServiceName][]time.Time{},
+		family:       family,
+		start:        time.Now(),
+		snapshot:     &Snapshot{Family: family},
+		services:     map[proxy.ServiceName]*serviceRecord{},
+		sliceOwner:   map[sliceKey]string{},
+		names:        newInterner(),
+		pendingPorts: map[proxy.ServiceName]portSet{},
+		pendingEps:   map[proxy.ServiceName]endpointSet{},
+		triggerTimes: map[proxy.ServiceName][]time.Time{},
 	}
 }
 
@@ -128,7 +125,7 @@ func (t *Tracker) OnParsedServiceUpdate(old, new *ParsedService) bool {
 
 // setServicePorts records ports, which it takes over, as name's.
 func (t *Tracker) setServicePorts(name proxy.ServiceName, ports []*ServicePort) bool {
-	committed := t.committedPorts[name]
+	committed := t.services[name].committedPorts()
 	set := sortPorts(ports)
 	for i, sp := range set {
 		if old := committed.get(sp.Name); sp.Equal(old) {
@@ -175,24 +172,25 @@ func (t *Tracker) OnParsedEndpointSliceUpdate(old, new *ParsedEndpointSlice) boo
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	owner, owned := t.sliceOwner[key]
+	ownerName, owned := t.sliceOwner[key]
+	owner := proxy.ServiceName{Namespace: key.namespace, Name: ownerName}
 	t.countSliceEvent(obj, new != nil && parsed == nil, parsed != nil || owned)
 	changed := false
 	// A slice that is deleted, became invalid, or moved to another Service
 	// no longer counts for the Service it belonged to.
-	if owned && (parsed == nil || owner != parsed.service) {
+	if owned && (parsed == nil || ownerName != parsed.serviceName) {
 		delete(t.sliceOwner, key)
-		if rest := t.slices[owner].remove(key.name); len(rest) > 0 {
-			t.slices[owner] = rest
-		} else {
-			delete(t.slices, owner)
-		}
-		changed = t.refreshEndpoints(owner, time.Time{}, new == nil)
+		r := t.services[owner]
+		r.slices = r.slices.remove(key.name)
+		changed = t.refreshEndpoints(owner, r, time.Time{}, new == nil)
+		t.dropIfEmpty(owner, r)
 	}
 	if parsed != nil {
-		t.slices[parsed.service] = t.slices[parsed.service].set(key.name, parsed)
-		t.sliceOwner[key] = parsed.service
-		changed = t.refreshEndpoints(parsed.service, parsed.triggerTime, false) || changed
+		svc := proxy.ServiceName{Namespace: key.namespace, Name: parsed.serviceName}
+		r := t.record(svc)
+		r.slices = r.slices.set(key.name, parsed)
+		t.sliceOwner[key] = parsed.serviceName
+		changed = t.refreshEndpoints(svc, r, parsed.triggerTime, false) || changed
 	}
 	return changed
 }
@@ -218,14 +216,14 @@ func (t *Tracker) ownsSlice(key sliceKey) bool {
 	return ok
 }
 
-// refreshEndpoints recomputes svc's endpoints from its slices and records
-// them as pending if they differ from the committed ones.
-func (t *Tracker) refreshEndpoints(svc proxy.ServiceName, trigger time.Time, deleted bool) bool {
-	merged := mergeSlices(t.slices[svc])
-	committed := t.committedEps[svc]
+// refreshEndpoints recomputes svc's endpoints from its slices (r) and
+// records them as pending if they differ from the committed ones.
+func (t *Tracker) refreshEndpoints(svc proxy.ServiceName, r *serviceRecord, trigger time.Time, deleted bool) bool {
+	merged := mergeSlices(r.slices)
+	committed := r.eps
 	same := len(merged) == len(committed)
 	for i, pe := range merged {
-		if old, ok := committed.get(pe.name); ok && endpointsEqual(pe.eps, old) {
+		if old, ok := committed.get(pe.key); ok && pe.eps.Equal(old) {
 			// Keep the published list for unchanged ports. merged may be
 			// a slice's own set: replacing a list by an equal one keeps
 			// that slice's endpoints what they were, and the new copy
@@ -250,6 +248,42 @@ func (t *Tracker) refreshEndpoints(svc proxy.ServiceName, trigger time.Time, del
 		t.triggerTimes[svc] = append(t.triggerTimes[svc], trigger)
 	}
 	return true
+}
+
+// serviceRecord is what a Tracker holds of one Service between events: what
+// the last Commit published of it and every EndpointSlice seen for it. One
+// record in one map, rather than three maps keyed by the Service: an entry
+// keyed by a ServiceName costs about 100 bytes.
+type serviceRecord struct {
+	ports  portSet
+	eps    endpointSet
+	slices sliceList
+}
+
+// committedPorts returns the ports the last Commit published; none for a
+// nil record.
+func (r *serviceRecord) committedPorts() portSet {
+	if r == nil {
+		return nil
+	}
+	return r.ports
+}
+
+// record returns svc's record, adding an empty one if it has none.
+func (t *Tracker) record(svc proxy.ServiceName) *serviceRecord {
+	r := t.services[svc]
+	if r == nil {
+		r = &serviceRecord{}
+		t.services[svc] = r
+	}
+	return r
+}
+
+// dropIfEmpty forgets svc once nothing of it is published or seen.
+func (t *Tracker) dropIfEmpty(svc proxy.ServiceName, r *serviceRecord) {
+	if len(r.ports) == 0 && len(r.eps) == 0 && len(r.slices) == 0 {
+		delete(t.services, svc)
+	}
 }
 
 // OnServicesSynced records that the initial list of Services was delivered.

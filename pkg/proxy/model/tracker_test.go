@@ -99,7 +99,7 @@ func TestTrackerABACancels(t *testing.T) {
 	sp2, _ := second.Services.Get(httpPort)
 	eps1, _ := first.Endpoints.Get(httpPort)
 	eps2, _ := second.Endpoints.Get(httpPort)
-	if sp1 != sp2 || &eps1[0] != &eps2[0] {
+	if sp1 != sp2 || &eps1.Addrs()[0] != &eps2.Addrs()[0] || &eps1.Infos()[0] != &eps2.Infos()[0] {
 		t.Fatalf("unchanged values must keep their pointers")
 	}
 }
@@ -137,7 +137,7 @@ func TestTrackerEndpointsAndOverlappingSlices(t *testing.T) {
 		t.Fatalf("endpoints %v, want %v", got, want)
 	}
 	eps, _ := snap.Endpoints.Get(httpPort)
-	if !eps[1].Ready {
+	if !eps.Infos()[1].Ready {
 		t.Fatalf("the ready copy of a duplicate endpoint must win")
 	}
 	if !maps.Equal(ch.Changed, changedSet(httpPort)) {
@@ -152,7 +152,7 @@ func TestTrackerEndpointsAndOverlappingSlices(t *testing.T) {
 		t.Fatalf("after deleting slice b: %v, want %v", got, want)
 	}
 	eps, _ = snap.Endpoints.Get(httpPort)
-	if !eps[0].Ready || eps[1].Ready {
+	if !eps.Infos()[0].Ready || eps.Infos()[1].Ready {
 		t.Fatalf("after deleting slice b, 10.0.0.2 must be slice a's not-ready copy")
 	}
 }
@@ -168,8 +168,8 @@ func TestTrackerDedupIsOrderIndependent(t *testing.T) {
 		}
 		snap, _ := tr.Commit()
 		eps, _ := snap.Endpoints.Get(httpPort)
-		if len(eps) != 1 || !eps[0].Ready {
-			t.Fatalf("order %s,%s: got %d endpoints, want one ready", order[0].Name, order[1].Name, len(eps))
+		if eps.Len() != 1 || !eps.Infos()[0].Ready {
+			t.Fatalf("order %s,%s: got %d endpoints, want one ready", order[0].Name, order[1].Name, eps.Len())
 		}
 	}
 }
@@ -266,6 +266,30 @@ func TestTrackerSliceLosingItsLabelIsRemoved(t *testing.T) {
 	// Deleting the (never valid) object afterwards is harmless.
 	if tr.OnEndpointSliceUpdate(unlabelled, nil) {
 		t.Fatalf("deleting an ignored slice must not need a sync")
+	}
+}
+
+// A slice relabelled to another Service leaves the first and counts for the
+// second, in one event.
+func TestTrackerSliceMovingToAnotherService(t *testing.T) {
+	tr := NewTracker(proxy.IPv4)
+	s := makeSlice("ns", "web-1", "web", []string{"10.0.0.1"}, nil)
+	tr.OnEndpointSliceUpdate(nil, s)
+	tr.Commit()
+	moved := makeSlice("ns", "web-1", "api", []string{"10.0.0.1"}, nil)
+	if !tr.OnEndpointSliceUpdate(s, moved) {
+		t.Fatalf("a slice moving to another Service must need a sync")
+	}
+	snap, ch := tr.Commit()
+	api := spn("ns", "api", "http", proxy.TCP)
+	if got := endpointAddrs(snap, api); snap.Endpoints.Len() != 1 || !slices.Equal(got, []string{"10.0.0.1:8080"}) {
+		t.Fatalf("after the move: %d endpoint lists, api has %v", snap.Endpoints.Len(), got)
+	}
+	if !maps.Equal(ch.Changed, changedSet(httpPort, api)) {
+		t.Fatalf("changes %v, want both Services' ports", ch.Changed)
+	}
+	if _, ok := tr.services[proxy.ServiceName{Namespace: "ns", Name: "web"}]; ok || tr.sliceOwner[sliceKey{"ns", "web-1"}] != "api" {
+		t.Fatalf("the first Service is still held (%v) or the slice's owner is %q", ok, tr.sliceOwner[sliceKey{"ns", "web-1"}])
 	}
 }
 
