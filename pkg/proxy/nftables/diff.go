@@ -277,11 +277,7 @@ func (s *store) diffChain(name string) []*unit {
 	if d.epMap != nil {
 		m = s.sets[d.epMap.name]
 	}
-	var size uint64
-	grow := false
-	if m != nil {
-		size, grow = s.epMapSize(d.epMap.name, m)
-	}
+	grow := m != nil && s.epMapOutgrown(d.epMap.name, m)
 	if slices.Equal(ids, e.kernel) && (m == nil || m.present) && !grow {
 		return units
 	}
@@ -300,7 +296,7 @@ func (s *store) diffChain(name string) []*unit {
 		// this unit too (an upgrade from shared endpoint maps, a repair).
 		live := e.present && len(e.kernel) > 0
 		spec := *d.epMap
-		spec.size = size
+		spec.size = s.epMapSize(spec.name, m, grow)
 		elemOps = s.bindEndpointMap(u, &spec, m, live)
 	}
 	if c := chainCounter(name); c != "" {
@@ -382,21 +378,37 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 // re-created anyway.
 const minEPMapSize = 64
 
-// epMapSize returns the size endpoint map name is (re-)created with, and
-// whether its kernel object m must be re-created because it is too small.
-// The store holds an entry for every element the map has or will have, so
-// their count bounds what it holds at any point of the sync (adds go
-// before deletes).
-func (s *store) epMapSize(name string, m *setEntry) (size uint64, grow bool) {
-	n := s.elemCount(name)
-	if m.present && m.size != 0 && n <= m.size {
-		return m.size, false
+// epMapOutgrown reports whether the kernel object m of endpoint map name
+// must be re-created because it is too small. The store holds an entry for
+// every element the map has or will have, so their count bounds what it
+// holds at any point of the sync (adds go before deletes). Counting them
+// walks the map, so it is done only when a bound in O(1) does not settle
+// it: an entry of a map of n endpoints stands for at most n elements
+// (endpointMapSlots), and a map's size is at least twice what it held
+// when it was made, so a partial sync almost never counts.
+func (s *store) epMapOutgrown(name string, m *setEntry) bool {
+	if !m.present || m.size == 0 {
+		return false
 	}
-	size = minEPMapSize
+	if n, ok := endpointMapSlots(name); ok && uint64(len(s.elems[name]))*uint64(n) <= m.size {
+		return false
+	}
+	return s.elemCount(name) > m.size
+}
+
+// epMapSize returns the size endpoint map name is (re-)created with: its
+// kernel object's (m), unless it outgrew it (grow) or has none, else twice
+// what it will hold, a power of two.
+func (s *store) epMapSize(name string, m *setEntry, grow bool) uint64 {
+	if m.present && m.size != 0 && !grow {
+		return m.size
+	}
+	n := s.elemCount(name)
+	size := uint64(minEPMapSize)
 	for size < 2*n {
 		size *= 2
 	}
-	return size, m.present && m.size != 0
+	return size
 }
 
 // elemCount is the number of elements the entries of set stand for: a

@@ -65,10 +65,13 @@ func (k storeSink) Set(name string, isMap bool, size uint64) bool {
 }
 
 func (k storeSink) Elements(set string, kv []string) {
-	slotted := isEndpointMap(set)
+	slots, slotted := endpointMapSlots(set)
 	for i := 0; i+1 < len(kv); i += 2 {
 		if slotted {
-			if frontend, slot, ok := splitSlotKey(kv[i]); ok {
+			// A slot the map's numgen never picks is no endpoint:
+			// an element of its own (deleted), so that no group holds
+			// more slots than the map's count (epMapOutgrown).
+			if frontend, slot, ok := splitSlotKey(kv[i]); ok && slot < slots {
 				k.slot(set, frontend, slot, kv[i+1])
 				continue
 			}

@@ -20,11 +20,6 @@ func slotElemKey(frontend string, slot int) string {
 	return frontend + elemSep + strconv.Itoa(slot)
 }
 
-// maxSlot bounds the slots a read-back groups: numgen never picks a slot
-// beyond the endpoint count, and an element someone else added with a
-// huge slot is kept as an element of its own (and deleted).
-const maxSlot = 1 << 20
-
 // splitSlotKey splits an endpoint-map key into frontend and slot.
 func splitSlotKey(key string) (frontend string, slot int, ok bool) {
 	i := strings.LastIndex(key, elemSep)
@@ -32,7 +27,7 @@ func splitSlotKey(key string) (frontend string, slot int, ok bool) {
 		return "", 0, false
 	}
 	slot, err := strconv.Atoi(key[i+len(elemSep):])
-	if err != nil || slot < 0 || slot >= maxSlot {
+	if err != nil || slot < 0 {
 		return "", 0, false
 	}
 	return key[:i], slot, true

@@ -108,25 +108,26 @@ func TestSlotGroupChanges(t *testing.T) {
 
 // TestReadBackGroupsSlots: read-back gathers an endpoint map's elements,
 // in any order, into their frontend's slot group; a key that is no
-// frontend · slot stays an element of its own.
+// frontend · slot, or whose slot the map's numgen never picks (≥ its
+// endpoint count), stays an element of its own.
 func TestReadBackGroupsSlots(t *testing.T) {
 	s := newStore()
 	sink := storeSink{s, map[*elemEntry][]string{}}
 	const m = "internal-endpoints-3-s0"
 	sink.Set(m, true, 64)
 	sink.Elements(m, []string{"fe . 2", "c", "fe . 0", "a", "odd", "v"})
-	sink.Elements(m, []string{"fe . 99999999", "z"})
+	sink.Elements(m, []string{"fe . 99999999", "z", "fe . 3", "y"})
 	sink.finish()
 	if e := s.elems[m]["fe"]; e == nil || !e.slots || !e.present || e.kernel != "a||c" {
 		t.Errorf("slot group %+v, want slots a, -, c", e)
 	}
-	for _, key := range []string{"odd", "fe . 99999999"} {
+	for _, key := range []string{"odd", "fe . 99999999", "fe . 3"} {
 		if e := s.elems[m][key]; e == nil || e.slots || !e.present {
 			t.Errorf("%q read back as %+v, want a plain element", key, e)
 		}
 	}
-	if n := s.elemCount(m); n != 5 {
-		t.Errorf("elemCount %d, want 5", n)
+	if n := s.elemCount(m); n != 6 {
+		t.Errorf("elemCount %d, want 6", n)
 	}
 }
 
