@@ -333,34 +333,36 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 	}
 	s.recreated[name] = true
 	elems := s.elems[name]
-	keys := slices.Sorted(maps.Keys(elems))
-	values := make(map[string]string, len(keys))
+	// In key order: the same State sends the same transaction.
+	entries := slices.SortedFunc(elems.all, func(a, b *elemEntry) int { return strings.Compare(a.key, b.key) })
+	var kept, gone []*elemEntry
+	var values []string
 	var ops []func(*knftables.Transaction)
-	for _, k := range keys {
-		v, ok := s.desiredValue(elems[k])
+	for _, e := range entries {
+		v, ok := s.desiredValue(e)
 		if !ok {
+			gone = append(gone, e)
 			continue
 		}
-		values[k] = v
+		kept, values = append(kept, e), append(values, v)
 		add := func(key, value string) {
 			el := &knftables.Element{Map: name, Key: splitElem(key), Value: splitElem(value)}
 			ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
 		}
-		if !elems[k].slots {
-			add(k, v)
+		if !e.slots {
+			add(e.key, v)
 			continue
 		}
-		eachSlot(v, func(slot int, value string) { add(slotElemKey(k, slot), value) })
+		eachSlot(v, func(slot int, value string) { add(slotElemKey(e.key, slot), value) })
 	}
 	u.commit = func() {
 		commitRules()
 		m.present, m.isMap, m.size = true, true, spec.size
-		for k, e := range elems {
-			if v, ok := values[k]; ok {
-				e.present, e.kernel = true, v
-			} else {
-				delete(elems, k)
-			}
+		for i, e := range kept {
+			e.present, e.kernel = true, values[i]
+		}
+		for _, e := range gone {
+			elems.remove(e.key)
 		}
 	}
 	return ops
@@ -390,7 +392,7 @@ func (s *store) epMapOutgrown(name string, m *setEntry) bool {
 	if !m.present || m.size == 0 {
 		return false
 	}
-	if n, ok := endpointMapSlots(name); ok && uint64(len(s.elems[name]))*uint64(n) <= m.size {
+	if n, ok := endpointMapSlots(name); ok && uint64(s.elems[name].len())*uint64(n) <= m.size {
 		return false
 	}
 	return s.elemCount(name) > m.size
@@ -416,7 +418,7 @@ func (s *store) epMapSize(name string, m *setEntry, grow bool) uint64 {
 // more.
 func (s *store) elemCount(set string) uint64 {
 	n := uint64(0)
-	for _, e := range s.elems[set] {
+	for e := range s.elems[set].all {
 		if !e.slots {
 			n++
 			continue

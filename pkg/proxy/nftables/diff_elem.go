@@ -24,7 +24,7 @@ func changeOps(c knft.Change) int {
 func (s *store) committed(e *elemEntry) {
 	want, ok := s.desiredValue(e)
 	if !ok {
-		delete(s.elems[s.setOf(e)], e.key)
+		s.elems[s.setOf(e)].remove(e.key)
 		return
 	}
 	e.present, e.kernel = true, want
@@ -101,7 +101,7 @@ func (s *store) diffElem(e *elemEntry) (int, bool) {
 	rank := elemRank(s.setOf(e))
 	switch {
 	case !ok && !e.present:
-		delete(s.elems[s.setOf(e)], e.key)
+		s.elems[s.setOf(e)].remove(e.key)
 		return 0, false
 	case !ok && set.interval():
 		// With the set's adds, and before them (diffElems): the kernel

@@ -20,7 +20,7 @@ func (s *store) readBack(ctx context.Context, k knft.Interface) error {
 	sink.finish()
 	if err != nil {
 		s.tablePresent = false
-		s.chains, s.sets, s.elems = map[string]*chainEntry{}, map[string]*setEntry{}, map[string]map[string]*elemEntry{}
+		s.chains, s.sets, s.elems = map[string]*chainEntry{}, map[string]*setEntry{}, map[string]*entryIndex{}
 	}
 	return err
 }

@@ -118,11 +118,11 @@ func TestReadBackGroupsSlots(t *testing.T) {
 	sink.Elements(m, []string{"fe . 2", "c", "fe . 0", "a", "odd", "v"})
 	sink.Elements(m, []string{"fe . 99999999", "z", "fe . 3", "y"})
 	sink.finish()
-	if e := s.elems[m]["fe"]; e == nil || !e.slots || !e.present || e.kernel != "a||c" {
+	if e := s.elems[m].get("fe"); e == nil || !e.slots || !e.present || e.kernel != "a||c" {
 		t.Errorf("slot group %+v, want slots a, -, c", e)
 	}
 	for _, key := range []string{"odd", "fe . 99999999", "fe . 3"} {
-		if e := s.elems[m][key]; e == nil || e.slots || !e.present {
+		if e := s.elems[m].get(key); e == nil || e.slots || !e.present {
 			t.Errorf("%q read back as %+v, want a plain element", key, e)
 		}
 	}
@@ -134,13 +134,13 @@ func TestReadBackGroupsSlots(t *testing.T) {
 // kernelElems calls f with every element of set the kernel holds, slot
 // groups spelled as the kernel's elements.
 func (s *store) kernelElems(set string, f func(key, value string)) {
-	for key, e := range s.elems[set] {
+	for e := range s.elems[set].all {
 		switch {
 		case !e.present:
 		case e.slots:
-			eachSlot(e.kernel, func(slot int, v string) { f(slotElemKey(key, slot), v) })
+			eachSlot(e.kernel, func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
 		default:
-			f(key, e.kernel)
+			f(e.key, e.kernel)
 		}
 	}
 }

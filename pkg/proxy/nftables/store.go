@@ -18,7 +18,7 @@ type store struct {
 	tablePresent bool
 	chains       map[string]*chainEntry
 	sets         map[string]*setEntry
-	elems        map[string]map[string]*elemEntry
+	elems        map[string]*entryIndex // by set
 	// setIDs and setNames number the sets elements belong to
 	// (elemEntry.set): 4 bytes per entry instead of a name.
 	setIDs   map[string]uint32
@@ -88,7 +88,7 @@ func newStore() *store {
 	s := &store{
 		chains: map[string]*chainEntry{},
 		sets:   map[string]*setEntry{},
-		elems:  map[string]map[string]*elemEntry{},
+		elems:  map[string]*entryIndex{},
 		setIDs: map[string]uint32{},
 		more:   map[*elemEntry][]elemClaim{},
 		parts:  map[owner]*part{},
@@ -121,11 +121,11 @@ func (s *store) resetClaims() {
 	s.more = map[*elemEntry][]elemClaim{}
 	n := 0
 	for _, m := range s.elems {
-		n += len(m)
+		n += m.len()
 	}
 	s.dirtyElems = slices.Grow(s.dirtyElems, n)
 	for _, m := range s.elems {
-		for _, e := range m {
+		for e := range m.all {
 			e.first, e.shared = elemClaim{}, false
 			s.markDirty(e)
 		}
@@ -171,7 +171,7 @@ func (s *store) claim(o owner, p *part) {
 	p.entries = make([]*elemEntry, 0, len(p.elems))
 	var set string
 	var setID uint32
-	var m map[string]*elemEntry
+	var m *entryIndex
 	for _, el := range p.elems {
 		// A part's elements come in runs of one set.
 		if m == nil || el.set != set {
@@ -181,9 +181,9 @@ func (s *store) claim(o owner, p *part) {
 		// holds): no second lookup.
 		e := el.entry
 		if e == nil {
-			if e = m[el.key]; e == nil {
+			if e = m.get(el.key); e == nil {
 				e = &elemEntry{set: setID, key: el.key, slots: el.slots}
-				m[el.key] = e
+				m.add(e)
 			}
 		}
 		if s.addClaim(e, elemClaim{owner: id, value: el.value}) {
@@ -241,8 +241,8 @@ func (s *store) reserve(parts []*part) {
 	}
 	total := 0
 	for set, n := range counts {
-		if set != "" && len(s.elems[set]) == 0 {
-			s.elems[set] = make(map[string]*elemEntry, n)
+		if set != "" && s.elems[set].len() == 0 {
+			s.elems[set] = newEntryIndex(n)
 		}
 		total += n
 	}
@@ -270,7 +270,7 @@ func (s *store) setOf(e *elemEntry) string { return s.setNames[e.set] }
 // holdsElements reports whether any set has entries.
 func (s *store) holdsElements() bool {
 	for _, m := range s.elems {
-		if len(m) > 0 {
+		if m.len() > 0 {
 			return true
 		}
 	}
@@ -278,10 +278,10 @@ func (s *store) holdsElements() bool {
 }
 
 // setElems returns the entries of set, creating the map if needed.
-func (s *store) setElems(set string) map[string]*elemEntry {
+func (s *store) setElems(set string) *entryIndex {
 	m := s.elems[set]
 	if m == nil {
-		m = map[string]*elemEntry{}
+		m = &entryIndex{}
 		s.elems[set] = m
 	}
 	return m
@@ -289,13 +289,13 @@ func (s *store) setElems(set string) map[string]*elemEntry {
 
 func (s *store) elem(set, key string, create bool) *elemEntry {
 	if !create {
-		return s.elems[set][key]
+		return s.elems[set].get(key)
 	}
 	m := s.setElems(set)
-	e := m[key]
+	e := m.get(key)
 	if e == nil {
 		e = &elemEntry{set: s.setID(set), key: key}
-		m[key] = e
+		m.add(e)
 	}
 	return e
 }
@@ -369,12 +369,12 @@ func (s *store) dropClaim(e *elemEntry, o *owner) {
 // exists there (at a cold start none does, and render skips the lookups).
 func (s *store) hasElems(set string) bool {
 	e := s.sets[set]
-	return e != nil && e.present && len(s.elems[set]) > 0
+	return e != nil && e.present && s.elems[set].len() > 0
 }
 
 // kernelEntry is the entry of an element the kernel holds, or nil.
 func (s *store) kernelEntry(set, key string) *elemEntry {
-	e := s.elems[set][key]
+	e := s.elems[set].get(key)
 	if e == nil || !e.present {
 		return nil
 	}

@@ -1,0 +1,70 @@
+package nftables
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestEntryIndexAgreesWithAMap: random adds, lookups and removals (which
+// move entries back within their probe run, wrapping around the table's
+// end) leave the index holding exactly what a Go map holds, and every
+// entry reachable by its key.
+func TestEntryIndexAgreesWithAMap(t *testing.T) {
+	for _, reserved := range []int{0, 100} {
+		rng := rand.New(rand.NewPCG(1, uint64(reserved)))
+		x := newEntryIndex(reserved)
+		want := map[string]*elemEntry{}
+		for step := range 20000 {
+			key := fmt.Sprintf("10.0.%d.%d . tcp . 80", rng.IntN(4), rng.IntN(100))
+			switch e := x.get(key); {
+			case e != want[key]:
+				t.Fatalf("step %d: get(%q) = %p, want %p", step, key, e, want[key])
+			case e == nil && rng.IntN(3) > 0:
+				e = &elemEntry{key: key}
+				x.add(e)
+				want[key] = e
+			case e != nil && rng.IntN(2) == 0:
+				x.remove(key)
+				delete(want, key)
+			}
+			if x.len() != len(want) {
+				t.Fatalf("step %d: len %d, want %d", step, x.len(), len(want))
+			}
+		}
+		seen := 0
+		for e := range x.all {
+			if want[e.key] != e || x.get(e.key) != e {
+				t.Fatalf("entry %q: not the map's, or not found by its key", e.key)
+			}
+			seen++
+		}
+		if seen != len(want) {
+			t.Errorf("all yielded %d entries, want %d", seen, len(want))
+		}
+	}
+}
+
+// TestEntryIndexSize: a reserved index takes n entries without growing,
+// and no index fills more than maxLoad of its slots.
+func TestEntryIndexSize(t *testing.T) {
+	x := newEntryIndex(1000)
+	slots := len(x.slots)
+	for i := range 1000 {
+		x.add(&elemEntry{key: fmt.Sprint(i)})
+	}
+	if len(x.slots) != slots {
+		t.Errorf("grew from %d to %d slots for the 1000 entries reserved", slots, len(x.slots))
+	}
+	for i := 1000; i < 5000; i++ {
+		x.add(&elemEntry{key: fmt.Sprint(i)})
+		if x.n*maxLoadDen > len(x.slots)*maxLoadNum {
+			t.Fatalf("%d entries in %d slots", x.n, len(x.slots))
+		}
+	}
+	var none *entryIndex
+	if none.len() != 0 || none.get("x") != nil {
+		t.Error("a nil index is not empty")
+	}
+	none.remove("x")
+}
