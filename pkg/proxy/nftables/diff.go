@@ -349,7 +349,7 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 			el := &knftables.Element{Map: name, Key: splitElem(key), Value: splitElem(value)}
 			ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
 		}
-		if !e.slots {
+		if !e.slots() {
 			add(e.key, v)
 			continue
 		}
@@ -359,7 +359,7 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 		commitRules()
 		m.present, m.isMap, m.size = true, true, spec.size
 		for i, e := range kept {
-			e.present, e.kernel = true, values[i]
+			e.setKernel(values[i])
 		}
 		for _, e := range gone {
 			elems.remove(e.key)
@@ -419,13 +419,13 @@ func (s *store) epMapSize(name string, m *setEntry, grow bool) uint64 {
 func (s *store) elemCount(set string) uint64 {
 	n := uint64(0)
 	for e := range s.elems[set].all {
-		if !e.slots {
+		if !e.slots() {
 			n++
 			continue
 		}
 		want, _ := s.desiredValue(e)
-		if e.present && e.kernel != want {
-			n += uint64(max(slotCount(want), slotCount(e.kernel)))
+		if e.present() && e.kernel() != want {
+			n += uint64(max(slotCount(want), slotCount(e.kernel())))
 		} else { // the usual case: one value to count
 			n += uint64(slotCount(want))
 		}

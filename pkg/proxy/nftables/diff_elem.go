@@ -27,7 +27,7 @@ func (s *store) committed(e *elemEntry) {
 		s.elems[s.setOf(e)].remove(e.key)
 		return
 	}
-	e.present, e.kernel = true, want
+	e.setKernel(want)
 }
 
 // interval reports whether the set is an interval set (its elements are
@@ -62,13 +62,13 @@ func (s *store) elemChange(e *elemEntry) knft.Change {
 	if !ok {
 		return knft.Change{Key: e.key, Del: true}
 	}
-	return knft.Change{Key: e.key, Value: want, Del: e.present, Add: true}
+	return knft.Change{Key: e.key, Value: want, Del: e.present(), Add: true}
 }
 
 // elemChanges yields the changes e needs: elemChange's, or one per slot
 // of a slot group whose value differs.
 func (s *store) elemChanges(e *elemEntry, yield func(knft.Change) bool) bool {
-	if !e.slots {
+	if !e.slots() {
 		return yield(s.elemChange(e))
 	}
 	return s.eachSlotChange(e, func(slot int, kernel, want string) bool {
@@ -78,7 +78,7 @@ func (s *store) elemChanges(e *elemEntry, yield func(knft.Change) bool) bool {
 
 // elemOps is the number of operations of e's changes.
 func (s *store) elemOps(e *elemEntry) int {
-	if !e.slots {
+	if !e.slots() {
 		return changeOps(s.elemChange(e))
 	}
 	n := 0
@@ -100,7 +100,7 @@ func (s *store) diffElem(e *elemEntry) (int, bool) {
 	}
 	rank := elemRank(s.setOf(e))
 	switch {
-	case !ok && !e.present:
+	case !ok && !e.present():
 		s.elems[s.setOf(e)].remove(e.key)
 		return 0, false
 	case !ok && set.interval():
@@ -110,7 +110,7 @@ func (s *store) diffElem(e *elemEntry) (int, bool) {
 		return elemAddPhase(rank), true
 	case !ok:
 		return phaseElemDel + 2 - rank, true
-	case e.present && e.kernel == want:
+	case e.present() && e.kernel() == want:
 		return 0, false
 	}
 	return elemAddPhase(rank), true

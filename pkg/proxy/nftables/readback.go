@@ -76,15 +76,14 @@ func (k storeSink) Elements(set string, kv []string) {
 				continue
 			}
 		}
-		e := k.s.elem(set, kv[i], true)
-		e.present, e.kernel = true, kv[i+1]
+		k.s.elem(set, kv[i], true).setKernel(kv[i+1])
 	}
 }
 
 // slot records the value of one slot of a frontend's group.
 func (k storeSink) slot(set, frontend string, slot int, value string) {
 	e := k.s.elem(set, frontend, true)
-	e.slots, e.present = true, true
+	e.flag(entrySlots|entryPresent, true)
 	vs := k.slots[e]
 	if slot >= len(vs) {
 		vs = append(vs, make([]string, slot+1-len(vs))...)
@@ -96,7 +95,7 @@ func (k storeSink) slot(set, frontend string, slot int, value string) {
 // finish gives each slot group read back its kernel value.
 func (k storeSink) finish() {
 	for e, vs := range k.slots {
-		e.kernel = strings.Join(vs, slotSep)
+		e.setKernel(strings.Join(vs, slotSep))
 	}
 	clear(k.slots)
 }

@@ -56,10 +56,7 @@ func slotCount(joined string) int {
 // value differs from the desired one ("": none), until f returns false.
 func (s *store) eachSlotChange(e *elemEntry, f func(slot int, kernel, want string) bool) bool {
 	want, _ := s.desiredValue(e)
-	kernel := ""
-	if e.present {
-		kernel = e.kernel
-	}
+	kernel := e.kernel()
 	if want == kernel {
 		return true
 	}
@@ -97,15 +94,15 @@ func (s *store) assignSlots(p *part) *part {
 // assignGroup reorders the slot values of one frontend's group el.
 func (s *store) assignGroup(el *elemSpec) {
 	e := s.kernelEntry(el.set, el.key)
-	if e == nil || !e.slots {
+	if e == nil || !e.slots() {
 		return
 	}
 	el.key, el.entry = e.key, e // share the kernel's key
-	if e.kernel == el.value {
+	if e.kernel() == el.value {
 		return // a restart, or a change elsewhere: nothing moves
 	}
 	values := strings.Split(el.value, slotSep)
-	kernel := strings.Split(e.kernel, slotSep)
+	kernel := strings.Split(e.kernel(), slotSep)
 	index := valueIndex(values)
 	out := make([]string, len(values))
 	placed := make([]bool, len(values))

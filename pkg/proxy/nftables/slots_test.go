@@ -69,7 +69,8 @@ func TestAssignSlotsFillsFreeSlots(t *testing.T) {
 	s := newStore()
 	s.sets["m"] = &setEntry{present: true, isMap: true}
 	e := s.elem("m", "fe", true)
-	e.present, e.kernel, e.slots = true, "b|gone|a", true
+	e.setKernel("b|gone|a")
+	e.flag(entrySlots, true)
 	p := &part{elems: []elemSpec{{set: "m", key: "fe", value: "a|b|c", slots: true}}}
 	got := s.assignSlots(p).elems[0]
 	if got.value != "b|c|a" || got.entry != e {
@@ -84,7 +85,8 @@ func TestAssignSlotsFillsFreeSlots(t *testing.T) {
 func TestSlotGroupChanges(t *testing.T) {
 	s := newStore()
 	e := s.elem("m", "fe", true)
-	e.present, e.kernel, e.slots = true, "a||c|x", true
+	e.setKernel("a||c|x")
+	e.flag(entrySlots, true)
 	o := countsName("a")
 	s.addClaim(e, elemClaim{owner: &o, value: "a|b|d"})
 	var got []knft.Change
@@ -101,8 +103,8 @@ func TestSlotGroupChanges(t *testing.T) {
 		t.Errorf("%d operations, want 4", n)
 	}
 	s.committed(e)
-	if e.kernel != "a|b|d" || !e.present {
-		t.Errorf("kernel side %q present=%v after commit, want %q", e.kernel, e.present, "a|b|d")
+	if e.kernel() != "a|b|d" || !e.present() {
+		t.Errorf("kernel side %q present=%v after commit, want %q", e.kernel(), e.present(), "a|b|d")
 	}
 }
 
@@ -118,11 +120,11 @@ func TestReadBackGroupsSlots(t *testing.T) {
 	sink.Elements(m, []string{"fe . 2", "c", "fe . 0", "a", "odd", "v"})
 	sink.Elements(m, []string{"fe . 99999999", "z", "fe . 3", "y"})
 	sink.finish()
-	if e := s.elems[m].get("fe"); e == nil || !e.slots || !e.present || e.kernel != "a||c" {
+	if e := s.elems[m].get("fe"); e == nil || !e.slots() || !e.present() || e.kernel() != "a||c" {
 		t.Errorf("slot group %+v, want slots a, -, c", e)
 	}
 	for _, key := range []string{"odd", "fe . 99999999", "fe . 3"} {
-		if e := s.elems[m].get(key); e == nil || e.slots || !e.present {
+		if e := s.elems[m].get(key); e == nil || e.slots() || !e.present() {
 			t.Errorf("%q read back as %+v, want a plain element", key, e)
 		}
 	}
@@ -136,11 +138,11 @@ func TestReadBackGroupsSlots(t *testing.T) {
 func (s *store) kernelElems(set string, f func(key, value string)) {
 	for e := range s.elems[set].all {
 		switch {
-		case !e.present:
-		case e.slots:
-			eachSlot(e.kernel, func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
+		case !e.present():
+		case e.slots():
+			eachSlot(e.kernel(), func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
 		default:
-			f(e.key, e.kernel)
+			f(e.key, e.kernel())
 		}
 	}
 }

@@ -59,31 +59,6 @@ type setEntry struct {
 	size    uint64 // of the kernel object, when present; 0: no limit
 }
 
-// elemEntry is one element, or one frontend's endpoint slots (slots;
-// 115k at 10k×10): it fits the 64-byte size class (TestElemEntrySize), so
-// the set is a number (store.setOf) and the rare claims after the first
-// live in store.more.
-type elemEntry struct {
-	key    string
-	kernel string // value in the kernel
-	// first is the first claim (owner nil: none); most elements have one
-	// owner, and a slice per element cost an allocation each.
-	first   elemClaim
-	set     uint32 // store.setNames index
-	dirty   bool
-	present bool
-	shared  bool // claims beyond first, in store.more
-	slots   bool // a frontend's endpoint slots (slots.go)
-}
-
-// elemClaim is one owner's claim on an element. The owner is its part's
-// copy, shared by all the part's claims: 8 bytes per claim instead of a
-// 64-byte name (150k claims at 10k×10).
-type elemClaim struct {
-	owner *owner
-	value string
-}
-
 func newStore() *store {
 	s := &store{
 		chains: map[string]*chainEntry{},
@@ -101,7 +76,7 @@ func (s *store) clearDirty() {
 	s.dirtyChains = map[string]struct{}{}
 	s.dirtySets = map[string]struct{}{}
 	for _, e := range s.dirtyElems {
-		e.dirty = false
+		e.flag(entryDirty, false)
 	}
 	s.dirtyElems = nil
 }
@@ -126,7 +101,7 @@ func (s *store) resetClaims() {
 	s.dirtyElems = slices.Grow(s.dirtyElems, n)
 	for _, m := range s.elems {
 		for e := range m.all {
-			e.first, e.shared = elemClaim{}, false
+			e.clearClaims()
 			s.markDirty(e)
 		}
 	}
@@ -182,15 +157,16 @@ func (s *store) claim(o owner, p *part) {
 		e := el.entry
 		if e == nil {
 			if e = m.get(el.key); e == nil {
-				e = &elemEntry{set: setID, key: el.key, slots: el.slots}
+				e = &elemEntry{set: setID, key: el.key}
+				e.flag(entrySlots, el.slots)
 				m.add(e)
 			}
 		}
 		if s.addClaim(e, elemClaim{owner: id, value: el.value}) {
 			p.entries = append(p.entries, e)
 		}
-		if e.present && e.kernel == el.value {
-			e.kernel = el.value // one string for both: a copy read back can go
+		if e.present() && e.kernel() == el.value && el.value != "" {
+			e.vals.kernel = el.value // one string for both: a copy read back can go
 		}
 		s.markDirty(e)
 	}
@@ -301,68 +277,10 @@ func (s *store) elem(set, key string, create bool) *elemEntry {
 }
 
 func (s *store) markDirty(e *elemEntry) {
-	if !e.dirty {
-		e.dirty = true
+	if !e.dirty() {
+		e.flag(entryDirty, true)
 		s.dirtyElems = append(s.dirtyElems, e)
 	}
-}
-
-// desiredValue is the value of the element's first claimant in name
-// order, so that conflicting claims resolve the same way in every sync.
-func (s *store) desiredValue(e *elemEntry) (string, bool) {
-	if e.first.owner == nil {
-		return "", false
-	}
-	best := e.first
-	for _, c := range s.others(e) {
-		if c.owner.Compare(*best.owner) < 0 {
-			best = c
-		}
-	}
-	return best.value, true
-}
-
-// addClaim adds c to e unless its owner has a claim already, and reports
-// whether it did.
-func (s *store) addClaim(e *elemEntry, c elemClaim) bool {
-	switch {
-	case e.first.owner == nil:
-		e.first = c
-	case e.first.owner == c.owner || slices.ContainsFunc(s.others(e), func(m elemClaim) bool { return m.owner == c.owner }):
-		return false
-	default:
-		s.setOthers(e, append(s.others(e), c))
-	}
-	return true
-}
-
-// others returns e's claims after the first.
-func (s *store) others(e *elemEntry) []elemClaim {
-	if !e.shared {
-		return nil
-	}
-	return s.more[e]
-}
-
-func (s *store) setOthers(e *elemEntry, cs []elemClaim) {
-	e.shared = len(cs) > 0
-	if e.shared {
-		s.more[e] = cs
-	} else {
-		delete(s.more, e)
-	}
-}
-
-// dropClaim removes o's claim on e.
-func (s *store) dropClaim(e *elemEntry, o *owner) {
-	more := slices.DeleteFunc(s.others(e), func(c elemClaim) bool { return c.owner == o })
-	if e.first.owner == o {
-		e.first = elemClaim{}
-		if len(more) > 0 {
-			e.first, more = more[0], more[1:]
-		}
-	}
-	s.setOthers(e, more)
 }
 
 // hasElems reports whether the kernel may hold elements of set: its set
@@ -375,7 +293,7 @@ func (s *store) hasElems(set string) bool {
 // kernelEntry is the entry of an element the kernel holds, or nil.
 func (s *store) kernelEntry(set, key string) *elemEntry {
 	e := s.elems[set].get(key)
-	if e == nil || !e.present {
+	if e == nil || !e.present() {
 		return nil
 	}
 	return e
