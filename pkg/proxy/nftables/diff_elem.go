@@ -60,9 +60,9 @@ func (s *store) deletesFirst(els []*elemEntry) {
 func (s *store) elemChange(e *elemEntry) knft.Change {
 	want, ok := s.desiredValue(e)
 	if !ok {
-		return knft.Change{Key: e.key, Del: true}
+		return knft.Change{Key: spellKey(e.key), Del: true}
 	}
-	return knft.Change{Key: e.key, Value: want, Del: e.present(), Add: true}
+	return knft.Change{Key: spellKey(e.key), Value: want, Del: e.present(), Add: true}
 }
 
 // elemChanges yields the changes e needs: elemChange's, or one per slot
@@ -79,7 +79,11 @@ func (s *store) elemChanges(e *elemEntry, yield func(knft.Change) bool) bool {
 // elemOps is the number of operations of e's changes.
 func (s *store) elemOps(e *elemEntry) int {
 	if !e.slots() {
-		return changeOps(s.elemChange(e))
+		// elemChange's, without spelling the key.
+		if _, ok := s.desiredValue(e); ok && e.present() {
+			return 2
+		}
+		return 1
 	}
 	n := 0
 	s.eachSlotChange(e, func(_ int, kernel, want string) bool {

@@ -66,6 +66,7 @@ func (k storeSink) Set(name string, isMap bool, size uint64) bool {
 
 func (k storeSink) Elements(set string, kv []string) {
 	slots, slotted := endpointMapSlots(set)
+	hairpin := strings.HasPrefix(set, setHairpin)
 	for i := 0; i+1 < len(kv); i += 2 {
 		if slotted {
 			// A slot the map's numgen never picks is no endpoint:
@@ -76,7 +77,11 @@ func (k storeSink) Elements(set string, kv []string) {
 				continue
 			}
 		}
-		k.s.elem(set, kv[i], true).setKernel(kv[i+1])
+		key := kv[i]
+		if hairpin {
+			key = hairpinStoreKey(key)
+		}
+		k.s.elem(set, key, true).setKernel(kv[i+1])
 	}
 }
 

@@ -331,8 +331,7 @@ func (s *svcContext) renderHairpin() {
 		for _, ep := range d.Endpoints {
 			if !seen[ep.IP] {
 				seen[ep.IP] = true
-				b := append(ep.IP.Unmap().AppendTo(s.buf[:0]), elemSep...)
-				s.p.addElem(hairpinSet(ep.IP), s.keep(ep.IP.Unmap().AppendTo(b)), "")
+				s.p.addElem(hairpinSet(ep.IP), s.keep(appendHairpinKey(s.buf[:0], ep.IP)), "")
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
@@ -142,7 +143,32 @@ func (s *store) kernelElems(set string, f func(key, value string)) {
 		case e.slots():
 			eachSlot(e.kernel(), func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
 		default:
-			f(e.key, e.kernel())
+			f(spellKey(e.key), e.kernel())
+		}
+	}
+}
+
+// TestHairpinKeys: a hairpin element a . a is keyed by the address's
+// bytes, spelled back as nft spells it; whatever is no a . a keeps its
+// spelling, and no spelled key is taken for a binary one.
+func TestHairpinKeys(t *testing.T) {
+	for _, a := range []string{"10.0.0.1", "::ffff:10.0.0.1", "fd00::1", "2001:db8::a:b"} {
+		addr := netip.MustParseAddr(a)
+		key := string(appendHairpinKey(nil, addr))
+		spelled := addr.Unmap().String() + " . " + addr.Unmap().String()
+		if len(key) != 1+addr.Unmap().BitLen()/8 {
+			t.Errorf("%s: key of %d bytes", a, len(key))
+		}
+		if got := spellKey(key); got != spelled {
+			t.Errorf("%s: spelled %q, want %q", a, got, spelled)
+		}
+		if got := hairpinStoreKey(spelled); got != key {
+			t.Errorf("%s: read back as %q, want %q", a, got, key)
+		}
+	}
+	for _, spelled := range []string{"10.0.0.1 . 10.0.0.2", "x . x", "10.0.0.1", "fe80::1%eth0 . fe80::1%eth0", "::1 . 2001:db8::"} {
+		if got := hairpinStoreKey(spelled); got != spelled || spellKey(got) != spelled {
+			t.Errorf("%q read back as %q (spelled %q), want it unchanged", spelled, got, spellKey(got))
 		}
 	}
 }
