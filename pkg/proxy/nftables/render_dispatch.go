@@ -86,7 +86,7 @@ func (c *config) dispatchChain(class string, kind frontendKind, variant string, 
 	}
 	m := &setSpec{name: base + "-endpoints-" + suffix, isMap: true, typeOf: c.epMapType(kind), bound: true}
 	rules := append(append([]string{}, pre...), c.dnatFromMap(kind, m.name, n))
-	ch := &chainSpec{name: name, rules: rules, epMap: m}
+	ch := &chainSpec{name: name, rules: rules, epMap: m, jump: "goto " + name}
 	if c.dispatch == nil {
 		c.dispatch = map[string]*chainSpec{}
 	}

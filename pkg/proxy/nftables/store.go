@@ -140,9 +140,11 @@ func (s *store) claim(o owner, p *part) {
 		e.claims++
 		s.dirtySets[st.name] = struct{}{}
 	}
-	id := &owner{}
-	*id = o
-	p.owner = id
+	if p.owner == nil || *p.owner != o {
+		p.owner = new(owner)
+		*p.owner = o
+	}
+	id := p.owner
 	p.entries = make([]*elemEntry, 0, len(p.elems))
 	var set string
 	var setID uint32
