@@ -29,7 +29,7 @@ type store struct {
 	more map[*elemEntry][]elemClaim
 
 	// parts holds what each owner claimed, so it can be released.
-	parts map[owner]*part
+	parts *partIndex
 
 	dirtyChains map[string]struct{}
 	dirtySets   map[string]struct{}
@@ -66,7 +66,7 @@ func newStore() *store {
 		elems:  map[string]*entryIndex{},
 		setIDs: map[string]uint32{},
 		more:   map[*elemEntry][]elemClaim{},
-		parts:  map[owner]*part{},
+		parts:  &partIndex{},
 	}
 	s.clearDirty()
 	return s
@@ -84,7 +84,7 @@ func (s *store) clearDirty() {
 // resetClaims forgets every claim (before a full sync re-claims everything)
 // and marks every entry dirty.
 func (s *store) resetClaims() {
-	s.parts = map[owner]*part{}
+	s.parts = &partIndex{}
 	for name, e := range s.chains {
 		e.desired, e.claims = nil, 0
 		s.dirtyChains[name] = struct{}{}
@@ -109,13 +109,13 @@ func (s *store) resetClaims() {
 
 // replace swaps o's claims for p's (either may be nil).
 func (s *store) replace(o owner, p *part) {
-	if old := s.parts[o]; old != nil {
+	if old := s.parts.get(o); old != nil {
 		s.release(old)
-		delete(s.parts, o)
+		s.parts.remove(o)
 	}
 	if p != nil {
 		s.claim(o, p)
-		s.parts[o] = p
+		s.parts.add(p)
 	}
 }
 

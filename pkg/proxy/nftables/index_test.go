@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// TestEntryIndexAgreesWithAMap: random adds, lookups and removals (which
+// TestIndexAgreesWithAMap: random adds, lookups and removals (which
 // move entries back within their probe run, wrapping around the table's
 // end) leave the index holding exactly what a Go map holds, and every
 // entry reachable by its key.
-func TestEntryIndexAgreesWithAMap(t *testing.T) {
+func TestIndexAgreesWithAMap(t *testing.T) {
 	for _, reserved := range []int{0, 100} {
 		rng := rand.New(rand.NewPCG(1, uint64(reserved)))
 		x := newEntryIndex(reserved)
@@ -45,9 +45,9 @@ func TestEntryIndexAgreesWithAMap(t *testing.T) {
 	}
 }
 
-// TestEntryIndexSize: a reserved index takes n entries without growing,
+// TestIndexSize: a reserved index takes n entries without growing,
 // and no index fills more than maxLoad of its slots.
-func TestEntryIndexSize(t *testing.T) {
+func TestIndexSize(t *testing.T) {
 	x := newEntryIndex(1000)
 	slots := len(x.slots)
 	for i := range 1000 {
@@ -67,4 +67,28 @@ func TestEntryIndexSize(t *testing.T) {
 		t.Error("a nil index is not empty")
 	}
 	none.remove("x")
+}
+
+// TestIndexCopiedInSlotOrder: values added to an index in another index's
+// slot order (one store read back from another) do not pile up into one
+// run, which made every add probe to its end (a quadratic read-back when
+// all indexes hashed alike).
+func TestIndexCopiedInSlotOrder(t *testing.T) {
+	from := &entryIndex{}
+	for i := range 5000 {
+		from.add(&elemEntry{key: fmt.Sprintf("198.18.%d.%d . 198.18.%d.%d", i>>8, i&255, i>>8, i&255)})
+	}
+	to := &entryIndex{}
+	longest := 0
+	for e := range from.all {
+		to.add(e)
+		steps := 0
+		for i := to.home(e.key); to.slots[i] != e; i = to.next(i) {
+			steps++
+		}
+		longest = max(longest, steps)
+	}
+	if longest > 500 {
+		t.Errorf("an add probed %d slots", longest)
+	}
 }
