@@ -44,11 +44,15 @@ type partIndex = index[owner, *part]
 func (p *part) indexKey() owner { return *p.owner }
 
 // The table grows (doubles) before it holds more than maxLoadNum /
-// maxLoadDen of its slots.
+// maxLoadDen of its slots. A table made for n values (reserve, compact)
+// holds them at sizedLoad, so that a few more (a partial sync's new
+// endpoints) do not double it at once.
 const (
-	maxLoadNum = 3
-	maxLoadDen = 4
-	minSlots   = 8
+	maxLoadNum   = 3
+	maxLoadDen   = 4
+	sizedLoadNum = 5
+	sizedLoadDen = 8
+	minSlots     = 8
 )
 
 // newEntryIndex returns an index of entries with room for n.
@@ -153,10 +157,22 @@ func inRange(h, i, j int) bool {
 
 // reserve makes room for n values in all.
 func (x *index[K, V]) reserve(n int) {
-	want := (n*maxLoadDen + maxLoadNum - 1) / maxLoadNum
-	if want > len(x.slots) {
-		x.resize(max(want, minSlots))
+	if want := sized(n); want > len(x.slots) {
+		x.resize(want)
 	}
+}
+
+// compact shrinks a table more than a quarter bigger than its sized size
+// (growing leaves one as little as 3/8 full) to that size.
+func (x *index[K, V]) compact() {
+	if want := sized(x.n); 4*len(x.slots) > 5*want {
+		x.resize(want)
+	}
+}
+
+// sized is the number of slots that hold n values at sizedLoad.
+func sized(n int) int {
+	return max((n*sizedLoadDen+sizedLoadNum-1)/sizedLoadNum, minSlots)
 }
 
 func (x *index[K, V]) resize(n int) {

@@ -45,21 +45,36 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 	}
 }
 
-// TestIndexSize: a reserved index takes n entries without growing,
-// and no index fills more than maxLoad of its slots.
+// TestIndexSize: a reserved index takes n values, and a fifth more,
+// without growing; no index fills more than maxLoad of its slots; compact
+// shrinks one that grew (or lost values) back to its sized size, every
+// value still found by its key.
 func TestIndexSize(t *testing.T) {
 	x := newEntryIndex(1000)
 	slots := len(x.slots)
-	for i := range 1000 {
+	for i := range 1200 {
 		x.add(&elemEntry{key: fmt.Sprint(i)})
 	}
 	if len(x.slots) != slots {
-		t.Errorf("grew from %d to %d slots for the 1000 entries reserved", slots, len(x.slots))
+		t.Errorf("grew from %d to %d slots for 1200 values, 1000 reserved", slots, len(x.slots))
 	}
-	for i := 1000; i < 5000; i++ {
+	for i := 1200; i < 5000; i++ {
 		x.add(&elemEntry{key: fmt.Sprint(i)})
 		if x.n*maxLoadDen > len(x.slots)*maxLoadNum {
-			t.Fatalf("%d entries in %d slots", x.n, len(x.slots))
+			t.Fatalf("%d values in %d slots", x.n, len(x.slots))
+		}
+	}
+	for i := 1000; i < 5000; i++ {
+		x.remove(fmt.Sprint(i))
+	}
+	x.compact()
+	x.compact() // sized: nothing to do
+	if want := sized(1000); len(x.slots) != want {
+		t.Errorf("compacted to %d slots, want %d", len(x.slots), want)
+	}
+	for i := range 1000 {
+		if e := x.get(fmt.Sprint(i)); e == nil || e.key != fmt.Sprint(i) {
+			t.Fatalf("value %d lost by compact", i)
 		}
 	}
 	var none *entryIndex
