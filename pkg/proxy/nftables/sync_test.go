@@ -116,11 +116,19 @@ func TestOneEndpointChangeIsAFewElementOps(t *testing.T) {
 	}
 }
 
+// syncedTable is the shared case name in family, and a strict fake
+// holding what a sync of it programs.
+func syncedTable(t *testing.T, name string, family proxy.IPFamily) (*desired.State, *strictFake) {
+	t.Helper()
+	st := caseState(t, name, family)
+	fake := newStrictFake(specFor(family).family)
+	mustSync(t, NewWithInterface(family, fakeKernel(fake)), st)
+	return st, fake
+}
+
 func TestRestartRewritesNothing(t *testing.T) {
 	for _, family := range proxy.Families {
-		st := caseState(t, "session affinity", family)
-		fake := newStrictFake(specFor(family).family)
-		mustSync(t, NewWithInterface(family, fakeKernel(fake)), st)
+		st, fake := syncedTable(t, "session affinity", family)
 		before := fake.Dump()
 		restarted := NewWithInterface(family, fakeKernel(fake))
 		if s := mustSync(t, restarted, st); s.Operations != 0 {
@@ -282,9 +290,7 @@ func sortedLines(s string) string {
 // else's) keeps its spelled key and is deleted, in both families.
 func TestRestartDeletesForeignHairpinElements(t *testing.T) {
 	for _, family := range proxy.Families {
-		st := caseState(t, "cluster IP", family)
-		fake := newStrictFake(specFor(family).family)
-		mustSync(t, NewWithInterface(family, fakeKernel(fake)), st)
+		st, fake := syncedTable(t, "cluster IP", family)
 		want := fake.Dump()
 		a, b := "10.1.2.3", "10.1.2.4"
 		if family == proxy.IPv6 {
