@@ -284,11 +284,12 @@ func TestUpgradeFromSharedEndpointMaps(t *testing.T) {
 	}
 }
 
-// The store holds one elemEntry per element (330k at 10k×10): its size
-// class is part of the memory budget (see the field comments).
+// The store holds one elemEntry per element or slot group (150k at
+// 10k×10): its size class is part of the memory budget (see the field
+// comments).
 func TestElemEntrySizeClass(t *testing.T) {
-	if got := unsafe.Sizeof(elemEntry{}); got > 64 {
-		t.Errorf("elemEntry is %d bytes, want ≤ 64 (the 64-byte size class)", got)
+	if got := unsafe.Sizeof(elemEntry{}); got > 32 {
+		t.Errorf("elemEntry is %d bytes, want ≤ 32 (the 32-byte size class)", got)
 	}
 }
 
@@ -326,4 +327,44 @@ func TestSharedElementClaims(t *testing.T) {
 	want("goto b", true, 0)
 	s.replace(b, nil)
 	want("", false, 0)
+}
+
+// Claims without a value (set elements: an endpoint address in several
+// services' hairpin sets) are counted, not owned: store.more stays empty,
+// the element stays desired until its last claim goes, and a part that
+// claims it twice releases it twice.
+func TestCountedElementClaims(t *testing.T) {
+	s := newStore()
+	a, b := countsName("a"), countsName("b")
+	const set, key = "hairpin-endpoints-s0", "10.0.0.1 . 10.0.0.1"
+	partOf := func(claims int) *part {
+		p := &part{}
+		for range claims {
+			p.addElem(set, key, "")
+		}
+		return p
+	}
+	want := func(wantOK bool, wantCount uint32) {
+		t.Helper()
+		e := s.elem(set, key, false)
+		if e == nil {
+			t.Fatal("entry gone")
+		}
+		if v, ok := s.desiredValue(e); v != "" || ok != wantOK {
+			t.Errorf("desired value %q %v, want \"\" %v", v, ok, wantOK)
+		}
+		if e.counted() != wantCount || e.vals != nil || len(s.more) != 0 {
+			t.Errorf("%d counted claims, values %+v, store.more %d; want %d, none, 0", e.counted(), e.vals, len(s.more), wantCount)
+		}
+	}
+	s.replace(a, partOf(1))
+	s.replace(b, partOf(2))
+	want(true, 3)
+	s.replace(b, nil)
+	want(true, 1)
+	s.replace(b, partOf(1))
+	s.replace(a, nil)
+	want(true, 1)
+	s.replace(b, nil)
+	want(false, 0)
 }

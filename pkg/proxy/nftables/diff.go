@@ -277,11 +277,7 @@ func (s *store) diffChain(name string) []*unit {
 	if d.epMap != nil {
 		m = s.sets[d.epMap.name]
 	}
-	var size uint64
-	grow := false
-	if m != nil {
-		size, grow = s.epMapSize(d.epMap.name, m)
-	}
+	grow := m != nil && s.epMapOutgrown(d.epMap.name, m)
 	if slices.Equal(ids, e.kernel) && (m == nil || m.present) && !grow {
 		return units
 	}
@@ -300,7 +296,7 @@ func (s *store) diffChain(name string) []*unit {
 		// this unit too (an upgrade from shared endpoint maps, a repair).
 		live := e.present && len(e.kernel) > 0
 		spec := *d.epMap
-		spec.size = size
+		spec.size = s.epMapSize(spec.name, m, grow)
 		elemOps = s.bindEndpointMap(u, &spec, m, live)
 	}
 	if c := chainCounter(name); c != "" {
@@ -337,34 +333,36 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 	}
 	s.recreated[name] = true
 	elems := s.elems[name]
-	keys := slices.Sorted(maps.Keys(elems))
-	values := make(map[string]string, len(keys))
+	// In key order: the same State sends the same transaction.
+	entries := slices.SortedFunc(elems.all, func(a, b *elemEntry) int { return strings.Compare(a.key, b.key) })
+	var kept, gone []*elemEntry
+	var values []string
 	var ops []func(*knftables.Transaction)
-	for _, k := range keys {
-		v, ok := s.desiredValue(elems[k])
+	for _, e := range entries {
+		v, ok := s.desiredValue(e)
 		if !ok {
+			gone = append(gone, e)
 			continue
 		}
-		values[k] = v
+		kept, values = append(kept, e), append(values, v)
 		add := func(key, value string) {
 			el := &knftables.Element{Map: name, Key: splitElem(key), Value: splitElem(value)}
 			ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
 		}
-		if !elems[k].slots {
-			add(k, v)
+		if !e.slots() {
+			add(e.key, v)
 			continue
 		}
-		eachSlot(v, func(slot int, value string) { add(slotElemKey(k, slot), value) })
+		eachSlot(v, func(slot int, value string) { add(slotElemKey(e.key, slot), value) })
 	}
 	u.commit = func() {
 		commitRules()
 		m.present, m.isMap, m.size = true, true, spec.size
-		for k, e := range elems {
-			if v, ok := values[k]; ok {
-				e.present, e.kernel = true, v
-			} else {
-				delete(elems, k)
-			}
+		for i, e := range kept {
+			e.setKernel(values[i])
+		}
+		for _, e := range gone {
+			elems.remove(e.key)
 		}
 	}
 	return ops
@@ -382,21 +380,37 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 // re-created anyway.
 const minEPMapSize = 64
 
-// epMapSize returns the size endpoint map name is (re-)created with, and
-// whether its kernel object m must be re-created because it is too small.
-// The store holds an entry for every element the map has or will have, so
-// their count bounds what it holds at any point of the sync (adds go
-// before deletes).
-func (s *store) epMapSize(name string, m *setEntry) (size uint64, grow bool) {
-	n := s.elemCount(name)
-	if m.present && m.size != 0 && n <= m.size {
-		return m.size, false
+// epMapOutgrown reports whether the kernel object m of endpoint map name
+// must be re-created because it is too small. The store holds an entry for
+// every element the map has or will have, so their count bounds what it
+// holds at any point of the sync (adds go before deletes). Counting them
+// walks the map, so it is done only when a bound in O(1) does not settle
+// it: an entry of a map of n endpoints stands for at most n elements
+// (endpointMapSlots), and a map's size is at least twice what it held
+// when it was made, so a partial sync almost never counts.
+func (s *store) epMapOutgrown(name string, m *setEntry) bool {
+	if !m.present || m.size == 0 {
+		return false
 	}
-	size = minEPMapSize
+	if n, ok := endpointMapSlots(name); ok && uint64(s.elems[name].len())*uint64(n) <= m.size {
+		return false
+	}
+	return s.elemCount(name) > m.size
+}
+
+// epMapSize returns the size endpoint map name is (re-)created with: its
+// kernel object's (m), unless it outgrew it (grow) or has none, else twice
+// what it will hold, a power of two.
+func (s *store) epMapSize(name string, m *setEntry, grow bool) uint64 {
+	if m.present && m.size != 0 && !grow {
+		return m.size
+	}
+	n := s.elemCount(name)
+	size := uint64(minEPMapSize)
 	for size < 2*n {
 		size *= 2
 	}
-	return size, m.present && m.size != 0
+	return size
 }
 
 // elemCount is the number of elements the entries of set stand for: a
@@ -404,14 +418,14 @@ func (s *store) epMapSize(name string, m *setEntry) (size uint64, grow bool) {
 // more.
 func (s *store) elemCount(set string) uint64 {
 	n := uint64(0)
-	for _, e := range s.elems[set] {
-		if !e.slots {
+	for e := range s.elems[set].all {
+		if !e.slots() {
 			n++
 			continue
 		}
 		want, _ := s.desiredValue(e)
-		if e.present && e.kernel != want {
-			n += uint64(max(slotCount(want), slotCount(e.kernel)))
+		if e.present() && e.kernel() != want {
+			n += uint64(max(slotCount(want), slotCount(e.kernel())))
 		} else { // the usual case: one value to count
 			n += uint64(slotCount(want))
 		}

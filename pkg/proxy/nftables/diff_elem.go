@@ -24,10 +24,10 @@ func changeOps(c knft.Change) int {
 func (s *store) committed(e *elemEntry) {
 	want, ok := s.desiredValue(e)
 	if !ok {
-		delete(s.elems[s.setOf(e)], e.key)
+		s.elems[s.setOf(e)].remove(e.key)
 		return
 	}
-	e.present, e.kernel = true, want
+	e.setKernel(want)
 }
 
 // interval reports whether the set is an interval set (its elements are
@@ -60,15 +60,15 @@ func (s *store) deletesFirst(els []*elemEntry) {
 func (s *store) elemChange(e *elemEntry) knft.Change {
 	want, ok := s.desiredValue(e)
 	if !ok {
-		return knft.Change{Key: e.key, Del: true}
+		return knft.Change{Key: spellKey(e.key), Del: true}
 	}
-	return knft.Change{Key: e.key, Value: want, Del: e.present, Add: true}
+	return knft.Change{Key: spellKey(e.key), Value: want, Del: e.present(), Add: true}
 }
 
 // elemChanges yields the changes e needs: elemChange's, or one per slot
 // of a slot group whose value differs.
 func (s *store) elemChanges(e *elemEntry, yield func(knft.Change) bool) bool {
-	if !e.slots {
+	if !e.slots() {
 		return yield(s.elemChange(e))
 	}
 	return s.eachSlotChange(e, func(slot int, kernel, want string) bool {
@@ -78,8 +78,12 @@ func (s *store) elemChanges(e *elemEntry, yield func(knft.Change) bool) bool {
 
 // elemOps is the number of operations of e's changes.
 func (s *store) elemOps(e *elemEntry) int {
-	if !e.slots {
-		return changeOps(s.elemChange(e))
+	if !e.slots() {
+		// elemChange's, without spelling the key.
+		if _, ok := s.desiredValue(e); ok && e.present() {
+			return 2
+		}
+		return 1
 	}
 	n := 0
 	s.eachSlotChange(e, func(_ int, kernel, want string) bool {
@@ -100,8 +104,8 @@ func (s *store) diffElem(e *elemEntry) (int, bool) {
 	}
 	rank := elemRank(s.setOf(e))
 	switch {
-	case !ok && !e.present:
-		delete(s.elems[s.setOf(e)], e.key)
+	case !ok && !e.present():
+		s.elems[s.setOf(e)].remove(e.key)
 		return 0, false
 	case !ok && set.interval():
 		// With the set's adds, and before them (diffElems): the kernel
@@ -110,7 +114,7 @@ func (s *store) diffElem(e *elemEntry) (int, bool) {
 		return elemAddPhase(rank), true
 	case !ok:
 		return phaseElemDel + 2 - rank, true
-	case e.present && e.kernel == want:
+	case e.present() && e.kernel() == want:
 		return 0, false
 	}
 	return elemAddPhase(rank), true

@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 	"testing"
@@ -142,5 +143,72 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEndpointMapSlots: every shared endpoint map's name tells its
+// endpoint count, which bounds the slots of its groups (the read-back
+// groups no more); no other set's name passes for one.
+func TestEndpointMapSlots(t *testing.T) {
+	c := newConfig(benchState(1))
+	classes := []func(frontendKind, int, int, ...string) *chainSpec{c.internalChain, c.externalChain, c.clusterChain, c.localChain}
+	for _, class := range classes {
+		for _, kind := range []frontendKind{ipFrontend, nodePortFrontend} {
+			for _, n := range []int{1, 10, 257} {
+				m := class(kind, n, 7).epMap.name
+				if got, ok := endpointMapSlots(m); !ok || got != n {
+					t.Errorf("endpointMapSlots(%q) = %d, %v; want %d", m, got, ok, n)
+				}
+			}
+		}
+	}
+	for _, set := range []string{mapServiceIPs, setClusterIPs, hairpinSets[3], "internal-endpoints-s1", "internal-endpoints-x-s1",
+		"internal-endpoints-0-s1", affinitySet(benchName(1), netip.MustParseAddrPort("10.0.0.1:80"))} {
+		if n, ok := endpointMapSlots(set); ok {
+			t.Errorf("endpointMapSlots(%q) = %d, true; want no endpoint map", set, n)
+		}
+	}
+}
+
+// TestEndpointMapOutgrown: a map is re-created bigger when the elements
+// its entries stand for exceed its size, and only then: a count under
+// the bound of n per entry (a read-back element of its own counts one)
+// keeps it.
+func TestEndpointMapOutgrown(t *testing.T) {
+	const m = "internal-endpoints-10-s0"
+	s := newStore()
+	sink := storeSink{s, map[*elemEntry][]string{}}
+	sink.Set(m, true, 64)
+	group := func(frontend string) {
+		var kv []string
+		for slot := range 10 {
+			kv = append(kv, slotElemKey(frontend, slot), fmt.Sprintf("10.0.0.%d . 80", slot))
+		}
+		sink.Elements(m, kv)
+	}
+	for i := range 6 {
+		group(fmt.Sprintf("172.30.0.%d . tcp . 80", i))
+	}
+	sink.Elements(m, []string{"stray", "10.0.0.1 . 80"})
+	sink.finish()
+	e := s.sets[m]
+	// 7 entries × 10 > 64, but they stand for 61 elements.
+	if s.epMapOutgrown(m, e) {
+		t.Errorf("61 elements outgrew a map of size 64")
+	}
+	if size := s.epMapSize(m, e, false); size != 64 {
+		t.Errorf("size %d, want the kernel's 64", size)
+	}
+	group("172.30.0.99 . tcp . 80")
+	sink.finish()
+	if !s.epMapOutgrown(m, e) {
+		t.Errorf("71 elements fit a map of size 64")
+	}
+	if size := s.epMapSize(m, e, true); size != 256 {
+		t.Errorf("re-created with size %d for 71 elements, want 256", size)
+	}
+	e.size = 0 // made without a size: no limit
+	if s.epMapOutgrown(m, e) {
+		t.Errorf("a map without a size outgrew it")
 	}
 }

@@ -8,16 +8,37 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // BenchmarkStoreLiveHeap reports the heap the store holds at 10k × 10
 // (benchState, no kernel): after a cold sync, and after a restart's
 // read-back (the cold store's kernel side handed to a new store through
 // storeSink, as knft's dump does) and full sync. Each figure is the heap in
-// use after building the store minus before, after a GC each.
-// docs/performance.md, issue #17.
+// use after building the store minus before, after a GC each. The
+// unique-… figures are the same with every endpoint at an address of its
+// own (uniqueEndpoint: more hairpin elements, each with one claim), the
+// end-to-end benchmark's shape. docs/performance.md, issue #17.
 func BenchmarkStoreLiveHeap(b *testing.B) {
-	st := benchState(10000)
+	states := []struct {
+		st     *desired.State
+		prefix string
+	}{{benchState(10000), ""}, {benchStateOf(10000, uniqueEndpoint), "unique-"}}
+	for b.Loop() {
+		for _, s := range states {
+			cold, restart := storeHeap(s.st)
+			if cold == 0 || restart == 0 {
+				b.Fatalf("nothing held: cold %d, restart %d bytes", cold, restart)
+			}
+			b.ReportMetric(float64(cold)/1e6, s.prefix+"cold-MB")
+			b.ReportMetric(float64(restart)/1e6, s.prefix+"restart-MB")
+		}
+	}
+}
+
+// storeHeap returns the bytes of heap the store of st holds after a cold
+// sync, and after a restart's read-back and full sync.
+func storeHeap(st *desired.State) (cold, restart uint64) {
 	sync := func(s *store) *store {
 		s.tablePresent = true
 		(&Proxier{store: s}).fullClaims(st, newConfig(st))
@@ -27,17 +48,11 @@ func BenchmarkStoreLiveHeap(b *testing.B) {
 		s.clearDirty()
 		return s
 	}
-	for b.Loop() {
-		var old *store
-		cold := heldBy(func() *store { old = sync(newStore()); return old })
-		restart := heldBy(func() *store { return sync(readBackFrom(old)) })
-		runtime.KeepAlive(old) // alive before and after the restart's figure
-		if cold == 0 || restart == 0 {
-			b.Fatalf("nothing held: cold %d, restart %d bytes", cold, restart)
-		}
-		b.ReportMetric(float64(cold)/1e6, "cold-MB")
-		b.ReportMetric(float64(restart)/1e6, "restart-MB")
-	}
+	var old *store
+	cold = heldBy(func() *store { old = sync(newStore()); return old })
+	restart = heldBy(func() *store { return sync(readBackFrom(old)) })
+	runtime.KeepAlive(old) // alive before and after the restart's figure
+	return cold, restart
 }
 
 // readBackFrom is a new store read back from what old committed, set by

@@ -77,6 +77,53 @@ func hairpinSet(a netip.Addr) string {
 	return hairpinSets[h%shards]
 }
 
+// The store keys a hairpin element a . a by the address's bytes after a
+// NUL: 5 bytes for IPv4 (17 for IPv6) instead of 23–31 spelled, for one
+// element per endpoint address (100k at 10k × 10, the most numerous
+// entries). No spelled key starts with a NUL, so an element read back
+// that is not a . a keeps its spelled key (and is deleted). knft gets
+// every key spelled (spellKey).
+const binaryKey = 0
+
+// appendHairpinKey appends the store key of the hairpin element a . a.
+func appendHairpinKey(b []byte, a netip.Addr) []byte {
+	b = append(b, binaryKey)
+	if a = a.Unmap(); a.Is4() {
+		v := a.As4()
+		return append(b, v[:]...)
+	}
+	v := a.As16()
+	return append(b, v[:]...)
+}
+
+// hairpinStoreKey is the store key of a hairpin element read back spelled:
+// binary for a . a, else the spelling.
+func hairpinStoreKey(spelled string) string {
+	a, b, ok := strings.Cut(spelled, elemSep)
+	if !ok || a != b {
+		return spelled
+	}
+	addr, err := netip.ParseAddr(a)
+	if err != nil || addr.Zone() != "" {
+		return spelled
+	}
+	var buf [17]byte // no garbage beside the key: tiny allocations share blocks
+	return string(appendHairpinKey(buf[:0], addr))
+}
+
+// spellKey is a store key as nft spells it.
+func spellKey(key string) string {
+	if key == "" || key[0] != binaryKey {
+		return key
+	}
+	a, ok := netip.AddrFromSlice([]byte(key[1:]))
+	if !ok {
+		return key // not reached: only appendHairpinKey makes such keys
+	}
+	var buf [96]byte // one allocation: the spelling
+	return string(a.AppendTo(append(a.AppendTo(buf[:0]), elemSep...)))
+}
+
 // hairpinSets are the hairpin sets' names, made once: an element's set
 // name is then one shared string, not one allocation per endpoint.
 var hairpinSets = func() (names [shards]string) {

@@ -11,6 +11,9 @@ type chainSpec struct {
 	name  string
 	base  *baseChain // nil for a regular chain
 	rules []string
+	// jump is "goto <name>" for a dispatch chain: made with the spec,
+	// once per chain and sync, so every frontend's verdict shares it.
+	jump string
 	// epMap is the endpoint map this dispatch chain's DNAT rule reads, or
 	// nil. nft 1.0.6 cannot add a rule that references an existing
 	// "typeof … numgen" map (it rebuilds the key type from the kernel's
@@ -69,7 +72,9 @@ type elemSpec struct {
 // one service port. Several owners may need the same chain (shared
 // dispatch chains) or element (a cluster IP with several ports).
 type part struct {
-	owner   *owner // set when claimed (store.claim)
+	// owner is the service port's name in the State it was rendered from
+	// (no copy per part), or set when claimed (store.claim).
+	owner   *owner
 	chains  []*chainSpec
 	sets    []*setSpec
 	elems   []elemSpec   // as rendered; dropped once claimed

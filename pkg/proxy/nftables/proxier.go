@@ -163,6 +163,7 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 	// claimed, so a full sync of the same State sends the same
 	// transactions.
 	names := slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare)
+	p.store.parts.reserve(len(names) + 1)
 	global := renderGlobal(st, cfg)
 	if p.store.holdsElements() {
 		p.store.replace(owner{}, global)

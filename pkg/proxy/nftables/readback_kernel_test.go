@@ -30,8 +30,8 @@ func kernelSide(s *store) []string {
 		out = append(out, fmt.Sprintf("set %s present=%v map=%v", name, st.present, st.isMap))
 	}
 	for set, m := range s.elems {
-		for key, e := range m {
-			out = append(out, fmt.Sprintf("elem %s {%s} present=%v slots=%v value=%q", set, key, e.present, e.slots, e.kernel))
+		for e := range m.all {
+			out = append(out, fmt.Sprintf("elem %s {%s} present=%v slots=%v value=%q", set, spellKey(e.key), e.present(), e.slots(), e.kernel()))
 		}
 	}
 	slices.Sort(out)
@@ -210,8 +210,8 @@ func tamper(s *store) error {
 		}
 	}
 	// A range that is no prefix: the decoder leaves that set to nft.
-	for key := range s.elems[setFirewallAllow] {
-		f := strings.Split(key, " . ")
+	for e := range s.elems[setFirewallAllow].all {
+		f := strings.Split(e.key, " . ")
 		f[len(f)-1] = "192.0.2.1-192.0.2.3"
 		cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s }", TableName, setFirewallAllow, strings.Join(f, " . ")))
 		break

@@ -86,7 +86,7 @@ func (c *config) dispatchChain(class string, kind frontendKind, variant string, 
 	}
 	m := &setSpec{name: base + "-endpoints-" + suffix, isMap: true, typeOf: c.epMapType(kind), bound: true}
 	rules := append(append([]string{}, pre...), c.dnatFromMap(kind, m.name, n))
-	ch := &chainSpec{name: name, rules: rules, epMap: m}
+	ch := &chainSpec{name: name, rules: rules, epMap: m, jump: "goto " + name}
 	if c.dispatch == nil {
 		c.dispatch = map[string]*chainSpec{}
 	}
@@ -94,11 +94,37 @@ func (c *config) dispatchChain(class string, kind frontendKind, variant string, 
 	return ch
 }
 
-// isEndpointMap reports whether set is a shared dispatch chain's endpoint
-// map (its elements are slot groups in the store); per-service names hold
-// a "/".
-func isEndpointMap(set string) bool {
-	return strings.Contains(set, "-endpoints-") && !strings.HasPrefix(set, setHairpin) && !strings.Contains(set, "/")
+// endpointMapSlots reports whether set is a shared dispatch chain's
+// endpoint map (its elements are slot groups in the store; per-service
+// names hold a "/"), and its endpoint count n: the n of
+// "…-endpoints-[variant]<n>-s<k>" (dispatchChain), the slots its rule's
+// numgen picks from. No slot group of the map holds more than n slots.
+func endpointMapSlots(set string) (n int, ok bool) {
+	if !strings.Contains(set, "-endpoints-") || strings.HasPrefix(set, setHairpin) || strings.Contains(set, "/") {
+		return 0, false
+	}
+	rest, _, ok := cutLast(set, "-s") // the shard
+	if !ok {
+		return 0, false
+	}
+	_, count, ok := cutLast(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// cutLast slices s around the last instance of sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+len(sep):], true
 }
 
 // internalChain: cluster-IP traffic; pre marks what its routes masquerade.

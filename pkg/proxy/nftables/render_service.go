@@ -44,7 +44,7 @@ type epString struct {
 // (shared by shape, or its own when session affinity forces per-endpoint
 // state).
 func renderService(c *config, sp *desired.ServicePort) *part {
-	s := &svcContext{c: c, sp: sp, routes: c.routesOf(sp), proto: protoName(sp.Protocol), p: &part{}, shard: serviceShard(sp.Name)}
+	s := &svcContext{c: c, sp: sp, routes: c.routesOf(sp), proto: protoName(sp.Protocol), p: &part{owner: &sp.Name}, shard: serviceShard(sp.Name)}
 	// Most elements are hairpin elements (one per endpoint address) and
 	// slot groups (one per frontend and dispatch); sizing once saves the
 	// slice's regrowth.
@@ -165,7 +165,7 @@ func (s *svcContext) dispatchVerdict(d desired.Dispatch, chain func(int) *chainS
 	for _, k := range frontends {
 		s.endpointElems(ch.epMap.name, k, d.Endpoints)
 	}
-	return "goto " + ch.name
+	return ch.jump
 }
 
 // frontendKeys lists the endpoint-map key prefixes of the external IP
@@ -331,8 +331,7 @@ func (s *svcContext) renderHairpin() {
 		for _, ep := range d.Endpoints {
 			if !seen[ep.IP] {
 				seen[ep.IP] = true
-				b := append(ep.IP.Unmap().AppendTo(s.buf[:0]), elemSep...)
-				s.p.addElem(hairpinSet(ep.IP), s.keep(ep.IP.Unmap().AppendTo(b)), "")
+				s.p.addElem(hairpinSet(ep.IP), s.keep(appendHairpinKey(s.buf[:0], ep.IP)), "")
 			}
 		}
 	}

@@ -20,11 +20,6 @@ func slotElemKey(frontend string, slot int) string {
 	return frontend + elemSep + strconv.Itoa(slot)
 }
 
-// maxSlot bounds the slots a read-back groups: numgen never picks a slot
-// beyond the endpoint count, and an element someone else added with a
-// huge slot is kept as an element of its own (and deleted).
-const maxSlot = 1 << 20
-
 // splitSlotKey splits an endpoint-map key into frontend and slot.
 func splitSlotKey(key string) (frontend string, slot int, ok bool) {
 	i := strings.LastIndex(key, elemSep)
@@ -32,7 +27,7 @@ func splitSlotKey(key string) (frontend string, slot int, ok bool) {
 		return "", 0, false
 	}
 	slot, err := strconv.Atoi(key[i+len(elemSep):])
-	if err != nil || slot < 0 || slot >= maxSlot {
+	if err != nil || slot < 0 {
 		return "", 0, false
 	}
 	return key[:i], slot, true
@@ -61,10 +56,7 @@ func slotCount(joined string) int {
 // value differs from the desired one ("": none), until f returns false.
 func (s *store) eachSlotChange(e *elemEntry, f func(slot int, kernel, want string) bool) bool {
 	want, _ := s.desiredValue(e)
-	kernel := ""
-	if e.present {
-		kernel = e.kernel
-	}
+	kernel := e.kernel()
 	if want == kernel {
 		return true
 	}
@@ -102,15 +94,15 @@ func (s *store) assignSlots(p *part) *part {
 // assignGroup reorders the slot values of one frontend's group el.
 func (s *store) assignGroup(el *elemSpec) {
 	e := s.kernelEntry(el.set, el.key)
-	if e == nil || !e.slots {
+	if e == nil || !e.slots() {
 		return
 	}
 	el.key, el.entry = e.key, e // share the kernel's key
-	if e.kernel == el.value {
+	if e.kernel() == el.value {
 		return // a restart, or a change elsewhere: nothing moves
 	}
 	values := strings.Split(el.value, slotSep)
-	kernel := strings.Split(e.kernel, slotSep)
+	kernel := strings.Split(e.kernel(), slotSep)
 	index := valueIndex(values)
 	out := make([]string, len(values))
 	placed := make([]bool, len(values))

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
@@ -69,7 +70,8 @@ func TestAssignSlotsFillsFreeSlots(t *testing.T) {
 	s := newStore()
 	s.sets["m"] = &setEntry{present: true, isMap: true}
 	e := s.elem("m", "fe", true)
-	e.present, e.kernel, e.slots = true, "b|gone|a", true
+	e.setKernel("b|gone|a")
+	e.flag(entrySlots, true)
 	p := &part{elems: []elemSpec{{set: "m", key: "fe", value: "a|b|c", slots: true}}}
 	got := s.assignSlots(p).elems[0]
 	if got.value != "b|c|a" || got.entry != e {
@@ -84,7 +86,8 @@ func TestAssignSlotsFillsFreeSlots(t *testing.T) {
 func TestSlotGroupChanges(t *testing.T) {
 	s := newStore()
 	e := s.elem("m", "fe", true)
-	e.present, e.kernel, e.slots = true, "a||c|x", true
+	e.setKernel("a||c|x")
+	e.flag(entrySlots, true)
 	o := countsName("a")
 	s.addClaim(e, elemClaim{owner: &o, value: "a|b|d"})
 	var got []knft.Change
@@ -101,45 +104,71 @@ func TestSlotGroupChanges(t *testing.T) {
 		t.Errorf("%d operations, want 4", n)
 	}
 	s.committed(e)
-	if e.kernel != "a|b|d" || !e.present {
-		t.Errorf("kernel side %q present=%v after commit, want %q", e.kernel, e.present, "a|b|d")
+	if e.kernel() != "a|b|d" || !e.present() {
+		t.Errorf("kernel side %q present=%v after commit, want %q", e.kernel(), e.present(), "a|b|d")
 	}
 }
 
 // TestReadBackGroupsSlots: read-back gathers an endpoint map's elements,
 // in any order, into their frontend's slot group; a key that is no
-// frontend · slot stays an element of its own.
+// frontend · slot, or whose slot the map's numgen never picks (≥ its
+// endpoint count), stays an element of its own.
 func TestReadBackGroupsSlots(t *testing.T) {
 	s := newStore()
 	sink := storeSink{s, map[*elemEntry][]string{}}
 	const m = "internal-endpoints-3-s0"
 	sink.Set(m, true, 64)
 	sink.Elements(m, []string{"fe . 2", "c", "fe . 0", "a", "odd", "v"})
-	sink.Elements(m, []string{"fe . 99999999", "z"})
+	sink.Elements(m, []string{"fe . 99999999", "z", "fe . 3", "y"})
 	sink.finish()
-	if e := s.elems[m]["fe"]; e == nil || !e.slots || !e.present || e.kernel != "a||c" {
+	if e := s.elems[m].get("fe"); e == nil || !e.slots() || !e.present() || e.kernel() != "a||c" {
 		t.Errorf("slot group %+v, want slots a, -, c", e)
 	}
-	for _, key := range []string{"odd", "fe . 99999999"} {
-		if e := s.elems[m][key]; e == nil || e.slots || !e.present {
+	for _, key := range []string{"odd", "fe . 99999999", "fe . 3"} {
+		if e := s.elems[m].get(key); e == nil || e.slots() || !e.present() {
 			t.Errorf("%q read back as %+v, want a plain element", key, e)
 		}
 	}
-	if n := s.elemCount(m); n != 5 {
-		t.Errorf("elemCount %d, want 5", n)
+	if n := s.elemCount(m); n != 6 {
+		t.Errorf("elemCount %d, want 6", n)
 	}
 }
 
 // kernelElems calls f with every element of set the kernel holds, slot
 // groups spelled as the kernel's elements.
 func (s *store) kernelElems(set string, f func(key, value string)) {
-	for key, e := range s.elems[set] {
+	for e := range s.elems[set].all {
 		switch {
-		case !e.present:
-		case e.slots:
-			eachSlot(e.kernel, func(slot int, v string) { f(slotElemKey(key, slot), v) })
+		case !e.present():
+		case e.slots():
+			eachSlot(e.kernel(), func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
 		default:
-			f(key, e.kernel)
+			f(spellKey(e.key), e.kernel())
+		}
+	}
+}
+
+// TestHairpinKeys: a hairpin element a . a is keyed by the address's
+// bytes, spelled back as nft spells it; whatever is no a . a keeps its
+// spelling, and no spelled key is taken for a binary one.
+func TestHairpinKeys(t *testing.T) {
+	for _, a := range []string{"10.0.0.1", "::ffff:10.0.0.1", "fd00::1", "2001:db8::a:b"} {
+		addr := netip.MustParseAddr(a)
+		key := string(appendHairpinKey(nil, addr))
+		spelled := addr.Unmap().String() + " . " + addr.Unmap().String()
+		if len(key) != 1+addr.Unmap().BitLen()/8 {
+			t.Errorf("%s: key of %d bytes", a, len(key))
+		}
+		if got := spellKey(key); got != spelled {
+			t.Errorf("%s: spelled %q, want %q", a, got, spelled)
+		}
+		if got := hairpinStoreKey(spelled); got != key {
+			t.Errorf("%s: read back as %q, want %q", a, got, key)
+		}
+	}
+	for _, spelled := range []string{"10.0.0.1 . 10.0.0.2", "x . x", "10.0.0.1", "fe80::1%eth0 . fe80::1%eth0", "::1 . 2001:db8::"} {
+		if got := hairpinStoreKey(spelled); got != spelled || spellKey(got) != spelled {
+			t.Errorf("%q read back as %q (spelled %q), want it unchanged", spelled, got, spellKey(got))
 		}
 	}
 }

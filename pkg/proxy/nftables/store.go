@@ -18,7 +18,7 @@ type store struct {
 	tablePresent bool
 	chains       map[string]*chainEntry
 	sets         map[string]*setEntry
-	elems        map[string]map[string]*elemEntry
+	elems        map[string]*entryIndex // by set
 	// setIDs and setNames number the sets elements belong to
 	// (elemEntry.set): 4 bytes per entry instead of a name.
 	setIDs   map[string]uint32
@@ -29,7 +29,7 @@ type store struct {
 	more map[*elemEntry][]elemClaim
 
 	// parts holds what each owner claimed, so it can be released.
-	parts map[owner]*part
+	parts *partIndex
 
 	dirtyChains map[string]struct{}
 	dirtySets   map[string]struct{}
@@ -59,39 +59,14 @@ type setEntry struct {
 	size    uint64 // of the kernel object, when present; 0: no limit
 }
 
-// elemEntry is one element, or one frontend's endpoint slots (slots;
-// 115k at 10k×10): it fits the 64-byte size class (TestElemEntrySize), so
-// the set is a number (store.setOf) and the rare claims after the first
-// live in store.more.
-type elemEntry struct {
-	key    string
-	kernel string // value in the kernel
-	// first is the first claim (owner nil: none); most elements have one
-	// owner, and a slice per element cost an allocation each.
-	first   elemClaim
-	set     uint32 // store.setNames index
-	dirty   bool
-	present bool
-	shared  bool // claims beyond first, in store.more
-	slots   bool // a frontend's endpoint slots (slots.go)
-}
-
-// elemClaim is one owner's claim on an element. The owner is its part's
-// copy, shared by all the part's claims: 8 bytes per claim instead of a
-// 64-byte name (150k claims at 10k×10).
-type elemClaim struct {
-	owner *owner
-	value string
-}
-
 func newStore() *store {
 	s := &store{
 		chains: map[string]*chainEntry{},
 		sets:   map[string]*setEntry{},
-		elems:  map[string]map[string]*elemEntry{},
+		elems:  map[string]*entryIndex{},
 		setIDs: map[string]uint32{},
 		more:   map[*elemEntry][]elemClaim{},
-		parts:  map[owner]*part{},
+		parts:  &partIndex{},
 	}
 	s.clearDirty()
 	return s
@@ -101,7 +76,7 @@ func (s *store) clearDirty() {
 	s.dirtyChains = map[string]struct{}{}
 	s.dirtySets = map[string]struct{}{}
 	for _, e := range s.dirtyElems {
-		e.dirty = false
+		e.flag(entryDirty, false)
 	}
 	s.dirtyElems = nil
 }
@@ -109,7 +84,7 @@ func (s *store) clearDirty() {
 // resetClaims forgets every claim (before a full sync re-claims everything)
 // and marks every entry dirty.
 func (s *store) resetClaims() {
-	s.parts = map[owner]*part{}
+	s.parts = &partIndex{}
 	for name, e := range s.chains {
 		e.desired, e.claims = nil, 0
 		s.dirtyChains[name] = struct{}{}
@@ -121,12 +96,12 @@ func (s *store) resetClaims() {
 	s.more = map[*elemEntry][]elemClaim{}
 	n := 0
 	for _, m := range s.elems {
-		n += len(m)
+		n += m.len()
 	}
 	s.dirtyElems = slices.Grow(s.dirtyElems, n)
 	for _, m := range s.elems {
-		for _, e := range m {
-			e.first, e.shared = elemClaim{}, false
+		for e := range m.all {
+			e.clearClaims()
 			s.markDirty(e)
 		}
 	}
@@ -134,13 +109,13 @@ func (s *store) resetClaims() {
 
 // replace swaps o's claims for p's (either may be nil).
 func (s *store) replace(o owner, p *part) {
-	if old := s.parts[o]; old != nil {
+	if old := s.parts.get(o); old != nil {
 		s.release(old)
-		delete(s.parts, o)
+		s.parts.remove(o)
 	}
 	if p != nil {
 		s.claim(o, p)
-		s.parts[o] = p
+		s.parts.add(p)
 	}
 }
 
@@ -165,13 +140,15 @@ func (s *store) claim(o owner, p *part) {
 		e.claims++
 		s.dirtySets[st.name] = struct{}{}
 	}
-	id := &owner{}
-	*id = o
-	p.owner = id
+	if p.owner == nil || *p.owner != o {
+		p.owner = new(owner)
+		*p.owner = o
+	}
+	id := p.owner
 	p.entries = make([]*elemEntry, 0, len(p.elems))
 	var set string
 	var setID uint32
-	var m map[string]*elemEntry
+	var m *entryIndex
 	for _, el := range p.elems {
 		// A part's elements come in runs of one set.
 		if m == nil || el.set != set {
@@ -181,16 +158,17 @@ func (s *store) claim(o owner, p *part) {
 		// holds): no second lookup.
 		e := el.entry
 		if e == nil {
-			if e = m[el.key]; e == nil {
-				e = &elemEntry{set: setID, key: el.key, slots: el.slots}
-				m[el.key] = e
+			if e = m.get(el.key); e == nil {
+				e = &elemEntry{set: setID, key: el.key}
+				e.flag(entrySlots, el.slots)
+				m.add(e)
 			}
 		}
 		if s.addClaim(e, elemClaim{owner: id, value: el.value}) {
 			p.entries = append(p.entries, e)
 		}
-		if e.present && e.kernel == el.value {
-			e.kernel = el.value // one string for both: a copy read back can go
+		if e.present() && e.kernel() == el.value && el.value != "" {
+			e.vals.kernel = el.value // one string for both: a copy read back can go
 		}
 		s.markDirty(e)
 	}
@@ -241,8 +219,8 @@ func (s *store) reserve(parts []*part) {
 	}
 	total := 0
 	for set, n := range counts {
-		if set != "" && len(s.elems[set]) == 0 {
-			s.elems[set] = make(map[string]*elemEntry, n)
+		if set != "" && s.elems[set].len() == 0 {
+			s.elems[set] = newEntryIndex(n)
 		}
 		total += n
 	}
@@ -270,7 +248,7 @@ func (s *store) setOf(e *elemEntry) string { return s.setNames[e.set] }
 // holdsElements reports whether any set has entries.
 func (s *store) holdsElements() bool {
 	for _, m := range s.elems {
-		if len(m) > 0 {
+		if m.len() > 0 {
 			return true
 		}
 	}
@@ -278,10 +256,10 @@ func (s *store) holdsElements() bool {
 }
 
 // setElems returns the entries of set, creating the map if needed.
-func (s *store) setElems(set string) map[string]*elemEntry {
+func (s *store) setElems(set string) *entryIndex {
 	m := s.elems[set]
 	if m == nil {
-		m = map[string]*elemEntry{}
+		m = &entryIndex{}
 		s.elems[set] = m
 	}
 	return m
@@ -289,93 +267,35 @@ func (s *store) setElems(set string) map[string]*elemEntry {
 
 func (s *store) elem(set, key string, create bool) *elemEntry {
 	if !create {
-		return s.elems[set][key]
+		return s.elems[set].get(key)
 	}
 	m := s.setElems(set)
-	e := m[key]
+	e := m.get(key)
 	if e == nil {
 		e = &elemEntry{set: s.setID(set), key: key}
-		m[key] = e
+		m.add(e)
 	}
 	return e
 }
 
 func (s *store) markDirty(e *elemEntry) {
-	if !e.dirty {
-		e.dirty = true
+	if !e.dirty() {
+		e.flag(entryDirty, true)
 		s.dirtyElems = append(s.dirtyElems, e)
 	}
-}
-
-// desiredValue is the value of the element's first claimant in name
-// order, so that conflicting claims resolve the same way in every sync.
-func (s *store) desiredValue(e *elemEntry) (string, bool) {
-	if e.first.owner == nil {
-		return "", false
-	}
-	best := e.first
-	for _, c := range s.others(e) {
-		if c.owner.Compare(*best.owner) < 0 {
-			best = c
-		}
-	}
-	return best.value, true
-}
-
-// addClaim adds c to e unless its owner has a claim already, and reports
-// whether it did.
-func (s *store) addClaim(e *elemEntry, c elemClaim) bool {
-	switch {
-	case e.first.owner == nil:
-		e.first = c
-	case e.first.owner == c.owner || slices.ContainsFunc(s.others(e), func(m elemClaim) bool { return m.owner == c.owner }):
-		return false
-	default:
-		s.setOthers(e, append(s.others(e), c))
-	}
-	return true
-}
-
-// others returns e's claims after the first.
-func (s *store) others(e *elemEntry) []elemClaim {
-	if !e.shared {
-		return nil
-	}
-	return s.more[e]
-}
-
-func (s *store) setOthers(e *elemEntry, cs []elemClaim) {
-	e.shared = len(cs) > 0
-	if e.shared {
-		s.more[e] = cs
-	} else {
-		delete(s.more, e)
-	}
-}
-
-// dropClaim removes o's claim on e.
-func (s *store) dropClaim(e *elemEntry, o *owner) {
-	more := slices.DeleteFunc(s.others(e), func(c elemClaim) bool { return c.owner == o })
-	if e.first.owner == o {
-		e.first = elemClaim{}
-		if len(more) > 0 {
-			e.first, more = more[0], more[1:]
-		}
-	}
-	s.setOthers(e, more)
 }
 
 // hasElems reports whether the kernel may hold elements of set: its set
 // exists there (at a cold start none does, and render skips the lookups).
 func (s *store) hasElems(set string) bool {
 	e := s.sets[set]
-	return e != nil && e.present && len(s.elems[set]) > 0
+	return e != nil && e.present && s.elems[set].len() > 0
 }
 
 // kernelEntry is the entry of an element the kernel holds, or nil.
 func (s *store) kernelEntry(set, key string) *elemEntry {
-	e := s.elems[set][key]
-	if e == nil || !e.present {
+	e := s.elems[set].get(key)
+	if e == nil || !e.present() {
 		return nil
 	}
 	return e
