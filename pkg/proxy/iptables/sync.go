@@ -116,7 +116,7 @@ type plan struct {
 
 func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full bool, natChains []string) *plan {
 	pl := &plan{full: full, rendered: map[string]struct{}{}}
-	var natChainLines, ownRules lineBuffer
+	var own lineBuffer // the (re)rendered ports' own chains
 	stale := map[string]struct{}{}
 	if full {
 		for name := range p.natOwned {
@@ -124,7 +124,7 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 		}
 		p.entries = make(map[proxy.ServicePortName]*entry, st.Services.Len())
 		for name, sp := range st.Services.All() {
-			p.entries[name] = r.renderService(sp, &natChainLines, &ownRules)
+			p.entries[name] = r.renderService(sp, &own)
 		}
 	} else {
 		for name := range st.Changed {
@@ -137,7 +137,7 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 				delete(p.entries, name)
 			}
 			if sp := st.Service(name); sp != nil {
-				p.entries[name] = r.renderService(sp, &natChainLines, &ownRules)
+				p.entries[name] = r.renderService(sp, &own)
 			}
 		}
 	}
@@ -162,7 +162,7 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 		}
 	}
 	pl.deleted = sortedKeys(stale)
-	p.assemble(pl, st, r, &natChainLines, &ownRules)
+	p.assemble(pl, st, r, &own)
 	return pl
 }
 
@@ -193,15 +193,17 @@ func (p *Proxier) sweep(ctx context.Context, cfg *config, natChains []string, st
 }
 
 // assemble writes the restore input: the whole of our filter chains, then
-// nat's top-level chains, the (re)rendered ports' chains and the deletions.
-// Chain lines come before any rule, as a jump target must exist when the
-// rule is read. A partial sync leaves out the filter section and the nat
+// nat's top-level chain lines, the deletions' chain lines (which flush
+// them), the (re)rendered ports' own chains, the top-level rules and the
+// deletions. Every chain is declared before a rule jumps to it, as both
+// tools require; the ports' chains come before the top-level rules that
+// jump to them. A partial sync leaves out the filter section and the nat
 // top-level chains when their text hashes to what the last sync wrote:
 // with 10k services they are 20k rules jumping to 20k chains, which
 // iptables-nft-restore takes seconds to read (see pkg/kiptables
 // withCacheHints) and which an endpoint change rarely alters. The input
 // is a list of chunks pointing at the rendered lines, never a copy.
-func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, natChainLines, ownRules *lineBuffer) {
+func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, own *lineBuffer) {
 	order := sortedNames(p.entries)
 	filter, top := p.sharedChains(order, st, r)
 	pl.stats.natTotal += top.lines
@@ -232,15 +234,14 @@ func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, natChainLin
 		}
 	}
 	nat.add(&natHead)
-	nat.add(natChainLines)
 	for _, c := range pl.deleted {
 		deletions.chainLine(c)
 	}
 	nat.add(&deletions)
+	nat.add(own)
 	if withTop {
 		nat.addChunks(top)
 	}
-	nat.add(ownRules)
 	var removals lineBuffer
 	for _, c := range pl.deleted {
 		removals.line("-X", c)
