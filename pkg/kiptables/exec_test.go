@@ -33,9 +33,15 @@ func (f *fakeExec) LookPath(file string) (string, error) {
 	return "", fmt.Errorf("%s: %w", file, exec.ErrNotFound)
 }
 
-func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin [][]byte, stdout io.Writer) error {
+func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin func(io.Writer) error, stdout io.Writer) error {
 	f.calls = append(f.calls, path+" "+strings.Join(args, " "))
-	f.stdin = append(f.stdin, bytes.Join(stdin, nil))
+	var in bytes.Buffer
+	if stdin != nil {
+		if err := stdin(&in); err != nil {
+			return err
+		}
+	}
+	f.stdin = append(f.stdin, in.Bytes())
 	if f.answer == nil {
 		return nil
 	}
@@ -188,7 +194,9 @@ func TestHungToolTimesOut(t *testing.T) {
 	must(t, err)
 	done := make(chan error, 2)
 	go func() {
-		done <- c.Restore(context.Background(), []byte("*nat\nCOMMIT\n"))
+		// More input than a pipe holds: the writer blocks until the
+		// killed tool's end of the pipe closes.
+		done <- c.Restore(context.Background(), []byte("*nat\n"), bytes.Repeat([]byte("-A KUBE-X -j RETURN\n"), 1<<16), []byte("COMMIT\n"))
 		_, err := c.Save(context.Background(), TableNAT)
 		done <- err
 	}()

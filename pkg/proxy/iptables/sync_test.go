@@ -64,10 +64,10 @@ func TestPartialSyncRewritesOnlyChangedChains(t *testing.T) {
 		}
 	}
 	svc4 := namesOf(svcName("ns4", "svc4"))
-	// The chain to delete is flushed first; each chain comes before those
-	// that jump to it.
-	want := []string{svc4.sepChain("10.180.0.5:80"), svc4.sepChain("10.180.0.4:80"), svc4.sepChain("10.180.0.6:80"),
-		svc4.svc, svc4.ext}
+	// Each chain comes before those that jump to it; the chain to delete
+	// is flushed last.
+	want := []string{svc4.sepChain("10.180.0.4:80"), svc4.sepChain("10.180.0.6:80"), svc4.svc, svc4.ext,
+		svc4.sepChain("10.180.0.5:80")}
 	if strings.Join(chains, " ") != strings.Join(want, " ") {
 		t.Errorf("nat chains written:\n got %v\nwant %v", chains, want)
 	}
