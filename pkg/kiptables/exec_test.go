@@ -164,13 +164,52 @@ func TestDetectFlavour(t *testing.T) {
 				src = c.legacy
 			}
 			if src == nil || strings.Contains(path, "ip6tables") {
-				return nil, nil
+				src = func(string) []byte { return nil }
+			}
+			if !strings.HasSuffix(path, "-save") { // -t TABLE -L CHAIN -n
+				if slices.Contains(SavedChainNames(src(args[1])), args[3]) {
+					return nil, nil
+				}
+				return nil, errors.New("exit status 1: no such chain")
 			}
 			return src(table), nil
 		}}
 		if got, why := detectFlavour(ctx, ex); got != c.want {
 			t.Errorf("%s: got %s (%s), want %s", c.name, got, why, c.want)
 		}
+	}
+}
+
+// TestDetectFlavourLeavesNFTRulesUnread: with no legacy rules, the rules
+// iptables-nft holds (350k after a 10k-service sync, read at every start)
+// are not saved, and its mangle chains are listed without iptables-nft-save
+// (which fetches every table).
+func TestDetectFlavourLeavesNFTRulesUnread(t *testing.T) {
+	both := tools("nft")
+	for k, v := range tools("legacy") {
+		both[k] = v
+	}
+	ex := &fakeExec{paths: both, answer: func(path string, args []string) ([]byte, error) {
+		switch {
+		case !strings.HasSuffix(path, "-save"):
+			return nil, errors.New("exit status 1: no such chain")
+		case strings.Contains(path, "nft"):
+			return []byte(strings.Repeat("-A KUBE-SEP-X -j DNAT --to-destination 10.0.0.1:80\n", 1000)), nil
+		}
+		return nil, nil
+	}}
+	if got, why := detectFlavour(ctx, ex); got != FlavourNFT {
+		t.Errorf("got %s (%s), want nft", got, why)
+	}
+	listed := false
+	for _, call := range ex.calls {
+		if strings.Contains(call, "nft-save") {
+			t.Errorf("ran %s", call)
+		}
+		listed = listed || strings.HasSuffix(call, "iptables-nft -t mangle -L KUBE-IPTABLES-HINT -n")
+	}
+	if !listed {
+		t.Errorf("iptables-nft's hint chain was not looked for; calls:\n%s", strings.Join(ex.calls, "\n"))
 	}
 }
 
