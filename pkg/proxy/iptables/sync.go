@@ -150,9 +150,6 @@ func (p *Proxier) plan(st *desired.State, r *renderer, kernel []string, stream i
 			return nil, err
 		}
 		own = streamTo(stream)
-		for name := range p.natOwned {
-			stale[name] = struct{}{}
-		}
 		p.entries = make(map[proxy.ServicePortName]*entry, st.Services.Len())
 		for name, sp := range st.Services.All() {
 			p.entries[name] = r.renderService(sp, own)
@@ -182,8 +179,10 @@ func (p *Proxier) plan(st *desired.State, r *renderer, kernel []string, stream i
 }
 
 // wantedAndStale records in pl.rendered the chains this sync writes and
-// drops them from stale; on a full sync every port's chains are written,
-// and kernel's service chains that no port wants become stale.
+// drops them from stale. On a full sync every port's chains are written,
+// and the chains we wrote before (natOwned) or found in the kernel that no
+// port wants become stale: only those are added, not a copy of natOwned's
+// 120k names.
 func (p *Proxier) wantedAndStale(pl *plan, st *desired.State, kernel []string, stale map[string]struct{}) {
 	for name := range st.Changed {
 		if e := p.entries[name]; e != nil {
@@ -198,8 +197,13 @@ func (p *Proxier) wantedAndStale(pl *plan, st *desired.State, kernel []string, s
 				pl.rendered[c] = struct{}{}
 			}
 		}
+		for name := range p.natOwned {
+			if _, ok := pl.rendered[name]; !ok {
+				stale[name] = struct{}{}
+			}
+		}
 		for _, name := range kernel {
-			if isServiceChain(name) {
+			if _, ok := pl.rendered[name]; !ok {
 				stale[name] = struct{}{}
 			}
 		}
@@ -209,8 +213,9 @@ func (p *Proxier) wantedAndStale(pl *plan, st *desired.State, kernel []string, s
 	}
 }
 
-// kernelChains lists the nat chains the kernel holds, for the stale-chain
-// sweep, e.g. of chains left by an earlier run. It takes natChains when
+// kernelChains lists the service chains the kernel holds that our record
+// lacks, for the stale-chain sweep: e.g. chains left by an earlier run or
+// a failed sync. It takes natChains when
 // ensureJumps read them (iptables-legacy), else lists the chain names
 // (iptables-save); in large-cluster mode, where that listing may take
 // seconds, it does so at most once per SyncPeriod, and returns nil when it
@@ -230,7 +235,16 @@ func (p *Proxier) kernelChains(ctx context.Context, cfg *config, natChains []str
 		}
 	}
 	p.lastSweep = now
-	return names
+	// Only the service chains our record lacks: those it holds are
+	// checked through it (wantedAndStale), and in a running daemon they
+	// are nearly all of the 120k names, which the sync would keep alive.
+	var unknown []string
+	for _, name := range names {
+		if _, ok := p.natOwned[name]; !ok && isServiceChain(name) {
+			unknown = append(unknown, name)
+		}
+	}
+	return unknown
 }
 
 // writeChunks writes data to w.
@@ -354,14 +368,19 @@ func (p *Proxier) sharedChains(order []proxy.ServicePortName, st *desired.State,
 }
 
 func (p *Proxier) commit(pl *plan, cfg *config) {
-	if pl.full || p.natOwned == nil {
+	switch {
+	case pl.full:
+		p.natOwned = pl.rendered // every chain it wrote, none it deleted
+	case p.natOwned == nil:
 		p.natOwned = map[string]struct{}{}
-	}
-	for c := range pl.rendered {
-		p.natOwned[c] = struct{}{}
-	}
-	for _, c := range pl.deleted {
-		delete(p.natOwned, c)
+		fallthrough
+	default:
+		for c := range pl.rendered {
+			p.natOwned[c] = struct{}{}
+		}
+		for _, c := range pl.deleted {
+			delete(p.natOwned, c)
+		}
 	}
 	p.cfg = cfg
 	p.last = pl.stats

@@ -319,3 +319,31 @@ func TestPartialSyncRewritesChangedTopLevel(t *testing.T) {
 		t.Errorf("after partial sync:\n%s", proxytest.LineDiff(want, got))
 	}
 }
+
+// TestFullSyncRemovesService: a full sync deletes the chains of a port
+// that went away, found through the Proxier's record of what it wrote
+// (the kernel listing passes over chains the record holds), and deletes
+// a leftover chain the record lacks.
+func TestFullSyncRemovesService(t *testing.T) {
+	st := upstreamState()
+	fake, p := syncFake(t, st, Options{})
+	name := svcName("ns4", "svc4")
+	if err := fake.Restore(ctx, []byte("*nat\n:KUBE-SEP-LEFTOVER0000000 - [0:0]\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	next := *st
+	next.Services = model.PortMap[*desired.ServicePort]{}
+	for n, sp := range st.Services.All() {
+		if n != name {
+			next.Services = next.Services.With(n, sp)
+		}
+	}
+	next.Changed = nil
+	if err := p.Sync(ctx, &next, proxy.RecoverySync); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := syncFake(t, &next, Options{})
+	if got, want := fake.Dump(), fresh.Dump(); got != want {
+		t.Errorf("after the full sync:\n%s", proxytest.LineDiff(want, got))
+	}
+}
