@@ -22,7 +22,7 @@ import (
 func (c *Client) ChainNames(ctx context.Context, table Table) ([]string, error) {
 	var names *chainNames
 	err := c.saveTo(ctx, table, func() io.Writer {
-		names = &chainNames{}
+		names = newChainNames()
 		return names
 	})
 	if err != nil {
@@ -33,7 +33,7 @@ func (c *Client) ChainNames(ctx context.Context, table Table) ([]string, error) 
 
 // SavedChainNames returns the chains iptables-save output declares.
 func SavedChainNames(save []byte) []string {
-	var names chainNames
+	names := newChainNames()
 	_, _ = names.Write(save)
 	return names.done()
 }
@@ -42,27 +42,16 @@ func SavedChainNames(save []byte) []string {
 // to it in pieces of any size.
 type chainNames struct {
 	names []string
-	carry []byte // the start of a line the last Write left unfinished
+	lines lineWriter
 }
 
-func (c *chainNames) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		end := bytes.IndexByte(p, '\n')
-		if end < 0 {
-			c.carry = append(c.carry, p...)
-			break
-		}
-		line := p[:end]
-		if len(c.carry) > 0 {
-			line = append(c.carry, line...)
-			c.carry = c.carry[:0]
-		}
-		c.line(line)
-		p = p[end+1:]
-	}
-	return n, nil
+func newChainNames() *chainNames {
+	c := &chainNames{}
+	c.lines.fn = c.line
+	return c
 }
+
+func (c *chainNames) Write(p []byte) (int, error) { return c.lines.Write(p) }
 
 func (c *chainNames) line(line []byte) {
 	if len(line) > 1 && line[0] == ':' {
@@ -73,7 +62,40 @@ func (c *chainNames) line(line []byte) {
 
 // done returns the names, the unfinished last line included.
 func (c *chainNames) done() []string {
-	c.line(c.carry)
-	c.carry = nil
+	c.lines.done()
 	return c.names
+}
+
+// lineWriter passes each line written to it, in pieces of any size, to fn
+// (without its newline).
+type lineWriter struct {
+	fn    func(line []byte)
+	carry []byte // the start of a line the last Write left unfinished
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		end := bytes.IndexByte(p, '\n')
+		if end < 0 {
+			l.carry = append(l.carry, p...)
+			break
+		}
+		line := p[:end]
+		if len(l.carry) > 0 {
+			line = append(l.carry, line...)
+			l.carry = l.carry[:0]
+		}
+		l.fn(line)
+		p = p[end+1:]
+	}
+	return n, nil
+}
+
+// done passes the unfinished last line, if any.
+func (l *lineWriter) done() {
+	if len(l.carry) > 0 {
+		l.fn(l.carry)
+	}
+	l.carry = nil
 }

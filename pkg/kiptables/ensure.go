@@ -67,7 +67,9 @@ func savedChecks(save []byte, rules []FrontRule) (names []string, haveChain func
 		wanted[r.Chain] = true
 	}
 	chains, lines := map[string]bool{}, map[string]bool{}
-	eachLine([][]byte{save}, func(line []byte, _ int) {
+	for rest := save; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
 		switch {
 		case len(line) > 1 && line[0] == ':':
 			name, _, _ := bytes.Cut(line[1:], []byte(" "))
@@ -81,7 +83,7 @@ func savedChecks(save []byte, rules []FrontRule) (names []string, haveChain func
 				lines[string(line)] = true
 			}
 		}
-	})
+	}
 	haveChain = func(c string) bool { return chains[c] }
 	haveRule = func(r FrontRule) bool { return lines[fmt.Sprintf("-A %s %s", r.Chain, JoinArgs(r.Rule))] }
 	return names, haveChain, haveRule

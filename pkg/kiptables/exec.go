@@ -48,17 +48,17 @@ const (
 // and stdin without running anything.
 type execer interface {
 	LookPath(file string) (string, error)
-	// Run runs path with args and stdin (its chunks concatenated, nil for
-	// none), writing its output to stdout (nil discards it); on failure the
-	// error includes stderr and wraps *exec.ExitError when the program ran.
-	Run(ctx context.Context, path string, args []string, stdin [][]byte, stdout io.Writer) error
+	// Run runs path with args and the input stdin writes (nil for none),
+	// writing its output to stdout (nil discards it); on failure the error
+	// includes stderr and wraps *exec.ExitError when the program ran.
+	Run(ctx context.Context, path string, args []string, stdin func(io.Writer) error, stdout io.Writer) error
 }
 
 type osExec struct{}
 
 func (osExec) LookPath(file string) (string, error) { return exec.LookPath(file) }
 
-func (osExec) Run(parent context.Context, path string, args []string, stdin [][]byte, stdout io.Writer) error {
+func (osExec) Run(parent context.Context, path string, args []string, stdin func(io.Writer) error, stdout io.Writer) error {
 	timeout := execTimeout
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
@@ -66,17 +66,42 @@ func (osExec) Run(parent context.Context, path string, args []string, stdin [][]
 	cmd.WaitDelay = waitDelay
 	var stderr bytes.Buffer
 	// A nil Stdout is /dev/null, written by the child directly: a
-	// restore's listing (see withCacheHints) is tens of MB at 10k services.
+	// restore's listing (see cacheHinter) is tens of MB at 10k services.
 	cmd.Stdout = stdout
 	cmd.Stderr = &stderr
-	if stdin != nil {
-		cmd.Stdin = chunkReader(stdin)
-	}
-	if err := cmd.Run(); err != nil {
+	err := runWithInput(cmd, stdin)
+	if err != nil {
 		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("timed out after %v (killed): %w", timeout, err)
 		}
 		return fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// runWithInput runs cmd, feeding it what stdin writes from this goroutine
+// while it runs. When the program fails, its exit is the error (a write
+// into its closed stdin only follows from that).
+func runWithInput(cmd *exec.Cmd, stdin func(io.Writer) error) error {
+	if stdin == nil {
+		return cmd.Run()
+	}
+	pipe, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	werr := stdin(pipe)
+	if cerr := pipe.Close(); werr == nil {
+		werr = cerr
+	}
+	if err := cmd.Wait(); err != nil {
+		return err
+	}
+	if werr != nil {
+		return fmt.Errorf("writing the input: %w", werr)
 	}
 	return nil
 }
@@ -141,14 +166,33 @@ func toolName(family proxy.IPFamily, flavour Flavour) string {
 // Flavour is part of Interface.
 func (c *Client) Flavour() Flavour { return c.flavour }
 
-// Restore is part of Interface. On iptables-nft, large sections get a
-// read-only listing command first (see withCacheHints).
+// Restore is part of Interface.
 func (c *Client) Restore(ctx context.Context, data ...[]byte) error {
+	return c.RestoreFrom(ctx, func(w io.Writer) error {
+		for _, d := range data {
+			if _, err := w.Write(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// RestoreFrom is part of Interface. On iptables-nft, large sections get a
+// read-only listing command first (see cacheHinter).
+func (c *Client) RestoreFrom(ctx context.Context, write func(w io.Writer) error) error {
+	stdin := write
 	if c.flavour == FlavourNFT {
-		data = withCacheHints(data)
+		stdin = func(w io.Writer) error {
+			h := newCacheHinter(w)
+			if err := write(h); err != nil {
+				return err
+			}
+			return h.flush()
+		}
 	}
 	args := append(append([]string{}, lockArgs...), "--noflush", "--counters")
-	return c.runRetrying(ctx, c.restore, args, data, nil)
+	return c.runRetrying(ctx, c.restore, args, stdin, nil)
 }
 
 // Save is part of Interface.
@@ -173,7 +217,7 @@ func (c *Client) saveTo(ctx context.Context, table Table, stdout func() io.Write
 // runRetrying runs a tool, retrying with backoff while the xtables lock is
 // contended. Each attempt's output goes to the writer stdout returns (nil
 // stdout: discarded).
-func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin [][]byte, stdout func() io.Writer) error {
+func (c *Client) runRetrying(ctx context.Context, path string, args []string, stdin func(io.Writer) error, stdout func() io.Writer) error {
 	return c.retryLocked(ctx, path, func() error {
 		var w io.Writer
 		if stdout != nil {
@@ -214,15 +258,6 @@ func isLockError(err error) bool {
 		return true
 	}
 	return strings.Contains(err.Error(), "xtables lock")
-}
-
-// chunkReader reads chunks one after another, without joining them.
-func chunkReader(chunks [][]byte) io.Reader {
-	readers := make([]io.Reader, len(chunks))
-	for i, c := range chunks {
-		readers[i] = bytes.NewReader(c)
-	}
-	return io.MultiReader(readers...)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -33,9 +33,15 @@ func (f *fakeExec) LookPath(file string) (string, error) {
 	return "", fmt.Errorf("%s: %w", file, exec.ErrNotFound)
 }
 
-func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin [][]byte, stdout io.Writer) error {
+func (f *fakeExec) Run(_ context.Context, path string, args []string, stdin func(io.Writer) error, stdout io.Writer) error {
 	f.calls = append(f.calls, path+" "+strings.Join(args, " "))
-	f.stdin = append(f.stdin, bytes.Join(stdin, nil))
+	var in bytes.Buffer
+	if stdin != nil {
+		if err := stdin(&in); err != nil {
+			return err
+		}
+	}
+	f.stdin = append(f.stdin, in.Bytes())
 	if f.answer == nil {
 		return nil
 	}
@@ -158,13 +164,52 @@ func TestDetectFlavour(t *testing.T) {
 				src = c.legacy
 			}
 			if src == nil || strings.Contains(path, "ip6tables") {
-				return nil, nil
+				src = func(string) []byte { return nil }
+			}
+			if !strings.HasSuffix(path, "-save") { // -t TABLE -L CHAIN -n
+				if slices.Contains(SavedChainNames(src(args[1])), args[3]) {
+					return nil, nil
+				}
+				return nil, errors.New("exit status 1: no such chain")
 			}
 			return src(table), nil
 		}}
 		if got, why := detectFlavour(ctx, ex); got != c.want {
 			t.Errorf("%s: got %s (%s), want %s", c.name, got, why, c.want)
 		}
+	}
+}
+
+// TestDetectFlavourLeavesNFTRulesUnread: with no legacy rules, the rules
+// iptables-nft holds (350k after a 10k-service sync, read at every start)
+// are not saved, and its mangle chains are listed without iptables-nft-save
+// (which fetches every table).
+func TestDetectFlavourLeavesNFTRulesUnread(t *testing.T) {
+	both := tools("nft")
+	for k, v := range tools("legacy") {
+		both[k] = v
+	}
+	ex := &fakeExec{paths: both, answer: func(path string, args []string) ([]byte, error) {
+		switch {
+		case !strings.HasSuffix(path, "-save"):
+			return nil, errors.New("exit status 1: no such chain")
+		case strings.Contains(path, "nft"):
+			return []byte(strings.Repeat("-A KUBE-SEP-X -j DNAT --to-destination 10.0.0.1:80\n", 1000)), nil
+		}
+		return nil, nil
+	}}
+	if got, why := detectFlavour(ctx, ex); got != FlavourNFT {
+		t.Errorf("got %s (%s), want nft", got, why)
+	}
+	listed := false
+	for _, call := range ex.calls {
+		if strings.Contains(call, "nft-save") {
+			t.Errorf("ran %s", call)
+		}
+		listed = listed || strings.HasSuffix(call, "iptables-nft -t mangle -L KUBE-IPTABLES-HINT -n")
+	}
+	if !listed {
+		t.Errorf("iptables-nft's hint chain was not looked for; calls:\n%s", strings.Join(ex.calls, "\n"))
 	}
 }
 
@@ -188,7 +233,9 @@ func TestHungToolTimesOut(t *testing.T) {
 	must(t, err)
 	done := make(chan error, 2)
 	go func() {
-		done <- c.Restore(context.Background(), []byte("*nat\nCOMMIT\n"))
+		// More input than a pipe holds: the writer blocks until the
+		// killed tool's end of the pipe closes.
+		done <- c.Restore(context.Background(), []byte("*nat\n"), bytes.Repeat([]byte("-A KUBE-X -j RETURN\n"), 1<<16), []byte("COMMIT\n"))
 		_, err := c.Save(context.Background(), TableNAT)
 		done <- err
 	}()

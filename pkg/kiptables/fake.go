@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -92,6 +93,15 @@ func (f *Fake) Restore(_ context.Context, chunks ...[]byte) error {
 		}
 	}
 	return f.restore(string(data))
+}
+
+// RestoreFrom is part of Interface: Restore of what write writes.
+func (f *Fake) RestoreFrom(ctx context.Context, write func(w io.Writer) error) error {
+	var b bytes.Buffer
+	if err := write(&b); err != nil {
+		return err
+	}
+	return f.Restore(ctx, b.Bytes())
 }
 
 // Save is part of Interface: the table in iptables-save format (chains

@@ -62,7 +62,14 @@ func (f *Fake) restoreLine(cur **FakeTable, line string) error {
 	}
 	switch op {
 	case "-A":
-		c.Rules = append(c.Rules, strings.TrimSpace(rule))
+		rule = strings.TrimSpace(rule)
+		// Both tools check a jump when they read the rule (iptables-nft
+		// when it prepares the commands in order), so the target must be
+		// declared on an earlier line, not merely by COMMIT.
+		if target := jumpTarget(rule); target != "" && !isBuiltinTarget(target) && (*cur).Chains[target] == nil {
+			return fmt.Errorf("rule jumps to chain %s, which does not exist yet", target)
+		}
+		c.Rules = append(c.Rules, rule)
 	case "-X":
 		return (*cur).deleteChain(c)
 	default:

@@ -36,6 +36,7 @@ COMMIT
 func TestFakeRestoreRejectsWhatIptablesRejects(t *testing.T) {
 	for name, input := range map[string]string{
 		"jump to a missing chain":  "*nat\n:KUBE-A - [0:0]\n-A KUBE-A -j KUBE-NOPE\nCOMMIT\n",
+		"jump to a later chain":    "*nat\n:KUBE-A - [0:0]\n-A KUBE-A -j KUBE-B\n:KUBE-B - [0:0]\nCOMMIT\n",
 		"append to missing chain":  "*nat\n-A KUBE-NOPE -j RETURN\nCOMMIT\n",
 		"delete non-empty chain":   "*nat\n:KUBE-A - [0:0]\n-A KUBE-A -j RETURN\n-X KUBE-A\nCOMMIT\n",
 		"delete referenced chain":  "*nat\n:KUBE-A - [0:0]\n:KUBE-B - [0:0]\n-A KUBE-A -j KUBE-B\n-X KUBE-B\nCOMMIT\n",

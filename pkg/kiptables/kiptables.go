@@ -8,6 +8,7 @@ package kiptables
 import (
 	"context"
 	"errors"
+	"io"
 )
 
 // Table names an iptables table.
@@ -38,6 +39,12 @@ type Interface interface {
 	// atomically, or not at all. Chunks let a caller pass the pieces it
 	// rendered (10k services: ~35 MB) without copying them into one buffer.
 	Restore(ctx context.Context, data ...[]byte) error
+	// RestoreFrom is Restore with the input that write writes, streamed to
+	// the tool as it is written, so that a caller can render a large input
+	// piece by piece instead of holding it. write may be called again (a
+	// retry while another program holds the xtables lock) and must then
+	// write the same input.
+	RestoreFrom(ctx context.Context, write func(w io.Writer) error) error
 	// Save returns iptables-save output for one table.
 	Save(ctx context.Context, table Table) ([]byte, error)
 	// ChainNames lists the chains of one table, built-in ones included.

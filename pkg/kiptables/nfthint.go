@@ -3,6 +3,7 @@ package kiptables
 import (
 	"bytes"
 	"hash/maphash"
+	"io"
 )
 
 // iptables-nft-restore --noflush (1.8.x, the version Debian bookworm and
@@ -32,80 +33,124 @@ var listCmd = []byte("-L -n\n")
 // 100k-rule table.
 const hintMinCost = 50_000_000
 
-// withCacheHints returns data with listCmd after the "*table" line of each
-// section whose chain list would be expensive, or data itself when no
-// section needs it. The chunks are sliced around the hints, not copied.
-func withCacheHints(data [][]byte) [][]byte {
-	var at []int // offsets just after the "*table\n" lines to hint
-	var lines, start int
-	names := map[uint64]struct{}{}
-	seed := maphash.MakeSeed()
-	eachLine(data, func(line []byte, off int) {
-		switch {
-		case len(line) > 0 && line[0] == '*':
-			lines, start = 0, off
-			clear(names)
-		case bytes.Equal(line, []byte("COMMIT")):
-			if lines*len(names) >= hintMinCost {
-				at = append(at, start)
-			}
-		default:
-			lines++
-			addChainNames(names, seed, line)
-		}
-	})
-	if len(at) == 0 {
-		return data
-	}
-	return splice(data, at, listCmd)
+var commitLine = []byte("COMMIT")
+
+// cacheHinter passes restore input through to w, with listCmd after the
+// "*table" line of each section whose chain list would be expensive. It
+// holds a section's lines back only until it knows: until their lines ×
+// distinct names reach hintMinCost (then the hint, and the rest of the
+// section passes straight through) or the section's COMMIT (no hint). So
+// it holds the beginning of a large section — about a megabyte of a
+// 10k-service sync — never the whole input, which its writer may be
+// rendering piece by piece.
+type cacheHinter struct {
+	w        io.Writer
+	seed     maphash.Seed
+	atStart  bool // the next byte passed through begins a line
+	inTable  bool // passing a "*table" line through
+	deciding bool // holding the lines of a section's beginning
+	held     []byte
+	scanned  int // bytes of held already counted
+	lines    int
+	names    map[uint64]struct{} // hashes: only their number matters
 }
 
-// eachLine calls fn with each line of the chunks' concatenation (without
-// its newline; a line may span chunks) and the offset just past it.
-func eachLine(chunks [][]byte, fn func(line []byte, off int)) {
-	var carry []byte // a line begun in an earlier chunk
-	off := 0
-	for _, c := range chunks {
-		for len(c) > 0 {
-			end := bytes.IndexByte(c, '\n')
-			if end < 0 {
-				carry = append(carry, c...)
-				off += len(c)
-				break
-			}
-			line := c[:end]
-			if carry != nil {
-				line = append(carry, line...)
-				carry = nil
-			}
-			off += end + 1
-			c = c[end+1:]
-			fn(line, off)
+func newCacheHinter(w io.Writer) *cacheHinter {
+	return &cacheHinter{w: w, seed: maphash.MakeSeed(), atStart: true}
+}
+
+// Write is part of io.Writer.
+func (h *cacheHinter) Write(p []byte) (int, error) {
+	n := len(p)
+	var err error
+	for len(p) > 0 && err == nil {
+		if h.deciding {
+			p, err = h.hold(p)
+		} else {
+			p, err = h.pass(p)
 		}
 	}
-	if len(carry) > 0 {
-		fn(carry, off)
+	if err != nil {
+		return n - len(p), err
+	}
+	return n, nil
+}
+
+// flush writes what is still held at the end of the input (a section
+// without COMMIT, which the tool will refuse), its last line unfinished
+// included.
+func (h *cacheHinter) flush() error {
+	if !h.deciding {
+		return nil
+	}
+	rest, err := h.release(false)
+	if err == nil {
+		_, err = h.w.Write(rest)
+	}
+	return err
+}
+
+// pass writes p through up to the end of the next "*table" line, after
+// which the section's lines are held; it returns the rest of p.
+func (h *cacheHinter) pass(p []byte) ([]byte, error) {
+	i := 0
+	for i < len(p) {
+		if h.atStart {
+			h.inTable = p[i] == '*'
+		}
+		nl := bytes.IndexByte(p[i:], '\n')
+		if nl < 0 {
+			h.atStart = false
+			i = len(p)
+			break
+		}
+		i += nl + 1
+		h.atStart = true
+		if h.inTable {
+			h.inTable, h.deciding = false, true
+			h.lines, h.names = 0, map[uint64]struct{}{}
+			break
+		}
+	}
+	_, err := h.w.Write(p[:i])
+	return p[i:], err
+}
+
+// hold keeps p while the section's beginning is counted, and lets it go
+// once the decision is made; it returns what followed the decision.
+func (h *cacheHinter) hold(p []byte) ([]byte, error) {
+	h.held = append(h.held, p...)
+	for {
+		nl := bytes.IndexByte(h.held[h.scanned:], '\n')
+		if nl < 0 {
+			return nil, nil
+		}
+		line := h.held[h.scanned : h.scanned+nl]
+		h.scanned += nl + 1
+		if bytes.Equal(line, commitLine) {
+			return h.release(false)
+		}
+		h.lines++
+		addChainNames(h.names, h.seed, line)
+		if h.lines*len(h.names) >= hintMinCost {
+			return h.release(true)
+		}
 	}
 }
 
-// splice returns chunks with ins inserted at each offset of at (ascending,
-// at most the chunks' total length).
-func splice(chunks [][]byte, at []int, ins []byte) [][]byte {
-	out := make([][]byte, 0, len(chunks)+2*len(at))
-	base := 0 // offset of c's first byte
-	for _, c := range chunks {
-		for len(at) > 0 && at[0] <= base+len(c) {
-			cut := at[0] - base
-			out = append(out, c[:cut], ins)
-			c, base, at = c[cut:], at[0], at[1:]
+// release writes the hint (if hint) and the held lines, and returns the
+// held bytes past them, to be passed on.
+func (h *cacheHinter) release(hint bool) ([]byte, error) {
+	if hint {
+		if _, err := h.w.Write(listCmd); err != nil {
+			return nil, err
 		}
-		out = append(out, c)
-		base += len(c)
 	}
-	for range at {
-		out = append(out, ins)
-	}
-	return out
+	done, rest := h.held[:h.scanned], h.held[h.scanned:]
+	h.held, h.scanned, h.names, h.deciding = nil, 0, nil, false
+	h.atStart = true
+	_, err := h.w.Write(done)
+	return rest, err
 }
 
 // addChainNames adds the chain names iptables-nft-restore would list for

@@ -23,38 +23,68 @@ func bigSection(n int) string {
 	return b.String()
 }
 
+// hinted runs in through a cacheHinter, written in pieces of the given
+// sizes (cycled; none: one write), and returns what it wrote and the most
+// it held at once.
+func hinted(t *testing.T, in []byte, pieces ...int) (out []byte, maxHeld int) {
+	t.Helper()
+	var b bytes.Buffer
+	h := newCacheHinter(&b)
+	for i := 0; len(in) > 0; i++ {
+		n := len(in)
+		if len(pieces) > 0 {
+			n = min(n, pieces[i%len(pieces)])
+		}
+		if _, err := h.Write(in[:n]); err != nil {
+			t.Fatal(err)
+		}
+		maxHeld = max(maxHeld, len(h.held))
+		in = in[n:]
+	}
+	must(t, h.flush())
+	return b.Bytes(), maxHeld
+}
+
 func TestCacheHintsOnlyForLongChainLists(t *testing.T) {
 	small := "*filter\n:KUBE-FORWARD - [0:0]\n-A KUBE-FORWARD -j ACCEPT\nCOMMIT\n"
-	if got := bytes.Join(withCacheHints([][]byte{[]byte(small)}), nil); string(got) != small {
-		t.Errorf("small section changed:\n%s", got)
+	for _, in := range []string{small, "*nat\n-A KUBE-X -j RETURN"} { // the last: no COMMIT, no newline
+		if got, _ := hinted(t, []byte(in)); string(got) != in {
+			t.Errorf("small section changed:\n%q\nwant\n%q", got, in)
+		}
 	}
 	big := bigSection(5000) // 15k lines × 5k names
-	got := string(bytes.Join(withCacheHints([][]byte{[]byte(small + big)}), nil))
-	if want := small + "*nat\n-L -n\n" + strings.TrimPrefix(big, "*nat\n"); got != want {
+	got, _ := hinted(t, []byte(small+big+small))
+	if want := small + "*nat\n-L -n\n" + strings.TrimPrefix(big, "*nat\n") + small; string(got) != want {
 		t.Errorf("hinted input differs (len %d, want %d); head:\n%.200s", len(got), len(want), got[len(small):])
 	}
 }
 
-// TestCacheHintsAcrossChunks cuts the input into chunks at every few
-// offsets — mid-line, at "*nat", at the end — and expects the hint in the
-// same place as for one buffer, with the chunks' bytes unchanged around it.
-func TestCacheHintsAcrossChunks(t *testing.T) {
-	in := []byte("*filter\n:A - [0:0]\nCOMMIT\n" + bigSection(5000))
-	want := bytes.Join(withCacheHints([][]byte{in}), nil)
-	if !bytes.Contains(want, []byte("*nat\n-L -n\n")) {
-		t.Fatalf("no hint in the single-buffer case")
+// TestCacheHintsAcrossWrites writes the input in pieces of several sizes
+// — lines straddle them, "*nat" and COMMIT are cut — and expects the hint
+// in the same place as for one write, with the bytes around it unchanged.
+func TestCacheHintsAcrossWrites(t *testing.T) {
+	in := []byte("*filter\n:A - [0:0]\nCOMMIT\n" + bigSection(5000) + "*filter\n:B - [0:0]\nCOMMIT")
+	want, _ := hinted(t, in)
+	if !bytes.Contains(want, []byte("*nat\n-L -n\n:KUBE-SERVICES")) {
+		t.Fatalf("no hint in the single-write case")
 	}
-	for _, cuts := range [][]int{{1}, {26}, {27}, {31}, {32}, {33}, {len(in) - 1}, {len(in)}, {5, 30, 33, 34, 1000, len(in)}} {
-		var chunks [][]byte
-		prev := 0
-		for _, c := range cuts {
-			chunks = append(chunks, in[prev:c])
-			prev = c
+	for _, pieces := range [][]int{{1}, {2, 3}, {7}, {26, 1, 4}, {4096}, {5, 30, 33, 34, 1000}} {
+		if got, _ := hinted(t, in, pieces...); !bytes.Equal(got, want) {
+			t.Errorf("pieces %v: hinted input differs (len %d, want %d); head:\n%.80s", pieces, len(got), len(want), got)
 		}
-		chunks = append(chunks, in[prev:])
-		if got := bytes.Join(withCacheHints(chunks), nil); !bytes.Equal(got, want) {
-			t.Errorf("cut at %v: hinted input differs (len %d, want %d); head:\n%.80s", cuts, len(got), len(want), got)
-		}
+	}
+}
+
+// TestCacheHintHoldsOnlyTheBeginning: a large section is held only until
+// the decision, not whole — its writer may be rendering it as it goes.
+func TestCacheHintHoldsOnlyTheBeginning(t *testing.T) {
+	in := []byte(bigSection(20000)) // 60k lines, 1.4 MB
+	got, held := hinted(t, in, 32<<10)
+	if !bytes.HasPrefix(got, []byte("*nat\n-L -n\n")) {
+		t.Fatalf("no hint:\n%.80s", got)
+	}
+	if held > len(in)/4 {
+		t.Errorf("held up to %d of %d bytes", held, len(in))
 	}
 }
 

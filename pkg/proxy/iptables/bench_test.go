@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"testing"
 
@@ -23,6 +24,16 @@ func (d *discard) Restore(_ context.Context, data ...[]byte) error {
 		d.lastRestore += len(c)
 	}
 	return nil
+}
+
+// countWriter counts what is written to it.
+type countWriter struct{ n *int }
+
+func (c countWriter) Write(p []byte) (int, error) { *c.n += len(p); return len(p), nil }
+
+func (d *discard) RestoreFrom(_ context.Context, write func(io.Writer) error) error {
+	d.lastRestore = 0
+	return write(countWriter{&d.lastRestore})
 }
 func (d *discard) Save(context.Context, kiptables.Table) ([]byte, error)      { return nil, nil }
 func (d *discard) EnsureChain(context.Context, kiptables.Table, string) error { return nil }

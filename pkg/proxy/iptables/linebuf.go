@@ -1,28 +1,54 @@
 package iptables
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"io"
+)
 
 // lineBuffer accumulates iptables-restore lines. Rendering 10k services
 // writes about a million words; appending to byte slices, with no fmt and
 // no per-line allocation, keeps that to milliseconds. A buffer that grows
 // past blockSize continues in a new block instead of growing its slice:
 // the ~30 MB of a 10k-service sync's chains, grown by append, cost five
-// times their size in allocations and a peak of twice their size.
+// times their size in allocations and a peak of twice their size. A
+// buffer with a sink writes each block to it when full and reuses it: a
+// full sync renders its ports' chains as the tool reads them.
 type lineBuffer struct {
 	full  [][]byte // blocks filled, before b
 	b     []byte
 	lines int
+	sink  io.Writer
+	err   error // the sink's first error
+}
+
+// streamTo returns a lineBuffer that writes its blocks to w.
+func streamTo(w io.Writer) *lineBuffer {
+	return &lineBuffer{sink: w, b: make([]byte, 0, blockSize+4<<10)}
 }
 
 // blockSize is where a lineBuffer starts a new block (at a line's end).
 const blockSize = 256 << 10
 
-// endLine finishes a line: the block is closed once it is full.
+// endLine finishes a line: the block is closed (or written to the sink)
+// once it is full.
 func (l *lineBuffer) endLine() {
-	if len(l.b) >= blockSize {
+	switch {
+	case len(l.b) < blockSize:
+	case l.sink != nil:
+		l.flush()
+	default:
 		l.full = append(l.full, l.b)
 		l.b = make([]byte, 0, blockSize+4<<10) // room for the line that overflows it
 	}
+}
+
+// flush writes the block to the sink and empties it for reuse; after an
+// error it only empties it (the tool has failed; Sync reports why).
+func (l *lineBuffer) flush() {
+	if l.err == nil && len(l.b) > 0 {
+		_, l.err = l.sink.Write(l.b)
+	}
+	l.b = l.b[:0]
 }
 
 // bytes is the text written, as chunks of restore input.

@@ -31,10 +31,16 @@ type entry struct {
 	seps       int
 }
 
-// renderService renders one service port. Its own chains go to
-// chains/rules (the nat section being built) when those are non-nil; a
-// partial sync passes nil for ports that did not change.
-func (r *renderer) renderService(sp *desired.ServicePort, chains, rules *lineBuffer) *entry {
+// renderService renders one service port: its lines in the shared chains
+// go to the entry, its own chains to out, each chain's declaration right
+// before its rules and every chain after those it jumps to (SEP, then
+// SVL/SVC, EXT, FW). Both tools refuse a jump to a chain not declared yet,
+// and iptables-nft-restore looks up a rule's chain and target in hash
+// buckets where the newest chain comes first: declared just before its
+// rules, a chain is found at once, while ~120k chains declared up front
+// (10k services) left each lookup walking hundreds of others
+// (docs/performance.md).
+func (r *renderer) renderService(sp *desired.ServicePort, out *lineBuffer) *entry {
 	pn := namesOf(sp.Name)
 	p := policyOf(sp, r.state.RoutesOf(sp), pn)
 	e := &entry{}
@@ -42,38 +48,34 @@ func (r *renderer) renderService(sp *desired.ServicePort, chains, rules *lineBuf
 	r.externalRules(e, sp, pn, &p)
 	r.nodePortRules(e, sp, pn, &p)
 
-	own := &lineBuffer{}
-	if rules != nil {
-		own = rules
-	}
-	before := own.lines
-	r.internalMasq(own, sp, pn, &p)
-	if p.usesEXT {
-		e.chains = append(e.chains, pn.ext)
-		r.extChain(own, pn, &p)
-	}
-	if p.usesFW {
-		e.chains = append(e.chains, pn.fw)
-		r.fwChain(own, sp, pn)
-	}
-	if p.usesSVC {
-		e.chains = append(e.chains, pn.svc)
-		r.dispatch(own, sp, pn, pn.svc, sp.Cluster.Endpoints)
-	}
-	if p.usesSVL {
-		e.chains = append(e.chains, pn.svl)
-		r.dispatch(own, sp, pn, pn.svl, p.local)
+	before := out.lines
+	declare := func(chain string) {
+		e.chains = append(e.chains, chain)
+		out.chainLine(chain)
 	}
 	for _, ep := range p.sepEndpoints(sp) {
-		e.chains = append(e.chains, r.sepChain(own, sp, pn, ep))
+		r.sepChain(out, sp, pn, ep, declare)
 		e.seps++
 	}
-	e.chainRules = own.lines - before
-	if chains != nil {
-		for _, c := range e.chains {
-			chains.chainLine(c)
-		}
+	if p.usesSVL {
+		declare(pn.svl)
+		r.internalMasq(out, sp, pn, &p, pn.svl)
+		r.dispatch(out, sp, pn, pn.svl, p.local)
 	}
+	if p.usesSVC {
+		declare(pn.svc)
+		r.internalMasq(out, sp, pn, &p, pn.svc)
+		r.dispatch(out, sp, pn, pn.svc, sp.Cluster.Endpoints)
+	}
+	if p.usesEXT {
+		declare(pn.ext)
+		r.extChain(out, pn, &p)
+	}
+	if p.usesFW {
+		declare(pn.fw)
+		r.fwChain(out, sp, pn)
+	}
+	e.chainRules = out.lines - before
 	return e
 }
 
@@ -150,10 +152,11 @@ func (r *renderer) nodePortRules(e *entry, sp *desired.ServicePort, pn portNames
 
 // internalMasq marks cluster-IP traffic for masquerade as its routes say:
 // all of it when even pods' is masqueraded (masqueradeAll), else what the
-// detector does not call a pod's.
-func (r *renderer) internalMasq(out *lineBuffer, sp *desired.ServicePort, pn portNames, p *policy) {
+// detector does not call a pod's. It writes the first rule of the internal
+// dispatch chain, so it does nothing when chain is the other one.
+func (r *renderer) internalMasq(out *lineBuffer, sp *desired.ServicePort, pn portNames, p *policy, chain string) {
 	routes := p.routes[desired.ClusterIPPath]
-	if !p.hasInternal {
+	if !p.hasInternal || p.internalChain != chain {
 		return
 	}
 	match := w("-m", "comment", "--comment", quoted(pn.display+" cluster IP"),
@@ -237,10 +240,11 @@ func (r *renderer) dispatch(out *lineBuffer, sp *desired.ServicePort, pn portNam
 	}
 }
 
-// sepChain writes one endpoint's chain and returns its name.
-func (r *renderer) sepChain(out *lineBuffer, sp *desired.ServicePort, pn portNames, ep desired.Endpoint) string {
+// sepChain declares and writes one endpoint's chain.
+func (r *renderer) sepChain(out *lineBuffer, sp *desired.ServicePort, pn portNames, ep desired.Endpoint, declare func(string)) {
 	s := endpointString(ep.AddrPort())
 	name := pn.sepChain(s)
+	declare(name)
 	comment := r.comment(pn.display, false)
 	out.rule(name, comment, w("-s", addr(ep.IP), "-j", chainMarkMasq))
 	var recent []string
@@ -248,7 +252,6 @@ func (r *renderer) sepChain(out *lineBuffer, sp *desired.ServicePort, pn portNam
 		recent = w("-m", "recent", "--name", name, "--set")
 	}
 	out.rule(name, comment, recent, w("-m", pn.proto, "-p", pn.proto, "-j", "DNAT", "--to-destination", s))
-	return name
 }
 
 // comment is the per-endpoint comment, left out in large-cluster mode

@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 
@@ -54,20 +55,34 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full
 			return err
 		}
 	}
-	var natChains []string
+	r := &renderer{cfg: cfg, state: st, probs: &p.probs}
+	var pl *plan
+	var err error
 	if full {
-		var err error
-		if natChains, err = p.ensureJumps(ctx); err != nil {
-			return err
+		natChains, jerr := p.ensureJumps(ctx)
+		if jerr != nil {
+			return jerr
 		}
+		kernel := p.kernelChains(ctx, cfg, natChains)
+		// The ports' own chains (~33 MB at 10k services) are rendered as
+		// the tool reads them, never held whole.
+		err = p.ipt.RestoreFrom(ctx, func(w io.Writer) error {
+			var perr error
+			if pl, perr = p.plan(st, r, kernel, w); perr != nil {
+				return perr
+			}
+			return writeChunks(w, pl.data)
+		})
+	} else {
+		pl, _ = p.plan(st, r, nil, nil)
+		if len(pl.data) == 0 {
+			// Nothing the kernel holds would change.
+			p.commit(pl, cfg)
+			return nil
+		}
+		err = p.ipt.Restore(ctx, pl.data...)
 	}
-	pl := p.plan(ctx, st, &renderer{cfg: cfg, state: st, probs: &p.probs}, full, natChains)
-	if len(pl.data) == 0 {
-		// Nothing the kernel holds would change.
-		p.commit(pl, cfg)
-		return nil
-	}
-	if err := p.ipt.Restore(ctx, pl.data...); err != nil {
+	if err != nil {
 		// Our record of the kernel's chains may be off now; the full
 		// sync that follows sweeps with iptables-save.
 		p.entries, p.natOwned, p.lastSweep = nil, nil, p.opts.Now().Add(-p.opts.SyncPeriod-1)
@@ -114,17 +129,33 @@ type plan struct {
 	stats    syncStats
 }
 
-func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full bool, natChains []string) *plan {
+// plan renders a full sync (stream set) or the changed ports of a partial
+// one, and what else the input holds. A full sync writes the start of the
+// nat section and the ports' own chains to stream as it renders them, and
+// the rest of the input is left in data; a partial sync's input is all in
+// data. Kernel lists the nat chains found in the kernel for the
+// stale-chain sweep (nil: no sweep).
+func (p *Proxier) plan(st *desired.State, r *renderer, kernel []string, stream io.Writer) (*plan, error) {
+	full := stream != nil
 	pl := &plan{full: full, rendered: map[string]struct{}{}}
-	var natChainLines, ownRules lineBuffer
+	own := &lineBuffer{} // the (re)rendered ports' own chains
 	stale := map[string]struct{}{}
 	if full {
-		for name := range p.natOwned {
-			stale[name] = struct{}{}
+		// The top-level chains come first: the ports' rules jump to
+		// KUBE-MARK-MASQ, which may not exist yet.
+		if _, err := io.WriteString(stream, "*nat\n"); err != nil {
+			return nil, err
 		}
+		if _, err := stream.Write(natHead().b); err != nil {
+			return nil, err
+		}
+		own = streamTo(stream)
 		p.entries = make(map[proxy.ServicePortName]*entry, st.Services.Len())
 		for name, sp := range st.Services.All() {
-			p.entries[name] = r.renderService(sp, &natChainLines, &ownRules)
+			p.entries[name] = r.renderService(sp, own)
+		}
+		if own.flush(); own.err != nil {
+			return nil, own.err
 		}
 	} else {
 		for name := range st.Changed {
@@ -137,10 +168,22 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 				delete(p.entries, name)
 			}
 			if sp := st.Service(name); sp != nil {
-				p.entries[name] = r.renderService(sp, &natChainLines, &ownRules)
+				p.entries[name] = r.renderService(sp, own)
 			}
 		}
 	}
+	p.wantedAndStale(pl, st, kernel, stale)
+	pl.deleted = sortedKeys(stale)
+	p.assemble(pl, st, r, own)
+	return pl, nil
+}
+
+// wantedAndStale records in pl.rendered the chains this sync writes and
+// drops them from stale. On a full sync every port's chains are written,
+// and the chains we wrote before (natOwned) or found in the kernel that no
+// port wants become stale: only those are added, not a copy of natOwned's
+// 120k names.
+func (p *Proxier) wantedAndStale(pl *plan, st *desired.State, kernel []string, stale map[string]struct{}) {
 	for name := range st.Changed {
 		if e := p.entries[name]; e != nil {
 			for _, c := range e.chains {
@@ -148,60 +191,88 @@ func (p *Proxier) plan(ctx context.Context, st *desired.State, r *renderer, full
 			}
 		}
 	}
-	if full {
+	if pl.full {
 		for _, e := range p.entries {
 			for _, c := range e.chains {
 				pl.rendered[c] = struct{}{}
-				delete(stale, c)
 			}
 		}
-		p.sweep(ctx, r.cfg, natChains, stale, pl.rendered)
-	} else {
-		for c := range pl.rendered {
-			delete(stale, c)
+		for name := range p.natOwned {
+			if _, ok := pl.rendered[name]; !ok {
+				stale[name] = struct{}{}
+			}
+		}
+		for _, name := range kernel {
+			if _, ok := pl.rendered[name]; !ok {
+				stale[name] = struct{}{}
+			}
 		}
 	}
-	pl.deleted = sortedKeys(stale)
-	p.assemble(pl, st, r, &natChainLines, &ownRules)
-	return pl
+	for c := range pl.rendered {
+		delete(stale, c)
+	}
 }
 
-// sweep adds to stale the service chains the kernel holds that we do not
-// want, e.g. left by an earlier run. It takes them from natChains when
-// ensureJumps read them (iptables-legacy), else lists the chain names; in
-// large-cluster mode, where that listing may take seconds, it does so at
-// most once per SyncPeriod.
-func (p *Proxier) sweep(ctx context.Context, cfg *config, natChains []string, stale, wanted map[string]struct{}) {
+// kernelChains lists the service chains the kernel holds that our record
+// lacks, for the stale-chain sweep: e.g. chains left by an earlier run or
+// a failed sync. It takes natChains when
+// ensureJumps read them (iptables-legacy), else lists the chain names
+// (iptables-save); in large-cluster mode, where that listing may take
+// seconds, it does so at most once per SyncPeriod, and returns nil when it
+// does not. It runs before the restore, which must not change what it
+// reads.
+func (p *Proxier) kernelChains(ctx context.Context, cfg *config, natChains []string) []string {
 	now := p.opts.Now()
 	names := natChains
 	if names == nil {
 		if cfg.largeCluster && now.Sub(p.lastSweep) < p.opts.SyncPeriod {
-			return
+			return nil
 		}
 		var err error
 		if names, err = p.ipt.ChainNames(ctx, kiptables.TableNAT); err != nil {
 			klog.ErrorS(err, "Listing nat chains failed; stale chains are not deleted this time", "ipFamily", p.family)
-			return
+			return nil
 		}
 	}
 	p.lastSweep = now
+	// Only the service chains our record lacks: those it holds are
+	// checked through it (wantedAndStale), and in a running daemon they
+	// are nearly all of the 120k names, which the sync would keep alive.
+	var unknown []string
 	for _, name := range names {
-		if _, ok := wanted[name]; !ok && isServiceChain(name) {
-			stale[name] = struct{}{}
+		if _, ok := p.natOwned[name]; !ok && isServiceChain(name) {
+			unknown = append(unknown, name)
 		}
 	}
+	return unknown
 }
 
-// assemble writes the restore input: the whole of our filter chains, then
-// nat's top-level chains, the (re)rendered ports' chains and the deletions.
-// Chain lines come before any rule, as a jump target must exist when the
-// rule is read. A partial sync leaves out the filter section and the nat
-// top-level chains when their text hashes to what the last sync wrote:
-// with 10k services they are 20k rules jumping to 20k chains, which
-// iptables-nft-restore takes seconds to read (see pkg/kiptables
-// withCacheHints) and which an endpoint change rarely alters. The input
-// is a list of chunks pointing at the rendered lines, never a copy.
-func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, natChainLines, ownRules *lineBuffer) {
+// writeChunks writes data to w.
+func writeChunks(w io.Writer, data [][]byte) error {
+	for _, d := range data {
+		if _, err := w.Write(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// assemble writes the restore input: the nat section — nat's top-level
+// chain lines, the (re)rendered ports' own chains, the chain lines of the
+// chains to delete (which flush them), the top-level rules and the
+// deletions — then the filter section with the whole of our filter
+// chains. Every chain is declared before a rule jumps to it, as both
+// tools require. nat comes first: each section commits on its own, and
+// the small filter section second leaves milliseconds between the two
+// commits rather than the seconds a large nat section takes. A partial
+// sync leaves out the filter section and the nat top-level chains when
+// their text hashes to what the last sync wrote: with 10k services they
+// are 20k rules jumping to 20k chains, which iptables-nft-restore takes
+// seconds to read (see pkg/kiptables cacheHinter) and which an endpoint
+// change rarely alters. The input is a list of chunks pointing at the
+// rendered lines, never a copy. On a full sync the start of the nat
+// section and own have already been streamed (plan): data holds the rest.
+func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, own *lineBuffer) {
 	order := sortedNames(p.entries)
 	filter, top := p.sharedChains(order, st, r)
 	pl.stats.natTotal += top.lines
@@ -212,7 +283,31 @@ func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, natChainLin
 	withFilter := pl.full || p.written == nil || pl.sums.filter != p.written.filter
 	withTop := pl.full || p.written == nil || pl.sums.natTop != p.written.natTop
 
+	var nat chunks
+	if !pl.full {
+		if withTop {
+			nat.add(natHead())
+		}
+		nat.add(own)
+	}
+	var deletions, removals lineBuffer
+	for _, c := range pl.deleted {
+		deletions.chainLine(c)
+		removals.line("-X", c)
+	}
+	nat.add(&deletions)
+	if withTop {
+		nat.addChunks(top)
+	}
+	nat.add(&removals)
 	var out chunks
+	if pl.full || len(nat.parts) > 0 {
+		if !pl.full {
+			out.add(&lineBuffer{b: []byte("*nat\n")})
+		}
+		out.addChunks(&nat)
+		out.add(&lineBuffer{b: []byte("COMMIT\n")})
+	}
 	if withFilter {
 		var head lineBuffer
 		head.line("*filter")
@@ -224,38 +319,23 @@ func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, natChainLin
 		out.add(&lineBuffer{b: []byte("COMMIT\n")})
 		pl.stats.filterRules = filter.lines
 	}
-	var nat chunks
-	var natHead, deletions lineBuffer
-	if withTop {
-		for _, c := range natChains {
-			natHead.chainLine(c)
-		}
-	}
-	nat.add(&natHead)
-	nat.add(natChainLines)
-	for _, c := range pl.deleted {
-		deletions.chainLine(c)
-	}
-	nat.add(&deletions)
-	if withTop {
-		nat.addChunks(top)
-	}
-	nat.add(ownRules)
-	var removals lineBuffer
-	for _, c := range pl.deleted {
-		removals.line("-X", c)
-	}
-	nat.add(&removals)
-	if len(nat.parts) > 0 {
-		out.add(&lineBuffer{b: []byte("*nat\n")})
-		out.addChunks(&nat)
-		out.add(&lineBuffer{b: []byte("COMMIT\n")})
-	}
 	pl.data = out.parts
 	pl.stats.full = pl.full
 	pl.stats.filterTotal = filter.lines
 	pl.stats.natRules = nat.lines - len(pl.deleted)
+	if pl.full {
+		pl.stats.natRules += own.lines // streamed, not in nat
+	}
 	pl.stats.deleted = len(pl.deleted)
+}
+
+// natHead declares nat's top-level chains (flushing them).
+func natHead() *lineBuffer {
+	var l lineBuffer
+	for _, c := range natChains {
+		l.chainLine(c)
+	}
+	return &l
 }
 
 // sharedChains gathers the rules of our filter chains and of nat's
@@ -288,14 +368,19 @@ func (p *Proxier) sharedChains(order []proxy.ServicePortName, st *desired.State,
 }
 
 func (p *Proxier) commit(pl *plan, cfg *config) {
-	if pl.full || p.natOwned == nil {
+	switch {
+	case pl.full:
+		p.natOwned = pl.rendered // every chain it wrote, none it deleted
+	case p.natOwned == nil:
 		p.natOwned = map[string]struct{}{}
-	}
-	for c := range pl.rendered {
-		p.natOwned[c] = struct{}{}
-	}
-	for _, c := range pl.deleted {
-		delete(p.natOwned, c)
+		fallthrough
+	default:
+		for c := range pl.rendered {
+			p.natOwned[c] = struct{}{}
+		}
+		for _, c := range pl.deleted {
+			delete(p.natOwned, c)
+		}
 	}
 	p.cfg = cfg
 	p.last = pl.stats

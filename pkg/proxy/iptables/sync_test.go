@@ -64,8 +64,10 @@ func TestPartialSyncRewritesOnlyChangedChains(t *testing.T) {
 		}
 	}
 	svc4 := namesOf(svcName("ns4", "svc4"))
-	want := []string{svc4.ext, svc4.svc, svc4.sepChain("10.180.0.4:80"), svc4.sepChain("10.180.0.6:80"),
-		svc4.sepChain("10.180.0.5:80")} // the last one only to be deleted
+	// Each chain comes before those that jump to it; the chain to delete
+	// is flushed last.
+	want := []string{svc4.sepChain("10.180.0.4:80"), svc4.sepChain("10.180.0.6:80"), svc4.svc, svc4.ext,
+		svc4.sepChain("10.180.0.5:80")}
 	if strings.Join(chains, " ") != strings.Join(want, " ") {
 		t.Errorf("nat chains written:\n got %v\nwant %v", chains, want)
 	}
@@ -315,5 +317,33 @@ func TestPartialSyncRewritesChangedTopLevel(t *testing.T) {
 	fresh, _ := syncFake(t, next, Options{})
 	if got, want := fake.Dump(), fresh.Dump(); got != want {
 		t.Errorf("after partial sync:\n%s", proxytest.LineDiff(want, got))
+	}
+}
+
+// TestFullSyncRemovesService: a full sync deletes the chains of a port
+// that went away, found through the Proxier's record of what it wrote
+// (the kernel listing passes over chains the record holds), and deletes
+// a leftover chain the record lacks.
+func TestFullSyncRemovesService(t *testing.T) {
+	st := upstreamState()
+	fake, p := syncFake(t, st, Options{})
+	name := svcName("ns4", "svc4")
+	if err := fake.Restore(ctx, []byte("*nat\n:KUBE-SEP-LEFTOVER0000000 - [0:0]\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	next := *st
+	next.Services = model.PortMap[*desired.ServicePort]{}
+	for n, sp := range st.Services.All() {
+		if n != name {
+			next.Services = next.Services.With(n, sp)
+		}
+	}
+	next.Changed = nil
+	if err := p.Sync(ctx, &next, proxy.RecoverySync); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := syncFake(t, &next, Options{})
+	if got, want := fake.Dump(), fresh.Dump(); got != want {
+		t.Errorf("after the full sync:\n%s", proxytest.LineDiff(want, got))
 	}
 }

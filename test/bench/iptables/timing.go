@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"hash"
+	"io"
 	"regexp"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
@@ -70,6 +71,36 @@ func (t *timedIPT) Restore(ctx context.Context, data ...[]byte) error {
 	}
 	t.heap.at("restore")
 	return t.timed("restore", size, func() error { return t.Interface.Restore(ctx, data...) })
+}
+
+// RestoreFrom times a streamed restore: its wall time includes rendering
+// the input, which runs while the tool reads it.
+// The heap profile is taken once the input is written, when what the
+// sync rendered is all live.
+func (t *timedIPT) RestoreFrom(ctx context.Context, write func(io.Writer) error) error {
+	var size countingWriter
+	err := t.timed("restore", 0, func() error {
+		return t.Interface.RestoreFrom(ctx, func(w io.Writer) error {
+			size.w, size.n = w, 0
+			err := write(&size)
+			t.heap.at("restore")
+			return err
+		})
+	})
+	t.ops["restore"].InBytes += size.n
+	return err
+}
+
+// countingWriter counts the bytes it passes to w.
+type countingWriter struct {
+	w io.Writer
+	n int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += n
+	return n, err
 }
 
 func (t *timedIPT) Save(ctx context.Context, table kiptables.Table) (out []byte, err error) {
