@@ -26,8 +26,9 @@ type datapathResult struct {
 const dpService = "bench-datapath"
 
 // measureDatapath adds a server pod on the node and a Service for it, waits
-// until the client pod (cli1, behind the same node) reaches it through the
-// ClusterIP, then runs e2ectl rate there: -dp-conns connections in flight
+// until the proxy has its ClusterIP in the kernel and then until the client
+// pod (cli1, behind the same node) reaches it through it, then runs e2ectl
+// rate there: -dp-conns connections in flight
 // for -dp-duration, each a new connection (conntrack entry, NAT lookup
 // through the proxy's rules). The same client, server and Service for
 // every mode; the seeded Services are the rules the packet is looked up in.
@@ -39,6 +40,11 @@ func measureDatapath(t *testing.T, c *F.Cluster, n *F.Node) datapathResult {
 	svc := c.CreateService(F.NewService(dpService, corev1.ServiceTypeClusterIP))
 	c.SetEndpoints(svc, F.EP{Pod: pod})
 	target := F.TCP(svc.Spec.ClusterIP, 80)
+	// No probe before the rules: a SYN the proxy has not DNATed yet leaves
+	// the node for the ClusterIP itself and a conntrack entry that lives
+	// 120 s; the rate test reuses its source port within seconds, and that
+	// connection fails ("no route to host"), whatever the proxy does then.
+	waitInKernel(t, c, n, svc.Spec.ClusterIP)
 	if err := c.Eventually("cli1", target, 3, 2*time.Minute, F.OnlyBy(pod.Name)); err != nil {
 		t.Fatalf("datapath Service not reachable: %v", err)
 	}
@@ -67,4 +73,24 @@ func parseRate(out string) (datapathResult, error) {
 		return r, fmt.Errorf("parsing e2ectl rate's %q: %w", out, err)
 	}
 	return r, nil
+}
+
+// waitInKernel polls the node's rules until they hold ip, then waits a
+// second more: the proxy's transaction order puts the frontend last, and
+// a layout may hold the address elsewhere first.
+func waitInKernel(t *testing.T, c *F.Cluster, n *F.Node, ip string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		dump, err := dumpRules(ctx, c.Opts.Mode, n)
+		if err == nil && foundIPs(dump, map[string]bool{ip: true})[ip] {
+			time.Sleep(time.Second)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("ClusterIP %s not in the node's rules after 2 min (last error: %v)", ip, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

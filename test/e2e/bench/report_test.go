@@ -183,8 +183,9 @@ API write → kernel: from that stamp to the first new-set-element notification 
 the new address (the same listener, stamped as read): the whole path, API server and watch included. Proxy CPU: utime+stime of the proxy and its waited-for children (/proc/PID/stat), from the
 first write until the histogram counted every update. The histogram rows are the proxy's own
 kubeproxy_network_programming_duration_seconds (delta over the churn).
-Datapath: a podserver pod on the node behind a new ClusterIP Service (added after the churn); from
-the client pod cli1 (same node) e2ectl rate keeps -dp-conns connections in flight for -dp-duration,
+Datapath: a podserver pod on the node behind a new ClusterIP Service (added after the churn; no
+probe before its ClusterIP is in the node's rules: an un-DNATed SYN's conntrack entry would fail a
+later connection from the same port); from the client pod cli1 (same node) e2ectl rate keeps -dp-conns connections in flight for -dp-duration,
 each a new TCP connection + one HTTP/1.0 request read to the end: connections/s. Client, server and
 Service are the same for every mode; only the proxy's rules around them differ.
 Full sync: the Node's zone label is changed, which makes svcproxy (a changed node) and upstream
