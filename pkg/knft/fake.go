@@ -66,6 +66,9 @@ func (k *Knftables) Apply(ctx context.Context, txs [][]*Unit) (Stats, error) {
 	return c.apply(txs)
 }
 
+// Close is part of Interface: a Knftables keeps nothing open.
+func (k *Knftables) Close() {}
+
 // Delete is part of Interface.
 func (k *Knftables) Delete(ctx context.Context) error { return deleteTable(ctx, k.nft) }
 

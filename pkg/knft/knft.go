@@ -28,6 +28,10 @@ type Interface interface {
 	Apply(ctx context.Context, txs [][]*Unit) (Stats, error)
 	// Delete deletes the table; a missing table is not an error.
 	Delete(ctx context.Context) error
+	// Close releases what the Interface keeps between calls (the
+	// Kernel's sockets). Calls after it still work, each with sockets
+	// of its own.
+	Close()
 }
 
 // Sink receives a read-back. Calls come from one goroutine.

@@ -42,11 +42,11 @@ type nlSet struct {
 // ReadBack is part of Interface. It reads over netlink; a set whose
 // element layout it cannot decode is listed through nft instead.
 func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
-	c, err := dialNetfilter()
+	c, err := k.conns.get()
 	if err != nil {
 		return err
 	}
-	defer c.close()
+	defer k.conns.put(c)
 	if present, err := k.tableExists(c); err != nil || !present {
 		return err
 	}
@@ -180,6 +180,9 @@ func parseSet(b []byte) (st nlSet, table string, err error) {
 	return st, table, a.Err
 }
 
+// maxDumpWorkers bounds the sets dumped at once.
+const maxDumpWorkers = 4
+
 // setDump is one set a worker reads.
 type setDump struct {
 	name   string
@@ -207,17 +210,17 @@ type elemBatch struct {
 // that walk runs in the reading thread: parallel reads use the cores, and
 // the caller fills the store meanwhile.
 func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, take func(elemBatch)) error {
-	workers := min(len(dumps), runtime.GOMAXPROCS(0), 4)
-	// Opened here, by the caller's thread: a socket belongs to the
-	// network namespace of the thread that creates it.
+	workers := min(len(dumps), runtime.GOMAXPROCS(0), maxDumpWorkers)
+	// Taken here, by the caller's thread: a socket belongs to the
+	// network namespace of the thread that opens it.
 	conns := make([]*nlConn, 0, workers)
 	defer func() {
 		for _, c := range conns {
-			c.close()
+			k.conns.put(c)
 		}
 	}()
 	for range workers {
-		c, err := dialNetfilter()
+		c, err := k.conns.get()
 		if err != nil {
 			return err
 		}

@@ -101,6 +101,7 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		defer p.Close()
 		defer func() { _ = p.Cleanup(context.Background()) }()
 		if err := p.Sync(context.Background(), benchState(20), proxytest.ModeOf(benchState(20))); err != nil {
 			return err
@@ -118,6 +119,7 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		defer q.Close()
 		if err := q.Sync(context.Background(), benchState(300), proxytest.ModeOf(benchState(300))); err != nil {
 			return fmt.Errorf("restart: %w", err)
 		}

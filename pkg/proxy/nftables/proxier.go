@@ -184,6 +184,10 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 	}
 }
 
+// Close releases the kernel interface's sockets (the daemon calls it on
+// its way out).
+func (p *Proxier) Close() { p.kernel.Close() }
+
 // Cleanup is part of syncer.Proxier: it deletes this family's table.
 func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.store, p.readDone = newStore(), false

@@ -104,7 +104,8 @@ func runChild(services, changes int, profile string) (*Result, error) {
 		return nil, err
 	}
 	// A restart is a new process: the old Proxier's store would not be
-	// there to share the heap with the new one.
+	// there to share the heap with the new one, nor its sockets.
+	p.Close()
 	p = nil
 	runtime.GC()
 	if err := restartPhase(ns, cur, res, profile); err != nil {
@@ -180,6 +181,7 @@ func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result, profile str
 	if res.Cleanup, err = measure(ns, func() error { return p.Cleanup(ctx) }); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
+	p.Close()
 	return nil
 }
 
