@@ -81,7 +81,6 @@ type fakeWriter struct {
 	layouts map[string]*layout
 	tx      *knftables.Transaction // the batch encodeRun made
 	err     error                  // the verdict on the batch start sent
-	sb      strings.Builder
 }
 
 func (w *fakeWriter) nftRan() { clear(w.layouts) }
@@ -143,7 +142,7 @@ func (w *fakeWriter) encodeDecode(l *layout, key, value string, withValue bool) 
 	}
 	a := knetlink.Attrs{B: b}
 	_, elem, _ := a.Next()
-	k, v, err := l.decode(elem, &w.sb)
+	k, v, err := l.decode(elem)
 	return k, v, err == nil
 }
 

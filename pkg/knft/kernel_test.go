@@ -112,7 +112,7 @@ func TestKernelKeepsSockets(t *testing.T) {
 			}
 			requireQuiet(t, k)
 		}
-		if err := k.ReadBack(ctx, &listSink{}); err != nil {
+		if err := k.ReadBack(ctx, newRecordSink(t)); err != nil {
 			return err
 		}
 		if got := idleFDs(k); !isSubset(first, got) || len(got) > maxIdleConns {
@@ -274,11 +274,79 @@ func TestKernelConcurrentCalls(t *testing.T) {
 	}
 }
 
-// listSink is a Sink that keeps nothing.
-type listSink struct{}
+// recordSink is a Sink that records the elements reported, and fails t
+// when a set's elements come after its SetListed, or twice.
+type recordSink struct {
+	t      *testing.T
+	elems  map[string][]string // by set: "key : value", in the order reported
+	listed map[string]bool
+}
 
-func (listSink) Table()                        {}
-func (listSink) Chain(string)                  {}
-func (listSink) Rule(string, string)           {}
-func (listSink) Set(string, bool, uint64) bool { return true }
-func (listSink) Elements(string, []string)     {}
+func newRecordSink(t *testing.T) *recordSink {
+	return &recordSink{t: t, elems: map[string][]string{}, listed: map[string]bool{}}
+}
+
+func (r *recordSink) Table()                        {}
+func (r *recordSink) Chain(string)                  {}
+func (r *recordSink) Rule(string, string)           {}
+func (r *recordSink) Set(string, bool, uint64) bool { return true }
+
+func (r *recordSink) Element(set string, key, value []byte) {
+	if r.listed[set] {
+		r.t.Errorf("element %s of %s after its SetListed", key, set)
+	}
+	r.elems[set] = append(r.elems[set], string(key)+" : "+string(value))
+}
+
+func (r *recordSink) SetListed(set string) {
+	if r.listed[set] {
+		r.t.Errorf("SetListed(%s) twice", set)
+	}
+	r.listed[set] = true
+}
+
+// The read-back spells every element of every set, and tells when each
+// set is complete; a set of many reply messages (thousands of elements)
+// too.
+func TestKernelReadBackReportsSets(t *testing.T) {
+	ns := newTestNS(t, "knftread")
+	err := ns.Do(func() error {
+		k, err := New(knftables.IPv4Family, testTable)
+		if err != nil {
+			return err
+		}
+		defer k.Close()
+		ctx := context.Background()
+		verdicts := &Unit{Objects: func(tx *knftables.Transaction) {
+			tx.Add(&knftables.Chain{Name: "c"})
+			tx.Add(&knftables.Map{Name: "m", Type: "ipv4_addr . inet_proto . inet_service : verdict"})
+		}, Ops: 2}
+		var many []Change
+		want := map[string][]string{"m": {"10.0.0.1 . tcp . 80 : goto c"}, "u": {"10.0.0.9 : "}}
+		for i := range 3000 {
+			key := fmt.Sprintf("10.1.%d.%d", i/256, i%256)
+			many = append(many, Change{Key: key, Add: true})
+			want["s"] = append(want["s"], key+" : ")
+		}
+		txs := [][]*Unit{{createSets, verdicts}, {elems("s", many...), elems("u", Change{Key: "10.0.0.9", Add: true}),
+			&Unit{Set: "m", IsMap: true, Ops: 1, Elems: slices.Values([]Change{{Key: "10.0.0.1 . tcp . 80", Value: "goto c", Add: true}})}}}
+		if _, err := k.Apply(ctx, txs); err != nil {
+			return err
+		}
+		r := newRecordSink(t)
+		if err := k.ReadBack(ctx, r); err != nil {
+			return err
+		}
+		for set, w := range want {
+			got := slices.Sorted(slices.Values(r.elems[set]))
+			slices.Sort(w)
+			if !slices.Equal(got, w) || !r.listed[set] {
+				return fmt.Errorf("set %s: %d elements (listed %v), want %d: %.200q", set, len(got), r.listed[set], len(w), got)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

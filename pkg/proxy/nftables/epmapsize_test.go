@@ -179,20 +179,20 @@ func TestEndpointMapSlots(t *testing.T) {
 func TestEndpointMapOutgrown(t *testing.T) {
 	const m = "internal-endpoints-10-s0"
 	s := newStore()
-	sink := storeSink{s, map[*elemEntry][]string{}}
+	sink := newStoreSink(s)
 	sink.Set(m, true, 64)
 	group := func(frontend string) {
 		var kv []string
 		for slot := range 10 {
 			kv = append(kv, slotElemKey(frontend, slot), fmt.Sprintf("10.0.0.%d . 80", slot))
 		}
-		sink.Elements(m, kv)
+		readElements(sink, m, kv...)
 	}
 	for i := range 6 {
 		group(fmt.Sprintf("172.30.0.%d . tcp . 80", i))
 	}
-	sink.Elements(m, []string{"stray", "10.0.0.1 . 80"})
-	sink.finish()
+	readElements(sink, m, "stray", "10.0.0.1 . 80")
+	sink.SetListed(m)
 	e := s.sets[m]
 	// 7 entries × 10 > 64, but they stand for 61 elements.
 	if s.epMapOutgrown(m, e) {
