@@ -162,7 +162,9 @@ func (l *setListing) addSlot(s *store, frontend []byte, slot int, value []byte) 
 	records, ok := l.groups[e]
 	if !ok {
 		e.flag(entrySlots|entryPresent, true)
-		records = make([]byte, 0, min(l.slots*slotRecordGuess, 1024))
+		// Room for every slot, guessed from this one's size: the
+		// values of one map are about as long.
+		records = make([]byte, 0, min(l.slots*(len(value)+slotRecordHeader), 64<<10))
 	}
 	l.groups[e] = appendSlotRecord(records, slot, value)
 }
@@ -171,7 +173,7 @@ func (l *setListing) addSlot(s *store, frontend []byte, slot int, value []byte) 
 // and the value's length as uvarints, then the value. Strings per slot
 // and a slice of them per group (≈ 400 bytes a group of 10 instead of ≈
 // 200) were most of a restart's peak heap at 10k × 10.
-const slotRecordGuess = 20 // bytes a slot: "10.244.1.2 . 8080" and two
+const slotRecordHeader = 3 // bytes before a value: a slot < 128 takes 1, a length < 16k at most 2
 
 func appendSlotRecord(b []byte, slot int, value []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(slot))
