@@ -21,6 +21,28 @@ import (
 
 const testTable = "knft-test"
 
+// inTable runs fn in a throwaway network namespace, with a Kernel whose
+// table has the sets s and u (createSets).
+func inTable(t *testing.T, role string, fn func(ctx context.Context, k *Kernel) error) {
+	t.Helper()
+	ns := newTestNS(t, role)
+	err := ns.Do(func() error {
+		k, err := New(knftables.IPv4Family, testTable)
+		if err != nil {
+			return err
+		}
+		defer k.Close()
+		ctx := context.Background()
+		if _, err := k.Apply(ctx, [][]*Unit{{createSets}}); err != nil {
+			return err
+		}
+		return fn(ctx, k)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // newTestNS returns a throwaway network namespace, deleted after the test.
 func newTestNS(t *testing.T, role string) *netnstest.NS {
 	t.Helper()
@@ -84,17 +106,7 @@ func listSet(set string) (string, error) {
 // Every call reuses the sockets the first one opened, and leaves nothing
 // queued on them.
 func TestKernelKeepsSockets(t *testing.T) {
-	ns := newTestNS(t, "knftkeep")
-	err := ns.Do(func() error {
-		k, err := New(knftables.IPv4Family, testTable)
-		if err != nil {
-			return err
-		}
-		defer k.Close()
-		ctx := context.Background()
-		if _, err := k.Apply(ctx, [][]*Unit{{createSets}}); err != nil {
-			return err
-		}
+	inTable(t, "knftkeep", func(ctx context.Context, k *Kernel) error {
 		first := idleFDs(k)
 		if len(first) != 2 {
 			return fmt.Errorf("after an Apply %d sockets kept, want 2 (batches, layouts)", len(first))
@@ -132,9 +144,6 @@ func TestKernelKeepsSockets(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func isSubset(small, big []int) bool {
@@ -150,17 +159,7 @@ func isSubset(small, big []int) bool {
 // there) fails its Apply, commits nothing, and leaves the socket clean:
 // the next Apply on the same socket commits.
 func TestKernelRejectedBatchThenGood(t *testing.T) {
-	ns := newTestNS(t, "knftreject")
-	err := ns.Do(func() error {
-		k, err := New(knftables.IPv4Family, testTable)
-		if err != nil {
-			return err
-		}
-		defer k.Close()
-		ctx := context.Background()
-		if _, err := k.Apply(ctx, [][]*Unit{{createSets}}); err != nil {
-			return err
-		}
+	inTable(t, "knftreject", func(ctx context.Context, k *Kernel) error {
 		before := idleFDs(k)
 		// One batch: an add to u, the refused delete, another add (the
 		// message asked to ack).
@@ -169,7 +168,7 @@ func TestKernelRejectedBatchThenGood(t *testing.T) {
 			elems("s", Change{Key: "10.9.9.9", Del: true}),
 			elems("u", Change{Key: "10.0.0.2", Add: true}),
 		}
-		_, err = k.Apply(ctx, [][]*Unit{bad})
+		_, err := k.Apply(ctx, [][]*Unit{bad})
 		if !errors.Is(err, unix.ENOENT) || !strings.Contains(err.Error(), "deleting elements from s") {
 			return fmt.Errorf("the refused batch: %v, want ENOENT naming the delete from s", err)
 		}
@@ -192,9 +191,6 @@ func TestKernelRejectedBatchThenGood(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // A Kernel called from another network namespace than its sockets' opens
@@ -309,14 +305,7 @@ func (r *recordSink) SetListed(set string) {
 // set is complete; a set of many reply messages (thousands of elements)
 // too.
 func TestKernelReadBackReportsSets(t *testing.T) {
-	ns := newTestNS(t, "knftread")
-	err := ns.Do(func() error {
-		k, err := New(knftables.IPv4Family, testTable)
-		if err != nil {
-			return err
-		}
-		defer k.Close()
-		ctx := context.Background()
+	inTable(t, "knftread", func(ctx context.Context, k *Kernel) error {
 		verdicts := &Unit{Objects: func(tx *knftables.Transaction) {
 			tx.Add(&knftables.Chain{Name: "c"})
 			tx.Add(&knftables.Map{Name: "m", Type: "ipv4_addr . inet_proto . inet_service : verdict"})
@@ -328,7 +317,7 @@ func TestKernelReadBackReportsSets(t *testing.T) {
 			many = append(many, Change{Key: key, Add: true})
 			want["s"] = append(want["s"], key+" : ")
 		}
-		txs := [][]*Unit{{createSets, verdicts}, {elems("s", many...), elems("u", Change{Key: "10.0.0.9", Add: true}),
+		txs := [][]*Unit{{verdicts}, {elems("s", many...), elems("u", Change{Key: "10.0.0.9", Add: true}),
 			&Unit{Set: "m", IsMap: true, Ops: 1, Elems: slices.Values([]Change{{Key: "10.0.0.1 . tcp . 80", Value: "goto c", Add: true}})}}}
 		if _, err := k.Apply(ctx, txs); err != nil {
 			return err
@@ -346,7 +335,4 @@ func TestKernelReadBackReportsSets(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -129,18 +129,9 @@ func heapInUse() uint64 {
 func BenchmarkColdSyncPeakHeap(b *testing.B) {
 	st := benchState(10000)
 	for b.Loop() {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		base, baseLive := ms.HeapInuse, ms.HeapAlloc
 		var s *store
-		inuse, live := sampledPeak(func() { s = coldSync(st, func(u *knft.Unit) { u.Done() }) })
+		reportPeak(b, func() { s = coldSync(st, func(u *knft.Unit) { u.Done() }) })
 		runtime.KeepAlive(s)
-		if inuse <= base {
-			b.Fatalf("no heap sampled: %d bytes in use, %d before", inuse, base)
-		}
-		b.ReportMetric(float64(inuse-base)/1e6, "peak-inuse-MB")
-		b.ReportMetric(float64(live-min(live, baseLive))/1e6, "peak-live-MB")
 	}
 }
 
@@ -153,12 +144,8 @@ func BenchmarkRestartPeakHeap(b *testing.B) {
 	st := benchState(10000)
 	old := coldSync(st, func(u *knft.Unit) { u.Done() })
 	for b.Loop() {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		base, baseLive := ms.HeapInuse, ms.HeapAlloc
 		var s *store
-		inuse, live := sampledPeak(func() {
+		reportPeak(b, func() {
 			s = readBackFrom(old)
 			(&Proxier{store: s}).fullClaims(st, newConfig(st))
 			if units := s.diff(); len(units) != 0 {
@@ -167,10 +154,23 @@ func BenchmarkRestartPeakHeap(b *testing.B) {
 			s.clearDirty()
 		})
 		runtime.KeepAlive(s)
-		b.ReportMetric(float64(inuse-base)/1e6, "peak-inuse-MB")
-		b.ReportMetric(float64(live-min(live, baseLive))/1e6, "peak-live-MB")
 	}
 	runtime.KeepAlive(old)
+}
+
+// reportPeak reports the peak heap f makes (sampledPeak) above the heap
+// in use and live before it, after a GC.
+func reportPeak(b *testing.B, f func()) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base, baseLive := ms.HeapInuse, ms.HeapAlloc
+	inuse, live := sampledPeak(f)
+	if inuse <= base {
+		b.Fatalf("no heap sampled: %d bytes in use, %d before", inuse, base)
+	}
+	b.ReportMetric(float64(inuse-base)/1e6, "peak-inuse-MB")
+	b.ReportMetric(float64(live-min(live, baseLive))/1e6, "peak-live-MB")
 }
 
 var flagPeakHeapProfile = flag.String("peakheap-profile", "", "the …PeakHeap benchmarks write the heap profile of their most live heap to this file (slow: a profile per new peak)")
