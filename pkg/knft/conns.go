@@ -50,7 +50,9 @@ type connPool struct {
 func (p *connPool) get() (*nlConn, error) {
 	ns, err := threadNetns()
 	if err != nil {
-		return nil, err
+		// Without /proc the namespace cannot be told: a socket for this
+		// call only (put closes a socket of no known namespace).
+		return p.dial(netnsID{})
 	}
 	p.mu.Lock()
 	var stale []*nlConn
@@ -69,7 +71,13 @@ func (p *connPool) get() (*nlConn, error) {
 		c.takeBuf()
 		return c, nil
 	}
-	if c, err = dialNetfilter(); err != nil {
+	return p.dial(ns)
+}
+
+// dial opens a socket in the calling thread's namespace, ns.
+func (p *connPool) dial(ns netnsID) (*nlConn, error) {
+	c, err := dialNetfilter()
+	if err != nil {
 		return nil, err
 	}
 	c.netns = ns
@@ -80,12 +88,12 @@ func (p *connPool) get() (*nlConn, error) {
 	return c, nil
 }
 
-// put keeps c for the next call, unless it is broken, of another
-// namespace than the pool's, one too many, or the pool is closed.
+// put keeps c for the next call, unless it is broken, of another or an
+// unknown namespace than the pool's, one too many, or the pool is closed.
 func (p *connPool) put(c *nlConn) {
 	c.releaseBuf()
 	p.mu.Lock()
-	keep := !c.broken && !p.closed && c.netns == p.netns && len(p.idle) < maxIdleConns
+	keep := !c.broken && !p.closed && c.netns == p.netns && c.netns != (netnsID{}) && len(p.idle) < maxIdleConns
 	if keep {
 		p.idle = append(p.idle, c)
 	}

@@ -206,7 +206,9 @@ func TestConnPoolKeeps(t *testing.T) {
 	broken.broken = true
 	elsewhere := fresh()
 	elsewhere.netns.ino++
-	for _, c := range []*nlConn{broken, elsewhere} {
+	unknown := fresh() // opened where /proc could not tell the namespace
+	unknown.netns = netnsID{}
+	for _, c := range []*nlConn{broken, elsewhere, unknown} {
 		p.put(c)
 		if isOpen(c.fd) {
 			t.Errorf("put kept a socket it must close (broken %v, netns %v)", c.broken, c.netns)

@@ -189,8 +189,9 @@ type setDump struct {
 	size   uint32
 	// undecodable: an element this decoder cannot spell (not something
 	// render writes, e.g. a catch-all or a range that is no prefix); the
-	// set is then listed through nft. Written by the worker, read once
-	// dumpElements has returned.
+	// set is then listed through nft. Written by the worker; read with
+	// the dump's last batch (sent after it) and once dumpElements has
+	// returned.
 	undecodable bool
 }
 
