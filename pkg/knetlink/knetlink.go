@@ -67,6 +67,21 @@ func Receive(fd int, buf []byte) (int, error) {
 	}
 }
 
+// Drain reads and discards, into buf, every datagram queued on the socket,
+// without waiting for more.
+func Drain(fd int, buf []byte) error {
+	for {
+		_, _, _, _, err := unix.Recvmsg(fd, buf, nil, unix.MSG_DONTWAIT)
+		switch {
+		case errors.Is(err, unix.EAGAIN):
+			return nil
+		case errors.Is(err, unix.EINTR):
+		case err != nil:
+			return err
+		}
+	}
+}
+
 // AppendHeader appends a netlink header and an nfgenmsg (version 0,
 // res_id in network order); SetLen fills in the length once the message is
 // complete.

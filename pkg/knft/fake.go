@@ -66,6 +66,9 @@ func (k *Knftables) Apply(ctx context.Context, txs [][]*Unit) (Stats, error) {
 	return c.apply(txs)
 }
 
+// Close is part of Interface: a Knftables keeps nothing open.
+func (k *Knftables) Close() {}
+
 // Delete is part of Interface.
 func (k *Knftables) Delete(ctx context.Context) error { return deleteTable(ctx, k.nft) }
 
@@ -78,7 +81,6 @@ type fakeWriter struct {
 	layouts map[string]*layout
 	tx      *knftables.Transaction // the batch encodeRun made
 	err     error                  // the verdict on the batch start sent
-	sb      strings.Builder
 }
 
 func (w *fakeWriter) nftRan() { clear(w.layouts) }
@@ -140,7 +142,7 @@ func (w *fakeWriter) encodeDecode(l *layout, key, value string, withValue bool) 
 	}
 	a := knetlink.Attrs{B: b}
 	_, elem, _ := a.Next()
-	k, v, err := l.decode(elem, &w.sb)
+	k, v, err := l.decode(elem)
 	return k, v, err == nil
 }
 

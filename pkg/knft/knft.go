@@ -28,6 +28,10 @@ type Interface interface {
 	Apply(ctx context.Context, txs [][]*Unit) (Stats, error)
 	// Delete deletes the table; a missing table is not an error.
 	Delete(ctx context.Context) error
+	// Close releases what the Interface keeps between calls (the
+	// Kernel's sockets). Calls after it still work, each with sockets
+	// of its own.
+	Close()
 }
 
 // Sink receives a read-back. Calls come from one goroutine.
@@ -39,11 +43,17 @@ type Sink interface {
 	// Rule: the next rule of chain has comment ("": none).
 	Rule(chain, comment string)
 	// Set: a set or map exists (size 0: no limit, or not known).
-	// Its elements are listed when Set returns true.
+	// Its elements are listed when Set returns true. Set may come again
+	// for a set whose elements are being listed: forget those, they are
+	// listed again.
 	Set(name string, isMap bool, size uint64) (listElements bool)
-	// Elements are some elements of a set, as key, value pairs in nft's
-	// spelling (fields joined with " . "; the value is "" in a set).
-	Elements(set string, kv []string)
+	// Element is one element of a set, key and value in nft's spelling
+	// (fields joined with " . "; the value is empty in a set). Both
+	// alias a buffer that is reused once Element returns: the Sink
+	// copies what it keeps.
+	Element(set string, key, value []byte)
+	// SetListed: every element of set has been reported.
+	SetListed(set string)
 }
 
 // Unit is operations that must be in one transaction, and what to do once

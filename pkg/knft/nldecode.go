@@ -1,13 +1,13 @@
 package knft
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
 	"net/netip"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -104,7 +104,20 @@ func fields(typ, n uint32) ([]field, bool) {
 }
 
 // decode turns one NFTA_LIST_ELEM into key and value strings.
-func (l *layout) decode(elem []byte, sb *strings.Builder) (key, value string, err error) {
+func (l *layout) decode(elem []byte) (key, value string, err error) {
+	var buf [128]byte
+	b, keyEnd, err := l.appendDecoded(buf[:0], elem)
+	if err != nil {
+		return "", "", err
+	}
+	return string(b[:keyEnd]), string(b[keyEnd:]), nil
+}
+
+// appendDecoded appends the key and then the value of one NFTA_LIST_ELEM,
+// spelled, to dst: the key ends at keyEnd (an offset into out), the value
+// at the end of out. Spelled into one buffer, a read-back makes no string
+// per element (nltable.go).
+func (l *layout) appendDecoded(dst, elem []byte) (out []byte, keyEnd int, err error) {
 	var k, kEnd, data []byte
 	a := knetlink.Attrs{B: elem}
 	for t, d, ok := a.Next(); ok; t, d, ok = a.Next() {
@@ -117,48 +130,49 @@ func (l *layout) decode(elem []byte, sb *strings.Builder) (key, value string, er
 			data = d
 		case unix.NFTA_SET_ELEM_FLAGS:
 			if beUint32(d)&(unix.NFT_SET_ELEM_INTERVAL_END|nftSetElemCatchall) != 0 {
-				return "", "", errUndecodable
+				return dst, 0, errUndecodable
 			}
 		}
 	}
 	if a.Err != nil {
-		return "", "", a.Err
+		return dst, 0, a.Err
 	}
 	if !l.interval {
 		kEnd = nil
 	}
-	sb.Reset()
-	if err := formatFields(sb, l.key, k, kEnd); err != nil {
-		return "", "", err
+	start := len(dst)
+	if dst, err = spellFields(dst, l.key, k, kEnd); err != nil {
+		return dst[:start], 0, err
 	}
-	key = sb.String()
+	keyEnd = len(dst)
 	switch {
 	case l.verdict:
-		value, err = formatVerdict(knetlink.Find(data, unix.NFTA_DATA_VERDICT))
+		dst, err = spellVerdict(dst, knetlink.Find(data, unix.NFTA_DATA_VERDICT))
 	case l.data != nil:
-		sb.Reset()
-		err = formatFields(sb, l.data, knetlink.Find(data, unix.NFTA_DATA_VALUE), nil)
-		value = sb.String()
+		dst, err = spellFields(dst, l.data, knetlink.Find(data, unix.NFTA_DATA_VALUE), nil)
 	}
-	return key, value, err
+	if err != nil {
+		return dst[:start], 0, err
+	}
+	return dst, keyEnd, nil
 }
 
-// formatFields writes the fields of b (and of the range end, when given)
+// spellFields appends the fields of b (and of the range end, when given)
 // joined with " . ".
-func formatFields(sb *strings.Builder, fs []field, b, end []byte) error {
+func spellFields(dst []byte, fs []field, b, end []byte) ([]byte, error) {
 	off := 0
 	for i, f := range fs {
 		if off+f.len > len(b) || (end != nil && off+f.len > len(end)) {
-			return errUndecodable
+			return dst, errUndecodable
 		}
 		if i > 0 {
-			sb.WriteString(" . ")
+			dst = append(dst, " . "...)
 		}
 		v := b[off : off+f.len]
 		if end != nil && string(end[off:off+f.len]) != string(v) {
-			formatRange(sb, f, v, end[off:off+f.len])
+			dst = spellRange(dst, f, v, end[off:off+f.len])
 		} else {
-			formatField(sb, f, v)
+			dst = spellField(dst, f, v)
 		}
 		if len(fs) > 1 {
 			off += knetlink.Align(f.len)
@@ -166,51 +180,50 @@ func formatFields(sb *strings.Builder, fs []field, b, end []byte) error {
 			off += f.len
 		}
 	}
-	return nil
+	return dst, nil
 }
 
-func formatField(sb *strings.Builder, f field, v []byte) {
+func spellField(dst []byte, f field, v []byte) []byte {
 	switch f.typ {
 	case typeIPAddr:
 		a, _ := netip.AddrFromSlice(v)
-		sb.WriteString(a.Unmap().String())
+		return a.Unmap().AppendTo(dst)
 	case typeIP6Addr:
 		// Not unmapped: an IPv4-mapped address in an IPv6 field is
 		// "::ffff:a.b.c.d" to nft, and unmapped it would not encode back
 		// into the field (found by FuzzElemRoundTrip).
 		a, _ := netip.AddrFromSlice(v)
-		sb.WriteString(a.String())
+		return a.AppendTo(dst)
 	case typeInetProto:
 		switch v[0] {
 		case unix.IPPROTO_TCP:
-			sb.WriteString("tcp")
+			return append(dst, "tcp"...)
 		case unix.IPPROTO_UDP:
-			sb.WriteString("udp")
+			return append(dst, "udp"...)
 		case unix.IPPROTO_SCTP:
-			sb.WriteString("sctp")
-		default:
-			sb.WriteString(strconv.Itoa(int(v[0])))
+			return append(dst, "sctp"...)
 		}
+		return strconv.AppendInt(dst, int64(v[0]), 10)
 	case typeInetService:
-		sb.WriteString(strconv.Itoa(int(binary.BigEndian.Uint16(v))))
+		return strconv.AppendInt(dst, int64(binary.BigEndian.Uint16(v)), 10)
 	case typeInteger:
-		sb.WriteString(strconv.FormatUint(uint64(binary.NativeEndian.Uint32(v)), 10))
+		return strconv.AppendUint(dst, uint64(binary.NativeEndian.Uint32(v)), 10)
 	}
+	return dst
 }
 
-// formatRange writes a range as nft prints it: an address prefix as
+// spellRange appends a range as nft prints it: an address prefix as
 // a/len (a single address plainly), anything else as start-end.
-func formatRange(sb *strings.Builder, f field, start, end []byte) {
+func spellRange(dst []byte, f field, start, end []byte) []byte {
 	if f.typ == typeIPAddr || f.typ == typeIP6Addr {
 		if bits, ok := prefixLen(start, end); ok {
 			a, _ := netip.AddrFromSlice(start)
-			writePrefix(sb, netip.PrefixFrom(a, bits))
-			return
+			return spellPrefix(dst, netip.PrefixFrom(a, bits))
 		}
 	}
-	formatField(sb, f, start)
-	sb.WriteByte('-')
-	formatField(sb, f, end)
+	dst = spellField(dst, f, start)
+	dst = append(dst, '-')
+	return spellField(dst, f, end)
 }
 
 // prefixLen returns the prefix length of the range start..end (inclusive)
@@ -234,32 +247,36 @@ func prefixLen(start, end []byte) (int, bool) {
 	return len(start)*8 - host, true
 }
 
-// formatVerdict spells a verdict as knftables returns it ("goto x", "drop").
-func formatVerdict(b []byte) (string, error) {
-	code, chain := int32(beUint32(knetlink.Find(b, unix.NFTA_VERDICT_CODE))), knetlink.CString(knetlink.Find(b, unix.NFTA_VERDICT_CHAIN))
+// spellVerdict spells a verdict as knftables returns it ("goto x",
+// "drop").
+func spellVerdict(dst, b []byte) ([]byte, error) {
+	code := int32(beUint32(knetlink.Find(b, unix.NFTA_VERDICT_CODE)))
+	chain := knetlink.Find(b, unix.NFTA_VERDICT_CHAIN)
+	if i := bytes.IndexByte(chain, 0); i >= 0 {
+		chain = chain[:i]
+	}
 	switch code {
 	case 0: // NF_DROP
-		return "drop", nil
+		return append(dst, "drop"...), nil
 	case 1: // NF_ACCEPT
-		return "accept", nil
+		return append(dst, "accept"...), nil
 	case unix.NFT_CONTINUE:
-		return "continue", nil
+		return append(dst, "continue"...), nil
 	case unix.NFT_RETURN:
-		return "return", nil
+		return append(dst, "return"...), nil
 	case unix.NFT_JUMP:
-		return "jump " + chain, nil
+		return append(append(dst, "jump "...), chain...), nil
 	case unix.NFT_GOTO:
-		return "goto " + chain, nil
+		return append(append(dst, "goto "...), chain...), nil
 	}
-	return "", fmt.Errorf("verdict code %d: %w", code, errUndecodable)
+	return dst, fmt.Errorf("verdict code %d: %w", code, errUndecodable)
 }
 
-// writePrefix writes a prefix as nft prints it: a full-length prefix is a
-// plain address.
-func writePrefix(sb *strings.Builder, p netip.Prefix) {
+// spellPrefix appends a prefix as nft prints it: a full-length prefix is
+// a plain address.
+func spellPrefix(dst []byte, p netip.Prefix) []byte {
 	if p.IsSingleIP() {
-		sb.WriteString(p.Addr().Unmap().String())
-		return
+		return p.Addr().Unmap().AppendTo(dst)
 	}
-	sb.WriteString(p.String())
+	return p.AppendTo(dst)
 }

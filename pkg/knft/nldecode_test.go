@@ -2,7 +2,6 @@ package knft
 
 import (
 	"slices"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -62,8 +61,7 @@ func TestDecodeElements(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: layout not decodable", c.name)
 		}
-		var sb strings.Builder
-		k, v, err := l.decode(c.elem, &sb)
+		k, v, err := l.decode(c.elem)
 		if err != nil || k != c.key || v != c.value {
 			t.Errorf("%s: got %q : %q (%v), want %q : %q", c.name, k, v, err, c.key, c.value)
 		}
@@ -71,8 +69,7 @@ func TestDecodeElements(t *testing.T) {
 	// A range that is no prefix is spelled start-end, which nft accepts
 	// back (to delete it).
 	l, _ := setLayout(ranges)
-	var sb strings.Builder
-	k, _, err := l.decode(slices.Concat(key(addr4, tcpPort, []byte{192, 168, 0, 1}), keyEnd(addr4, tcpPort, []byte{192, 168, 0, 2})), &sb)
+	k, _, err := l.decode(slices.Concat(key(addr4, tcpPort, []byte{192, 168, 0, 1}), keyEnd(addr4, tcpPort, []byte{192, 168, 0, 2})))
 	if want := "10.96.0.1 . tcp . 80 . 192.168.0.1-192.168.0.2"; err != nil || k != want {
 		t.Errorf("non-prefix range: got %q (%v), want %q", k, err, want)
 	}

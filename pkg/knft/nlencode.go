@@ -189,7 +189,7 @@ func protoNumber(s string) (byte, error) {
 }
 
 // appendVerdict appends NFTA_DATA_VERDICT for a verdict as the store
-// spells it ("goto x", "drop"; see formatVerdict).
+// spells it ("goto x", "drop"; see spellVerdict).
 func appendVerdict(b []byte, v string) ([]byte, error) {
 	verb, chain, _ := strings.Cut(v, " ")
 	var code int32

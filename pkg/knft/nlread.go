@@ -18,40 +18,57 @@ import (
 // netlink dumps (only a few attributes are needed).
 
 // nlConn is a NETLINK_NETFILTER socket in the network namespace of the
-// calling thread.
+// thread that opened it.
 type nlConn struct {
-	fd  int
-	seq uint32
-	buf []byte
+	fd    int
+	seq   uint32
+	buf   []byte  // the receive buffer, while the socket is in use
+	netns netnsID // where it was opened (connPool)
+	// broken: a reply was not read to its end (a receive error or
+	// timeout, a malformed or undecodable message): messages of it may
+	// still arrive, or a dump may still be open, so the socket is not
+	// used again.
+	broken bool
+	sndbuf int // the send buffer asked for (growSndbuf)
 }
 
-// recvBufs holds the receive buffers of closed sockets. Every Apply opens
-// two sockets and every read-back up to 5: with a fresh 64 KiB buffer each,
-// the buffers were 133 of the 133 KB an incremental sync allocated here.
-// The sockets themselves stay per call (their namespace is the calling
-// thread's, see Kernel).
+// recvBufs holds the receive buffers of sockets not in use. A socket may
+// stay open for the Kernel's life but needs its 64 KiB only during a call;
+// with a fresh buffer per socket and call, the buffers were 133 of the
+// 133 KB an incremental sync allocated here.
 var recvBufs = sync.Pool{New: func() any {
 	// The kernel fills one dump message of at most 32 KiB per read.
 	b := make([]byte, 64<<10)
 	return &b
 }}
 
+// dialNetfilter opens a socket, with a receive buffer, in the calling
+// thread's network namespace.
 func dialNetfilter() (*nlConn, error) {
 	fd, err := knetlink.OpenNetfilter()
 	if err != nil {
 		return nil, err
 	}
-	return &nlConn{fd: fd, buf: *recvBufs.Get().(*[]byte)}, nil
+	c := &nlConn{fd: fd}
+	c.takeBuf()
+	return c, nil
 }
 
-// close closes the socket and hands its buffer back: nothing read into it
-// may be used afterwards.
-func (c *nlConn) close() {
-	unix.Close(c.fd)
+func (c *nlConn) takeBuf() { c.buf = *recvBufs.Get().(*[]byte) }
+
+// releaseBuf hands the receive buffer back: nothing read into it may be
+// used afterwards.
+func (c *nlConn) releaseBuf() {
 	if buf := c.buf; buf != nil {
 		c.buf = nil
 		recvBufs.Put(&buf)
 	}
+}
+
+// close closes the socket and releases its buffer.
+func (c *nlConn) close() {
+	unix.Close(c.fd)
+	c.releaseBuf()
 }
 
 // request sends one nf_tables request (a dump when dump is set, else a get
@@ -67,11 +84,13 @@ func (c *nlConn) request(msg uint16, family uint8, dump bool, attrs []byte, each
 	req = append(req, attrs...)
 	knetlink.SetLen(req, 0)
 	if err := knetlink.Send(c.fd, req); err != nil {
+		c.broken = true
 		return fmt.Errorf("netlink send: %w", err)
 	}
 	for {
 		n, err := knetlink.Receive(c.fd, c.buf)
 		if err != nil {
+			c.broken = true
 			return fmt.Errorf("netlink receive: %w", err)
 		}
 		done, err := c.parse(c.buf[:n], each)
@@ -82,24 +101,33 @@ func (c *nlConn) request(msg uint16, family uint8, dump bool, attrs []byte, each
 }
 
 // parse handles the messages of one read; done reports the end of the
-// reply (NLMSG_DONE, or an error message, which is also the ack).
+// reply (NLMSG_DONE, or an error message, which is also the ack). Any
+// other error leaves the reply unread (a dump open in the kernel): the
+// socket is broken.
 func (c *nlConn) parse(b []byte, each func([]byte) error) (done bool, err error) {
+	var end error // what ended the reply
 	err = knetlink.Messages(b, func(typ, _ uint16, seq uint32, body []byte) error {
 		if seq != c.seq {
 			return nil // a late reply to an earlier request
 		}
-		if err := knetlink.ReplyEnd(typ, body); err != nil {
-			return err
+		if end = knetlink.ReplyEnd(typ, body); end != nil {
+			return end
 		}
 		if len(body) < 4 {
 			return knetlink.ErrMalformed
 		}
 		return each(body[4:])
 	})
-	if errors.Is(err, knetlink.ErrEnd) {
+	switch {
+	case errors.Is(end, knetlink.ErrEnd):
 		return true, nil
+	case end != nil:
+		return true, end // the kernel's errno
+	case err != nil:
+		c.broken = true
+		return true, err
 	}
-	return err != nil, err
+	return false, nil
 }
 
 func beUint32(b []byte) uint32 {

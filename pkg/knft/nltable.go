@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -42,11 +41,11 @@ type nlSet struct {
 // ReadBack is part of Interface. It reads over netlink; a set whose
 // element layout it cannot decode is listed through nft instead.
 func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
-	c, err := dialNetfilter()
+	c, err := k.conns.get()
 	if err != nil {
 		return err
 	}
-	defer c.close()
+	defer k.conns.put(c)
 	if present, err := k.tableExists(c); err != nil || !present {
 		return err
 	}
@@ -73,8 +72,7 @@ func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
 	// Elements go to the sink as the workers decode them, a message at a
 	// time: collecting whole sets first kept every key twice and grew
 	// slices of 100k strings (≈ 45 MB of garbage at 10k×10).
-	err = k.dumpElements(ctx, dumps, func(b elemBatch) { sink.Elements(b.set, b.kv) })
-	if err != nil {
+	if err := k.dumpElements(ctx, dumps, sink); err != nil {
 		return err
 	}
 	for _, d := range dumps {
@@ -180,6 +178,9 @@ func parseSet(b []byte) (st nlSet, table string, err error) {
 	return st, table, a.Err
 }
 
+// maxDumpWorkers bounds the sets dumped at once.
+const maxDumpWorkers = 4
+
 // setDump is one set a worker reads.
 type setDump struct {
 	name   string
@@ -188,55 +189,82 @@ type setDump struct {
 	size   uint32
 	// undecodable: an element this decoder cannot spell (not something
 	// render writes, e.g. a catch-all or a range that is no prefix); the
-	// set is then listed through nft. Written by the worker, read once
-	// dumpElements has returned.
+	// set is then listed through nft. Written by the worker; read with
+	// the dump's last batch (sent after it) and once dumpElements has
+	// returned.
 	undecodable bool
 }
 
-// elemBatch is the elements of one reply message: keys and values
-// alternate in kv.
+// elemBatch is the elements of one reply message of a set's dump, spelled
+// back to back into text: ends holds, per element, where its key ends and
+// where its value ends (each element starts where the one before it
+// ended). The last batch of a dump holds no elements and has last set.
 type elemBatch struct {
-	set string
-	kv  []string
+	dump *setDump
+	text []byte
+	ends []int
+	last bool
+}
+
+// elemBatches recycles batches: a read-back spells its elements into a few
+// buffers instead of two strings per element (≈ 330k of them at 10k×10,
+// garbage as soon as the store has what it keeps).
+var elemBatches = sync.Pool{New: func() any { return new(elemBatch) }}
+
+// report hands b's elements to sink and b back to the pool.
+func (b *elemBatch) report(sink Sink) {
+	start := 0
+	for i := 0; i+1 < len(b.ends); i += 2 {
+		keyEnd, end := b.ends[i], b.ends[i+1]
+		sink.Element(b.dump.name, b.text[start:keyEnd], b.text[keyEnd:end])
+		start = end
+	}
+	if b.last && !b.dump.undecodable {
+		sink.SetListed(b.dump.name)
+	}
+	b.recycle()
+}
+
+func (b *elemBatch) recycle() {
+	b.dump, b.text, b.ends, b.last = nil, b.text[:0], b.ends[:0], false
+	elemBatches.Put(b)
 }
 
 // dumpElements reads the elements of every set in dumps, several sets at a
-// time, and hands them to take, on the caller's goroutine, a message at a
+// time, and reports them to sink, on the caller's goroutine, a message at a
 // time. The kernel walks a set from its start again for every reply
 // message of at most 32 KiB, so a dump costs O(n²/500) element visits, and
 // that walk runs in the reading thread: parallel reads use the cores, and
 // the caller fills the store meanwhile.
-func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, take func(elemBatch)) error {
-	workers := min(len(dumps), runtime.GOMAXPROCS(0), 4)
-	// Opened here, by the caller's thread: a socket belongs to the
-	// network namespace of the thread that creates it.
+func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, sink Sink) error {
+	workers := min(len(dumps), runtime.GOMAXPROCS(0), maxDumpWorkers)
+	// Taken here, by the caller's thread: a socket belongs to the
+	// network namespace of the thread that opens it.
 	conns := make([]*nlConn, 0, workers)
 	defer func() {
 		for _, c := range conns {
-			c.close()
+			k.conns.put(c)
 		}
 	}()
 	for range workers {
-		c, err := dialNetfilter()
+		c, err := k.conns.get()
 		if err != nil {
 			return err
 		}
 		conns = append(conns, c)
 	}
 	next := make(chan *setDump)
-	batches := make(chan elemBatch, 4*workers)
+	batches := make(chan *elemBatch, 4*workers)
 	errs := make([]error, len(conns))
 	var wg sync.WaitGroup
 	for i, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for d := range next { // after an error: drain, so the feeder never blocks
 				if errs[i] == nil {
 					errs[i] = d.read(c, k.family, k.table, batches)
 				}
 			}
-		}()
+		})
 	}
 	go func() {
 		defer close(next)
@@ -249,45 +277,58 @@ func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, take func(e
 	}()
 	go func() { wg.Wait(); close(batches) }()
 	for b := range batches {
-		take(b)
+		b.report(sink)
 	}
 	return errors.Join(append(errs, ctx.Err())...)
 }
 
-// read lists one set's elements in the store's string form, one batch per
-// reply message.
-func (d *setDump) read(c *nlConn, family uint8, table string, out chan<- elemBatch) error {
+// read lists one set's elements, spelled, one batch per reply message, and
+// then a last, empty one if the dump ended.
+func (d *setDump) read(c *nlConn, family uint8, table string, out chan<- *elemBatch) error {
 	req := append(knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_TABLE, table),
 		knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_SET, d.name)...)
-	var sb strings.Builder
-	last := 0 // the previous message's length: messages are alike
-	err := c.request(unix.NFT_MSG_GETSETELEM, family, true, req, func(b []byte) error {
+	err := c.request(unix.NFT_MSG_GETSETELEM, family, true, req, func(msg []byte) error {
 		if d.undecodable {
 			return nil // drain the dump: the socket serves one at a time
 		}
-		kv := make([]string, 0, last)
-		list := knetlink.Attrs{B: knetlink.Find(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)}
-		for t, e, ok := list.Next(); ok; t, e, ok = list.Next() {
-			if t != unix.NFTA_LIST_ELEM {
-				continue
-			}
-			key, value, err := d.layout.decode(e, &sb)
-			if errors.Is(err, errUndecodable) {
-				d.undecodable = true
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			kv = append(kv, key, value)
+		b := elemBatches.Get().(*elemBatch)
+		b.dump = d
+		err := d.decode(b, msg)
+		if err == nil && len(b.ends) > 0 {
+			out <- b
+			return nil
 		}
-		if last = len(kv); last > 0 {
-			out <- elemBatch{set: d.name, kv: kv}
-		}
-		return list.Err
+		b.recycle()
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("listing elements of %s: %w", d.name, err)
 	}
+	last := elemBatches.Get().(*elemBatch)
+	last.dump, last.last = d, true
+	out <- last
 	return nil
+}
+
+// decode spells the elements of one reply message into b. An element it
+// cannot spell marks the set undecodable (it is listed through nft).
+func (d *setDump) decode(b *elemBatch, msg []byte) error {
+	list := knetlink.Attrs{B: knetlink.Find(msg, unix.NFTA_SET_ELEM_LIST_ELEMENTS)}
+	for t, e, ok := list.Next(); ok; t, e, ok = list.Next() {
+		if t != unix.NFTA_LIST_ELEM {
+			continue
+		}
+		var keyEnd int
+		var err error
+		b.text, keyEnd, err = d.layout.appendDecoded(b.text, e)
+		if errors.Is(err, errUndecodable) {
+			d.undecodable = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		b.ends = append(b.ends, keyEnd, len(b.text))
+	}
+	return list.Err
 }

@@ -23,8 +23,8 @@ import (
 const maxElemListBytes = 48 << 10
 
 // nlElemWriter encodes and commits batches of element changes for one
-// family. It lives for one sync: its sockets belong to the network
-// namespace of the thread that opened them.
+// family. It lives for one Apply, with two of the Kernel's sockets (which
+// belong to the network namespace of the thread that opened them).
 //
 // A batch is sent from its own goroutine while the next one is encoded:
 // the kernel applies a batch inside the sending thread's sendmsg, so on two
@@ -32,7 +32,8 @@ const maxElemListBytes = 48 << 10
 // kernel's inserts instead of adding to them. One batch at most is in
 // flight, so they still commit in order, each after the last one's ack.
 type nlElemWriter struct {
-	send   *nlConn // batches
+	conns  *connPool
+	send   *nlConn // batches; only the goroutine of the batch in flight uses it
 	lookup *nlConn // set layouts, asked while a batch is in flight
 	family uint8
 	table  string
@@ -40,7 +41,6 @@ type nlElemWriter struct {
 	// set is absent or not encodable. Cleared whenever nft ran, since nft
 	// may have deleted or added sets.
 	layouts map[string]*layout
-	sndbuf  int // of send; only the goroutine of the batch in flight uses it
 
 	b       nlBatch // the batch being encoded
 	open    int     // offset of the open element message, -1 if none
@@ -73,38 +73,24 @@ type batchMsg struct {
 	what string
 }
 
-func newElemWriter(family uint8, table string) (*nlElemWriter, error) {
-	send, err := dialNetfilter()
+func newElemWriter(conns *connPool, family uint8, table string) (*nlElemWriter, error) {
+	send, err := conns.get()
 	if err != nil {
 		return nil, err
 	}
-	lookup, err := dialNetfilter()
+	lookup, err := conns.get()
 	if err != nil {
-		send.close()
+		conns.put(send)
 		return nil, err
 	}
-	w := &nlElemWriter{send: send, lookup: lookup, family: family, table: table, layouts: map[string]*layout{}, open: -1}
-	// Errors then carry only the failing message's header, not its
-	// (up to 48 KiB) payload.
-	if err := unix.SetsockoptInt(send.fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1); err != nil {
-		w.close()
-		return nil, fmt.Errorf("netlink NETLINK_CAP_ACK: %w", err)
-	}
-	// A reply that never comes must not hang the syncer: fail the sync
-	// (the next one is full and reads the table back) instead.
-	tv := unix.Timeval{Sec: 60}
-	if err := unix.SetsockoptTimeval(send.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		w.close()
-		return nil, fmt.Errorf("netlink SO_RCVTIMEO: %w", err)
-	}
-	return w, nil
+	return &nlElemWriter{conns: conns, send: send, lookup: lookup, family: family, table: table, layouts: map[string]*layout{}, open: -1}, nil
 }
 
-// close waits for the batch in flight, if any, and closes the sockets.
+// close waits for the batch in flight, if any, and hands the sockets back.
 func (w *nlElemWriter) close() {
 	_ = w.wait()
-	w.send.close()
-	w.lookup.close()
+	w.conns.put(w.send)
+	w.conns.put(w.lookup)
 }
 
 // nftRan forgets the set layouts: nft may have changed the sets.
@@ -295,37 +281,57 @@ func (w *nlElemWriter) transmit(b *nlBatch) error {
 		return err
 	}
 	if err := knetlink.Send(w.send.fd, b.buf); err != nil {
+		w.send.broken = true
 		return fmt.Errorf("netlink batch send: %w", err)
 	}
-	return w.receive(b)
+	return verdict(w.send, b)
+}
+
+// verdict reads the kernel's verdict on batch b, just sent on c. The
+// kernel processes a batch inside sendmsg and queues every report of it
+// (each failing message's, the last message's ack, and, after a failed
+// commit, its error on the batch's begin before the others) before sendmsg
+// returns; after a rejection, the reports the verdict did not need are
+// dropped, so that c holds nothing when the next Apply sends on it.
+func verdict(c *nlConn, b *nlBatch) error {
+	err := receiveVerdict(c, b)
+	if err != nil && !c.broken {
+		if derr := knetlink.Drain(c.fd, c.buf); derr != nil {
+			c.broken = true
+		}
+	}
+	return err
 }
 
 // growSndbuf makes the socket's send buffer hold n bytes: a batch must go
 // in one message, and one holds up to maxOps elements (≈ 1–2 MB).
 func (w *nlElemWriter) growSndbuf(n int) error {
-	if n+4096 <= w.sndbuf {
+	if n+4096 <= w.send.sndbuf {
 		return nil
 	}
 	size := max(n+n/4, 1<<20)
 	if err := unix.SetsockoptInt(w.send.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size); err != nil {
 		return fmt.Errorf("netlink send buffer of %d bytes: %w", size, err)
 	}
-	w.sndbuf = size // the kernel doubles it; half is what we can count on
+	w.send.sndbuf = size // the kernel doubles it; half is what we can count on
 	return nil
 }
 
-// receive reads the kernel's reports for batch b until its last message's
-// acknowledgement or a failure of the whole batch, and returns the first
-// error reported.
-func (w *nlElemWriter) receive(b *nlBatch) error {
+// receiveVerdict reads the kernel's reports for batch b on c until its
+// last message's acknowledgement or a failure of the whole batch, and
+// returns the first error reported. Reports of anything else (none are
+// expected: see verdict) are skipped by their sequence numbers; a receive
+// error (a timeout, ENOBUFS) or a malformed message breaks c.
+func receiveVerdict(c *nlConn, b *nlBatch) error {
 	var first error
 	for {
-		n, err := knetlink.Receive(w.send.fd, w.send.buf)
+		n, err := knetlink.Receive(c.fd, c.buf)
 		if err != nil {
+			c.broken = true
 			return fmt.Errorf("netlink batch receive: %w", err)
 		}
-		err = knetlink.Messages(w.send.buf[:n], func(typ, _ uint16, seq uint32, body []byte) error {
-			if typ != unix.NLMSG_ERROR || seq < b.beginSeq || seq > b.lastSeq {
+		err = knetlink.Messages(c.buf[:n], func(typ, _ uint16, seq uint32, body []byte) error {
+			if typ != unix.NLMSG_ERROR || !b.has(seq) {
 				return nil // not about this batch
 			}
 			errno := knetlink.AckErrno(body)
@@ -341,10 +347,15 @@ func (w *nlElemWriter) receive(b *nlBatch) error {
 			return first
 		}
 		if err != nil {
+			c.broken = true
 			return err
 		}
 	}
 }
+
+// has reports whether seq numbers a message of b, also when the sequence
+// numbers wrapped around inside it.
+func (b *nlBatch) has(seq uint32) bool { return seq-b.beginSeq <= b.lastSeq-b.beginSeq }
 
 // failure names the message seq of b in the kernel's error.
 func (b *nlBatch) failure(seq uint32, errno syscall.Errno) error {

@@ -3,7 +3,6 @@ package knft
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"sigs.k8s.io/knftables"
 )
@@ -62,10 +61,24 @@ func readElementsKnftables(ctx context.Context, nft knftables.Interface, isMap b
 	if err != nil {
 		return fmt.Errorf("listing elements of %s %s: %w", kind, name, err)
 	}
-	kv := make([]string, 0, 2*len(elems))
+	var buf []byte
 	for _, el := range elems {
-		kv = append(kv, strings.Join(el.Key, ElemSep), strings.Join(el.Value, ElemSep))
+		buf = appendJoined(buf[:0], el.Key)
+		keyEnd := len(buf)
+		buf = appendJoined(buf, el.Value)
+		sink.Element(name, buf[:keyEnd], buf[keyEnd:])
 	}
-	sink.Elements(name, kv)
+	sink.SetListed(name)
 	return nil
+}
+
+// appendJoined appends fields joined with ElemSep.
+func appendJoined(b []byte, fields []string) []byte {
+	for i, f := range fields {
+		if i > 0 {
+			b = append(b, ElemSep...)
+		}
+		b = append(b, f...)
+	}
+	return b
 }

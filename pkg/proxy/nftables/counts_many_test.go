@@ -242,6 +242,7 @@ func TestManyExternalIPsInKernel(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			defer p.Close()
 			defer func() { _ = p.Cleanup(context.Background()) }()
 			for _, step := range []struct {
 				st   *desired.State
@@ -257,6 +258,7 @@ func TestManyExternalIPsInKernel(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				defer restarted.Close()
 				full := *step.st
 				full.Changed = nil
 				if err := restarted.Sync(context.Background(), &full, proxytest.ModeOf(&full)); err != nil {

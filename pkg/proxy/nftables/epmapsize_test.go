@@ -101,6 +101,7 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		defer p.Close()
 		defer func() { _ = p.Cleanup(context.Background()) }()
 		if err := p.Sync(context.Background(), benchState(20), proxytest.ModeOf(benchState(20))); err != nil {
 			return err
@@ -118,6 +119,7 @@ func TestEndpointMapsGrowInKernel(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		defer q.Close()
 		if err := q.Sync(context.Background(), benchState(300), proxytest.ModeOf(benchState(300))); err != nil {
 			return fmt.Errorf("restart: %w", err)
 		}
@@ -177,20 +179,20 @@ func TestEndpointMapSlots(t *testing.T) {
 func TestEndpointMapOutgrown(t *testing.T) {
 	const m = "internal-endpoints-10-s0"
 	s := newStore()
-	sink := storeSink{s, map[*elemEntry][]string{}}
+	sink := newStoreSink(s)
 	sink.Set(m, true, 64)
 	group := func(frontend string) {
 		var kv []string
 		for slot := range 10 {
 			kv = append(kv, slotElemKey(frontend, slot), fmt.Sprintf("10.0.0.%d . 80", slot))
 		}
-		sink.Elements(m, kv)
+		readElements(sink, m, kv...)
 	}
 	for i := range 6 {
 		group(fmt.Sprintf("172.30.0.%d . tcp . 80", i))
 	}
-	sink.Elements(m, []string{"stray", "10.0.0.1 . 80"})
-	sink.finish()
+	readElements(sink, m, "stray", "10.0.0.1 . 80")
+	sink.SetListed(m)
 	e := s.sets[m]
 	// 7 entries × 10 > 64, but they stand for 61 elements.
 	if s.epMapOutgrown(m, e) {

@@ -1,9 +1,15 @@
 package nftables
 
 import (
+	"bytes"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
 	"runtime"
 	"runtime/metrics"
-	"strings"
+	"runtime/pprof"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,10 +62,14 @@ func storeHeap(st *desired.State) (cold, restart uint64) {
 }
 
 // readBackFrom is a new store read back from what old committed, set by
-// set, as knft.Kernel.ReadBack hands a table to its Sink.
+// set, as knft.Kernel.ReadBack hands a table to its Sink: each element
+// spelled into a reused buffer, and a set's end reported only after the
+// elements of the dumpsAtOnce-1 sets after it, as if that many were
+// dumped at once (knft's workers).
 func readBackFrom(old *store) *store {
+	const dumpsAtOnce = 4
 	s := newStore()
-	sink := storeSink{s, map[*elemEntry][]string{}}
+	sink := newStoreSink(s)
 	sink.Table()
 	for name, c := range old.chains {
 		sink.Chain(name)
@@ -67,20 +77,24 @@ func readBackFrom(old *store) *store {
 			sink.Rule(name, r)
 		}
 	}
-	for name, e := range old.sets {
+	var listed []string
+	var buf []byte
+	for _, name := range slices.Sorted(maps.Keys(old.sets)) {
+		e := old.sets[name]
 		if !sink.Set(name, e.isMap, e.size) {
 			continue
 		}
-		var kv []string
 		old.kernelElems(name, func(k, v string) {
-			// Copies, as the dump decodes them.
-			kv = append(kv, strings.Clone(k), strings.Clone(v))
-			if len(kv) == 2*550 { // one reply message's worth
-				sink.Elements(name, kv)
-				kv = kv[:0]
-			}
+			buf = append(append(buf[:0], k...), v...)
+			sink.Element(name, buf[:len(k)], buf[len(k):])
 		})
-		sink.Elements(name, kv)
+		if listed = append(listed, name); len(listed) == dumpsAtOnce {
+			sink.SetListed(listed[0])
+			listed = listed[1:]
+		}
+	}
+	for _, name := range listed {
+		sink.SetListed(name)
 	}
 	sink.finish()
 	return s
@@ -115,24 +129,57 @@ func heapInUse() uint64 {
 func BenchmarkColdSyncPeakHeap(b *testing.B) {
 	st := benchState(10000)
 	for b.Loop() {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		base, baseLive := ms.HeapInuse, ms.HeapAlloc
 		var s *store
-		inuse, live := sampledPeak(func() { s = coldSync(st, func(u *knft.Unit) { u.Done() }) })
+		reportPeak(b, func() { s = coldSync(st, func(u *knft.Unit) { u.Done() }) })
 		runtime.KeepAlive(s)
-		if inuse <= base {
-			b.Fatalf("no heap sampled: %d bytes in use, %d before", inuse, base)
-		}
-		b.ReportMetric(float64(inuse-base)/1e6, "peak-inuse-MB")
-		b.ReportMetric(float64(live-min(live, baseLive))/1e6, "peak-live-MB")
 	}
 }
+
+// BenchmarkRestartPeakHeap is BenchmarkColdSyncPeakHeap for a restart at
+// 10k × 10 (benchState, no kernel): the read-back of the cold store's
+// kernel side into a new store, as knft hands it over (readBackFrom), and
+// the full sync that changes nothing. The figures are above the heap
+// before it (the State and the cold store, which stands for the kernel).
+func BenchmarkRestartPeakHeap(b *testing.B) {
+	st := benchState(10000)
+	old := coldSync(st, func(u *knft.Unit) { u.Done() })
+	for b.Loop() {
+		var s *store
+		reportPeak(b, func() {
+			s = readBackFrom(old)
+			(&Proxier{store: s}).fullClaims(st, newConfig(st))
+			if units := s.diff(); len(units) != 0 {
+				b.Fatalf("a restart with nothing changed sends %d units", len(units))
+			}
+			s.clearDirty()
+		})
+		runtime.KeepAlive(s)
+	}
+	runtime.KeepAlive(old)
+}
+
+// reportPeak reports the peak heap f makes (sampledPeak) above the heap
+// in use and live before it, after a GC.
+func reportPeak(b *testing.B, f func()) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base, baseLive := ms.HeapInuse, ms.HeapAlloc
+	inuse, live := sampledPeak(f)
+	if inuse <= base {
+		b.Fatalf("no heap sampled: %d bytes in use, %d before", inuse, base)
+	}
+	b.ReportMetric(float64(inuse-base)/1e6, "peak-inuse-MB")
+	b.ReportMetric(float64(live-min(live, baseLive))/1e6, "peak-live-MB")
+}
+
+var flagPeakHeapProfile = flag.String("peakheap-profile", "", "the …PeakHeap benchmarks write the heap profile of their most live heap to this file (slow: a profile per new peak)")
 
 // sampledPeak runs f and returns the most heap in use (MemStats.HeapInuse:
 // objects, live or not yet swept, and the free space of their spans) and
 // the most heap live after a GC cycle (runtime/metrics) seen while it ran.
+// With -peakheap-profile it writes the heap profile taken when the live
+// heap was at its most (a profile shows the heap of the last GC cycle).
 func sampledPeak(f func()) (inuse, live uint64) {
 	samples := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}, {Name: "/gc/heap/live:bytes"}}
 	done := make(chan struct{})
@@ -141,10 +188,18 @@ func sampledPeak(f func()) (inuse, live uint64) {
 		defer close(stopped)
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
+		var profile bytes.Buffer
+		defer func() { writePeakProfile(profile.Bytes()) }()
 		for {
 			metrics.Read(samples)
 			inuse = max(inuse, samples[0].Value.Uint64()+samples[1].Value.Uint64())
-			live = max(live, samples[2].Value.Uint64())
+			if l := samples[2].Value.Uint64(); l > live {
+				live = l
+				if *flagPeakHeapProfile != "" {
+					profile.Reset()
+					_ = pprof.WriteHeapProfile(&profile)
+				}
+			}
 			select {
 			case <-done:
 				return
@@ -156,4 +211,13 @@ func sampledPeak(f func()) (inuse, live uint64) {
 	close(done)
 	<-stopped
 	return inuse, live
+}
+
+func writePeakProfile(p []byte) {
+	if *flagPeakHeapProfile == "" || len(p) == 0 {
+		return
+	}
+	if err := os.WriteFile(*flagPeakHeapProfile, p, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "peak heap profile:", err)
+	}
 }

@@ -165,6 +165,9 @@ func (x *index[K, V]) reserve(n int) {
 // compact shrinks a table more than a quarter bigger than its sized size
 // (growing leaves one as little as 3/8 full) to that size.
 func (x *index[K, V]) compact() {
+	if x == nil {
+		return
+	}
 	if want := sized(x.n); 4*len(x.slots) > 5*want {
 		x.resize(want)
 	}

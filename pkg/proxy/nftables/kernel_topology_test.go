@@ -33,6 +33,7 @@ func newProxier(t *testing.T, env *scenario.Env, f scenario.Fam) *nftables.Proxi
 	if err != nil {
 		t.Fatalf("%s proxier: %v", f.Family, err)
 	}
+	t.Cleanup(p.Close)
 	return p
 }
 

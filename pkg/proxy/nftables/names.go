@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
@@ -96,19 +97,18 @@ func appendHairpinKey(b []byte, a netip.Addr) []byte {
 	return append(b, v[:]...)
 }
 
-// hairpinStoreKey is the store key of a hairpin element read back spelled:
-// binary for a . a, else the spelling.
-func hairpinStoreKey(spelled string) string {
-	a, b, ok := strings.Cut(spelled, elemSep)
-	if !ok || a != b {
-		return spelled
+// hairpinStoreKey appends to dst the store key of a hairpin element read
+// back spelled: binary for a . a, else the spelling.
+func hairpinStoreKey(dst, spelled []byte) []byte {
+	a, b, ok := bytes.Cut(spelled, []byte(elemSep))
+	if !ok || !bytes.Equal(a, b) {
+		return append(dst, spelled...)
 	}
-	addr, err := netip.ParseAddr(a)
+	addr, err := netip.ParseAddr(view(a))
 	if err != nil || addr.Zone() != "" {
-		return spelled
+		return append(dst, spelled...)
 	}
-	var buf [17]byte // no garbage beside the key: tiny allocations share blocks
-	return string(appendHairpinKey(buf[:0], addr))
+	return appendHairpinKey(dst, addr)
 }
 
 // spellKey is a store key as nft spells it.

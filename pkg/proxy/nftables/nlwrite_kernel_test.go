@@ -96,6 +96,7 @@ func programTable(family proxy.IPFamily, st *desired.State, viaNetlink bool, max
 	if err != nil {
 		return "", knft.Stats{}, err
 	}
+	defer p.Close()
 	if !viaNetlink {
 		nft, err := knftables.New(specFor(family).family, TableName)
 		if err != nil {
@@ -191,6 +192,7 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 		if err != nil {
 			return err
 		}
+		defer p.Close()
 		p.maxOps = maxOps
 		defer func() { _ = p.Cleanup(context.Background()) }()
 		if err := p.Cleanup(context.Background()); err != nil {

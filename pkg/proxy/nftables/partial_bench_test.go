@@ -32,6 +32,7 @@ func newNullKernel() *nullKernel {
 func (k *nullKernel) Exists(context.Context) (bool, error)      { return true, nil }
 func (k *nullKernel) ReadBack(context.Context, knft.Sink) error { return nil }
 func (k *nullKernel) Delete(context.Context) error              { return nil }
+func (k *nullKernel) Close()                                    {}
 
 func (k *nullKernel) Apply(_ context.Context, txs [][]*knft.Unit) (knft.Stats, error) {
 	var st knft.Stats

@@ -89,11 +89,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 		p.fullClaims(st, cfg)
 	} else {
 		for name := range st.Changed {
-			var pt *part
-			if sp := st.Service(name); sp != nil {
-				pt = p.store.assignSlots(renderService(cfg, sp))
-			}
-			p.store.replace(name, pt)
+			p.renderClaim(cfg, name, st.Service(name))
 		}
 	}
 	// After any failure, including one part-way through, the syncer's
@@ -150,39 +146,57 @@ func (p *Proxier) cleanupFailed(err *cleanupError) error {
 	return fmt.Errorf("nftables %s: %w: %w", p.family, err, proxy.ErrStateLost)
 }
 
-// fullClaims renders every part and claims it. Into an empty store (a
-// cold start) it renders them all first: that tells how many elements each
-// set gets, so a set's entries are allocated once at their final size
-// instead of growing (at 50k×10 growth was a seventh of a cold sync's CPU).
-// A store that holds the table already (read back at a restart, or an
-// hourly resync) has its entries: each part is claimed as soon as it is
-// rendered, so that the rendered specs of every Service are never alive
-// beside the whole table (≈ 30 MB at 10k×10, at the restart's peak).
+// fullClaims renders every part and claims it as soon as it is rendered,
+// so that the rendered specs of every Service are never alive at once
+// (≈ 11 MB at 10k × 10). Into an empty store (a cold start) the first
+// sixteenth of the parts, in name order, tells how many entries each set
+// will hold (service ports spread over the shards by the hash of their
+// name), and the entry indexes are sized from it once instead of growing
+// by doubling as the rest comes. A store that holds the table already
+// (read back at a restart, or an hourly resync) has its entries.
 func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 	// In name order: the elements are sent in the order they were
 	// claimed, so a full sync of the same State sends the same
 	// transactions.
-	names := slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare)
+	names := slices.AppendSeq(make([]proxy.ServicePortName, 0, st.Services.Len()), st.Services.Keys())
+	slices.SortFunc(names, proxy.ServicePortName.Compare)
 	p.store.parts.reserve(len(names) + 1)
-	global := renderGlobal(st, cfg)
-	if p.store.holdsElements() {
-		p.store.replace(owner{}, global)
-		for _, name := range names {
-			p.store.replace(name, p.store.assignSlots(renderService(cfg, st.Service(name))))
+	sample := 0
+	if !p.store.holdsElements() && len(names) >= minSizingSample*16 {
+		sample = len(names) / 16
+	}
+	p.store.replace(owner{}, renderGlobal(st, cfg))
+	for i, name := range names {
+		if i == sample && sample > 0 {
+			p.store.reserveLike(i, len(names))
 		}
-		return
+		p.renderClaim(cfg, name, st.Service(name))
 	}
-	parts := make([]*part, len(names))
-	for i, name := range names {
-		parts[i] = p.store.assignSlots(renderService(cfg, st.Service(name)))
-	}
-	p.store.reserve(append(parts, global))
-	p.store.replace(owner{}, global)
-	for i, name := range names {
-		p.store.replace(name, parts[i])
-		parts[i] = nil // its element specs are garbage once claimed
+	if sample > 0 {
+		p.store.compactElems() // a set the sample made too big
 	}
 }
+
+// minSizingSample is the fewest parts fullClaims sizes the indexes from:
+// a smaller table grows cheaply enough.
+const minSizingSample = 64
+
+// renderClaim renders sp (nil: gone) and replaces name's claims with its
+// part's, and recycles the part's element list.
+func (p *Proxier) renderClaim(cfg *config, name owner, sp *desired.ServicePort) {
+	if sp == nil {
+		p.store.replace(name, nil)
+		return
+	}
+	pt := p.store.assignSlots(renderService(cfg, sp))
+	elems := pt.elems
+	p.store.replace(name, pt)
+	cfg.scratch.recycle(elems)
+}
+
+// Close releases the kernel interface's sockets (the daemon calls it on
+// its way out).
+func (p *Proxier) Close() { p.kernel.Close() }
 
 // Cleanup is part of syncer.Proxier: it deletes this family's table.
 func (p *Proxier) Cleanup(ctx context.Context) error {

@@ -2,7 +2,9 @@ package nftables
 
 import (
 	"context"
+	"encoding/binary"
 	"strings"
+	"unsafe"
 
 	"github.com/svcproxy/svcproxy/pkg/knft"
 )
@@ -15,7 +17,7 @@ import (
 // they are not listed. On failure the kernel side is forgotten, so a retry
 // starts clean.
 func (s *store) readBack(ctx context.Context, k knft.Interface) error {
-	sink := storeSink{s, map[*elemEntry][]string{}}
+	sink := newStoreSink(s)
 	err := k.ReadBack(ctx, sink)
 	sink.finish()
 	if err != nil {
@@ -25,19 +27,39 @@ func (s *store) readBack(ctx context.Context, k knft.Interface) error {
 	return err
 }
 
-// storeSink is the store as a knft.Sink. Endpoint-map elements are
-// gathered into their frontend's slot group: slots holds each group's
-// values until finish joins them (elements come in any order).
+// storeSink is the store as a knft.Sink. It copies what the store keeps
+// out of knft's buffer and nothing else: a key once, when its entry is new
+// (a hairpin a . a as its binary key), a value of a set without slot
+// groups once per distinct value (a verdict map's ten thousand elements
+// share a few dozen). An endpoint map's elements are gathered into their
+// frontend's slot group (they come in any order), whose joined value is
+// made when the map's listing ends: only the maps being listed (knft dumps
+// four at a time) have groups pending, not every map of the table.
 type storeSink struct {
-	s     *store
-	slots map[*elemEntry][]string
+	s       *store
+	listing map[string]*setListing
+	last    *setListing       // the set of the last Element
+	values  map[string]string // the distinct values read back
+	scratch [][]byte          // a group's slot values, by slot (SetListed)
 }
 
-func (k storeSink) Table() { k.s.tablePresent = true }
+// setListing is a set whose elements are coming.
+type setListing struct {
+	name    string
+	slots   int // an endpoint map's endpoint count; 0: no slot groups
+	hairpin bool
+	groups  map[*elemEntry][]byte // each group's slots so far (appendSlotRecord)
+}
 
-func (k storeSink) Chain(name string) { k.chain(name) }
+func newStoreSink(s *store) *storeSink {
+	return &storeSink{s: s, listing: map[string]*setListing{}, values: map[string]string{}}
+}
 
-func (k storeSink) chain(name string) *chainEntry {
+func (k *storeSink) Table() { k.s.tablePresent = true }
+
+func (k *storeSink) Chain(name string) { k.chain(name) }
+
+func (k *storeSink) chain(name string) *chainEntry {
 	e := k.s.chains[name]
 	if e == nil {
 		e = &chainEntry{present: true}
@@ -46,66 +68,160 @@ func (k storeSink) chain(name string) *chainEntry {
 	return e
 }
 
-func (k storeSink) Rule(chain, comment string) {
+func (k *storeSink) Rule(chain, comment string) {
 	e := k.chain(chain)
 	e.kernel = append(e.kernel, comment)
 }
 
-func (k storeSink) Set(name string, isMap bool, size uint64) bool {
+func (k *storeSink) Set(name string, isMap bool, size uint64) bool {
 	k.s.sets[name] = &setEntry{present: true, isMap: isMap, size: size}
 	delete(k.s.elems, name)
-	if strings.HasPrefix(name, affinityPrefix) {
-		return false
-	}
-	// Only endpoint maps have a size, and their entries are slot groups,
-	// one per frontend and N elements: their entry maps grow as the groups
-	// come (a hint from the size, which counts elements, over-provisioned
-	// them up to N-fold).
-	return true
+	delete(k.listing, name)
+	k.last = nil
+	return !strings.HasPrefix(name, affinityPrefix)
 }
 
-func (k storeSink) Elements(set string, kv []string) {
-	slots, slotted := endpointMapSlots(set)
-	hairpin := strings.HasPrefix(set, setHairpin)
-	for i := 0; i+1 < len(kv); i += 2 {
-		if slotted {
-			// A slot the map's numgen never picks is no endpoint:
-			// an element of its own (deleted), so that no group holds
-			// more slots than the map's count (epMapOutgrown).
-			if frontend, slot, ok := splitSlotKey(kv[i]); ok && slot < slots {
-				k.slot(set, frontend, slot, kv[i+1])
-				continue
-			}
+func (k *storeSink) Element(set string, key, value []byte) {
+	l := k.last
+	if l == nil || l.name != set {
+		l = k.listingOf(set)
+	}
+	// A slot the map's numgen never picks is no endpoint: an element of
+	// its own (deleted), so that no group holds more slots than the map's
+	// count (epMapOutgrown).
+	if l.slots > 0 {
+		if frontend, slot, ok := splitSlotKey(key); ok && slot < l.slots {
+			l.addSlot(k.s, frontend, slot, value)
+			return
 		}
-		key := kv[i]
-		if hairpin {
-			key = hairpinStoreKey(key)
+	}
+	if l.hairpin {
+		var buf [64]byte
+		key = hairpinStoreKey(buf[:0], key)
+	}
+	k.s.elemAt(set, key).setKernel(k.value(value))
+}
+
+// listingOf returns the listing of set, made at its first element.
+func (k *storeSink) listingOf(set string) *setListing {
+	l := k.listing[set]
+	if l == nil {
+		l = &setListing{name: set, hairpin: strings.HasPrefix(set, setHairpin)}
+		if n, ok := endpointMapSlots(set); ok {
+			l.slots, l.groups = n, map[*elemEntry][]byte{}
 		}
-		k.s.elem(set, key, true).setKernel(kv[i+1])
+		k.listing[set] = l
 	}
+	k.last = l
+	return l
 }
 
-// slot records the value of one slot of a frontend's group.
-func (k storeSink) slot(set, frontend string, slot int, value string) {
-	e := k.s.elem(set, frontend, true)
-	e.flag(entrySlots|entryPresent, true)
-	vs := k.slots[e]
-	if slot >= len(vs) {
-		vs = append(vs, make([]string, slot+1-len(vs))...)
+// value is value as a string, one per distinct value.
+func (k *storeSink) value(value []byte) string {
+	if len(value) == 0 {
+		return ""
 	}
-	vs[slot] = value
-	k.slots[e] = vs
+	v, ok := k.values[string(value)]
+	if !ok {
+		v = string(value)
+		k.values[v] = v
+	}
+	return v
 }
 
-// finish gives each slot group read back its kernel value, and shrinks
-// the entry indexes, which grew as the elements came (to as little as 3/8
-// full: ≈ 1 MB at 10k × 10).
-func (k storeSink) finish() {
-	for e, vs := range k.slots {
-		e.setKernel(strings.Join(vs, slotSep))
+// SetListed gives each slot group of set its joined kernel value, and
+// shrinks the set's entry index, which grew as the elements came (to as
+// little as 3/8 full: ≈ 1 MB at 10k × 10).
+func (k *storeSink) SetListed(set string) {
+	if l := k.listing[set]; l != nil {
+		for e, records := range l.groups {
+			e.setKernel(k.join(records))
+		}
+		delete(k.listing, set)
 	}
-	clear(k.slots)
+	if k.last != nil && k.last.name == set {
+		k.last = nil
+	}
+	k.s.elems[set].compact()
+}
+
+// finish completes the sets whose listing did not end (none, from knft)
+// and shrinks every entry index.
+func (k *storeSink) finish() {
+	for set := range k.listing {
+		k.SetListed(set)
+	}
 	for _, m := range k.s.elems {
 		m.compact()
 	}
 }
+
+// addSlot records the value of one slot of frontend's group.
+func (l *setListing) addSlot(s *store, frontend []byte, slot int, value []byte) {
+	e := s.elemAt(l.name, frontend)
+	records, ok := l.groups[e]
+	if !ok {
+		e.flag(entrySlots|entryPresent, true)
+		// Room for every slot, guessed from this one's size: the
+		// values of one map are about as long.
+		records = make([]byte, 0, min(l.slots*(len(value)+slotRecordHeader), 64<<10))
+	}
+	l.groups[e] = appendSlotRecord(records, slot, value)
+}
+
+// A group's slots, as they come, are records in one byte slice: the slot
+// and the value's length as uvarints, then the value. Strings per slot
+// and a slice of them per group (≈ 400 bytes a group of 10 instead of ≈
+// 200) were most of a restart's peak heap at 10k × 10.
+const slotRecordHeader = 3 // bytes before a value: a slot < 128 takes 1, a length < 16k at most 2
+
+func appendSlotRecord(b []byte, slot int, value []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(slot))
+	b = binary.AppendUvarint(b, uint64(len(value)))
+	return append(b, value...)
+}
+
+// join is a group's records as its joined value: the slots' values in
+// slot order, joined with slotSep, "" for a slot not read back.
+func (k *storeSink) join(records []byte) string {
+	vals := k.scratch[:0]
+	size := 0
+	for len(records) > 0 {
+		slot, n := binary.Uvarint(records)
+		l, m := binary.Uvarint(records[n:])
+		v := records[n+m : n+m+int(l)]
+		records = records[n+m+int(l):]
+		for len(vals) <= int(slot) {
+			vals = append(vals, nil)
+		}
+		size += len(v) - len(vals[slot])
+		vals[slot] = v
+	}
+	var b strings.Builder
+	b.Grow(size + len(vals) - 1)
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteString(slotSep)
+		}
+		b.Write(v)
+	}
+	clear(vals)
+	k.scratch = vals[:0]
+	return b.String()
+}
+
+// elemAt returns the entry of set whose key is spelled in key, made (with
+// a copy of key) if there is none.
+func (s *store) elemAt(set string, key []byte) *elemEntry {
+	m := s.setElems(set)
+	if e := m.get(view(key)); e != nil {
+		return e
+	}
+	e := &elemEntry{set: s.setID(set), key: string(key)}
+	m.add(e)
+	return e
+}
+
+// view is b as a string without a copy, for a lookup that does not keep
+// it: knft reuses a read-back's buffer once Element returns.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

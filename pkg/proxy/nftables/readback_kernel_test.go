@@ -48,6 +48,7 @@ func readBoth(t *testing.T, family proxy.IPFamily) (viaNft, viaNetlink []string)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer k.Close()
 	a, b := newStore(), newStore()
 	if err := a.readBack(context.Background(), knft.NewKnftables(nft)); err != nil {
 		t.Fatalf("read-back through nft: %v", err)
@@ -93,6 +94,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				defer p.Close()
 				// Every service port with several external frontends
 				// in chains of its own, to cover that shape too.
 				p.ownSlots = 0
@@ -112,6 +114,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				defer restarted.Close()
 				restarted.ownSlots = 0
 				full := *st
 				full.Changed = nil
@@ -127,6 +130,7 @@ func TestNetlinkReadBackMatchesNft(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				defer ahead.Close()
 				ahead.ownSlots = 0
 				if err := ahead.ReadBack(context.Background()); err != nil {
 					return err
@@ -162,6 +166,7 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		defer p.Close()
 		defer func() { _ = p.Cleanup(context.Background()) }()
 		if err := p.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 			return err
@@ -178,6 +183,7 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			defer q.Close()
 			if err := q.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 				return fmt.Errorf("restart %d: %w", i+1, err)
 			}
@@ -245,6 +251,7 @@ func TestRestartOverNetlinkRemovesWhatWentAway(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			defer p.Close()
 			defer func() { _ = p.Cleanup(context.Background()) }()
 			if err := p.Sync(context.Background(), after, proxytest.ModeOf(after)); err != nil {
 				return err
@@ -257,6 +264,7 @@ func TestRestartOverNetlinkRemovesWhatWentAway(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			defer q.Close()
 			if err := q.Sync(context.Background(), after, proxytest.ModeOf(after)); err != nil {
 				return fmt.Errorf("restart: %w", err)
 			}

@@ -30,6 +30,37 @@ type config struct {
 	ownSlots int
 	// localhost is the State's localhost node-port decision.
 	localhost desired.LocalhostNodePorts
+	// scratch is what renderService reuses from one port to the next.
+	scratch renderScratch
+}
+
+// renderScratch is memory renderService reuses from one service port to
+// the next within a sync (a cold sync at 10k × 10 renders 10k): the buffer
+// keys are built in, and an element list handed back once the part that
+// held it was claimed (recycle). No result aliases it: keys are copied out
+// of buf, and a part takes the element list for itself.
+type renderScratch struct {
+	buf   []byte
+	elems []elemSpec
+}
+
+// takeElems returns an empty element list with room for n.
+func (r *renderScratch) takeElems(n int) []elemSpec {
+	if cap(r.elems) < n {
+		return make([]elemSpec, 0, n)
+	}
+	elems := r.elems
+	r.elems = nil
+	return elems
+}
+
+// recycle takes back the element list of a part the store has claimed
+// (store.claim keeps the list's strings, not the list).
+func (r *renderScratch) recycle(elems []elemSpec) {
+	if cap(elems) > cap(r.elems) {
+		clear(elems)
+		r.elems = elems[:0]
+	}
 }
 
 func newConfig(st *desired.State) *config {

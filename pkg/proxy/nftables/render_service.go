@@ -3,6 +3,7 @@ package nftables
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,13 +45,15 @@ type epString struct {
 // (shared by shape, or its own when session affinity forces per-endpoint
 // state).
 func renderService(c *config, sp *desired.ServicePort) *part {
-	s := &svcContext{c: c, sp: sp, routes: c.routesOf(sp), proto: protoName(sp.Protocol), p: &part{owner: &sp.Name}, shard: serviceShard(sp.Name)}
+	s := &svcContext{c: c, sp: sp, routes: c.routesOf(sp), proto: protoName(sp.Protocol), p: &part{owner: &sp.Name}, shard: serviceShard(sp.Name),
+		buf: c.scratch.buf}
+	defer func() { c.scratch.buf = s.buf }()
 	// Most elements are hairpin elements (one per endpoint address) and
 	// slot groups (one per frontend and dispatch); sizing once saves the
 	// slice's regrowth.
 	n := len(sp.Internal.Endpoints)
 	ext := s.externalAddrs()
-	s.p.elems = make([]elemSpec, 0, 8+3*len(ext)+n)
+	s.p.elems = c.scratch.takeElems(8 + 3*len(ext) + n)
 	s.p.addElem(setClusterIPs, addrString(sp.ClusterIP), "")
 
 	internal, external, externalNP := s.verdicts(ext)
@@ -326,13 +329,47 @@ func (s *svcContext) renderFirewall() {
 // The three endpoint sets usually hold the same endpoints; each address is
 // added once (a service's duplicate claims cost memory and claim time).
 func (s *svcContext) renderHairpin() {
-	seen := make(map[netip.Addr]bool, len(s.sp.Internal.Endpoints))
-	for _, d := range []desired.Dispatch{s.sp.Internal, s.sp.External, s.sp.Cluster} {
-		for _, ep := range d.Endpoints {
-			if !seen[ep.IP] {
-				seen[ep.IP] = true
-				s.p.addElem(hairpinSet(ep.IP), s.keep(appendHairpinKey(s.buf[:0], ep.IP)), "")
-			}
+	var lists [3][]desired.Endpoint
+	k, n := 0, 0
+	for _, eps := range [...][]desired.Endpoint{s.sp.Internal.Endpoints, s.sp.External.Endpoints, s.sp.Cluster.Endpoints} {
+		if !slices.ContainsFunc(lists[:k], func(l []desired.Endpoint) bool { return sameList(l, eps) }) {
+			lists[k], k, n = eps, k+1, n+len(eps) // the dispatches usually share one list
 		}
 	}
+	// A few endpoints are looked up among the part's hairpin elements (all
+	// its elements from first on), many in a map.
+	first := len(s.p.elems)
+	var seen map[netip.Addr]bool
+	if n > 16 {
+		seen = make(map[netip.Addr]bool, n)
+	}
+	for _, eps := range lists[:k] {
+		for _, ep := range eps {
+			key := appendHairpinKey(s.buf[:0], ep.IP)
+			s.buf = key
+			if seen != nil && seen[ep.IP] || seen == nil && s.rendered(first, key) {
+				continue
+			}
+			if seen != nil {
+				seen[ep.IP] = true
+			}
+			s.p.addElem(hairpinSet(ep.IP), string(key), "")
+		}
+	}
+}
+
+// rendered reports whether one of the part's elements from first on has
+// key.
+func (s *svcContext) rendered(first int, key []byte) bool {
+	for _, el := range s.p.elems[first:] {
+		if el.key == string(key) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameList reports whether a and b are the same list (not a copy).
+func sameList(a, b []desired.Endpoint) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

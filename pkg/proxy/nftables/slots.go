@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 )
@@ -20,15 +21,22 @@ func slotElemKey(frontend string, slot int) string {
 	return frontend + elemSep + strconv.Itoa(slot)
 }
 
-// splitSlotKey splits an endpoint-map key into frontend and slot.
-func splitSlotKey(key string) (frontend string, slot int, ok bool) {
-	i := strings.LastIndex(key, elemSep)
+// splitSlotKey splits an endpoint-map key, spelled, into frontend and
+// slot.
+func splitSlotKey(key []byte) (frontend []byte, slot int, ok bool) {
+	i := bytes.LastIndex(key, []byte(elemSep))
 	if i < 0 {
-		return "", 0, false
+		return nil, 0, false
 	}
-	slot, err := strconv.Atoi(key[i+len(elemSep):])
-	if err != nil || slot < 0 {
-		return "", 0, false
+	digits := key[i+len(elemSep):]
+	if len(digits) == 0 || len(digits) > 9 {
+		return nil, 0, false
+	}
+	for _, d := range digits {
+		if d < '0' || d > '9' {
+			return nil, 0, false
+		}
+		slot = slot*10 + int(d-'0')
 	}
 	return key[:i], slot, true
 }

@@ -202,31 +202,24 @@ func (s *store) release(p *part) {
 	}
 }
 
-// reserve sizes the entry maps of sets that do not have any yet, and the
-// dirty list, for the elements parts will claim.
-func (s *store) reserve(parts []*part) {
-	counts := map[string]int{}
-	for _, p := range parts {
-		run, n := "", 0
-		for _, el := range p.elems {
-			if el.set != run {
-				counts[run] += n
-				run, n = el.set, 0
-			}
-			n++
-		}
-		counts[run] += n
+// reserveLike sizes every set's entry index, and the dirty list, for
+// total parts, from what the first done of them claimed (fullClaims).
+func (s *store) reserveLike(done, total int) {
+	if done == 0 {
+		return
 	}
-	total := 0
-	for set, n := range counts {
-		if set != "" && s.elems[set].len() == 0 {
-			s.elems[set] = newEntryIndex(n)
-		}
-		total += n
+	scale := func(n int) int { return int(int64(n) * int64(total) / int64(done)) }
+	for _, m := range s.elems {
+		m.reserve(scale(m.len()))
 	}
-	// Every claimed element is marked dirty (entries read back already are).
-	if total > len(s.dirtyElems) {
-		s.dirtyElems = slices.Grow(s.dirtyElems, total-len(s.dirtyElems))
+	s.dirtyElems = slices.Grow(s.dirtyElems, scale(len(s.dirtyElems))-len(s.dirtyElems))
+}
+
+// compactElems shrinks the entry indexes that are much bigger than their
+// entries need.
+func (s *store) compactElems() {
+	for _, m := range s.elems {
+		m.compact()
 	}
 }
 

@@ -43,9 +43,13 @@ type Result struct {
 	Restart        Sample         `json:"restart"` // New + Init + full Sync of the unchanged state
 	RestartEvents  map[string]int `json:"restart_events"`
 	Cleanup        Sample         `json:"cleanup"`
-	SelfHWMKiB     int64          `json:"self_hwm_kib"`   // VmHWM at the end
-	SelfHWMColdKiB int64          `json:"self_hwm_cold"`  // VmHWM right after the cold sync
-	NftMaxRSSKiB   int64          `json:"nft_maxrss_kib"` // the nft processes' own peak (nftshim.go)
+	SelfHWMKiB     int64          `json:"self_hwm_kib"`  // VmHWM at the end
+	SelfHWMColdKiB int64          `json:"self_hwm_cold"` // VmHWM right after the cold sync
+	// The restart's own peak: VmHWM reset before it (benchkit.ResetHWM),
+	// read after it; and VmRSS before it (the State and the runtime).
+	SelfHWMRestartKiB int64 `json:"self_hwm_restart_kib"`
+	SelfRSSPreRestart int64 `json:"self_rss_pre_restart_kib"`
+	NftMaxRSSKiB      int64 `json:"nft_maxrss_kib"` // the nft processes' own peak (nftshim.go)
 }
 
 // runChild measures one scale inside a fresh network namespace of its own.
@@ -104,13 +108,18 @@ func runChild(services, changes int, profile string) (*Result, error) {
 		return nil, err
 	}
 	// A restart is a new process: the old Proxier's store would not be
-	// there to share the heap with the new one.
+	// there to share the heap with the new one, nor its sockets.
+	p.Close()
 	p = nil
-	runtime.GC()
+	hwm := benchkit.ReadHWM()
+	if err := benchkit.ResetHWM(); err != nil {
+		return nil, err
+	}
+	res.SelfRSSPreRestart = benchkit.ReadRSS()
 	if err := restartPhase(ns, cur, res, profile); err != nil {
 		return nil, err
 	}
-	res.SelfHWMKiB = benchkit.ReadHWM()
+	res.SelfHWMKiB = max(hwm, benchkit.ReadHWM())
 	if res.NftMaxRSSKiB, err = shimMaxRSS(nftLog); err != nil {
 		return nil, err
 	}
@@ -170,6 +179,7 @@ func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result, profile str
 		return p.Sync(ctx, benchkit.FullSync(cur), proxytest.ModeOf(benchkit.FullSync(cur)))
 	})
 	stop()
+	res.SelfHWMRestartKiB = benchkit.ReadHWM()
 	res.RestartEvents = countEvents(mon.Stop())
 	if err != nil {
 		return fmt.Errorf("restart sync: %w", err)
@@ -180,6 +190,7 @@ func restartPhase(ns *netnstest.NS, cur *desired.State, res *Result, profile str
 	if res.Cleanup, err = measure(ns, func() error { return p.Cleanup(ctx) }); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
+	p.Close()
 	return nil
 }
 

@@ -85,7 +85,7 @@ func printReport(w io.Writer, scales []int, results map[int][]*Result, failures 
 		timedRow(w, "restart, unchanged @"+benchkit.ScaleName(n)+" (New+Init+Sync)", rs, func(r *Result) Sample { return r.Restart }, restartTargets, n)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| scale | objects rewritten on restart | restart notifications (nf_tables) | peak RSS svcproxy (after cold / end) | peak RSS nft¹ | in all² | target RSS | met |")
+	fmt.Fprintln(w, "| scale | objects rewritten on restart | restart notifications (nf_tables) | peak RSS svcproxy (after cold / end; the restart's own³) | peak RSS nft¹ | in all² | target RSS | met |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, n := range scales {
 		if rs := results[n]; len(rs) > 0 {
@@ -94,7 +94,9 @@ func printReport(w io.Writer, scales []int, results map[int][]*Result, failures 
 	}
 	fmt.Fprintln(w, "\n¹ the largest maxrss of the nft processes, measured by a small shim that runs them "+
 		"(nftshim.go): at most max(nft's own peak, the shim's few MiB).\n"+
-		"² svcproxy's peak plus nft's, per run: an upper bound, as the two peaks need not coincide.")
+		"² svcproxy's peak plus nft's, per run: an upper bound, as the two peaks need not coincide.\n"+
+		"³ the peak of the restart alone (New, read-back, full sync), its high-water mark reset before it, after the "+
+		"old Proxier was dropped and the free heap returned to the kernel; \"from\" is the resident set it started from.")
 	for _, n := range scales {
 		for _, f := range failures[n] {
 			fmt.Fprintf(w, "\nFailure at %s: %s\n", benchkit.ScaleName(n), f)
@@ -123,6 +125,8 @@ func resourceRow(w io.Writer, n int, rs []*Result) {
 	rewritten := collect(rs, func(r *Result) []float64 { return []float64{float64(rewrites(r.RestartEvents))} })
 	hwmCold := collect(rs, func(r *Result) []float64 { return []float64{float64(r.SelfHWMColdKiB)} })
 	hwm := collect(rs, func(r *Result) []float64 { return []float64{float64(r.SelfHWMKiB)} })
+	hwmRestart := collect(rs, func(r *Result) []float64 { return []float64{float64(r.SelfHWMRestartKiB)} })
+	preRestart := collect(rs, func(r *Result) []float64 { return []float64{float64(r.SelfRSSPreRestart)} })
 	nft := collect(rs, func(r *Result) []float64 { return []float64{float64(r.NftMaxRSSKiB)} })
 	all := collect(rs, func(r *Result) []float64 {
 		return []float64{float64(max(r.SelfHWMKiB, r.SelfHWMColdKiB) + r.NftMaxRSSKiB)}
@@ -137,9 +141,10 @@ func resourceRow(w io.Writer, n int, rs []*Result) {
 	if nft.Max == 0 {
 		nftText = "not measured (-nftrss=false)"
 	}
-	fmt.Fprintf(w, "| %s×10 | %.0f (target %s: %s) | %s | %.0f / %.0f MiB | %s | %.0f MiB [%.0f … %.0f] | %s | %s |\n",
+	fmt.Fprintf(w, "| %s×10 | %.0f (target %s: %s) | %s | %.0f / %.0f MiB; %.0f MiB [%.0f … %.0f] from %.0f | %s | %.0f MiB [%.0f … %.0f] | %s | %s |\n",
 		benchkit.ScaleName(n), rewritten.Med, rw.text, benchkit.Verdict(rewritten.Max <= rw.limit), eventSummary(rs[0].RestartEvents),
-		hwmCold.Med/1024, hwm.Med/1024, nftText, all.Med/1024, all.Min/1024, all.Max/1024, tText, met)
+		hwmCold.Med/1024, hwm.Med/1024, hwmRestart.Med/1024, hwmRestart.Min/1024, hwmRestart.Max/1024, preRestart.Med/1024,
+		nftText, all.Med/1024, all.Min/1024, all.Max/1024, tText, met)
 }
 
 // rewrites counts the monitor events that change the dataplane: anything

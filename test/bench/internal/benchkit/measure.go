@@ -3,6 +3,7 @@ package benchkit
 import (
 	"bufio"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,7 +52,21 @@ func MS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func ChildrenMaxRSS() int64 { return rusage(syscall.RUSAGE_CHILDREN).Maxrss }
 
 // ReadHWM returns this process's peak resident set (VmHWM), KiB, or -1.
-func ReadHWM() int64 {
+func ReadHWM() int64 { return readStatusKiB("VmHWM:") }
+
+// ReadRSS returns this process's resident set (VmRSS), KiB, or -1.
+func ReadRSS() int64 { return readStatusKiB("VmRSS:") }
+
+// ResetHWM sets this process's peak resident set to its current one, so
+// that ReadHWM tells the peak of what follows. It first returns the
+// heap's free pages to the kernel (a collection, then the scavenger), so
+// that the peak is not hidden by pages an earlier phase left resident.
+func ResetHWM() error {
+	debug.FreeOSMemory()
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+func readStatusKiB(field string) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return -1
@@ -59,7 +74,7 @@ func ReadHWM() int64 {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(s.Text(), field); ok {
 			v, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
 				return -1
