@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +201,21 @@ func TestWriteConfigTo(t *testing.T) {
 				t.Errorf("reloaded mode %q", back.Mode)
 			}
 		})
+	}
+}
+
+// TestHeapSamplingOnlyWithProfiling: the runtime samples the heap only
+// when /debug/pprof/heap is served, and keeps its rate then.
+func TestHeapSamplingOnlyWithProfiling(t *testing.T) {
+	saved := runtime.MemProfileRate
+	t.Cleanup(func() { runtime.MemProfileRate = saved })
+	runtime.MemProfileRate = 4096
+	sampleHeap(true)
+	if runtime.MemProfileRate != 4096 {
+		t.Errorf("with enableProfiling the rate became %d", runtime.MemProfileRate)
+	}
+	sampleHeap(false)
+	if runtime.MemProfileRate != 0 {
+		t.Errorf("without enableProfiling the heap is still sampled every %d bytes", runtime.MemProfileRate)
 	}
 }
