@@ -77,7 +77,9 @@ build_svcproxy() {
   local tags=()
   # A CPU profile from the process's start (cmd/svcproxy/startprofile.go).
   [[ ${BENCH_E2E_PROFILE:-false} != true ]] || tags=(-tags startprofile)
-  (cd "$ROOT" && go build -trimpath "${tags[@]}" -o "$OUT/svcproxy" \
+  # Static, as the image builds it: a cgo build also maps libc and the dynamic loader
+  # (1.3 MiB more RSS than what ships; docs/performance.md, "The binary's own memory").
+  (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath "${tags[@]}" -o "$OUT/svcproxy" \
     -ldflags "-X github.com/svcproxy/svcproxy/internal/app.gitCommit=$commit -X github.com/svcproxy/svcproxy/internal/app.gitTreeState=$tree" \
     ./cmd/svcproxy)
   SVCPROXY_BIN=$OUT/svcproxy
