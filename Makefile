@@ -6,6 +6,8 @@
 #   make bench    the nftables benchmark (test/bench/nftables)
 #   make bench-e2e  10k Services × 10 endpoints through a real API server: first sync,
 #                 network programming latency under churn, peak RSS (hack/bench-e2e.sh)
+#   make footprint  the binary's sections, its inits' heap and an idle process's RSS by
+#                 mapping (hack/footprint.sh; root, 20 s)
 #   make demo     a throwaway cluster in network namespaces: real kube-apiserver, two nodes
 #                 running svcproxy, pods, a client; shows load balancing, then tears it down
 #   make demo-down  remove what a demo left (killed hard, or still running): its namespaces
@@ -25,12 +27,12 @@ GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
 GIT_TREE := $(shell git diff --quiet HEAD -- 2>/dev/null && echo clean || echo dirty)
 LDFLAGS := -X $(APP).gitCommit=$(GIT_COMMIT) -X $(APP).gitTreeState=$(GIT_TREE)
 
-.PHONY: all build test verify bench bench-e2e demo demo-down controlplane deps clean help e2e
+.PHONY: all build test verify bench bench-e2e footprint demo demo-down controlplane deps clean help e2e
 
 all: build
 
 help:
-	@sed -n '3,17p' Makefile
+	@sed -n '3,19p' Makefile
 
 # Static, as the image builds it (Dockerfile): a cgo build also maps libc and
 # the dynamic loader, 1.3 MiB more resident memory than what ships.
@@ -56,6 +58,8 @@ image: ; hack/image.sh all # OCI layout _output/image/oci, tested in a chroot; r
 bench:
 	$(GO) run ./test/bench/nftables
 	$(GO) run ./test/bench/iptables
+
+footprint: ; hack/footprint.sh
 
 bench-e2e: deps ; hack/bench-e2e.sh # end-to-end scale benchmark (test/e2e/bench, tag benche2e); root, minutes; not in make test
 
