@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -35,6 +36,12 @@ func RESTConfig(cfg *config.Config) (*rest.Config, error) {
 	rc.ContentType = cc.ContentType
 	rc.QPS = cc.QPS
 	rc.Burst = int(cc.Burst)
+	// What client-go's NewForConfig would set: the HTTP client both
+	// clientsets share is built from rc itself, before any clientset's
+	// defaults, and without it every request went out as Go-http-client.
+	if rc.UserAgent == "" {
+		rc.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
 	return rc, nil
 }
 
@@ -46,4 +53,20 @@ func unthrottled(rc *rest.Config) *rest.Config {
 	out := rest.CopyConfig(rc)
 	out.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
 	return out
+}
+
+// newClients makes the API client and the one for a list's later pages
+// (unthrottled) on one HTTP client, so that both share its connection.
+func newClients(rc *rest.Config) (client, pages kubernetes.Interface, err error) {
+	httpClient, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating API client: %w", err)
+	}
+	if client, err = kubernetes.NewForConfigAndClient(rc, httpClient); err != nil {
+		return nil, nil, fmt.Errorf("creating API client: %w", err)
+	}
+	if pages, err = kubernetes.NewForConfigAndClient(unthrottled(rc), httpClient); err != nil {
+		return nil, nil, fmt.Errorf("creating API client: %w", err)
+	}
+	return client, pages, nil
 }

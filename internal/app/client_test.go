@@ -1,9 +1,15 @@
 package app
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/svcproxy/svcproxy/internal/config"
@@ -41,6 +47,9 @@ func TestRESTConfigFromKubeconfig(t *testing.T) {
 		}
 		if rc.ContentType != "application/json" || rc.AcceptContentTypes != "application/json" || rc.QPS != 7 || rc.Burst != 9 {
 			t.Errorf("client connection settings not applied: %+v", rc.ContentConfig)
+		}
+		if rc.UserAgent != rest.DefaultKubernetesUserAgent() {
+			t.Errorf("user agent %q, want client-go's default %q", rc.UserAgent, rest.DefaultKubernetesUserAgent())
 		}
 	}
 }
@@ -83,5 +92,35 @@ func TestUnthrottled(t *testing.T) {
 	}
 	if rc.RateLimiter != nil || rc.QPS != 0.001 || rc.Burst != 1 {
 		t.Errorf("the original configuration changed: %+v", rc)
+	}
+}
+
+// TestClientsSendTheUserAgent: both clients' requests carry client-go's
+// default user agent, as upstream's (they went out as Go-http-client/1.1
+// when the shared HTTP client was built before any clientset's defaults).
+func TestClientsSendTheUserAgent(t *testing.T) {
+	agents := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agents <- r.UserAgent()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"ServiceList","apiVersion":"v1","metadata":{},"items":[]}`))
+	}))
+	defer srv.Close()
+	path := writeFile(t, "kubeconfig", strings.Replace(kubeconfig, "https://from-kubeconfig:6443", srv.URL, 1))
+	rc, err := RESTConfig(&config.Config{Kubeconfig: path, ClientConnection: config.ClientConnection{QPS: 5, Burst: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, pages, err := newClients(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []kubernetes.Interface{client, pages} {
+		if _, err := c.CoreV1().Services("").List(context.Background(), metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := <-agents, rest.DefaultKubernetesUserAgent(); got != want {
+			t.Errorf("user agent %q, want %q", got, want)
+		}
 	}
 }

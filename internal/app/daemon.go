@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -69,18 +68,9 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One HTTP client, so both clients' requests share its connection.
-	httpClient, err := rest.HTTPClientFor(rc)
+	client, pages, err := newClients(rc)
 	if err != nil {
-		return nil, fmt.Errorf("creating API client: %w", err)
-	}
-	client, err := kubernetes.NewForConfigAndClient(rc, httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("creating API client: %w", err)
-	}
-	pages, err := kubernetes.NewForConfigAndClient(unthrottled(rc), httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("creating API client: %w", err)
+		return nil, err
 	}
 	d := &daemon{
 		cfg:      cfg,
