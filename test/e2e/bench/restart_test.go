@@ -40,7 +40,9 @@ func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 	if err := c.StartProxy(n); err != nil {
 		t.Fatal(err)
 	}
+	timeline := hwmTimeline(n.Proxy.Pid(), start)
 	res.FirstSync = waitFirstSync(t, c, n, start)
+	grew := timeline()
 	waitQuiet(t, c, n)
 	res.KernelChanges, res.Transactions, res.Overflowed = obs.counts()
 	_, res.RSS, _ = procStatus(n.Proxy.Pid())
@@ -48,8 +50,8 @@ func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 	if *flagProfile {
 		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-restarted.pprof"))
 	}
-	t.Logf("restart: first sync %.2f s after start; %d kernel changes in %d transactions; VmHWM %d MiB; CPU %.2f s",
-		res.FirstSync, res.KernelChanges, res.Transactions, res.RSS>>10, res.CPUSeconds)
+	t.Logf("restart: first sync %.2f s after start; %d kernel changes in %d transactions; VmHWM %d MiB; CPU %.2f s; VmHWM grew at %s",
+		res.FirstSync, res.KernelChanges, res.Transactions, res.RSS>>10, res.CPUSeconds, grew)
 	return res
 }
 

@@ -179,3 +179,30 @@ func load1() float64 {
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
 }
+
+// hwmTimeline samples a process's VmHWM every 10 ms from start until stop is
+// called, and returns when it grew (by 4 MiB or more since the last point
+// noted), for the log: when in a start its memory peaks (lists, read-back,
+// first sync).
+func hwmTimeline(pid int, start time.Time) (stop func() string) {
+	quit, done := make(chan struct{}), make(chan string)
+	go func() {
+		var b strings.Builder
+		var noted int64
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, hwm, ok := procStatus(pid); ok && hwm-noted >= 4<<10 {
+				noted = hwm
+				fmt.Fprintf(&b, " %.2fs:%dMiB", time.Since(start).Seconds(), hwm>>10)
+			}
+			select {
+			case <-quit:
+				done <- strings.TrimSpace(b.String())
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() string { close(quit); return <-done }
+}

@@ -84,10 +84,12 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	}
 	mon := startChildMonitor(n.Proxy.Pid())
 	defer mon.finish()
+	timeline := hwmTimeline(n.Proxy.Pid(), start)
 	res.FirstSync = waitFirstSync(t, c, n, start)
 	res.CPUToFirstSync = cpuSeconds(n.Proxy.Pid())
 	_, res.RSSAfterFirstSync, _ = procStatus(n.Proxy.Pid())
-	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB (%s)", res.FirstSync, res.RSSAfterFirstSync>>10, rssParts(n.Proxy.Pid()))
+	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB (%s); VmHWM grew at %s", res.FirstSync,
+		res.RSSAfterFirstSync>>10, rssParts(n.Proxy.Pid()), timeline())
 	waitProgrammed(t, c, n, start, &res)
 	if *flagProfile {
 		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-first.pprof"))
