@@ -167,7 +167,8 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := d.watchNode(ctx, nodeWatcher, syncers); err != nil {
 		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
 	}
-	if err := d.watchServiceCIDRs(ctx, syncers); err != nil {
+	serviceCIDRs, err := d.watchServiceCIDRs(ctx, syncers)
+	if err != nil {
 		return err
 	}
 	d.events.starting()
@@ -176,6 +177,7 @@ func (d *daemon) run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+	d.awaitServiceCIDRs(ctx, serviceCIDRs)
 	for _, s := range syncers {
 		go s.Loop(ctx)
 	}

@@ -144,9 +144,8 @@ func (d *daemon) awaitNode(ctx context.Context) (*watch.NodeWatcher, error) {
 // re-evaluates topology everywhere, and the changes upstream answers by
 // exiting (IPs, podCIDRs in NodeCIDR mode, deletion) stop the process.
 // watchServiceCIDRs follows the ServiceCIDR objects in every mode, as
-// upstream (desired decides what to do with them: Options.DropUnallocated);
-// the first sync does not wait for them.
-func (d *daemon) watchServiceCIDRs(ctx context.Context, syncers map[proxy.IPFamily]*syncer.Syncer) error {
+// upstream (desired decides what to do with them: Options.DropUnallocated).
+func (d *daemon) watchServiceCIDRs(ctx context.Context, syncers map[proxy.IPFamily]*syncer.Syncer) (*watch.ServiceCIDRs, error) {
 	w := watch.NewServiceCIDRs(d.client, d.cfg.ConfigSyncPeriod, func(cidrs []netip.Prefix) {
 		d.node.setServiceCIDRs(cidrs)
 		for _, s := range syncers {
@@ -154,9 +153,25 @@ func (d *daemon) watchServiceCIDRs(ctx context.Context, syncers map[proxy.IPFami
 		}
 	})
 	if err := w.Start(ctx); err != nil {
-		return fmt.Errorf("watching ServiceCIDRs: %w", err)
+		return nil, fmt.Errorf("watching ServiceCIDRs: %w", err)
 	}
-	return nil
+	return w, nil
+}
+
+// serviceCIDRWait bounds how long the first sync waits for the
+// ServiceCIDRs' initial list. It is one small list beside the Services'
+// and EndpointSlices' and normally arrives first; the bound only matters
+// when the API server does not serve it.
+const serviceCIDRWait = 5 * time.Second
+
+// awaitServiceCIDRs holds the first sync until the ServiceCIDRs are known,
+// so that it does not program the node without their ranges and a moment
+// later with them (at a restart: rules deleted and written back).
+func (d *daemon) awaitServiceCIDRs(ctx context.Context, w *watch.ServiceCIDRs) {
+	if !w.WaitForInitialList(ctx, serviceCIDRWait) && ctx.Err() == nil {
+		d.logger.Info("Starting without the ServiceCIDRs: their list did not arrive in time; they apply once it does",
+			"waited", serviceCIDRWait)
+	}
 }
 
 func (d *daemon) watchNode(ctx context.Context, w *watch.NodeWatcher, syncers map[proxy.IPFamily]*syncer.Syncer) error {

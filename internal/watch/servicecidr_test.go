@@ -10,9 +10,12 @@ import (
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 func serviceCIDR(name string, cidrs ...string) *networkingv1.ServiceCIDR {
@@ -98,4 +101,61 @@ func TestServiceCIDRsReconnectAfterOutage(t *testing.T) {
 		defer mu.Unlock()
 		return slices.Contains(last, netip.MustParsePrefix(cidr[name]))
 	})
+}
+
+// WaitForInitialList returns once the handler has reported the listed
+// ranges, so that a first sync after it has them (a restart whose first
+// sync came before them dropped the ranges' rules and wrote them back);
+// an empty list counts as listed.
+func TestServiceCIDRsWaitForInitialList(t *testing.T) {
+	for name, objs := range map[string][]runtime.Object{
+		"one object": {serviceCIDR("kubernetes", "10.96.0.0/16")},
+		"none":       nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var mu sync.Mutex
+			var got []netip.Prefix
+			w := NewServiceCIDRs(fake.NewClientset(objs...), 0, func(c []netip.Prefix) { mu.Lock(); got = c; mu.Unlock() })
+			if w.WaitForInitialList(ctx, time.Millisecond) {
+				t.Fatal("WaitForInitialList reported a list before Start")
+			}
+			if err := w.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !w.WaitForInitialList(ctx, 10*time.Second) {
+				t.Fatal("the initial list was not handled within 10 s")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(objs) > 0 && fmt.Sprint(got) != "[10.96.0.0/16]" {
+				t.Errorf("after WaitForInitialList the handler had reported %v, want [10.96.0.0/16]", got)
+			}
+		})
+	}
+}
+
+// An API server that does not serve ServiceCIDRs (the API disabled, or
+// RBAC without them) never lists them: WaitForInitialList gives up after
+// its timeout rather than holding the first sync for ever.
+func TestServiceCIDRsWaitGivesUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	client.PrependReactor("list", "servicecidrs", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewNotFound(networkingv1.Resource("servicecidrs"), "")
+	})
+	w := NewServiceCIDRs(client, 0, func([]netip.Prefix) {})
+	w.reconnect = fastReconnect
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if w.WaitForInitialList(ctx, 300*time.Millisecond) {
+		t.Fatal("WaitForInitialList reported a list the API server refused")
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Errorf("gave up after %v, before its timeout", waited)
+	}
 }

@@ -46,6 +46,7 @@ var scenarios = []scenario{
 	{"MalformedEndpointSlice", testMalformedSlice},
 	{"RulesDeletedByThirdParty", testRulesDeleted},
 	{"ServiceCIDRs", testServiceCIDRs},
+	{"RestartWritesNothing", testRestartWritesNothing},
 	{"RestartUnderLoad", testRestartUnderLoad},
 	{"APIServerOutage", testAPIServerOutage},
 	{"HealthzNodeDraining", testHealthzDraining},
