@@ -33,10 +33,10 @@ func testRestartWritesNothing(t *testing.T, c *F.Cluster) {
 		t.Skipf("%s mode rewrites its rules at a restart, as upstream's: nothing to check", c.Opts.Mode)
 	}
 	n1 := c.Nodes[0]
-	a := c.AddPod(n1, "ra")
+	a := c.AddPod(n1, "qa")
 	svc := c.CreateService(F.NewService("restart-quiet", corev1.ServiceTypeClusterIP))
 	c.SetEndpoints(svc, F.EP{Pod: a})
-	c.Expect("cli1", F.TCP(svc.Spec.ClusterIP, 80), converge, F.AllOf("ra"))
+	c.Expect("cli1", F.TCP(svc.Spec.ClusterIP, 80), converge, F.AllOf("qa"))
 
 	changes, stop := monitorNFTables(t, n1)
 	n1.Proxy.Stop(10 * time.Second)
@@ -50,7 +50,7 @@ func testRestartWritesNothing(t *testing.T, c *F.Cluster) {
 		t.Errorf("the restart with nothing changed wrote %d changes to the kernel, e.g.:\n%s",
 			len(got), strings.Join(got[:min(len(got), 10)], "\n"))
 	}
-	c.Expect("cli1", F.TCP(svc.Spec.ClusterIP, 80), converge, F.AllOf("ra"))
+	c.Expect("cli1", F.TCP(svc.Spec.ClusterIP, 80), converge, F.AllOf("qa"))
 }
 
 // monitorNFTables runs `nft monitor` in n's namespace; changes returns the
