@@ -14,24 +14,27 @@ import (
 )
 
 var (
-	flagModes        = flag.String("modes", "nftables", "proxy modes to measure, comma-separated (nftables, iptables, upstream-nftables, upstream-iptables, baseline-nftables, baseline-iptables)")
-	flagRuns         = flag.Int("runs", 5, "runs per mode, each on a fresh cluster from the seed")
-	flagServices     = flag.Int("services", 10000, "Services (one EndpointSlice each)")
-	flagEndpoints    = flag.Int("endpoints", 10, "endpoints per slice")
-	flagSeedAPI      = flag.Int("seed-api", 10000, "seed at most this many Services through the API; the rest are copies of Service 0's stored objects written into etcd")
-	flagChanges      = flag.Int("changes", 6000, "EndpointSlice updates in the churn")
-	flagRate         = flag.Float64("rate", 100, "churn updates per second")
-	flagMinSync      = flag.String("min-sync-period", "", "svcproxy's minSyncPeriod (empty or 0s: the default, 1s; 1ms for a sync per change)")
-	flagSyncPeriod   = flag.Duration("sync-period", 30*time.Second, "svcproxy's syncPeriod (kube-proxy's default 30s)")
-	flagStartTimeout = flag.Duration("start-timeout", 15*time.Minute, "limit for the first sync")
-	flagBaseline     = flag.String("baseline", "", "another svcproxy binary (e.g. main's), for the modes baseline-nftables and baseline-iptables")
-	flagBaselineCfg  = flag.String("baseline-config", "", "KubeProxyConfiguration lines (top-level YAML) added for the baseline-* modes only: the same binary with another setting, runs alternating")
-	flagUpstream     = flag.String("upstream", "", "upstream kube-proxy binary, for the modes upstream-nftables and upstream-iptables")
-	flagDPConns      = flag.Int("dp-conns", 16, "datapath: connections in flight")
-	flagDPDuration   = flag.Duration("dp-duration", 10*time.Second, "datapath: how long to measure the new-connection rate (0: not at all)")
-	flagDPReference  = flag.Float64("dp-reference", 0, "datapath: the 1k run's connections/s, for the 50k target (90 % of it)")
-	flagProfile      = flag.Bool("profile", false, "run the proxy with enableProfiling and keep its heap profiles (after the first sync, after the churn, after the restart) in the cluster's work dir")
-	flagJSON         = flag.String("json", "", "also write the results here (default _output/bench-e2e/results-<time>.json)")
+	flagModes         = flag.String("modes", "nftables", "proxy modes to measure, comma-separated (nftables, iptables, upstream-nftables, upstream-iptables, baseline-nftables, baseline-iptables)")
+	flagRuns          = flag.Int("runs", 5, "runs per mode, each on a fresh cluster from the seed")
+	flagServices      = flag.Int("services", 10000, "Services (one EndpointSlice each)")
+	flagEndpoints     = flag.Int("endpoints", 10, "endpoints per slice")
+	flagSeedAPI       = flag.Int("seed-api", 10000, "seed at most this many Services through the API; the rest are copies of Service 0's stored objects written into etcd")
+	flagChanges       = flag.Int("changes", 6000, "EndpointSlice updates in the churn")
+	flagRate          = flag.Float64("rate", 100, "churn updates per second")
+	flagMinSync       = flag.String("min-sync-period", "", "svcproxy's minSyncPeriod (empty or 0s: the default, 1s; 1ms for a sync per change)")
+	flagSyncPeriod    = flag.Duration("sync-period", 30*time.Second, "svcproxy's syncPeriod (kube-proxy's default 30s)")
+	flagStartTimeout  = flag.Duration("start-timeout", 15*time.Minute, "limit for the first sync")
+	flagBaseline      = flag.String("baseline", "", "another svcproxy binary (e.g. main's), for the modes baseline-nftables and baseline-iptables")
+	flagBaselineCfg   = flag.String("baseline-config", "", "KubeProxyConfiguration lines (top-level YAML) added for the baseline-* modes only: the same binary with another setting, runs alternating")
+	flagUpstream      = flag.String("upstream", "", "upstream kube-proxy binary, for the modes upstream-nftables and upstream-iptables")
+	flagDPConns       = flag.Int("dp-conns", 16, "datapath: connections in flight")
+	flagDPDuration    = flag.Duration("dp-duration", 10*time.Second, "datapath: how long to measure the new-connection rate (0: not at all)")
+	flagDPPaused      = flag.Bool("dp-paused", true, "datapath: also measure a window with etcd and kube-apiserver stopped (SIGSTOP)")
+	flagDPPerf        = flag.Bool("dp-perf", false, "datapath: record perf record -a -g during the window with the control plane stopped (perf-datapath.data in the cluster's work dir)")
+	flagDPRefServices = flag.Int("dp-ref-services", 0, "datapath: before each round of runs, measure the datapath alone on a cluster of this many Services (its own seed): the reference for the ratio, measured in the same invocation")
+	flagDPReference   = flag.Float64("dp-reference", 0, "datapath: the 1k run's connections/s, for the 50k target (90 % of it)")
+	flagProfile       = flag.Bool("profile", false, "run the proxy with enableProfiling and keep its heap profiles (after the first sync, after the churn, after the restart) in the cluster's work dir")
+	flagJSON          = flag.String("json", "", "also write the results here (default _output/bench-e2e/results-<time>.json)")
 )
 
 // TestBenchE2E seeds (or reuses) the etcd data, then measures every mode
@@ -40,14 +43,27 @@ func TestBenchE2E(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (network namespaces): run make bench-e2e")
 	}
-	seedDir := ensureSeed(t)
+	seedDir := ensureSeed(t, *flagServices)
+	refSeed := ""
+	if *flagDPRefServices > 0 && *flagDPDuration > 0 {
+		refSeed = ensureSeed(t, *flagDPRefServices)
+	}
 	var results []runResult
 	// Runs alternate between the modes (run 1 of each, then run 2 …), so
-	// that a change in the machine's load falls on every mode alike.
+	// that a change in the machine's load falls on every mode alike; the
+	// datapath reference, if any, is measured before each round.
 	for run := 1; run <= *flagRuns; run++ {
+		var ref *datapathResult
+		if refSeed != "" {
+			t.Run(fmt.Sprintf("dp-ref-%d-%d", *flagDPRefServices, run), func(t *testing.T) {
+				ref = datapathReference(t, refSeed)
+			})
+		}
 		for _, mode := range strings.Split(*flagModes, ",") {
 			t.Run(fmt.Sprintf("%s-%d", mode, run), func(t *testing.T) {
-				results = append(results, runOnce(t, mode, run, seedDir))
+				r := runOnce(t, mode, run, seedDir)
+				r.DPRef = ref
+				results = append(results, r)
 			})
 		}
 	}
@@ -60,7 +76,7 @@ func TestBenchE2E(t *testing.T) {
 func writeJSON(results []runResult) error {
 	path := *flagJSON
 	if path == "" {
-		dir, err := seedPath()
+		dir, err := seedPath(*flagServices)
 		if err != nil {
 			return err
 		}
@@ -69,7 +85,7 @@ func writeJSON(results []runResult) error {
 	b, err := json.MarshalIndent(map[string]any{
 		"services": *flagServices, "endpoints": *flagEndpoints, "changes": *flagChanges,
 		"rate": *flagRate, "minSyncPeriod": *flagMinSync, "syncPeriod": flagSyncPeriod.String(),
-		"dpConns": *flagDPConns, "dpDuration": flagDPDuration.String(),
+		"dpConns": *flagDPConns, "dpDuration": flagDPDuration.String(), "dpRefServices": *flagDPRefServices,
 		"runs": results,
 	}, "", "  ")
 	if err != nil {

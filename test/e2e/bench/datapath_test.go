@@ -5,8 +5,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
-	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +24,14 @@ type datapathResult struct {
 	Rate       float64 // connections/s, each a connect + one HTTP request + close
 	OK, Errors int
 	CPUSeconds float64 // the proxy's during the measurement (expected ≈ 0)
+	// CPCPUSeconds is etcd's and kube-apiserver's CPU during the
+	// measurement: they share the machine's cores with client and server.
+	CPCPUSeconds float64
+	// Paused is a second window of the same length with etcd and
+	// kube-apiserver stopped (SIGSTOP): the rules' cost alone, without
+	// the control plane's background work, which grows with the number of
+	// objects (-dp-paused).
+	Paused *datapathResult `json:",omitempty"`
 }
 
 // dpService is the one Service the datapath measurement adds to the seed.
@@ -48,10 +60,28 @@ func measureDatapath(t *testing.T, c *F.Cluster, n *F.Node) datapathResult {
 	if err := c.Eventually("cli1", target, 3, 2*time.Minute, F.OnlyBy(pod.Name)); err != nil {
 		t.Fatalf("datapath Service not reachable: %v", err)
 	}
-	cpu0 := cpuSeconds(n.Proxy.Pid())
+	res := rateWindow(t, c, n, target.Addr)
+	t.Logf("datapath: %.0f conn/s, control plane CPU %.2f s", res.Rate, res.CPCPUSeconds)
+	if *flagDPPaused {
+		resume := pauseControlPlane(t, c)
+		stopPerf := startPerf(t, filepath.Join(c.Work, "perf-datapath.data"))
+		paused := rateWindow(t, c, n, target.Addr)
+		stopPerf()
+		resume()
+		res.Paused = &paused
+		t.Logf("datapath, control plane stopped: %.0f conn/s (control plane CPU %.2f s)", paused.Rate, paused.CPCPUSeconds)
+	}
+	return res
+}
+
+// rateWindow runs e2ectl rate once from cli1 against addr and reads the
+// proxy's and the control plane's CPU around it.
+func rateWindow(t *testing.T, c *F.Cluster, n *F.Node, addr string) datapathResult {
+	cpPIDs := c.ControlPlanePIDs()
+	cpu0, cp0 := cpuSeconds(n.Proxy.Pid()), cpuOf(cpPIDs)
 	ctx, cancel := context.WithTimeout(context.Background(), *flagDPDuration+time.Minute)
 	defer cancel()
-	out, err := F.InNS(ctx, c.NS("cli1"), c.Bins.E2ECtl, "rate", "-addr", target.Addr,
+	out, err := F.InNS(ctx, c.NS("cli1"), c.Bins.E2ECtl, "rate", "-addr", addr,
 		"-conns", strconv.Itoa(*flagDPConns), "-duration", flagDPDuration.String())
 	if err != nil {
 		t.Fatalf("e2ectl rate: %v: %s", err, out)
@@ -61,8 +91,75 @@ func measureDatapath(t *testing.T, c *F.Cluster, n *F.Node) datapathResult {
 		t.Fatal(err)
 	}
 	res.CPUSeconds = cpuSeconds(n.Proxy.Pid()) - cpu0
-	t.Logf("datapath: %s", strings.TrimSpace(string(out)))
+	res.CPCPUSeconds = cpuOf(cpPIDs) - cp0
 	return res
+}
+
+// startPerf records every CPU's stacks (perf record -a -g) into out until
+// the returned function is called, when -dp-perf is set: where the
+// machine spends a datapath window (kernel lookups, conntrack, NAT).
+func startPerf(t *testing.T, out string) (stop func()) {
+	if !*flagDPPerf {
+		return func() {}
+	}
+	cmd := exec.Command("perf", "record", "-a", "-g", "-F", "499", "-o", out)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("perf record: %v", err)
+	}
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		if err := cmd.Wait(); err != nil {
+			t.Logf("perf record: %v", err)
+		}
+		t.Logf("datapath perf profile: %s (perf report -i)", out)
+	}
+}
+
+// cpuOf sums the CPU seconds of pids.
+func cpuOf(pids []int) float64 {
+	var sum float64
+	for _, pid := range pids {
+		sum += max(cpuSeconds(pid), 0)
+	}
+	return sum
+}
+
+// pauseControlPlane stops etcd and kube-apiserver (SIGSTOP) and returns
+// what resumes them; t's cleanup resumes them too, should the test end
+// in between.
+func pauseControlPlane(t *testing.T, c *F.Cluster) (resume func()) {
+	pids := c.ControlPlanePIDs()
+	if len(pids) != 2 {
+		t.Fatalf("control plane pids: %v (want etcd and kube-apiserver)", pids)
+	}
+	signal := func(sig syscall.Signal) {
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, sig); err != nil {
+				t.Errorf("signal %v to %d: %v", sig, pid, err)
+			}
+		}
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { signal(syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	signal(syscall.SIGSTOP)
+	return resume
+}
+
+// datapathReference measures the datapath alone on a cluster seeded with
+// refSeed (the -dp-ref-services Services): the same client, server,
+// Service and windows as measureDatapath, no churn, restart or full sync.
+func datapathReference(t *testing.T, refSeed string) *datapathResult {
+	c := F.New(t, F.Options{Mode: "nftables", Nodes: 1, NoProxy: true, SeedDir: refSeed,
+		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync})
+	n := c.Nodes[0]
+	start := time.Now()
+	if err := c.StartProxy(n); err != nil {
+		t.Fatal(err)
+	}
+	waitFirstSync(t, c, n, start)
+	res := measureDatapath(t, c, n)
+	return &res
 }
 
 // parseRate reads e2ectl rate's line.

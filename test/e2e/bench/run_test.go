@@ -39,6 +39,9 @@ type runResult struct {
 
 	Churn    churnResult
 	Datapath datapathResult
+	// DPRef is the datapath on the -dp-ref-services cluster, measured
+	// just before this round of runs (nil: none).
+	DPRef    *datapathResult `json:",omitempty"`
 	FullSync fullSyncResult
 	Restart  restartResult
 	// CPUToFirstSync: the proxy's CPU seconds (its waited-for children

@@ -97,7 +97,7 @@ func benchSlice(i, eps int) *discoveryv1.EndpointSlice {
 // shape and by the control plane build (its dir name carries the Kubernetes
 // version and the hash of the wrapper modules), since another etcd or
 // apiserver may not read the data the same way.
-func seedPath() (string, error) {
+func seedPath(services int) (string, error) {
 	cpBin := os.Getenv("CP_BIN")
 	if cpBin == "" {
 		return "", errors.New("CP_BIN is not set: run through hack/bench-e2e.sh (make bench-e2e)")
@@ -106,18 +106,18 @@ func seedPath() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := fmt.Sprintf("seed-v%d-%dx%d-%s", seedVersion, *flagServices, *flagEndpoints, filepath.Base(cpBin))
-	if *flagServices > *flagSeedAPI {
+	name := fmt.Sprintf("seed-v%d-%dx%d-%s", seedVersion, services, *flagEndpoints, filepath.Base(cpBin))
+	if services > *flagSeedAPI {
 		// Services past -seed-api are copies written into etcd (seedclone_test.go).
-		name = fmt.Sprintf("seed-v%d-%dx%d-api%d-%s", seedVersion, *flagServices, *flagEndpoints, *flagSeedAPI, filepath.Base(cpBin))
+		name = fmt.Sprintf("seed-v%d-%dx%d-api%d-%s", seedVersion, services, *flagEndpoints, *flagSeedAPI, filepath.Base(cpBin))
 	}
 	return filepath.Join(root, "_output", "bench-e2e", name), nil
 }
 
-// ensureSeed returns the seeded etcd data dir, creating it first when no
-// earlier run left one.
-func ensureSeed(t *testing.T) string {
-	dir, err := seedPath()
+// ensureSeed returns the seeded etcd data dir of services Services,
+// creating it first when no earlier run left one.
+func ensureSeed(t *testing.T, services int) string {
+	dir, err := seedPath(services)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func ensureSeed(t *testing.T) string {
 		t.Logf("reusing the seeded etcd data dir %s", dir)
 		return dir
 	}
-	t.Run("seed", func(t *testing.T) { seed(t, dir) })
+	t.Run(fmt.Sprintf("seed-%d", services), func(t *testing.T) { seed(t, dir, services) })
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("no seed after seeding: %v", err)
 	}
@@ -135,7 +135,7 @@ func ensureSeed(t *testing.T) string {
 // seed creates the Services and slices through the API of a fresh cluster
 // (past -seed-api: copies written into etcd, seedclone_test.go), stops etcd for a consistent copy and keeps its data dir. The copy goes
 // to a temporary name first, so an interrupted seed is never reused.
-func seed(t *testing.T, dir string) {
+func seed(t *testing.T, dir string, services int) {
 	c := F.New(t, F.Options{Mode: "nftables", Nodes: 1, NoProxy: true})
 	cs, err := fastClient(c.AdminConfig)
 	if err != nil {
@@ -144,14 +144,14 @@ func seed(t *testing.T, dir string) {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	viaAPI := min(*flagServices, max(*flagSeedAPI, 1))
+	viaAPI := min(services, max(*flagSeedAPI, 1))
 	if err := createAll(ctx, cs, viaAPI, *flagEndpoints, t.Logf); err != nil {
 		t.Fatalf("seeding: %v", err)
 	}
 	t.Logf("SEED: created %d Services + %d EndpointSlices through the API in %v",
 		viaAPI, viaAPI, time.Since(t0).Round(time.Second))
-	if viaAPI < *flagServices {
-		cloneServices(t, c, viaAPI, *flagServices, *flagEndpoints)
+	if viaAPI < services {
+		cloneServices(t, c, viaAPI, services, *flagEndpoints)
 	}
 	if err := c.StopAPIServer(); err != nil {
 		t.Fatal(err)

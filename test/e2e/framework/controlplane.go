@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -167,4 +168,20 @@ func (c *Cluster) registerNode(n *Node) error {
 		Reason: "E2E", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	_, err = c.Admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 	return err
+}
+
+// ControlPlanePIDs returns the pids of etcd and kube-apiserver, as
+// hack/controlplane.sh recorded them (missing ones left out).
+func (c *Cluster) ControlPlanePIDs() []int {
+	var pids []int
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		b, err := os.ReadFile(filepath.Join(c.cpRun, name+".pid"))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
