@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
@@ -245,6 +247,7 @@ func (d *daemon) serve(ctx context.Context) {
 // connects the feed's sync requests to it.
 func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, feed *feed, ct kconntrack.Interface) (map[proxy.IPFamily]*syncer.Syncer, error) {
 	syncers := make(map[proxy.IPFamily]*syncer.Syncer, len(proxiers))
+	gc := newGCTuner(slices.Collect(maps.Keys(proxiers)))
 	for _, family := range proxy.Families {
 		p, ok := proxiers[family]
 		tracker := feed.trackers[family]
@@ -254,7 +257,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 		// Stale UDP/SCTP flows are removed beside the sync, never inside it.
 		reconciler := conntrack.New(family, ct, conntrack.Options{})
 		go reconciler.Run(ctx)
-		afterSync := d.afterSync(reconciler.Observe)
+		afterSync := chainAfterSync(d.afterSync(reconciler.Observe), gc.afterSync(family))
 		if serve := localhostProxy(ctx, d.cfg, family); serve != nil {
 			afterSync = chainAfterSync(afterSync, serve)
 		}
@@ -270,6 +273,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			MinSyncPeriod: d.cfg.MinSyncPeriod,
 			SyncPeriod:    d.cfg.SyncPeriod,
 			AfterSync:     afterSync,
+			AfterReadBack: gc.afterReadBack(),
 			Quarantined:   d.events.quarantined,
 			FrontendsLost: d.events.frontendsLost,
 		})

@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -86,4 +87,44 @@ func TestNoPrepareWithoutPreparer(t *testing.T) {
 	f.prepare()
 	f.markSynced()
 	f.wantMode("first sync", proxy.RecoverySync)
+}
+
+// holdingProxier is a preparingProxier that reports whether its read-back
+// found rules (RulesHolder).
+type holdingProxier struct {
+	*preparingProxier
+	held bool
+}
+
+func (p *holdingProxier) HoldsRules() bool { return p.held }
+
+// TestAfterReadBackTellsWhetherRulesWereHeld: the hook hears the Proxier's
+// answer after a successful read-back, and nothing after a failed one or
+// from a Proxier that cannot tell.
+func TestAfterReadBackTellsWhetherRulesWereHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		readErr  error
+		holder   bool
+		held     bool
+		wantCall []bool
+	}{
+		{"restart", nil, true, true, []bool{true}},
+		{"cold start", nil, true, false, []bool{false}},
+		{"read-back failed", errors.New("netlink: no answer"), true, true, nil},
+		{"not a RulesHolder", nil, false, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, p := newPreparingFixture(t, tc.readErr)
+			if tc.holder {
+				f.syncer.o.Proxier = &holdingProxier{preparingProxier: p, held: tc.held}
+			}
+			var calls []bool
+			f.syncer.o.AfterReadBack = func(held bool) { calls = append(calls, held) }
+			f.prepare()
+			if !slices.Equal(calls, tc.wantCall) {
+				t.Fatalf("AfterReadBack calls %v, want %v", calls, tc.wantCall)
+			}
+		})
+	}
 }

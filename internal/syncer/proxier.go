@@ -40,3 +40,10 @@ type Proxier interface {
 type Preparer interface {
 	ReadBack(ctx context.Context) error
 }
+
+// RulesHolder is a Preparer that tells, after ReadBack, whether the kernel
+// already held rules of its own: a restart, whose rules serve traffic
+// while the first sync is prepared, rather than a cold start.
+type RulesHolder interface {
+	HoldsRules() bool
+}

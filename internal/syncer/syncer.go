@@ -74,6 +74,9 @@ type Options struct {
 	// AfterSync, if set, runs after each successful sync with the state
 	// just programmed and the changes it consumed (conntrack cleanup).
 	AfterSync func(state *desired.State, changes model.Changes)
+	// AfterReadBack, if set, is told after Prepare's read-back whether
+	// the kernel already held the Proxier's rules (RulesHolder).
+	AfterReadBack func(rulesHeld bool)
 	// Quarantined, if set, is told of each service port the kernel
 	// rejected and that is kept out of the dataplane (for an Event).
 	Quarantined QuarantineFunc
@@ -171,6 +174,9 @@ func (s *Syncer) readBack(ctx context.Context) {
 		return
 	}
 	s.readAhead, s.readAheadAt = true, s.clock.Now()
+	if h, ok := p.(RulesHolder); ok && s.o.AfterReadBack != nil {
+		s.o.AfterReadBack(h.HoldsRules())
+	}
 }
 
 // Loop syncs until ctx is done. The first sync runs as soon as the tracker

@@ -132,6 +132,10 @@ func (p *Proxier) ReadBack(ctx context.Context) error {
 	return nil
 }
 
+// HoldsRules is syncer.RulesHolder: whether the last read-back found
+// elements in the table (a restart rather than a cold start).
+func (p *Proxier) HoldsRules() bool { return p.readDone && p.store.holdsElements() }
+
 // cleanupFailed handles a sync that programmed the State but could not
 // delete some stale chains or sets. As upstream, that does not fail the
 // sync (nothing refers to them any more); it counts

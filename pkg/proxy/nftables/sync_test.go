@@ -140,6 +140,32 @@ func TestRestartRewritesNothing(t *testing.T) {
 	}
 }
 
+// TestHoldsRulesTellsARestart: the read-back of an empty kernel is a cold
+// start, that of a table a sync programmed a restart (the app lowers
+// GOGC on it).
+func TestHoldsRulesTellsARestart(t *testing.T) {
+	ctx := context.Background()
+	fake := newStrictFake(knftables.IPv4Family)
+	cold := NewWithInterface(proxy.IPv4, fakeKernel(fake))
+	if cold.HoldsRules() {
+		t.Fatal("holds rules before any read-back")
+	}
+	if err := cold.ReadBack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cold.HoldsRules() {
+		t.Fatal("an empty kernel's read-back holds rules")
+	}
+	mustSync(t, cold, caseState(t, "cluster IP", proxy.IPv4))
+	restarted := NewWithInterface(proxy.IPv4, fakeKernel(fake))
+	if err := restarted.ReadBack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !restarted.HoldsRules() {
+		t.Fatal("a programmed table's read-back holds no rules")
+	}
+}
+
 func TestRestartRepairsOnlyWhatDiffers(t *testing.T) {
 	st := caseState(t, "cluster IP", proxy.IPv4)
 	fake := newStrictFake(knftables.IPv4Family)
