@@ -10,10 +10,11 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// steadyGCPercent is the collector's GOGC unless the environment sets
-// GOGC, except during a cold start: the runtime's default, 100, until every
-// family's first sync is programmed, when the kernel held none of the
-// rules before.
+// steadyGCPercent is the collector's GOGC from the end of the start on,
+// unless the environment sets GOGC. A cold start (the kernel held none of
+// the rules) keeps the runtime's default, 100, until every family's first
+// sync is programmed; a restart switches as soon as its read-back finds the
+// rules.
 //
 // A cold start is an outage until its first sync, and it is bound by CPU:
 // the lists, the parse and the first sync build one large structure, and
@@ -21,8 +22,8 @@ import (
 // it ≈ 6 % at 10k Services. Everywhere else the rules in the kernel serve
 // traffic, and at GOGC 100 the heap between collections is as large again
 // as everything live: at 10k × 10 that garbage was a third of the
-// daemon's peak RSS, and on a restart, which reads the kernel back while
-// the lists arrive, the most of it (docs/performance.md, issue #17).
+// daemon's peak RSS, most of all on a restart, which reads the kernel back
+// while the lists arrive (docs/performance.md, issue #17, sixth pass).
 const steadyGCPercent = 50
 
 // gcTuner sets GOGC to steadyGCPercent once the first sync of each of its
@@ -48,7 +49,8 @@ func newGCTuner(families []proxy.IPFamily) *gcTuner {
 	return t
 }
 
-// afterSync is the family's AfterSync hook (nil when t is nil).
+// afterSync is the family's AfterSync hook (one that does nothing when t
+// is nil).
 func (t *gcTuner) afterSync(family proxy.IPFamily) func(*desired.State, model.Changes) {
 	if t == nil {
 		return func(*desired.State, model.Changes) {}
