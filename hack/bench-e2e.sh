@@ -38,7 +38,7 @@
 #        datapath), BENCH_E2E_DP_REF (the 1k run's connections/s: the 50k target is 90 % of it),
 #        BENCH_E2E_DP_PAUSED (true: a second datapath window with etcd and kube-apiserver stopped),
 #        BENCH_E2E_DP_PERF (true: perf record -a -g of that window, perf-datapath.data in the cluster's dir),
-#        BENCH_E2E_DP_REF_SERVICES (1000 at 50k, else 0: before each round of runs, the datapath alone
+#        BENCH_E2E_DP_REF_SERVICES (1000 at 50k, else 0: before each round of runs and after the last, the datapath alone
 #        on a cluster of that many Services, the ratio's reference measured in the same invocation),
 #        BENCH_E2E_START_TIMEOUT (15m: the limit for a first sync and for the proxy to go quiet;
 #        upstream iptables mode needs more at 10k), SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),

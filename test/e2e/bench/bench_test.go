@@ -31,7 +31,7 @@ var (
 	flagDPDuration    = flag.Duration("dp-duration", 10*time.Second, "datapath: how long to measure the new-connection rate (0: not at all)")
 	flagDPPaused      = flag.Bool("dp-paused", true, "datapath: also measure a window with etcd and kube-apiserver stopped (SIGSTOP)")
 	flagDPPerf        = flag.Bool("dp-perf", false, "datapath: record perf record -a -g during the window with the control plane stopped (perf-datapath.data in the cluster's work dir)")
-	flagDPRefServices = flag.Int("dp-ref-services", 0, "datapath: before each round of runs, measure the datapath alone on a cluster of this many Services (its own seed): the reference for the ratio, measured in the same invocation")
+	flagDPRefServices = flag.Int("dp-ref-services", 0, "datapath: before each round of runs and after the last, measure the datapath alone on a cluster of this many Services (its own seed): the reference for the ratio, measured in the same invocation")
 	flagDPReference   = flag.Float64("dp-reference", 0, "datapath: the 1k run's connections/s, for the 50k target (90 % of it)")
 	flagProfile       = flag.Bool("profile", false, "run the proxy with enableProfiling and keep its heap profiles (after the first sync, after the churn, after the restart) in the cluster's work dir")
 	flagJSON          = flag.String("json", "", "also write the results here (default _output/bench-e2e/results-<time>.json)")
@@ -51,21 +51,32 @@ func TestBenchE2E(t *testing.T) {
 	var results []runResult
 	// Runs alternate between the modes (run 1 of each, then run 2 …), so
 	// that a change in the machine's load falls on every mode alike; the
-	// datapath reference, if any, is measured before each round.
-	for run := 1; run <= *flagRuns; run++ {
-		var ref *datapathResult
-		if refSeed != "" {
-			t.Run(fmt.Sprintf("dp-ref-%d-%d", *flagDPRefServices, run), func(t *testing.T) {
-				ref = datapathReference(t, refSeed)
-			})
+	// datapath reference, if any, is measured before each round and after
+	// the last, and each round is compared with the mean of the two around
+	// it.
+	ref := func(run int) *datapathResult {
+		if refSeed == "" {
+			return nil
 		}
+		var r *datapathResult
+		t.Run(fmt.Sprintf("dp-ref-%d-%d", *flagDPRefServices, run), func(t *testing.T) {
+			r = datapathReference(t, refSeed)
+		})
+		return r
+	}
+	before := ref(1)
+	for run := 1; run <= *flagRuns; run++ {
+		first := len(results)
 		for _, mode := range strings.Split(*flagModes, ",") {
 			t.Run(fmt.Sprintf("%s-%d", mode, run), func(t *testing.T) {
-				r := runOnce(t, mode, run, seedDir)
-				r.DPRef = ref
-				results = append(results, r)
+				results = append(results, runOnce(t, mode, run, seedDir))
 			})
 		}
+		after := ref(run + 1)
+		for i := first; i < len(results); i++ {
+			results[i].DPRefBefore, results[i].DPRefAfter = before, after
+		}
+		before = after
 	}
 	printReport(os.Stdout, results)
 	if err := writeJSON(results); err != nil {

@@ -39,11 +39,13 @@ type runResult struct {
 
 	Churn    churnResult
 	Datapath datapathResult
-	// DPRef is the datapath on the -dp-ref-services cluster, measured
-	// just before this round of runs (nil: none).
-	DPRef    *datapathResult `json:",omitempty"`
-	FullSync fullSyncResult
-	Restart  restartResult
+	// DPRefBefore and DPRefAfter are the datapath on the
+	// -dp-ref-services cluster, measured just before and just after this
+	// round of runs (nil: none).
+	DPRefBefore *datapathResult `json:",omitempty"`
+	DPRefAfter  *datapathResult `json:",omitempty"`
+	FullSync    fullSyncResult
+	Restart     restartResult
 	// CPUToFirstSync: the proxy's CPU seconds (its waited-for children
 	// included) from its start to the end of its first sync.
 	CPUToFirstSync float64
