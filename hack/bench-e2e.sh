@@ -40,6 +40,8 @@
 #        BENCH_E2E_DP_PERF (true: perf record -a -g of that window, perf-datapath.data in the cluster's dir),
 #        BENCH_E2E_DP_REF_SERVICES (1000 at 50k, else 0: before each round of runs and after the last, the datapath alone
 #        on a cluster of that many Services, the ratio's reference measured in the same invocation),
+#        BENCH_E2E_IDLE_SHARE (0.9) and BENCH_E2E_IDLE_WAIT (1m): before a start and a restart, wait
+#        until the machine was that idle over one second, at most that long (0: no wait),
 #        BENCH_E2E_START_TIMEOUT (15m: the limit for a first sync and for the proxy to go quiet;
 #        upstream iptables mode needs more at 10k), SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
 #        BENCH_E2E_PROFILE (true: the proxy runs with enableProfiling and its heap profiles —
@@ -116,6 +118,7 @@ main() {
     -min-sync-period "${BENCH_E2E_MIN_SYNC:-1ms}"
     -upstream "$upstream" -baseline "${BENCH_E2E_BASELINE:-}" -baseline-config "${BENCH_E2E_BASELINE_CONFIG:-}"
     -profile="${BENCH_E2E_PROFILE:-false}" -start-timeout "${BENCH_E2E_START_TIMEOUT:-15m}"
+    -idle-share "${BENCH_E2E_IDLE_SHARE:-0.9}" -idle-wait "${BENCH_E2E_IDLE_WAIT:-1m}"
   )
   # Seeding past 10k, datapath and full sync (issue #17); see the header.
   # At 50k the datapath target is a ratio to 1k: measured in the same invocation.

@@ -33,6 +33,8 @@ var (
 	flagDPPerf        = flag.Bool("dp-perf", false, "datapath: record perf record -a -g during the window with the control plane stopped (perf-datapath.data in the cluster's work dir)")
 	flagDPRefServices = flag.Int("dp-ref-services", 0, "datapath: before each round of runs and after the last, measure the datapath alone on a cluster of this many Services (its own seed): the reference for the ratio, measured in the same invocation")
 	flagDPReference   = flag.Float64("dp-reference", 0, "datapath: the 1k run's connections/s, for the 50k target (90 % of it)")
+	flagIdleShare     = flag.Float64("idle-share", 0.9, "before a start and a restart, wait until the machine was this idle over one second (0: do not wait)")
+	flagIdleWait      = flag.Duration("idle-wait", time.Minute, "the longest wait for -idle-share")
 	flagProfile       = flag.Bool("profile", false, "run the proxy with enableProfiling and keep its heap profiles (after the first sync, after the churn, after the restart) in the cluster's work dir")
 	flagJSON          = flag.String("json", "", "also write the results here (default _output/bench-e2e/results-<time>.json)")
 )

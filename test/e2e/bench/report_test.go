@@ -67,6 +67,8 @@ func target(measure string) func(string) string {
 
 func rows(children []string) []row {
 	out := []row{
+		{"machine idle in the second before the start (%)", "%.0f", func(r runResult) float64 { return 100 * r.IdleBeforeStart }, noTarget},
+		{"machine idle in the second before the restart (%)", "%.0f", func(r runResult) float64 { return 100 * r.Restart.IdleBefore }, noTarget},
 		{"start → end of the first sync (s)", "%.2f", func(r runResult) float64 { return r.FirstSync }, noTarget},
 		{"start → every ClusterIP in the kernel (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }, target("start")},
 		{"syncs until all were programmed", "%.0f", func(r runResult) float64 { return r.SyncsToAll }, noTarget},
@@ -210,6 +212,10 @@ func printReport(w io.Writer, results []runResult) {
 }
 
 const legend = `
+Idle: before the start and before the restart the benchmark waits (at most -idle-wait) until the
+machine was -idle-share idle over one second: the previous run's teardown (the kernel frees network
+namespaces, conntrack entries and tables in the background) and a freshly started API server would
+otherwise share the CPUs with the start being measured.
 First sync: from just before the proxy's exec to the end of its first successful sync, as it stamps
 it in kubeproxy_sync_proxy_rules_last_timestamp_seconds (polled every 200 ms, uncompressed).
 Every ClusterIP in the kernel: once the proxy has made no sync for 5 s, the kernel is dumped (nft list

@@ -27,6 +27,9 @@ type restartResult struct {
 	Overflowed bool
 	RSS        int64 // VmHWM of the new process, KiB, once quiet
 	CPUSeconds float64
+	// IdleBefore is the machine's idle share over the second before the
+	// restart (waitIdle).
+	IdleBefore float64
 }
 
 // measureRestart stops the proxy (SIGTERM, as a rolling update does) and
@@ -36,6 +39,7 @@ func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 	obs, stop := observe(t, c, n, "kernel-changes-restart.txt", nil)
 	defer stop()
 	var res restartResult
+	res.IdleBefore = waitIdle(t, "restart")
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -205,4 +206,51 @@ func hwmTimeline(pid int, start time.Time) (stop func() string) {
 		}
 	}()
 	return func() string { close(quit); return <-done }
+}
+
+// machineIdle is the share of the machine's CPU time that was idle (idle +
+// iowait, /proc/stat) over the last interval.
+func machineIdle(interval time.Duration) float64 {
+	read := func() (idle, total float64) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		for i, f := range strings.Fields(line)[1:] {
+			v, _ := strconv.ParseFloat(f, 64)
+			if i < 8 { // user … steal; guest times are already in user
+				total += v
+			}
+			if i == 3 || i == 4 {
+				idle += v
+			}
+		}
+		return idle, total
+	}
+	i0, t0 := read()
+	time.Sleep(interval)
+	i1, t1 := read()
+	if t1 <= t0 {
+		return 0
+	}
+	return (i1 - i0) / (t1 - t0)
+}
+
+// waitIdle waits, at most -idle-wait, until the machine has been at least
+// -idle-share idle over one second: a start measured while the previous
+// run's teardown (the kernel frees its network namespaces, conntrack
+// entries and tables in the background) or a freshly started API server
+// still takes a CPU measures them, not the proxy. It returns the idle share
+// of the last second.
+func waitIdle(t *testing.T, what string) float64 {
+	deadline := time.Now().Add(*flagIdleWait)
+	t0 := time.Now()
+	for {
+		idle := machineIdle(time.Second)
+		if idle >= *flagIdleShare || !time.Now().Before(deadline) {
+			t.Logf("%s: machine %.0f %% idle over the last second, after %.0f s", what, 100*idle, time.Since(t0).Seconds())
+			return idle
+		}
+	}
 }

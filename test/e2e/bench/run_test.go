@@ -58,9 +58,12 @@ type runResult struct {
 	PagedListFloor float64
 
 	RSSAfterFirstSync int64 // svcproxy VmHWM right after the first sync
-	RSSPeak           int64 // svcproxy VmHWM at the end of the run
-	Children          []childPeak
-	WaitMaxRSS        int64 // wait4 maxrss: max(svcproxy, largest child)
+	// IdleBeforeStart is the machine's idle share over the second before
+	// the proxy started (waitIdle).
+	IdleBeforeStart float64
+	RSSPeak         int64 // svcproxy VmHWM at the end of the run
+	Children        []childPeak
+	WaitMaxRSS      int64 // wait4 maxrss: max(svcproxy, largest child)
 }
 
 // runOnce builds a one-node cluster from the seed, starts svcproxy and
@@ -83,6 +86,7 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 		c.Bins.SvcProxy = bin // same config, flags and namespace
 	}
 	n := c.Nodes[0]
+	res.IdleBeforeStart = waitIdle(t, "start")
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {
 		t.Fatal(err)
