@@ -15,6 +15,13 @@ import (
 	F "github.com/svcproxy/svcproxy/test/e2e/framework"
 )
 
+// steadyGOGC is the Go collector's target once the first sync is
+// programmed; gogcLine is that metric's line, whatever its value.
+var (
+	steadyGOGC = regexp.MustCompile(`(?m)^go_gc_gogc_percent 50$`)
+	gogcLine   = regexp.MustCompile(`(?m)^go_gc_gogc_percent .*$`)
+)
+
 // syncedFamily matches a family's last-sync stamp once it is set: a
 // family that has synced since the process started.
 var syncedFamily = regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds\{ip_family="(IPv4|IPv6)"\} [1-9]`)
@@ -52,6 +59,11 @@ func testRestartWritesNothing(t *testing.T, c *F.Cluster) {
 	waitBothFamiliesSynced(t, c, n1)
 	time.Sleep(3 * time.Second) // a second sync would follow within minSyncPeriod
 	stop()
+	// Once synced the collector runs at svcproxy's steady GOGC (internal/app/gc.go).
+	if text, err := c.Metrics(n1); err != nil || !steadyGOGC.MatchString(text) {
+		t.Errorf("%s: /metrics after the restart's first sync has no go_gc_gogc_percent 50 (err %v): %s",
+			n1.Name, err, gogcLine.FindString(text))
+	}
 	if changes != nil {
 		if got := changes(); len(got) > 0 {
 			t.Errorf("the restart with nothing changed wrote %d changes to the kernel, e.g.:\n%s",
