@@ -27,7 +27,7 @@ import (
 // nothing. No proxy can have its rules live sooner than this on the same
 // machine; it is measured after the run, against the same API server.
 func measureListFloor(t *testing.T, c *F.Cluster) float64 {
-	client, err := protobufClient(c)
+	client, err := protobufClient(c, true)
 	if err != nil {
 		t.Logf("list floor: %v", err)
 		return -1
@@ -61,7 +61,7 @@ func measureListFloor(t *testing.T, c *F.Cluster) float64 {
 // (resourceVersion 0: served from the API server's watch cache, one
 // response each), what informers did before streaming lists.
 func measurePlainListFloor(t *testing.T, c *F.Cluster) float64 {
-	client, err := protobufClient(c)
+	client, err := protobufClient(c, true)
 	if err != nil {
 		t.Logf("plain list floor: %v", err)
 		return -1
@@ -87,15 +87,19 @@ func measurePlainListFloor(t *testing.T, c *F.Cluster) float64 {
 // measurePagedListFloor is measureListFloor with a consistent LIST in pages
 // of 2,000 per kind (resourceVersion "", served from the watch cache's
 // snapshots since 1.34), what svcproxy's informers do: each page decoded
-// and dropped before the next is asked for.
-func measurePagedListFloor(t *testing.T, c *F.Cluster) float64 {
-	client, err := protobufClient(c)
+// and dropped before the next is asked for. It also returns the CPU
+// seconds etcd and kube-apiserver spent meanwhile. With compress false the
+// client does not ask for gzip (client-go asks by default, and the API
+// server compresses every response over 128 KB).
+func measurePagedListFloor(t *testing.T, c *F.Cluster, compress bool) (secs, cpCPU float64) {
+	client, err := protobufClient(c, compress)
 	if err != nil {
 		t.Logf("paged list floor: %v", err)
-		return -1
+		return -1, -1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	cp0 := controlPlaneCPU(c)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var errs [2]error
@@ -112,11 +116,21 @@ func measurePagedListFloor(t *testing.T, c *F.Cluster) float64 {
 	wg.Wait()
 	if errs[0] != nil || errs[1] != nil {
 		t.Logf("paged list floor: %v, %v", errs[0], errs[1])
-		return -1
+		return -1, -1
 	}
-	secs := time.Since(start).Seconds()
-	t.Logf("paged list floor: consistent LISTs in pages of 2,000 in %.2f s", secs)
-	return secs
+	secs, cpCPU = time.Since(start).Seconds(), controlPlaneCPU(c)-cp0
+	t.Logf("paged list floor (compression %v): consistent LISTs in pages of 2,000 in %.2f s; API server + etcd CPU %.2f s",
+		compress, secs, cpCPU)
+	return secs, cpCPU
+}
+
+// controlPlaneCPU is the CPU seconds etcd and kube-apiserver have used.
+func controlPlaneCPU(c *F.Cluster) float64 {
+	sum := 0.0
+	for _, pid := range c.ControlPlanePIDs() {
+		sum += cpuSeconds(pid)
+	}
+	return sum
 }
 
 // listPages follows a list's continue tokens to its end.
@@ -135,9 +149,11 @@ func listPages(ctx context.Context, list func(metav1.ListOptions) (metav1.ListIn
 }
 
 // protobufClient is an admin client speaking protobuf, as a proxy's
-// clientConnection does by default.
-func protobufClient(c *F.Cluster) (kubernetes.Interface, error) {
+// clientConnection does by default, asking for gzip (client-go's default)
+// or not.
+func protobufClient(c *F.Cluster, compress bool) (kubernetes.Interface, error) {
 	cfg := rest.CopyConfig(c.AdminConfig)
+	cfg.DisableCompression = !compress
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	return kubernetes.NewForConfig(cfg)

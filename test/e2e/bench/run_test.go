@@ -54,8 +54,11 @@ type runResult struct {
 	ListFloor float64
 	// PlainListFloor: the same with one plain LIST per kind.
 	PlainListFloor float64
-	// PagedListFloor: the same with consistent LISTs in pages.
-	PagedListFloor float64
+	// PagedListFloor: the same with consistent LISTs in pages;
+	// PagedListCPCPU the CPU seconds etcd and kube-apiserver spent on
+	// them. The *Plain pair: the same without asking for gzip.
+	PagedListFloor, PagedListCPCPU           float64
+	PagedListFloorPlain, PagedListCPCPUPlain float64
 
 	RSSAfterFirstSync int64 // svcproxy VmHWM right after the first sync
 	// IdleBeforeStart is the machine's idle share over the second before
@@ -120,7 +123,8 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	n.Proxy.Stop(30 * time.Second)
 	res.ListFloor = measureListFloor(t, c)
 	res.PlainListFloor = measurePlainListFloor(t, c)
-	res.PagedListFloor = measurePagedListFloor(t, c)
+	res.PagedListFloor, res.PagedListCPCPU = measurePagedListFloor(t, c, true)
+	res.PagedListFloorPlain, res.PagedListCPCPUPlain = measurePagedListFloor(t, c, false)
 	res.Load1After = load1()
 	return res
 }
