@@ -110,10 +110,10 @@ func TestClientsSendTheUserAgent(t *testing.T) {
 
 // TestKubeconfigCanTurnCompressionOff: a kubeconfig cluster's
 // disable-compression (kubectl's and client-go's field since 1.26) reaches
-// both clients' requests: the operator's knob for a node close to its API
-// server, where gzip costs the API server more CPU than the bytes it saves
-// (docs/performance.md, issue #17's seventh pass). By default the clients
-// ask for gzip, as upstream's do.
+// both clients' requests, for an operator who would rather spend bytes
+// than the API server's CPU (docs/performance.md, issue #17's seventh
+// pass, measured it). By default the clients ask for gzip, as upstream's
+// do.
 func TestKubeconfigCanTurnCompressionOff(t *testing.T) {
 	encoding := func(r *http.Request) string { return r.Header.Get("Accept-Encoding") }
 	for _, tc := range []struct {

@@ -99,7 +99,8 @@ func measurePagedListFloor(t *testing.T, c *F.Cluster, compress bool) (secs, cpC
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp0 := controlPlaneCPU(c)
+	cpPIDs := c.ControlPlanePIDs()
+	cp0 := cpuOf(cpPIDs)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var errs [2]error
@@ -118,19 +119,10 @@ func measurePagedListFloor(t *testing.T, c *F.Cluster, compress bool) (secs, cpC
 		t.Logf("paged list floor: %v, %v", errs[0], errs[1])
 		return -1, -1
 	}
-	secs, cpCPU = time.Since(start).Seconds(), controlPlaneCPU(c)-cp0
+	secs, cpCPU = time.Since(start).Seconds(), cpuOf(cpPIDs)-cp0
 	t.Logf("paged list floor (compression %v): consistent LISTs in pages of 2,000 in %.2f s; API server + etcd CPU %.2f s",
 		compress, secs, cpCPU)
 	return secs, cpCPU
-}
-
-// controlPlaneCPU is the CPU seconds etcd and kube-apiserver have used.
-func controlPlaneCPU(c *F.Cluster) float64 {
-	sum := 0.0
-	for _, pid := range c.ControlPlanePIDs() {
-		sum += cpuSeconds(pid)
-	}
-	return sum
 }
 
 // listPages follows a list's continue tokens to its end.
