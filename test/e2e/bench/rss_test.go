@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -253,4 +254,29 @@ func waitIdle(t *testing.T, what string) float64 {
 			return idle
 		}
 	}
+}
+
+// cpuSpeed times a fixed single-CPU workload (SHA-256 over 32 MiB, the
+// best of three) on the idle guest and returns its seconds: the virtual
+// CPUs' speed at that moment. The guest is idle before each start
+// (waitIdle), yet the same start took 30–100 % longer on some hours than
+// on others (docs/performance.md, issue #17's sixth and seventh passes):
+// the host's load, which the guest does not see. Printed beside each run,
+// it tells a slow hour from a slower proxy.
+func cpuSpeed() float64 {
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	best := time.Duration(1 << 62)
+	for range 3 {
+		h := sha256.New()
+		t0 := time.Now()
+		for range 32 {
+			h.Write(buf)
+		}
+		_ = h.Sum(nil)
+		best = min(best, time.Since(t0))
+	}
+	return best.Seconds()
 }

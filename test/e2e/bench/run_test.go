@@ -61,6 +61,8 @@ type runResult struct {
 	PagedListFloorPlain, PagedListCPCPUPlain float64
 
 	RSSAfterFirstSync int64 // svcproxy VmHWM right after the first sync
+	// SpeedBeforeStart is cpuSpeed's seconds just before the start.
+	SpeedBeforeStart float64
 	// IdleBeforeStart is the machine's idle share over the second before
 	// the proxy started (waitIdle).
 	IdleBeforeStart float64
@@ -90,6 +92,8 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	}
 	n := c.Nodes[0]
 	res.IdleBeforeStart = waitIdle(t, "start")
+	res.SpeedBeforeStart = cpuSpeed()
+	t.Logf("start: a fixed 1-CPU workload (SHA-256 of 32 MiB, best of 3) took %.0f ms", 1000*res.SpeedBeforeStart)
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {
 		t.Fatal(err)
