@@ -170,16 +170,60 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 		sample = len(names) / 16
 	}
 	p.store.replace(owner{}, renderGlobal(st, cfg))
+	parts, recycle := renderAhead(cfg, st, names)
 	for i, name := range names {
 		if i == sample && sample > 0 {
 			p.store.reserveLike(i, len(names))
 		}
-		p.renderClaim(cfg, name, st.Service(name))
+		pt := p.store.assignSlots(<-parts)
+		var elems []elemSpec
+		if pt != nil {
+			elems = pt.elems
+		}
+		p.store.replace(name, pt)
+		select {
+		case recycle <- elems:
+		default:
+		}
 	}
 	if sample > 0 {
 		p.store.compactElems() // a set the sample made too big
 	}
 }
+
+// renderAhead renders the parts of names, in their order, on a goroutine
+// of its own, while the caller claims each one as it comes: render is a
+// pure function of the State (cfg is the goroutine's alone until the last
+// part is taken, which orders its cfg.err before the caller's read), the
+// claims change the store and stay on the caller's goroutine. On two CPUs
+// a cold start's render (0.27 s at 50k × 10) then runs beside its claims
+// (0.54 s) instead of before each. Element lists the caller is done with
+// come back through recycle, for renderService to reuse. The goroutine
+// sends exactly one part (nil: the port is gone) per name, then ends.
+func renderAhead(cfg *config, st *desired.State, names []proxy.ServicePortName) (<-chan *part, chan<- []elemSpec) {
+	parts := make(chan *part, renderAheadParts)
+	recycle := make(chan []elemSpec, renderAheadParts)
+	go func() {
+		for _, name := range names {
+			select {
+			case elems := <-recycle:
+				cfg.scratch.recycle(elems)
+			default:
+			}
+			var pt *part
+			if sp := st.Service(name); sp != nil {
+				pt = renderService(cfg, sp)
+			}
+			parts <- pt
+		}
+	}()
+	return parts, recycle
+}
+
+// renderAheadParts is how many rendered parts may wait for their claims:
+// enough to ride over a claim that takes longer (a collection), few enough
+// to stay a few hundred kilobytes.
+const renderAheadParts = 64
 
 // minSizingSample is the fewest parts fullClaims sizes the indexes from:
 // a smaller table grows cheaply enough.
