@@ -150,9 +150,10 @@ func (p *Proxier) cleanupFailed(err *cleanupError) error {
 	return fmt.Errorf("nftables %s: %w: %w", p.family, err, proxy.ErrStateLost)
 }
 
-// fullClaims renders every part and claims it as soon as it is rendered,
-// so that the rendered specs of every Service are never alive at once
-// (≈ 11 MB at 10k × 10). Into an empty store (a cold start) the first
+// fullClaims renders every part (renderAhead: on a goroutine of its own)
+// and claims each as soon as it is rendered, so that the rendered specs of
+// every Service are never alive at once (≈ 11 MB at 10k × 10; at most
+// renderAheadParts wait). Into an empty store (a cold start) the first
 // sixteenth of the parts, in name order, tells how many entries each set
 // will hold (service ports spread over the shards by the hash of their
 // name), and the entry indexes are sized from it once instead of growing
