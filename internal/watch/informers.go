@@ -116,8 +116,12 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 	}
 	svcLW := newPagedList(client.CoreV1().Services(metav1.NamespaceAll), more.CoreV1().Services(metav1.NamespaceAll),
 		tweak, w.parseService)
+	svcLW.raw = newRawPages(client.CoreV1().RESTClient(), more.CoreV1().RESTClient(), "services", "ServiceList",
+		decodeItem[v1.Service])
 	sliceLW := newPagedList(client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll),
 		more.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak, w.parseSlice)
+	sliceLW.raw = newRawPages(client.DiscoveryV1().RESTClient(), more.DiscoveryV1().RESTClient(), "endpointslices",
+		"EndpointSliceList", decodeItem[discoveryv1.EndpointSlice])
 	w.init(newReconnecting(svcLW, svcLW, "services", backoff),
 		newReconnecting(sliceLW, sliceLW, "endpointslices", backoff))
 	return w, nil

@@ -12,6 +12,8 @@ package watch
 // listed in pages instead, each page's objects parsed by the trackers
 // (transform.go) before the next page is asked for, so no more than a page
 // of decoded objects is ever held and the reflector receives only parses.
+// A protobuf page is not even decoded whole: its items are decoded and
+// parsed one at a time from the bytes as they came (rawpages.go).
 //
 // The list is consistent (resourceVersion "", what a streaming list gives
 // too): an initial list at resourceVersion "0" may be served from a watch
@@ -30,8 +32,10 @@ package watch
 // every page.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -63,6 +67,9 @@ type pagedList[L runtime.Object] struct {
 	tweak    func(*metav1.ListOptions)
 	parse    cache.TransformFunc
 	pageSize int64
+	// raw, when set, reads the pages instead of api and more
+	// (rawpages.go); the tests' fake clients have none.
+	raw *rawPages
 }
 
 func newPagedList[L runtime.Object](api, more listWatchAPI[L], tweak func(*metav1.ListOptions), parse cache.TransformFunc) *pagedList[L] {
@@ -93,44 +100,67 @@ func (p *pagedList[L]) ListWithContext(ctx context.Context, o metav1.ListOptions
 	}
 	o.Limit, o.Continue = p.pageSize, ""
 	out := &parsedList{}
-	for api := p.api; ; api = p.more {
-		page, err := api.List(ctx, o)
+	var buf bytes.Buffer // the raw pages' buffer, one for the whole list
+	for continued := false; ; continued = true {
+		lm, err := p.readPage(ctx, o, continued, &buf, out)
 		if err != nil {
 			return nil, err
 		}
-		lm, err := meta.ListAccessor(page)
-		if err != nil {
-			return nil, fmt.Errorf("list page: %w", err)
-		}
-		if out.Items == nil {
-			out.Items = make([]runtime.Object, 0, listSize(lm))
-		}
-		if err := p.parsePage(page, out); err != nil {
-			return nil, err
-		}
-		if lm.GetContinue() == "" {
-			out.ResourceVersion = lm.GetResourceVersion()
+		if lm.Continue == "" {
+			out.ResourceVersion = lm.ResourceVersion
 			return out, nil
 		}
 		// A continued list is at the first page's resourceVersion, which
 		// the token carries; the API server refuses one given as well.
-		o.Continue, o.ResourceVersion, o.ResourceVersionMatch = lm.GetContinue(), "", ""
+		o.Continue, o.ResourceVersion, o.ResourceVersionMatch = lm.Continue, "", ""
 	}
 }
 
-func (p *pagedList[L]) parsePage(page runtime.Object, out *parsedList) error {
-	return meta.EachListItem(page, func(obj runtime.Object) error {
-		parsed, err := p.parse(obj)
-		if err != nil {
-			return fmt.Errorf("parsing a listed object: %w", err)
+// readPage reads one page (the first through api, the others through
+// more), parses each of its objects into out and returns its metadata.
+func (p *pagedList[L]) readPage(ctx context.Context, o metav1.ListOptions, continued bool,
+	buf *bytes.Buffer, out *parsedList) (metav1.ListMeta, error) {
+	add := func(obj runtime.Object) error { return p.add(obj, out) }
+	if p.raw != nil {
+		lm, err := p.raw.page(ctx, o, continued, buf, add)
+		if err == nil && !continued {
+			out.Items = slices.Grow(out.Items, listSize(&lm)-ListPageSize)
 		}
-		o, ok := parsed.(runtime.Object)
-		if !ok {
-			return fmt.Errorf("parsing a listed object gave a %T", parsed)
-		}
-		out.Items = append(out.Items, o)
-		return nil
-	})
+		return lm, err
+	}
+	api := p.api
+	if continued {
+		api = p.more
+	}
+	page, err := api.List(ctx, o)
+	if err != nil {
+		return metav1.ListMeta{}, err
+	}
+	lm, err := meta.ListAccessor(page)
+	if err != nil {
+		return metav1.ListMeta{}, fmt.Errorf("list page: %w", err)
+	}
+	if out.Items == nil {
+		out.Items = make([]runtime.Object, 0, listSize(lm))
+	}
+	if err := meta.EachListItem(page, add); err != nil {
+		return metav1.ListMeta{}, err
+	}
+	return metav1.ListMeta{ResourceVersion: lm.GetResourceVersion(), Continue: lm.GetContinue()}, nil
+}
+
+// add parses one listed object into out.
+func (p *pagedList[L]) add(obj runtime.Object, out *parsedList) error {
+	parsed, err := p.parse(obj)
+	if err != nil {
+		return fmt.Errorf("parsing a listed object: %w", err)
+	}
+	o, ok := parsed.(runtime.Object)
+	if !ok {
+		return fmt.Errorf("parsing a listed object gave a %T", parsed)
+	}
+	out.Items = append(out.Items, o)
+	return nil
 }
 
 // listSize is how many objects a list has in all, from its first page.

@@ -108,14 +108,15 @@ func (c *countingTracker) OnParsedServiceUpdate(_, cur *model.ParsedService) boo
 
 func (c *countingTracker) parsed() *int { return &c.parses }
 
-// listThrough lists api's Services through a pagedList, a reflector and a
-// directStore into a countingTracker, until the list is delivered.
-func listThrough(t *testing.T, api *pagedServices, tweak func(*metav1.ListOptions)) *countingTracker {
+// listThrough lists api's Services through a pagedList reading its pages
+// through transport (pageTransports), a reflector and a directStore into a
+// countingTracker, until the list is delivered.
+func listThrough(t *testing.T, transport string, api *pagedServices, tweak func(*metav1.ListOptions)) *countingTracker {
 	t.Helper()
 	tracker := &countingTracker{delivered: map[string]bool{}}
 	api.parsed = tracker.parsed()
 	w := &Informers{targets: []Target{{Tracker: tracker}}}
-	lw := newPagedList(api, unlimited{api}, tweak, w.parseService)
+	lw := pagedListOver(t, transport, api, tweak, w.parseService)
 	if !watchlist.DoesClientNotSupportWatchListSemantics(lw) {
 		t.Fatal("the reflector would stream the list: pagedList must say it does not")
 	}
@@ -136,8 +137,14 @@ func listThrough(t *testing.T, api *pagedServices, tweak func(*metav1.ListOption
 // rate-limited client and the rest through the other; then the watch
 // starts at the list's resourceVersion.
 func TestPagedListParsesEachPage(t *testing.T) {
+	for _, transport := range pageTransports {
+		t.Run(transport, func(t *testing.T) { testPagedListParsesEachPage(t, transport) })
+	}
+}
+
+func testPagedListParsesEachPage(t *testing.T, transport string) {
 	api := &pagedServices{n: 2*ListPageSize + 234, rv: "777", watchOpts: make(chan metav1.ListOptions, 1)}
-	tracker := listThrough(t, api, func(o *metav1.ListOptions) { o.LabelSelector = "x!=y" })
+	tracker := listThrough(t, transport, api, func(o *metav1.ListOptions) { o.LabelSelector = "x!=y" })
 	watchOpts := <-api.watchOpts
 	tracker.mu.Lock()
 	defer tracker.mu.Unlock()
@@ -168,8 +175,14 @@ func TestPagedListParsesEachPage(t *testing.T) {
 // TestPagedListExpiredContinue: a continue token that expired fails the
 // list, and the reflector lists again from the start; nothing is lost.
 func TestPagedListExpiredContinue(t *testing.T) {
+	for _, transport := range pageTransports {
+		t.Run(transport, func(t *testing.T) { testPagedListExpiredContinue(t, transport) })
+	}
+}
+
+func testPagedListExpiredContinue(t *testing.T, transport string) {
 	api := &pagedServices{n: 2*ListPageSize + 100, rv: "9", expireAt: 2 * ListPageSize, watchOpts: make(chan metav1.ListOptions, 1)}
-	tracker := listThrough(t, api, func(*metav1.ListOptions) {})
+	tracker := listThrough(t, transport, api, func(*metav1.ListOptions) {})
 	tracker.mu.Lock()
 	defer tracker.mu.Unlock()
 	if len(tracker.delivered) != api.n {
@@ -221,24 +234,26 @@ func TestPagedListResourceVersions(t *testing.T) {
 		{"relist", "123", "", "123", metav1.ResourceVersionMatchNotOlderThan},
 		{"relist, match given", "123", metav1.ResourceVersionMatchExact, "123", metav1.ResourceVersionMatchExact},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			api := &pagedServices{n: ListPageSize + 1, rv: "456", parsed: new(int)}
-			w := &Informers{targets: []Target{{Tracker: &countingTracker{delivered: map[string]bool{}}}}}
-			lw := newPagedList(api, unlimited{api}, func(*metav1.ListOptions) {}, w.parseService)
-			list, err := lw.ListWithContext(context.Background(), metav1.ListOptions{ResourceVersion: tc.rv, ResourceVersionMatch: tc.match})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := list.(*parsedList); len(got.Items) != api.n || got.ResourceVersion != api.rv {
-				t.Errorf("listed %d at %q, want %d at %q", len(got.Items), got.ResourceVersion, api.n, api.rv)
-			}
-			first, next := api.calls[0], api.calls[1]
-			if first.ResourceVersion != tc.wantRV || first.ResourceVersionMatch != tc.wantFirstPage {
-				t.Errorf("first page at %q/%q, want %q/%q", first.ResourceVersion, first.ResourceVersionMatch, tc.wantRV, tc.wantFirstPage)
-			}
-			if next.ResourceVersion != "" || next.ResourceVersionMatch != "" || next.Continue == "" {
-				t.Errorf("second page asked with %+v: want only the continue token", next)
-			}
-		})
+		for _, transport := range pageTransports {
+			t.Run(tc.name+"/"+transport, func(t *testing.T) {
+				api := &pagedServices{n: ListPageSize + 1, rv: "456", parsed: new(int)}
+				w := &Informers{targets: []Target{{Tracker: &countingTracker{delivered: map[string]bool{}}}}}
+				lw := pagedListOver(t, transport, api, func(*metav1.ListOptions) {}, w.parseService)
+				list, err := lw.ListWithContext(context.Background(), metav1.ListOptions{ResourceVersion: tc.rv, ResourceVersionMatch: tc.match})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := list.(*parsedList); len(got.Items) != api.n || got.ResourceVersion != api.rv {
+					t.Errorf("listed %d at %q, want %d at %q", len(got.Items), got.ResourceVersion, api.n, api.rv)
+				}
+				first, next := api.calls[0], api.calls[1]
+				if first.ResourceVersion != tc.wantRV || first.ResourceVersionMatch != tc.wantFirstPage {
+					t.Errorf("first page at %q/%q, want %q/%q", first.ResourceVersion, first.ResourceVersionMatch, tc.wantRV, tc.wantFirstPage)
+				}
+				if next.ResourceVersion != "" || next.ResourceVersionMatch != "" || next.Continue == "" {
+					t.Errorf("second page asked with %+v: want only the continue token", next)
+				}
+			})
+		}
 	}
 }
