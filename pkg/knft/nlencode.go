@@ -21,9 +21,15 @@ import (
 // appendElem appends one NFTA_LIST_ELEM for key (and value, for a map) to
 // b. withValue is false for deletes, which name the key only.
 func (l *layout) appendElem(b []byte, key, value string, withValue bool) ([]byte, error) {
+	return l.appendElemWith(b, key, value, withValue, nil)
+}
+
+// appendElemWith is appendElem with the key's leading fields taken from
+// prefix when they are the ones it last encoded (prefix may be nil).
+func (l *layout) appendElemWith(b []byte, key, value string, withValue bool, prefix *keyPrefix) ([]byte, error) {
 	start := len(b)
 	b = knetlink.NestStart(b, unix.NFTA_LIST_ELEM)
-	b, err := l.appendKey(b, key)
+	b, err := l.appendKey(b, key, prefix)
 	if err != nil {
 		return b[:start], err
 	}
@@ -49,9 +55,15 @@ func (l *layout) appendElem(b []byte, key, value string, withValue bool) ([]byte
 
 // appendKey appends NFTA_SET_ELEM_KEY and, for an interval set,
 // NFTA_SET_ELEM_KEY_END.
-func (l *layout) appendKey(b []byte, key string) ([]byte, error) {
+func (l *layout) appendKey(b []byte, key string, prefix *keyPrefix) ([]byte, error) {
 	var kb, eb [64]byte
-	k, end, err := encodeFields(kb[:0], eb[:0], l.key, key, l.interval)
+	var k, end []byte
+	var err error
+	if prefix != nil && len(l.key) > 1 && !l.interval {
+		k, err = prefix.encode(kb[:0], l, key)
+	} else {
+		k, end, err = encodeFields(kb[:0], eb[:0], l.key, key, l.interval)
+	}
 	if err != nil {
 		return b, err
 	}
@@ -66,11 +78,55 @@ func (l *layout) appendKey(b []byte, key string) ([]byte, error) {
 	return b, nil
 }
 
+// keyPrefix remembers the encoding of the fields before the last one of
+// the last concatenated key it encoded. An endpoint map's elements come
+// slot after slot of one frontend (address . protocol . port . slot), so
+// with it each slot's key costs parsing its slot number only; at
+// 50k Services × 10 endpoints that is 500k keys of 550k.
+type keyPrefix struct {
+	layout  *layout
+	spelled string // the fields before the last, as spelled
+	encoded []byte
+}
+
+// encode appends key, a concatenation of l's fields (not ranges), to dst.
+func (p *keyPrefix) encode(dst []byte, l *layout, key string) ([]byte, error) {
+	i := strings.LastIndex(key, ElemSep)
+	if i < 0 {
+		return nil, fmt.Errorf("element %q: want %d fields: %w", key, len(l.key), errUndecodable)
+	}
+	head, last := key[:i], key[i+len(ElemSep):]
+	n := len(l.key) - 1
+	if p.layout != l || p.spelled != head {
+		enc, _, err := encodeConcat(p.encoded[:0], nil, l.key[:n], head, false)
+		if err != nil {
+			p.layout = nil
+			return nil, err
+		}
+		p.layout, p.spelled, p.encoded = l, head, enc
+	}
+	dst, _, err := encodeConcat(append(dst, p.encoded...), nil, l.key[n:], last, false)
+	return dst, err
+}
+
 // encodeFields appends s, fields joined with " . ", to dst: in a
 // concatenation every field is padded to 4 bytes. With interval it also
 // appends the range's inclusive end to end (a field without a range ends
 // where it starts).
 func encodeFields(dst, end []byte, fs []field, s string, interval bool) ([]byte, []byte, error) {
+	if len(fs) > 1 {
+		return encodeConcat(dst, end, fs, s, interval)
+	}
+	return encodeSome(dst, end, fs, s, interval, false)
+}
+
+// encodeConcat is encodeFields for fields of a concatenation, padded
+// whatever their number (keyPrefix encodes a concatenation in two pieces).
+func encodeConcat(dst, end []byte, fs []field, s string, interval bool) ([]byte, []byte, error) {
+	return encodeSome(dst, end, fs, s, interval, true)
+}
+
+func encodeSome(dst, end []byte, fs []field, s string, interval, concat bool) ([]byte, []byte, error) {
 	rest := s
 	for i, f := range fs {
 		part, next, found := strings.Cut(rest, " . ")
@@ -83,7 +139,7 @@ func encodeFields(dst, end []byte, fs []field, s string, interval bool) ([]byte,
 		if dst, end, err = appendField(dst, end, f, part, interval); err != nil {
 			return nil, nil, fmt.Errorf("element %q: %w", s, err)
 		}
-		if len(fs) > 1 {
+		if concat {
 			for pad := knetlink.Align(f.len) - f.len; pad > 0; pad-- {
 				dst = append(dst, 0)
 				if interval {

@@ -49,6 +49,7 @@ type nlElemWriter struct {
 	listAt  int // offset of the open message's element list
 	lastAt  int // offset of the last element message
 	scratch []byte
+	prefix  keyPrefix // the last concatenated key's leading fields, encoded
 
 	flight *nlFlight // the batch sent and not yet answered
 	spare  nlBatch   // the buffers of the last batch answered, for reuse
@@ -183,13 +184,13 @@ func (w *nlElemWriter) add(set string, o *Change) error {
 	buf := w.scratch[:0]
 	var err error
 	if o.Del {
-		if buf, err = l.appendElem(buf, key, "", false); err != nil {
+		if buf, err = l.appendElemWith(buf, key, "", false, &w.prefix); err != nil {
 			return err
 		}
 		del = buf
 	}
 	if o.Add {
-		if buf, err = l.appendElem(buf, key, o.Value, true); err != nil {
+		if buf, err = l.appendElemWith(buf, key, o.Value, true, &w.prefix); err != nil {
 			return err
 		}
 		add = buf[len(del):]
