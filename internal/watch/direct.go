@@ -15,6 +15,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -58,12 +59,21 @@ func (s *directStore) Add(obj any) error    { return s.upsert(obj) }
 func (s *directStore) Update(obj any) error { return s.upsert(obj) }
 
 func (s *directStore) upsert(obj any) error {
+	_, err := s.upsertKey(obj)
+	return err
+}
+
+// errNoKey wraps the error of an object without a namespace and name.
+var errNoKey = errors.New("no key")
+
+// upsertKey delivers obj as an add or an update and returns its key.
+func (s *directStore) upsertKey(obj any) (string, error) {
 	key, err := cache.MetaNamespaceKeyFunc(obj)
 	if err != nil {
-		return fmt.Errorf("%s key: %w", s.kind, err)
+		return "", fmt.Errorf("%s %w: %w", s.kind, errNoKey, err)
 	}
 	if obj, err = s.transform(obj); err != nil {
-		return fmt.Errorf("%s %s: %w", s.kind, key, err)
+		return "", fmt.Errorf("%s %s: %w", s.kind, key, err)
 	}
 	s.mu.Lock()
 	_, known := s.keys[key]
@@ -74,7 +84,7 @@ func (s *directStore) upsert(obj any) error {
 	} else {
 		s.deliver(nil, obj)
 	}
-	return nil
+	return key, nil
 }
 
 func (s *directStore) Delete(obj any) error {
@@ -99,27 +109,41 @@ func (s *directStore) Delete(obj any) error {
 // key known before and not listed now. The first one marks the store
 // synced, after its last delivery.
 func (s *directStore) Replace(list []any, _ string) error {
-	listed := make(map[string]struct{}, len(list))
+	s.mu.Lock()
+	// Only keys known before can be gone: none at the first list, which
+	// then needs no set of the listed keys (50k map inserts at 50k slices)
+	// and sizes the store's once.
+	var listed map[string]struct{}
+	if len(s.keys) > 0 {
+		listed = make(map[string]struct{}, len(list))
+	} else {
+		s.keys = make(map[string]struct{}, len(list))
+	}
+	s.mu.Unlock()
 	for _, obj := range list {
-		key, err := cache.MetaNamespaceKeyFunc(obj)
-		if err != nil {
+		key, err := s.upsertKey(obj)
+		if errors.Is(err, errNoKey) {
 			klog.InfoS("Ignoring listed object without a key", "kind", s.kind, "err", err)
 			continue
 		}
-		listed[key] = struct{}{}
-		if err := s.upsert(obj); err != nil {
+		if err != nil {
 			return err
 		}
-	}
-	s.mu.Lock()
-	var gone []string
-	for key := range s.keys {
-		if _, ok := listed[key]; !ok {
-			gone = append(gone, key)
-			delete(s.keys, key)
+		if listed != nil {
+			listed[key] = struct{}{}
 		}
 	}
-	s.mu.Unlock()
+	var gone []string
+	if listed != nil {
+		s.mu.Lock()
+		for key := range s.keys {
+			if _, ok := listed[key]; !ok {
+				gone = append(gone, key)
+				delete(s.keys, key)
+			}
+		}
+		s.mu.Unlock()
+	}
 	for _, key := range gone {
 		s.deliver(s.stubOf(key), nil)
 	}
