@@ -256,6 +256,12 @@ func (s *Syncer) syncOnce() error {
 		s.lastFull = start
 	}
 	s.reportLosses(s.prev, state)
+	if s.prev == nil {
+		// Once per family: when the node started to serve Services, and
+		// what the first sync cost (the lists before it are the informers').
+		klog.InfoS("First sync programmed", "ipFamily", s.family, "servicePorts", state.Services.Len(),
+			"elapsed", end.Sub(start))
+	}
 	s.prev, s.prevNode = state, node
 	s.succeeded(prev, state, mode, changes, start, end)
 	return nil

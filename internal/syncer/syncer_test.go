@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/svcproxy/svcproxy/internal/healthz"
@@ -473,3 +476,35 @@ var (
 	_ Health        = (*healthz.Server)(nil)
 	_ ServiceHealth = (*servicehealth.Server)(nil)
 )
+
+// TestFirstSyncLoggedOnce: the first successful sync of a family says so
+// in the log, with what it cost; later syncs do not.
+func TestFirstSyncLoggedOnce(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	klog.SetLogger(funcr.New(func(_, args string) {
+		mu.Lock()
+		lines = append(lines, args)
+		mu.Unlock()
+	}, funcr.Options{}))
+	t.Cleanup(klog.ClearLogger)
+	f := newFixture(t, "nftables")
+	f.markSynced()
+	f.tracker.OnServiceUpdate(nil, webService(nil))
+	f.mustSync()
+	f.tracker.OnEndpointSliceUpdate(nil, webSlice(time.Time{}, "10.0.0.1"))
+	f.clock.Step(minSyncPeriod)
+	f.mustSync()
+	mu.Lock()
+	defer mu.Unlock()
+	var first []string
+	for _, l := range lines {
+		if strings.Contains(l, "First sync programmed") {
+			first = append(first, l)
+		}
+	}
+	if len(first) != 1 || !strings.Contains(first[0], `"ipFamily"="IPv4"`) || !strings.Contains(first[0], `"servicePorts"=1`) ||
+		!strings.Contains(first[0], `"elapsed"`) {
+		t.Errorf("logged %q, want one first-sync line with the family, service ports and elapsed time", first)
+	}
+}
