@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -33,11 +34,19 @@ import (
 //
 // A listener makes the kernel build a notification per change, so the
 // observer does not run during the cold start (100k+ elements), only
-// during the churn and the restart.
+// during the churn and the restart. And it must be gone when stop
+// returns: the kernel asks whether the group has a listener in any
+// namespace (netlink_has_listeners reads one mask per protocol), so a
+// socket left open in a deleted node namespace made every later run's
+// cold start build a notification per element — 10k × 10 cold syncs
+// took 722 instead of 385 ms (make bench with an nft monitor in another
+// namespace). That is why the first run of every invocation was the
+// fastest until the eighth pass of issue #17 (docs/performance.md).
 type kernelObserver struct {
-	fd   int
-	done chan struct{}
-	log  *os.File
+	fd       int
+	done     chan struct{}
+	stopping atomic.Bool
+	log      *os.File
 
 	mu           sync.Mutex
 	changes      int
@@ -57,6 +66,10 @@ const (
 	nftMsgNewSetElem  = 12
 	nftMsgNewGen      = 16
 )
+
+// observerPoll is how often a reader with nothing to read looks whether
+// it was stopped.
+const observerPoll = 100 * time.Millisecond
 
 // observe starts a kernel observer (its log in c.Work/name); the caller
 // defers the returned stop, which fails t if the socket failed; lost
@@ -149,6 +162,12 @@ func socketOnThread(ns string) (int, error) {
 		return -1, err
 	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20)
+	// A reader blocked in recvfrom keeps the socket alive past close (and
+	// netlink has no shutdown): it wakes up this often to see stop.
+	tv := unix.NsecToTimeval(int64(observerPoll))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return fd, err
+	}
 	err = unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (nfnlgrpNftables - 1)})
 	return fd, err
 }
@@ -161,7 +180,9 @@ func (o *kernelObserver) read() {
 		now := time.Now()
 		if err != nil {
 			switch {
-			case errors.Is(err, unix.EINTR):
+			case errors.Is(err, unix.EAGAIN) && o.stopping.Load():
+				return // the queue is drained
+			case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
 			case errors.Is(err, unix.ENOBUFS):
 				// The kernel dropped notifications (iptables-nft
 				// rewriting 10k Services' rules sends ~80k): the
@@ -233,22 +254,24 @@ func (o *kernelObserver) seen(a netip.Addr) (time.Time, bool) {
 	return t, ok
 }
 
-// stop closes the socket and returns a read error other than a lost
-// notification (counts reports those), if any.
+// stop leaves the group, lets the reader drain what is queued and closes
+// the socket once the reader is out of recvfrom; it returns a read error
+// other than a lost notification (counts reports those), or that the
+// reader did not finish: a listener must not outlive its phase.
 func (o *kernelObserver) stop() error {
-	_ = unix.Shutdown(o.fd, unix.SHUT_RDWR)
-	unix.Close(o.fd)
+	o.stopping.Store(true)
+	leaveErr := unix.SetsockoptInt(o.fd, unix.SOL_NETLINK, unix.NETLINK_DROP_MEMBERSHIP, nfnlgrpNftables)
+	var stuck error
 	select {
 	case <-o.done:
-	case <-time.After(2 * time.Second): // a blocked recvfrom on a closed fd
+		unix.Close(o.fd)
+	case <-time.After(50 * observerPoll): // draining a full buffer takes a while
+		stuck = fmt.Errorf("the reader is still in recvfrom %v after stop: its socket stays open", 50*observerPoll)
 	}
 	o.log.Close()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.readErr != nil && !errors.Is(o.readErr, unix.EBADF) {
-		return o.readErr
-	}
-	return nil
+	return errors.Join(leaveErr, stuck, o.readErr)
 }
 
 // cpuSeconds is the CPU time (user + system) of pid and of its children it

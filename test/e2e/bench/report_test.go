@@ -69,6 +69,7 @@ func rows(children []string) []row {
 	out := []row{
 		{"machine idle in the second before the start (%)", "%.0f", func(r runResult) float64 { return 100 * r.IdleBeforeStart }, noTarget},
 		{"machine speed before the start: SHA-256 of 32 MiB on one CPU, best of 3 (ms)", "%.0f", func(r runResult) float64 { return 1000 * r.SpeedBeforeStart }, noTarget},
+		{"nf_tables listeners seen on the machine before the start (each makes the kernel build a notification per change)", "%.0f", func(r runResult) float64 { return float64(r.ListenersBeforeStart) }, noTarget},
 		{"machine idle in the second before the restart (%)", "%.0f", func(r runResult) float64 { return 100 * r.Restart.IdleBefore }, noTarget},
 		{"start → end of the first sync (s)", "%.2f", func(r runResult) float64 { return r.FirstSync }, noTarget},
 		{"start → every ClusterIP in the kernel (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }, target("start")},

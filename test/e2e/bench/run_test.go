@@ -66,9 +66,12 @@ type runResult struct {
 	// IdleBeforeStart is the machine's idle share over the second before
 	// the proxy started (waitIdle).
 	IdleBeforeStart float64
-	RSSPeak         int64 // svcproxy VmHWM at the end of the run
-	Children        []childPeak
-	WaitMaxRSS      int64 // wait4 maxrss: max(svcproxy, largest child)
+	// ListenersBeforeStart: nf_tables listeners this process could see
+	// just before the start (visibleNftablesListeners).
+	ListenersBeforeStart int
+	RSSPeak              int64 // svcproxy VmHWM at the end of the run
+	Children             []childPeak
+	WaitMaxRSS           int64 // wait4 maxrss: max(svcproxy, largest child)
 }
 
 // runOnce builds a one-node cluster from the seed, starts svcproxy and
@@ -93,6 +96,9 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	n := c.Nodes[0]
 	res.IdleBeforeStart = waitIdle(t, "start")
 	res.SpeedBeforeStart = cpuSpeed()
+	if res.ListenersBeforeStart = visibleNftablesListeners(); res.ListenersBeforeStart != 0 {
+		t.Logf("start: %d nf_tables listeners on the machine (-1: unknown): the kernel builds a notification per change, the start is slower", res.ListenersBeforeStart)
+	}
 	t.Logf("start: a fixed 1-CPU workload (SHA-256 of 32 MiB, best of 3) took %.0f ms", 1000*res.SpeedBeforeStart)
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {
