@@ -76,7 +76,9 @@ type childPeak struct {
 // 20 ms and keeps each name's largest peak RSS. A child that lives less
 // than a sampling period can be missed, and one is read last just before
 // it exits at the latest, so these are lower bounds of the children's
-// peaks; the wait4 maxrss of svcproxy (Proc.Rusage) bounds them from above.
+// peaks; the wait4 maxrss of svcproxy (Proc.Rusage) bounds them from above
+// — loosely: it also holds the benchmark's own peak when it started the
+// proxy (a vfork'd child's exec keeps its parent's high-water mark).
 type childMonitor struct {
 	pid   int
 	stop  chan struct{}

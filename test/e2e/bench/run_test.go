@@ -71,7 +71,7 @@ type runResult struct {
 	ListenersBeforeStart int
 	RSSPeak              int64 // svcproxy VmHWM at the end of the run
 	Children             []childPeak
-	WaitMaxRSS           int64 // wait4 maxrss: max(svcproxy, largest child)
+	WaitMaxRSS           int64 // wait4 maxrss: max(svcproxy, largest child, this binary at the spawn)
 }
 
 // runOnce builds a one-node cluster from the seed, starts svcproxy and
