@@ -40,8 +40,8 @@ import (
 // socket left open in a deleted node namespace made every later run's
 // cold start build a notification per element — 10k × 10 cold syncs
 // took 722 instead of 385 ms (make bench with an nft monitor in another
-// namespace). That is why the first run of every invocation was the
-// fastest until the eighth pass of issue #17 (docs/performance.md).
+// namespace). Until issue #17's ninth pass fixed it, that made the first
+// run of every invocation the fastest (docs/performance.md).
 type kernelObserver struct {
 	fd       int
 	done     chan struct{}
