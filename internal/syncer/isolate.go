@@ -3,7 +3,8 @@ package syncer
 import (
 	"errors"
 	"fmt"
-	"maps"
+	"math/bits"
+	"net/netip"
 	"slices"
 
 	"k8s.io/klog/v2"
@@ -13,92 +14,62 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// maxIsolationSyncs bounds the Proxier.Sync calls spent looking for the
-// service ports a rejected sync came from: one offender among n changed
-// ports costs about 2·log2(n) calls; past the bound the sync just fails.
-const maxIsolationSyncs = 64
-
-// quarantine holds the service ports whose programming the kernel
-// rejected, each at the version it rejected. They stay out of the States
-// handed to the Proxier until they change (or go), or until the next
-// periodic full sync retries them.
-type quarantine map[proxy.ServicePortName]*desired.ServicePort
-
-// QuarantineFunc reports a service port kept out of the dataplane because
-// the kernel rejected it (for an Event on its Service).
-type QuarantineFunc func(name proxy.ServicePortName, err error)
-
-// filter returns state without the quarantined ports that are unchanged,
-// and lifts the quarantine of those that changed or are gone. prev is the
-// State this one was computed from (nil: computed from scratch).
-func (q quarantine) filter(state, prev *desired.State) *desired.State {
-	if len(q) == 0 {
-		return state
-	}
-	out := *state
-	services := model.NewPortMapEditor(state.Services)
-	if state.Changed != nil {
-		out.Changed = maps.Clone(state.Changed)
-	}
-	for name, rejected := range q {
-		cur := out.Service(name)
-		if cur == nil || !cur.Equal(rejected) {
-			delete(q, name) // changed or gone: try it again
-			continue
-		}
-		services.Remove(name)
-		if out.Changed != nil {
-			if prev.Service(name) != nil {
-				out.Changed[name] = struct{}{} // programmed before: remove it
-			} else {
-				delete(out.Changed, name)
-			}
-		}
-	}
-	out.Services = services.Done()
-	return &out
-}
+// maxIsolationSyncs bounds the Proxier.Sync calls one search may spend,
+// whatever it finds: a kernel that refuses nearly everything is failing as
+// a whole, not per service port.
+const maxIsolationSyncs = 4096
 
 // isolation is one search for the service ports behind a rejected sync:
 // it grows a State the kernel accepts from a base, adding the candidates
 // in halves, so that each offender ends up alone in a rejected attempt.
+// Every State it tries holds the base and everything accepted so far:
+// a port the kernel serves stays served while the search runs.
 type isolation struct {
 	s      *Syncer
 	target *desired.State
 	// last is the State the Proxier accepted last in this search; nil
 	// after a rejection (the next attempt must reconcile everything).
-	last  *desired.State
-	calls int
-	bad   map[proxy.ServicePortName]error
+	last *desired.State
+	// perOffender is what finding one offender among the candidates
+	// costs at most (about 2·log2 of their number); the search may
+	// spend that much again for each offender found.
+	perOffender int
+	calls       int
+	bad         map[proxy.ServicePortName]error
 }
 
-// program hands state to the Proxier in mode. When that fails and service
-// ports changed, it finds the ones the kernel rejects, quarantines them and
-// programs everything else. It returns the State that is now programmed and
-// the mode the first attempt ran in. prev is the programmed State state was
-// computed from (nil: from scratch).
-func (s *Syncer) program(state, prev *desired.State, mode proxy.SyncMode) (*desired.State, proxy.SyncMode, error) {
+// program hands state to the Proxier in mode. When that fails, it finds the
+// service ports the kernel rejects, quarantines them and programs
+// everything else. It returns the State that is now programmed and the mode
+// the first attempt ran in.
+//
+// The search starts from the last State the Proxier accepted, whatever the
+// mode: what the kernel served before the failure keeps being served while
+// the search runs, and only the ports that differ from it are suspects.
+// Without one (the first sync of this process) it starts from nothing.
+func (s *Syncer) program(state *desired.State, mode proxy.SyncMode) (*desired.State, proxy.SyncMode, error) {
 	mode, err := s.syncProxier(state, mode)
 	if err == nil {
 		return state, mode, nil
 	}
-	cands := candidates(state, prev)
+	last := s.lastGood
+	cands := candidates(state, last)
 	if len(cands) == 0 {
 		return nil, mode, err
 	}
 	base := withServices(state, model.PortMap[*desired.ServicePort]{})
-	if prev != nil {
+	if last != nil {
 		// What the kernel had before: if even that fails, the fault is
 		// not in the changed ports. After the failure the Proxier's
 		// record of the kernel is suspect: a recovery sync.
-		base = withServices(state, prev.Services)
+		base = withServices(state, guarded(last.Services, state, cands))
 		if _, berr := s.syncProxier(base, proxy.RecoverySync); berr != nil {
 			return nil, mode, err
 		}
 	}
 	klog.InfoS("Sync rejected; looking for the service ports responsible", "ipFamily", s.family, "candidates", len(cands), "err", err)
-	iso := &isolation{s: s, target: state, bad: map[proxy.ServicePortName]error{}}
-	if prev != nil {
+	iso := s.newIsolation(state, len(cands))
+	if last != nil {
 		iso.last = base // programmed just now
 	}
 	good, ierr := iso.search(base, cands)
@@ -109,14 +80,28 @@ func (s *Syncer) program(state, prev *desired.State, mode proxy.SyncMode) (*desi
 		// Nothing consistent found (a transient or global failure).
 		return nil, mode, errors.Join(err, ierr)
 	}
+	klog.InfoS("Found the service ports the kernel rejects", "ipFamily", s.family, "offenders", len(iso.bad), "syncs", iso.calls)
 	for name, berr := range iso.bad {
-		s.quarantined[name] = state.Service(name)
-		klog.ErrorS(berr, "Kernel rejected a service port; keeping it out until it changes", "ipFamily", s.family, "servicePort", name)
-		if s.o.Quarantined != nil {
-			s.o.Quarantined(name, berr)
-		}
+		s.quarantine(name, state.Service(name), good.Service(name), berr)
 	}
+	// Readers of State.Changed take nil as "compare everything".
+	good.Changed = nil
 	return good, mode, nil
+}
+
+func (s *Syncer) newIsolation(target *desired.State, candidates int) *isolation {
+	return &isolation{s: s, target: target, bad: map[proxy.ServicePortName]error{},
+		perOffender: 2*bits.Len(uint(candidates)) + 2}
+}
+
+// quarantine records a rejected service port and reports it.
+func (s *Syncer) quarantine(name proxy.ServicePortName, rejected, held *desired.ServicePort, err error) {
+	s.quarantined[name] = &quarantined{rejected: rejected, held: held, err: err, since: s.clock.Now()}
+	klog.ErrorS(err, "Kernel rejected a service port; keeping it out until it changes", "ipFamily", s.family,
+		"servicePort", name, "previousVersionKept", held != nil)
+	if s.o.Quarantined != nil {
+		s.o.Quarantined(name, err)
+	}
 }
 
 // search returns good plus every candidate the kernel accepts with it.
@@ -130,8 +115,8 @@ func (iso *isolation) search(good *desired.State, cands []proxy.ServicePortName)
 		}
 	}
 	trial := withServices(good, services.Done())
-	if iso.calls >= maxIsolationSyncs {
-		return good, fmt.Errorf("gave up after %d attempts", iso.calls)
+	if budget := min(iso.perOffender*(len(iso.bad)+1), maxIsolationSyncs); iso.calls >= budget {
+		return good, fmt.Errorf("gave up after %d attempts, %d offenders found", iso.calls, len(iso.bad))
 	}
 	err := iso.try(trial)
 	switch {
@@ -169,12 +154,65 @@ func (iso *isolation) try(trial *desired.State) error {
 }
 
 // candidates are the service ports whose change may have caused a
-// rejection, in name order: the changed ones, or all after a full compute.
-func candidates(state, prev *desired.State) []proxy.ServicePortName {
-	if prev == nil || state.Changed == nil {
-		return slices.SortedFunc(state.Services.Keys(), proxy.ServicePortName.Compare)
+// rejection, in name order: those that differ from last (all of them
+// without one). A port the kernel served in last is no suspect while it
+// stays as it was, so a failure two ports cause only together is blamed on
+// the one that changed since, whatever their names.
+func candidates(state, last *desired.State) []proxy.ServicePortName {
+	var out []proxy.ServicePortName
+	for name, sp := range state.Services.All() {
+		if last == nil || !sp.Equal(last.Service(name)) {
+			out = append(out, name)
+		}
 	}
-	return slices.SortedFunc(maps.Keys(state.Changed), proxy.ServicePortName.Compare)
+	if last != nil {
+		for name := range last.Services.Keys() {
+			if state.Service(name) == nil {
+				out = append(out, name)
+			}
+		}
+	}
+	slices.SortFunc(out, proxy.ServicePortName.Compare)
+	return out
+}
+
+// guarded is services as the kernel may keep serving them while the
+// candidates' new versions are tried: unchanged, except that a candidate
+// whose new version narrows its load-balancer source ranges loses its
+// load-balancer frontends meanwhile, so that the wider ranges never stay
+// open because the narrower ones were rejected (a port being deleted too).
+func guarded(services model.PortMap[*desired.ServicePort], target *desired.State, cands []proxy.ServicePortName) model.PortMap[*desired.ServicePort] {
+	edit := model.NewPortMapEditor(services)
+	for _, name := range cands {
+		old, ok := services.Get(name)
+		if !ok || len(old.LoadBalancerIPs) == 0 {
+			continue
+		}
+		if next := target.Service(name); next != nil && !narrows(old.AllowedSources, next.AllowedSources) {
+			continue
+		}
+		closed := *old
+		closed.LoadBalancerIPs, closed.AllowedSources = nil, nil
+		edit.Set(name, &closed)
+	}
+	return edit.Done()
+}
+
+// narrows reports whether the source ranges next let through less than old
+// does (nil: no firewall, everything passes).
+func narrows(old, next []netip.Prefix) bool {
+	if next == nil {
+		return false
+	}
+	if old == nil {
+		return true
+	}
+	for _, p := range old {
+		if !slices.ContainsFunc(next, func(q netip.Prefix) bool { return q.Bits() <= p.Bits() && q.Contains(p.Addr()) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // withServices is state with services (immutable, so shared) and Changed

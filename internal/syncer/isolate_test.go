@@ -27,6 +27,13 @@ type poisonProxier struct {
 	programmed model.PortMap[*desired.ServicePort]
 	rejected   int
 	global     error // fails every Sync when set
+	// cured: the kernel accepts poisonPort now.
+	cured bool
+	// pair, if set, names two Services the kernel refuses together only.
+	pair [2]string
+	// dropped counts the healthy ports (not on poisonPort) that an
+	// accepted Sync removed from the kernel.
+	dropped int
 }
 
 func (p *poisonProxier) Sync(ctx context.Context, s *desired.State, mode proxy.SyncMode) error {
@@ -34,13 +41,34 @@ func (p *poisonProxier) Sync(ctx context.Context, s *desired.State, mode proxy.S
 	if p.global != nil {
 		return p.global
 	}
-	for name, sp := range s.Services.All() {
-		if sp.Port == poisonPort {
-			p.rejected++
-			return fmt.Errorf("netlink: file exists (%s)", name)
+	if err := p.refuses(s); err != nil {
+		p.rejected++
+		return err
+	}
+	for name, sp := range p.programmed.All() {
+		if _, ok := s.Services.Get(name); !ok && sp.Port != poisonPort {
+			p.dropped++
 		}
 	}
 	p.programmed = s.Services
+	return nil
+}
+
+func (p *poisonProxier) refuses(s *desired.State) error {
+	if p.pair != [2]string{} {
+		if s.Service(portOf(p.pair[0])) != nil && s.Service(portOf(p.pair[1])) != nil {
+			return fmt.Errorf("netlink: file exists (%s and %s)", p.pair[0], p.pair[1])
+		}
+		return nil
+	}
+	if p.cured {
+		return nil
+	}
+	for name, sp := range s.Services.All() {
+		if sp.Port == poisonPort {
+			return fmt.Errorf("netlink: file exists (%s)", name)
+		}
+	}
 	return nil
 }
 

@@ -2,7 +2,9 @@ package syncer
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -94,4 +96,77 @@ func backendFor(t *testing.T, env *scenario.Env, mode string, f scenario.Fam) Pr
 		t.Fatalf("%s %s backend: %v", mode, f.Family, err)
 	}
 	return p
+}
+
+// probingProxier checks after every Sync, accepted or not, that chosen
+// healthy Services still answer: a search that takes them out of the
+// kernel for a moment fails it.
+type probingProxier struct {
+	Proxier
+	probe  func() error
+	misses []error
+}
+
+func (p *probingProxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
+	err := p.Proxier.Sync(ctx, st, mode)
+	if perr := p.probe(); perr != nil {
+		p.misses = append(p.misses, perr)
+	}
+	return err
+}
+
+// TestKernelRestartWithPoisonKeepsServing: a process that quarantined a
+// Service the kernel refuses is replaced by a new one (a new backend over
+// the same kernel). The healthy Services answer after every sync the new
+// process makes, and the poison is quarantined again by one retry.
+func TestKernelRestartWithPoisonKeepsServing(t *testing.T) {
+	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
+	for _, mode := range []string{metrics.ModeNFTables, metrics.ModeIPTables} {
+		t.Run(mode, func(t *testing.T) { restartWithPoison(t, mode) })
+	}
+}
+
+func restartWithPoison(t *testing.T, mode string) {
+	env := scenario.NewEnv(t)
+	// First and last in name order: a search from nothing tries one half
+	// of the Services without the other.
+	first := scenario.Spec{Name: "aaa-first", Slot: 39, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}}
+	last := scenario.Spec{Name: "zzz-last", Slot: 40, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}}
+	for _, f := range scenario.Families {
+		file := filepath.Join(t.TempDir(), "quarantine.json")
+		probe := func() error {
+			c := netnstest.Client{NS: env.Pods["pod-c"].NS, Timeout: scenario.DropTimeout}
+			for _, slot := range []int{first.Slot, last.Slot} {
+				if _, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(slot), scenario.SvcPort)); err != nil {
+					return fmt.Errorf("slot %d: %w", slot, err)
+				}
+			}
+			return nil
+		}
+		start := func() (*Syncer, *faultinject.Proxier, *probingProxier) {
+			w := env.NewWorld(f)
+			w.Feed(append(env.Services(), poisonSpec, first, last)...)
+			fi := faultinject.Wrap(backendFor(t, env, mode, f), mode, f.Family)
+			pp := &probingProxier{Proxier: fi, probe: probe}
+			s, err := New(Options{Family: f.Family, Mode: mode, Tracker: w.Tracker(), Proxier: pp,
+				Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
+				MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second, QuarantineFile: file})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := env.Node1.NS.Do(s.syncOnce); err != nil {
+				t.Fatalf("%s: first sync: %v", f.Family, err)
+			}
+			return s, fi, pp
+		}
+		start()
+		s, fi, pp := start()
+		if len(pp.misses) != 0 {
+			t.Errorf("%s: after the restart's syncs healthy Services did not answer %d times (first: %v)", f.Family, len(pp.misses), pp.misses[0])
+		}
+		if len(s.quarantined) != len(scenario.Protocols) || fi.Refused != len(scenario.Protocols) {
+			t.Errorf("%s: after the restart %d ports quarantined with %d refusals, want the poison's %d ports with one retry each",
+				f.Family, len(s.quarantined), fi.Refused, len(scenario.Protocols))
+		}
+	}
 }

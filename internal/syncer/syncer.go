@@ -80,6 +80,9 @@ type Options struct {
 	// Quarantined, if set, is told of each service port the kernel
 	// rejected and that is kept out of the dataplane (for an Event).
 	Quarantined QuarantineFunc
+	// QuarantineFile, if set, keeps the quarantined service ports' names
+	// for the next process (persist.go).
+	QuarantineFile string
 	// FrontendsLost, if set, is told of each service port that newly lost
 	// external or LB frontends to a higher claim (for an Event).
 	FrontendsLost func(name proxy.ServicePortName, lost []desired.LostFrontend)
@@ -98,8 +101,14 @@ type Syncer struct {
 	canaryGone atomic.Bool
 
 	// Owned by the loop goroutine.
-	ctx      context.Context
-	prev     *desired.State // what the Proxier last programmed; nil forces a full sync
+	ctx  context.Context
+	prev *desired.State // what the Proxier last programmed; nil forces a full sync
+	// target is the State prev was programmed for, quarantined ports at
+	// their rejected versions: the base of the next incremental Compute.
+	target *desired.State
+	// lastGood is the last State the Proxier accepted, kept across
+	// failures: what a search for rejected ports starts from.
+	lastGood *desired.State
 	prevNode desired.Node
 	lastFull time.Time
 	// recover makes the next sync a RecoverySync: set at start, after a
@@ -111,8 +120,12 @@ type Syncer struct {
 	readAheadAt time.Time
 	prepareOnce sync.Once
 	noLocal     noLocalCounts
-	// quarantined are service ports the kernel rejected (isolate.go).
+	// quarantined are service ports the kernel rejected (isolate.go);
+	// retryDue: the next successful sync tries them again.
 	quarantined quarantine
+	retryDue    bool
+	// persisted: the names QuarantineFile holds.
+	persisted []proxy.ServicePortName
 }
 
 // New returns a Syncer; nothing happens until Loop.
@@ -129,6 +142,7 @@ func New(o Options) (*Syncer, error) {
 	s := &Syncer{o: o, family: string(o.Family), clock: o.Clock, wake: make(chan struct{}, 1), ctx: context.Background(),
 		quarantined: quarantine{}, recover: true}
 	s.runner = runner.New("sync-"+s.family, s.syncOnce, o.MinSyncPeriod, o.SyncPeriod, FullSyncPeriod, o.Clock)
+	s.loadQuarantine()
 	return s, nil
 }
 
@@ -235,17 +249,26 @@ func (s *Syncer) syncOnce() error {
 	snap, changes := s.o.Tracker.Commit()
 	clearPending()
 	mode := s.decide(node, start)
-	prev := s.prev
+	prev, base := s.prev, s.target
 	if mode.Full() {
-		prev = nil
+		prev, base = nil, nil
 	}
-	state := s.quarantined.filter(desired.Compute(prev, snap, changes, node, s.o.Compute), prev)
+	target := desired.Compute(base, snap, changes, node, s.o.Compute)
+	state := s.quarantined.apply(target, prev)
 	if !mode.Full() && !state.SameGlobals(s.prev) {
 		klog.V(2).InfoS("Node IPs, node port addresses, masquerading or service CIDRs changed; doing a full sync", "ipFamily", s.family)
 		mode = proxy.FullSync
 	}
-	state, mode, err := s.program(state, prev, mode)
+	retry := s.dueForRetry()
+	state, mode, err := s.program(state, mode)
+	if err == nil && len(retry) > 0 {
+		state, err = s.retryQuarantined(state, retry)
+	}
+	if err != nil && retry != nil {
+		s.retryDue = true // after the sync that succeeds
+	}
 	metrics.QuarantinedServicePorts.WithLabelValues(s.family).Set(float64(len(s.quarantined)))
+	s.saveQuarantine()
 	end := s.clock.Now()
 	metrics.SyncProxyRulesLatency.WithLabelValues(s.family).Observe(end.Sub(start).Seconds())
 	if err != nil {
@@ -262,7 +285,7 @@ func (s *Syncer) syncOnce() error {
 		klog.InfoS("First sync programmed", "ipFamily", s.family, "servicePorts", state.Services.Len(),
 			"elapsed", end.Sub(start))
 	}
-	s.prev, s.prevNode = state, node
+	s.prev, s.target, s.lastGood, s.prevNode = state, target, state, node
 	s.succeeded(prev, state, mode, changes, start, end)
 	return nil
 }
@@ -300,7 +323,7 @@ func (s *Syncer) decide(node desired.Node, now time.Time) proxy.SyncMode {
 		return proxy.FullSync
 	case now.Sub(s.lastFull) >= FullSyncPeriod:
 		// Retry what the kernel rejected, in case the cause was passing.
-		clear(s.quarantined)
+		s.retryDue = true
 		return proxy.FullSync
 	}
 	return proxy.PartialSync
@@ -327,8 +350,9 @@ func (s *Syncer) syncProxier(state *desired.State, mode proxy.SyncMode) (proxy.S
 
 func (s *Syncer) failed() {
 	// The Proxier may have programmed part of the state: forget what it
-	// had, so the next sync is a recovery sync.
-	s.prev = nil
+	// had, so the next sync is a recovery sync. lastGood stays: the next
+	// search for rejected ports starts from it.
+	s.prev, s.target = nil, nil
 	s.recover = true
 	switch s.o.Mode {
 	case metrics.ModeNFTables:
