@@ -32,7 +32,7 @@ func localhostProxy(ctx context.Context, cfg *config.Config, family proxy.IPFami
 	if desired.DecideLocalhost(computeOptions(cfg, family)) != desired.LocalhostProxied {
 		return nil
 	}
-	lp := localnodeport.New(ctx, family)
+	lp := localnodeport.New(ctx, family, localnodeport.Options{})
 	go func() {
 		<-ctx.Done()
 		lp.Close()

@@ -154,7 +154,7 @@ func programNode(t *testing.T, env *scenario.Env, family proxy.IPFamily, mode de
 // ns.Do (a socket keeps the namespace it was made in).
 func proxyIn(t *testing.T, ns *netnstest.NS, family proxy.IPFamily) *Proxy {
 	t.Helper()
-	p := New(context.Background(), family)
+	p := New(context.Background(), family, Options{})
 	p.listen = func(network, address string) (ln net.Listener, err error) {
 		err = ns.Do(func() error {
 			ln, err = net.Listen(network, address)

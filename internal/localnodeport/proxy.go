@@ -45,7 +45,8 @@ type Spec struct {
 // port with a node port, with the endpoints its node-port traffic uses
 // (External: the cluster-wide choice, or the local endpoints under
 // externalTrafficPolicy: Local). A port without endpoints is listed; Sync
-// gives it no listener, so the kernel refuses its connections as upstream.
+// gives it no new listener, so the kernel refuses its connections as
+// upstream.
 // Nothing is served unless desired handed the family's localhost node ports
 // to this proxy (State.NodePorts.Localhost is LocalhostProxied).
 func Specs(st *desired.State) []Spec {
@@ -69,11 +70,14 @@ func Specs(st *desired.State) []Spec {
 
 // Proxy runs the loopback listeners of one IP family.
 type Proxy struct {
-	ctx    context.Context
-	logger klog.Logger
-	family proxy.IPFamily
-	addr   netip.Addr
-	clock  clock.Clock
+	ctx     context.Context
+	logger  klog.Logger
+	notices *notices
+	family  proxy.IPFamily
+	addr    netip.Addr
+	clock   clock.WithDelayedExecution
+	opts    Options
+	total   *slots // connections over all ports
 	// listen and dial open the proxy's sockets; tests replace them to
 	// open them in a network namespace of their own.
 	listen func(network, address string) (net.Listener, error)
@@ -83,19 +87,22 @@ type Proxy struct {
 	active map[uint16]*listener
 }
 
-// New returns the Proxy of family; its listeners and connections end with
-// ctx or Close.
-func New(ctx context.Context, family proxy.IPFamily) *Proxy {
-	return newProxy(ctx, family, clock.RealClock{})
+// New returns the Proxy of family, bounded by opts; its listeners and
+// connections end with ctx or Close.
+func New(ctx context.Context, family proxy.IPFamily, opts Options) *Proxy {
+	return newProxy(ctx, family, clock.RealClock{}, opts)
 }
 
-func newProxy(ctx context.Context, family proxy.IPFamily, clk clock.Clock) *Proxy {
+func newProxy(ctx context.Context, family proxy.IPFamily, clk clock.WithDelayedExecution, opts Options) *Proxy {
 	addr := netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	if family == proxy.IPv6 {
 		addr = netip.IPv6Loopback()
 	}
+	opts = opts.withDefaults()
 	d := &net.Dialer{Timeout: dialTimeout}
-	return &Proxy{ctx: ctx, logger: klog.FromContext(ctx), family: family, addr: addr, clock: clk,
+	logger := klog.FromContext(ctx)
+	return &Proxy{ctx: ctx, logger: logger, notices: newNotices(logger, clk), family: family, addr: addr,
+		clock: clk, opts: opts, total: &slots{max: int64(opts.MaxConnections)},
 		listen: net.Listen, dial: d.DialContext, active: map[uint16]*listener{}}
 }
 
@@ -110,27 +117,34 @@ func (p *Proxy) Observe(st *desired.State, _ model.Changes) {
 
 // Sync makes the listeners match specs: a node port with endpoints gets a
 // listener (kept across syncs, its endpoints updated in place so open
-// connections are not cut); the others lose theirs. A port that cannot be
-// bound is logged, counted and tried again at the next Sync.
+// connections are not cut); a port no longer listed loses its listener at
+// once; a port whose endpoints all went keeps its listener and its open
+// connections for the grace period (Options.EmptyGrace), resetting new
+// connections, and loses it if the endpoints are still gone then. A port
+// that cannot be bound is logged, counted and tried again at the next Sync.
 func (p *Proxy) Sync(specs []Spec) {
-	want := make(map[uint16]*Spec, len(specs))
+	listed := make(map[uint16]*Spec, len(specs))
 	for i := range specs {
-		if len(specs[i].Endpoints) > 0 {
-			want[specs[i].Port] = &specs[i]
-		}
+		listed[specs[i].Port] = &specs[i]
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for port, l := range p.active {
-		if _, ok := want[port]; !ok {
+		spec, ok := listed[port]
+		switch {
+		case !ok:
 			p.logger.V(2).Info("Removing localhost node port proxy", "port", port, "ipFamily", p.family)
-			l.close()
-			delete(p.active, port)
+			p.remove(port, l)
+		case len(spec.Endpoints) == 0:
+			l.update(spec)
+			p.startGrace(port, l)
+		default:
+			l.stopGrace()
+			l.update(spec)
 		}
 	}
-	for port, spec := range want {
-		if l, ok := p.active[port]; ok {
-			l.update(spec)
+	for port, spec := range listed {
+		if _, ok := p.active[port]; ok || len(spec.Endpoints) == 0 {
 			continue
 		}
 		l, err := p.serve(spec)
@@ -142,6 +156,41 @@ func (p *Proxy) Sync(specs []Spec) {
 		p.active[port] = l
 		p.logger.V(4).Info("Created localhost node port proxy", "service", spec.Name, "port", port, "endpoints", len(spec.Endpoints))
 	}
+	p.countListeners()
+}
+
+// startGrace removes l once the grace period ends unless its endpoints
+// come back first (Sync then stops it). p.mu is held.
+func (p *Proxy) startGrace(port uint16, l *listener) {
+	if l.grace != nil {
+		return
+	}
+	l.graceRound++
+	round := l.graceRound
+	// On its own goroutine: a clock may run timer functions while holding
+	// its lock, and removing the listener stops the timer.
+	l.grace = p.clock.AfterFunc(p.opts.EmptyGrace, func() { go p.endGrace(port, l, round) })
+}
+
+func (p *Proxy) endGrace(port uint16, l *listener, round int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.active[port] != l || l.grace == nil || l.graceRound != round {
+		return // endpoints came back, or the listener went, meanwhile
+	}
+	p.logger.V(2).Info("Removing localhost node port proxy: no endpoints after the grace period",
+		"port", port, "ipFamily", p.family, "grace", p.opts.EmptyGrace)
+	p.remove(port, l)
+	p.countListeners()
+}
+
+// remove closes l, cutting its connections. p.mu is held.
+func (p *Proxy) remove(port uint16, l *listener) {
+	l.close()
+	delete(p.active, port)
+}
+
+func (p *Proxy) countListeners() {
 	metrics.LocalhostNodePortListeners.WithLabelValues(string(p.family)).Set(float64(len(p.active)))
 }
 
@@ -150,10 +199,9 @@ func (p *Proxy) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for port, l := range p.active {
-		l.close()
-		delete(p.active, port)
+		p.remove(port, l)
 	}
-	metrics.LocalhostNodePortListeners.WithLabelValues(string(p.family)).Set(0)
+	p.countListeners()
 }
 
 // Ports returns the node ports that have a listener, for tests and logs.
@@ -174,7 +222,9 @@ func (p *Proxy) serve(spec *Spec) (*listener, error) {
 		return nil, fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
-	l := &listener{port: spec.Port, logger: p.logger, ln: ln, cancel: cancel, clock: p.clock, dial: p.dial,
+	l := &listener{port: spec.Port, family: string(p.family), logger: p.logger, notices: p.notices,
+		ln: ln, cancel: cancel, clock: p.clock, dial: p.dial, idle: p.opts.IdleTimeout,
+		conns: &slots{max: int64(p.opts.MaxConnectionsPerPort)}, total: p.total,
 		endpoints: spec.Endpoints, affinity: spec.Affinity}
 	go l.serve(ctx)
 	return l, nil

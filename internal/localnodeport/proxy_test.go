@@ -107,8 +107,14 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 
 func newTestProxy(t *testing.T, family proxy.IPFamily) (*Proxy, *clocktesting.FakeClock) {
 	t.Helper()
+	return newBoundedTestProxy(t, family, Options{})
+}
+
+// newBoundedTestProxy is newTestProxy with opts instead of the defaults.
+func newBoundedTestProxy(t *testing.T, family proxy.IPFamily, opts Options) (*Proxy, *clocktesting.FakeClock) {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Now())
-	p := newProxy(context.Background(), family, clk)
+	p := newProxy(context.Background(), family, clk, opts)
 	t.Cleanup(p.Close)
 	return p, clk
 }

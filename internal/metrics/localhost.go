@@ -8,6 +8,16 @@ import (
 // LabelProtocol is the protocol label of the localhost node-port rejects.
 const LabelProtocol = "protocol"
 
+// LabelReason says why the localhost node-port proxy refused a connection.
+const LabelReason = "reason"
+
+// The reasons of LocalhostNodePortRefusedConnectionsTotal.
+const (
+	RefusedPortLimit   = "port_limit"   // the node port's connection cap
+	RefusedLimit       = "limit"        // the family's connection cap
+	RefusedNoEndpoints = "no_endpoints" // the port's endpoints went away
+)
+
 // The localhost node-port families of nftables mode (gate
 // KubeProxyNFTablesLocalhostNodePorts, KEP-6032), registered only with the
 // gate on, as upstream's (WithLocalhostNodePorts).
@@ -20,6 +30,13 @@ var (
 	// that could not be bound on loopback.
 	LocalhostNodePortListenerCreationFailuresTotal = counter("nftables_localhost_nodeport_listener_creation_failures_total",
 		"Number of localhost NodePort userspace proxy listener creation failures.", LabelIPFamily)
+	// LocalhostNodePortRefusedConnectionsTotal counts the connections the
+	// proxy accepted and reset instead of serving; svcproxy's own, hence
+	// its prefix.
+	LocalhostNodePortRefusedConnectionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svcproxy_localhost_nodeport_refused_connections_total",
+		Help: "Connections to localhost NodePorts that the userspace proxy reset instead of serving: port_limit and limit when its connection caps were reached, no_endpoints while a port whose endpoints went away keeps its listener.",
+	}, []string{LabelIPFamily, LabelReason})
 )
 
 // LocalhostRejects reads the packet counts of the nftables counters that
@@ -40,6 +57,7 @@ func newLocalhostCollectors(r LocalhostRejects) []prometheus.Collector {
 	return []prometheus.Collector{
 		LocalhostNodePortListeners,
 		LocalhostNodePortListenerCreationFailuresTotal,
+		LocalhostNodePortRefusedConnectionsTotal,
 		&rejectCollector{reader: r, desc: prometheus.NewDesc("kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
 			alpha("Number of packets rejected on localhost NodePorts. UDP and SCTP are always rejected; TCP is rejected when the localhost NodePort proxy is not running"),
 			[]string{LabelIPFamily, LabelProtocol}, nil)},
