@@ -25,12 +25,18 @@ import (
 // filter kube-proxy's events keep working.
 const reportingController = "kube-proxy"
 
-// eventSink records kube-proxy's events through the events.k8s.io API.
+// eventSink records kube-proxy's events through the events.k8s.io API:
+// upstream's Events, about this node, through client-go's recorder; the
+// Events about what every node decides alike, once for all nodes
+// (sharedEvents).
 type eventSink struct {
 	recorder events.EventRecorder
 	nodeName string
 	// client sends finalWarning's Event itself (nil: through the recorder).
 	client kubernetes.Interface
+	// shared posts the Events about Services and their endpoints (nil:
+	// none are posted).
+	shared *sharedEvents
 }
 
 func newEventSink(ctx context.Context, client kubernetes.Interface, nodeName string) *eventSink {
@@ -40,6 +46,7 @@ func newEventSink(ctx context.Context, client kubernetes.Interface, nodeName str
 		recorder: broadcaster.NewRecorder(scheme.Scheme, reportingController),
 		nodeName: nodeName,
 		client:   client,
+		shared:   newSharedEvents(ctx, client),
 	}
 }
 
@@ -91,10 +98,10 @@ func (e *eventSink) healthCheckFailed(svc proxy.ServiceName, err error) {
 }
 
 // invalidParts reports what parsing an object ignored, one Warning per
-// problem, its reason naming the field (model.Problem); identical events
-// are folded into a series by the recorder.
+// problem, its reason naming the field (model.Problem). Every node parses
+// the object alike, so the note is the same from each: one Event.
 func (e *eventSink) invalidParts(kind, namespace, name string, problems []error) {
-	ref := &v1.ObjectReference{Kind: kind, Namespace: namespace, Name: name}
+	ref := v1.ObjectReference{Kind: kind, Namespace: namespace, Name: name}
 	if kind == "EndpointSlice" {
 		ref.APIVersion = "discovery.k8s.io/v1"
 	}
@@ -104,32 +111,48 @@ func (e *eventSink) invalidParts(kind, namespace, name string, problems []error)
 		if errors.As(err, &p) {
 			reason = p.Reason
 		}
-		e.recorder.Eventf(ref, nil, v1.EventTypeWarning, reason, "ParseObject", "node %s ignores %s", e.nodeName, clip(err.Error()))
+		e.shared.post(ref, reason, "ParseObject", "ignored: "+clip(err.Error()))
 	}
 }
 
-// quarantined reports a service port the kernel rejected, which this node
-// keeps out of its dataplane until the Service or its endpoints change.
+// quarantined reports a service port the kernel rejected, which is kept
+// out of the dataplane until the Service or its endpoints change. The
+// note quotes the backend's error, not the node: nodes whose kernels
+// refuse alike post one Event. The kernel refused an attempt that added
+// this port alone to rules it had accepted, so the error is about this
+// port's rules, not about other tenants' Services.
 func (e *eventSink) quarantined(port proxy.ServicePortName, err error) {
-	ref := &v1.ObjectReference{Kind: "Service", Namespace: port.Namespace, Name: port.Name}
-	e.recorder.Eventf(ref, nil, v1.EventTypeWarning, "KernelRejectedServicePort", "SyncProxyRules",
-		"node %s: the kernel rejected the rules of port %q (%s); they are left out until the Service or its endpoints change",
-		e.nodeName, port.String(), clip(err.Error()))
+	ref := v1.ObjectReference{Kind: "Service", Namespace: port.Namespace, Name: port.Name}
+	e.shared.post(ref, "KernelRejectedServicePort", "SyncProxyRules", fmt.Sprintf(
+		"the kernel rejected the rules of port %q (%s); they are left out until the Service or its endpoints change",
+		port.String(), clip(err.Error())))
 }
 
 // frontendsLost reports external or LB IPs of a Service port that another
-// Service holds with a higher claim: the reason names the field.
+// claim holds: the reason names the field. The Event is readable in the
+// loser's namespace, whose tenant chose the address and may be probing, so
+// it names the winner only if that is in the same namespace.
 func (e *eventSink) frontendsLost(port proxy.ServicePortName, lost []desired.LostFrontend) {
-	ref := &v1.ObjectReference{Kind: "Service", Namespace: port.Namespace, Name: port.Name}
+	ref := v1.ObjectReference{Kind: "Service", Namespace: port.Namespace, Name: port.Name}
 	for _, l := range lost {
 		reason := "ExternalIPConflict"
 		if l.Kind == desired.ClaimLoadBalancerIP {
 			reason = "LoadBalancerIPConflict"
 		}
-		e.recorder.Eventf(ref, nil, v1.EventTypeWarning, reason, "SyncProxyRules",
-			"node %s: %s %s of port %q is not served: %s holds the same address, protocol and port",
-			e.nodeName, l.Kind, l.Addr, port.String(), l.Winner.String())
+		e.shared.post(ref, reason, "SyncProxyRules", fmt.Sprintf(
+			"%s %s of port %q is not served: %s holds the same address, protocol and port",
+			l.Kind, l.Addr, port.String(), claimant(port, l.Winner)))
 	}
+}
+
+// claimant names the winner of a frontend lost by loser as far as loser's
+// tenant may know it: a Service port of its own namespace by name, any
+// other only as such.
+func claimant(loser, winner proxy.ServicePortName) string {
+	if winner.Namespace == loser.Namespace {
+		return fmt.Sprintf("Service port %q", winner.String())
+	}
+	return "another Service"
 }
 
 // maxNoteDetail bounds what an event quotes of an error: the API refuses

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -71,12 +72,13 @@ func (w *schedulerWarner) check(before map[proxy.ServiceName]string, sp *desired
 	w.warned[svc] = value
 }
 
-// invalidScheduler records the Warning event for observe.
+// invalidScheduler records the Warning event for observe; every IPVS
+// node ignores the annotation alike, so they post one Event.
 func (e *eventSink) invalidScheduler(svc proxy.ServiceName, value string) {
-	ref := &v1.ObjectReference{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}
-	e.recorder.Eventf(ref, nil, v1.EventTypeWarning, "InvalidIPVSScheduler", "SyncProxyRules",
+	ref := v1.ObjectReference{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}
+	e.shared.post(ref, "InvalidIPVSScheduler", "SyncProxyRules", fmt.Sprintf(
 		"annotation %s=%q names no IPVS scheduler (one of %v); the node's default is used",
-		model.SchedulerAnnotation, value, kipvs.Schedulers)
+		model.SchedulerAnnotation, value, kipvs.Schedulers))
 }
 
 // chainAfterSync runs every hook after a sync, in order.
