@@ -270,7 +270,10 @@ $SVCPROXY_BUILD_ERR"
   for i in 1 2; do
     cfg=$(write_config "$i")
     log "node$i: svcproxy --config ${cfg#"$ROOT"/} --hostname-override node-$i"
-    spawn "svcproxy-node$i" "node$i" "$SVCPROXY_BIN" --config "$cfg" --hostname-override "node-$i" -v "$LOGV"
+    # Each node its own state socket: both run on this machine, and a unix socket is a file,
+    # not part of the network namespace. svcproxy explain takes the same --state-socket.
+    spawn "svcproxy-node$i" "node$i" "$SVCPROXY_BIN" --config "$cfg" --hostname-override "node-$i" -v "$LOGV" \
+      --state-socket "$WORK/run/node$i/svcproxy.sock"
   done
   local t0=$SECONDS ok
   for i in 1 2; do

@@ -42,6 +42,7 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	cfg.Master = o.master
 	cfg.ConfigFile = o.configFile
 	cfg.ServiceProxyName = o.serviceProxyName
+	cfg.StateSocket = o.stateSocket
 	cfg.Flags = map[string]string{}
 	fs.VisitAll(func(f *pflag.Flag) {
 		// The removed flags only refuse themselves: /flagz lists kube-proxy's

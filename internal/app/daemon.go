@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -19,6 +20,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/healthz"
 	"github.com/svcproxy/svcproxy/internal/leftovers"
+	"github.com/svcproxy/svcproxy/internal/localapi"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
@@ -48,7 +50,7 @@ type daemon struct {
 	svcHealth *servicehealth.Server
 	events    *eventSink
 	// state keeps the last programmed State per family for
-	// `svcproxy explain` (served on the metrics port, loopback only).
+	// `svcproxy explain` (served on the local API's unix socket).
 	state *debugstate.Recorder
 	// schedulers warns about invalid per-Service IPVS scheduler annotations.
 	schedulers *schedulerWarner
@@ -154,6 +156,8 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	cleaned := d.startCleanup(ctx)
 	d.serve(ctx)
+	closeLocal := d.serveLocal()
+	defer closeLocal() // removes the socket before the process exits
 	conntrackClient, err := kconntrack.New()
 	if err != nil {
 		return fmt.Errorf("opening the conntrack netlink socket: %w", err)
@@ -222,24 +226,49 @@ func (d *daemon) serve(ctx context.Context) {
 		d.logger.Error(err, "Registering metrics failed")
 	}
 	if addr := d.cfg.MetricsBindAddress; addr != "" {
-		handler := metrics.NewHandler(metrics.HandlerOptions{
-			Gatherer:        gatherer,
-			Mode:            string(d.cfg.Mode),
-			Config:          configzObject(d.cfg),
-			EnableProfiling: d.cfg.EnableProfiling,
-			ZPages: &metrics.ZPages{
-				Component: reportingController, Flags: d.cfg.Flags, Started: processStart,
-				BinaryVersion: Version, EmulationVersion: config.UpstreamVersion,
-				Paths: []string{"/configz", "/flagz", "/healthz", "/metrics", "/proxyMode", "/statusz"},
-			},
-		})
-		handler = metrics.WithHandlers(handler, map[string]http.Handler{
-			debugstate.Path: d.state.Handler(debugstate.HandlerOptions{}),
-		})
-		go metrics.Serve(ctx, metrics.ServeOptions{Name: "metrics", Addr: addr, Handler: handler, HardFail: metricsFail})
+		go metrics.Serve(ctx, metrics.ServeOptions{Name: "metrics", Addr: addr, Handler: d.metricsHandler(gatherer), HardFail: metricsFail})
 	}
 	if addr := d.cfg.HealthzBindAddress; addr != "" {
 		go d.health.Serve(ctx, addr, healthzFail)
+	}
+}
+
+// metricsHandler is what the metrics server (metricsBindAddress) serves.
+func (d *daemon) metricsHandler(gatherer prometheus.Gatherer) http.Handler {
+	return metrics.NewHandler(metrics.HandlerOptions{
+		Gatherer:        gatherer,
+		Mode:            string(d.cfg.Mode),
+		Config:          configzObject(d.cfg),
+		EnableProfiling: d.cfg.EnableProfiling,
+		ZPages: &metrics.ZPages{
+			Component: reportingController, Flags: d.cfg.Flags, Started: processStart,
+			BinaryVersion: Version, EmulationVersion: config.UpstreamVersion,
+			Paths: []string{"/configz", "/flagz", "/healthz", "/metrics", "/proxyMode", "/statusz"},
+		},
+	})
+}
+
+// serveLocal serves the local API on the unix socket --state-socket (none
+// if it is empty) and returns what closes it and removes the socket. The
+// programmed state is served there, not on the metrics port: it lists every
+// Service and endpoint of the cluster, and the socket is root's alone. A
+// failure is logged, not fatal: the socket serves operators, not traffic.
+func (d *daemon) serveLocal() (closeLocal func()) {
+	path := d.cfg.StateSocket
+	if path == "" {
+		return func() {}
+	}
+	srv, err := localapi.Start(path, map[string]http.Handler{
+		debugstate.Path: d.state.Handler(debugstate.HandlerOptions{Mode: string(d.cfg.Mode)}),
+	})
+	if err != nil {
+		d.logger.Error(err, "Serving the state socket failed: svcproxy explain will not work on this node", "path", path)
+		return func() {}
+	}
+	return func() {
+		if err := srv.Close(); err != nil {
+			d.logger.Error(err, "Closing the state socket", "path", path)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -31,13 +33,15 @@ func freeAddr(t *testing.T) string {
 }
 
 // TestNothingListensBeforeTheNodeExists: as upstream, the metrics and health
-// ports stay closed while run waits for this Node (issue #16). run stops
-// at awaitNode here — the Node never appears — so nothing past it (sysctls,
-// the kernel) is reached; serving before awaitNode would open the ports.
+// ports (and svcproxy's state socket) stay closed while run waits for this
+// Node (issue #16). run stops at awaitNode here — the Node never appears —
+// so nothing past it (sysctls, the kernel) is reached; serving before
+// awaitNode would open the ports.
 func TestNothingListensBeforeTheNodeExists(t *testing.T) {
 	metricsAddr, healthzAddr := freeAddr(t), freeAddr(t)
+	socket := filepath.Join(t.TempDir(), "svcproxy.sock")
 	cfg := mustRun(t, "--hostname-override=n1", "--proxy-mode=nftables",
-		"--metrics-bind-address="+metricsAddr, "--healthz-bind-address="+healthzAddr)
+		"--metrics-bind-address="+metricsAddr, "--healthz-bind-address="+healthzAddr, "--state-socket="+socket)
 	client := fake.NewClientset()
 	d := &daemon{cfg: cfg, logger: klog.Background(), client: client, nodeName: "n1",
 		node: newNodeView("n1", cfg.BindAddress), health: healthz.New(cfg.SyncPeriod, clock.RealClock{}),
@@ -70,6 +74,9 @@ func TestNothingListensBeforeTheNodeExists(t *testing.T) {
 			c.Close()
 			t.Errorf("%s port %s listens before the Node exists", name, addr)
 		}
+	}
+	if _, err := os.Lstat(socket); !os.IsNotExist(err) {
+		t.Errorf("the state socket exists before the Node does (%v)", err)
 	}
 }
 

@@ -3,10 +3,8 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/explain"
+	"github.com/svcproxy/svcproxy/internal/localapi"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
@@ -29,24 +28,23 @@ func addSubcommands(root *cobra.Command) {
 }
 
 type explainOptions struct {
-	server            string
+	socket            string
 	source            string
 	fromPod, fromHost bool
 	json              bool
 }
 
 func newExplainCommand() *cobra.Command {
-	o := explainOptions{server: "http://127.0.0.1:10249"}
+	o := explainOptions{socket: localapi.DefaultPath}
 	cmd := &cobra.Command{
 		Use:   "explain DEST_IP:PORT[/PROTO]",
 		Short: "Explain how this node handles a packet to a Service address",
-		Long: `explain asks the svcproxy running on this node (its metrics server) for the
+		Long: `explain asks the svcproxy running on this node (on its unix socket) for the
 state it last programmed and prints how a new connection to DEST_IP:PORT/PROTO
 is handled: the Service port and frontend it matches, the traffic policy and
 endpoints that apply and why, affinity, masquerade, and the kernel objects that
-implement it. PROTO is TCP (default), UDP or SCTP. Run it on the node (for
-example with kubectl exec into the svcproxy pod): the state is served to
-loopback clients only.`,
+implement it. PROTO is TCP (default), UDP or SCTP. Run it on the node as root,
+for example with kubectl exec into the svcproxy pod: the socket is root's only.`,
 		Example: `  svcproxy explain 10.96.0.10:53/UDP --from-pod
   svcproxy explain 192.168.0.10:30080 --source 203.0.113.7
   svcproxy explain [fd00::10]:443/TCP --from-host
@@ -58,7 +56,7 @@ loopback clients only.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.server, "server", o.server, "URL of svcproxy's metrics server (metricsBindAddress)")
+	fs.StringVar(&o.socket, "state-socket", o.socket, "the unix socket svcproxy serves its state on (its --state-socket)")
 	fs.StringVar(&o.source, "source", "", "source IP of the packet (decides pod vs external with a CIDR detector, hairpin, loadBalancerSourceRanges)")
 	fs.BoolVar(&o.fromPod, "from-pod", false, "the packet comes from a pod on this node")
 	fs.BoolVar(&o.fromHost, "from-host", false, "the packet comes from the node itself")
@@ -72,25 +70,21 @@ func (o explainOptions) run(ctx context.Context, w io.Writer, target string) err
 	if err != nil {
 		return err
 	}
-	c := &http.Client{Timeout: 10 * time.Second}
-	mode, err := fetch(ctx, c, o.server+"/proxyMode")
-	if err != nil {
-		return err
-	}
-	state, err := fetchState(ctx, c, o.server, proxy.FamilyOf(pkt.Dest))
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	mode, state, err := fetchState(ctx, localapi.NewClient(o.socket), proxy.FamilyOf(pkt.Dest))
 	if err != nil {
 		return err
 	}
 	e := explain.Explain(state, pkt)
-	m := strings.TrimSpace(string(mode))
-	objects, err := explain.Objects(ctx, m, state, e)
+	objects, err := explain.Objects(ctx, mode, state, e)
 	if err != nil {
 		objects = append(objects, "(cannot name them: "+err.Error()+")")
 	}
 	if o.json {
-		return e.WriteJSON(w, m, objects)
+		return e.WriteJSON(w, mode, objects)
 	}
-	return e.Write(w, m, objects)
+	return e.Write(w, mode, objects)
 }
 
 // packet parses DEST_IP:PORT[/PROTO] and the source flags.
@@ -123,43 +117,24 @@ func (o explainOptions) packet(target string) (explain.Packet, error) {
 	return p, nil
 }
 
-// fetchState gets the last programmed State of family.
-func fetchState(ctx context.Context, c *http.Client, server string, family proxy.IPFamily) (*desired.State, error) {
-	body, err := fetch(ctx, c, server+debugstate.Path+"?family="+url.QueryEscape(string(family)))
+// fetchState gets the proxy mode and the last programmed State of family.
+func fetchState(ctx context.Context, c *localapi.Client, family proxy.IPFamily) (string, *desired.State, error) {
+	body, err := c.Get(ctx, debugstate.Path+"?family="+url.QueryEscape(string(family)))
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
+	defer body.Close()
 	var dump debugstate.Dump
-	if err := json.Unmarshal(body, &dump); err != nil {
-		return nil, fmt.Errorf("decoding the state: %w", err)
+	if err := json.NewDecoder(io.LimitReader(body, maxStateBytes)).Decode(&dump); err != nil {
+		return "", nil, fmt.Errorf("decoding the state: %w", err)
 	}
 	if len(dump.States) == 0 {
-		return nil, fmt.Errorf("svcproxy has not programmed any %s state yet (no successful sync)", family)
+		return "", nil, fmt.Errorf("svcproxy has not programmed any %s state yet (no successful sync)", family)
 	}
-	return dump.States[0].Decode()
+	state, err := dump.States[0].Decode()
+	return dump.Mode, state, err
 }
 
-func fetch(ctx context.Context, c *http.Client, u string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("request %s: %w", u, err)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("asking svcproxy (is it running, and is --server its metricsBindAddress?): %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", u, err)
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return body, nil
-	case http.StatusForbidden:
-		return nil, errors.New("svcproxy serves its state to loopback clients only: run explain on the node, e.g. kubectl exec into the svcproxy pod")
-	case http.StatusNotFound:
-		return nil, fmt.Errorf("%s: not found (a kube-proxy, or a svcproxy without the debug state endpoint?)", u)
-	}
-	return nil, fmt.Errorf("%s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
-}
+// maxStateBytes bounds what explain reads from the socket, far above any
+// real cluster's state.
+const maxStateBytes = 1 << 30

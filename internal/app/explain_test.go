@@ -4,30 +4,34 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"k8s.io/klog/v2"
+
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/explain"
-	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// explainServer is a metrics handler with the debug state, on loopback, as
-// the daemon serves it.
-func explainServer(t *testing.T, rec *debugstate.Recorder) *httptest.Server {
+// explainSocket serves rec as the daemon does (serveLocal) on a unix socket
+// in a fresh directory and returns the socket's path.
+func explainSocket(t *testing.T, rec *debugstate.Recorder) string {
 	t.Helper()
-	h := metrics.WithHandlers(metrics.NewHandler(metrics.HandlerOptions{Mode: "nftables"}),
-		map[string]http.Handler{debugstate.Path: rec.Handler(debugstate.HandlerOptions{})})
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv
+	path := filepath.Join(t.TempDir(), "run", "svcproxy.sock")
+	d := &daemon{cfg: mustRun(t, "--hostname-override=n1", "--proxy-mode=nftables", "--state-socket="+path),
+		logger: klog.Background(), state: rec}
+	t.Cleanup(d.serveLocal())
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("serveLocal: %v", err)
+	}
+	return path
 }
 
 func runExplain(t *testing.T, args ...string) (string, error) {
@@ -43,8 +47,8 @@ func runExplain(t *testing.T, args ...string) (string, error) {
 
 func TestExplainCommand(t *testing.T) {
 	rec := debugstate.NewRecorder()
-	srv := explainServer(t, rec)
-	if _, err := runExplain(t, "10.96.0.10:53/UDP", "--server", srv.URL); err == nil || !strings.Contains(err.Error(), "no successful sync") {
+	sock := explainSocket(t, rec)
+	if _, err := runExplain(t, "10.96.0.10:53/UDP", "--state-socket", sock); err == nil || !strings.Contains(err.Error(), "no successful sync") {
 		t.Errorf("before a sync: err = %v", err)
 	}
 	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "kube-system", Name: "kube-dns"}, Port: "dns", Protocol: proxy.UDP}
@@ -56,7 +60,7 @@ func TestExplainCommand(t *testing.T) {
 		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{name: {Name: name, Protocol: proxy.UDP, Port: 53,
 			ClusterIP: netip.MustParseAddr("10.96.0.10"), Internal: ep, External: ep, Cluster: ep}}),
 	}, model.Changes{})
-	out, err := runExplain(t, "10.96.0.10:53/udp", "--server", srv.URL, "--from-pod")
+	out, err := runExplain(t, "10.96.0.10:53/udp", "--state-socket", sock, "--from-pod")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +71,7 @@ func TestExplainCommand(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = runExplain(t, "10.96.0.10:53/UDP", "--server", srv.URL, "--source", "10.244.1.9", "--json")
+	out, err = runExplain(t, "10.96.0.10:53/UDP", "--state-socket", sock, "--source", "10.244.1.9", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +83,7 @@ func TestExplainCommand(t *testing.T) {
 		!slices.Equal(r.Endpoints, []string{"10.244.1.2:53"}) || r.Mode != "nftables" || len(r.Objects) == 0 || len(r.Reasons) == 0 {
 		t.Errorf("--json: %+v", r)
 	}
-	if _, err := runExplain(t, "[fd00::10]:53/UDP", "--server", srv.URL); err == nil || !strings.Contains(err.Error(), "IPv6") {
+	if _, err := runExplain(t, "[fd00::10]:53/UDP", "--state-socket", sock); err == nil || !strings.Contains(err.Error(), "IPv6") {
 		t.Errorf("IPv6 without state: err = %v", err)
 	}
 }
@@ -94,7 +98,7 @@ func TestExplainArguments(t *testing.T) {
 		{[]string{"10.0.0.1:80", "--source", "nope"}, "--source"},
 		{[]string{"10.0.0.1:80", "--from-pod", "--from-host"}, "none of the others"},
 		{[]string{}, "accepts 1 arg"},
-		{[]string{"10.0.0.1:80", "--server", "http://127.0.0.1:1"}, "is it running"},
+		{[]string{"10.0.0.1:80", "--state-socket", filepath.Join(t.TempDir(), "none.sock")}, "is it running"},
 	} {
 		if _, err := runExplain(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("explain %v: err = %v, want it to mention %q", tc.args, err, tc.want)
@@ -103,25 +107,6 @@ func TestExplainArguments(t *testing.T) {
 	p, err := explainOptions{source: "::ffff:10.0.0.9"}.packet("[::ffff:10.96.0.1]:443")
 	if err != nil || p.Dest != netip.MustParseAddr("10.96.0.1") || p.Source != netip.MustParseAddr("10.0.0.9") || p.Protocol != proxy.TCP {
 		t.Errorf("packet = %+v, %v", p, err)
-	}
-}
-
-func TestExplainRemoteRefused(t *testing.T) {
-	rec := debugstate.NewRecorder()
-	// A server that sees every client as remote, as a node's metrics
-	// server sees a client elsewhere.
-	h := rec.Handler(debugstate.HandlerOptions{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/proxyMode" {
-			_, _ = io.WriteString(w, "iptables")
-			return
-		}
-		r.RemoteAddr = "192.0.2.1:5555"
-		h.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	if _, err := runExplain(t, "10.0.0.1:80", "--server", srv.URL); err == nil || !strings.Contains(err.Error(), "loopback clients only") {
-		t.Errorf("err = %v", err)
 	}
 }
 
@@ -143,7 +128,7 @@ func TestVersionRaw(t *testing.T) {
 // State (through the debug wire form), not guess "Cluster" from the sets.
 func TestExplainInternalLocalAllLocal(t *testing.T) {
 	rec := debugstate.NewRecorder()
-	srv := explainServer(t, rec)
+	sock := explainSocket(t, rec)
 	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "default", Name: "local"}, Protocol: proxy.TCP}
 	ep := desired.Dispatch{Endpoints: []desired.Endpoint{{IP: netip.MustParseAddr("10.244.1.2"), Port: 80}}}
 	rec.Record(&desired.State{
@@ -151,7 +136,7 @@ func TestExplainInternalLocalAllLocal(t *testing.T) {
 		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{name: {Name: name, Protocol: proxy.TCP, Port: 80,
 			ClusterIP: netip.MustParseAddr("10.96.0.11"), Internal: ep, External: ep, Cluster: ep, InternalLocal: true}}),
 	}, model.Changes{})
-	out, err := runExplain(t, "10.96.0.11:80", "--server", srv.URL, "--from-pod")
+	out, err := runExplain(t, "10.96.0.11:80", "--state-socket", sock, "--from-pod")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 const ignoredWithConfig = " This parameter is ignored if a config file is specified by --config."
 
 // addFlags registers kube-proxy's Linux flags (contract §1.2) with upstream's
-// names and defaults, plus svcproxy's --service-proxy-name.
+// names and defaults, plus svcproxy's --service-proxy-name and --state-socket.
 func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
 	o.addGeneralFlags(fs)
@@ -50,6 +50,7 @@ func (o *options) addGeneralFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "If true enables profiling via web interface on /debug/pprof handler."+ignoredWithConfig)
 	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", c.ShowHiddenMetricsForVersion, "The previous version for which you want to show hidden metrics. Only the previous minor version is meaningful, other values will not be allowed. The format is <major>.<minor>, e.g.: '1.16'. The purpose of this format is make sure you have the opportunity to notice if the next release hides additional metrics, rather than being surprised when they are permanently removed in the release after that."+ignoredWithConfig)
 	fs.StringVar(&o.serviceProxyName, "service-proxy-name", o.serviceProxyName, "svcproxy extension: if set, handle only Services labelled service.kubernetes.io/service-proxy-name=<value> (kube-proxy handles only Services without that label). Applies with --config too.")
+	fs.StringVar(&o.stateSocket, "state-socket", o.stateSocket, "svcproxy extension: the unix socket on which svcproxy serves its programmed state (every Service and endpoint) to 'svcproxy explain' on the node. It is created with mode 0600, its directory with 0700 if missing; empty serves none. Applies with --config too.")
 	addVersionFlag(fs, &o.version)
 }
 

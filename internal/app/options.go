@@ -6,6 +6,7 @@ import (
 	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/localapi"
 )
 
 // options holds everything the command line sets. Flags that map one to one
@@ -22,6 +23,7 @@ type options struct {
 	master           string
 	hostnameOverride string
 	serviceProxyName string
+	stateSocket      string
 	version          string
 
 	// Shared by the iptables and nftables sections (contract §2.2).
@@ -48,6 +50,7 @@ func newOptions() *options {
 		// the file default of ipvs.minSyncPeriod (0s).
 		ipvsSyncPeriod:    obj.IPTables.SyncPeriod.Duration,
 		ipvsMinSyncPeriod: obj.IPTables.MinSyncPeriod.Duration,
+		stateSocket:       localapi.DefaultPath,
 		healthzPort:       config.HealthzPort,
 		metricsPort:       config.MetricsPort,
 	}

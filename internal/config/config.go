@@ -103,6 +103,10 @@ type Config struct {
 	// service.kubernetes.io/service-proxy-name=ServiceProxyName (an
 	// svcproxy extension; kube-proxy watches only unlabelled Services).
 	ServiceProxyName string
+	// StateSocket is the unix socket of svcproxy's local API (the
+	// programmed state for `svcproxy explain`), "" for none (an svcproxy
+	// extension, --state-socket).
+	StateSocket string
 	// Master overrides the API server URL of the kubeconfig.
 	Master string
 	// Kubeconfig is the kubeconfig path (clientConnection.kubeconfig);

@@ -1,11 +1,6 @@
 package debugstate
 
 import (
-	"encoding/json"
-	"net"
-	"net/http"
-	"net/netip"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -14,7 +9,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// Path is where the state is served on the metrics server.
+// Path is where the state is served on the local API's socket.
 const Path = "/debug/svcproxy/state"
 
 // Recorder holds the last programmed State of each family. Record is cheap
@@ -78,55 +73,4 @@ func (r *Recorder) slot(family proxy.IPFamily) *atomic.Pointer[recorded] {
 		return &r.v6
 	}
 	return nil
-}
-
-// HandlerOptions configures Handler.
-type HandlerOptions struct {
-	// AllowRemote serves clients that are not on a loopback address. The
-	// state lists every Service and endpoint, and the metrics server may
-	// listen on all addresses, so the default is loopback only.
-	AllowRemote bool
-}
-
-// Handler serves the recorded States as a Dump. ?family=IPv4 or IPv6
-// restricts it to one family.
-func (r *Recorder) Handler(o HandlerOptions) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !o.AllowRemote && !fromLoopback(req.RemoteAddr) {
-			http.Error(w, "svcproxy state is served to loopback clients only", http.StatusForbidden)
-			return
-		}
-		if req.Method != http.MethodGet && req.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "only GET is allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		want := proxy.IPFamily(req.URL.Query().Get("family"))
-		if want != "" && !slices.Contains(proxy.Families, want) {
-			http.Error(w, "family must be IPv4 or IPv6", http.StatusBadRequest)
-			return
-		}
-		dump := Dump{States: []State{}}
-		for _, f := range proxy.Families {
-			if s, at := r.Latest(f); s != nil && (want == "" || want == f) {
-				dump.States = append(dump.States, Encode(s, at))
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("Cache-Control", "no-store")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(dump)
-	})
-}
-
-// fromLoopback reports whether a request's RemoteAddr is a loopback address.
-func fromLoopback(remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
 }

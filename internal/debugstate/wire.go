@@ -1,6 +1,6 @@
 // Package debugstate keeps the last desired.State each syncer programmed
-// and serves it as JSON on the metrics server (/debug/svcproxy/state), for
-// `svcproxy explain` and for humans. The wire types here are the only JSON
+// and serves it as JSON (Path, on the local API's unix socket: see
+// internal/localapi), for `svcproxy explain` and for humans. The wire types here are the only JSON
 // form of a State: desired's types stay free of encoding concerns, and
 // Encode/Decode round-trip a State exactly (except State.Changed, which is
 // about one sync, not about what is programmed).
@@ -17,9 +17,11 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// Dump is the body of /debug/svcproxy/state: one entry per IP family that
-// has synced at least once, IPv4 first.
+// Dump is the body of Path: the proxy mode, whose kernel objects explain
+// names, and one entry per IP family that has synced at least once, IPv4
+// first.
 type Dump struct {
+	Mode   string  `json:"mode"`
 	States []State `json:"states"`
 }
 
@@ -32,8 +34,10 @@ type State struct {
 	NodePorts    NodePorts      `json:"nodePorts"`
 	Masquerade   Masquerade     `json:"masquerade"`
 	ServiceCIDRs []netip.Prefix `json:"serviceCIDRs,omitempty"`
-	Services     []ServicePort  `json:"services"`
 	HealthChecks []HealthCheck  `json:"healthChecks,omitempty"`
+	// Services is the last field: the handler streams them after the
+	// rest of the object (writeState).
+	Services []ServicePort `json:"services"`
 }
 
 // NodePorts is desired.NodePortAddrs.
@@ -122,6 +126,21 @@ type HealthCheck struct {
 
 // Encode turns a State into its wire form, service ports sorted by name.
 func Encode(s *desired.State, syncedAt time.Time) State {
+	out := encodeHead(s, syncedAt)
+	out.Services = make([]ServicePort, 0, s.Services.Len())
+	for _, name := range sortedNames(s) {
+		out.Services = append(out.Services, encodePort(s.Service(name)))
+	}
+	return out
+}
+
+// sortedNames are the State's service ports in the order of the wire form.
+func sortedNames(s *desired.State) []proxy.ServicePortName {
+	return slices.SortedFunc(s.Services.Keys(), proxy.ServicePortName.Compare)
+}
+
+// encodeHead is Encode without the service ports (Services empty).
+func encodeHead(s *desired.State, syncedAt time.Time) State {
 	out := State{
 		Family:   s.Family,
 		SyncedAt: syncedAt,
@@ -132,10 +151,7 @@ func Encode(s *desired.State, syncedAt time.Time) State {
 			LocalMode: s.Masquerade.Local.Mode, LocalCIDRs: s.Masquerade.Local.CIDRs,
 			LocalInterface: s.Masquerade.Local.Interface},
 		ServiceCIDRs: s.ServiceCIDRs,
-		Services:     make([]ServicePort, 0, s.Services.Len()),
-	}
-	for _, name := range slices.SortedFunc(s.Services.Keys(), proxy.ServicePortName.Compare) {
-		out.Services = append(out.Services, encodePort(s.Service(name)))
+		Services:     []ServicePort{},
 	}
 	for _, hc := range s.HealthChecks {
 		out.HealthChecks = append(out.HealthChecks, HealthCheck{Namespace: hc.Service.Namespace,

@@ -81,7 +81,7 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	t0 := time.Now()
 	proxyMode, bin := proxyBinary(t, mode)
 	opts := F.Options{Mode: proxyMode, Nodes: 1, NoProxy: true, SeedDir: seedDir,
-		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync}
+		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync, ForeignProxy: bin != ""}
 	if *flagProfile {
 		opts.ExtraConfig = "enableProfiling: true\n" // /debug/pprof, for saveHeapProfile
 	}

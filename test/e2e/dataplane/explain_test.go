@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -36,14 +38,13 @@ func (r explainReport) String() string {
 }
 
 // explainOn runs `svcproxy explain --json` inside node n's namespace
-// against its metrics server on loopback, as an operator would on the node
-// (the state is served to loopback clients only).
+// against that node's state socket, as an operator would on the node.
 func explainOn(c *F.Cluster, n *F.Node, tg F.Target, args ...string) (explainReport, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	dest := tg.Addr + "/" + strings.ToUpper(tg.Proto)
 	argv := append([]string{"netns", "exec", n.NS, c.Bins.SvcProxy, "explain", dest,
-		"--server", "http://127.0.0.1:10249", "--json"}, args...)
+		"--state-socket", n.StateSocket, "--json"}, args...)
 	cmd := exec.CommandContext(ctx, "ip", argv...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -133,10 +134,11 @@ func explained(verdict string, endpoints int, masq bool, policy string) func(exp
 }
 
 // testExplain: `svcproxy explain --json`, run on a node against its own
-// metrics server, agrees with what traffic does: the endpoints it lists
-// are exactly the pods that answer, REJECT is a refused connection, and
-// for externalTrafficPolicy Local from outside only the node's own
-// endpoint is listed and the pod sees the client's own address.
+// state socket, agrees with what traffic does: the endpoints it lists are
+// exactly the pods that answer, REJECT is a refused connection, and for
+// externalTrafficPolicy Local from outside only the node's own endpoint is
+// listed (each node's explain reads its own svcproxy) and the pod sees the
+// client's own address. The state is on the socket only.
 func testExplain(t *testing.T, c *F.Cluster) {
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	a, b, l := c.AddPod(n1, "xa"), c.AddPod(n2, "xb"), c.AddPod(n1, "xl")
@@ -177,10 +179,20 @@ func testExplain(t *testing.T, c *F.Cluster) {
 			}
 		}
 	}
-	// The state is still served to loopback clients only: the node's own
-	// address is refused, even from inside the node.
-	if _, err := explainOn(c, n1, F.TCP(web.Spec.ClusterIP, 80), "--server", "http://"+n1.IP+":10249"); err == nil ||
-		!strings.Contains(err.Error(), "loopback clients only") {
-		t.Errorf("explain against %s:10249: err = %v, want loopback clients only", n1.IP, err)
+	checkStateOnSocketOnly(t, n1)
+}
+
+// checkStateOnSocketOnly: the node's metrics port does not serve the state,
+// not even on loopback inside the node (where every hostNetwork pod is),
+// and the socket is root's alone.
+func checkStateOnSocketOnly(t *testing.T, n *F.Node) {
+	code, _, err := F.HTTPGet(n.NS, "http://127.0.0.1:10249/debug/svcproxy/state", 5*time.Second)
+	if err != nil || code != http.StatusNotFound {
+		t.Errorf("GET 127.0.0.1:10249/debug/svcproxy/state on %s: %d %v, want 404", n.Name, code, err)
+	}
+	if fi, err := os.Lstat(n.StateSocket); err != nil {
+		t.Errorf("state socket of %s: %v", n.Name, err)
+	} else if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Errorf("state socket of %s has mode %v, want a socket with 0600", n.Name, fi.Mode())
 	}
 }

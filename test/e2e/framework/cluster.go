@@ -80,6 +80,10 @@ type Options struct {
 	// ExtraConfig is appended to every node's KubeProxyConfiguration
 	// (top-level YAML fields: featureGates, nodePortAddresses, …).
 	ExtraConfig string
+	// ForeignProxy: the proxy binary is not this tree's svcproxy (upstream
+	// kube-proxy, an older svcproxy to compare with), so StartProxy gives
+	// it kube-proxy's flags only: no --state-socket.
+	ForeignProxy bool
 }
 
 // Cluster is one running test cluster.

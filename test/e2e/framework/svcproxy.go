@@ -13,9 +13,8 @@ import (
 
 // writeConfig writes node n's KubeProxyConfiguration: mode per cluster,
 // health on the node's own address, metrics on every address of the node
-// (its own for /metrics from outside, loopback for `svcproxy explain` run on
-// the node: the debug state stays loopback-only), a short syncPeriod so that
-// repairs of rules a third party deleted are quick to observe.
+// (its own for /metrics from outside), a short syncPeriod so that repairs
+// of rules a third party deleted are quick to observe.
 func (c *Cluster) writeConfig(n *Node) error {
 	sp := c.Opts.SyncPeriod.String()
 	if c.Opts.MinSyncPeriod != "" {
@@ -60,13 +59,38 @@ func (c *Cluster) StartProxy(n *Node) error {
 	if c.Opts.FaultInject {
 		bin = faultInjectBinary(c.T)
 	}
-	p, err := startProc("svcproxy-"+n.Name, n.NS, c.logPath("svcproxy-"+n.Name),
-		bin, "--config", n.Config, "-v", verbosity())
+	args := []string{"--config", n.Config, "-v", verbosity()}
+	if !c.Opts.ForeignProxy {
+		if n.StateSocket == "" {
+			n.StateSocket = c.stateSocket(n)
+		}
+		args = append(args, "--state-socket", n.StateSocket)
+	}
+	p, err := startProc("svcproxy-"+n.Name, n.NS, c.logPath("svcproxy-"+n.Name), append([]string{bin}, args...)...)
 	if err != nil {
 		return err
 	}
 	n.Proxy = p
 	return nil
+}
+
+// maxSocketPath is the longest path a unix socket can be bound at
+// (sun_path, less its terminating NUL).
+const maxSocketPath = 107
+
+// stateSocket is node n's own --state-socket. Every node's svcproxy runs on
+// this one machine, and a unix socket is a file, not part of the network
+// namespace: sharing the default path, the nodes would replace each other's
+// socket. It is in the work dir unless that is too deep for a socket path.
+// The name is the daemon's default one: svcproxy binds the socket beside it
+// under a temporary name no longer than that before moving it into place.
+func (c *Cluster) stateSocket(n *Node) string {
+	if p := filepath.Join(c.Work, "run", n.Name, "svcproxy.sock"); len(p) <= maxSocketPath {
+		return p
+	}
+	dir := filepath.Join(os.TempDir(), c.Prefix+"run")
+	c.T.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return filepath.Join(dir, n.Name, "svcproxy.sock")
 }
 
 // verbosity is svcproxy's -v: 2 as a deployment would run it, or

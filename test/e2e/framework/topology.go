@@ -26,7 +26,10 @@ type Node struct {
 	Proxy   *Proc
 	Config  string // KubeProxyConfiguration file
 	Kubecfg string // per-node kubeconfig with a ServiceAccount token
-	lastPod int    // last host number given to a pod in PodNet
+	// StateSocket is this node's svcproxy --state-socket, for `svcproxy
+	// explain` (empty with Options.ForeignProxy).
+	StateSocket string
+	lastPod     int // last host number given to a pod in PodNet
 }
 
 // Pod is a namespace behind a node running podserver on :8080 (TCP + UDP).
