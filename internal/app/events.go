@@ -122,6 +122,10 @@ func (e *eventSink) quarantined(port proxy.ServicePortName, err error) {
 func (e *eventSink) frontendsLost(port proxy.ServicePortName, lost []desired.LostFrontend) {
 	ref := &v1.ObjectReference{Kind: "Service", Namespace: port.Namespace, Name: port.Name}
 	for _, l := range lost {
+		if l.Refused == desired.RefusedNodeAddress {
+			e.nodeAddressRefused(ref, port, l)
+			continue
+		}
 		reason := "ExternalIPConflict"
 		if l.Kind == desired.ClaimLoadBalancerIP {
 			reason = "LoadBalancerIPConflict"
@@ -130,6 +134,18 @@ func (e *eventSink) frontendsLost(port proxy.ServicePortName, lost []desired.Los
 			"node %s: %s %s of port %q is not served: %s holds the same address, protocol and port",
 			e.nodeName, l.Kind, l.Addr, port.String(), l.Winner.String())
 	}
+}
+
+// nodeAddressRefused reports an external or LB IP refused because it is
+// this node's address: the reason names the field.
+func (e *eventSink) nodeAddressRefused(ref *v1.ObjectReference, port proxy.ServicePortName, l desired.LostFrontend) {
+	reason := "ExternalIPIsNodeAddress"
+	if l.Kind == desired.ClaimLoadBalancerIP {
+		reason = "LoadBalancerIPIsNodeAddress"
+	}
+	e.recorder.Eventf(ref, nil, v1.EventTypeWarning, reason, "SyncProxyRules",
+		"node %s: %s %s of port %q is not served: it is an address of the node, whose own traffic it would take",
+		e.nodeName, l.Kind, l.Addr, port.String())
 }
 
 // maxNoteDetail bounds what an event quotes of an error: the API refuses

@@ -24,7 +24,11 @@ func TestEventsForHostileInput(t *testing.T) {
 	sink.quarantined(port, errors.New("netlink: file exists"))
 	sink.frontendsLost(port, []desired.LostFrontend{{Addr: netip.MustParseAddr("172.30.0.10"), Kind: desired.ClaimExternalIP,
 		Winner: proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "other", Name: "victim"}}}})
-	for _, want := range []string{"Warning InvalidExternalIP", "Warning KernelRejectedServicePort", "Warning ExternalIPConflict"} {
+	sink.frontendsLost(port, []desired.LostFrontend{{Addr: netip.MustParseAddr("192.168.0.2"), Kind: desired.ClaimExternalIP,
+		Refused: desired.RefusedNodeAddress}, {Addr: netip.MustParseAddr("192.168.0.2"), Kind: desired.ClaimLoadBalancerIP,
+		Refused: desired.RefusedNodeAddress}})
+	for _, want := range []string{"Warning InvalidExternalIP", "Warning KernelRejectedServicePort", "Warning ExternalIPConflict",
+		"Warning ExternalIPIsNodeAddress", "Warning LoadBalancerIPIsNodeAddress"} {
 		got := <-rec.Events
 		if !strings.HasPrefix(got, want) {
 			t.Errorf("event %q, want %s ...", got[:min(len(got), 80)], want)
