@@ -124,7 +124,7 @@ func (e *eventSink) invalidParts(kind, namespace, name string, problems []error)
 func (e *eventSink) quarantined(port proxy.ServicePortName, err error) {
 	ref := v1.ObjectReference{Kind: "Service", Namespace: port.Namespace, Name: port.Name}
 	e.shared.post(ref, "KernelRejectedServicePort", "SyncProxyRules", fmt.Sprintf(
-		"the kernel rejected the rules of port %q (%s); they are left out until the Service or its endpoints change",
+		"the kernel rejected the rules of port %q (%s); the rules it had before, if any, stay until the Service or its endpoints change or an hourly retry is accepted",
 		port.String(), clip(err.Error())))
 }
 
@@ -135,6 +135,10 @@ func (e *eventSink) quarantined(port proxy.ServicePortName, err error) {
 func (e *eventSink) frontendsLost(port proxy.ServicePortName, lost []desired.LostFrontend) {
 	ref := v1.ObjectReference{Kind: "Service", Namespace: port.Namespace, Name: port.Name}
 	for _, l := range lost {
+		if l.Refused == desired.RefusedNodeAddress {
+			e.nodeAddressRefused(ref, port, l)
+			continue
+		}
 		reason := "ExternalIPConflict"
 		if l.Kind == desired.ClaimLoadBalancerIP {
 			reason = "LoadBalancerIPConflict"
@@ -153,6 +157,19 @@ func claimant(loser, winner proxy.ServicePortName) string {
 		return fmt.Sprintf("Service port %q", winner.String())
 	}
 	return "another Service"
+}
+
+// nodeAddressRefused reports an external or LB IP refused because it is an
+// address of the node: the reason names the field. Every node refuses its
+// own addresses alike, so the note names no node: one Event.
+func (e *eventSink) nodeAddressRefused(ref v1.ObjectReference, port proxy.ServicePortName, l desired.LostFrontend) {
+	reason := "ExternalIPIsNodeAddress"
+	if l.Kind == desired.ClaimLoadBalancerIP {
+		reason = "LoadBalancerIPIsNodeAddress"
+	}
+	e.shared.post(ref, reason, "SyncProxyRules", fmt.Sprintf(
+		"%s %s of port %q is not served: it is an address of a node, whose own traffic it would take",
+		l.Kind, l.Addr, port.String()))
 }
 
 // maxNoteDetail bounds what an event quotes of an error: the API refuses

@@ -205,3 +205,24 @@ func TestSharedEventRepeatIsNotSent(t *testing.T) {
 		t.Errorf("created %v, want %s", reasons, want)
 	}
 }
+
+// TestNodeAddressRefusalEvents: an external or LB IP refused for being a
+// node's address gets its own reason, and, decided alike on every node,
+// names none.
+func TestNodeAddressRefusalEvents(t *testing.T) {
+	refused := []desired.LostFrontend{
+		{Addr: netip.MustParseAddr("192.168.0.2"), Kind: desired.ClaimExternalIP, Refused: desired.RefusedNodeAddress},
+		{Addr: netip.MustParseAddr("192.168.0.2"), Kind: desired.ClaimLoadBalancerIP, Refused: desired.RefusedNodeAddress},
+	}
+	_, created := postFrom(t, []string{"node-a", "node-b"}, func(s *eventSink) { s.frontendsLost(webPort, refused) })
+	reasons := map[string]bool{}
+	for _, ev := range created {
+		reasons[ev.Reason] = true
+		if strings.Contains(ev.Note, "node-a") || strings.Contains(ev.Note, "node-b") {
+			t.Errorf("%s names a node: %s", ev.Reason, ev.Note)
+		}
+	}
+	if !reasons["ExternalIPIsNodeAddress"] || !reasons["LoadBalancerIPIsNodeAddress"] || len(reasons) != 2 {
+		t.Errorf("reasons %v, want ExternalIPIsNodeAddress and LoadBalancerIPIsNodeAddress", reasons)
+	}
+}

@@ -69,6 +69,26 @@ func (e *Env) HostileServices() []Spec {
 		{Name: "a-thief", Slot: 36, Endpoints: []EPSpec{{Pod: "pod-b"}}, Tweak: func(svc *v1.Service) {
 			svc.Spec.ExternalIPs = []string{Families[0].ClusterIP(19).String(), Families[1].ClusterIP(19).String()}
 		}},
+		// External IPs equal to node1's own addresses, on ports the node
+		// serves itself: another Service's node port (ranges', 30020) and
+		// the kubelet's. Refused: the node keeps its own traffic.
+		{Name: "node-port-squatter", Slot: 37, Endpoints: []EPSpec{{Pod: "pod-b"}}, Tweak: e.onNodeAddress(30020)},
+		{Name: "kubelet-squatter", Slot: 38, Endpoints: []EPSpec{{Pod: "pod-b"}}, Tweak: e.onNodeAddress(KubeletPort)},
+	}
+}
+
+// KubeletPort is the port a node serves itself (as the kubelet does) in
+// HostileCases.
+const KubeletPort = 10250
+
+// onNodeAddress makes a Service's external IPs node1's addresses and its
+// ports first, first+1, … (one per protocol).
+func (e *Env) onNodeAddress(first int32) func(*v1.Service) {
+	return func(svc *v1.Service) {
+		svc.Spec.ExternalIPs = []string{e.Node1.IPv4.String(), e.Node1.IPv6.String()}
+		for i := range svc.Spec.Ports {
+			svc.Spec.Ports[i].Port = first + int32(i)
+		}
 	}
 }
 
@@ -99,12 +119,39 @@ func (e *Env) HostileCases(t *testing.T, f Fam) {
 			t.Errorf("cluster IP of hairpin reached %v, want only its own pod-a (a-thief's externalIP claims it; its name sorts first)", got)
 		}
 	})
+	t.Run("NodePortNotTakenByExternalIP", func(t *testing.T) { e.nodePortNotTaken(t, f) })
+	t.Run("NodeServiceNotTakenByExternalIP", func(t *testing.T) { e.nodeServiceNotTaken(t, f) })
 	t.Run("Zoned", func(t *testing.T) {
 		seen := AskMany(t, e.FromPod("pod-c"), proxy.TCP, netip.AddrPortFrom(f.ClusterIP(35), SvcPort), 12)
 		if got := Servers(seen); len(got) != 1 || got[0] != "pod-a" {
 			t.Errorf("cluster IP of the zoned Service reached %v, want only pod-a (pod-b's zoned address refused)", got)
 		}
 	})
+}
+
+// nodePortNotTaken: node1's address on ranges' node ports still reaches
+// ranges' endpoint (pod-a), not node-port-squatter's (pod-b).
+func (e *Env) nodePortNotTaken(t *testing.T, f Fam) {
+	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+		dst := netip.AddrPortFrom(e.Node1.IP(f.V6), uint16(30020+i))
+		if got := Servers(AskMany(t, e.FromClient(f), proto, dst, 6)); len(got) != 1 || got[0] != "pod-a" {
+			t.Errorf("%s to node port %s reached %v, want only pod-a (an external IP on the node's address claims it)", proto, dst, got)
+		}
+	}
+}
+
+// nodeServiceNotTaken: a pod connecting to node1's address on the port the
+// node serves itself reaches the node, not kubelet-squatter's pod-b.
+func (e *Env) nodeServiceNotTaken(t *testing.T, f Fam) {
+	srv, err := e.Node1.NS.Serve("node1-kubelet", proxy.TCP, KubeletPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Close() }()
+	dst := netip.AddrPortFrom(e.Node1.IP(f.V6), KubeletPort)
+	if got := Servers(AskMany(t, e.FromPod("pod-c"), proxy.TCP, dst, 6)); len(got) != 1 || got[0] != "node1-kubelet" {
+		t.Errorf("pod to %s reached %v, want only the node's own server (an external IP on the node's address claims it)", dst, got)
+	}
 }
 
 // firewall checks the LB IP of slot from the allowed and the denied client.

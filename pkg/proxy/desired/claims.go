@@ -33,17 +33,32 @@ func (k FrontendKind) String() string {
 	return "externalIP"
 }
 
-// LostFrontend is a frontend a service port claimed but does not get: the
-// same address, protocol and port is claimed with a higher rank (or the
-// same rank by a service port whose name sorts first), and one frontend can
-// lead to one place only. Without this rule the claim that happened to be
-// rendered last took the traffic: a tenant's externalIP equal to another
-// Service's cluster IP hijacked it.
+// LostFrontend is a frontend a service port claimed but does not get.
+// Either the same address, protocol and port is claimed with a higher rank
+// (or the same rank by an older Service, or, as old, by one whose name
+// sorts first), and one frontend can lead to one place only: without this
+// rule the claim that happened to be rendered last took the traffic, and a
+// tenant's externalIP equal to another Service's cluster IP hijacked it.
+// Or the address is refused outright (Refused, Winner zero).
 type LostFrontend struct {
-	Addr   netip.Addr
-	Kind   FrontendKind
-	Winner proxy.ServicePortName
+	Addr    netip.Addr
+	Kind    FrontendKind
+	Winner  proxy.ServicePortName
+	Refused Refusal
 }
+
+// Refusal says why a frontend is refused whoever else claims it.
+type Refusal uint8
+
+// The refusals.
+const (
+	// NotRefused: the frontend went to Winner's higher claim.
+	NotRefused Refusal = iota
+	// RefusedNodeAddress: the address is one of this node's own (a Node
+	// address). Traffic to it is the node's: a Service holding it took,
+	// on its port, another Service's node port or the kubelet's.
+	RefusedNodeAddress
+)
 
 type frontendKey struct {
 	addr  netip.Addr
@@ -54,11 +69,20 @@ type frontendKey struct {
 type claim struct {
 	name proxy.ServicePortName
 	kind FrontendKind
+	// created is the Service's creationTimestamp (Unix seconds).
+	created int64
 }
 
+// beats ranks claims: by kind, then the older Service, then by name. Age
+// before name: the API server sets creationTimestamp, while a name is
+// whatever a tenant writes, so a new Service cannot take a frontend from
+// one that holds it by sorting first. Every node ranks alike.
 func (c claim) beats(o claim) bool {
 	if c.kind != o.kind {
 		return c.kind < o.kind
+	}
+	if c.created != o.created {
+		return c.created < o.created
 	}
 	return c.name.Compare(o.name) < 0
 }
@@ -69,8 +93,9 @@ func (c claim) beats(o claim) bool {
 // LB claims can be contested (the API server hands out cluster IPs
 // uniquely), so cluster IPs are only looked up among those, and a
 // snapshot without external or LB IPs costs one pass without allocating.
-func lostFrontends(snap *model.Snapshot, family proxy.IPFamily) (map[proxy.ServicePortName][]LostFrontend, map[frontendKey]claim) {
-	c := &contest{winners: map[frontendKey]claim{}}
+// External and LB claims on nodeIPs are refused before any contest.
+func lostFrontends(snap *model.Snapshot, family proxy.IPFamily, nodeIPs []netip.Addr) (map[proxy.ServicePortName][]LostFrontend, map[frontendKey]claim) {
+	c := &contest{winners: map[frontendKey]claim{}, nodeIPs: nodeIPs}
 	for name, sp := range snap.Services.All() {
 		if len(sp.ExternalIPs) == 0 && len(sp.LoadBalancerIPs) == 0 {
 			continue
@@ -78,16 +103,16 @@ func lostFrontends(snap *model.Snapshot, family proxy.IPFamily) (map[proxy.Servi
 		if _, ok := firstOfFamily(sp.ClusterIPs, family); !ok {
 			continue // not this family's: no frontends here
 		}
-		c.addAll(name, sp.Port, sp.LoadBalancerIPs, ClaimLoadBalancerIP, family)
-		c.addAll(name, sp.Port, sp.ExternalIPs, ClaimExternalIP, family)
+		c.addAll(name, sp, sp.LoadBalancerIPs, ClaimLoadBalancerIP, family)
+		c.addAll(name, sp, sp.ExternalIPs, ClaimExternalIP, family)
 	}
 	if len(c.winners) == 0 {
-		return nil, nil
+		return c.lost(), nil
 	}
 	for name, sp := range snap.Services.All() {
 		if ip, ok := firstOfFamily(sp.ClusterIPs, family); ok {
 			if k := (frontendKey{ip, name.Protocol, sp.Port}); c.contested(k) {
-				c.add(k, claim{name, ClaimClusterIP})
+				c.add(k, claim{name, ClaimClusterIP, sp.Created})
 			}
 		}
 	}
@@ -127,21 +152,35 @@ func (st *State) claimed(k frontendKey) bool { _, ok := st.claims[k]; return ok 
 type contest struct {
 	winners map[frontendKey]claim
 	losses  []loss
+	// nodeIPs are refused as external and LB frontends. Only the Node's
+	// addresses, not every address on the host's interfaces: a VIP that
+	// keepalived or kube-vip moves between nodes sits on an interface of
+	// the node holding it, and is exactly what externalIPs and LB IPs are
+	// for.
+	nodeIPs []netip.Addr
 }
 
 type loss struct {
-	key   frontendKey
-	claim claim
+	key     frontendKey
+	claim   claim
+	refused Refusal
 }
 
 func (c *contest) contested(k frontendKey) bool { _, ok := c.winners[k]; return ok }
 
-// addAll claims a frontend per address of family in addrs.
-func (c *contest) addAll(name proxy.ServicePortName, port uint16, addrs []netip.Addr, kind FrontendKind, family proxy.IPFamily) {
+// addAll claims a frontend per address of family in addrs, or records
+// its refusal.
+func (c *contest) addAll(name proxy.ServicePortName, sp *model.ServicePort, addrs []netip.Addr, kind FrontendKind, family proxy.IPFamily) {
 	for _, a := range addrs {
-		if family.Contains(a) {
-			c.add(frontendKey{a.Unmap(), name.Protocol, port}, claim{name, kind})
+		if !family.Contains(a) {
+			continue
 		}
+		k, cl := frontendKey{a.Unmap(), name.Protocol, sp.Port}, claim{name, kind, sp.Created}
+		if slices.Contains(c.nodeIPs, k.addr) {
+			c.losses = append(c.losses, loss{k, cl, RefusedNodeAddress})
+			continue
+		}
+		c.add(k, cl)
 	}
 }
 
@@ -152,9 +191,9 @@ func (c *contest) add(k frontendKey, cl claim) {
 		c.winners[k] = cl
 	case cl.beats(w):
 		c.winners[k] = cl
-		c.losses = append(c.losses, loss{k, w})
+		c.losses = append(c.losses, loss{k, w, NotRefused})
 	case cl != w:
-		c.losses = append(c.losses, loss{k, cl})
+		c.losses = append(c.losses, loss{k, cl, NotRefused})
 	}
 }
 
@@ -165,7 +204,10 @@ func (c *contest) lost() map[proxy.ServicePortName][]LostFrontend {
 	}
 	out := map[proxy.ServicePortName][]LostFrontend{}
 	for _, l := range c.losses {
-		lf := LostFrontend{Addr: l.key.addr, Kind: l.claim.kind, Winner: c.winners[l.key].name}
+		lf := LostFrontend{Addr: l.key.addr, Kind: l.claim.kind, Refused: l.refused}
+		if l.refused == NotRefused {
+			lf.Winner = c.winners[l.key].name
+		}
 		if !slices.Contains(out[l.claim.name], lf) {
 			out[l.claim.name] = append(out[l.claim.name], lf)
 		}

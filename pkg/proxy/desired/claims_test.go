@@ -4,14 +4,19 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // A frontend leads to one place. Whoever claims it with the lower rank
-// (cluster IP, then LB IP, then external IP; then name order) gets it, on
-// every node alike; the others lose it and are told so.
+// (cluster IP, then LB IP, then external IP; then the older Service, then
+// name order) gets it, on every node alike; the others lose it and are
+// told so.
 func TestContestedFrontends(t *testing.T) {
 	victim := svcPort("victim", addrs("172.30.0.10"), nil)
 	thief := svcPort("thief", addrs("172.30.0.11"), func(sp *model.ServicePort) {
@@ -52,10 +57,10 @@ func TestContestedFrontends(t *testing.T) {
 		}
 	}
 	wantLost := map[proxy.ServicePortName][]LostFrontend{
-		thief.Name: {{netip.MustParseAddr("172.30.0.10"), ClaimExternalIP, victim.Name},
-			{netip.MustParseAddr("203.0.113.5"), ClaimExternalIP, lbB.Name}},
-		lbB.Name:  {{netip.MustParseAddr("198.51.100.1"), ClaimLoadBalancerIP, lbA.Name}},
-		self.Name: {{netip.MustParseAddr("172.30.0.14"), ClaimExternalIP, self.Name}},
+		thief.Name: {{netip.MustParseAddr("172.30.0.10"), ClaimExternalIP, victim.Name, NotRefused},
+			{netip.MustParseAddr("203.0.113.5"), ClaimExternalIP, lbB.Name, NotRefused}},
+		lbB.Name:  {{netip.MustParseAddr("198.51.100.1"), ClaimLoadBalancerIP, lbA.Name, NotRefused}},
+		self.Name: {{netip.MustParseAddr("172.30.0.14"), ClaimExternalIP, self.Name, NotRefused}},
 	}
 	for name, want := range wantLost {
 		if got := st.Lost[name]; !slices.Equal(got, want) {
@@ -76,5 +81,47 @@ func TestContestedFrontends(t *testing.T) {
 	}
 	if _, ok := inc.Changed[lbB.Name]; !ok {
 		t.Errorf("Changed %v lacks lb-b, whose frontends changed", inc.Changed)
+	}
+}
+
+// Equal claims (two external IPs on one address, protocol and port) go to
+// the Service created first, whatever the names: a tenant cannot take a
+// frontend by creating a Service whose name sorts first.
+func TestEqualClaimsGoToTheOldest(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	service := func(name, clusterIP string, age time.Duration, externalIPs ...string) *v1.Service {
+		return &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, CreationTimestamp: metav1.NewTime(created.Add(-age))},
+			Spec: v1.ServiceSpec{ClusterIP: clusterIP, ClusterIPs: []string{clusterIP}, ExternalIPs: append([]string{"198.51.100.7"}, externalIPs...),
+				Ports: []v1.ServicePort{{Protocol: v1.ProtocolTCP, Port: 80}}},
+		}
+	}
+	tracker := model.NewTracker(proxy.IPv4)
+	tracker.OnServiceUpdate(nil, service("zz-old", "172.30.0.30", time.Hour))
+	tracker.OnServiceUpdate(nil, service("aa-new", "172.30.0.31", 0))
+	// Of equal age, the name decides (198.51.100.8, claimed by these two only).
+	tracker.OnServiceUpdate(nil, service("mm-same-age-b", "172.30.0.32", 0, "198.51.100.8"))
+	tracker.OnServiceUpdate(nil, service("mm-same-age-a", "172.30.0.33", 0, "198.51.100.8"))
+	snap, changes := tracker.Commit()
+	st := Compute(nil, snap, changes, testNode, v4Options())
+
+	port := func(name string) proxy.ServicePortName {
+		return proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: name}, Protocol: proxy.TCP}
+	}
+	old := port("zz-old")
+	if got := st.Service(old).ExternalIPs; !slices.Equal(got, addrs("198.51.100.7")) {
+		t.Errorf("the oldest Service's external IPs %v, want 198.51.100.7", got)
+	}
+	lostTo := func(addr string, winner proxy.ServicePortName) LostFrontend {
+		return LostFrontend{Addr: netip.MustParseAddr(addr), Kind: ClaimExternalIP, Winner: winner}
+	}
+	for name, want := range map[string][]LostFrontend{
+		"aa-new":        {lostTo("198.51.100.7", old)},
+		"mm-same-age-a": {lostTo("198.51.100.7", old)},
+		"mm-same-age-b": {lostTo("198.51.100.7", old), lostTo("198.51.100.8", port("mm-same-age-a"))},
+	} {
+		if got := st.Lost[port(name)]; !slices.Equal(got, want) {
+			t.Errorf("Lost[%s] = %v, want %v", name, got, want)
+		}
 	}
 }

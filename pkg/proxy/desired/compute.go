@@ -42,7 +42,7 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		state.ServiceCIDRs = serviceCIDRsOf(node.ServiceCIDRs, family)
 	}
 	if prev == nil {
-		state.Lost, state.claims = lostFrontends(snap, family)
+		state.Lost, state.claims = lostFrontends(snap, family, in.nodeIPs)
 		state.Services = computeAll(snap, in, state.Lost)
 		state.HealthChecks = healthChecks(state.Services, snap, family, node)
 		return state
@@ -51,7 +51,7 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	if claimsUnchanged(prev, snap, changes.Changed, family) {
 		state.Lost, state.claims = prev.Lost, prev.claims
 	} else {
-		state.Lost, state.claims = lostFrontends(snap, family)
+		state.Lost, state.claims = lostFrontends(snap, family, in.nodeIPs)
 	}
 	if len(state.Lost) > 0 || len(prev.Lost) > 0 {
 		// A claim won or lost elsewhere changes these ports too.

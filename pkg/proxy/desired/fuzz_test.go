@@ -2,9 +2,11 @@ package desired
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -29,12 +31,14 @@ func FuzzCompute(f *testing.F) {
 			snap, changes := tracker.Commit()
 			state := Compute(nil, snap, changes, testNode, v4OptionsFor(family))
 			checkInvariants(t, state)
+			checkLosses(t, state, snap)
 
 			apply(tracker, &first, second)
 			snap, changes = tracker.Commit()
 			inc := Compute(state, snap, changes, testNode, v4OptionsFor(family))
 			full := Compute(nil, snap, changes, testNode, v4OptionsFor(family))
 			checkInvariants(t, inc)
+			checkLosses(t, inc, snap)
 			if inc.Services.Len() != full.Services.Len() {
 				t.Fatalf("%s: incremental has %d ports, full %d", family, inc.Services.Len(), full.Services.Len())
 			}
@@ -90,6 +94,9 @@ func checkInvariants(t *testing.T, st *State) {
 			if !st.Family.Contains(a) {
 				t.Fatalf("%s: %s has frontend %s of the other family", st.Family, name, a)
 			}
+			if slices.Contains(st.NodeIPs, a) {
+				t.Fatalf("%s: %s has frontend %s, a node address", st.Family, name, a)
+			}
 		}
 		if sp.AllowedSources != nil && len(sp.LoadBalancerIPs) == 0 {
 			t.Fatalf("%s: %s has source ranges without LB IPs", st.Family, name)
@@ -98,6 +105,43 @@ func checkInvariants(t *testing.T, st *State) {
 			checkDispatch(t, fmt.Sprintf("%s %s %s", st.Family, name, what), st.Family, d, len(sp.Cluster.Endpoints) > 0)
 		}
 	}
+}
+
+// checkLosses: a refused frontend is a node address; a lost one went to a
+// claim that beats it (a lower kind, or the same kind of an older Service,
+// or of one as old whose name sorts first).
+func checkLosses(t *testing.T, st *State, snap *model.Snapshot) {
+	t.Helper()
+	for name, lost := range st.Lost {
+		loser, _ := snap.Services.Get(name)
+		for _, l := range lost {
+			if l.Refused == RefusedNodeAddress {
+				if !slices.Contains(st.NodeIPs, l.Addr) {
+					t.Fatalf("%s: %s refused %s, not a node address", st.Family, name, l.Addr)
+				}
+				continue
+			}
+			winner, ok := snap.Services.Get(l.Winner)
+			if !ok || loser == nil {
+				t.Fatalf("%s: %s lost %s to %s, which is not in the snapshot", st.Family, name, l.Addr, l.Winner)
+			}
+			won := claim{l.Winner, winningKind(winner, l.Addr, st.Family), winner.Created}
+			if !won.beats(claim{name, l.Kind, loser.Created}) {
+				t.Fatalf("%s: %s lost %s %s to %+v, which does not beat it", st.Family, name, l.Kind, l.Addr, won)
+			}
+		}
+	}
+}
+
+// winningKind is the strongest kind sp claims addr with.
+func winningKind(sp *model.ServicePort, addr netip.Addr, family proxy.IPFamily) FrontendKind {
+	if ip, ok := firstOfFamily(sp.ClusterIPs, family); ok && ip == addr {
+		return ClaimClusterIP
+	}
+	if slices.ContainsFunc(sp.LoadBalancerIPs, func(a netip.Addr) bool { return a.Unmap() == addr }) {
+		return ClaimLoadBalancerIP
+	}
+	return ClaimExternalIP
 }
 
 func checkDispatch(t *testing.T, ctx string, family proxy.IPFamily, d Dispatch, anyUsable bool) {
@@ -134,8 +178,10 @@ func (g *fuzzGen) n(limit int) int {
 
 func (g *fuzzGen) pick(options ...string) string { return options[g.n(len(options))] }
 
+// fuzzIPs holds testNode's addresses (192.168.0.2, fd00:1::2) too: as
+// external and LB IPs they must be refused.
 var fuzzIPs = []string{"172.30.0.1", "172.30.0.2", "fd00:172:30::1", "::ffff:172.30.0.3", "bogus", "", "None",
-	"10.0.1.1", "10.0.2.1", "fd00:10::1:1", "198.51.100.1", "2001:db8::1", "192.168.0.2"}
+	"10.0.1.1", "10.0.2.1", "fd00:10::1:1", "198.51.100.1", "2001:db8::1", "192.168.0.2", "fd00:1::2"}
 
 func (g *fuzzGen) ip() string { return fuzzIPs[g.n(len(fuzzIPs))] }
 
@@ -181,6 +227,8 @@ func (g *fuzzGen) service(i int) *v1.Service {
 	svc.Spec.InternalTrafficPolicy = &itp
 	svc.Spec.HealthCheckNodePort = int32(g.n(2) * 32000)
 	svc.Spec.SessionAffinity = v1.ServiceAffinity(g.pick("None", "ClientIP"))
+	// Few distinct ages, so that equal claims tie on age as often as not.
+	svc.CreationTimestamp = metav1.NewTime(time.Unix(int64(1_700_000_000+g.n(3)), 0))
 	return svc
 }
 

@@ -40,8 +40,9 @@ type State struct {
 
 	// Lost lists, per service port, the external and LB frontends it
 	// claims but does not get, because a higher claim holds the same
-	// address, protocol and port (claims.go). Their ServicePorts already
-	// lack them; this says why, for Events.
+	// address, protocol and port, or because the address is one of the
+	// node's own (claims.go). Their ServicePorts already lack them; this
+	// says why, for Events.
 	Lost map[proxy.ServicePortName][]LostFrontend
 	// claims holds the winner of every external or LB frontend claimed,
 	// so that the next incremental Compute can tell whether its changes

@@ -19,7 +19,7 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
 		sp.TrafficDistribution == o.TrafficDistribution &&
-		sp.Scheduler == o.Scheduler
+		sp.SchedulerName() == o.SchedulerName() && sp.Created == o.Created
 }
 
 // Equal reports whether two endpoints are the same in every field.

@@ -40,7 +40,8 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		InternalLocal:       internalLocal(svc),
 		ExternalLocal:       externalLocal(svc),
 		TrafficDistribution: trafficDistribution(svc),
-		Scheduler:           strings.TrimSpace(svc.Annotations[SchedulerAnnotation]),
+		Scheduler:           schedulerOf(svc),
+		Created:             createdOf(svc),
 	}
 	common.SourceRanges, common.SourceRangesInvalid = parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family)
 	if common.SourceRangesInvalid && len(common.SourceRanges) == 0 {
@@ -103,6 +104,23 @@ func (s *seenPorts) add(sp *ServicePort) error {
 		s.nodePorts[nodePort] = true
 	}
 	return nil
+}
+
+// schedulerOf returns the scheduler annotation, trimmed; nil when unset
+// or blank, so that most Services allocate nothing for it.
+func schedulerOf(svc *v1.Service) *string {
+	if s := strings.TrimSpace(svc.Annotations[SchedulerAnnotation]); s != "" {
+		return &s
+	}
+	return nil
+}
+
+// createdOf returns creationTimestamp in Unix seconds, 0 when unset.
+func createdOf(svc *v1.Service) int64 {
+	if svc.CreationTimestamp.IsZero() {
+		return 0
+	}
+	return svc.CreationTimestamp.Unix()
 }
 
 func skipService(svc *v1.Service) bool {

@@ -28,9 +28,16 @@ type ServicePort struct {
 	// the family, masked.
 	SourceRanges []netip.Prefix
 	// Scheduler is the IPVS scheduler the Service asks for with the
-	// svcproxy extension annotation ipvs.svcproxy.io/scheduler ("" = the
-	// node's default). The IPVS backend ignores unknown names.
-	Scheduler string
+	// svcproxy extension annotation ipvs.svcproxy.io/scheduler; nil means
+	// the node's default (SchedulerName). The IPVS backend ignores unknown
+	// names. A pointer rather than a string: the annotation is rare, and
+	// the 8 bytes saved hold Created within the same size.
+	Scheduler *string
+	// Created is metadata.creationTimestamp in Unix seconds (the API's
+	// resolution; 0 when unset). Equal claims on one frontend go to the
+	// oldest Service (desired/claims.go): the API server sets it, so a
+	// tenant cannot choose it the way it chooses a name.
+	Created int64
 
 	// The small fields come last, together, so that a ServicePort takes
 	// 192 bytes rather than 224 (one per service port).
@@ -63,6 +70,14 @@ func (sp *ServicePort) PortName() proxy.ServicePortName {
 		return proxy.ServicePortName{}
 	}
 	return sp.Name
+}
+
+// SchedulerName returns the annotation's scheduler, "" when there is none.
+func (sp *ServicePort) SchedulerName() string {
+	if sp.Scheduler == nil {
+		return ""
+	}
+	return *sp.Scheduler
 }
 
 // TrafficDistribution is the endpoint topology preference of a Service.

@@ -72,14 +72,14 @@ func TestChecksCatch(t *testing.T) {
 	wantReported(t, "iptables", r, "odd character", "not an address or prefix", "injected line", "unquoted comment", "fd00::1 is not IPv4", "::ffff:10.0.0.2 is IPv4-mapped")
 
 	r = &recorder{}
-	st := &desired.State{Family: proxy.IPv4, Services: model.PortMap[*desired.ServicePort]{}}
+	st := &desired.State{Family: proxy.IPv4, Services: model.PortMap[*desired.ServicePort]{}, NodeIPs: []netip.Addr{netip.MustParseAddr("1.2.3.4")}}
 	for i, name := range []string{"a", "b"} {
 		n := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: name}, Protocol: proxy.TCP}
 		st.Services = st.Services.With(n, &desired.ServicePort{Name: n, Protocol: proxy.TCP, Port: 80, ClusterIP: netip.MustParseAddr("10.0.0.1"),
-			ExternalIPs:    []netip.Addr{netip.MustParseAddr("::ffff:1.2.3.4")},
+			ExternalIPs:    []netip.Addr{netip.MustParseAddr("::ffff:1.2.3.4"), netip.MustParseAddr("1.2.3.4")},
 			AllowedSources: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/16")}})
 		st.Service(n).NodePort = uint16(30000 + i)
 	}
 	checkState(r, st)
-	wantReported(t, "state", r, "claimed by", "IPv4-mapped", "overlap")
+	wantReported(t, "state", r, "claimed by", "IPv4-mapped", "overlap", "1.2.3.4 is a node address")
 }

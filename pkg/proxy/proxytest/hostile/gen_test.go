@@ -3,9 +3,11 @@ package hostile
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
@@ -110,6 +112,10 @@ func (g *gen) service(i int) *v1.Service {
 	ns := g.pick(namespaces...)
 	name := spell(g.pick(names...), i, i)
 	return proxytest.MakeService(ns, name, func(svc *v1.Service) {
+		// Two ages, from a choice already made (a byte of its own would
+		// change what every seed builds): equal claims tie on age as
+		// often as not, and then the name decides.
+		svc.CreationTimestamp = metav1.NewTime(time.Unix(int64(1_700_000_000+60*(other%2)), 0))
 		svc.Spec.Type = v1.ServiceType(g.pick("ClusterIP", "NodePort", "LoadBalancer", "ExternalName", "LoadBalancer"))
 		for range 1 + g.n(2) {
 			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, spell(g.pick(clusterIPs...), slot, other))

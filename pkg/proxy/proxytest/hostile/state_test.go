@@ -26,8 +26,10 @@ func checkAddr(family proxy.IPFamily, a netip.Addr) error {
 }
 
 // checkState checks what every backend relies on: addresses of the
-// State's family in plain form, normalized AllowedSources, and no frontend
-// (address·protocol·port, or node port·protocol) leading to two places.
+// State's family in plain form, normalized AllowedSources, no frontend
+// (address·protocol·port, or node port·protocol) leading to two places,
+// and no external or LB IP on a node address (it would take the node's own
+// traffic: another Service's node port, the kubelet).
 func checkState(t reporter, st *desired.State) {
 	t.Helper()
 	type frontend struct {
@@ -58,6 +60,9 @@ func checkState(t reporter, st *desired.State) {
 		claim(name, frontend{sp.ClusterIP, sp.Protocol, sp.Port}, "cluster IP")
 		for _, a := range append(slices.Clone(sp.ExternalIPs), sp.LoadBalancerIPs...) {
 			claim(name, frontend{a, sp.Protocol, sp.Port}, "external/LB")
+			if slices.Contains(st.NodeIPs, a) {
+				t.Errorf("%s: %s: external/LB frontend %s is a node address", st.Family, name, a)
+			}
 		}
 		if sp.NodePort != 0 {
 			claim(name, frontend{netip.Addr{}, sp.Protocol, sp.NodePort}, "node port")
