@@ -47,7 +47,8 @@ func All(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// cleanupIPVS removes IPVS mode's virtual servers, kube-ipvs0 and ipsets. A
+// cleanupIPVS removes the virtual servers IPVS mode made (never a node's other
+// IPVS users', see ipvs.Proxier.Cleanup), kube-ipvs0 and the ipsets. A
 // kernel without IPVS has nothing to clean. What is there is read first:
 // creating the clients runs modprobe and the iptables tools.
 func cleanupIPVS(ctx context.Context) error {

@@ -11,20 +11,24 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
 )
 
-// Cleanup is part of syncer.Proxier (--cleanup): it removes this family's
-// virtual servers (except those in ExcludeCIDRs), the iptables rules and
-// chains, the ipsets and, once no family uses it, kube-ipvs0. It works
+// Cleanup is part of syncer.Proxier (--cleanup, and the start-up cleanup
+// of the other modes): it removes this family's virtual servers that IPVS
+// mode made (ownership.go; never those in ExcludeCIDRs), the iptables rules
+// and chains, the ipsets and, once no family uses it, kube-ipvs0. It works
 // from the kernel's contents, not from memory, so a fresh process can
-// clean up after an old one. Order matters: the jumps go before the
-// chains, and the chains before the sets they match on.
+// clean up after an old one. Order matters: what proves a virtual server
+// ours is read first, and the virtual servers go before the sets and the
+// link that prove it, so an interrupted cleanup can be resumed; the jumps
+// go before the chains, and the chains before the sets they match on.
 func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var errs []error
+	owned, err := p.readOwnership()
+	errs := []error{err}
+	errs = append(errs, p.cleanupVS(owned))
 	errs = append(errs, p.cleanupIptables(ctx))
 	errs = append(errs, p.cleanupSets())
-	errs = append(errs, p.cleanupVS())
 	errs = append(errs, p.cleanupLink())
 	p.store, p.terminating = newStore(), map[rsKey]time.Time{}
 	p.needRead, p.rulesText, p.setsReady = true, nil, false
@@ -69,14 +73,14 @@ func (p *Proxier) cleanupSets() error {
 	return errors.Join(errs...)
 }
 
-func (p *Proxier) cleanupVS() error {
+func (p *Proxier) cleanupVS(owned *ownership) error {
 	svcs, err := p.c.IPVS.ListServices()
 	if err != nil {
 		return fmt.Errorf("listing IPVS services: %w", err)
 	}
 	var errs []error
 	for _, svc := range svcs {
-		if !p.family.Contains(svc.Addr) || p.excluded(svc.Addr) {
+		if !p.family.Contains(svc.Addr) || p.excluded(svc.Addr) || !owned.owns(svc.ServiceKey) {
 			continue
 		}
 		if err := p.c.IPVS.DeleteService(svc.ServiceKey); err != nil && !errors.Is(err, kipvs.ErrNotFound) {

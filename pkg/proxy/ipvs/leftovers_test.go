@@ -1,35 +1,28 @@
 package ipvs
 
-import (
-	"os"
-	"path/filepath"
-	"testing"
-)
+import "testing"
 
-// TestVirtualServers counts the virtual servers of /proc/net/ip_vs, real
-// servers and headers aside, and none without the file (no ip_vs module).
-func TestVirtualServers(t *testing.T) {
-	dir := t.TempDir()
-	old := procIPVS
-	t.Cleanup(func() { procIPVS = old })
-	for _, c := range []struct {
-		name, text string
-		want       int
-	}{
-		{"no module", "", 0},
-		{"empty", "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n", 0},
-		{"two", "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n" +
-			"TCP  0A600001:0050 rr\n  -> 0A000002:1F90      Masq    1      0          0\nUDP  0A60000A:0035 rr\n", 2},
-	} {
-		procIPVS = filepath.Join(dir, c.name)
-		if c.text != "" {
-			if err := os.WriteFile(procIPVS, []byte(c.text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got, err := virtualServers()
-		if err != nil || got != c.want {
-			t.Errorf("%s: got %d, %v; want %d", c.name, got, err, c.want)
-		}
+// TestLeftoversFollowOwnership: leftover detection uses Cleanup's rule. A
+// node whose only IPVS state is keepalived's and kube-vip's virtual servers
+// has no leftovers; IPVS mode's state is one until Cleanup, after which
+// only the others' virtual servers remain and nothing is reported.
+func TestLeftoversFollowOwnership(t *testing.T) {
+	foreignOnly := newFakes()
+	addForeign(t, foreignOnly)
+	checkLeftovers(t, "only foreign virtual servers", foreignOnly, false)
+
+	f := newFakes()
+	ownedWorld(t, f)
+	addForeign(t, f)
+	checkLeftovers(t, "after an IPVS mode sync", f, true)
+	cleanupFamilies(t, f)
+	checkLeftovers(t, "after Cleanup", f, false)
+}
+
+func checkLeftovers(t *testing.T, when string, f *fakes, want bool) {
+	t.Helper()
+	present, what, err := leftoversIn(f.link, f.ipset)
+	if err != nil || present != want {
+		t.Errorf("%s: leftovers = %v (%q), %v; want %v", when, present, what, err, want)
 	}
 }
