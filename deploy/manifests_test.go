@@ -104,6 +104,10 @@ func TestDaemonSetIsKubeadms(t *testing.T) {
 		mounts["xtables-lock"].MountPath != "/run/xtables.lock" || mounts["xtables-lock"].ReadOnly {
 		t.Error("xtables lock: want hostPath /run/xtables.lock FileOrCreate, read-write")
 	}
+	if st := vols["svcproxy-state"].HostPath; st == nil || st.Path != "/run/svcproxy" || *st.Type != corev1.HostPathDirectoryOrCreate ||
+		mounts["svcproxy-state"].MountPath != "/run/svcproxy" || mounts["svcproxy-state"].ReadOnly {
+		t.Error("state directory: want hostPath /run/svcproxy DirectoryOrCreate at /run/svcproxy, read-write (the state socket's default directory)")
+	}
 	if vols["lib-modules"].HostPath.Path != "/lib/modules" || !mounts["lib-modules"].ReadOnly {
 		t.Error("want /lib/modules read-only")
 	}

@@ -36,7 +36,8 @@ KUBE_VERSION=v1.37.1
 CGROUPS="cpu cpuacct cpuset memory devices freezer blkio pids systemd"
 # Host paths that kubelet and containerd 1.6 use whatever their root dirs are. The teardown
 # removes the ones that did not exist before the first cluster-up (recorded in $CL/host-paths).
-HOST_PATHS="/var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni /run/containerd /run/xtables.lock"
+# /run/svcproxy: the DaemonSet's state directory (hostPath), which both nodes share here.
+HOST_PATHS="/var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni /run/containerd /run/xtables.lock /run/svcproxy"
 
 node_ip() { echo "10.210.0.$((10 + $1))"; }   # node N's address on the node network
 node_cidr() { echo "10.211.$1.0/24"; }        # node N's pod CIDR

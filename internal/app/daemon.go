@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -291,20 +292,21 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 			afterSync = chainAfterSync(afterSync, serve)
 		}
 		s, err := syncer.New(syncer.Options{
-			Family:        family,
-			Mode:          metricsMode(d.cfg.Mode),
-			Tracker:       tracker,
-			Proxier:       withFaults(p, d.cfg.Mode, family),
-			Node:          d.node.get,
-			Compute:       computeOptions(d.cfg, family),
-			Health:        d.health,
-			ServiceHealth: d.svcHealth,
-			MinSyncPeriod: d.cfg.MinSyncPeriod,
-			SyncPeriod:    d.cfg.SyncPeriod,
-			AfterSync:     afterSync,
-			AfterReadBack: gc.afterReadBack(),
-			Quarantined:   d.events.quarantined,
-			FrontendsLost: d.events.frontendsLost,
+			Family:         family,
+			Mode:           metricsMode(d.cfg.Mode),
+			Tracker:        tracker,
+			Proxier:        withFaults(p, d.cfg.Mode, family),
+			Node:           d.node.get,
+			Compute:        computeOptions(d.cfg, family),
+			Health:         d.health,
+			ServiceHealth:  d.svcHealth,
+			MinSyncPeriod:  d.cfg.MinSyncPeriod,
+			SyncPeriod:     d.cfg.SyncPeriod,
+			AfterSync:      afterSync,
+			AfterReadBack:  gc.afterReadBack(),
+			Quarantined:    d.events.quarantined,
+			QuarantineFile: quarantineFile(d.cfg, family),
+			FrontendsLost:  d.events.frontendsLost,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("creating %s syncer: %w", family, err)
@@ -313,6 +315,17 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 		feed.connect(family, s)
 	}
 	return syncers, nil
+}
+
+// quarantineFile is where a family's quarantine is kept for the next
+// process: beside the state socket, in svcproxy's root-only directory
+// (none without a socket). One per mode: what one backend's kernel refuses,
+// another's may take.
+func quarantineFile(cfg *config.Config, family proxy.IPFamily) string {
+	if cfg.StateSocket == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(cfg.StateSocket), fmt.Sprintf("quarantine-%s-%s.json", cfg.Mode, family))
 }
 
 func computeOptions(cfg *config.Config, family proxy.IPFamily) desired.Options {

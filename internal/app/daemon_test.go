@@ -13,9 +13,11 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/healthz"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // freeAddr is a loopback address:port nothing listens on now.
@@ -89,4 +91,17 @@ func nodeGets(client *fake.Clientset) int {
 		}
 	}
 	return n
+}
+
+// The quarantine is kept beside the state socket, per mode and family, so
+// a restarted pod finds it on the same hostPath; without a socket, none.
+func TestQuarantineFileBesideTheStateSocket(t *testing.T) {
+	cfg := &config.Config{Mode: config.ModeNFTables, StateSocket: "/run/svcproxy/svcproxy.sock"}
+	if got := quarantineFile(cfg, proxy.IPv6); got != "/run/svcproxy/quarantine-nftables-IPv6.json" {
+		t.Errorf("quarantine file %q", got)
+	}
+	cfg.StateSocket = ""
+	if got := quarantineFile(cfg, proxy.IPv4); got != "" {
+		t.Errorf("quarantine file %q without a state socket, want none", got)
+	}
 }
