@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
@@ -34,7 +35,7 @@ func TestUpgradeFromUpstreamIncompatibleLayout(t *testing.T) {
 	if err := fake.ParseDump(string(old)); err != nil {
 		t.Fatal(err)
 	}
-	c := sharedCase(t, "loadBalancerSourceRanges")
+	c := caseNamed(t, "loadBalancerSourceRanges")
 	st := proxytest.BuildState(t, c, proxy.IPv4)
 	check := func(when string) {
 		t.Helper()
@@ -49,14 +50,8 @@ func TestUpgradeFromUpstreamIncompatibleLayout(t *testing.T) {
 	}
 	check("previous layout")
 	fake.afterRun = func() { check("mid-upgrade") }
-	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
-	p.maxOps = 1
-	mustSync(t, p, st)
-	ref := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), st)
-	if got, want := sortedDump(fake), sortedDump(ref); got != want {
-		t.Errorf("upgraded table differs from a fresh sync:\n%s", lineDiff(want, got))
-	}
+	syncUnitByUnit(t, fake, st)
+	fake.afterRun = nil
 	// A restart over the upgraded table writes nothing.
 	if stats := mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(fake)), st); stats.Operations != 0 {
 		t.Errorf("restart after the upgrade sent %d operations, want 0:\n%s", stats.Operations, fake.LastTransaction)
@@ -91,14 +86,17 @@ func TestBaseChainMovedInOneTransaction(t *testing.T) {
 	}
 }
 
-// sharedCase returns the shared case of that name.
-func sharedCase(t *testing.T, name string) proxytest.Case {
+// syncUnitByUnit syncs st (IPv4) over the table in fake one unit per
+// transaction, as a large upgrade is split, and checks that the table ends
+// as a fresh sync of st leaves it.
+func syncUnitByUnit(t *testing.T, fake *strictFake, st *desired.State) {
 	t.Helper()
-	for _, c := range proxytest.Cases() {
-		if c.Name == name {
-			return c
-		}
+	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
+	p.maxOps = 1
+	mustSync(t, p, st)
+	ref := newStrictFake(knftables.IPv4Family)
+	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), st)
+	if got, want := sortedDump(fake), sortedDump(ref); got != want {
+		t.Errorf("upgraded table differs from a fresh sync:\n%s", lineDiff(want, got))
 	}
-	t.Fatalf("no case %q", name)
-	return proxytest.Case{}
 }
