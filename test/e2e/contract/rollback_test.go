@@ -214,10 +214,18 @@ func failureLines(c *F.Cluster, n *F.Node) string {
 	if err != nil {
 		return err.Error()
 	}
+	// klog writes a multi-line error as err=< … > on the lines after.
 	var lines []string
+	inErr := false
 	for _, l := range strings.Split(string(data), "\n") {
-		if strings.Contains(strings.ToLower(l), "sync failed") && len(lines) < 6 {
+		switch {
+		case len(lines) >= 12:
+		case inErr:
 			lines = append(lines, trimmed(l))
+			inErr = !strings.HasPrefix(strings.TrimSpace(l), ">")
+		case strings.Contains(strings.ToLower(l), "sync failed"):
+			lines = append(lines, trimmed(l))
+			inErr = strings.HasSuffix(l, "err=<")
 		}
 	}
 	return strings.Join(lines, "\n")
