@@ -77,7 +77,7 @@ func nftObjects(ctx context.Context, state *desired.State, e Explanation) ([]str
 		out = append(out, table+": set/map "+r)
 	}
 	if e.Frontend == FrontendLoadBalancer && e.Port.AllowedSources != nil {
-		out = append(out, table+": set firewall-ips, set firewall-allow (loadBalancerSourceRanges, chain firewall-check)")
+		out = append(out, table+": set firewall-guards, set firewall-allow (loadBalancerSourceRanges, chain firewall-check)")
 	}
 	if e.Masquerade {
 		out = append(out, table+": chains mark-for-masquerade, nat-postrouting → masquerading (sets hairpin-endpoints-s0…s7)")

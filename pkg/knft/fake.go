@@ -54,7 +54,30 @@ func (k *Knftables) Exists(ctx context.Context) (bool, error) {
 
 // ReadBack is part of Interface.
 func (k *Knftables) ReadBack(ctx context.Context, sink Sink) error {
-	return readBackKnftables(ctx, k.nft, sink)
+	if k.table == nil {
+		return readBackKnftables(ctx, k.nft, nil, sink)
+	}
+	return readBackKnftables(ctx, k.nft, k.fakeHook, sink)
+}
+
+// fakeHook is the hook the fake table declares for chain, as the kernel
+// would report it (the priority as a number).
+func (k *Knftables) fakeHook(chain string) *ChainHook {
+	k.table.RLock()
+	defer k.table.RUnlock()
+	t := k.table.Table
+	if t == nil || t.Chains[chain] == nil || t.Chains[chain].Hook == nil {
+		return nil
+	}
+	c := t.Chains[chain]
+	h := &ChainHook{Hook: string(*c.Hook)}
+	if c.Type != nil {
+		h.Type = string(*c.Type)
+	}
+	if c.Priority != nil {
+		h.Priority, _ = knftables.ParsePriority(t.Family, string(*c.Priority))
+	}
+	return h
 }
 
 // Apply is part of Interface.

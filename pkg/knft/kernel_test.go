@@ -276,16 +276,17 @@ type recordSink struct {
 	t      *testing.T
 	elems  map[string][]string // by set: "key : value", in the order reported
 	listed map[string]bool
+	hooks  map[string]*ChainHook // by chain
 }
 
 func newRecordSink(t *testing.T) *recordSink {
-	return &recordSink{t: t, elems: map[string][]string{}, listed: map[string]bool{}}
+	return &recordSink{t: t, elems: map[string][]string{}, listed: map[string]bool{}, hooks: map[string]*ChainHook{}}
 }
 
-func (r *recordSink) Table()                        {}
-func (r *recordSink) Chain(string)                  {}
-func (r *recordSink) Rule(string, string)           {}
-func (r *recordSink) Set(string, bool, uint64) bool { return true }
+func (r *recordSink) Table()                             {}
+func (r *recordSink) Chain(name string, hook *ChainHook) { r.hooks[name] = hook }
+func (r *recordSink) Rule(string, string)                {}
+func (r *recordSink) Set(string, bool, uint64) bool      { return true }
 
 func (r *recordSink) Element(set string, key, value []byte) {
 	if r.listed[set] {
@@ -331,6 +332,39 @@ func TestKernelReadBackReportsSets(t *testing.T) {
 			slices.Sort(w)
 			if !slices.Equal(got, w) || !r.listed[set] {
 				return fmt.Errorf("set %s: %d elements (listed %v), want %d: %.200q", set, len(got), r.listed[set], len(w), got)
+			}
+		}
+		return nil
+	})
+}
+
+// The read-back reports each base chain's type, hook and numeric priority
+// (symbolic priorities resolved as the kernel stores them), and none for a
+// regular chain.
+func TestReadBackReportsChainHooks(t *testing.T) {
+	inTable(t, "knfthook", func(ctx context.Context, k *Kernel) error {
+		u := &Unit{Objects: func(tx *knftables.Transaction) {
+			base := func(name string, typ knftables.BaseChainType, hook knftables.BaseChainHook, prio knftables.BaseChainPriority) {
+				tx.Add(&knftables.Chain{Name: name, Type: &typ, Hook: &hook, Priority: &prio})
+			}
+			base("pre", knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority+"-10")
+			base("out", knftables.FilterType, knftables.OutputHook, knftables.FilterPriority)
+			base("post", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority)
+			tx.Add(&knftables.Chain{Name: "regular"})
+		}}
+		if _, err := k.Apply(ctx, [][]*Unit{{u}}); err != nil {
+			return err
+		}
+		sink := newRecordSink(t)
+		if err := k.ReadBack(ctx, sink); err != nil {
+			return err
+		}
+		want := map[string]*ChainHook{"pre": {"filter", "prerouting", -110}, "out": {"filter", "output", 0},
+			"post": {"nat", "postrouting", 100}, "regular": nil}
+		for name, w := range want {
+			got, ok := sink.hooks[name]
+			if !ok || (got == nil) != (w == nil) || (got != nil && *got != *w) {
+				return fmt.Errorf("chain %s: hook %+v (reported %v), want %+v", name, got, ok, w)
 			}
 		}
 		return nil

@@ -38,8 +38,10 @@ type Interface interface {
 type Sink interface {
 	// Table: the table exists.
 	Table()
-	// Chain: a chain exists.
-	Chain(name string)
+	// Chain: a chain exists; hook is where a base chain is attached, nil
+	// for a regular chain or when the reader cannot tell (NewKnftables
+	// over the real nft, whose listings do not say).
+	Chain(name string, hook *ChainHook)
 	// Rule: the next rule of chain has comment ("": none).
 	Rule(chain, comment string)
 	// Set: a set or map exists (size 0: no limit, or not known).
@@ -54,6 +56,16 @@ type Sink interface {
 	Element(set string, key, value []byte)
 	// SetListed: every element of set has been reported.
 	SetListed(set string)
+}
+
+// ChainHook is where a base chain is attached, as the kernel reports it.
+// A base chain's hook and priority cannot be changed in place (the kernel
+// refuses with EOPNOTSUPP), so a reader compares them to decide whether the
+// chain must be deleted and added again.
+type ChainHook struct {
+	Type     string // "filter", "nat", "route"
+	Hook     string // "prerouting", "input", "forward", "output", "postrouting"
+	Priority int
 }
 
 // Unit is operations that must be in one transaction, and what to do once

@@ -22,7 +22,7 @@ var fuzzLayouts = func() []*layout {
 			&layout{key: []field{a, proto, port}, verdict: true},                // service-ips
 			&layout{key: []field{proto, port}, verdict: true},                   // service-nodeports
 			&layout{key: []field{a}},                                            // nodeport-ips, cluster-ips
-			&layout{key: []field{a, proto, port}},                               // firewall-ips
+			&layout{key: []field{a, proto, port}},                               // firewall-guards
 			&layout{key: []field{a, proto, port, a}, interval: true},            // firewall-allow
 			&layout{key: []field{a, a}},                                         // hairpin
 			&layout{key: []field{a, proto, port, slot}, data: []field{a, port}}, // endpoint maps

@@ -12,7 +12,9 @@ import (
 // everything, which made a restart at 10k×10 take 67 s (README.md); it
 // serves the Fake (knftables.Fake lists from memory) and the measured
 // alternative (NewKnftables).
-func readBackKnftables(ctx context.Context, nft knftables.Interface, sink Sink) error {
+// hookOf, when not nil, tells a base chain's hook (knftables' listings
+// give only names).
+func readBackKnftables(ctx context.Context, nft knftables.Interface, hookOf func(chain string) *ChainHook, sink Sink) error {
 	chains, err := nft.List(ctx, "chains")
 	if knftables.IsNotFound(err) {
 		return nil
@@ -22,7 +24,11 @@ func readBackKnftables(ctx context.Context, nft knftables.Interface, sink Sink) 
 	}
 	sink.Table()
 	for _, name := range chains {
-		sink.Chain(name)
+		var hook *ChainHook
+		if hookOf != nil {
+			hook = hookOf(name)
+		}
+		sink.Chain(name, hook)
 	}
 	rules, err := nft.ListRules(ctx, "")
 	if err != nil {

@@ -274,14 +274,7 @@ func TestUpgradeFromSharedEndpointMaps(t *testing.T) {
 	}
 	check("old layout")
 	fake.afterRun = func() { check("mid-upgrade") }
-	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
-	p.maxOps = 1
-	mustSync(t, p, st)
-	ref := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), st)
-	if got, want := sortedDump(fake), sortedDump(ref); got != want {
-		t.Errorf("upgraded table differs from a fresh sync:\n%s", lineDiff(want, got))
-	}
+	syncUnitByUnit(t, fake, st)
 }
 
 // The store holds one elemEntry per element or slot group (150k at

@@ -26,7 +26,11 @@ const (
 	phaseChainRules
 	phaseElemTargets // element adds of rank 0
 	phaseChainRewrite
-	phaseElemGuards    // rank 1
+	phaseElemGuards // rank 1
+	// The firewall check's rules, when they change (an upgrade that
+	// renamed its guard set, a repair), are rewritten once the guards they
+	// read are complete: a guarded frontend is never unguarded in between.
+	phaseGuardRewrite
 	phaseElemFrontends // rank 2
 	phaseElemDel       // + (2 - rank)
 	// Chains that go are all flushed before any is deleted: a chain that
@@ -266,11 +270,14 @@ func (s *store) diffChain(name string) []*unit {
 		}
 	}
 	d := e.desired
+	if hookDiffers(d, e) {
+		return []*unit{recreateChain(name, d, e)}
+	}
 	var units []*unit
 	if !e.present {
 		units = append(units, &unit{phase: phaseChainAdd, sortBy: name,
 			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Add(chainObject(d)) }},
-			commit: func() { e.present, e.kernel = true, nil }})
+			commit: func() { e.present, e.kernel, e.hook = true, nil, d.kernelHook() }})
 	}
 	ids := d.ruleIDs()
 	var m *setEntry
@@ -283,7 +290,7 @@ func (s *store) diffChain(name string) []*unit {
 	}
 	phase := phaseChainRules
 	if e.present && len(e.kernel) > 0 {
-		phase = phaseChainRewrite
+		phase = rewritePhase(name)
 	}
 	u := &unit{phase: phase, sortBy: name, commit: func() { e.kernel = ids }}
 	if e.present && len(e.kernel) > 0 {
@@ -310,6 +317,32 @@ func (s *store) diffChain(name string) []*unit {
 	}
 	u.ops = append(u.ops, elemOps...)
 	return append(units, u)
+}
+
+// rewritePhase is when the rules of chain, which has rules, are rewritten.
+func rewritePhase(chain string) int {
+	if chain == chainFirewallCheck {
+		return phaseGuardRewrite
+	}
+	return phaseChainRewrite
+}
+
+// recreateChain deletes a base chain the kernel has attached elsewhere
+// and adds it where d wants, with its rules, in one unit: the chain is
+// never missing in between. Nothing refers to a base chain, so it can go
+// with the rewrites.
+func recreateChain(name string, d *chainSpec, e *chainEntry) *unit {
+	ids := d.ruleIDs()
+	u := &unit{phase: phaseChainRewrite, sortBy: name,
+		commit: func() { e.kernel, e.hook = ids, d.kernelHook() }}
+	u.ops = append(u.ops,
+		func(tx *knftables.Transaction) { tx.Delete(&knftables.Chain{Name: name}) },
+		func(tx *knftables.Transaction) { tx.Add(chainObject(d)) })
+	for i, r := range d.rules {
+		rule := &knftables.Rule{Chain: name, Rule: r, Comment: knftables.PtrTo(ids[i])}
+		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(rule) })
+	}
+	return u
 }
 
 // bindEndpointMap puts the endpoint map of a dispatch chain whose rules are

@@ -72,7 +72,7 @@ func readBackFrom(old *store) *store {
 	sink := newStoreSink(s)
 	sink.Table()
 	for name, c := range old.chains {
-		sink.Chain(name)
+		sink.Chain(name, c.hook)
 		for _, r := range c.kernel {
 			sink.Rule(name, r)
 		}

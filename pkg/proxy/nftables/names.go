@@ -20,17 +20,22 @@ const TableName = "kube-proxy"
 
 const tableComment = "rules for kube-proxy"
 
-// Chains with fixed names. The base chains carry upstream's names, hooks and
-// priorities because other components order their own rules against them.
+// Chains with fixed names. The base chains are exactly upstream's (v1.35 to
+// v1.37: names, types, hooks and priorities): other components order their
+// own rules against them, and a rollback to upstream must leave none of
+// ours hooked. Upstream's first sync deletes and re-adds its own base
+// chains by name and touches no other, so a base chain of another name (or
+// one it would re-add elsewhere) would keep steering packets into chains
+// nobody maintains.
 const (
-	chainFilterPrerouting = "filter-prerouting"
-	chainFilterInput      = "filter-input"
-	chainFilterForward    = "filter-forward"
-	chainFilterOutput     = "filter-output"
-	chainFilterOutputPost = "filter-output-post-dnat"
-	chainNATPrerouting    = "nat-prerouting"
-	chainNATOutput        = "nat-output"
-	chainNATPostrouting   = "nat-postrouting"
+	chainFilterPreroutingPreDNAT = "filter-prerouting-pre-dnat"
+	chainFilterOutputPreDNAT     = "filter-output-pre-dnat"
+	chainFilterInput             = "filter-input"
+	chainFilterForward           = "filter-forward"
+	chainFilterOutput            = "filter-output"
+	chainNATPrerouting           = "nat-prerouting"
+	chainNATOutput               = "nat-output"
+	chainNATPostrouting          = "nat-postrouting"
 
 	chainServices        = "services"
 	chainMasquerading    = "masquerading"
@@ -46,8 +51,12 @@ const (
 	mapServiceNodePorts = "service-nodeports"
 	setNodePortIPs      = "nodeport-ips"
 	setClusterIPs       = "cluster-ips"
-	setFirewallIPs      = "firewall-ips"
-	setFirewallAllow    = "firewall-allow"
+	// setFirewallGuards holds the frontends that loadBalancerSourceRanges
+	// guard. Upstream's "firewall-ips" holds the same, but as a verdict
+	// map: under that name upstream's first sync after a rollback failed
+	// ("Expression is not a map"), every sync until the table was deleted.
+	setFirewallGuards = "firewall-guards"
+	setFirewallAllow  = "firewall-allow"
 	// setHairpin is the prefix of the hairpin sets, one per shard.
 	setHairpin = "hairpin-endpoints"
 )

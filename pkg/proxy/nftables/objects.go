@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/knft"
 )
 
 // chainSpec is one chain as render wants it: its rules in order.
@@ -28,6 +30,34 @@ type baseChain struct {
 	typ  knftables.BaseChainType
 	hook knftables.BaseChainHook
 	prio knftables.BaseChainPriority
+}
+
+// kernelHook is b as the kernel reports it: the priority as a number.
+// Named priorities have the same values in the ip and ip6 families.
+func (b *baseChain) kernelHook() *knft.ChainHook {
+	prio, err := knftables.ParsePriority(knftables.IPv4Family, string(b.prio))
+	if err != nil {
+		panic(err) // not reached: render names only priorities nft knows
+	}
+	return &knft.ChainHook{Type: string(b.typ), Hook: string(b.hook), Priority: prio}
+}
+
+// hookDiffers reports whether the kernel's base chain of e is attached
+// elsewhere than d wants (another hook, type or priority: the previous
+// layout's filter chains ran at dstnat-10, upstream's at filter). The
+// kernel cannot move a base chain, so such a chain is deleted and added
+// again (recreateChain). A chain whose hook the read-back did not report
+// is taken as right.
+func hookDiffers(d *chainSpec, e *chainEntry) bool {
+	return d.base != nil && e.present && e.hook != nil && *d.base.kernelHook() != *e.hook
+}
+
+// kernelHook is where the kernel has c once added: nil for a regular chain.
+func (c *chainSpec) kernelHook() *knft.ChainHook {
+	if c.base == nil {
+		return nil
+	}
+	return c.base.kernelHook()
 }
 
 // ruleIDs returns the comment of each rule, which is what read-back can see.
@@ -104,7 +134,7 @@ func elemRank(set string) int {
 	switch set {
 	case mapServiceIPs, mapServiceNodePorts:
 		return 2
-	case setFirewallIPs:
+	case setFirewallGuards:
 		return 1
 	default:
 		return 0

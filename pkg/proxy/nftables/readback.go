@@ -57,7 +57,7 @@ func newStoreSink(s *store) *storeSink {
 
 func (k *storeSink) Table() { k.s.tablePresent = true }
 
-func (k *storeSink) Chain(name string) { k.chain(name) }
+func (k *storeSink) Chain(name string, hook *knft.ChainHook) { k.chain(name).hook = hook }
 
 func (k *storeSink) chain(name string) *chainEntry {
 	e := k.s.chains[name]

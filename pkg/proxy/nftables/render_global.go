@@ -103,16 +103,19 @@ func renderGlobal(st *desired.State, c *config) *part {
 	p := &part{}
 	ip := c.fs.ip
 	const newConn = "ct state new "
-	filterPrio := knftables.DNATPriority + "-10"
-	p.addChain(&chainSpec{name: chainFilterPrerouting, base: base(knftables.FilterType, knftables.PreroutingHook, filterPrio),
+	// The firewall check sees the destination before DNAT; the cluster-IP
+	// check after it (a destination still in the service ranges was no
+	// Service's frontend).
+	preDNAT := knftables.DNATPriority + "-10"
+	p.addChain(&chainSpec{name: chainFilterPreroutingPreDNAT, base: base(knftables.FilterType, knftables.PreroutingHook, preDNAT),
 		rules: []string{newConn + "jump " + chainFirewallCheck}})
-	p.addChain(&chainSpec{name: chainFilterInput, base: base(knftables.FilterType, knftables.InputHook, filterPrio),
+	p.addChain(&chainSpec{name: chainFilterOutputPreDNAT, base: base(knftables.FilterType, knftables.OutputHook, preDNAT),
+		rules: []string{newConn + "jump " + chainFirewallCheck}})
+	p.addChain(&chainSpec{name: chainFilterInput, base: base(knftables.FilterType, knftables.InputHook, knftables.FilterPriority),
 		rules: renderLocalhost(p, c)})
-	p.addChain(&chainSpec{name: chainFilterForward, base: base(knftables.FilterType, knftables.ForwardHook, filterPrio),
+	p.addChain(&chainSpec{name: chainFilterForward, base: base(knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority),
 		rules: []string{newConn + "jump " + chainClusterIPsCheck}})
-	p.addChain(&chainSpec{name: chainFilterOutput, base: base(knftables.FilterType, knftables.OutputHook, filterPrio),
-		rules: []string{newConn + "jump " + chainFirewallCheck}})
-	p.addChain(&chainSpec{name: chainFilterOutputPost, base: base(knftables.FilterType, knftables.OutputHook, knftables.DNATPriority+"+10"),
+	p.addChain(&chainSpec{name: chainFilterOutput, base: base(knftables.FilterType, knftables.OutputHook, knftables.FilterPriority),
 		rules: []string{newConn + "jump " + chainClusterIPsCheck}})
 	p.addChain(&chainSpec{name: chainNATPrerouting, base: base(knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority),
 		rules: []string{"jump " + chainServices}})
@@ -144,7 +147,7 @@ func renderGlobal(st *desired.State, c *config) *part {
 	p.addChain(&chainSpec{name: chainReject, rules: []string{"reject"}})
 	p.addChain(&chainSpec{name: chainFirewallCheck, rules: []string{
 		fmt.Sprintf("%s daddr . meta l4proto . th dport @%s %s daddr . meta l4proto . th dport . %s saddr != @%s drop",
-			ip, setFirewallIPs, ip, ip, setFirewallAllow),
+			ip, setFirewallGuards, ip, ip, setFirewallAllow),
 	}})
 	p.addChain(&chainSpec{name: chainClusterIPsCheck, rules: clusterIPsCheck(st, ip)})
 
@@ -179,7 +182,7 @@ func renderGlobalSets(p *part, fs famSpec) {
 	p.addSet(&setSpec{name: mapServiceNodePorts, isMap: true, typ: "inet_proto . inet_service : verdict"})
 	p.addSet(&setSpec{name: setNodePortIPs, typ: a})
 	p.addSet(&setSpec{name: setClusterIPs, typ: a})
-	p.addSet(&setSpec{name: setFirewallIPs, typ: a + " . inet_proto . inet_service"})
+	p.addSet(&setSpec{name: setFirewallGuards, typ: a + " . inet_proto . inet_service"})
 	p.addSet(&setSpec{name: setFirewallAllow, typ: a + " . inet_proto . inet_service . " + a,
 		flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	for k := range shards {

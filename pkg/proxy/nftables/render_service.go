@@ -70,7 +70,7 @@ func renderService(c *config, sp *desired.ServicePort) *part {
 	return s.p
 }
 
-// ipKey is the key address · protocol · port (service-ips, firewall-ips).
+// ipKey is the key address · protocol · port (service-ips, firewall-guards).
 func (s *svcContext) ipKey(a netip.Addr, port uint16) string {
 	b := append(a.Unmap().AppendTo(s.buf[:0]), elemSep...)
 	return s.keep(strconv.AppendUint(append(append(b, s.proto...), elemSep...), uint64(port), 10))
@@ -315,7 +315,7 @@ func (s *svcContext) renderFirewall() {
 			continue
 		}
 		key := s.ipKey(lb, s.sp.Port)
-		s.p.addElem(setFirewallIPs, key, "")
+		s.p.addElem(setFirewallGuards, key, "")
 		for _, src := range s.sp.AllowedSources {
 			if specFor(familyOf(src.Addr())).family == s.c.fs.family {
 				s.p.addElem(setFirewallAllow, key+elemSep+prefixString(src), "")

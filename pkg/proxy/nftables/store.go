@@ -3,6 +3,7 @@ package nftables
 import (
 	"slices"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -49,6 +50,9 @@ type chainEntry struct {
 	claims  int
 	present bool
 	kernel  []string // rule IDs in the kernel
+	// hook is where the kernel's chain is attached, when the read-back
+	// said (a base chain); nil for a regular chain or when not known.
+	hook *knft.ChainHook
 }
 
 type setEntry struct {

@@ -20,7 +20,9 @@ import (
 // protocols specified: tcp vs. th"; re-declaring the map ("add map" of an
 // existing one) does not help, deleting and adding it in the transaction
 // does. It also refuses, as the kernel does (ENFILE), an element add that
-// takes a set or map beyond its size at that point of the transaction.
+// takes a set or map beyond its size at that point of the transaction,
+// and (EOPNOTSUPP) an "add" of an existing base chain at another hook,
+// type or priority, which the Fake ignores.
 // afterRun, when set, sees every committed transaction.
 type strictFake struct {
 	*knftables.Fake
@@ -39,6 +41,9 @@ func (f *strictFake) Run(ctx context.Context, tx *knftables.Transaction) error {
 		return err
 	}
 	if err := f.checkSizes(tx.String()); err != nil {
+		return err
+	}
+	if err := f.checkBaseChainMoves(tx.String()); err != nil {
 		return err
 	}
 	if err := f.Fake.Run(ctx, tx); err != nil {
@@ -190,3 +195,37 @@ func fakeKernel(nft knftables.Interface) *knft.Knftables {
 }
 
 func (f *strictFake) table() *knftables.Fake { return f.Fake }
+
+var (
+	chainDelete  = regexp.MustCompile(`^delete chain \S+ \S+ (\S+)$`)
+	baseChainAdd = regexp.MustCompile(`^add chain \S+ \S+ (\S+) \{ type (\S+) hook (\S+) priority (\S+) ; \}$`)
+)
+
+// checkBaseChainMoves fails when text adds a base chain that exists
+// (and was not deleted earlier in text) attached elsewhere.
+func (f *strictFake) checkBaseChainMoves(text string) error {
+	f.RLock()
+	defer f.RUnlock()
+	deleted := map[string]bool{}
+	for _, line := range strings.Split(text, "\n") {
+		if m := chainDelete.FindStringSubmatch(line); m != nil {
+			deleted[m[1]] = true
+			continue
+		}
+		m := baseChainAdd.FindStringSubmatch(line)
+		if m == nil || deleted[m[1]] || f.Table == nil || f.Table.Chains[m[1]] == nil {
+			continue
+		}
+		have := f.Table.Chains[m[1]].Chain
+		if have.Hook == nil {
+			return fmt.Errorf("add chain %s: a regular chain of that name exists (EEXIST)", m[1])
+		}
+		want, _ := knftables.ParsePriority(f.Table.Family, m[4])
+		prio, _ := knftables.ParsePriority(f.Table.Family, string(*have.Priority))
+		if string(*have.Type) != m[2] || string(*have.Hook) != m[3] || prio != want {
+			return fmt.Errorf("add chain %s: exists at %s %s %d, not %s %s %d (EOPNOTSUPP: a base chain cannot move)",
+				m[1], *have.Type, *have.Hook, prio, m[2], m[3], want)
+		}
+	}
+	return nil
+}

@@ -19,13 +19,19 @@ import (
 // caseState builds the State of a named shared case.
 func caseState(t *testing.T, name string, family proxy.IPFamily) *desired.State {
 	t.Helper()
+	return proxytest.BuildState(t, caseNamed(t, name), family)
+}
+
+// caseNamed finds the named shared case.
+func caseNamed(t *testing.T, name string) proxytest.Case {
+	t.Helper()
 	for _, c := range proxytest.Cases() {
 		if c.Name == name {
-			return proxytest.BuildState(t, c, family)
+			return c
 		}
 	}
 	t.Fatalf("no case %q", name)
-	return nil
+	return proxytest.Case{}
 }
 
 // mustSync syncs st in the mode the syncer would pick when only the State
