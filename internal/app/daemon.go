@@ -155,7 +155,6 @@ func (d *daemon) run(ctx context.Context) error {
 			defer c.Close()
 		}
 	}
-	cleaned := d.startCleanup(ctx)
 	d.serve(ctx)
 	closeLocal := d.serveLocal()
 	defer closeLocal() // removes the socket before the process exits
@@ -164,10 +163,12 @@ func (d *daemon) run(ctx context.Context) error {
 		return fmt.Errorf("opening the conntrack netlink socket: %w", err)
 	}
 	defer conntrackClient.Close()
-	syncers, err := d.newSyncers(ctx, proxiers, feed, conntrackClient)
+	firstSyncs := newFirstSyncs(families)
+	syncers, err := d.newSyncers(ctx, proxiers, feed, conntrackClient, firstSyncs)
 	if err != nil {
 		return err
 	}
+	d.cleanupAfter(ctx, firstSyncs.done)
 	for _, s := range syncers {
 		s.Prepare(ctx) // reads the kernel back beside the lists and the cleanup
 	}
@@ -179,11 +180,6 @@ func (d *daemon) run(ctx context.Context) error {
 		return err
 	}
 	d.events.starting()
-	select { // the first sync comes after the other modes' leftovers are gone
-	case <-cleaned:
-	case <-ctx.Done():
-		return nil
-	}
 	d.awaitServiceCIDRs(ctx, serviceCIDRs)
 	for _, s := range syncers {
 		go s.Loop(ctx)
@@ -192,26 +188,32 @@ func (d *daemon) run(ctx context.Context) error {
 	return d.awaitFatal(ctx)
 }
 
-// startCleanup removes the other proxy modes' leftovers in the background
-// (it runs iptables-save, ip6tables-save and probes IPVS: seconds on a
-// loaded node), so that it overlaps the wait for the Node and the initial
-// lists; the returned channel is closed when it is done.
-func (d *daemon) startCleanup(ctx context.Context) <-chan struct{} {
-	done := make(chan struct{})
+// cleanupAfter removes the other proxy modes' leftovers once this mode's
+// rules are live (synced is closed when every family has synced once):
+// make before break. Upstream removes them before its first sync, which
+// leaves a node switching modes without Service rules until that sync;
+// here the old mode's rules go on serving until then. Both rule sets
+// express the same Services meanwhile, and a connection is translated
+// once, by whichever sees it first (docs/migration.md). A mode that never
+// syncs leaves the old rules in place, as a restart of the old mode would
+// find them.
+func (d *daemon) cleanupAfter(ctx context.Context, synced <-chan struct{}) {
 	if d.cfg.ServiceProxyName != "" {
 		// Beside kube-proxy on a canary subset of Services, the "other
 		// mode's leftovers" are kube-proxy's live rules: leave them alone.
 		d.logger.Info("Not cleaning up other proxy modes: --service-proxy-name is set", "name", d.cfg.ServiceProxyName)
-		close(done)
-		return done
+		return
 	}
 	go func() {
-		defer close(done)
+		select {
+		case <-synced:
+		case <-ctx.Done():
+			return
+		}
 		if err := leftovers.OtherModes(ctx, d.cfg.Mode); err != nil {
 			d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
 		}
 	}()
-	return done
 }
 
 // serve starts the metrics and health servers (each disabled by an empty
@@ -275,7 +277,7 @@ func (d *daemon) serveLocal() (closeLocal func()) {
 
 // newSyncers builds one syncer per family on the feed's tracker and
 // connects the feed's sync requests to it.
-func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, feed *feed, ct kconntrack.Interface) (map[proxy.IPFamily]*syncer.Syncer, error) {
+func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, feed *feed, ct kconntrack.Interface, first *firstSyncs) (map[proxy.IPFamily]*syncer.Syncer, error) {
 	syncers := make(map[proxy.IPFamily]*syncer.Syncer, len(proxiers))
 	gc := newGCTuner(slices.Collect(maps.Keys(proxiers)))
 	for _, family := range proxy.Families {
@@ -287,7 +289,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 		// Stale UDP/SCTP flows are removed beside the sync, never inside it.
 		reconciler := conntrack.New(family, ct, conntrack.Options{})
 		go reconciler.Run(ctx)
-		afterSync := chainAfterSync(d.afterSync(reconciler.Observe), gc.afterSync(family))
+		afterSync := chainAfterSync(d.afterSync(reconciler.Observe), gc.afterSync(family), first.afterSync(family))
 		if serve := localhostProxy(ctx, d.cfg, family); serve != nil {
 			afterSync = chainAfterSync(afterSync, serve)
 		}

@@ -48,6 +48,7 @@ var scenarios = []scenario{
 	{"ServiceCIDRs", testServiceCIDRs},
 	{"RestartWritesNothing", testRestartWritesNothing},
 	{"RestartUnderLoad", testRestartUnderLoad},
+	{"ModeSwitchUnderLoad", testModeSwitchUnderLoad},
 	{"APIServerOutage", testAPIServerOutage},
 	{"HealthzNodeDraining", testHealthzDraining},
 }

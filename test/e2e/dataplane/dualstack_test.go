@@ -46,19 +46,26 @@ func testSingleStackDefault(t *testing.T, c *F.Cluster) {
 // (on two nodes) in each family; the outside client reaches the NodePort on
 // the nodes' IPv6 addresses, masqueraded as for IPv4; scaling the IPv6
 // slice to zero makes only the IPv6 frontends REJECT.
-func testDualStack(t *testing.T, c *F.Cluster) {
-	testSingleStackDefault(t, c)
-	n1, n2 := c.Nodes[0], c.Nodes[1]
-	a, b := c.AddPod(n1, "dsa"), c.AddPod(n2, "dsb")
-	svc := F.NewService("dual", corev1.ServiceTypeNodePort)
+// dualStackNodePort creates a RequireDualStack NodePort Service served by
+// eps in both families and returns it with its IPv4 and IPv6 cluster IPs.
+func dualStackNodePort(t *testing.T, c *F.Cluster, name string, eps ...F.EP) (svc *corev1.Service, v4, v6 string) {
+	t.Helper()
+	svc = F.NewService(name, corev1.ServiceTypeNodePort)
 	policy := corev1.IPFamilyPolicyRequireDualStack
 	svc.Spec.IPFamilyPolicy = &policy
 	svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
 	svc = c.CreateService(svc)
 	ips := familyIPs(t, svc, corev1.IPv4Protocol, corev1.IPv6Protocol)
-	v4, v6 := ips[0], ips[1]
-	c.SetEndpoints(svc, F.EP{Pod: a}, F.EP{Pod: b})
-	c.SetEndpoints6(svc, F.EP{Pod: a}, F.EP{Pod: b})
+	c.SetEndpoints(svc, eps...)
+	c.SetEndpoints6(svc, eps...)
+	return svc, ips[0], ips[1]
+}
+
+func testDualStack(t *testing.T, c *F.Cluster) {
+	testSingleStackDefault(t, c)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	a, b := c.AddPod(n1, "dsa"), c.AddPod(n2, "dsb")
+	svc, v4, v6 := dualStackNodePort(t, c, "dual", F.EP{Pod: a}, F.EP{Pod: b})
 
 	both := F.AllOf("dsa", "dsb")
 	for _, ip := range []string{v4, v6} {

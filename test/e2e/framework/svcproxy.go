@@ -40,9 +40,26 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, c.Opts.Mode, n.Name, n.Kubecfg, ClusterCIDR, n.IP, sp, sp) + c.Opts.ExtraConfig
+`, c.mode(n), n.Name, n.Kubecfg, ClusterCIDR, n.IP, sp, sp) + c.Opts.ExtraConfig
 	n.Config = filepath.Join(c.Work, n.Name+".yaml")
 	return os.WriteFile(n.Config, []byte(cfg), 0o644)
+}
+
+// mode is the proxy mode of node n: the cluster's, unless SwitchMode
+// changed it.
+func (c *Cluster) mode(n *Node) string {
+	if n.Mode != "" {
+		return n.Mode
+	}
+	return c.Opts.Mode
+}
+
+// SwitchMode makes node n's next StartProxy run in mode, with the same
+// configuration otherwise (what an operator's edit of the ConfigMap and a
+// rollout of the DaemonSet do).
+func (c *Cluster) SwitchMode(n *Node, mode string) error {
+	n.Mode = mode
+	return c.writeConfig(n)
 }
 
 // StartProxy starts svcproxy on node n (again, after Kill or an exit).
@@ -164,7 +181,7 @@ func (c *Cluster) Ruleset(n *Node) (string, error) {
 	defer cancel()
 	var out []byte
 	var err error
-	if c.Opts.Mode == "nftables" {
+	if c.mode(n) == "nftables" {
 		out, err = InNS(ctx, n.NS, "nft", "list", "ruleset")
 	} else {
 		out, err = InNS(ctx, n.NS, "iptables-save")

@@ -25,6 +25,7 @@ type Node struct {
 	Zone    string
 	Proxy   *Proc
 	Config  string // KubeProxyConfiguration file
+	Mode    string // this node's proxy mode when SwitchMode changed it
 	Kubecfg string // per-node kubeconfig with a ServiceAccount token
 	// StateSocket is this node's svcproxy --state-socket, for `svcproxy
 	// explain` (empty with Options.ForeignProxy).
