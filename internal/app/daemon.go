@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -23,10 +24,12 @@ import (
 	"github.com/svcproxy/svcproxy/internal/leftovers"
 	"github.com/svcproxy/svcproxy/internal/localapi"
 	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/internal/nodestatus"
 	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/internal/watch"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/klink"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
@@ -53,6 +56,11 @@ type daemon struct {
 	// state keeps the last programmed State per family for
 	// `svcproxy explain` (served on the local API's unix socket).
 	state *debugstate.Recorder
+	// syncers are the IP families' sync loops once they exist, and
+	// flavour the iptables flavour (iptables and IPVS modes), for
+	// `svcproxy status` (status.go).
+	syncers atomic.Pointer[map[proxy.IPFamily]*syncer.Syncer]
+	flavour kiptables.Flavour
 	// schedulers warns about invalid per-Service IPVS scheduler annotations.
 	schedulers *schedulerWarner
 	// nfacct holds the nfacct objects of iptables mode (nil otherwise, or
@@ -141,9 +149,9 @@ func (d *daemon) run(ctx context.Context) error {
 	d.nfacct, closeNFAcct = openNFAcct(ctx, d.cfg.Mode)
 	defer closeNFAcct()
 	proxiers := make(map[proxy.IPFamily]syncer.Proxier, len(families))
-	flavour := iptablesFlavour(ctx, d.cfg.Mode)
+	d.flavour = iptablesFlavour(ctx, d.cfg.Mode)
 	for _, f := range families {
-		p, err := newProxier(ctx, d.cfg, f, d.nfacct, flavour)
+		p, err := newProxier(ctx, d.cfg, f, d.nfacct, d.flavour)
 		if err != nil {
 			return err
 		}
@@ -168,6 +176,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.syncers.Store(&syncers)
 	d.cleanupAfter(ctx, firstSyncs.done)
 	for _, s := range syncers {
 		s.Prepare(ctx) // reads the kernel back beside the lists and the cleanup
@@ -263,6 +272,7 @@ func (d *daemon) serveLocal() (closeLocal func()) {
 	}
 	srv, err := localapi.Start(path, map[string]http.Handler{
 		debugstate.Path: d.state.Handler(debugstate.HandlerOptions{Mode: string(d.cfg.Mode)}),
+		nodestatus.Path: nodestatus.Handler(d.status),
 	})
 	if err != nil {
 		d.logger.Error(err, "Serving the state socket failed: svcproxy explain will not work on this node", "path", path)

@@ -15,8 +15,10 @@ import (
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/localapi"
+	"github.com/svcproxy/svcproxy/internal/nodestatus"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // addSubcommands adds svcproxy's own subcommands. kube-proxy has none, so
@@ -24,7 +26,7 @@ import (
 // line kube-proxy's plus ours.
 func addSubcommands(root *cobra.Command) {
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newExplainCommand())
+	root.AddCommand(newExplainCommand(), newStatusCommand(), newServicesCommand())
 }
 
 type explainOptions struct {
@@ -77,6 +79,10 @@ func (o explainOptions) run(ctx context.Context, w io.Writer, target string) err
 		return err
 	}
 	e := explain.Explain(state, pkt)
+	var status nodestatus.Status
+	if err := getJSON(ctx, localapi.NewClient(o.socket), nodestatus.Path, &status); err == nil {
+		markQuarantined(&e, state, pkt, status)
+	}
 	objects, err := explain.Objects(ctx, mode, state, e)
 	if err != nil {
 		objects = append(objects, "(cannot name them: "+err.Error()+")")
@@ -138,3 +144,28 @@ func fetchState(ctx context.Context, c *localapi.Client, family proxy.IPFamily) 
 // maxStateBytes bounds what explain reads from the socket, far above any
 // real cluster's state.
 const maxStateBytes = 1 << 30
+
+// markQuarantined tells e when pkt is for a service port the kernel
+// rejected: its rejected version, alone in state, would take the packet.
+func markQuarantined(e *explain.Explanation, state *desired.State, pkt explain.Packet, s nodestatus.Status) {
+	for _, f := range s.Families {
+		if f.Family != state.Family {
+			continue
+		}
+		for _, q := range f.Quarantined {
+			if q.Rejected == nil {
+				continue
+			}
+			sp, err := q.Rejected.Decode()
+			if err != nil {
+				continue
+			}
+			alone := *state
+			alone.Services = model.PortMap[*desired.ServicePort]{}.With(sp.Name, sp)
+			if explain.Explain(&alone, pkt).Port != nil {
+				e.Quarantined(explain.Quarantine{ServicePort: sp.Name.String(), Since: q.Since, Error: q.Error, Kernel: q.Kernel})
+				return
+			}
+		}
+	}
+}

@@ -1,20 +1,21 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/explain"
+	"github.com/svcproxy/svcproxy/internal/healthz"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
@@ -26,7 +27,7 @@ func explainSocket(t *testing.T, rec *debugstate.Recorder) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "run", "svcproxy.sock")
 	d := &daemon{cfg: mustRun(t, "--hostname-override=n1", "--proxy-mode=nftables", "--state-socket="+path),
-		logger: klog.Background(), state: rec}
+		logger: klog.Background(), state: rec, nodeName: "n1", health: healthz.New(time.Minute, clock.RealClock{})}
 	t.Cleanup(d.serveLocal())
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("serveLocal: %v", err)
@@ -36,13 +37,7 @@ func explainSocket(t *testing.T, rec *debugstate.Recorder) string {
 
 func runExplain(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := NewCommand()
-	var out strings.Builder
-	cmd.SetOut(&out)
-	cmd.SetErr(io.Discard)
-	cmd.SetArgs(append([]string{"explain"}, args...))
-	err := cmd.ExecuteContext(context.Background())
-	return out.String(), err
+	return runCommand(t, append([]string{"explain"}, args...)...)
 }
 
 func TestExplainCommand(t *testing.T) {

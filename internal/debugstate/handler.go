@@ -98,7 +98,7 @@ func writeState(ew *errWriter, s *desired.State, at time.Time) error {
 			ew.printf(",")
 		}
 		// Encode writes the port and a newline in one Write.
-		if err := enc.Encode(encodePort(s.Service(name))); err != nil {
+		if err := enc.Encode(EncodePort(s.Service(name))); err != nil {
 			return err
 		}
 	}

@@ -129,7 +129,7 @@ func Encode(s *desired.State, syncedAt time.Time) State {
 	out := encodeHead(s, syncedAt)
 	out.Services = make([]ServicePort, 0, s.Services.Len())
 	for _, name := range sortedNames(s) {
-		out.Services = append(out.Services, encodePort(s.Service(name)))
+		out.Services = append(out.Services, EncodePort(s.Service(name)))
 	}
 	return out
 }
@@ -160,7 +160,8 @@ func encodeHead(s *desired.State, syncedAt time.Time) State {
 	return out
 }
 
-func encodePort(sp *desired.ServicePort) ServicePort {
+// EncodePort returns the wire form of sp.
+func EncodePort(sp *desired.ServicePort) ServicePort {
 	out := ServicePort{
 		Namespace: sp.Name.Namespace, Name: sp.Name.Name, PortName: sp.Name.Port,
 		Protocol: sp.Protocol, Port: sp.Port, ClusterIP: sp.ClusterIP, NodePort: sp.NodePort,
@@ -206,7 +207,7 @@ func (w State) Decode() (*desired.State, error) {
 	}
 	var services model.PortMapEditor[*desired.ServicePort]
 	for _, p := range w.Services {
-		sp, err := p.decode()
+		sp, err := p.Decode()
 		if err != nil {
 			return nil, err
 		}
@@ -221,7 +222,8 @@ func (w State) Decode() (*desired.State, error) {
 	return s, nil
 }
 
-func (p ServicePort) decode() (*desired.ServicePort, error) {
+// Decode returns the service port p encodes.
+func (p ServicePort) Decode() (*desired.ServicePort, error) {
 	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: p.Namespace, Name: p.Name},
 		Port: p.PortName, Protocol: p.Protocol}
 	var ds [3]desired.Dispatch

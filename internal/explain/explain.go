@@ -84,6 +84,8 @@ type Explanation struct {
 	Masquerade    bool
 	Affinity      int32
 	Reasons       []string
+	// Quarantine is set when the packet's Service port is quarantined.
+	Quarantine *Quarantine
 }
 
 func (e *Explanation) because(format string, args ...any) {

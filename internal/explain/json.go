@@ -29,6 +29,8 @@ type Report struct {
 	Reasons    []string `json:"reasons"`
 	Mode       string   `json:"mode,omitempty"`
 	Objects    []string `json:"objects,omitempty"`
+	// Quarantine is set when the packet's Service port is quarantined.
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
 }
 
 // PacketReport is the packet as explained.
@@ -53,7 +55,7 @@ func (e Explanation) Report(mode string, objects []string) Report {
 		Family:  string(e.Family),
 		Verdict: e.Verdict.Word(), Frontend: e.Frontend, Source: e.Source,
 		Class: e.Class, Policy: e.Policy, Masquerade: e.Masquerade, Affinity: e.Affinity,
-		Reasons: append([]string{}, e.Reasons...), Mode: mode, Objects: objects,
+		Reasons: append([]string{}, e.Reasons...), Mode: mode, Objects: objects, Quarantine: e.Quarantine,
 	}
 	if p.Source.IsValid() {
 		r.Packet.Source = p.Source.String()

@@ -22,6 +22,9 @@ func (e Explanation) Write(w io.Writer, mode string, objects []string) error {
 			fmt.Fprintf(&b, "policy:     %s (%s endpoints)\n", e.Policy, e.Class)
 		}
 	}
+	if e.Quarantine != nil {
+		b.WriteString(e.Quarantine.line() + "\n")
+	}
 	fmt.Fprintf(&b, "verdict:    %s\n", e.Verdict)
 	if e.Verdict == DNAT {
 		fmt.Fprintf(&b, "endpoints:  %s\n", joinAddrPorts(e.Endpoints))

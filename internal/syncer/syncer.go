@@ -126,6 +126,8 @@ type Syncer struct {
 	retryDue    bool
 	// persisted: the names QuarantineFile holds.
 	persisted []proxy.ServicePortName
+	// report is the latest Report, for readers on other goroutines.
+	report atomic.Pointer[Report]
 }
 
 // New returns a Syncer; nothing happens until Loop.
@@ -270,6 +272,7 @@ func (s *Syncer) syncOnce() error {
 	metrics.QuarantinedServicePorts.WithLabelValues(s.family).Set(float64(len(s.quarantined)))
 	s.saveQuarantine()
 	end := s.clock.Now()
+	s.publish(state, mode, err, start, end)
 	metrics.SyncProxyRulesLatency.WithLabelValues(s.family).Observe(end.Sub(start).Seconds())
 	if err != nil {
 		s.failed()

@@ -1,12 +1,10 @@
 package dataplane
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -30,6 +28,9 @@ type explainReport struct {
 	Endpoints  []string `json:"endpoints"`
 	Masquerade bool     `json:"masquerade"`
 	Reasons    []string `json:"reasons"`
+	Quarantine *struct {
+		ServicePort string `json:"servicePort"`
+	} `json:"quarantine"`
 }
 
 func (r explainReport) String() string {
@@ -40,20 +41,13 @@ func (r explainReport) String() string {
 // explainOn runs `svcproxy explain --json` inside node n's namespace
 // against that node's state socket, as an operator would on the node.
 func explainOn(c *F.Cluster, n *F.Node, tg F.Target, args ...string) (explainReport, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	dest := tg.Addr + "/" + strings.ToUpper(tg.Proto)
-	argv := append([]string{"netns", "exec", n.NS, c.Bins.SvcProxy, "explain", dest,
-		"--state-socket", n.StateSocket, "--json"}, args...)
-	cmd := exec.CommandContext(ctx, "ip", argv...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
 	var r explainReport
+	out, err := svcproxyCLI(c, n, append([]string{"explain", dest, "--json"}, args...)...)
 	if err != nil {
-		return r, fmt.Errorf("svcproxy explain %s on %s: %w: %s", dest, n.Name, err, strings.TrimSpace(stderr.String()))
+		return r, err
 	}
-	if err := json.Unmarshal(out, &r); err != nil {
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		return r, fmt.Errorf("svcproxy explain %s on %s: decoding: %w\n%s", dest, n.Name, err, out)
 	}
 	return r, nil

@@ -58,6 +58,7 @@ func testRejectedServiceIsolated(t *testing.T, c *F.Cluster) {
 		}
 	}
 	expectEvent(t, c, "kernel-poison", "KernelRejectedServicePort")
+	expectCLIShowsQuarantine(t, c, c.Nodes[0], "kernel-poison", poison.Spec.ClusterIP, "before")
 }
 
 // workWithin requires svc to answer from a pod on each node within
