@@ -6,6 +6,7 @@ package deploy
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,9 +20,10 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 )
 
+// load reads one of base/'s manifests.
 func load(t *testing.T, file string, into any) {
 	t.Helper()
-	data, err := os.ReadFile(file)
+	data, err := os.ReadFile(filepath.Join("base", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +135,7 @@ func TestRBACAndKustomization(t *testing.T) {
 	}
 	load(t, "kustomization.yaml", &k)
 	for _, r := range k.Resources {
-		if _, err := os.Stat(r); err != nil {
+		if _, err := os.Stat(filepath.Join("base", r)); err != nil {
 			t.Errorf("kustomization resource %s: %v", r, err)
 		}
 	}

@@ -86,7 +86,7 @@ func deployControlPlane(t *testing.T) *rest.Config {
 // kustomization adds only the namespace, which every object already names).
 func deployApply(ctx context.Context, t *testing.T, cfg *rest.Config) {
 	t.Helper()
-	dir := filepath.Join(deployRepoRoot(t), "deploy")
+	dir := filepath.Join(deployRepoRoot(t), "deploy", "base")
 	var k struct {
 		Resources []string `json:"resources"`
 	}
