@@ -38,18 +38,7 @@ func TestConfigMapDecodesStrictly(t *testing.T) {
 	if cm.Name != "kube-proxy" || cm.Namespace != "kube-system" {
 		t.Errorf("ConfigMap %s/%s, want kube-system/kube-proxy", cm.Namespace, cm.Name)
 	}
-	obj, strictErr, err := config.Decode([]byte(cm.Data["config.conf"]))
-	if err != nil || strictErr != nil {
-		t.Fatalf("config.conf: err %v, strict %v", err, strictErr)
-	}
-	config.SetDefaults(obj)
-	if err := config.Validate(obj); err != nil {
-		t.Fatalf("config.conf does not validate: %v", err)
-	}
-	cfg, err := config.Complete(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := completeConfig(t, cm.Data["config.conf"])
 	if cfg.Mode != config.ModeNFTables || cfg.Versioned.ClientConnection.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" ||
 		cfg.HealthzBindAddress != "0.0.0.0:10256" {
 		t.Errorf("mode %q kubeconfig %q healthz %q", cfg.Mode, cfg.Versioned.ClientConnection.Kubeconfig, cfg.HealthzBindAddress)
@@ -64,14 +53,41 @@ func TestConfigMapDecodesStrictly(t *testing.T) {
 	}
 }
 
+// completeConfig decodes a config.conf as svcproxy does with --config,
+// strictly, and returns it defaulted, validated and completed.
+func completeConfig(t *testing.T, text string) *config.Config {
+	t.Helper()
+	obj, strictErr, err := config.Decode([]byte(text))
+	if err != nil || strictErr != nil {
+		t.Fatalf("config.conf: err %v, strict %v", err, strictErr)
+	}
+	config.SetDefaults(obj)
+	if err := config.Validate(obj); err != nil {
+		t.Fatalf("config.conf does not validate: %v", err)
+	}
+	cfg, err := config.Complete(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func TestDaemonSetIsKubeadms(t *testing.T) {
 	var ds appsv1.DaemonSet
 	load(t, "daemonset.yaml", &ds)
-	spec := ds.Spec.Template.Spec
 	if ds.Name != "kube-proxy" || ds.Namespace != "kube-system" || ds.Labels["k8s-app"] != "kube-proxy" ||
 		ds.Spec.Template.Labels["k8s-app"] != "kube-proxy" || ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType {
 		t.Errorf("metadata/strategy: %+v %+v", ds.ObjectMeta, ds.Spec.UpdateStrategy)
 	}
+	checkKubeadmPod(t, &ds)
+}
+
+// checkKubeadmPod checks that ds's pods are kubeadm's kube-proxy pods, with
+// svcproxy's probes and state directory: whatever name the DaemonSet has,
+// svcproxy runs as kube-proxy would.
+func checkKubeadmPod(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
 	if spec.PriorityClassName != "system-node-critical" || !spec.HostNetwork || spec.ServiceAccountName != "kube-proxy" ||
 		spec.NodeSelector["kubernetes.io/os"] != "linux" ||
 		!slices.Equal(spec.Tolerations, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}) {
