@@ -1,4 +1,6 @@
-// Package deploy holds the kubeadm-shaped manifests; this test checks them
+// Package deploy holds the kubeadm-shaped manifests (base/), the components
+// that set what differs per cluster and the overlays built from them. Its
+// tests check base/'s files, and every build of the overlays and components,
 // against svcproxy's own config decoder and kubeadm's DaemonSet shape
 // (contract §1.3). test/e2e/deploy_test.go applies them to a real API
 // server and checks the RBAC.
