@@ -59,6 +59,10 @@ func TestComponentCombinations(t *testing.T) {
 		mode      config.Mode
 	}{{"", config.ModeNFTables}, {"mode-iptables", config.ModeIPTables}, {"mode-ipvs", config.ModeIPVS}}
 	others := []string{"api-endpoint", "pod-cidr", "metrics", "resources"}
+	base := baseSettings(t, fsys)
+	if base.mode != config.ModeNFTables || base.server == testServer || base.cidrs == testCIDRs {
+		t.Fatalf("the base has %+v: the components would not show", base)
+	}
 	for _, m := range modes {
 		for set := range 1 << len(others) {
 			var components []string
@@ -77,8 +81,8 @@ func TestComponentCombinations(t *testing.T) {
 				name = "none"
 			}
 			t.Run(name, func(t *testing.T) {
-				w := want{mode: m.mode, server: "https://CONTROL_PLANE_ENDPOINT:6443", cidrs: "10.244.0.0/16",
-					metrics: "127.0.0.1:10249", resources: has["resources"], image: testImage}
+				w := want{settings: base, metricsPort: has["metrics"], resources: has["resources"], image: testImage}
+				w.mode = m.mode
 				if has["api-endpoint"] {
 					w.server = testServer
 				}
@@ -142,7 +146,7 @@ func checkCanary(t *testing.T, r *rendered, image string, resources bool) {
 		t.Errorf("svcproxy-canary nodeSelector %v", sel)
 	}
 	checkKubeadmPod(t, ds)
-	checkAdditions(t, ds, want{metrics: "127.0.0.1:10249", resources: resources, image: image})
+	checkAdditions(t, ds, want{resources: resources, image: image})
 
 	kp := r.daemonSets["kube-proxy"]
 	off := corev1.PodSpec{Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{

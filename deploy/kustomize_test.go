@@ -96,15 +96,53 @@ func mustBuild(t *testing.T, fsys filesys.FileSystem, dir string) *rendered {
 	return r
 }
 
+// settings are the values of config.conf and kubeconfig.conf that the
+// components set.
+type settings struct {
+	mode    config.Mode
+	server  string // kubeconfig.conf's server
+	cidrs   string // clusterCIDR, as config.conf has it
+	metrics string // the completed metricsBindAddress
+}
+
 // want is what an install (the base, with or without components) must
 // render to.
 type want struct {
-	mode      config.Mode
-	server    string // kubeconfig.conf's server
-	cidrs     string // clusterCIDR, as config.conf has it
-	metrics   string // the completed metricsBindAddress
-	resources bool   // the resources component's requests and limit
-	image     string
+	settings
+	metricsPort bool // the metrics component's container port
+	resources   bool // the resources component's requests and limit
+	image       string
+}
+
+// readSettings decodes cm as svcproxy would and returns the values the
+// components set. Whatever components set, svcproxy must accept the config
+// as it is, and health stays where kubeadm has it, without profiling.
+func readSettings(t *testing.T, cm *corev1.ConfigMap) settings {
+	t.Helper()
+	cfg := completeConfig(t, cm.Data["config.conf"])
+	if cfg.HealthzBindAddress != "0.0.0.0:10256" || cfg.EnableProfiling {
+		t.Errorf("config: healthz %q profiling %v, want 0.0.0.0:10256 without profiling", cfg.HealthzBindAddress, cfg.EnableProfiling)
+	}
+	cidrs := make([]string, len(cfg.ClusterCIDRs))
+	for i, p := range cfg.ClusterCIDRs {
+		cidrs[i] = p.String()
+	}
+	kc, err := clientcmd.Load([]byte(cm.Data["kubeconfig.conf"]))
+	if err != nil {
+		t.Fatalf("kubeconfig.conf: %v", err)
+	}
+	c := kc.Clusters["default"]
+	if c == nil || kc.AuthInfos["default"] == nil {
+		t.Fatalf("kubeconfig.conf: no default cluster or user: %+v", kc)
+	}
+	return settings{mode: cfg.Mode, server: c.Server, cidrs: strings.Join(cidrs, ","), metrics: cfg.MetricsBindAddress}
+}
+
+// baseSettings are the base's own values, which an install keeps where no
+// component changes them.
+func baseSettings(t *testing.T, fsys filesys.FileSystem) settings {
+	t.Helper()
+	return readSettings(t, mustBuild(t, fsys, "/deploy/base").configMaps["kube-proxy"])
 }
 
 // baseObjects are the objects of every install: kubeadm's.
@@ -124,22 +162,8 @@ func checkInstall(t *testing.T, r *rendered, w want) {
 	if cm == nil || ds == nil || cm.Namespace != "kube-system" || ds.Namespace != "kube-system" {
 		t.Fatalf("want kube-system/kube-proxy ConfigMap and DaemonSet, have %q", r.objects)
 	}
-	cfg := completeConfig(t, cm.Data["config.conf"])
-	cidrs := make([]string, len(cfg.ClusterCIDRs))
-	for i, p := range cfg.ClusterCIDRs {
-		cidrs[i] = p.String()
-	}
-	if cfg.Mode != w.mode || strings.Join(cidrs, ",") != w.cidrs ||
-		cfg.MetricsBindAddress != w.metrics || cfg.HealthzBindAddress != "0.0.0.0:10256" || cfg.EnableProfiling {
-		t.Errorf("config: mode %q clusterCIDRs %q metrics %q healthz %q profiling %v, want %q %q %q",
-			cfg.Mode, cidrs, cfg.MetricsBindAddress, cfg.HealthzBindAddress, cfg.EnableProfiling, w.mode, w.cidrs, w.metrics)
-	}
-	kc, err := clientcmd.Load([]byte(cm.Data["kubeconfig.conf"]))
-	if err != nil {
-		t.Fatalf("kubeconfig.conf: %v", err)
-	}
-	if c := kc.Clusters["default"]; c == nil || c.Server != w.server || kc.AuthInfos["default"] == nil {
-		t.Errorf("kubeconfig cluster %+v, want server %q", c, w.server)
+	if got := readSettings(t, cm); got != w.settings {
+		t.Errorf("config: %+v, want %+v", got, w.settings)
 	}
 	if ds.Name != "kube-proxy" || ds.Labels["k8s-app"] != "kube-proxy" || ds.Spec.Selector.MatchLabels["k8s-app"] != "kube-proxy" {
 		t.Errorf("DaemonSet %s labels %v selector %v, want kubeadm's", ds.Name, ds.Labels, ds.Spec.Selector)
@@ -157,7 +181,7 @@ func checkAdditions(t *testing.T, ds *appsv1.DaemonSet, w want) {
 		t.Errorf("image %q, want %q", c.Image, w.image)
 	}
 	wantPorts := 0
-	if w.metrics == "0.0.0.0:10249" {
+	if w.metricsPort {
 		wantPorts = 1
 		if p := c.Ports; len(p) != 1 || p[0].Name != "metrics" || p[0].ContainerPort != 10249 || p[0].Protocol != corev1.ProtocolTCP {
 			t.Errorf("ports %+v, want metrics 10249/TCP", p)
@@ -184,12 +208,12 @@ func checkAdditions(t *testing.T, ds *appsv1.DaemonSet, w want) {
 // overlay it does not know: a new one gets its expectations here.
 func TestOverlays(t *testing.T) {
 	fsys := deployFS(t)
-	const placeholder = "https://CONTROL_PLANE_ENDPOINT:6443"
+	base := baseSettings(t, fsys)
+	nft, ipt := base, base
+	ipt.mode, ipt.metrics = config.ModeIPTables, "0.0.0.0:10249"
 	installs := map[string]want{
-		"nftables": {mode: config.ModeNFTables, server: placeholder, cidrs: "10.244.0.0/16",
-			metrics: "127.0.0.1:10249", resources: true, image: "svcproxy:dev"},
-		"iptables": {mode: config.ModeIPTables, server: placeholder, cidrs: "10.244.0.0/16",
-			metrics: "0.0.0.0:10249", image: "svcproxy:dev"},
+		"nftables": {settings: nft, resources: true, image: "svcproxy:dev"},
+		"iptables": {settings: ipt, metricsPort: true, image: "svcproxy:dev"},
 	}
 	dirs, err := os.ReadDir("overlays")
 	if err != nil {
