@@ -1,4 +1,6 @@
-// Package deploy holds the kubeadm-shaped manifests; this test checks them
+// Package deploy holds the kubeadm-shaped manifests (base/), the components
+// that set what differs per cluster and the overlays built from them. Its
+// tests check base/'s files, and every build of the overlays and components,
 // against svcproxy's own config decoder and kubeadm's DaemonSet shape
 // (contract §1.3). test/e2e/deploy_test.go applies them to a real API
 // server and checks the RBAC.
@@ -6,6 +8,7 @@ package deploy
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,9 +22,10 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 )
 
+// load reads one of base/'s manifests.
 func load(t *testing.T, file string, into any) {
 	t.Helper()
-	data, err := os.ReadFile(file)
+	data, err := os.ReadFile(filepath.Join("base", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,18 +40,7 @@ func TestConfigMapDecodesStrictly(t *testing.T) {
 	if cm.Name != "kube-proxy" || cm.Namespace != "kube-system" {
 		t.Errorf("ConfigMap %s/%s, want kube-system/kube-proxy", cm.Namespace, cm.Name)
 	}
-	obj, strictErr, err := config.Decode([]byte(cm.Data["config.conf"]))
-	if err != nil || strictErr != nil {
-		t.Fatalf("config.conf: err %v, strict %v", err, strictErr)
-	}
-	config.SetDefaults(obj)
-	if err := config.Validate(obj); err != nil {
-		t.Fatalf("config.conf does not validate: %v", err)
-	}
-	cfg, err := config.Complete(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := completeConfig(t, cm.Data["config.conf"])
 	if cfg.Mode != config.ModeNFTables || cfg.Versioned.ClientConnection.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" ||
 		cfg.HealthzBindAddress != "0.0.0.0:10256" {
 		t.Errorf("mode %q kubeconfig %q healthz %q", cfg.Mode, cfg.Versioned.ClientConnection.Kubeconfig, cfg.HealthzBindAddress)
@@ -62,14 +55,41 @@ func TestConfigMapDecodesStrictly(t *testing.T) {
 	}
 }
 
+// completeConfig decodes a config.conf as svcproxy does with --config,
+// strictly, and returns it defaulted, validated and completed.
+func completeConfig(t *testing.T, text string) *config.Config {
+	t.Helper()
+	obj, strictErr, err := config.Decode([]byte(text))
+	if err != nil || strictErr != nil {
+		t.Fatalf("config.conf: err %v, strict %v", err, strictErr)
+	}
+	config.SetDefaults(obj)
+	if err := config.Validate(obj); err != nil {
+		t.Fatalf("config.conf does not validate: %v", err)
+	}
+	cfg, err := config.Complete(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func TestDaemonSetIsKubeadms(t *testing.T) {
 	var ds appsv1.DaemonSet
 	load(t, "daemonset.yaml", &ds)
-	spec := ds.Spec.Template.Spec
 	if ds.Name != "kube-proxy" || ds.Namespace != "kube-system" || ds.Labels["k8s-app"] != "kube-proxy" ||
 		ds.Spec.Template.Labels["k8s-app"] != "kube-proxy" || ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType {
 		t.Errorf("metadata/strategy: %+v %+v", ds.ObjectMeta, ds.Spec.UpdateStrategy)
 	}
+	checkKubeadmPod(t, &ds)
+}
+
+// checkKubeadmPod checks that ds's pods are kubeadm's kube-proxy pods, with
+// svcproxy's probes and state directory: whatever name the DaemonSet has,
+// svcproxy runs as kube-proxy would.
+func checkKubeadmPod(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
 	if spec.PriorityClassName != "system-node-critical" || !spec.HostNetwork || spec.ServiceAccountName != "kube-proxy" ||
 		spec.NodeSelector["kubernetes.io/os"] != "linux" ||
 		!slices.Equal(spec.Tolerations, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}) {
@@ -133,7 +153,7 @@ func TestRBACAndKustomization(t *testing.T) {
 	}
 	load(t, "kustomization.yaml", &k)
 	for _, r := range k.Resources {
-		if _, err := os.Stat(r); err != nil {
+		if _, err := os.Stat(filepath.Join("base", r)); err != nil {
 			t.Errorf("kustomization resource %s: %v", r, err)
 		}
 	}

@@ -26,7 +26,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // deployRepoRoot is the svcproxy checkout this nested module lives in.
@@ -81,53 +82,79 @@ func deployControlPlane(t *testing.T) *rest.Config {
 	return cfg
 }
 
-// deployApply server-side-applies every deploy/*.yaml the kustomization
-// lists, as `kubectl apply --server-side -k deploy/` would (the
-// kustomization adds only the namespace, which every object already names).
-func deployApply(ctx context.Context, t *testing.T, cfg *rest.Config) {
+// deployRender builds the kustomization deploy/DIR with kustomize's Go
+// library, the one kubectl embeds (`kubectl apply -k` runs the same build
+// before it sends the objects): no kubectl binary is needed.
+func deployRender(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	dir := filepath.Join(deployRepoRoot(t), "deploy")
-	var k struct {
-		Resources []string `json:"resources"`
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(),
+		filepath.Join(deployRepoRoot(t), "deploy", dir))
+	if err != nil {
+		t.Fatalf("kustomize build deploy/%s: %v", dir, err)
 	}
-	deployReadYAML(t, filepath.Join(dir, "kustomization.yaml"), &k)
+	var objs []*unstructured.Unstructured
+	for _, r := range m.Resources() {
+		data, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(data); err != nil {
+			t.Fatalf("deploy/%s: %s %s: %v", dir, r.GetKind(), r.GetName(), err)
+		}
+		objs = append(objs, obj)
+	}
+	return objs
+}
+
+// deployClient reaches any kind of object the manifests hold.
+type deployClient struct {
+	mapper meta.RESTMapper
+	dyn    dynamic.Interface
+}
+
+func newDeployClient(t *testing.T, cfg *rest.Config) *deployClient {
+	t.Helper()
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, file := range k.Resources {
-		var obj unstructured.Unstructured
-		deployReadYAML(t, filepath.Join(dir, file), &obj.Object)
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-		}
-		_, err = ri.Apply(ctx, obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: "svcproxy-e2e", Force: true})
-		if err != nil {
-			t.Fatalf("applying %s (%s %s): %v", file, gvk.Kind, obj.GetName(), err)
-		}
-	}
+	return &deployClient{mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), dyn: dyn}
 }
 
-func deployReadYAML(t *testing.T, path string, into any) {
-	t.Helper()
-	data, err := os.ReadFile(path)
+func (c *deployClient) resource(obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := obj.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if err := yaml.Unmarshal(data, into); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		return c.dyn.Resource(m.Resource).Namespace(obj.GetNamespace()), nil
 	}
+	return c.dyn.Resource(m.Resource), nil
+}
+
+// apply server-side-applies obj as manager; force takes over fields that
+// another manager owns (kubectl's --force-conflicts).
+func (c *deployClient) apply(ctx context.Context, obj *unstructured.Unstructured, manager string, force bool) (*unstructured.Unstructured, error) {
+	ri, err := c.resource(obj)
+	if err != nil {
+		return nil, err
+	}
+	return ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: manager, Force: force})
+}
+
+// get returns the stored object of obj's kind, namespace and name.
+func (c *deployClient) get(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	ri, err := c.resource(obj)
+	if err != nil {
+		return nil, err
+	}
+	return ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
 }
 
 // deployProxyClient mints a token for kube-system/kube-proxy (TokenRequest API)
@@ -149,40 +176,45 @@ func deployProxyClient(ctx context.Context, t *testing.T, admin *rest.Config, cs
 	return pc
 }
 
-// TestDeployManifests applies deploy/ to a real kube-apiserver and proves,
-// with a token of the kube-proxy ServiceAccount, that the RBAC grants what
-// svcproxy needs and nothing it does not.
+// TestDeployManifests applies deploy/base, then every overlay of
+// deploy/overlays, to one real kube-apiserver, one after the other as
+// `kubectl apply --server-side -k` does (without --force-conflicts), and
+// checks what the API server stored: every field the manifests set, a second
+// apply that changes nothing, and, with a token of the kube-proxy
+// ServiceAccount, that the RBAC grants what svcproxy needs and nothing it
+// does not. The canary overlay goes last, over a kube-proxy DaemonSet
+// created as kubeadm creates it.
 func TestDeployManifests(t *testing.T) {
 	t0 := time.Now()
 	admin := deployControlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	deployApply(ctx, t, admin)
 	cs, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds, err := cs.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("DaemonSet after apply: %v", err)
+	c := newDeployClient(t, admin)
+	canaryOnEmpty(ctx, t, c)
+	t.Run("base", func(t *testing.T) {
+		deployInstall(ctx, t, c, deployRender(t, "base"))
+		pc := deployProxyClient(ctx, t, admin, cs)
+		ssr, err := pc.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("SelfSubjectReview: %v", err)
+		}
+		if u := ssr.Status.UserInfo.Username; u != "system:serviceaccount:kube-system:kube-proxy" {
+			t.Fatalf("the token authenticates as %q", u)
+		}
+		deployCheckAccess(ctx, t, pc)
+		deployCheckCalls(ctx, t, cs, pc)
+	})
+	for _, o := range deployOverlays(t) {
+		t.Run(o, func(t *testing.T) {
+			deployInstall(ctx, t, c, deployRender(t, "overlays/"+o))
+			deployCheckAccess(ctx, t, deployProxyClient(ctx, t, admin, cs))
+		})
 	}
-	if c := ds.Spec.Template.Spec.Containers[0]; c.Command[0] != "/usr/local/bin/kube-proxy" || ds.Spec.Template.Spec.PriorityClassName != "system-node-critical" {
-		t.Errorf("DaemonSet as stored: command %q priority %q", c.Command, ds.Spec.Template.Spec.PriorityClassName)
-	}
-	// A second apply is a no-op for server-side apply: the manifests own
-	// their fields cleanly.
-	deployApply(ctx, t, admin)
-
-	pc := deployProxyClient(ctx, t, admin, cs)
-	ssr, err := pc.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("SelfSubjectReview: %v", err)
-	}
-	if u := ssr.Status.UserInfo.Username; u != "system:serviceaccount:kube-system:kube-proxy" {
-		t.Fatalf("the token authenticates as %q", u)
-	}
-	deployCheckAccess(ctx, t, pc)
-	deployCheckCalls(ctx, t, cs, pc)
+	t.Run("canary", func(t *testing.T) { deployCanary(ctx, t, c, cs) })
 	t.Logf("TestDeployManifests took %v", time.Since(t0).Round(time.Millisecond))
 }
 
