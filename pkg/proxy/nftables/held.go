@@ -34,12 +34,13 @@ func (p *Proxier) heldPorts(st *desired.State) (map[proxy.ServicePortName]struct
 	cfg := newConfig(st)
 	cfg.ownSlots = p.ownSlots
 	held := map[proxy.ServicePortName]struct{}{}
+	chains := map[*chainSpec]bool{} // shared dispatch chains: checked once
 	for name, sp := range st.Services.All() {
 		pt := renderService(cfg, sp)
 		if cfg.err != nil {
 			return nil, fmt.Errorf("rendering nftables %s: %w", p.family, cfg.err)
 		}
-		if p.store.holds(pt) {
+		if p.store.holds(pt, chains) {
 			held[name] = struct{}{}
 		}
 		cfg.scratch.recycle(pt.elems)
@@ -48,11 +49,17 @@ func (p *Proxier) heldPorts(st *desired.State) (map[proxy.ServicePortName]struct
 }
 
 // holds reports whether the kernel side of the store has everything of pt
-// as it is: what a sync claiming pt would leave untouched.
-func (s *store) holds(pt *part) bool {
+// as it is: what a sync claiming pt would leave untouched. checked keeps
+// the answer for each chain asked about.
+func (s *store) holds(pt *part, checked map[*chainSpec]bool) bool {
 	for _, c := range pt.chains {
-		e := s.chains[c.name]
-		if e == nil || !e.present || hookDiffers(c, e) || !slices.Equal(e.kernel, c.ruleIDs()) {
+		ok, done := checked[c]
+		if !done {
+			e := s.chains[c.name]
+			ok = e != nil && e.present && !hookDiffers(c, e) && slices.Equal(e.kernel, c.ruleIDs())
+			checked[c] = ok
+		}
+		if !ok {
 			return false
 		}
 	}

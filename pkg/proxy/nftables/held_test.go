@@ -142,17 +142,16 @@ func replaceFirst(eps []desired.Endpoint, a netip.Addr) []desired.Endpoint {
 
 // BenchmarkHeldPorts measures what HeldPorts adds to a rejected first sync
 // at 10k × 10 beyond the read-back (which a recovery sync does anyway):
-// rendering every port and comparing it with the store.
+// rendering every port and comparing it with the store read back.
 func BenchmarkHeldPorts(b *testing.B) {
 	st := benchState(10000)
-	fake := knftables.NewFake(knftables.IPv4Family, TableName)
-	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
-	if err := p.Sync(context.Background(), st, proxy.RecoverySync); err != nil {
-		b.Fatal(err)
+	cold := newStore()
+	cold.tablePresent = true
+	(&Proxier{store: cold}).fullClaims(st, newConfig(st))
+	for _, u := range cold.diff() {
+		u.kernelUnit().Done()
 	}
-	if err := p.ReadBack(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	p := &Proxier{store: readBackFrom(cold), ownSlots: defaultOwnSlots}
 	b.ReportAllocs()
 	for b.Loop() {
 		held, err := p.heldPorts(st)
