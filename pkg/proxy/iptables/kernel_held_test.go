@@ -36,4 +36,3 @@ func TestKernelHeldPorts(t *testing.T) {
 		})
 	}
 }
-
