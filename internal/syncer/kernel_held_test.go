@@ -14,12 +14,14 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
 var (
 	_ PortHolder = (*nftables.Proxier)(nil)
 	_ PortHolder = (*iptables.Proxier)(nil)
+	_ PortHolder = (*ipvs.Proxier)(nil)
 	_ PortHolder = (*faultinject.Proxier)(nil)
 	_ PortHolder = (*probingProxier)(nil)
 )
