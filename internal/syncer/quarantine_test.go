@@ -331,6 +331,29 @@ func (p *portHoldingProxier) HeldPorts(_ context.Context, st *desired.State) (ma
 	return held, nil
 }
 
+// previousKernel is what a process that synced the healthy ports 0…n-1
+// left in the kernel.
+func previousKernel(t *testing.T, n int) model.PortMap[*desired.ServicePort] {
+	t.Helper()
+	f, p, _ := newPoisonFixture(t)
+	addScaleServices(f, 0, n, nil)
+	f.markSynced()
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatal(err)
+	}
+	return p.programmed
+}
+
+// newHoldingFixture is a new process over kernel whose Proxier tells which
+// ports it holds (failing with heldErr, if set).
+func newHoldingFixture(t *testing.T, kernel model.PortMap[*desired.ServicePort], heldErr error) (*fixture, *portHoldingProxier) {
+	f, pp, _ := newPoisonFixture(t)
+	p := &portHoldingProxier{poisonProxier: pp, err: heldErr}
+	f.syncer.o.Proxier = p
+	pp.programmed = kernel
+	return f, p
+}
+
 // A restarted process meets offenders it never saw, without a quarantine
 // kept for it: its first sync has no accepted State, and the search starts
 // from the ports the kernel already holds as they are. None of those ever
@@ -339,17 +362,8 @@ func TestQuarantineFirstSyncOverHeldPortsAtScale(t *testing.T) {
 	const healthy = 10000
 	for _, k := range []int{1, 3, 10, 50} {
 		t.Run(fmt.Sprintf("%d offenders", k), func(t *testing.T) {
-			// What the previous process left: every healthy port.
-			prev, prevKernel, _ := newPoisonFixture(t)
-			addScaleServices(prev, 0, healthy, nil)
-			prev.markSynced()
-			if err := prev.syncer.syncOnce(); err != nil {
-				t.Fatal(err)
-			}
-			f, pp, _ := newPoisonFixture(t)
-			p := &portHoldingProxier{poisonProxier: pp}
-			f.syncer.o.Proxier = p
-			pp.programmed = prevKernel.programmed
+			f, p := newHoldingFixture(t, previousKernel(t, healthy), nil)
+			pp := p.poisonProxier
 			// Created while no process ran: new ports, offenders among them.
 			poison := spread(healthy, 2*k, k)
 			addScaleServices(f, 0, healthy+2*k, poison)
@@ -393,14 +407,8 @@ func TestQuarantineFirstSyncBase(t *testing.T) {
 		{name: "the Proxier cannot tell", heldErr: errors.New("netlink: no answer"), dropped: -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			prev, prevKernel, _ := newPoisonFixture(t)
-			addScaleServices(prev, 0, n, nil)
-			prev.markSynced()
-			if err := prev.syncer.syncOnce(); err != nil {
-				t.Fatal(err)
-			}
 			poison := spread(0, n, 2)
-			kernel := prevKernel.programmed
+			kernel := previousKernel(t, n)
 			for i := range poison {
 				kernel = kernel.Without(portOf(scaleName(i)))
 			}
@@ -413,9 +421,8 @@ func TestQuarantineFirstSyncBase(t *testing.T) {
 					poison[i] = true
 				}
 			}
-			f, pp, _ := newPoisonFixture(t)
-			f.syncer.o.Proxier = &portHoldingProxier{poisonProxier: pp, err: tc.heldErr}
-			pp.programmed = kernel
+			f, p := newHoldingFixture(t, kernel, tc.heldErr)
+			pp := p.poisonProxier
 			addScaleServices(f, 0, n, poison)
 			f.markSynced()
 			if err := f.syncer.syncOnce(); err != nil {

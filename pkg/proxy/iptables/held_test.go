@@ -2,7 +2,6 @@ package iptables
 
 import (
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -21,11 +20,7 @@ func askHeld(t *testing.T, fake kiptables.Interface, st *desired.State) []proxy.
 	if err != nil {
 		t.Fatalf("HeldPorts: %v", err)
 	}
-	return slices.SortedFunc(maps.Keys(held), proxy.ServicePortName.Compare)
-}
-
-func sortedPorts(st *desired.State) []proxy.ServicePortName {
-	return slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare)
+	return proxytest.SortedNames(held)
 }
 
 // TestHeldPortsAfterASync: every port of every shared case, in both
@@ -37,7 +32,7 @@ func TestHeldPortsAfterASync(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", c.Name, family), func(t *testing.T) {
 				st := proxytest.BuildState(t, c, family)
 				fake, _ := syncFake(t, st, Options{})
-				if held, want := askHeld(t, fake, st), sortedPorts(st); !slices.Equal(held, want) {
+				if held, want := askHeld(t, fake, st), proxytest.PortNames(st); !slices.Equal(held, want) {
 					t.Errorf("held %v, want every port %v", held, want)
 				}
 			})
@@ -60,7 +55,7 @@ func TestHeldPortsAfterASync(t *testing.T) {
 // new port is not.
 func TestHeldPortsSeesWhatDiffers(t *testing.T) {
 	st := upstreamState()
-	all := sortedPorts(st)
+	all := proxytest.PortNames(st)
 	one := svcName("ns4", "svc4")
 	without := func(n proxy.ServicePortName) []proxy.ServicePortName {
 		return slices.DeleteFunc(slices.Clone(all), func(m proxy.ServicePortName) bool { return m == n })

@@ -3,7 +3,6 @@ package ipvs
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 
@@ -20,11 +19,7 @@ func askHeld(t *testing.T, f *fakes, st *desired.State) (*Proxier, []proxy.Servi
 	if err != nil {
 		t.Fatalf("HeldPorts: %v", err)
 	}
-	return p, slices.SortedFunc(maps.Keys(held), proxy.ServicePortName.Compare)
-}
-
-func sortedPorts(st *desired.State) []proxy.ServicePortName {
-	return slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare)
+	return p, proxytest.SortedNames(held)
 }
 
 // TestHeldPortsAfterASync: every port of every shared case, in both
@@ -38,7 +33,7 @@ func TestHeldPortsAfterASync(t *testing.T) {
 				f := newFakes()
 				mustSync(t, newProxier(f, family, Options{}), st)
 				p, held := askHeld(t, f, st)
-				if want := sortedPorts(st); !slices.Equal(held, want) {
+				if want := proxytest.PortNames(st); !slices.Equal(held, want) {
 					t.Errorf("held %v, want every port %v", held, want)
 				}
 				before := f.writes()
@@ -75,7 +70,7 @@ func TestHeldPortsSeesWhatDiffers(t *testing.T) {
 	c := svcPort("c", 3, w4.LocalPod(3))
 	next := changed(st, map[proxy.ServicePortName]*desired.ServicePort{c.Name: c})
 	p, held := askHeld(t, f, next)
-	if want := sortedPorts(st); !slices.Equal(held, want) {
+	if want := proxytest.PortNames(st); !slices.Equal(held, want) {
 		t.Fatalf("a new port: held %v, want %v", held, want)
 	}
 	before := f.writes()

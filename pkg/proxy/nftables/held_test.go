@@ -3,7 +3,6 @@ package nftables
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -25,11 +24,7 @@ func askHeld(t *testing.T, fake *strictFake, st *desired.State, ownSlots int) (*
 	if err != nil {
 		t.Fatalf("HeldPorts: %v", err)
 	}
-	return p, slices.SortedFunc(maps.Keys(held), proxy.ServicePortName.Compare)
-}
-
-func portNames(st *desired.State) []proxy.ServicePortName {
-	return slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare)
+	return p, proxytest.SortedNames(held)
 }
 
 // TestHeldPortsAfterASync: every port of every shared case, in both
@@ -44,7 +39,7 @@ func TestHeldPortsAfterASync(t *testing.T) {
 					st := proxytest.BuildState(t, c, family)
 					fake := syncFakeOwn(t, st, own)
 					p, held := askHeld(t, fake, st, own)
-					if want := portNames(st); !slices.Equal(held, want) {
+					if want := proxytest.PortNames(st); !slices.Equal(held, want) {
 						t.Errorf("held %v, want every port %v", held, want)
 					}
 					if s := mustSyncIn(t, p, st, proxy.FullSync); s.Operations != 0 {
@@ -62,7 +57,7 @@ func TestHeldPortsAfterASync(t *testing.T) {
 // of the held ports alone sends nothing then.
 func TestHeldPortsSeesWhatDiffers(t *testing.T) {
 	st, fake := syncedTable(t, "multiport", proxy.IPv4)
-	all := portNames(st)
+	all := proxytest.PortNames(st)
 	one := all[0]
 	for _, tc := range []struct {
 		name string
