@@ -47,22 +47,42 @@ func Wrap(b Backend, mode string, family proxy.IPFamily) *Proxier {
 
 // Sync is part of syncer.Proxier.
 func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
+	err := p.Backend.Sync(ctx, p.corrupted(st), mode)
+	if err != nil {
+		p.Refused++
+	}
+	return err
+}
+
+// holder is a Backend that tells which service ports the kernel holds
+// (syncer.PortHolder).
+type holder interface {
+	HeldPorts(ctx context.Context, st *desired.State) (map[proxy.ServicePortName]struct{}, error)
+}
+
+// HeldPorts is syncer.PortHolder: Inner is asked about the State as Sync
+// would hand it over. A Backend that cannot tell holds nothing.
+func (p *Proxier) HeldPorts(ctx context.Context, st *desired.State) (map[proxy.ServicePortName]struct{}, error) {
+	h, ok := p.Backend.(holder)
+	if !ok {
+		return nil, nil
+	}
+	return h.HeldPorts(ctx, p.corrupted(st))
+}
+
+// corrupted is st with the poisoned Services' ports corrupted.
+func (p *Proxier) corrupted(st *desired.State) *desired.State {
 	out := *st
 	services := model.NewPortMapEditor(st.Services)
 	for name, sp := range st.Services.All() {
 		if p.Poison(name.ServiceName) {
 			c := *sp
 			p.Corrupt(&c)
-			sp = &c
+			services.Set(name, &c)
 		}
-		services.Set(name, sp)
 	}
 	out.Services = services.Done()
-	err := p.Backend.Sync(ctx, &out, mode)
-	if err != nil {
-		p.Refused++
-	}
-	return err
+	return &out
 }
 
 // Corruption is what a normalization bug could let through to mode's

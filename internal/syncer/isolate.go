@@ -43,33 +43,22 @@ type isolation struct {
 // everything else. It returns the State that is now programmed and the mode
 // the first attempt ran in.
 //
-// The search starts from the last State the Proxier accepted, whatever the
-// mode: what the kernel served before the failure keeps being served while
-// the search runs, and only the ports that differ from it are suspects.
-// Without one (the first sync of this process) it starts from nothing.
+// The search grows from a base the kernel serves already (searchBase), and
+// only the ports that differ from it are suspects: what the kernel served
+// before the failure keeps being served while the search runs.
 func (s *Syncer) program(state *desired.State, mode proxy.SyncMode) (*desired.State, proxy.SyncMode, error) {
 	mode, err := s.syncProxier(state, mode)
 	if err == nil {
 		return state, mode, nil
 	}
-	last := s.lastGood
-	cands := candidates(state, last)
-	if len(cands) == 0 {
+	base, cands, ok := s.searchBase(state)
+	if !ok {
 		return nil, mode, err
 	}
-	base := withServices(state, model.PortMap[*desired.ServicePort]{})
-	if last != nil {
-		// What the kernel had before: if even that fails, the fault is
-		// not in the changed ports. After the failure the Proxier's
-		// record of the kernel is suspect: a recovery sync.
-		base = withServices(state, guarded(last.Services, state, cands))
-		if _, berr := s.syncProxier(base, proxy.RecoverySync); berr != nil {
-			return nil, mode, err
-		}
-	}
-	klog.InfoS("Sync rejected; looking for the service ports responsible", "ipFamily", s.family, "candidates", len(cands), "err", err)
+	klog.InfoS("Sync rejected; looking for the service ports responsible", "ipFamily", s.family, "candidates", len(cands),
+		"kept", base.Services.Len(), "err", err)
 	iso := s.newIsolation(state, len(cands))
-	if last != nil {
+	if base.Services.Len() > 0 && !s.recover {
 		iso.last = base // programmed just now
 	}
 	good, ierr := iso.search(base, cands)
@@ -87,6 +76,73 @@ func (s *Syncer) program(state *desired.State, mode proxy.SyncMode) (*desired.St
 	// Readers of State.Changed take nil as "compare everything".
 	good.Changed = nil
 	return good, mode, nil
+}
+
+// searchBase programs the State the search for state's rejected ports
+// grows from, and returns it with the candidates: the ports that differ
+// from it. ok is false when the fault cannot be any port's: none differs,
+// or even the last accepted State is rejected now.
+//
+//   - the last State the Proxier accepted (kept across failures), its
+//     ports as they were;
+//   - without one (the first sync of this process), the ports the kernel
+//     already holds as the Proxier would program them (PortHolder): their
+//     sync changes nothing for them. A port the kernel holds in another
+//     version (changed while no process ran, or rendered otherwise by this
+//     version) is a candidate like a new one: the base's sync takes it out
+//     until the search adds it back. If the base is rejected the search
+//     starts from nothing;
+//   - nothing: the search takes every port out and adds them back.
+func (s *Syncer) searchBase(state *desired.State) (base *desired.State, cands []proxy.ServicePortName, ok bool) {
+	if last := s.lastGood; last != nil {
+		cands = candidates(state, last)
+		if len(cands) == 0 {
+			return nil, nil, false
+		}
+		// If even what the kernel had before fails, the fault is not in
+		// the changed ports. After the failure the Proxier's record of the
+		// kernel is suspect: a recovery sync.
+		base = withServices(state, guarded(last.Services, state, cands))
+		_, err := s.syncProxier(base, proxy.RecoverySync)
+		return base, cands, err == nil
+	}
+	if held := s.heldState(state); held != nil {
+		cands = candidates(state, held)
+		if len(cands) == 0 {
+			return nil, nil, false
+		}
+		// HeldPorts has just read the kernel back.
+		_, err := s.syncProxier(held, proxy.FullSync)
+		if err == nil {
+			return held, cands, true
+		}
+		klog.InfoS("The service ports the kernel holds are rejected too; searching from none", "ipFamily", s.family, "err", err)
+	}
+	return withServices(state, model.PortMap[*desired.ServicePort]{}), candidates(state, nil), true
+}
+
+// heldState is state with only the service ports the kernel holds as the
+// Proxier would program them, or nil when it holds none or cannot tell.
+func (s *Syncer) heldState(state *desired.State) *desired.State {
+	h, ok := s.o.Proxier.(PortHolder)
+	if !ok {
+		return nil
+	}
+	held, err := h.HeldPorts(s.ctx, state)
+	if err != nil {
+		klog.InfoS("Could not tell which service ports the kernel holds; searching from none", "ipFamily", s.family, "err", err)
+		return nil
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	services := model.NewPortMapEditor(state.Services)
+	for name := range state.Services.Keys() {
+		if _, ok := held[name]; !ok {
+			services.Remove(name)
+		}
+	}
+	return withServices(state, services.Done())
 }
 
 func (s *Syncer) newIsolation(target *desired.State, candidates int) *isolation {

@@ -105,9 +105,11 @@ type probingProxier struct {
 	Proxier
 	probe  func() error
 	misses []error
+	calls  int
 }
 
 func (p *probingProxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
+	p.calls++
 	err := p.Proxier.Sync(ctx, st, mode)
 	if perr := p.probe(); perr != nil {
 		p.misses = append(p.misses, perr)
@@ -126,41 +128,56 @@ func TestKernelRestartWithPoisonKeepsServing(t *testing.T) {
 	}
 }
 
+// First and last in name order: a search from nothing tries one half of
+// the Services without the other.
+var (
+	firstSpec = scenario.Spec{Name: "aaa-first", Slot: 39, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}}
+	lastSpec  = scenario.Spec{Name: "zzz-last", Slot: 40, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}}
+)
+
+// probeFirstAndLast asks the first and the last healthy Service over TCP.
+func probeFirstAndLast(env *scenario.Env, f scenario.Fam) func() error {
+	return func() error {
+		c := netnstest.Client{NS: env.Pods["pod-c"].NS, Timeout: scenario.DropTimeout}
+		for _, slot := range []int{firstSpec.Slot, lastSpec.Slot} {
+			if _, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(slot), scenario.SvcPort)); err != nil {
+				return fmt.Errorf("slot %d: %w", slot, err)
+			}
+		}
+		return nil
+	}
+}
+
+// startProcess is a new svcproxy process over node1's kernel (a new
+// backend, a new syncer) that knows specs, with quarantine file file ("":
+// none); it runs its first sync, probing after every Sync.
+func startProcess(t *testing.T, env *scenario.Env, mode string, f scenario.Fam, specs []scenario.Spec, file string,
+	probe func() error) (*Syncer, *faultinject.Proxier, *probingProxier) {
+	t.Helper()
+	w := env.NewWorld(f)
+	w.Feed(specs...)
+	fi := faultinject.Wrap(backendFor(t, env, mode, f), mode, f.Family)
+	pp := &probingProxier{Proxier: fi, probe: probe}
+	s, err := New(Options{Family: f.Family, Mode: mode, Tracker: w.Tracker(), Proxier: pp,
+		Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
+		MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second, QuarantineFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Node1.NS.Do(s.syncOnce); err != nil {
+		t.Fatalf("%s: first sync: %v", f.Family, err)
+	}
+	return s, fi, pp
+}
+
 func restartWithPoison(t *testing.T, mode string) {
 	env := scenario.NewEnv(t)
-	// First and last in name order: a search from nothing tries one half
-	// of the Services without the other.
-	first := scenario.Spec{Name: "aaa-first", Slot: 39, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}}
-	last := scenario.Spec{Name: "zzz-last", Slot: 40, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}}
+	specs := append(env.Services(), poisonSpec, firstSpec, lastSpec)
 	for _, f := range scenario.Families {
 		file := filepath.Join(t.TempDir(), "quarantine.json")
-		probe := func() error {
-			c := netnstest.Client{NS: env.Pods["pod-c"].NS, Timeout: scenario.DropTimeout}
-			for _, slot := range []int{first.Slot, last.Slot} {
-				if _, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(slot), scenario.SvcPort)); err != nil {
-					return fmt.Errorf("slot %d: %w", slot, err)
-				}
-			}
-			return nil
-		}
-		start := func() (*Syncer, *faultinject.Proxier, *probingProxier) {
-			w := env.NewWorld(f)
-			w.Feed(append(env.Services(), poisonSpec, first, last)...)
-			fi := faultinject.Wrap(backendFor(t, env, mode, f), mode, f.Family)
-			pp := &probingProxier{Proxier: fi, probe: probe}
-			s, err := New(Options{Family: f.Family, Mode: mode, Tracker: w.Tracker(), Proxier: pp,
-				Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
-				MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second, QuarantineFile: file})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := env.Node1.NS.Do(s.syncOnce); err != nil {
-				t.Fatalf("%s: first sync: %v", f.Family, err)
-			}
-			return s, fi, pp
-		}
-		start()
-		s, fi, pp := start()
+		probe := probeFirstAndLast(env, f)
+		startProcess(t, env, mode, f, specs, file, probe)
+		s, fi, pp := startProcess(t, env, mode, f, specs, file, probe)
 		if len(pp.misses) != 0 {
 			t.Errorf("%s: after the restart's syncs healthy Services did not answer %d times (first: %v)", f.Family, len(pp.misses), pp.misses[0])
 		}

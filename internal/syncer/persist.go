@@ -17,11 +17,12 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
-// A restart must not meet the kernel's rejection again to learn what the
-// previous process had learnt: a rejected first sync searches from nothing
-// (no accepted State yet), and the other ports would go unserved while it
-// runs. So the quarantine's names are kept in a file; the next process
-// keeps those ports out of its first sync and then retries each alone.
+// A restart should not meet the kernel's rejection again to learn what the
+// previous process had learnt: a rejected first sync has no accepted State
+// to search from, only the ports the kernel holds as they are (isolate.go),
+// and a port held in another version goes unserved while the search runs.
+// So the quarantine's names are kept in a file; the next process keeps
+// those ports out of its first sync and then retries each alone.
 
 // maxQuarantineFile bounds what is read back: the file is the daemon's
 // own, but a corrupted or foreign file must not cost more than this.

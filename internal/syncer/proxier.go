@@ -47,3 +47,15 @@ type Preparer interface {
 type RulesHolder interface {
 	HoldsRules() bool
 }
+
+// PortHolder is a Proxier that tells which service ports of a State the
+// kernel already holds exactly as the Proxier would program them: every
+// object, element and rule of the port present and equal. HeldPorts reads
+// the kernel back first, as a RecoverySync does, so that a FullSync right
+// after it needs no second read; it programs nothing. The syncer asks only
+// after a rejected sync that has no accepted State to search from (the
+// first sync of a process): the ports held are the search's base, whose
+// sync changes nothing the kernel does for them (isolate.go).
+type PortHolder interface {
+	HeldPorts(ctx context.Context, state *desired.State) (map[proxy.ServicePortName]struct{}, error)
+}

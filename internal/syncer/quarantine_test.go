@@ -1,6 +1,8 @@
 package syncer
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -304,5 +306,133 @@ func TestQuarantineKeptAcrossARestart(t *testing.T) {
 	if len(f.syncer.quarantined) != len(poison) || !has(p.programmed, portOf("s00010")) || p.dropped > 1 {
 		t.Errorf("a port kept in the file but accepted now: %d quarantined, programmed %v, %d healthy drops",
 			len(f.syncer.quarantined), has(p.programmed, portOf("s00010")), p.dropped)
+	}
+}
+
+// portHoldingProxier is a poisonProxier that tells which ports of a State its
+// kernel holds as they are (PortHolder).
+type portHoldingProxier struct {
+	*poisonProxier
+	asked int
+	err   error // HeldPorts fails when set
+}
+
+func (p *portHoldingProxier) HeldPorts(_ context.Context, st *desired.State) (map[proxy.ServicePortName]struct{}, error) {
+	p.asked++
+	if p.err != nil {
+		return nil, p.err
+	}
+	held := map[proxy.ServicePortName]struct{}{}
+	for name, sp := range st.Services.All() {
+		if k, ok := p.programmed.Get(name); ok && k.Equal(sp) {
+			held[name] = struct{}{}
+		}
+	}
+	return held, nil
+}
+
+// previousKernel is what a process that synced the healthy ports 0…n-1
+// left in the kernel.
+func previousKernel(t *testing.T, n int) model.PortMap[*desired.ServicePort] {
+	t.Helper()
+	f, p, _ := newPoisonFixture(t)
+	addScaleServices(f, 0, n, nil)
+	f.markSynced()
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatal(err)
+	}
+	return p.programmed
+}
+
+// newHoldingFixture is a new process over kernel whose Proxier tells which
+// ports it holds (failing with heldErr, if set).
+func newHoldingFixture(t *testing.T, kernel model.PortMap[*desired.ServicePort], heldErr error) (*fixture, *portHoldingProxier) {
+	f, pp, _ := newPoisonFixture(t)
+	p := &portHoldingProxier{poisonProxier: pp, err: heldErr}
+	f.syncer.o.Proxier = p
+	pp.programmed = kernel
+	return f, p
+}
+
+// A restarted process meets offenders it never saw, without a quarantine
+// kept for it: its first sync has no accepted State, and the search starts
+// from the ports the kernel already holds as they are. None of those ever
+// leaves the kernel while the search runs.
+func TestQuarantineFirstSyncOverHeldPortsAtScale(t *testing.T) {
+	const healthy = 10000
+	for _, k := range []int{1, 3, 10, 50} {
+		t.Run(fmt.Sprintf("%d offenders", k), func(t *testing.T) {
+			f, p := newHoldingFixture(t, previousKernel(t, healthy), nil)
+			pp := p.poisonProxier
+			// Created while no process ran: new ports, offenders among them.
+			poison := spread(healthy, 2*k, k)
+			addScaleServices(f, 0, healthy+2*k, poison)
+			f.markSynced()
+			if err := f.syncer.syncOnce(); err != nil {
+				t.Fatalf("first sync with %d offenders: %v", k, err)
+			}
+			t.Logf("%d offenders among %d service ports, %d held by the kernel: %d Proxier syncs, %d rejected",
+				k, healthy+2*k, healthy, p.count(), p.rejected)
+			if p.asked == 0 {
+				t.Error("the syncer never asked which ports the kernel holds")
+			}
+			if p.dropped != 0 {
+				t.Errorf("ports the kernel held left it %d times during the search", p.dropped)
+			}
+			checkScaleOutcome(t, f, pp, healthy+2*k, poison)
+		})
+	}
+}
+
+// What the first sync's search starts from when the kernel holds some
+// ports in another version, when the held ports are rejected themselves,
+// and when the Proxier cannot tell: every offender is found in each case,
+// and only the ports the kernel does not hold as they are leave it.
+func TestQuarantineFirstSyncBase(t *testing.T) {
+	const n = 200
+	for _, tc := range []struct {
+		name string
+		// kernelPort: ports the previous process left on another port
+		// number; a port left on poisonPort the kernel refuses now, and
+		// it is still desired so.
+		kernelPort map[int]int32
+		heldErr    error
+		// dropped: the healthy ports that leave the kernel during the
+		// search; -1 for a search from none, which takes out any.
+		dropped int
+	}{
+		{name: "all held"},
+		{name: "one held in another version", kernelPort: map[int]int32{7: 8080}, dropped: 1},
+		{name: "a held port rejected now", kernelPort: map[int]int32{7: poisonPort}, dropped: -1},
+		{name: "the Proxier cannot tell", heldErr: errors.New("netlink: no answer"), dropped: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			poison := spread(0, n, 2)
+			kernel := previousKernel(t, n)
+			for i := range poison {
+				kernel = kernel.Without(portOf(scaleName(i)))
+			}
+			for i, port := range tc.kernelPort {
+				sp, _ := kernel.Get(portOf(scaleName(i)))
+				old := *sp
+				old.Port = uint16(port)
+				kernel = kernel.With(old.Name, &old)
+				if port == poisonPort {
+					poison[i] = true
+				}
+			}
+			f, p := newHoldingFixture(t, kernel, tc.heldErr)
+			pp := p.poisonProxier
+			addScaleServices(f, 0, n, poison)
+			f.markSynced()
+			if err := f.syncer.syncOnce(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d Proxier syncs, %d rejected, %d healthy ports left the kernel meanwhile", pp.count(), pp.rejected, pp.dropped)
+			if tc.dropped >= 0 && pp.dropped != tc.dropped {
+				t.Errorf("%d healthy ports left the kernel during the search, want %d", pp.dropped, tc.dropped)
+			}
+			checkScaleOutcome(t, f, pp, n, poison)
+		})
 	}
 }

@@ -1,0 +1,76 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// HeldPorts is syncer.PortHolder: it reads the kernel's objects back (as a
+// RecoverySync does, so a FullSync right after needs no second read) and
+// reports the service ports of st whose part the kernel holds as it is:
+// each virtual server with the same settings and its real servers at
+// weight 1 (any other at 0, draining), each address on the dummy link and
+// each ipset member. The iptables rules are no port's: a full sync
+// rewrites them for every port alike. It writes nothing. The syncer asks
+// only after a rejected sync, so the normal sync pays nothing for it.
+func (p *Proxier) HeldPorts(_ context.Context, st *desired.State) (map[proxy.ServicePortName]struct{}, error) {
+	if st.Family != p.family {
+		return nil, fmt.Errorf("ipvs %s proxier got a %s state", p.family, st.Family)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.needRead = true
+	if err := p.readBack(); err != nil {
+		return nil, err
+	}
+	p.needRead = false
+	cfg := newRenderConfig(st)
+	held := map[proxy.ServicePortName]struct{}{}
+	for name, sp := range st.Services.All() {
+		pt := renderService(cfg, sp)
+		if cfg.err != nil {
+			return nil, cfg.err
+		}
+		if p.store.holds(pt) {
+			held[name] = struct{}{}
+		}
+	}
+	return held, nil
+}
+
+// holds reports whether the kernel side of the store has pt as it is: a
+// sync claiming pt would write nothing for it.
+func (s *store) holds(pt *part) bool {
+	for _, vs := range pt.vs {
+		have := s.kernelVS[vs.svc.ServiceKey]
+		if have == nil || have.svc != vs.svc {
+			return false
+		}
+		for d, w := range have.dests {
+			wanted := slices.Contains(vs.dests, d)
+			if wanted && w != 1 || !wanted && w != 0 {
+				return false // the sync would set its weight
+			}
+		}
+		for _, d := range vs.dests {
+			if _, ok := have.dests[d]; !ok {
+				return false
+			}
+		}
+	}
+	for _, a := range pt.addrs {
+		if !s.kernelAddr[a] {
+			return false
+		}
+	}
+	for _, e := range pt.entries {
+		if !s.kernelEntry[e] {
+			return false
+		}
+	}
+	return true
+}
