@@ -52,6 +52,11 @@ func TestConfigMapDecodesStrictly(t *testing.T) {
 		cfg.HealthzBindAddress != "0.0.0.0:10256" {
 		t.Errorf("mode %q kubeconfig %q healthz %q", cfg.Mode, cfg.Versioned.ClientConnection.Kubeconfig, cfg.HealthzBindAddress)
 	}
+	// deploy/monitoring scrapes every node's 10249; profiling would expose
+	// pprof and the verbosity setter there too.
+	if cfg.MetricsBindAddress != "0.0.0.0:10249" || cfg.EnableProfiling {
+		t.Errorf("metrics %q profiling %v, want 0.0.0.0:10249 without profiling", cfg.MetricsBindAddress, cfg.EnableProfiling)
+	}
 	kc, err := clientcmd.Load([]byte(cm.Data["kubeconfig.conf"]))
 	if err != nil {
 		t.Fatalf("kubeconfig.conf: %v", err)
