@@ -21,14 +21,10 @@ const (
 // prometheusRule is the part of monitoring.coreos.com/v1 PrometheusRule
 // that the file uses, decoded strictly.
 type prometheusRule struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name      string            `json:"name"`
-		Namespace string            `json:"namespace"`
-		Labels    map[string]string `json:"labels"`
-	} `json:"metadata"`
-	Spec struct {
+	APIVersion string         `json:"apiVersion"`
+	Kind       string         `json:"kind"`
+	Metadata   map[string]any `json:"metadata"`
+	Spec       struct {
 		Groups []struct {
 			Name  string `json:"name"`
 			Rules []rule `json:"rules"`
