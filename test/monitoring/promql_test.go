@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -77,7 +78,7 @@ func (c *checked) selector(inv inventory, vs *parser.VectorSelector, path []pars
 		return
 	}
 	for _, m := range vs.LabelMatchers {
-		if m.Name != labels.MetricName && !s.hasLabel(m.Name) {
+		if m.Name != model.MetricNameLabel && !s.hasLabel(m.Name) {
 			c.problem("%s has no label %q", vs.Name, m.Name)
 		}
 	}
