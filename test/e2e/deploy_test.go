@@ -91,6 +91,14 @@ func deployApply(ctx context.Context, t *testing.T, cfg *rest.Config) {
 		Resources []string `json:"resources"`
 	}
 	deployReadYAML(t, filepath.Join(dir, "kustomization.yaml"), &k)
+	for _, file := range k.Resources {
+		deployApplyFile(ctx, t, cfg, filepath.Join(dir, file))
+	}
+}
+
+// deployApplyFile applies the one object of path with server-side apply.
+func deployApplyFile(ctx context.Context, t *testing.T, cfg *rest.Config, path string) {
+	t.Helper()
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -100,22 +108,20 @@ func deployApply(ctx context.Context, t *testing.T, cfg *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, file := range k.Resources {
-		var obj unstructured.Unstructured
-		deployReadYAML(t, filepath.Join(dir, file), &obj.Object)
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-		}
-		_, err = ri.Apply(ctx, obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: "svcproxy-e2e", Force: true})
-		if err != nil {
-			t.Fatalf("applying %s (%s %s): %v", file, gvk.Kind, obj.GetName(), err)
-		}
+	var obj unstructured.Unstructured
+	deployReadYAML(t, path, &obj.Object)
+	gvk := obj.GroupVersionKind()
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+	}
+	_, err = ri.Apply(ctx, obj.GetName(), &obj, metav1.ApplyOptions{FieldManager: "svcproxy-e2e", Force: true})
+	if err != nil {
+		t.Fatalf("applying %s (%s %s): %v", path, gvk.Kind, obj.GetName(), err)
 	}
 }
 
@@ -172,6 +178,7 @@ func TestDeployManifests(t *testing.T) {
 	// A second apply is a no-op for server-side apply: the manifests own
 	// their fields cleanly.
 	deployApply(ctx, t, admin)
+	deployCheckMetricsService(ctx, t, admin, cs)
 
 	pc := deployProxyClient(ctx, t, admin, cs)
 	ssr, err := pc.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
@@ -184,6 +191,23 @@ func TestDeployManifests(t *testing.T) {
 	deployCheckAccess(ctx, t, pc)
 	deployCheckCalls(ctx, t, cs, pc)
 	t.Logf("TestDeployManifests took %v", time.Since(t0).Round(time.Millisecond))
+}
+
+// deployCheckMetricsService applies the monitoring pack's Service (its
+// ServiceMonitor and PrometheusRule need the Prometheus Operator's CRDs,
+// which this API server does not have) and checks it as stored: headless,
+// over the DaemonSet's pods, on the metrics port.
+func deployCheckMetricsService(ctx context.Context, t *testing.T, admin *rest.Config, cs kubernetes.Interface) {
+	t.Helper()
+	deployApplyFile(ctx, t, admin, filepath.Join(deployRepoRoot(t), "deploy", "monitoring", "service.yaml"))
+	svc, err := cs.CoreV1().Services("kube-system").Get(ctx, "kube-proxy-metrics", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the metrics Service after apply: %v", err)
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector["k8s-app"] != "kube-proxy" ||
+		len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.IntValue() != 10249 {
+		t.Errorf("the metrics Service as stored: clusterIP %q selector %v ports %+v", svc.Spec.ClusterIP, svc.Spec.Selector, svc.Spec.Ports)
+	}
 }
 
 type deployAccess struct {
