@@ -25,7 +25,13 @@ import (
 // load reads one of base/'s manifests.
 func load(t *testing.T, file string, into any) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("base", file))
+	loadFile(t, filepath.Join("base", file), into)
+}
+
+// loadFile decodes deploy/file strictly into into.
+func loadFile(t *testing.T, file string, into any) {
+	t.Helper()
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +50,11 @@ func TestConfigMapDecodesStrictly(t *testing.T) {
 	if cfg.Mode != config.ModeNFTables || cfg.Versioned.ClientConnection.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" ||
 		cfg.HealthzBindAddress != "0.0.0.0:10256" {
 		t.Errorf("mode %q kubeconfig %q healthz %q", cfg.Mode, cfg.Versioned.ClientConnection.Kubeconfig, cfg.HealthzBindAddress)
+	}
+	// As kubeadm: metrics on loopback (components/metrics opens them for
+	// Prometheus), and no profiling, which would expose pprof there.
+	if cfg.MetricsBindAddress != "127.0.0.1:10249" || cfg.EnableProfiling {
+		t.Errorf("metrics %q profiling %v, want kubeadm's 127.0.0.1:10249 without profiling", cfg.MetricsBindAddress, cfg.EnableProfiling)
 	}
 	kc, err := clientcmd.Load([]byte(cm.Data["kubeconfig.conf"]))
 	if err != nil {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # hack/test.sh — run every test of the module: unit tests, fuzz seed corpora and the
-# kernel tests (plain Go tests that need root and create their own network namespaces).
+# kernel tests (plain Go tests that need root and create their own network namespaces),
+# then the monitoring checks (nested module test/monitoring).
 #
 # Prints what plain `go test` prints (package lines and the output of failed tests), keeps
 # the full `go test -json` stream in _output/logs/test.json, and closes with the line
@@ -45,6 +46,9 @@ main() {
   {
     # testsummary judges go test's result from its events; the e2e suite runs regardless.
     go test -json -count=1 -timeout "$GO_TEST_TIMEOUT" $GO_TEST_FLAGS $PKGS || echo "go test exited $?"
+    # The alerts and dashboards against the metrics (nested module test/monitoring: it needs
+    # Prometheus' PromQL parser, whose module the daemon's go.mod should not carry).
+    (cd "$ROOT/test/monitoring" && go test -json -count=1 $GO_TEST_FLAGS ./...) || echo "go test (test/monitoring) exited $?"
     [[ ${E2E:-1} == 0 ]] || "$HACK/e2e.sh" --json
   } 2>&1 | tee "$OUT/logs/test.json" | "$OUT/tools/testsummary" || rc=$?
   log "go test took $((SECONDS - t0)) s, exit $rc"

@@ -31,6 +31,7 @@ fail() { log "FAIL: $*"; FAILED+=("$1"); }
 modules() {
   echo "$ROOT"
   [[ -f $ROOT/test/e2e/go.mod ]] && echo "$ROOT/test/e2e"
+  [[ -f $ROOT/test/monitoring/go.mod ]] && echo "$ROOT/test/monitoring"
   echo "$HACK/tools/testsummary"
   [[ -f $HACK/tools/image/go.mod ]] && echo "$HACK/tools/image"
 }

@@ -24,14 +24,18 @@ import (
 //
 // acct, if not nil, is what the iptables nfacct collectors read.
 func registerMetrics(cfg *config.Config, acct knfacct.Interface) (prometheus.Gatherer, error) {
-	reg := prometheus.NewRegistry()
-	opts := []metrics.Option{metrics.WithoutRuntimeCollectors()}
-	if acct != nil {
-		opts = append(opts, metrics.WithNFAcct(acct))
-	}
-	if localhostMode(cfg) == desired.LocalhostModeNFTables {
-		opts = append(opts, metrics.WithLocalhostNodePorts(nftables.NewRejectCounters(proxyFamilies(cfg.Mode))))
-	}
+	return registerMetricsIn(prometheus.NewRegistry(), cfg, metricsOptions(cfg, acct))
+}
+
+// registry is where registerMetricsIn registers the mode's families.
+type registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
+}
+
+// registerMetricsIn is registerMetrics into reg with opts; a test passes a
+// registry that records the collectors, to list every family.
+func registerMetricsIn(reg registry, cfg *config.Config, opts []metrics.Option) (prometheus.Gatherer, error) {
 	if err := metrics.Register(reg, metricsMode(cfg.Mode), opts...); err != nil {
 		return reg, err
 	}
@@ -39,4 +43,17 @@ func registerMetrics(cfg *config.Config, acct knfacct.Interface) (prometheus.Gat
 		gate.AddMetrics()
 	}
 	return prometheus.Gatherers{legacyregistry.DefaultGatherer, reg}, nil
+}
+
+// metricsOptions are the options of metrics.Register for cfg: the runtime
+// collectors are component-base's, served beside.
+func metricsOptions(cfg *config.Config, acct knfacct.Interface) []metrics.Option {
+	opts := []metrics.Option{metrics.WithoutRuntimeCollectors()}
+	if acct != nil {
+		opts = append(opts, metrics.WithNFAcct(acct))
+	}
+	if localhostMode(cfg) == desired.LocalhostModeNFTables {
+		opts = append(opts, metrics.WithLocalhostNodePorts(nftables.NewRejectCounters(proxyFamilies(cfg.Mode))))
+	}
+	return opts
 }

@@ -215,7 +215,37 @@ func TestDeployManifests(t *testing.T) {
 		})
 	}
 	t.Run("canary", func(t *testing.T) { deployCanary(ctx, t, c, cs) })
+	t.Run("monitoring", func(t *testing.T) { deployCheckMetricsService(ctx, t, c, cs) })
 	t.Logf("TestDeployManifests took %v", time.Since(t0).Round(time.Millisecond))
+}
+
+// deployCheckMetricsService applies the monitoring pack's Service (its
+// ServiceMonitor and PrometheusRule need the Prometheus Operator's CRDs,
+// which this API server does not have) and checks it as stored: headless,
+// over the DaemonSet's pods, on the metrics port.
+func deployCheckMetricsService(ctx context.Context, t *testing.T, c *deployClient, cs kubernetes.Interface) {
+	t.Helper()
+	applied := 0
+	for _, obj := range deployRender(t, "monitoring") {
+		if obj.GetKind() != "Service" {
+			continue
+		}
+		if _, err := c.apply(ctx, obj, "kubectl", false); err != nil {
+			t.Fatalf("applying the metrics Service: %v", err)
+		}
+		applied++
+	}
+	if applied != 1 {
+		t.Fatalf("deploy/monitoring holds %d Services, want the metrics one", applied)
+	}
+	svc, err := cs.CoreV1().Services("kube-system").Get(ctx, "kube-proxy-metrics", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the metrics Service after apply: %v", err)
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector["k8s-app"] != "kube-proxy" ||
+		len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.IntValue() != 10249 {
+		t.Errorf("the metrics Service as stored: clusterIP %q selector %v ports %+v", svc.Spec.ClusterIP, svc.Spec.Selector, svc.Spec.Ports)
+	}
 }
 
 type deployAccess struct {
