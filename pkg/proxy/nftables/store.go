@@ -50,8 +50,11 @@ type chainEntry struct {
 	claims  int
 	present bool
 	kernel  []string // rule IDs in the kernel
-	// hook is where the kernel's chain is attached, when the read-back
-	// said (a base chain); nil for a regular chain or when not known.
+	// refs are the names the kernel's rules use (knft.RuleRefs), as read
+	// back.
+	refs []string
+	// hook is where the kernel's chain is attached (the zero ChainHook:
+	// a regular chain); nil when the read-back did not say.
 	hook *knft.ChainHook
 }
 
@@ -61,6 +64,9 @@ type setEntry struct {
 	present bool
 	isMap   bool   // of the kernel object, when present
 	size    uint64 // of the kernel object, when present; 0: no limit
+	// typ is the kernel object's type, when present and the read-back
+	// said.
+	typ *knft.SetType
 }
 
 func newStore() *store {
