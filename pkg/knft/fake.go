@@ -2,9 +2,7 @@ package knft
 
 import (
 	"context"
-	"strings"
 
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/pkg/knetlink"
@@ -57,19 +55,25 @@ func (k *Knftables) ReadBack(ctx context.Context, sink Sink) error {
 	if k.table == nil {
 		return readBackKnftables(ctx, k.nft, nil, sink)
 	}
-	return readBackKnftables(ctx, k.nft, k.fakeHook, sink)
+	return readBackKnftables(ctx, k.nft, fakeDecls{k.table}, sink)
 }
 
-// fakeHook is the hook the fake table declares for chain, as the kernel
-// would report it (the priority as a number).
-func (k *Knftables) fakeHook(chain string) *ChainHook {
-	k.table.RLock()
-	defer k.table.RUnlock()
-	t := k.table.Table
-	if t == nil || t.Chains[chain] == nil || t.Chains[chain].Hook == nil {
+// fakeDecls reads the declarations of the fake's table as the kernel would
+// report them.
+type fakeDecls struct{ table *knftables.Fake }
+
+// hook is where the fake table declares chain (the priority as a number).
+func (d fakeDecls) hook(chain string) *ChainHook {
+	d.table.RLock()
+	defer d.table.RUnlock()
+	t := d.table.Table
+	if t == nil || t.Chains[chain] == nil {
 		return nil
 	}
 	c := t.Chains[chain]
+	if c.Hook == nil {
+		return &ChainHook{}
+	}
 	h := &ChainHook{Hook: string(*c.Hook)}
 	if c.Type != nil {
 		h.Type = string(*c.Type)
@@ -78,6 +82,29 @@ func (k *Knftables) fakeHook(chain string) *ChainHook {
 		h.Priority, _ = knftables.ParsePriority(t.Family, string(*c.Priority))
 	}
 	return h
+}
+
+// setType is the type the kernel reports for set as the fake table
+// declares it.
+func (d fakeDecls) setType(set string) *SetType {
+	d.table.RLock()
+	defer d.table.RUnlock()
+	t := d.table.Table
+	var typ SetType
+	var ok bool
+	switch {
+	case t == nil:
+	case t.Sets[set] != nil:
+		s := t.Sets[set].Set
+		typ, ok = DeclaredType(s.Type, s.TypeOf, s.Flags, false)
+	case t.Maps[set] != nil:
+		m := t.Maps[set].Map
+		typ, ok = DeclaredType(m.Type, m.TypeOf, m.Flags, true)
+	}
+	if !ok {
+		return nil
+	}
+	return &typ
 }
 
 // Apply is part of Interface.
@@ -188,65 +215,4 @@ func (w *fakeWriter) layout(set string) *layout {
 	}
 	w.layouts[set] = l
 	return l
-}
-
-// declLayout is the layout the kernel reports for a set or map declared
-// with typ or typeOf (nft's type names or typeof expressions), or nil.
-func declLayout(typ, typeOf string, flags []knftables.SetFlag, isMap bool) *layout {
-	decl := typ
-	if decl == "" {
-		decl = typeOf
-	}
-	keyDecl, dataDecl, _ := strings.Cut(decl, " : ")
-	var st nlSet
-	var ok bool
-	if st.keyType, st.keyLen, ok = declType(keyDecl); !ok {
-		return nil
-	}
-	if isMap {
-		st.flags |= unix.NFT_SET_MAP
-		if dataDecl == "verdict" {
-			st.dataType = unix.NFT_DATA_VERDICT
-		} else if st.dataType, st.dataLen, ok = declType(dataDecl); !ok {
-			return nil
-		}
-	}
-	for _, f := range flags {
-		if f == knftables.IntervalFlag {
-			st.flags |= unix.NFT_SET_INTERVAL
-			if strings.Contains(keyDecl, ElemSep) {
-				st.flags |= nftSetConcat
-			}
-		}
-	}
-	l, _ := setLayout(st)
-	return l
-}
-
-// declType is the kernel's type number and length of a declaration.
-func declType(decl string) (typ, n uint32, ok bool) {
-	parts := strings.Split(decl, ElemSep)
-	for _, p := range parts {
-		var ft, fl uint32
-		switch {
-		case p == "ipv4_addr" || p == "ip daddr" || p == "ip saddr":
-			ft, fl = typeIPAddr, 4
-		case p == "ipv6_addr" || p == "ip6 daddr" || p == "ip6 saddr":
-			ft, fl = typeIP6Addr, 16
-		case p == "inet_proto" || p == "meta l4proto":
-			ft, fl = typeInetProto, 1
-		case p == "inet_service" || p == "th dport":
-			ft, fl = typeInetService, 2
-		case strings.HasPrefix(p, "numgen "):
-			ft, fl = typeInteger, 4
-		default:
-			return 0, 0, false
-		}
-		typ = typ<<concatTypeBits | ft
-		if len(parts) > 1 {
-			fl = uint32(knetlink.Align(int(fl)))
-		}
-		n += fl
-	}
-	return typ, n, true
 }

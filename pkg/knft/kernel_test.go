@@ -277,16 +277,21 @@ type recordSink struct {
 	elems  map[string][]string // by set: "key : value", in the order reported
 	listed map[string]bool
 	hooks  map[string]*ChainHook // by chain
+	types  map[string]*SetType   // by set
+	refs   map[string][][]string // by chain, per rule
 }
 
 func newRecordSink(t *testing.T) *recordSink {
-	return &recordSink{t: t, elems: map[string][]string{}, listed: map[string]bool{}, hooks: map[string]*ChainHook{}}
+	return &recordSink{t: t, elems: map[string][]string{}, listed: map[string]bool{}, hooks: map[string]*ChainHook{},
+		types: map[string]*SetType{}, refs: map[string][][]string{}}
 }
 
 func (r *recordSink) Table()                             {}
 func (r *recordSink) Chain(name string, hook *ChainHook) { r.hooks[name] = hook }
-func (r *recordSink) Rule(string, string)                {}
-func (r *recordSink) Set(string, bool, uint64) bool      { return true }
+func (r *recordSink) Rule(chain, _ string, refs []string) {
+	r.refs[chain] = append(r.refs[chain], refs)
+}
+func (r *recordSink) Set(s SetInfo) bool { r.types[s.Name] = s.Type; return true }
 
 func (r *recordSink) Element(set string, key, value []byte) {
 	if r.listed[set] {
@@ -339,8 +344,8 @@ func TestKernelReadBackReportsSets(t *testing.T) {
 }
 
 // The read-back reports each base chain's type, hook and numeric priority
-// (symbolic priorities resolved as the kernel stores them), and none for a
-// regular chain.
+// (symbolic priorities resolved as the kernel stores them), and the zero
+// hook for a regular chain.
 func TestReadBackReportsChainHooks(t *testing.T) {
 	inTable(t, "knfthook", func(ctx context.Context, k *Kernel) error {
 		u := &Unit{Objects: func(tx *knftables.Transaction) {
@@ -360,10 +365,10 @@ func TestReadBackReportsChainHooks(t *testing.T) {
 			return err
 		}
 		want := map[string]*ChainHook{"pre": {"filter", "prerouting", -110}, "out": {"filter", "output", 0},
-			"post": {"nat", "postrouting", 100}, "regular": nil}
+			"post": {"nat", "postrouting", 100}, "regular": {}}
 		for name, w := range want {
 			got, ok := sink.hooks[name]
-			if !ok || (got == nil) != (w == nil) || (got != nil && *got != *w) {
+			if !ok || got == nil || *got != *w {
 				return fmt.Errorf("chain %s: hook %+v (reported %v), want %+v", name, got, ok, w)
 			}
 		}

@@ -38,17 +38,18 @@ type Interface interface {
 type Sink interface {
 	// Table: the table exists.
 	Table()
-	// Chain: a chain exists; hook is where a base chain is attached, nil
-	// for a regular chain or when the reader cannot tell (NewKnftables
-	// over the real nft, whose listings do not say).
+	// Chain: a chain exists; hook is where a base chain is attached, the
+	// zero ChainHook for a regular chain, nil when the reader cannot tell
+	// (NewKnftables over the real nft, whose listings do not say).
 	Chain(name string, hook *ChainHook)
-	// Rule: the next rule of chain has comment ("": none).
-	Rule(chain, comment string)
-	// Set: a set or map exists (size 0: no limit, or not known).
-	// Its elements are listed when Set returns true. Set may come again
-	// for a set whose elements are being listed: forget those, they are
-	// listed again.
-	Set(name string, isMap bool, size uint64) (listElements bool)
+	// Rule: the next rule of chain has comment ("": none) and names refs
+	// (RuleRefs: the named sets, maps and chains it reads or jumps to;
+	// nil when the reader cannot tell, as NewKnftables over the real nft).
+	Rule(chain, comment string, refs []string)
+	// Set: a set or map exists. Its elements are listed when Set returns
+	// true. Set may come again for a set whose elements are being
+	// listed: forget those, they are listed again.
+	Set(s SetInfo) (listElements bool)
 	// Element is one element of a set, key and value in nft's spelling
 	// (fields joined with " . "; the value is empty in a set). Both
 	// alias a buffer that is reused once Element returns: the Sink
@@ -58,10 +59,12 @@ type Sink interface {
 	SetListed(set string)
 }
 
-// ChainHook is where a base chain is attached, as the kernel reports it.
-// A base chain's hook and priority cannot be changed in place (the kernel
-// refuses with EOPNOTSUPP), so a reader compares them to decide whether the
-// chain must be deleted and added again.
+// ChainHook is where a base chain is attached, as the kernel reports it;
+// the zero ChainHook is a regular chain's. A base chain's hook and
+// priority cannot be changed in place (the kernel refuses with
+// EOPNOTSUPP), nor can a regular chain become a base chain or the other
+// way round, so a reader compares them to decide whether the chain must
+// be deleted and added again.
 type ChainHook struct {
 	Type     string // "filter", "nat", "route"
 	Hook     string // "prerouting", "input", "forward", "output", "postrouting"

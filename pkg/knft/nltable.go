@@ -59,13 +59,13 @@ func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
 	}
 	var dumps []*setDump
 	for _, st := range sets {
-		isMap := st.flags&unix.NFT_SET_MAP != 0
-		if !sink.Set(st.name, isMap, uint64(st.size)) {
+		info := st.info()
+		if !sink.Set(info) {
 			continue
 		}
 		if l, ok := setLayout(st); ok {
-			dumps = append(dumps, &setDump{name: st.name, layout: l, isMap: isMap, size: st.size})
-		} else if err := readElementsKnftables(ctx, k.nft, isMap, st.name, sink); err != nil {
+			dumps = append(dumps, &setDump{info: info, layout: l})
+		} else if err := readElementsKnftables(ctx, k.nft, info.IsMap, st.name, sink); err != nil {
 			return err
 		}
 	}
@@ -77,8 +77,8 @@ func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
 	}
 	for _, d := range dumps {
 		if d.undecodable {
-			sink.Set(d.name, d.isMap, uint64(d.size)) // forget what arrived before the element it could not spell
-			if err := readElementsKnftables(ctx, k.nft, d.isMap, d.name, sink); err != nil {
+			sink.Set(d.info) // forget what arrived before the element it could not spell
+			if err := readElementsKnftables(ctx, k.nft, d.info.IsMap, d.info.Name, sink); err != nil {
 				return err
 			}
 		}
@@ -108,7 +108,8 @@ func (k *Kernel) readChains(c *nlConn, sink Sink) error {
 	table := knetlink.AppendString(nil, unix.NFTA_RULE_TABLE, k.table)
 	err := c.request(unix.NFT_MSG_GETRULE, k.family, true, table, func(b []byte) error {
 		if knetlink.CString(knetlink.Find(b, unix.NFTA_RULE_TABLE)) == k.table {
-			sink.Rule(knetlink.CString(knetlink.Find(b, unix.NFTA_RULE_CHAIN)), ruleComment(knetlink.Find(b, unix.NFTA_RULE_USERDATA)))
+			sink.Rule(knetlink.CString(knetlink.Find(b, unix.NFTA_RULE_CHAIN)), ruleComment(knetlink.Find(b, unix.NFTA_RULE_USERDATA)),
+				ruleRefs(knetlink.Find(b, unix.NFTA_RULE_EXPRESSIONS)))
 		}
 		return nil
 	})
@@ -183,10 +184,8 @@ const maxDumpWorkers = 4
 
 // setDump is one set a worker reads.
 type setDump struct {
-	name   string
+	info   SetInfo
 	layout *layout
-	isMap  bool
-	size   uint32
 	// undecodable: an element this decoder cannot spell (not something
 	// render writes, e.g. a catch-all or a range that is no prefix); the
 	// set is then listed through nft. Written by the worker; read with
@@ -216,11 +215,11 @@ func (b *elemBatch) report(sink Sink) {
 	start := 0
 	for i := 0; i+1 < len(b.ends); i += 2 {
 		keyEnd, end := b.ends[i], b.ends[i+1]
-		sink.Element(b.dump.name, b.text[start:keyEnd], b.text[keyEnd:end])
+		sink.Element(b.dump.info.Name, b.text[start:keyEnd], b.text[keyEnd:end])
 		start = end
 	}
 	if b.last && !b.dump.undecodable {
-		sink.SetListed(b.dump.name)
+		sink.SetListed(b.dump.info.Name)
 	}
 	b.recycle()
 }
@@ -286,7 +285,7 @@ func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, sink Sink) 
 // then a last, empty one if the dump ended.
 func (d *setDump) read(c *nlConn, family uint8, table string, out chan<- *elemBatch) error {
 	req := append(knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_TABLE, table),
-		knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_SET, d.name)...)
+		knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_SET, d.info.Name)...)
 	err := c.request(unix.NFT_MSG_GETSETELEM, family, true, req, func(msg []byte) error {
 		if d.undecodable {
 			return nil // drain the dump: the socket serves one at a time
@@ -302,7 +301,7 @@ func (d *setDump) read(c *nlConn, family uint8, table string, out chan<- *elemBa
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("listing elements of %s: %w", d.name, err)
+		return fmt.Errorf("listing elements of %s: %w", d.info.Name, err)
 	}
 	last := elemBatches.Get().(*elemBatch)
 	last.dump, last.last = d, true

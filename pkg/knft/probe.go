@@ -63,12 +63,13 @@ func (c *nlConn) listChains(family uint8, table string, each func(name string, h
 var hookNames = [...]string{"prerouting", "input", "forward", "output", "postrouting", "ingress"}
 
 // chainHook decodes a chain message's hook (NFTA_CHAIN_HOOK: hook number
-// and priority, both big-endian) and type; nil for a regular chain.
+// and priority, both big-endian) and type; the zero ChainHook for a
+// regular chain.
 func chainHook(b []byte) *ChainHook {
 	nest := knetlink.Find(b, unix.NFTA_CHAIN_HOOK)
 	num, prio := knetlink.Find(nest, unix.NFTA_HOOK_HOOKNUM), knetlink.Find(nest, unix.NFTA_HOOK_PRIORITY)
 	if len(num) != 4 || len(prio) != 4 {
-		return nil
+		return &ChainHook{}
 	}
 	h := &ChainHook{Type: knetlink.CString(knetlink.Find(b, unix.NFTA_CHAIN_TYPE)),
 		Priority: int(int32(binary.BigEndian.Uint32(prio)))}

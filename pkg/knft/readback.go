@@ -12,9 +12,9 @@ import (
 // everything, which made a restart at 10k×10 take 67 s (README.md); it
 // serves the Fake (knftables.Fake lists from memory) and the measured
 // alternative (NewKnftables).
-// hookOf, when not nil, tells a base chain's hook (knftables' listings
-// give only names).
-func readBackKnftables(ctx context.Context, nft knftables.Interface, hookOf func(chain string) *ChainHook, sink Sink) error {
+// decl, when not nil, tells what knftables' listings do not say: a
+// chain's hook, a set's type, a rule's references.
+func readBackKnftables(ctx context.Context, nft knftables.Interface, decl declarations, sink Sink) error {
 	chains, err := nft.List(ctx, "chains")
 	if knftables.IsNotFound(err) {
 		return nil
@@ -25,8 +25,8 @@ func readBackKnftables(ctx context.Context, nft knftables.Interface, hookOf func
 	sink.Table()
 	for _, name := range chains {
 		var hook *ChainHook
-		if hookOf != nil {
-			hook = hookOf(name)
+		if decl != nil {
+			hook = decl.hook(name)
 		}
 		sink.Chain(name, hook)
 	}
@@ -39,7 +39,11 @@ func readBackKnftables(ctx context.Context, nft knftables.Interface, hookOf func
 		if r.Comment != nil {
 			comment = *r.Comment
 		}
-		sink.Rule(r.Chain, comment)
+		var refs []string
+		if decl != nil {
+			refs = RuleRefs(r.Rule)
+		}
+		sink.Rule(r.Chain, comment, refs)
 	}
 	for _, kind := range []string{"set", "map"} {
 		names, err := nft.List(ctx, kind+"s")
@@ -47,7 +51,11 @@ func readBackKnftables(ctx context.Context, nft knftables.Interface, hookOf func
 			return fmt.Errorf("listing %ss: %w", kind, err)
 		}
 		for _, name := range names {
-			if sink.Set(name, kind == "map", 0) {
+			info := SetInfo{Name: name, IsMap: kind == "map"}
+			if decl != nil {
+				info.Type = decl.setType(name)
+			}
+			if sink.Set(info) {
 				if err := readElementsKnftables(ctx, nft, kind == "map", name, sink); err != nil {
 					return err
 				}
@@ -55,6 +63,15 @@ func readBackKnftables(ctx context.Context, nft knftables.Interface, hookOf func
 		}
 	}
 	return nil
+}
+
+// declarations tells what knftables' listings leave out.
+type declarations interface {
+	// hook is where chain is attached (the zero ChainHook: a regular
+	// chain), or nil.
+	hook(chain string) *ChainHook
+	// setType is the type of set, or nil.
+	setType(set string) *SetType
 }
 
 // readElementsKnftables lists one set's elements through knftables.

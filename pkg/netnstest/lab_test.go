@@ -177,8 +177,15 @@ func TestMonitorSeesChanges(t *testing.T) {
 	if _, err := ns.Run(context.Background(), "nft", "add table ip t; add chain ip t c; add rule ip t c accept"); err != nil {
 		t.Fatal(err)
 	}
-	events := mon.Stop()
-	if want := []string{"add table", "add chain", "add rule"}; !slices.Equal(events, want) {
+	if _, err := ns.Run(context.Background(), "nft", "add set ip t s { type ipv4_addr ; }; add element ip t s { 10.0.0.1 }"); err != nil {
+		t.Fatal(err)
+	}
+	txs := mon.StopTransactions()
+	if events, want := mon.Stop(), []string{"add table", "add chain", "add rule", "add set", "add element"}; !slices.Equal(events, want) {
 		t.Errorf("monitor events = %q, want %q", events, want)
+	}
+	want := [][]string{{"add table t", "add chain c", "add rule c"}, {"add set s", "add element s"}}
+	if !slices.EqualFunc(txs, want, slices.Equal) {
+		t.Errorf("monitor transactions = %q, want %q", txs, want)
 	}
 }

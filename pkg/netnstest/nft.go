@@ -3,6 +3,7 @@ package netnstest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync"
@@ -21,9 +22,15 @@ type Monitor struct {
 	fd   int
 	stop chan struct{}
 	done chan struct{}
+	once sync.Once
 
 	mu     sync.Mutex
 	events []string
+	// txs are the notifications with the names of their objects, one
+	// list per committed transaction (the kernel ends each with a new
+	// generation); cur is the transaction being read.
+	txs [][]string
+	cur []string
 }
 
 // nf_tables notification message types (linux/netfilter/nf_tables.h).
@@ -87,45 +94,103 @@ func (m *Monitor) read() {
 			continue
 		}
 		if err != nil {
-			m.record("monitor error: " + err.Error()) // ENOBUFS: events were lost
+			m.record("monitor error: "+err.Error(), "") // ENOBUFS: events were lost
 			continue
 		}
 		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {
-			m.record("monitor error: " + err.Error())
+			m.record("monitor error: "+err.Error(), "")
 			continue
 		}
 		for _, msg := range msgs {
-			if msg.Header.Type>>8 != nfnlSubsysNFTables || msg.Header.Type&0xff == nftMsgNewGen {
+			if msg.Header.Type>>8 != nfnlSubsysNFTables {
 				continue
 			}
-			name, ok := nftMsgNames[msg.Header.Type&0xff]
-			if !ok {
-				name = fmt.Sprintf("nf_tables message %d", msg.Header.Type&0xff)
+			typ := msg.Header.Type & 0xff
+			if typ == nftMsgNewGen {
+				m.endTransaction()
+				continue
 			}
-			m.record(name)
+			name, ok := nftMsgNames[typ]
+			if !ok {
+				name = fmt.Sprintf("nf_tables message %d", typ)
+			}
+			m.record(name, objectName(typ, msg.Data))
 		}
 	}
 }
 
-func (m *Monitor) record(event string) {
+func (m *Monitor) record(event, object string) {
 	m.mu.Lock()
 	m.events = append(m.events, event)
+	if object != "" {
+		event += " " + object
+	}
+	m.cur = append(m.cur, event)
 	m.mu.Unlock()
 }
 
-// Stop ends the monitor and returns one line per notification ("add rule",
-// "delete element", ...), generation markers left out.
+func (m *Monitor) endTransaction() {
+	m.mu.Lock()
+	if len(m.cur) > 0 {
+		m.txs = append(m.txs, m.cur)
+		m.cur = nil
+	}
+	m.mu.Unlock()
+}
+
+// nameAttr is, per notification type, the attribute that names its object
+// (a rule's chain, an element's set): NFTA_TABLE_NAME, NFTA_CHAIN_NAME,
+// NFTA_RULE_CHAIN, NFTA_SET_NAME, NFTA_SET_ELEM_LIST_SET, NFTA_OBJ_NAME.
+var nameAttr = map[uint16]uint16{0: 1, 2: 1, 3: 3, 5: 3, 6: 2, 8: 2, 9: 2, 11: 2, 12: 2, 14: 2, 18: 2, 20: 2}
+
+// objectName is the name of the object a notification is about, "" if not
+// known. data is the message after its netlink header: the nfgenmsg, then
+// attributes.
+func objectName(typ uint16, data []byte) string {
+	want, ok := nameAttr[typ]
+	if !ok || len(data) < 4 {
+		return ""
+	}
+	for b := data[4:]; len(b) >= 4; {
+		l := int(binary.NativeEndian.Uint16(b))
+		if l < 4 || l > len(b) {
+			return ""
+		}
+		if binary.NativeEndian.Uint16(b[2:])&0x3fff == want {
+			return strings.TrimRight(string(b[4:l]), "\x00")
+		}
+		b = b[min((l+3)&^3, len(b)):]
+	}
+	return ""
+}
+
+// Stop ends the monitor (once; later calls only return) and returns one
+// line per notification ("add rule", "delete element", ...), generation
+// markers left out.
 func (m *Monitor) Stop() []string {
-	// Notifications are queued when the transaction commits; give the reader
-	// one more receive timeout to drain them.
-	time.Sleep(200 * time.Millisecond)
-	close(m.stop)
-	<-m.done
-	unix.Close(m.fd)
+	m.once.Do(func() {
+		// Notifications are queued when the transaction commits; give
+		// the reader one more receive timeout to drain them.
+		time.Sleep(200 * time.Millisecond)
+		close(m.stop)
+		<-m.done
+		unix.Close(m.fd)
+	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.events
+}
+
+// StopTransactions ends the monitor and returns the notifications one
+// list per committed transaction, in order, each with the name of its
+// object ("add set service-ips"; a rule's chain, an element's set).
+func (m *Monitor) StopTransactions() [][]string {
+	m.Stop()
+	m.endTransaction()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.txs
 }
 
 // ListRuleset returns `nft -a list ruleset` in the namespace: with handles,

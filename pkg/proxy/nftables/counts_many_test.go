@@ -193,10 +193,10 @@ func ownsWide(st *desired.State) bool {
 }
 
 // ownsChains tells whether the table has a service port's own chain (a
-// name with a "/").
+// name with a "/", not the layout marker).
 func ownsChains(fake *strictFake) bool {
 	for name := range fake.Table.Chains {
-		if strings.Contains(name, "/") {
+		if strings.Contains(name, "/") && !isMarker(name) {
 			return true
 		}
 	}

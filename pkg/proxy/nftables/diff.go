@@ -31,6 +31,10 @@ const (
 	// renamed its guard set, a repair), are rewritten once the guards they
 	// read are complete: a guarded frontend is never unguarded in between.
 	phaseGuardRewrite
+	// Objects the kernel has of another kind or type than render's, with
+	// every rule that names them (replace.go): once all they may lead to
+	// is complete, before the frontends that may point at them.
+	phaseReplace
 	phaseElemFrontends // rank 2
 	phaseElemDel       // + (2 - rank)
 	// Chains that go are all flushed before any is deleted: a chain that
@@ -40,6 +44,9 @@ const (
 	phaseChainFlush = phaseElemDel + 3
 	phaseChainDel   = phaseChainFlush + 1
 	phaseSetDelete  = phaseChainDel + 1
+	// The layout marker names the layout once the rest is there
+	// (marker.go).
+	phaseMarker = phaseSetDelete + 1
 )
 
 // elemAddPhase is the phase of an element add of rank (elemRank).
@@ -106,13 +113,26 @@ func (u *unit) kernelUnit() *knft.Unit {
 func (s *store) diff() []*unit {
 	var units []*unit
 	s.recreated = map[string]bool{}
-	// Sets, then chains (which decide what endpoint maps are re-created),
-	// then elements.
+	// The objects to replace first (their elements and rules go in one
+	// unit), then sets, then chains (which decide what endpoint maps are
+	// re-created), then elements.
+	s.replacing = s.planReplace()
+	if s.replacing != nil {
+		units = append(units, s.replaceUnit(s.replacing))
+	}
+	var markers []string
 	for name := range s.dirtySets {
 		units = append(units, s.diffSet(name)...)
 	}
 	for name := range s.dirtyChains {
+		if isMarker(name) {
+			markers = append(markers, name)
+			continue
+		}
 		units = append(units, s.diffChain(name)...)
+	}
+	if u := s.diffMarkers(markers); u != nil {
+		units = append(units, u)
 	}
 	if !s.tablePresent {
 		units = append(units, &unit{phase: phaseTable,
@@ -205,17 +225,10 @@ func (s *store) diffSet(name string) []*unit {
 		d := e.desired
 		return []*unit{{phase: phaseSetAdd, sortBy: name,
 			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Add(setObject(d)) }},
-			commit: func() { e.present, e.isMap = true, d.isMap }}}
+			commit: func() { e.added(d, d.size) }}}
 	case e.desired == nil && e.present:
-		isMap := e.isMap
 		return []*unit{{phase: setDeletePhase(name), sortBy: name,
-			ops: []func(*knftables.Transaction){func(tx *knftables.Transaction) {
-				if isMap {
-					tx.Delete(&knftables.Map{Name: name})
-				} else {
-					tx.Delete(&knftables.Set{Name: name})
-				}
-			}},
+			ops: []func(*knftables.Transaction){deleteSetOp(name, e.isMap)},
 			commit: func() {
 				delete(s.sets, name)
 				delete(s.elems, name) // deleting a set deletes its elements
@@ -270,8 +283,9 @@ func (s *store) diffChain(name string) []*unit {
 		}
 	}
 	d := e.desired
-	if hookDiffers(d, e) {
-		return []*unit{recreateChain(name, d, e)}
+	r := s.replacing
+	if r.replaces(name) {
+		return nil // deleted and added again, rules and all (replace.go)
 	}
 	var units []*unit
 	if !e.present {
@@ -279,20 +293,26 @@ func (s *store) diffChain(name string) []*unit {
 			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Add(chainObject(d)) }},
 			commit: func() { e.present, e.kernel, e.hook = true, nil, d.kernelHook() }})
 	}
+	if r.rewrites(name) {
+		return units // its rules are written with what they name
+	}
 	ids := d.ruleIDs()
 	var m *setEntry
 	if d.epMap != nil {
 		m = s.sets[d.epMap.name]
 	}
 	grow := m != nil && s.epMapOutgrown(d.epMap.name, m)
-	if slices.Equal(ids, e.kernel) && (m == nil || m.present) && !grow {
+	// An endpoint map of another type is re-created with its chain, as
+	// when it grows.
+	retype := m != nil && typeDiffers(d.epMap, m)
+	if slices.Equal(ids, e.kernel) && (m == nil || m.present) && !grow && !retype {
 		return units
 	}
 	phase := phaseChainRules
 	if e.present && len(e.kernel) > 0 {
 		phase = rewritePhase(name)
 	}
-	u := &unit{phase: phase, sortBy: name, commit: func() { e.kernel = ids }}
+	u := &unit{phase: phase, sortBy: name, commit: func() { e.rulesWritten(d, ids) }}
 	if e.present && len(e.kernel) > 0 {
 		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Flush(&knftables.Chain{Name: name}) })
 	}
@@ -306,17 +326,28 @@ func (s *store) diffChain(name string) []*unit {
 		spec.size = s.epMapSize(spec.name, m, grow)
 		elemOps = s.bindEndpointMap(u, &spec, m, live)
 	}
-	if c := chainCounter(name); c != "" {
-		// "add" keeps an existing counter's value: a rewritten chain
-		// counts on.
-		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(&knftables.Counter{Name: c}) })
+	u.ops = append(append(u.ops, ruleOps(d, ids)...), elemOps...)
+	return append(units, u)
+}
+
+// ruleOps adds d's rules (ids: their comments), and the named counter one
+// of them uses: "add" keeps an existing counter's value, so a rewritten
+// chain counts on.
+func ruleOps(d *chainSpec, ids []string) []func(*knftables.Transaction) {
+	var ops []func(*knftables.Transaction)
+	if c := chainCounter(d.name); c != "" {
+		ops = append(ops, func(tx *knftables.Transaction) { tx.Add(&knftables.Counter{Name: c}) })
 	}
 	for i, r := range d.rules {
-		rule := &knftables.Rule{Chain: name, Rule: r, Comment: knftables.PtrTo(ids[i])}
-		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(rule) })
+		rule := &knftables.Rule{Chain: d.name, Rule: r, Comment: knftables.PtrTo(ids[i])}
+		ops = append(ops, func(tx *knftables.Transaction) { tx.Add(rule) })
 	}
-	u.ops = append(u.ops, elemOps...)
-	return append(units, u)
+	return ops
+}
+
+// rulesWritten records that the kernel's chain has d's rules (ids).
+func (e *chainEntry) rulesWritten(d *chainSpec, ids []string) {
+	e.kernel, e.written, e.refs = ids, d, nil
 }
 
 // rewritePhase is when the rules of chain, which has rules, are rewritten.
@@ -325,24 +356,6 @@ func rewritePhase(chain string) int {
 		return phaseGuardRewrite
 	}
 	return phaseChainRewrite
-}
-
-// recreateChain deletes a base chain the kernel has attached elsewhere
-// and adds it where d wants, with its rules, in one unit: the chain is
-// never missing in between. Nothing refers to a base chain, so it can go
-// with the rewrites.
-func recreateChain(name string, d *chainSpec, e *chainEntry) *unit {
-	ids := d.ruleIDs()
-	u := &unit{phase: phaseChainRewrite, sortBy: name,
-		commit: func() { e.kernel, e.hook = ids, d.kernelHook() }}
-	u.ops = append(u.ops,
-		func(tx *knftables.Transaction) { tx.Delete(&knftables.Chain{Name: name}) },
-		func(tx *knftables.Transaction) { tx.Add(chainObject(d)) })
-	for i, r := range d.rules {
-		rule := &knftables.Rule{Chain: name, Rule: r, Comment: knftables.PtrTo(ids[i])}
-		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(rule) })
-	}
-	return u
 }
 
 // bindEndpointMap puts the endpoint map of a dispatch chain whose rules are
@@ -356,16 +369,30 @@ func recreateChain(name string, d *chainSpec, e *chainEntry) *unit {
 func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) []func(*knftables.Transaction) {
 	name := spec.name
 	if m.present {
-		u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Delete(&knftables.Map{Name: name}) })
+		u.ops = append(u.ops, deleteSetOp(name, m.isMap))
 	}
 	u.ops = append(u.ops, func(tx *knftables.Transaction) { tx.Add(setObject(spec)) })
 	commitRules := u.commit
 	if !m.present && !fill {
-		u.commit = func() { commitRules(); m.present, m.isMap, m.size = true, true, spec.size }
+		u.commit = func() { commitRules(); m.added(spec, spec.size) }
 		return nil
 	}
-	s.recreated[name] = true
-	elems := s.elems[name]
+	ops, commitElems := s.refill(name, true)
+	u.commit = func() {
+		commitRules()
+		m.added(spec, spec.size)
+		commitElems()
+	}
+	return ops
+}
+
+// refill returns the operations that add every element set should hold,
+// for a set (re-)created in the same unit, and the update of the kernel
+// side once they are committed. The set's other element changes are left
+// to that unit (recreated).
+func (s *store) refill(set string, isMap bool) ([]func(*knftables.Transaction), func()) {
+	s.recreated[set] = true
+	elems := s.elems[set]
 	// In key order: the same State sends the same transaction.
 	entries := slices.SortedFunc(elems.all, func(a, b *elemEntry) int { return strings.Compare(a.key, b.key) })
 	var kept, gone []*elemEntry
@@ -379,18 +406,16 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 		}
 		kept, values = append(kept, e), append(values, v)
 		add := func(key, value string) {
-			el := &knftables.Element{Map: name, Key: splitElem(key), Value: splitElem(value)}
+			el := elementObject(set, isMap, key, value)
 			ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
 		}
 		if !e.slots() {
-			add(e.key, v)
+			add(spellKey(e.key), v)
 			continue
 		}
 		eachSlot(v, func(slot int, value string) { add(slotElemKey(e.key, slot), value) })
 	}
-	u.commit = func() {
-		commitRules()
-		m.present, m.isMap, m.size = true, true, spec.size
+	return ops, func() {
 		for i, e := range kept {
 			e.setKernel(values[i])
 		}
@@ -398,7 +423,29 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 			elems.remove(e.key)
 		}
 	}
-	return ops
+}
+
+// elementObject is the element key (: value) of set, nft-spelled.
+func elementObject(set string, isMap bool, key, value string) *knftables.Element {
+	if !isMap {
+		return &knftables.Element{Set: set, Key: splitElem(key)}
+	}
+	el := &knftables.Element{Map: set, Key: splitElem(key)}
+	if value != "" {
+		el.Value = splitElem(value)
+	}
+	return el
+}
+
+// deleteSetOp deletes the kernel's set or map name.
+func deleteSetOp(name string, isMap bool) func(*knftables.Transaction) {
+	return func(tx *knftables.Transaction) {
+		if isMap {
+			tx.Delete(&knftables.Map{Name: name})
+		} else {
+			tx.Delete(&knftables.Set{Name: name})
+		}
+	}
 }
 
 // Endpoint maps are created with a size: the kernel then gives them a

@@ -98,8 +98,9 @@ func (s *store) diffElem(e *elemEntry) (int, bool) {
 	want, ok := s.desiredValue(e)
 	set := s.sets[s.setOf(e)]
 	// Elements of a set being deleted go with it; those of a re-created
-	// endpoint map are all in its chain's unit.
-	if set == nil || (set.desired == nil && set.present) || s.recreated[s.setOf(e)] {
+	// set are all in the unit that re-creates it (an endpoint map's
+	// chain's, replace.go's), as are the verdicts that unit changes.
+	if set == nil || (set.desired == nil && set.present) || s.recreated[s.setOf(e)] || s.replacing.holds(e) {
 		return 0, false
 	}
 	rank := elemRank(s.setOf(e))

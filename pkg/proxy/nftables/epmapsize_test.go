@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -180,7 +181,7 @@ func TestEndpointMapOutgrown(t *testing.T) {
 	const m = "internal-endpoints-10-s0"
 	s := newStore()
 	sink := newStoreSink(s)
-	sink.Set(m, true, 64)
+	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
 	group := func(frontend string) {
 		var kv []string
 		for slot := range 10 {

@@ -74,14 +74,14 @@ func readBackFrom(old *store) *store {
 	for name, c := range old.chains {
 		sink.Chain(name, c.hook)
 		for _, r := range c.kernel {
-			sink.Rule(name, r)
+			sink.Rule(name, r, c.refs)
 		}
 	}
 	var listed []string
 	var buf []byte
 	for _, name := range slices.Sorted(maps.Keys(old.sets)) {
 		e := old.sets[name]
-		if !sink.Set(name, e.isMap, e.size) {
+		if !sink.Set(knft.SetInfo{Name: name, IsMap: e.isMap, Size: e.size, Type: e.typ}) {
 			continue
 		}
 		old.kernelElems(name, func(k, v string) {

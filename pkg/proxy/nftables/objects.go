@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"slices"
 	"time"
 
 	"sigs.k8s.io/knftables"
@@ -42,22 +43,37 @@ func (b *baseChain) kernelHook() *knft.ChainHook {
 	return &knft.ChainHook{Type: string(b.typ), Hook: string(b.hook), Priority: prio}
 }
 
-// hookDiffers reports whether the kernel's base chain of e is attached
-// elsewhere than d wants (another hook, type or priority: the previous
-// layout's filter chains ran at dstnat-10, upstream's at filter). The
-// kernel cannot move a base chain, so such a chain is deleted and added
-// again (recreateChain). A chain whose hook the read-back did not report
-// is taken as right.
+// hookDiffers reports whether the kernel's chain of e is attached
+// elsewhere than d wants: another hook, type or priority (the previous
+// layout's filter chains ran at dstnat-10, upstream's at filter), or a
+// base chain where d is a regular one or the other way round. The kernel
+// can do neither in place, so such a chain is deleted and added again
+// (replace.go). A chain whose hook the read-back did not report is taken
+// as right.
 func hookDiffers(d *chainSpec, e *chainEntry) bool {
-	return d.base != nil && e.present && e.hook != nil && *d.base.kernelHook() != *e.hook
+	return e.present && e.hook != nil && *d.kernelHook() != *e.hook
 }
 
-// kernelHook is where the kernel has c once added: nil for a regular chain.
+// kernelHook is where the kernel has c once added: the zero ChainHook for
+// a regular chain.
 func (c *chainSpec) kernelHook() *knft.ChainHook {
 	if c.base == nil {
-		return nil
+		return &knft.ChainHook{}
 	}
 	return c.base.kernelHook()
+}
+
+// refs are the names c's rules use (knft.RuleRefs), each once.
+func (c *chainSpec) refs() []string {
+	var refs []string
+	for _, r := range c.rules {
+		for _, name := range knft.RuleRefs(r) {
+			if !slices.Contains(refs, name) {
+				refs = append(refs, name)
+			}
+		}
+	}
+	return refs
 }
 
 // ruleIDs returns the comment of each rule, which is what read-back can see.
@@ -83,6 +99,33 @@ type setSpec struct {
 	// size is the most elements the set may hold (0: no limit); the store
 	// sets it for endpoint maps (epMapSize).
 	size uint64
+}
+
+// kernelType is the type the kernel reports for d once added, or nil if
+// its declaration holds a type knft does not know.
+func (d *setSpec) kernelType() *knft.SetType {
+	t, ok := knft.DeclaredType(d.typ, d.typeOf, d.flags, d.isMap)
+	if !ok {
+		return nil
+	}
+	return &t
+}
+
+// typeDiffers reports whether the kernel's object e of d's name is another
+// kind (a set where d is a map, or the other way round) or of another type
+// (key, value or flags). The kernel cannot change it in place: it is
+// deleted and added again with every rule that names it (replace.go; an
+// endpoint map with its chain, bindEndpointMap). A type the read-back did
+// not report is taken as right.
+func typeDiffers(d *setSpec, e *setEntry) bool {
+	if !e.present {
+		return false
+	}
+	if e.isMap != d.isMap {
+		return true
+	}
+	want := d.kernelType()
+	return e.typ != nil && want != nil && *want != *e.typ
 }
 
 // elemSpec is one set or map element, or one frontend's endpoint slots

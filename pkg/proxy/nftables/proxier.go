@@ -114,6 +114,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 		p.store, p.readDone = newStore(), false
 		return fmt.Errorf("syncing nftables %s: %w", p.family, err)
 	}
+	logReplaced(p.family, p.store.replacing)
 	p.store.clearDirty()
 	p.programmed.Store(true)
 	return nil
@@ -128,6 +129,7 @@ func (p *Proxier) ReadBack(ctx context.Context) error {
 	if err := p.store.readBack(ctx, p.kernel); err != nil {
 		return fmt.Errorf("reading back table %s: %w", TableName, err)
 	}
+	logLayout(p.family, p.store)
 	p.readDone = true
 	return nil
 }

@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -68,17 +69,33 @@ func (k *storeSink) chain(name string) *chainEntry {
 	return e
 }
 
-func (k *storeSink) Rule(chain, comment string) {
+func (k *storeSink) Rule(chain, comment string, refs []string) {
 	e := k.chain(chain)
 	e.kernel = append(e.kernel, comment)
+	for _, r := range refs {
+		if !slices.Contains(e.refs, r) {
+			e.refs = append(e.refs, k.intern(r))
+		}
+	}
 }
 
-func (k *storeSink) Set(name string, isMap bool, size uint64) bool {
-	k.s.sets[name] = &setEntry{present: true, isMap: isMap, size: size}
-	delete(k.s.elems, name)
-	delete(k.listing, name)
+func (k *storeSink) Set(s knft.SetInfo) bool {
+	k.s.sets[s.Name] = &setEntry{present: true, isMap: s.IsMap, size: s.Size, typ: s.Type}
+	delete(k.s.elems, s.Name)
+	delete(k.listing, s.Name)
 	k.last = nil
-	return !strings.HasPrefix(name, affinityPrefix)
+	return !strings.HasPrefix(s.Name, affinityPrefix)
+}
+
+// intern returns name, one string per distinct name: an upstream table has
+// a rule per endpoint that names the same chain.
+func (k *storeSink) intern(name string) string {
+	v, ok := k.values[name]
+	if !ok {
+		k.values[name] = name
+		return name
+	}
+	return v
 }
 
 func (k *storeSink) Element(set string, key, value []byte) {

@@ -151,6 +151,7 @@ func renderGlobal(st *desired.State, c *config) *part {
 	}})
 	p.addChain(&chainSpec{name: chainClusterIPsCheck, rules: clusterIPsCheck(st, ip)})
 
+	p.addChain(&chainSpec{name: layoutMarker})
 	renderGlobalSets(p, c.fs)
 	if !st.NodePorts.All {
 		for _, a := range nodePortIPs(st) {

@@ -117,7 +117,7 @@ func TestReadBackGroupsSlots(t *testing.T) {
 	s := newStore()
 	sink := newStoreSink(s)
 	const m = "internal-endpoints-3-s0"
-	sink.Set(m, true, 64)
+	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
 	readElements(sink, m, "fe . 2", "c", "fe . 0", "a", "odd", "v")
 	readElements(sink, m, "fe . 99999999", "z", "fe . 3", "y", "fe . -1", "w", "fe . 1x", "x")
 	sink.SetListed(m)
@@ -142,11 +142,11 @@ func TestReadBackListedAgain(t *testing.T) {
 	s := newStore()
 	sink := newStoreSink(s)
 	const m, other = "internal-endpoints-2-s0", "internal-endpoints-2-s1"
-	sink.Set(m, true, 64)
-	sink.Set(other, true, 64)
+	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
+	sink.Set(knft.SetInfo{Name: other, IsMap: true, Size: 64})
 	readElements(sink, m, "fe . 0", "stale", "gone . 1", "x")
 	readElements(sink, other, "fo . 1", "b")
-	sink.Set(m, true, 64)
+	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
 	readElements(sink, m, "fe . 1", "b")
 	readElements(sink, other, "fo . 0", "a")
 	sink.SetListed(m)

@@ -39,10 +39,13 @@ type store struct {
 	// set and key cost two string hashes per element and claim.
 	dirtyElems []*elemEntry
 
-	// recreated holds the endpoint maps the current diff adds (or deletes
-	// and adds) with their chain's rules and every element; diffElem leaves
-	// their elements to that unit.
+	// recreated holds the sets the current diff adds (or deletes and
+	// adds) with every element in one unit (an endpoint map with its
+	// chain's rules, a replaced set); diffElem leaves their elements to
+	// that unit.
 	recreated map[string]bool
+	// replacing is what the current diff replaces (replace.go), or nil.
+	replacing *replacement
 }
 
 type chainEntry struct {
@@ -50,9 +53,23 @@ type chainEntry struct {
 	claims  int
 	present bool
 	kernel  []string // rule IDs in the kernel
-	// hook is where the kernel's chain is attached, when the read-back
-	// said (a base chain); nil for a regular chain or when not known.
+	// refs are the names the kernel's rules use (knft.RuleRefs), as read
+	// back; written is the spec whose rules this process wrote since,
+	// whose refs those are then (kernelRefs). A chain's rules are
+	// rewritten when a name they use is replaced (replace.go).
+	refs    []string
+	written *chainSpec
+	// hook is where the kernel's chain is attached (the zero ChainHook:
+	// a regular chain); nil when the read-back did not say.
 	hook *knft.ChainHook
+}
+
+// kernelRefs are the names the kernel's rules of e use.
+func (e *chainEntry) kernelRefs() []string {
+	if e.written != nil {
+		return e.written.refs()
+	}
+	return e.refs
 }
 
 type setEntry struct {
@@ -61,6 +78,14 @@ type setEntry struct {
 	present bool
 	isMap   bool   // of the kernel object, when present
 	size    uint64 // of the kernel object, when present; 0: no limit
+	// typ is the kernel object's type, when present and the read-back
+	// said.
+	typ *knft.SetType
+}
+
+// added records that the kernel has d now, of size.
+func (e *setEntry) added(d *setSpec, size uint64) {
+	e.present, e.isMap, e.size, e.typ = true, d.isMap, size, d.kernelType()
 }
 
 func newStore() *store {

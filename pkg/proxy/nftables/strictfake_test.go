@@ -22,7 +22,8 @@ import (
 // does. It also refuses, as the kernel does (ENFILE), an element add that
 // takes a set or map beyond its size at that point of the transaction,
 // and (EOPNOTSUPP) an "add" of an existing base chain at another hook,
-// type or priority, which the Fake ignores.
+// type or priority, which the Fake ignores; and a set or map used as what
+// it is not (strictfake_types_test.go).
 // afterRun, when set, sees every committed transaction.
 type strictFake struct {
 	*knftables.Fake
@@ -44,6 +45,9 @@ func (f *strictFake) Run(ctx context.Context, tx *knftables.Transaction) error {
 		return err
 	}
 	if err := f.checkBaseChainMoves(tx.String()); err != nil {
+		return err
+	}
+	if err := f.checkShapes(tx.String()); err != nil {
 		return err
 	}
 	if err := f.Fake.Run(ctx, tx); err != nil {

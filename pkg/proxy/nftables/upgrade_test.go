@@ -37,19 +37,8 @@ func TestUpgradeFromUpstreamIncompatibleLayout(t *testing.T) {
 	}
 	c := caseNamed(t, "loadBalancerSourceRanges")
 	st := proxytest.BuildState(t, c, proxy.IPv4)
-	check := func(when string) {
-		t.Helper()
-		for _, flow := range c.Flows {
-			if !proxy.IPv4.Contains(flow.Dest) {
-				continue
-			}
-			if got := newTracer(t, fake, st).trace(flow); !got.Equal(flow.Want) {
-				t.Fatalf("%s: flow %q reached %s, want %s\n%s", when, flow.Name, got, flow.Want, fake.LastTransaction)
-			}
-		}
-	}
-	check("previous layout")
-	fake.afterRun = func() { check("mid-upgrade") }
+	checkFlows(t, fake, c, st, "previous layout")
+	fake.afterRun = func() { checkFlows(t, fake, c, st, "mid-upgrade") }
 	syncUnitByUnit(t, fake, st)
 	fake.afterRun = nil
 	// A restart over the upgraded table writes nothing.
@@ -86,16 +75,16 @@ func TestBaseChainMovedInOneTransaction(t *testing.T) {
 	}
 }
 
-// syncUnitByUnit syncs st (IPv4) over the table in fake one unit per
+// syncUnitByUnit syncs st over the table in fake one unit per
 // transaction, as a large upgrade is split, and checks that the table ends
 // as a fresh sync of st leaves it.
 func syncUnitByUnit(t *testing.T, fake *strictFake, st *desired.State) {
 	t.Helper()
-	p := NewWithInterface(proxy.IPv4, fakeKernel(fake))
+	p := NewWithInterface(st.Family, fakeKernel(fake))
 	p.maxOps = 1
 	mustSync(t, p, st)
-	ref := newStrictFake(knftables.IPv4Family)
-	mustSync(t, NewWithInterface(proxy.IPv4, fakeKernel(ref)), st)
+	ref := newStrictFake(specFor(st.Family).family)
+	mustSync(t, NewWithInterface(st.Family, fakeKernel(ref)), st)
 	if got, want := sortedDump(fake), sortedDump(ref); got != want {
 		t.Errorf("upgraded table differs from a fresh sync:\n%s", lineDiff(want, got))
 	}
