@@ -96,10 +96,10 @@ func (d fakeDecls) setType(set string) *SetType {
 	case t == nil:
 	case t.Sets[set] != nil:
 		s := t.Sets[set].Set
-		typ, ok = DeclaredType(s.Type, s.TypeOf, s.Flags, false)
+		typ, ok = DeclaredType(s.Type, s.TypeOf, s.Flags, false, s.Timeout)
 	case t.Maps[set] != nil:
 		m := t.Maps[set].Map
-		typ, ok = DeclaredType(m.Type, m.TypeOf, m.Flags, true)
+		typ, ok = DeclaredType(m.Type, m.TypeOf, m.Flags, true, m.Timeout)
 	}
 	if !ok {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/knftables"
 )
@@ -18,7 +19,10 @@ var typedObjects = []knftables.Object{
 	&knftables.Map{Name: "ports", Type: "inet_proto . inet_service : verdict"},
 	&knftables.Set{Name: "addrs", Type: "ipv4_addr"},
 	&knftables.Set{Name: "allow", Type: "ipv4_addr . inet_proto . inet_service . ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}},
-	&knftables.Set{Name: "affinity", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}},
+	&knftables.Set{Name: "affinity", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+		Timeout: knftables.PtrTo(10800 * time.Second)},
+	&knftables.Set{Name: "affinity-short", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+		Timeout: knftables.PtrTo(42 * time.Second)},
 	&knftables.Map{Name: "eps", TypeOf: "ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport"},
 	&knftables.Map{Name: "eps6", TypeOf: "ip6 daddr . meta l4proto . th dport . numgen random mod 1 : ip6 daddr . th dport"},
 	&knftables.Map{Name: "ports-only", Type: "inet_service : verdict"},
@@ -73,16 +77,17 @@ func compareTypesAndRefs(kernel, fake *recordSink) error {
 	for _, o := range typedObjects {
 		var name, typ, typeOf string
 		var flags []knftables.SetFlag
+		var timeout *time.Duration
 		isMap := false
 		switch o := o.(type) {
 		case *knftables.Set:
-			name, typ, typeOf, flags = o.Name, o.Type, o.TypeOf, o.Flags
+			name, typ, typeOf, flags, timeout = o.Name, o.Type, o.TypeOf, o.Flags, o.Timeout
 		case *knftables.Map:
-			name, typ, typeOf, flags, isMap = o.Name, o.Type, o.TypeOf, o.Flags, true
+			name, typ, typeOf, flags, timeout, isMap = o.Name, o.Type, o.TypeOf, o.Flags, o.Timeout, true
 		default:
 			continue
 		}
-		want, ok := DeclaredType(typ, typeOf, flags, isMap)
+		want, ok := DeclaredType(typ, typeOf, flags, isMap, timeout)
 		if !ok {
 			return fmt.Errorf("%s: DeclaredType does not know %q%q", name, typ, typeOf)
 		}

@@ -2,6 +2,7 @@ package knft
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -36,6 +37,7 @@ type nlSet struct {
 	keyType, keyLen   uint32
 	dataType, dataLen uint32
 	size              uint32 // the most elements it holds; 0: no limit
+	timeout           uint64 // its elements' default timeout, in ms; 0: none
 }
 
 // ReadBack is part of Interface. It reads over netlink; a set whose
@@ -170,6 +172,10 @@ func parseSet(b []byte) (st nlSet, table string, err error) {
 			st.dataType = beUint32(d)
 		case unix.NFTA_SET_DATA_LEN:
 			st.dataLen = beUint32(d)
+		case unix.NFTA_SET_TIMEOUT:
+			if len(d) == 8 {
+				st.timeout = binary.BigEndian.Uint64(d)
+			}
 		case unix.NFTA_SET_DESC:
 			if v := knetlink.Find(d, unix.NFTA_SET_DESC_SIZE); len(v) == 4 {
 				st.size = beUint32(v)

@@ -2,6 +2,7 @@ package knft
 
 import (
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -24,6 +25,10 @@ type SetType struct {
 	// verdict is no property of the declaration).
 	Data, DataLen uint32
 	Flags         uint32 // the kernel's NFT_SET_* flags among typeFlags
+	// Timeout is the default lifetime of its elements (0: none). The
+	// kernel does not change it on a set that exists: a set declared
+	// with another timeout must be added again.
+	Timeout time.Duration
 }
 
 // typeFlags are the set flags that are part of its type: a map or a set,
@@ -44,7 +49,8 @@ type SetInfo struct {
 
 // setType is st's type.
 func (st nlSet) setType() *SetType {
-	t := &SetType{Key: st.keyType, KeyLen: st.keyLen, Flags: st.flags & typeFlags}
+	t := &SetType{Key: st.keyType, KeyLen: st.keyLen, Flags: st.flags & typeFlags,
+		Timeout: time.Duration(st.timeout) * time.Millisecond}
 	if st.flags&unix.NFT_SET_MAP != 0 {
 		t.Data, t.DataLen = st.dataType, st.dataLen
 		if t.Data == unix.NFT_DATA_VERDICT {
@@ -62,14 +68,19 @@ func (st nlSet) info() SetInfo {
 // DeclaredType is the type the kernel reports for a set or map that nft
 // adds with type typ (nft's type names: "ipv4_addr . inet_service") or,
 // when typ is empty, typeOf (typeof expressions: "ip daddr . th dport"),
-// and flags; false when the declaration holds a type or an expression this
-// package does not know.
-func DeclaredType(typ, typeOf string, flags []knftables.SetFlag, isMap bool) (SetType, bool) {
+// flags and timeout (nil: none); false when the declaration holds a type
+// or an expression this package does not know.
+func DeclaredType(typ, typeOf string, flags []knftables.SetFlag, isMap bool, timeout *time.Duration) (SetType, bool) {
 	st, ok := declSet(typ, typeOf, flags, isMap)
 	if !ok {
 		return SetType{}, false
 	}
-	return *st.setType(), true
+	t := *st.setType()
+	if timeout != nil {
+		// The kernel keeps milliseconds.
+		t.Timeout = timeout.Truncate(time.Millisecond)
+	}
+	return t, true
 }
 
 // declLayout is the layout the kernel reports for a set or map declared

@@ -64,7 +64,7 @@ func (s *store) holds(pt *part, checked map[*chainSpec]bool) bool {
 		}
 	}
 	for _, st := range pt.sets {
-		if e := s.sets[st.name]; e == nil || !e.present || e.isMap != st.isMap {
+		if e := s.sets[st.name]; e == nil || !e.present || typeDiffers(st, e) {
 			return false
 		}
 	}

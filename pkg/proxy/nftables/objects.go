@@ -104,7 +104,11 @@ type setSpec struct {
 // kernelType is the type the kernel reports for d once added, or nil if
 // its declaration holds a type knft does not know.
 func (d *setSpec) kernelType() *knft.SetType {
-	t, ok := knft.DeclaredType(d.typ, d.typeOf, d.flags, d.isMap)
+	var timeout *time.Duration
+	if d.timeout > 0 {
+		timeout = &d.timeout
+	}
+	t, ok := knft.DeclaredType(d.typ, d.typeOf, d.flags, d.isMap, timeout)
 	if !ok {
 		return nil
 	}
@@ -113,7 +117,8 @@ func (d *setSpec) kernelType() *knft.SetType {
 
 // typeDiffers reports whether the kernel's object e of d's name is another
 // kind (a set where d is a map, or the other way round) or of another type
-// (key, value or flags). The kernel cannot change it in place: it is
+// (key, value, flags or its elements' timeout: a changed session affinity
+// timeout). The kernel cannot change it in place: it is
 // deleted and added again with every rule that names it (replace.go; an
 // endpoint map with its chain, bindEndpointMap). A type the read-back did
 // not report is taken as right.

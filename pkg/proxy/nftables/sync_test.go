@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -338,6 +339,47 @@ func TestRestartDeletesForeignHairpinElements(t *testing.T) {
 		}
 		if sortedDump(fake) != sortedLines(want) {
 			t.Errorf("%s: restarted table differs from the original", family)
+		}
+	}
+}
+
+// A changed session affinity timeout reaches the kernel: the kernel keeps
+// a set's timeout as it was created, so the affinity sets are added again,
+// in a partial sync as in a restart's first sync.
+func TestAffinityTimeoutChangeIsApplied(t *testing.T) {
+	for _, family := range proxy.Families {
+		st := caseState(t, "session affinity", family)
+		var name proxy.ServicePortName
+		for n, sp := range st.Services.All() {
+			if sp.AffinitySeconds > 0 {
+				name = n
+			}
+		}
+		for _, restart := range []bool{false, true} {
+			fake := newStrictFake(specFor(family).family)
+			p := NewWithInterface(family, fakeKernel(fake))
+			mustSync(t, p, st)
+			next := withChange(st, name, func(sp *desired.ServicePort) { sp.AffinitySeconds = 42 })
+			if restart {
+				p = NewWithInterface(family, fakeKernel(fake))
+			}
+			mustSync(t, p, next)
+			sets := 0
+			for setName, s := range fake.Table.Sets {
+				if !strings.HasPrefix(setName, "affinity-") {
+					continue
+				}
+				sets++
+				if s.Timeout == nil || *s.Timeout != 42*time.Second {
+					t.Errorf("%s, restart %t: set %s has timeout %v after the change to 42s", family, restart, setName, s.Timeout)
+				}
+			}
+			if sets == 0 {
+				t.Fatalf("%s: no affinity set in the table", family)
+			}
+			if s := mustSync(t, NewWithInterface(family, fakeKernel(fake)), next); s.Operations != 0 {
+				t.Errorf("%s, restart %t: a restart after the change sent %d operations", family, restart, s.Operations)
+			}
 		}
 	}
 }
