@@ -22,6 +22,8 @@ const minPerSwitch = 50
 // frontend from the client that asks it, and counts the failures between
 // two switches.
 type switchLoad struct {
+	c       *F.Cluster
+	n       *F.Node
 	streams []*loadStream
 	t0      time.Time
 	// since is when the switch being counted began, relative to t0.
@@ -36,9 +38,9 @@ type loadStream struct {
 }
 
 // startSwitchLoad starts a stream to each frontend of services.
-func startSwitchLoad(t *testing.T, c *F.Cluster, services []rollbackService) *switchLoad {
+func startSwitchLoad(t *testing.T, c *F.Cluster, n *F.Node, services []rollbackService) *switchLoad {
 	t.Helper()
-	l := &switchLoad{t0: time.Now()}
+	l := &switchLoad{c: c, n: n, t0: time.Now()}
 	for _, s := range services {
 		l.streams = append(l.streams, &loadStream{svc: s, load: c.StartLoad(s.from, s.target, loadInterval, false)})
 	}
@@ -71,6 +73,9 @@ func (l *switchLoad) expectNoFailure(t *testing.T, what string) {
 			t.Errorf("%s: load to %s: %d of %d connections failed (switch began at %d ms), first: %s",
 				what, c.s, len(c.bad), c.n, l.since.Milliseconds(), strings.Join(first(c.bad, 5), "; "))
 		}
+	}
+	if failed > 0 {
+		l.diagnose(t)
 	}
 	d := time.Since(l.t0) - l.since
 	t.Logf("%s: load: %d connections over the switch (%v, %.1f per 10 ms), %d failed",
@@ -114,11 +119,33 @@ func (l *switchLoad) tally() (counts []streamCount, total, failed int) {
 // stop ends the streams; connections after the last count must not fail.
 func (l *switchLoad) stop(t *testing.T) {
 	t.Helper()
+	failed := false
 	for _, s := range l.streams {
 		rs := s.load.Stop()
 		if bad := failures(rs[min(s.seen, len(rs)):], s.svc.pod); len(bad) > 0 {
-			t.Errorf("load to %s after the last switch: %d connections failed, first: %s",
-				s, len(bad), strings.Join(first(bad, 5), "; "))
+			failed = true
+			t.Errorf("load to %s after the last switch (began at %d ms): %d connections failed, first: %s",
+				s, l.since.Milliseconds(), len(bad), strings.Join(first(bad, 5), "; "))
+		}
+	}
+	if failed {
+		l.diagnose(t)
+	}
+}
+
+// diagnose logs, for whoever reads a failure, the kernel's counters that
+// tell a dropped packet from a slow process: the node's conntrack
+// statistics and the clients' TCP counters.
+func (l *switchLoad) diagnose(t *testing.T) {
+	t.Helper()
+	if out, err := l.c.Exec(l.n, "conntrack", "-S"); err == nil {
+		t.Logf("conntrack -S on %s:\n%s", l.n.Name, out)
+	}
+	for _, from := range []string{"cli1", "ext"} {
+		out, err := F.InNS(t.Context(), l.c.NS(from), "nstat", "-asz", "TcpExtTCPSynRetrans", "TcpRetransSegs",
+			"TcpAttemptFails", "TcpExtTCPTimeouts", "TcpExtTW")
+		if err == nil {
+			t.Logf("nstat in %s:\n%s", from, out)
 		}
 	}
 }

@@ -52,7 +52,7 @@ func rollbackSequence(t *testing.T, m rollbackMode, up upstreamKubeProxy) {
 	n := c.Nodes[0]
 	sw := &switcher{t: t, c: c, n: n, mode: m, up: up, before: createRollbackServices(t, c, n)}
 	sw.to("svcproxy", "svcproxy (clean start)")
-	sw.load = startSwitchLoad(t, c, sw.before)
+	sw.load = startSwitchLoad(t, c, n, sw.before)
 	sw.to("upstream", up.version+" over svcproxy's rules")
 	sw.to("svcproxy", "svcproxy over "+up.version+"'s rules (with svcproxy's leftovers)")
 	sw.to("upstream", up.version+" over the rules svcproxy took over")
