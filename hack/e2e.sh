@@ -58,6 +58,7 @@ main() {
   local d
   "$HACK/build-upstream.sh" kube-proxy >/dev/null || { log "ERROR: building kube-proxy failed"; return 1; }
   for d in "$HACK"/tools/kubernetes-1.*/; do
+    [[ -d $d ]] || continue
     d=$(basename "$d")
     "$HACK/build-upstream.sh" --minor "${d#kubernetes-}" kube-proxy >/dev/null ||
       { log "ERROR: building kube-proxy ${d#kubernetes-} failed"; return 1; }
