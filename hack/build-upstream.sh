@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# hack/build-upstream.sh NAME... — build upstream Kubernetes binaries for test tooling, from the
-# Go module proxy only, pinned by hack/tools/kubernetes/go.{mod,sum} (hack/update-upstream-gomod.sh).
-# The product never imports k8s.io/kubernetes; only tests and benchmarks run these binaries.
+# hack/build-upstream.sh [--minor 1.Y] NAME... — build upstream Kubernetes binaries for test
+# tooling, from the Go module proxy only, pinned by hack/tools/kubernetes/go.{mod,sum}
+# (hack/update-upstream-gomod.sh). The product never imports k8s.io/kubernetes; only tests and
+# benchmarks run these binaries.
 #
 #   NAME: kube-proxy kubelet kube-controller-manager kube-scheduler kubectl
 #         agnhost regression-issue-74839 e2e.test ginkgo
+#   --minor 1.Y: an older minor, pinned by hack/tools/kubernetes-1.Y/ (kube-proxy only;
+#         hack/update-upstream-gomod.sh --previous), for the rollback tests.
 #
 # Binaries go to _output/upstream/<kube-version>-<hash of go.mod+go.sum>/ (override with
 # UPSTREAM_BIN_DIR); a binary already there is reused in 0 s. Prints the bin dir (only that) on
@@ -58,7 +61,13 @@ build_one() {
 }
 
 main() {
-  [[ $# -gt 0 ]] || die "usage: $0 NAME..."
+  if [[ ${1:-} == --minor ]]; then
+    [[ $# -ge 2 ]] || die "usage: $0 [--minor 1.Y] NAME..."
+    MODDIR=$HACK/tools/kubernetes-$2
+    [[ -f $MODDIR/go.mod ]] || die "no pinned module for minor $2 ($MODDIR; hack/update-upstream-gomod.sh --previous)"
+    shift 2
+  fi
+  [[ $# -gt 0 ]] || die "usage: $0 [--minor 1.Y] NAME..."
   command -v go >/dev/null || die "go is not on PATH"
   local kv out key name
   kv=$(kube_version)

@@ -10,11 +10,13 @@
 # test/e2e/contract is the differential suite (issue #16): svcproxy against upstream kube-proxy
 # v1.37.1 (hack/build-upstream.sh kube-proxy: ~2-5 min once, then cached in _output/upstream) on
 # --help, --write-config-to, a corpus of flag/config cases, /metrics, the endpoints and Events;
-# differences are allowed only in test/e2e/contract/testdata/deliberate-differences.yaml.
+# differences are allowed only in test/e2e/contract/testdata/deliberate-differences.yaml. Its
+# rollback tests also run kube-proxy of the minors pinned in hack/tools/kubernetes-1.*/
+# (build-upstream.sh --minor; built here, before go test, like v1.37.1).
 #
 # Builds what it needs: kube-apiserver and etcd (hack/build-controlplane.sh: 0 s when cached,
-# ~5–18 min cold), svcproxy and the test tools (the tests run `go build`). A missing binary
-# or control plane is a failure, never a skip.
+# ~5–18 min cold), upstream kube-proxy (above), svcproxy and the test tools (the tests run
+# `go build`). A missing binary or control plane is a failure, never a skip.
 #
 # Knobs: E2E_MODES (nftables,iptables), E2E_RUN (go test -run), E2E_TIMEOUT (default 30m),
 #        E2E_APISERVER_OUTAGE (how long the outage scenario stops the API server; default 60s),
@@ -50,6 +52,18 @@ main() {
   bin=$("$HACK/build-controlplane.sh") || { log "ERROR: building kube-apiserver/etcd failed"; return 1; }
   log "control plane binaries: ${bin#"$ROOT"/} ($((SECONDS - t0)) s)"
   export CP_BIN=$bin
+  # The contract suite's kube-proxy binaries, built here so that a cold build (minutes each)
+  # does not count against go test's timeout; the tests find them cached.
+  t0=$SECONDS
+  local d
+  "$HACK/build-upstream.sh" kube-proxy >/dev/null || { log "ERROR: building kube-proxy failed"; return 1; }
+  for d in "$HACK"/tools/kubernetes-1.*/; do
+    [[ -d $d ]] || continue
+    d=$(basename "$d")
+    "$HACK/build-upstream.sh" --minor "${d#kubernetes-}" kube-proxy >/dev/null ||
+      { log "ERROR: building kube-proxy ${d#kubernetes-} failed"; return 1; }
+  done
+  log "upstream kube-proxy binaries ($((SECONDS - t0)) s)"
   local args=(-count=1 -timeout "${E2E_TIMEOUT:-30m}")
   [[ -z ${E2E_RUN:-} ]] || args+=(-run "$E2E_RUN")
   [[ -n $JSON ]] && args+=("$JSON") || args+=(-v)

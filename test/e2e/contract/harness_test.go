@@ -57,19 +57,24 @@ func buildBinaries(t *testing.T) binaries {
 				return
 			}
 		}
-		cmd := exec.Command(filepath.Join(root, "hack", "build-upstream.sh"), "kube-proxy")
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			binErr = fmt.Errorf("hack/build-upstream.sh kube-proxy: %w", err)
-			return
-		}
-		bins.kubeProxy = filepath.Join(strings.TrimSpace(string(out)), "kube-proxy")
+		bins.kubeProxy, binErr = buildUpstream(root, "kube-proxy")
 	})
 	if binErr != nil {
 		t.Fatalf("building the binaries: %v", binErr)
 	}
 	return bins
+}
+
+// buildUpstream builds upstream's binary name with hack/build-upstream.sh
+// (flags before the name, e.g. --minor 1.35) and returns its path.
+func buildUpstream(root string, args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(root, "hack", "build-upstream.sh"), args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/build-upstream.sh %s: %w", strings.Join(args, " "), err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), args[len(args)-1]), nil
 }
 
 // newNetns creates a network namespace for this test (prefix from

@@ -1,7 +1,6 @@
 package contract
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,63 +16,106 @@ import (
 )
 
 // TestNFTablesRollback switches one node between svcproxy and upstream
-// kube-proxy v1.37.1 in nftables mode, over the same API state and the same
-// configuration file, without deleting the tables in between (what a
-// `kubectl rollout undo` of the DaemonSet does): svcproxy from a clean
-// start, then upstream (the rollback), then svcproxy over what upstream
-// left, then upstream again; last, from a clean start again, upstream and
-// then svcproxy taking its table over. After each switch the new proxy's
-// syncs must succeed, the Services programmed before must still answer, a
-// Service created after the switch must answer within 2 s, and after a
-// switch to upstream no base chain other than upstream's may be left
-// hooked: upstream replaces only its own base chains, so any other would
-// keep steering packets into chains nobody maintains.
-func TestNFTablesRollback(t *testing.T) {
-	b := buildBinaries(t)
-	c := F.New(t, F.Options{Mode: "nftables", Nodes: 1, NoProxy: true, SyncPeriod: 5 * time.Second})
-	n := c.Nodes[0]
-	before := createRollbackServices(t, c, n)
-	sw := &switcher{t: t, c: c, n: n, kubeProxy: b.kubeProxy, before: before}
-	sw.to("svcproxy", "svcproxy (clean start)")
-	sw.to("upstream", "upstream over svcproxy's table")
-	sw.to("svcproxy", "svcproxy over upstream's table (with svcproxy's leftovers)")
-	sw.to("upstream", "upstream over the table svcproxy took over")
-	sw.stop()
-	for _, fam := range []string{"ip", "ip6"} {
-		if out, err := c.Exec(n, "nft", "delete", "table", fam, "kube-proxy"); err != nil {
-			t.Fatalf("nft delete table %s kube-proxy: %v: %s", fam, err, out)
-		}
+// kube-proxy in nftables mode, for each upstream minor it runs (see
+// testRollback).
+func TestNFTablesRollback(t *testing.T) { testRollback(t, nftablesRollback) }
+
+// TestIPTablesRollback is TestNFTablesRollback in iptables mode.
+func TestIPTablesRollback(t *testing.T) { testRollback(t, iptablesRollback) }
+
+// testRollback switches one node between svcproxy and upstream kube-proxy
+// (each minor of upstreamMinors, a subtest each) in mode m, over the
+// same API state and the same configuration file, without deleting the
+// rules in between (what a `kubectl rollout undo` of the DaemonSet does):
+// svcproxy from a clean start, then upstream (the rollback), then svcproxy
+// over what upstream left, then upstream again; last, from a clean start
+// again (the load's control: it must see the outage), upstream and then
+// svcproxy taking its rules over. A switch is what
+// a DaemonSet rollout does: the old process gets SIGTERM and exits, then the
+// new one starts; the kernel's rules stay in place between them.
+//
+// After each switch the new proxy's syncs must succeed, the Services
+// programmed before must still answer, a Service created after the switch
+// must answer within 2 s, and after a switch to upstream nothing may be
+// left that upstream does not own (m.onlyUpstream). Across every switch a
+// load generator opens new TCP connections to the Services programmed
+// before, and not one may fail.
+func testRollback(t *testing.T, m rollbackMode) {
+	for _, minor := range upstreamMinors(t) {
+		t.Run("v"+minor, func(t *testing.T) { rollbackSequence(t, m, upstreamFor(t, minor)) })
 	}
-	sw.to("upstream", "upstream (clean start)")
-	sw.to("svcproxy", "svcproxy over upstream's table")
+}
+
+// rollbackSequence runs the switches of testRollback against upstream up.
+func rollbackSequence(t *testing.T, m rollbackMode, up upstreamKubeProxy) {
+	c := F.New(t, F.Options{Mode: m.name, Nodes: 1, NoProxy: true, SyncPeriod: 5 * time.Second})
+	n := c.Nodes[0]
+	sw := &switcher{t: t, c: c, n: n, mode: m, up: up, before: createRollbackServices(t, c, n)}
+	sw.to("svcproxy", "svcproxy (clean start)")
+	sw.load = startSwitchLoad(t, c, n, sw.before)
+	sw.to("upstream", up.version+" over svcproxy's rules")
+	sw.to("svcproxy", "svcproxy over "+up.version+"'s rules (with svcproxy's leftovers)")
+	sw.to("upstream", up.version+" over the rules svcproxy took over")
+	sw.cleanStart(up.version + " (clean start)")
+	sw.to("svcproxy", "svcproxy over "+up.version+"'s rules")
+	sw.load.stop(t)
 }
 
 // switcher runs one proxy at a time on n.
 type switcher struct {
-	t         *testing.T
-	c         *F.Cluster
-	n         *F.Node
-	kubeProxy string
-	before    []rollbackService
-	upstream  *F.Proc // the running upstream, or nil
-	rounds    int
+	t        *testing.T
+	c        *F.Cluster
+	n        *F.Node
+	mode     rollbackMode
+	up       upstreamKubeProxy
+	before   []rollbackService
+	upstream *F.Proc // the running upstream, or nil
+	load     *switchLoad
+	rounds   int
 }
 
 // to stops the proxy that runs and starts proxy ("svcproxy" or
-// "upstream"), then checks it (expectSwitched).
+// "upstream"), then checks it (expectSwitched) and that no connection the
+// load opened since the last switch failed.
 func (s *switcher) to(proxy, what string) {
 	s.t.Helper()
+	if s.load != nil {
+		s.load.mark()
+	}
 	s.stop()
+	s.start(proxy, what)
+	if s.load != nil {
+		s.load.expectNoFailure(s.t, what)
+	}
+}
+
+// cleanStart stops the proxy that runs, removes every rule of the mode and
+// starts upstream. That is no switch: the Services are down until
+// upstream's first sync, and the load must have seen it, or it would not
+// see a failed switch either.
+func (s *switcher) cleanStart(what string) {
+	s.t.Helper()
+	s.load.mark()
+	s.stop()
+	s.mode.wipe(s.t, s.c, s.n, s.up)
+	s.start("upstream", what)
+	s.load.expectOutage(s.t, what)
+}
+
+// start starts proxy and checks it.
+func (s *switcher) start(proxy, what string) {
+	s.t.Helper()
 	if proxy == "upstream" {
-		s.upstream = startKubeProxy(s.t, s.c, s.n, s.kubeProxy)
+		s.upstream = startKubeProxy(s.t, s.c, s.n, s.up.bin)
 	} else if err := s.c.StartProxy(s.n); err != nil {
 		s.t.Fatal(err)
 	}
 	s.rounds++
-	expectSwitched(s.t, s.c, s.n, what, s.upstream, s.before, strconv.Itoa(s.rounds))
+	s.expectSwitched(what, strconv.Itoa(s.rounds))
 }
 
-// stop stops whichever proxy runs.
+// stop stops whichever proxy runs, with SIGTERM as the kubelet does, and
+// waits for it to exit.
 func (s *switcher) stop() {
 	if s.upstream != nil {
 		s.upstream.Stop(5 * time.Second)
@@ -96,13 +138,15 @@ type rollbackService struct {
 }
 
 // createRollbackServices creates, before any proxy runs, one Service of
-// each kind whose objects differ between the two layouts: a plain
-// ClusterIP, ClientIP affinity (per-endpoint affinity sets) and a
-// LoadBalancer with loadBalancerSourceRanges (the firewall objects).
+// each kind whose objects differ between the layouts: a plain ClusterIP,
+// ClientIP affinity (per-endpoint affinity sets), a LoadBalancer with
+// loadBalancerSourceRanges (the firewall objects), also asked at its LB IP,
+// and a dual-stack NodePort, asked at both cluster IPs and from outside at
+// both of the node's addresses (the ip6 table or ip6tables as well).
 func createRollbackServices(t *testing.T, c *F.Cluster, n *F.Node) []rollbackService {
 	t.Helper()
 	var out []rollbackService
-	add := func(name string, mutate func(*corev1.Service)) *corev1.Service {
+	add := func(name string, mutate func(*corev1.Service)) (*corev1.Service, *F.Pod) {
 		svc := F.NewService(name, corev1.ServiceTypeClusterIP)
 		mutate(svc)
 		svc = c.CreateService(svc)
@@ -110,41 +154,52 @@ func createRollbackServices(t *testing.T, c *F.Cluster, n *F.Node) []rollbackSer
 		c.SetEndpoints(svc, F.EP{Pod: pod})
 		out = append(out, rollbackService{svc: svc, pod: pod.Name,
 			target: F.TCP(svc.Spec.ClusterIP, 80), from: "cli1"})
-		return svc
+		return svc, pod
 	}
 	add("plain", func(*corev1.Service) {})
 	add("sticky", func(s *corev1.Service) {
 		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 	})
-	lb := add("guarded", func(s *corev1.Service) {
+	lb, lbPod := add("guarded", func(s *corev1.Service) {
 		s.Spec.Type = corev1.ServiceTypeLoadBalancer
 		s.Spec.LoadBalancerSourceRanges = []string{F.ExtIP + "/32"}
 	})
 	lbIP := F.LBNet + ".7"
 	c.SetLoadBalancerIP(lb, lbIP)
-	out = append(out, rollbackService{svc: lb, pod: out[len(out)-1].pod, target: F.TCP(lbIP, 80), from: "ext"})
-	return out
+	out = append(out, rollbackService{svc: lb, pod: lbPod.Name, target: F.TCP(lbIP, 80), from: "ext"})
+	np, pod := add("nodeport", func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeNodePort
+		dual := corev1.IPFamilyPolicyRequireDualStack
+		s.Spec.IPFamilyPolicy = &dual
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	})
+	c.SetEndpoints6(np, F.EP{Pod: pod})
+	port := np.Spec.Ports[0].NodePort
+	return append(out,
+		rollbackService{svc: np, pod: pod.Name, target: F.TCP(np.Spec.ClusterIPs[1], 80), from: "cli1"},
+		rollbackService{svc: np, pod: pod.Name, target: F.TCP(n.IP, port), from: "ext"},
+		rollbackService{svc: np, pod: pod.Name, target: F.TCP(n.IP6, port), from: "ext"})
 }
 
-// expectSwitched checks the proxy that just started on n: its syncs
-// succeed, the Services of before answer, a new Service answers within
-// 2 s, and (upstream) only upstream's base chains are hooked. upstream is
-// nil for svcproxy.
-func expectSwitched(t *testing.T, c *F.Cluster, n *F.Node, what string, upstream *F.Proc, before []rollbackService, round string) {
+// expectSwitched checks the proxy that just started on s.n: its syncs
+// succeed, the Services of s.before answer, a new Service answers within
+// 2 s, and (upstream) nothing but upstream's is left.
+func (s *switcher) expectSwitched(what, round string) {
+	t, c, n := s.t, s.c, s.n
 	t.Helper()
-	if err := waitSyncSucceeded(c, n, upstream); err != nil {
+	if err := s.waitSyncSucceeded(); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	for _, s := range before {
-		if err := c.Eventually(s.from, s.target, 5, 10*time.Second, F.OnlyBy(s.pod)); err != nil {
-			t.Errorf("%s: Service %s, programmed before the switch: %v", what, s.svc.Name, err)
+	for _, b := range s.before {
+		if err := c.Eventually(b.from, b.target, 3, 10*time.Second, F.OnlyBy(b.pod)); err != nil {
+			t.Errorf("%s: Service %s (%s), programmed before the switch: %v", what, b.svc.Name, b.target, err)
 		}
 	}
 	expectNewServiceFast(t, c, n, what, "new-"+round)
-	if upstream != nil {
-		expectOnlyUpstreamBaseChains(t, c, n, what)
+	if s.upstream != nil {
+		s.mode.onlyUpstream(t, c, n, what)
 	}
-	if err := syncFailures(c, n, upstream); err != nil {
+	if err := s.syncFailures(); err != nil {
 		t.Errorf("%s: %v", what, err)
 	}
 }
@@ -166,16 +221,16 @@ func expectNewServiceFast(t *testing.T, c *F.Cluster, n *F.Node, what, name stri
 	t.Logf("%s: Service %s answered %v after its EndpointSlice", what, name, time.Since(t0).Round(time.Millisecond))
 }
 
-// waitSyncSucceeded waits until the proxy on n reports a successful sync
+// waitSyncSucceeded waits until the proxy on s.n reports a successful sync
 // of both families (kubeproxy_sync_proxy_rules_last_timestamp_seconds is
 // set only by a sync that succeeded) and fails at the first sync failure.
-func waitSyncSucceeded(c *F.Cluster, n *F.Node, upstream *F.Proc) error {
+func (s *switcher) waitSyncSucceeded() error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if err := syncFailures(c, n, upstream); err != nil {
+		if err := s.syncFailures(); err != nil {
 			return err
 		}
-		text, err := c.Metrics(n)
+		text, err := s.c.Metrics(s.n)
 		if err == nil && metricValue(text, `kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"}`) > 0 &&
 			metricValue(text, `kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv6"}`) > 0 {
 			return nil
@@ -187,29 +242,31 @@ func waitSyncSucceeded(c *F.Cluster, n *F.Node, upstream *F.Proc) error {
 	}
 }
 
-// syncFailures reports the proxy's failed nftables syncs: its failure
-// counter and, for upstream, the "sync failed" lines of its log.
-func syncFailures(c *F.Cluster, n *F.Node, upstream *F.Proc) error {
-	text, err := c.Metrics(n)
+// syncFailures reports the proxy's failed syncs: its failure counter
+// (s.mode.failures) and, for upstream, the lines of its log that say a
+// sync failed (s.mode.failed).
+func (s *switcher) syncFailures() error {
+	text, err := s.c.Metrics(s.n)
 	if err != nil {
 		return nil // not serving yet
 	}
 	failed := 0.0
 	for _, fam := range []string{"IPv4", "IPv6"} {
-		failed += metricValue(text, `kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="`+fam+`"}`)
-	}
-	if failed == 0 {
-		return nil
+		failed += metricValue(text, s.mode.failures+`{ip_family="`+fam+`"}`)
 	}
 	log := ""
-	if upstream != nil {
-		log = "\n" + failureLines(c, n)
+	if s.upstream != nil {
+		log = failureLines(s.c, s.n, s.mode.failed)
 	}
-	return fmt.Errorf("%v failed nftables syncs%s", failed, log)
+	if failed == 0 && log == "" {
+		return nil
+	}
+	return fmt.Errorf("%v failed syncs (%s)\n%s", failed, s.mode.failures, log)
 }
 
-// failureLines are the lines of upstream's log on n that say a sync failed.
-func failureLines(c *F.Cluster, n *F.Node) string {
+// failureLines are the lines of upstream's log on n that match failed, a
+// failed sync.
+func failureLines(c *F.Cluster, n *F.Node, failed *regexp.Regexp) string {
 	data, err := os.ReadFile(filepath.Join(c.Work, "logs", "kube-proxy-"+n.Name+".log"))
 	if err != nil {
 		return err.Error()
@@ -223,7 +280,7 @@ func failureLines(c *F.Cluster, n *F.Node) string {
 		case inErr:
 			lines = append(lines, trimmed(l))
 			inErr = !strings.HasPrefix(strings.TrimSpace(l), ">")
-		case strings.Contains(strings.ToLower(l), "sync failed"):
+		case failed.MatchString(l):
 			lines = append(lines, trimmed(l))
 			inErr = strings.HasSuffix(l, "err=<")
 		}
@@ -240,54 +297,4 @@ func metricValue(text, sample string) float64 {
 	}
 	v, _ := strconv.ParseFloat(m[1], 64)
 	return v
-}
-
-// upstreamBaseChains are upstream's base chains (v1.35 to v1.37: same names,
-// hooks and priorities): type, hook, priority.
-var upstreamBaseChains = map[string]string{
-	"filter-prerouting-pre-dnat": "filter prerouting -110",
-	"filter-output-pre-dnat":     "filter output -110",
-	"filter-input":               "filter input 0",
-	"filter-forward":             "filter forward 0",
-	"filter-output":              "filter output 0",
-	"nat-prerouting":             "nat prerouting -100",
-	"nat-output":                 "nat output -100",
-	"nat-postrouting":            "nat postrouting 100",
-}
-
-// expectOnlyUpstreamBaseChains fails for any base chain of the kube-proxy
-// tables on n that is not one of upstream's, as upstream defines it.
-func expectOnlyUpstreamBaseChains(t *testing.T, c *F.Cluster, n *F.Node, what string) {
-	t.Helper()
-	out, err := c.Exec(n, "nft", "-j", "list", "chains")
-	if err != nil {
-		t.Fatalf("nft list chains: %v: %s", err, out)
-	}
-	var listing struct {
-		Nftables []struct {
-			Chain *struct {
-				Family, Table, Name, Type, Hook string
-				Prio                            int
-			}
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &listing); err != nil {
-		t.Fatalf("nft -j list chains: %v", err)
-	}
-	hooked := 0
-	for _, o := range listing.Nftables {
-		ch := o.Chain
-		if ch == nil || ch.Table != "kube-proxy" || ch.Hook == "" {
-			continue
-		}
-		hooked++
-		got := fmt.Sprintf("%s %s %d", ch.Type, ch.Hook, ch.Prio)
-		if want, ok := upstreamBaseChains[ch.Name]; !ok || got != want {
-			t.Errorf("%s: %s kube-proxy: base chain %s (%s) is not upstream's (want %q): left hooked after the switch",
-				what, ch.Family, ch.Name, got, want)
-		}
-	}
-	if want := 2 * len(upstreamBaseChains); hooked != want {
-		t.Errorf("%s: %d base chains in the kube-proxy tables, want upstream's %d", what, hooked, want)
-	}
 }
