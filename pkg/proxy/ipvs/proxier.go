@@ -163,8 +163,13 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	return nil
 }
 
+// sync programs st. The iptables rules go last: a node leaving iptables
+// mode has that mode's rules in the chains IPVS mode rewrites
+// (KUBE-SERVICES, KUBE-POSTROUTING, …), and they serve its Services until
+// they are replaced; written before the virtual servers and the addresses,
+// they left new connections without either for the rest of the sync.
 func (p *Proxier) sync(ctx context.Context, st *desired.State, full bool) error {
-	if err := p.ensureBase(ctx, st, full); err != nil {
+	if err := p.ensureLinkAndSets(); err != nil {
 		return err
 	}
 	if p.needRead {
@@ -183,7 +188,7 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, full bool) error 
 	for name, pt := range parts {
 		p.store.replace(name, pt)
 	}
-	return p.apply()
+	return errors.Join(p.apply(), p.ensureRules(ctx, st, full))
 }
 
 // render renders every service port (full) or the changed ones, a removed
@@ -206,10 +211,9 @@ func render(cfg *renderConfig, st *desired.State, full bool) (map[proxy.ServiceP
 	return parts, cfg.err
 }
 
-// ensureBase creates the dummy link and the ipsets, and (re)writes the
-// iptables rules in a full sync or when the masquerade policy changed. The
-// sets must exist before the rules that match on them.
-func (p *Proxier) ensureBase(ctx context.Context, st *desired.State, full bool) error {
+// ensureLinkAndSets creates the dummy link and the ipsets (the sets must
+// exist before the rules that match on them).
+func (p *Proxier) ensureLinkAndSets() error {
 	if err := p.c.Link.EnsureDummy(DummyLink); err != nil {
 		return err
 	}
@@ -219,6 +223,12 @@ func (p *Proxier) ensureBase(ctx context.Context, st *desired.State, full bool) 
 		}
 		p.setsReady = true
 	}
+	return nil
+}
+
+// ensureRules (re)writes the iptables rules in a full sync or when the
+// masquerade policy changed.
+func (p *Proxier) ensureRules(ctx context.Context, st *desired.State, full bool) error {
 	text := renderIptables(p.family, st.Masquerade)
 	if full || !slices.Equal(text, p.rulesText) {
 		if err := p.c.Iptables.Restore(ctx, text); err != nil {
