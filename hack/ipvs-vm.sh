@@ -3,28 +3,35 @@
 # This machine's kernel has no IPVS; the VM boots Debian's stock kernel (downloaded with
 # apt-get download, unpacked, never installed) under TCG with a busybox initramfs, no NIC
 # (-nic none: nothing in the VM can reach anything outside it), and runs the static test
-# binary built from pkg/proxy/ipvs with -tags ipvsvm. See shared/reference/ipvs-vm.md.
+# binaries built with -tags ipvsvm from every package that has *_vm_test.go files
+# (pkg/proxy/ipvs: the backend and its kernel clients; internal/syncer: the quarantine over
+# the real IPVS backend; internal/leftovers: mode switches to and from IPVS). Each package
+# is its own binary, so the import rules stay those of the package (pkg/ imports nothing
+# under internal/). See shared/reference/ipvs-vm.md.
 #
-# usage: hack/ipvs-vm.sh [REGEX]     go test -run REGEX (default: ^TestVM, the tests in
-#                                    pkg/proxy/ipvs/*_vm_test.go; the package's fake-based
-#                                    tests run on the host)
+# usage: hack/ipvs-vm.sh [REGEX]     go test -run REGEX in every package (default: ^TestVM,
+#                                    the tests in */*_vm_test.go; the packages' other tests
+#                                    run on the host)
 #        hack/ipvs-vm.sh --bench     the sync benchmark (test/bench/ipvs): IPVS vs nftables
 #
 # Prints the verbose go test output, then "ipvs-vm: N passed, N failed, N skipped".
 # Exits 0 only if every test passed AND the VM's verdict came back as qemu exit 33.
 #
-# env: IPVS_VM_TIMEOUT (s, default 900)   IPVS_VM_MEM (MiB, default 1024)
+# env: IPVS_VM_TIMEOUT (s, default 2400)   IPVS_VM_MEM (MiB, default 1024)
+#      IPVS_VM_PKGS (package dirs to build, e.g. "internal/syncer"; default: every dir
+#                    with a *_vm_test.go file)
+#      IPVS_VM_TEST_TIMEOUT (go test -timeout of each package, default 1200s)
 #      IPVS_VM_COUNT (go test -count, default 1: raise it to hunt a flaky test)
 #      IPVS_VM_BENCH_ARGS (flags for the benchmark, e.g. "-services 1000,10000")
 set -euo pipefail
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HACK/.." && pwd)
 WORK=$ROOT/_output/ipvs-vm
-PKG=github.com/svcproxy/svcproxy/pkg/proxy/ipvs
+MOD=github.com/svcproxy/svcproxy
 MODE=test RUN=
 case ${1:-} in
   --bench) MODE=bench ;;
-  -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
   *) RUN=${1:-^TestVM} ;;
 esac
 
@@ -102,19 +109,48 @@ cat /mnt/results/test.out
 exit \$rc
 SH
   else
-    CGO_ENABLED=0 go test -c -tags ipvsvm -o "$PAY/vm.bin" ./pkg/proxy/ipvs
-    local run=
-    [[ -n $RUN ]] && run="-test.run '$(printf %s "$RUN" | sed "s/'/'\\\\''/g")'"
-    cat > "$PAY/test.sh" <<SH
-#!/bin/sh
-cd /tmp && /vm.bin -test.v=test2json -test.count=${IPVS_VM_COUNT:-1} -test.timeout=${IPVS_VM_TEST_TIMEOUT:-600s} $run > /mnt/results/test.out 2>&1
-rc=\$?
-echo "=== test binary exit \$rc"
-exit \$rc
-SH
+    build_tests
   fi
   chmod +x "$PAY/test.sh"
-  [[ -x $PAY/vm.bin ]] || die "no binary built"
+}
+
+# vm_packages: the package dirs whose *_vm_test.go files the VM runs (IPVS_VM_PKGS, or all).
+vm_packages() {
+  if [[ -n ${IPVS_VM_PKGS:-} ]]; then
+    tr ' ' '\n' <<<"$IPVS_VM_PKGS" | sed 's|^\./||; s|/$||' | grep -v '^$'
+  else
+    (cd "$ROOT" && git ls-files -co --exclude-standard -- '*_vm_test.go' | grep -v '^_output/' | xargs -r -n1 dirname | sort -u)
+  fi
+}
+
+# build_tests: one static test binary per package (/tests/<n>.test, its import path in
+# /tests/<n>.pkg), and a /test.sh that runs each with the same -test.run, its output in
+# /mnt/results/<n>.out. Stripped: the initramfs lives in the guest's memory.
+build_tests() {
+  local dir n run=
+  mkdir -p "$PAY/tests"
+  for dir in $(vm_packages); do
+    n=$(tr / _ <<<"$dir")
+    CGO_ENABLED=0 go test -c -tags ipvsvm -ldflags='-s -w' -o "$PAY/tests/$n.test" "./$dir" \
+      || die "building the VM tests of $dir failed"
+    [[ -x $PAY/tests/$n.test ]] || die "$dir: no test binary built (no tests?)"
+    echo "$MOD/$dir" > "$PAY/tests/$n.pkg"
+  done
+  compgen -G "$PAY/tests/*.test" >/dev/null || die "no VM test package found"
+  [[ -n $RUN ]] && run="-test.run '$(printf %s "$RUN" | sed "s/'/'\\\\''/g")'"
+  cat > "$PAY/test.sh" <<SH
+#!/bin/sh
+rc=0
+for t in /tests/*.test; do
+  n=\$(basename "\$t" .test)
+  echo "=== VM package \$(cat /tests/\$n.pkg)"
+  (cd /tmp && "\$t" -test.v=test2json -test.count=${IPVS_VM_COUNT:-1} -test.timeout=${IPVS_VM_TEST_TIMEOUT:-1200s} $run) > /mnt/results/\$n.out 2>&1
+  r=\$?
+  [ \$r = 0 ] || rc=1
+  echo "=== test binary \$n exit \$r"
+done
+exit \$rc
+SH
 }
 
 build_summary_tool() {
@@ -128,7 +164,7 @@ build_summary_tool() {
 boot() {
   RES=$WORK/results
   rm -rf "$RES" && mkdir -p "$RES"
-  local t=${IPVS_VM_TIMEOUT:-900}
+  local t=${IPVS_VM_TIMEOUT:-2400}
   set +e
   timeout "$t" qemu-system-x86_64 -accel tcg -m "${IPVS_VM_MEM:-1024}" -smp 1 \
     -nographic -nic none -no-reboot \
@@ -139,6 +175,28 @@ boot() {
     </dev/null 2>&1 | sed -u 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g; s/^/vm| /' > "$WORK/console.log"
   QRC=${PIPESTATUS[0]}
   set -e
+}
+
+# report_tests prints each package's verbose output, then one summary line over all of
+# them; it fails when a test failed or a package's output did not come back.
+report_tests() {
+  local f n events=$WORK/events.json missing=0
+  : > "$events"
+  for f in "$PAY"/tests/*.pkg; do
+    n=$(basename "$f" .pkg)
+    if [[ ! -f $RES/$n.out ]]; then
+      log "no test output came back for $(cat "$f")"
+      missing=$((missing + 1))
+      continue
+    fi
+    tr -d '\026' < "$RES/$n.out"
+    go tool test2json -p "$(cat "$f")" < "$RES/$n.out" >> "$events"
+  done
+  local summary rc=0 note=
+  summary=$("$ROOT/_output/tools/testsummary" < "$events") || rc=1
+  if ((missing)); then rc=1; note=" ($missing package(s) sent no output)"; fi
+  echo "ipvs-vm: $(tail -n 1 <<<"$summary")$note"
+  return "$rc"
 }
 
 main() {
@@ -156,7 +214,7 @@ main() {
   t=$(now)
   "$HACK/ipvs-vm/build-initramfs.sh" "$KROOT" "$KVER" "$WORK/initramfs.cpio.gz" "$PAY" >&2
   local ti; ti=$(since "$t")
-  log "booting $KVER under TCG (timeout ${IPVS_VM_TIMEOUT:-900}s); console: ${WORK#"$ROOT"/}/console.log"
+  log "booting $KVER under TCG (timeout ${IPVS_VM_TIMEOUT:-2400}s); console: ${WORK#"$ROOT"/}/console.log"
   t=$(now); boot; local tv; tv=$(since "$t")
   local up_init up_done
   up_init=$(sed -n 's/.*=== modules loaded at \([0-9.]*\)s.*/\1/p' "$WORK/console.log")
@@ -167,15 +225,7 @@ main() {
   if [[ $MODE == bench ]]; then
     [[ -f $RES/test.out ]] && cat "$RES/test.out"
   else
-    if [[ -f $RES/test.out ]]; then
-      tr -d '\026' < "$RES/test.out"
-      local summary
-      summary=$(go tool test2json -p "$PKG" < "$RES/test.out" | "$ROOT/_output/tools/testsummary") || rc=1
-      echo "ipvs-vm: $(tail -n 1 <<<"$summary")"
-    else
-      echo "ipvs-vm: 0 passed, 1 failed, 0 skipped (no test output came back from the VM)"
-      rc=1
-    fi
+    report_tests || rc=1
   fi
   case $QRC in
     33) log "VM verdict: pass (qemu exit 33)" ;;

@@ -41,6 +41,8 @@ MODS=(
   ip6table_filter ip6table_mangle xt_MASQUERADE xt_mark xt_comment xt_addrtype
   xt_conntrack xt_ipvs xt_multiport xt_nat xt_tcpudp xt_physdev xt_statistic xt_recent
   xt_REDIRECT xt_CT ipt_REJECT ip6t_REJECT xt_LOG xt_limit xt_state
+  # iptables mode (the mode-switch tests): -m sctp in its SCTP rules
+  xt_sctp
   # links and plumbing for the test topology
   dummy veth bridge xfrm_user sctp
   # 9p results share

@@ -89,12 +89,16 @@ func TestOtherModesIPVSLeftovers(t *testing.T) {
 }
 
 // checkDetectedOnce checks that the iptables flavour was detected at most
-// once (both families' IPVS clients need it).
+// once (both families' IPVS clients need it). A detection asks
+// iptables-nft for kubelet's hint chain (here, where iptables-legacy has
+// none); iptables-legacy-save -t mangle alone is no sign of one: the
+// detection's legacy probe creates the legacy mangle table, which the
+// iptables cleanup, running after the IPVS cleanup, then reads.
 func checkDetectedOnce(t *testing.T, ran []string) {
 	t.Helper()
 	detections := 0
 	for _, r := range ran {
-		if r == "iptables-legacy-save -t mangle" {
+		if r == "iptables-nft -t mangle -L KUBE-IPTABLES-HINT -n" {
 			detections++
 		}
 	}

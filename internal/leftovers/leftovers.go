@@ -22,11 +22,18 @@ import (
 // OtherModes removes what other modes left behind, as upstream does at
 // start: nftables mode removes iptables and IPVS leftovers; iptables and
 // IPVS modes remove the nftables tables (iptables↔IPVS leftovers stay,
-// KEP-2448).
+// KEP-2448). IPVS mode's go first: its chains share names with iptables
+// mode's (KUBE-SERVICES, KUBE-MARK-MASQ, KUBE-POSTROUTING,
+// KUBE-PROXY-FIREWALL, …) and its own chains jump to them, so the iptables
+// cleanup, which knows only iptables mode's chains, cannot delete those
+// while IPVS mode's are there, and the kernel refuses its whole restore.
+// The IPVS cleanup removes all of IPVS mode's chains, the shared names
+// included.
 func OtherModes(ctx context.Context, mode config.Mode) error {
 	switch mode {
 	case config.ModeNFTables:
-		return errors.Join(iptables.CleanupLeftovers(ctx), cleanupIPVS(ctx))
+		ipvsErr := cleanupIPVS(ctx)
+		return errors.Join(ipvsErr, iptables.CleanupLeftovers(ctx))
 	default:
 		return nftables.CleanupTables(ctx)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
@@ -82,9 +83,16 @@ func backendFor(t *testing.T, env *scenario.Env, mode string, f scenario.Fam) Pr
 	t.Helper()
 	var p Proxier
 	err := env.Node1.NS.Do(func() (err error) {
-		if mode == metrics.ModeNFTables {
+		switch mode {
+		case metrics.ModeNFTables:
 			p, err = nftables.New(f.Family, nftables.Options{})
-		} else {
+		case metrics.ModeIPVS: // in the IPVS test VM (ipvs_vm_test.go)
+			var ip *ipvs.Proxier
+			if ip, err = ipvs.New(f.Family, ipvs.Options{ReapInterval: -1}); err == nil {
+				t.Cleanup(ip.Close)
+				p = ip
+			}
+		default:
 			p, err = iptables.New(context.Background(), f.Family, iptables.Options{Flavour: kiptables.FlavourNFT, SyncPeriod: 30 * time.Second})
 		}
 		if err != nil {

@@ -59,12 +59,16 @@ func (f *Fake) Set(name string) (Set, bool) {
 	return s.set, true
 }
 
-// CreateSet is part of Interface.
+// CreateSet is part of Interface. A hash set holds at most MaxElements
+// members (DefaultMaxElements when 0), as in the kernel.
 func (f *Fake) CreateSet(set Set) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sets[set.Name] != nil {
 		return fmt.Errorf("creating ipset %s: %w", set.Name, ErrExists)
+	}
+	if set.Type != BitmapPort && set.MaxElements == 0 {
+		set.MaxElements = DefaultMaxElements
 	}
 	f.sets[set.Name] = &fakeSet{set: set, entries: map[Entry]struct{}{}}
 	f.writes++
@@ -87,15 +91,35 @@ func (f *Fake) DestroySet(name string) error {
 }
 
 // ListSets is part of Interface.
-func (f *Fake) ListSets() ([]string, error) {
+func (f *Fake) ListSets() ([]Set, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	names := make([]string, 0, len(f.sets))
-	for n := range f.sets {
-		names = append(names, n)
+	sets := make([]Set, 0, len(f.sets))
+	for _, s := range f.sets {
+		set := s.set
+		set.Comment = ""
+		sets = append(sets, set)
 	}
-	slices.Sort(names)
-	return names, nil
+	slices.SortFunc(sets, func(a, b Set) int { return strings.Compare(a.Name, b.Name) })
+	return sets, nil
+}
+
+// SwapSets is part of Interface.
+func (f *Fake) SwapSets(a, b string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sa, sb := f.sets[a], f.sets[b]
+	switch {
+	case sa == nil || sb == nil:
+		return fmt.Errorf("swapping ipsets %s and %s: %w", a, b, ErrNotFound)
+	case sa.set.Type != sb.set.Type || sa.set.Family != sb.set.Family:
+		return fmt.Errorf("swapping ipsets %s (%s %s) and %s (%s %s): not of one type",
+			a, sa.set.Type, sa.set.Family, b, sb.set.Type, sb.set.Family)
+	}
+	sa.set.Name, sb.set.Name = b, a
+	f.sets[a], f.sets[b] = sb, sa
+	f.writes++
+	return nil
 }
 
 // ListEntries is part of Interface.
@@ -139,6 +163,8 @@ func (f *Fake) change(name string, e Entry, add bool) error {
 	}
 	_, present := s.entries[e]
 	switch {
+	case add && !present && s.set.Type != BitmapPort && len(s.entries) >= int(s.set.MaxElements):
+		return fmt.Errorf("adding %v to ipset %s: %w", e, name, ErrFull)
 	case add && !present:
 		s.entries[e] = struct{}{}
 	case !add && present:
@@ -152,12 +178,11 @@ func (f *Fake) change(name string, e Entry, add bool) error {
 
 // Dump lists every set and its members, sorted, one member per line.
 func (f *Fake) Dump() string {
-	names, _ := f.ListSets()
+	sets, _ := f.ListSets()
 	var b strings.Builder
-	for _, n := range names {
-		s, _ := f.Set(n)
-		fmt.Fprintf(&b, "%s %s %s\n", n, s.Type, s.Family)
-		entries, _ := f.ListEntries(n)
+	for _, s := range sets {
+		fmt.Fprintf(&b, "%s %s %s\n", s.Name, s.Type, s.Family)
+		entries, _ := f.ListEntries(s.Name)
 		for _, e := range entries {
 			fmt.Fprintf(&b, "  %s\n", e)
 		}

@@ -22,13 +22,13 @@ const (
 	BitmapPort    Type = "bitmap:port"
 )
 
-// MaxElements is the capacity of every hash set this package creates. The
-// kernel's default (and upstream kube-proxy's) is 65536, which
-// KUBE-LOOP-BACK (one member per endpoint) outgrows at about 6,500
-// services × 10 endpoints: further adds fail with "hash is full". A hash
-// set's memory follows its members, not this bound. Sets adopted from an
-// earlier run keep the capacity they were created with.
-const MaxElements = 1 << 20
+// DefaultMaxElements is the capacity of a hash set created without one:
+// the kernel's default, and what upstream kube-proxy creates its sets with
+// (hashsize 1024, maxelem 65536). Upstream creates its sets with -exist,
+// which the kernel grants only to a set created with the same parameters,
+// so a set of another capacity stops upstream's every sync after a
+// rollback. A hash set's memory follows its members, not this bound.
+const DefaultMaxElements = 65536
 
 // Family is the address family of a hash set; bitmap:port sets have none.
 type Family string
@@ -39,11 +39,14 @@ const (
 	Inet6 Family = "inet6"
 )
 
-// Set describes a set to create.
+// Set describes a set: one to create, or one listed.
 type Set struct {
 	Name   string
 	Type   Type
 	Family Family
+	// MaxElements is a hash set's capacity; 0 creates one with
+	// DefaultMaxElements. bitmap:port sets have none (always 0).
+	MaxElements uint32
 	// Comment is kept by the caller for humans; ipset has no set comments.
 	Comment string
 }
@@ -105,14 +108,18 @@ type Interface interface {
 	// only want it gone ignore; ErrInUse if an iptables rule still
 	// references it).
 	DestroySet(name string) error
-	// ListSets returns the names of every set.
-	ListSets() ([]string, error)
+	// ListSets describes every set (name, type, family, capacity).
+	ListSets() ([]Set, error)
 	// ListEntries returns the members of a set.
 	ListEntries(name string) ([]Entry, error)
 	// AddEntry and DelEntry change one member; adding a present member
 	// and deleting an absent one succeed.
 	AddEntry(name string, e Entry) error
 	DelEntry(name string, e Entry) error
+	// SwapSets exchanges two sets of the same type and family in one
+	// step, contents and capacity: each name then holds what the other
+	// did, and iptables rules that match on a name see its new contents.
+	SwapSets(a, b string) error
 }
 
 // Errors callers can test with errors.Is.
@@ -120,6 +127,8 @@ var (
 	ErrNotFound = errors.New("no such ipset or entry")
 	ErrExists   = errors.New("ipset or entry exists")
 	ErrInUse    = errors.New("ipset in use")
+	// ErrFull: a hash set holds MaxElements members and refuses another.
+	ErrFull = errors.New("ipset is full")
 )
 
 // validate rejects entries the kernel would refuse or misread for a set of

@@ -82,3 +82,48 @@ func TestNetlinkConversionRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeCapacityAndSwap: like the kernel, the Fake's hash sets refuse a
+// member past their capacity (upstream's by default), and SwapSets
+// exchanges two sets of one type and family, members and capacity.
+func TestFakeCapacityAndSwap(t *testing.T) {
+	f := NewFake()
+	small := Set{Name: "SMALL", Type: HashIP, Family: Inet, MaxElements: 2}
+	for _, set := range []Set{small, {Name: "DEFAULT", Type: HashIP, Family: Inet}, {Name: "PORTS", Type: BitmapPort}} {
+		if err := f.CreateSet(set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := func(i byte) Entry { return Entry{IP: netip.AddrFrom4([4]byte{10, 0, 0, i})} }
+	for i := range byte(2) {
+		if err := f.AddEntry(small.Name, addr(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.AddEntry(small.Name, addr(0)); err != nil {
+		t.Errorf("re-adding a member of a full set: %v", err)
+	}
+	if err := f.AddEntry(small.Name, addr(2)); !errors.Is(err, ErrFull) {
+		t.Errorf("third member of a set of 2: %v, want ErrFull", err)
+	}
+	if err := f.SwapSets("DEFAULT", small.Name); err != nil {
+		t.Fatal(err)
+	}
+	sets, _ := f.ListSets()
+	got := map[string]uint32{}
+	for _, s := range sets {
+		got[s.Name] = s.MaxElements
+	}
+	if got[small.Name] != DefaultMaxElements || got["DEFAULT"] != 2 {
+		t.Errorf("capacities after the swap: %v", got)
+	}
+	if f.Has(small.Name, addr(0)) || !f.Has("DEFAULT", addr(0)) {
+		t.Error("members did not follow the swap")
+	}
+	if err := f.AddEntry(small.Name, addr(2)); err != nil {
+		t.Errorf("adding to the swapped-in set: %v", err)
+	}
+	if err := f.SwapSets(small.Name, "PORTS"); err == nil {
+		t.Error("swapped a hash:ip with a bitmap:port set")
+	}
+}

@@ -1,6 +1,7 @@
 package kipset
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -60,7 +61,7 @@ func (c *Client) CreateSet(set Set) error {
 	if set.Type == BitmapPort {
 		opts.PortFrom, opts.PortTo = 0, 65535
 	} else {
-		opts.MaxElements = MaxElements
+		opts.MaxElements = cmp.Or(set.MaxElements, DefaultMaxElements)
 	}
 	err := guard(func() error { return c.h.IpsetCreate(set.Name, string(set.Type), opts) })
 	if err != nil {
@@ -80,18 +81,36 @@ func (c *Client) DestroySet(name string) error {
 }
 
 // ListSets is part of Interface.
-func (c *Client) ListSets() ([]string, error) {
+func (c *Client) ListSets() ([]Set, error) {
 	var all []netlink.IPSetResult
 	err := guard(func() (err error) { all, err = c.h.IpsetListAll(); return err })
 	if err != nil {
 		return nil, wrap(err, "listing ipsets", ErrNotFound)
 	}
-	names := make([]string, 0, len(all))
+	sets := make([]Set, 0, len(all))
 	for _, r := range all {
-		names = append(names, r.SetName)
-		c.types[r.SetName] = Type(r.TypeName)
+		set := Set{Name: r.SetName, Type: Type(r.TypeName)}
+		if set.Type != BitmapPort {
+			set.MaxElements = r.MaxElements
+			set.Family = Inet
+			if r.Family == unix.AF_INET6 {
+				set.Family = Inet6
+			}
+		}
+		sets = append(sets, set)
+		c.types[r.SetName] = set.Type
 	}
-	return names, nil
+	return sets, nil
+}
+
+// SwapSets is part of Interface.
+func (c *Client) SwapSets(a, b string) error {
+	err := guard(func() error { return c.h.IpsetSwap(a, b) })
+	if err != nil {
+		return wrap(err, fmt.Sprintf("swapping ipsets %s and %s", a, b), ErrExists)
+	}
+	c.types[a], c.types[b] = c.types[b], c.types[a]
+	return nil
 }
 
 // ListEntries is part of Interface.
@@ -146,7 +165,18 @@ func (c *Client) change(cmd int, name string, e Entry) error {
 			return c.h.IpsetDel(name, ne)
 		})
 	}
+	if full(t, err) {
+		return fmt.Errorf("%s: %w (%w)", what, ErrFull, err)
+	}
 	return wrap(err, what, ErrExists)
+}
+
+// full reports whether err is a hash set's "Hash is full" (the first
+// type-specific error of the hash types; bitmap types use that number for
+// something else).
+func full(t Type, err error) bool {
+	var ipsetErr nl.IPSetError
+	return t != BitmapPort && errors.As(err, &ipsetErr) && int(ipsetErr) == nl.IPSET_ERR_TYPE_SPECIFIC
 }
 
 func toNetlink(e Entry) *netlink.IPSetEntry {

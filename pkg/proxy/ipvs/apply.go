@@ -44,7 +44,7 @@ func (p *Proxier) apply() error {
 			if err := p.c.IPSet.AddEntry(e.set, e.entry); err != nil {
 				keep(err)
 			} else {
-				s.kernelEntry[e] = true
+				s.setKernelEntry(e, true)
 			}
 		}
 	}
@@ -53,7 +53,7 @@ func (p *Proxier) apply() error {
 			if err := p.c.IPSet.DelEntry(e.set, e.entry); err != nil {
 				keep(err)
 			} else {
-				delete(s.kernelEntry, e)
+				s.setKernelEntry(e, false)
 			}
 		}
 	}

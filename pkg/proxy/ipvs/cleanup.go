@@ -31,7 +31,7 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	errs = append(errs, p.cleanupSets())
 	errs = append(errs, p.cleanupLink())
 	p.store, p.terminating = newStore(), map[rsKey]time.Time{}
-	p.needRead, p.rulesText, p.setsReady = true, nil, false
+	p.needRead, p.rulesText, p.setsReady, p.capacity = true, nil, false, map[string]uint32{}
 	return errors.Join(errs...)
 }
 
@@ -64,8 +64,12 @@ func (p *Proxier) cleanupIptables(ctx context.Context) error {
 
 func (p *Proxier) cleanupSets() error {
 	var errs []error
+	names := []string{setResizeTmp} // left behind by an interrupted resize
 	for _, s := range setSpecs {
-		err := p.c.IPSet.DestroySet(setName(p.family, s.name))
+		names = append(names, s.name)
+	}
+	for _, n := range names {
+		err := p.c.IPSet.DestroySet(setName(p.family, n))
 		if err != nil && !errors.Is(err, kipset.ErrNotFound) {
 			errs = append(errs, err)
 		}

@@ -194,13 +194,20 @@ func TestVMKipvsDestinations(t *testing.T) {
 	}
 }
 
-func TestVMKipsetTypes(t *testing.T) {
-	ns := freshNS(t, "kipset")
+// newKipset is a kipset client in a fresh namespace, and the namespace.
+func newKipset(t *testing.T, role string) (*kipset.Client, *netnstest.NS) {
+	t.Helper()
+	ns := freshNS(t, role)
 	c, err := kipset.New(ns.Path())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
+	return c, ns
+}
+
+func TestVMKipsetTypes(t *testing.T) {
+	c, ns := newKipset(t, "kipset")
 	v4, v6 := netip.MustParseAddr("172.30.0.1"), netip.MustParseAddr("fd00:30::1")
 	cases := []struct {
 		set     kipset.Set
@@ -248,12 +255,12 @@ func TestVMKipsetTypes(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s entries:\n got %v\nwant %v", tc.set.Name, got, want)
 		}
-		// The ipset tool sees the same members, and hash sets have room for
-		// more than the kernel's default 65536 (KUBE-LOOP-BACK at 10k
-		// services × 10 endpoints).
+		// The ipset tool sees the same members, and hash sets have the
+		// capacity upstream creates them with, so that its create -exist
+		// accepts them.
 		out := run(t, ns, "ipset", "list", tc.set.Name)
-		if tc.set.Type != kipset.BitmapPort && !strings.Contains(out, fmt.Sprintf("maxelem %d", kipset.MaxElements)) {
-			t.Errorf("ipset %s lacks maxelem %d:\n%s", tc.set.Name, kipset.MaxElements, out)
+		if tc.set.Type != kipset.BitmapPort && !strings.Contains(out, fmt.Sprintf("maxelem %d", kipset.DefaultMaxElements)) {
+			t.Errorf("ipset %s lacks maxelem %d:\n%s", tc.set.Name, kipset.DefaultMaxElements, out)
 		}
 		for _, e := range tc.entries {
 			if !strings.Contains(out, e.String()) {
@@ -274,10 +281,19 @@ func TestVMKipsetTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slices.Sort(listed)
-	slices.Sort(names)
-	if !slices.Equal(listed, names) {
-		t.Errorf("ListSets = %v, want %v", listed, names)
+	var want []kipset.Set
+	for _, tc := range cases {
+		set := tc.set
+		if set.Type != kipset.BitmapPort {
+			set.MaxElements = kipset.DefaultMaxElements
+		}
+		want = append(want, set)
+	}
+	byName := func(a, b kipset.Set) int { return strings.Compare(a.Name, b.Name) }
+	slices.SortFunc(listed, byName)
+	slices.SortFunc(want, byName)
+	if !slices.Equal(listed, want) {
+		t.Errorf("ListSets = %v, want %v", listed, want)
 	}
 	for _, n := range names {
 		if err := c.DestroySet(n); err != nil {
@@ -294,6 +310,61 @@ func TestVMKipsetTypes(t *testing.T) {
 
 func sortEntries(es []kipset.Entry) {
 	slices.SortFunc(es, func(a, b kipset.Entry) int { return strings.Compare(a.String(), b.String()) })
+}
+
+// TestVMKipsetCapacityAndSwap: a hash set refuses a member past its
+// capacity with ErrFull; SwapSets exchanges two sets of one type, members
+// and capacity, under their names, and refuses sets of different types.
+func TestVMKipsetCapacityAndSwap(t *testing.T) {
+	c, _ := newKipset(t, "kipset-swap")
+	small := kipset.Set{Name: "T-SMALL", Type: kipset.HashIP, Family: kipset.Inet, MaxElements: 4}
+	big := kipset.Set{Name: "T-BIG", Type: kipset.HashIP, Family: kipset.Inet, MaxElements: 1 << 17}
+	for _, set := range []kipset.Set{small, big, {Name: "T-PORTS", Type: kipset.BitmapPort}} {
+		if err := c.CreateSet(set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := func(i int) kipset.Entry {
+		return kipset.Entry{IP: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})}
+	}
+	for i := range 4 {
+		if err := c.AddEntry(small.Name, addr(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := c.AddEntry(small.Name, addr(4))
+	t.Logf("fifth member of a set of 4: %v", err)
+	if !errors.Is(err, kipset.ErrFull) {
+		t.Errorf("fifth member of a set of 4: %v, want ErrFull", err)
+	}
+	if err := c.AddEntry(big.Name, addr(9)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SwapSets(big.Name, small.Name); err != nil {
+		t.Fatalf("SwapSets: %v", err)
+	}
+	if got, _ := c.ListEntries(small.Name); !slices.Equal(got, []kipset.Entry{addr(9)}) {
+		t.Errorf("%s after the swap: %v, want the other set's member", small.Name, got)
+	}
+	if got, _ := c.ListEntries(big.Name); len(got) != 4 {
+		t.Errorf("%s after the swap: %d members, want 4", big.Name, len(got))
+	}
+	sets, err := c.ListSets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sets {
+		want := map[string]uint32{small.Name: big.MaxElements, big.Name: small.MaxElements}[s.Name]
+		if want != 0 && s.MaxElements != want {
+			t.Errorf("%s after the swap: capacity %d, want %d", s.Name, s.MaxElements, want)
+		}
+	}
+	if err := c.AddEntry(small.Name, addr(5)); err != nil {
+		t.Errorf("adding to the swapped-in larger set: %v", err)
+	}
+	if err := c.SwapSets(small.Name, "T-PORTS"); err == nil {
+		t.Error("SwapSets of hash:ip and bitmap:port succeeded")
+	}
 }
 
 func TestVMKlinkDummy(t *testing.T) {

@@ -86,6 +86,7 @@ type Proxier struct {
 	needRead    bool                // adopt the kernel's objects before the next diff
 	rulesText   []byte              // iptables input last applied
 	setsReady   bool
+	capacity    map[string]uint32 // of the hash sets, as listed or resized (capacity.go)
 
 	reaperOnce sync.Once
 	stopReaper context.CancelFunc
@@ -131,7 +132,7 @@ func NewWithClients(family proxy.IPFamily, opts Options, c Clients) *Proxier {
 		opts.Now = time.Now
 	}
 	return &Proxier{family: family, opts: opts, c: c, store: newStore(),
-		terminating: map[rsKey]time.Time{}, needRead: true}
+		terminating: map[rsKey]time.Time{}, needRead: true, capacity: map[string]uint32{}}
 }
 
 // Sync is part of syncer.Proxier. A full sync also rewrites the iptables
@@ -163,8 +164,13 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	return nil
 }
 
+// sync programs st. The iptables rules go last: a node leaving iptables
+// mode has that mode's rules in the chains IPVS mode rewrites
+// (KUBE-SERVICES, KUBE-POSTROUTING, …), and they serve its Services until
+// they are replaced; written before the virtual servers and the addresses,
+// they left new connections without either for the rest of the sync.
 func (p *Proxier) sync(ctx context.Context, st *desired.State, full bool) error {
-	if err := p.ensureBase(ctx, st, full); err != nil {
+	if err := p.ensureLinkAndSets(); err != nil {
 		return err
 	}
 	if p.needRead {
@@ -183,7 +189,11 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, full bool) error 
 	for name, pt := range parts {
 		p.store.replace(name, pt)
 	}
-	return p.apply()
+	errs := []error{p.ensureCapacity(), p.apply(), p.ensureRules(ctx, st, full)}
+	if full {
+		errs = append(errs, p.shrinkSets())
+	}
+	return errors.Join(errs...)
 }
 
 // render renders every service port (full) or the changed ones, a removed
@@ -206,10 +216,9 @@ func render(cfg *renderConfig, st *desired.State, full bool) (map[proxy.ServiceP
 	return parts, cfg.err
 }
 
-// ensureBase creates the dummy link and the ipsets, and (re)writes the
-// iptables rules in a full sync or when the masquerade policy changed. The
-// sets must exist before the rules that match on them.
-func (p *Proxier) ensureBase(ctx context.Context, st *desired.State, full bool) error {
+// ensureLinkAndSets creates the dummy link and the ipsets (the sets must
+// exist before the rules that match on them).
+func (p *Proxier) ensureLinkAndSets() error {
 	if err := p.c.Link.EnsureDummy(DummyLink); err != nil {
 		return err
 	}
@@ -219,6 +228,12 @@ func (p *Proxier) ensureBase(ctx context.Context, st *desired.State, full bool) 
 		}
 		p.setsReady = true
 	}
+	return nil
+}
+
+// ensureRules (re)writes the iptables rules in a full sync or when the
+// masquerade policy changed.
+func (p *Proxier) ensureRules(ctx context.Context, st *desired.State, full bool) error {
 	text := renderIptables(p.family, st.Masquerade)
 	if full || !slices.Equal(text, p.rulesText) {
 		if err := p.c.Iptables.Restore(ctx, text); err != nil {
@@ -236,13 +251,21 @@ func (p *Proxier) ensureBase(ctx context.Context, st *desired.State, full bool) 
 	return nil
 }
 
-// ensureSets creates the sets that do not exist yet. It lists first so
-// that a restart adopts the sets it finds without a single write, failed
-// or not; ErrExists still counts as success for a set created meanwhile.
+// ensureSets creates the sets that do not exist yet, with upstream's
+// capacity (capacity.go). It lists first so that a restart adopts the sets
+// it finds, whatever their capacity, without a single write, failed or
+// not; ErrExists still counts as success for a set created meanwhile.
 func (p *Proxier) ensureSets() error {
-	names, err := p.c.IPSet.ListSets()
+	listed, err := p.c.IPSet.ListSets()
 	if err != nil {
 		return fmt.Errorf("listing ipsets: %w", err)
+	}
+	existing := map[string]bool{}
+	for _, s := range listed {
+		existing[s.Name] = true
+		if s.Type != kipset.BitmapPort {
+			p.capacity[s.Name] = s.MaxElements
+		}
 	}
 	var errs []error
 	family := kipset.Inet
@@ -251,7 +274,7 @@ func (p *Proxier) ensureSets() error {
 	}
 	for _, s := range setSpecs {
 		name := setName(p.family, s.name)
-		if slices.Contains(names, name) {
+		if existing[name] {
 			continue
 		}
 		err := p.c.IPSet.CreateSet(kipset.Set{Name: name, Type: s.typ, Family: family, Comment: s.comment})

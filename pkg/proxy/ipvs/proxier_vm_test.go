@@ -106,16 +106,6 @@ func (e *vmEnv) ipvsClient(t *testing.T) *kipvs.Client {
 	return c
 }
 
-func kproto(p proxy.Protocol) kipvs.Protocol {
-	switch p {
-	case proxy.UDP:
-		return kipvs.UDP
-	case proxy.SCTP:
-		return kipvs.SCTP
-	}
-	return kipvs.TCP
-}
-
 func (e *vmEnv) podAddrs(f scenario.Fam, names ...string) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, n := range names {
@@ -154,17 +144,17 @@ func (e *vmEnv) readBack(t *testing.T, f scenario.Fam) {
 	want := map[kipvs.ServiceKey][]string{}
 	for _, s := range vmServices() {
 		for _, proto := range protocols {
-			want[kipvs.ServiceKey{Addr: f.ClusterIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
+			want[kipvs.ServiceKey{Addr: f.ClusterIP(s.ip), Protocol: ipvs.ProtocolOf(proto), Port: svcPort}] = s.endpoints
 			if s.external {
-				want[kipvs.ServiceKey{Addr: f.ExternalIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
+				want[kipvs.ServiceKey{Addr: f.ExternalIP(s.ip), Protocol: ipvs.ProtocolOf(proto), Port: svcPort}] = s.endpoints
 			}
 			if s.lb {
-				want[kipvs.ServiceKey{Addr: f.LBIP(s.ip), Protocol: kproto(proto), Port: svcPort}] = s.endpoints
+				want[kipvs.ServiceKey{Addr: f.LBIP(s.ip), Protocol: ipvs.ProtocolOf(proto), Port: svcPort}] = s.endpoints
 			}
 		}
 	}
 	for i, proto := range protocols {
-		want[kipvs.ServiceKey{Addr: e.node1.IP(f.V6), Protocol: kproto(proto), Port: uint16(30010 + i)}] = allPods
+		want[kipvs.ServiceKey{Addr: e.node1.IP(f.V6), Protocol: ipvs.ProtocolOf(proto), Port: uint16(30010 + i)}] = allPods
 	}
 	for k, eps := range want {
 		s, ok := byKey[k]

@@ -20,6 +20,7 @@ func (p *Proxier) readBack() error {
 	s.kernelVS = map[kipvs.ServiceKey]*kernelVS{}
 	s.kernelAddr = map[netip.Addr]bool{}
 	s.kernelEntry = map[setEntry]bool{}
+	s.kernelLen = map[string]int{}
 
 	svcs, err := p.c.IPVS.ListServices()
 	if err != nil {
@@ -57,7 +58,7 @@ func (p *Proxier) readBack() error {
 			return fmt.Errorf("reading back ipset %s: %w", name, err)
 		}
 		for _, e := range entries {
-			s.kernelEntry[setEntry{set: name, entry: e}] = true
+			s.setKernelEntry(setEntry{set: name, entry: e}, true)
 		}
 	}
 	s.markAllDirty()

@@ -58,7 +58,7 @@ func renderService(cfg *renderConfig, sp *desired.ServicePort) *part {
 	r := cfg.routes(sp)
 	internal, external := sp.Dispatch(r.clusterIP.Set), sp.Dispatch(r.external.Set)
 	p := &part{}
-	proto := ipvsProtocol(sp.Protocol)
+	proto := ProtocolOf(sp.Protocol)
 	set := func(base string, e kipset.Entry) {
 		p.entries = append(p.entries, setEntry{set: setName(cfg.family, base), entry: e})
 	}
@@ -110,7 +110,7 @@ func renderService(cfg *renderConfig, sp *desired.ServicePort) *part {
 func renderNodePort(cfg *renderConfig, sp *desired.ServicePort, external desired.Dispatch, keepSource bool,
 	p *part, set func(string, kipset.Entry),
 ) {
-	proto := ipvsProtocol(sp.Protocol)
+	proto := ProtocolOf(sp.Protocol)
 	for _, ip := range cfg.nodePortAddrs {
 		p.vs = append(p.vs, vsSpec{svc: virtualServer(sp, ip, sp.NodePort), dests: realServers(external)})
 	}
@@ -171,7 +171,7 @@ func splitZero(p netip.Prefix) []netip.Prefix {
 // affinity is IPVS persistence with the affinity timeout.
 func virtualServer(sp *desired.ServicePort, ip netip.Addr, port uint16) kipvs.Service {
 	svc := kipvs.Service{
-		ServiceKey: kipvs.ServiceKey{Addr: ip, Protocol: ipvsProtocol(sp.Protocol), Port: port},
+		ServiceKey: kipvs.ServiceKey{Addr: ip, Protocol: ProtocolOf(sp.Protocol), Port: port},
 		Scheduler:  kipvs.RoundRobin,
 	}
 	if sp.Scheduler != nil {
@@ -192,7 +192,9 @@ func realServers(d desired.Dispatch) []netip.AddrPort {
 	return out
 }
 
-func ipvsProtocol(p proxy.Protocol) kipvs.Protocol {
+// ProtocolOf is the IPVS protocol of a service port's protocol (what the
+// kernel keys virtual servers by).
+func ProtocolOf(p proxy.Protocol) kipvs.Protocol {
 	switch p {
 	case proxy.UDP:
 		return kipvs.UDP

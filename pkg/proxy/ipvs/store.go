@@ -24,6 +24,8 @@ type store struct {
 	kernelVS    map[kipvs.ServiceKey]*kernelVS
 	kernelAddr  map[netip.Addr]bool
 	kernelEntry map[setEntry]bool
+	// kernelLen counts kernelEntry's members per set (capacity.go).
+	kernelLen map[string]int
 
 	dirtyVS    map[kipvs.ServiceKey]struct{}
 	dirtyAddr  map[netip.Addr]struct{}
@@ -51,6 +53,7 @@ func newStore() *store {
 		kernelVS:    map[kipvs.ServiceKey]*kernelVS{},
 		kernelAddr:  map[netip.Addr]bool{},
 		kernelEntry: map[setEntry]bool{},
+		kernelLen:   map[string]int{},
 	}
 	s.clearDirty()
 	return s
@@ -60,6 +63,18 @@ func (s *store) clearDirty() {
 	s.dirtyVS = map[kipvs.ServiceKey]struct{}{}
 	s.dirtyAddr = map[netip.Addr]struct{}{}
 	s.dirtyEntry = map[setEntry]struct{}{}
+}
+
+// setKernelEntry records whether the kernel holds e.
+func (s *store) setKernelEntry(e setEntry, present bool) {
+	switch {
+	case present && !s.kernelEntry[e]:
+		s.kernelEntry[e] = true
+		s.kernelLen[e.set]++
+	case !present && s.kernelEntry[e]:
+		delete(s.kernelEntry, e)
+		s.kernelLen[e.set]--
+	}
 }
 
 // markAllDirty makes the next diff look at every known key, desired or

@@ -60,7 +60,7 @@ func (tr *tracer) trace(flow proxytest.Flow) proxytest.Result {
 // ipvs looks the packet up in the IPVS table. With no schedulable real
 // server the kernel answers ICMP port unreachable (ip_vs_leave).
 func (tr *tracer) ipvs(eval *ruleEval, pkt *packet) (proxytest.Result, bool) {
-	k := kipvs.ServiceKey{Addr: pkt.dst, Protocol: ipvsProtocol(pkt.proto), Port: pkt.dport}
+	k := kipvs.ServiceKey{Addr: pkt.dst, Protocol: ProtocolOf(pkt.proto), Port: pkt.dport}
 	_, dests, ok := tr.f.ipvs.Service(k)
 	if !ok {
 		return proxytest.Result{}, false

@@ -111,6 +111,11 @@ func (w *world) apply(specs ...svcSpec) *desired.State {
 		w.tracker.OnServiceUpdate(nil, w.e.service(s))
 		w.tracker.OnEndpointSliceUpdate(nil, w.e.slice(w.f, s))
 	}
+	return w.compute()
+}
+
+// compute commits what the tracker was given and computes the next State.
+func (w *world) compute() *desired.State {
 	snap, changes := w.tracker.Commit()
 	n := w.e.node1
 	node := desired.Node{Name: "node1", IPs: []netip.Addr{n.IPv4, n.IPv6}, PodCIDRs: []netip.Prefix{n.PodsV4, n.PodsV6}}

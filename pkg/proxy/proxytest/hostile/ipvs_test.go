@@ -65,8 +65,9 @@ func checkIPVS(t reporter, family proxy.IPFamily, vs *kipvs.Fake, sets *kipset.F
 			t.Errorf("ipvs %s: kube-ipvs0 address: %v", family, err)
 		}
 	}
-	names, _ := sets.ListSets()
-	for _, n := range names {
+	listed, _ := sets.ListSets()
+	for _, set := range listed {
+		n := set.Name
 		entries, _ := sets.ListEntries(n)
 		for _, e := range entries {
 			for _, a := range []netip.Addr{e.IP, e.IP2, e.Net.Addr()} {
