@@ -27,7 +27,7 @@ func otherMode(mode string) string {
 // once the new one has synced.
 func testModeSwitchUnderLoad(t *testing.T, c *F.Cluster) {
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	a, b := c.AddPod(n1, "ma"), c.AddPod(n2, "mb")
+	a, b := c.AddPod(n1, "msa"), c.AddPod(n2, "msb")
 	svc, v4, v6 := dualStackNodePort(t, c, "modeswitch", F.EP{Pod: a}, F.EP{Pod: b})
 	_, np := port(svc, corev1.ProtocolTCP)
 	targets := map[string]struct {
@@ -41,7 +41,7 @@ func testModeSwitchUnderLoad(t *testing.T, c *F.Cluster) {
 	}
 	loads := map[string]*F.Load{}
 	for what, x := range targets {
-		c.Expect(x.from, x.tg, converge, F.AllOf("ma", "mb"))
+		c.Expect(x.from, x.tg, converge, F.AllOf("msa", "msb"))
 		loads[what] = c.StartLoad(x.from, x.tg, 20*time.Millisecond, false)
 	}
 	time.Sleep(time.Second)
@@ -56,7 +56,7 @@ func testModeSwitchUnderLoad(t *testing.T, c *F.Cluster) {
 	}
 	// The node follows the API in the mode it switched back to.
 	c.SetEndpoints(svc, F.EP{Pod: a})
-	c.Expect("ext", F.TCP(n1.IP, np), converge, F.AllOf("ma"))
+	c.Expect("ext", F.TCP(n1.IP, np), converge, F.AllOf("msa"))
 }
 
 // switchMode restarts n's proxy in mode to, waits until both families have
