@@ -128,6 +128,8 @@ func testAPIServerOutage(t *testing.T, c *F.Cluster) {
 	c.SetEndpoints(svc, F.EP{Pod: a}, F.EP{Pod: b})
 	tg := F.TCP(svc.Spec.ClusterIP, 80)
 	c.Expect("cli1", tg, converge, F.AllOf("oa", "ob"))
+	// The load runs from node 2: it must have synced too.
+	c.Expect("cli2", tg, converge, F.AllOf("oa", "ob"))
 
 	load := c.StartLoad("cli2", tg, 50*time.Millisecond, false)
 	if err := c.StopAPIServer(); err != nil {
