@@ -203,7 +203,7 @@ func (d *daemon) run(ctx context.Context) error {
 // leaves a node switching modes without Service rules until that sync;
 // here the old mode's rules go on serving until then. Both rule sets
 // express the same Services meanwhile, and a connection is translated
-// once, by whichever sees it first (docs/migration.md). A mode that never
+// once, by whichever sees it first (docs/user/migration.md). A mode that never
 // syncs leaves the old rules in place, as a restart of the old mode would
 // find them.
 func (d *daemon) cleanupAfter(ctx context.Context, synced <-chan struct{}) {
