@@ -98,7 +98,8 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		fatal:    make(chan error, 4),
 	}
 	// The host's addresses are listed again only after the kernel announces
-	// a change, not on every sync (issue #17: 63 MB a churn minute).
+	// a change, not on every sync: under churn a listing per sync (a dump per
+	// interface) added up to tens of megabytes a minute of garbage.
 	hostAddrs := klink.NewAddrCache(interfaceAddrs)
 	context.AfterFunc(ctx, hostAddrs.Close)
 	d.node.hostAddrs = hostAddrs.Addrs

@@ -17,8 +17,8 @@ import (
 // instead of blocking the sync loop for ever; the runner then retries with
 // backoff and /healthz reports the stall. One run carries a transaction of
 // at most defaultMaxOps operations or one listing; the largest measured
-// take about a second (a 10k×10 cold sync is 34 transactions in ≈ 1.3 s,
-// docs/performance.md), so two minutes never cuts a working nft short,
+// take about a second (a 10k×10 cold sync is a few dozen transactions in
+// about that time), so two minutes never cuts a working nft short,
 // even on a loaded node. Tests shorten it.
 var execTimeout = 2 * time.Minute
 
