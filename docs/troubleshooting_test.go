@@ -230,29 +230,6 @@ func goStrings(t *testing.T, roots []string) map[string]bool {
 	return strs
 }
 
-// TestTroubleshootingLinksResolve: every link to a section, here or in
-// another page of docs/, names a heading that exists.
-func TestTroubleshootingLinksResolve(t *testing.T) {
-	links := regexp.MustCompile(`\]\(([a-z-]*\.md)?#([a-z0-9-]+)\)`)
-	anchors := map[string]map[string]bool{}
-	for _, m := range links.FindAllStringSubmatch(readDoc(t), -1) {
-		file := doc
-		if m[1] != "" {
-			file = filepath.Join(filepath.Dir(doc), m[1])
-		}
-		if anchors[file] == nil {
-			b, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			anchors[file] = headingAnchors(string(b))
-		}
-		if !anchors[file][m[2]] {
-			t.Errorf("link %s: %s has no such section", m[0], file)
-		}
-	}
-}
-
 // headingAnchors are the anchors GitHub gives a Markdown file's headings.
 func headingAnchors(text string) map[string]bool {
 	anchors := map[string]bool{}
