@@ -8,7 +8,7 @@
 # endpoint's new-element notification from the kernel (a netlink listener on the nf_tables group in
 # the node's namespace: what `nft monitor` reads), with the proxy's CPU seconds, and a restart with
 # nothing changed (time to its first sync, kernel change notifications). Prints one table (median
-# [min … max], issue #17's target, every run) and writes
+# [min … max], its target from docs/performance.md, every run) and writes
 # _output/bench-e2e/results-<time>.json. It asserts nothing.
 #
 # The seeded etcd data dir is cached in _output/bench-e2e/seed-v<N>-<S>x<E>-<control plane build>/:
@@ -84,7 +84,7 @@ build_svcproxy() {
   # A CPU profile from the process's start (cmd/svcproxy/startprofile.go).
   [[ ${BENCH_E2E_PROFILE:-false} != true ]] || tags=(-tags startprofile)
   # Static, as the image builds it: a cgo build also maps libc and the dynamic loader
-  # (1.3 MiB more RSS than what ships; docs/performance.md, "The binary's own memory").
+  # (more RSS than what ships: `make footprint` shows the difference).
   (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath "${tags[@]}" -o "$OUT/svcproxy" \
     -ldflags "-X github.com/svcproxy/svcproxy/internal/app.gitCommit=$commit -X github.com/svcproxy/svcproxy/internal/app.gitTreeState=$tree" \
     ./cmd/svcproxy)
@@ -120,7 +120,7 @@ main() {
     -profile="${BENCH_E2E_PROFILE:-false}" -start-timeout "${BENCH_E2E_START_TIMEOUT:-15m}"
     -idle-share "${BENCH_E2E_IDLE_SHARE:-0.9}" -idle-wait "${BENCH_E2E_IDLE_WAIT:-1m}"
   )
-  # Seeding past 10k, datapath and full sync (issue #17); see the header.
+  # Seeding past 10k, datapath and full sync; see the header.
   # At 50k the datapath target is a ratio to 1k: measured in the same invocation.
   local dp_ref_default=0
   [[ ${BENCH_E2E_SERVICES:-10000} != 50000 ]] || dp_ref_default=1000

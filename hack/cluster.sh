@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hack/cluster.sh — a real two-node Kubernetes v1.37.1 cluster in network namespaces, with
 # svcproxy (or, for comparison, upstream kube-proxy) installed as the kube-proxy DaemonSet
-# from deploy/, the way docs/migration.md tells users to install it.
+# from deploy/, the way docs/user/migration.md tells users to install it.
 #
 #   hack/cluster.sh up      (make cluster-up)    build what is missing, start everything, wait
 #                           until both Nodes, the proxy DaemonSet and CoreDNS are Ready

@@ -7,7 +7,7 @@
 #   hack/e2e.sh --json    the `go test -json` stream on stdout (hack/test.sh feeds it to its
 #                         summary together with the unit tests); progress goes to stderr
 #
-# test/e2e/contract is the differential suite (issue #16): svcproxy against upstream kube-proxy
+# test/e2e/contract is the differential suite: svcproxy against upstream kube-proxy
 # v1.37.1 (hack/build-upstream.sh kube-proxy: ~2-5 min once, then cached in _output/upstream) on
 # --help, --write-config-to, a corpus of flag/config cases, /metrics, the endpoints and Events;
 # differences are allowed only in test/e2e/contract/testdata/deliberate-differences.yaml. Its

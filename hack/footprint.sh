@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hack/footprint.sh [BINARY] — svcproxy's fixed memory: what the binary maps, what its package
-# inits allocate, and what an idle process holds, split by mapping (docs/performance.md, "The
-# binary's own memory"). Without BINARY it builds ./cmd/svcproxy as the image does (static).
+# inits allocate, and what an idle process holds, split by mapping (docs/performance.md, "How to
+# run"). Without BINARY it builds ./cmd/svcproxy as the image does (static).
 #
 # The idle process runs in a throwaway network namespace with an unreachable API server
 # (--master https://127.0.0.1:1), so it only retries; after FOOTPRINT_SECONDS (default 15)

@@ -10,7 +10,7 @@
 #                                       no k8s.io/client-go anywhere below it
 #   everything                          must not depend on k8s.io/kubernetes
 #   pkg/...                             imports nothing under internal/, tests and files behind
-#                                       build tags included (issue #15)
+#                                       build tags included
 #
 # Dependencies are those of the non-test packages (`go list -deps`), except for the pkg/ rule,
 # which also reads every import line of every .go file under pkg/. Runs every check, then

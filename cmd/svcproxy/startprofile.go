@@ -5,8 +5,8 @@ package main
 // Test tooling, built only with -tags startprofile (hack/bench-e2e.sh does so
 // with BENCH_E2E_PROFILE=true): a CPU profile from the process's start, which
 // /debug/pprof cannot give — its server starts once the Node exists and the
-// backends are initialized, after the initial lists began. Issue #17 needs
-// the start profiled as a whole.
+// backends are initialized, after the initial lists began. Where a start's
+// time goes can only be seen in a profile of the whole start.
 
 import (
 	"fmt"

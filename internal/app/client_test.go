@@ -111,9 +111,8 @@ func TestClientsSendTheUserAgent(t *testing.T) {
 // TestKubeconfigCanTurnCompressionOff: a kubeconfig cluster's
 // disable-compression (kubectl's and client-go's field since 1.26) reaches
 // both clients' requests, for an operator who would rather spend bytes
-// than the API server's CPU (docs/performance.md, issue #17's seventh
-// pass, measured it). By default the clients ask for gzip, as upstream's
-// do.
+// than the API server's CPU. By default the clients ask for gzip, as
+// upstream's do.
 func TestKubeconfigCanTurnCompressionOff(t *testing.T) {
 	encoding := func(r *http.Request) string { return r.Header.Get("Accept-Encoding") }
 	for _, tc := range []struct {

@@ -128,9 +128,8 @@ func applyGlobals(cfg *config.Config) error {
 // sampleHeap keeps the runtime's heap profiling on only when
 // enableProfiling serves /debug/pprof/heap, its one reader. Each sample (one
 // per 512 KiB allocated) records its call stack in a table the process
-// never frees (1.4 MiB, allocated at the first sample): 0.5 MiB of it was
-// resident after a first sync at 10k Services, more as a long run samples
-// new call paths (docs/performance.md, "The binary's own memory").
+// never frees (allocated at the first sample, resident more and more as a
+// long run samples new call paths: `make footprint` shows it).
 func sampleHeap(enableProfiling bool) {
 	if !enableProfiling {
 		runtime.MemProfileRate = 0

@@ -98,7 +98,8 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 		fatal:    make(chan error, 4),
 	}
 	// The host's addresses are listed again only after the kernel announces
-	// a change, not on every sync (issue #17: 63 MB a churn minute).
+	// a change, not on every sync: under churn a listing per sync (a dump per
+	// interface) added up to tens of megabytes a minute of garbage.
 	hostAddrs := klink.NewAddrCache(interfaceAddrs)
 	context.AfterFunc(ctx, hostAddrs.Close)
 	d.node.hostAddrs = hostAddrs.Addrs
@@ -203,7 +204,7 @@ func (d *daemon) run(ctx context.Context) error {
 // leaves a node switching modes without Service rules until that sync;
 // here the old mode's rules go on serving until then. Both rule sets
 // express the same Services meanwhile, and a connection is translated
-// once, by whichever sees it first (docs/migration.md). A mode that never
+// once, by whichever sees it first (docs/user/migration.md). A mode that never
 // syncs leaves the old rules in place, as a restart of the old mode would
 // find them.
 func (d *daemon) cleanupAfter(ctx context.Context, synced <-chan struct{}) {

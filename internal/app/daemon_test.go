@@ -36,7 +36,7 @@ func freeAddr(t *testing.T) string {
 
 // TestNothingListensBeforeTheNodeExists: as upstream, the metrics and health
 // ports (and svcproxy's state socket) stay closed while run waits for this
-// Node (issue #16). run stops at awaitNode here — the Node never appears —
+// Node. run stops at awaitNode here — the Node never appears —
 // so nothing past it (sysctls, the kernel) is reached; serving before
 // awaitNode would open the ports.
 func TestNothingListensBeforeTheNodeExists(t *testing.T) {

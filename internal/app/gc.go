@@ -23,7 +23,7 @@ import (
 // traffic, and at GOGC 100 the heap between collections is as large again
 // as everything live: at 10k × 10 that garbage was a third of the
 // daemon's peak RSS, most of all on a restart, which reads the kernel back
-// while the lists arrive (docs/performance.md, issue #17, sixth pass).
+// while the lists arrive.
 const steadyGCPercent = 50
 
 // gcTuner sets GOGC to steadyGCPercent once the first sync of each of its

@@ -50,8 +50,8 @@ const (
 )
 
 // MaxRetryAfter caps the backoff of failed rounds (unless RetryAfter is
-// longer): every round dumps all the family's flows (listing 200k took
-// most of a 1.1 s round, docs/performance.md), which a conntrack netlink
+// longer): every round dumps all the family's flows (the listing is most
+// of a round's time), which a conntrack netlink
 // that keeps failing should not cost every second.
 const MaxRetryAfter = 30 * time.Second
 

@@ -173,9 +173,9 @@ func (s *Syncer) RequestFull() {
 
 // Prepare starts, in the background, what the first sync can do before the
 // tracker has synced: a Proxier that is a Preparer reads the kernel back
-// (at a restart of 10k Services × 10 endpoints, ≈ 0.3 s that otherwise
-// follow the initial lists). The app calls it as soon as the Syncer exists;
-// Loop waits for it, and runs it itself if nobody did.
+// (at a restart of 10k Services, a few tenths of a second that would
+// otherwise follow the initial lists). The app calls it as soon as the
+// Syncer exists; Loop waits for it, and runs it itself if nobody did.
 func (s *Syncer) Prepare(ctx context.Context) {
 	go s.prepareOnce.Do(func() { s.readBack(ctx) })
 }

@@ -7,8 +7,7 @@ package watch
 // envelope (runtime.Unknown's Raw) and decodes it into one list whose Items
 // array of 2,000 structs is grown by doubling too; the page is then walked
 // and each item parsed. At 50k Services × 10 endpoints those three copies
-// were a third of everything a start allocated (≈ 340 of 1,000 MB:
-// docs/performance.md, issue #17, eighth pass), each page's garbage
+// were a third of everything a start allocated, each page's garbage
 // the collector had to find. Here a page is read into one buffer kept for
 // the whole list, the envelope and the list message are walked in place
 // (google.golang.org/protobuf's protowire) and each item is decoded on its

@@ -28,8 +28,8 @@ var lockArgs = []string{"-w", "5", "-W", "100000"}
 // a hung tool fails the sync instead of blocking the sync loop for ever
 // (the runner then retries with backoff and /healthz reports the stall).
 // A restore carries a whole table: the cold sync of 10k services × 10
-// endpoints took 21 s on iptables-nft and 14 s on legacy here
-// (docs/performance.md), plus up to 5 s waiting for the xtables lock; five
+// endpoints takes tens of seconds (docs/performance.md), plus up to 5 s
+// waiting for the xtables lock; five
 // minutes leaves room for several times that on a loaded node. Tests
 // shorten it. The single-rule iptables calls through go-iptables (setup
 // and the canary) take no context and are not covered.

@@ -11,8 +11,8 @@ import (
 // name of every chain a command mentions — the chain of each ":CHAIN"
 // line and "-A", and each jump target — in a sorted linked list that it
 // searches linearly (nft-cache.c, cache_chain_list_insert). A restore
-// therefore costs O(commands × distinct chains): 8.7 s of CPU for 1k
-// services × 10 endpoints, and 10k did not finish in 15 minutes.
+// therefore costs O(commands × distinct chains): seconds of CPU for 1k
+// services × 10 endpoints, and 10k did not finish in a quarter of an hour.
 //
 // The list is abandoned (req->all_chains) as soon as one command names no
 // chain; the cache then holds the whole table, fetched with a few dumps.

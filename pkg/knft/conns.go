@@ -13,7 +13,7 @@ import (
 // nf_tables_trans_destroy_flush_work, an RCU grace period and a work
 // item) before close returns: when a Kernel opened and closed its sockets
 // per Apply, every endpoint change (it deletes the old slot's element)
-// waited 7–22 ms in close for < 1 ms of work (docs/performance.md). So a
+// waited in close many times longer than its own work took. So a
 // Kernel keeps its sockets until Close, and closes one early only when it
 // is broken or belongs to another network namespace.
 

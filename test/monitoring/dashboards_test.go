@@ -37,7 +37,7 @@ func checkDashboardQuery(inv inventory, query string) (checked, error) {
 // mixinKnownGaps are the problems checkQuery finds in the mixin's queries,
 // each also true of upstream kube-proxy: both serve client-go's request
 // latency labelled by verb and host (component-base's adapter), not url, so
-// those panels draw one line per verb. docs/troubleshooting.md says so.
+// those panels draw one line per verb. docs/user/troubleshooting.md says so.
 var mixinKnownGaps = []string{
 	`by (verb, url, le): rest_client_request_duration_seconds has no label "url"`,
 	`by (verb, url, le): rest_client_request_duration_seconds has no label "url"`,

@@ -13,9 +13,9 @@ import (
 
 const (
 	rulesFile       = "../../deploy/monitoring/prometheusrule.yaml"
-	troubleshooting = "../../docs/troubleshooting.md"
+	troubleshooting = "../../docs/user/troubleshooting.md"
 	// runbookBase is where the alerts' runbook_url point.
-	runbookBase = "https://github.com/svcproxy/svcproxy/blob/main/docs/troubleshooting.md#"
+	runbookBase = "https://github.com/svcproxy/svcproxy/blob/main/docs/user/troubleshooting.md#"
 )
 
 // prometheusRule is the part of monitoring.coreos.com/v1 PrometheusRule
@@ -118,7 +118,7 @@ var alertName = regexp.MustCompile(`^Svcproxy[A-Z][A-Za-z]+$`)
 
 // TestAlertsAreDocumented checks each alert's form: a name of its own,
 // severity, summary, description, a valid for, and a runbook_url to its
-// section of docs/troubleshooting.md.
+// section of docs/user/troubleshooting.md.
 func TestAlertsAreDocumented(t *testing.T) {
 	doc, err := os.ReadFile(troubleshooting)
 	if err != nil {
@@ -150,7 +150,7 @@ func TestAlertsAreDocumented(t *testing.T) {
 			t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], runbookBase+anchor)
 		}
 		if !anchors[anchor] {
-			t.Errorf("%s: docs/troubleshooting.md has no section %q", r.Alert, r.Alert)
+			t.Errorf("%s: docs/user/troubleshooting.md has no section %q", r.Alert, r.Alert)
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // HostileServices are Services any tenant allowed to create Services can
 // write, each of which once stopped a backend from programming every
-// Service on the node (issue #13): the kernel, nft or iptables-restore
+// Service on the node: the kernel, nft or iptables-restore
 // refused the whole sync. Their slots (30–36) are outside Services'.
 // HostileCases checks that they, and everything else, work as intended.
 func (e *Env) HostileServices() []Spec {

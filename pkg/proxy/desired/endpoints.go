@@ -51,7 +51,7 @@ func servingTerminating(e *model.EndpointInfo) bool { return e.Serving && e.Term
 // and port without duplicates (the model's lists are). When that is every
 // endpoint, which is the common case (all ready, no topology hints), it
 // returns the model's own list rather than a copy: the largest part of a
-// State's memory otherwise (5 MB of 9.6 at 10k × 10, docs/performance.md).
+// State's memory otherwise (about half of it).
 // It returns nil rather than an empty slice so that States compare equal
 // however they were built.
 func pick(eps model.EndpointList, family proxy.IPFamily, keep func(*model.EndpointInfo) bool) []Endpoint {

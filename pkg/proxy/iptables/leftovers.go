@@ -19,8 +19,8 @@ import (
 // shows something to remove: iptables-nft's chains are nf_tables chains,
 // listed over netlink; iptables-legacy's tables are listed in /proc, and
 // only a listed table is read with iptables-legacy-save. On a node that
-// never ran iptables mode no process starts (issue #17: the tools cost
-// seconds of CPU beside the first sync). A family whose tools are missing
+// never ran iptables mode no process starts (the tools cost seconds of
+// CPU beside the first sync). A family whose tools are missing
 // cannot be cleaned, which is logged.
 func CleanupLeftovers(ctx context.Context) error {
 	var errs []error

@@ -38,8 +38,7 @@ type entry struct {
 // and iptables-nft-restore looks up a rule's chain and target in hash
 // buckets where the newest chain comes first: declared just before its
 // rules, a chain is found at once, while ~120k chains declared up front
-// (10k services) left each lookup walking hundreds of others
-// (docs/performance.md).
+// (10k services) left each lookup walking hundreds of others.
 func (r *renderer) renderService(sp *desired.ServicePort, out *lineBuffer) *entry {
 	pn := namesOf(sp.Name)
 	p := policyOf(sp, r.state.RoutesOf(sp), pn)

@@ -102,7 +102,7 @@ func TestFullSyncStreamFailure(t *testing.T) {
 // cluster IP neither rejected nor DNATed for the nat commit (~0.6 s at 10k
 // services): a SYN then left un-NATed and its conntrack entry (120 s,
 // SYN_SENT) took every later connection from the same source port with it
-// (one cause of bench-e2e's datapath "no route to host"; docs/performance.md).
+// (one cause of "no route to host" in bench-e2e's datapath runs).
 func TestServiceGainingEndpointsWritesNATFirst(t *testing.T) {
 	name := svcName("ns4", "svc4")
 	none := withEndpoints(upstreamState(), name)

@@ -15,7 +15,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// TestVMHostile (issue #13) programs Services a tenant may write among
+// TestVMHostile programs Services a tenant may write among
 // ordinary ones: nested, duplicate and leading-zero source ranges that
 // include the LB IP itself (ipset refuses an entry added twice), IPv4-mapped
 // and zoned external IPs. The sync must succeed and each Service must do

@@ -4,7 +4,7 @@
 //
 // internal/metrics registers these beside the families the syncer and the
 // health servers update, and serves them all. The backends' families live
-// here, not there, so that pkg/ imports nothing from internal/ (issue #15);
+// here, not there, so that pkg/ imports nothing from internal/;
 // like upstream's, the collectors are package variables.
 package metrics
 

@@ -36,7 +36,7 @@ type portEntry[V any] struct {
 
 // shard is the entries whose hash falls in one shard, sorted by hash: a
 // sorted slice of the exact size rather than a Go map, which at 40 entries
-// holds 64 slots and their control words (docs/performance.md).
+// holds 64 slots and their control words.
 type shard[V any] struct {
 	entries []portEntry[V]
 	// names holds each entry's name, in the order of entries; nil while

@@ -11,7 +11,7 @@ import (
 // The tracker holds, per Service and per EndpointSlice, a few entries keyed
 // by service port name. They are sorted slices rather than Go maps: a map
 // of one entry with this key costs about 800 bytes, which at 10k Services
-// was 30 MB of a 60 MB model (heap profile, docs/performance.md).
+// was half the model in a heap profile.
 
 // portSet is one Service's service ports, sorted by name.
 type portSet []*ServicePort

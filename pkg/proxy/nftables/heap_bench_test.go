@@ -24,7 +24,7 @@ import (
 // use after building the store minus before, after a GC each. The
 // unique-… figures are the same with every endpoint at an address of its
 // own (uniqueEndpoint: more hairpin elements, each with one claim), the
-// end-to-end benchmark's shape. docs/performance.md, issue #17.
+// end-to-end benchmark's shape (make bench-e2e, docs/performance.md).
 func BenchmarkStoreLiveHeap(b *testing.B) {
 	states := []struct {
 		st     *desired.State

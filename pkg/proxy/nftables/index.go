@@ -10,7 +10,7 @@ import (
 // 8 bytes. A Go map from key to pointer spends the key beside the pointer
 // in every slot (24 bytes for a string, 72 for a service port's name) and
 // keeps more of them free: for the store's 150k entries at 10k × 10 that
-// was ≈ 47 bytes each, a fifth of its heap (docs/performance.md). The
+// was about a fifth of its heap. The
 // table never holds more than maxLoad of its slots, so a probe for a
 // missing key ends soon at an empty one.
 //

@@ -65,8 +65,8 @@ const (
 // endpoint maps, the hairpin set) into this many. The kernel lists a set
 // by walking it from its start again for every reply message of ≤ 32 KiB
 // (≈ 550 elements), so reading a set of n elements back costs O(n²):
-// one 100k-element set took ≈ 0.45 s of kernel time, eight of 12.5k take
-// ≈ 0.1 s. Changing the number renames those objects, which a restart
+// eight sets of an eighth of the elements take a fraction of one set's
+// kernel time. Changing the number renames those objects, which a restart
 // then moves elements into: keep it.
 const shards = 8
 

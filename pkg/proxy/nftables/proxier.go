@@ -199,8 +199,8 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 // pure function of the State (cfg is the goroutine's alone until the last
 // part is taken, which orders its cfg.err before the caller's read), the
 // claims change the store and stay on the caller's goroutine. On two CPUs
-// a cold start's render (0.27 s at 50k × 10) then runs beside its claims
-// (0.54 s) instead of before each. Element lists the caller is done with
+// a cold start's render (about half as long as its claims) then runs
+// beside them instead of before. Element lists the caller is done with
 // come back through recycle, for renderService to reuse. The goroutine
 // sends exactly one part (nil: the port is gone) per name, then ends.
 func renderAhead(cfg *config, st *desired.State, names []proxy.ServicePortName) (<-chan *part, chan<- []elemSpec) {

@@ -19,10 +19,10 @@ import (
 // port's own picks among the N endpoints once (an inline map in its DNAT
 // rule) and every frontend jumps there: E+N. But a chain and an inline
 // map cost more than elements: at 5,000 service ports with 2 external
-// IPs × 10 endpoints, own chains took a cold sync from ≈ 0.8 to ≈ 3.5 s
-// of CPU (≈ 0.55 ms, the price of ≈ 190 element operations, per chain),
-// and every nft run (a rule change) from ≈ 40 to ≈ 400 ms, as nft reads
-// them all into its cache. So the shared chains stay for all but the
+// IPs × 10 endpoints, own chains made a cold sync cost about four times
+// the CPU (a chain costs what some 190 element operations do), and every
+// nft run (a rule change) about ten times as long, as nft reads them all
+// into its cache. So the shared chains stay for all but the
 // amplifying shapes: (E−1)·N ≥ 256, e.g. 2 frontends × 256 endpoints,
 // 27 × 10, 1,000 × 1. Crossing the line as endpoints come and go moves
 // the frontends between the shapes, which costs what a count change

@@ -1,5 +1,5 @@
 // Command cleanup measures svcproxy's start-up cleanup of the other proxy
-// modes (internal/leftovers.OtherModes, issue #17) in a fresh network
+// modes (internal/leftovers.OtherModes), which every start pays, in a fresh network
 // namespace: empty, or holding the nftables table of a node that runs
 // svcproxy with -services Services × 10 endpoints (the restart case). One
 // run per process, so that one-time work (moby/ipvs's modprobe) is counted

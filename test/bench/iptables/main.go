@@ -2,7 +2,7 @@
 // kernel, on both iptables flavours (iptables-nft and iptables-legacy), and
 // prints a table of medians beside upstream kube-proxy's numbers and the
 // targets. It asserts nothing: the numbers are for people to read (and to
-// copy into docs/performance.md).
+// quote in docs/performance.md).
 //
 // Each (flavour, scale, run) is measured by a child process of this binary
 // inside a fresh network namespace, so every cold sync starts from empty

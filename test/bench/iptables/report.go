@@ -49,8 +49,8 @@ func over(rs []*Result, p phase, f func(Sample) float64) benchkit.Stat {
 	return benchkit.Summarize(xs)
 }
 
-// printReport writes the whole report as Markdown, ready for
-// docs/performance.md.
+// printReport writes the whole report as Markdown, for results to be
+// quoted in docs/performance.md.
 func printReport(w io.Writer, cfg config, results map[key][]*Result, failures map[key][]string) {
 	fmt.Fprintf(w, "### iptables backend, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(w, "Machine: %s\n\n", benchkit.Machine("iptables-legacy", "--version"))

@@ -1,7 +1,7 @@
 // Command nftables benchmarks svcproxy's nftables backend against the real
 // kernel and prints a table of medians beside the targets of
 // reference/peers-and-numbers.md §5. It asserts nothing: the numbers are
-// for people to read (and to copy into docs/performance.md).
+// for people to read (and to quote in docs/performance.md).
 //
 // Each (scale, run) is measured by a child process of this binary inside a
 // fresh network namespace, so every cold sync starts from an empty kernel

@@ -63,8 +63,8 @@ func nftUser(s Sample) float64 { return s.NftUserMS }
 func nftSys(s Sample) float64  { return s.NftSysMS }
 func selfCPU(s Sample) float64 { return s.SelfUserMS + s.SelfSysMS }
 
-// printReport writes the whole report as Markdown, ready for
-// docs/performance.md.
+// printReport writes the whole report as Markdown, for results to be
+// quoted in docs/performance.md.
 func printReport(w io.Writer, scales []int, results map[int][]*Result, failures map[int][]string, runs int) {
 	fmt.Fprintf(w, "### nftables backend, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(w, "Machine: %s\n\n", benchkit.Machine("nft", "--version"))

@@ -38,10 +38,9 @@ import (
 // returns: the kernel asks whether the group has a listener in any
 // namespace (netlink_has_listeners reads one mask per protocol), so a
 // socket left open in a deleted node namespace made every later run's
-// cold start build a notification per element — 10k × 10 cold syncs
-// took 722 instead of 385 ms (make bench with an nft monitor in another
-// namespace). Until issue #17's ninth pass fixed it, that made the first
-// run of every invocation the fastest (docs/performance.md).
+// cold start build a notification per element, about twice the cold
+// sync's time (docs/performance.md, "One trap"), so the first run of
+// every invocation was the fastest.
 type kernelObserver struct {
 	fd       int
 	done     chan struct{}

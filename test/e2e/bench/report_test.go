@@ -26,14 +26,15 @@ const mib = 1024.0
 
 func noTarget(string) string { return "" }
 
-// targetKey names one of issue #17's targets: a measure, for a mode at a
+// targetKey names one of the scale targets: a measure, for a mode at a
 // scale (-services).
 type targetKey struct {
 	measure, mode string
 	services      int
 }
 
-// issueTargets are issue #17's targets, at the scales they were set for.
+// issueTargets are the scale targets (docs/performance.md), at the scales
+// they were set for.
 var issueTargets = map[targetKey]string{
 	{"start", "nftables", 10000}:            "≤ 1.0",
 	{"start", "nftables", 50000}:            "≤ 5",
@@ -264,7 +265,7 @@ bound: short-lived ones are missed); "in all" adds the largest child's peak to t
 maxrss (first process) is an upper bound for the largest child, and no more: Go starts a process with
 vfork, and at its exec the kernel keeps the parent's high-water mark as the child's, so it also holds
 this benchmark's own peak at the spawn (it grows from run to run; not the proxy's).
-Targets: issue #17's, shown for svcproxy's own modes at the scale they were set for.
+Targets: docs/performance.md's, shown for svcproxy's own modes at the scale they were set for.
 `
 
 // ms converts seconds, keeping "none" (negative) as it is.

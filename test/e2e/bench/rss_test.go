@@ -262,7 +262,7 @@ func waitIdle(t *testing.T, what string) float64 {
 // best of three) on the idle guest and returns its seconds: the virtual
 // CPUs' speed at that moment. The guest is idle before each start
 // (waitIdle), yet the same start took 30–100 % longer on some hours than
-// on others (docs/performance.md, issue #17's sixth and seventh passes):
+// on others (docs/performance.md, "Method"):
 // the host's load, which the guest does not see. Printed beside each run,
 // it tells a slow hour from a slower proxy.
 func cpuSpeed() float64 {

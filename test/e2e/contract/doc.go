@@ -1,4 +1,4 @@
-// Package contract is the differential suite of issue #16: it runs svcproxy
+// Package contract is the differential suite: it runs svcproxy
 // (built from the tree) and upstream kube-proxy v1.37.1 (built by
 // hack/build-upstream.sh) on the same inputs, inside network namespaces the
 // tests create, and compares what a user or tool can observe: --help,

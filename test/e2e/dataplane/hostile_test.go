@@ -13,7 +13,7 @@ import (
 
 // isolationLimit is how soon after a Service whose rules the kernel refuses
 // is created, Services created beside it and after it must work on every
-// node (issue #13).
+// node.
 const isolationLimit = 2 * time.Second
 
 // TestKernelRejectedService: a Service the kernel refuses — in a build of

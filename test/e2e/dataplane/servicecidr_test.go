@@ -12,7 +12,7 @@ import (
 	F "github.com/svcproxy/svcproxy/test/e2e/framework"
 )
 
-// testServiceCIDRs (issue #16): in nftables mode svcproxy follows the
+// testServiceCIDRs: in nftables mode svcproxy follows the
 // ServiceCIDR objects through the API — the API server's default one
 // (from --service-cluster-ip-range) and one created here — and drops new
 // connections to their addresses that no Service holds, as upstream does;

@@ -1,6 +1,6 @@
 // Package hostile fuzzes the whole path from API objects to every
 // backend's kernel objects with adversarial Services and EndpointSlices
-// (issue #13): whatever a tenant writes, each backend's sync must succeed
+// whatever a tenant writes, each backend's sync must succeed
 // and every element it programs must fit its set's type.
 package hostile
 
