@@ -1,0 +1,181 @@
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// The maps of one family, by the name bpf/sock.c gives them; each is pinned
+// under the family's directory by that name.
+const (
+	mapServices = "services"
+	mapBackends = "backends"
+	mapRevNAT   = "revnat"
+	mapAffinity = "affinity"
+)
+
+// Fixed capacities of the LRU maps: they hold per-socket and per-client
+// state, which the LRU evicts, not anything the State sizes.
+const (
+	revNATEntries   = 1 << 16
+	affinityEntries = 1 << 16
+)
+
+// hooks lists a family's programs and where each attaches.
+func hooks(family proxy.IPFamily) map[string]ebpf.AttachType {
+	if family == proxy.IPv6 {
+		return map[string]ebpf.AttachType{
+			"connect6": ebpf.AttachCGroupInet6Connect, "sendmsg6": ebpf.AttachCGroupUDP6Sendmsg,
+			"recvmsg6": ebpf.AttachCGroupUDP6Recvmsg, "getpeername6": ebpf.AttachCgroupInet6GetPeername,
+		}
+	}
+	return map[string]ebpf.AttachType{
+		"connect4": ebpf.AttachCGroupInet4Connect, "sendmsg4": ebpf.AttachCGroupUDP4Sendmsg,
+		"recvmsg4": ebpf.AttachCGroupUDP4Recvmsg, "getpeername4": ebpf.AttachCgroupInet4GetPeername,
+	}
+}
+
+// loaded is one family's programs and maps in the kernel.
+type loaded struct {
+	coll  *ebpf.Collection
+	links map[string]link.Link
+}
+
+func (l *loaded) mapOf(name string) *ebpf.Map { return l.coll.Maps[name] }
+
+func (l *loaded) close() {
+	for _, lk := range l.links {
+		lk.Close()
+	}
+	l.coll.Close()
+}
+
+// load loads a family's programs, adopting the maps pinned in dir when
+// they hold need entries (new maps get capacity), and attaches every program to
+// the cgroup, replacing the program of a pinned link in place, so that no
+// socket goes untranslated meanwhile. Everything is pinned in dir.
+func load(family proxy.IPFamily, dir, cgroup string, need, capacity uint32) (*loaded, error) {
+	spec, err := loadSock()
+	if err != nil {
+		return nil, err
+	}
+	progs := hooks(family)
+	for name := range spec.Programs {
+		if _, ok := progs[name]; !ok {
+			delete(spec.Programs, name)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	opts := ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
+	defer func() {
+		for _, m := range opts.MapReplacements {
+			m.Close()
+		}
+	}()
+	sizes := map[string][2]uint32{mapServices: {need, capacity}, mapBackends: {need, capacity},
+		mapRevNAT: {revNATEntries, revNATEntries}, mapAffinity: {affinityEntries, affinityEntries}}
+	for name, size := range sizes {
+		spec.Maps[name].MaxEntries = size[1]
+		if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil); err == nil {
+			if m.MaxEntries() < size[0] {
+				m.Close()
+				return nil, fmt.Errorf("pinned map %s holds %d entries, %d needed: growing maps is not implemented", name, m.MaxEntries(), size[0])
+			}
+			spec.Maps[name].MaxEntries = m.MaxEntries()
+			opts.MapReplacements[name] = m
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("adopting pinned map %s: %w", name, err)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	if err != nil {
+		return nil, fmt.Errorf("loading the %s socket programs: %w", family, err)
+	}
+	l := &loaded{coll: coll, links: map[string]link.Link{}}
+	if err := l.pinMaps(dir); err != nil {
+		l.close()
+		return nil, err
+	}
+	for name, attach := range progs {
+		if err := l.attach(name, attach, dir, cgroup); err != nil {
+			l.close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+func (l *loaded) pinMaps(dir string) error {
+	for name, m := range l.coll.Maps {
+		if m.IsPinned() {
+			continue
+		}
+		if err := m.Pin(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("pinning map %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// attach attaches program name to the cgroup through the link pinned in
+// dir when there is one (swapping its program atomically), else through a
+// new link it pins.
+func (l *loaded) attach(name string, attach ebpf.AttachType, dir, cgroup string) error {
+	prog := l.coll.Programs[name]
+	pin := filepath.Join(dir, "link_"+name)
+	if lk, err := link.LoadPinnedLink(pin, nil); err == nil {
+		if err := lk.Update(prog); err != nil {
+			lk.Close()
+			return fmt.Errorf("replacing the program of link %s: %w", pin, err)
+		}
+		l.links[name] = lk
+		return nil
+	}
+	lk, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: attach, Program: prog})
+	if err != nil {
+		return fmt.Errorf("attaching %s to cgroup %s: %w", name, cgroup, err)
+	}
+	l.links[name] = lk
+	if err := lk.Pin(pin); err != nil {
+		return fmt.Errorf("pinning link %s: %w", pin, err)
+	}
+	return nil
+}
+
+// remove detaches and unpins everything of one family pinned in dir, and
+// removes dir; what is not there is not an error.
+func remove(family proxy.IPFamily, dir string) error {
+	var errs []error
+	for name := range hooks(family) {
+		pin := filepath.Join(dir, "link_"+name)
+		lk, err := link.LoadPinnedLink(pin, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// A pinned link stays attached while the pin exists; with the
+		// pin gone, closing the last descriptor detaches the program.
+		errs = append(errs, lk.Unpin(), lk.Close())
+	}
+	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,148 @@
+package ebpf
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+var (
+	vip4 = netip.MustParseAddr("172.30.0.10")
+	vip6 = netip.MustParseAddr("fd00:30::10")
+)
+
+// proxier returns a Proxier of the rig whose pins are removed at the end
+// of the test, and checks that Cleanup left nothing pinned.
+func (r *rig) proxier(t *testing.T, family proxy.IPFamily) *Proxier {
+	p, err := New(family, Options{PinDir: r.pins, Cgroup: r.cgroup})
+	must(t, err)
+	t.Cleanup(func() {
+		if err := p.Cleanup(context.Background()); err != nil {
+			t.Errorf("Cleanup: %v", err)
+		}
+		if _, err := os.Stat(p.dir); !os.IsNotExist(err) {
+			t.Errorf("Cleanup left %s (stat: %v)", p.dir, err)
+		}
+	})
+	return p
+}
+
+func sync(t *testing.T, p *Proxier, st *desired.State, mode proxy.SyncMode) {
+	t.Helper()
+	must(t, p.Sync(context.Background(), st, mode))
+}
+
+// servers counts the answers by server; a failed try fails the test, and
+// so does an answer whose peer is not want.
+func servers(t *testing.T, replies []reply, want netip.AddrPort) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	for _, r := range replies {
+		if r.Err != "" {
+			t.Fatalf("client failed: %s", r.Err)
+		}
+		if r.Peer != want {
+			t.Errorf("peer %s, want the service address %s", r.Peer, want)
+		}
+		seen[r.Server]++
+	}
+	return seen
+}
+
+func TestKernelTCPClusterIP(t *testing.T) {
+	r := newRig(t)
+	r.serve(t, proxy.TCP, 8081, "ep1", "ep2", "ep3")
+	p := r.proxier(t, proxy.IPv4)
+	front := netip.AddrPortFrom(vip4, 80)
+	sync(t, p, stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8081, 8082, 8083)...)), proxy.RecoverySync)
+
+	seen := servers(t, r.ask(t, "tcp", front, 60), front)
+	t.Logf("60 connections to %s: %v", front, seen)
+	if len(seen) != 3 {
+		t.Errorf("connections reached %v, want all of ep1, ep2, ep3", seen)
+	}
+
+	sync(t, p, stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8083)...)), proxy.PartialSync)
+	if seen := servers(t, r.ask(t, "tcp", front, 10), front); seen["ep3"] != 10 {
+		t.Errorf("after the endpoint change, connections reached %v, want only ep3", seen)
+	}
+
+	sync(t, p, stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80)), proxy.PartialSync)
+	if got := r.ask(t, "tcp", front, 1); got[0].Err != "refused" {
+		t.Errorf("a service without endpoints answered %+v, want connection refused", got[0])
+	}
+}
+
+func TestKernelUDPReplyFromService(t *testing.T) {
+	r := newRig(t)
+	r.serve(t, proxy.UDP, 5301, "dns1", "dns2")
+	p := r.proxier(t, proxy.IPv4)
+	front := netip.AddrPortFrom(vip4, 53)
+	sync(t, p, stateOf(proxy.IPv4, svc("dns", proxy.UDP, vip4, 53, eps(srvIP4, 5301, 5302)...)), proxy.RecoverySync)
+
+	// servers checks that every reply came from the service address.
+	seen := servers(t, r.ask(t, "udp", front, 20), front)
+	t.Logf("20 datagrams to %s: %v", front, seen)
+	if seen["dns1"]+seen["dns2"] != 20 {
+		t.Errorf("datagrams reached %v, want only dns1 and dns2", seen)
+	}
+}
+
+func TestKernelIPv6(t *testing.T) {
+	r := newRig(t)
+	r.serve(t, proxy.TCP, 8081, "ep1", "ep2")
+	r.serve(t, proxy.UDP, 5301, "dns1")
+	p := r.proxier(t, proxy.IPv6)
+	web, dns := netip.AddrPortFrom(vip6, 80), netip.AddrPortFrom(vip6, 53)
+	sync(t, p, stateOf(proxy.IPv6,
+		svc("web", proxy.TCP, vip6, 80, eps(srvIP6, 8081, 8082)...),
+		svc("dns", proxy.UDP, vip6, 53, eps(srvIP6, 5301)...)), proxy.RecoverySync)
+
+	if seen := servers(t, r.ask(t, "tcp", web, 20), web); len(seen) != 2 {
+		t.Errorf("connections reached %v, want ep1 and ep2", seen)
+	}
+	if seen := servers(t, r.ask(t, "udp", dns, 3), dns); seen["dns1"] != 3 {
+		t.Errorf("datagrams reached %v, want dns1", seen)
+	}
+}
+
+func TestKernelRestartAdopts(t *testing.T) {
+	r := newRig(t)
+	r.serve(t, proxy.TCP, 8081, "ep1", "ep2")
+	front := netip.AddrPortFrom(vip4, 80)
+	st := stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8081, 8082)...))
+	first := r.proxier(t, proxy.IPv4)
+	sync(t, first, st, proxy.RecoverySync)
+	if first.Writes() == 0 {
+		t.Fatal("the first sync wrote nothing")
+	}
+	first.Close()
+	// The pins keep the programs attached while no svcproxy runs.
+	servers(t, r.ask(t, "tcp", front, 4), front)
+
+	second := r.proxier(t, proxy.IPv4)
+	sync(t, second, st, proxy.RecoverySync)
+	if n := second.Writes(); n != 0 {
+		t.Errorf("a restart with the same State wrote %d map entries, want 0", n)
+	}
+	servers(t, r.ask(t, "tcp", front, 4), front)
+
+	sync(t, second, stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8082)...)), proxy.PartialSync)
+	// The count flips to 1 and slot 0 now holds ep2; slot 1 goes.
+	if n := second.Writes(); n != 3 {
+		t.Errorf("dropping one of two endpoints wrote %d entries, want 3", n)
+	}
+	if seen := servers(t, r.ask(t, "tcp", front, 6), front); seen["ep2"] != 6 {
+		t.Errorf("after the change, connections reached %v, want only ep2", seen)
+	}
+
+	must(t, second.Cleanup(context.Background()))
+	// Without the programs the cluster IP is just an unrouted address.
+	if got := r.ask(t, "tcp", front, 1); got[0].Server != "" {
+		t.Errorf("after Cleanup a connection still reached %s", got[0].Server)
+	}
+}
