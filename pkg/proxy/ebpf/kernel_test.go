@@ -2,10 +2,15 @@ package ebpf
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
@@ -144,5 +149,52 @@ func TestKernelRestartAdopts(t *testing.T) {
 	// Without the programs the cluster IP is just an unrouted address.
 	if got := r.ask(t, "tcp", front, 1); got[0].Server != "" {
 		t.Errorf("after Cleanup a connection still reached %s", got[0].Server)
+	}
+}
+
+func TestKernelAffinityAndDrop(t *testing.T) {
+	r := newRig(t)
+	r.serve(t, proxy.TCP, 8081, "ep1", "ep2", "ep3")
+	p := r.proxier(t, proxy.IPv4)
+	sticky := svc("sticky", proxy.TCP, vip4, 80, eps(srvIP4, 8081, 8082, 8083)...)
+	sticky.AffinitySeconds = 60
+	dropped := svc("local", proxy.TCP, vip4, 81)
+	dropped.Internal.Empty = desired.Drop
+	sync(t, p, stateOf(proxy.IPv4, sticky, dropped), proxy.RecoverySync)
+
+	front := netip.AddrPortFrom(vip4, 80)
+	// Each client process is a new socket, but the same client (the
+	// network namespace) for affinity.
+	first := servers(t, r.ask(t, "tcp", front, 1), front)
+	for k := range first {
+		if seen := servers(t, r.ask(t, "tcp", front, 20), front); seen[k] != 20 {
+			t.Errorf("with ClientIP affinity, connections reached %v, want only %s", seen, k)
+		}
+	}
+	if got := r.ask(t, "tcp", netip.AddrPortFrom(vip4, 81), 1); got[0].Err != "timeout" {
+		t.Errorf("a service whose Local policy leaves no endpoint answered %+v, want a timeout", got[0])
+	}
+}
+
+// TestKernelVerifier loads every program on this kernel and reports how
+// many instructions the verifier processed for each.
+func TestKernelVerifier(t *testing.T) {
+	netnstest.RequireKernel(t)
+	spec, err := loadSock()
+	must(t, err)
+	for _, m := range spec.Maps {
+		m.MaxEntries = minCapacity
+	}
+	coll, err := ebpf.NewCollection(spec)
+	must(t, err)
+	defer coll.Close()
+	for _, name := range slices.Sorted(maps.Keys(coll.Programs)) {
+		info, err := coll.Programs[name].Info()
+		must(t, err)
+		n, ok := info.VerifiedInstructions()
+		if !ok || n == 0 {
+			t.Errorf("%s: no verified instruction count (%d, %v)", name, n, ok)
+		}
+		t.Logf("%-13s %5d instructions verified", name, n)
 	}
 }
