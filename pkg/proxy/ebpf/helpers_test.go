@@ -33,3 +33,12 @@ func eps(ip netip.Addr, ports ...uint16) []proxy.Endpoint {
 	}
 	return out
 }
+
+// changed marks every service port of st changed, for a PartialSync.
+func changed(st *desired.State) *desired.State {
+	st.Changed = map[proxy.ServicePortName]struct{}{}
+	for name := range st.Services.Keys() {
+		st.Changed[name] = struct{}{}
+	}
+	return st
+}

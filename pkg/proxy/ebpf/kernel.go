@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -58,12 +60,16 @@ func (l *loaded) close() {
 }
 
 // load loads a family's programs, adopting the maps pinned in dir when
-// they hold need entries (new maps get capacity), and attaches every program to
+// they hold need entries (new maps get capacity), tells the programs which
+// network namespace is the node's, and attaches every program to
 // the cgroup, replacing the program of a pinned link in place, so that no
 // socket goes untranslated meanwhile. Everything is pinned in dir.
-func load(family proxy.IPFamily, dir, cgroup string, need, capacity uint32) (*loaded, error) {
+func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, need, capacity uint32) (*loaded, error) {
 	spec, err := loadSock()
 	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["host_netns"].Set(nodeNetns); err != nil {
 		return nil, err
 	}
 	progs := hooks(family)
@@ -116,7 +122,8 @@ func load(family proxy.IPFamily, dir, cgroup string, need, capacity uint32) (*lo
 
 func (l *loaded) pinMaps(dir string) error {
 	for name, m := range l.coll.Maps {
-		if m.IsPinned() {
+		// .rodata holds the load-time constants: it comes with each load.
+		if m.IsPinned() || strings.HasPrefix(name, ".") {
 			continue
 		}
 		if err := m.Pin(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrExist) {
@@ -178,4 +185,22 @@ func remove(family proxy.IPFamily, dir string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// soNetnsCookie is SO_NETNS_COOKIE (kernel 5.14), which x/sys does not name.
+const soNetnsCookie = 71
+
+// ownNetns returns the cookie of this process's network namespace, the one
+// the hooks compare with bpf_get_netns_cookie.
+func ownNetns() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
+	if err != nil {
+		return 0, fmt.Errorf("reading the network namespace cookie (kernel 5.14 or later): %w", err)
+	}
+	return v, nil
 }

@@ -70,13 +70,16 @@ func TestKernelTCPClusterIP(t *testing.T) {
 	if len(seen) != 3 {
 		t.Errorf("connections reached %v, want all of ep1, ep2, ep3", seen)
 	}
+	if got := r.ask(t, "tcp", netip.AddrPortFrom(vip4, 81), 1); got[0].Err != "refused" {
+		t.Errorf("a port the Service lacks answered %+v, want connection refused", got[0])
+	}
 
-	sync(t, p, stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8083)...)), proxy.PartialSync)
+	sync(t, p, changed(stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8083)...))), proxy.PartialSync)
 	if seen := servers(t, r.ask(t, "tcp", front, 10), front); seen["ep3"] != 10 {
 		t.Errorf("after the endpoint change, connections reached %v, want only ep3", seen)
 	}
 
-	sync(t, p, stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80)), proxy.PartialSync)
+	sync(t, p, changed(stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80))), proxy.PartialSync)
 	if got := r.ask(t, "tcp", front, 1); got[0].Err != "refused" {
 		t.Errorf("a service without endpoints answered %+v, want connection refused", got[0])
 	}
@@ -136,7 +139,7 @@ func TestKernelRestartAdopts(t *testing.T) {
 	}
 	servers(t, r.ask(t, "tcp", front, 4), front)
 
-	sync(t, second, stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8082)...)), proxy.PartialSync)
+	sync(t, second, changed(stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8082)...))), proxy.PartialSync)
 	// The count flips to 1 and slot 0 now holds ep2; slot 1 goes.
 	if n := second.Writes(); n != 3 {
 		t.Errorf("dropping one of two endpoints wrote %d entries, want 3", n)
@@ -182,8 +185,8 @@ func TestKernelVerifier(t *testing.T) {
 	netnstest.RequireKernel(t)
 	spec, err := loadSock()
 	must(t, err)
-	for _, m := range spec.Maps {
-		m.MaxEntries = minCapacity
+	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity} {
+		spec.Maps[name].MaxEntries = minCapacity
 	}
 	coll, err := ebpf.NewCollection(spec)
 	must(t, err)
@@ -196,5 +199,38 @@ func TestKernelVerifier(t *testing.T) {
 			t.Errorf("%s: no verified instruction count (%d, %v)", name, n, ok)
 		}
 		t.Logf("%-13s %5d instructions verified", name, n)
+	}
+}
+
+// TestKernelNodeRoute: sockets of the node's network namespace take
+// desired's route from the node. With externalTrafficPolicy Local and no
+// detector, a pod's traffic to an external IP goes to the local endpoints
+// only, the node's to every endpoint.
+func TestKernelNodeRoute(t *testing.T) {
+	r := newRig(t)
+	r.serve(t, proxy.TCP, 8081, "local", "remote")
+	sp := svc("etp", proxy.TCP, vip4, 80, eps(srvIP4, 8081, 8082)...)
+	ext := netip.MustParseAddr("198.18.9.1")
+	sp.ExternalIPs = []netip.Addr{ext}
+	sp.ExternalLocal = true
+	sp.External = desired.Dispatch{Endpoints: eps(srvIP4, 8081)}
+	st := stateOf(proxy.IPv4, sp)
+	front := netip.AddrPortFrom(ext, 80)
+
+	asPod := r.proxier(t, proxy.IPv4)
+	sync(t, asPod, st, proxy.RecoverySync)
+	if seen := servers(t, r.ask(t, "tcp", front, 20), front); seen["local"] != 20 {
+		t.Errorf("from a pod, connections reached %v, want only the local endpoint", seen)
+	}
+	must(t, asPod.Cleanup(context.Background()))
+
+	var cookie uint64
+	must(t, r.cli.Do(func() (err error) { cookie, err = ownNetns(); return err }))
+	asNode, err := New(proxy.IPv4, Options{PinDir: r.pins, Cgroup: r.cgroup, NodeNetns: cookie})
+	must(t, err)
+	t.Cleanup(func() { must(t, asNode.Cleanup(context.Background())) })
+	sync(t, asNode, st, proxy.RecoverySync)
+	if seen := servers(t, r.ask(t, "tcp", front, 30), front); len(seen) != 2 {
+		t.Errorf("from the node, connections reached %v, want both endpoints", seen)
 	}
 }

@@ -33,6 +33,9 @@ type Options struct {
 	// Cgroup is the cgroup v2 directory the programs attach to: every
 	// socket of a process in it or below it is translated.
 	Cgroup string
+	// NodeNetns is the cookie of the network namespace whose sockets are
+	// the node's (desired's routes from the node); 0 means svcproxy's own.
+	NodeNetns uint64
 }
 
 // Proxier programs one IP family's socket-level load balancing.
@@ -40,12 +43,13 @@ type Proxier struct {
 	family proxy.IPFamily
 	dir    string
 	cgroup string
+	netns  uint64
 
 	kernel *loaded
 	tables tables
-	// committed is what the maps hold; nil when unknown (read back).
-	committed *Contents
-	writes    uint64
+	// rec is what the maps hold; nil when unknown (read back).
+	rec    *record
+	writes uint64
 }
 
 // New returns a Proxier for family; nothing touches the kernel before the
@@ -57,48 +61,90 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 	if o.PinDir == "" {
 		o.PinDir = DefaultPinDir
 	}
-	return &Proxier{family: family, dir: filepath.Join(o.PinDir, strings.ToLower(string(family))), cgroup: o.Cgroup}, nil
+	if o.NodeNetns == 0 {
+		c, err := ownNetns()
+		if err != nil {
+			return nil, err
+		}
+		o.NodeNetns = c
+	}
+	return &Proxier{family: family, dir: filepath.Join(o.PinDir, strings.ToLower(string(family))), cgroup: o.Cgroup, netns: o.NodeNetns}, nil
 }
 
 // Init is part of the backend interface; loading waits for the first
 // State, which sizes the maps.
 func (p *Proxier) Init(context.Context) error { return nil }
 
-// Sync makes the maps hold what st renders to. Every sync renders the
-// whole State; only the difference from the maps is written. A
-// RecoverySync first reads the maps back.
+// Sync makes the maps hold what st renders to, writing only the
+// difference. A PartialSync renders only the service ports of st.Changed;
+// the others render the whole State, and a RecoverySync first reads the
+// maps back.
 func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode) error {
-	want := Render(st)
-	need := uint32(max(len(want.Services), len(want.Backends)))
+	if p.rec.partialOK(st, mode) && p.kernel != nil {
+		ch := p.rec.partial(st)
+		if err := p.fits(p.rec.size(ch)); err != nil {
+			p.rec = nil
+			return err
+		}
+		return p.apply(&ch.have, &ch.want, func() { p.rec.commit(ch) })
+	}
+	want, idx := renderAll(st)
 	if p.kernel == nil {
-		l, err := load(p.family, p.dir, p.cgroup, need, capacityFor(need))
-		if err != nil {
+		if err := p.load(uint32(max(len(want.Services), len(want.Backends)))); err != nil {
 			return err
 		}
-		p.kernel = l
-		p.tables = tables{
-			services: kernelTable[svcKey, svcVal]{l.mapOf(mapServices)},
-			backends: kernelTable[beKey, beVal]{l.mapOf(mapBackends)},
-		}
-		p.committed = nil
 	}
-	if c := p.kernel.mapOf(mapServices).MaxEntries(); need > c {
-		return fmt.Errorf("ebpf: the State needs %d map entries, the maps hold %d: growing maps is not implemented", need, c)
-	}
-	if mode == proxy.RecoverySync || p.committed == nil {
-		have, err := readBack(p.tables)
-		if err != nil {
-			return err
-		}
-		p.committed = have
-	}
-	n, err := apply(p.tables, p.committed, &want)
-	p.writes += uint64(n)
-	if err != nil {
-		p.committed = nil
+	if err := p.fits(len(want.Services), len(want.Backends)); err != nil {
 		return err
 	}
-	p.committed = &want
+	var have *Contents
+	if mode == proxy.RecoverySync || p.rec == nil {
+		c, err := readBack(p.tables)
+		if err != nil {
+			return err
+		}
+		have = c
+	} else {
+		have = &p.rec.contents
+	}
+	return p.apply(have, &want, func() { p.rec = newRecord(want, idx) })
+}
+
+// apply writes the difference and, when it all went in, runs commit; after
+// a failure the record is forgotten and the next sync reads the maps back.
+func (p *Proxier) apply(have, want *Contents, commit func()) error {
+	n, err := apply(p.tables, have, want)
+	p.writes += uint64(n)
+	if err != nil {
+		p.rec = nil
+		return err
+	}
+	commit()
+	return nil
+}
+
+func (p *Proxier) load(need uint32) error {
+	l, err := load(p.family, p.dir, p.cgroup, p.netns, need, capacityFor(need))
+	if err != nil {
+		return err
+	}
+	p.kernel = l
+	p.tables = tables{
+		services: kernelTable[svcKey, svcVal]{l.mapOf(mapServices)},
+		backends: kernelTable[beKey, beVal]{l.mapOf(mapBackends)},
+	}
+	p.rec = nil
+	return nil
+}
+
+// fits fails when the maps cannot hold the entries a State needs.
+func (p *Proxier) fits(services, backends int) error {
+	if c := int(p.kernel.mapOf(mapServices).MaxEntries()); services > c {
+		return fmt.Errorf("ebpf: the State needs %d service entries, the map holds %d: growing maps is not implemented", services, c)
+	}
+	if c := int(p.kernel.mapOf(mapBackends).MaxEntries()); backends > c {
+		return fmt.Errorf("ebpf: the State needs %d backend entries, the map holds %d: growing maps is not implemented", backends, c)
+	}
 	return nil
 }
 
@@ -133,6 +179,7 @@ func (p *Proxier) Close() {
 		p.kernel.close()
 		p.kernel = nil
 	}
+	p.rec = nil
 }
 
 // Cleanup detaches the family's programs and removes its pins and maps,

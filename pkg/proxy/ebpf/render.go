@@ -15,38 +15,84 @@ type Contents struct {
 	Backends map[beKey]beVal
 }
 
-// Render is the pure translation of a State into map contents. Socket
-// hooks see sockets of pods and of the node alike and cannot tell them
-// apart; they are attached to the pods' cgroup, so every frontend takes the
-// route desired decided for traffic from a pod.
+func newContents() Contents {
+	return Contents{Services: map[svcKey]svcVal{}, Backends: map[beKey]beVal{}}
+}
+
+// Render is the pure translation of a State into map contents. Every
+// frontend holds two targets: the route desired decided for traffic from a
+// pod, and the one for traffic from the node, which the hooks take for
+// sockets in the node's own network namespace. A cluster IP also gets a
+// record for the ports its Service lacks, which rejects.
 //
 // An endpoint group's ID is a hash of its service port and dispatch set,
 // probed past collisions in name order: the same State always renders the
 // same IDs, so a restarted svcproxy finds its own contents in the maps.
 func Render(st *desired.State) Contents {
-	c := Contents{Services: map[svcKey]svcVal{}, Backends: map[beKey]beVal{}}
-	names := slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare)
-	ids := map[uint64]bool{}
-	nodePortIPs := nodePortAddrs(st)
-	for _, name := range names {
+	c, _ := renderAll(st)
+	return c
+}
+
+// frontendIndex lists, per service port, the frontends it rendered: what a
+// partial sync must remove or replace when the port changes.
+type frontendIndex map[proxy.ServicePortName][]svcKey
+
+// renderAll is Render, also returning the index and the IDs it took.
+func renderAll(st *desired.State) (Contents, frontendIndex) {
+	c := newContents()
+	idx := frontendIndex{}
+	r := renderer{st: st, taken: map[uint64]bool{}, nodePortIPs: nodePortAddrs(st)}
+	for _, name := range slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare) {
 		sp := st.Service(name)
-		proto, ok := protoNumbers[sp.Protocol]
-		if !ok {
-			continue
+		if keys := r.port(&c, sp); len(keys) > 0 {
+			idx[name] = keys
+			c.Services[anyPort(sp.ClusterIP)] = svcVal{}
 		}
-		routes := st.RoutesOf(sp)
-		internal := c.group(ids, sp, routes[desired.ClusterIPPath][desired.FromPod].Set)
-		c.Services[frontendKey(sp.ClusterIP, sp.Port, proto)] = internal
-		fronts := externalFrontends(sp, proto, nodePortIPs)
-		if len(fronts) == 0 {
-			continue
+	}
+	return c, idx
+}
+
+// renderer renders service ports one at a time; taken holds the group IDs
+// in use, so that a port rendered alone (a partial sync) probes past the
+// others' IDs.
+type renderer struct {
+	st          *desired.State
+	taken       map[uint64]bool
+	nodePortIPs []netip.Addr
+}
+
+// port renders sp into c and returns its frontends, the cluster IP's last.
+func (r *renderer) port(c *Contents, sp *desired.ServicePort) []svcKey {
+	proto, ok := protoNumbers[sp.Protocol]
+	if !ok {
+		return nil
+	}
+	routes := r.st.RoutesOf(sp)
+	groups := map[desired.Set]target{}
+	record := func(path desired.Path) svcVal {
+		v := svcVal{Affinity: uint32(max(sp.AffinitySeconds, 0))}
+		for _, side := range []struct {
+			to  *target
+			src desired.Source
+		}{{&v.Pod, desired.FromPod}, {&v.Node, desired.FromNode}} {
+			set := routes[path][side.src].Set
+			if _, ok := groups[set]; !ok {
+				groups[set] = r.group(c, sp, set)
+			}
+			*side.to = groups[set]
 		}
-		external := c.group(ids, sp, routes[desired.ExternalPath][desired.FromPod].Set)
+		return v
+	}
+	cluster := frontendKey(sp.ClusterIP, sp.Port, proto)
+	c.Services[cluster] = record(desired.ClusterIPPath)
+	fronts := externalFrontends(sp, proto, r.nodePortIPs)
+	if len(fronts) > 0 {
+		external := record(desired.ExternalPath)
 		for _, k := range fronts {
 			c.Services[k] = external
 		}
 	}
-	return c
+	return append(fronts, cluster)
 }
 
 // externalFrontends lists sp's node ports, external IPs and LB IPs.
@@ -71,22 +117,22 @@ func externalFrontends(sp *desired.ServicePort, proto uint8, nodePortIPs []netip
 }
 
 // group renders the endpoint group of sp's dispatch set and returns the
-// service record that points at it.
-func (c *Contents) group(ids map[uint64]bool, sp *desired.ServicePort, set desired.Set) svcVal {
+// target that points at it.
+func (r *renderer) group(c *Contents, sp *desired.ServicePort, set desired.Set) target {
 	d := sp.Dispatch(set)
 	id := groupID(sp.Name, set)
-	for ids[id] {
+	for r.taken[id] {
 		id++
 	}
-	ids[id] = true
+	r.taken[id] = true
 	for i, ep := range d.Endpoints {
 		c.Backends[beKey{ID: id, Slot: uint32(i)}] = endpointVal(ep)
 	}
-	v := svcVal{ID: id, Count: uint32(len(d.Endpoints)), Affinity: uint32(max(sp.AffinitySeconds, 0))}
+	tg := target{ID: id, Count: uint32(len(d.Endpoints))}
 	if len(d.Endpoints) == 0 && d.Empty == desired.Drop {
-		v.Flags = flagDrop
+		tg.Flags = flagDrop
 	}
-	return v
+	return tg
 }
 
 func groupID(name proxy.ServicePortName, set desired.Set) uint64 {

@@ -27,23 +27,26 @@ func TestRenderFrontends(t *testing.T) {
 	c := Render(st)
 
 	internal := c.Services[frontendKey(vip4, 80, 6)]
-	if internal.Count != 2 || internal.Affinity != 30 || internal.Flags != 0 {
-		t.Errorf("cluster IP record %+v, want 2 endpoints, affinity 30 s", internal)
+	if internal.Pod.Count != 2 || internal.Affinity != 30 || internal.Pod.Flags != 0 || internal.Node != internal.Pod {
+		t.Errorf("cluster IP record %+v, want 2 endpoints for pods and the node alike, affinity 30 s", internal)
 	}
 	external := c.Services[frontendKey(extIP, 80, 6)]
-	if external.ID == internal.ID || external.Count != 2 {
-		t.Errorf("external IP record %+v: want the external group (2 endpoints), not the internal one %d", external, internal.ID)
+	if external.Pod.ID == internal.Pod.ID || external.Pod.Count != 2 {
+		t.Errorf("external IP record %+v: want the external group (2 endpoints), not the internal one %d", external, internal.Pod.ID)
 	}
 	for _, k := range []svcKey{frontendKey(lbIP, 80, 6), frontendKey(node, 30080, 6)} {
 		if got, ok := c.Services[k]; !ok || got != external {
 			t.Errorf("%s: record %+v (present %v), want the external IP's %+v", k, got, ok, external)
 		}
 	}
-	if len(c.Services) != 4 || len(c.Backends) != 4 {
-		t.Errorf("%d frontends and %d slots, want 4 and 4 (2 groups of 2)", len(c.Services), len(c.Backends))
+	if got, ok := c.Services[anyPort(vip4)]; !ok || got.Pod.Count != 0 || got.Pod.Flags != 0 {
+		t.Errorf("the cluster IP's other ports: %+v (present %v), want a reject", got, ok)
+	}
+	if len(c.Services) != 5 || len(c.Backends) != 4 {
+		t.Errorf("%d frontends and %d slots, want 5 and 4 (2 groups of 2)", len(c.Services), len(c.Backends))
 	}
 	for slot, want := range []netip.AddrPort{netip.AddrPortFrom(pod, 8080), netip.AddrPortFrom(pod, 8081)} {
-		if got := c.Backends[beKey{ID: internal.ID, Slot: uint32(slot)}].AddrPort(); got != want {
+		if got := c.Backends[beKey{ID: internal.Pod.ID, Slot: uint32(slot)}].AddrPort(); got != want {
 			t.Errorf("internal slot %d holds %s, want %s", slot, got, want)
 		}
 	}
@@ -64,20 +67,22 @@ func TestRenderPolicy(t *testing.T) {
 	st.Masquerade.Local = desired.LocalDetector{Mode: desired.LocalCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.4.0/24")}}
 	c := Render(st)
 
-	if got := c.Services[frontendKey(extIP, 53, 17)]; got.Count != 1 || got.Flags != 0 {
-		t.Errorf("eTP Local external IP from a pod: %+v, want the cluster group of 1", got)
+	if got := c.Services[frontendKey(extIP, 53, 17)]; got.Pod.Count != 1 || got.Pod.Flags != 0 || got.Node != got.Pod {
+		t.Errorf("eTP Local external IP from a pod or the node: %+v, want the cluster group of 1", got)
 	}
-	if got := c.Services[frontendKey(vip4, 443, 6)]; got.Count != 0 || got.Flags != 0 {
+	if got := c.Services[frontendKey(vip4, 443, 6)]; got.Pod.Count != 0 || got.Pod.Flags != 0 {
 		t.Errorf("cluster IP without endpoints: %+v, want count 0 and reject", got)
 	}
 	if _, ok := c.Services[frontendKey(lbIP, 443, 6)]; ok {
 		t.Error("an LB IP with source ranges was rendered")
 	}
 
-	local.Routes = &desired.Routes{}
-	local.Routes[desired.ExternalPath][desired.FromPod] = desired.Route{Set: desired.SetExternal}
-	if got := Render(st).Services[frontendKey(extIP, 53, 17)]; got.Count != 0 || got.Flags != flagDrop {
-		t.Errorf("external IP routed to an empty Local set: %+v, want count 0 and drop", got)
+	// Without a detector, a pod's traffic is external's (the local
+	// endpoints, here none), the node's still the cluster's.
+	st.Masquerade.Local = desired.LocalDetector{}
+	got := Render(st).Services[frontendKey(extIP, 53, 17)]
+	if got.Pod.Count != 0 || got.Pod.Flags != flagDrop || got.Node.Count != 1 {
+		t.Errorf("eTP Local external IP without a detector: %+v, want a drop for pods and the cluster group for the node", got)
 	}
 }
 

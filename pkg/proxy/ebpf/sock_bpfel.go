@@ -28,6 +28,7 @@ const (
 	sockProgRecvmsg6     = "recvmsg6"
 	sockProgSendmsg4     = "sendmsg4"
 	sockProgSendmsg6     = "sendmsg6"
+	sockVarHostNetns     = "host_netns"
 )
 
 // loadSock returns the embedded CollectionSpec for sock.
@@ -96,6 +97,7 @@ type sockMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockVariableSpecs struct {
+	HostNetns *ebpf.VariableSpec `ebpf:"host_netns"`
 }
 
 // sockObjects contains all objects after they have been loaded into the kernel.
@@ -137,6 +139,7 @@ func (m *sockMaps) Close() error {
 //
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockVariables struct {
+	HostNetns *ebpf.Variable `ebpf:"host_netns"`
 }
 
 // sockPrograms contains all programs after they have been loaded into the kernel.

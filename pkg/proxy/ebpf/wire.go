@@ -21,18 +21,30 @@ type svcKey struct {
 	Pad   uint8
 }
 
-// svcVal is what a frontend does: balance over Count slots of group ID, or,
-// with none, refuse as Flags say.
+// target is where one class of sockets goes: Count slots of group ID, or,
+// with none, a refusal as Flags say.
+type target struct {
+	ID    uint64
+	Count uint32
+	Flags uint32
+}
+
+// flagDrop says a target without endpoints drops rather than rejects.
+const flagDrop = 1
+
+// svcVal is what a frontend does for pods' sockets and for the node's.
 type svcVal struct {
-	ID       uint64
-	Count    uint32
+	Pod      target
+	Node     target
 	Affinity uint32
-	Flags    uint32
 	Pad      uint32
 }
 
-// flagDrop says a frontend without endpoints drops rather than rejects.
-const flagDrop = 1
+// ids returns the groups v points at.
+func (v svcVal) ids() [2]target { return [2]target{v.Pod, v.Node} }
+
+// anyPort is the frontend of a cluster IP's ports the Service lacks.
+func anyPort(clusterIP netip.Addr) svcKey { return svcKey{Addr: clusterIP.As16()} }
 
 // beKey is one slot of an endpoint group.
 type beKey struct {

@@ -30,15 +30,27 @@ struct svc_key {
 	__u8 pad;
 };
 
-// svc_val is what one frontend does: balance over count slots of the
-// endpoint group id, or, with count 0, refuse (flags say how).
-struct svc_val {
+// target is where one class of sockets addressing a frontend goes: count
+// slots of endpoint group id, or, with count 0, a refusal (flags say how).
+struct target {
 	__u64 id;
 	__u32 count;
-	__u32 affinity; // ClientIP affinity timeout in seconds, 0 for none
 	__u32 flags;
+};
+
+// svc_val is what one frontend does, for sockets of the node (its own
+// network namespace) and of pods (any other), whose routes desired may
+// decide apart. A frontend with port and protocol 0 is a cluster IP's:
+// what a socket addressing a port the Service lacks gets.
+struct svc_val {
+	struct target pod;
+	struct target node;
+	__u32 affinity; // ClientIP affinity timeout in seconds, 0 for none
 	__u32 pad;
 };
+
+// The network namespace cookie of the node's own sockets, set at load.
+volatile const __u64 host_netns = 0;
 
 struct be_key {
 	__u64 id;
@@ -112,21 +124,20 @@ static __always_inline int same_be(const struct be_val *a, const struct be_val *
 	       a->addr[3] == b->addr[3] && a->port == b->port;
 }
 
-// pick chooses the endpoint of a frontend with endpoints: the one the
+// pick chooses the endpoint of a target with endpoints: the one the
 // client's affinity names while it lasts and still holds its slot, else a
 // random slot.
-static __always_inline struct be_val *pick(struct bpf_sock_addr *ctx, const struct svc_val *sv)
+static __always_inline struct be_val *pick(const struct target *tg, __u32 timeout, __u64 netns)
 {
-	struct aff_key ak = { .netns = 0, .id = sv->id };
-	struct be_key bk = { .id = sv->id };
+	struct aff_key ak = { .netns = netns, .id = tg->id };
+	struct be_key bk = { .id = tg->id };
 	struct be_val *be;
 	__u64 now = 0;
 
-	if (sv->affinity) {
-		ak.netns = bpf_get_netns_cookie(ctx);
+	if (timeout) {
 		now = bpf_ktime_get_ns();
 		struct aff_val *av = bpf_map_lookup_elem(&affinity, &ak);
-		if (av && now - av->seen < (__u64)sv->affinity * NSEC_PER_SEC && av->slot < sv->count) {
+		if (av && now - av->seen < (__u64)timeout * NSEC_PER_SEC && av->slot < tg->count) {
 			bk.slot = av->slot;
 			be = bpf_map_lookup_elem(&backends, &bk);
 			if (be && same_be(be, &av->be)) {
@@ -135,9 +146,9 @@ static __always_inline struct be_val *pick(struct bpf_sock_addr *ctx, const stru
 			}
 		}
 	}
-	bk.slot = bpf_get_prandom_u32() % sv->count;
+	bk.slot = bpf_get_prandom_u32() % tg->count;
 	be = bpf_map_lookup_elem(&backends, &bk);
-	if (be && sv->affinity) {
+	if (be && timeout) {
 		struct aff_val nv = { .seen = now, .slot = bk.slot, .be = *be };
 		bpf_map_update_elem(&affinity, &ak, &nv, BPF_ANY);
 	}
@@ -164,17 +175,25 @@ static __always_inline void set_dst(struct bpf_sock_addr *ctx, const struct be_v
 static __always_inline int xlate(struct bpf_sock_addr *ctx, struct svc_key *k, const int v6)
 {
 	struct svc_val *p = bpf_map_lookup_elem(&services, k);
-	if (!p)
-		return 1;
+	if (!p) {
+		struct svc_key any = *k;
+		any.port = 0;
+		any.proto = 0;
+		p = bpf_map_lookup_elem(&services, &any);
+		if (!p)
+			return 1;
+	}
+	__u64 netns = bpf_get_netns_cookie(ctx);
 	// One consistent copy: svcproxy may rewrite the record meanwhile.
-	struct svc_val sv = *p;
-	if (sv.count == 0) {
+	struct target tg = netns == host_netns ? p->node : p->pod;
+	__u32 timeout = p->affinity;
+	if (tg.count == 0) {
 		// A hook cannot make connect wait: a dropped connection fails as
 		// a dropped SYN eventually would.
-		bpf_set_retval(sv.flags & SVC_F_DROP ? -ETIMEDOUT : -ECONNREFUSED);
+		bpf_set_retval(tg.flags & SVC_F_DROP ? -ETIMEDOUT : -ECONNREFUSED);
 		return 0;
 	}
-	struct be_val *be = pick(ctx, &sv);
+	struct be_val *be = pick(&tg, timeout, netns);
 	if (!be)
 		return 1;
 	struct rev_key rk = { .cookie = bpf_get_socket_cookie(ctx), .port = be->port };
