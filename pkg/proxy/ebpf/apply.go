@@ -92,13 +92,24 @@ func (t kernelTable[K, V]) del(keys []K) error {
 	return err
 }
 
+// dumpBatch is how many entries a read-back asks the kernel for at once; a
+// hash map's batch must hold its fullest bucket.
+const dumpBatch = 4096
+
 func (t kernelTable[K, V]) dump() (map[K]V, error) {
 	out := map[K]V{}
-	var k K
-	var v V
-	it := t.m.Iterate()
-	for it.Next(&k, &v) {
-		out[k] = v
+	keys, vals := make([]K, dumpBatch), make([]V, dumpBatch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := t.m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			out[keys[i]] = vals[i]
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return out, it.Err()
 }

@@ -59,12 +59,10 @@ func (l *loaded) close() {
 	l.coll.Close()
 }
 
-// load loads a family's programs, adopting the maps pinned in dir when
-// they hold need entries (new maps get capacity), tells the programs which
-// network namespace is the node's, and attaches every program to
-// the cgroup, replacing the program of a pinned link in place, so that no
-// socket goes untranslated meanwhile. Everything is pinned in dir.
-func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, need, capacity uint32) (*loaded, error) {
+// programSpec is the family's programs and their maps, sized: the service
+// and backend maps to capacity, the LRU maps to their fixed sizes. The
+// programs are told which network namespace is the node's.
+func programSpec(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*ebpf.CollectionSpec, error) {
 	spec, err := loadSock()
 	if err != nil {
 		return nil, err
@@ -78,6 +76,24 @@ func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, need, cap
 			delete(spec.Programs, name)
 		}
 	}
+	sizes := map[string]uint32{mapServices: capacity, mapBackends: capacity,
+		mapRevNAT: revNATEntries, mapAffinity: affinityEntries}
+	for name, size := range sizes {
+		spec.Maps[name].MaxEntries = size
+	}
+	return spec, nil
+}
+
+// load loads a family's programs, adopting the maps pinned in dir (new
+// maps get capacity; Sync grows adopted ones that are too small), and
+// attaches every program to the cgroup, replacing the program of a pinned
+// link in place, so that no socket goes untranslated meanwhile. Everything
+// is pinned in dir.
+func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, capacity uint32) (*loaded, error) {
+	spec, err := programSpec(family, nodeNetns, capacity)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -87,20 +103,16 @@ func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, need, cap
 			m.Close()
 		}
 	}()
-	sizes := map[string][2]uint32{mapServices: {need, capacity}, mapBackends: {need, capacity},
-		mapRevNAT: {revNATEntries, revNATEntries}, mapAffinity: {affinityEntries, affinityEntries}}
-	for name, size := range sizes {
-		spec.Maps[name].MaxEntries = size[1]
-		if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil); err == nil {
-			if m.MaxEntries() < size[0] {
-				m.Close()
-				return nil, fmt.Errorf("pinned map %s holds %d entries, %d needed: growing maps is not implemented", name, m.MaxEntries(), size[0])
-			}
-			spec.Maps[name].MaxEntries = m.MaxEntries()
-			opts.MapReplacements[name] = m
-		} else if !errors.Is(err, os.ErrNotExist) {
+	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
 			return nil, fmt.Errorf("adopting pinned map %s: %w", name, err)
 		}
+		spec.Maps[name].MaxEntries = m.MaxEntries()
+		opts.MapReplacements[name] = m
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
 	if err != nil {
@@ -111,7 +123,7 @@ func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, need, cap
 		l.close()
 		return nil, err
 	}
-	for name, attach := range progs {
+	for name, attach := range hooks(family) {
 		if err := l.attach(name, attach, dir, cgroup); err != nil {
 			l.close()
 			return nil, err
@@ -120,9 +132,52 @@ func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, need, cap
 	return l, nil
 }
 
+// grow loads the family's programs again with service and backend maps of
+// capacity entries, sharing l's LRU maps (per-socket and per-client state
+// survives). The caller fills the new maps, then calls swap.
+func (l *loaded) grow(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*loaded, error) {
+	spec, err := programSpec(family, nodeNetns, capacity)
+	if err != nil {
+		return nil, err
+	}
+	opts := ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		mapRevNAT: l.mapOf(mapRevNAT), mapAffinity: l.mapOf(mapAffinity)}}
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	if err != nil {
+		return nil, fmt.Errorf("loading the %s socket programs with larger maps: %w", family, err)
+	}
+	return &loaded{coll: coll, links: map[string]link.Link{}}, nil
+}
+
+// swap moves l's links to next's programs, one atomic update per hook: a
+// socket meets either the old maps or the new ones, both complete. Then
+// next's maps replace l's pins, and l is closed.
+func (l *loaded) swap(next *loaded, dir string) error {
+	for name, lk := range l.links {
+		if err := lk.Update(next.coll.Programs[name]); err != nil {
+			return fmt.Errorf("moving link %s to the grown maps: %w", name, err)
+		}
+		next.links[name] = lk
+	}
+	l.links = nil
+	for _, name := range []string{mapServices, mapBackends} {
+		// bpffs refuses names with a dot.
+		pin, tmp := filepath.Join(dir, name), filepath.Join(dir, name+"_grown")
+		if err := next.mapOf(name).Pin(tmp); err != nil {
+			return fmt.Errorf("pinning grown map %s: %w", name, err)
+		}
+		if err := os.Rename(tmp, pin); err != nil {
+			return fmt.Errorf("replacing the pin of map %s: %w", name, err)
+		}
+	}
+	l.close()
+	return nil
+}
+
 func (l *loaded) pinMaps(dir string) error {
 	for name, m := range l.coll.Maps {
-		// .rodata holds the load-time constants: it comes with each load.
+		// .rodata holds the load-time constants: it comes with each load
+		// (and bpffs refuses names with a dot).
 		if m.IsPinned() || strings.HasPrefix(name, ".") {
 			continue
 		}
@@ -176,7 +231,7 @@ func remove(family proxy.IPFamily, dir string) error {
 		// pin gone, closing the last descriptor detaches the program.
 		errs = append(errs, lk.Unpin(), lk.Close())
 	}
-	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity} {
+	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity, mapServices + "_grown", mapBackends + "_grown"} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -157,7 +158,7 @@ func TestKernelRestartAdopts(t *testing.T) {
 
 func TestKernelAffinityAndDrop(t *testing.T) {
 	r := newRig(t)
-	r.serve(t, proxy.TCP, 8081, "ep1", "ep2", "ep3")
+	r.serve(t, proxy.TCP, 8080, "ep0", "ep1", "ep2", "ep3")
 	p := r.proxier(t, proxy.IPv4)
 	sticky := svc("sticky", proxy.TCP, vip4, 80, eps(srvIP4, 8081, 8082, 8083)...)
 	sticky.AffinitySeconds = 60
@@ -172,6 +173,12 @@ func TestKernelAffinityAndDrop(t *testing.T) {
 	for k := range first {
 		if seen := servers(t, r.ask(t, "tcp", front, 20), front); seen[k] != 20 {
 			t.Errorf("with ClientIP affinity, connections reached %v, want only %s", seen, k)
+		}
+		// A new endpoint sorts first; the client keeps its endpoint.
+		sticky.Internal.Endpoints = eps(srvIP4, 8080, 8081, 8082, 8083)
+		sync(t, p, changed(stateOf(proxy.IPv4, sticky, dropped)), proxy.PartialSync)
+		if seen := servers(t, r.ask(t, "tcp", front, 20), front); seen[k] != 20 {
+			t.Errorf("after an endpoint was added, connections reached %v, want only %s", seen, k)
 		}
 	}
 	if got := r.ask(t, "tcp", netip.AddrPortFrom(vip4, 81), 1); got[0].Err != "timeout" {
@@ -232,5 +239,50 @@ func TestKernelNodeRoute(t *testing.T) {
 	sync(t, asNode, st, proxy.RecoverySync)
 	if seen := servers(t, r.ask(t, "tcp", front, 30), front); len(seen) != 2 {
 		t.Errorf("from the node, connections reached %v, want both endpoints", seen)
+	}
+}
+
+// TestKernelGrow: a State that outgrows the maps moves the programs to
+// larger maps, filled first; the pins follow, and a restart adopts them.
+func TestKernelGrow(t *testing.T) {
+	r := newRig(t)
+	names := []string{"e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9"}
+	r.serve(t, proxy.TCP, 8080, names...)
+	var ports []uint16
+	for i := range names {
+		ports = append(ports, 8080+uint16(i))
+	}
+	front := netip.AddrPortFrom(vip4, 80)
+	p := r.proxier(t, proxy.IPv4)
+	p.minCapacity = 4
+	sync(t, p, stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8080)...)), proxy.RecoverySync)
+	if c := p.kernel.mapOf(mapBackends).MaxEntries(); c != 4 {
+		t.Fatalf("the backend map holds %d entries, want 4", c)
+	}
+	servers(t, r.ask(t, "tcp", front, 2), front)
+
+	big := changed(stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, ports...)...)))
+	sync(t, p, big, proxy.PartialSync)
+	for _, name := range []string{mapServices, mapBackends} {
+		pinned, err := ebpf.LoadPinnedMap(filepath.Join(p.dir, name), nil)
+		must(t, err)
+		if c := pinned.MaxEntries(); c != 32 || c != p.kernel.mapOf(name).MaxEntries() {
+			t.Errorf("after growing, the pinned %s map holds %d entries, the loaded one %d, want 32", name, c, p.kernel.mapOf(name).MaxEntries())
+		}
+		pinned.Close()
+	}
+	if seen := servers(t, r.ask(t, "tcp", front, 60), front); len(seen) < 8 {
+		t.Errorf("after growing, 60 connections reached %d endpoints (%v), want most of 10", len(seen), seen)
+	}
+
+	p.Close()
+	again := r.proxier(t, proxy.IPv4)
+	again.minCapacity = 4
+	sync(t, again, big, proxy.RecoverySync)
+	if n := again.Writes(); n != 0 {
+		t.Errorf("a restart after growing wrote %d entries, want 0", n)
+	}
+	if left, _ := filepath.Glob(filepath.Join(p.dir, "*_grown")); len(left) != 0 {
+		t.Errorf("pins left from growing: %v", left)
 	}
 }

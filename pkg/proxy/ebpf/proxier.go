@@ -44,6 +44,8 @@ type Proxier struct {
 	dir    string
 	cgroup string
 	netns  uint64
+	// minCapacity is minCapacity but in tests that grow maps.
+	minCapacity uint32
 
 	kernel *loaded
 	tables tables
@@ -68,7 +70,8 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 		}
 		o.NodeNetns = c
 	}
-	return &Proxier{family: family, dir: filepath.Join(o.PinDir, strings.ToLower(string(family))), cgroup: o.Cgroup, netns: o.NodeNetns}, nil
+	return &Proxier{family: family, dir: filepath.Join(o.PinDir, strings.ToLower(string(family))), cgroup: o.Cgroup, netns: o.NodeNetns,
+		minCapacity: minCapacity}, nil
 }
 
 // Init is part of the backend interface; loading waits for the first
@@ -78,24 +81,24 @@ func (p *Proxier) Init(context.Context) error { return nil }
 // Sync makes the maps hold what st renders to, writing only the
 // difference. A PartialSync renders only the service ports of st.Changed;
 // the others render the whole State, and a RecoverySync first reads the
-// maps back.
+// maps back. Maps too small for the State are grown.
 func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode) error {
-	if p.rec.partialOK(st, mode) && p.kernel != nil {
+	if p.rec.partialOK(st, mode) {
 		ch := p.rec.partial(st)
-		if err := p.fits(p.rec.size(ch)); err != nil {
-			p.rec = nil
-			return err
+		if p.fits(p.rec.size(ch)) {
+			stabilize(&ch.have, &ch.want)
+			return p.apply(&ch.have, &ch.want, func() { p.rec.commit(ch) })
 		}
-		return p.apply(&ch.have, &ch.want, func() { p.rec.commit(ch) })
+		// Growing renders everything; the record partial changed is
+		// forgotten.
+		p.rec = nil
 	}
 	want, idx := renderAll(st)
+	need := uint32(max(len(want.Services), len(want.Backends)))
 	if p.kernel == nil {
-		if err := p.load(uint32(max(len(want.Services), len(want.Backends)))); err != nil {
+		if err := p.load(p.capacityFor(need)); err != nil {
 			return err
 		}
-	}
-	if err := p.fits(len(want.Services), len(want.Backends)); err != nil {
-		return err
 	}
 	var have *Contents
 	if mode == proxy.RecoverySync || p.rec == nil {
@@ -107,7 +110,33 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 	} else {
 		have = &p.rec.contents
 	}
+	stabilize(have, &want)
+	if !p.fits(len(want.Services), len(want.Backends)) {
+		return p.grow(&want, idx, p.capacityFor(need))
+	}
 	return p.apply(have, &want, func() { p.rec = newRecord(want, idx) })
+}
+
+// grow moves the programs to maps of capacity entries, filled with want
+// (its slots stabilized against the old maps) before any hook uses them.
+func (p *Proxier) grow(want *Contents, idx frontendIndex, capacity uint32) error {
+	next, err := p.kernel.grow(p.family, p.netns, capacity)
+	if err != nil {
+		return err
+	}
+	t := tablesOf(next)
+	n, err := apply(t, &Contents{}, want)
+	p.writes += uint64(n)
+	if err == nil {
+		err = p.kernel.swap(next, p.dir)
+	}
+	if err != nil {
+		next.close()
+		p.rec = nil
+		return err
+	}
+	p.kernel, p.tables, p.rec = next, t, newRecord(*want, idx)
+	return nil
 }
 
 // apply writes the difference and, when it all went in, runs commit; after
@@ -123,29 +152,26 @@ func (p *Proxier) apply(have, want *Contents, commit func()) error {
 	return nil
 }
 
-func (p *Proxier) load(need uint32) error {
-	l, err := load(p.family, p.dir, p.cgroup, p.netns, need, capacityFor(need))
+func (p *Proxier) load(capacity uint32) error {
+	l, err := load(p.family, p.dir, p.cgroup, p.netns, capacity)
 	if err != nil {
 		return err
 	}
-	p.kernel = l
-	p.tables = tables{
-		services: kernelTable[svcKey, svcVal]{l.mapOf(mapServices)},
-		backends: kernelTable[beKey, beVal]{l.mapOf(mapBackends)},
-	}
-	p.rec = nil
+	p.kernel, p.tables, p.rec = l, tablesOf(l), nil
 	return nil
 }
 
-// fits fails when the maps cannot hold the entries a State needs.
-func (p *Proxier) fits(services, backends int) error {
-	if c := int(p.kernel.mapOf(mapServices).MaxEntries()); services > c {
-		return fmt.Errorf("ebpf: the State needs %d service entries, the map holds %d: growing maps is not implemented", services, c)
+func tablesOf(l *loaded) tables {
+	return tables{
+		services: kernelTable[svcKey, svcVal]{l.mapOf(mapServices)},
+		backends: kernelTable[beKey, beVal]{l.mapOf(mapBackends)},
 	}
-	if c := int(p.kernel.mapOf(mapBackends).MaxEntries()); backends > c {
-		return fmt.Errorf("ebpf: the State needs %d backend entries, the map holds %d: growing maps is not implemented", backends, c)
-	}
-	return nil
+}
+
+// fits reports whether the maps can hold the entries a State needs.
+func (p *Proxier) fits(services, backends int) bool {
+	return services <= int(p.kernel.mapOf(mapServices).MaxEntries()) &&
+		backends <= int(p.kernel.mapOf(mapBackends).MaxEntries())
 }
 
 func readBack(t tables) (*Contents, error) {
@@ -162,9 +188,9 @@ func readBack(t tables) (*Contents, error) {
 
 // capacityFor sizes the service and backend maps for need entries, with
 // room to double before they must grow.
-func capacityFor(need uint32) uint32 {
-	if need <= minCapacity/2 {
-		return minCapacity
+func (p *Proxier) capacityFor(need uint32) uint32 {
+	if need <= p.minCapacity/2 {
+		return p.minCapacity
 	}
 	return 1 << bits.Len32(2*need-1)
 }
