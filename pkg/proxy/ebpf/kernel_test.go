@@ -286,3 +286,34 @@ func TestKernelGrow(t *testing.T) {
 		t.Errorf("pins left from growing: %v", left)
 	}
 }
+
+// TestKernelCanary: a pin removed behind svcproxy's back is the canary
+// gone; the recovery sync loads and pins again, and translation never
+// stops.
+func TestKernelCanary(t *testing.T) {
+	r := newRig(t)
+	r.serve(t, proxy.TCP, 8081, "ep1")
+	front := netip.AddrPortFrom(vip4, 80)
+	st := stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, 8081)...))
+	p := r.proxier(t, proxy.IPv4)
+	ctx := context.Background()
+	if missing, err := p.CanaryMissing(ctx); err != nil || missing {
+		t.Fatalf("before the first sync: canary missing %v, %v; want false", missing, err)
+	}
+	sync(t, p, st, proxy.RecoverySync)
+	for _, pin := range []string{"link_connect4", mapServices} {
+		if missing, err := p.CanaryMissing(ctx); err != nil || missing {
+			t.Fatalf("canary missing %v, %v; want false", missing, err)
+		}
+		must(t, os.Remove(filepath.Join(p.dir, pin)))
+		if missing, err := p.CanaryMissing(ctx); err != nil || !missing {
+			t.Errorf("with %s unpinned: canary missing %v, %v; want true", pin, missing, err)
+		}
+		servers(t, r.ask(t, "tcp", front, 2), front)
+		sync(t, p, st, proxy.RecoverySync)
+		if missing, err := p.CanaryMissing(ctx); err != nil || missing {
+			t.Errorf("after the recovery sync: canary missing %v, %v; want false", missing, err)
+		}
+		servers(t, r.ask(t, "tcp", front, 2), front)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -49,6 +50,8 @@ type Proxier struct {
 
 	kernel *loaded
 	tables tables
+	// programmed is set once a Sync succeeded, for CanaryMissing.
+	programmed atomic.Bool
 	// rec is what the maps hold; nil when unknown (read back).
 	rec    *record
 	writes uint64
@@ -99,6 +102,10 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 		if err := p.load(p.capacityFor(need)); err != nil {
 			return err
 		}
+	} else if mode == proxy.RecoverySync {
+		if err := p.repin(p.capacityFor(need)); err != nil {
+			return err
+		}
 	}
 	var have *Contents
 	if mode == proxy.RecoverySync || p.rec == nil {
@@ -136,6 +143,7 @@ func (p *Proxier) grow(want *Contents, idx frontendIndex, capacity uint32) error
 		return err
 	}
 	p.kernel, p.tables, p.rec = next, t, newRecord(*want, idx)
+	p.programmed.Store(true)
 	return nil
 }
 
@@ -149,6 +157,7 @@ func (p *Proxier) apply(have, want *Contents, commit func()) error {
 		return err
 	}
 	commit()
+	p.programmed.Store(true)
 	return nil
 }
 
@@ -212,6 +221,7 @@ func (p *Proxier) Close() {
 // whether this Proxier loaded them or a previous svcproxy did.
 func (p *Proxier) Cleanup(context.Context) error {
 	p.Close()
+	p.programmed.Store(false)
 	if err := remove(p.family, p.dir); err != nil {
 		return fmt.Errorf("ebpf: cleanup of %s: %w", p.dir, err)
 	}
