@@ -221,23 +221,42 @@ func (r *rig) serve(t *testing.T, proto proxy.Protocol, base uint16, names ...st
 // ask runs a client process in the cgroup and the client namespace.
 func (r *rig) ask(t *testing.T, proto string, dst netip.AddrPort, count int) []reply {
 	t.Helper()
+	return r.start(t, proto, dst, count)()
+}
+
+// start starts what ask runs and returns the wait for its replies.
+func (r *rig) start(t *testing.T, proto string, dst netip.AddrPort, count int) func() []reply {
+	t.Helper()
 	cg, err := os.Open(r.cgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cg.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	cmd := exec.CommandContext(ctx, "nsenter", "--net="+r.cli.Path(), os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d", clientEnv, proto, dst, count))
 	// Born in the cgroup: the process never runs a moment outside it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	out, err := cmd.Output()
-	if err != nil {
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		cancel()
 		t.Fatalf("client: %v", err)
 	}
+	return func() []reply {
+		t.Helper()
+		defer cancel()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("client: %v", err)
+		}
+		return parseReplies(t, out.String())
+	}
+}
+
+func parseReplies(t *testing.T, out string) []reply {
+	t.Helper()
 	var replies []reply
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
 		switch {
 		case len(f) == 2 && f[0] == "err":

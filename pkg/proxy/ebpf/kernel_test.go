@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -315,5 +316,40 @@ func TestKernelCanary(t *testing.T) {
 			t.Errorf("after the recovery sync: canary missing %v, %v; want false", missing, err)
 		}
 		servers(t, r.ask(t, "tcp", front, 2), front)
+	}
+}
+
+// TestKernelNoWindow: a client connects over and over while the endpoint
+// set changes under it, grows, shrinks and moves to larger maps; every
+// endpoint serves throughout, so every connection must succeed.
+func TestKernelNoWindow(t *testing.T) {
+	r := newRig(t)
+	names := []string{"e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7"}
+	r.serve(t, proxy.TCP, 8080, names...)
+	front := netip.AddrPortFrom(vip4, 80)
+	p := r.proxier(t, proxy.IPv4)
+	p.minCapacity = 4
+	state := func(ports ...uint16) *desired.State {
+		return changed(stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, ports...)...)))
+	}
+	sync(t, p, state(8080), proxy.RecoverySync)
+
+	wait := r.start(t, "tcp", front, 1500)
+	sets := [][]uint16{{8080, 8081}, {8081}, {8082, 8083, 8084}, {8080}, {8080, 8081, 8082, 8083, 8084, 8085, 8086, 8087}, {8087}, {8083, 8085}}
+	const syncs = 2000
+	for i := range syncs {
+		sync(t, p, state(sets[i%len(sets)]...), proxy.PartialSync)
+		time.Sleep(500 * time.Microsecond)
+	}
+	replies := wait()
+	failed := 0
+	for _, rep := range replies {
+		if rep.Err != "" {
+			failed++
+		}
+	}
+	t.Logf("%d connections during %d syncs, %d failed", len(replies), syncs, failed)
+	if failed != 0 || len(replies) != 1500 {
+		t.Errorf("%d of %d connections failed while the endpoints changed", failed, len(replies))
 	}
 }
