@@ -165,7 +165,10 @@ var (
 
 func newRig(t *testing.T) *rig {
 	netnstest.RequireKernel(t, "nsenter")
-	r := &rig{pins: mountFS(t, "bpf"), cgroup: filepath.Join(mountFS(t, "cgroup2"), "svcproxy-ebpf-test")}
+	// Every cgroup2 mount shows the same hierarchy: the name must not
+	// collide with another test process's.
+	cg := fmt.Sprintf("svcproxy-ebpf-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	r := &rig{pins: mountFS(t, "bpf"), cgroup: filepath.Join(mountFS(t, "cgroup2"), cg)}
 	if err := os.Mkdir(r.cgroup, 0o755); err != nil {
 		t.Fatal(err)
 	}
