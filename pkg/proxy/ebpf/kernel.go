@@ -90,6 +90,9 @@ func programSpec(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*ebp
 // link in place, so that no socket goes untranslated meanwhile. Everything
 // is pinned in dir.
 func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, capacity uint32) (*loaded, error) {
+	if err := isCgroup2(cgroup); err != nil {
+		return nil, err
+	}
 	spec, err := programSpec(family, nodeNetns, capacity)
 	if err != nil {
 		return nil, err
@@ -258,4 +261,17 @@ func ownNetns() (uint64, error) {
 		return 0, fmt.Errorf("reading the network namespace cookie (kernel 5.14 or later): %w", err)
 	}
 	return v, nil
+}
+
+// isCgroup2 fails unless dir is a directory of a cgroup v2 hierarchy: the
+// socket hooks attach nowhere else.
+func isCgroup2(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("ebpf: the cgroup to attach to: %w", err)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("ebpf: %s is not a cgroup v2 directory (mount -t cgroup2 gives one)", dir)
+	}
+	return nil
 }
