@@ -2,7 +2,10 @@
 #
 #   make build    build _output/bin/svcproxy
 #   make test     install missing apt packages, then every Go test (unit, fuzz seeds, kernel)
-#   make verify   gofmt, go vet, staticcheck, import rules
+#   make verify   gofmt, go vet, staticcheck, import rules; the committed eBPF objects against
+#                 their source where clang is installed
+#   make bpf      regenerate the committed eBPF objects (hack/update-bpf.sh; needs clang:
+#                 hack/update-bpf.sh --install installs Debian's)
 #   make bench    the nftables benchmark (test/bench/nftables)
 #   make bench-e2e  10k Services × 10 endpoints through a real API server: first sync,
 #                 network programming latency under churn, peak RSS (hack/bench-e2e.sh)
@@ -32,7 +35,7 @@ LDFLAGS := -X $(APP).gitCommit=$(GIT_COMMIT) -X $(APP).gitTreeState=$(GIT_TREE)
 all: build
 
 help:
-	@sed -n '3,19p' Makefile
+	@sed -n '3,22p' Makefile
 
 # Static, as the image builds it (Dockerfile): a cgo build also maps libc and
 # the dynamic loader, 1.3 MiB more resident memory than what ships.
@@ -52,6 +55,10 @@ test-ipvs: # the IPVS backend's real-kernel tests inside a qemu VM (this kernel 
 
 verify:
 	hack/verify.sh
+
+.PHONY: bpf
+bpf:
+	hack/update-bpf.sh
 
 image: ; hack/image.sh all # OCI layout _output/image/oci, tested in a chroot; root, debootstrap on first run (minutes); not in make test
 

@@ -2,7 +2,7 @@
 # hack/verify.sh — static checks: gofmt, go vet, staticcheck (pinned in
 # hack/tools/staticcheck/go.mod) and the import rules of the design (DESIGN.md, "Data flow"):
 #
-#   pkg/proxy/{nftables,iptables,ipvs}  must not depend on k8s.io/client-go, pkg/proxy/model, internal/watch
+#   pkg/proxy/{nftables,iptables,ipvs,ebpf} must not depend on k8s.io/client-go, pkg/proxy/model, internal/watch
 #                                       (model only through pkg/proxy/desired, whose Compute takes a Snapshot)
 #   pkg/proxy/desired                   must not depend on k8s.io/client-go
 #   pkg/proxy/model                     imports only pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog,
@@ -14,7 +14,8 @@
 #
 # Dependencies are those of the non-test packages (`go list -deps`), except for the pkg/ rule,
 # which also reads every import line of every .go file under pkg/. Runs every check, then
-# exits non-zero if any failed, naming each offending file or import edge.
+# exits non-zero if any failed, naming each offending file or import edge. Where clang is
+# installed, it also regenerates the eBPF objects and compares them with the committed ones.
 set -euo pipefail
 
 HACK=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -163,7 +164,7 @@ check_imports() {
   log "import rules (go list -deps, non-test packages)"
   local clientgo='^k8s\.io/client-go(/|$)'
   local b p
-  for b in nftables iptables ipvs; do
+  for b in nftables iptables ipvs ebpf; do
     p=$MOD/pkg/proxy/$b
     if ! pkg_exists "$p"; then log "  (skip ${p#"$MOD"/}: no package yet)"; continue; fi
     forbid_deps "$p" "$clientgo" "k8s.io/client-go"
@@ -183,6 +184,17 @@ check_imports() {
   check_pkg_no_internal
 }
 
+# check_bpf: the committed eBPF objects are what their C source compiles to. Needs clang;
+# without it the comparison is skipped with a notice (building never needs clang).
+check_bpf() {
+  if ! command -v clang >/dev/null || ! command -v llvm-strip >/dev/null || [[ ! -f /usr/include/bpf/bpf_helpers.h ]]; then
+    log "NOTICE: clang, llvm-strip or libbpf-dev not installed: the committed eBPF objects were NOT compared with their source (hack/update-bpf.sh --install)"
+    return 0
+  fi
+  log "eBPF objects: regenerate pkg/proxy/ebpf and compare"
+  "$HACK/update-bpf.sh" --check "$OUT/bpfcheck/ebpf" || fail "eBPF objects out of date"
+}
+
 main() {
   cd "$ROOT"
   export GOTOOLCHAIN=local
@@ -191,6 +203,7 @@ main() {
   check_tidy
   check_staticcheck
   check_imports
+  check_bpf
   if ((${#FAILED[@]})); then
     log "verify FAILED: ${#FAILED[@]} check(s):"
     printf '  - %s\n' "${FAILED[@]}" >&2

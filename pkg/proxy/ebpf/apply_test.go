@@ -1,0 +1,115 @@
+package ebpf
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// recorder is a table that keeps its contents and logs every operation
+// into a log shared by the tables of one test.
+type recorder[K, V comparable] struct {
+	name string
+	m    map[K]V
+	log  *[]string
+}
+
+func (r *recorder[K, V]) put(keys []K, vals []V) error {
+	for i, k := range keys {
+		r.m[k] = vals[i]
+		*r.log = append(*r.log, fmt.Sprintf("put %s %v", r.name, k))
+	}
+	return nil
+}
+
+func (r *recorder[K, V]) del(keys []K) error {
+	for _, k := range keys {
+		delete(r.m, k)
+		*r.log = append(*r.log, fmt.Sprintf("del %s %v", r.name, k))
+	}
+	return nil
+}
+
+func (r *recorder[K, V]) dump() (map[K]V, error) { return maps.Clone(r.m), nil }
+
+func recorders() (tables, *[]string) {
+	log := &[]string{}
+	return tables{
+		services: &recorder[svcKey, svcVal]{name: "service", m: map[svcKey]svcVal{}, log: log},
+		backends: &recorder[beKey, beVal]{name: "slot", m: map[beKey]beVal{}, log: log},
+	}, log
+}
+
+// kinds reduces a log to the sequence of operation kinds, duplicates
+// merged: "put slot", "put service", ...
+func kinds(log []string) []string {
+	var out []string
+	for _, l := range log {
+		var op, what string
+		fmt.Sscan(l, &op, &what)
+		if k := op + " " + what; len(out) == 0 || out[len(out)-1] != k {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestApplyOrder checks that no frontend ever counts a slot that is not
+// written: slots are written before the record that counts them, and
+// deleted after the record that counted them changes.
+func TestApplyOrder(t *testing.T) {
+	tb, log := recorders()
+	var have Contents
+	step := func(ports ...uint16) []string {
+		*log = nil
+		want := Render(stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(pod, ports...)...)))
+		if _, err := apply(tb, &have, &want); err != nil {
+			t.Fatal(err)
+		}
+		have = want
+		return kinds(*log)
+	}
+	for _, c := range []struct {
+		ports []uint16
+		want  []string
+	}{
+		{[]uint16{1, 2}, []string{"put slot", "put service"}},
+		{[]uint16{1, 2, 3}, []string{"put slot", "put service"}},
+		{[]uint16{3}, []string{"put slot", "put service", "del slot"}},
+		{nil, []string{"put service", "del slot"}},
+	} {
+		if got := step(c.ports...); !slices.Equal(got, c.want) {
+			t.Errorf("to endpoints %v: operations %v, want %v", c.ports, got, c.want)
+		}
+	}
+	*log = nil
+	if _, err := apply(tb, &have, &Contents{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(*log); !slices.Equal(got, []string{"del service"}) {
+		t.Errorf("removing the service: %v, want [del service]", got)
+	}
+}
+
+func TestApplyWritesOnlyTheDifference(t *testing.T) {
+	tb, log := recorders()
+	var sps []*desired.ServicePort
+	for i, name := range []string{"a", "b", "c"} {
+		sps = append(sps, svc(name, proxy.TCP, netip.AddrFrom4([4]byte{172, 30, 0, byte(i + 1)}), 80, eps(pod, 1, 2)...))
+	}
+	want := Render(stateOf(proxy.IPv4, sps...))
+	n, err := apply(tb, &Contents{}, &want)
+	if err != nil || n != 12 {
+		t.Fatalf("first apply: %d entries, %v; want 12 (3 records, 3 any-port records, 6 slots)", n, err)
+	}
+	have, _ := readBack(tb)
+	*log = nil
+	if n, err := apply(tb, have, &want); err != nil || n != 0 || len(*log) != 0 {
+		t.Errorf("applying the same contents over a read-back: %d entries %v, %v; want none", n, *log, err)
+	}
+}

@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// Connect-time service load balancing: the cgroup socket-address hooks
+// rewrite a socket's destination from a Service frontend to one endpoint
+// before the kernel routes anything, and translate the endpoint back to the
+// frontend where the application can see it (UDP recvmsg, getpeername).
+// The programs decide nothing: the maps, written by svcproxy from the
+// desired State, say what every frontend does.
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+
+#define ECONNREFUSED 111
+#define ETIMEDOUT 110
+
+// Service record flags.
+#define SVC_F_DROP 1 // no endpoint: drop, not reject
+
+#define NSEC_PER_SEC 1000000000ULL
+
+// Every address is 16 bytes, IPv4 as ::ffff:a.b.c.d, so that both families
+// share one layout (each family loads its own maps). Ports are in network
+// byte order, as the hooks see them.
+struct svc_key {
+	__u32 addr[4];
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+// target is where one class of sockets addressing a frontend goes: count
+// slots of endpoint group id, or, with count 0, a refusal (flags say how).
+struct target {
+	__u64 id;
+	__u32 count;
+	__u32 flags;
+};
+
+// svc_val is what one frontend does, for sockets of the node (its own
+// network namespace) and of pods (any other), whose routes desired may
+// decide apart. A frontend with port and protocol 0 is a cluster IP's:
+// what a socket addressing a port the Service lacks gets.
+struct svc_val {
+	struct target pod;
+	struct target node;
+	__u32 affinity; // ClientIP affinity timeout in seconds, 0 for none
+	__u32 pad;
+};
+
+// The network namespace cookie of the node's own sockets, set at load.
+volatile const __u64 host_netns = 0;
+
+struct be_key {
+	__u64 id;
+	__u32 slot;
+	__u32 pad;
+};
+
+struct be_val {
+	__u32 addr[4];
+	__u16 port;
+	__u16 pad;
+};
+
+// rev_key names a translated flow by socket and endpoint, so that what the
+// socket receives from the endpoint can be shown as coming from the frontend.
+struct rev_key {
+	__u64 cookie;
+	__u32 addr[4];
+	__u16 port;
+	__u16 pad[3];
+};
+
+// The client of ClientIP affinity is the network namespace: the hooks run
+// before the socket has a source address.
+struct aff_key {
+	__u64 netns;
+	__u64 id;
+};
+
+struct aff_val {
+	__u64 seen;
+	__u32 slot;
+	struct be_val be;
+};
+
+// The sizes are set by svcproxy at load time: the hash maps from the State,
+// the LRU maps to fixed capacities.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct svc_key);
+	__type(value, struct svc_val);
+} services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct be_key);
+	__type(value, struct be_val);
+} backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct rev_key);
+	__type(value, struct be_val);
+} revnat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct aff_key);
+	__type(value, struct aff_val);
+} affinity SEC(".maps");
+
+static __always_inline int same_be(const struct be_val *a, const struct be_val *b)
+{
+	return a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] && a->addr[2] == b->addr[2] &&
+	       a->addr[3] == b->addr[3] && a->port == b->port;
+}
+
+// pick chooses the endpoint of a target with endpoints: the one the
+// client's affinity names while it lasts and still holds its slot, else a
+// random slot.
+static __always_inline struct be_val *pick(const struct target *tg, __u32 timeout, __u64 netns)
+{
+	struct aff_key ak = { .netns = netns, .id = tg->id };
+	struct be_key bk = { .id = tg->id };
+	struct be_val *be;
+	__u64 now = 0;
+
+	if (timeout) {
+		now = bpf_ktime_get_ns();
+		struct aff_val *av = bpf_map_lookup_elem(&affinity, &ak);
+		if (av && now - av->seen < (__u64)timeout * NSEC_PER_SEC && av->slot < tg->count) {
+			bk.slot = av->slot;
+			be = bpf_map_lookup_elem(&backends, &bk);
+			if (be && same_be(be, &av->be)) {
+				av->seen = now;
+				return be;
+			}
+		}
+	}
+	bk.slot = bpf_get_prandom_u32() % tg->count;
+	be = bpf_map_lookup_elem(&backends, &bk);
+	if (be && timeout) {
+		struct aff_val nv = { .seen = now, .slot = bk.slot, .be = *be };
+		bpf_map_update_elem(&affinity, &ak, &nv, BPF_ANY);
+	}
+	return be;
+}
+
+// set_dst writes a destination into the context. v6 is a constant in every
+// caller: the verifier refuses an IPv4 hook's access to user_ip6, even in a
+// branch it would not take.
+static __always_inline void set_dst(struct bpf_sock_addr *ctx, const struct be_val *to, const int v6)
+{
+	if (v6) {
+		ctx->user_ip6[0] = to->addr[0];
+		ctx->user_ip6[1] = to->addr[1];
+		ctx->user_ip6[2] = to->addr[2];
+		ctx->user_ip6[3] = to->addr[3];
+	} else {
+		ctx->user_ip4 = to->addr[3];
+	}
+	ctx->user_port = to->port;
+}
+
+// xlate rewrites the destination of a socket addressing frontend k.
+static __always_inline int xlate(struct bpf_sock_addr *ctx, struct svc_key *k, const int v6)
+{
+	struct svc_val *p = bpf_map_lookup_elem(&services, k);
+	if (!p) {
+		struct svc_key any = *k;
+		any.port = 0;
+		any.proto = 0;
+		p = bpf_map_lookup_elem(&services, &any);
+		if (!p)
+			return 1;
+	}
+	__u64 netns = bpf_get_netns_cookie(ctx);
+	// One consistent copy: svcproxy may rewrite the record meanwhile.
+	struct target tg = netns == host_netns ? p->node : p->pod;
+	__u32 timeout = p->affinity;
+	if (tg.count == 0) {
+		// A hook cannot make connect wait: a dropped connection fails as
+		// a dropped SYN eventually would.
+		bpf_set_retval(tg.flags & SVC_F_DROP ? -ETIMEDOUT : -ECONNREFUSED);
+		return 0;
+	}
+	struct be_val *be = pick(&tg, timeout, netns);
+	if (!be)
+		return 1;
+	struct rev_key rk = { .cookie = bpf_get_socket_cookie(ctx), .port = be->port };
+	struct be_val fe = { .port = k->port };
+	for (int i = 0; i < 4; i++) {
+		rk.addr[i] = be->addr[i];
+		fe.addr[i] = k->addr[i];
+	}
+	bpf_map_update_elem(&revnat, &rk, &fe, BPF_ANY);
+	set_dst(ctx, be, v6);
+	return 1;
+}
+
+// unxlate shows an endpoint's address as the frontend the socket chose.
+static __always_inline int unxlate(struct bpf_sock_addr *ctx, struct rev_key *rk, const int v6)
+{
+	rk->cookie = bpf_get_socket_cookie(ctx);
+	struct be_val *fe = bpf_map_lookup_elem(&revnat, rk);
+	if (fe)
+		set_dst(ctx, fe, v6);
+	return 1;
+}
+
+#define V4MAPPED bpf_htonl(0xffff)
+
+static __always_inline int xlate4(struct bpf_sock_addr *ctx)
+{
+	struct svc_key k = {
+		.addr = { 0, 0, V4MAPPED, ctx->user_ip4 },
+		.port = (__u16)ctx->user_port,
+		.proto = (__u8)ctx->protocol,
+	};
+	return xlate(ctx, &k, 0);
+}
+
+static __always_inline int xlate6(struct bpf_sock_addr *ctx)
+{
+	struct svc_key k = {
+		.addr = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] },
+		.port = (__u16)ctx->user_port,
+		.proto = (__u8)ctx->protocol,
+	};
+	return xlate(ctx, &k, 1);
+}
+
+static __always_inline int unxlate4(struct bpf_sock_addr *ctx)
+{
+	struct rev_key rk = {
+		.addr = { 0, 0, V4MAPPED, ctx->user_ip4 },
+		.port = (__u16)ctx->user_port,
+	};
+	return unxlate(ctx, &rk, 0);
+}
+
+static __always_inline int unxlate6(struct bpf_sock_addr *ctx)
+{
+	struct rev_key rk = {
+		.addr = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] },
+		.port = (__u16)ctx->user_port,
+	};
+	return unxlate(ctx, &rk, 1);
+}
+
+SEC("cgroup/connect4")
+int connect4(struct bpf_sock_addr *ctx) { return xlate4(ctx); }
+
+SEC("cgroup/sendmsg4")
+int sendmsg4(struct bpf_sock_addr *ctx) { return xlate4(ctx); }
+
+SEC("cgroup/recvmsg4")
+int recvmsg4(struct bpf_sock_addr *ctx) { return unxlate4(ctx); }
+
+SEC("cgroup/getpeername4")
+int getpeername4(struct bpf_sock_addr *ctx) { return unxlate4(ctx); }
+
+SEC("cgroup/connect6")
+int connect6(struct bpf_sock_addr *ctx) { return xlate6(ctx); }
+
+SEC("cgroup/sendmsg6")
+int sendmsg6(struct bpf_sock_addr *ctx) { return xlate6(ctx); }
+
+SEC("cgroup/recvmsg6")
+int recvmsg6(struct bpf_sock_addr *ctx) { return unxlate6(ctx); }
+
+SEC("cgroup/getpeername6")
+int getpeername6(struct bpf_sock_addr *ctx) { return unxlate6(ctx); }
+
+char _license[] SEC("license") = "Dual BSD/GPL";

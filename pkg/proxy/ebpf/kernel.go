@@ -1,0 +1,277 @@
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// The maps of one family, by the name bpf/sock.c gives them; each is pinned
+// under the family's directory by that name.
+const (
+	mapServices = "services"
+	mapBackends = "backends"
+	mapRevNAT   = "revnat"
+	mapAffinity = "affinity"
+)
+
+// Fixed capacities of the LRU maps: they hold per-socket and per-client
+// state, which the LRU evicts, not anything the State sizes.
+const (
+	revNATEntries   = 1 << 16
+	affinityEntries = 1 << 16
+)
+
+// hooks lists a family's programs and where each attaches.
+func hooks(family proxy.IPFamily) map[string]ebpf.AttachType {
+	if family == proxy.IPv6 {
+		return map[string]ebpf.AttachType{
+			"connect6": ebpf.AttachCGroupInet6Connect, "sendmsg6": ebpf.AttachCGroupUDP6Sendmsg,
+			"recvmsg6": ebpf.AttachCGroupUDP6Recvmsg, "getpeername6": ebpf.AttachCgroupInet6GetPeername,
+		}
+	}
+	return map[string]ebpf.AttachType{
+		"connect4": ebpf.AttachCGroupInet4Connect, "sendmsg4": ebpf.AttachCGroupUDP4Sendmsg,
+		"recvmsg4": ebpf.AttachCGroupUDP4Recvmsg, "getpeername4": ebpf.AttachCgroupInet4GetPeername,
+	}
+}
+
+// loaded is one family's programs and maps in the kernel.
+type loaded struct {
+	coll  *ebpf.Collection
+	links map[string]link.Link
+}
+
+func (l *loaded) mapOf(name string) *ebpf.Map { return l.coll.Maps[name] }
+
+func (l *loaded) close() {
+	for _, lk := range l.links {
+		lk.Close()
+	}
+	l.coll.Close()
+}
+
+// programSpec is the family's programs and their maps, sized: the service
+// and backend maps to capacity, the LRU maps to their fixed sizes. The
+// programs are told which network namespace is the node's.
+func programSpec(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*ebpf.CollectionSpec, error) {
+	spec, err := loadSock()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["host_netns"].Set(nodeNetns); err != nil {
+		return nil, err
+	}
+	progs := hooks(family)
+	for name := range spec.Programs {
+		if _, ok := progs[name]; !ok {
+			delete(spec.Programs, name)
+		}
+	}
+	sizes := map[string]uint32{mapServices: capacity, mapBackends: capacity,
+		mapRevNAT: revNATEntries, mapAffinity: affinityEntries}
+	for name, size := range sizes {
+		spec.Maps[name].MaxEntries = size
+	}
+	return spec, nil
+}
+
+// load loads a family's programs, adopting the maps pinned in dir (new
+// maps get capacity; Sync grows adopted ones that are too small), and
+// attaches every program to the cgroup, replacing the program of a pinned
+// link in place, so that no socket goes untranslated meanwhile. Everything
+// is pinned in dir.
+func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, capacity uint32) (*loaded, error) {
+	if err := isCgroup2(cgroup); err != nil {
+		return nil, err
+	}
+	spec, err := programSpec(family, nodeNetns, capacity)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	opts := ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
+	defer func() {
+		for _, m := range opts.MapReplacements {
+			m.Close()
+		}
+	}()
+	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("adopting pinned map %s: %w", name, err)
+		}
+		spec.Maps[name].MaxEntries = m.MaxEntries()
+		opts.MapReplacements[name] = m
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	if err != nil {
+		return nil, fmt.Errorf("loading the %s socket programs: %w", family, err)
+	}
+	l := &loaded{coll: coll, links: map[string]link.Link{}}
+	if err := l.pinMaps(dir); err != nil {
+		l.close()
+		return nil, err
+	}
+	for name, attach := range hooks(family) {
+		if err := l.attach(name, attach, dir, cgroup); err != nil {
+			l.close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// grow loads the family's programs again with service and backend maps of
+// capacity entries, sharing l's LRU maps (per-socket and per-client state
+// survives). The caller fills the new maps, then calls swap.
+func (l *loaded) grow(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*loaded, error) {
+	spec, err := programSpec(family, nodeNetns, capacity)
+	if err != nil {
+		return nil, err
+	}
+	opts := ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		mapRevNAT: l.mapOf(mapRevNAT), mapAffinity: l.mapOf(mapAffinity)}}
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	if err != nil {
+		return nil, fmt.Errorf("loading the %s socket programs with larger maps: %w", family, err)
+	}
+	return &loaded{coll: coll, links: map[string]link.Link{}}, nil
+}
+
+// swap moves l's links to next's programs, one atomic update per hook: a
+// socket meets either the old maps or the new ones, both complete. Then
+// next's maps replace l's pins, and l is closed.
+func (l *loaded) swap(next *loaded, dir string) error {
+	for name, lk := range l.links {
+		if err := lk.Update(next.coll.Programs[name]); err != nil {
+			return fmt.Errorf("moving link %s to the grown maps: %w", name, err)
+		}
+		next.links[name] = lk
+	}
+	l.links = nil
+	for _, name := range []string{mapServices, mapBackends} {
+		// bpffs refuses names with a dot.
+		pin, tmp := filepath.Join(dir, name), filepath.Join(dir, name+"_grown")
+		if err := next.mapOf(name).Pin(tmp); err != nil {
+			return fmt.Errorf("pinning grown map %s: %w", name, err)
+		}
+		if err := os.Rename(tmp, pin); err != nil {
+			return fmt.Errorf("replacing the pin of map %s: %w", name, err)
+		}
+	}
+	l.close()
+	return nil
+}
+
+func (l *loaded) pinMaps(dir string) error {
+	for name, m := range l.coll.Maps {
+		// .rodata holds the load-time constants: it comes with each load
+		// (and bpffs refuses names with a dot).
+		if m.IsPinned() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		if err := m.Pin(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("pinning map %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// attach attaches program name to the cgroup through the link pinned in
+// dir when there is one (swapping its program atomically), else through a
+// new link it pins.
+func (l *loaded) attach(name string, attach ebpf.AttachType, dir, cgroup string) error {
+	prog := l.coll.Programs[name]
+	pin := filepath.Join(dir, "link_"+name)
+	if lk, err := link.LoadPinnedLink(pin, nil); err == nil {
+		if err := lk.Update(prog); err != nil {
+			lk.Close()
+			return fmt.Errorf("replacing the program of link %s: %w", pin, err)
+		}
+		l.links[name] = lk
+		return nil
+	}
+	lk, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: attach, Program: prog})
+	if err != nil {
+		return fmt.Errorf("attaching %s to cgroup %s: %w", name, cgroup, err)
+	}
+	l.links[name] = lk
+	if err := lk.Pin(pin); err != nil {
+		return fmt.Errorf("pinning link %s: %w", pin, err)
+	}
+	return nil
+}
+
+// remove detaches and unpins everything of one family pinned in dir, and
+// removes dir; what is not there is not an error.
+func remove(family proxy.IPFamily, dir string) error {
+	var errs []error
+	for name := range hooks(family) {
+		pin := filepath.Join(dir, "link_"+name)
+		lk, err := link.LoadPinnedLink(pin, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// A pinned link stays attached while the pin exists; with the
+		// pin gone, closing the last descriptor detaches the program.
+		errs = append(errs, lk.Unpin(), lk.Close())
+	}
+	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity, mapServices + "_grown", mapBackends + "_grown"} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// soNetnsCookie is SO_NETNS_COOKIE (kernel 5.14), which x/sys does not name.
+const soNetnsCookie = 71
+
+// ownNetns returns the cookie of this process's network namespace, the one
+// the hooks compare with bpf_get_netns_cookie.
+func ownNetns() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
+	if err != nil {
+		return 0, fmt.Errorf("reading the network namespace cookie (kernel 5.14 or later): %w", err)
+	}
+	return v, nil
+}
+
+// isCgroup2 fails unless dir is a directory of a cgroup v2 hierarchy: the
+// socket hooks attach nowhere else.
+func isCgroup2(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("ebpf: the cgroup to attach to: %w", err)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("ebpf: %s is not a cgroup v2 directory (mount -t cgroup2 gives one)", dir)
+	}
+	return nil
+}

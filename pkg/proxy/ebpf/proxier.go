@@ -1,0 +1,234 @@
+// Package ebpf is the eBPF backend's socket-level load balancing: cgroup
+// v2 hooks on connect, sendmsg, recvmsg and getpeername translate a Service
+// frontend to an endpoint when a socket addresses it, from maps rendered
+// from desired's State.
+package ebpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// DefaultPinDir is where maps and links are pinned unless Options say
+// otherwise.
+const DefaultPinDir = "/sys/fs/bpf/svcproxy"
+
+// minCapacity is the smallest size of the service and backend maps. Their
+// entries are allocated when written, so an unused capacity costs nothing.
+const minCapacity = 1 << 16
+
+// Options configure a Proxier.
+type Options struct {
+	// PinDir is a directory on a bpffs; each family pins its maps and
+	// links in a subdirectory. Empty means DefaultPinDir.
+	PinDir string
+	// Cgroup is the cgroup v2 directory the programs attach to: every
+	// socket of a process in it or below it is translated.
+	Cgroup string
+	// NodeNetns is the cookie of the network namespace whose sockets are
+	// the node's (desired's routes from the node); 0 means svcproxy's own.
+	NodeNetns uint64
+}
+
+// Proxier programs one IP family's socket-level load balancing.
+type Proxier struct {
+	family proxy.IPFamily
+	dir    string
+	cgroup string
+	netns  uint64
+	// minCapacity is minCapacity but in tests that grow maps.
+	minCapacity uint32
+
+	kernel *loaded
+	tables tables
+	// programmed is set once a Sync succeeded, for CanaryMissing.
+	programmed atomic.Bool
+	// rec is what the maps hold; nil when unknown (read back).
+	rec    *record
+	writes uint64
+}
+
+// New returns a Proxier for family; nothing touches the kernel before the
+// first Sync.
+func New(family proxy.IPFamily, o Options) (*Proxier, error) {
+	if o.Cgroup == "" {
+		return nil, errors.New("ebpf: no cgroup to attach to")
+	}
+	if o.PinDir == "" {
+		o.PinDir = DefaultPinDir
+	}
+	if o.NodeNetns == 0 {
+		c, err := ownNetns()
+		if err != nil {
+			return nil, err
+		}
+		o.NodeNetns = c
+	}
+	return &Proxier{family: family, dir: filepath.Join(o.PinDir, strings.ToLower(string(family))), cgroup: o.Cgroup, netns: o.NodeNetns,
+		minCapacity: minCapacity}, nil
+}
+
+// Init is part of the backend interface; loading waits for the first
+// State, which sizes the maps.
+func (p *Proxier) Init(context.Context) error { return nil }
+
+// Sync makes the maps hold what st renders to, writing only the
+// difference. A PartialSync renders only the service ports of st.Changed;
+// the others render the whole State, and a RecoverySync first reads the
+// maps back. Maps too small for the State are grown.
+func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode) error {
+	if p.rec.partialOK(st, mode) {
+		ch := p.rec.partial(st)
+		if p.fits(p.rec.size(ch)) {
+			stabilize(&ch.have, &ch.want)
+			return p.apply(&ch.have, &ch.want, func() { p.rec.commit(ch) })
+		}
+		// Growing renders everything; the record partial changed is
+		// forgotten.
+		p.rec = nil
+	}
+	want, idx := renderAll(st)
+	need := uint32(max(len(want.Services), len(want.Backends)))
+	if p.kernel == nil {
+		if err := p.load(p.capacityFor(need)); err != nil {
+			return err
+		}
+	} else if mode == proxy.RecoverySync {
+		if err := p.repin(p.capacityFor(need)); err != nil {
+			return err
+		}
+	}
+	var have *Contents
+	if mode == proxy.RecoverySync || p.rec == nil {
+		c, err := readBack(p.tables)
+		if err != nil {
+			return err
+		}
+		have = c
+	} else {
+		have = &p.rec.contents
+	}
+	stabilize(have, &want)
+	if !p.fits(len(want.Services), len(want.Backends)) {
+		return p.grow(&want, idx, p.capacityFor(need))
+	}
+	return p.apply(have, &want, func() { p.rec = newRecord(want, idx) })
+}
+
+// grow moves the programs to maps of capacity entries, filled with want
+// (its slots stabilized against the old maps) before any hook uses them.
+func (p *Proxier) grow(want *Contents, idx frontendIndex, capacity uint32) error {
+	next, err := p.kernel.grow(p.family, p.netns, capacity)
+	if err != nil {
+		return err
+	}
+	t := tablesOf(next)
+	n, err := apply(t, &Contents{}, want)
+	p.writes += uint64(n)
+	if err == nil {
+		err = p.kernel.swap(next, p.dir)
+	}
+	if err != nil {
+		next.close()
+		p.rec = nil
+		return err
+	}
+	p.kernel, p.tables, p.rec = next, t, newRecord(*want, idx)
+	p.programmed.Store(true)
+	return nil
+}
+
+// apply writes the difference and, when it all went in, runs commit; after
+// a failure the record is forgotten and the next sync reads the maps back.
+func (p *Proxier) apply(have, want *Contents, commit func()) error {
+	n, err := apply(p.tables, have, want)
+	p.writes += uint64(n)
+	if err != nil {
+		p.rec = nil
+		return err
+	}
+	commit()
+	p.programmed.Store(true)
+	return nil
+}
+
+func (p *Proxier) load(capacity uint32) error {
+	l, err := load(p.family, p.dir, p.cgroup, p.netns, capacity)
+	if err != nil {
+		return err
+	}
+	p.kernel, p.tables, p.rec = l, tablesOf(l), nil
+	return nil
+}
+
+func tablesOf(l *loaded) tables {
+	return tables{
+		services: kernelTable[svcKey, svcVal]{l.mapOf(mapServices)},
+		backends: kernelTable[beKey, beVal]{l.mapOf(mapBackends)},
+	}
+}
+
+// fits reports whether the maps can hold the entries a State needs.
+func (p *Proxier) fits(services, backends int) bool {
+	return services <= int(p.kernel.mapOf(mapServices).MaxEntries()) &&
+		backends <= int(p.kernel.mapOf(mapBackends).MaxEntries())
+}
+
+func readBack(t tables) (*Contents, error) {
+	s, err := t.services.dump()
+	if err != nil {
+		return nil, fmt.Errorf("reading back the service map: %w", err)
+	}
+	b, err := t.backends.dump()
+	if err != nil {
+		return nil, fmt.Errorf("reading back the backend map: %w", err)
+	}
+	return &Contents{Services: s, Backends: b}, nil
+}
+
+// capacityFor sizes the service and backend maps for need entries, with
+// room to double before they must grow.
+func (p *Proxier) capacityFor(need uint32) uint32 {
+	if need <= p.minCapacity/2 {
+		return p.minCapacity
+	}
+	return 1 << bits.Len32(2*need-1)
+}
+
+// Writes counts the map entries this Proxier has written or deleted.
+func (p *Proxier) Writes() uint64 { return p.writes }
+
+// Close releases the Proxier's descriptors; the pins keep the programs
+// attached and the maps in place for the next svcproxy.
+func (p *Proxier) Close() {
+	if p.kernel != nil {
+		p.kernel.close()
+		p.kernel = nil
+	}
+	p.rec = nil
+}
+
+// Cleanup detaches the family's programs and removes its pins and maps,
+// whether this Proxier loaded them or a previous svcproxy did.
+func (p *Proxier) Cleanup(context.Context) error {
+	p.Close()
+	p.programmed.Store(false)
+	if err := remove(p.family, p.dir); err != nil {
+		return fmt.Errorf("ebpf: cleanup of %s: %w", p.dir, err)
+	}
+	// The shared parent goes with the last family (a bpffs mounted
+	// there cannot go, and keeps the kernel's own files).
+	if err := os.Remove(filepath.Dir(p.dir)); err != nil && !errors.Is(err, os.ErrNotExist) && !isNotEmpty(err) {
+		return err
+	}
+	return nil
+}
