@@ -40,10 +40,12 @@ import (
 // IP family.
 type daemon struct {
 	cfg *config.Config
-	// backend is the mode's row (internal/backends).
-	backend *backends.Backend
-	logger  klog.Logger
-	client  kubernetes.Interface
+	// registry is the table of backends (backends.Table but in tests),
+	// backend the mode's row in it.
+	registry backends.Registry
+	backend  *backends.Backend
+	logger   klog.Logger
+	client   kubernetes.Interface
 	// pages reads the pages of a list after its first, without the
 	// client's rate limiter (watch.Options.ContinuePages).
 	pages     kubernetes.Interface
@@ -69,7 +71,11 @@ type daemon struct {
 	fatal chan error
 }
 
-func newDaemon(ctx context.Context, cfg *config.Config, b *backends.Backend) (*daemon, error) {
+func newDaemon(ctx context.Context, cfg *config.Config, reg backends.Registry) (*daemon, error) {
+	b, err := reg.Lookup(cfg.Mode)
+	if err != nil {
+		return nil, err
+	}
 	name, err := nodeName(cfg.HostnameOverride)
 	if err != nil {
 		return nil, err
@@ -84,6 +90,7 @@ func newDaemon(ctx context.Context, cfg *config.Config, b *backends.Backend) (*d
 	}
 	d := &daemon{
 		cfg:      cfg,
+		registry: reg,
 		backend:  b,
 		logger:   klog.FromContext(ctx),
 		client:   client,
@@ -205,7 +212,7 @@ func (d *daemon) cleanupAfter(ctx context.Context, synced <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		}
-		if err := leftovers.OtherModes(ctx, backends.Table, d.cfg.Mode); err != nil {
+		if err := leftovers.OtherModes(ctx, d.registry, d.cfg.Mode); err != nil {
 			d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
 		}
 	}()

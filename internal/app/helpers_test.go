@@ -79,7 +79,8 @@ func writeFile(t *testing.T, name, content string) string {
 
 const configHeader = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
 
-// testBackend is mode's row of the backends' table.
+// testBackend is mode's row of the backends' table (the daemon's registry
+// stays nil: the tests that use it remove no leftovers).
 func testBackend(t *testing.T, mode proxy.Mode) *backends.Backend {
 	t.Helper()
 	b, err := backends.Table.Lookup(mode)

@@ -11,11 +11,7 @@ import (
 
 // run starts the proxy and blocks until ctx is done or it fails.
 func run(ctx context.Context, cfg *config.Config) error {
-	b, err := backends.Table.Lookup(cfg.Mode)
-	if err != nil {
-		return err
-	}
-	d, err := newDaemon(ctx, cfg, b)
+	d, err := newDaemon(ctx, cfg, backends.Table)
 	if err != nil {
 		return err
 	}
