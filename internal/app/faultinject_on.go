@@ -13,6 +13,6 @@ import (
 // The wrapper tells which ports the kernel holds (as it would corrupt
 // them) and reads nothing back ahead of the first sync.
 func withFaults(b syncer.Backend, mode proxy.Mode, family proxy.IPFamily) syncer.Backend {
-	w := faultinject.Wrap(b.Proxier, string(mode), family)
+	w := faultinject.Wrap(b.Proxier, mode, family)
 	return syncer.Backend{Proxier: w, PortHolder: w}
 }

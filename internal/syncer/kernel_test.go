@@ -38,7 +38,7 @@ func isolateInKernel(t *testing.T, mode proxy.Mode) {
 	for _, f := range scenario.Families {
 		w := env.NewWorld(f)
 		w.Feed(append(env.Services(), poisonSpec)...)
-		fi := faultinject.Wrap(backendFor(t, env, mode, f), string(mode), f.Family)
+		fi := faultinject.Wrap(backendFor(t, env, mode, f), mode, f.Family)
 		var quarantined []proxy.ServicePortName
 		s, err := New(Options{Family: f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: fi, PortHolder: fi},
 			Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
@@ -163,7 +163,7 @@ func startProcess(t *testing.T, env *scenario.Env, mode proxy.Mode, f scenario.F
 	t.Helper()
 	w := env.NewWorld(f)
 	w.Feed(specs...)
-	fi := faultinject.Wrap(backendFor(t, env, mode, f), string(mode), f.Family)
+	fi := faultinject.Wrap(backendFor(t, env, mode, f), mode, f.Family)
 	pp := &probingProxier{Proxier: fi, probe: probe}
 	s, err := New(Options{Family: f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: pp, PortHolder: pp},
 		Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
