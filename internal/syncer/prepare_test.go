@@ -89,6 +89,20 @@ func TestNoPrepareWithoutPreparer(t *testing.T) {
 	f.wantMode("first sync", proxy.RecoverySync)
 }
 
+// TestPrepareOnlyWhatTheBackendNames: a Proxier that has ReadBack but whose
+// Backend names no Preparer (a wrapper that hides it on purpose) is not read
+// back ahead: the capability is what the row says, not what the type has.
+func TestPrepareOnlyWhatTheBackendNames(t *testing.T) {
+	f, p := newPreparingFixture(t, nil)
+	f.syncer.o.Proxier = Backend{Proxier: p}
+	f.prepare()
+	if p.reads != 0 {
+		t.Fatalf("%d read-backs of a Proxier whose Backend names no Preparer, want 0", p.reads)
+	}
+	f.markSynced()
+	f.wantMode("first sync", proxy.RecoverySync)
+}
+
 // holdingProxier is a preparingProxier that reports whether its read-back
 // found rules (RulesHolder).
 type holdingProxier struct {
