@@ -25,7 +25,7 @@ var iptablesBackend = Backend{
 	Open:     openIPTables,
 	Decide: func(cfg *config.Config, o *desired.Options) {
 		if cfg.LocalhostNodePorts {
-			o.Localhost = desired.LocalhostModeIPTables
+			o.Localhost = desired.LocalhostModeDNAT
 		}
 	},
 	RemoveLeftovers: iptables.CleanupLeftovers,

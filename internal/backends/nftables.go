@@ -23,7 +23,7 @@ var nftablesBackend = Backend{
 		// nftables mode only.
 		o.DropUnallocated = true
 		if nftablesLocalhost(cfg) {
-			o.Localhost = desired.LocalhostModeNFTables
+			o.Localhost = desired.LocalhostModeProxied
 		}
 	},
 	RemoveLeftovers: nftables.CleanupTables,
