@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // The values the test overlays set, other than the shipped overlays' (a
@@ -56,11 +56,11 @@ func TestComponentCombinations(t *testing.T) {
 	fsys := deployFS(t)
 	modes := []struct {
 		component string
-		mode      config.Mode
-	}{{"", config.ModeNFTables}, {"mode-iptables", config.ModeIPTables}, {"mode-ipvs", config.ModeIPVS}}
+		mode      proxy.Mode
+	}{{"", proxy.ModeNFTables}, {"mode-iptables", proxy.ModeIPTables}, {"mode-ipvs", proxy.ModeIPVS}}
 	others := []string{"api-endpoint", "pod-cidr", "metrics", "resources"}
 	base := baseSettings(t, fsys)
-	if base.mode != config.ModeNFTables || base.server == testServer || base.cidrs == testCIDRs {
+	if base.mode != proxy.ModeNFTables || base.server == testServer || base.cidrs == testCIDRs {
 		t.Fatalf("the base has %+v: the components would not show", base)
 	}
 	for _, m := range modes {

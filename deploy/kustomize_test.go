@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // rendered is what a kustomization builds, decoded strictly into the API
@@ -99,7 +99,7 @@ func mustBuild(t *testing.T, fsys filesys.FileSystem, dir string) *rendered {
 // settings are the values of config.conf and kubeconfig.conf that the
 // components set.
 type settings struct {
-	mode    config.Mode
+	mode    proxy.Mode
 	server  string // kubeconfig.conf's server
 	cidrs   string // clusterCIDR, as config.conf has it
 	metrics string // the completed metricsBindAddress
@@ -210,7 +210,7 @@ func TestOverlays(t *testing.T) {
 	fsys := deployFS(t)
 	base := baseSettings(t, fsys)
 	nft, ipt := base, base
-	ipt.mode, ipt.metrics = config.ModeIPTables, "0.0.0.0:10249"
+	ipt.mode, ipt.metrics = proxy.ModeIPTables, "0.0.0.0:10249"
 	installs := map[string]want{
 		"nftables": {settings: nft, resources: true, image: "svcproxy:dev"},
 		"iptables": {settings: ipt, metricsPort: true, image: "svcproxy:dev"},

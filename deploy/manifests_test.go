@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // load reads one of base/'s manifests.
@@ -47,7 +48,7 @@ func TestConfigMapDecodesStrictly(t *testing.T) {
 		t.Errorf("ConfigMap %s/%s, want kube-system/kube-proxy", cm.Namespace, cm.Name)
 	}
 	cfg := completeConfig(t, cm.Data["config.conf"])
-	if cfg.Mode != config.ModeNFTables || cfg.Versioned.ClientConnection.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" ||
+	if cfg.Mode != proxy.ModeNFTables || cfg.Versioned.ClientConnection.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" ||
 		cfg.HealthzBindAddress != "0.0.0.0:10256" {
 		t.Errorf("mode %q kubeconfig %q healthz %q", cfg.Mode, cfg.Versioned.ClientConnection.Kubeconfig, cfg.HealthzBindAddress)
 	}

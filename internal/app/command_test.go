@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.yaml from the current output")
@@ -85,7 +86,7 @@ func TestConfigFileErrors(t *testing.T) {
 		t.Errorf("invalid file: err %v", res.err)
 	}
 	lenient := writeFile(t, "lenient.conf", configHeader+"mode: ipvs\nsomethingNew: 1\n")
-	if cfg := mustRun(t, "--config="+lenient); cfg.Mode != config.ModeIPVS {
+	if cfg := mustRun(t, "--config="+lenient); cfg.Mode != proxy.ModeIPVS {
 		t.Errorf("lenient file: mode %q", cfg.Mode)
 	}
 	if res := execute(t, nil, "--config=/nonexistent/config.conf"); res.err == nil {

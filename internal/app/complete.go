@@ -11,6 +11,7 @@ import (
 	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // complete resolves the configuration with upstream's precedence (contract
@@ -61,7 +62,7 @@ func (o *options) fromFlags() *v1alpha1.KubeProxyConfiguration {
 	obj := o.flagConfig.DeepCopy()
 	obj.IPTables.MasqueradeAll = o.masqueradeAll
 	obj.NFTables.MasqueradeAll = o.masqueradeAll
-	if config.Mode(obj.Mode) == config.ModeIPVS {
+	if proxy.Mode(obj.Mode) == proxy.ModeIPVS {
 		obj.IPVS.SyncPeriod.Duration = o.ipvsSyncPeriod
 		obj.IPVS.MinSyncPeriod.Duration = o.ipvsMinSyncPeriod
 	} else {

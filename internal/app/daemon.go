@@ -1,7 +1,6 @@
 package app
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/internal/debugstate"
@@ -30,9 +30,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/watch"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
-	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/klink"
-	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
@@ -41,9 +39,13 @@ import (
 // daemon is one running svcproxy: its servers, informers and one syncer per
 // IP family.
 type daemon struct {
-	cfg    *config.Config
-	logger klog.Logger
-	client kubernetes.Interface
+	cfg *config.Config
+	// registry is the table of backends (backends.Table but in tests),
+	// backend the mode's row in it.
+	registry backends.Registry
+	backend  *backends.Backend
+	logger   klog.Logger
+	client   kubernetes.Interface
 	// pages reads the pages of a list after its first, without the
 	// client's rate limiter (watch.Options.ContinuePages).
 	pages     kubernetes.Interface
@@ -63,16 +65,17 @@ type daemon struct {
 	flavour kiptables.Flavour
 	// schedulers warns about invalid per-Service IPVS scheduler annotations.
 	schedulers *schedulerWarner
-	// nfacct holds the nfacct objects of iptables mode (nil otherwise, or
-	// when the kernel lacks them): the backend counts, the metrics read.
-	nfacct knfacct.Interface
 	// fatal receives errors that must stop the process: a listener failure
 	// under bindAddressHardFail, or a change to this Node that upstream
 	// answers by exiting.
 	fatal chan error
 }
 
-func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
+func newDaemon(ctx context.Context, cfg *config.Config, reg backends.Registry) (*daemon, error) {
+	b, err := reg.Lookup(cfg.Mode)
+	if err != nil {
+		return nil, err
+	}
 	name, err := nodeName(cfg.HostnameOverride)
 	if err != nil {
 		return nil, err
@@ -87,6 +90,8 @@ func newDaemon(ctx context.Context, cfg *config.Config) (*daemon, error) {
 	}
 	d := &daemon{
 		cfg:      cfg,
+		registry: reg,
+		backend:  b,
 		logger:   klog.FromContext(ctx),
 		client:   client,
 		pages:    pages,
@@ -129,7 +134,7 @@ func (d *daemon) run(ctx context.Context) error {
 	defer d.svcHealth.Close()
 	// The lists of Services and EndpointSlices start first: at scale they
 	// are most of a start, and reading them only needs the API server.
-	families := proxyFamilies(d.cfg.Mode)
+	families := d.backend.Families()
 	feed, err := d.startFeed(ctx, families)
 	if err != nil {
 		return err
@@ -143,28 +148,16 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := d.checkConfig(); err != nil {
 		return err
 	}
-	if err := setupNode(ctx, d.cfg); err != nil {
+	if err := setupNode(ctx, d.cfg, d.backend); err != nil {
 		return err
 	}
-	var closeNFAcct func()
-	d.nfacct, closeNFAcct = openNFAcct(ctx, d.cfg.Mode)
-	defer closeNFAcct()
-	proxiers := make(map[proxy.IPFamily]syncer.Proxier, len(families))
-	d.flavour = iptablesFlavour(ctx, d.cfg.Mode)
-	for _, f := range families {
-		p, err := newProxier(ctx, d.cfg, f, d.nfacct, d.flavour)
-		if err != nil {
-			return err
-		}
-		if err := p.Init(ctx); err != nil {
-			return fmt.Errorf("initializing %s %s: %w", d.cfg.Mode, f, err)
-		}
-		proxiers[f] = p
-		if c, ok := p.(interface{ Close() }); ok {
-			defer c.Close()
-		}
+	inst, err := openBackend(ctx, d.backend, d.cfg, families, false)
+	if err != nil {
+		return err
 	}
-	d.serve(ctx)
+	defer inst.Close()
+	d.flavour = inst.IPTablesFlavour
+	d.serve(ctx, inst.Metrics)
 	closeLocal := d.serveLocal()
 	defer closeLocal() // removes the socket before the process exits
 	conntrackClient, err := kconntrack.New()
@@ -173,7 +166,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	defer conntrackClient.Close()
 	firstSyncs := newFirstSyncs(families)
-	syncers, err := d.newSyncers(ctx, proxiers, feed, conntrackClient, firstSyncs)
+	syncers, err := d.newSyncers(ctx, inst.Proxiers, feed, conntrackClient, firstSyncs)
 	if err != nil {
 		return err
 	}
@@ -220,21 +213,21 @@ func (d *daemon) cleanupAfter(ctx context.Context, synced <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		}
-		if err := leftovers.OtherModes(ctx, d.cfg.Mode); err != nil {
+		if err := leftovers.OtherModes(ctx, d.registry, d.cfg.Mode); err != nil {
 			d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
 		}
 	}()
 }
 
 // serve starts the metrics and health servers (each disabled by an empty
-// address).
-func (d *daemon) serve(ctx context.Context) {
+// address); backendMetrics are the backend instance's metrics options.
+func (d *daemon) serve(ctx context.Context, backendMetrics []metrics.Option) {
 	var metricsFail, healthzFail chan<- error
 	if d.cfg.BindAddressHardFail {
 		metricsFail = d.hardFail("FailedToStartMetricServer")
 		healthzFail = d.hardFail("FailedToStartProxierHealthcheck")
 	}
-	gatherer, err := registerMetrics(d.cfg, d.nfacct)
+	gatherer, err := registerMetrics(d.cfg, d.backend, backendMetrics)
 	if err != nil {
 		d.logger.Error(err, "Registering metrics failed")
 	}
@@ -288,7 +281,7 @@ func (d *daemon) serveLocal() (closeLocal func()) {
 
 // newSyncers builds one syncer per family on the feed's tracker and
 // connects the feed's sync requests to it.
-func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Proxier, feed *feed, ct kconntrack.Interface, first *firstSyncs) (map[proxy.IPFamily]*syncer.Syncer, error) {
+func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Backend, feed *feed, ct kconntrack.Interface, first *firstSyncs) (map[proxy.IPFamily]*syncer.Syncer, error) {
 	syncers := make(map[proxy.IPFamily]*syncer.Syncer, len(proxiers))
 	gc := newGCTuner(slices.Collect(maps.Keys(proxiers)))
 	for _, family := range proxy.Families {
@@ -300,17 +293,18 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 		// Stale UDP/SCTP flows are removed beside the sync, never inside it.
 		reconciler := conntrack.New(family, ct, conntrack.Options{})
 		go reconciler.Run(ctx)
-		afterSync := chainAfterSync(d.afterSync(reconciler.Observe), gc.afterSync(family), first.afterSync(family))
-		if serve := localhostProxy(ctx, d.cfg, family); serve != nil {
+		compute := d.backend.Options(d.cfg, family)
+		afterSync := chainAfterSync(d.afterSync(compute, reconciler.Observe), gc.afterSync(family), first.afterSync(family))
+		if serve := localhostProxy(ctx, compute); serve != nil {
 			afterSync = chainAfterSync(afterSync, serve)
 		}
 		s, err := syncer.New(syncer.Options{
 			Family:         family,
-			Mode:           metricsMode(d.cfg.Mode),
+			SyncFailures:   d.backend.SyncFailures,
 			Tracker:        tracker,
 			Proxier:        withFaults(p, d.cfg.Mode, family),
 			Node:           d.node.get,
-			Compute:        computeOptions(d.cfg, family),
+			Compute:        compute,
 			Health:         d.health,
 			ServiceHealth:  d.svcHealth,
 			MinSyncPeriod:  d.cfg.MinSyncPeriod,
@@ -341,54 +335,12 @@ func quarantineFile(cfg *config.Config, family proxy.IPFamily) string {
 	return filepath.Join(filepath.Dir(cfg.StateSocket), fmt.Sprintf("quarantine-%s-%s.json", cfg.Mode, family))
 }
 
-func computeOptions(cfg *config.Config, family proxy.IPFamily) desired.Options {
-	return desired.Options{
-		Family:              family,
-		MasqueradeBit:       cfg.MasqueradeBit,
-		MasqueradeAll:       cfg.MasqueradeAll,
-		DetectLocalMode:     string(cfg.DetectLocalMode),
-		ClusterCIDRs:        cfg.ClusterCIDRs,
-		BridgeInterface:     cfg.BridgeInterface,
-		InterfaceNamePrefix: cfg.InterfaceNamePrefix,
-		NodePortAddresses:   cfg.NodePortAddresses,
-		DropUnallocated:     cfg.Mode == config.ModeNFTables,
-		Localhost:           localhostMode(cfg),
-		// IPVS binds a virtual server to every node-port address and has
-		// a scheduler per port: desired resolves both once.
-		BindNodePorts: cfg.Mode == config.ModeIPVS,
-		Scheduling:    ipvsScheduling(cfg),
-	}
-}
-
-// ipvsScheduling is, in IPVS mode, what desired resolves each port's
-// scheduler with: ipvs.scheduler (round robin when unset) and the names the
-// kernel ships (startup refuses a configured name outside them).
-func ipvsScheduling(cfg *config.Config) *desired.IPVSScheduling {
-	if cfg.Mode != config.ModeIPVS {
-		return nil
-	}
-	return &desired.IPVSScheduling{Default: cmp.Or(cfg.IPVS.Scheduler, kipvs.RoundRobin), Known: kipvs.Schedulers}
-}
-
-// proxyFamilies lists the families to run a proxier for. Like upstream, one
-// per family whenever the host supports it, whether or not the cluster is
-// dual-stack; nftables always has both tables.
-func proxyFamilies(mode config.Mode) []proxy.IPFamily {
-	if mode == config.ModeNFTables {
-		return proxy.Families
-	}
-	if _, err := os.Stat("/proc/net/if_inet6"); err != nil {
-		return []proxy.IPFamily{proxy.IPv4}
-	}
-	return proxy.Families
-}
-
 // afterSync is what runs after each successful sync: the debug state for
-// `svcproxy explain`, the conntrack reconciler, and in IPVS mode the check
-// of per-Service scheduler annotations.
-func (d *daemon) afterSync(reconcile func(*desired.State, model.Changes)) func(*desired.State, model.Changes) {
+// `svcproxy explain`, the conntrack reconciler, and where desired resolves
+// schedulers (IPVS mode) the check of per-Service scheduler annotations.
+func (d *daemon) afterSync(compute desired.Options, reconcile func(*desired.State, model.Changes)) func(*desired.State, model.Changes) {
 	hooks := []func(*desired.State, model.Changes){d.state.Record, reconcile}
-	if d.cfg.Mode == config.ModeIPVS {
+	if compute.Scheduling != nil {
 		hooks = append(hooks, d.schedulers.observe)
 	}
 	return chainAfterSync(hooks...)

@@ -45,7 +45,7 @@ func TestNothingListensBeforeTheNodeExists(t *testing.T) {
 	cfg := mustRun(t, "--hostname-override=n1", "--proxy-mode=nftables",
 		"--metrics-bind-address="+metricsAddr, "--healthz-bind-address="+healthzAddr, "--state-socket="+socket)
 	client := fake.NewClientset()
-	d := &daemon{cfg: cfg, logger: klog.Background(), client: client, nodeName: "n1",
+	d := &daemon{cfg: cfg, backend: testBackend(t, cfg.Mode), logger: klog.Background(), client: client, nodeName: "n1",
 		node: newNodeView("n1", cfg.BindAddress), health: healthz.New(cfg.SyncPeriod, clock.RealClock{}),
 		events: &eventSink{recorder: events.NewFakeRecorder(10), nodeName: "n1"},
 		state:  debugstate.NewRecorder(), fatal: make(chan error, 4)}
@@ -96,7 +96,7 @@ func nodeGets(client *fake.Clientset) int {
 // The quarantine is kept beside the state socket, per mode and family, so
 // a restarted pod finds it on the same hostPath; without a socket, none.
 func TestQuarantineFileBesideTheStateSocket(t *testing.T) {
-	cfg := &config.Config{Mode: config.ModeNFTables, StateSocket: "/run/svcproxy/svcproxy.sock"}
+	cfg := &config.Config{Mode: proxy.ModeNFTables, StateSocket: "/run/svcproxy/svcproxy.sock"}
 	if got := quarantineFile(cfg, proxy.IPv6); got != "/run/svcproxy/quarantine-nftables-IPv6.json" {
 		t.Errorf("quarantine file %q", got)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/localapi"
@@ -83,7 +84,7 @@ func (o explainOptions) run(ctx context.Context, w io.Writer, target string) err
 	if err := getJSON(ctx, localapi.NewClient(o.socket), nodestatus.Path, &status); err == nil {
 		markQuarantined(&e, state, pkt, status)
 	}
-	objects, err := explain.Objects(ctx, mode, state, e)
+	objects, err := kernelObjects(ctx, backends.Table, proxy.Mode(mode), state, e)
 	if err != nil {
 		objects = append(objects, "(cannot name them: "+err.Error()+")")
 	}
@@ -139,6 +140,19 @@ func fetchState(ctx context.Context, c *localapi.Client, family proxy.IPFamily) 
 	}
 	state, err := dump.States[0].Decode()
 	return dump.Mode, state, err
+}
+
+// kernelObjects lists the kernel objects that implement e, named by the
+// row of mode, the mode of the daemon that programmed state.
+func kernelObjects(ctx context.Context, reg backends.Registry, mode proxy.Mode, state *desired.State, e explain.Explanation) ([]string, error) {
+	if e.Port == nil {
+		return nil, nil
+	}
+	b, err := reg.Lookup(mode)
+	if err != nil {
+		return nil, fmt.Errorf("unknown proxy mode %q", mode)
+	}
+	return b.Objects(ctx, state, e)
 }
 
 // maxStateBytes bounds what explain reads from the socket, far above any

@@ -3,7 +3,6 @@
 package app
 
 import (
-	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/faultinject"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -11,6 +10,9 @@ import (
 
 // withFaults, in the test build (-tags faultinject, test/e2e only), makes
 // the backend refuse the rules of Services named faultinject.PoisonPrefix*.
-func withFaults(p syncer.Proxier, mode config.Mode, family proxy.IPFamily) syncer.Proxier {
-	return faultinject.Wrap(p, string(mode), family)
+// The wrapper tells which ports the kernel holds (as it would corrupt
+// them) and reads nothing back ahead of the first sync.
+func withFaults(b syncer.Backend, mode proxy.Mode, family proxy.IPFamily) syncer.Backend {
+	w := faultinject.Wrap(b.Proxier, mode, family)
+	return syncer.Backend{Proxier: w, PortHolder: w}
 }

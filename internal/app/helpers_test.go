@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // result records what an execution of the command did.
@@ -76,3 +78,14 @@ func writeFile(t *testing.T, name, content string) string {
 }
 
 const configHeader = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+
+// testBackend is mode's row of the backends' table (the daemon's registry
+// stays nil: the tests that use it remove no leftovers).
+func testBackend(t *testing.T, mode proxy.Mode) *backends.Backend {
+	t.Helper()
+	b, err := backends.Table.Lookup(mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

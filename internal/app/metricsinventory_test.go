@@ -20,9 +20,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
@@ -119,7 +121,7 @@ type inventoryRow struct {
 	modes  []string
 }
 
-var allModes = []config.Mode{config.ModeIPTables, config.ModeNFTables, config.ModeIPVS}
+var allModes = []proxy.Mode{proxy.ModeIPTables, proxy.ModeNFTables, proxy.ModeIPVS}
 
 func orDash(s string) string {
 	if s == "" {
@@ -144,7 +146,7 @@ func labelNames(mf *dto.MetricFamily) []string {
 // gatherAll gathers what /metrics serves in mode, every family made to
 // show: the localhost node-port families' gate on, nfacct and the reject
 // counters read from fakes, a child of every vector, client-go used once.
-func gatherAll(t *testing.T, mode config.Mode) []*dto.MetricFamily {
+func gatherAll(t *testing.T, mode proxy.Mode) []*dto.MetricFamily {
 	t.Helper()
 	gate, err := config.NewFeatureGate(map[string]bool{string(config.KubeProxyNFTablesLocalhostNodePorts): true})
 	if err != nil {
@@ -158,7 +160,13 @@ func gatherAll(t *testing.T, mode config.Mode) []*dto.MetricFamily {
 		}
 	}
 	rec := &recordingRegistry{Registry: prometheus.NewRegistry()}
-	opts := append(metricsOptions(cfg, acct), metrics.WithLocalhostNodePorts(fakeRejects{}))
+	b, err := backends.Table.Lookup(mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The instance's options as the rows open them, from fakes: every
+	// mode is given both, Register takes what the mode exposes.
+	opts := metricsOptions(b, []metrics.Option{metrics.WithNFAcct(acct), metrics.WithLocalhostNodePorts(fakeRejects{})})
 	gatherer, err := registerMetricsIn(rec, cfg, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -9,11 +9,9 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
 
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/pkg/knfacct"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
 // registerMetrics builds what /metrics serves: the kubeproxy_* families of
@@ -22,9 +20,9 @@ import (
 // settings, kubernetes_build_info, every rest_client_* family,
 // registered_metrics_total and kubernetes_feature_enabled.
 //
-// acct, if not nil, is what the iptables nfacct collectors read.
-func registerMetrics(cfg *config.Config, acct knfacct.Interface) (prometheus.Gatherer, error) {
-	return registerMetricsIn(prometheus.NewRegistry(), cfg, metricsOptions(cfg, acct))
+// b is the mode's row, backendMetrics its instance's metrics options.
+func registerMetrics(cfg *config.Config, b *backends.Backend, backendMetrics []metrics.Option) (prometheus.Gatherer, error) {
+	return registerMetricsIn(prometheus.NewRegistry(), cfg, metricsOptions(b, backendMetrics))
 }
 
 // registry is where registerMetricsIn registers the mode's families.
@@ -36,7 +34,7 @@ type registry interface {
 // registerMetricsIn is registerMetrics into reg with opts; a test passes a
 // registry that records the collectors, to list every family.
 func registerMetricsIn(reg registry, cfg *config.Config, opts []metrics.Option) (prometheus.Gatherer, error) {
-	if err := metrics.Register(reg, metricsMode(cfg.Mode), opts...); err != nil {
+	if err := metrics.Register(reg, cfg.Mode, opts...); err != nil {
 		return reg, err
 	}
 	if gate, ok := cfg.FeatureGate.(featuregate.MutableFeatureGate); ok {
@@ -45,15 +43,13 @@ func registerMetricsIn(reg registry, cfg *config.Config, opts []metrics.Option) 
 	return prometheus.Gatherers{legacyregistry.DefaultGatherer, reg}, nil
 }
 
-// metricsOptions are the options of metrics.Register for cfg: the runtime
-// collectors are component-base's, served beside.
-func metricsOptions(cfg *config.Config, acct knfacct.Interface) []metrics.Option {
+// metricsOptions are the options of metrics.Register for b's mode: the
+// runtime collectors are component-base's, served beside; the row's own
+// families and the instance's counters are the backend's.
+func metricsOptions(b *backends.Backend, backendMetrics []metrics.Option) []metrics.Option {
 	opts := []metrics.Option{metrics.WithoutRuntimeCollectors()}
-	if acct != nil {
-		opts = append(opts, metrics.WithNFAcct(acct))
+	if len(b.Metrics) > 0 {
+		opts = append(opts, metrics.WithFamilies(b.Metrics...))
 	}
-	if localhostMode(cfg) == desired.LocalhostModeNFTables {
-		opts = append(opts, metrics.WithLocalhostNodePorts(nftables.NewRejectCounters(proxyFamilies(cfg.Mode))))
-	}
-	return opts
+	return append(opts, backendMetrics...)
 }

@@ -4,16 +4,14 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/leftovers"
 )
 
 // run starts the proxy and blocks until ctx is done or it fails.
 func run(ctx context.Context, cfg *config.Config) error {
-	if err := checkMode(cfg.Mode); err != nil {
-		return err
-	}
-	d, err := newDaemon(ctx, cfg)
+	d, err := newDaemon(ctx, cfg, backends.Table)
 	if err != nil {
 		return err
 	}
@@ -23,7 +21,7 @@ func run(ctx context.Context, cfg *config.Config) error {
 // cleanup removes the rules of every mode and returns (--cleanup); any
 // error makes the process exit non-zero, as upstream.
 func cleanup(ctx context.Context, _ *config.Config) error {
-	if err := leftovers.All(ctx); err != nil {
+	if err := leftovers.All(ctx, backends.Table); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
 	return nil
@@ -31,21 +29,17 @@ func cleanup(ctx context.Context, _ *config.Config) error {
 
 // initOnly performs the privileged initialisation and returns (--init-only).
 func initOnly(ctx context.Context, cfg *config.Config) error {
-	if err := checkMode(cfg.Mode); err != nil {
+	b, err := backends.Table.Lookup(cfg.Mode)
+	if err != nil {
 		return err
 	}
-	if err := setupNode(ctx, cfg); err != nil {
+	if err := setupNode(ctx, cfg, b); err != nil {
 		return err
 	}
-	flavour := iptablesFlavour(ctx, cfg.Mode)
-	for _, f := range proxyFamilies(cfg.Mode) {
-		p, err := newProxier(ctx, cfg, f, nil, flavour)
-		if err != nil {
-			return err
-		}
-		if err := p.Init(ctx); err != nil {
-			return fmt.Errorf("initializing %s %s: %w", cfg.Mode, f, err)
-		}
+	inst, err := openBackend(ctx, b, cfg, b.Families(), true)
+	if err != nil {
+		return err
 	}
+	inst.Close()
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
@@ -87,34 +86,5 @@ func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
 	w.observe(&desired.State{Services: model.PortMap[*desired.ServicePort]{}}, model.Changes{})
 	if len(w.warned) != 0 || warnings != 100 {
 		t.Errorf("after full sync: remembered %d, warnings %d; want 0 and 100", len(w.warned), warnings)
-	}
-}
-
-// TestComputeOptionsIPVS: in IPVS mode the app hands desired what it needs
-// to decide node-port addresses and schedulers once (nothing is left for
-// the backend to resolve); other modes ask for neither.
-func TestComputeOptionsIPVS(t *testing.T) {
-	for _, tc := range []struct {
-		mode      config.Mode
-		scheduler string
-		want      string // default scheduler; "" means no Scheduling
-	}{
-		{config.ModeIPVS, "", "rr"},
-		{config.ModeIPVS, "wlc", "wlc"},
-		{config.ModeNFTables, "wlc", ""},
-		{config.ModeIPTables, "", ""},
-	} {
-		cfg := &config.Config{Mode: tc.mode}
-		cfg.IPVS.Scheduler = tc.scheduler
-		o := computeOptions(cfg, proxy.IPv4)
-		if o.BindNodePorts != (tc.mode == config.ModeIPVS) {
-			t.Errorf("%s: BindNodePorts = %t", tc.mode, o.BindNodePorts)
-		}
-		switch {
-		case tc.want == "" && o.Scheduling != nil:
-			t.Errorf("%s: Scheduling = %+v, want none", tc.mode, o.Scheduling)
-		case tc.want != "" && (o.Scheduling == nil || o.Scheduling.Default != tc.want || len(o.Scheduling.Known) == 0):
-			t.Errorf("%s %q: Scheduling = %+v, want default %q and the kernel's names", tc.mode, tc.scheduler, o.Scheduling, tc.want)
-		}
 	}
 }

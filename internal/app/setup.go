@@ -3,9 +3,11 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"k8s.io/klog/v2"
 
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/ksysctl"
 	"github.com/svcproxy/svcproxy/internal/nodesetup"
@@ -16,12 +18,11 @@ import (
 // setupNode applies the conntrack sysctls, oomScoreAdj and route_localnet,
 // as upstream does at start and in --init-only. What this process may not
 // change is skipped with a warning; other failures stop the start.
-func setupNode(ctx context.Context, cfg *config.Config) error {
+func setupNode(ctx context.Context, cfg *config.Config, b *backends.Backend) error {
 	logger := klog.FromContext(ctx)
 	oom := cfg.OOMScoreAdj
 	res, err := nodesetup.Setup(nodesetup.Config{
-		Mode:                  string(cfg.Mode),
-		IPv4:                  containsFamily(proxyFamilies(cfg.Mode), proxy.IPv4),
+		IPv4:                  slices.Contains(b.Families(), proxy.IPv4),
 		MaxPerCore:            cfg.Conntrack.MaxPerCore,
 		Min:                   cfg.Conntrack.Min,
 		TCPEstablishedTimeout: cfg.Conntrack.TCPEstablishedTimeout,
@@ -30,7 +31,7 @@ func setupNode(ctx context.Context, cfg *config.Config) error {
 		UDPStreamTimeout:      cfg.Conntrack.UDPStreamTimeout,
 		TCPBeLiberal:          cfg.Conntrack.TCPBeLiberal,
 		OOMScoreAdj:           &oom,
-		LocalhostNodePorts:    desired.DecideLocalhost(computeOptions(cfg, proxy.IPv4)) == desired.LocalhostDNAT,
+		LocalhostNodePorts:    desired.DecideLocalhost(b.Options(cfg, proxy.IPv4)) == desired.LocalhostDNAT,
 	}, nodesetup.Env{Sysctl: ksysctl.Proc{}, InInitialNetNS: nodesetup.InInitialNetNS})
 	for _, w := range res.Warnings {
 		logger.Info("Warning: node setup: " + w)
@@ -42,13 +43,4 @@ func setupNode(ctx context.Context, cfg *config.Config) error {
 		return fmt.Errorf("node setup: %w", err)
 	}
 	return nil
-}
-
-func containsFamily(families []proxy.IPFamily, f proxy.IPFamily) bool {
-	for _, x := range families {
-		if x == f {
-			return true
-		}
-	}
-	return false
 }

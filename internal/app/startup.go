@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/pkg/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // processStart is when this process started, for /statusz.
@@ -31,16 +30,20 @@ func (d *daemon) checkConfig() error {
 		}
 		d.logger.Error(err, "Kube-proxy configuration may be incomplete or incorrect")
 	}
-	switch {
-	case d.cfg.Mode == config.ModeIPTables && d.cfg.ModeDefaulted:
+	if d.cfg.Mode == proxy.ModeIPTables && d.cfg.ModeDefaulted {
 		d.logger.Error(nil, config.DefaultModeMessage)
 		d.events.nodeWarning("KubeProxyDefaultMode", config.DefaultModeMessage)
-	case d.cfg.Mode == config.ModeIPVS:
-		if s := d.cfg.IPVS.Scheduler; s != "" && !slices.Contains(kipvs.Schedulers, s) {
-			return fmt.Errorf("can't use the IPVS proxier: scheduler %q is not one of %v", s, kipvs.Schedulers)
-		}
-		d.logger.Error(nil, config.IPVSDeprecationMessage)
-		d.events.nodeWarning("IPVSDeprecation", config.IPVSDeprecationMessage)
+	}
+	if d.backend.Check == nil {
+		return nil
+	}
+	w, err := d.backend.Check(d.cfg)
+	if err != nil {
+		return err
+	}
+	if w != nil {
+		d.logger.Error(nil, w.Message)
+		d.events.nodeWarning(w.Reason, w.Message)
 	}
 	return nil
 }
@@ -52,7 +55,7 @@ func (d *daemon) nodeFacts() config.NodeFacts {
 	n, _ := d.node.get()
 	facts := config.NodeFacts{
 		PodCIDRs:  n.PodCIDRs,
-		DualStack: len(proxyFamilies(d.cfg.Mode)) == 2,
+		DualStack: len(d.backend.Families()) == 2,
 	}
 	for i, ip := range n.IPs {
 		if i == 0 {

@@ -23,7 +23,7 @@ import (
 func testDaemon(t *testing.T, cfg *config.Config, podCIDR string, nodeIPs ...string) (*daemon, *events.FakeRecorder) {
 	t.Helper()
 	rec := events.NewFakeRecorder(10)
-	d := &daemon{cfg: cfg, logger: klog.Background(), node: newNodeView("n1", cfg.BindAddress),
+	d := &daemon{cfg: cfg, backend: testBackend(t, cfg.Mode), logger: klog.Background(), node: newNodeView("n1", cfg.BindAddress),
 		events: &eventSink{recorder: rec, nodeName: "n1"}, fatal: make(chan error, 1)}
 	d.node.hostAddrs = func() []netip.Addr { return nil }
 	var ips []netip.Addr

@@ -12,16 +12,8 @@ import (
 	// logging.format: json validates.
 	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/kube-proxy/config/v1alpha1"
-)
 
-// Mode is a proxy mode, spelled as kube-proxy spells it.
-type Mode string
-
-// The Linux proxy modes.
-const (
-	ModeIPTables Mode = "iptables"
-	ModeIPVS     Mode = "ipvs"
-	ModeNFTables Mode = "nftables"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // LocalMode says how traffic from local pods is recognised.
@@ -48,7 +40,7 @@ const (
 // contract §2.2), so readers never need to know about v1alpha1's per-mode
 // sections.
 type Config struct {
-	Mode Mode
+	Mode proxy.Mode
 
 	// HostnameOverride is the Node name to use; "" means the OS hostname.
 	HostnameOverride string

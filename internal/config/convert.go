@@ -11,6 +11,8 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 	netutils "k8s.io/utils/net"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // Complete applies the platform defaults to an already defaulted obj,
@@ -49,7 +51,7 @@ func fromVersioned(obj *v1alpha1.KubeProxyConfiguration) (*Config, error) {
 		return nil, fmt.Errorf("bindAddress: %w", err)
 	}
 	cfg := &Config{
-		Mode:                        Mode(obj.Mode),
+		Mode:                        proxy.Mode(obj.Mode),
 		HostnameOverride:            obj.HostnameOverride,
 		BindAddress:                 bind,
 		HealthzBindAddress:          obj.HealthzBindAddress,
@@ -77,12 +79,12 @@ func fromVersioned(obj *v1alpha1.KubeProxyConfiguration) (*Config, error) {
 		Versioned:    obj.DeepCopy(),
 	}
 	switch cfg.Mode {
-	case ModeNFTables:
+	case proxy.ModeNFTables:
 		cfg.SyncPeriod = obj.NFTables.SyncPeriod.Duration
 		cfg.MinSyncPeriod = obj.NFTables.MinSyncPeriod.Duration
 		cfg.MasqueradeAll = obj.NFTables.MasqueradeAll
 		cfg.MasqueradeBit = derefInt(obj.NFTables.MasqueradeBit)
-	case ModeIPVS:
+	case proxy.ModeIPVS:
 		cfg.SyncPeriod = obj.IPVS.SyncPeriod.Duration
 		cfg.MinSyncPeriod = obj.IPVS.MinSyncPeriod.Duration
 		cfg.MasqueradeAll = obj.IPTables.MasqueradeAll

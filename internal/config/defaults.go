@@ -10,6 +10,8 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 	netutils "k8s.io/utils/net"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // The well-known kube-proxy ports (upstream pkg/cluster/ports).
@@ -90,9 +92,9 @@ func SetDefaults(obj *v1alpha1.KubeProxyConfiguration) {
 // ["primary"] in nftables mode only.
 func ApplyPlatformDefaults(obj *v1alpha1.KubeProxyConfiguration) {
 	if obj.Mode == "" {
-		obj.Mode = v1alpha1.ProxyMode(ModeIPTables)
+		obj.Mode = v1alpha1.ProxyMode(proxy.ModeIPTables)
 	}
-	if obj.Mode == v1alpha1.ProxyMode(ModeNFTables) && len(obj.NodePortAddresses) == 0 {
+	if obj.Mode == v1alpha1.ProxyMode(proxy.ModeNFTables) && len(obj.NodePortAddresses) == 0 {
 		obj.NodePortAddresses = []string{NodePortAddressesPrimary}
 	}
 	if obj.DetectLocalMode == "" {

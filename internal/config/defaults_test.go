@@ -7,11 +7,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // expectedDefaults is the Config of a file that sets only mode, written
 // field by field from contract §2.1/§2.2 (not derived from the code).
-func expectedDefaults(mode Mode) *Config {
+func expectedDefaults(mode proxy.Mode) *Config {
 	cfg := &Config{
 		Mode:               mode,
 		BindAddress:        netip.MustParseAddr("0.0.0.0"),
@@ -38,9 +40,9 @@ func expectedDefaults(mode Mode) *Config {
 		FeatureGates: map[string]bool{},
 	}
 	switch mode {
-	case ModeIPVS:
+	case proxy.ModeIPVS:
 		cfg.MinSyncPeriod = 0 // ipvs.minSyncPeriod defaults to 0s
-	case ModeNFTables:
+	case proxy.ModeNFTables:
 		cfg.NodePortAddresses = []string{"primary"}
 	}
 	return cfg
@@ -50,12 +52,12 @@ func TestDefaultsPerMode(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		body string
-		want Mode
+		want proxy.Mode
 	}{
-		{name: "unset mode is iptables", body: "", want: ModeIPTables},
-		{name: "iptables", body: "mode: iptables\n", want: ModeIPTables},
-		{name: "ipvs", body: "mode: ipvs\n", want: ModeIPVS},
-		{name: "nftables", body: "mode: nftables\n", want: ModeNFTables},
+		{name: "unset mode is iptables", body: "", want: proxy.ModeIPTables},
+		{name: "iptables", body: "mode: iptables\n", want: proxy.ModeIPTables},
+		{name: "ipvs", body: "mode: ipvs\n", want: proxy.ModeIPVS},
+		{name: "nftables", body: "mode: nftables\n", want: proxy.ModeNFTables},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := mustComplete(t, tc.body)

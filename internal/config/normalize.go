@@ -3,6 +3,8 @@ package config
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // Normalize reshapes obj the way upstream's round trip through its internal
@@ -17,18 +19,18 @@ import (
 func Normalize(obj *v1alpha1.KubeProxyConfiguration) {
 	sync, minSync := activePeriods(obj)
 	masqueradeAll := obj.IPTables.MasqueradeAll
-	if Mode(obj.Mode) == ModeNFTables {
+	if proxy.Mode(obj.Mode) == proxy.ModeNFTables {
 		masqueradeAll = obj.NFTables.MasqueradeAll
 	}
 	obj.IPTables.SyncPeriod, obj.IPTables.MinSyncPeriod = metav1.Duration{}, metav1.Duration{}
 	obj.IPVS.SyncPeriod, obj.IPVS.MinSyncPeriod = metav1.Duration{}, metav1.Duration{}
 	obj.NFTables.SyncPeriod, obj.NFTables.MinSyncPeriod = metav1.Duration{}, metav1.Duration{}
 	obj.IPTables.MasqueradeAll, obj.NFTables.MasqueradeAll = false, false
-	switch Mode(obj.Mode) {
-	case ModeIPVS:
+	switch proxy.Mode(obj.Mode) {
+	case proxy.ModeIPVS:
 		obj.IPVS.SyncPeriod, obj.IPVS.MinSyncPeriod = sync, minSync
 		obj.IPTables.MasqueradeAll = masqueradeAll
-	case ModeNFTables:
+	case proxy.ModeNFTables:
 		obj.NFTables.SyncPeriod, obj.NFTables.MinSyncPeriod = sync, minSync
 		obj.NFTables.MasqueradeAll = masqueradeAll
 	default:
@@ -41,10 +43,10 @@ func Normalize(obj *v1alpha1.KubeProxyConfiguration) {
 // activePeriods returns the sync periods of the section obj.Mode uses
 // (iptables for anything but ipvs and nftables, as upstream).
 func activePeriods(obj *v1alpha1.KubeProxyConfiguration) (sync, minSync metav1.Duration) {
-	switch Mode(obj.Mode) {
-	case ModeIPVS:
+	switch proxy.Mode(obj.Mode) {
+	case proxy.ModeIPVS:
 		return obj.IPVS.SyncPeriod, obj.IPVS.MinSyncPeriod
-	case ModeNFTables:
+	case proxy.ModeNFTables:
 		return obj.NFTables.SyncPeriod, obj.NFTables.MinSyncPeriod
 	default:
 		return obj.IPTables.SyncPeriod, obj.IPTables.MinSyncPeriod

@@ -13,6 +13,8 @@ import (
 	metricsapi "k8s.io/component-base/metrics/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 	netutils "k8s.io/utils/net"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // root is the path upstream's validation names every field under. The
@@ -39,14 +41,14 @@ func validate(obj *v1alpha1.KubeProxyConfiguration) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateMasqueradeBit(obj.IPTables.MasqueradeBit, root.Child("KubeProxyIPTablesConfiguration"))...)
-	switch Mode(obj.Mode) {
-	case ModeIPVS:
+	switch proxy.Mode(obj.Mode) {
+	case proxy.ModeIPVS:
 		errs = append(errs, validateIPVS(&obj.IPVS, root.Child("KubeProxyIPVSConfiguration"))...)
-	case ModeNFTables:
+	case proxy.ModeNFTables:
 		errs = append(errs, validateMasqueradeBit(obj.NFTables.MasqueradeBit, root.Child("KubeProxyNFTablesConfiguration"))...)
 	}
 	errs = append(errs, validateLinux(obj, root.Child("KubeProxyLinuxConfiguration"))...)
-	errs = append(errs, validateMode(Mode(obj.Mode), gate, root.Child("Mode"))...)
+	errs = append(errs, validateMode(proxy.Mode(obj.Mode), gate, root.Child("Mode"))...)
 	if obj.ClientConnection.Burst < 0 {
 		errs = append(errs, field.Invalid(root.Child("ClientConnection", "Burst"), obj.ClientConnection.Burst, "must be greater than or equal to 0"))
 	}
@@ -102,11 +104,14 @@ func validateLinux(obj *v1alpha1.KubeProxyConfiguration, path *field.Path) field
 	return errs
 }
 
-// validateMode accepts ipvs only while the KubeProxyIPVS gate is on.
-func validateMode(mode Mode, gate featuregate.FeatureGate, path *field.Path) field.ErrorList {
-	valid := []string{string(ModeIPTables), string(ModeNFTables)}
-	if gate.Enabled(KubeProxyIPVS) {
-		valid = []string{string(ModeIPTables), string(ModeIPVS), string(ModeNFTables)}
+// validateMode accepts the modes of proxy.Modes, ipvs only while the
+// KubeProxyIPVS gate is on.
+func validateMode(mode proxy.Mode, gate featuregate.FeatureGate, path *field.Path) field.ErrorList {
+	var valid []string
+	for _, m := range proxy.Modes {
+		if m != proxy.ModeIPVS || gate.Enabled(KubeProxyIPVS) {
+			valid = append(valid, string(m))
+		}
 	}
 	for _, v := range append(valid, "") {
 		if string(mode) == v {

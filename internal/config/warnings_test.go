@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 func TestCheckBadConfig(t *testing.T) {
@@ -75,7 +77,7 @@ func TestCheckBadIPConfig(t *testing.T) {
 }
 
 func TestModeDefaulted(t *testing.T) {
-	if cfg := mustComplete(t, ""); !cfg.ModeDefaulted || cfg.Mode != ModeIPTables {
+	if cfg := mustComplete(t, ""); !cfg.ModeDefaulted || cfg.Mode != proxy.ModeIPTables {
 		t.Errorf("no mode: ModeDefaulted %v mode %s, want true iptables", cfg.ModeDefaulted, cfg.Mode)
 	}
 	if cfg := mustComplete(t, "mode: iptables\n"); cfg.ModeDefaulted {

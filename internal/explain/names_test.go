@@ -42,7 +42,7 @@ func TestIPVSObjectNames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := Explain(tc.state, tc.pkt)
-			objs, err := Objects(context.Background(), "ipvs", tc.state, e)
+			objs, err := IPVSObjects(context.Background(), tc.state, e)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestIPTablesInternalLocalChain(t *testing.T) {
 	st.Services = st.Services.With(n, &desired.ServicePort{Name: n, Protocol: proxy.TCP, Port: 80, ClusterIP: a("10.96.0.50"),
 		Internal: ep, External: ep, Cluster: ep, InternalLocal: true})
 	e := Explain(st, Packet{Dest: a("10.96.0.50"), Port: 80, Protocol: proxy.TCP, Origin: OriginPod})
-	objs, err := Objects(context.Background(), "iptables", st, e)
+	objs, err := IPTablesObjects(context.Background(), st, e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestIPVSSchedulerFromState(t *testing.T) {
 		web := *st.Service(spn("default", "web", "http", proxy.TCP))
 		web.Scheduler = tc.sched
 		st.Services = st.Services.With(web.Name, &web)
-		objs, err := Objects(context.Background(), "ipvs", st, Explain(st, pkt))
+		objs, err := IPVSObjects(context.Background(), st, Explain(st, pkt))
 		if err != nil {
 			t.Fatal(err)
 		}

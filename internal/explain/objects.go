@@ -20,28 +20,19 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
-// Objects lists the kernel objects that implement e in the backend of mode
-// ("nftables", "iptables", "ipvs"), one line each.
-func Objects(ctx context.Context, mode string, state *desired.State, e Explanation) ([]string, error) {
-	if e.Port == nil {
-		return nil, nil
-	}
-	switch mode {
-	case "nftables":
-		return nftObjects(ctx, state, e)
-	case "iptables":
-		return iptablesObjects(e), nil
-	case "ipvs":
-		return ipvsObjects(state, e), nil
-	}
-	return nil, fmt.Errorf("unknown proxy mode %q", mode)
-}
+// ObjectsFunc lists the kernel objects that implement e in one backend,
+// one line each. Each backend's row in internal/backends names its own:
+// NFTablesObjects, IPTablesObjects, IPVSObjects.
+type ObjectsFunc func(ctx context.Context, state *desired.State, e Explanation) ([]string, error)
 
-// nftObjects asks the nftables backend itself: it renders the one service
+// NFTablesObjects asks the nftables backend itself: it renders the one service
 // port into a knftables fake, then follows the frontend's verdict through
 // the chains it jumps to, collecting the sets and maps they use. Names
 // therefore never drift from the backend's.
-func nftObjects(ctx context.Context, state *desired.State, e Explanation) ([]string, error) {
+func NFTablesObjects(ctx context.Context, state *desired.State, e Explanation) ([]string, error) {
+	if e.Port == nil {
+		return nil, nil
+	}
 	family := knftables.IPv4Family
 	if state.Family == proxy.IPv6 {
 		family = knftables.IPv6Family
@@ -135,10 +126,13 @@ func jumps(s string) []string {
 	return out
 }
 
-// iptablesObjects names upstream's chains, as the iptables backend spells
+// IPTablesObjects names upstream's chains, as the iptables backend spells
 // them (iptables.ChainNamesOf): KUBE-SVL is a Local policy's dispatch,
 // KUBE-SVC the cluster-wide one.
-func iptablesObjects(e Explanation) []string {
+func IPTablesObjects(_ context.Context, _ *desired.State, e Explanation) ([]string, error) {
+	if e.Port == nil {
+		return nil, nil
+	}
 	c := iptables.ChainNamesOf(e.Port.Name)
 	out := []string{"nat KUBE-SERVICES (cluster, external and LB IPs; node ports via KUBE-NODEPORTS)"}
 	switch {
@@ -166,13 +160,16 @@ func iptablesObjects(e Explanation) []string {
 	if e.Verdict == Reject || e.Verdict == Drop {
 		out = append(out, "filter KUBE-SERVICES / KUBE-EXTERNAL-SERVICES (REJECT/DROP rules for services without endpoints)")
 	}
-	return out
+	return out, nil
 }
 
-// ipvsObjects names the virtual server and asks the IPVS backend which of
+// IPVSObjects names the virtual server and asks the IPVS backend which of
 // its ipsets hold the frontend (IPv6 sets are KUBE-6-…, SCTP node ports
 // …-SCTP-HASH: names only the backend should spell).
-func ipvsObjects(state *desired.State, e Explanation) []string {
+func IPVSObjects(_ context.Context, state *desired.State, e Explanation) ([]string, error) {
+	if e.Port == nil {
+		return nil, nil
+	}
 	vs := fmt.Sprintf("IPVS virtual server %s %s", strings.ToLower(string(e.Port.Protocol)),
 		netip.AddrPortFrom(e.Packet.Dest, e.Packet.Port))
 	out := []string{vs + " (ipvsadm -Ln)"}
@@ -190,5 +187,5 @@ func ipvsObjects(state *desired.State, e Explanation) []string {
 	if e.Masquerade {
 		out = append(out, "iptables nat KUBE-MARK-MASQ, KUBE-POSTROUTING")
 	}
-	return out
+	return out, nil
 }

@@ -40,7 +40,7 @@ type Proxier struct {
 
 // Wrap returns a Proxier corrupting the Services named PoisonPrefix* the
 // way the kernel of mode refuses.
-func Wrap(b Backend, mode string, family proxy.IPFamily) *Proxier {
+func Wrap(b Backend, mode proxy.Mode, family proxy.IPFamily) *Proxier {
 	return &Proxier{Backend: b, Corrupt: Corruption(mode, family),
 		Poison: func(n proxy.ServiceName) bool { return strings.HasPrefix(n.Name, PoisonPrefix) }}
 }
@@ -90,8 +90,8 @@ func (p *Proxier) corrupted(st *desired.State) *desired.State {
 // overlapping elements), an unprintable prefix for iptables and ipvs
 // (iptables-restore refuses the line). Only ports with LB IPs (and, for
 // iptables, endpoints) render a firewall, so only those are refused.
-func Corruption(mode string, family proxy.IPFamily) func(*desired.ServicePort) {
-	if mode == "nftables" {
+func Corruption(mode proxy.Mode, family proxy.IPFamily) func(*desired.ServicePort) {
+	if mode == proxy.ModeNFTables {
 		outer, inner := "10.0.0.0/8", "10.1.0.0/16"
 		if family == proxy.IPv6 {
 			outer, inner = "fd00:99::/32", "fd00:99:1::/48"

@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // kernelEnv is a fresh node namespace whose tool runs are recorded.
@@ -37,9 +38,9 @@ func (e *kernelEnv) run(t *testing.T, stdin, name string, args ...string) string
 
 // cleanup runs OtherModes for mode in the namespace and returns the tools
 // it ran.
-func (e *kernelEnv) cleanup(t *testing.T, mode config.Mode) []string {
+func (e *kernelEnv) cleanup(t *testing.T, mode proxy.Mode) []string {
 	t.Helper()
-	return e.execs.Runs(t, e.ns, func() error { return OtherModes(context.Background(), mode) })
+	return e.execs.Runs(t, e.ns, func() error { return OtherModes(context.Background(), backends.Table, mode) })
 }
 
 // TestOtherModesNothingToClean: a node that never ran another mode, and a
@@ -47,14 +48,14 @@ func (e *kernelEnv) cleanup(t *testing.T, mode config.Mode) []string {
 // families iptables-nft uses), start no process at all.
 func TestOtherModesNothingToClean(t *testing.T) {
 	e := newKernelEnv(t)
-	for _, mode := range []config.Mode{config.ModeNFTables, config.ModeIPTables, config.ModeIPVS} {
+	for _, mode := range []proxy.Mode{proxy.ModeNFTables, proxy.ModeIPTables, proxy.ModeIPVS} {
 		if ran := e.cleanup(t, mode); len(ran) > 0 {
 			t.Errorf("%s mode, empty namespace: tools ran: %q", mode, ran)
 		}
 	}
 	own := "table ip kube-proxy { chain nat-prerouting { type nat hook prerouting priority dstnat; } ; }\n"
 	e.run(t, own, "nft", "-f", "-")
-	if ran := e.cleanup(t, config.ModeNFTables); len(ran) > 0 {
+	if ran := e.cleanup(t, proxy.ModeNFTables); len(ran) > 0 {
 		t.Errorf("nftables mode's own table present: tools ran: %q", ran)
 	}
 	if tables := e.run(t, "", "nft", "list", "tables"); !strings.Contains(tables, "table ip kube-proxy") {
@@ -71,7 +72,7 @@ func TestOtherModesIPVSLeftovers(t *testing.T) {
 		// IPVS mode's link is a dummy; this kernel may lack the dummy
 		// driver, and cleanup removes the link by name whatever its type.
 		e.run(t, "", "ip", "link", "add", "kube-ipvs0", "type", "bridge")
-		ran := e.cleanup(t, config.ModeNFTables)
+		ran := e.cleanup(t, proxy.ModeNFTables)
 		if links := e.run(t, "", "ip", "-o", "link", "show"); strings.Contains(links, "kube-ipvs0") {
 			t.Errorf("kube-ipvs0 not removed: %s", links)
 		}
@@ -80,7 +81,7 @@ func TestOtherModesIPVSLeftovers(t *testing.T) {
 	t.Run("IPSet", func(t *testing.T) {
 		e := newKernelEnv(t)
 		e.run(t, "", "ipset", "create", "KUBE-6-CLUSTER-IP", "hash:ip,port", "family", "inet6")
-		ran := e.cleanup(t, config.ModeNFTables)
+		ran := e.cleanup(t, proxy.ModeNFTables)
 		if sets := e.run(t, "", "ipset", "list", "-n"); strings.Contains(sets, "KUBE-6-CLUSTER-IP") {
 			t.Errorf("ipset not removed: %s", sets)
 		}

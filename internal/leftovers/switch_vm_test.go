@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
@@ -32,13 +32,13 @@ import (
 // fail, and after each switch the old mode's objects are gone where
 // OtherModes removes them (iptables ↔ IPVS leftovers stay, as upstream's).
 func TestVMModeSwitch(t *testing.T) {
-	for _, other := range []config.Mode{config.ModeNFTables, config.ModeIPTables} {
+	for _, other := range []proxy.Mode{proxy.ModeNFTables, proxy.ModeIPTables} {
 		t.Run(fmt.Sprintf("%s-ipvs-%s", other, other), func(t *testing.T) {
 			env := scenario.NewEnv(t)
 			sw := &modeSwitch{env: env}
 			sw.to(t, other)
 			loads := sw.startLoads(t)
-			sw.to(t, config.ModeIPVS)
+			sw.to(t, proxy.ModeIPVS)
 			sw.to(t, other)
 			time.Sleep(time.Second)
 			for what, l := range loads {
@@ -60,7 +60,7 @@ type backend interface {
 
 type modeSwitch struct {
 	env  *scenario.Env
-	mode config.Mode
+	mode proxy.Mode
 	// closers stop the previous mode's Proxiers (the old process exits).
 	closers []func()
 }
@@ -74,7 +74,7 @@ func (sw *modeSwitch) services(t *testing.T) []scenario.Spec {
 // to starts mode: a Proxier per family whose first sync programs the
 // Services (a RecoverySync, as the syncer's first), then the old mode's
 // leftovers go, and the kernel is checked.
-func (sw *modeSwitch) to(t *testing.T, mode config.Mode) {
+func (sw *modeSwitch) to(t *testing.T, mode proxy.Mode) {
 	t.Helper()
 	old := sw.mode
 	for _, c := range sw.closers {
@@ -100,7 +100,7 @@ func (sw *modeSwitch) to(t *testing.T, mode config.Mode) {
 		}
 	}
 	synced := time.Since(start)
-	if err := sw.env.Node1.NS.Do(func() error { return OtherModes(context.Background(), mode) }); err != nil {
+	if err := sw.env.Node1.NS.Do(func() error { return OtherModes(context.Background(), backends.Table, mode) }); err != nil {
 		t.Errorf("%s → %s: OtherModes: %v", old, mode, err)
 	}
 	t.Logf("%s → %s: both families synced after %v, other modes cleaned up after %v", old, mode,
@@ -109,11 +109,11 @@ func (sw *modeSwitch) to(t *testing.T, mode config.Mode) {
 	sw.checkLeftovers(t, old)
 }
 
-func (sw *modeSwitch) newBackend(mode config.Mode, family proxy.IPFamily) (backend, error) {
+func (sw *modeSwitch) newBackend(mode proxy.Mode, family proxy.IPFamily) (backend, error) {
 	switch mode {
-	case config.ModeNFTables:
+	case proxy.ModeNFTables:
 		return nftables.New(family, nftables.Options{})
-	case config.ModeIPVS:
+	case proxy.ModeIPVS:
 		p, err := ipvs.New(family, ipvs.Options{ReapInterval: -1, Flavour: kiptables.FlavourNFT})
 		if err == nil {
 			sw.closers = append(sw.closers, p.Close)
@@ -124,9 +124,9 @@ func (sw *modeSwitch) newBackend(mode config.Mode, family proxy.IPFamily) (backe
 }
 
 // modeOptions are the Compute options a mode adds (internal/app).
-func modeOptions(mode config.Mode) func(*desired.Options) {
+func modeOptions(mode proxy.Mode) func(*desired.Options) {
 	return func(o *desired.Options) {
-		if mode == config.ModeIPVS {
+		if mode == proxy.ModeIPVS {
 			o.BindNodePorts = true
 			o.Scheduling = &desired.IPVSScheduling{Default: kipvs.RoundRobin, Known: kipvs.Schedulers}
 		}
@@ -162,7 +162,7 @@ func (sw *modeSwitch) startLoads(t *testing.T) map[string]*scenario.Load {
 // nftables mode leaves nothing of IPVS mode (virtual servers, kube-ipvs0,
 // ipsets, iptables chains); IPVS and iptables modes leave no nftables
 // table. It logs what stays by design (iptables ↔ IPVS).
-func (sw *modeSwitch) checkLeftovers(t *testing.T, old config.Mode) {
+func (sw *modeSwitch) checkLeftovers(t *testing.T, old proxy.Mode) {
 	t.Helper()
 	ns := sw.env.Node1.NS
 	tables, err := ns.ListTables(context.Background())
@@ -170,7 +170,7 @@ func (sw *modeSwitch) checkLeftovers(t *testing.T, old config.Mode) {
 		t.Fatal(err)
 	}
 	hasTables := strings.Contains(strings.Join(tables, "\n"), "kube-proxy")
-	if hasTables != (sw.mode == config.ModeNFTables) {
+	if hasTables != (sw.mode == proxy.ModeNFTables) {
 		t.Errorf("%s → %s: nftables tables %q", old, sw.mode, tables)
 	}
 	var ipvsLeft bool
@@ -180,14 +180,14 @@ func (sw *modeSwitch) checkLeftovers(t *testing.T, old config.Mode) {
 	}
 	vs := sw.virtualServers(t)
 	switch {
-	case sw.mode == config.ModeIPVS && (!ipvsLeft || vs == 0):
+	case sw.mode == proxy.ModeIPVS && (!ipvsLeft || vs == 0):
 		t.Errorf("%s → %s: IPVS mode's objects missing (leftovers %v, %d virtual servers)", old, sw.mode, what, vs)
-	case sw.mode == config.ModeNFTables && (ipvsLeft || vs > 0):
+	case sw.mode == proxy.ModeNFTables && (ipvsLeft || vs > 0):
 		t.Errorf("%s → %s: IPVS leftovers %q, %d virtual servers", old, sw.mode, what, vs)
-	case sw.mode == config.ModeIPTables && ipvsLeft:
+	case sw.mode == proxy.ModeIPTables && ipvsLeft:
 		t.Logf("%s → %s: IPVS leftovers stay (as upstream): %s, %d virtual servers", old, sw.mode, what, vs)
 	}
-	if sw.mode != config.ModeNFTables {
+	if sw.mode != proxy.ModeNFTables {
 		return
 	}
 	for _, save := range []string{"iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"} {

@@ -117,7 +117,7 @@ func localhostState(t *testing.T, env *scenario.Env, f scenario.Fam) *desired.St
 	snap, changes := w.Tracker().Commit()
 	opts := w.Options()
 	opts.NodePortAddresses = []string{"localhost"}
-	opts.Localhost = desired.LocalhostModeNFTables
+	opts.Localhost = desired.LocalhostModeProxied
 	st := desired.Compute(nil, snap, changes, w.Node(), opts)
 	if len(st.NodePorts.IPs) != 0 || st.NodePorts.Localhost != desired.LocalhostProxied {
 		t.Fatalf("node ports %+v, want no address and localhost proxied", st.NodePorts)

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // localhostTable is upstream v1.37.1's localhost node-port families
@@ -20,7 +22,7 @@ type fakeRejects map[string]map[string]uint64
 
 func (f fakeRejects) RejectedPackets() map[string]map[string]uint64 { return f }
 
-func gatherLocalhost(t *testing.T, mode string, opts ...Option) map[string]*dto.MetricFamily {
+func gatherLocalhost(t *testing.T, mode proxy.Mode, opts ...Option) map[string]*dto.MetricFamily {
 	t.Helper()
 	return gatherWith(t, mode, func() {
 		LocalhostNodePortListeners.WithLabelValues("IPv4").Set(2)
@@ -32,7 +34,7 @@ func gatherLocalhost(t *testing.T, mode string, opts ...Option) map[string]*dto.
 // nftables mode with the gate on, and nowhere else.
 func TestLocalhostFamilies(t *testing.T) {
 	rejects := fakeRejects{"IPv4": {"UDP": 3, "TCP": 1}, "IPv6": {"SCTP": 5}}
-	got := gatherLocalhost(t, ModeNFTables, WithLocalhostNodePorts(rejects))
+	got := gatherLocalhost(t, proxy.ModeNFTables, WithLocalhostNodePorts(rejects))
 	for _, w := range localhostTable {
 		mf, ok := got[w.name]
 		if !ok {
@@ -53,12 +55,12 @@ func TestLocalhostFamilies(t *testing.T) {
 		t.Errorf("rejected packets %v, want IPv4/UDP 3, IPv4/TCP 1, IPv6/SCTP 5", samples)
 	}
 	for _, tc := range []struct {
-		mode string
+		mode proxy.Mode
 		opts []Option
 	}{
-		{ModeNFTables, nil},
-		{ModeIPTables, []Option{WithLocalhostNodePorts(rejects)}},
-		{ModeIPVS, []Option{WithLocalhostNodePorts(rejects)}},
+		{proxy.ModeNFTables, nil},
+		{proxy.ModeIPTables, []Option{WithLocalhostNodePorts(rejects)}},
+		{proxy.ModeIPVS, []Option{WithLocalhostNodePorts(rejects)}},
 	} {
 		got := gatherLocalhost(t, tc.mode, tc.opts...)
 		for _, w := range localhostTable {

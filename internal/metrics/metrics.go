@@ -14,14 +14,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
-)
-
-// The proxy modes, spelled as --proxy-mode spells them.
-const (
-	ModeIPTables = "iptables"
-	ModeNFTables = "nftables"
-	ModeIPVS     = "ipvs"
 )
 
 // Label names shared by several families.
@@ -142,16 +136,18 @@ type family struct {
 	// labels are the variable label names; tests use them to instantiate a
 	// child of every vector.
 	labels []string
-	// modes lists the proxy modes that register the family; nil means all.
-	modes []string
+	// modes lists upstream's proxy modes that register the family; nil
+	// means every mode. A mode of svcproxy's own adds its families with
+	// WithFamilies (its row in internal/backends).
+	modes []proxy.Mode
 }
 
 // families lists every kubeproxy_* family except the nfacct collectors,
 // which need a reader and are built by Register.
 var families = []family{
 	{SyncProxyRulesLatency, []string{LabelIPFamily}, nil},
-	{SyncFullProxyRulesLatency, []string{LabelIPFamily}, []string{ModeIPTables, ModeNFTables}},
-	{SyncPartialProxyRulesLatency, []string{LabelIPFamily}, []string{ModeIPTables, ModeNFTables}},
+	{SyncFullProxyRulesLatency, []string{LabelIPFamily}, []proxy.Mode{proxy.ModeIPTables, proxy.ModeNFTables}},
+	{SyncPartialProxyRulesLatency, []string{LabelIPFamily}, []proxy.Mode{proxy.ModeIPTables, proxy.ModeNFTables}},
 	{SyncProxyRulesLastTimestamp, []string{LabelIPFamily}, nil},
 	{SyncProxyRulesLastQueuedTimestamp, []string{LabelIPFamily}, nil},
 	{NetworkProgrammingLatency, []string{LabelIPFamily}, nil},
@@ -160,12 +156,12 @@ var families = []family{
 	{ServiceChangesPending, nil, nil},
 	{ServiceChangesTotal, nil, nil},
 	{SyncProxyRulesNoLocalEndpointsTotal, []string{LabelTrafficPolicy, LabelIPFamily}, nil},
-	{IPTablesRestoreFailuresTotal, []string{LabelIPFamily}, []string{ModeIPTables, ModeIPVS}},
-	{proxymetrics.IPTablesPartialRestoreFailuresTotal, []string{LabelIPFamily}, []string{ModeIPTables}},
-	{proxymetrics.IPTablesRulesTotal, []string{LabelTable, LabelIPFamily}, []string{ModeIPTables}},
-	{proxymetrics.IPTablesRulesLastSync, []string{LabelTable, LabelIPFamily}, []string{ModeIPTables}},
-	{NFTablesSyncFailuresTotal, []string{LabelIPFamily}, []string{ModeNFTables}},
-	{proxymetrics.NFTablesCleanupFailuresTotal, []string{LabelIPFamily}, []string{ModeNFTables}},
+	{IPTablesRestoreFailuresTotal, []string{LabelIPFamily}, []proxy.Mode{proxy.ModeIPTables, proxy.ModeIPVS}},
+	{proxymetrics.IPTablesPartialRestoreFailuresTotal, []string{LabelIPFamily}, []proxy.Mode{proxy.ModeIPTables}},
+	{proxymetrics.IPTablesRulesTotal, []string{LabelTable, LabelIPFamily}, []proxy.Mode{proxy.ModeIPTables}},
+	{proxymetrics.IPTablesRulesLastSync, []string{LabelTable, LabelIPFamily}, []proxy.Mode{proxy.ModeIPTables}},
+	{NFTablesSyncFailuresTotal, []string{LabelIPFamily}, []proxy.Mode{proxy.ModeNFTables}},
+	{proxymetrics.NFTablesCleanupFailuresTotal, []string{LabelIPFamily}, []proxy.Mode{proxy.ModeNFTables}},
 	{ReconcileConntrackFlowsLatency, []string{LabelIPFamily}, nil},
 	{ReconcileConntrackFlowsDeletedEntriesTotal, []string{LabelIPFamily}, nil},
 	{ProxyHealthzTotal, []string{LabelCode}, nil},
@@ -173,7 +169,7 @@ var families = []family{
 	{QuarantinedServicePorts, []string{LabelIPFamily}, nil},
 }
 
-func (f family) in(mode string) bool {
+func (f family) in(mode proxy.Mode) bool {
 	if f.modes == nil {
 		return true
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
@@ -20,13 +21,13 @@ type want struct {
 	help    string
 	labels  []string // sorted
 	buckets []float64
-	modes   []string // nil: every mode
+	modes   []proxy.Mode // nil: every mode
 }
 
 var (
 	expBuckets = []float64{0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512,
 		1.024, 2.048, 4.096, 8.192, 16.384}
-	allModes = []string{ModeIPTables, ModeNFTables, ModeIPVS}
+	allModes = []proxy.Mode{proxy.ModeIPTables, proxy.ModeNFTables, proxy.ModeIPVS}
 )
 
 func npdBuckets() []float64 {
@@ -52,8 +53,8 @@ var (
 
 var contractTable = []want{
 	{"kubeproxy_sync_proxy_rules_duration_seconds", hist, "SyncProxyRules latency in seconds", fam, expBuckets, nil},
-	{"kubeproxy_sync_full_proxy_rules_duration_seconds", hist, "SyncProxyRules latency in seconds for full resyncs", fam, expBuckets, []string{"iptables", "nftables"}},
-	{"kubeproxy_sync_partial_proxy_rules_duration_seconds", hist, "SyncProxyRules latency in seconds for partial resyncs", fam, expBuckets, []string{"iptables", "nftables"}},
+	{"kubeproxy_sync_full_proxy_rules_duration_seconds", hist, "SyncProxyRules latency in seconds for full resyncs", fam, expBuckets, []proxy.Mode{"iptables", "nftables"}},
+	{"kubeproxy_sync_partial_proxy_rules_duration_seconds", hist, "SyncProxyRules latency in seconds for partial resyncs", fam, expBuckets, []proxy.Mode{"iptables", "nftables"}},
 	{"kubeproxy_sync_proxy_rules_last_timestamp_seconds", gaugeT, "The last time proxy rules were successfully synced", fam, nil, nil},
 	{"kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", gaugeT, "The last time a sync of proxy rules was queued", fam, nil, nil},
 	{"kubeproxy_network_programming_duration_seconds", hist, "In Cluster Network Programming Latency in seconds", fam, npdBuckets(), nil},
@@ -62,14 +63,14 @@ var contractTable = []want{
 	{"kubeproxy_sync_proxy_rules_service_changes_pending", gaugeT, "Pending proxy rules Service changes", nil, nil, nil},
 	{"kubeproxy_sync_proxy_rules_service_changes_total", counterT, "Cumulative proxy rules Service changes", nil, nil, nil},
 	{"kubeproxy_sync_proxy_rules_no_local_endpoints_total", gaugeT, "Number of services with a Local traffic policy and no endpoints", []string{"ip_family", "traffic_policy"}, nil, nil},
-	{"kubeproxy_sync_proxy_rules_iptables_restore_failures_total", counterT, "Cumulative proxy iptables restore failures", fam, nil, []string{"iptables", "ipvs"}},
-	{"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", counterT, "Cumulative proxy iptables partial restore failures", fam, nil, []string{"iptables"}},
-	{"kubeproxy_sync_proxy_rules_iptables_total", gaugeT, "Total number of iptables rules owned by kube-proxy", []string{"ip_family", "table"}, nil, []string{"iptables"}},
-	{"kubeproxy_sync_proxy_rules_iptables_last", gaugeT, "Number of iptables rules written by kube-proxy in last sync", []string{"ip_family", "table"}, nil, []string{"iptables"}},
-	{"kubeproxy_sync_proxy_rules_nftables_sync_failures_total", counterT, "Cumulative proxy nftables sync failures", fam, nil, []string{"nftables"}},
-	{"kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", counterT, "Cumulative proxy nftables cleanup failures", fam, nil, []string{"nftables"}},
-	{"kubeproxy_iptables_ct_state_invalid_dropped_packets_total", counterT, "packets dropped by iptables to work around conntrack problems", nil, nil, []string{"iptables"}},
-	{"kubeproxy_iptables_localhost_nodeports_accepted_packets_total", counterT, "Number of packets accepted on nodeports of loopback interface", nil, nil, []string{"iptables"}},
+	{"kubeproxy_sync_proxy_rules_iptables_restore_failures_total", counterT, "Cumulative proxy iptables restore failures", fam, nil, []proxy.Mode{"iptables", "ipvs"}},
+	{"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", counterT, "Cumulative proxy iptables partial restore failures", fam, nil, []proxy.Mode{"iptables"}},
+	{"kubeproxy_sync_proxy_rules_iptables_total", gaugeT, "Total number of iptables rules owned by kube-proxy", []string{"ip_family", "table"}, nil, []proxy.Mode{"iptables"}},
+	{"kubeproxy_sync_proxy_rules_iptables_last", gaugeT, "Number of iptables rules written by kube-proxy in last sync", []string{"ip_family", "table"}, nil, []proxy.Mode{"iptables"}},
+	{"kubeproxy_sync_proxy_rules_nftables_sync_failures_total", counterT, "Cumulative proxy nftables sync failures", fam, nil, []proxy.Mode{"nftables"}},
+	{"kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", counterT, "Cumulative proxy nftables cleanup failures", fam, nil, []proxy.Mode{"nftables"}},
+	{"kubeproxy_iptables_ct_state_invalid_dropped_packets_total", counterT, "packets dropped by iptables to work around conntrack problems", nil, nil, []proxy.Mode{"iptables"}},
+	{"kubeproxy_iptables_localhost_nodeports_accepted_packets_total", counterT, "Number of packets accepted on nodeports of loopback interface", nil, nil, []proxy.Mode{"iptables"}},
 	{"kubeproxy_conntrack_reconciler_sync_duration_seconds", hist, "ReconcileConntrackFlowsLatency latency in seconds", fam, expBuckets, nil},
 	{"kubeproxy_conntrack_reconciler_deleted_entries_total", counterT, "Cumulative conntrack flows deleted by conntrack reconciler", fam, nil, nil},
 	{"kubeproxy_proxy_healthz_total", counterT, "Cumulative proxy healthz HTTP status", []string{"code"}, nil, nil},
@@ -113,7 +114,7 @@ func touchAll(t *testing.T) {
 	}
 }
 
-func gather(t *testing.T, mode string) map[string]*dto.MetricFamily {
+func gather(t *testing.T, mode proxy.Mode) map[string]*dto.MetricFamily {
 	t.Helper()
 	nf := fakeNFAcct{proxymetrics.NFAcctCTStateInvalidDropped: 7, proxymetrics.NFAcctLocalhostNodePortAccepted: 3}
 	return gatherWith(t, mode, func() { touchAll(t) }, WithNFAcct(nf))
@@ -121,7 +122,7 @@ func gather(t *testing.T, mode string) map[string]*dto.MetricFamily {
 
 // gatherWith registers mode's families with opts, runs touch, and gathers
 // them by name.
-func gatherWith(t *testing.T, mode string, touch func(), opts ...Option) map[string]*dto.MetricFamily {
+func gatherWith(t *testing.T, mode proxy.Mode, touch func(), opts ...Option) map[string]*dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	if err := Register(reg, mode, opts...); err != nil {
@@ -141,7 +142,7 @@ func gatherWith(t *testing.T, mode string, touch func(), opts ...Option) map[str
 
 func TestFamiliesPerModeMatchContract(t *testing.T) {
 	for _, mode := range allModes {
-		t.Run(mode, func(t *testing.T) {
+		t.Run(string(mode), func(t *testing.T) {
 			got := gather(t, mode)
 			for name := range got {
 				if strings.HasPrefix(name, "kubeproxy_") && !expectedIn(name, mode) {
@@ -163,7 +164,7 @@ func TestFamiliesPerModeMatchContract(t *testing.T) {
 	}
 }
 
-func expectedIn(name, mode string) bool {
+func expectedIn(name string, mode proxy.Mode) bool {
 	for _, w := range contractTable {
 		if w.name == name {
 			return w.modes == nil || slices.Contains(w.modes, mode)
@@ -213,7 +214,7 @@ func equalFloats(a, b []float64) bool {
 }
 
 func TestStandardFamiliesRegistered(t *testing.T) {
-	got := gather(t, ModeNFTables)
+	got := gather(t, proxy.ModeNFTables)
 	for _, name := range []string{"go_goroutines", "process_start_time_seconds", "kubernetes_build_info"} {
 		if _, ok := got[name]; !ok {
 			t.Errorf("%s missing", name)
@@ -234,14 +235,14 @@ func TestStandardFamiliesRegistered(t *testing.T) {
 }
 
 func TestNFAcctValuesAndUnreadableCounters(t *testing.T) {
-	got := gather(t, ModeIPTables)
+	got := gather(t, proxy.ModeIPTables)
 	v := got["kubeproxy_iptables_ct_state_invalid_dropped_packets_total"].GetMetric()[0].GetCounter().GetValue()
 	if v != 7 {
 		t.Errorf("ct_state_invalid counter = %v, want 7", v)
 	}
 
 	reg := prometheus.NewRegistry()
-	if err := Register(reg, ModeIPTables, WithNFAcct(fakeNFAcct{})); err != nil {
+	if err := Register(reg, proxy.ModeIPTables, WithNFAcct(fakeNFAcct{})); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()
@@ -255,8 +256,21 @@ func TestNFAcctValuesAndUnreadableCounters(t *testing.T) {
 	}
 }
 
-func TestRegisterRejectsUnknownMode(t *testing.T) {
-	if err := Register(prometheus.NewRegistry(), "userspace"); err == nil {
-		t.Fatal("Register accepted mode userspace")
+// TestRegisterModeOfItsOwn: a mode upstream does not have gets the
+// families every mode has and those WithFamilies names, and none of
+// upstream's modes' own.
+func TestRegisterModeOfItsOwn(t *testing.T) {
+	own := counter("test_sync_failures_total", "test", LabelIPFamily)
+	got := gatherWith(t, "test", func() { own.WithLabelValues("IPv4").Inc() }, WithFamilies(own))
+	if _, ok := got["kubeproxy_test_sync_failures_total"]; !ok {
+		t.Error("the mode's own family is not registered")
+	}
+	if _, ok := got["kubeproxy_sync_proxy_rules_last_timestamp_seconds"]; !ok {
+		t.Error("a family of every mode is not registered")
+	}
+	for name := range got {
+		if strings.Contains(name, "iptables") || strings.Contains(name, "nftables") {
+			t.Errorf("%s registered for a mode of its own", name)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
@@ -23,6 +24,14 @@ type registerOptions struct {
 	localhostOn bool
 	// noRuntime leaves out go_*, process_* and kubernetes_build_info.
 	noRuntime bool
+	// extra are the families of a mode that families does not list.
+	extra []prometheus.Collector
+}
+
+// WithFamilies registers cs beside the families the mode exposes: the
+// families of a backend that upstream does not have.
+func WithFamilies(cs ...prometheus.Collector) Option {
+	return func(o *registerOptions) { o.extra = append(o.extra, cs...) }
 }
 
 // WithoutRuntimeCollectors leaves the Go, process and build-info
@@ -42,12 +51,7 @@ func WithNFAcct(r proxymetrics.NFAcctReader) Option {
 // and process collectors and kubernetes_build_info. A registry takes one
 // Register call. client-go's rest_client_* families live in the restclient
 // subpackage, which keeps client-go out of this package's dependencies.
-func Register(reg prometheus.Registerer, mode string, opts ...Option) error {
-	switch mode {
-	case ModeIPTables, ModeNFTables, ModeIPVS:
-	default:
-		return fmt.Errorf("register metrics: unknown proxy mode %q", mode)
-	}
+func Register(reg prometheus.Registerer, mode proxy.Mode, opts ...Option) error {
 	var o registerOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -62,10 +66,11 @@ func Register(reg prometheus.Registerer, mode string, opts ...Option) error {
 			cs = append(cs, f.collector)
 		}
 	}
-	if mode == ModeIPTables {
+	cs = append(cs, o.extra...)
+	if mode == proxy.ModeIPTables {
 		cs = append(cs, proxymetrics.NFAcctCollectors(o.nfacct)...)
 	}
-	if mode == ModeNFTables && o.localhostOn {
+	if mode == proxy.ModeNFTables && o.localhostOn {
 		cs = append(cs, newLocalhostCollectors(o.localhost)...)
 	}
 	for _, c := range cs {

@@ -14,17 +14,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 func newTestServer(t *testing.T, profiling bool) *httptest.Server {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	if err := Register(reg, ModeNFTables); err != nil {
+	if err := Register(reg, proxy.ModeNFTables); err != nil {
 		t.Fatal(err)
 	}
 	SyncProxyRulesLastTimestamp.WithLabelValues("IPv4").Set(42)
 	cfg := map[string]any{"mode": "nftables", "syncPeriod": "30s"}
-	srv := httptest.NewServer(NewHandler(HandlerOptions{Gatherer: reg, Mode: ModeNFTables, Config: cfg, EnableProfiling: profiling}))
+	srv := httptest.NewServer(NewHandler(HandlerOptions{Gatherer: reg, Mode: string(proxy.ModeNFTables), Config: cfg, EnableProfiling: profiling}))
 	t.Cleanup(srv.Close)
 	return srv
 }

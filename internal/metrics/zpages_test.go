@@ -7,10 +7,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 func TestZPages(t *testing.T) {
-	srv := httptest.NewServer(NewHandler(HandlerOptions{Gatherer: nil, Mode: ModeNFTables, ZPages: &ZPages{
+	srv := httptest.NewServer(NewHandler(HandlerOptions{Gatherer: nil, Mode: string(proxy.ModeNFTables), ZPages: &ZPages{
 		Component: "kube-proxy", Flags: map[string]string{"proxy-mode": "nftables", "v": "2"},
 		Started: time.Now().Add(-61 * time.Second), BinaryVersion: "v0.1.0", EmulationVersion: "1.37",
 		Paths: []string{"/metrics"},
@@ -42,7 +44,7 @@ func TestZPages(t *testing.T) {
 // handler (k8s.io/apiserver v0.37.1 flagz.Install with the same flags,
 // recorded with a Go client): status, Content-Type, Warning and body.
 func TestZPageNegotiation(t *testing.T) {
-	srv := httptest.NewServer(NewHandler(HandlerOptions{Mode: ModeNFTables, ZPages: &ZPages{
+	srv := httptest.NewServer(NewHandler(HandlerOptions{Mode: string(proxy.ModeNFTables), ZPages: &ZPages{
 		Component: "kube-proxy", Flags: map[string]string{"config": "/x", "v": "2"}, Started: time.Now(),
 	}}))
 	defer srv.Close()
@@ -105,7 +107,7 @@ func TestZPageNegotiation(t *testing.T) {
 // TestStatuszStructured checks the fields of the structured /statusz.
 func TestStatuszStructured(t *testing.T) {
 	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	srv := httptest.NewServer(NewHandler(HandlerOptions{Mode: ModeNFTables, ZPages: &ZPages{
+	srv := httptest.NewServer(NewHandler(HandlerOptions{Mode: string(proxy.ModeNFTables), ZPages: &ZPages{
 		Component: "kube-proxy", Started: started, BinaryVersion: "1.37.1", EmulationVersion: "1.37", Paths: []string{"/flagz", "/metrics"},
 	}}))
 	defer srv.Close()

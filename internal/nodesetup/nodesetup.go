@@ -30,14 +30,11 @@ const (
 	UDPStreamTimeout  = "net.netfilter.nf_conntrack_udp_timeout_stream"
 	RouteLocalnet     = "net.ipv4.conf.all.route_localnet"
 	OOMScoreAdjFile   = "/proc/self/oom_score_adj"
-	ModeIPTables      = "iptables"
 )
 
 // Config is what Setup needs; the app maps config.Config onto it. Zero
 // values leave the kernel alone, as upstream's nil/zero fields do.
 type Config struct {
-	// Mode is the proxy mode ("iptables", "ipvs", "nftables").
-	Mode string
 	// IPv4 says the proxy serves the IPv4 family.
 	IPv4 bool
 

@@ -29,7 +29,7 @@ func ptr(v int) *int { return &v }
 
 // upstream is kube-proxy's default conntrack and OOM configuration.
 func upstream() Config {
-	return Config{Mode: "nftables", IPv4: true, MaxPerCore: 32768, Min: 131072,
+	return Config{IPv4: true, MaxPerCore: 32768, Min: 131072,
 		TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour, OOMScoreAdj: ptr(-999)}
 }
 
@@ -69,18 +69,18 @@ func TestSetup(t *testing.T) {
 			cfg:      func(c *Config) { *c = Config{OOMScoreAdj: ptr(-999)} },
 			readOnly: []string{OOMScoreAdjFile}},
 		{name: "iptables localhost node ports set route_localnet", cpus: 1, initial: true,
-			cfg:  func(c *Config) { *c = Config{Mode: "iptables", IPv4: true, LocalhostNodePorts: true} },
+			cfg:  func(c *Config) { *c = Config{IPv4: true, LocalhostNodePorts: true} },
 			want: []string{RouteLocalnet + "=1"}},
 		{name: "route_localnet failure is fatal, as upstream", cpus: 1, initial: true, wantError: true,
-			cfg:      func(c *Config) { *c = Config{Mode: "iptables", IPv4: true, LocalhostNodePorts: true} },
+			cfg:      func(c *Config) { *c = Config{IPv4: true, LocalhostNodePorts: true} },
 			readOnly: []string{RouteLocalnet}},
 		// Whether localhost node ports are DNATed is desired's decision
 		// (TestDecideLocalhost: not in nftables mode, not when
 		// nodePortAddresses skips loopback).
 		{name: "no route_localnet without localhost node ports", cpus: 1, initial: true,
-			cfg: func(c *Config) { *c = Config{Mode: "iptables", IPv4: true} }},
+			cfg: func(c *Config) { *c = Config{IPv4: true} }},
 		{name: "no route_localnet without IPv4", cpus: 1, initial: true,
-			cfg: func(c *Config) { *c = Config{Mode: "iptables", LocalhostNodePorts: true} }},
+			cfg: func(c *Config) { *c = Config{LocalhostNodePorts: true} }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

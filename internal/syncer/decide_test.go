@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"errors"
+	"github.com/prometheus/client_golang/prometheus"
 	"net/netip"
 	"slices"
 	"testing"
@@ -25,8 +26,8 @@ func (f *fixture) syncMode() proxy.SyncMode {
 }
 
 // syncedFixture is a fixture past its first (recovery) sync.
-func syncedFixture(t *testing.T, mode string) *fixture {
-	f := newFixture(t, mode)
+func syncedFixture(t *testing.T, failures *prometheus.CounterVec) *fixture {
+	f := newFixture(t, failures)
 	f.markSynced()
 	f.syncMode()
 	return f
@@ -42,7 +43,7 @@ func (f *fixture) wantMode(why string, want proxy.SyncMode) {
 // TestDecideEachReason: the syncer alone picks the mode, for each reason
 // there is; with none, the sync is partial.
 func TestDecideEachReason(t *testing.T) {
-	f := newFixture(t, metrics.ModeNFTables)
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.syncer.o.Compute.NodePortAddresses = []string{"192.0.2.0/24"}
 	f.markSynced()
 	f.wantMode("first sync", proxy.RecoverySync)
@@ -80,7 +81,7 @@ func TestDecideEachReason(t *testing.T) {
 // proxy.ErrStateLost has synced (health and AfterSync see it) and gets a
 // recovery sync next.
 func TestStateLostMakesNextSyncRecovery(t *testing.T) {
-	f := syncedFixture(t, metrics.ModeNFTables)
+	f := syncedFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.proxier.report = func(proxy.SyncMode) error { return errors.Join(errors.New("stale chains"), proxy.ErrStateLost) }
 	updated, after := f.health.updated, len(f.after)
 	f.wantMode("the sync that loses the state", proxy.PartialSync)
@@ -94,7 +95,7 @@ func TestStateLostMakesNextSyncRecovery(t *testing.T) {
 // TestFullSyncNeededRetriesFullAtOnce: a partial sync the Proxier refuses
 // is redone fully in the same sync, and counted as a full one.
 func TestFullSyncNeededRetriesFullAtOnce(t *testing.T) {
-	f := syncedFixture(t, metrics.ModeIPTables)
+	f := syncedFixture(t, metrics.IPTablesRestoreFailuresTotal)
 	f.proxier.report = func(mode proxy.SyncMode) error {
 		return errors.Join(errors.New("large-cluster mode"), proxy.ErrFullSyncNeeded)
 	}
@@ -114,7 +115,7 @@ func TestFullSyncNeededRetriesFullAtOnce(t *testing.T) {
 // a missing canary requests a sync, which is a recovery; an error or a
 // present canary changes nothing.
 func TestCanaryGoneMakesRecoverySync(t *testing.T) {
-	f := syncedFixture(t, metrics.ModeNFTables)
+	f := syncedFixture(t, metrics.NFTablesSyncFailuresTotal)
 	ctx := context.Background()
 	f.proxier.canaryErr = errors.New("netlink: no answer")
 	f.syncer.checkCanary(ctx)
@@ -137,7 +138,7 @@ func TestCanaryGoneMakesRecoverySync(t *testing.T) {
 // TestLoopPollsCanaryEverySyncPeriod: the loop checks the canary once per
 // SyncPeriod on its clock, and stops with the loop.
 func TestLoopPollsCanaryEverySyncPeriod(t *testing.T) {
-	f := newFixture(t, metrics.ModeNFTables)
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.markSynced()
 	f.proxier.calls = make(chan *desired.State, 10)
 	f.proxier.canaryGone = true

@@ -19,7 +19,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/kipset"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/klink"
@@ -193,11 +192,11 @@ func (r *ipvsRun) start(t *testing.T, specs ...scenario.Spec) (*Syncer, *refusal
 	r.specs = append(r.specs, specs...)
 	r.w = r.env.NewWorld(r.f).Configure(ipvsOptions)
 	r.w.Feed(r.specs...)
-	counted := &refusals{Proxier: backendFor(t, r.env, metrics.ModeIPVS, r.f), t: t}
+	counted := &refusals{Proxier: backendFor(t, r.env, proxy.ModeIPVS, r.f), t: t}
 	pp := &probingProxier{Proxier: counted, probe: r.probe}
 	r.probes = append(r.probes, pp)
 	w := r.w
-	s, err := New(Options{Family: r.f.Family, Mode: metrics.ModeIPVS, Tracker: w.Tracker(), Proxier: pp,
+	s, err := New(Options{Family: r.f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: pp, PortHolder: pp},
 		Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
 		MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second, QuarantineFile: r.file})
 	if err != nil {

@@ -124,8 +124,8 @@ func (s *Syncer) searchBase(state *desired.State) (base *desired.State, cands []
 // heldState is state with only the service ports the kernel holds as the
 // Proxier would program them, or nil when it holds none or cannot tell.
 func (s *Syncer) heldState(state *desired.State) *desired.State {
-	h, ok := s.o.Proxier.(PortHolder)
-	if !ok {
+	h := s.o.Proxier.PortHolder
+	if h == nil {
 		return nil
 	}
 	held, err := h.HeldPorts(s.ctx, state)

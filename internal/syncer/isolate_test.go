@@ -84,9 +84,9 @@ func portOf(name string) proxy.ServicePortName {
 }
 
 func newPoisonFixture(t *testing.T) (*fixture, *poisonProxier, *[]proxy.ServicePortName) {
-	f := newFixture(t, metrics.ModeNFTables)
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	p := &poisonProxier{}
-	f.syncer.o.Proxier = p
+	f.syncer.o.Proxier = Backend{Proxier: p}
 	var reported []proxy.ServicePortName
 	f.syncer.o.Quarantined = func(name proxy.ServicePortName, err error) { reported = append(reported, name) }
 	return f, p, &reported

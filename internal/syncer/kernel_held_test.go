@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/faultinject"
-	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -42,12 +41,12 @@ func (p *probingProxier) HeldPorts(ctx context.Context, st *desired.State) (map[
 // along its start, and the poison is quarantined.
 func TestKernelRestartMeetsANewPoison(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
-	for _, mode := range []string{metrics.ModeNFTables, metrics.ModeIPTables} {
-		t.Run(mode, func(t *testing.T) { newPoisonAtRestart(t, mode) })
+	for _, mode := range []proxy.Mode{proxy.ModeNFTables, proxy.ModeIPTables} {
+		t.Run(string(mode), func(t *testing.T) { newPoisonAtRestart(t, mode) })
 	}
 }
 
-func newPoisonAtRestart(t *testing.T, mode string) {
+func newPoisonAtRestart(t *testing.T, mode proxy.Mode) {
 	env := scenario.NewEnv(t)
 	healthy := append(env.Services(), firstSpec, lastSpec)
 	for _, f := range scenario.Families {

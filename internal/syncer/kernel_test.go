@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/faultinject"
-	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
@@ -29,19 +28,19 @@ var poisonSpec = scenario.Spec{Name: faultinject.PoisonPrefix, Slot: 37, LB: tru
 // programmed without the poison being tried again.
 func TestKernelIsolatesRejectedService(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
-	for _, mode := range []string{metrics.ModeNFTables, metrics.ModeIPTables} {
-		t.Run(mode, func(t *testing.T) { isolateInKernel(t, mode) })
+	for _, mode := range []proxy.Mode{proxy.ModeNFTables, proxy.ModeIPTables} {
+		t.Run(string(mode), func(t *testing.T) { isolateInKernel(t, mode) })
 	}
 }
 
-func isolateInKernel(t *testing.T, mode string) {
+func isolateInKernel(t *testing.T, mode proxy.Mode) {
 	env := scenario.NewEnv(t)
 	for _, f := range scenario.Families {
 		w := env.NewWorld(f)
 		w.Feed(append(env.Services(), poisonSpec)...)
 		fi := faultinject.Wrap(backendFor(t, env, mode, f), mode, f.Family)
 		var quarantined []proxy.ServicePortName
-		s, err := New(Options{Family: f.Family, Mode: mode, Tracker: w.Tracker(), Proxier: fi,
+		s, err := New(Options{Family: f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: fi, PortHolder: fi},
 			Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
 			MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second,
 			Quarantined: func(name proxy.ServicePortName, _ error) { quarantined = append(quarantined, name) }})
@@ -79,14 +78,14 @@ func isolateInKernel(t *testing.T, mode string) {
 	}
 }
 
-func backendFor(t *testing.T, env *scenario.Env, mode string, f scenario.Fam) Proxier {
+func backendFor(t *testing.T, env *scenario.Env, mode proxy.Mode, f scenario.Fam) Proxier {
 	t.Helper()
 	var p Proxier
 	err := env.Node1.NS.Do(func() (err error) {
 		switch mode {
-		case metrics.ModeNFTables:
+		case proxy.ModeNFTables:
 			p, err = nftables.New(f.Family, nftables.Options{})
-		case metrics.ModeIPVS: // in the IPVS test VM (ipvs_vm_test.go)
+		case proxy.ModeIPVS: // in the IPVS test VM (ipvs_vm_test.go)
 			var ip *ipvs.Proxier
 			if ip, err = ipvs.New(f.Family, ipvs.Options{ReapInterval: -1}); err == nil {
 				t.Cleanup(ip.Close)
@@ -131,8 +130,8 @@ func (p *probingProxier) Sync(ctx context.Context, st *desired.State, mode proxy
 // process makes, and the poison is quarantined again by one retry.
 func TestKernelRestartWithPoisonKeepsServing(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
-	for _, mode := range []string{metrics.ModeNFTables, metrics.ModeIPTables} {
-		t.Run(mode, func(t *testing.T) { restartWithPoison(t, mode) })
+	for _, mode := range []proxy.Mode{proxy.ModeNFTables, proxy.ModeIPTables} {
+		t.Run(string(mode), func(t *testing.T) { restartWithPoison(t, mode) })
 	}
 }
 
@@ -159,14 +158,14 @@ func probeFirstAndLast(env *scenario.Env, f scenario.Fam) func() error {
 // startProcess is a new svcproxy process over node1's kernel (a new
 // backend, a new syncer) that knows specs, with quarantine file file ("":
 // none); it runs its first sync, probing after every Sync.
-func startProcess(t *testing.T, env *scenario.Env, mode string, f scenario.Fam, specs []scenario.Spec, file string,
+func startProcess(t *testing.T, env *scenario.Env, mode proxy.Mode, f scenario.Fam, specs []scenario.Spec, file string,
 	probe func() error) (*Syncer, *faultinject.Proxier, *probingProxier) {
 	t.Helper()
 	w := env.NewWorld(f)
 	w.Feed(specs...)
 	fi := faultinject.Wrap(backendFor(t, env, mode, f), mode, f.Family)
 	pp := &probingProxier{Proxier: fi, probe: probe}
-	s, err := New(Options{Family: f.Family, Mode: mode, Tracker: w.Tracker(), Proxier: pp,
+	s, err := New(Options{Family: f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: pp, PortHolder: pp},
 		Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
 		MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second, QuarantineFile: file})
 	if err != nil {
@@ -178,7 +177,7 @@ func startProcess(t *testing.T, env *scenario.Env, mode string, f scenario.Fam, 
 	return s, fi, pp
 }
 
-func restartWithPoison(t *testing.T, mode string) {
+func restartWithPoison(t *testing.T, mode proxy.Mode) {
 	env := scenario.NewEnv(t)
 	specs := append(env.Services(), poisonSpec, firstSpec, lastSpec)
 	for _, f := range scenario.Families {

@@ -24,9 +24,9 @@ func (p *preparingProxier) ReadBack(context.Context) error {
 }
 
 func newPreparingFixture(t *testing.T, readErr error) (*fixture, *preparingProxier) {
-	f := newFixture(t, metrics.ModeNFTables)
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	p := &preparingProxier{fakeProxier: f.proxier, err: readErr}
-	f.syncer.o.Proxier = p
+	f.syncer.o.Proxier = Backend{Proxier: p, Preparer: p}
 	return f, p
 }
 
@@ -83,8 +83,22 @@ func TestPrepareFailedOrStale(t *testing.T) {
 // TestNoPrepareWithoutPreparer: a Proxier that is not a Preparer (iptables,
 // IPVS) starts with a recovery sync, Prepare or not.
 func TestNoPrepareWithoutPreparer(t *testing.T) {
-	f := newFixture(t, metrics.ModeIPTables)
+	f := newFixture(t, metrics.IPTablesRestoreFailuresTotal)
 	f.prepare()
+	f.markSynced()
+	f.wantMode("first sync", proxy.RecoverySync)
+}
+
+// TestPrepareOnlyWhatTheBackendNames: a Proxier that has ReadBack but whose
+// Backend names no Preparer (a wrapper that hides it on purpose) is not read
+// back ahead: the capability is what the row says, not what the type has.
+func TestPrepareOnlyWhatTheBackendNames(t *testing.T) {
+	f, p := newPreparingFixture(t, nil)
+	f.syncer.o.Proxier = Backend{Proxier: p}
+	f.prepare()
+	if p.reads != 0 {
+		t.Fatalf("%d read-backs of a Proxier whose Backend names no Preparer, want 0", p.reads)
+	}
 	f.markSynced()
 	f.wantMode("first sync", proxy.RecoverySync)
 }
@@ -117,7 +131,8 @@ func TestAfterReadBackTellsWhetherRulesWereHeld(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f, p := newPreparingFixture(t, tc.readErr)
 			if tc.holder {
-				f.syncer.o.Proxier = &holdingProxier{preparingProxier: p, held: tc.held}
+				h := &holdingProxier{preparingProxier: p, held: tc.held}
+				f.syncer.o.Proxier = Backend{Proxier: h, Preparer: h, RulesHolder: h}
 			}
 			var calls []bool
 			f.syncer.o.AfterReadBack = func(held bool) { calls = append(calls, held) }

@@ -32,6 +32,21 @@ type Proxier interface {
 	Cleanup(ctx context.Context) error
 }
 
+// Backend is a Proxier and the optional capabilities it has. Whoever builds
+// it (the backend's row in internal/backends) names each capability, so the
+// syncer asks a field instead of guessing from the Proxier's type, and a
+// wrapper around a Proxier keeps or drops capabilities on purpose. A nil
+// field is a capability the backend lacks.
+type Backend struct {
+	Proxier
+	// Preparer reads the kernel back ahead of the first sync.
+	Preparer Preparer
+	// RulesHolder tells, after that read, whether rules were held.
+	RulesHolder RulesHolder
+	// PortHolder tells which service ports the kernel holds.
+	PortHolder PortHolder
+}
+
 // Preparer is a Proxier whose RecoverySync starts by reading the kernel
 // back. ReadBack does only that: it forgets what the Proxier committed and
 // reads the kernel's state, so that a FullSync after it needs no second

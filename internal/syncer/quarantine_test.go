@@ -349,7 +349,7 @@ func previousKernel(t *testing.T, n int) model.PortMap[*desired.ServicePort] {
 func newHoldingFixture(t *testing.T, kernel model.PortMap[*desired.ServicePort], heldErr error) (*fixture, *portHoldingProxier) {
 	f, pp, _ := newPoisonFixture(t)
 	p := &portHoldingProxier{poisonProxier: pp, err: heldErr}
-	f.syncer.o.Proxier = p
+	f.syncer.o.Proxier = Backend{Proxier: p, PortHolder: p}
 	pp.programmed = kernel
 	return f, p
 }

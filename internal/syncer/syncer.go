@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -51,11 +52,11 @@ type ServiceHealth interface {
 // Options configure a Syncer. Tracker, Proxier and Node are required.
 type Options struct {
 	Family proxy.IPFamily
-	// Mode is the proxy mode (metrics.ModeNFTables, …); it picks the
-	// failure counter.
-	Mode    string
-	Tracker Tracker
-	Proxier Proxier
+	// SyncFailures, if set, counts failed syncs by ip_family: the
+	// failure metric of the backend's row (internal/backends).
+	SyncFailures *prometheus.CounterVec
+	Tracker      Tracker
+	Proxier      Backend
 	// Node returns this node as Compute needs it, and false while unknown.
 	Node func() (desired.Node, bool)
 	// Compute are the options of desired.Compute; fixed for the Syncer's life.
@@ -132,7 +133,7 @@ type Syncer struct {
 
 // New returns a Syncer; nothing happens until Loop.
 func New(o Options) (*Syncer, error) {
-	if o.Tracker == nil || o.Proxier == nil || o.Node == nil {
+	if o.Tracker == nil || o.Proxier.Proxier == nil || o.Node == nil {
 		return nil, errors.New("syncer: Tracker, Proxier and Node are required")
 	}
 	if o.Compute.Family == "" {
@@ -181,8 +182,8 @@ func (s *Syncer) Prepare(ctx context.Context) {
 }
 
 func (s *Syncer) readBack(ctx context.Context) {
-	p, ok := s.o.Proxier.(Preparer)
-	if !ok {
+	p := s.o.Proxier.Preparer
+	if p == nil {
 		return
 	}
 	if err := p.ReadBack(ctx); err != nil {
@@ -190,7 +191,7 @@ func (s *Syncer) readBack(ctx context.Context) {
 		return
 	}
 	s.readAhead, s.readAheadAt = true, s.clock.Now()
-	if h, ok := p.(RulesHolder); ok && s.o.AfterReadBack != nil {
+	if h := s.o.Proxier.RulesHolder; h != nil && s.o.AfterReadBack != nil {
 		s.o.AfterReadBack(h.HoldsRules())
 	}
 }
@@ -357,11 +358,8 @@ func (s *Syncer) failed() {
 	// search for rejected ports starts from it.
 	s.prev, s.target = nil, nil
 	s.recover = true
-	switch s.o.Mode {
-	case metrics.ModeNFTables:
-		metrics.NFTablesSyncFailuresTotal.WithLabelValues(s.family).Inc()
-	case metrics.ModeIPTables, metrics.ModeIPVS:
-		metrics.IPTablesRestoreFailuresTotal.WithLabelValues(s.family).Inc()
+	if s.o.SyncFailures != nil {
+		s.o.SyncFailures.WithLabelValues(s.family).Inc()
 	}
 }
 

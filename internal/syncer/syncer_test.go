@@ -128,7 +128,8 @@ type fixture struct {
 	after   []model.Changes
 }
 
-func newFixture(t *testing.T, mode string) *fixture {
+// newFixture is a syncer over fakes that counts its failed syncs in failures.
+func newFixture(t *testing.T, failures *prometheus.CounterVec) *fixture {
 	t.Helper()
 	f := &fixture{
 		t:       t,
@@ -141,7 +142,7 @@ func newFixture(t *testing.T, mode string) *fixture {
 		nodeOK:  true,
 	}
 	s, err := New(Options{
-		Family: proxy.IPv4, Mode: mode, Tracker: f.tracker, Proxier: f.proxier,
+		Family: proxy.IPv4, SyncFailures: failures, Tracker: f.tracker, Proxier: Backend{Proxier: f.proxier},
 		Node: func() (desired.Node, bool) {
 			f.nodeMu.Lock()
 			defer f.nodeMu.Unlock()
@@ -204,7 +205,7 @@ func (f *fixture) mustSync() *desired.State {
 }
 
 func TestNoSyncBeforeTrackerSyncedAndNodeKnown(t *testing.T) {
-	f := newFixture(t, metrics.ModeNFTables)
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.tracker.OnServiceUpdate(nil, webService(nil))
 	if err := f.syncer.syncOnce(); err != nil || f.proxier.count() != 0 {
 		t.Fatalf("synced before the tracker: err=%v calls=%d", err, f.proxier.count())
@@ -226,7 +227,7 @@ func TestNoSyncBeforeTrackerSyncedAndNodeKnown(t *testing.T) {
 }
 
 func TestPartialAfterFullAndFullAfterFailure(t *testing.T) {
-	f := newFixture(t, metrics.ModeNFTables)
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.markSynced()
 	f.tracker.OnServiceUpdate(nil, webService(nil))
 	if st := f.mustSync(); st.Changed != nil {
@@ -258,23 +259,27 @@ func TestPartialAfterFullAndFullAfterFailure(t *testing.T) {
 	}
 }
 
-func TestIPTablesAndIPVSCountRestoreFailures(t *testing.T) {
-	for _, mode := range []string{metrics.ModeIPTables, metrics.ModeIPVS} {
-		f := newFixture(t, mode)
-		f.markSynced()
-		before := counterValue(t, metrics.IPTablesRestoreFailuresTotal.WithLabelValues("IPv4"))
-		f.proxier.setFail(errors.New("iptables-restore: exit 1"))
-		if err := f.syncer.syncOnce(); err == nil {
-			t.Fatalf("%s: error not returned", mode)
-		}
-		if got := counterValue(t, metrics.IPTablesRestoreFailuresTotal.WithLabelValues("IPv4")) - before; got != 1 {
-			t.Errorf("%s: iptables_restore_failures_total +%v, want +1", mode, got)
-		}
+// TestFailuresCountInTheGivenCounter: a failed sync counts in the counter
+// the options name (the backend row's), and in no other.
+func TestFailuresCountInTheGivenCounter(t *testing.T) {
+	f := newFixture(t, metrics.IPTablesRestoreFailuresTotal)
+	f.markSynced()
+	before := counterValue(t, metrics.IPTablesRestoreFailuresTotal.WithLabelValues("IPv4"))
+	other := counterValue(t, metrics.NFTablesSyncFailuresTotal.WithLabelValues("IPv4"))
+	f.proxier.setFail(errors.New("iptables-restore: exit 1"))
+	if err := f.syncer.syncOnce(); err == nil {
+		t.Fatal("error not returned")
+	}
+	if got := counterValue(t, metrics.IPTablesRestoreFailuresTotal.WithLabelValues("IPv4")) - before; got != 1 {
+		t.Errorf("iptables_restore_failures_total +%v, want +1", got)
+	}
+	if got := counterValue(t, metrics.NFTablesSyncFailuresTotal.WithLabelValues("IPv4")) - other; got != 0 {
+		t.Errorf("nftables_sync_failures_total +%v, want +0", got)
 	}
 }
 
 func TestFullSyncHourlyOnNodeChangeAndOnRequest(t *testing.T) {
-	f := newFixture(t, metrics.ModeIPTables)
+	f := newFixture(t, metrics.IPTablesRestoreFailuresTotal)
 	f.markSynced()
 	f.mustSync()
 	if f.mustSync().Changed == nil {
@@ -309,7 +314,7 @@ func TestFullSyncHourlyOnNodeChangeAndOnRequest(t *testing.T) {
 }
 
 func TestSuccessfulSyncUpdatesHealthAndMetrics(t *testing.T) {
-	f := newFixture(t, metrics.ModeNFTables)
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.markSynced()
 	trigger := f.clock.Now()
 	svcTotal := counterValue(t, metrics.ServiceChangesTotal)
@@ -385,7 +390,7 @@ func TestSuccessfulSyncUpdatesHealthAndMetrics(t *testing.T) {
 }
 
 func TestRequestQueuesHealthOnlyOnceSynced(t *testing.T) {
-	f := newFixture(t, metrics.ModeNFTables)
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.syncer.Request()
 	if f.health.queued != 0 {
 		t.Fatal("QueuedUpdate before the tracker synced")
@@ -402,7 +407,7 @@ func TestRequestQueuesHealthOnlyOnceSynced(t *testing.T) {
 }
 
 func TestLoopWaitsUntilReadyThenSyncsAtOnce(t *testing.T) {
-	f := newFixture(t, metrics.ModeNFTables)
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.proxier.calls = make(chan *desired.State, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -488,7 +493,7 @@ func TestFirstSyncLoggedOnce(t *testing.T) {
 		mu.Unlock()
 	}, funcr.Options{}))
 	t.Cleanup(klog.ClearLogger)
-	f := newFixture(t, "nftables")
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.markSynced()
 	f.tracker.OnServiceUpdate(nil, webService(nil))
 	f.mustSync()

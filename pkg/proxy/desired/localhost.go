@@ -7,10 +7,11 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
-// LocalhostMode is how the proxy mode and its configuration ask node ports
-// on loopback addresses to be treated. The app sets it once from the
-// configuration; Compute turns it, per family and nodePortAddresses, into
-// the State's LocalhostNodePorts decision.
+// LocalhostMode is how node ports on loopback addresses are asked to be
+// treated, named by what is asked rather than by the mode asking it: each
+// backend's row in internal/backends sets it from the configuration;
+// Compute turns it, per family and nodePortAddresses, into the State's
+// LocalhostNodePorts decision.
 type LocalhostMode uint8
 
 // The localhost node-port modes of the configuration.
@@ -19,13 +20,15 @@ const (
 	// iptables mode with localhostNodePorts false, nftables mode without
 	// the gate).
 	LocalhostModeNone LocalhostMode = iota
-	// LocalhostModeIPTables: iptables mode with localhostNodePorts (its
-	// default): IPv4 node ports are DNATed on 127.0.0.0/8 too when
-	// nodePortAddresses covers 127.0.0.1.
-	LocalhostModeIPTables
-	// LocalhostModeNFTables: nftables mode with the gate
-	// KubeProxyNFTablesLocalhostNodePorts (KEP-6032).
-	LocalhostModeNFTables
+	// LocalhostModeDNAT: IPv4 node ports are DNATed on 127.0.0.0/8 too
+	// when nodePortAddresses covers 127.0.0.1 (iptables mode with
+	// localhostNodePorts, its default).
+	LocalhostModeDNAT
+	// LocalhostModeProxied: a userspace proxy serves TCP node ports on the
+	// loopback addresses nodePortAddresses names itself, and the rest is
+	// rejected (nftables mode with the gate
+	// KubeProxyNFTablesLocalhostNodePorts, KEP-6032).
+	LocalhostModeProxied
 )
 
 // LocalhostNodePorts is the decision: what happens to a new connection to
@@ -94,13 +97,13 @@ func (l LocalhostNodePorts) Rejects(p proxy.Protocol) bool {
 // State exists. It depends on opts alone.
 func DecideLocalhost(opts Options) LocalhostNodePorts {
 	switch opts.Localhost {
-	case LocalhostModeIPTables:
+	case LocalhostModeDNAT:
 		// Upstream's iptables proxier: IPv4 only, and only when
 		// nodePortAddresses lets node ports answer on 127.0.0.1.
 		if opts.Family == proxy.IPv4 && coversIPv4Loopback(opts.NodePortAddresses) {
 			return LocalhostDNAT
 		}
-	case LocalhostModeNFTables:
+	case LocalhostModeProxied:
 		if explicitLoopback(opts.NodePortAddresses, opts.Family) {
 			return LocalhostProxied
 		}

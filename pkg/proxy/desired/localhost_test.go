@@ -22,20 +22,20 @@ func TestDecideLocalhost(t *testing.T) {
 		want    LocalhostNodePorts
 	}{
 		{"none", LocalhostModeNone, proxy.IPv4, []string{"localhost"}, LocalhostOff},
-		{"iptables unset", LocalhostModeIPTables, proxy.IPv4, nil, LocalhostDNAT},
-		{"iptables all", LocalhostModeIPTables, proxy.IPv4, []string{"all"}, LocalhostDNAT},
-		{"iptables localhost", LocalhostModeIPTables, proxy.IPv4, []string{"localhost"}, LocalhostDNAT},
-		{"iptables cidr with loopback", LocalhostModeIPTables, proxy.IPv4, []string{"10.0.0.0/8", "0.0.0.0/1"}, LocalhostDNAT},
-		{"iptables cidr without loopback", LocalhostModeIPTables, proxy.IPv4, []string{"10.0.0.0/8"}, LocalhostOff},
-		{"iptables primary", LocalhostModeIPTables, proxy.IPv4, []string{"primary"}, LocalhostOff},
+		{"iptables unset", LocalhostModeDNAT, proxy.IPv4, nil, LocalhostDNAT},
+		{"iptables all", LocalhostModeDNAT, proxy.IPv4, []string{"all"}, LocalhostDNAT},
+		{"iptables localhost", LocalhostModeDNAT, proxy.IPv4, []string{"localhost"}, LocalhostDNAT},
+		{"iptables cidr with loopback", LocalhostModeDNAT, proxy.IPv4, []string{"10.0.0.0/8", "0.0.0.0/1"}, LocalhostDNAT},
+		{"iptables cidr without loopback", LocalhostModeDNAT, proxy.IPv4, []string{"10.0.0.0/8"}, LocalhostOff},
+		{"iptables primary", LocalhostModeDNAT, proxy.IPv4, []string{"primary"}, LocalhostOff},
 		// No IPv4 entry: every IPv4 address answers, 127.0.0.1 included,
 		// as upstream's NewNodePortAddresses (matchAll) decides.
-		{"iptables IPv6 entries only", LocalhostModeIPTables, proxy.IPv4, []string{"fd00::/64"}, LocalhostDNAT},
-		{"iptables never IPv6", LocalhostModeIPTables, proxy.IPv6, nil, LocalhostOff},
-		{"nftables explicit", LocalhostModeNFTables, proxy.IPv4, []string{"127.0.0.0/8"}, LocalhostProxied},
-		{"nftables keyword v6", LocalhostModeNFTables, proxy.IPv6, []string{"localhost"}, LocalhostProxied},
-		{"nftables other family's loopback", LocalhostModeNFTables, proxy.IPv6, []string{"127.0.0.1/32"}, LocalhostReject},
-		{"nftables all is not explicit", LocalhostModeNFTables, proxy.IPv4, []string{"0.0.0.0/0"}, LocalhostReject},
+		{"iptables IPv6 entries only", LocalhostModeDNAT, proxy.IPv4, []string{"fd00::/64"}, LocalhostDNAT},
+		{"iptables never IPv6", LocalhostModeDNAT, proxy.IPv6, nil, LocalhostOff},
+		{"nftables explicit", LocalhostModeProxied, proxy.IPv4, []string{"127.0.0.0/8"}, LocalhostProxied},
+		{"nftables keyword v6", LocalhostModeProxied, proxy.IPv6, []string{"localhost"}, LocalhostProxied},
+		{"nftables other family's loopback", LocalhostModeProxied, proxy.IPv6, []string{"127.0.0.1/32"}, LocalhostReject},
+		{"nftables all is not explicit", LocalhostModeProxied, proxy.IPv4, []string{"0.0.0.0/0"}, LocalhostReject},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,12 +79,12 @@ func TestComputeLocalhost(t *testing.T) {
 	}{
 		{"nftables gate off", Options{Family: proxy.IPv4, NodePortAddresses: []string{"localhost", "192.168.0.2/32"}},
 			addrs("192.168.0.2"), false, LocalhostOff},
-		{"nftables gate on", Options{Family: proxy.IPv4, Localhost: LocalhostModeNFTables, NodePortAddresses: []string{"localhost"}},
+		{"nftables gate on", Options{Family: proxy.IPv4, Localhost: LocalhostModeProxied, NodePortAddresses: []string{"localhost"}},
 			nil, false, LocalhostProxied},
-		{"iptables localhost", Options{Family: proxy.IPv4, Localhost: LocalhostModeIPTables, NodePortAddresses: []string{"localhost"}},
+		{"iptables localhost", Options{Family: proxy.IPv4, Localhost: LocalhostModeDNAT, NodePortAddresses: []string{"localhost"}},
 			[]netip.Addr{lo4}, false, LocalhostDNAT},
-		{"iptables all", Options{Family: proxy.IPv4, Localhost: LocalhostModeIPTables}, nil, true, LocalhostDNAT},
-		{"iptables v6 localhost", Options{Family: proxy.IPv6, Localhost: LocalhostModeIPTables, NodePortAddresses: []string{"localhost"}},
+		{"iptables all", Options{Family: proxy.IPv4, Localhost: LocalhostModeDNAT}, nil, true, LocalhostDNAT},
+		{"iptables v6 localhost", Options{Family: proxy.IPv6, Localhost: LocalhostModeDNAT, NodePortAddresses: []string{"localhost"}},
 			nil, false, LocalhostOff},
 	}
 	for _, tt := range tests {
@@ -142,7 +142,7 @@ func TestBoundNodePorts(t *testing.T) {
 		{"all, IPv6", Options{Family: proxy.IPv6, BindNodePorts: true}, addrs("fd00:1::2", "fd00:2::2")},
 		{"a CIDR", Options{Family: proxy.IPv4, BindNodePorts: true, NodePortAddresses: []string{"192.168.1.0/24", "localhost"}},
 			addrs("192.168.1.2")},
-		{"loopback when DNATed", Options{Family: proxy.IPv4, BindNodePorts: true, Localhost: LocalhostModeIPTables},
+		{"loopback when DNATed", Options{Family: proxy.IPv4, BindNodePorts: true, Localhost: LocalhostModeDNAT},
 			addrs("127.0.0.1", "192.168.0.2", "192.168.1.2")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

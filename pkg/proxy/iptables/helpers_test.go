@@ -57,7 +57,7 @@ func caseStateWith(t *testing.T, name string, family proxy.IPFamily, edit func(*
 
 // localhostIPTables is upstream iptables mode's default, localhostNodePorts
 // true: desired decides where IPv4 node ports answer on 127.0.0.1.
-func localhostIPTables(o *desired.Options) { o.Localhost = desired.LocalhostModeIPTables }
+func localhostIPTables(o *desired.Options) { o.Localhost = desired.LocalhostModeDNAT }
 
 // withLocalhost is a shallow copy of st with the localhost decision set, for
 // hand-built States (desired decides it from Options otherwise).

@@ -74,7 +74,7 @@ func newNFAcctNode(t *testing.T, fl kiptables.Flavour) *nfacctNode {
 		}
 	}
 	st := n.env.NewWorld(scenario.Families[0]).Configure(func(o *desired.Options) {
-		o.Localhost = desired.LocalhostModeIPTables
+		o.Localhost = desired.LocalhostModeDNAT
 	}).Apply(t, n.env.ServiceNamed(t, "spread"))
 	if err := node.Do(func() error { return p.Sync(context.Background(), st, proxytest.ModeOf(st)) }); err != nil {
 		t.Fatalf("sync: %v", err)

@@ -15,7 +15,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/leftovers"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
@@ -25,7 +25,7 @@ import (
 
 var (
 	services = flag.Int("services", 0, "Services (× 10 endpoints) in the svcproxy nftables table present before the cleanup; 0: an empty namespace")
-	mode     = flag.String("mode", string(config.ModeNFTables), "the proxy mode whose start-up cleanup runs")
+	mode     = flag.String("mode", string(proxy.ModeNFTables), "the proxy mode whose start-up cleanup runs")
 )
 
 // result is one run's measurement.
@@ -57,7 +57,7 @@ func run() (*result, error) {
 	var cleanupErr error
 	res.Times, err = benchkit.Measure(func() error {
 		return ns.Do(func() error {
-			cleanupErr = leftovers.OtherModes(ctx, config.Mode(*mode))
+			cleanupErr = leftovers.OtherModes(ctx, backends.Table, proxy.Mode(*mode))
 			return nil
 		})
 	})
