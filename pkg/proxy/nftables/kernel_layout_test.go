@@ -21,6 +21,8 @@ import (
 // load-balancer IP after every transaction and an nf_tables monitor
 // telling the transactions apart:
 //
+//   - that table with upstream kube-proxy's firewall objects
+//     (takeOverUpstreamFirewall);
 //   - the table the version before markers wrote: only the marker is
 //     added;
 //   - the retyped layout (service-ips a set, service-nodeports keyed by
@@ -41,6 +43,7 @@ func TestKernelLayoutTransitions(t *testing.T) {
 	st := env.NewWorld(f).Apply(t, env.Services()...)
 	unmarked := readDump(t, "unmarked-scenario-ipv4.dump")
 	retyped := retypedLayout(t, unmarked)
+	t.Run("FromUpstreamFirewall", func(t *testing.T) { takeOverUpstreamFirewall(t, env, st, unmarked) })
 	t.Run("FromUnmarked", func(t *testing.T) {
 		txs := upgradeInKernel(t, env, st, unmarked)
 		if want := [][]string{{"add chain " + layoutMarker}}; !slices.EqualFunc(txs, want, slices.Equal) {

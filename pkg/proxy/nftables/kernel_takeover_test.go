@@ -6,22 +6,19 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
-// TestKernelTakeoverDeletesUpstreamFirewall takes over, in the kernel
-// scenario's node1, a table upstream kube-proxy synced last: its
-// firewall-ips verdict map still goes to the firewall chain of the load
-// balancer with source ranges. The first sync programs the scenario and
-// deletes upstream's map and chain without a cleanup failure (the kernel
-// refuses, EBUSY, to delete a chain while a map element names it), every
-// flow right after each transaction, and a restart writes nothing.
-func TestKernelTakeoverDeletesUpstreamFirewall(t *testing.T) {
-	requireRoot(t)
-	env := scenario.NewEnv(t)
+// takeOverUpstreamFirewall syncs st over unmarked (the kernel scenario's
+// table, svcproxy's layout before markers) as upstream kube-proxy leaves
+// it: its firewall-ips verdict map still goes to the firewall chain of the
+// load balancer with source ranges. The sync deletes upstream's map before
+// its chain, the kernel refusing (EBUSY) to delete a chain while a map
+// element names it, and so ends without a cleanup failure, every flow
+// right after each transaction, and a restart writes nothing.
+func takeOverUpstreamFirewall(t *testing.T, env *scenario.Env, st *desired.State, unmarked string) {
 	f := scenario.Families[0]
-	st := env.NewWorld(f).Apply(t, env.Services()...)
-	upstream := withUpstreamFirewall(t, readDump(t, "unmarked-scenario-ipv4.dump"),
-		f.LBIP(11).String(), env.FromClient(f).Source.String())
+	upstream := withUpstreamFirewall(t, unmarked, f.LBIP(11).String(), env.FromClient(f).Source.String())
 	// One unit per transaction: the monitor tells their order (it calls
 	// a map a set).
 	txs := upgradeInKernel(t, env, st, upstream)
