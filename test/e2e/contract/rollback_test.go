@@ -208,17 +208,12 @@ func (s *switcher) expectSwitched(what, round string) {
 // to answer within 2 s of its EndpointSlice's creation.
 func expectNewServiceFast(t *testing.T, c *F.Cluster, n *F.Node, what, name string) {
 	t.Helper()
-	pod := c.AddPod(n, "p"+name)
-	svc := c.CreateService(F.NewService(name, corev1.ServiceTypeClusterIP))
-	t0 := time.Now()
-	c.SetEndpoints(svc, F.EP{Pod: pod})
-	target := F.TCP(svc.Spec.ClusterIP, 80)
-	err := c.EventuallyWithin("cli1", target, 1, 300*time.Millisecond, 2*time.Second, F.OnlyBy(pod.Name))
+	took, err := c.NewServiceAnswers(n, name, 2*time.Second)
 	if err != nil {
 		t.Errorf("%s: a Service created after the switch: %v", what, err)
 		return
 	}
-	t.Logf("%s: Service %s answered %v after its EndpointSlice", what, name, time.Since(t0).Round(time.Millisecond))
+	t.Logf("%s: Service %s answered %v after its EndpointSlice", what, name, took.Round(time.Millisecond))
 }
 
 // waitSyncSucceeded waits until the proxy on s.n reports a successful sync
