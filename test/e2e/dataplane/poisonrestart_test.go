@@ -20,7 +20,7 @@ const (
 // testRestartWithPoisonService restarts node 1's svcproxy while a Service
 // its kernel refuses is present, first with SIGTERM, then with SIGKILL (a
 // crash), and pods and an outside client keep connecting to healthy
-// Services through node 1 in both families. The refusal comes from the
+// Services through node 1 in both families and over UDP. The refusal comes from the
 // fault-injecting build (internal/faultinject), which node 1 runs from the
 // first restart on: the release build programmed the poison before, so the
 // first start meets a poison it has never seen, with no quarantine file,
@@ -39,11 +39,7 @@ func testRestartWithPoisonService(t *testing.T, c *F.Cluster) {
 	// The release build programs what the fault-injecting one refuses.
 	c.Expect("cli1", F.TCP(poison.Spec.ClusterIP, 80), converge, F.AllOf("pra"))
 
-	loads := startLoads(t, c, map[string]loadTarget{
-		"pod → ClusterIP":        {"cli1", F.TCP(v4, 80)},
-		"pod → ClusterIP (IPv6)": {"cli1", F.TCP(v6, 80)},
-		"outside → NodePort":     {"ext", F.TCP(n1.IP, np)},
-	}, "pra", "prb")
+	loads := startLoads(t, c, throughNode(n1, v4, v6, np), "pra", "prb")
 	n1.Bin = F.FaultInjectBinary(t)
 	t.Cleanup(func() { n1.Bin = "" })
 	for _, how := range []string{"SIGTERM", "SIGKILL"} {
@@ -86,6 +82,19 @@ func testRestartWithPoisonService(t *testing.T, c *F.Cluster) {
 type loadTarget struct {
 	from string
 	tg   F.Target
+}
+
+// throughNode is where the load of a dual-stack NodePort Service (cluster
+// IPs v4 and v6, node port np) goes through node n: TCP to both cluster IPs
+// and UDP to the IPv4 one from the pod client on node 1, TCP to the node
+// port from outside.
+func throughNode(n *F.Node, v4, v6 string, np int32) map[string]loadTarget {
+	return map[string]loadTarget{
+		"pod → ClusterIP":        {"cli1", F.TCP(v4, 80)},
+		"pod → ClusterIP (IPv6)": {"cli1", F.TCP(v6, 80)},
+		"pod → ClusterIP (UDP)":  {"cli1", F.UDP(v4, 80)},
+		"outside → NodePort":     {"ext", F.TCP(n.IP, np)},
+	}
 }
 
 // startLoads waits until each target answers from every one of pods, then

@@ -29,12 +29,7 @@ func testUpgradeAndDowngradeUnderLoad(t *testing.T, c *F.Cluster) {
 	svc, v4, v6 := dualStackNodePort(t, c, "upgrade", F.EP{Pod: a}, F.EP{Pod: b})
 	_, np := port(svc, corev1.ProtocolTCP)
 	previous := F.PreviousBinary(t)
-	loads := startLoads(t, c, map[string]loadTarget{
-		"pod → ClusterIP":        {"cli1", F.TCP(v4, 80)},
-		"pod → ClusterIP (IPv6)": {"cli1", F.TCP(v6, 80)},
-		"pod → ClusterIP (UDP)":  {"cli1", F.UDP(v4, 80)},
-		"outside → NodePort":     {"ext", F.TCP(n1.IP, np)},
-	}, "uga", "ugb")
+	loads := startLoads(t, c, throughNode(n1, v4, v6, np), "uga", "ugb")
 	t.Cleanup(func() { n1.Bin = "" })
 	for i, step := range []struct{ what, bin string }{
 		{"downgrade to the previous svcproxy", previous},
