@@ -238,16 +238,23 @@ func (s *switcher) waitSyncSucceeded() error {
 }
 
 // syncFailures reports the proxy's failed syncs: its failure counter
-// (s.mode.failures) and, for upstream, the lines of its log that say a
-// sync failed (s.mode.failed).
+// (s.mode.failures), for svcproxy its failed cleanups
+// (s.mode.cleanupFailures) and, for upstream, the lines of its log that
+// say a sync failed (s.mode.failed).
 func (s *switcher) syncFailures() error {
 	text, err := s.c.Metrics(s.n)
 	if err != nil {
 		return nil // not serving yet
 	}
+	series := []string{s.mode.failures}
+	if s.upstream == nil && s.mode.cleanupFailures != "" {
+		series = append(series, s.mode.cleanupFailures)
+	}
 	failed := 0.0
-	for _, fam := range []string{"IPv4", "IPv6"} {
-		failed += metricValue(text, s.mode.failures+`{ip_family="`+fam+`"}`)
+	for _, m := range series {
+		for _, fam := range []string{"IPv4", "IPv6"} {
+			failed += metricValue(text, m+`{ip_family="`+fam+`"}`)
+		}
 	}
 	log := ""
 	if s.upstream != nil {
@@ -256,7 +263,7 @@ func (s *switcher) syncFailures() error {
 	if failed == 0 && log == "" {
 		return nil
 	}
-	return fmt.Errorf("%v failed syncs (%s)\n%s", failed, s.mode.failures, log)
+	return fmt.Errorf("%v failed syncs or cleanups (%s)\n%s", failed, strings.Join(series, ", "), log)
 }
 
 // failureLines are the lines of upstream's log on n that match failed, a
