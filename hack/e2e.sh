@@ -15,7 +15,8 @@
 # (build-upstream.sh --minor; built here, before go test, like v1.37.1).
 #
 # Builds what it needs: kube-apiserver and etcd (hack/build-controlplane.sh: 0 s when cached,
-# ~5–18 min cold), upstream kube-proxy (above), svcproxy and the test tools (the tests run
+# ~5–18 min cold), upstream kube-proxy (above), the earlier svcproxy of the upgrade scenario
+# (hack/build-svcproxy-at.sh --previous), svcproxy and the test tools (the tests run
 # `go build`). A missing binary or control plane is a failure, never a skip.
 #
 # Knobs: E2E_MODES (nftables,iptables), E2E_RUN (go test -run), E2E_TIMEOUT (default 30m),
@@ -64,6 +65,10 @@ main() {
       { log "ERROR: building kube-proxy ${d#kubernetes-} failed"; return 1; }
   done
   log "upstream kube-proxy binaries ($((SECONDS - t0)) s)"
+  # The earlier svcproxy of the upgrade scenario, cached like the others.
+  t0=$SECONDS
+  "$HACK/build-svcproxy-at.sh" --previous >/dev/null || { log "ERROR: building the previous svcproxy failed"; return 1; }
+  log "previous svcproxy ($((SECONDS - t0)) s)"
   local args=(-count=1 -timeout "${E2E_TIMEOUT:-30m}")
   [[ -z ${E2E_RUN:-} ]] || args+=(-run "$E2E_RUN")
   [[ -n $JSON ]] && args+=("$JSON") || args+=(-v)

@@ -125,8 +125,8 @@ type Syncer struct {
 	// retryDue: the next successful sync tries them again.
 	quarantined quarantine
 	retryDue    bool
-	// persisted: the names QuarantineFile holds.
-	persisted []proxy.ServicePortName
+	// persisted: what QuarantineFile holds.
+	persisted []persistKey
 	// report is the latest Report, for readers on other goroutines.
 	report atomic.Pointer[Report]
 }

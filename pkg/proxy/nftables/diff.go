@@ -40,13 +40,17 @@ const (
 	// Chains that go are all flushed before any is deleted: a chain that
 	// goes may jump to another that goes too (an eTP=Local entry chain to
 	// its cluster-N chain), and the kernel refuses to delete a chain that
-	// a rule still references, whatever order the names sort in.
+	// a rule still references, whatever order the names sort in. Sets and
+	// maps that go are deleted between the two: once the chains are
+	// flushed no rule reads them, and a verdict map's elements may still
+	// name a chain that goes (upstream's firewall-ips, taken over), which
+	// the kernel would refuse to delete while they do.
 	phaseChainFlush = phaseElemDel + 3
-	phaseChainDel   = phaseChainFlush + 1
-	phaseSetDelete  = phaseChainDel + 1
+	phaseSetDelete  = phaseChainFlush + 1
+	phaseChainDel   = phaseSetDelete + 1
 	// The layout marker names the layout once the rest is there
 	// (marker.go).
-	phaseMarker = phaseSetDelete + 1
+	phaseMarker = phaseChainDel + 1
 )
 
 // elemAddPhase is the phase of an element add of rank (elemRank).
@@ -227,7 +231,7 @@ func (s *store) diffSet(name string) []*unit {
 			ops:    []func(*knftables.Transaction){func(tx *knftables.Transaction) { tx.Add(setObject(d)) }},
 			commit: func() { e.added(d, d.size) }}}
 	case e.desired == nil && e.present:
-		return []*unit{{phase: setDeletePhase(name), sortBy: name,
+		return []*unit{{phase: phaseSetDelete, sortBy: name,
 			ops: []func(*knftables.Transaction){deleteSetOp(name, e.isMap)},
 			commit: func() {
 				delete(s.sets, name)
@@ -237,18 +241,6 @@ func (s *store) diffSet(name string) []*unit {
 		delete(s.sets, name)
 	}
 	return nil
-}
-
-// setDeletePhase is when a set that goes is deleted: after the chains, whose
-// rules may read it, except the localhost reject map, whose elements jump
-// to the reject chains: it goes before them (the filter-input rule that
-// reads it was rewritten in an earlier phase), or the kernel refuses to
-// delete a chain a verdict still names.
-func setDeletePhase(name string) int {
-	if name == mapLocalhostReject {
-		return phaseChainFlush
-	}
-	return phaseSetDelete
 }
 
 func setObject(d *setSpec) knftables.Object {

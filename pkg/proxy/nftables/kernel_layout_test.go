@@ -21,6 +21,8 @@ import (
 // load-balancer IP after every transaction and an nf_tables monitor
 // telling the transactions apart:
 //
+//   - that table with upstream kube-proxy's firewall objects
+//     (takeOverUpstreamFirewall);
 //   - the table the version before markers wrote: only the marker is
 //     added;
 //   - the retyped layout (service-ips a set, service-nodeports keyed by
@@ -41,6 +43,7 @@ func TestKernelLayoutTransitions(t *testing.T) {
 	st := env.NewWorld(f).Apply(t, env.Services()...)
 	unmarked := readDump(t, "unmarked-scenario-ipv4.dump")
 	retyped := retypedLayout(t, unmarked)
+	t.Run("FromUpstreamFirewall", func(t *testing.T) { takeOverUpstreamFirewall(t, env, st, unmarked) })
 	t.Run("FromUnmarked", func(t *testing.T) {
 		txs := upgradeInKernel(t, env, st, unmarked)
 		if want := [][]string{{"add chain " + layoutMarker}}; !slices.EqualFunc(txs, want, slices.Equal) {
@@ -93,7 +96,9 @@ func upgradeInKernel(t *testing.T, env *scenario.Env, st *desired.State, dump st
 		p := NewWithInterface(proxy.IPv4, k)
 		p.maxOps = 1
 		if err := p.Sync(ctx, st, proxy.RecoverySync); err != nil {
-			t.Fatalf("sync: %v", err)
+			// Not Fatal: this runs in the namespace's goroutine, which
+			// Fatal would end without returning to the test.
+			t.Errorf("sync: %v", err)
 		}
 	})
 	env.ReachableCases(t, scenario.Families[0])

@@ -17,6 +17,10 @@ type rollbackMode struct {
 	name string
 	// failures is the metric that counts a proxy's failed syncs.
 	failures string
+	// cleanupFailures, if set, counts svcproxy's failed deletions of
+	// what it does not render (upstream's objects, taken over): each
+	// costs a recovery sync.
+	cleanupFailures string
 	// failed matches a line of upstream's log that says a sync failed.
 	failed *regexp.Regexp
 	// onlyUpstream fails for anything on n that upstream's sync does not
@@ -28,10 +32,11 @@ type rollbackMode struct {
 }
 
 var nftablesRollback = rollbackMode{
-	name:         "nftables",
-	failures:     "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
-	failed:       regexp.MustCompile(`(?i)sync failed`),
-	onlyUpstream: expectOnlyUpstreamBaseChains,
+	name:            "nftables",
+	failures:        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+	cleanupFailures: "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+	failed:          regexp.MustCompile(`(?i)sync failed`),
+	onlyUpstream:    expectOnlyUpstreamBaseChains,
 	wipe: func(t *testing.T, c *F.Cluster, n *F.Node, _ upstreamKubeProxy) {
 		t.Helper()
 		for _, fam := range []string{"ip", "ip6"} {

@@ -208,17 +208,12 @@ func (s *switcher) expectSwitched(what, round string) {
 // to answer within 2 s of its EndpointSlice's creation.
 func expectNewServiceFast(t *testing.T, c *F.Cluster, n *F.Node, what, name string) {
 	t.Helper()
-	pod := c.AddPod(n, "p"+name)
-	svc := c.CreateService(F.NewService(name, corev1.ServiceTypeClusterIP))
-	t0 := time.Now()
-	c.SetEndpoints(svc, F.EP{Pod: pod})
-	target := F.TCP(svc.Spec.ClusterIP, 80)
-	err := c.EventuallyWithin("cli1", target, 1, 300*time.Millisecond, 2*time.Second, F.OnlyBy(pod.Name))
+	took, err := c.NewServiceAnswers(n, name, 2*time.Second)
 	if err != nil {
 		t.Errorf("%s: a Service created after the switch: %v", what, err)
 		return
 	}
-	t.Logf("%s: Service %s answered %v after its EndpointSlice", what, name, time.Since(t0).Round(time.Millisecond))
+	t.Logf("%s: Service %s answered %v after its EndpointSlice", what, name, took.Round(time.Millisecond))
 }
 
 // waitSyncSucceeded waits until the proxy on s.n reports a successful sync
@@ -243,16 +238,23 @@ func (s *switcher) waitSyncSucceeded() error {
 }
 
 // syncFailures reports the proxy's failed syncs: its failure counter
-// (s.mode.failures) and, for upstream, the lines of its log that say a
-// sync failed (s.mode.failed).
+// (s.mode.failures), for svcproxy its failed cleanups
+// (s.mode.cleanupFailures) and, for upstream, the lines of its log that
+// say a sync failed (s.mode.failed).
 func (s *switcher) syncFailures() error {
 	text, err := s.c.Metrics(s.n)
 	if err != nil {
 		return nil // not serving yet
 	}
+	series := []string{s.mode.failures}
+	if s.upstream == nil && s.mode.cleanupFailures != "" {
+		series = append(series, s.mode.cleanupFailures)
+	}
 	failed := 0.0
-	for _, fam := range []string{"IPv4", "IPv6"} {
-		failed += metricValue(text, s.mode.failures+`{ip_family="`+fam+`"}`)
+	for _, m := range series {
+		for _, fam := range []string{"IPv4", "IPv6"} {
+			failed += metricValue(text, m+`{ip_family="`+fam+`"}`)
+		}
 	}
 	log := ""
 	if s.upstream != nil {
@@ -261,7 +263,7 @@ func (s *switcher) syncFailures() error {
 	if failed == 0 && log == "" {
 		return nil
 	}
-	return fmt.Errorf("%v failed syncs (%s)\n%s", failed, s.mode.failures, log)
+	return fmt.Errorf("%v failed syncs or cleanups (%s)\n%s", failed, strings.Join(series, ", "), log)
 }
 
 // failureLines are the lines of upstream's log on n that match failed, a

@@ -48,6 +48,8 @@ var scenarios = []scenario{
 	{"ServiceCIDRs", testServiceCIDRs},
 	{"RestartWritesNothing", testRestartWritesNothing},
 	{"RestartUnderLoad", testRestartUnderLoad},
+	{"RestartWithPoisonService", testRestartWithPoisonService},
+	{"UpgradeAndDowngradeUnderLoad", testUpgradeAndDowngradeUnderLoad},
 	{"ModeSwitchUnderLoad", testModeSwitchUnderLoad},
 	{"APIServerOutage", testAPIServerOutage},
 	{"HealthzNodeDraining", testHealthzDraining},

@@ -30,21 +30,7 @@ func testModeSwitchUnderLoad(t *testing.T, c *F.Cluster) {
 	a, b := c.AddPod(n1, "msa"), c.AddPod(n2, "msb")
 	svc, v4, v6 := dualStackNodePort(t, c, "modeswitch", F.EP{Pod: a}, F.EP{Pod: b})
 	_, np := port(svc, corev1.ProtocolTCP)
-	targets := map[string]struct {
-		from string
-		tg   F.Target
-	}{
-		"pod → ClusterIP":        {"cli1", F.TCP(v4, 80)},
-		"pod → ClusterIP (IPv6)": {"cli1", F.TCP(v6, 80)},
-		"pod → ClusterIP (UDP)":  {"cli1", F.UDP(v4, 80)},
-		"outside → NodePort":     {"ext", F.TCP(n1.IP, np)},
-	}
-	loads := map[string]*F.Load{}
-	for what, x := range targets {
-		c.Expect(x.from, x.tg, converge, F.AllOf("msa", "msb"))
-		loads[what] = c.StartLoad(x.from, x.tg, 20*time.Millisecond, false)
-	}
-	time.Sleep(time.Second)
+	loads := startLoads(t, c, throughNode(n1, v4, v6, np), "msa", "msb")
 	from := c.Opts.Mode
 	for _, to := range []string{otherMode(from), from} {
 		switchMode(t, c, n1, from, to)

@@ -84,6 +84,20 @@ func (c *Cluster) DeleteService(name string) {
 	}
 }
 
+// NewServiceAnswers creates a ClusterIP Service with one endpoint, a new
+// pod on node n, and returns how soon after its EndpointSlice's creation
+// it answered from the pod client on node 1, or an error when it did not
+// within limit: how fast a proxy that just started follows the API.
+func (c *Cluster) NewServiceAnswers(n *Node, name string, limit time.Duration) (time.Duration, error) {
+	c.T.Helper()
+	pod := c.AddPod(n, "p"+name)
+	svc := c.CreateService(NewService(name, corev1.ServiceTypeClusterIP))
+	t0 := time.Now()
+	c.SetEndpoints(svc, EP{Pod: pod})
+	err := c.EventuallyWithin("cli1", TCP(svc.Spec.ClusterIP, 80), 1, 300*time.Millisecond, limit, OnlyBy(pod.Name))
+	return time.Since(t0), err
+}
+
 // EP is one endpoint of a slice. The zero value is a ready endpoint.
 type EP struct {
 	Pod         *Pod

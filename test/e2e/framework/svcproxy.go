@@ -74,7 +74,10 @@ func (c *Cluster) StartProxy(n *Node) error {
 	}
 	bin := c.Bins.SvcProxy
 	if c.Opts.FaultInject {
-		bin = faultInjectBinary(c.T)
+		bin = FaultInjectBinary(c.T)
+	}
+	if n.Bin != "" {
+		bin = n.Bin
 	}
 	args := []string{"--config", n.Config, "-v", verbosity()}
 	if !c.Opts.ForeignProxy {

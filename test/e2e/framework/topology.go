@@ -26,6 +26,10 @@ type Node struct {
 	Proxy   *Proc
 	Config  string // KubeProxyConfiguration file
 	Mode    string // this node's proxy mode when SwitchMode changed it
+	// Bin, when set, is the proxy binary StartProxy runs on this node
+	// instead of the cluster's (an older svcproxy to upgrade from, the
+	// fault-injecting build): one node changes image, as a rollout does.
+	Bin     string
 	Kubecfg string // per-node kubeconfig with a ServiceAccount token
 	// StateSocket is this node's svcproxy --state-socket, for `svcproxy
 	// explain` (empty with Options.ForeignProxy).
@@ -82,24 +86,50 @@ func buildBinaries(t testing.TB) Binaries {
 	return bins
 }
 
-var (
-	faultOnce sync.Once
-	faultBin  string
-	faultErr  error
-)
+// buildOnce is a binary built at most once per test binary.
+type buildOnce struct {
+	once sync.Once
+	path string
+	err  error
+}
 
-// faultInjectBinary builds svcproxy with -tags faultinject, once per test
-// binary (never SVCPROXY_BIN: that is a release build).
-func faultInjectBinary(t testing.TB) string {
-	faultOnce.Do(func() {
-		bins := buildBinaries(t)
-		faultBin = filepath.Join(filepath.Dir(bins.E2ECtl), "svcproxy-faultinject")
-		faultErr = goBuild(bins.Root, faultBin, "-tags", "faultinject", "./cmd/svcproxy")
-	})
-	if faultErr != nil {
-		t.Fatalf("building svcproxy -tags faultinject: %v", faultErr)
+// get returns the binary build makes, built on the first call; a failed
+// build fails t, and every later caller.
+func (b *buildOnce) get(t testing.TB, what string, build func() (string, error)) string {
+	b.once.Do(func() { b.path, b.err = build() })
+	if b.err != nil {
+		t.Fatalf("building %s: %v", what, b.err)
 	}
-	return faultBin
+	return b.path
+}
+
+var faultBin, prevBin buildOnce
+
+// FaultInjectBinary builds svcproxy with -tags faultinject, once per test
+// binary (never SVCPROXY_BIN: that is a release build).
+func FaultInjectBinary(t testing.TB) string {
+	return faultBin.get(t, "svcproxy -tags faultinject", func() (string, error) {
+		bins := buildBinaries(t)
+		out := filepath.Join(filepath.Dir(bins.E2ECtl), "svcproxy-faultinject")
+		return out, goBuild(bins.Root, out, "-tags", "faultinject", "./cmd/svcproxy")
+	})
+}
+
+// PreviousBinary is the earlier svcproxy pinned in
+// hack/tools/svcproxy-previous, built by hack/build-svcproxy-at.sh (cached
+// under _output/svcproxy-at; hack/e2e.sh builds it before go test), once
+// per test binary. A missing build is a failure, not a skip.
+func PreviousBinary(t testing.TB) string {
+	return prevBin.get(t, "the previous svcproxy", func() (string, error) {
+		cmd := exec.Command(filepath.Join(buildBinaries(t).Root, "hack", "build-svcproxy-at.sh"), "--previous")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("hack/build-svcproxy-at.sh --previous: %w\n%s", err, stderr.String())
+		}
+		return strings.TrimSpace(string(out)), nil
+	})
 }
 
 // goBuild runs go build -o out args in dir; args are packages, or flags
