@@ -1,6 +1,6 @@
 # svcproxy — a thin menu over the scripts in hack/. Run as root on Debian.
 #
-#   make build    build _output/bin/svcproxy
+#   make build    build _output/bin/svcproxy (version from git: hack/version.sh)
 #   make test     install missing apt packages, then every Go test (unit, fuzz seeds, kernel)
 #   make verify   gofmt, go vet, staticcheck, import rules
 #   make bench    the nftables benchmark (test/bench/nftables)
@@ -21,11 +21,8 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 OUTPUT := _output
 GO ?= go
-# The commit goes in with -X: builds here run with -buildvcs=false.
-APP := github.com/svcproxy/svcproxy/internal/app
-GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
-GIT_TREE := $(shell git diff --quiet HEAD -- 2>/dev/null && echo clean || echo dirty)
-LDFLAGS := -X $(APP).gitCommit=$(GIT_COMMIT) -X $(APP).gitTreeState=$(GIT_TREE)
+# Version, commit and build date go in with -X (hack/version.sh), as in a release.
+LDFLAGS = $(shell hack/version.sh ldflags)
 
 .PHONY: all build test verify bench bench-e2e footprint demo demo-down controlplane deps clean help e2e
 
