@@ -1,6 +1,8 @@
 # svcproxy — a thin menu over the scripts in hack/. Run as root on Debian.
 #
 #   make build    build _output/bin/svcproxy (version from git: hack/version.sh)
+#   make release  static binaries for linux/amd64 and linux/arm64, a two-architecture OCI image
+#                 index with an SPDX SBOM per image, under _output/release/ (root; docs/release.md)
 #   make test     install missing apt packages, then every Go test (unit, fuzz seeds, kernel)
 #   make verify   gofmt, go vet, staticcheck, import rules
 #   make bench    the nftables benchmark (test/bench/nftables)
@@ -24,12 +26,12 @@ GO ?= go
 # Version, commit and build date go in with -X (hack/version.sh), as in a release.
 LDFLAGS = $(shell hack/version.sh ldflags)
 
-.PHONY: all build test verify bench bench-e2e footprint demo demo-down controlplane deps clean help e2e
+.PHONY: all build release test verify bench bench-e2e footprint demo demo-down controlplane deps clean help e2e
 
 all: build
 
 help:
-	@sed -n '3,19p' Makefile
+	@sed -n '3,21p' Makefile
 
 # Static, as the image builds it (Dockerfile): a cgo build also maps libc and
 # the dynamic loader, 1.3 MiB more resident memory than what ships.
@@ -49,6 +51,8 @@ test-ipvs: # the IPVS backend's real-kernel tests inside a qemu VM (this kernel 
 
 verify:
 	hack/verify.sh
+
+release: ; hack/release.sh # binaries, image index, SBOMs under _output/release; root, minutes; not in make test
 
 image: ; hack/image.sh all # OCI layout _output/image/oci, tested in a chroot; root, debootstrap on first run (minutes); not in make test
 
