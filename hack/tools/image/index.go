@@ -25,7 +25,7 @@ func index(out, ref string, layouts []string) error {
 		if err != nil {
 			return fmt.Errorf("%s: reading the config: %w", dir, err)
 		}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: image{img}, Descriptor: v1.Descriptor{
 			Platform: &v1.Platform{OS: cf.OS, Architecture: cf.Architecture, Variant: cf.Variant},
 		}})
 	}
@@ -46,6 +46,16 @@ func index(out, ref string, layouts []string) error {
 	fmt.Printf("%s %s@%s\n", out, ref, d)
 	return nil
 }
+
+// image is an image whose index descriptor has no artifactType. The library
+// otherwise sets it to the config's media type, which image indexes do not
+// carry, and registry clients that do not know the field (skopeo 1.9 among
+// them) rewrite such an index on copy: the registry's digest would then not
+// be the one deploy/ is pinned to.
+type image struct{ v1.Image }
+
+// ArtifactType is the empty artifact type of a plain image.
+func (image) ArtifactType() (string, error) { return "", nil }
 
 // imageOf is the image named ref in the layout dir; where ref names an
 // index, the image in it for arch.

@@ -57,6 +57,11 @@ func TestIndex(t *testing.T) {
 	if len(im.Manifests) != 2 || im.Manifests[0].Platform.Architecture != "amd64" || im.Manifests[1].Platform.Architecture != "arm64" {
 		t.Errorf("platforms %+v, want amd64 and arm64", im.Manifests)
 	}
+	for _, d := range im.Manifests {
+		if d.ArtifactType != "" {
+			t.Errorf("%s: artifactType %q, want none (an image, not an artifact)", d.Platform.Architecture, d.ArtifactType)
+		}
+	}
 	for _, arch := range []string{"amd64", "arm64"} {
 		root := filepath.Join(tmp, "root-"+arch)
 		if err := unpack(out, "svcproxy:v1", arch, root); err != nil {
