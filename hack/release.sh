@@ -109,7 +109,7 @@ main() {
   digest=$(jq -r '.manifests[0].digest' "$OUT/oci/index.json")
   echo "$digest" >"$OUT/digest"
   log "svcproxy $VERSION (commit ${COMMIT:0:12}) in $((SECONDS - t0)) s: index $digest"
-  log "publish:  skopeo copy --all oci:$OUT/oci:svcproxy:$VERSION docker://REGISTRY/svcproxy:$VERSION"
+  log "publish:  skopeo copy --all --preserve-digests oci:$OUT/oci:svcproxy:$VERSION docker://REGISTRY/svcproxy:$VERSION"
   log "pin:      hack/pin-image.sh REGISTRY/svcproxy   (deploy/base → REGISTRY/svcproxy@$digest)"
 }
 
