@@ -2,7 +2,8 @@
 # svcproxy's image: a drop-in for kube-proxy's. kubeadm's DaemonSet runs
 # /usr/local/bin/kube-proxy, which here is a symlink to svcproxy.
 #
-#   docker build --build-arg VERSION=v1.2.3 --build-arg COMMIT=$(git rev-parse HEAD) -t svcproxy:v1.2.3 .
+#   docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=$(hack/version.sh) \
+#     --build-arg COMMIT=$(git rev-parse HEAD) -t svcproxy:$(hack/version.sh) .
 #
 # Without a container engine, `make image` (hack/image.sh) builds the same image as an OCI
 # layout from Debian's packages and tests it; keep the package list in step with it.
@@ -19,11 +20,14 @@ COPY pkg/ pkg/
 ARG VERSION=v0.0.0-dev
 ARG COMMIT=""
 ARG TARGETOS TARGETARCH
+# As hack/version.sh ldflags: svcproxy's version and, for kubernetes_build_info, component-base's.
+ARG CB=k8s.io/component-base/version
 # Static and reproducible: no cgo (svcproxy talks netlink itself and runs nft/iptables as
 # programs), no local paths; the commit comes from a build argument since .git is not in
 # the build context.
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH:-amd64} go build -trimpath -buildvcs=false \
-      -ldflags "-s -w -X github.com/svcproxy/svcproxy/internal/app.Version=${VERSION} -X github.com/svcproxy/svcproxy/internal/app.gitCommit=${COMMIT}" \
+      -ldflags "-s -w -X github.com/svcproxy/svcproxy/internal/app.Version=${VERSION} -X github.com/svcproxy/svcproxy/internal/app.gitCommit=${COMMIT} \
+        -X ${CB}.gitVersion=${VERSION} -X ${CB}.gitCommit=${COMMIT}" \
       -o /out/svcproxy ./cmd/svcproxy
 
 FROM debian:bookworm-slim

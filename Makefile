@@ -1,6 +1,8 @@
 # svcproxy — a thin menu over the scripts in hack/. Run as root on Debian.
 #
-#   make build    build _output/bin/svcproxy
+#   make build    build _output/bin/svcproxy (version from git: hack/version.sh)
+#   make release  static binaries for linux/amd64 and linux/arm64, a two-architecture OCI image
+#                 index with an SPDX SBOM per image, under _output/release/ (root; docs/user/release.md)
 #   make test     install missing apt packages, then every Go test (unit, fuzz seeds, kernel)
 #   make verify   gofmt, go vet, staticcheck, import rules; the committed eBPF objects against
 #                 their source where clang is installed
@@ -24,18 +26,15 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 OUTPUT := _output
 GO ?= go
-# The commit goes in with -X: builds here run with -buildvcs=false.
-APP := github.com/svcproxy/svcproxy/internal/app
-GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
-GIT_TREE := $(shell git diff --quiet HEAD -- 2>/dev/null && echo clean || echo dirty)
-LDFLAGS := -X $(APP).gitCommit=$(GIT_COMMIT) -X $(APP).gitTreeState=$(GIT_TREE)
+# Version, commit and build date go in with -X (hack/version.sh), as in a release.
+LDFLAGS = $(shell hack/version.sh ldflags)
 
-.PHONY: all build test verify bench bench-e2e footprint demo demo-down controlplane deps clean help e2e
+.PHONY: all build release test verify bench bench-e2e footprint demo demo-down controlplane deps clean help e2e
 
 all: build
 
 help:
-	@sed -n '3,22p' Makefile
+	@sed -n '3,23p' Makefile
 
 # Static, as the image builds it (Dockerfile): a cgo build also maps libc and
 # the dynamic loader, 1.3 MiB more resident memory than what ships.
@@ -59,6 +58,8 @@ verify:
 .PHONY: bpf
 bpf:
 	hack/update-bpf.sh
+
+release: ; hack/release.sh # binaries, image index, SBOMs under _output/release; root, minutes; not in make test
 
 image: ; hack/image.sh all # OCI layout _output/image/oci, tested in a chroot; root, debootstrap on first run (minutes); not in make test
 

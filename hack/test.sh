@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/test.sh — run every test of the module: unit tests, fuzz seed corpora and the
 # kernel tests (plain Go tests that need root and create their own network namespaces),
-# then the monitoring checks (nested module test/monitoring).
+# then the monitoring checks (nested module test/monitoring) and the image tool's tests
+# (nested module hack/tools/image).
 #
 # Prints what plain `go test` prints (package lines and the output of failed tests), keeps
 # the full `go test -json` stream in _output/logs/test.json, and closes with the line
@@ -49,6 +50,9 @@ main() {
     # The alerts and dashboards against the metrics (nested module test/monitoring: it needs
     # Prometheus' PromQL parser, whose module the daemon's go.mod should not carry).
     (cd "$ROOT/test/monitoring" && go test -json -count=1 $GO_TEST_FLAGS ./...) || echo "go test (test/monitoring) exited $?"
+    # The release's image tool (nested module hack/tools/image): packing, the multi-arch
+    # index and the SBOM generator on fixtures; `make release` itself takes minutes, not here.
+    (cd "$HACK/tools/image" && go test -json -count=1 $GO_TEST_FLAGS ./...) || echo "go test (hack/tools/image) exited $?"
     [[ ${E2E:-1} == 0 ]] || "$HACK/e2e.sh" --json
   } 2>&1 | tee "$OUT/logs/test.json" | "$OUT/tools/testsummary" || rc=$?
   log "go test took $((SECONDS - t0)) s, exit $rc"

@@ -101,9 +101,9 @@ func TestVersion(t *testing.T) {
 		t.Errorf("--version: out %q err %v action %q", res.stdout, res.err, res.action)
 	}
 	for b, want := range map[buildInfo]string{
-		{"v0.1.0", "1a2b3c4d5e6f708192a3b4c5d6e7f80912345678", "clean", "go1.26.8"}: "svcproxy v0.1.0 (commit 1a2b3c4d, go1.26.8)",
-		{"v0.1.0", "1a2b3c4d5e6f708192a3b4c5d6e7f80912345678", "dirty", "go1.26.8"}: "svcproxy v0.1.0 (commit 1a2b3c4d-dirty, go1.26.8)",
-		{"v0.0.0-dev", "unknown", "unknown", "go1.26.8"}:                            "svcproxy v0.0.0-dev (commit unknown, go1.26.8)",
+		{"v0.1.0", "1a2b3c4d5e6f708192a3b4c5d6e7f80912345678", "clean", "go1.26.8", ""}: "svcproxy v0.1.0 (commit 1a2b3c4d, go1.26.8)",
+		{"v0.1.0", "1a2b3c4d5e6f708192a3b4c5d6e7f80912345678", "dirty", "go1.26.8", ""}: "svcproxy v0.1.0 (commit 1a2b3c4d-dirty, go1.26.8)",
+		{"v0.0.0-dev", "unknown", "unknown", "go1.26.8", ""}:                            "svcproxy v0.0.0-dev (commit unknown, go1.26.8)",
 	} {
 		if got := b.line(); got != want {
 			t.Errorf("%+v: --version line %q, want %q", b, got, want)

@@ -27,7 +27,7 @@ import (
 // line kube-proxy's plus ours.
 func addSubcommands(root *cobra.Command) {
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newExplainCommand(), newStatusCommand(), newServicesCommand())
+	root.AddCommand(newExplainCommand(), newStatusCommand(), newServicesCommand(), newVersionCommand())
 }
 
 type explainOptions struct {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"runtime"
@@ -8,49 +9,59 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	apiversion "k8s.io/apimachinery/pkg/version"
 )
 
-// Version is the release, set at build time with
-// -ldflags "-X github.com/svcproxy/svcproxy/internal/app.Version=v1.2.3".
-var Version = "v0.0.0-dev"
+// unstampedVersion is Version in a build that did not set it.
+const unstampedVersion = "v0.0.0-dev"
 
-// gitCommit and gitTreeState may be set with -X when the build has no VCS
-// information (a container build without .git, hack/image.sh building from
-// git archive); otherwise vcs.revision and vcs.modified are used.
-var gitCommit, gitTreeState = "", ""
+// Version is the release, set at build time with -ldflags -X (hack/version.sh
+// ldflags gives the flags, from git describe). A build without it, such as
+// `go install`, reports the version Go stamped into the module instead.
+var Version = unstampedVersion
 
-// buildInfo is what --version=raw prints.
+// gitCommit, gitTreeState and buildDate may be set with -X when the build
+// has no VCS information (a container build without .git, hack/image.sh
+// building from git archive); otherwise vcs.revision, vcs.modified and
+// vcs.time are used.
+var gitCommit, gitTreeState, buildDate = "", "", ""
+
+// buildInfo is what --version=raw and `svcproxy version` print.
 type buildInfo struct {
-	version, commit, treeState, goVersion string
+	version, commit, treeState, goVersion, buildDate string
 }
 
 func readBuildInfo() buildInfo {
-	b := buildInfo{version: Version, commit: gitCommit, treeState: gitTreeState, goVersion: runtime.Version()}
+	b := buildInfo{version: Version, commit: gitCommit, treeState: gitTreeState, goVersion: runtime.Version(), buildDate: buildDate}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		return b
+		info = nil
 	}
-	b.goVersion = info.GoVersion
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			if b.commit == "" {
-				b.commit = s.Value
-			}
-		case "vcs.modified":
-			if b.treeState == "" {
-				b.treeState = map[string]string{"true": "dirty", "false": "clean"}[s.Value]
-			}
+	return b.fill(info)
+}
+
+// fill completes what -X left unset from Go's build information: the
+// module version Go stamps (go install of a tagged version, or a pseudo
+// version from the checkout's VCS), the VCS settings, and "unknown".
+func (b buildInfo) fill(info *debug.BuildInfo) buildInfo {
+	if info != nil {
+		b.goVersion = info.GoVersion
+		if v := info.Main.Version; b.version == unstampedVersion && v != "" && v != "(devel)" {
+			b.version = v
 		}
+		vcs := map[string]string{}
+		for _, s := range info.Settings {
+			vcs[s.Key] = s.Value
+		}
+		b.commit = cmp.Or(b.commit, vcs["vcs.revision"])
+		b.treeState = cmp.Or(b.treeState, map[string]string{"true": "dirty", "false": "clean"}[vcs["vcs.modified"]])
+		b.buildDate = cmp.Or(b.buildDate, vcs["vcs.time"])
 	}
-	if b.commit == "" {
-		b.commit = "unknown"
-	}
-	if b.treeState == "" {
-		b.treeState = "unknown"
-	}
+	b.commit = cmp.Or(b.commit, "unknown")
+	b.treeState = cmp.Or(b.treeState, "unknown")
 	return b
 }
 
@@ -76,8 +87,8 @@ func printVersion(w io.Writer, mode string) error {
 		return err
 	case "raw":
 		b := readBuildInfo()
-		_, err := fmt.Fprintf(w, "svcproxy version.Info{GitVersion:%q, GitCommit:%q, GitTreeState:%q, GoVersion:%q, Compiler:%q, Platform:\"%s/%s\"}\n",
-			b.version, b.commit, b.treeState, b.goVersion, runtime.Compiler, runtime.GOOS, runtime.GOARCH)
+		_, err := fmt.Fprintf(w, "svcproxy version.Info{GitVersion:%q, GitCommit:%q, GitTreeState:%q, BuildDate:%q, GoVersion:%q, Compiler:%q, Platform:%q}\n",
+			b.version, b.commit, b.treeState, b.buildDate, b.goVersion, runtime.Compiler, platform())
 		return err
 	default:
 		return fmt.Errorf("--version: invalid value %q: must be true, false or raw", mode)
@@ -137,4 +148,37 @@ func setDynamicVersion(s string) error {
 	}
 	Version = s
 	return nil
+}
+
+func platform() string { return runtime.GOOS + "/" + runtime.GOARCH }
+
+// info is the build information in the shape of kubectl version's
+// clientVersion, for `svcproxy version -o json`.
+func (b buildInfo) info() apiversion.Info {
+	return apiversion.Info{GitVersion: b.version, GitCommit: b.commit, GitTreeState: b.treeState,
+		BuildDate: b.buildDate, GoVersion: b.goVersion, Compiler: runtime.Compiler, Platform: platform()}
+}
+
+// newVersionCommand is `svcproxy version`: --version as a subcommand, as
+// kubectl and most node tools have it, with a JSON form for scripts.
+func newVersionCommand() *cobra.Command {
+	output := ""
+	cmd := &cobra.Command{
+		Use:          "version",
+		Short:        "Print svcproxy's version",
+		Example:      "  svcproxy version\n  kubectl -n kube-system exec ds/kube-proxy -- svcproxy version -o json",
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch output {
+			case "":
+				return printVersion(cmd.OutOrStdout(), "true")
+			case "json":
+				return writeIndented(cmd.OutOrStdout(), readBuildInfo().info())
+			}
+			return fmt.Errorf("--output %q: want json, or nothing for text", output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", output, "output format: json (default: text)")
+	return cmd
 }

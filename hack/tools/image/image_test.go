@@ -26,7 +26,7 @@ func TestPackUnpack(t *testing.T) {
 	if err := pack(packOptions{base: base, app: app, out: layoutDir, ref: "svcproxy:test", version: "v0", arch: "amd64"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := unpack(layoutDir, "svcproxy:test", root); err != nil {
+	if err := unpack(layoutDir, "svcproxy:test", "amd64", root); err != nil {
 		t.Fatal(err)
 	}
 	checkFile(t, filepath.Join(root, "usr/local/bin/kube-proxy"), "svcproxy")
@@ -38,7 +38,7 @@ func TestPackUnpack(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(root, "usr/local/bin/svcproxy")); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("svcproxy mode = %v, %v; want 0755", fi.Mode(), err)
 	}
-	if err := unpack(layoutDir, "other:tag", filepath.Join(tmp, "x")); err == nil {
+	if err := unpack(layoutDir, "other:tag", "amd64", filepath.Join(tmp, "x")); err == nil {
 		t.Error("unpacking an unknown ref succeeded")
 	}
 }

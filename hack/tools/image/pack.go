@@ -99,34 +99,17 @@ func configure(img v1.Image, o packOptions) (v1.Image, error) {
 	return img, nil
 }
 
-// unpack flattens the image named ref in the layout into dir.
-func unpack(dir, ref, out string) error {
-	p, err := layout.FromPath(dir)
+// unpack flattens the image named ref in the layout into dir; where ref is
+// an index, its image for arch.
+func unpack(dir, ref, arch, out string) error {
+	img, err := imageOf(dir, ref, arch)
 	if err != nil {
-		return fmt.Errorf("opening the layout %s: %w", dir, err)
+		return err
 	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		return fmt.Errorf("reading the index: %w", err)
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
 	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		return fmt.Errorf("reading the index: %w", err)
-	}
-	for _, desc := range m.Manifests {
-		if desc.Annotations[refAnnotation] != ref {
-			continue
-		}
-		img, err := idx.Image(desc.Digest)
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", ref, err)
-		}
-		rc := mutate.Extract(img)
-		defer rc.Close()
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return err
-		}
-		return extract(rc, out)
-	}
-	return fmt.Errorf("no image %q in %s", ref, dir)
+	return extract(rc, out)
 }
