@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -29,23 +28,20 @@ import (
 // naming one CIDR lose it when either goes), the union is recomputed from
 // every object held.
 type ServiceCIDRs struct {
-	client  kubernetes.Interface
-	resync  time.Duration
-	changed func([]netip.Prefix)
+	union[netip.Prefix]
+	client kubernetes.Interface
+	resync time.Duration
 	// reconnect is how the watch retries an unreachable API server.
 	reconnect wait.Backoff
-
-	mu   sync.Mutex
-	last []netip.Prefix
-	// handled reports whether the handler has seen the initial list; nil
-	// before Start.
-	handled func() bool
 }
 
 // NewServiceCIDRs returns a watcher that calls changed (from the informer's
 // goroutine) with the union after every change of it.
 func NewServiceCIDRs(client kubernetes.Interface, resync time.Duration, changed func([]netip.Prefix)) *ServiceCIDRs {
-	return &ServiceCIDRs{client: client, resync: resync, changed: changed, reconnect: ReconnectBackoff}
+	return &ServiceCIDRs{
+		union:  union[netip.Prefix]{what: "Service CIDRs", of: ServiceCIDRsOf, changed: changed},
+		client: client, resync: resync, reconnect: ReconnectBackoff,
+	}
 }
 
 // Start runs the informer until ctx ends.
@@ -59,49 +55,11 @@ func (w *ServiceCIDRs) Start(ctx context.Context) error {
 		return newInformer(listWatch[*networkingv1.ServiceCIDRList](c.NetworkingV1().ServiceCIDRs(), noTweak),
 			c, &networkingv1.ServiceCIDR{}, "servicecidrs", resync, w.reconnect)
 	})
-	store := informer.GetStore()
-	update := func(any) { w.update(store.List()) }
-	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    update,
-		UpdateFunc: func(_, obj any) { update(obj) },
-		DeleteFunc: update,
-	})
-	if err != nil {
+	if err := w.start(informer, nil); err != nil {
 		return err
 	}
-	w.handled = reg.HasSynced
 	factory.Start(ctx.Done())
 	return nil
-}
-
-// initialListPoll is how often WaitForInitialList looks: client-go's
-// WaitForCacheSync polls every 100 ms, a tenth of a 10k start.
-const initialListPoll = 5 * time.Millisecond
-
-// WaitForInitialList blocks until the handler has seen the initial list
-// (an empty one too), for at most timeout, and reports whether it has. An
-// API server that does not serve ServiceCIDRs (disabled, or not allowed to
-// this client) never lists them: the caller goes on without.
-func (w *ServiceCIDRs) WaitForInitialList(ctx context.Context, timeout time.Duration) bool {
-	if w.handled == nil {
-		return false
-	}
-	err := wait.PollUntilContextTimeout(ctx, initialListPoll, timeout, true, func(context.Context) (bool, error) {
-		return w.handled(), nil
-	})
-	return err == nil
-}
-
-func (w *ServiceCIDRs) update(objs []any) {
-	cidrs := ServiceCIDRsOf(objs)
-	w.mu.Lock()
-	same := slices.Equal(cidrs, w.last) && w.last != nil
-	w.last = cidrs
-	w.mu.Unlock()
-	if !same {
-		klog.V(2).InfoS("Service CIDRs changed", "cidrs", cidrs)
-		w.changed(cidrs)
-	}
 }
 
 // ServiceCIDRsOf is the sorted, unique union of the spec.cidrs of the
