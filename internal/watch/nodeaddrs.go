@@ -50,7 +50,7 @@ func (w *NodeAddresses) Start(ctx context.Context) error {
 		n, ok2 := new.(*v1.Node)
 		return ok1 && ok2 && slices.Equal(o.Status.Addresses, n.Status.Addresses)
 	}
-	if err := w.start(informer, sameAddrs); err != nil {
+	if err := w.start(ctx, informer, sameAddrs); err != nil {
 		return err
 	}
 	go informer.RunWithContext(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,40 @@ func TestNodeAddressesFollowNodes(t *testing.T) {
 	case a := <-got:
 		t.Errorf("unexpected update %v", a)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// The initial list is computed and reported once, whole, not at each
+// Node: the union over every Node held, at each of n Nodes, cost O(n²)
+// at start.
+func TestNodeAddressesInitialListComputedOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	for i := range 50 {
+		if _, err := client.CoreV1().Nodes().Create(ctx, nodeWithIPs(fmt.Sprint("n", i), fmt.Sprintf("192.0.2.%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reports := make(chan []netip.Addr, 100)
+	w := NewNodeAddresses(client, 0, func(a []netip.Addr) { reports <- a })
+	var computed atomic.Int32
+	of := w.of
+	w.of = func(objs []any) []netip.Addr { computed.Add(1); return of(objs) }
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-reports:
+		if len(a) != 50 {
+			t.Errorf("first report holds %d addresses, want all 50", len(a))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report")
+	}
+	time.Sleep(100 * time.Millisecond) // any further work would be done now
+	if n := computed.Load(); n != 1 || len(reports) != 0 {
+		t.Errorf("the union was computed %d times and reported %d more times for the initial list, want once", n, len(reports))
 	}
 }
 

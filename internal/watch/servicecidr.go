@@ -55,7 +55,7 @@ func (w *ServiceCIDRs) Start(ctx context.Context) error {
 		return newInformer(listWatch[*networkingv1.ServiceCIDRList](c.NetworkingV1().ServiceCIDRs(), noTweak),
 			c, &networkingv1.ServiceCIDR{}, "servicecidrs", resync, w.reconnect)
 	})
-	if err := w.start(informer, nil); err != nil {
+	if err := w.start(ctx, informer, nil); err != nil {
 		return err
 	}
 	factory.Start(ctx.Done())
