@@ -8,7 +8,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -20,21 +19,12 @@ import (
 // status updates. The transform keeps of each Node only its name and
 // those addresses, so the store holds a few dozen bytes per Node; each
 // update is still decoded whole first.
-type NodeAddresses struct {
-	union[netip.Addr]
-	client kubernetes.Interface
-	resync time.Duration
-	// reconnect is how the watch retries an unreachable API server.
-	reconnect wait.Backoff
-}
+type NodeAddresses struct{ union[netip.Addr] }
 
 // NewNodeAddresses returns a watcher that calls changed (from the
 // informer's goroutine) with the union after every change of it.
 func NewNodeAddresses(client kubernetes.Interface, resync time.Duration, changed func([]netip.Addr)) *NodeAddresses {
-	return &NodeAddresses{
-		union:  union[netip.Addr]{what: "Node addresses", of: NodeAddressesOf, changed: changed},
-		client: client, resync: resync, reconnect: ReconnectBackoff,
-	}
+	return &NodeAddresses{newUnion(client, resync, "Node addresses", NodeAddressesOf, changed)}
 }
 
 // Start runs the informer until ctx ends.

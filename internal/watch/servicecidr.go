@@ -8,7 +8,6 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -27,21 +26,12 @@ import (
 // deletes an old object's CIDRs from a shared set (so that two objects
 // naming one CIDR lose it when either goes), the union is recomputed from
 // every object held.
-type ServiceCIDRs struct {
-	union[netip.Prefix]
-	client kubernetes.Interface
-	resync time.Duration
-	// reconnect is how the watch retries an unreachable API server.
-	reconnect wait.Backoff
-}
+type ServiceCIDRs struct{ union[netip.Prefix] }
 
 // NewServiceCIDRs returns a watcher that calls changed (from the informer's
 // goroutine) with the union after every change of it.
 func NewServiceCIDRs(client kubernetes.Interface, resync time.Duration, changed func([]netip.Prefix)) *ServiceCIDRs {
-	return &ServiceCIDRs{
-		union:  union[netip.Prefix]{what: "Service CIDRs", of: ServiceCIDRsOf, changed: changed},
-		client: client, resync: resync, reconnect: ReconnectBackoff,
-	}
+	return &ServiceCIDRs{newUnion(client, resync, "Service CIDRs", ServiceCIDRsOf, changed)}
 }
 
 // Start runs the informer until ctx ends.

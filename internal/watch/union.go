@@ -5,9 +5,11 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -20,6 +22,11 @@ import (
 // its objects, the union cost O(n²) (a 1,000-Node list took three times
 // as long as without the transform).
 type union[T comparable] struct {
+	client kubernetes.Interface
+	resync time.Duration
+	// reconnect is how the watch retries an unreachable API server.
+	reconnect wait.Backoff
+
 	what    string
 	of      func(objs []any) []T
 	changed func([]T)
@@ -30,6 +37,14 @@ type union[T comparable] struct {
 	// handled reports whether the handler has seen the initial list; nil
 	// before start.
 	handled func() bool
+	// reported is set once the initial list's union was reported.
+	reported atomic.Bool
+}
+
+// newUnion returns a union of what of makes of the objects, reported to
+// changed (from the informer's goroutine).
+func newUnion[T comparable](client kubernetes.Interface, resync time.Duration, what string, of func([]any) []T, changed func([]T)) union[T] {
+	return union[T]{client: client, resync: resync, reconnect: ReconnectBackoff, what: what, of: of, changed: changed}
 }
 
 // start registers the handler on informer. Updates for which same(old,
@@ -56,8 +71,9 @@ func (u *union[T]) start(ctx context.Context, informer cache.SharedIndexInformer
 	}
 	u.handled = reg.HasSynced
 	go func() {
-		if u.WaitForInitialList(ctx, time.Duration(math.MaxInt64)) {
+		if pollUntil(ctx, time.Duration(math.MaxInt64), u.handled) {
 			u.update(list)
+			u.reported.Store(true)
 		}
 	}()
 	return nil
@@ -67,16 +83,22 @@ func (u *union[T]) start(ctx context.Context, informer cache.SharedIndexInformer
 // WaitForCacheSync polls every 100 ms, a tenth of a 10k start.
 const initialListPoll = 5 * time.Millisecond
 
-// WaitForInitialList blocks until the handler has seen the initial list
-// (an empty one too), for at most timeout, and reports whether it has. An
-// API server that does not serve the resource (disabled, or not allowed
-// to this client) never lists it: the caller goes on without.
+// WaitForInitialList blocks until the union of the initial list (an empty
+// one too) has been reported, for at most timeout, and reports whether it
+// has. An API server that does not serve the resource (disabled, or not
+// allowed to this client) never lists it: the caller goes on without.
 func (u *union[T]) WaitForInitialList(ctx context.Context, timeout time.Duration) bool {
 	if u.handled == nil {
 		return false
 	}
+	return pollUntil(ctx, timeout, u.reported.Load)
+}
+
+// pollUntil polls done every initialListPoll, for at most timeout, and
+// reports whether it held.
+func pollUntil(ctx context.Context, timeout time.Duration, done func() bool) bool {
 	err := wait.PollUntilContextTimeout(ctx, initialListPoll, timeout, true, func(context.Context) (bool, error) {
-		return u.handled(), nil
+		return done(), nil
 	})
 	return err == nil
 }
