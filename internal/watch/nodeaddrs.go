@@ -17,8 +17,8 @@ import (
 // changes. Upstream watches only its own Node; this watch is opt-in
 // (--watch-node-addresses) because every proxy then receives every Node's
 // status updates. The transform keeps of each Node only its name and
-// those addresses, so the store holds a few dozen bytes per Node; each
-// update is still decoded whole first.
+// those addresses, so the store holds nothing else; each update is still
+// received and decoded whole first.
 type NodeAddresses struct{ union[netip.Addr] }
 
 // NewNodeAddresses returns a watcher that calls changed (from the
