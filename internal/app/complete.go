@@ -44,6 +44,7 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	cfg.ConfigFile = o.configFile
 	cfg.ServiceProxyName = o.serviceProxyName
 	cfg.StateSocket = o.stateSocket
+	cfg.WatchNodeAddresses = o.watchNodeAddrs
 	cfg.Flags = map[string]string{}
 	fs.VisitAll(func(f *pflag.Flag) {
 		// The removed flags only refuse themselves: /flagz lists kube-proxy's

@@ -178,12 +178,12 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := d.watchNode(ctx, nodeWatcher, syncers); err != nil {
 		return fmt.Errorf("watching Node %q: %w", d.nodeName, err)
 	}
-	serviceCIDRs, err := d.watchServiceCIDRs(ctx, syncers)
+	lists, err := d.watchClusterLists(ctx, syncers)
 	if err != nil {
 		return err
 	}
 	d.events.starting()
-	d.awaitServiceCIDRs(ctx, serviceCIDRs)
+	d.awaitInitialLists(ctx, lists)
 	for _, s := range syncers {
 		go s.Loop(ctx)
 	}

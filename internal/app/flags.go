@@ -17,7 +17,8 @@ import (
 const ignoredWithConfig = " This parameter is ignored if a config file is specified by --config."
 
 // addFlags registers kube-proxy's Linux flags (contract §1.2) with upstream's
-// names and defaults, plus svcproxy's --service-proxy-name and --state-socket.
+// names and defaults, plus svcproxy's --service-proxy-name, --state-socket and
+// --watch-node-addresses.
 func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
 	o.addGeneralFlags(fs)
@@ -51,6 +52,7 @@ func (o *options) addGeneralFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", c.ShowHiddenMetricsForVersion, "The previous version for which you want to show hidden metrics. Only the previous minor version is meaningful, other values will not be allowed. The format is <major>.<minor>, e.g.: '1.16'. The purpose of this format is make sure you have the opportunity to notice if the next release hides additional metrics, rather than being surprised when they are permanently removed in the release after that."+ignoredWithConfig)
 	fs.StringVar(&o.serviceProxyName, "service-proxy-name", o.serviceProxyName, "svcproxy extension: if set, handle only Services labelled service.kubernetes.io/service-proxy-name=<value> (kube-proxy handles only Services without that label). Applies with --config too.")
 	fs.StringVar(&o.stateSocket, "state-socket", o.stateSocket, "svcproxy extension: the unix socket on which svcproxy serves its programmed state (every Service and endpoint) to 'svcproxy explain' on the node. It is created with mode 0600, its directory with 0700 if missing; empty serves none. Applies with --config too.")
+	fs.BoolVar(&o.watchNodeAddrs, "watch-node-addresses", o.watchNodeAddrs, "svcproxy extension: if true, watch every Node (keeping only its addresses) and refuse an externalIP or load-balancer IP equal to any Node's address, not only this node's. Every proxy then receives every Node's status updates. Applies with --config too.")
 	addVersionFlag(fs, &o.version)
 }
 

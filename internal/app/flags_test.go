@@ -85,7 +85,7 @@ func TestFlagsOnlyValues(t *testing.T) {
 		"--nodeport-addresses=10.0.0.0/8", "--kubeconfig=/k", "--master=https://api:6443",
 		"--kube-api-qps=50", "--feature-gates=LoggingBetaOptions=true", "--oom-score-adj=-500",
 		"--conntrack-max-per-core=0", "--detect-local-mode=NodeCIDR", "--service-proxy-name=mine",
-		"--bind-address=10.1.2.3", "--metrics-bind-address=", "--hostname-override=Node-1")
+		"--bind-address=10.1.2.3", "--metrics-bind-address=", "--hostname-override=Node-1", "--watch-node-addresses")
 	checks := []struct {
 		name      string
 		got, want any
@@ -101,6 +101,7 @@ func TestFlagsOnlyValues(t *testing.T) {
 		{"MaxPerCore", cfg.Conntrack.MaxPerCore, 0},
 		{"DetectLocalMode", string(cfg.DetectLocalMode), "NodeCIDR"},
 		{"ServiceProxyName", cfg.ServiceProxyName, "mine"},
+		{"WatchNodeAddresses", cfg.WatchNodeAddresses, true},
 		{"BindAddress", cfg.BindAddress.String(), "10.1.2.3"},
 		// An empty value keeps the default, as upstream's IPPortVar does.
 		{"MetricsBindAddress", cfg.MetricsBindAddress, "127.0.0.1:10249"},
@@ -112,6 +113,18 @@ func TestFlagsOnlyValues(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
+	}
+}
+
+// TestWatchNodeAddressesOffByDefault: watching every Node costs every proxy
+// every Node's status updates; it is the operator's choice.
+func TestWatchNodeAddressesOffByDefault(t *testing.T) {
+	if cfg := mustRun(t, "--hostname-override=n1"); cfg.WatchNodeAddresses {
+		t.Error("--watch-node-addresses is on by default")
+	}
+	path := writeFile(t, "config.yaml", "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n")
+	if cfg := mustRun(t, "--hostname-override=n1", "--config="+path, "--watch-node-addresses"); !cfg.WatchNodeAddresses {
+		t.Error("--watch-node-addresses does not apply with --config")
 	}
 }
 

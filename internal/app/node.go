@@ -51,6 +51,13 @@ func (v *nodeView) setServiceCIDRs(cidrs []netip.Prefix) {
 	v.node.ServiceCIDRs = cidrs
 }
 
+// setClusterNodeIPs records every Node's addresses (--watch-node-addresses).
+func (v *nodeView) setClusterNodeIPs(addrs []netip.Addr) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.node.ClusterNodeIPs = addrs
+}
+
 func (v *nodeView) setZone(zone string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -140,40 +147,68 @@ func (d *daemon) awaitNode(ctx context.Context) (*watch.NodeWatcher, error) {
 	return w, nil
 }
 
-// watchNode follows this Node: eligibility feeds /healthz, a zone change
-// re-evaluates topology everywhere, and the changes upstream answers by
-// exiting (IPs, podCIDRs in NodeCIDR mode, deletion) stop the process.
-// watchServiceCIDRs follows the ServiceCIDR objects in every mode, as
-// upstream (desired decides what to do with them: Options.DropUnallocated).
-func (d *daemon) watchServiceCIDRs(ctx context.Context, syncers map[proxy.IPFamily]*syncer.Syncer) (*watch.ServiceCIDRs, error) {
-	w := watch.NewServiceCIDRs(d.client, d.cfg.ConfigSyncPeriod, func(cidrs []netip.Prefix) {
-		d.node.setServiceCIDRs(cidrs)
+// initialLister is a cluster-wide watch whose initial list the first sync
+// waits for (watch.ServiceCIDRs, watch.NodeAddresses).
+type initialLister interface {
+	WaitForInitialList(ctx context.Context, timeout time.Duration) bool
+}
+
+// watchClusterLists follows the ServiceCIDR objects in every mode, as
+// upstream (desired decides what to do with them: Options.DropUnallocated),
+// and, with --watch-node-addresses, every Node's addresses. It returns the
+// watches by what they follow.
+func (d *daemon) watchClusterLists(ctx context.Context, syncers map[proxy.IPFamily]*syncer.Syncer) (map[string]initialLister, error) {
+	requestAll := func() {
 		for _, s := range syncers {
 			s.Request()
 		}
+	}
+	cidrs := watch.NewServiceCIDRs(d.client, d.cfg.ConfigSyncPeriod, func(cidrs []netip.Prefix) {
+		d.node.setServiceCIDRs(cidrs)
+		requestAll()
 	})
-	if err := w.Start(ctx); err != nil {
+	if err := cidrs.Start(ctx); err != nil {
 		return nil, fmt.Errorf("watching ServiceCIDRs: %w", err)
 	}
-	return w, nil
+	lists := map[string]initialLister{"ServiceCIDRs": cidrs}
+	if !d.cfg.WatchNodeAddresses {
+		return lists, nil
+	}
+	// A Node joining changes no input the syncer compares: Compute
+	// redecides the refusals in an ordinary partial sync.
+	nodes := watch.NewNodeAddresses(d.client, d.cfg.ConfigSyncPeriod, func(addrs []netip.Addr) {
+		d.node.setClusterNodeIPs(addrs)
+		requestAll()
+	})
+	if err := nodes.Start(ctx); err != nil {
+		return nil, fmt.Errorf("watching Node addresses: %w", err)
+	}
+	lists["Node addresses"] = nodes
+	return lists, nil
 }
 
-// serviceCIDRWait bounds how long the first sync waits for the
-// ServiceCIDRs' initial list. It is one small list beside the Services'
-// and EndpointSlices' and normally arrives first; the bound only matters
-// when the API server does not serve it.
-const serviceCIDRWait = 5 * time.Second
+// initialListWait bounds how long the first sync waits for each
+// cluster-wide list. They are small beside the Services' and
+// EndpointSlices' and normally arrive first; the bound only matters when
+// the API server does not serve one (or does not allow it to this client).
+const initialListWait = 5 * time.Second
 
-// awaitServiceCIDRs holds the first sync until the ServiceCIDRs are known,
-// so that it does not program the node without their ranges and a moment
-// later with them (at a restart: rules deleted and written back).
-func (d *daemon) awaitServiceCIDRs(ctx context.Context, w *watch.ServiceCIDRs) {
-	if !w.WaitForInitialList(ctx, serviceCIDRWait) && ctx.Err() == nil {
-		d.logger.Info("Starting without the ServiceCIDRs: their list did not arrive in time; they apply once it does",
-			"waited", serviceCIDRWait)
+// awaitInitialLists holds the first sync until the cluster-wide lists are
+// known, so that it does not program the node without them and a moment
+// later with them (at a restart: rules deleted and written back; another
+// Node's address served as an external IP for a moment).
+func (d *daemon) awaitInitialLists(ctx context.Context, lists map[string]initialLister) {
+	for what, w := range lists {
+		if !w.WaitForInitialList(ctx, initialListWait) && ctx.Err() == nil {
+			d.logger.Info("Starting without a list: it did not arrive in time; it applies once it does",
+				"list", what, "waited", initialListWait)
+		}
 	}
 }
 
+// watchNode follows this Node: eligibility feeds /healthz, a zone change
+// re-evaluates topology everywhere, and the changes upstream answers by
+// exiting (IPs, podCIDRs in NodeCIDR mode, deletion) stop the process.
 func (d *daemon) watchNode(ctx context.Context, w *watch.NodeWatcher, syncers map[proxy.IPFamily]*syncer.Syncer) error {
 	return w.Start(ctx, d.nodeInfo, needPodCIDRs(d.cfg), watch.NodeHandler{
 		Fatal: func(err error) { d.fatal <- err },

@@ -24,6 +24,7 @@ type options struct {
 	hostnameOverride string
 	serviceProxyName string
 	stateSocket      string
+	watchNodeAddrs   bool
 	version          string
 
 	// Shared by the iptables and nftables sections (contract §2.2).

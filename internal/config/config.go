@@ -99,6 +99,11 @@ type Config struct {
 	// programmed state for `svcproxy explain`), "" for none (an svcproxy
 	// extension, --state-socket).
 	StateSocket string
+	// WatchNodeAddresses watches every Node for its addresses, which are
+	// then refused as external and LB frontends like this node's own (an
+	// svcproxy extension, --watch-node-addresses; upstream watches only
+	// its own Node).
+	WatchNodeAddresses bool
 	// Master overrides the API server URL of the kubeconfig.
 	Master string
 	// Kubeconfig is the kubeconfig path (clientConnection.kubeconfig);

@@ -28,23 +28,21 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 )
 
-// multicast is an endpoint address the API server accepts (its validation
-// refuses only link-local multicast) and the IPVS kernel refuses as a real
-// server: ip_vs_new_dest takes only unicast or local addresses (EINVAL).
-// Slot n's address, per family.
-func multicast(f scenario.Fam, n int) netip.Addr {
-	return f.Pick([2]netip.Addr{
-		netip.MustParseAddr(fmt.Sprintf("239.255.0.%d", n)),
-		netip.MustParseAddr(fmt.Sprintf("ff0e::%x", n)),
-	})
-}
+// subnetBroadcast is an endpoint address the API server and the model
+// accept and the IPVS kernel refuses as a real server on node1:
+// ip_vs_new_dest takes only unicast or local addresses (EINVAL), and this
+// one is the broadcast address of node1's own subnet (the fabric,
+// 198.18.0.0/24), which only the node's routing table tells. The model
+// refuses what any node's kernel would (multicast, link-local, …), so IPv6,
+// which has no broadcast, has no such address left.
+var subnetBroadcast = netip.MustParseAddr("198.18.0.255")
 
-// withMulticast adds slot n's multicast address to a Spec's endpoints, as a
-// tenant's hand-written EndpointSlice may.
-func withMulticast(s scenario.Spec, n int) scenario.Spec {
+// withBroadcast adds subnetBroadcast to a Spec's endpoints, as a tenant's
+// hand-written EndpointSlice may.
+func withBroadcast(s scenario.Spec) scenario.Spec {
 	s.TweakSlice = func(f scenario.Fam, sl *discoveryv1.EndpointSlice) {
 		ep := *sl.Endpoints[0].DeepCopy()
-		ep.Addresses, ep.NodeName, ep.TargetRef = []string{multicast(f, n).String()}, nil, nil
+		ep.Addresses, ep.NodeName, ep.TargetRef = []string{subnetBroadcast.String()}, nil, nil
 		sl.Endpoints = append(sl.Endpoints, ep)
 	}
 	return s
@@ -56,20 +54,17 @@ func ipvsOptions(o *desired.Options) {
 	o.Scheduling = &desired.IPVSScheduling{Default: kipvs.RoundRobin, Known: kipvs.Schedulers}
 }
 
-// TestVMQuarantineIPVS: in IPVS mode the kernel refuses a real server that
-// is a multicast address. A new Service with one, and an update adding one
-// to a programmed Service, are quarantined; the healthy Services keep
-// answering a client that connects all the time (and after every backend
-// sync) through the search, and the kernel keeps their virtual servers,
-// real servers and ipset members. In IPv4 (the kernel's check differs per
-// family, the syncer's steps do not, and every backend sync takes seconds
-// under TCG) the test goes on through a later Service, the periodic full
-// sync that retries the offenders, and a restart of the process.
+// TestVMQuarantineIPVS: in IPVS mode the kernel refuses a real server on
+// the broadcast address of the node's subnet. A new Service with one, and
+// an update adding one to a programmed Service, are quarantined; the
+// healthy Services keep answering a client that connects all the time (and
+// after every backend sync) through the search, and the kernel keeps their
+// virtual servers, real servers and ipset members. The test goes on
+// through a later Service, the periodic full sync that retries the
+// offenders, and a restart of the process. IPv4 only: see subnetBroadcast.
 func TestVMQuarantineIPVS(t *testing.T) {
 	env := scenario.NewEnv(t)
-	for _, f := range scenario.Families {
-		t.Run(string(f.Family), func(t *testing.T) { quarantineIPVS(t, env, f, !f.V6) })
-	}
+	quarantineIPVS(t, env, scenario.Families[0])
 }
 
 // ipvsRun is one family's run: the specs fed so far, the current
@@ -83,14 +78,14 @@ type ipvsRun struct {
 	probes []*probingProxier
 }
 
-func quarantineIPVS(t *testing.T, env *scenario.Env, f scenario.Fam, whole bool) {
+func quarantineIPVS(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	spread, sticky := env.ServiceNamed(t, "spread"), env.ServiceNamed(t, "sticky")
 	first := scenario.Spec{Name: "aaa-first", Slot: 39, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}, {Pod: "pod-r"}}}
 	last := scenario.Spec{Name: "zzz-last", Slot: 40, Endpoints: []scenario.EPSpec{{Pod: "pod-b"}}}
 	// The offenders have one port each (TCP): every refused port costs
 	// the search and each retry backend syncs, seconds each under TCG.
 	upd := scenario.Spec{Name: "upd", Slot: 36, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}, {Pod: "pod-c"}}, Tweak: tcpOnly}
-	poison := withMulticast(scenario.Spec{Name: "mcast", Slot: 37, NodePort: 30060, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}, Tweak: tcpOnly}, 37)
+	poison := withBroadcast(scenario.Spec{Name: "bcast", Slot: 37, NodePort: 30060, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}, Tweak: tcpOnly})
 	r := &ipvsRun{env: env, f: f, file: filepath.Join(t.TempDir(), "quarantine.json")}
 	healthy := []scenario.Spec{spread, sticky, upd, first, last}
 
@@ -100,19 +95,16 @@ func quarantineIPVS(t *testing.T, env *scenario.Env, f scenario.Fam, whole bool)
 	defer r.stopLoads(t, loads)
 
 	// A new Service and an update, both refused, in one partial sync.
-	r.feed(poison, withMulticast(upd, 36))
+	r.feed(poison, withBroadcast(upd))
 	r.sync(t, s)
 	offenders := append(portsOf(poison), portsOf(upd)...)
 	r.quarantined(t, s, "after the search", offenders)
 	if refusals.n == 0 {
-		t.Fatal("the kernel never refused the multicast real servers: the test proves nothing")
+		t.Fatal("the kernel never refused the broadcast real servers: the test proves nothing")
 	}
 	t.Logf("the search: %d backend syncs refused", refusals.n)
 	r.holds(t, "after the search", healthy...) // upd at its previous version
 	r.lacks(t, "after the search", poison)
-	if !whole {
-		return
-	}
 
 	// A later Service: one sync, no offender tried again.
 	late := scenario.Spec{Name: "late", Slot: 38, Endpoints: []scenario.EPSpec{{Pod: "pod-c"}}}

@@ -406,7 +406,9 @@ func (s *Syncer) reportLosses(prev, state *desired.State) {
 
 // sameNode compares what every service port may depend on (a test keeps
 // it complete). ServiceCIDRs reach the backend only as State.ServiceCIDRs,
-// which SameGlobals compares. HostAddrs is left out on purpose: only node ports use it, Compute recomputes them on
+// which SameGlobals compares. ClusterNodeIPs only decide refused frontends,
+// which an incremental Compute redecides itself when they change: a Node
+// joining the cluster costs no full sync of every node. HostAddrs is left out on purpose: only node ports use it, Compute recomputes them on
 // every call, and host addresses come and go with every pod whose veth has
 // one — a full recompute for each would be O(services) per pod start.
 func sameNode(a, b desired.Node) bool {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -28,24 +26,12 @@ import (
 // deletes an old object's CIDRs from a shared set (so that two objects
 // naming one CIDR lose it when either goes), the union is recomputed from
 // every object held.
-type ServiceCIDRs struct {
-	client  kubernetes.Interface
-	resync  time.Duration
-	changed func([]netip.Prefix)
-	// reconnect is how the watch retries an unreachable API server.
-	reconnect wait.Backoff
-
-	mu   sync.Mutex
-	last []netip.Prefix
-	// handled reports whether the handler has seen the initial list; nil
-	// before Start.
-	handled func() bool
-}
+type ServiceCIDRs struct{ union[netip.Prefix] }
 
 // NewServiceCIDRs returns a watcher that calls changed (from the informer's
 // goroutine) with the union after every change of it.
 func NewServiceCIDRs(client kubernetes.Interface, resync time.Duration, changed func([]netip.Prefix)) *ServiceCIDRs {
-	return &ServiceCIDRs{client: client, resync: resync, changed: changed, reconnect: ReconnectBackoff}
+	return &ServiceCIDRs{newUnion(client, resync, "Service CIDRs", ServiceCIDRsOf, changed)}
 }
 
 // Start runs the informer until ctx ends.
@@ -59,49 +45,11 @@ func (w *ServiceCIDRs) Start(ctx context.Context) error {
 		return newInformer(listWatch[*networkingv1.ServiceCIDRList](c.NetworkingV1().ServiceCIDRs(), noTweak),
 			c, &networkingv1.ServiceCIDR{}, "servicecidrs", resync, w.reconnect)
 	})
-	store := informer.GetStore()
-	update := func(any) { w.update(store.List()) }
-	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    update,
-		UpdateFunc: func(_, obj any) { update(obj) },
-		DeleteFunc: update,
-	})
-	if err != nil {
+	if err := w.start(ctx, informer, nil); err != nil {
 		return err
 	}
-	w.handled = reg.HasSynced
 	factory.Start(ctx.Done())
 	return nil
-}
-
-// initialListPoll is how often WaitForInitialList looks: client-go's
-// WaitForCacheSync polls every 100 ms, a tenth of a 10k start.
-const initialListPoll = 5 * time.Millisecond
-
-// WaitForInitialList blocks until the handler has seen the initial list
-// (an empty one too), for at most timeout, and reports whether it has. An
-// API server that does not serve ServiceCIDRs (disabled, or not allowed to
-// this client) never lists them: the caller goes on without.
-func (w *ServiceCIDRs) WaitForInitialList(ctx context.Context, timeout time.Duration) bool {
-	if w.handled == nil {
-		return false
-	}
-	err := wait.PollUntilContextTimeout(ctx, initialListPoll, timeout, true, func(context.Context) (bool, error) {
-		return w.handled(), nil
-	})
-	return err == nil
-}
-
-func (w *ServiceCIDRs) update(objs []any) {
-	cidrs := ServiceCIDRsOf(objs)
-	w.mu.Lock()
-	same := slices.Equal(cidrs, w.last) && w.last != nil
-	w.last = cidrs
-	w.mu.Unlock()
-	if !same {
-		klog.V(2).InfoS("Service CIDRs changed", "cidrs", cidrs)
-		w.changed(cidrs)
-	}
 }
 
 // ServiceCIDRsOf is the sorted, unique union of the spec.cidrs of the

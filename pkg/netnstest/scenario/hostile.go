@@ -15,7 +15,7 @@ import (
 // HostileServices are Services any tenant allowed to create Services can
 // write, each of which once stopped a backend from programming every
 // Service on the node: the kernel, nft or iptables-restore
-// refused the whole sync. Their slots (30–36) are outside Services'.
+// refused the whole sync. Their slots (30–39) are outside Services'.
 // HostileCases checks that they, and everything else, work as intended.
 func (e *Env) HostileServices() []Spec {
 	allowed := func(v6 bool) string {
@@ -74,6 +74,20 @@ func (e *Env) HostileServices() []Spec {
 		// the kubelet's. Refused: the node keeps its own traffic.
 		{Name: "node-port-squatter", Slot: 37, Endpoints: []EPSpec{{Pod: "pod-b"}}, Tweak: e.onNodeAddress(30020)},
 		{Name: "kubelet-squatter", Slot: 38, Endpoints: []EPSpec{{Pod: "pod-b"}}, Tweak: e.onNodeAddress(KubeletPort)},
+		// Endpoint addresses that can be nobody's endpoint, beside pod-a's:
+		// refused at parsing (nftables and iptables DNATed to them, the
+		// IPVS kernel refuses a multicast real server).
+		{Name: "unusable-endpoints", Slot: 39, Endpoints: one, TweakSlice: func(f Fam, sl *discoveryv1.EndpointSlice) {
+			addrs := []string{"127.0.0.1", "224.0.0.5", "239.1.2.3", "255.255.255.255", "169.254.1.1", "0.0.0.0"}
+			if f.V6 {
+				addrs = []string{"::1", "ff02::1", "ff0e::1", "fe80::1", "::"}
+			}
+			for _, a := range addrs {
+				ep := *sl.Endpoints[0].DeepCopy()
+				ep.Addresses = []string{a}
+				sl.Endpoints = append(sl.Endpoints, ep)
+			}
+		}},
 	}
 }
 
@@ -121,6 +135,12 @@ func (e *Env) HostileCases(t *testing.T, f Fam) {
 	})
 	t.Run("NodePortNotTakenByExternalIP", func(t *testing.T) { e.nodePortNotTaken(t, f) })
 	t.Run("NodeServiceNotTakenByExternalIP", func(t *testing.T) { e.nodeServiceNotTaken(t, f) })
+	t.Run("UnusableEndpoints", func(t *testing.T) {
+		seen := AskMany(t, e.FromPod("pod-c"), proxy.TCP, netip.AddrPortFrom(f.ClusterIP(39), SvcPort), 12)
+		if got := Servers(seen); len(got) != 1 || got[0] != "pod-a" {
+			t.Errorf("cluster IP of unusable-endpoints reached %v, want only pod-a (the other endpoint addresses refused)", got)
+		}
+	})
 	t.Run("Zoned", func(t *testing.T) {
 		seen := AskMany(t, e.FromPod("pod-c"), proxy.TCP, netip.AddrPortFrom(f.ClusterIP(35), SvcPort), 12)
 		if got := Servers(seen); len(got) != 1 || got[0] != "pod-a" {

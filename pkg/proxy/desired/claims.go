@@ -93,9 +93,9 @@ func (c claim) beats(o claim) bool {
 // LB claims can be contested (the API server hands out cluster IPs
 // uniquely), so cluster IPs are only looked up among those, and a
 // snapshot without external or LB IPs costs one pass without allocating.
-// External and LB claims on nodeIPs are refused before any contest.
-func lostFrontends(snap *model.Snapshot, family proxy.IPFamily, nodeIPs []netip.Addr) (map[proxy.ServicePortName][]LostFrontend, map[frontendKey]claim) {
-	c := &contest{winners: map[frontendKey]claim{}, nodeIPs: nodeIPs}
+// External and LB claims on node addresses are refused before any contest.
+func lostFrontends(snap *model.Snapshot, family proxy.IPFamily, nodes nodeAddrs) (map[proxy.ServicePortName][]LostFrontend, map[frontendKey]claim) {
+	c := &contest{winners: map[frontendKey]claim{}, nodes: nodes}
 	for name, sp := range snap.Services.All() {
 		if len(sp.ExternalIPs) == 0 && len(sp.LoadBalancerIPs) == 0 {
 			continue
@@ -152,12 +152,27 @@ func (st *State) claimed(k frontendKey) bool { _, ok := st.claims[k]; return ok 
 type contest struct {
 	winners map[frontendKey]claim
 	losses  []loss
-	// nodeIPs are refused as external and LB frontends. Only the Node's
-	// addresses, not every address on the host's interfaces: a VIP that
-	// keepalived or kube-vip moves between nodes sits on an interface of
-	// the node holding it, and is exactly what externalIPs and LB IPs are
-	// for.
-	nodeIPs []netip.Addr
+	nodes   nodeAddrs
+}
+
+// nodeAddrs are refused as external and LB frontends. Only Nodes'
+// addresses, not every address on the host's interfaces: a VIP that
+// keepalived or kube-vip moves between nodes sits on an interface of the
+// node holding it, and is exactly what externalIPs and LB IPs are for.
+type nodeAddrs struct {
+	// own are this node's IPs of the family.
+	own []netip.Addr
+	// cluster are every Node's (Node.ClusterNodeIPs), sorted: a frontend
+	// is looked up among thousands of them.
+	cluster []netip.Addr
+}
+
+func (n nodeAddrs) holds(a netip.Addr) bool {
+	if slices.Contains(n.own, a) {
+		return true
+	}
+	_, found := slices.BinarySearchFunc(n.cluster, a, netip.Addr.Compare)
+	return found
 }
 
 type loss struct {
@@ -176,7 +191,7 @@ func (c *contest) addAll(name proxy.ServicePortName, sp *model.ServicePort, addr
 			continue
 		}
 		k, cl := frontendKey{a.Unmap(), name.Protocol, sp.Port}, claim{name, kind, sp.Created}
-		if slices.Contains(c.nodeIPs, k.addr) {
+		if c.nodes.holds(k.addr) {
 			c.losses = append(c.losses, loss{k, cl, RefusedNodeAddress})
 			continue
 		}

@@ -20,7 +20,8 @@ import (
 // and sets Changed to the ports that were added, removed or now differ.
 // prev must have been computed for the same node and options: the caller
 // passes nil whenever either changed, because node IPs, zone, podCIDRs and
-// every option can change every port. Node ports, masquerade and node IPs are
+// every option can change every port; node.ClusterNodeIPs may differ from
+// prev's (Compute then redecides refusals). Node ports, masquerade and node IPs are
 // recomputed on every call either way; they are cheap.
 func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node, opts Options) *State {
 	if snap == nil {
@@ -37,21 +38,27 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		NodeIPs:    in.nodeIPs,
 		NodePorts:  nodePortAddrs(opts, family, node),
 		Masquerade: in.masq,
+		// Shared, not copied: Compute never modifies its inputs.
+		clusterNodeIPs: node.ClusterNodeIPs,
 	}
+	nodes := nodeAddrs{own: in.nodeIPs, cluster: node.ClusterNodeIPs}
 	if opts.DropUnallocated {
 		state.ServiceCIDRs = serviceCIDRsOf(node.ServiceCIDRs, family)
 	}
 	if prev == nil {
-		state.Lost, state.claims = lostFrontends(snap, family, in.nodeIPs)
+		state.Lost, state.claims = lostFrontends(snap, family, nodes)
 		state.Services = computeAll(snap, in, state.Lost)
 		state.HealthChecks = healthChecks(state.Services, snap, family, node)
 		return state
 	}
 	rebuild := changes.Changed
-	if claimsUnchanged(prev, snap, changes.Changed, family) {
+	// Other Nodes come and go with the cluster's size: their addresses
+	// only decide refusals, so a change to them redecides the contest and
+	// rebuilds the ports whose losses changed, not every port.
+	if slices.Equal(prev.clusterNodeIPs, node.ClusterNodeIPs) && claimsUnchanged(prev, snap, changes.Changed, family) {
 		state.Lost, state.claims = prev.Lost, prev.claims
 	} else {
-		state.Lost, state.claims = lostFrontends(snap, family, in.nodeIPs)
+		state.Lost, state.claims = lostFrontends(snap, family, nodes)
 	}
 	if len(state.Lost) > 0 || len(prev.Lost) > 0 {
 		// A claim won or lost elsewhere changes these ports too.

@@ -25,6 +25,13 @@ type Node struct {
 	// property of the Node, but an input that changes as rarely and that
 	// every rule set may depend on.
 	ServiceCIDRs []netip.Prefix
+	// ClusterNodeIPs are the addresses of every Node of the cluster (each
+	// Node's as IPs holds this node's), sorted, both families; empty unless
+	// the daemon watches every Node (--watch-node-addresses). Like IPs they
+	// are refused as external and LB frontends. Unlike IPs a change to them
+	// needs no full recompute: they only decide refusals, which Compute
+	// redecides when they differ from prev's (claims.go).
+	ClusterNodeIPs []netip.Addr
 }
 
 // Options are the configuration inputs of Compute for one family.

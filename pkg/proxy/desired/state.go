@@ -48,6 +48,9 @@ type State struct {
 	// so that the next incremental Compute can tell whether its changes
 	// touch any contest (claims.go).
 	claims map[frontendKey]claim
+	// clusterNodeIPs are the Node.ClusterNodeIPs the claims were decided
+	// with: when the next Compute's differ, it decides them again.
+	clusterNodeIPs []netip.Addr
 
 	// Changed holds the service ports whose ServicePort differs from the
 	// prev State Compute was given. nil means "unknown" (computed from

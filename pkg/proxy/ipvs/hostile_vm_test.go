@@ -4,6 +4,7 @@ package ipvs_test
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // TestVMHostile programs Services a tenant may write among
@@ -32,6 +34,51 @@ func TestVMHostile(t *testing.T) {
 			t.Run("NestedRangesDropOthers", func(t *testing.T) { e.refused(t, f, f.LBIP(31)) })
 			t.Run("MappedExternalIP", func(t *testing.T) { e.balances(t, f, f.ExternalIP(32)) })
 			t.Run("ZonedExternalIPIgnored", func(t *testing.T) { e.balances(t, f, f.ClusterIP(33)) })
+			t.Run("Cleanup", func(t *testing.T) { e.cleanup(t, f, p) })
+		})
+	}
+}
+
+// TestVMNodeAddressesAndUnusableEndpoints: with every Node's addresses
+// known (--watch-node-addresses), an external IP equal to node2's is not
+// bound on node1's kube-ipvs0, where it made node1 answer for node2 (node2
+// cut off from node1). The same Service's endpoints include multicast,
+// loopback, broadcast and link-local addresses beside the pods: the kernel
+// refuses a multicast real server, which failed the sync; they are refused
+// at parsing, the sync succeeds and the pods serve.
+func TestVMNodeAddressesAndUnusableEndpoints(t *testing.T) {
+	e := newVMEnv(t)
+	for _, f := range scenario.Families {
+		t.Run(string(f.Family), func(t *testing.T) {
+			w := &world{e: e, f: f, tracker: model.NewTracker(f.Family)}
+			w.clusterNodeIPs = []netip.Addr{e.node1.IPv4, e.node2.IPv4, e.node1.IPv6, e.node2.IPv6}
+			slices.SortFunc(w.clusterNodeIPs, netip.Addr.Compare)
+			p, _ := e.newProxier(t, f, ipvs.Options{})
+			other := e.node2.IP(f.V6)
+			squatter := svcSpec{name: "squatter", ip: 35, endpoints: allPods, edit: func(svc *v1.Service) {
+				svc.Spec.ExternalIPs = []string{e.node2.IPv4.String(), e.node2.IPv6.String()}
+			}}
+			unusable := []string{"224.0.0.5", "239.1.2.3", "127.0.0.1", "255.255.255.255", "169.254.1.1"}
+			if f.V6 {
+				unusable = []string{"ff02::1", "ff0e::1", "::1", "fe80::1"}
+			}
+			var eps []proxytest.EP
+			for _, a := range unusable {
+				eps = append(eps, proxytest.EP{IP: netip.MustParseAddr(a), Node: "node1"})
+			}
+			var ports []proxytest.SlicePort
+			for _, proto := range protocols {
+				ports = append(ports, proxytest.SlicePort{Name: portName(proto), Port: podPort, Protocol: v1.Protocol(proto)})
+			}
+			bad := proxytest.Slice(testNS, squatter.name, ports, eps...)
+			bad.Name = "squatter-unusable-" + strings.ToLower(string(f.Family))
+			w.tracker.OnEndpointSliceUpdate(nil, bad)
+			e.sync(t, p, w.apply(append(vmServices(), squatter)...))
+
+			if out := run(t, e.node1.NS, "ip", "-br", "addr", "show", ipvs.DummyLink); strings.Contains(out, " "+other.String()+"/") {
+				t.Errorf("node2's address %s is bound on node1's %s: %s", other, ipvs.DummyLink, out)
+			}
+			t.Run("EndpointsArePods", func(t *testing.T) { e.balances(t, f, f.ClusterIP(35)) })
 			t.Run("Cleanup", func(t *testing.T) { e.cleanup(t, f, p) })
 		})
 	}

@@ -104,6 +104,9 @@ type world struct {
 	state   *desired.State
 	// scheduling is the IPVS scheduling desired resolves with (nil: rr).
 	scheduling *desired.IPVSScheduling
+	// clusterNodeIPs are every Node's addresses, as --watch-node-addresses
+	// gives them (nil: unwatched).
+	clusterNodeIPs []netip.Addr
 }
 
 func (w *world) apply(specs ...svcSpec) *desired.State {
@@ -120,6 +123,7 @@ func (w *world) compute() *desired.State {
 	n := w.e.node1
 	node := desired.Node{Name: "node1", IPs: []netip.Addr{n.IPv4, n.IPv6}, PodCIDRs: []netip.Prefix{n.PodsV4, n.PodsV6}}
 	node.HostAddrs = append(node.HostAddrs, n.IPv4, n.IPv6)
+	node.ClusterNodeIPs = w.clusterNodeIPs
 	for _, p := range n.Pods {
 		node.HostAddrs = append(node.HostAddrs, p.GatewayV4, p.GatewayV6)
 	}

@@ -57,7 +57,7 @@ func parseEndpointSlice(slice *discoveryv1.EndpointSlice, family proxy.IPFamily,
 	}
 	// The endpoints are sorted and deduplicated once: each port's list is
 	// them on that port, and all of them share one list of infos.
-	entries := dedupe(parseEndpointAddrs(p, slice.Endpoints, family, in))
+	entries := dedupe(parseEndpointAddrs(p, slice, family, in))
 	var infos []*EndpointInfo
 	for i := range slice.Ports {
 		key, port, err := parseSlicePort(&slice.Ports[i])
@@ -104,9 +104,12 @@ func parseSlicePort(port *discoveryv1.EndpointPort) (portKey, uint16, error) {
 	return key, uint16(*port.Port), nil
 }
 
-// parseEndpointAddrs returns one port-less entry per usable endpoint.
-// Only addresses[0] counts, as in upstream.
-func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family proxy.IPFamily, in *interner) []entry {
+// parseEndpointAddrs returns one port-less entry per usable endpoint of
+// slice. Only addresses[0] counts, as in upstream. An address that does
+// not parse is the slice's problem; one that parses but can be nobody's
+// endpoint (refuseEndpointAddr) is reported on the slice's Service.
+func parseEndpointAddrs(p *problemList, slice *discoveryv1.EndpointSlice, family proxy.IPFamily, in *interner) []entry {
+	endpoints := slice.Endpoints
 	out := make([]entry, 0, len(endpoints))
 	for i := range endpoints {
 		e := &endpoints[i]
@@ -119,6 +122,11 @@ func parseEndpointAddrs(p *problemList, endpoints []discoveryv1.Endpoint, family
 		}
 		if err != nil {
 			p.add("InvalidEndpointAddress", fmt.Sprintf("endpoints[%d].addresses[0]", i), err)
+			continue
+		}
+		if err := refuseEndpointAddr(ip); err != nil {
+			p.addFor(slice.Labels[discoveryv1.LabelServiceName], "RefusedEndpointAddress",
+				fmt.Sprintf("EndpointSlice %s endpoints[%d].addresses[0]", slice.Name, i), err)
 			continue
 		}
 		out = append(out, entry{addr: proxy.Endpoint{IP: ip}, info: infoOf(e, in)})

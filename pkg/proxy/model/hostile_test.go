@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -134,6 +135,69 @@ func TestParseEndpointSliceHostileAddresses(t *testing.T) {
 	}
 	if len(problems) != 2 {
 		t.Errorf("problems %v, want the two zoned addresses", problems)
+	}
+}
+
+// Endpoint addresses that can be no Service's endpoint: the API server
+// accepts some of them (a global multicast address, the limited broadcast
+// address, and every one of them in an Endpoints object mirrored into a
+// slice). They are dropped at parsing, the others kept, and each is a
+// Warning on the slice's Service, not on the slice.
+func TestEndpointAddressesNoServiceCanUse(t *testing.T) {
+	for _, tt := range []struct {
+		family  proxy.IPFamily
+		refused []string
+		kept    []string
+	}{
+		{proxy.IPv4,
+			[]string{"0.0.0.0", "127.0.0.1", "127.1.2.3", "224.0.0.5", "239.1.2.3", "255.255.255.255", "169.254.169.254", "::ffff:127.0.0.1"},
+			[]string{"10.0.0.1", "192.168.0.255", "100.64.0.1"}},
+		{proxy.IPv6,
+			[]string{"::", "::1", "ff02::1", "ff0e::1", "fe80::1"},
+			[]string{"fd00:10::1", "2001:db8::1"}},
+	} {
+		t.Run(string(tt.family), func(t *testing.T) {
+			tracker := NewTracker(tt.family)
+			type report struct{ kind, name, reason string }
+			var reports []report
+			tracker.SetProblemReporter(func(kind, namespace, name string, problems []error) {
+				for _, err := range problems {
+					var p *Problem
+					if !errors.As(err, &p) {
+						t.Fatalf("problem %v is not a *Problem", err)
+					}
+					reports = append(reports, report{kind, namespace + "/" + name, p.Reason})
+				}
+			})
+			tracker.OnServiceUpdate(nil, makeService("ns", "web", nil))
+			slice := makeSlice("ns", "web-1", "web", append(slices.Clone(tt.refused), tt.kept...), func(s *discoveryv1.EndpointSlice) {
+				if tt.family == proxy.IPv6 {
+					s.AddressType = discoveryv1.AddressTypeIPv6
+				}
+			})
+			tracker.OnEndpointSliceUpdate(nil, slice)
+			snap, _ := tracker.Commit()
+			var got []string
+			for _, eps := range snap.Endpoints.All() {
+				for _, ep := range eps.Addrs() {
+					got = append(got, ep.IP.String())
+				}
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(tt.kept))
+			if !slices.Equal(got, want) {
+				t.Errorf("endpoints %v, want %v", got, want)
+			}
+			wantReport := report{"Service", "ns/web", "RefusedEndpointAddress"}
+			if len(reports) != len(tt.refused) {
+				t.Errorf("reports %v, want %d of %v", reports, len(tt.refused), wantReport)
+			}
+			for _, r := range reports {
+				if r != wantReport {
+					t.Errorf("report %v, want %v", r, wantReport)
+				}
+			}
+		})
 	}
 }
 

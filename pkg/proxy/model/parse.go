@@ -16,6 +16,11 @@ type Problem struct {
 	Reason string
 	Field  string
 	Err    error
+	// Service, when set, names the Service in the object's namespace that
+	// the problem is reported on instead of the object: an endpoint address
+	// its Service can never use is the Service's problem to its tenant,
+	// whoever wrote the slice.
+	Service string
 }
 
 func (p *Problem) Error() string { return p.Field + ": " + p.Err.Error() }
@@ -65,6 +70,38 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(addr, ones).Masked(), nil
 }
 
+// refuseEndpointAddr returns why ip can be no Service's endpoint, nil when
+// it can be one. The API server refuses some of these in an EndpointSlice
+// but not all (a global multicast address, the limited broadcast address);
+// upstream programs whatever it accepts. nftables and iptables would DNAT
+// to them, which at best goes nowhere and at worst reaches what listens
+// on the node's loopback; the kernel refuses a multicast real server in
+// IPVS, which cost a quarantine search.
+func refuseEndpointAddr(ip netip.Addr) error {
+	var what string
+	switch {
+	case ip.IsUnspecified():
+		what = "the unspecified address"
+	case ip.IsLoopback():
+		what = "a loopback address"
+	case ip.IsMulticast():
+		what = "a multicast address"
+	case ip.IsLinkLocalUnicast():
+		what = "a link-local address"
+	case ip == limitedBroadcast:
+		what = "the limited broadcast address"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%s is %s: %w", ip, what, errNoEndpointAddr)
+}
+
+var (
+	// errNoEndpointAddr is wrapped by every refused endpoint address.
+	errNoEndpointAddr = errors.New("no endpoint can have it")
+	limitedBroadcast  = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+)
+
 // parseIPs parses ips, keeping the valid ones of family in order.
 func parseIPs(p *problemList, reason, field string, ips []string, family familyFilter) []netip.Addr {
 	var out []netip.Addr
@@ -108,4 +145,9 @@ type problemList struct{ errs []error }
 
 func (p *problemList) add(reason, field string, err error) {
 	p.errs = append(p.errs, &Problem{Reason: reason, Field: field, Err: err})
+}
+
+// addFor adds a problem reported on Service service (Problem.Service).
+func (p *problemList) addFor(service, reason, field string, err error) {
+	p.errs = append(p.errs, &Problem{Reason: reason, Field: field, Err: err, Service: service})
 }

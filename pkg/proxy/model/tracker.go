@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -321,10 +322,19 @@ func (t *Tracker) problems(kind, namespace, name string, problems []error) {
 	if len(problems) == 0 {
 		return
 	}
+	var own []error
 	for _, err := range problems {
 		klog.InfoS("Ignoring invalid part of object", "kind", kind, "object", namespace+"/"+name, "ipFamily", t.family, "err", err)
+		var p *Problem
+		if errors.As(err, &p) && p.Service != "" {
+			if t.report != nil {
+				t.report("Service", namespace, p.Service, []error{err})
+			}
+			continue
+		}
+		own = append(own, err)
 	}
-	if t.report != nil {
-		t.report(kind, namespace, name, problems)
+	if t.report != nil && len(own) > 0 {
+		t.report(kind, namespace, name, own)
 	}
 }

@@ -136,3 +136,41 @@ func checkSharedNotes(t *testing.T, c *F.Cluster, reason string, notes []string)
 		seen[note] = true
 	}
 }
+
+// TestOtherNodesAddressesRefused: an externalIP equal to a Node's address.
+// Node 1 runs with --watch-node-addresses and refuses both nodes'
+// addresses; node 2 runs without it and refuses only its own, so it still
+// serves node 1's address to its pods (docs/architecture.md, "Hostile
+// input"). In IPVS mode the served address would be bound on kube-ipvs0.
+func TestOtherNodesAddressesRefused(t *testing.T) {
+	c := F.New(t, F.Options{Mode: "nftables", NoProxy: true})
+	defer c.Close()
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	n1.ExtraArgs = []string{"--watch-node-addresses"}
+	for _, n := range c.Nodes {
+		if err := c.StartProxy(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := c.AddPod(n1, "na")
+	svc := F.NewService("squatter", corev1.ServiceTypeClusterIP)
+	svc.Spec.ExternalIPs = []string{n1.IP, n2.IP}
+	svc = c.CreateService(svc)
+	c.SetEndpoints(svc, F.EP{Pod: a})
+	// Both nodes have programmed the Service: its cluster IP answers.
+	c.Expect("cli1", F.TCP(svc.Spec.ClusterIP, 80), converge, F.OnlyBy("na"))
+	c.Expect("cli2", F.TCP(svc.Spec.ClusterIP, 80), converge, F.OnlyBy("na"))
+
+	// Without the flag: node 2 does not know node 1's address.
+	c.Expect("cli2", F.TCP(n1.IP, 80), converge, F.OnlyBy("na"))
+	for _, tc := range []struct{ from, to, why string }{
+		{"cli1", n2.IP, "the other node's address, refused with --watch-node-addresses"},
+		{"cli1", n1.IP, "node 1's own address"},
+		{"cli2", n2.IP, "node 2's own address"},
+	} {
+		if rs := c.Ask(tc.from, F.TCP(tc.to, 80), 3, time.Second); F.Failing("")(rs) != nil {
+			t.Errorf("%s → %s:80 (%s) reached the Service: %v", tc.from, tc.to, tc.why, rs)
+		}
+	}
+	expectEvent(t, c, "squatter", "ExternalIPIsNodeAddress")
+}

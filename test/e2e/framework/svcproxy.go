@@ -85,6 +85,7 @@ func (c *Cluster) StartProxy(n *Node) error {
 			n.StateSocket = c.stateSocket(n)
 		}
 		args = append(args, "--state-socket", n.StateSocket)
+		args = append(args, n.ExtraArgs...)
 	}
 	p, err := startProc("svcproxy-"+n.Name, n.NS, c.logPath("svcproxy-"+n.Name), append([]string{bin}, args...)...)
 	if err != nil {

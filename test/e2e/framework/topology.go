@@ -34,7 +34,10 @@ type Node struct {
 	// StateSocket is this node's svcproxy --state-socket, for `svcproxy
 	// explain` (empty with Options.ForeignProxy).
 	StateSocket string
-	lastPod     int // last host number given to a pod in PodNet
+	// ExtraArgs are appended to this node's svcproxy command line (not
+	// with Options.ForeignProxy): svcproxy's extension flags.
+	ExtraArgs []string
+	lastPod   int // last host number given to a pod in PodNet
 }
 
 // Pod is a namespace behind a node running podserver on :8080 (TCP + UDP).

@@ -80,6 +80,20 @@ func TestChecksCatch(t *testing.T) {
 			AllowedSources: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/16")}})
 		st.Service(n).NodePort = uint16(30000 + i)
 	}
-	checkState(r, st)
+	checkState(r, st, nil)
 	wantReported(t, "state", r, "claimed by", "IPv4-mapped", "overlap", "1.2.3.4 is a node address")
+
+	r = &recorder{}
+	n := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: "c"}, Protocol: proxy.TCP}
+	st = &desired.State{Family: proxy.IPv4, Services: model.PortMap[*desired.ServicePort]{}.With(n, &desired.ServicePort{
+		Name: n, Protocol: proxy.TCP, Port: 80, ClusterIP: netip.MustParseAddr("10.0.0.3"),
+		ExternalIPs: []netip.Addr{netip.MustParseAddr("1.2.3.5")},
+		Cluster:     desired.Dispatch{Endpoints: []desired.Endpoint{{IP: netip.MustParseAddr("224.0.0.5"), Port: 80}}},
+	})}
+	checkState(r, st, []netip.Addr{netip.MustParseAddr("1.2.3.5")})
+	wantReported(t, "state", r, "1.2.3.5 is a node address", "224.0.0.5 can be nobody's endpoint")
+	r = &recorder{}
+	checkLostAsFull(r, &desired.State{Family: proxy.IPv4}, &desired.State{Family: proxy.IPv4,
+		Lost: map[proxy.ServicePortName][]desired.LostFrontend{n: {{Addr: netip.MustParseAddr("1.2.3.5"), Refused: desired.RefusedNodeAddress}}}})
+	wantReported(t, "lost", r, "a full Compute says 1")
 }

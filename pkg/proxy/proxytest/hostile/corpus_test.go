@@ -65,6 +65,13 @@ func seedCorpus() []seed {
 			lb(svcSpec{other: 0, clusterIPs: dualIPs, external: []int{0, 9}, ingress: [][2]int{{8, 1}, {6, 1}}, ports: http80, slices: dualStack}),
 			lb(svcSpec{other: 0, clusterIPs: dualIPs, external: []int{11, 12}, ingress: [][2]int{{8, 1}, {9, 0}}, ports: http80, slices: dualStack}),
 		}, nil), []string{"ext 172.30.0.11", "lb 198.51.100.1", "lb 172.30.0.10", "ext 192.168.0.2"}},
+		{"node addresses and unusable endpoints", program(one(lb(svcSpec{clusterIPs: dualIPs, external: []int{21, 11, 23}, ingress: [][2]int{{22, 1}, {12, 1}},
+			ports: http80, slices: []sliceSpec{{endpoints: [][3]int{{16, 0, 0}, {18, 0, 0}, {19, 1, 0}, {0, 0, 0}}},
+				{addrType: 1, endpoints: [][3]int{{20, 0, 0}, {21, 0, 0}, {22, 1, 0}, {4, 0, 0}}}}})),
+			one(lb(svcSpec{clusterIPs: dualIPs, external: []int{21, 0}, ingress: [][2]int{{22, 1}}, ports: http80,
+				slices: []sliceSpec{{endpoints: [][3]int{{15, 0, 0}, {0, 1, 0}}}, v6Slice}}))),
+			[]string{"ext 192.168.0.3", "ext ::ffff:192.168.0.3", "lb fd00:1::3", `"224.0.0.1"`, `"255.255.255.255"`, `"169.254.1.3"`,
+				`"::1"`, `"ff02::2"`, `"fe80::3"`, `"127.0.0.1"`}},
 		{"policies, affinity and node ports, then edited", program(
 			one(lb(svcSpec{clusterIPs: dualIPs, etp: 2, itp: 1, affinity: 5, external: []int{0, 3}, ingress: [][2]int{{8, 1}, {9, 1}},
 				ranges: []int{14, 15}, ports: [][3]int{{1, 0, 0}, {4, 1, 2}, {0, 2, 7}}, slices: dualStack})),

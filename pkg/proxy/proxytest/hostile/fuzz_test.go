@@ -8,7 +8,9 @@ import (
 	"context"
 	"flag"
 	"io"
+	"net/netip"
 	"os"
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -57,14 +59,15 @@ func fakeBackends(family proxy.IPFamily) []backend {
 func runFamily(t *testing.T, family proxy.IPFamily, first, second world, backends []backend) {
 	t.Helper()
 	tracker := model.NewTracker(family)
-	node := proxytest.NodeOf(proxytest.MakeNode(proxytest.NodeName, nil))
 	opts := proxytest.StandardOptions(family)
 	var state *desired.State
 	for step, w := range []world{first, second} {
 		apply(tracker, step, first, w)
 		snap, changes := tracker.Commit()
+		node := nodeAt(step)
 		state = desired.Compute(state, snap, changes, node, opts)
-		checkState(t, state)
+		checkState(t, state, node.ClusterNodeIPs)
+		checkLostAsFull(t, state, desired.Compute(nil, snap, changes, node, opts))
 		for _, b := range backends {
 			if err := b.sync(state); err != nil {
 				t.Fatalf("%s %s sync %d: %v", b.name, family, step, err)
@@ -72,6 +75,22 @@ func runFamily(t *testing.T, family proxy.IPFamily, first, second world, backend
 			b.check(t, state)
 		}
 	}
+}
+
+// nodeAt is this node as the step sees it. The daemon watches every Node
+// (--watch-node-addresses); at step 1 another Node joins, whose addresses
+// the tenants' external and LB IPs may name (frontendIPs): the
+// incremental Compute must refuse them as a full one does.
+func nodeAt(step int) desired.Node {
+	node := proxytest.NodeOf(proxytest.MakeNode(proxytest.NodeName, nil))
+	cluster := slices.Clone(node.IPs)
+	if step > 0 {
+		other := proxytest.NodeOf(proxytest.MakeNode(proxytest.OtherNodeName, nil))
+		cluster = append(cluster, other.IPs...)
+	}
+	slices.SortFunc(cluster, netip.Addr.Compare)
+	node.ClusterNodeIPs = cluster
+	return node
 }
 
 // apply feeds w to the tracker: at step 0 as new objects, then as updates

@@ -28,9 +28,11 @@ func checkAddr(family proxy.IPFamily, a netip.Addr) error {
 // checkState checks what every backend relies on: addresses of the
 // State's family in plain form, normalized AllowedSources, no frontend
 // (address·protocol·port, or node port·protocol) leading to two places,
-// and no external or LB IP on a node address (it would take the node's own
-// traffic: another Service's node port, the kubelet).
-func checkState(t reporter, st *desired.State) {
+// no external or LB IP on a node address, this node's or, in
+// clusterNodeIPs, any Node's (it would take that node's own traffic:
+// another Service's node port, the kubelet), and no endpoint address that
+// can be nobody's endpoint (loopback, multicast, …).
+func checkState(t reporter, st *desired.State, clusterNodeIPs []netip.Addr) {
 	t.Helper()
 	type frontend struct {
 		addr  netip.Addr
@@ -50,6 +52,9 @@ func checkState(t reporter, st *desired.State) {
 		for _, d := range []desired.Dispatch{sp.Internal, sp.External, sp.Cluster} {
 			for _, ep := range d.Endpoints {
 				addrs = append(addrs, ep.IP)
+				if unusableEndpoint(ep.IP) {
+					t.Errorf("%s: %s: endpoint %s can be nobody's endpoint", st.Family, name, ep.IP)
+				}
 			}
 		}
 		for _, a := range addrs {
@@ -60,7 +65,7 @@ func checkState(t reporter, st *desired.State) {
 		claim(name, frontend{sp.ClusterIP, sp.Protocol, sp.Port}, "cluster IP")
 		for _, a := range append(slices.Clone(sp.ExternalIPs), sp.LoadBalancerIPs...) {
 			claim(name, frontend{a, sp.Protocol, sp.Port}, "external/LB")
-			if slices.Contains(st.NodeIPs, a) {
+			if slices.Contains(st.NodeIPs, a) || slices.Contains(clusterNodeIPs, a) {
 				t.Errorf("%s: %s: external/LB frontend %s is a node address", st.Family, name, a)
 			}
 		}
@@ -68,6 +73,28 @@ func checkState(t reporter, st *desired.State) {
 			claim(name, frontend{netip.Addr{}, sp.Protocol, sp.NodePort}, "node port")
 		}
 		checkAllowed(t, st.Family, name, sp.AllowedSources)
+	}
+}
+
+// unusableEndpoint: an address no packet can be DNATed to and delivered
+// by, or one that reaches the node itself.
+func unusableEndpoint(a netip.Addr) bool {
+	return a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() ||
+		a == netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// checkLostAsFull: the refusals and contests an incremental Compute
+// decided are a full Compute's.
+func checkLostAsFull(t reporter, st, full *desired.State) {
+	t.Helper()
+	if len(st.Lost) != len(full.Lost) {
+		t.Errorf("%s: %d ports lost frontends, a full Compute says %d: %v, want %v", st.Family, len(st.Lost), len(full.Lost), st.Lost, full.Lost)
+		return
+	}
+	for name, lost := range full.Lost {
+		if !slices.Equal(st.Lost[name], lost) {
+			t.Errorf("%s: %s lost %v, a full Compute says %v", st.Family, name, st.Lost[name], lost)
+		}
 	}
 }
 
