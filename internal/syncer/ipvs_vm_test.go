@@ -135,11 +135,10 @@ func quarantineIPVS(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	if refusals2.n != len(offenders) {
 		t.Errorf("the restart made %d refused syncs, want one retry per offender (%d)", refusals2.n, len(offenders))
 	}
-	// What the kernel served for upd (its previous version) is not in the
-	// file: the new process knows only the refused version, so upd stays
-	// out until it changes (docs/architecture.md, "Quarantined at sync").
-	r.holds(t, "after the restart", spread, sticky, first, last, late)
-	r.lacks(t, "after the restart", poison, upd)
+	// The file keeps the version the kernel held for upd, so the new
+	// process keeps serving it (docs/architecture.md, "Quarantined at sync").
+	r.holds(t, "after the restart", spread, sticky, upd, first, last, late)
+	r.lacks(t, "after the restart", poison)
 }
 
 // tcpOnly keeps a Spec's TCP port only.
