@@ -24,6 +24,8 @@ type options struct {
 	hostnameOverride string
 	serviceProxyName string
 	stateSocket      string
+	bpfCgroupRoot    string
+	bpfPinDir        string
 	version          string
 
 	// Shared by the iptables and nftables sections (contract §2.2).

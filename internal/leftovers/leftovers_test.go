@@ -27,12 +27,15 @@ func recording(removed *[]proxy.Mode) backends.Registry {
 // TestOtherModesAsUpstream: nftables mode removes IPVS mode's leftovers,
 // then iptables mode's (IPVS mode's chains jump to names iptables mode's
 // cleanup deletes); iptables and IPVS modes remove only the nftables
-// tables (KEP-2448); --cleanup removes every mode's, IPVS before iptables.
+// tables (KEP-2448), and ebpf mode's pins; ebpf mode keeps the nftables
+// tables, its packet path; --cleanup removes every mode's, IPVS before
+// iptables.
 func TestOtherModesAsUpstream(t *testing.T) {
 	for mode, want := range map[proxy.Mode][]proxy.Mode{
-		proxy.ModeNFTables: {proxy.ModeIPVS, proxy.ModeIPTables},
-		proxy.ModeIPTables: {proxy.ModeNFTables},
-		proxy.ModeIPVS:     {proxy.ModeNFTables},
+		proxy.ModeNFTables: {proxy.ModeEBPF, proxy.ModeIPVS, proxy.ModeIPTables},
+		proxy.ModeIPTables: {proxy.ModeNFTables, proxy.ModeEBPF},
+		proxy.ModeIPVS:     {proxy.ModeNFTables, proxy.ModeEBPF},
+		proxy.ModeEBPF:     {proxy.ModeIPVS, proxy.ModeIPTables},
 	} {
 		var removed []proxy.Mode
 		if err := OtherModes(context.Background(), recording(&removed), mode); err != nil {
@@ -46,7 +49,7 @@ func TestOtherModesAsUpstream(t *testing.T) {
 	if err := All(context.Background(), recording(&removed)); err != nil {
 		t.Fatal(err)
 	}
-	if want := []proxy.Mode{proxy.ModeNFTables, proxy.ModeIPVS, proxy.ModeIPTables}; !slices.Equal(removed, want) {
+	if want := []proxy.Mode{proxy.ModeNFTables, proxy.ModeEBPF, proxy.ModeIPVS, proxy.ModeIPTables}; !slices.Equal(removed, want) {
 		t.Errorf("--cleanup removed the leftovers of %v, want %v", removed, want)
 	}
 	if err := OtherModes(context.Background(), recording(&removed), "userspace"); err == nil {
