@@ -71,16 +71,7 @@ func syncEBPFRow(ctx context.Context, t *testing.T, cfg *config.Config) *desired
 	}
 	row.SyncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x", Help: "x"}, []string{"ip_family"})
 	d := rowDaemon(t, cfg, backends.Registry{row})
-	families := d.backend.Families()
-	feed, err := d.startFeed(ctx, families)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := openBackend(ctx, d.backend, cfg, families, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(inst.Close)
+	families, feed, inst := openRow(ctx, t, d)
 	syncers, err := d.newSyncers(ctx, inst.Proxiers, feed, &kconntrack.Fake{}, newFirstSyncs(families))
 	if err != nil {
 		t.Fatal(err)

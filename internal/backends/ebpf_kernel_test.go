@@ -4,14 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
@@ -35,7 +31,7 @@ func TestKernelEBPFMode(t *testing.T) {
 	if _, err := ebpfBackend.Check(nil); err != nil {
 		t.Fatalf("this kernel cannot run ebpf mode: %v", err)
 	}
-	cgroup, pins := throwawayCgroup(t), mountThrowaway(t, "bpf")
+	cgroup, pins := netnstest.ThrowawayCgroup(t, "svcproxy-ebpfmode-test"), netnstest.MountThrowaway(t, "bpf")
 	cfg := &config.Config{Mode: proxy.ModeEBPF, BPFCgroupRoot: cgroup, BPFPinDir: pins}
 	env := scenario.NewEnv(t)
 	ctx := context.Background()
@@ -108,38 +104,4 @@ func askFromCgroup(ns *netnstest.NS, cgroup string, dst netip.AddrPort) (string,
 		err = fmt.Errorf("no echo answer")
 	}
 	return line, err
-}
-
-// throwawayCgroup creates a cgroup v2 child of its own in a throwaway
-// cgroup2 mount; both go at the end of the test.
-func throwawayCgroup(t *testing.T) string {
-	t.Helper()
-	// Every cgroup2 mount shows the same hierarchy: the name must not
-	// collide with another test process's.
-	dir := filepath.Join(mountThrowaway(t, "cgroup2"), fmt.Sprintf("svcproxy-ebpfmode-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(dir); err != nil {
-			t.Errorf("removing the test cgroup: %v", err)
-		}
-	})
-	return dir
-}
-
-// mountThrowaway mounts a file system of type fstype in a temporary
-// directory, unmounted at the end of the test.
-func mountThrowaway(t *testing.T, fstype string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := unix.Mount("none", dir, fstype, 0, ""); err != nil {
-		t.Fatalf("mount -t %s: %v", fstype, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, 0); err != nil {
-			t.Errorf("unmounting %s: %v", dir, err)
-		}
-	})
-	return dir
 }
