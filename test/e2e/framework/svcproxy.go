@@ -83,6 +83,11 @@ func (c *Cluster) StartProxy(n *Node) error {
 		}
 		args = append(args, "--state-socket", n.StateSocket)
 	}
+	ebpfArgs, err := c.ebpfArgs(n)
+	if err != nil {
+		return err
+	}
+	args = append(args, ebpfArgs...)
 	p, err := startProc("svcproxy-"+n.Name, n.NS, c.logPath("svcproxy-"+n.Name), append([]string{bin}, args...)...)
 	if err != nil {
 		return err

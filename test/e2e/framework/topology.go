@@ -31,6 +31,7 @@ type Node struct {
 	// explain` (empty with Options.ForeignProxy).
 	StateSocket string
 	lastPod     int // last host number given to a pod in PodNet
+	ebpf        *ebpfNode
 }
 
 // Pod is a namespace behind a node running podserver on :8080 (TCP + UDP).
