@@ -85,8 +85,8 @@ type leftoverLog struct {
 	removed []proxy.Mode
 }
 
-func (l *leftoverLog) remover(mode proxy.Mode) func(context.Context) error {
-	return func(context.Context) error {
+func (l *leftoverLog) remover(mode proxy.Mode) func(context.Context, *config.Config) error {
+	return func(context.Context, *config.Config) error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.removed = append(l.removed, mode)

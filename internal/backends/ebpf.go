@@ -102,21 +102,26 @@ func cgroupRoot(ctx context.Context, configured string) (string, error) {
 	return dir, ebpf.MountCgroup2(dir)
 }
 
-// removeEBPFLeftovers detaches and unpins what ebpf mode left in the
-// default pin directory; a node that never ran it has none, and nothing
-// is loaded to find that out.
-func removeEBPFLeftovers(ctx context.Context) error {
+// removeEBPFLeftovers detaches and unpins what ebpf mode left in the pin
+// directory (--bpf-pin-dir, which every mode accepts, else the default);
+// a node that never ran it has none, and nothing is loaded to find that
+// out.
+func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	logger := klog.FromContext(ctx)
-	switch present, err := ebpf.LeftoversPresent(ebpf.DefaultPinDir); {
+	pinDir := ebpf.DefaultPinDir
+	if cfg != nil && cfg.BPFPinDir != "" {
+		pinDir = cfg.BPFPinDir
+	}
+	switch present, err := ebpf.LeftoversPresent(pinDir); {
 	case err != nil:
 		logger.Error(err, "Cannot tell whether ebpf mode left anything; cleaning up")
 	case !present:
 		logger.V(2).Info("No ebpf mode leftovers")
 		return nil
 	default:
-		logger.Info("Removing ebpf mode's leftovers", "pinDir", ebpf.DefaultPinDir)
+		logger.Info("Removing ebpf mode's leftovers", "pinDir", pinDir)
 	}
-	return ebpf.RemoveLeftovers(ebpf.DefaultPinDir)
+	return ebpf.RemoveLeftovers(pinDir)
 }
 
 // hooksAndRules is one family of ebpf mode: the socket hooks and the

@@ -24,8 +24,9 @@ import (
 // outside the cgroup, so the nftables half: node ports, external and LB
 // IPs from another namespace); with the nftables table deleted, a process
 // in the cgroup still reaches a cluster IP (the hooks translated it at
-// connect) while one outside does not, and the canary says so; removing
-// the leftovers detaches the hooks.
+// connect) while one outside does not, and the canary says so; another
+// mode's removal of the leftovers in the configured pin directory detaches
+// the hooks.
 func TestKernelEBPFMode(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "ip", "bash", "timeout")
 	if _, err := ebpfBackend.Check(nil); err != nil {
@@ -82,7 +83,8 @@ func TestKernelEBPFMode(t *testing.T) {
 		t.Fatalf("LeftoversPresent(%s) = %v, %v while the hooks are pinned", pins, present, err)
 	}
 	both.hooks.Close() // as a stopped svcproxy: only the pins hold the hooks
-	if err := ebpf.RemoveLeftovers(pins); err != nil {
+	// What another mode's start, or --cleanup, runs with --bpf-pin-dir.
+	if err := ebpfBackend.RemoveLeftovers(ctx, &config.Config{Mode: proxy.ModeNFTables, BPFPinDir: pins}); err != nil {
 		t.Fatal(err)
 	}
 	if present, err := ebpf.LeftoversPresent(pins); err != nil || present {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/backends"
+	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -16,7 +17,7 @@ func recording(removed *[]proxy.Mode) backends.Registry {
 	reg := slices.Clone(backends.Table)
 	for i := range reg {
 		mode := reg[i].Mode
-		reg[i].RemoveLeftovers = func(context.Context) error {
+		reg[i].RemoveLeftovers = func(context.Context, *config.Config) error {
 			*removed = append(*removed, mode)
 			return nil
 		}
@@ -38,7 +39,7 @@ func TestOtherModesAsUpstream(t *testing.T) {
 		proxy.ModeEBPF:     {proxy.ModeIPVS, proxy.ModeIPTables},
 	} {
 		var removed []proxy.Mode
-		if err := OtherModes(context.Background(), recording(&removed), mode); err != nil {
+		if err := OtherModes(context.Background(), recording(&removed), mode, nil); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(removed, want) {
@@ -46,13 +47,13 @@ func TestOtherModesAsUpstream(t *testing.T) {
 		}
 	}
 	var removed []proxy.Mode
-	if err := All(context.Background(), recording(&removed)); err != nil {
+	if err := All(context.Background(), recording(&removed), nil); err != nil {
 		t.Fatal(err)
 	}
 	if want := []proxy.Mode{proxy.ModeNFTables, proxy.ModeEBPF, proxy.ModeIPVS, proxy.ModeIPTables}; !slices.Equal(removed, want) {
 		t.Errorf("--cleanup removed the leftovers of %v, want %v", removed, want)
 	}
-	if err := OtherModes(context.Background(), recording(&removed), "userspace"); err == nil {
+	if err := OtherModes(context.Background(), recording(&removed), "userspace", nil); err == nil {
 		t.Error("OtherModes accepted a mode without a row")
 	}
 }
