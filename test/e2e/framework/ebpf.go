@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,11 +18,20 @@ type ebpfNode struct {
 	cgroup, pins string
 }
 
+// UsesNFTables reports whether mode's Service rules are nftables': ebpf
+// mode's packet path is nftables mode's table.
+func UsesNFTables(mode string) bool { return mode == "nftables" || mode == "ebpf" }
+
 // ebpfArgs are node n's ebpf flags, creating what they name the first
-// time; none unless n runs in ebpf mode.
+// time; none unless n runs, or ran, in ebpf mode. A node that switched
+// to another mode keeps --bpf-pin-dir, from which that mode's start
+// removes ebpf mode's pins.
 func (c *Cluster) ebpfArgs(n *Node) ([]string, error) {
 	if c.mode(n) != "ebpf" {
-		return nil, nil
+		if n.ebpf == nil {
+			return nil, nil
+		}
+		return []string{"--bpf-pin-dir", n.ebpf.pins}, nil
 	}
 	if n.ebpf == nil {
 		e, err := c.newEBPFNode(n)
@@ -62,6 +72,21 @@ func mountAt(dir, fstype string) error {
 		return fmt.Errorf("mount -t %s %s: %w", fstype, dir, err)
 	}
 	return nil
+}
+
+// EBPFPinsLeft returns what ebpf mode left pinned for node n ("" when
+// nothing): its families' pin directories.
+func (c *Cluster) EBPFPinsLeft(n *Node) string {
+	if n.ebpf == nil {
+		return ""
+	}
+	var left []string
+	for _, f := range []string{"ipv4", "ipv6"} {
+		if _, err := os.Stat(filepath.Join(n.ebpf.pins, f)); err == nil {
+			left = append(left, filepath.Join(n.ebpf.pins, f))
+		}
+	}
+	return strings.Join(left, " ")
 }
 
 // inCgroup wraps argv, run in namespace role from, so that a pod's

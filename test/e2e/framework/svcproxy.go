@@ -186,7 +186,7 @@ func (c *Cluster) Ruleset(n *Node) (string, error) {
 	defer cancel()
 	var out []byte
 	var err error
-	if c.mode(n) == "nftables" {
+	if UsesNFTables(c.mode(n)) {
 		out, err = InNS(ctx, n.NS, "nft", "list", "ruleset")
 	} else {
 		out, err = InNS(ctx, n.NS, "iptables-save")
