@@ -89,16 +89,29 @@ func (c *Cluster) EBPFPinsLeft(n *Node) string {
 	return strings.Join(left, " ")
 }
 
-// inCgroup wraps argv, run in namespace role from, so that a pod's
-// process of a node in ebpf mode starts in that node's cgroup, as a
-// kubelet would put it.
+// inCgroup wraps argv, run in namespace role from, so that a process of
+// a pod (or of a node's client pod, cliN) of a node in ebpf mode starts
+// in that node's cgroup, as a kubelet would put it.
 func (c *Cluster) inCgroup(from string, argv []string) []string {
-	p := c.pods[from]
-	if p == nil || p.Node.ebpf == nil {
+	n := c.podNode(from)
+	if n == nil || n.ebpf == nil {
 		return argv
 	}
-	script := fmt.Sprintf(`echo $$ > %s/cgroup.procs && exec "$@"`, p.Node.ebpf.cgroup)
+	script := fmt.Sprintf(`echo $$ > %s/cgroup.procs && exec "$@"`, n.ebpf.cgroup)
 	return append([]string{"sh", "-c", script, "sh"}, argv...)
+}
+
+// podNode is the node whose pod role is, nil for the other roles.
+func (c *Cluster) podNode(role string) *Node {
+	if p := c.pods[role]; p != nil {
+		return p.Node
+	}
+	for _, n := range c.Nodes {
+		if role == fmt.Sprintf("cli%d", n.Index) {
+			return n
+		}
+	}
+	return nil
 }
 
 // teardownEBPF removes, once every process is gone, the nodes' cgroups
