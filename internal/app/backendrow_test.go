@@ -85,8 +85,8 @@ type leftoverLog struct {
 	removed []proxy.Mode
 }
 
-func (l *leftoverLog) remover(mode proxy.Mode) func(context.Context) error {
-	return func(context.Context) error {
+func (l *leftoverLog) remover(mode proxy.Mode) func(context.Context, *config.Config) error {
+	return func(context.Context, *config.Config) error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.removed = append(l.removed, mode)
@@ -139,16 +139,7 @@ func TestBackendIsOneRow(t *testing.T) {
 	cfg := mustRun(t, "--hostname-override=n1", "--proxy-mode=nftables", "--state-socket=")
 	cfg.Mode = testMode // config accepts proxy.Modes only; the row is what this test proves
 	d := rowDaemon(t, cfg, reg)
-	families := d.backend.Families()
-	feed, err := d.startFeed(ctx, families)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := openBackend(ctx, d.backend, cfg, families, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.Close()
+	families, feed, inst := openRow(ctx, t, d)
 	if p.inits != 2 {
 		t.Errorf("Init called %d times, want once per family", p.inits)
 	}
@@ -204,6 +195,23 @@ func checkRowMetrics(t *testing.T, d *daemon, inst *backends.Instance, failures 
 	if !slices.ContainsFunc(mfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "test_sync_failures_total" }) {
 		t.Error("the row's failure family is not served")
 	}
+}
+
+// openRow starts d's feed and opens its row's backend for the families
+// the row serves; the instance is closed at the end of the test.
+func openRow(ctx context.Context, t *testing.T, d *daemon) ([]proxy.IPFamily, *feed, *backends.Instance) {
+	t.Helper()
+	families := d.backend.Families()
+	feed, err := d.startFeed(ctx, families)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := openBackend(ctx, d.backend, d.cfg, families, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inst.Close)
+	return families, feed, inst
 }
 
 // rowDaemon is a daemon over a fake API server holding Service ns/web

@@ -45,6 +45,8 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	cfg.ServiceProxyName = o.serviceProxyName
 	cfg.StateSocket = o.stateSocket
 	cfg.WatchNodeAddresses = o.watchNodeAddrs
+	cfg.BPFCgroupRoot = o.bpfCgroupRoot
+	cfg.BPFPinDir = o.bpfPinDir
 	cfg.Flags = map[string]string{}
 	fs.VisitAll(func(f *pflag.Flag) {
 		// The removed flags only refuse themselves: /flagz lists kube-proxy's

@@ -213,7 +213,7 @@ func (d *daemon) cleanupAfter(ctx context.Context, synced <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		}
-		if err := leftovers.OtherModes(ctx, d.registry, d.cfg.Mode); err != nil {
+		if err := leftovers.OtherModes(ctx, d.registry, d.cfg.Mode, d.cfg); err != nil {
 			d.logger.Error(err, "Cleaning up other proxy modes' rules failed")
 		}
 	}()

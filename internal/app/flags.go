@@ -53,7 +53,14 @@ func (o *options) addGeneralFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.serviceProxyName, "service-proxy-name", o.serviceProxyName, "svcproxy extension: if set, handle only Services labelled service.kubernetes.io/service-proxy-name=<value> (kube-proxy handles only Services without that label). Applies with --config too.")
 	fs.StringVar(&o.stateSocket, "state-socket", o.stateSocket, "svcproxy extension: the unix socket on which svcproxy serves its programmed state (every Service and endpoint) to 'svcproxy explain' on the node. It is created with mode 0600, its directory with 0700 if missing; empty serves none. Applies with --config too.")
 	fs.BoolVar(&o.watchNodeAddrs, "watch-node-addresses", o.watchNodeAddrs, "svcproxy extension: if true, watch every Node (keeping only its addresses) and refuse an externalIP or load-balancer IP equal to any Node's address, not only this node's. Every proxy then receives every Node's status updates. Applies with --config too.")
+	o.addEBPFFlags(fs)
 	addVersionFlag(fs, &o.version)
+}
+
+// addEBPFFlags registers the extension flags of svcproxy's ebpf mode.
+func (o *options) addEBPFFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.bpfCgroupRoot, "bpf-cgroup-root", o.bpfCgroupRoot, "svcproxy extension: with --proxy-mode=ebpf (svcproxy's connect-time load balancing), the cgroup v2 directory whose processes' sockets are load-balanced when they connect (every process in it or below it). Empty means the host's cgroup v2 root, from /proc/self/mountinfo; on a host without a cgroup v2 mount, svcproxy mounts one under /run/svcproxy. Applies with --config too.")
+	fs.StringVar(&o.bpfPinDir, "bpf-pin-dir", o.bpfPinDir, "svcproxy extension: in ebpf mode, the directory on a bpffs where the programs' links and maps are pinned, so that a restart adopts them. Empty means /sys/fs/bpf/svcproxy (svcproxy mounts a bpffs at /sys/fs/bpf if none is there). The other modes' start and --cleanup remove ebpf mode's pins from this directory. Applies with --config too.")
 }
 
 func (o *options) addNetworkFlags(fs *pflag.FlagSet) {

@@ -25,6 +25,8 @@ type options struct {
 	serviceProxyName string
 	stateSocket      string
 	watchNodeAddrs   bool
+	bpfCgroupRoot    string
+	bpfPinDir        string
 	version          string
 
 	// Shared by the iptables and nftables sections (contract §2.2).

@@ -20,8 +20,8 @@ func run(ctx context.Context, cfg *config.Config) error {
 
 // cleanup removes the rules of every mode and returns (--cleanup); any
 // error makes the process exit non-zero, as upstream.
-func cleanup(ctx context.Context, _ *config.Config) error {
-	if err := leftovers.All(ctx, backends.Table); err != nil {
+func cleanup(ctx context.Context, cfg *config.Config) error {
+	if err := leftovers.All(ctx, backends.Table, cfg); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
 	return nil

@@ -39,8 +39,10 @@ type Backend struct {
 	Decide func(cfg *config.Config, o *desired.Options)
 	// RemoveLeftovers removes what the mode left in the kernel, reading
 	// the kernel first so that a node with nothing left starts no tool:
-	// other modes run it at start, --cleanup runs every row's.
-	RemoveLeftovers func(ctx context.Context) error
+	// other modes run it at start, --cleanup runs every row's. cfg is the
+	// running configuration (nil: the defaults), for a mode whose objects
+	// live where an option of its own says (ebpf mode's --bpf-pin-dir).
+	RemoveLeftovers func(ctx context.Context, cfg *config.Config) error
 	// KeepsLeftoversOf lists the modes whose leftovers this mode leaves
 	// in place at start.
 	KeepsLeftoversOf []proxy.Mode
@@ -128,6 +130,12 @@ func (b *Backend) Options(cfg *config.Config, family proxy.IPFamily) desired.Opt
 		b.Decide(cfg, &o)
 	}
 	return o
+}
+
+// anyConfig is a RemoveLeftovers for a mode whose leftovers are where
+// they are whatever the configuration says.
+func anyConfig(remove func(context.Context) error) func(context.Context, *config.Config) error {
+	return func(ctx context.Context, _ *config.Config) error { return remove(ctx) }
 }
 
 // PerFamily is an Open for a backend with one Proxier per family: newOne

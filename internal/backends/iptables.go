@@ -28,7 +28,7 @@ var iptablesBackend = Backend{
 			o.Localhost = desired.LocalhostModeDNAT
 		}
 	},
-	RemoveLeftovers: iptables.CleanupLeftovers,
+	RemoveLeftovers: anyConfig(iptables.CleanupLeftovers),
 	// iptables and IPVS modes leave each other's rules alone, as upstream
 	// (KEP-2448).
 	KeepsLeftoversOf: []proxy.Mode{proxy.ModeIPVS},

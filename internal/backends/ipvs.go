@@ -34,7 +34,7 @@ var ipvsBackend = Backend{
 		o.BindNodePorts = true
 		o.Scheduling = &desired.IPVSScheduling{Default: cmp.Or(cfg.IPVS.Scheduler, kipvs.RoundRobin), Known: kipvs.Schedulers}
 	},
-	RemoveLeftovers:  removeIPVSLeftovers,
+	RemoveLeftovers:  anyConfig(removeIPVSLeftovers),
 	KeepsLeftoversOf: []proxy.Mode{proxy.ModeIPTables},
 	Objects:          explain.IPVSObjects,
 	// Upstream counts IPVS mode's failed syncs as iptables mode's.

@@ -26,7 +26,7 @@ var nftablesBackend = Backend{
 			o.Localhost = desired.LocalhostModeProxied
 		}
 	},
-	RemoveLeftovers: nftables.CleanupTables,
+	RemoveLeftovers: anyConfig(nftables.CleanupTables),
 	Objects:         explain.NFTablesObjects,
 	SyncFailures:    metrics.NFTablesSyncFailuresTotal,
 }

@@ -7,8 +7,10 @@ package backends
 // mode's cleanup, which knows only its own chains, cannot delete those
 // while IPVS mode's are there, and the kernel refuses its whole restore;
 // IPVS mode's cleanup removes all of its chains, the shared names included.
+// ebpf mode's pins share nothing with any table; their place is free.
 var Table = Registry{
 	nftablesBackend,
+	ebpfBackend,
 	ipvsBackend,
 	iptablesBackend,
 }

@@ -104,6 +104,13 @@ type Config struct {
 	// svcproxy extension, --watch-node-addresses; upstream watches only
 	// its own Node).
 	WatchNodeAddresses bool
+	// BPFCgroupRoot is the cgroup v2 directory ebpf mode attaches its
+	// socket hooks to, "" for the host's cgroup v2 root (an svcproxy
+	// extension, --bpf-cgroup-root).
+	BPFCgroupRoot string
+	// BPFPinDir is the bpffs directory ebpf mode pins its programs' links
+	// and maps in, "" for /sys/fs/bpf/svcproxy (--bpf-pin-dir).
+	BPFPinDir string
 	// Master overrides the API server URL of the kubeconfig.
 	Master string
 	// Kubeconfig is the kubeconfig path (clientConnection.kubeconfig);

@@ -78,13 +78,13 @@ func fromVersioned(obj *v1alpha1.KubeProxyConfiguration) (*Config, error) {
 		Kubeconfig:   obj.ClientConnection.Kubeconfig,
 		Versioned:    obj.DeepCopy(),
 	}
-	switch cfg.Mode {
-	case proxy.ModeNFTables:
+	switch {
+	case cfg.Mode.UsesNFTablesSection():
 		cfg.SyncPeriod = obj.NFTables.SyncPeriod.Duration
 		cfg.MinSyncPeriod = obj.NFTables.MinSyncPeriod.Duration
 		cfg.MasqueradeAll = obj.NFTables.MasqueradeAll
 		cfg.MasqueradeBit = derefInt(obj.NFTables.MasqueradeBit)
-	case proxy.ModeIPVS:
+	case cfg.Mode == proxy.ModeIPVS:
 		cfg.SyncPeriod = obj.IPVS.SyncPeriod.Duration
 		cfg.MinSyncPeriod = obj.IPVS.MinSyncPeriod.Duration
 		cfg.MasqueradeAll = obj.IPTables.MasqueradeAll

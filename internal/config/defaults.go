@@ -89,12 +89,13 @@ func SetDefaults(obj *v1alpha1.KubeProxyConfiguration) {
 // ApplyPlatformDefaults applies the Linux defaults upstream sets after
 // decoding (platformApplyDefaults in cmd/kube-proxy/app/server_linux.go):
 // mode iptables, detectLocalMode ClusterCIDR, and nodePortAddresses
-// ["primary"] in nftables mode only.
+// ["primary"] in nftables mode only (and in svcproxy's ebpf mode, whose
+// node ports are nftables').
 func ApplyPlatformDefaults(obj *v1alpha1.KubeProxyConfiguration) {
 	if obj.Mode == "" {
 		obj.Mode = v1alpha1.ProxyMode(proxy.ModeIPTables)
 	}
-	if obj.Mode == v1alpha1.ProxyMode(proxy.ModeNFTables) && len(obj.NodePortAddresses) == 0 {
+	if proxy.Mode(obj.Mode).UsesNFTablesSection() && len(obj.NodePortAddresses) == 0 {
 		obj.NodePortAddresses = []string{NodePortAddressesPrimary}
 	}
 	if obj.DetectLocalMode == "" {

@@ -19,18 +19,18 @@ import (
 func Normalize(obj *v1alpha1.KubeProxyConfiguration) {
 	sync, minSync := activePeriods(obj)
 	masqueradeAll := obj.IPTables.MasqueradeAll
-	if proxy.Mode(obj.Mode) == proxy.ModeNFTables {
+	if proxy.Mode(obj.Mode).UsesNFTablesSection() {
 		masqueradeAll = obj.NFTables.MasqueradeAll
 	}
 	obj.IPTables.SyncPeriod, obj.IPTables.MinSyncPeriod = metav1.Duration{}, metav1.Duration{}
 	obj.IPVS.SyncPeriod, obj.IPVS.MinSyncPeriod = metav1.Duration{}, metav1.Duration{}
 	obj.NFTables.SyncPeriod, obj.NFTables.MinSyncPeriod = metav1.Duration{}, metav1.Duration{}
 	obj.IPTables.MasqueradeAll, obj.NFTables.MasqueradeAll = false, false
-	switch proxy.Mode(obj.Mode) {
-	case proxy.ModeIPVS:
+	switch mode := proxy.Mode(obj.Mode); {
+	case mode == proxy.ModeIPVS:
 		obj.IPVS.SyncPeriod, obj.IPVS.MinSyncPeriod = sync, minSync
 		obj.IPTables.MasqueradeAll = masqueradeAll
-	case proxy.ModeNFTables:
+	case mode.UsesNFTablesSection():
 		obj.NFTables.SyncPeriod, obj.NFTables.MinSyncPeriod = sync, minSync
 		obj.NFTables.MasqueradeAll = masqueradeAll
 	default:
@@ -41,12 +41,13 @@ func Normalize(obj *v1alpha1.KubeProxyConfiguration) {
 }
 
 // activePeriods returns the sync periods of the section obj.Mode uses
-// (iptables for anything but ipvs and nftables, as upstream).
+// (iptables for anything but ipvs and nftables, as upstream; ebpf mode
+// reads nftables').
 func activePeriods(obj *v1alpha1.KubeProxyConfiguration) (sync, minSync metav1.Duration) {
-	switch proxy.Mode(obj.Mode) {
-	case proxy.ModeIPVS:
+	switch mode := proxy.Mode(obj.Mode); {
+	case mode == proxy.ModeIPVS:
 		return obj.IPVS.SyncPeriod, obj.IPVS.MinSyncPeriod
-	case proxy.ModeNFTables:
+	case mode.UsesNFTablesSection():
 		return obj.NFTables.SyncPeriod, obj.NFTables.MinSyncPeriod
 	default:
 		return obj.IPTables.SyncPeriod, obj.IPTables.MinSyncPeriod

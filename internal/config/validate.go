@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -41,10 +42,10 @@ func validate(obj *v1alpha1.KubeProxyConfiguration) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateMasqueradeBit(obj.IPTables.MasqueradeBit, root.Child("KubeProxyIPTablesConfiguration"))...)
-	switch proxy.Mode(obj.Mode) {
-	case proxy.ModeIPVS:
+	switch mode := proxy.Mode(obj.Mode); {
+	case mode == proxy.ModeIPVS:
 		errs = append(errs, validateIPVS(&obj.IPVS, root.Child("KubeProxyIPVSConfiguration"))...)
-	case proxy.ModeNFTables:
+	case mode.UsesNFTablesSection():
 		errs = append(errs, validateMasqueradeBit(obj.NFTables.MasqueradeBit, root.Child("KubeProxyNFTablesConfiguration"))...)
 	}
 	errs = append(errs, validateLinux(obj, root.Child("KubeProxyLinuxConfiguration"))...)
@@ -105,7 +106,8 @@ func validateLinux(obj *v1alpha1.KubeProxyConfiguration, path *field.Path) field
 }
 
 // validateMode accepts the modes of proxy.Modes, ipvs only while the
-// KubeProxyIPVS gate is on.
+// KubeProxyIPVS gate is on, and svcproxy's extension modes; the message is
+// upstream's, which names upstream's modes only.
 func validateMode(mode proxy.Mode, gate featuregate.FeatureGate, path *field.Path) field.ErrorList {
 	var valid []string
 	for _, m := range proxy.Modes {
@@ -114,7 +116,7 @@ func validateMode(mode proxy.Mode, gate featuregate.FeatureGate, path *field.Pat
 		}
 	}
 	for _, v := range append(valid, "") {
-		if string(mode) == v {
+		if string(mode) == v || slices.Contains(proxy.ExtensionModes, mode) {
 			return nil
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf"
 	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
@@ -22,7 +23,7 @@ import (
 
 // ObjectsFunc lists the kernel objects that implement e in one backend,
 // one line each. Each backend's row in internal/backends names its own:
-// NFTablesObjects, IPTablesObjects, IPVSObjects.
+// NFTablesObjects, IPTablesObjects, IPVSObjects, EBPFObjects.
 type ObjectsFunc func(ctx context.Context, state *desired.State, e Explanation) ([]string, error)
 
 // NFTablesObjects asks the nftables backend itself: it renders the one service
@@ -188,4 +189,27 @@ func IPVSObjects(_ context.Context, state *desired.State, e Explanation) ([]stri
 		out = append(out, "iptables nat KUBE-MARK-MASQ, KUBE-POSTROUTING")
 	}
 	return out, nil
+}
+
+// EBPFObjects names both halves of ebpf mode: the map entries the socket
+// hooks translate the frontend with, when a socket on the node connects
+// (ebpf.ObjectNames), and the nftables objects that serve packets the
+// hooks never see (from other nodes, or from processes outside the
+// cgroup).
+func EBPFObjects(ctx context.Context, state *desired.State, e Explanation) ([]string, error) {
+	if e.Port == nil {
+		return nil, nil
+	}
+	one := *state
+	one.Services = model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{e.Port.Name: e.Port})
+	one.Changed = nil
+	dst := netip.AddrPortFrom(e.Packet.Dest.Unmap(), e.Packet.Port)
+	out, err := ebpf.ObjectNames(&one, dst, e.Port.Protocol)
+	if err != nil {
+		// LB IPs with source ranges, and node ports on addresses outside
+		// the rendered ones, are the packet path's alone.
+		out = []string{"socket hooks: not translated at connect (" + err.Error() + ")"}
+	}
+	nft, err := NFTablesObjects(ctx, state, e)
+	return append(out, nft...), err
 }

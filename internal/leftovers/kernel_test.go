@@ -40,7 +40,7 @@ func (e *kernelEnv) run(t *testing.T, stdin, name string, args ...string) string
 // it ran.
 func (e *kernelEnv) cleanup(t *testing.T, mode proxy.Mode) []string {
 	t.Helper()
-	return e.execs.Runs(t, e.ns, func() error { return OtherModes(context.Background(), backends.Table, mode) })
+	return e.execs.Runs(t, e.ns, func() error { return OtherModes(context.Background(), backends.Table, mode, nil) })
 }
 
 // TestOtherModesNothingToClean: a node that never ran another mode, and a

@@ -11,13 +11,15 @@ import (
 	"slices"
 
 	"github.com/svcproxy/svcproxy/internal/backends"
+	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // OtherModes removes what the other modes of reg left behind, as upstream
 // does at start, in reg's order, except those mode's row keeps (iptables
-// and IPVS modes leave each other's rules alone, KEP-2448).
-func OtherModes(ctx context.Context, reg backends.Registry, mode proxy.Mode) error {
+// and IPVS modes leave each other's rules alone, KEP-2448). cfg is the
+// running configuration, nil for the defaults.
+func OtherModes(ctx context.Context, reg backends.Registry, mode proxy.Mode, cfg *config.Config) error {
 	self, err := reg.Lookup(mode)
 	if err != nil {
 		return err
@@ -27,16 +29,16 @@ func OtherModes(ctx context.Context, reg backends.Registry, mode proxy.Mode) err
 		if b.Mode == mode || slices.Contains(self.KeepsLeftoversOf, b.Mode) {
 			continue
 		}
-		errs = append(errs, b.RemoveLeftovers(ctx))
+		errs = append(errs, b.RemoveLeftovers(ctx, cfg))
 	}
 	return errors.Join(errs...)
 }
 
-// All removes the rules of every mode of reg (--cleanup).
-func All(ctx context.Context, reg backends.Registry) error {
+// All removes the rules of every mode of reg (--cleanup) under cfg.
+func All(ctx context.Context, reg backends.Registry, cfg *config.Config) error {
 	var errs []error
 	for _, b := range reg {
-		if err := b.RemoveLeftovers(ctx); err != nil {
+		if err := b.RemoveLeftovers(ctx, cfg); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", b.Mode, err))
 		}
 	}

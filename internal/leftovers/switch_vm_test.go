@@ -100,7 +100,7 @@ func (sw *modeSwitch) to(t *testing.T, mode proxy.Mode) {
 		}
 	}
 	synced := time.Since(start)
-	if err := sw.env.Node1.NS.Do(func() error { return OtherModes(context.Background(), backends.Table, mode) }); err != nil {
+	if err := sw.env.Node1.NS.Do(func() error { return OtherModes(context.Background(), backends.Table, mode, nil) }); err != nil {
 		t.Errorf("%s → %s: OtherModes: %v", old, mode, err)
 	}
 	t.Logf("%s → %s: both families synced after %v, other modes cleaned up after %v", old, mode,

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -165,18 +164,7 @@ var (
 
 func newRig(t *testing.T) *rig {
 	netnstest.RequireKernel(t, "nsenter")
-	// Every cgroup2 mount shows the same hierarchy: the name must not
-	// collide with another test process's.
-	cg := fmt.Sprintf("svcproxy-ebpf-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	r := &rig{pins: mountFS(t, "bpf"), cgroup: filepath.Join(mountFS(t, "cgroup2"), cg)}
-	if err := os.Mkdir(r.cgroup, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(r.cgroup); err != nil {
-			t.Errorf("removing test cgroup: %v", err)
-		}
-	})
+	r := &rig{pins: netnstest.MountThrowaway(t, "bpf"), cgroup: netnstest.ThrowawayCgroup(t, "svcproxy-ebpf-test")}
 	lab := netnstest.New(t)
 	var err error
 	if r.cli, err = lab.NewNS("cli"); err != nil {
@@ -194,21 +182,6 @@ func newRig(t *testing.T) *rig {
 		must(t, a.ns.AddAddr(a.dev, netip.PrefixFrom(a.ip, a.ip.BitLen()-8)))
 	}
 	return r
-}
-
-// mountFS mounts a throwaway filesystem of type fstype, unmounted at the
-// end of the test.
-func mountFS(t *testing.T, fstype string) string {
-	dir := t.TempDir()
-	if err := unix.Mount("none", dir, fstype, 0, ""); err != nil {
-		t.Fatalf("mount -t %s: %v", fstype, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
 }
 
 // serve starts echo servers in the server namespace, one per name, on

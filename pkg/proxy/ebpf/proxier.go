@@ -11,7 +11,6 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -52,6 +51,7 @@ type Proxier struct {
 	tables tables
 	// programmed is set once a Sync succeeded, for CanaryMissing.
 	programmed atomic.Bool
+	stats      atomic.Pointer[Stats]
 	// rec is what the maps hold; nil when unknown (read back).
 	rec    *record
 	writes uint64
@@ -73,7 +73,7 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 		}
 		o.NodeNetns = c
 	}
-	return &Proxier{family: family, dir: filepath.Join(o.PinDir, strings.ToLower(string(family))), cgroup: o.Cgroup, netns: o.NodeNetns,
+	return &Proxier{family: family, dir: familyDir(o.PinDir, family), cgroup: o.Cgroup, netns: o.NodeNetns,
 		minCapacity: minCapacity}, nil
 }
 
@@ -143,7 +143,7 @@ func (p *Proxier) grow(want *Contents, idx frontendIndex, capacity uint32) error
 		return err
 	}
 	p.kernel, p.tables, p.rec = next, t, newRecord(*want, idx)
-	p.programmed.Store(true)
+	p.published()
 	return nil
 }
 
@@ -157,7 +157,7 @@ func (p *Proxier) apply(have, want *Contents, commit func()) error {
 		return err
 	}
 	commit()
-	p.programmed.Store(true)
+	p.published()
 	return nil
 }
 
@@ -222,6 +222,7 @@ func (p *Proxier) Close() {
 func (p *Proxier) Cleanup(context.Context) error {
 	p.Close()
 	p.programmed.Store(false)
+	p.stats.Store(nil)
 	if err := remove(p.family, p.dir); err != nil {
 		return fmt.Errorf("ebpf: cleanup of %s: %w", p.dir, err)
 	}

@@ -57,7 +57,7 @@ func run() (*result, error) {
 	var cleanupErr error
 	res.Times, err = benchkit.Measure(func() error {
 		return ns.Do(func() error {
-			cleanupErr = leftovers.OtherModes(ctx, backends.Table, proxy.Mode(*mode))
+			cleanupErr = leftovers.OtherModes(ctx, backends.Table, proxy.Mode(*mode), nil)
 			return nil
 		})
 	})

@@ -32,7 +32,7 @@ func testRulesDeleted(t *testing.T, c *F.Cluster) {
 	limit := c.Opts.SyncPeriod + 10*time.Second
 
 	var breaks map[string][]string
-	if c.Opts.Mode == "nftables" {
+	if F.UsesNFTables(c.Opts.Mode) {
 		breaks = map[string][]string{
 			"delete table ip kube-proxy": {"nft", "delete", "table", "ip", "kube-proxy"},
 		}

@@ -49,7 +49,7 @@ func testRestartWritesNothing(t *testing.T, c *F.Cluster) {
 	}
 	var changes func() []string
 	stop := func() {}
-	if c.Opts.Mode == "nftables" {
+	if F.UsesNFTables(c.Opts.Mode) {
 		changes, stop = monitorNFTables(t, n1)
 	}
 	n1.Proxy.Stop(10 * time.Second)

@@ -36,15 +36,15 @@ func testServiceCIDRs(t *testing.T, c *F.Cluster) {
 			if rules, err = c.Ruleset(n); err != nil {
 				t.Fatalf("%s: ruleset: %v", n.Name, err)
 			}
-			if c.Opts.Mode != "nftables" || containsAll(rules, want) || time.Now().After(deadline) {
+			if !F.UsesNFTables(c.Opts.Mode) || containsAll(rules, want) || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 		switch {
-		case c.Opts.Mode == "nftables" && !containsAll(rules, want):
+		case F.UsesNFTables(c.Opts.Mode) && !containsAll(rules, want):
 			t.Errorf("%s: no drop for the ServiceCIDRs' unallocated addresses (want %q):\n%s", n.Name, want, rules)
-		case c.Opts.Mode != "nftables" && strings.Contains(rules, "10.100.0.0/24"):
+		case !F.UsesNFTables(c.Opts.Mode) && strings.Contains(rules, "10.100.0.0/24"):
 			t.Errorf("%s: %s mode renders the ServiceCIDRs (upstream does not):\n%s", n.Name, c.Opts.Mode, rules)
 		}
 	}

@@ -99,11 +99,13 @@ type Cluster struct {
 	AdminConfig *rest.Config
 	Nodes       []*Node
 
-	cpRun      string
-	closeOnce  sync.Once
-	namespaces []string
-	pods       map[string]*Pod
-	podSeq     int
+	cpRun string
+	// cgroupMount is the cgroup2 mount under Work in ebpf mode.
+	cgroupMount string
+	closeOnce   sync.Once
+	namespaces  []string
+	pods        map[string]*Pod
+	podSeq      int
 }
 
 // New builds and starts a whole cluster; t.Cleanup removes it.
@@ -208,6 +210,7 @@ func (c *Cluster) teardown() {
 	if left := namespacesWithPrefix(c.Prefix); len(left) > 0 {
 		c.T.Errorf("teardown: namespaces left: %v", left)
 	}
+	c.teardownEBPF()
 	// The etcd data dir is the only big thing; logs stay for reading.
 	_ = os.RemoveAll(filepath.Join(c.cpRun, "etcd-data"))
 }

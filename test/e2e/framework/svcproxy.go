@@ -87,6 +87,11 @@ func (c *Cluster) StartProxy(n *Node) error {
 		args = append(args, "--state-socket", n.StateSocket)
 		args = append(args, n.ExtraArgs...)
 	}
+	ebpfArgs, err := c.ebpfArgs(n)
+	if err != nil {
+		return err
+	}
+	args = append(args, ebpfArgs...)
 	p, err := startProc("svcproxy-"+n.Name, n.NS, c.logPath("svcproxy-"+n.Name), append([]string{bin}, args...)...)
 	if err != nil {
 		return err
@@ -185,7 +190,7 @@ func (c *Cluster) Ruleset(n *Node) (string, error) {
 	defer cancel()
 	var out []byte
 	var err error
-	if c.mode(n) == "nftables" {
+	if UsesNFTables(c.mode(n)) {
 		out, err = InNS(ctx, n.NS, "nft", "list", "ruleset")
 	} else {
 		out, err = InNS(ctx, n.NS, "iptables-save")

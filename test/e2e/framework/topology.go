@@ -38,6 +38,7 @@ type Node struct {
 	// with Options.ForeignProxy): svcproxy's extension flags.
 	ExtraArgs []string
 	lastPod   int // last host number given to a pod in PodNet
+	ebpf      *ebpfNode
 }
 
 // Pod is a namespace behind a node running podserver on :8080 (TCP + UDP).

@@ -91,7 +91,8 @@ func (c *Cluster) Ask(from string, t Target, n int, timeout time.Duration) []Res
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n+2)*(timeout+time.Second))
 	defer cancel()
 	args := append([]string{"ask", "-n", strconv.Itoa(n), "-timeout", timeout.String()}, t.args()...)
-	out, err := InNS(ctx, c.NS(from), c.Bins.E2ECtl, args...)
+	argv := c.inCgroup(from, append([]string{c.Bins.E2ECtl}, args...))
+	out, err := InNS(ctx, c.NS(from), argv[0], argv[1:]...)
 	if err != nil {
 		c.T.Fatalf("e2ectl ask from %s to %s: %v", from, t, err)
 	}
@@ -210,12 +211,13 @@ func (c *Cluster) StartLoad(from string, t Target, interval time.Duration, keep 
 	c.T.Helper()
 	f, err := os.CreateTemp(c.Work, "load-*.txt")
 	c.must(err, "load output")
-	args := []string{"netns", "exec", c.NS(from), c.Bins.E2ECtl, "ask", "-n", "0",
+	argv := []string{c.Bins.E2ECtl, "ask", "-n", "0",
 		"-interval", interval.String(), "-timeout", "1s", "-duration", "10m"}
 	if keep {
-		args = append(args, "-keep")
+		argv = append(argv, "-keep")
 	}
-	cmd := exec.Command("ip", append(args, t.args()...)...)
+	argv = c.inCgroup(from, append(argv, t.args()...))
+	cmd := exec.Command("ip", append([]string{"netns", "exec", c.NS(from)}, argv...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	c.must(cmd.Start(), "starting load")
 	l := &Load{cmd: cmd, out: f, done: make(chan error, 1)}

@@ -1,0 +1,155 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/explain"
+	"github.com/svcproxy/svcproxy/internal/localapi"
+	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf"
+)
+
+// ebpfSyncFailures counts ebpf mode's failed syncs (either half's).
+var ebpfSyncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "svcproxy_ebpf_sync_failures_total",
+	Help: "Cumulative syncs that failed in ebpf mode, in the socket hooks' maps or in the nftables rules.",
+}, []string{metrics.LabelIPFamily})
+
+// ebpfBackend is ebpf mode's row. The socket hooks translate what a
+// process in the cgroup connects to; they never see packets from other
+// nodes, nor processes outside the cgroup, which the nftables rules serve
+// as in nftables mode, rendered from the same State. A connection the
+// hooks translated already goes to the endpoint and matches no Service
+// rule.
+var ebpfBackend = Backend{
+	Mode:     proxy.ModeEBPF,
+	Families: nftablesBackend.Families,
+	Check: func(*config.Config) (*Warning, error) {
+		return nil, ebpf.CheckHost()
+	},
+	Open:            openEBPF,
+	Decide:          nftablesBackend.Decide,
+	RemoveLeftovers: removeEBPFLeftovers,
+	// Its packet path is nftables mode's tables, kept.
+	KeepsLeftoversOf: []proxy.Mode{proxy.ModeNFTables},
+	Objects:          explain.EBPFObjects,
+	SyncFailures:     ebpfSyncFailures,
+	Metrics:          []prometheus.Collector{ebpfSyncFailures},
+}
+
+// stateDir holds what svcproxy mounts for itself (beside the local API's
+// socket).
+var stateDir = filepath.Dir(localapi.DefaultPath)
+
+func openEBPF(ctx context.Context, env Env) (*Instance, error) {
+	cgroup, err := cgroupRoot(ctx, env.Config.BPFCgroupRoot)
+	if err != nil {
+		return nil, err
+	}
+	pinDir := env.Config.BPFPinDir
+	if pinDir == "" {
+		pinDir = ebpf.DefaultPinDir
+	}
+	if err := ebpf.EnsurePinDir(pinDir); err != nil {
+		return nil, err
+	}
+	inst, err := openNFTables(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	hooks := map[proxy.IPFamily]*ebpf.Proxier{}
+	for _, f := range env.Families {
+		p, err := ebpf.New(f, ebpf.Options{PinDir: pinDir, Cgroup: cgroup})
+		if err != nil {
+			inst.Close()
+			return nil, err
+		}
+		inst.OnClose(p.Close)
+		hooks[f] = p
+		nft := inst.Proxiers[f]
+		both := &hooksAndRules{hooks: p, rules: nft.Proxier}
+		// The nftables half reads its tables back ahead of the first sync
+		// and says whether they held rules; the hooks' maps are read back
+		// by their own first (recovery) sync. Which ports the kernel holds
+		// is not asked: the nftables half alone cannot tell it for both.
+		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: nft.Preparer, RulesHolder: nft.RulesHolder}
+	}
+	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir)
+	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newEBPFCollector(hooks)))
+	return inst, nil
+}
+
+// cgroupRoot is the cgroup the hooks attach to: the configured one, else
+// the host's cgroup v2 root, else one mounted under the state directory.
+func cgroupRoot(ctx context.Context, configured string) (string, error) {
+	if configured != "" {
+		return configured, nil
+	}
+	if root, err := ebpf.Cgroup2Mount(); err == nil {
+		return root, nil
+	}
+	dir := filepath.Join(stateDir, "cgroup2")
+	klog.FromContext(ctx).Info("No cgroup v2 mount on this host; mounting one", "path", dir)
+	return dir, ebpf.MountCgroup2(dir)
+}
+
+// removeEBPFLeftovers detaches and unpins what ebpf mode left in the pin
+// directory (--bpf-pin-dir, which every mode accepts, else the default);
+// a node that never ran it has none, and nothing is loaded to find that
+// out.
+func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
+	logger := klog.FromContext(ctx)
+	pinDir := ebpf.DefaultPinDir
+	if cfg != nil && cfg.BPFPinDir != "" {
+		pinDir = cfg.BPFPinDir
+	}
+	switch present, err := ebpf.LeftoversPresent(pinDir); {
+	case err != nil:
+		logger.Error(err, "Cannot tell whether ebpf mode left anything; cleaning up")
+	case !present:
+		logger.V(2).Info("No ebpf mode leftovers")
+		return nil
+	default:
+		logger.Info("Removing ebpf mode's leftovers", "pinDir", pinDir)
+	}
+	return ebpf.RemoveLeftovers(pinDir)
+}
+
+// hooksAndRules is one family of ebpf mode: the socket hooks and the
+// nftables rules, given every sync the same State. A failure of either is
+// the sync's failure (the syncer then recovers both); both are tried, so
+// that one half's trouble does not leave the other stale.
+type hooksAndRules struct {
+	hooks *ebpf.Proxier
+	rules syncer.Proxier
+}
+
+func (b *hooksAndRules) Init(ctx context.Context) error {
+	return errors.Join(b.hooks.Init(ctx), b.rules.Init(ctx))
+}
+
+func (b *hooksAndRules) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
+	return errors.Join(b.hooks.Sync(ctx, st, mode), b.rules.Sync(ctx, st, mode))
+}
+
+// CanaryMissing: a pin gone or the nftables canary gone.
+func (b *hooksAndRules) CanaryMissing(ctx context.Context) (bool, error) {
+	missing, err := b.hooks.CanaryMissing(ctx)
+	if err != nil || missing {
+		return missing, err
+	}
+	return b.rules.CanaryMissing(ctx)
+}
+
+func (b *hooksAndRules) Cleanup(ctx context.Context) error {
+	return errors.Join(b.hooks.Cleanup(ctx), b.rules.Cleanup(ctx))
+}

@@ -1,0 +1,49 @@
+package backends
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf"
+)
+
+var (
+	ebpfMapEntries = prometheus.NewDesc("svcproxy_ebpf_map_entries",
+		"Entries in an ebpf mode map after the last successful sync.", []string{"map", metrics.LabelIPFamily}, nil)
+	ebpfMapCapacity = prometheus.NewDesc("svcproxy_ebpf_map_capacity",
+		"Capacity of an ebpf mode map (it grows online when a sync needs more).", []string{"map", metrics.LabelIPFamily}, nil)
+	ebpfLinks = prometheus.NewDesc("svcproxy_ebpf_links_attached",
+		"Socket hook programs attached to the cgroup after the last successful sync.", []string{metrics.LabelIPFamily}, nil)
+)
+
+// ebpfCollector reads each family's Stats when scraped: what the last
+// sync recorded, no map read.
+type ebpfCollector map[proxy.IPFamily]*ebpf.Proxier
+
+func newEBPFCollector(hooks map[proxy.IPFamily]*ebpf.Proxier) prometheus.Collector {
+	return ebpfCollector(hooks)
+}
+
+func (c ebpfCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- ebpfMapEntries
+	ch <- ebpfMapCapacity
+	ch <- ebpfLinks
+}
+
+func (c ebpfCollector) Collect(ch chan<- prometheus.Metric) {
+	for family, p := range c {
+		st := p.Stats()
+		if st == nil {
+			continue
+		}
+		fam := string(family)
+		for name, n := range st.Entries {
+			ch <- prometheus.MustNewConstMetric(ebpfMapEntries, prometheus.GaugeValue, float64(n), name, fam)
+		}
+		for name, n := range st.Capacity {
+			ch <- prometheus.MustNewConstMetric(ebpfMapCapacity, prometheus.GaugeValue, float64(n), name, fam)
+		}
+		ch <- prometheus.MustNewConstMetric(ebpfLinks, prometheus.GaugeValue, float64(st.Links), fam)
+	}
+}

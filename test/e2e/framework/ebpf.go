@@ -1,0 +1,144 @@
+package framework
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ebpfNode is what a node in ebpf mode owns: a cgroup v2 child of its own
+// (the only cgroup its svcproxy attaches to; its pods' clients run in it)
+// and a bpffs of its own for the pins. Nothing is attached to the
+// machine's cgroup root, and every node's pins are apart.
+type ebpfNode struct {
+	cgroup, pins string
+}
+
+// UsesNFTables reports whether mode's Service rules are nftables': ebpf
+// mode's packet path is nftables mode's table.
+func UsesNFTables(mode string) bool { return mode == "nftables" || mode == "ebpf" }
+
+// ebpfArgs are node n's ebpf flags, creating what they name the first
+// time; none unless n runs, or ran, in ebpf mode. A node that switched
+// to another mode keeps --bpf-pin-dir, from which that mode's start
+// removes ebpf mode's pins.
+func (c *Cluster) ebpfArgs(n *Node) ([]string, error) {
+	if c.mode(n) != "ebpf" {
+		if n.ebpf == nil {
+			return nil, nil
+		}
+		return []string{"--bpf-pin-dir", n.ebpf.pins}, nil
+	}
+	if n.ebpf == nil {
+		e, err := c.newEBPFNode(n)
+		if err != nil {
+			return nil, err
+		}
+		n.ebpf = e
+	}
+	return []string{"--bpf-cgroup-root", n.ebpf.cgroup, "--bpf-pin-dir", n.ebpf.pins}, nil
+}
+
+func (c *Cluster) newEBPFNode(n *Node) (*ebpfNode, error) {
+	if c.cgroupMount == "" {
+		dir := filepath.Join(c.Work, "cgroup2")
+		if err := mountAt(dir, "cgroup2"); err != nil {
+			return nil, err
+		}
+		c.cgroupMount = dir
+	}
+	// Every cgroup2 mount shows the machine's one hierarchy: the name
+	// carries the run's prefix.
+	e := &ebpfNode{cgroup: filepath.Join(c.cgroupMount, c.Prefix+n.Name), pins: filepath.Join(c.Work, "bpf-"+n.Name)}
+	if err := os.Mkdir(e.cgroup, 0o755); err != nil {
+		return nil, err
+	}
+	if err := mountAt(e.pins, "bpf"); err != nil {
+		_ = os.Remove(e.cgroup)
+		return nil, err
+	}
+	return e, nil
+}
+
+func mountAt(dir, fstype string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("none", dir, fstype, 0, ""); err != nil {
+		return fmt.Errorf("mount -t %s %s: %w", fstype, dir, err)
+	}
+	return nil
+}
+
+// EBPFPinsLeft returns what ebpf mode left pinned for node n ("" when
+// nothing): its families' pin directories.
+func (c *Cluster) EBPFPinsLeft(n *Node) string {
+	if n.ebpf == nil {
+		return ""
+	}
+	var left []string
+	for _, f := range []string{"ipv4", "ipv6"} {
+		if _, err := os.Stat(filepath.Join(n.ebpf.pins, f)); err == nil {
+			left = append(left, filepath.Join(n.ebpf.pins, f))
+		}
+	}
+	return strings.Join(left, " ")
+}
+
+// inCgroup wraps argv, run in namespace role from, so that a process of
+// a pod (or of a node's client pod, cliN) of a node in ebpf mode starts
+// in that node's cgroup, as a kubelet would put it.
+func (c *Cluster) inCgroup(from string, argv []string) []string {
+	n := c.podNode(from)
+	if n == nil || n.ebpf == nil {
+		return argv
+	}
+	script := fmt.Sprintf(`echo $$ > %s/cgroup.procs && exec "$@"`, n.ebpf.cgroup)
+	return append([]string{"sh", "-c", script, "sh"}, argv...)
+}
+
+// podNode is the node whose pod role is, nil for the other roles.
+func (c *Cluster) podNode(role string) *Node {
+	if p := c.pods[role]; p != nil {
+		return p.Node
+	}
+	for _, n := range c.Nodes {
+		if role == fmt.Sprintf("cli%d", n.Index) {
+			return n
+		}
+	}
+	return nil
+}
+
+// teardownEBPF removes, once every process is gone, the nodes' cgroups
+// and bpffs mounts (the pins, and with them the programs, go with the
+// mount) and the cgroup2 mount.
+func (c *Cluster) teardownEBPF() {
+	for _, n := range c.Nodes {
+		if n.ebpf == nil {
+			continue
+		}
+		if err := unix.Unmount(n.ebpf.pins, 0); err != nil {
+			c.T.Errorf("teardown: unmounting %s: %v", n.ebpf.pins, err)
+		}
+		// The cgroup's last processes may still be exiting.
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if err = os.Remove(n.ebpf.cgroup); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			c.T.Errorf("teardown: removing cgroup %s: %v", n.ebpf.cgroup, err)
+		}
+	}
+	if c.cgroupMount != "" {
+		if err := unix.Unmount(c.cgroupMount, 0); err != nil {
+			c.T.Errorf("teardown: unmounting %s: %v", c.cgroupMount, err)
+		}
+	}
+}
