@@ -127,13 +127,14 @@ func (l *listener) admit(ctx context.Context, conn net.Conn) {
 }
 
 // refuse resets conn: a reset, not an orderly close the client could take
-// for an empty answer.
+// for an empty answer. It is counted first, so that whoever saw the reset
+// finds it counted.
 func (l *listener) refuse(conn net.Conn, reason string) {
+	metrics.LocalhostNodePortRefusedConnectionsTotal.WithLabelValues(l.family, reason).Inc()
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
 	}
 	_ = conn.Close()
-	metrics.LocalhostNodePortRefusedConnectionsTotal.WithLabelValues(l.family, reason).Inc()
 	if reason == metrics.RefusedNoEndpoints {
 		l.logger.V(4).Info("Reset a localhost node port connection: no endpoints", "port", l.port)
 		return
