@@ -85,11 +85,14 @@ func (e *Env) clusterIPBalances(t *testing.T, f Fam) {
 		}
 	}
 	// Pod-originated traffic keeps its source (no masquerade), except when
-	// it lands on the sender itself (hairpin, masqueraded).
+	// it lands on the sender itself (hairpin, masqueraded) and was not
+	// translated at connect (which sends it to itself directly).
 	podB := e.Pods["pod-b"].IP(f.V6)
 	for _, ans := range AskAll(t, e.FromPod("pod-b"), proxy.TCP, dst, 8) {
-		if hairpin := ans.Server == "pod-b"; hairpin == (ans.Peer.Addr() == podB) {
-			t.Errorf("pod-b → cluster IP → %s arrived from %s; want pod-b's own address unless hairpinned", ans.Server, ans.Peer)
+		masqueraded := ans.Server == "pod-b" && !e.Translated("pod-b")
+		if masqueraded == (ans.Peer.Addr() == podB) {
+			t.Errorf("pod-b → cluster IP → %s arrived from %s; want pod-b's own address unless hairpinned (translated at connect: %t)",
+				ans.Server, ans.Peer, e.Translated("pod-b"))
 		}
 	}
 }
@@ -188,7 +191,8 @@ func (e *Env) internalLocal(t *testing.T, f Fam) {
 	if got := Servers(AskMany(t, e.FromPod("pod-b"), proxy.TCP, dst, 20)); !slices.Equal(got, []string{"pod-a"}) {
 		t.Errorf("iTP=Local from pod-b reached %v, want only the local pod-a", got)
 	}
-	c := netnstest.Client{NS: e.Pods["pod-b"].NS, Timeout: DropTimeout}
+	c := e.FromPod("pod-b")
+	c.Timeout = DropTimeout
 	if _, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(17), SvcPort)); netnstest.OutcomeOf(err) != netnstest.Timeout {
 		t.Errorf("iTP=Local without local endpoints: %v, want dropped", err)
 	}
@@ -225,8 +229,16 @@ func (e *Env) hairpin(t *testing.T, f Fam) {
 	if err != nil {
 		t.Fatalf("pod-a → its own service: %v", err)
 	}
-	pod := e.Pods["pod-a"]
-	if ans.Server != "pod-a" || ans.Peer.Addr() == pod.IP(f.V6) {
+	self := e.Pods["pod-a"].IP(f.V6)
+	switch {
+	case e.Translated("pod-a"):
+		// Translated at connect, the connection goes from pod-a to its own
+		// address without leaving the pod: no masquerade is needed for the
+		// answer to come back, and none happens.
+		if ans.Server != "pod-a" || ans.Peer.Addr() != self {
+			t.Errorf("hairpin translated at connect: %v, want pod-a seeing itself (%s)", ans, self)
+		}
+	case ans.Server != "pod-a" || ans.Peer.Addr() == self:
 		t.Errorf("hairpin: %v, want pod-a seeing a masqueraded (node) source, not itself", ans)
 	}
 }
