@@ -9,7 +9,10 @@
 //
 // A backend's kernel test builds an Env, programs node1 through its own
 // Proxier (inside Node1.NS), and runs the checks; only backend-specific
-// assertions (restart rewrites, cleanup) stay in the backend's test.
+// assertions (restart rewrites, cleanup) stay in the backend's test. A
+// mode whose socket hooks translate at connect (ebpf) puts node1's pods in
+// its cgroup (PodsInCgroup): the checks then also ask from a pod, and
+// expect what translation does instead of the rules (translated.go).
 package scenario
 
 import (
