@@ -18,8 +18,8 @@ func TestEdgeCases(t *testing.T) {
 
 	one := proxy.Endpoint{IP: netip.MustParseAddr("10.0.0.1"), Port: 80}
 	tab := New([]proxy.Endpoint{one, one, one})
-	if len(tab.Backends) != 1 || len(tab.Slots) != 101 {
-		t.Fatalf("one backend thrice: %d backends, %d slots; want 1, 101", len(tab.Backends), len(tab.Slots))
+	if len(tab.Backends) != 1 || len(tab.Slots) != 16381 {
+		t.Fatalf("one backend thrice: %d backends, %d slots; want 1, 16381", len(tab.Backends), len(tab.Slots))
 	}
 	for _, h := range []uint32{0, 1, 100, 101, ^uint32(0)} {
 		if ep, ok := tab.Lookup(h); !ok || ep != one {
@@ -34,8 +34,8 @@ func TestEdgeCases(t *testing.T) {
 		{IP: netip.MustParseAddr("2001:db8::2"), Port: 80},
 	}
 	tab = New(v6)
-	if !slices.Equal(tab.Backends, v6) || len(tab.Slots) != 401 {
-		t.Fatalf("IPv6: backends %v, %d slots; want %v, 401", tab.Backends, len(tab.Slots), v6)
+	if !slices.Equal(tab.Backends, v6) || len(tab.Slots) != 16381 {
+		t.Fatalf("IPv6: backends %v, %d slots; want %v, 16381", tab.Backends, len(tab.Slots), v6)
 	}
 	checkShares(t, tab)
 }
@@ -59,6 +59,30 @@ func TestPastTheBound(t *testing.T) {
 	}
 	if len(small.Slots) != 7 || len(held) != 7 {
 		t.Errorf("10 backends in 7 slots: %d slots, %d backends hold one; want 7, 7", len(small.Slots), len(held))
+	}
+}
+
+// TestCrossingALimitResizes shows the cost of sizing by the backend count
+// alone: removing the 17th backend shrinks the table to the size that
+// serves 16, and then most flows of the others move (every node alike, so
+// they still agree). The limits in sizes make such removals rare, not
+// impossible.
+func TestCrossingALimitResizes(t *testing.T) {
+	all := endpoints(17)
+	before, after := New(all), New(all[:16])
+	if len(before.Slots) != 32771 || len(after.Slots) != 16381 {
+		t.Fatalf("17 then 16 backends: %d then %d slots; want 32771 then 16381", len(before.Slots), len(after.Slots))
+	}
+	flows := randomFlows(100_000)
+	moved := movedShare(len(flows), all[16], func(i int) (proxy.Endpoint, proxy.Endpoint) {
+		h := FlowHash(flows[i])
+		a, _ := before.Lookup(h)
+		b, _ := after.Lookup(h)
+		return a, b
+	})
+	t.Logf("17 → 16 backends (table resized): %.1f %% of the other flows moved", 100*moved)
+	if moved < 0.5 {
+		t.Errorf("a resize moved only %.1f %% of the other flows: the sizes' doc is wrong", 100*moved)
 	}
 }
 
@@ -105,8 +129,8 @@ func checkShares(t *testing.T, tab *Table) {
 	}
 }
 
-// BenchmarkNew builds the table of 1,000 backends: at the brief's
-// reference size M=65537 and at the size TableSize picks (102407).
+// BenchmarkNew builds the table of 1,000 backends: at M=65537, and at the
+// size TableSize picks (131071).
 func BenchmarkNew(b *testing.B) {
 	eps := endpoints(1000)
 	b.Run("M=65537/N=1000", func(b *testing.B) {

@@ -17,33 +17,43 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
-// Factor is how many slots a table has at least per backend: it bounds how
-// many flows of other backends move when one backend goes (see
-// docs/design/0007-maglev.md).
+// Factor is how many slots a table has at least per backend.
 const Factor = 100
 
-// sizes are the table sizes, ascending: the smallest prime at or above
-// Factor·2^k. Primes, so that every skip in [1, M-1] walks all M slots.
-// Doubling steps keep a table at most about twice its minimum.
-var sizes = [...]int{101, 211, 401, 809, 1601, 3203, 6421, 12809, 25601, 51203, 102407, 204803, 409609, 819229}
+// A size is a table size and the most backends it serves. Sizes are
+// primes, so that every skip in [1, M-1] walks all M slots, about a power
+// of two apart, so that a table is at most about twice its need. Each
+// serves at most M/Factor backends, and the small ones fewer: removing one
+// backend moves more of the others' slots at mid-size N than M/N alone
+// suggests (0.77 % at 16 backends in 16381 slots, but 1.3 % at 96), so
+// each size's limit is where that stays under 1 % (TestSizeLimits; the
+// figures are in docs/design/0007-maglev.md).
+type size struct{ slots, backends int }
 
-// MaxSize is the largest table size; it holds Factor slots for up to
-// MaxBackends backends.
-const MaxSize = 819229
+var sizes = [...]size{
+	{16381, 16}, {32771, 48}, {65537, 192}, {131071, 1310},
+	{262147, 2621}, {524287, 5242}, {1048573, 10485},
+}
 
-// MaxBackends is the largest backend count whose table keeps Factor slots
-// per backend.
-const MaxBackends = MaxSize / Factor
+// MaxSize is the largest table size (4 MiB of 32-bit slots).
+const MaxSize = 1048573
 
-// TableSize returns the size of the table for n backends: the smallest of
-// the sizes at or above Factor·n. Past MaxBackends it returns MaxSize and
-// false: the table still works, but holds fewer than Factor slots per
-// backend, so a removal moves more flows of the others; past MaxSize
-// backends, some backends get no slot at all.
+// MaxBackends is the most backends the largest table serves with the
+// guarantees above.
+const MaxBackends = 10485
+
+// TableSize returns the size of the table for n backends: the smallest
+// size that serves n. Past MaxBackends it returns MaxSize and false: the
+// table still works and stays balanced, but a removal moves more flows of
+// the others; past MaxSize backends, some backends get no slot at all.
+//
+// The size is a function of n alone, so that every node agrees on it
+// without any history: a change of n across a size's limit changes the
+// size, which moves nearly every flow (every node alike).
 func TableSize(n int) (int, bool) {
-	for _, m := range sizes {
-		if m >= Factor*n {
-			return m, true
+	for _, s := range sizes {
+		if n <= s.backends {
+			return s.slots, true
 		}
 	}
 	return MaxSize, false

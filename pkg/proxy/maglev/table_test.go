@@ -37,26 +37,61 @@ func randomFlows(n int) []Flow {
 }
 
 func TestTableSizes(t *testing.T) {
-	for k, m := range sizes {
-		if !big.NewInt(int64(m)).ProbablyPrime(20) {
-			t.Errorf("size %d is not prime", m)
+	for k, s := range sizes {
+		if !big.NewInt(int64(s.slots)).ProbablyPrime(20) {
+			t.Errorf("size %d is not prime", s.slots)
 		}
-		if m < Factor<<k || (k > 0 && m <= sizes[k-1]) {
-			t.Errorf("size %d: want the first prime at or above %d, ascending", m, Factor<<k)
+		if s.slots < Factor*s.backends {
+			t.Errorf("size %d serves %d backends: fewer than %d slots each", s.slots, s.backends, Factor)
+		}
+		if k > 0 && (s.slots <= sizes[k-1].slots || s.backends <= sizes[k-1].backends) {
+			t.Errorf("size %v does not ascend from %v", s, sizes[k-1])
 		}
 	}
-	if sizes[len(sizes)-1] != MaxSize {
-		t.Errorf("MaxSize %d is not the last size %d", MaxSize, sizes[len(sizes)-1])
+	if last := sizes[len(sizes)-1]; last.slots != MaxSize || last.backends != MaxBackends {
+		t.Errorf("MaxSize %d, MaxBackends %d; the last size is %v", MaxSize, MaxBackends, last)
 	}
 	for _, tc := range []struct{ n, want int }{
-		{0, 101}, {1, 101}, {2, 211}, {10, 1601}, {1000, 102407}, {1024, 102407}, {1025, 204803}, {MaxBackends, MaxSize},
+		{0, 16381}, {1, 16381}, {16, 16381}, {17, 32771}, {1000, 131071}, {1310, 131071}, {1311, 262147}, {MaxBackends, MaxSize},
 	} {
-		if m, ok := TableSize(tc.n); m != tc.want || !ok || m < Factor*tc.n {
+		if m, ok := TableSize(tc.n); m != tc.want || !ok {
 			t.Errorf("TableSize(%d) = %d, %t; want %d, true", tc.n, m, ok, tc.want)
 		}
 	}
 	if m, ok := TableSize(MaxBackends + 1); m != MaxSize || ok {
 		t.Errorf("TableSize(MaxBackends+1) = %d, %t; want %d, false", m, ok, MaxSize)
+	}
+}
+
+// TestSizeLimits: at both ends of each size's range of backend counts,
+// removing the first, a middle or the last backend moves at most 1 % of
+// the other backends' slots (the low end is one above the range's first
+// count, so that the removal keeps the size). This is what the limits in
+// sizes rest on.
+func TestSizeLimits(t *testing.T) {
+	low := 1
+	for _, s := range sizes {
+		for _, n := range []int{max(low+1, 3), s.backends} {
+			all := endpoints(n)
+			before := New(all)
+			removals := []int{0, n / 2, n - 1}
+			if s.slots > 131071 {
+				// Far under 1 % at these sizes; one removal keeps the
+				// test's million-slot builds few.
+				removals = []int{n / 2}
+			}
+			for _, gone := range removals {
+				after := New(slices.Delete(slices.Clone(all), gone, gone+1))
+				moved := movedShare(s.slots, all[gone], func(i int) (proxy.Endpoint, proxy.Endpoint) {
+					return before.Backends[before.Slots[i]], after.Backends[after.Slots[i]]
+				})
+				t.Logf("M=%d N=%d, backend %d removed: %.3f %% of the other slots moved", s.slots, n, gone, 100*moved)
+				if moved > 0.01 {
+					t.Errorf("M=%d N=%d, backend %d removed: %.3f %% of the other slots moved; want ≤ 1 %%", s.slots, n, gone, 100*moved)
+				}
+			}
+		}
+		low = s.backends + 1
 	}
 }
 
@@ -163,7 +198,7 @@ func TestHashesArePinned(t *testing.T) {
 	for _, s := range New(endpoints(10)).Slots {
 		_ = binary.Write(sum, binary.BigEndian, s)
 	}
-	if got, want := hex.EncodeToString(sum.Sum(nil))[:16], "1ea6d12f5550d766"; got != want {
+	if got, want := hex.EncodeToString(sum.Sum(nil))[:16], "14cd916f352d3e05"; got != want {
 		t.Errorf("table of 10 endpoints: digest %s, want %s", got, want)
 	}
 }
