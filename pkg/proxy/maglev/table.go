@@ -24,10 +24,9 @@ const Factor = 100
 // primes, so that every skip in [1, M-1] walks all M slots, about a power
 // of two apart, so that a table is at most about twice its need. Each
 // serves at most M/Factor backends, and the small ones fewer: removing one
-// backend moves more of the others' slots at mid-size N than M/N alone
-// suggests (0.77 % at 16 backends in 16381 slots, but 1.3 % at 96), so
-// each size's limit is where that stays under 1 % (TestSizeLimits; the
-// figures are in docs/design/0007-maglev.md).
+// backend moves more of the others' slots at mid-size N (tens to hundreds)
+// than M/N alone suggests, so each size's limit is where that stays under
+// 1 % (TestSizeLimits; docs/design/0007-maglev.md).
 type size struct{ slots, backends int }
 
 var sizes = [...]size{

@@ -95,9 +95,9 @@ func TestSizeLimits(t *testing.T) {
 	}
 }
 
-// TestRemovingOneMovesFewOtherFlows is issue #34's acceptance: of 1,000
-// endpoints one goes; the flows of the others that move must stay within
-// 1 %, over the table's slots and over a million random 5-tuples.
+// TestRemovingOneMovesFewOtherFlows: of 1,000 endpoints one goes; the
+// flows of the others that move must stay within 1 %, over the table's
+// slots and over a million random 5-tuples hashed as the datapath will.
 func TestRemovingOneMovesFewOtherFlows(t *testing.T) {
 	all := endpoints(1000)
 	before := New(all)
