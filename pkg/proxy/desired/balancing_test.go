@@ -3,35 +3,16 @@ package desired_test
 import (
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
-
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
-	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
 // balancingState computes a Service whose annotation says value ("" for
 // none) on a node whose default is def, and returns its port.
 func balancingState(t *testing.T, value string, def proxy.Balancing) *desired.ServicePort {
 	t.Helper()
-	svc := proxytest.MakeService("ns", "web", func(s *v1.Service) {
-		if value != "" {
-			s.Annotations = map[string]string{model.ExternalBalancingAnnotation: value}
-		}
-		s.Spec.ClusterIP = "172.30.0.10"
-		s.Spec.ClusterIPs = []string{"172.30.0.10"}
-		s.Spec.Ports = []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}
-	})
-	c := proxytest.Case{Name: "balancing", Services: []*v1.Service{svc},
-		Options: func(o *desired.Options) { o.ExternalBalancing = def }}
-	state := proxytest.BuildState(t, c, proxy.IPv4)
-	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: proxy.TCP}
-	sp, ok := state.Services.Get(name)
-	if !ok {
-		t.Fatalf("service port %v missing from state", name)
-	}
-	return sp
+	return annotatedPort(t, model.ExternalBalancingAnnotation, value, func(o *desired.Options) { o.ExternalBalancing = def })
 }
 
 // The external balancing algorithm is decided once, in desired: the

@@ -50,44 +50,41 @@ func jhash2(k []uint32, seed uint32) uint32 {
 	return c
 }
 
+// mix is the kernel's __jhash_mix: six rounds of mixStep, each with the
+// roles of a, b and c turned and its own rotation.
 func mix(a, b, c uint32) (uint32, uint32, uint32) {
-	a -= c
-	a ^= bits.RotateLeft32(c, 4)
-	c += b
-	b -= a
-	b ^= bits.RotateLeft32(a, 6)
-	a += c
-	c -= b
-	c ^= bits.RotateLeft32(b, 8)
-	b += a
-	a -= c
-	a ^= bits.RotateLeft32(c, 16)
-	c += b
-	b -= a
-	b ^= bits.RotateLeft32(a, 19)
-	a += c
-	c -= b
-	c ^= bits.RotateLeft32(b, 4)
-	b += a
+	mixStep(&a, &c, &b, 4)
+	mixStep(&b, &a, &c, 6)
+	mixStep(&c, &b, &a, 8)
+	mixStep(&a, &c, &b, 16)
+	mixStep(&b, &a, &c, 19)
+	mixStep(&c, &b, &a, 4)
 	return a, b, c
 }
 
+// mixStep is one line of __jhash_mix: x -= y; x ^= rol32(y, r); y += z.
+func mixStep(x, y, z *uint32, r int) {
+	*x -= *y
+	*x ^= bits.RotateLeft32(*y, r)
+	*y += *z
+}
+
+// final is the kernel's __jhash_final, one finalStep a line.
 func final(a, b, c uint32) uint32 {
-	c ^= b
-	c -= bits.RotateLeft32(b, 14)
-	a ^= c
-	a -= bits.RotateLeft32(c, 11)
-	b ^= a
-	b -= bits.RotateLeft32(a, 25)
-	c ^= b
-	c -= bits.RotateLeft32(b, 16)
-	a ^= c
-	a -= bits.RotateLeft32(c, 4)
-	b ^= a
-	b -= bits.RotateLeft32(a, 14)
-	c ^= b
-	c -= bits.RotateLeft32(b, 24)
+	finalStep(&c, b, 14)
+	finalStep(&a, c, 11)
+	finalStep(&b, a, 25)
+	finalStep(&c, b, 16)
+	finalStep(&a, c, 4)
+	finalStep(&b, a, 14)
+	finalStep(&c, b, 24)
 	return c
+}
+
+// finalStep is one line of __jhash_final: x ^= y; x -= rol32(y, r).
+func finalStep(x *uint32, y uint32, r int) {
+	*x ^= y
+	*x -= bits.RotateLeft32(y, r)
 }
 
 // identity returns the words a backend is known by: its address in the
