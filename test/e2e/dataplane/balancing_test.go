@@ -15,15 +15,9 @@ import (
 // served as before, since nothing routes by maglev yet; an annotation that
 // names no algorithm is a Warning Event and leaves each node's default.
 func TestExternalLBAlgorithm(t *testing.T) {
-	c := F.New(t, F.Options{Mode: "nftables", NoProxy: true})
+	c := withNode1Args(t, "--external-lb-algorithm=maglev")
 	defer c.Close()
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	n1.ExtraArgs = []string{"--external-lb-algorithm=maglev"}
-	for _, n := range c.Nodes {
-		if err := c.StartProxy(n); err != nil {
-			t.Fatal(err)
-		}
-	}
 	a, b := c.AddPod(n1, "ma"), c.AddPod(n2, "mb")
 	pods := []*F.Pod{a, b}
 	annotated := func(name, value string) *corev1.Service {
