@@ -66,4 +66,9 @@ type Options struct {
 	BindNodePorts bool
 	// Scheduling resolves each port's IPVS scheduler (IPVS mode only).
 	Scheduling *IPVSScheduling
+	// ExternalBalancing is the node's default algorithm for external
+	// traffic (--external-lb-algorithm), for the Services whose annotation
+	// chooses none; BalanceDefault means BalanceRandom. Every mode gets it:
+	// the decision is neutral, whatever renders it.
+	ExternalBalancing proxy.Balancing
 }

@@ -15,16 +15,22 @@ import (
 // value, with scheduling (nil: not IPVS mode), and returns its port.
 func schedulerState(t *testing.T, value string, scheduling *desired.IPVSScheduling) *desired.ServicePort {
 	t.Helper()
+	return annotatedPort(t, model.SchedulerAnnotation, value, func(o *desired.Options) { o.Scheduling = scheduling })
+}
+
+// annotatedPort computes ns/web, one port http 80/TCP, annotated key=value
+// (none for ""), with the options opts sets, and returns its port.
+func annotatedPort(t *testing.T, key, value string, opts func(*desired.Options)) *desired.ServicePort {
+	t.Helper()
 	svc := proxytest.MakeService("ns", "web", func(s *v1.Service) {
 		if value != "" {
-			s.Annotations = map[string]string{model.SchedulerAnnotation: value}
+			s.Annotations = map[string]string{key: value}
 		}
 		s.Spec.ClusterIP = "172.30.0.10"
 		s.Spec.ClusterIPs = []string{"172.30.0.10"}
 		s.Spec.Ports = []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}
 	})
-	c := proxytest.Case{Name: "scheduler", Services: []*v1.Service{svc},
-		Options: func(o *desired.Options) { o.Scheduling = scheduling }}
+	c := proxytest.Case{Name: key, Services: []*v1.Service{svc}, Options: opts}
 	state := proxytest.BuildState(t, c, proxy.IPv4)
 	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: proxy.TCP}
 	sp, ok := state.Services.Get(name)

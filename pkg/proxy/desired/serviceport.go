@@ -30,6 +30,10 @@ func buildServicePort(sp *model.ServicePort, eps model.EndpointList, in portInpu
 		ExternalLocal:       sp.ExternalLocal,
 		HealthCheckNodePort: sp.HealthCheckNodePort,
 		Scheduler:           in.schedulers.of(sp.SchedulerName()),
+		ExternalBalancing:   sp.ExternalBalancing,
+	}
+	if out.ExternalBalancing == proxy.BalanceDefault {
+		out.ExternalBalancing = in.balancing
 	}
 	if len(lost) > 0 {
 		withoutLost(out, lost)

@@ -19,7 +19,8 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
 		sp.TrafficDistribution == o.TrafficDistribution &&
-		sp.SchedulerName() == o.SchedulerName() && sp.Created == o.Created
+		sp.SchedulerName() == o.SchedulerName() && sp.Created == o.Created &&
+		sp.ExternalBalancing == o.ExternalBalancing
 }
 
 // Equal reports whether two endpoints are the same in every field.

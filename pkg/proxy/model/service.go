@@ -16,6 +16,10 @@ const defaultAffinitySeconds = 10800
 // SchedulerAnnotation is svcproxy's per-Service IPVS scheduler override.
 const SchedulerAnnotation = "ipvs.svcproxy.io/scheduler"
 
+// ExternalBalancingAnnotation is svcproxy's per-Service choice of how
+// external traffic picks an endpoint (proxy.Balancing: random or maglev).
+const ExternalBalancingAnnotation = "svcproxy.io/external-lb-algorithm"
+
 // ParseService returns the service ports that a proxier of family must
 // handle for svc, each holding only that family's addresses. It returns none
 // for Services kube-proxy skips: ExternalName, headless (clusterIP "None" or
@@ -41,6 +45,7 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		ExternalLocal:       externalLocal(svc),
 		TrafficDistribution: trafficDistribution(svc),
 		Scheduler:           schedulerOf(svc),
+		ExternalBalancing:   externalBalancing(p, svc),
 		Created:             createdOf(svc),
 	}
 	common.SourceRanges, common.SourceRangesInvalid = parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family)
@@ -113,6 +118,22 @@ func schedulerOf(svc *v1.Service) *string {
 		return &s
 	}
 	return nil
+}
+
+// externalBalancing returns the algorithm the annotation names; absent or
+// blank leaves it to the node, and an unknown value is reported and left
+// to the node too, like any other field the Service's owner can get wrong.
+func externalBalancing(p *problemList, svc *v1.Service) proxy.Balancing {
+	v := svc.Annotations[ExternalBalancingAnnotation]
+	if strings.TrimSpace(v) == "" {
+		return proxy.BalanceDefault
+	}
+	b, err := proxy.ParseBalancing(v)
+	if err != nil {
+		p.add("InvalidExternalLBAlgorithm", "metadata.annotations["+ExternalBalancingAnnotation+"]",
+			fmt.Errorf("%w: the node's default applies", err))
+	}
+	return b
 }
 
 // createdOf returns creationTimestamp in Unix seconds, 0 when unset.
