@@ -37,7 +37,7 @@ func TestIPTablesRollback(t *testing.T) { testRollback(t, iptablesRollback) }
 //
 // After each switch the new proxy's syncs must succeed, the Services
 // programmed before must still answer, a Service created after the switch
-// must answer within 2 s, and after a switch to upstream nothing may be
+// must answer soon (newServiceLimit), and after a switch to upstream nothing may be
 // left that upstream does not own (m.onlyUpstream). Across every switch a
 // load generator opens new TCP connections to the Services programmed
 // before, and not one may fail.
@@ -212,8 +212,8 @@ func createRollbackServices(t *testing.T, c *F.Cluster, n *F.Node) []rollbackSer
 }
 
 // expectSwitched checks the proxy that just started on s.n: its syncs
-// succeed, the Services of s.before answer, a new Service answers within
-// 2 s, and (upstream) nothing but upstream's is left.
+// succeed, the Services of s.before answer, a new Service answers soon
+// (newServiceLimit), and (upstream) nothing but upstream's is left.
 func (s *switcher) expectSwitched(what, round string) {
 	t, c, n := s.t, s.c, s.n
 	t.Helper()
@@ -225,7 +225,7 @@ func (s *switcher) expectSwitched(what, round string) {
 			t.Errorf("%s: Service %s (%s), programmed before the switch: %v", what, b.svc.Name, b.target, err)
 		}
 	}
-	expectNewServiceFast(t, c, n, what, "new-"+round)
+	expectNewServiceFast(t, c, n, what, "new-"+round, newServiceLimit(s.upstream != nil))
 	if s.upstream != nil {
 		s.mode.onlyUpstream(t, c, n, what)
 	}
@@ -234,11 +234,24 @@ func (s *switcher) expectSwitched(what, round string) {
 	}
 }
 
+// newServiceLimit is how soon a Service created after a switch must
+// answer. svcproxy's is its own latency under test. Upstream's check is
+// that it programs new Services at all — a rollback that leaves it failing
+// every sync freezes the node — and its latency is its own: its minimum
+// sync period (1 s in these tests) plus a restore that takes another second
+// or two on a loaded machine.
+func newServiceLimit(upstream bool) time.Duration {
+	if upstream {
+		return 5 * time.Second
+	}
+	return 2 * time.Second
+}
+
 // expectNewServiceFast creates a Service with one endpoint and expects it
-// to answer within 2 s of its EndpointSlice's creation.
-func expectNewServiceFast(t *testing.T, c *F.Cluster, n *F.Node, what, name string) {
+// to answer within limit of its EndpointSlice's creation.
+func expectNewServiceFast(t *testing.T, c *F.Cluster, n *F.Node, what, name string, limit time.Duration) {
 	t.Helper()
-	took, err := c.NewServiceAnswers(n, name, 2*time.Second)
+	took, err := c.NewServiceAnswers(n, name, limit)
 	if err != nil {
 		t.Errorf("%s: a Service created after the switch: %v", what, err)
 		return
