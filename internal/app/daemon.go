@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,8 +64,8 @@ type daemon struct {
 	// `svcproxy status` (status.go).
 	syncers atomic.Pointer[map[proxy.IPFamily]*syncer.Syncer]
 	flavour kiptables.Flavour
-	// schedulers warns about invalid per-Service IPVS scheduler annotations.
-	schedulers *schedulerWarner
+	// settings warns about extension annotations the mode refused.
+	settings *settingWarner
 	// fatal receives errors that must stop the process: a listener failure
 	// under bindAddressHardFail, or a change to this Node that upstream
 	// answers by exiting.
@@ -105,11 +106,16 @@ func newDaemon(ctx context.Context, cfg *config.Config, reg backends.Registry) (
 	// The host's addresses are listed again only after the kernel announces
 	// a change, not on every sync: under churn a listing per sync (a dump per
 	// interface) added up to tens of megabytes a minute of garbage.
-	hostAddrs := klink.NewAddrCache(interfaceAddrs)
+	links := reg.Links()
+	hostAddrs := klink.NewAddrCache(func() []netip.Addr { return interfaceAddrs(links) })
 	context.AfterFunc(ctx, hostAddrs.Close)
 	d.node.hostAddrs = hostAddrs.Addrs
 	d.svcHealth = servicehealth.New(d.health.Healthy, d.events.healthCheckFailed)
-	d.schedulers = newSchedulerWarner(d.events.invalidScheduler)
+	if b.RefusedSetting != nil {
+		d.settings = newSettingWarner(func(svc proxy.ServiceName, value string) {
+			d.events.refusedSetting(svc, b.RefusedSetting(value))
+		})
+	}
 	return d, nil
 }
 
@@ -336,12 +342,13 @@ func quarantineFile(cfg *config.Config, family proxy.IPFamily) string {
 }
 
 // afterSync is what runs after each successful sync: the debug state for
-// `svcproxy explain`, the conntrack reconciler, and where desired resolves
-// schedulers (IPVS mode) the check of per-Service scheduler annotations.
+// `svcproxy explain`, the conntrack reconciler, and where the mode decides
+// settings of its own (IPVS mode's schedulers) the check of the extension
+// annotations it refused.
 func (d *daemon) afterSync(compute desired.Options, reconcile func(*desired.State, model.Changes)) func(*desired.State, model.Changes) {
 	hooks := []func(*desired.State, model.Changes){d.state.Record, reconcile}
-	if compute.Scheduling != nil {
-		hooks = append(hooks, d.schedulers.observe)
+	if compute.PortSettings != nil && d.settings != nil {
+		hooks = append(hooks, d.settings.observe)
 	}
 	return chainAfterSync(hooks...)
 }

@@ -32,7 +32,7 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		family = snap.Family
 	}
 	in := portInputs{family: family, node: node, nodeIPs: nodeIPsOf(node.IPs, family), masq: masquerade(opts, family, node),
-		schedulers: newSchedulers(opts.Scheduling)}
+		settings: opts.PortSettings}
 	state := &State{
 		Family:     family,
 		NodeIPs:    in.nodeIPs,
@@ -85,11 +85,11 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 // portInputs is what every service port of one Compute is decided from,
 // besides its own model values.
 type portInputs struct {
-	family     proxy.IPFamily
-	node       Node
-	nodeIPs    []netip.Addr
-	masq       Masquerade
-	schedulers schedulers
+	family   proxy.IPFamily
+	node     Node
+	nodeIPs  []netip.Addr
+	masq     Masquerade
+	settings PortSettings
 }
 
 func computeAll(snap *model.Snapshot, in portInputs, lost map[proxy.ServicePortName][]LostFrontend) model.PortMap[*ServicePort] {

@@ -64,6 +64,7 @@ type Options struct {
 	// node-port address itself (IPVS) instead of matching "any local
 	// address" in its rules.
 	BindNodePorts bool
-	// Scheduling resolves each port's IPVS scheduler (IPVS mode only).
-	Scheduling *IPVSScheduling
+	// PortSettings is the mode's own decision per service port, nil when
+	// it has none (settings.go).
+	PortSettings PortSettings
 }

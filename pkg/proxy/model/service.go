@@ -13,8 +13,10 @@ import (
 // timeout, used when a Service asks for ClientIP affinity without a config.
 const defaultAffinitySeconds = 10800
 
-// SchedulerAnnotation is svcproxy's per-Service IPVS scheduler override.
-const SchedulerAnnotation = "ipvs.svcproxy.io/scheduler"
+// ExtensionDomain is the domain of svcproxy's extension annotations: a
+// key whose prefix is it or a subdomain of it (ipvs.svcproxy.io/…) is kept
+// in ServicePort.Extensions.
+const ExtensionDomain = "svcproxy.io"
 
 // ParseService returns the service ports that a proxier of family must
 // handle for svc, each holding only that family's addresses. It returns none
@@ -40,7 +42,7 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		InternalLocal:       internalLocal(svc),
 		ExternalLocal:       externalLocal(svc),
 		TrafficDistribution: trafficDistribution(svc),
-		Scheduler:           schedulerOf(svc),
+		Extensions:          extensionsOf(svc),
 		Created:             createdOf(svc),
 	}
 	common.SourceRanges, common.SourceRangesInvalid = parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family)
@@ -106,13 +108,26 @@ func (s *seenPorts) add(sp *ServicePort) error {
 	return nil
 }
 
-// schedulerOf returns the scheduler annotation, trimmed; nil when unset
-// or blank, so that most Services allocate nothing for it.
-func schedulerOf(svc *v1.Service) *string {
-	if s := strings.TrimSpace(svc.Annotations[SchedulerAnnotation]); s != "" {
-		return &s
+// extensionsOf returns the Service's extension annotations, values
+// trimmed, blank ones left out; nil when there are none, so that most
+// Services allocate nothing for them. Their meaning is the mode's to
+// decide (desired.PortSettings), so none is validated here.
+func extensionsOf(svc *v1.Service) map[string]string {
+	var out map[string]string
+	for k, v := range svc.Annotations {
+		domain, _, ok := strings.Cut(k, "/")
+		if !ok || (domain != ExtensionDomain && !strings.HasSuffix(domain, "."+ExtensionDomain)) {
+			continue
+		}
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, 1)
+		}
+		out[k] = v
 	}
-	return nil
+	return out
 }
 
 // createdOf returns creationTimestamp in Unix seconds, 0 when unset.
