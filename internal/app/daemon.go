@@ -64,8 +64,6 @@ type daemon struct {
 	// `svcproxy status` (status.go).
 	syncers atomic.Pointer[map[proxy.IPFamily]*syncer.Syncer]
 	flavour kiptables.Flavour
-	// settings warns about extension annotations the mode refused.
-	settings *settingWarner
 	// fatal receives errors that must stop the process: a listener failure
 	// under bindAddressHardFail, or a change to this Node that upstream
 	// answers by exiting.
@@ -111,11 +109,6 @@ func newDaemon(ctx context.Context, cfg *config.Config, reg backends.Registry) (
 	context.AfterFunc(ctx, hostAddrs.Close)
 	d.node.hostAddrs = hostAddrs.Addrs
 	d.svcHealth = servicehealth.New(d.health.Healthy, d.events.healthCheckFailed)
-	if b.RefusedSetting != nil {
-		d.settings = newSettingWarner(func(svc proxy.ServiceName, value string) {
-			d.events.refusedSetting(svc, b.RefusedSetting(value))
-		})
-	}
 	return d, nil
 }
 
@@ -290,6 +283,7 @@ func (d *daemon) serveLocal() (closeLocal func()) {
 func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Backend, feed *feed, ct kconntrack.Interface, first *firstSyncs) (map[proxy.IPFamily]*syncer.Syncer, error) {
 	syncers := make(map[proxy.IPFamily]*syncer.Syncer, len(proxiers))
 	gc := newGCTuner(slices.Collect(maps.Keys(proxiers)))
+	settings := d.settingWarner()
 	for _, family := range proxy.Families {
 		p, ok := proxiers[family]
 		tracker := feed.trackers[family]
@@ -300,7 +294,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 		reconciler := conntrack.New(family, ct, conntrack.Options{})
 		go reconciler.Run(ctx)
 		compute := d.backend.Options(d.cfg, family)
-		afterSync := chainAfterSync(d.afterSync(compute, reconciler.Observe), gc.afterSync(family), first.afterSync(family))
+		afterSync := chainAfterSync(d.afterSync(compute, reconciler.Observe, settings), gc.afterSync(family), first.afterSync(family))
 		if serve := localhostProxy(ctx, compute); serve != nil {
 			afterSync = chainAfterSync(afterSync, serve)
 		}
@@ -330,6 +324,17 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 	return syncers, nil
 }
 
+// settingWarner is the one warner, shared by the families' syncers, of
+// the extension annotations the mode refuses, worded by its row; nil when
+// the row words none.
+func (d *daemon) settingWarner() *settingWarner {
+	refused := d.backend.RefusedSetting
+	if refused == nil {
+		return nil
+	}
+	return newSettingWarner(func(svc proxy.ServiceName, value string) { d.events.refusedSetting(svc, refused(value)) })
+}
+
 // quarantineFile is where a family's quarantine is kept for the next
 // process: beside the state socket, in svcproxy's root-only directory
 // (none without a socket). One per mode: what one backend's kernel refuses,
@@ -345,10 +350,10 @@ func quarantineFile(cfg *config.Config, family proxy.IPFamily) string {
 // `svcproxy explain`, the conntrack reconciler, and where the mode decides
 // settings of its own (IPVS mode's schedulers) the check of the extension
 // annotations it refused.
-func (d *daemon) afterSync(compute desired.Options, reconcile func(*desired.State, model.Changes)) func(*desired.State, model.Changes) {
+func (d *daemon) afterSync(compute desired.Options, reconcile func(*desired.State, model.Changes), settings *settingWarner) func(*desired.State, model.Changes) {
 	hooks := []func(*desired.State, model.Changes){d.state.Record, reconcile}
-	if compute.PortSettings != nil && d.settings != nil {
-		hooks = append(hooks, d.settings.observe)
+	if compute.PortSettings != nil && settings != nil {
+		hooks = append(hooks, settings.observe)
 	}
 	return chainAfterSync(hooks...)
 }
