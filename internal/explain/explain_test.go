@@ -11,10 +11,8 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
-// The shared fixture, under the names these tests have always used.
+// The shared fixture, under the name these tests have always used.
 var (
-	spn         = explaintest.PortName
-	eps         = explaintest.Endpoints
 	cannedState = explaintest.State
 	a           = netip.MustParseAddr
 	ap          = netip.MustParseAddrPort
