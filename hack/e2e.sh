@@ -22,6 +22,8 @@
 # Knobs: E2E_MODES (nftables,iptables), E2E_RUN (go test -run), E2E_TIMEOUT (default 30m),
 #        E2E_APISERVER_OUTAGE (how long the outage scenario stops the API server; default 60s),
 #        E2E_SVCPROXY_V (svcproxy's -v, default 2; 4 logs every reflector retry),
+#        E2E_CONNTRACK_EVENTS=1 (the rollback tests log the node's conntrack events to the
+#        cluster's logs, to trace a failed connection; costs CPU),
 #        SVCPROXY_BIN (test this binary instead of building ./cmd/svcproxy).
 set -euo pipefail
 

@@ -47,6 +47,9 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	cfg.WatchNodeAddresses = o.watchNodeAddrs
 	cfg.BPFCgroupRoot = o.bpfCgroupRoot
 	cfg.BPFPinDir = o.bpfPinDir
+	if cfg.ExternalBalancing, err = proxy.ParseBalancing(o.externalLBAlgorithm); err != nil {
+		return nil, fmt.Errorf("--external-lb-algorithm: %w", err)
+	}
 	cfg.Flags = map[string]string{}
 	fs.VisitAll(func(f *pflag.Flag) {
 		// The removed flags only refuse themselves: /flagz lists kube-proxy's

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // TestFlagDefaults checks each §1.2 flag exists with upstream's default.
@@ -125,6 +127,24 @@ func TestWatchNodeAddressesOffByDefault(t *testing.T) {
 	path := writeFile(t, "config.yaml", "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n")
 	if cfg := mustRun(t, "--hostname-override=n1", "--config="+path, "--watch-node-addresses"); !cfg.WatchNodeAddresses {
 		t.Error("--watch-node-addresses does not apply with --config")
+	}
+}
+
+// TestExternalLBAlgorithmFlag: random unless set, applies with --config
+// too, and a value that names no algorithm stops the start, as any other
+// invalid flag does (the operator typed it; a Service's annotation is only
+// ignored).
+func TestExternalLBAlgorithmFlag(t *testing.T) {
+	if cfg := mustRun(t, "--hostname-override=n1"); cfg.ExternalBalancing != proxy.BalanceRandom {
+		t.Errorf("default %q, want random", cfg.ExternalBalancing)
+	}
+	path := writeFile(t, "config.yaml", "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n")
+	if cfg := mustRun(t, "--hostname-override=n1", "--config="+path, "--external-lb-algorithm=maglev"); cfg.ExternalBalancing != proxy.BalanceMaglev {
+		t.Errorf("with --config: %q, want maglev", cfg.ExternalBalancing)
+	}
+	res := execute(t, nil, "--hostname-override=n1", "--external-lb-algorithm=ring-hash")
+	if res.err == nil || !strings.Contains(res.err.Error(), "--external-lb-algorithm") || res.action != "" {
+		t.Errorf("ring-hash: err %v, action %q; want an error naming the flag and nothing run", res.err, res.action)
 	}
 }
 

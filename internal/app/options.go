@@ -7,6 +7,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/localapi"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // options holds everything the command line sets. Flags that map one to one
@@ -28,6 +29,8 @@ type options struct {
 	bpfCgroupRoot    string
 	bpfPinDir        string
 	version          string
+	// externalLBAlgorithm is --external-lb-algorithm, parsed by complete.
+	externalLBAlgorithm string
 
 	// Shared by the iptables and nftables sections (contract §2.2).
 	iptablesSyncPeriod    time.Duration
@@ -51,10 +54,11 @@ func newOptions() *options {
 		// Upstream's flags share one pair of periods, defaulted from the
 		// iptables section: --ipvs-min-sync-period defaults to 1s, not to
 		// the file default of ipvs.minSyncPeriod (0s).
-		ipvsSyncPeriod:    obj.IPTables.SyncPeriod.Duration,
-		ipvsMinSyncPeriod: obj.IPTables.MinSyncPeriod.Duration,
-		stateSocket:       localapi.DefaultPath,
-		healthzPort:       config.HealthzPort,
-		metricsPort:       config.MetricsPort,
+		ipvsSyncPeriod:      obj.IPTables.SyncPeriod.Duration,
+		ipvsMinSyncPeriod:   obj.IPTables.MinSyncPeriod.Duration,
+		stateSocket:         localapi.DefaultPath,
+		externalLBAlgorithm: proxy.BalanceRandom.String(),
+		healthzPort:         config.HealthzPort,
+		metricsPort:         config.MetricsPort,
 	}
 }

@@ -148,6 +148,7 @@ func (b *Backend) Options(cfg *config.Config, family proxy.IPFamily) desired.Opt
 		BridgeInterface:     cfg.BridgeInterface,
 		InterfaceNamePrefix: cfg.InterfaceNamePrefix,
 		NodePortAddresses:   cfg.NodePortAddresses,
+		ExternalBalancing:   cfg.ExternalBalancing,
 	}
 	if b.Decide != nil {
 		b.Decide(cfg, &o)

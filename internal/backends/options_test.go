@@ -108,3 +108,14 @@ func TestOptionsIPVS(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsExternalBalancing: the node's default reaches desired in
+// every mode; the decision is neutral, whichever backend renders it.
+func TestOptionsExternalBalancing(t *testing.T) {
+	for _, b := range Table {
+		cfg := &config.Config{Mode: b.Mode, ExternalBalancing: proxy.BalanceMaglev}
+		if o := b.Options(cfg, proxy.IPv4); o.ExternalBalancing != proxy.BalanceMaglev {
+			t.Errorf("%s: ExternalBalancing = %q, want maglev", b.Mode, o.ExternalBalancing)
+		}
+	}
+}

@@ -111,6 +111,11 @@ type Config struct {
 	// BPFPinDir is the bpffs directory ebpf mode pins its programs' links
 	// and maps in, "" for /sys/fs/bpf/svcproxy (--bpf-pin-dir).
 	BPFPinDir string
+	// ExternalBalancing is the node's default algorithm for external
+	// traffic, for Services without the annotation
+	// svcproxy.io/external-lb-algorithm (an svcproxy extension,
+	// --external-lb-algorithm; random unless set).
+	ExternalBalancing proxy.Balancing
 	// Master overrides the API server URL of the kubeconfig.
 	Master string
 	// Kubeconfig is the kubeconfig path (clientConnection.kubeconfig);

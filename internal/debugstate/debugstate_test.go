@@ -50,7 +50,7 @@ func sampleState() *desired.State {
 				External:        desired.Dispatch{Empty: desired.Drop},
 				Cluster:         desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}},
 				InternalLocal:   true, ExternalLocal: true, HealthCheckNodePort: 31000,
-				Setting: &desired.PortSetting{Value: "rr", Refused: "fastest"}},
+				Setting: &desired.PortSetting{Value: "rr", Refused: "fastest"}, ExternalBalancing: proxy.BalanceMaglev},
 			dns: {Name: dns, Protocol: proxy.UDP, Port: 53, ClusterIP: netip.MustParseAddr("10.96.0.53"),
 				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
 				Cluster: desired.Dispatch{Empty: desired.Reject}},
@@ -165,6 +165,27 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	w.NodePorts.Localhost = "maybe"
 	if _, err := w.Decode(); err == nil {
 		t.Error("unknown localhost decision accepted")
+	}
+	w = Encode(sampleState(), time.Time{})
+	w.Services[0].ExternalBalancing = "ring-hash"
+	if _, err := w.Decode(); err == nil {
+		t.Error("unknown balancing accepted")
+	}
+}
+
+// TestDecodeWithoutBalancing: an older daemon's dump has no balancing;
+// it reads as no decision (random, as that daemon balanced).
+func TestDecodeWithoutBalancing(t *testing.T) {
+	w := Encode(sampleState(), time.Time{})
+	for i := range w.Services {
+		w.Services[i].ExternalBalancing = ""
+	}
+	out, err := w.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.Service(name("default", "web", "http", proxy.TCP)).ExternalBalancing; got != proxy.BalanceDefault {
+		t.Errorf("balancing = %q, want none", got)
 	}
 }
 

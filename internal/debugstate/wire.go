@@ -110,6 +110,9 @@ type ServicePort struct {
 	// that explain reads their dumps alike.
 	Setting        string `json:"scheduler,omitempty"`
 	SettingRefused string `json:"schedulerIgnored,omitempty"`
+	// ExternalBalancing is "random" or "maglev"; absent from an older
+	// daemon's dump (read as random).
+	ExternalBalancing string `json:"externalBalancing,omitempty"`
 }
 
 // Dispatch is desired.Dispatch; Empty is "REJECT" or "DROP".
@@ -173,6 +176,7 @@ func EncodePort(sp *desired.ServicePort) ServicePort {
 		Cluster: encodeDispatch(sp.Cluster), InternalLocal: sp.InternalLocal, ExternalLocal: sp.ExternalLocal,
 		Routes:              encodeRoutes(sp.Routes),
 		HealthCheckNodePort: sp.HealthCheckNodePort,
+		ExternalBalancing:   sp.ExternalBalancing.String(),
 	}
 	if sp.Setting != nil {
 		out.Setting, out.SettingRefused = sp.Setting.Value, sp.Setting.Refused
@@ -239,6 +243,12 @@ func (p ServicePort) Decode() (*desired.ServicePort, error) {
 	if err != nil {
 		return nil, fmt.Errorf("service port %s: %w", name, err)
 	}
+	balancing := proxy.BalanceDefault
+	if p.ExternalBalancing != "" {
+		if balancing, err = proxy.ParseBalancing(p.ExternalBalancing); err != nil {
+			return nil, fmt.Errorf("service port %s: %w", name, err)
+		}
+	}
 	out := &desired.ServicePort{
 		Name: name, Protocol: p.Protocol, Port: p.Port, ClusterIP: p.ClusterIP, NodePort: p.NodePort,
 		ExternalIPs: p.ExternalIPs, LoadBalancerIPs: p.LoadBalancerIPs,
@@ -246,6 +256,7 @@ func (p ServicePort) Decode() (*desired.ServicePort, error) {
 		Internal: ds[0], External: ds[1], Cluster: ds[2], InternalLocal: p.InternalLocal, ExternalLocal: p.ExternalLocal,
 		Routes:              routes,
 		HealthCheckNodePort: p.HealthCheckNodePort,
+		ExternalBalancing:   balancing,
 	}
 	if p.Setting != "" || p.SettingRefused != "" {
 		out.Setting = &desired.PortSetting{Value: p.Setting, Refused: p.SettingRefused}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // Origin is where the packet comes from, as the caller knows it.
@@ -86,6 +87,10 @@ type Explanation struct {
 	Reasons       []string
 	// Quarantine is set when the packet's Service port is quarantined.
 	Quarantine *Quarantine
+	// Balancing is how the port's external traffic picks an endpoint
+	// ("random" or "maglev"), for a packet DNATed through an external
+	// frontend; "" otherwise.
+	Balancing string
 }
 
 func (e *Explanation) because(format string, args ...any) {
@@ -122,8 +127,24 @@ func Explain(state *desired.State, pkt Packet) Explanation {
 		if out.Firewall != desired.FirewallDenied {
 			e.route(out)
 		}
+		if e.Verdict == DNAT && out.Frontend != desired.ClusterIPFrontend {
+			e.balancing(out.Port.ExternalBalancing)
+		}
 	}
 	return e
+}
+
+// balancing words the daemon's decision for external traffic. Nothing
+// routes by maglev yet, and the reader must not believe otherwise.
+func (e *Explanation) balancing(b proxy.Balancing) {
+	if b == proxy.BalanceDefault {
+		b = proxy.BalanceRandom // an older daemon, which had no other
+	}
+	e.Balancing = b.String()
+	if b == proxy.BalanceMaglev {
+		e.because("external traffic is to be balanced by maglev (annotation %s, else --external-lb-algorithm), but no datapath routes by it yet: the eBPF north-south path that will is not written, so this node picks as for random",
+			model.ExternalBalancingAnnotation)
+	}
 }
 
 var frontendNames = map[desired.Frontend]string{

@@ -9,6 +9,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/explain/explaintest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // The shared fixture, under the name these tests have always used.
@@ -86,6 +87,36 @@ func TestAffinityAndWrite(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestBalancingShown: a packet DNATed through an external frontend shows
+// the port's balancing, and maglev says that nothing routes by it yet;
+// cluster-IP traffic, which the decision is not about, shows none.
+func TestBalancingShown(t *testing.T) {
+	st := cannedState()
+	web := explaintest.PortName("default", "web", "http", proxy.TCP)
+	sp := *st.Service(web)
+	sp.ExternalBalancing = proxy.BalanceMaglev
+	var services model.PortMapEditor[*desired.ServicePort]
+	for name, p := range st.Services.All() {
+		services.Set(name, p)
+	}
+	services.Set(web, &sp)
+	st.Services = services.Done()
+
+	e := Explain(st, Packet{Dest: a("203.0.113.5"), Port: 80, Protocol: proxy.TCP, Source: a("198.18.0.100")})
+	var b strings.Builder
+	if err := e.Write(&b, "nftables", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"balancing:  maglev (external traffic)", "no datapath routes by it yet"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("LB IP packet: output lacks %q:\n%s", want, b.String())
+		}
+	}
+	if e := Explain(st, Packet{Dest: a("10.96.0.10"), Port: 80, Protocol: proxy.TCP, Origin: OriginPod}); e.Balancing != "" {
+		t.Errorf("cluster IP packet: balancing %q, want none", e.Balancing)
 	}
 }
 

@@ -26,9 +26,12 @@ type Report struct {
 	Endpoints  []string `json:"endpoints,omitempty"`
 	Masquerade bool     `json:"masquerade"`
 	Affinity   int32    `json:"affinitySeconds,omitempty"`
-	Reasons    []string `json:"reasons"`
-	Mode       string   `json:"mode,omitempty"`
-	Objects    []string `json:"objects,omitempty"`
+	// Balancing is "random" or "maglev" for a packet DNATed through an
+	// external frontend (decided; only a future datapath routes by maglev).
+	Balancing string   `json:"balancing,omitempty"`
+	Reasons   []string `json:"reasons"`
+	Mode      string   `json:"mode,omitempty"`
+	Objects   []string `json:"objects,omitempty"`
 	// Quarantine is set when the packet's Service port is quarantined.
 	Quarantine *Quarantine `json:"quarantine,omitempty"`
 }
@@ -54,7 +57,7 @@ func (e Explanation) Report(mode string, objects []string) Report {
 		Packet:  PacketReport{Dest: p.Dest.String(), Port: p.Port, Protocol: string(p.Protocol)},
 		Family:  string(e.Family),
 		Verdict: e.Verdict.Word(), Frontend: e.Frontend, Source: e.Source,
-		Class: e.Class, Policy: e.Policy, Masquerade: e.Masquerade, Affinity: e.Affinity,
+		Class: e.Class, Policy: e.Policy, Masquerade: e.Masquerade, Affinity: e.Affinity, Balancing: e.Balancing,
 		Reasons: append([]string{}, e.Reasons...), Mode: mode, Objects: objects, Quarantine: e.Quarantine,
 	}
 	if p.Source.IsValid() {

@@ -32,6 +32,9 @@ func (e Explanation) Write(w io.Writer, mode string, objects []string) error {
 		if e.Affinity > 0 {
 			fmt.Fprintf(&b, "affinity:   ClientIP, %d s\n", e.Affinity)
 		}
+		if e.Balancing != "" {
+			fmt.Fprintf(&b, "balancing:  %s (external traffic)\n", e.Balancing)
+		}
 	}
 	b.WriteString("why:\n")
 	for _, r := range e.Reasons {

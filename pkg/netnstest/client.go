@@ -29,6 +29,11 @@ type Client struct {
 	SourcePort uint16
 	// Timeout bounds connect and reply; zero means DefaultTimeout.
 	Timeout time.Duration
+	// Cgroup, if set, is a cgroup v2 directory whose socket hooks must see
+	// the requests: a child process born there (one per namespace and
+	// cgroup, see cgroup.go) makes them. The test binary's TestMain must
+	// call ServeChild. DialTCP does not support it.
+	Cgroup string
 }
 
 func (c Client) timeout() time.Duration {
@@ -42,6 +47,9 @@ func (c Client) timeout() time.Duration {
 // (SCTP) to dst and returns the echo server's answer. Use OutcomeOf on the
 // error to tell refused from timed out.
 func (c Client) Ask(protocol proxy.Protocol, dst netip.AddrPort) (Answer, error) {
+	if c.Cgroup != "" {
+		return c.askInCgroup(protocol, dst)
+	}
 	switch protocol {
 	case proxy.TCP:
 		conn, err := c.DialTCP(dst)
@@ -68,6 +76,9 @@ type Conn struct {
 
 // DialTCP connects to dst from inside the client's namespace.
 func (c Client) DialTCP(dst netip.AddrPort) (*Conn, error) {
+	if c.Cgroup != "" {
+		return nil, fmt.Errorf("tcp connect %s from %s: a connection held open from a cgroup's process is not supported", dst, c.NS.Role)
+	}
 	d := net.Dialer{Timeout: c.timeout()}
 	if c.Source.IsValid() {
 		d.LocalAddr = &net.TCPAddr{IP: c.Source.AsSlice()}

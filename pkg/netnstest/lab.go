@@ -47,6 +47,9 @@ type NS struct {
 	handle netns.NsHandle
 	nl     *netlink.Handle
 	lab    *Lab
+
+	childMu  sync.Mutex
+	children map[string]*child // by cgroup: see Client.Cgroup
 }
 
 // New returns a Lab whose namespaces are deleted when t and its subtests end,

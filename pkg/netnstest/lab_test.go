@@ -93,7 +93,10 @@ func TestOutcomes(t *testing.T) {
 	if _, err := node.NS.RunInput(context.Background(), testRules, "nft", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
+	// The same outcomes through a child process in a cgroup (Client.Cgroup).
 	c := Client{NS: client, Timeout: 500 * time.Millisecond}
+	inCgroup := c
+	inCgroup.Cgroup = ThrowawayCgroup(t, "svcproxy-netnstest")
 	cases := []struct {
 		name  string
 		proto proxy.Protocol
@@ -107,12 +110,63 @@ func TestOutcomes(t *testing.T) {
 		{"tcp drop", proxy.TCP, netip.MustParseAddrPort("172.30.0.12:80"), Timeout},
 		{"sctp drop", proxy.SCTP, netip.MustParseAddrPort("172.30.0.12:80"), Timeout},
 	}
-	for _, tc := range cases {
-		_, err := c.Ask(tc.proto, tc.dst)
-		if got := OutcomeOf(err); got != tc.want {
-			t.Errorf("%s: outcome %s (%v), want %s", tc.name, got, err, tc.want)
+	for _, c := range []Client{c, inCgroup} {
+		for _, tc := range cases {
+			_, err := c.Ask(tc.proto, tc.dst)
+			if got := OutcomeOf(err); got != tc.want {
+				t.Errorf("%s (cgroup %q): outcome %s (%v), want %s", tc.name, c.Cgroup, got, err, tc.want)
+			}
 		}
 	}
+}
+
+// TestClientInCgroup: a Client with a Cgroup asks through a child process
+// that is in that cgroup, and gets the echo server's answer.
+func TestClientInCgroup(t *testing.T) {
+	requireKernel(t)
+	cgroup := ThrowawayCgroup(t, "svcproxy-netnstest")
+	lab := New(t)
+	cluster, err := NewCluster(lab, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := cluster.Nodes[0].AddPod("pod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+		if _, err := pod.NS.Serve("pod-a", proto, 8080); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := Client{NS: pod.NS, Cgroup: cgroup}
+	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+		if ans, err := c.Ask(proto, netip.AddrPortFrom(pod.IPv6, 8080)); err != nil || ans.Server != "pod-a" || ans.Peer.Addr() != pod.IPv6 {
+			t.Errorf("%s through the child: %v, %v; want pod-a seeing %s", proto, ans, err, pod.IPv6)
+		}
+	}
+	procs, err := os.ReadFile(cgroup + "/cgroup.procs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := strings.Fields(string(procs))
+	if len(pids) != 1 {
+		t.Fatalf("the cgroup holds processes %v, want the one child", pids)
+	}
+	if exe, err := os.Readlink("/proc/" + pids[0] + "/exe"); err != nil || exe != testBinary(t) {
+		t.Errorf("the process in the cgroup runs %q (%v), want the test binary", exe, err)
+	}
+	if _, err := c.DialTCP(netip.AddrPortFrom(pod.IPv6, 8080)); err == nil {
+		t.Error("DialTCP with a Cgroup connected from the test process")
+	}
+}
+
+func testBinary(t *testing.T) string {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return self
 }
 
 func TestCloseDeletesNamespaces(t *testing.T) {

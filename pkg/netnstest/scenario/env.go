@@ -9,7 +9,10 @@
 //
 // A backend's kernel test builds an Env, programs node1 through its own
 // Proxier (inside Node1.NS), and runs the checks; only backend-specific
-// assertions (restart rewrites, cleanup) stay in the backend's test.
+// assertions (restart rewrites, cleanup) stay in the backend's test. A
+// mode whose socket hooks translate at connect (ebpf) puts node1's pods in
+// its cgroup (PodsInCgroup): the checks then also ask from a pod, and
+// expect what translation does instead of the rules (translated.go).
 package scenario
 
 import (
@@ -34,6 +37,9 @@ type Env struct {
 	Pods            map[string]*netnstest.Pod
 	Client          *netnstest.NS
 	Allowed, Denied [2]netip.Addr // [IPv4, IPv6]
+
+	// podCgroup, if set, is where node1's pods' clients run (PodsInCgroup).
+	podCgroup string
 }
 
 // Ports and names every scenario Service uses.
@@ -121,5 +127,25 @@ func (e *Env) FromClient(f Fam) netnstest.Client {
 
 // FromPod is a client inside the named pod.
 func (e *Env) FromPod(name string) netnstest.Client {
-	return netnstest.Client{NS: e.Pods[name].NS}
+	c := netnstest.Client{NS: e.Pods[name].NS}
+	if e.Translated(name) {
+		c.Cgroup = e.podCgroup
+	}
+	return c
+}
+
+// PodsInCgroup makes the clients of node1's pods run in cgroup, a cgroup
+// v2 directory the test created where ebpf mode's socket hooks are
+// attached, as a kubelet puts a node's pods under the cgroup the hooks
+// see. Their connections are then translated at connect, and the checks
+// expect what a connect-time dataplane does (Translated). The test binary's
+// TestMain must call netnstest.ServeChild.
+func (e *Env) PodsInCgroup(cgroup string) { e.podCgroup = cgroup }
+
+// Translated reports whether the named pod's connections are translated
+// at connect (PodsInCgroup): they leave the pod already addressed to the
+// endpoint, so nothing on the way rewrites them, not even to masquerade a
+// connection that comes back to the pod itself.
+func (e *Env) Translated(pod string) bool {
+	return e.podCgroup != "" && e.Pods[pod].Node == e.Node1
 }

@@ -123,8 +123,10 @@ func (e *Env) HostileCases(t *testing.T, f Fam) {
 	t.Run("FailClosed", func(t *testing.T) { e.firewall(t, f, 32, false, false) })
 	t.Run("ZeroRange", func(t *testing.T) { e.firewall(t, f, 33, true, true) })
 	t.Run("SloppyExternalIP", func(t *testing.T) {
-		if _, err := e.FromClient(f).Ask(proxy.TCP, netip.AddrPortFrom(f.ExternalIP(34), SvcPort)); err != nil {
-			t.Errorf("external IP written with leading zeros / mapped: %v", err)
+		for _, c := range e.clients(f) {
+			if _, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ExternalIP(34), SvcPort)); err != nil {
+				t.Errorf("external IP written with leading zeros / mapped, from %s: %v", c.NS.Role, err)
+			}
 		}
 	})
 	t.Run("ClusterIPNotStolen", func(t *testing.T) {
@@ -152,10 +154,13 @@ func (e *Env) HostileCases(t *testing.T, f Fam) {
 // nodePortNotTaken: node1's address on ranges' node ports still reaches
 // ranges' endpoint (pod-a), not node-port-squatter's (pod-b).
 func (e *Env) nodePortNotTaken(t *testing.T, f Fam) {
-	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
-		dst := netip.AddrPortFrom(e.Node1.IP(f.V6), uint16(30020+i))
-		if got := Servers(AskMany(t, e.FromClient(f), proto, dst, 6)); len(got) != 1 || got[0] != "pod-a" {
-			t.Errorf("%s to node port %s reached %v, want only pod-a (an external IP on the node's address claims it)", proto, dst, got)
+	for _, c := range e.clients(f) {
+		for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+			dst := netip.AddrPortFrom(e.Node1.IP(f.V6), uint16(30020+i))
+			if got := Servers(AskMany(t, c, proto, dst, 6)); len(got) != 1 || got[0] != "pod-a" {
+				t.Errorf("%s from %s to node port %s reached %v, want only pod-a (an external IP on the node's address claims it)",
+					proto, c.NS.Role, dst, got)
+			}
 		}
 	}
 }

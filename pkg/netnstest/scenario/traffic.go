@@ -29,6 +29,10 @@ func (e *Env) TrafficCases(t *testing.T, f Fam) {
 func (e *Env) ReachableCases(t *testing.T, f Fam) {
 	t.Run("ClusterIPBalancesOverAllEndpoints", func(t *testing.T) { e.clusterIPBalances(t, f) })
 	t.Run("NodePortExternalIPAndLBIP", func(t *testing.T) { e.externalFrontends(t, f) })
+	if e.podCgroup != "" {
+		t.Run("NodePortExternalIPAndLBIPTranslated", func(t *testing.T) { e.externalTranslated(t, f) })
+		t.Run("ExternalTrafficPolicyLocalTranslated", func(t *testing.T) { e.externalLocalTranslated(t, f) })
+	}
 	t.Run("SourceRanges", func(t *testing.T) { e.sourceRanges(t, f) })
 	t.Run("Affinity", func(t *testing.T) { e.affinity(t, f) })
 	t.Run("ExternalTrafficPolicyLocal", func(t *testing.T) { e.externalLocal(t, f) })
@@ -78,18 +82,23 @@ func Servers(seen map[string]int) []string {
 func (e *Env) clusterIPBalances(t *testing.T, f Fam) {
 	dst := netip.AddrPortFrom(f.ClusterIP(10), SvcPort)
 	want := []string{"pod-a", "pod-b", "pod-c", "pod-r"}
-	for _, proto := range Protocols {
-		// 40 draws over 4 endpoints miss one with probability ~4e-5.
-		if got := Servers(AskMany(t, e.FromClient(f), proto, dst, 40)); !slices.Equal(got, want) {
-			t.Errorf("%s to cluster IP reached %v, want all of %v", proto, got, want)
+	for _, c := range e.clients(f) {
+		for _, proto := range Protocols {
+			// 40 draws over 4 endpoints miss one with probability ~4e-5.
+			if got := Servers(AskMany(t, c, proto, dst, 40)); !slices.Equal(got, want) {
+				t.Errorf("%s from %s to cluster IP reached %v, want all of %v", proto, c.NS.Role, got, want)
+			}
 		}
 	}
 	// Pod-originated traffic keeps its source (no masquerade), except when
-	// it lands on the sender itself (hairpin, masqueraded).
+	// it lands on the sender itself (hairpin, masqueraded) and was not
+	// translated at connect (which sends it to itself directly).
 	podB := e.Pods["pod-b"].IP(f.V6)
 	for _, ans := range AskAll(t, e.FromPod("pod-b"), proxy.TCP, dst, 8) {
-		if hairpin := ans.Server == "pod-b"; hairpin == (ans.Peer.Addr() == podB) {
-			t.Errorf("pod-b → cluster IP → %s arrived from %s; want pod-b's own address unless hairpinned", ans.Server, ans.Peer)
+		masqueraded := ans.Server == "pod-b" && !e.Translated("pod-b")
+		if masqueraded == (ans.Peer.Addr() == podB) {
+			t.Errorf("pod-b → cluster IP → %s arrived from %s; want pod-b's own address unless hairpinned (translated at connect: %t)",
+				ans.Server, ans.Peer, e.Translated("pod-b"))
 		}
 	}
 }
@@ -134,9 +143,11 @@ func (e *Env) sourceRanges(t *testing.T, f Fam) {
 
 func (e *Env) affinity(t *testing.T, f Fam) {
 	dst := netip.AddrPortFrom(f.ClusterIP(12), SvcPort)
-	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
-		if got := AskMany(t, e.FromClient(f), proto, dst, 20); len(got) != 1 {
-			t.Errorf("%s with ClientIP affinity: 20 connections reached %v, want one endpoint", proto, got)
+	for _, c := range e.clients(f) {
+		for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+			if got := AskMany(t, c, proto, dst, 20); len(got) != 1 {
+				t.Errorf("%s from %s with ClientIP affinity: 20 connections reached %v, want one endpoint", proto, c.NS.Role, got)
+			}
 		}
 	}
 }
@@ -146,21 +157,23 @@ func (e *Env) affinity(t *testing.T, f Fam) {
 // reach more than one endpoint (each round stays on one with p = 1/3).
 func (e *Env) affinityExpires(t *testing.T, f Fam) {
 	dst := netip.AddrPortFrom(f.ClusterIP(13), SvcPort)
-	seen := map[string]int{}
-	for round := 0; round < 10 && len(seen) < 2; round++ {
-		if round > 0 {
-			time.Sleep(1500 * time.Millisecond)
+	for _, c := range e.clients(f) {
+		seen := map[string]int{}
+		for round := 0; round < 10 && len(seen) < 2; round++ {
+			if round > 0 {
+				time.Sleep(1500 * time.Millisecond)
+			}
+			burst := AskMany(t, c, proxy.TCP, dst, 3)
+			if len(burst) != 1 {
+				t.Fatalf("round %d from %s: a burst inside the timeout reached %v, want one endpoint", round, c.NS.Role, burst)
+			}
+			for s := range burst {
+				seen[s]++
+			}
 		}
-		burst := AskMany(t, e.FromClient(f), proxy.TCP, dst, 3)
-		if len(burst) != 1 {
-			t.Fatalf("round %d: a burst inside the timeout reached %v, want one endpoint", round, burst)
+		if len(seen) < 2 {
+			t.Errorf("affinity from %s never expired: every round reached %v", c.NS.Role, Servers(seen))
 		}
-		for s := range burst {
-			seen[s]++
-		}
-	}
-	if len(seen) < 2 {
-		t.Errorf("affinity never expired: every round reached %v", Servers(seen))
 	}
 }
 
@@ -188,14 +201,20 @@ func (e *Env) internalLocal(t *testing.T, f Fam) {
 	if got := Servers(AskMany(t, e.FromPod("pod-b"), proxy.TCP, dst, 20)); !slices.Equal(got, []string{"pod-a"}) {
 		t.Errorf("iTP=Local from pod-b reached %v, want only the local pod-a", got)
 	}
-	c := netnstest.Client{NS: e.Pods["pod-b"].NS, Timeout: DropTimeout}
+	c := e.FromPod("pod-b")
+	c.Timeout = DropTimeout
 	if _, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(17), SvcPort)); netnstest.OutcomeOf(err) != netnstest.Timeout {
 		t.Errorf("iTP=Local without local endpoints: %v, want dropped", err)
 	}
 }
 
 func (e *Env) reject(t *testing.T, f Fam) {
-	c := e.FromClient(f)
+	for _, c := range e.clients(f) {
+		e.rejectFrom(t, f, c)
+	}
+}
+
+func (e *Env) rejectFrom(t *testing.T, f Fam, c netnstest.Client) {
 	for _, dst := range []struct {
 		proto proxy.Protocol
 		addr  netip.AddrPort
@@ -207,7 +226,7 @@ func (e *Env) reject(t *testing.T, f Fam) {
 		start := time.Now()
 		_, err := c.Ask(dst.proto, dst.addr)
 		if netnstest.OutcomeOf(err) != netnstest.Refused {
-			t.Errorf("%s to %s without endpoints: %v, want refused", dst.proto, dst.addr, err)
+			t.Errorf("%s from %s to %s without endpoints: %v, want refused", dst.proto, c.NS.Role, dst.addr, err)
 		}
 		// Refused (not timed out) already proves the reject. The bound is
 		// 1.5 s, not ~0: over these veths the ICMPv6 error for the first
@@ -225,20 +244,30 @@ func (e *Env) hairpin(t *testing.T, f Fam) {
 	if err != nil {
 		t.Fatalf("pod-a → its own service: %v", err)
 	}
-	pod := e.Pods["pod-a"]
-	if ans.Server != "pod-a" || ans.Peer.Addr() == pod.IP(f.V6) {
+	self := e.Pods["pod-a"].IP(f.V6)
+	switch {
+	case e.Translated("pod-a"):
+		// Translated at connect, the connection goes from pod-a to its own
+		// address without leaving the pod: no masquerade is needed for the
+		// answer to come back, and none happens.
+		if ans.Server != "pod-a" || ans.Peer.Addr() != self {
+			t.Errorf("hairpin translated at connect: %v, want pod-a seeing itself (%s)", ans, self)
+		}
+	case ans.Server != "pod-a" || ans.Peer.Addr() == self:
 		t.Errorf("hairpin: %v, want pod-a seeing a masqueraded (node) source, not itself", ans)
 	}
 }
 
 func (e *Env) terminating(t *testing.T, f Fam) {
-	got := Servers(AskMany(t, e.FromClient(f), proxy.TCP, netip.AddrPortFrom(f.ClusterIP(20), SvcPort), 5))
-	if !slices.Equal(got, []string{"pod-b"}) {
-		t.Errorf("only a serving terminating endpoint: reached %v, want pod-b", got)
-	}
-	got = Servers(AskMany(t, e.FromClient(f), proxy.TCP, netip.AddrPortFrom(f.ClusterIP(21), SvcPort), 20))
-	if !slices.Equal(got, []string{"pod-c"}) {
-		t.Errorf("ready and terminating endpoints: reached %v, want only the ready pod-c", got)
+	for _, c := range e.clients(f) {
+		got := Servers(AskMany(t, c, proxy.TCP, netip.AddrPortFrom(f.ClusterIP(20), SvcPort), 5))
+		if !slices.Equal(got, []string{"pod-b"}) {
+			t.Errorf("only a serving terminating endpoint, from %s: reached %v, want pod-b", c.NS.Role, got)
+		}
+		got = Servers(AskMany(t, c, proxy.TCP, netip.AddrPortFrom(f.ClusterIP(21), SvcPort), 20))
+		if !slices.Equal(got, []string{"pod-c"}) {
+			t.Errorf("ready and terminating endpoints, from %s: reached %v, want only the ready pod-c", c.NS.Role, got)
+		}
 	}
 }
 
@@ -247,8 +276,10 @@ func (e *Env) terminating(t *testing.T, f Fam) {
 func (e *Env) EndpointRemoved(t *testing.T, f Fam, w *World, sync func(t *testing.T, st *desired.State)) {
 	t.Run("EndpointRemoved", func(t *testing.T) {
 		dst := netip.AddrPortFrom(f.ClusterIP(22), SvcPort)
-		if got := AskMany(t, e.FromClient(f), proxy.TCP, dst, 30); got["pod-c"] == 0 {
-			t.Fatalf("before removal pod-c got nothing (%v); the test would prove nothing", got)
+		for _, c := range e.clients(f) {
+			if got := AskMany(t, c, proxy.TCP, dst, 30); got["pod-c"] == 0 {
+				t.Fatalf("before removal pod-c got nothing from %s (%v); the test would prove nothing", c.NS.Role, got)
+			}
 		}
 		spec := e.ServiceNamed(t, "churn")
 		spec.Endpoints = slices.DeleteFunc(spec.Endpoints, func(ep EPSpec) bool { return ep.Pod == "pod-c" })
@@ -257,9 +288,11 @@ func (e *Env) EndpointRemoved(t *testing.T, f Fam, w *World, sync func(t *testin
 			t.Fatal("expected an incremental State (Changed set), got a full one")
 		}
 		sync(t, st)
-		for _, proto := range Protocols {
-			if got := AskMany(t, e.FromClient(f), proto, dst, 30); got["pod-c"] != 0 {
-				t.Errorf("%s after removing pod-c: %v", proto, got)
+		for _, c := range e.clients(f) {
+			for _, proto := range Protocols {
+				if got := AskMany(t, c, proto, dst, 30); got["pod-c"] != 0 {
+					t.Errorf("%s from %s after removing pod-c: %v", proto, c.NS.Role, got)
+				}
 			}
 		}
 	})

@@ -32,7 +32,10 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		family = snap.Family
 	}
 	in := portInputs{family: family, node: node, nodeIPs: nodeIPsOf(node.IPs, family), masq: masquerade(opts, family, node),
-		settings: opts.PortSettings}
+		settings: opts.PortSettings, balancing: opts.ExternalBalancing}
+	if in.balancing == proxy.BalanceDefault {
+		in.balancing = proxy.BalanceRandom
+	}
 	state := &State{
 		Family:     family,
 		NodeIPs:    in.nodeIPs,
@@ -90,6 +93,8 @@ type portInputs struct {
 	nodeIPs  []netip.Addr
 	masq     Masquerade
 	settings PortSettings
+	// balancing is the node's default for external traffic, resolved.
+	balancing proxy.Balancing
 }
 
 func computeAll(snap *model.Snapshot, in portInputs, lost map[proxy.ServicePortName][]LostFrontend) model.PortMap[*ServicePort] {

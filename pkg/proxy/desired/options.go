@@ -67,4 +67,9 @@ type Options struct {
 	// PortSettings is the mode's own decision per service port, nil when
 	// it has none (settings.go).
 	PortSettings PortSettings
+	// ExternalBalancing is the node's default algorithm for external
+	// traffic (--external-lb-algorithm), for the Services whose annotation
+	// chooses none; BalanceDefault means BalanceRandom. Every mode gets it:
+	// the decision is neutral, whatever renders it.
+	ExternalBalancing proxy.Balancing
 }

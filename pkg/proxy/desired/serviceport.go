@@ -30,6 +30,10 @@ func buildServicePort(sp *model.ServicePort, eps model.EndpointList, in portInpu
 		ExternalLocal:       sp.ExternalLocal,
 		HealthCheckNodePort: sp.HealthCheckNodePort,
 		Setting:             portSetting(in.settings, sp.Extensions),
+		ExternalBalancing:   sp.ExternalBalancing,
+	}
+	if out.ExternalBalancing == proxy.BalanceDefault {
+		out.ExternalBalancing = in.balancing
 	}
 	if len(lost) > 0 {
 		withoutLost(out, lost)

@@ -51,8 +51,25 @@ var webHTTP = proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "n
 // (nil: a mode without settings) and returns its port.
 func settingState(t *testing.T, annotations map[string]string, settings desired.PortSettings) *desired.ServicePort {
 	t.Helper()
-	c := proxytest.Case{Name: "setting", Services: []*v1.Service{webService(annotations)},
-		Options: func(o *desired.Options) { o.PortSettings = settings }}
+	return computedPort(t, annotations, func(o *desired.Options) { o.PortSettings = settings })
+}
+
+// annotatedPort computes the web Service annotated key=value (none for
+// ""), with the options opts sets, and returns its port.
+func annotatedPort(t *testing.T, key, value string, opts func(*desired.Options)) *desired.ServicePort {
+	t.Helper()
+	var annotations map[string]string
+	if value != "" {
+		annotations = map[string]string{key: value}
+	}
+	return computedPort(t, annotations, opts)
+}
+
+// computedPort computes the web Service with annotations and the options
+// opts sets, and returns its port.
+func computedPort(t *testing.T, annotations map[string]string, opts func(*desired.Options)) *desired.ServicePort {
+	t.Helper()
+	c := proxytest.Case{Name: "web", Services: []*v1.Service{webService(annotations)}, Options: opts}
 	sp, ok := proxytest.BuildState(t, c, proxy.IPv4).Services.Get(webHTTP)
 	if !ok {
 		t.Fatalf("service port %v missing from state", webHTTP)
@@ -77,9 +94,10 @@ func TestPortSettingDecidedInCompute(t *testing.T) {
 		{name: "no annotation", want: &desired.PortSetting{Value: "blue"}},
 		{name: "refused value", annotations: map[string]string{colorAnnotation: "plaid"},
 			want: &desired.PortSetting{Value: "blue", Refused: "plaid"}, wantExt: map[string]string{colorAnnotation: "plaid"}},
-		{name: "other domains and blank values are not extensions",
+		{name: "other domains, blank values and what model decides itself are not extensions",
 			annotations: map[string]string{"example.com/color": "red", "svcproxy.io.example.com/color": "red",
-				"notsvcproxy.io/color": "red", "svcproxy.io/blank": " ", "svcproxy.io/shape": "round"},
+				"notsvcproxy.io/color": "red", "svcproxy.io/blank": " ", "svcproxy.io/shape": "round",
+				model.ExternalBalancingAnnotation: "maglev"},
 			want: &desired.PortSetting{Value: "blue"}, wantExt: map[string]string{"svcproxy.io/shape": "round"}},
 		{name: "mode without settings", annotations: map[string]string{colorAnnotation: "red"}, none: true},
 	} {

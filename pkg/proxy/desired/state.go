@@ -129,6 +129,13 @@ type ServicePort struct {
 	// share a word: with Routes, ServicePort stays within the 320-byte
 	// malloc size class it had before.)
 	NodePort uint16
+	// ExternalBalancing is how a new flow of External picks its endpoint:
+	// the Service's annotation svcproxy.io/external-lb-algorithm, else
+	// Options.ExternalBalancing; never BalanceDefault from Compute (a port
+	// built by hand may leave it so, which reads as random). Only the eBPF
+	// north-south path will render it (not written yet); every backend
+	// today balances at random, as kube-proxy does, and explain shows it.
+	ExternalBalancing proxy.Balancing
 
 	// ClusterIP is this family's cluster IP; always valid.
 	ClusterIP netip.Addr

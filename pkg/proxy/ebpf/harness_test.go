@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -203,19 +202,11 @@ func (r *rig) ask(t *testing.T, proto string, dst netip.AddrPort, count int) []r
 // start starts what ask runs and returns the wait for its replies.
 func (r *rig) start(t *testing.T, proto string, dst netip.AddrPort, count int) func() []reply {
 	t.Helper()
-	cg, err := os.Open(r.cgroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	cmd := exec.CommandContext(ctx, "nsenter", "--net="+r.cli.Path(), os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %d", clientEnv, proto, dst, count))
-	// Born in the cgroup: the process never runs a moment outside it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	cmd := netnstest.TestBinaryIn(ctx, r.cli, fmt.Sprintf("%s=%s %s %d", clientEnv, proto, dst, count))
 	var out strings.Builder
 	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
+	if err := netnstest.StartInCgroup(cmd, r.cgroup); err != nil {
 		cancel()
 		t.Fatalf("client: %v", err)
 	}

@@ -22,7 +22,8 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
 		sp.TrafficDistribution == o.TrafficDistribution &&
-		maps.Equal(sp.Extensions, o.Extensions) && sp.Created == o.Created
+		maps.Equal(sp.Extensions, o.Extensions) && sp.Created == o.Created &&
+		sp.ExternalBalancing == o.ExternalBalancing
 }
 
 // Equal reports whether two endpoints are the same in every field.

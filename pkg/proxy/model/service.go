@@ -18,6 +18,10 @@ const defaultAffinitySeconds = 10800
 // in ServicePort.Extensions.
 const ExtensionDomain = "svcproxy.io"
 
+// ExternalBalancingAnnotation is svcproxy's per-Service choice of how
+// external traffic picks an endpoint (proxy.Balancing: random or maglev).
+const ExternalBalancingAnnotation = "svcproxy.io/external-lb-algorithm"
+
 // ParseService returns the service ports that a proxier of family must
 // handle for svc, each holding only that family's addresses. It returns none
 // for Services kube-proxy skips: ExternalName, headless (clusterIP "None" or
@@ -43,6 +47,7 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		ExternalLocal:       externalLocal(svc),
 		TrafficDistribution: trafficDistribution(svc),
 		Extensions:          extensionsOf(svc),
+		ExternalBalancing:   externalBalancing(p, svc),
 		Created:             createdOf(svc),
 	}
 	common.SourceRanges, common.SourceRangesInvalid = parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family)
@@ -116,7 +121,8 @@ func extensionsOf(svc *v1.Service) map[string]string {
 	var out map[string]string
 	for k, v := range svc.Annotations {
 		domain, _, ok := strings.Cut(k, "/")
-		if !ok || (domain != ExtensionDomain && !strings.HasSuffix(domain, "."+ExtensionDomain)) {
+		if !ok || (domain != ExtensionDomain && !strings.HasSuffix(domain, "."+ExtensionDomain)) ||
+			k == ExternalBalancingAnnotation { // decided here, for every mode
 			continue
 		}
 		if v = strings.TrimSpace(v); v == "" {
@@ -128,6 +134,22 @@ func extensionsOf(svc *v1.Service) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// externalBalancing returns the algorithm the annotation names; absent or
+// blank leaves it to the node, and an unknown value is reported and left
+// to the node too, like any other field the Service's owner can get wrong.
+func externalBalancing(p *problemList, svc *v1.Service) proxy.Balancing {
+	v := svc.Annotations[ExternalBalancingAnnotation]
+	if strings.TrimSpace(v) == "" {
+		return proxy.BalanceDefault
+	}
+	b, err := proxy.ParseBalancing(v)
+	if err != nil {
+		p.add("InvalidExternalLBAlgorithm", "metadata.annotations["+ExternalBalancingAnnotation+"]",
+			fmt.Errorf("%w: the node's default applies", err))
+	}
+	return b
 }
 
 // createdOf returns creationTimestamp in Unix seconds, 0 when unset.

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"testing"
@@ -167,6 +168,39 @@ func TestParseServiceTrafficDistribution(t *testing.T) {
 	for d, want := range map[TrafficDistribution]string{DistributeAnywhere: "", DistributePreferZone: "PreferSameZone", DistributePreferSameNode: "PreferSameNode"} {
 		if d.String() != want {
 			t.Errorf("%d names itself %q, want %q", d, d.String(), want)
+		}
+	}
+}
+
+// TestParseServiceExternalBalancing: the annotation's algorithm, in any
+// case; an unknown value is a problem named after the field and leaves
+// the choice to the node, as an absent or blank one does.
+func TestParseServiceExternalBalancing(t *testing.T) {
+	for _, tc := range []struct {
+		value   *string
+		want    proxy.Balancing
+		problem bool
+	}{
+		{nil, proxy.BalanceDefault, false},
+		{ptrTo(" "), proxy.BalanceDefault, false},
+		{ptrTo("maglev"), proxy.BalanceMaglev, false},
+		{ptrTo(" Maglev "), proxy.BalanceMaglev, false},
+		{ptrTo("random"), proxy.BalanceRandom, false},
+		{ptrTo("ring-hash"), proxy.BalanceDefault, true},
+		{ptrTo("maglev\n; drop"), proxy.BalanceDefault, true},
+	} {
+		svc := makeService("ns", "web", func(s *v1.Service) {
+			if tc.value != nil {
+				s.Annotations = map[string]string{ExternalBalancingAnnotation: *tc.value}
+			}
+		})
+		ports, problems := ParseService(svc, proxy.IPv4)
+		if len(ports) != 1 || ports[0].ExternalBalancing != tc.want {
+			t.Errorf("annotation %v: got %+v, want %v", tc.value, ports, tc.want)
+		}
+		var p *Problem
+		if got := len(problems) == 1 && errors.As(problems[0], &p) && p.Reason == "InvalidExternalLBAlgorithm"; got != tc.problem {
+			t.Errorf("annotation %v: problems %v; want an InvalidExternalLBAlgorithm: %t", tc.value, problems, tc.problem)
 		}
 	}
 }

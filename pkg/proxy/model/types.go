@@ -49,6 +49,10 @@ type ServicePort struct {
 	// HealthCheckNodePort is spec.healthCheckNodePort when it applies
 	// (LoadBalancer with externalTrafficPolicy Local), else 0.
 	HealthCheckNodePort uint16
+	// ExternalBalancing is what the svcproxy extension annotation
+	// svcproxy.io/external-lb-algorithm asks for external traffic;
+	// proxy.BalanceDefault (absent or invalid) leaves it to the node.
+	ExternalBalancing proxy.Balancing
 	// AffinitySeconds is the ClientIP affinity timeout; 0 means none.
 	AffinitySeconds int32
 	// SourceRangesInvalid is set when an entry of loadBalancerSourceRanges

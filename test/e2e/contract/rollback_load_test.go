@@ -2,6 +2,9 @@ package contract
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +48,34 @@ func startSwitchLoad(t *testing.T, c *F.Cluster, n *F.Node, services []rollbackS
 		l.streams = append(l.streams, &loadStream{svc: s, load: c.StartLoad(s.from, s.target, loadInterval, false)})
 	}
 	t.Logf("load: %d streams of new TCP connections, one every %v each, to %s", len(l.streams), loadInterval, l.targets())
+	if os.Getenv("E2E_CONNTRACK_EVENTS") != "" {
+		recordConntrackEvents(t, c, n)
+	}
 	return l
+}
+
+// recordConntrackEvents writes the node's conntrack events to the
+// cluster's logs until the test ends: with the failed connections' local
+// addresses, they show what the kernel did with a lost connection. Off by
+// default: it costs CPU the load competes for.
+func recordConntrackEvents(t *testing.T, c *F.Cluster, n *F.Node) {
+	t.Helper()
+	path := filepath.Join(c.Work, "logs", "conntrack-"+n.Name+".log")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", n.NS, "conntrack", "-E", "-o", "timestamp,id", "-p", "tcp")
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		f.Close()
+	})
+	t.Logf("conntrack events of %s in %s", n.Name, path)
 }
 
 func (l *switchLoad) targets() string {

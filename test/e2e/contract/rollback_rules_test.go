@@ -150,8 +150,12 @@ func expectOnlyUpstreamChains(t *testing.T, c *F.Cluster, n *F.Node, what string
 		if err != nil {
 			t.Fatalf("%s: %v: %s", save, err, out)
 		}
-		for _, p := range iptablesLeftovers(parseIPTablesSave(out)) {
+		problems := iptablesLeftovers(parseIPTablesSave(out))
+		for _, p := range problems {
 			t.Errorf("%s: %s: %s", what, save, p)
+		}
+		if len(problems) > 0 {
+			t.Logf("%s: %s:\n%s", what, save, out)
 		}
 	}
 }

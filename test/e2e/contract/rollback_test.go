@@ -2,6 +2,7 @@ package contract
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -100,6 +101,35 @@ func (s *switcher) cleanStart(what string) {
 	s.mode.wipe(s.t, s.c, s.n, s.up)
 	s.start("upstream", what)
 	s.load.expectOutage(s.t, what)
+	s.forgetOutageFlows()
+}
+
+// forgetOutageFlows deletes the conntrack entries the outage left: a SYN
+// sent while no rule translated it made an entry that was never DNATed,
+// and it outlives the outage by the SYN_SENT timeout (two minutes). A
+// client that reuses that source port before then — and the load cycles
+// through its ports faster — sends a SYN the kernel matches to the old
+// entry and does not translate: that connection fails under any proxy,
+// and would be blamed on the next switch. Only entries whose reply comes
+// from the frontend itself are deleted: those no rule made.
+func (s *switcher) forgetOutageFlows() {
+	s.t.Helper()
+	for _, b := range s.before {
+		addr := b.target.Addr
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			s.t.Fatalf("target %s: %v", addr, err)
+		}
+		fam := "ipv4"
+		if strings.Contains(host, ":") {
+			fam = "ipv6"
+		}
+		out, err := s.c.Exec(s.n, "conntrack", "-D", "-f", fam, "-p", "tcp",
+			"-d", host, "--reply-src", host, "--dport", port)
+		if err != nil && !strings.Contains(err.Error(), " 0 flow entries") {
+			s.t.Fatalf("deleting the outage's conntrack entries to %s: %v: %s", addr, err, out)
+		}
+	}
 }
 
 // start starts proxy and checks it.

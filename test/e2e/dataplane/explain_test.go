@@ -27,6 +27,7 @@ type explainReport struct {
 	Policy     string   `json:"policy"`
 	Endpoints  []string `json:"endpoints"`
 	Masquerade bool     `json:"masquerade"`
+	Balancing  string   `json:"balancing"`
 	Reasons    []string `json:"reasons"`
 	Quarantine *struct {
 		ServicePort string `json:"servicePort"`

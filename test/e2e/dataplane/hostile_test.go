@@ -143,15 +143,9 @@ func checkSharedNotes(t *testing.T, c *F.Cluster, reason string, notes []string)
 // serves node 1's address to its pods (docs/architecture.md, "Hostile
 // input"). In IPVS mode the served address would be bound on kube-ipvs0.
 func TestOtherNodesAddressesRefused(t *testing.T) {
-	c := F.New(t, F.Options{Mode: "nftables", NoProxy: true})
+	c := withNode1Args(t, "--watch-node-addresses")
 	defer c.Close()
 	n1, n2 := c.Nodes[0], c.Nodes[1]
-	n1.ExtraArgs = []string{"--watch-node-addresses"}
-	for _, n := range c.Nodes {
-		if err := c.StartProxy(n); err != nil {
-			t.Fatal(err)
-		}
-	}
 	a := c.AddPod(n1, "na")
 	svc := F.NewService("squatter", corev1.ServiceTypeClusterIP)
 	svc.Spec.ExternalIPs = []string{n1.IP, n2.IP}
@@ -173,4 +167,19 @@ func TestOtherNodesAddressesRefused(t *testing.T) {
 		}
 	}
 	expectEvent(t, c, "squatter", "ExternalIPIsNodeAddress")
+}
+
+// withNode1Args starts an nftables cluster whose first node runs svcproxy
+// with args added, the others without.
+func withNode1Args(t *testing.T, args ...string) *F.Cluster {
+	t.Helper()
+	c := F.New(t, F.Options{Mode: "nftables", NoProxy: true})
+	c.Nodes[0].ExtraArgs = args
+	for _, n := range c.Nodes {
+		if err := c.StartProxy(n); err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+	}
+	return c
 }

@@ -36,6 +36,23 @@ func InNS(ctx context.Context, ns string, name string, args ...string) ([]byte, 
 	return out, nil
 }
 
+// OutputInNS runs name with args inside network namespace ns and returns
+// its standard output alone, for callers that parse it: a tool's warnings
+// on standard error (iptables-nft's about legacy tables, say) would
+// otherwise land in the middle of what they parse. Standard error is part
+// of the error.
+func OutputInNS(ctx context.Context, ns string, name string, args ...string) ([]byte, error) {
+	argv := append([]string{"netns", "exec", ns, name}, args...)
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, "ip", argv...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("in %s: %s %s: %w: %s", ns, name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
 // addNS creates a namespace with lo up, reverse-path filtering off (the
 // node routes asymmetric pod traffic, as a CNI would let it) and IPv6 on,
 // without duplicate address detection for the interfaces moved in later.

@@ -191,17 +191,18 @@ func (c *Cluster) Ruleset(n *Node) (string, error) {
 	var out []byte
 	var err error
 	if UsesNFTables(c.mode(n)) {
-		out, err = InNS(ctx, n.NS, "nft", "list", "ruleset")
+		out, err = OutputInNS(ctx, n.NS, "nft", "list", "ruleset")
 	} else {
-		out, err = InNS(ctx, n.NS, "iptables-save")
+		out, err = OutputInNS(ctx, n.NS, "iptables-save")
 	}
 	return string(out), err
 }
 
-// Exec runs a command in node n's namespace (a third party touching rules).
+// Exec runs a command in node n's namespace (a third party touching rules)
+// and returns its standard output; standard error is in the error.
 func (c *Cluster) Exec(n *Node, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, err := InNS(ctx, n.NS, name, args...)
+	out, err := OutputInNS(ctx, n.NS, name, args...)
 	return string(out), err
 }

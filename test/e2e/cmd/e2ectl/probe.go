@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -133,11 +134,42 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
+// askHTTP asks url over a new connection, which the client closes first
+// so that TIME_WAIT stays on the client. Were the pod to close first (as
+// it does when asked "Connection: close"), a masqueraded client's next
+// connection could be given the source port of a flow the pod still holds
+// in TIME_WAIT, once the client reusing its own port has replaced that
+// flow's conntrack entry; the pod then answers the SYN with an ACK for the
+// old flow and the handshake stalls for a retransmission timeout. That is
+// the kernel's doing under any proxy, not what the tests measure.
+//
+// A failure says how far the connection got — the handshake never
+// completed (a lost SYN or SYN-ACK) or it did from which local address
+// (the conntrack entry to look for) — which is what tells a dropped first
+// packet from a slow or lost answer.
 func askHTTP(url string, timeout time.Duration) (string, error) {
-	c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+	start := time.Now()
+	var dialed atomic.Pointer[string]
+	dialer := &net.Dialer{}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dialer.DialContext(ctx, network, addr)
+		if err == nil {
+			d := fmt.Sprintf("connected from %s after %d ms", conn.LocalAddr(), time.Since(start).Milliseconds())
+			dialed.Store(&d)
+		}
+		return conn, err
+	}
+	tr := &http.Transport{Proxy: nil, DialContext: dial, MaxIdleConnsPerHost: 1}
+	// Runs after the body is closed, which puts the connection back idle.
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Timeout: timeout, Transport: tr}
 	resp, err := c.Get(url)
 	if err != nil {
-		return "", err
+		how := "never connected"
+		if d := dialed.Load(); d != nil {
+			how = *d
+		}
+		return "", fmt.Errorf("%w (%s)", err, how)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))

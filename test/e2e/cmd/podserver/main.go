@@ -42,15 +42,18 @@ func run(ctx context.Context, name, listen string) error {
 	defer pc.Close()
 	go serveUDP(pc, name)
 
+	// The client decides when a connection ends: e2ectl closes its own
+	// after one answer, so that TIME_WAIT stays on the client (see
+	// e2ectl's askHTTP); an HTTP/1.0 or "Connection: close" client is
+	// closed after its answer, as any server does.
 	srv := &http.Server{
 		Addr:              listen,
 		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       5 * time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Connection", "close")
 			fmt.Fprintf(w, "%s %s\n", name, r.RemoteAddr)
 		}),
 	}
-	srv.SetKeepAlivesEnabled(false)
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
