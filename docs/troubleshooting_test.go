@@ -19,8 +19,9 @@ import (
 
 const doc = "user/troubleshooting.md"
 
-// eventSources are the packages that post Events or name their reasons.
-var eventSources = []string{"../internal/app", "../pkg/proxy/model"}
+// eventSources are the packages that post Events or name their reasons
+// (the rows name their modes' Warnings: backends.Warning).
+var eventSources = []string{"../internal/app", "../pkg/proxy/model", "../internal/backends"}
 
 // reasonArg is, for each function that posts an Event or records a
 // problem that becomes one, which argument is the reason, and how many
@@ -36,8 +37,9 @@ var reasonArg = map[string]struct{ index, args int }{
 }
 
 // eventReasons reads the Event reasons out of the Go files of dirs: the
-// string given as a reason argument (reasonArg), and the strings assigned
-// to a variable named reason, which the calls pass on. A reason argument
+// string given as a reason argument (reasonArg), the strings assigned
+// to a variable named reason, which the calls pass on, and the string
+// given as a composite literal's Reason (a row's Warning). A reason argument
 // that is neither a string nor named reason fails the test: the scan would
 // miss what it holds.
 func eventReasons(t *testing.T, dirs []string) map[string]string {
@@ -61,6 +63,10 @@ func eventReasons(t *testing.T, dirs []string) map[string]string {
 				switch n := n.(type) {
 				case *ast.CallExpr:
 					reasonOfCall(t, fset, n, reasons)
+				case *ast.KeyValueExpr:
+					if id, ok := n.Key.(*ast.Ident); ok && id.Name == "Reason" {
+						addLiteral(n.Value, fset, reasons)
+					}
 				case *ast.AssignStmt:
 					for i, lhs := range n.Lhs {
 						if id, ok := lhs.(*ast.Ident); ok && id.Name == "reason" && i < len(n.Rhs) {
@@ -135,7 +141,7 @@ func TestEveryEventReasonIsDocumented(t *testing.T) {
 	// The scan must find the reasons of each kind of call, or it finds
 	// nothing at all and passes.
 	for _, known := range []string{"Starting", "KernelRejectedServicePort", "ExternalIPIsNodeAddress", "FailedToStartMetricServer",
-		"InvalidIPVSScheduler", "KubeProxyDefaultMode", "InvalidClusterIP", "InvalidEndpointAddress", "InvalidField"} {
+		"InvalidIPVSScheduler", "IPVSDeprecation", "KubeProxyDefaultMode", "InvalidClusterIP", "InvalidEndpointAddress", "InvalidField"} {
 		if _, ok := reasons[known]; !ok {
 			t.Errorf("the scan did not find the reason %s", known)
 		}

@@ -13,6 +13,11 @@
 #   pkg/proxy/model                     imports only pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog,
 #                                       k8s.io/utils/net (upstream's sloppy IP parser), stdlib;
 #                                       no k8s.io/client-go anywhere below it
+#   a backend package                   imported by internal/backends (its row) alone, and by
+#                                       packages below it: a backend is every package of the header's
+#                                       pkg/proxy/<backend> set that internal/backends imports, so
+#                                       adding one touches its package and its row; test/ (benchmark
+#                                       harnesses timing one backend below the app) is exempt
 #   everything                          must not depend on k8s.io/kubernetes
 #   pkg/...                             imports nothing under internal/, tests and files behind
 #                                       build tags included
@@ -174,6 +179,34 @@ backend_dirs() {
   done
 }
 
+# check_backend_imports: a backend package (one internal/backends wires) is named by its row
+# alone: no other non-test package imports it or a package below it (see the header).
+check_backend_imports() {
+  log "import rules: only internal/backends imports a backend package"
+  local table=$MOD/internal/backends wired backends="" b edges
+  wired=$(cd "$ROOT" && go list -e -f '{{join .Imports "\n"}}' "$table")
+  for b in $(backend_dirs); do
+    grep -qx "$MOD/pkg/proxy/$b" <<<"$wired" && backends+="$MOD/pkg/proxy/$b"$'\n'
+  done
+  if [[ -z $backends ]]; then
+    fail "imports: internal/backends wires no backend package, so the rule checks nothing"
+    return 0
+  fi
+  edges=$(cd "$ROOT" && go list -e -f '{{$p := .ImportPath}}{{range .Imports}}{{$p}} {{.}}{{"\n"}}{{end}}' ./... \
+    | awk -v list="$backends" -v table="$table" -v test="$MOD/test/" '
+      BEGIN { n = split(list, b, "\n"); for (i = 1; i <= n; i++) if (b[i] != "") be[b[i]] = 1 }
+      {
+        owner = ""
+        for (k in be) if ($2 == k || index($2, k "/") == 1) owner = k
+        if (owner == "" || $1 == table || $1 == owner || index($1, owner "/") == 1 || index($1, test) == 1) next
+        print $1, $2
+      }' | sort -u)
+  if [[ -n $edges ]]; then
+    while read -r a b; do echo "  forbidden edge (a backend is named by its row alone): ${a#"$MOD"/} -> ${b#"$MOD"/}" >&2; done <<<"$edges"
+    fail "imports: a package outside internal/backends names a backend"
+  fi
+}
+
 check_imports() {
   log "import rules (go list -deps, non-test packages)"
   local clientgo='^k8s\.io/client-go(/|$)'
@@ -198,6 +231,7 @@ check_imports() {
   fi
   forbid_deps "./..." '^k8s\.io/kubernetes(/|$)' "k8s.io/kubernetes"
   check_pkg_no_internal
+  check_backend_imports
 }
 
 # check_bpf: the committed eBPF objects are what their C source compiles to. Needs clang;

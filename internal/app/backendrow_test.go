@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
@@ -100,6 +102,25 @@ func (l *leftoverLog) modes() []proxy.Mode {
 	return slices.Clone(l.removed)
 }
 
+// colorAnnotation is the test mode's own extension annotation: a Service
+// may ask for a color, which only the test backend would read.
+const colorAnnotation = "test.svcproxy.io/color"
+
+// colors is the test mode's own per-port decision (desired.PortSettings):
+// red or blue, blue when not asked for, another value refused.
+type colors struct{}
+
+func (colors) PortSetting(ext map[string]string) *desired.PortSetting {
+	switch v := ext[colorAnnotation]; v {
+	case "", "blue":
+		return &desired.PortSetting{Value: "blue"}
+	case "red":
+		return &desired.PortSetting{Value: v}
+	default:
+		return &desired.PortSetting{Value: "blue", Refused: v}
+	}
+}
+
 // testRow is the test mode's one row: everything the app needs of it.
 func testRow(p *rowProxier, failures *prometheus.CounterVec, log *leftoverLog) backends.Backend {
 	return backends.Backend{
@@ -112,7 +133,13 @@ func testRow(p *rowProxier, failures *prometheus.CounterVec, log *leftoverLog) b
 			}
 			return inst, nil
 		},
-		Decide:          func(_ *config.Config, o *desired.Options) { o.DropUnallocated = true },
+		Decide: func(_ *config.Config, o *desired.Options) {
+			o.DropUnallocated = true
+			o.PortSettings = colors{}
+		},
+		RefusedSetting: func(value string) backends.Warning {
+			return backends.Warning{Reason: "InvalidTestColor", Message: "no such color: " + value}
+		},
 		RemoveLeftovers: log.remover(testMode),
 		Objects: func(_ context.Context, _ *desired.State, e explain.Explanation) ([]string, error) {
 			return []string{"test object of " + e.Port.Name.String()}, nil
@@ -124,9 +151,10 @@ func testRow(p *rowProxier, failures *prometheus.CounterVec, log *leftoverLog) b
 
 // TestBackendIsOneRow: a backend the app has never heard of, registered by
 // its one row, is selected by its mode, opened, initialized, prepared and
-// synced through the app's syncers; its failure counter counts, its
-// metric family is served, explain asks it for object names, and the app
-// removes the other modes' leftovers but not its own.
+// synced through the app's syncers; its own per-port decision reaches the
+// State it syncs and the annotation it refuses an Event; its failure
+// counter counts, its metric family is served, explain asks it for object
+// names, and the app removes the other modes' leftovers but not its own.
 func TestBackendIsOneRow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -139,6 +167,7 @@ func TestBackendIsOneRow(t *testing.T) {
 	cfg := mustRun(t, "--hostname-override=n1", "--proxy-mode=nftables", "--state-socket=")
 	cfg.Mode = testMode // config accepts proxy.Modes only; the row is what this test proves
 	d := rowDaemon(t, cfg, reg)
+	annotate(ctx, t, d, map[string]string{colorAnnotation: "plaid"})
 	families, feed, inst := openRow(ctx, t, d)
 	if p.inits != 2 {
 		t.Errorf("Init called %d times, want once per family", p.inits)
@@ -161,6 +190,7 @@ func TestBackendIsOneRow(t *testing.T) {
 	if p.readBacks == 0 {
 		t.Error("the Preparer the row names was never asked to read back")
 	}
+	checkRowSetting(t, d, p.lastSync(proxy.IPv4).Service(web))
 	eventually(t, "other modes' leftovers removed", func() bool { return len(log.modes()) > 0 })
 	if got := log.modes(); !slices.Equal(got, []proxy.Mode{"other"}) {
 		t.Errorf("leftovers removed of %v, want [other] only", got)
@@ -173,6 +203,34 @@ func TestBackendIsOneRow(t *testing.T) {
 	if err != nil || !slices.Equal(objs, []string{"test object of " + web.String()}) {
 		t.Errorf("explain's objects %q, %v: want the row's", objs, err)
 	}
+}
+
+// annotate sets the annotations of d's Service ns/web.
+func annotate(ctx context.Context, t *testing.T, d *daemon, annotations map[string]string) {
+	t.Helper()
+	svc, err := d.client.CoreV1().Services("ns").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Annotations = annotations
+	if _, err := d.client.CoreV1().Services("ns").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkRowSetting: the test mode's own decision for ns/web, whose
+// annotation asks for a color it refuses, is on the port the backend
+// synced, and the row's Warning reached the API server.
+func checkRowSetting(t *testing.T, d *daemon, sp *desired.ServicePort) {
+	t.Helper()
+	if want := (desired.PortSetting{Value: "blue", Refused: "plaid"}); sp.Setting == nil || *sp.Setting != want {
+		t.Errorf("the synced port's setting is %+v, want %+v", sp.Setting, want)
+	}
+	eventually(t, "the row's Warning about the refused annotation", func() bool {
+		return slices.ContainsFunc(createdEvents(d.client.(*fake.Clientset)), func(ev *eventsv1.Event) bool {
+			return ev.Reason == "InvalidTestColor" && ev.Note == "no such color: plaid" && ev.Regarding.Name == "web"
+		})
+	})
 }
 
 // checkRowMetrics: a failed sync counts in the row's counter, which the
@@ -232,7 +290,7 @@ func rowDaemon(t *testing.T, cfg *config.Config, reg backends.Registry) *daemon 
 	client := fake.NewClientset(svc, slice)
 	d := &daemon{cfg: cfg, registry: reg, backend: b, logger: klog.Background(), client: client, nodeName: "n1",
 		node: newNodeView("n1", cfg.BindAddress), health: healthz.New(cfg.SyncPeriod, clock.RealClock{}),
-		events: &eventSink{recorder: events.NewFakeRecorder(10), nodeName: "n1"},
+		events: &eventSink{recorder: events.NewFakeRecorder(10), nodeName: "n1", shared: newSharedEvents(t.Context(), client)},
 		state:  debugstate.NewRecorder(), fatal: make(chan error, 4)}
 	d.svcHealth = servicehealth.New(d.health.Healthy, d.events.healthCheckFailed)
 	d.node.hostAddrs = func() []netip.Addr { return nil }

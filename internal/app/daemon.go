@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,8 +64,6 @@ type daemon struct {
 	// `svcproxy status` (status.go).
 	syncers atomic.Pointer[map[proxy.IPFamily]*syncer.Syncer]
 	flavour kiptables.Flavour
-	// schedulers warns about invalid per-Service IPVS scheduler annotations.
-	schedulers *schedulerWarner
 	// fatal receives errors that must stop the process: a listener failure
 	// under bindAddressHardFail, or a change to this Node that upstream
 	// answers by exiting.
@@ -105,11 +104,11 @@ func newDaemon(ctx context.Context, cfg *config.Config, reg backends.Registry) (
 	// The host's addresses are listed again only after the kernel announces
 	// a change, not on every sync: under churn a listing per sync (a dump per
 	// interface) added up to tens of megabytes a minute of garbage.
-	hostAddrs := klink.NewAddrCache(interfaceAddrs)
+	links := reg.Links()
+	hostAddrs := klink.NewAddrCache(func() []netip.Addr { return interfaceAddrs(links) })
 	context.AfterFunc(ctx, hostAddrs.Close)
 	d.node.hostAddrs = hostAddrs.Addrs
 	d.svcHealth = servicehealth.New(d.health.Healthy, d.events.healthCheckFailed)
-	d.schedulers = newSchedulerWarner(d.events.invalidScheduler)
 	return d, nil
 }
 
@@ -284,6 +283,7 @@ func (d *daemon) serveLocal() (closeLocal func()) {
 func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Backend, feed *feed, ct kconntrack.Interface, first *firstSyncs) (map[proxy.IPFamily]*syncer.Syncer, error) {
 	syncers := make(map[proxy.IPFamily]*syncer.Syncer, len(proxiers))
 	gc := newGCTuner(slices.Collect(maps.Keys(proxiers)))
+	settings := d.settingWarner()
 	for _, family := range proxy.Families {
 		p, ok := proxiers[family]
 		tracker := feed.trackers[family]
@@ -294,7 +294,7 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 		reconciler := conntrack.New(family, ct, conntrack.Options{})
 		go reconciler.Run(ctx)
 		compute := d.backend.Options(d.cfg, family)
-		afterSync := chainAfterSync(d.afterSync(compute, reconciler.Observe), gc.afterSync(family), first.afterSync(family))
+		afterSync := chainAfterSync(d.afterSync(compute, reconciler.Observe, settings), gc.afterSync(family), first.afterSync(family))
 		if serve := localhostProxy(ctx, compute); serve != nil {
 			afterSync = chainAfterSync(afterSync, serve)
 		}
@@ -324,6 +324,17 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 	return syncers, nil
 }
 
+// settingWarner is the one warner, shared by the families' syncers, of
+// the extension annotations the mode refuses, worded by its row; nil when
+// the row words none.
+func (d *daemon) settingWarner() *settingWarner {
+	refused := d.backend.RefusedSetting
+	if refused == nil {
+		return nil
+	}
+	return newSettingWarner(func(svc proxy.ServiceName, value string) { d.events.refusedSetting(svc, refused(value)) })
+}
+
 // quarantineFile is where a family's quarantine is kept for the next
 // process: beside the state socket, in svcproxy's root-only directory
 // (none without a socket). One per mode: what one backend's kernel refuses,
@@ -336,12 +347,13 @@ func quarantineFile(cfg *config.Config, family proxy.IPFamily) string {
 }
 
 // afterSync is what runs after each successful sync: the debug state for
-// `svcproxy explain`, the conntrack reconciler, and where desired resolves
-// schedulers (IPVS mode) the check of per-Service scheduler annotations.
-func (d *daemon) afterSync(compute desired.Options, reconcile func(*desired.State, model.Changes)) func(*desired.State, model.Changes) {
+// `svcproxy explain`, the conntrack reconciler, and where the mode decides
+// settings of its own (IPVS mode's schedulers) the check of the extension
+// annotations it refused.
+func (d *daemon) afterSync(compute desired.Options, reconcile func(*desired.State, model.Changes), settings *settingWarner) func(*desired.State, model.Changes) {
 	hooks := []func(*desired.State, model.Changes){d.state.Record, reconcile}
-	if compute.Scheduling != nil {
-		hooks = append(hooks, d.schedulers.observe)
+	if compute.PortSettings != nil && settings != nil {
+		hooks = append(hooks, settings.observe)
 	}
 	return chainAfterSync(hooks...)
 }

@@ -119,7 +119,9 @@ func TestEventsFromEveryNodeAreOne(t *testing.T) {
 		"ExternalIPConflict":        func(s *eventSink) { s.frontendsLost(webPort, lostTo(foreignPort)) },
 		"KernelRejectedServicePort": func(s *eventSink) { s.quarantined(webPort, errors.New("nft: netlink: File exists")) },
 		"InvalidExternalIP":         func(s *eventSink) { s.invalidParts("Service", "tenant-a", "web", []error{problem}) },
-		"InvalidIPVSScheduler":      func(s *eventSink) { s.invalidScheduler(webPort.ServiceName, "nope") },
+		"InvalidIPVSScheduler": func(s *eventSink) {
+			s.refusedSetting(webPort.ServiceName, testBackend(t, proxy.ModeIPVS).RefusedSetting("nope"))
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			client, created := postFrom(t, []string{"node-a", "node-b", "node-a"}, post)
@@ -190,7 +192,7 @@ func TestSharedEventRepeatIsNotSent(t *testing.T) {
 	sink.invalidParts("Service", "tenant-a", "web", []error{problem})
 	// The queue is worked in order: once the last one is created, every
 	// earlier one has been created or skipped.
-	sink.invalidScheduler(webPort.ServiceName, "nope")
+	sink.refusedSetting(webPort.ServiceName, testBackend(t, proxy.ModeIPVS).RefusedSetting("nope"))
 	var reasons []string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		reasons = reasons[:0]

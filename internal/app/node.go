@@ -14,7 +14,6 @@ import (
 	"github.com/svcproxy/svcproxy/internal/watch"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 )
 
 // nodeWaitTimeout is how long to wait for this Node at start, as upstream.
@@ -31,7 +30,8 @@ type nodeView struct {
 }
 
 func newNodeView(name string, bindAddr netip.Addr) *nodeView {
-	return &nodeView{node: desired.Node{Name: name}, bindAddr: bindAddr, hostAddrs: interfaceAddrs}
+	return &nodeView{node: desired.Node{Name: name}, bindAddr: bindAddr,
+		hostAddrs: func() []netip.Addr { return interfaceAddrs(nil) }}
 }
 
 // set records what the Node object says about this node.
@@ -96,18 +96,19 @@ func withBindAddress(ips []netip.Addr, bindAddr netip.Addr) []netip.Addr {
 // interfaceAddrs lists the addresses configured on this network namespace's
 // interfaces; nodePortAddresses CIDRs select among them (and, in IPVS mode,
 // desired binds node ports to them: NodePortAddrs.Bound). This is the one
-// place that reads them. The IPVS dummy link is left out: it holds every
-// service IP, which is not the node's (upstream excludes them from
-// node-port addresses too), and counting them would make every Service
-// change look like a node change.
-func interfaceAddrs() []netip.Addr {
+// place that reads them. The links in skip are left out: the modes' own
+// (backends.Registry.Links; IPVS's dummy link holds every service IP,
+// which is not the node's, and upstream excludes them from node-port
+// addresses too), whose addresses counted would make every Service change
+// look like a node change.
+func interfaceAddrs(skip []string) []netip.Addr {
 	ifaces, err := net.Interfaces()
 	if err != nil {
 		return nil
 	}
 	var out []netip.Addr
 	for _, iface := range ifaces {
-		if iface.Name == ipvs.DummyLink {
+		if slices.Contains(skip, iface.Name) {
 			continue
 		}
 		addrs, err := iface.Addrs()

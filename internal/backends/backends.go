@@ -34,9 +34,14 @@ type Backend struct {
 	// Open makes the Proxiers of env.Families (not yet initialized).
 	Open func(ctx context.Context, env Env) (*Instance, error)
 	// Decide sets, in o, what the mode needs desired to decide for it
-	// (node ports on loopback, addresses to bind, schedulers, …); the
-	// fields every mode shares are already set.
+	// (node ports on loopback, addresses to bind, its own per-port
+	// settings, …); the fields every mode shares are already set.
 	Decide func(cfg *config.Config, o *desired.Options)
+	// RefusedSetting words the Warning Event about a Service whose
+	// extension annotation the mode's own per-port decision refused
+	// (desired.PortSetting.Refused); needed when Decide sets
+	// PortSettings.
+	RefusedSetting func(value string) Warning
 	// RemoveLeftovers removes what the mode left in the kernel, reading
 	// the kernel first so that a node with nothing left starts no tool:
 	// other modes run it at start, --cleanup runs every row's. cfg is the
@@ -46,9 +51,14 @@ type Backend struct {
 	// KeepsLeftoversOf lists the modes whose leftovers this mode leaves
 	// in place at start.
 	KeepsLeftoversOf []proxy.Mode
+	// Links names the network interfaces the mode creates whose
+	// addresses are not the node's (IPVS's dummy link holds every
+	// service IP): the app leaves them out of the host's addresses in
+	// every mode, as a node that ran the mode may still have them.
+	Links []string
 	// Objects names, for svcproxy explain, the kernel objects that
-	// implement an explanation.
-	Objects explain.ObjectsFunc
+	// implement an explanation (objects.go).
+	Objects ObjectsFunc
 	// SyncFailures counts the mode's failed syncs by ip_family.
 	SyncFailures *prometheus.CounterVec
 	// Metrics are families the mode exposes that metrics.Register does
@@ -56,6 +66,10 @@ type Backend struct {
 	// included.
 	Metrics []prometheus.Collector
 }
+
+// ObjectsFunc lists the kernel objects that implement e in one backend,
+// one line each, named as the backend names them.
+type ObjectsFunc func(ctx context.Context, state *desired.State, e explain.Explanation) ([]string, error)
 
 // Warning is a Warning Event about the node, under upstream's reason.
 type Warning struct {
@@ -111,6 +125,15 @@ func (r Registry) Lookup(mode proxy.Mode) (*Backend, error) {
 		}
 	}
 	return nil, fmt.Errorf("proxy mode %q: %w", mode, ErrModeNotImplemented)
+}
+
+// Links lists every row's Links.
+func (r Registry) Links() []string {
+	var out []string
+	for i := range r {
+		out = append(out, r[i].Links...)
+	}
+	return out
 }
 
 // Options are the options of desired.Compute for family under cfg: the

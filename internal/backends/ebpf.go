@@ -9,7 +9,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/localapi"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
@@ -41,7 +40,7 @@ var ebpfBackend = Backend{
 	RemoveLeftovers: removeEBPFLeftovers,
 	// Its packet path is nftables mode's tables, kept.
 	KeepsLeftoversOf: []proxy.Mode{proxy.ModeNFTables},
-	Objects:          explain.EBPFObjects,
+	Objects:          ebpfObjects,
 	SyncFailures:     ebpfSyncFailures,
 	Metrics:          []prometheus.Collector{ebpfSyncFailures},
 }

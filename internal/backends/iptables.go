@@ -8,7 +8,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
@@ -32,7 +31,7 @@ var iptablesBackend = Backend{
 	// iptables and IPVS modes leave each other's rules alone, as upstream
 	// (KEP-2448).
 	KeepsLeftoversOf: []proxy.Mode{proxy.ModeIPVS},
-	Objects:          explain.IPTablesObjects,
+	Objects:          iptablesObjects,
 	SyncFailures:     metrics.IPTablesRestoreFailuresTotal,
 }
 

@@ -10,7 +10,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
@@ -28,15 +27,22 @@ var ipvsBackend = Backend{
 	Open:     openIPVS,
 	Decide: func(cfg *config.Config, o *desired.Options) {
 		// IPVS binds a virtual server to every node-port address and has
-		// a scheduler per port: desired resolves both once, the scheduler
-		// from ipvs.scheduler (round robin when unset) and the names the
-		// kernel ships (checkIPVS refuses a configured name outside them).
+		// a scheduler per port: Compute resolves both once, the scheduler
+		// through the backend's own PortSettings from ipvs.scheduler
+		// (round robin when unset; checkIPVS refuses a configured name the
+		// kernel does not ship) and the Service's annotation.
 		o.BindNodePorts = true
-		o.Scheduling = &desired.IPVSScheduling{Default: cmp.Or(cfg.IPVS.Scheduler, kipvs.RoundRobin), Known: kipvs.Schedulers}
+		o.PortSettings = ipvs.NewScheduling(cmp.Or(cfg.IPVS.Scheduler, kipvs.RoundRobin))
+	},
+	RefusedSetting: func(value string) Warning {
+		return Warning{Reason: "InvalidIPVSScheduler", Message: fmt.Sprintf(
+			"annotation %s=%q names no IPVS scheduler (one of %v); the node's default is used",
+			ipvs.SchedulerAnnotation, value, kipvs.Schedulers)}
 	},
 	RemoveLeftovers:  anyConfig(removeIPVSLeftovers),
 	KeepsLeftoversOf: []proxy.Mode{proxy.ModeIPTables},
-	Objects:          explain.IPVSObjects,
+	Links:            []string{ipvs.DummyLink},
+	Objects:          ipvsObjects,
 	// Upstream counts IPVS mode's failed syncs as iptables mode's.
 	SyncFailures: metrics.IPTablesRestoreFailuresTotal,
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -27,7 +26,7 @@ var nftablesBackend = Backend{
 		}
 	},
 	RemoveLeftovers: anyConfig(nftables.CleanupTables),
-	Objects:         explain.NFTablesObjects,
+	Objects:         nftablesObjects,
 	SyncFailures:    metrics.NFTablesSyncFailuresTotal,
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 )
 
 func mustLookup(t *testing.T, mode proxy.Mode) *Backend {
@@ -70,8 +71,9 @@ func TestLocalhostNodePortsMode(t *testing.T) {
 }
 
 // TestOptionsIPVS: in IPVS mode the row hands desired what it needs
-// to decide node-port addresses and schedulers once (nothing is left for
-// the backend to resolve); other modes ask for neither.
+// to decide node-port addresses and, through IPVS's own PortSettings,
+// schedulers once (nothing is left for the backend to resolve); other
+// modes ask for neither.
 func TestOptionsIPVS(t *testing.T) {
 	for _, tc := range []struct {
 		mode      proxy.Mode
@@ -89,11 +91,20 @@ func TestOptionsIPVS(t *testing.T) {
 		if o.BindNodePorts != (tc.mode == proxy.ModeIPVS) {
 			t.Errorf("%s: BindNodePorts = %t", tc.mode, o.BindNodePorts)
 		}
-		switch {
-		case tc.want == "" && o.Scheduling != nil:
-			t.Errorf("%s: Scheduling = %+v, want none", tc.mode, o.Scheduling)
-		case tc.want != "" && (o.Scheduling == nil || o.Scheduling.Default != tc.want || len(o.Scheduling.Known) == 0):
-			t.Errorf("%s %q: Scheduling = %+v, want default %q and the kernel's names", tc.mode, tc.scheduler, o.Scheduling, tc.want)
+		if tc.want == "" {
+			if o.PortSettings != nil {
+				t.Errorf("%s: PortSettings = %+v, want none", tc.mode, o.PortSettings)
+			}
+			continue
+		}
+		if o.PortSettings == nil {
+			t.Fatalf("%s %q: no PortSettings", tc.mode, tc.scheduler)
+		}
+		if got := o.PortSettings.PortSetting(nil); got == nil || got.Value != tc.want {
+			t.Errorf("%s %q: a port without annotation gets %+v, want %q", tc.mode, tc.scheduler, got, tc.want)
+		}
+		if got := o.PortSettings.PortSetting(map[string]string{ipvs.SchedulerAnnotation: "fastest"}); got == nil || got.Refused != "fastest" {
+			t.Errorf("%s %q: a port asking for no kernel scheduler gets %+v, want it refused", tc.mode, tc.scheduler, got)
 		}
 	}
 }

@@ -50,7 +50,7 @@ func sampleState() *desired.State {
 				External:        desired.Dispatch{Empty: desired.Drop},
 				Cluster:         desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}},
 				InternalLocal:   true, ExternalLocal: true, HealthCheckNodePort: 31000,
-				Scheduler: &desired.Scheduler{Name: "rr", Ignored: "fastest"}, ExternalBalancing: proxy.BalanceMaglev},
+				Setting: &desired.PortSetting{Value: "rr", Refused: "fastest"}, ExternalBalancing: proxy.BalanceMaglev},
 			dns: {Name: dns, Protocol: proxy.UDP, Port: 53, ClusterIP: netip.MustParseAddr("10.96.0.53"),
 				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
 				Cluster: desired.Dispatch{Empty: desired.Reject}},

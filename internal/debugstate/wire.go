@@ -104,10 +104,12 @@ type ServicePort struct {
 	ExternalLocal       bool           `json:"externalLocal,omitempty"`
 	Routes              *Routes        `json:"routes,omitempty"`
 	HealthCheckNodePort uint16         `json:"healthCheckNodePort,omitempty"`
-	// Scheduler is the IPVS scheduler decided (IPVS mode only);
-	// SchedulerIgnored the annotation value that named none.
-	Scheduler        string `json:"scheduler,omitempty"`
-	SchedulerIgnored string `json:"schedulerIgnored,omitempty"`
+	// Setting is the mode's own decision for the port (IPVS mode's
+	// scheduler), SettingRefused the annotation value it refused. The
+	// keys are those of the daemons that named only the scheduler, so
+	// that explain reads their dumps alike.
+	Setting        string `json:"scheduler,omitempty"`
+	SettingRefused string `json:"schedulerIgnored,omitempty"`
 	// ExternalBalancing is "random" or "maglev"; absent from an older
 	// daemon's dump (read as random).
 	ExternalBalancing string `json:"externalBalancing,omitempty"`
@@ -176,8 +178,8 @@ func EncodePort(sp *desired.ServicePort) ServicePort {
 		HealthCheckNodePort: sp.HealthCheckNodePort,
 		ExternalBalancing:   sp.ExternalBalancing.String(),
 	}
-	if sp.Scheduler != nil {
-		out.Scheduler, out.SchedulerIgnored = sp.Scheduler.Name, sp.Scheduler.Ignored
+	if sp.Setting != nil {
+		out.Setting, out.SettingRefused = sp.Setting.Value, sp.Setting.Refused
 	}
 	return out
 }
@@ -256,8 +258,8 @@ func (p ServicePort) Decode() (*desired.ServicePort, error) {
 		HealthCheckNodePort: p.HealthCheckNodePort,
 		ExternalBalancing:   balancing,
 	}
-	if p.Scheduler != "" || p.SchedulerIgnored != "" {
-		out.Scheduler = &desired.Scheduler{Name: p.Scheduler, Ignored: p.SchedulerIgnored}
+	if p.Setting != "" || p.SettingRefused != "" {
+		out.Setting = &desired.PortSetting{Value: p.Setting, Refused: p.SettingRefused}
 	}
 	return out, nil
 }

@@ -128,7 +128,7 @@ func modeOptions(mode proxy.Mode) func(*desired.Options) {
 	return func(o *desired.Options) {
 		if mode == proxy.ModeIPVS {
 			o.BindNodePorts = true
-			o.Scheduling = &desired.IPVSScheduling{Default: kipvs.RoundRobin, Known: kipvs.Schedulers}
+			o.PortSettings = ipvs.NewScheduling(kipvs.RoundRobin)
 		}
 	}
 }

@@ -51,7 +51,7 @@ func withBroadcast(s scenario.Spec) scenario.Spec {
 // ipvsOptions are the Compute options IPVS mode adds (internal/app).
 func ipvsOptions(o *desired.Options) {
 	o.BindNodePorts = true
-	o.Scheduling = &desired.IPVSScheduling{Default: kipvs.RoundRobin, Known: kipvs.Schedulers}
+	o.PortSettings = ipvs.NewScheduling(kipvs.RoundRobin)
 }
 
 // TestVMQuarantineIPVS: in IPVS mode the kernel refuses a real server on

@@ -261,7 +261,8 @@ func plausibleService(r *rand.Rand, svc *v1.Service) {
 	if svc.Annotations == nil {
 		svc.Annotations = map[string]string{}
 	}
-	svc.Annotations[model.SchedulerAnnotation] = pickOf(r, []string{"rr", " lc ", ""})
+	// An extension annotation (IPVS mode's scheduler), kept by model.
+	svc.Annotations["ipvs."+model.ExtensionDomain+"/scheduler"] = pickOf(r, []string{"rr", " lc ", ""})
 	svc.Annotations[model.ExternalBalancingAnnotation] = pickOf(r, []string{"maglev", " Random ", "ring-hash", ""})
 	svc.Annotations[v1.AnnotationTopologyMode] = pickOf(r, []string{"Auto", "auto", "x"})
 	svc.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{}"

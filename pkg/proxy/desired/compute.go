@@ -32,7 +32,7 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		family = snap.Family
 	}
 	in := portInputs{family: family, node: node, nodeIPs: nodeIPsOf(node.IPs, family), masq: masquerade(opts, family, node),
-		schedulers: newSchedulers(opts.Scheduling), balancing: opts.ExternalBalancing}
+		settings: opts.PortSettings, balancing: opts.ExternalBalancing}
 	if in.balancing == proxy.BalanceDefault {
 		in.balancing = proxy.BalanceRandom
 	}
@@ -88,11 +88,11 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 // portInputs is what every service port of one Compute is decided from,
 // besides its own model values.
 type portInputs struct {
-	family     proxy.IPFamily
-	node       Node
-	nodeIPs    []netip.Addr
-	masq       Masquerade
-	schedulers schedulers
+	family   proxy.IPFamily
+	node     Node
+	nodeIPs  []netip.Addr
+	masq     Masquerade
+	settings PortSettings
 	// balancing is the node's default for external traffic, resolved.
 	balancing proxy.Balancing
 }

@@ -25,7 +25,7 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
 		(sp.Routes == o.Routes || (sp.Routes != nil && o.Routes != nil && *sp.Routes == *o.Routes)) &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
-		equalSchedulers(sp.Scheduler, o.Scheduler) && sp.ExternalBalancing == o.ExternalBalancing
+		equalSettings(sp.Setting, o.Setting) && sp.ExternalBalancing == o.ExternalBalancing
 }
 
 // Equal reports whether two dispatches balance over the same endpoints and,

@@ -64,8 +64,9 @@ type Options struct {
 	// node-port address itself (IPVS) instead of matching "any local
 	// address" in its rules.
 	BindNodePorts bool
-	// Scheduling resolves each port's IPVS scheduler (IPVS mode only).
-	Scheduling *IPVSScheduling
+	// PortSettings is the mode's own decision per service port, nil when
+	// it has none (settings.go).
+	PortSettings PortSettings
 	// ExternalBalancing is the node's default algorithm for external
 	// traffic (--external-lb-algorithm), for the Services whose annotation
 	// chooses none; BalanceDefault means BalanceRandom. Every mode gets it:

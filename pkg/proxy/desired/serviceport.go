@@ -29,7 +29,7 @@ func buildServicePort(sp *model.ServicePort, eps model.EndpointList, in portInpu
 		InternalLocal:       sp.InternalLocal,
 		ExternalLocal:       sp.ExternalLocal,
 		HealthCheckNodePort: sp.HealthCheckNodePort,
-		Scheduler:           in.schedulers.of(sp.SchedulerName()),
+		Setting:             portSetting(in.settings, sp.Extensions),
 		ExternalBalancing:   sp.ExternalBalancing,
 	}
 	if out.ExternalBalancing == proxy.BalanceDefault {

@@ -180,10 +180,10 @@ type ServicePort struct {
 	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
 	HealthCheckNodePort uint16
 
-	// Scheduler is the IPVS scheduler decided from the annotation
-	// ipvs.svcproxy.io/scheduler and Options.Scheduling; nil outside IPVS
-	// mode. Only the ipvs backend reads it.
-	Scheduler *Scheduler
+	// Setting is the mode's own decision for the port (Options.PortSettings:
+	// IPVS mode's scheduler); nil when the mode has none. Only the mode's
+	// backend reads it.
+	Setting *PortSetting
 }
 
 // PortName returns sp.Name (zero for a nil sp): State.Services holds each

@@ -16,7 +16,6 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
@@ -426,7 +425,7 @@ func TestVMSchedulers(t *testing.T) {
 		t.Run(sched, func(t *testing.T) {
 			spec := svcSpec{name: "sched-" + sched, ip: 30 + i, endpoints: []string{"pod-a", "pod-b"}}
 			w := &world{e: e, f: f, tracker: model.NewTracker(f.Family),
-				scheduling: &desired.IPVSScheduling{Default: sched, Known: kipvs.Schedulers}}
+				scheduling: ipvs.NewScheduling(sched)}
 			p, _ := e.newProxier(t, f, ipvs.Options{})
 			e.sync(t, p, w.apply(spec))
 			c := e.ipvsClient(t)

@@ -166,16 +166,17 @@ func splitZero(p netip.Prefix) []netip.Prefix {
 }
 
 // virtualServer is the IPVS service of one frontend, with the scheduler
-// desired decided (a State computed without IPVS scheduling, as the shared
-// test cases are, decided none: round robin, the kernel's usual). ClientIP
-// affinity is IPVS persistence with the affinity timeout.
+// Compute decided (Scheduling, the port's Setting; a State computed
+// without it, as the shared test cases are, decided none: round robin,
+// the kernel's usual). ClientIP affinity is IPVS persistence with the
+// affinity timeout.
 func virtualServer(sp *desired.ServicePort, ip netip.Addr, port uint16) kipvs.Service {
 	svc := kipvs.Service{
 		ServiceKey: kipvs.ServiceKey{Addr: ip, Protocol: ProtocolOf(sp.Protocol), Port: port},
 		Scheduler:  kipvs.RoundRobin,
 	}
-	if sp.Scheduler != nil {
-		svc.Scheduler = sp.Scheduler.Name
+	if sp.Setting != nil {
+		svc.Scheduler = sp.Setting.Value
 	}
 	if sp.AffinitySeconds > 0 {
 		svc.Flags |= kipvs.FlagPersistent

@@ -69,18 +69,18 @@ func TestCreateUpdateDeleteVirtualServers(t *testing.T) {
 	}
 }
 
-// TestSchedulerPerService: the virtual servers use the scheduler desired
+// TestSchedulerPerService: the virtual servers use the scheduler Compute
 // decided for the port (the annotation's, or the default when it named
 // none); a State that decided none (not computed for IPVS) gets rr.
 func TestSchedulerPerService(t *testing.T) {
 	f := newFakes()
 	p := newProxier(f, proxy.IPv4, Options{})
 	a := svcPort("a", 1, w4.LocalPod(1))
-	a.Scheduler = &desired.Scheduler{Name: kipvs.WeightedLeastConnection}
+	a.Setting = &desired.PortSetting{Value: kipvs.WeightedLeastConnection}
 	b := svcPort("b", 2, w4.LocalPod(2))
-	b.Scheduler = &desired.Scheduler{Name: kipvs.SourceHashing}
+	b.Setting = &desired.PortSetting{Value: kipvs.SourceHashing}
 	c := svcPort("c", 3, w4.LocalPod(3))
-	c.Scheduler = &desired.Scheduler{Name: kipvs.WeightedLeastConnection, Ignored: "no-such-scheduler"}
+	c.Setting = &desired.PortSetting{Value: kipvs.WeightedLeastConnection, Refused: "no-such-scheduler"}
 	d := svcPort("d", 4, w4.LocalPod(4))
 	mustSync(t, p, baseState(proxy.IPv4, a, b, c, d))
 	for sp, want := range map[*desired.ServicePort]string{a: "wlc", b: "sh", c: "wlc", d: "rr"} {

@@ -102,8 +102,8 @@ type world struct {
 	f       scenario.Fam
 	tracker *model.Tracker
 	state   *desired.State
-	// scheduling is the IPVS scheduling desired resolves with (nil: rr).
-	scheduling *desired.IPVSScheduling
+	// scheduling is the IPVS scheduling Compute resolves with (nil: rr).
+	scheduling desired.PortSettings
 	// clusterNodeIPs are every Node's addresses, as --watch-node-addresses
 	// gives them (nil: unwatched).
 	clusterNodeIPs []netip.Addr
@@ -130,7 +130,7 @@ func (w *world) compute() *desired.State {
 	w.state = desired.Compute(w.state, snap, changes, node, desired.Options{
 		Family: w.f.Family, MasqueradeBit: 14, DetectLocalMode: "ClusterCIDR",
 		ClusterCIDRs:  []netip.Prefix{netnstest.ClusterCIDRv4, netnstest.ClusterCIDRv6},
-		BindNodePorts: true, Scheduling: w.scheduling,
+		BindNodePorts: true, PortSettings: w.scheduling,
 	})
 	return w.state
 }

@@ -1,6 +1,9 @@
 package model
 
-import "slices"
+import (
+	"maps"
+	"slices"
+)
 
 // Equal reports whether two service ports are the same in every field.
 func (sp *ServicePort) Equal(o *ServicePort) bool {
@@ -19,7 +22,7 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
 		sp.TrafficDistribution == o.TrafficDistribution &&
-		sp.SchedulerName() == o.SchedulerName() && sp.Created == o.Created &&
+		maps.Equal(sp.Extensions, o.Extensions) && sp.Created == o.Created &&
 		sp.ExternalBalancing == o.ExternalBalancing
 }
 

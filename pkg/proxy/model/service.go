@@ -13,8 +13,10 @@ import (
 // timeout, used when a Service asks for ClientIP affinity without a config.
 const defaultAffinitySeconds = 10800
 
-// SchedulerAnnotation is svcproxy's per-Service IPVS scheduler override.
-const SchedulerAnnotation = "ipvs.svcproxy.io/scheduler"
+// ExtensionDomain is the domain of svcproxy's extension annotations: a
+// key whose prefix is it or a subdomain of it (ipvs.svcproxy.io/…) is kept
+// in ServicePort.Extensions.
+const ExtensionDomain = "svcproxy.io"
 
 // ExternalBalancingAnnotation is svcproxy's per-Service choice of how
 // external traffic picks an endpoint (proxy.Balancing: random or maglev).
@@ -44,7 +46,7 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		InternalLocal:       internalLocal(svc),
 		ExternalLocal:       externalLocal(svc),
 		TrafficDistribution: trafficDistribution(svc),
-		Scheduler:           schedulerOf(svc),
+		Extensions:          extensionsOf(svc),
 		ExternalBalancing:   externalBalancing(p, svc),
 		Created:             createdOf(svc),
 	}
@@ -111,13 +113,27 @@ func (s *seenPorts) add(sp *ServicePort) error {
 	return nil
 }
 
-// schedulerOf returns the scheduler annotation, trimmed; nil when unset
-// or blank, so that most Services allocate nothing for it.
-func schedulerOf(svc *v1.Service) *string {
-	if s := strings.TrimSpace(svc.Annotations[SchedulerAnnotation]); s != "" {
-		return &s
+// extensionsOf returns the Service's extension annotations, values
+// trimmed, blank ones left out; nil when there are none, so that most
+// Services allocate nothing for them. Their meaning is the mode's to
+// decide (desired.PortSettings), so none is validated here.
+func extensionsOf(svc *v1.Service) map[string]string {
+	var out map[string]string
+	for k, v := range svc.Annotations {
+		domain, _, ok := strings.Cut(k, "/")
+		if !ok || (domain != ExtensionDomain && !strings.HasSuffix(domain, "."+ExtensionDomain)) ||
+			k == ExternalBalancingAnnotation { // decided here, for every mode
+			continue
+		}
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, 1)
+		}
+		out[k] = v
 	}
-	return nil
+	return out
 }
 
 // externalBalancing returns the algorithm the annotation names; absent or

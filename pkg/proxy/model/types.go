@@ -27,12 +27,13 @@ type ServicePort struct {
 	// SourceRanges holds the trimmed, valid loadBalancerSourceRanges of
 	// the family, masked.
 	SourceRanges []netip.Prefix
-	// Scheduler is the IPVS scheduler the Service asks for with the
-	// svcproxy extension annotation ipvs.svcproxy.io/scheduler; nil means
-	// the node's default (SchedulerName). The IPVS backend ignores unknown
-	// names. A pointer rather than a string: the annotation is rare, and
-	// the 8 bytes saved hold Created within the same size.
-	Scheduler *string
+	// Extensions are the Service's svcproxy extension annotations (keys
+	// under ExtensionDomain, values trimmed; nil when none), shared by its
+	// ports. Only a mode's own per-port decision reads them
+	// (desired.PortSettings: IPVS mode's ipvs.svcproxy.io/scheduler). A
+	// map, one word, rather than a struct of values: the annotations are
+	// rare, and the word keeps Created within the same size class.
+	Extensions map[string]string
 	// Created is metadata.creationTimestamp in Unix seconds (the API's
 	// resolution; 0 when unset). Equal claims on one frontend go to the
 	// oldest Service (desired/claims.go): the API server sets it, so a
@@ -74,14 +75,6 @@ func (sp *ServicePort) PortName() proxy.ServicePortName {
 		return proxy.ServicePortName{}
 	}
 	return sp.Name
-}
-
-// SchedulerName returns the annotation's scheduler, "" when there is none.
-func (sp *ServicePort) SchedulerName() string {
-	if sp.Scheduler == nil {
-		return ""
-	}
-	return *sp.Scheduler
 }
 
 // TrafficDistribution is the endpoint topology preference of a Service.

@@ -31,11 +31,13 @@ import (
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 
-// backend is what the benchmark needs of a Proxier.
+// backend is what the benchmark needs of a Proxier; both backends it
+// compares hold netlink sockets that Close releases.
 type backend interface {
 	Init(context.Context) error
 	Sync(context.Context, *desired.State, proxy.SyncMode) error
 	Cleanup(context.Context) error
+	Close()
 }
 
 // result is one backend at one scale, in milliseconds.
@@ -128,7 +130,7 @@ func measure(newBackend func() (backend, error), n, changes int) (*result, error
 		}
 		r.changes = append(r.changes, d)
 	}
-	closeBackend(p)
+	p.Close()
 	if r.restart, err = timed(ns, func() error {
 		if err := start(); err != nil {
 			return err
@@ -140,7 +142,7 @@ func measure(newBackend func() (backend, error), n, changes int) (*result, error
 	if err := ns.Do(func() error { return p.Cleanup(ctx) }); err != nil {
 		return nil, fmt.Errorf("cleanup: %w", err)
 	}
-	closeBackend(p)
+	p.Close()
 	return r, nil
 }
 
@@ -164,12 +166,6 @@ func firstLines(s string, n int) string {
 		return s
 	}
 	return fmt.Sprintf("%s\n  ... and %d more", strings.Join(lines[:n], "\n  "), len(lines)-n)
-}
-
-func closeBackend(p backend) {
-	if c, ok := p.(interface{ Close() }); ok {
-		c.Close()
-	}
 }
 
 func timed(ns *netnstest.NS, fn func() error) (float64, error) {

@@ -9,24 +9,24 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// sched is desired's decision for an annotation value: kept when it names
-// a kernel scheduler, else ignored (the default, rr here, applies).
-func sched(value string) *desired.Scheduler {
+// sched is a mode's decision for an annotation value: kept when it is
+// known, else refused (the default, rr here, applies).
+func sched(value string) *desired.PortSetting {
 	switch value {
 	case "":
-		return &desired.Scheduler{Name: "rr"}
+		return &desired.PortSetting{Value: "rr"}
 	case "rr", "lc":
-		return &desired.Scheduler{Name: value}
+		return &desired.PortSetting{Value: value}
 	}
-	return &desired.Scheduler{Name: "rr", Ignored: value}
+	return &desired.PortSetting{Value: "rr", Refused: value}
 }
 
-func TestSchedulerWarnerWarnsOncePerServiceAndValue(t *testing.T) {
+func TestSettingWarnerWarnsOncePerServiceAndValue(t *testing.T) {
 	var got []string
-	w := newSchedulerWarner(func(svc proxy.ServiceName, value string) { got = append(got, svc.String()+"="+value) })
+	w := newSettingWarner(func(svc proxy.ServiceName, value string) { got = append(got, svc.String()+"="+value) })
 	port := func(svc, portName, value string) *desired.ServicePort {
 		return &desired.ServicePort{Name: proxy.ServicePortName{
-			ServiceName: proxy.ServiceName{Namespace: "ns", Name: svc}, Port: portName, Protocol: proxy.TCP}, Scheduler: sched(value)}
+			ServiceName: proxy.ServiceName{Namespace: "ns", Name: svc}, Port: portName, Protocol: proxy.TCP}, Setting: sched(value)}
 	}
 	full := &desired.State{Services: model.PortMap[*desired.ServicePort]{}}
 	for _, sp := range []*desired.ServicePort{port("a", "http", "lc"), port("b", "http", "fastest"), port("b", "https", "fastest"), port("c", "", "")} {
@@ -46,16 +46,16 @@ func TestSchedulerWarnerWarnsOncePerServiceAndValue(t *testing.T) {
 	}
 }
 
-// TestSchedulerWarnerForgetsGoneServices: the warner's memory must follow
+// TestSettingWarnerForgetsGoneServices: the warner's memory must follow
 // the Services that exist, not every Service ever seen.
-func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
+func TestSettingWarnerForgetsGoneServices(t *testing.T) {
 	warnings := 0
-	w := newSchedulerWarner(func(proxy.ServiceName, string) { warnings++ })
+	w := newSettingWarner(func(proxy.ServiceName, string) { warnings++ })
 	state := &desired.State{Services: model.PortMap[*desired.ServicePort]{}}
 	var names []proxy.ServicePortName
 	for i := range 100 {
 		sp := &desired.ServicePort{Name: proxy.ServicePortName{
-			ServiceName: proxy.ServiceName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}, Port: "p", Protocol: proxy.TCP}, Scheduler: sched("bogus")}
+			ServiceName: proxy.ServiceName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}, Port: "p", Protocol: proxy.TCP}, Setting: sched("bogus")}
 		state.Services = state.Services.With(sp.Name, sp)
 		names = append(names, sp.Name)
 	}
@@ -70,7 +70,7 @@ func TestSchedulerWarnerForgetsGoneServices(t *testing.T) {
 		switch {
 		case i < 50: // deleted
 		case i < 75:
-			partial.Services = partial.Services.With(name, &desired.ServicePort{Name: name, Scheduler: sched("rr")})
+			partial.Services = partial.Services.With(name, &desired.ServicePort{Name: name, Setting: sched("rr")})
 		default:
 			partial.Services = partial.Services.With(name, state.Service(name))
 			continue

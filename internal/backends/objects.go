@@ -1,4 +1,4 @@
-package explain
+package backends
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -21,16 +22,15 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
-// ObjectsFunc lists the kernel objects that implement e in one backend,
-// one line each. Each backend's row in internal/backends names its own:
-// NFTablesObjects, IPTablesObjects, IPVSObjects, EBPFObjects.
-type ObjectsFunc func(ctx context.Context, state *desired.State, e Explanation) ([]string, error)
+// The rows' Objects (ObjectsFunc): each names the kernel objects
+// that implement an explanation as its backend names them, so they live
+// beside the rows, the one place outside a backend's package that knows it.
 
-// NFTablesObjects asks the nftables backend itself: it renders the one service
+// nftablesObjects asks the nftables backend itself: it renders the one service
 // port into a knftables fake, then follows the frontend's verdict through
 // the chains it jumps to, collecting the sets and maps they use. Names
 // therefore never drift from the backend's.
-func NFTablesObjects(ctx context.Context, state *desired.State, e Explanation) ([]string, error) {
+func nftablesObjects(ctx context.Context, state *desired.State, e explain.Explanation) ([]string, error) {
 	if e.Port == nil {
 		return nil, nil
 	}
@@ -47,12 +47,12 @@ func NFTablesObjects(ctx context.Context, state *desired.State, e Explanation) (
 	}
 	proto := strings.ToLower(string(e.Port.Protocol))
 	mapName, key := "service-ips", []string{e.Packet.Dest.Unmap().String(), proto, strconv.Itoa(int(e.Packet.Port))}
-	if e.Frontend == FrontendNodePort {
+	if e.Frontend == explain.FrontendNodePort {
 		mapName, key = "service-nodeports", []string{proto, strconv.Itoa(int(e.Packet.Port))}
 	}
 	table := fmt.Sprintf("table %s %s", family, nftables.TableName)
 	out := []string{table + ": chains nat-prerouting / nat-output → services"}
-	if e.Frontend == FrontendNodePort && !state.NodePorts.All {
+	if e.Frontend == explain.FrontendNodePort && !state.NodePorts.All {
 		out = append(out, table+": set nodeport-ips (the nodePortAddresses)")
 	}
 	elem := findElement(fake, mapName, key)
@@ -68,7 +68,7 @@ func NFTablesObjects(ctx context.Context, state *desired.State, e Explanation) (
 	for _, r := range refs {
 		out = append(out, table+": set/map "+r)
 	}
-	if e.Frontend == FrontendLoadBalancer && e.Port.AllowedSources != nil {
+	if e.Frontend == explain.FrontendLoadBalancer && e.Port.AllowedSources != nil {
 		out = append(out, table+": set firewall-guards, set firewall-allow (loadBalancerSourceRanges, chain firewall-check)")
 	}
 	if e.Masquerade {
@@ -127,26 +127,26 @@ func jumps(s string) []string {
 	return out
 }
 
-// IPTablesObjects names upstream's chains, as the iptables backend spells
+// iptablesObjects names upstream's chains, as the iptables backend spells
 // them (iptables.ChainNamesOf): KUBE-SVL is a Local policy's dispatch,
 // KUBE-SVC the cluster-wide one.
-func IPTablesObjects(_ context.Context, _ *desired.State, e Explanation) ([]string, error) {
+func iptablesObjects(_ context.Context, _ *desired.State, e explain.Explanation) ([]string, error) {
 	if e.Port == nil {
 		return nil, nil
 	}
 	c := iptables.ChainNamesOf(e.Port.Name)
 	out := []string{"nat KUBE-SERVICES (cluster, external and LB IPs; node ports via KUBE-NODEPORTS)"}
 	switch {
-	case e.Class == ClassInternal && e.Port.InternalLocal:
+	case e.Class == explain.ClassInternal && e.Port.InternalLocal:
 		out = append(out, "nat "+c.SVL+" (local endpoints)")
-	case e.Class == ClassInternal:
+	case e.Class == explain.ClassInternal:
 		out = append(out, "nat "+c.SVC)
 	default:
-		if e.Frontend == FrontendLoadBalancer && e.Port.AllowedSources != nil {
+		if e.Frontend == explain.FrontendLoadBalancer && e.Port.AllowedSources != nil {
 			out = append(out, "nat "+c.FW+" (loadBalancerSourceRanges), filter KUBE-PROXY-FIREWALL")
 		}
 		out = append(out, "nat "+c.EXT)
-		if e.Class == ClassExternal && e.Port.ExternalLocal {
+		if e.Class == explain.ClassExternal && e.Port.ExternalLocal {
 			out = append(out, "nat "+c.SVL+" (local endpoints)")
 		} else {
 			out = append(out, "nat "+c.SVC)
@@ -158,28 +158,28 @@ func IPTablesObjects(_ context.Context, _ *desired.State, e Explanation) ([]stri
 	if e.Masquerade {
 		out = append(out, "nat KUBE-MARK-MASQ, KUBE-POSTROUTING")
 	}
-	if e.Verdict == Reject || e.Verdict == Drop {
+	if e.Verdict == explain.Reject || e.Verdict == explain.Drop {
 		out = append(out, "filter KUBE-SERVICES / KUBE-EXTERNAL-SERVICES (REJECT/DROP rules for services without endpoints)")
 	}
 	return out, nil
 }
 
-// IPVSObjects names the virtual server and asks the IPVS backend which of
+// ipvsObjects names the virtual server and asks the IPVS backend which of
 // its ipsets hold the frontend (IPv6 sets are KUBE-6-…, SCTP node ports
 // …-SCTP-HASH: names only the backend should spell).
-func IPVSObjects(_ context.Context, state *desired.State, e Explanation) ([]string, error) {
+func ipvsObjects(_ context.Context, state *desired.State, e explain.Explanation) ([]string, error) {
 	if e.Port == nil {
 		return nil, nil
 	}
 	vs := fmt.Sprintf("IPVS virtual server %s %s", strings.ToLower(string(e.Port.Protocol)),
 		netip.AddrPortFrom(e.Packet.Dest, e.Packet.Port))
 	out := []string{vs + " (ipvsadm -Ln)"}
-	if sch := e.Port.Scheduler; sch != nil && sch.Ignored != "" {
-		out[0] = fmt.Sprintf("%s, scheduler %s (the annotation's %q names no IPVS scheduler)", vs, sch.Name, sch.Ignored)
+	if sch := e.Port.Setting; sch != nil && sch.Refused != "" {
+		out[0] = fmt.Sprintf("%s, scheduler %s (the annotation's %q names no IPVS scheduler)", vs, sch.Value, sch.Refused)
 	} else if sch != nil {
-		out[0] = fmt.Sprintf("%s, scheduler %s (ipvsadm -Ln)", vs, sch.Name)
+		out[0] = fmt.Sprintf("%s, scheduler %s (ipvsadm -Ln)", vs, sch.Value)
 	}
-	if e.Frontend != FrontendNodePort {
+	if e.Frontend != explain.FrontendNodePort {
 		out = append(out, "address on dummy interface "+ipvs.DummyLink)
 	}
 	if sets := ipvs.SetsFor(state, e.Port, e.Packet.Dest, e.Packet.Port); len(sets) > 0 {
@@ -191,12 +191,12 @@ func IPVSObjects(_ context.Context, state *desired.State, e Explanation) ([]stri
 	return out, nil
 }
 
-// EBPFObjects names both halves of ebpf mode: the map entries the socket
+// ebpfObjects names both halves of ebpf mode: the map entries the socket
 // hooks translate the frontend with, when a socket on the node connects
 // (ebpf.ObjectNames), and the nftables objects that serve packets the
 // hooks never see (from other nodes, or from processes outside the
 // cgroup).
-func EBPFObjects(ctx context.Context, state *desired.State, e Explanation) ([]string, error) {
+func ebpfObjects(ctx context.Context, state *desired.State, e explain.Explanation) ([]string, error) {
 	if e.Port == nil {
 		return nil, nil
 	}
@@ -210,6 +210,6 @@ func EBPFObjects(ctx context.Context, state *desired.State, e Explanation) ([]st
 		// the rendered ones, are the packet path's alone.
 		out = []string{"socket hooks: not translated at connect (" + err.Error() + ")"}
 	}
-	nft, err := NFTablesObjects(ctx, state, e)
+	nft, err := nftablesObjects(ctx, state, e)
 	return append(out, nft...), err
 }

@@ -1,23 +1,23 @@
 package app
 
 import (
-	"fmt"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/svcproxy/svcproxy/pkg/kipvs"
+	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
-// schedulerWarner reports, once per Service and value, an
-// ipvs.svcproxy.io/scheduler annotation that desired ignored because it
-// names no kernel scheduler (desired.Scheduler.Ignored: the node's default
-// applies); the Warning event tells the Service's owner why. It reads the
-// decision and checks nothing itself.
-type schedulerWarner struct {
+// settingWarner reports, once per Service and value, an extension
+// annotation that the mode's own per-port decision refused
+// (desired.PortSetting.Refused, as IPVS mode refuses a scheduler the
+// kernel does not ship); the Warning event, worded by the mode's row,
+// tells the Service's owner why. It reads the decision and checks nothing
+// itself.
+type settingWarner struct {
 	warn func(svc proxy.ServiceName, value string)
 
 	mu sync.Mutex
@@ -27,13 +27,13 @@ type schedulerWarner struct {
 	warned map[proxy.ServiceName]string
 }
 
-func newSchedulerWarner(warn func(proxy.ServiceName, string)) *schedulerWarner {
-	return &schedulerWarner{warn: warn, warned: map[proxy.ServiceName]string{}}
+func newSettingWarner(warn func(proxy.ServiceName, string)) *settingWarner {
+	return &settingWarner{warn: warn, warned: map[proxy.ServiceName]string{}}
 }
 
 // observe fits syncer.Options.AfterSync: it looks at the changed ports, or
 // all of them after a full sync, which also rebuilds warned from scratch.
-func (w *schedulerWarner) observe(state *desired.State, _ model.Changes) {
+func (w *settingWarner) observe(state *desired.State, _ model.Changes) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if state.Changed == nil {
@@ -56,15 +56,15 @@ func (w *schedulerWarner) observe(state *desired.State, _ model.Changes) {
 	}
 }
 
-// check warns about sp's scheduler unless before or w.warned already holds
-// that value for its Service, and records the outcome in w.warned.
-func (w *schedulerWarner) check(before map[proxy.ServiceName]string, sp *desired.ServicePort) {
+// check warns about sp's refused setting unless before or w.warned already
+// holds that value for its Service, and records the outcome in w.warned.
+func (w *settingWarner) check(before map[proxy.ServiceName]string, sp *desired.ServicePort) {
 	svc := sp.Name.ServiceName
-	if sp.Scheduler == nil || sp.Scheduler.Ignored == "" {
+	if sp.Setting == nil || sp.Setting.Refused == "" {
 		delete(w.warned, svc)
 		return
 	}
-	value := sp.Scheduler.Ignored
+	value := sp.Setting.Refused
 	// w.warned: another port of the Service, already seen in this sync.
 	if before[svc] != value && w.warned[svc] != value {
 		w.warn(svc, value)
@@ -72,13 +72,12 @@ func (w *schedulerWarner) check(before map[proxy.ServiceName]string, sp *desired
 	w.warned[svc] = value
 }
 
-// invalidScheduler records the Warning event for observe; every IPVS
-// node ignores the annotation alike, so they post one Event.
-func (e *eventSink) invalidScheduler(svc proxy.ServiceName, value string) {
+// refusedSetting records the Warning event for observe, as the mode's row
+// words it; every node of the mode refuses the annotation alike, so they
+// post one Event.
+func (e *eventSink) refusedSetting(svc proxy.ServiceName, w backends.Warning) {
 	ref := v1.ObjectReference{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}
-	e.shared.post(ref, "InvalidIPVSScheduler", "SyncProxyRules", fmt.Sprintf(
-		"annotation %s=%q names no IPVS scheduler (one of %v); the node's default is used",
-		model.SchedulerAnnotation, value, kipvs.Schedulers))
+	e.shared.post(ref, w.Reason, "SyncProxyRules", w.Message)
 }
 
 // chainAfterSync runs every hook after a sync, in order.
