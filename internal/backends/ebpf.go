@@ -67,6 +67,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		return nil, err
 	}
 	hooks := map[proxy.IPFamily]*ebpf.Proxier{}
+	inst.StaleFlows = map[proxy.IPFamily]StaleFlows{}
 	for _, f := range env.Families {
 		p, err := ebpf.New(f, ebpf.Options{PinDir: pinDir, Cgroup: cgroup})
 		if err != nil {
@@ -75,6 +76,9 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		}
 		inst.OnClose(p.Close)
 		hooks[f] = p
+		// A socket the hooks sent to an endpoint keeps it as a DNATed
+		// flow does: the conntrack cleanup's rule destroys it.
+		inst.StaleFlows[f] = StaleFlows{Table: p.Sockets(), Name: "ebpf sockets"}
 		nft := inst.Proxiers[f]
 		both := &hooksAndRules{hooks: p, rules: nft.Proxier}
 		// The nftables half reads its tables back ahead of the first sync
