@@ -86,7 +86,7 @@ type Instance struct {
 	// StaleFlows are, per family, connections beside conntrack's that go
 	// stale as its flows do and are removed by the same rule.
 	StaleFlows map[proxy.IPFamily]StaleFlows
-	closers         []func()
+	closers    []func()
 }
 
 // StaleFlows is a table of connections the conntrack cleanup's rule
