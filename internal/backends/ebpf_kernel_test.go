@@ -45,6 +45,9 @@ func TestKernelEBPFMode(t *testing.T) {
 		}
 		t.Cleanup(inst.Close)
 		both = inst.Proxiers[f.Family].Proxier.(*hooksAndRules)
+		if inst.StaleFlows[f.Family].Table != both.hooks.Sockets() {
+			t.Errorf("the row hands the conntrack cleanup %+v, want the hooks' sockets", inst.StaleFlows[f.Family])
+		}
 		return both.Init(ctx)
 	})
 	if err != nil {
