@@ -16,7 +16,7 @@
 #
 # Builds what it needs: kube-apiserver and etcd (hack/build-controlplane.sh: 0 s when cached,
 # ~5–18 min cold), upstream kube-proxy (above), the earlier svcproxy of the upgrade scenario
-# (hack/build-svcproxy-at.sh --previous), svcproxy and the test tools (the tests run
+# (hack/build-svcproxy-at.sh --previous, and --previous ebpf), svcproxy and the test tools (the tests run
 # `go build`). A missing binary or control plane is a failure, never a skip.
 #
 # Knobs: E2E_MODES (nftables,iptables), E2E_RUN (go test -run), E2E_TIMEOUT (default 30m),
@@ -68,6 +68,7 @@ main() {
   # The earlier svcproxy of the upgrade scenario, cached like the others.
   t0=$SECONDS
   "$HACK/build-svcproxy-at.sh" --previous >/dev/null || { log "ERROR: building the previous svcproxy failed"; return 1; }
+  "$HACK/build-svcproxy-at.sh" --previous ebpf >/dev/null || { log "ERROR: building the previous svcproxy of ebpf mode failed"; return 1; }
   log "previous svcproxy ($((SECONDS - t0)) s)"
   local args=(-count=1 -timeout "${E2E_TIMEOUT:-30m}")
   [[ -z ${E2E_RUN:-} ]] || args+=(-run "$E2E_RUN")
