@@ -62,6 +62,13 @@ func TestKernelEBPFMode(t *testing.T) {
 	if s := both.hooks.Stats(); s == nil || s.Links != 4 || s.Entries["services"] == 0 || s.Capacity["backends"] == 0 {
 		t.Errorf("after a sync the hooks' stats are %+v, want 4 links and entries", s)
 	}
+	// After a sync the row says the kernel holds every port, so that a
+	// rejected sync after a restart searches without dropping them.
+	var held map[proxy.ServicePortName]struct{}
+	err = env.Node1.NS.Do(func() (err error) { held, err = both.HeldPorts(ctx, st); return err })
+	if err != nil || len(held) != st.Services.Len() {
+		t.Errorf("HeldPorts after a sync: %d of %d ports (err %v), want all", len(held), st.Services.Len(), err)
+	}
 	t.Run(string(f.Family), func(t *testing.T) { env.ReachableCases(t, f) })
 
 	vip := netip.AddrPortFrom(f.ClusterIP(10), scenario.SvcPort) // "spread": pod-a, pod-b, pod-c, pod-r
