@@ -19,7 +19,7 @@
 # (hack/build-svcproxy-at.sh --previous, and --previous ebpf), svcproxy and the test tools (the tests run
 # `go build`). A missing binary or control plane is a failure, never a skip.
 #
-# Knobs: E2E_MODES (nftables,iptables), E2E_RUN (go test -run), E2E_TIMEOUT (default 30m),
+# Knobs: E2E_MODES (nftables,iptables,ebpf), E2E_RUN (go test -run), E2E_TIMEOUT (default 45m),
 #        E2E_APISERVER_OUTAGE (how long the outage scenario stops the API server; default 60s),
 #        E2E_SVCPROXY_V (svcproxy's -v, default 2; 4 logs every reflector retry),
 #        SVCPROXY_BIN (test this binary instead of building ./cmd/svcproxy).
@@ -70,7 +70,7 @@ main() {
   "$HACK/build-svcproxy-at.sh" --previous >/dev/null || { log "ERROR: building the previous svcproxy failed"; return 1; }
   "$HACK/build-svcproxy-at.sh" --previous ebpf >/dev/null || { log "ERROR: building the previous svcproxy of ebpf mode failed"; return 1; }
   log "previous svcproxy ($((SECONDS - t0)) s)"
-  local args=(-count=1 -timeout "${E2E_TIMEOUT:-30m}")
+  local args=(-count=1 -timeout "${E2E_TIMEOUT:-45m}")
   [[ -z ${E2E_RUN:-} ]] || args+=(-run "$E2E_RUN")
   [[ -n $JSON ]] && args+=("$JSON") || args+=(-v)
   log "go test ${args[*]} ./... (in test/e2e; logs of each cluster under _output/e2e/)"
