@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# hack/build-svcproxy-at.sh COMMIT|--previous — build svcproxy as it was at COMMIT of this
-# repository, for the tests that upgrade a node from an earlier svcproxy and downgrade it back
-# (test/e2e, UpgradeAndDowngradeUnderLoad). --previous is the commit pinned in
-# hack/tools/svcproxy-previous (its last line that is not a comment).
+# hack/build-svcproxy-at.sh COMMIT|--previous [MODE] — build svcproxy as it was at COMMIT of
+# this repository, for the tests that upgrade a node from an earlier svcproxy and downgrade it
+# back (test/e2e, UpgradeAndDowngradeUnderLoad). --previous is the commit pinned in
+# hack/tools/svcproxy-previous-MODE when MODE is given and that file exists, else in
+# hack/tools/svcproxy-previous (the file's last line that is not a comment).
 #
 # The tree of COMMIT comes from `git archive` (no worktree, no checkout: the caller's index and
 # branches are left alone) into a temporary dir, and is built with its own go.mod, whatever this
@@ -20,9 +21,10 @@ log() { echo "[build-svcproxy-at] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 main() {
-  [[ $# == 1 ]] || die "usage: $0 COMMIT|--previous"
-  local rev=$1 commit out t0=$SECONDS
-  [[ $rev != --previous ]] || rev=$(grep -v '^#' "$HACK/tools/svcproxy-previous" | tail -n 1)
+  [[ $# == 1 || ($# == 2 && $1 == --previous) ]] || die "usage: $0 COMMIT|--previous [MODE]"
+  local rev=$1 commit out t0=$SECONDS pin=$HACK/tools/svcproxy-previous
+  [[ $# == 1 || ! -f $pin-$2 ]] || pin=$pin-$2
+  [[ $rev != --previous ]] || rev=$(grep -v '^#' "$pin" | tail -n 1)
   commit=$(git -C "$ROOT" rev-parse --verify --quiet "$rev^{commit}") || die "no commit $rev in $ROOT"
   out=${SVCPROXY_AT_DIR:-$ROOT/_output/svcproxy-at}/$commit
   if [[ -x $out/svcproxy ]]; then

@@ -16,10 +16,10 @@
 #
 # Builds what it needs: kube-apiserver and etcd (hack/build-controlplane.sh: 0 s when cached,
 # ~5–18 min cold), upstream kube-proxy (above), the earlier svcproxy of the upgrade scenario
-# (hack/build-svcproxy-at.sh --previous), svcproxy and the test tools (the tests run
+# (hack/build-svcproxy-at.sh --previous, and --previous ebpf), svcproxy and the test tools (the tests run
 # `go build`). A missing binary or control plane is a failure, never a skip.
 #
-# Knobs: E2E_MODES (nftables,iptables), E2E_RUN (go test -run), E2E_TIMEOUT (default 30m),
+# Knobs: E2E_MODES (nftables,iptables,ebpf), E2E_RUN (go test -run), E2E_TIMEOUT (default 45m),
 #        E2E_APISERVER_OUTAGE (how long the outage scenario stops the API server; default 60s),
 #        E2E_SVCPROXY_V (svcproxy's -v, default 2; 4 logs every reflector retry),
 #        E2E_CONNTRACK_EVENTS=1 (the rollback tests log the node's conntrack events to the
@@ -70,8 +70,9 @@ main() {
   # The earlier svcproxy of the upgrade scenario, cached like the others.
   t0=$SECONDS
   "$HACK/build-svcproxy-at.sh" --previous >/dev/null || { log "ERROR: building the previous svcproxy failed"; return 1; }
+  "$HACK/build-svcproxy-at.sh" --previous ebpf >/dev/null || { log "ERROR: building the previous svcproxy of ebpf mode failed"; return 1; }
   log "previous svcproxy ($((SECONDS - t0)) s)"
-  local args=(-count=1 -timeout "${E2E_TIMEOUT:-30m}")
+  local args=(-count=1 -timeout "${E2E_TIMEOUT:-45m}")
   [[ -z ${E2E_RUN:-} ]] || args+=(-run "$E2E_RUN")
   [[ -n $JSON ]] && args+=("$JSON") || args+=(-v)
   log "go test ${args[*]} ./... (in test/e2e; logs of each cluster under _output/e2e/)"

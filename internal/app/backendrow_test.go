@@ -173,7 +173,7 @@ func TestBackendIsOneRow(t *testing.T) {
 		t.Errorf("Init called %d times, want once per family", p.inits)
 	}
 	first := newFirstSyncs(families)
-	syncers, err := d.newSyncers(ctx, inst.Proxiers, feed, &kconntrack.Fake{}, first)
+	syncers, err := d.newSyncers(ctx, inst, feed, &kconntrack.Fake{}, first)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -165,7 +166,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	defer conntrackClient.Close()
 	firstSyncs := newFirstSyncs(families)
-	syncers, err := d.newSyncers(ctx, inst.Proxiers, feed, conntrackClient, firstSyncs)
+	syncers, err := d.newSyncers(ctx, inst, feed, conntrackClient, firstSyncs)
 	if err != nil {
 		return err
 	}
@@ -280,7 +281,8 @@ func (d *daemon) serveLocal() (closeLocal func()) {
 
 // newSyncers builds one syncer per family on the feed's tracker and
 // connects the feed's sync requests to it.
-func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syncer.Backend, feed *feed, ct kconntrack.Interface, first *firstSyncs) (map[proxy.IPFamily]*syncer.Syncer, error) {
+func (d *daemon) newSyncers(ctx context.Context, inst *backends.Instance, feed *feed, ct kconntrack.Interface, first *firstSyncs) (map[proxy.IPFamily]*syncer.Syncer, error) {
+	proxiers := inst.Proxiers
 	syncers := make(map[proxy.IPFamily]*syncer.Syncer, len(proxiers))
 	gc := newGCTuner(slices.Collect(maps.Keys(proxiers)))
 	settings := d.settingWarner()
@@ -290,11 +292,8 @@ func (d *daemon) newSyncers(ctx context.Context, proxiers map[proxy.IPFamily]syn
 		if !ok || tracker == nil {
 			continue
 		}
-		// Stale UDP/SCTP flows are removed beside the sync, never inside it.
-		reconciler := conntrack.New(family, ct, conntrack.Options{})
-		go reconciler.Run(ctx)
 		compute := d.backend.Options(d.cfg, family)
-		afterSync := chainAfterSync(d.afterSync(compute, reconciler.Observe, settings), gc.afterSync(family), first.afterSync(family))
+		afterSync := chainAfterSync(d.afterSync(compute, reconcilers(ctx, family, ct, inst), settings), gc.afterSync(family), first.afterSync(family))
 		if serve := localhostProxy(ctx, compute); serve != nil {
 			afterSync = chainAfterSync(afterSync, serve)
 		}
@@ -333,6 +332,22 @@ func (d *daemon) settingWarner() *settingWarner {
 		return nil
 	}
 	return newSettingWarner(func(svc proxy.ServiceName, value string) { d.events.refusedSetting(svc, refused(value)) })
+}
+
+// reconcilers starts the removal of family's stale UDP/SCTP flows beside
+// the sync, never inside it: conntrack's, and those of the instance's
+// stale-flow table (ebpf mode's translated sockets) by the same rule. It
+// returns what observes each State.
+func reconcilers(ctx context.Context, family proxy.IPFamily, ct kconntrack.Interface, inst *backends.Instance) func(*desired.State, model.Changes) {
+	r := conntrack.New(family, ct, conntrack.Options{})
+	go r.Run(ctx)
+	t, ok := inst.StaleFlows[family]
+	if !ok {
+		return r.Observe
+	}
+	tr := conntrack.New(family, t.Table, conntrack.Options{Table: t.Name, Report: func(conntrack.Result, time.Duration) {}})
+	go tr.Run(ctx)
+	return chainAfterSync(r.Observe, tr.Observe)
 }
 
 // quarantineFile is where a family's quarantine is kept for the next

@@ -72,7 +72,7 @@ func syncEBPFRow(ctx context.Context, t *testing.T, cfg *config.Config) *desired
 	row.SyncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x", Help: "x"}, []string{"ip_family"})
 	d := rowDaemon(t, cfg, backends.Registry{row})
 	families, feed, inst := openRow(ctx, t, d)
-	syncers, err := d.newSyncers(ctx, inst.Proxiers, feed, &kconntrack.Fake{}, newFirstSyncs(families))
+	syncers, err := d.newSyncers(ctx, inst, feed, &kconntrack.Fake{}, newFirstSyncs(families))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -96,7 +97,20 @@ type Instance struct {
 	// IPTablesFlavour is the flavour of the iptables tools the instance
 	// drives ("" if none), for svcproxy status.
 	IPTablesFlavour kiptables.Flavour
-	closers         []func()
+	// StaleFlows are, per family, connections beside conntrack's that go
+	// stale as its flows do and are removed by the same rule.
+	StaleFlows map[proxy.IPFamily]StaleFlows
+	closers    []func()
+}
+
+// StaleFlows is a table of connections the conntrack cleanup's rule
+// applies to: ebpf mode's sockets, translated at connect, which keep their
+// endpoint as a DNATed flow does.
+type StaleFlows struct {
+	Table kconntrack.Interface
+	// Name is what logs call the table. The table counts what it removes
+	// in metrics of its own (the conntrack cleanup's are conntrack's).
+	Name string
 }
 
 // OnClose adds f to what Close runs.

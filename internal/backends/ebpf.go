@@ -66,6 +66,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		return nil, err
 	}
 	hooks := map[proxy.IPFamily]*ebpf.Proxier{}
+	inst.StaleFlows = map[proxy.IPFamily]StaleFlows{}
 	for _, f := range env.Families {
 		p, err := ebpf.New(f, ebpf.Options{PinDir: pinDir, Cgroup: cgroup})
 		if err != nil {
@@ -74,13 +75,16 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		}
 		inst.OnClose(p.Close)
 		hooks[f] = p
+		// A socket the hooks sent to an endpoint keeps it as a DNATed
+		// flow does: the conntrack cleanup's rule destroys it.
+		inst.StaleFlows[f] = StaleFlows{Table: p.Sockets(), Name: "ebpf sockets"}
 		nft := inst.Proxiers[f]
-		both := &hooksAndRules{hooks: p, rules: nft.Proxier}
+		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder}
 		// The nftables half reads its tables back ahead of the first sync
 		// and says whether they held rules; the hooks' maps are read back
 		// by their own first (recovery) sync. Which ports the kernel holds
-		// is not asked: the nftables half alone cannot tell it for both.
-		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: nft.Preparer, RulesHolder: nft.RulesHolder}
+		// is the nftables half's answer (HeldPorts).
+		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: nft.Preparer, RulesHolder: nft.RulesHolder, PortHolder: both}
 	}
 	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir)
 	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newEBPFCollector(hooks)))
@@ -130,6 +134,21 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 type hooksAndRules struct {
 	hooks *ebpf.Proxier
 	rules syncer.Proxier
+	held  syncer.PortHolder
+}
+
+// HeldPorts is the nftables half's answer. After a restart whose first
+// sync the kernel rejects, the search for the offending ports starts by
+// programming the held ports in both halves: a port the rules hold as the
+// State wants it is then served by the hooks too (their maps are written
+// for it, or already hold it) and stays served while the search tries the
+// others. Without an answer the search would start from no port at all,
+// and both halves would drop every Service until it ends.
+func (b *hooksAndRules) HeldPorts(ctx context.Context, st *desired.State) (map[proxy.ServicePortName]struct{}, error) {
+	if b.held == nil {
+		return nil, nil
+	}
+	return b.held.HeldPorts(ctx, st)
 }
 
 func (b *hooksAndRules) Init(ctx context.Context) error {

@@ -44,10 +44,21 @@ func TestKernelEBPFMode(t *testing.T) {
 	for _, f := range scenario.Families {
 		worlds[f.Family] = env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) })
 		// The hostile Services go in with the others: none may stop the sync.
-		both.sync(t, env, worlds[f.Family].Apply(t, append(env.Services(), env.HostileServices()...)...), proxy.FullSync)
+		st := worlds[f.Family].Apply(t, append(env.Services(), env.HostileServices()...)...)
+		both.sync(t, env, st, proxy.FullSync)
 		if s := both[f.Family].hooks.Stats(); s == nil || s.Links != 4 || s.Entries["services"] == 0 || s.Capacity["backends"] == 0 {
 			t.Errorf("after a sync the %s hooks' stats are %+v, want 4 links and entries", f.Family, s)
 		}
+		// After a sync the row says the kernel holds every port, so that a
+		// rejected sync after a restart searches without dropping them.
+		// Asking reads the kernel back, which only a recovery sync follows
+		// in the syncer: so here too.
+		var held map[proxy.ServicePortName]struct{}
+		err := env.Node1.NS.Do(func() (err error) { held, err = both[f.Family].HeldPorts(ctx, st); return err })
+		if err != nil || len(held) != st.Services.Len() {
+			t.Errorf("%s HeldPorts after a sync: %d of %d ports (err %v), want all", f.Family, len(held), st.Services.Len(), err)
+		}
+		both.sync(t, env, st, proxy.RecoverySync)
 	}
 	for _, f := range scenario.Families {
 		t.Run(string(f.Family), func(t *testing.T) {
@@ -130,6 +141,9 @@ func openEBPFMode(t *testing.T, env *scenario.Env, cfg *config.Config) modeProxi
 		t.Cleanup(inst.Close)
 		for f, b := range inst.Proxiers {
 			out[f] = b.Proxier.(*hooksAndRules)
+			if inst.StaleFlows[f].Table != out[f].hooks.Sockets() {
+				t.Errorf("the row hands the %s conntrack cleanup %+v, want the hooks' sockets", f, inst.StaleFlows[f])
+			}
 			if err := out[f].Init(ctx); err != nil {
 				return err
 			}

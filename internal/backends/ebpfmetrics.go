@@ -15,6 +15,10 @@ var (
 		"Capacity of an ebpf mode map (it grows online when a sync needs more).", []string{"map", metrics.LabelIPFamily}, nil)
 	ebpfLinks = prometheus.NewDesc("svcproxy_ebpf_links_attached",
 		"Socket hook programs attached to the cgroup after the last successful sync.", []string{metrics.LabelIPFamily}, nil)
+	ebpfSocketsDestroyed = prometheus.NewDesc("svcproxy_ebpf_sockets_destroyed_total",
+		"Connected UDP sockets destroyed because the endpoint the hooks sent them to no longer serves their frontend.", []string{metrics.LabelIPFamily}, nil)
+	ebpfSocketDestroy = prometheus.NewDesc("svcproxy_ebpf_socket_destroy_supported",
+		"1 when the kernel can destroy sockets (6.5 or later), 0 when it cannot; absent until the first cleanup round.", []string{metrics.LabelIPFamily}, nil)
 )
 
 // ebpfCollector reads each family's Stats when scraped: what the last
@@ -29,10 +33,13 @@ func (c ebpfCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- ebpfMapEntries
 	ch <- ebpfMapCapacity
 	ch <- ebpfLinks
+	ch <- ebpfSocketsDestroyed
+	ch <- ebpfSocketDestroy
 }
 
 func (c ebpfCollector) Collect(ch chan<- prometheus.Metric) {
 	for family, p := range c {
+		collectSockets(ch, string(family), p.Sockets())
 		st := p.Stats()
 		if st == nil {
 			continue
@@ -45,5 +52,16 @@ func (c ebpfCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(ebpfMapCapacity, prometheus.GaugeValue, float64(n), name, fam)
 		}
 		ch <- prometheus.MustNewConstMetric(ebpfLinks, prometheus.GaugeValue, float64(st.Links), fam)
+	}
+}
+
+func collectSockets(ch chan<- prometheus.Metric, family string, s *ebpf.Sockets) {
+	ch <- prometheus.MustNewConstMetric(ebpfSocketsDestroyed, prometheus.CounterValue, float64(s.Destroyed()), family)
+	if supported, known := s.Supported(); known {
+		v := 0.0
+		if supported {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(ebpfSocketDestroy, prometheus.GaugeValue, v, family)
 	}
 }

@@ -39,6 +39,12 @@ type Options struct {
 	// RetryAfter paces rounds after a failed one; it doubles with each
 	// further consecutive failure, up to MaxRetryAfter.
 	RetryAfter time.Duration
+	// Table names, in logs, what the flows are; empty means conntrack.
+	Table string
+	// Report, if set, gets each round's result and duration instead of
+	// the conntrack reconciler's metrics: a table other than conntrack
+	// counts what it removes in metrics of its own.
+	Report func(Result, time.Duration)
 }
 
 // Defaults of Options.
@@ -68,13 +74,18 @@ func (o Options) withDefaults() Options {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = DefaultRetryAfter
 	}
+	if o.Table == "" {
+		o.Table = "conntrack"
+	}
 	return o
 }
 
-// Reconciler deletes stale flows of one IP family.
+// Reconciler deletes stale flows of one IP family. The flows come from
+// conntrack, or from another table of connections with an original
+// destination and a reply source (ebpf mode's translated sockets), to which
+// the same rule applies.
 type Reconciler struct {
 	family proxy.IPFamily
-	label  string // the ip_family metric label
 	ct     kconntrack.Interface
 	opts   Options
 	wake   chan struct{}
@@ -107,11 +118,14 @@ const (
 // New returns a Reconciler for family that works through ct. The first
 // round, once a State has been observed, checks every UDP and SCTP flow.
 func New(family proxy.IPFamily, ct kconntrack.Interface, opts Options) *Reconciler {
+	opts = opts.withDefaults()
+	if opts.Report == nil {
+		opts.Report = conntrackMetrics(family)
+	}
 	return &Reconciler{
 		family:  family,
-		label:   string(family),
 		ct:      ct,
-		opts:    opts.withDefaults(),
+		opts:    opts,
 		wake:    make(chan struct{}, 1),
 		pending: true,
 	}
@@ -252,7 +266,7 @@ func (r *Reconciler) roundDue(ctx context.Context) bool {
 	case err != nil:
 		r.failures++
 		wait := r.retryWait()
-		klog.ErrorS(err, "Conntrack reconciliation failed; will retry", "ipFamily", r.family,
+		klog.ErrorS(err, "Conntrack reconciliation failed; will retry", "table", r.opts.Table, "ipFamily", r.family,
 			"consecutiveFailures", r.failures, "after", wait)
 		select {
 		case <-ctx.Done():

@@ -314,6 +314,28 @@ func TestRunDeletesInBackgroundAndCounts(t *testing.T) {
 	}
 }
 
+// TestReportReplacesConntrackMetrics: a reconciler over another table
+// (ebpf mode's sockets) reports its rounds to Report and leaves the
+// conntrack metrics alone.
+func TestReportReplacesConntrackMetrics(t *testing.T) {
+	ct := &kconntrack.Fake{}
+	ct.Add(udp("172.30.0.10:53", "198.19.1.2:53"), udp("198.18.100.10:53", "198.19.9.9:53"))
+	deleted := metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues("IPv4")
+	before := read(t, deleted).GetCounter().GetValue()
+	var reported []Result
+	r := New(proxy.IPv4, ct, Options{Table: "sockets", Report: func(res Result, _ time.Duration) { reported = append(reported, res) }})
+	r.Observe(world(), cleanup)
+	if _, err := r.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(reported) != 1 || reported[0].Deleted != 1 || len(ct.Flows()) != 1 {
+		t.Errorf("reported %+v with %d flows left, want one round that deleted the stale flow", reported, len(ct.Flows()))
+	}
+	if got := read(t, deleted).GetCounter().GetValue() - before; got != 0 {
+		t.Errorf("the conntrack deleted-entries metric rose by %v, want 0", got)
+	}
+}
+
 func read(t *testing.T, m any) *dto.Metric {
 	t.Helper()
 	w, ok := m.(interface{ Write(*dto.Metric) error })

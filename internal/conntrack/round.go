@@ -11,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
@@ -24,16 +25,24 @@ func (r *Reconciler) Reconcile(ctx context.Context) (Result, error) {
 	}
 	start := time.Now()
 	res, err := r.round(ctx, w)
-	metrics.ReconcileConntrackFlowsLatency.WithLabelValues(r.label).Observe(time.Since(start).Seconds())
-	metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(r.label).Add(float64(res.Deleted))
+	r.opts.Report(res, time.Since(start))
 	if err != nil || !res.Complete {
 		r.giveBack(w)
 	}
 	if res.Stale > 0 || err != nil {
-		klog.V(2).InfoS("Conntrack reconciliation", "ipFamily", r.family, "listed", res.Listed,
+		klog.V(2).InfoS("Conntrack reconciliation", "table", r.opts.Table, "ipFamily", r.family, "listed", res.Listed,
 			"stale", res.Stale, "deleted", res.Deleted, "complete", res.Complete, "elapsed", time.Since(start), "err", err)
 	}
 	return res, err
+}
+
+// conntrackMetrics reports rounds over conntrack in kube-proxy's metrics.
+func conntrackMetrics(family proxy.IPFamily) func(Result, time.Duration) {
+	label := string(family)
+	return func(res Result, elapsed time.Duration) {
+		metrics.ReconcileConntrackFlowsLatency.WithLabelValues(label).Observe(elapsed.Seconds())
+		metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(label).Add(float64(res.Deleted))
+	}
 }
 
 func (r *Reconciler) round(ctx context.Context, w *work) (Result, error) {

@@ -86,12 +86,13 @@ func (p *Proxier) corrupted(st *desired.State) *desired.State {
 }
 
 // Corruption is what a normalization bug could let through to mode's
-// backend: nested source ranges for nftables (its interval set refuses
-// overlapping elements), an unprintable prefix for iptables and ipvs
-// (iptables-restore refuses the line). Only ports with LB IPs (and, for
-// iptables, endpoints) render a firewall, so only those are refused.
+// backend: nested source ranges for nftables and ebpf mode, whose rules are
+// nftables' (its interval set refuses overlapping elements), an
+// unprintable prefix for iptables and ipvs (iptables-restore refuses the
+// line). Only ports with LB IPs (and, for iptables, endpoints) render a
+// firewall, so only those are refused.
 func Corruption(mode proxy.Mode, family proxy.IPFamily) func(*desired.ServicePort) {
-	if mode == proxy.ModeNFTables {
+	if mode == proxy.ModeNFTables || mode == proxy.ModeEBPF {
 		outer, inner := "10.0.0.0/8", "10.1.0.0/16"
 		if family == proxy.IPv6 {
 			outer, inner = "fd00:99::/32", "fd00:99:1::/48"

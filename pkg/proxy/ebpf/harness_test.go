@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 // "ok SERVER SEEN-PEER CLIENT-PEER" or "err REASON".
 func runClient(spec string) int {
 	f := strings.Fields(spec)
+	if len(f) == 3 && f[0] == "keep" {
+		return runKeep(f[1], f[2])
+	}
 	if len(f) != 3 {
 		fmt.Fprintf(os.Stderr, "bad client spec %q\n", spec)
 		return 2
@@ -60,12 +63,48 @@ func runClient(spec string) int {
 	return 0
 }
 
+// runKeep dials dst once and, for every line on stdin, asks over that one
+// socket and prints the line runClient would.
+func runKeep(proto, dst string) int {
+	c, err := net.DialTimeout(proto, dst, 2*time.Second)
+	if err != nil {
+		fmt.Println("err " + reason(err))
+		return 0
+	}
+	defer c.Close()
+	buf := make([]byte, 1500)
+	for in := bufio.NewScanner(os.Stdin); in.Scan(); {
+		line, err := exchange(c, buf)
+		if err != nil {
+			line = "err " + reason(err)
+		}
+		fmt.Println(line)
+	}
+	return 0
+}
+
+func exchange(c net.Conn, buf []byte) (string, error) {
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("hello\n")); err != nil {
+		return "", err
+	}
+	n, err := c.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(buf[:n])) + " " + c.RemoteAddr().String(), nil
+}
+
 func reason(err error) string {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
 	case errors.Is(err, syscall.ETIMEDOUT):
 		return "timeout"
+	case errors.Is(err, syscall.ECONNABORTED):
+		return "aborted"
+	case errors.Is(err, syscall.EDESTADDRREQ):
+		return "disconnected"
 	}
 	return strings.ReplaceAll(err.Error(), " ", "_")
 }

@@ -76,6 +76,8 @@ func programSpec(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*ebp
 			delete(spec.Programs, name)
 		}
 	}
+	// The socket iterator's map comes with the iterator (sockiter.go).
+	delete(spec.Maps, mapDoomed)
 	sizes := map[string]uint32{mapServices: capacity, mapBackends: capacity,
 		mapRevNAT: revNATEntries, mapAffinity: affinityEntries}
 	for name, size := range sizes {

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net/netip"
 	"os"
@@ -193,14 +194,28 @@ func TestKernelVerifier(t *testing.T) {
 	netnstest.RequireKernel(t)
 	spec, err := loadSock()
 	must(t, err)
-	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity} {
+	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity, mapDoomed} {
 		spec.Maps[name].MaxEntries = minCapacity
 	}
+	// The socket iterator has a floor of its own: below it, it must fail
+	// as not supported, which is how svcproxy tells.
+	delete(spec.Programs, progUDPSockets)
 	coll, err := ebpf.NewCollection(spec)
 	must(t, err)
 	defer coll.Close()
-	for _, name := range slices.Sorted(maps.Keys(coll.Programs)) {
-		info, err := coll.Programs[name].Info()
+	progs := coll.Programs
+	it, err := loadIterator(coll.Maps[mapRevNAT])
+	switch {
+	case err == nil:
+		defer it.close()
+		progs[progUDPSockets] = it.prog
+	case !socketDestroyKernel(t) && errors.Is(err, ebpf.ErrNotSupported):
+		t.Logf("%s: not supported on this kernel, as expected below 6.5: %v", progUDPSockets, err)
+	default:
+		t.Errorf("loading %s: %v", progUDPSockets, err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(progs)) {
+		info, err := progs[name].Info()
 		must(t, err)
 		n, ok := info.VerifiedInstructions()
 		if !ok || n == 0 {

@@ -55,6 +55,8 @@ type Proxier struct {
 	// rec is what the maps hold; nil when unknown (read back).
 	rec    *record
 	writes uint64
+	// sockets destroys translated sockets, beside the syncs.
+	sockets *Sockets
 }
 
 // New returns a Proxier for family; nothing touches the kernel before the
@@ -73,8 +75,9 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 		}
 		o.NodeNetns = c
 	}
-	return &Proxier{family: family, dir: familyDir(o.PinDir, family), cgroup: o.Cgroup, netns: o.NodeNetns,
-		minCapacity: minCapacity}, nil
+	dir := familyDir(o.PinDir, family)
+	return &Proxier{family: family, dir: dir, cgroup: o.Cgroup, netns: o.NodeNetns,
+		minCapacity: minCapacity, sockets: newSockets(family, dir, o.Cgroup)}, nil
 }
 
 // Init is part of the backend interface; loading waits for the first

@@ -18,6 +18,7 @@ import (
 const (
 	sockMapAffinity      = "affinity"
 	sockMapBackends      = "backends"
+	sockMapDoomed        = "doomed"
 	sockMapRevnat        = "revnat"
 	sockMapServices      = "services"
 	sockProgConnect4     = "connect4"
@@ -28,6 +29,7 @@ const (
 	sockProgRecvmsg6     = "recvmsg6"
 	sockProgSendmsg4     = "sendmsg4"
 	sockProgSendmsg6     = "sendmsg6"
+	sockProgUdpSockets   = "udp_sockets"
 	sockVarHostNetns     = "host_netns"
 )
 
@@ -81,6 +83,7 @@ type sockProgramSpecs struct {
 	Recvmsg6     *ebpf.ProgramSpec `ebpf:"recvmsg6"`
 	Sendmsg4     *ebpf.ProgramSpec `ebpf:"sendmsg4"`
 	Sendmsg6     *ebpf.ProgramSpec `ebpf:"sendmsg6"`
+	UdpSockets   *ebpf.ProgramSpec `ebpf:"udp_sockets"`
 }
 
 // sockMapSpecs contains maps before they are loaded into the kernel.
@@ -89,6 +92,7 @@ type sockProgramSpecs struct {
 type sockMapSpecs struct {
 	Affinity *ebpf.MapSpec `ebpf:"affinity"`
 	Backends *ebpf.MapSpec `ebpf:"backends"`
+	Doomed   *ebpf.MapSpec `ebpf:"doomed"`
 	Revnat   *ebpf.MapSpec `ebpf:"revnat"`
 	Services *ebpf.MapSpec `ebpf:"services"`
 }
@@ -122,6 +126,7 @@ func (o *sockObjects) Close() error {
 type sockMaps struct {
 	Affinity *ebpf.Map `ebpf:"affinity"`
 	Backends *ebpf.Map `ebpf:"backends"`
+	Doomed   *ebpf.Map `ebpf:"doomed"`
 	Revnat   *ebpf.Map `ebpf:"revnat"`
 	Services *ebpf.Map `ebpf:"services"`
 }
@@ -130,6 +135,7 @@ func (m *sockMaps) Close() error {
 	return _SockClose(
 		m.Affinity,
 		m.Backends,
+		m.Doomed,
 		m.Revnat,
 		m.Services,
 	)
@@ -154,6 +160,7 @@ type sockPrograms struct {
 	Recvmsg6     *ebpf.Program `ebpf:"recvmsg6"`
 	Sendmsg4     *ebpf.Program `ebpf:"sendmsg4"`
 	Sendmsg6     *ebpf.Program `ebpf:"sendmsg6"`
+	UdpSockets   *ebpf.Program `ebpf:"udp_sockets"`
 }
 
 func (p *sockPrograms) Close() error {
@@ -166,6 +173,7 @@ func (p *sockPrograms) Close() error {
 		p.Recvmsg6,
 		p.Sendmsg4,
 		p.Sendmsg6,
+		p.UdpSockets,
 	)
 }
 

@@ -86,3 +86,14 @@ func (k svcKey) String() string {
 func (v beVal) AddrPort() netip.AddrPort {
 	return netip.AddrPortFrom(netip.AddrFrom16(v.Addr).Unmap(), binary.BigEndian.Uint16(v.Port[:]))
 }
+
+// sockRec is what the socket iterator writes for each translated socket:
+// its cookie, its local address, the endpoint it is connected to and the
+// frontend it addressed, and whether this run destroyed it.
+type sockRec struct {
+	Cookie              uint64
+	Local, Peer, Front  [16]byte
+	Lport, Pport, Fport [2]byte
+	Destroyed           uint8
+	Pad                 uint8
+}

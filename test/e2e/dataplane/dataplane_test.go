@@ -1,5 +1,5 @@
 // Package dataplane is svcproxy's end-to-end suite: for each mode that can
-// run on this kernel (nftables, iptables; IPVS needs a VM, see make
+// run on this kernel (nftables, iptables, ebpf; IPVS needs a VM, see make
 // test-ipvs) it builds a cluster of network namespaces around a real
 // kube-apiserver (test/e2e/framework) and drives every scenario through the
 // API, checking real TCP and UDP traffic from pods and from outside.
@@ -60,7 +60,7 @@ func modes() []string {
 	if m := os.Getenv("E2E_MODES"); m != "" {
 		return strings.Split(m, ",")
 	}
-	return []string{"nftables", "iptables"}
+	return []string{"nftables", "iptables", "ebpf"}
 }
 
 func TestDataplane(t *testing.T) {

@@ -18,7 +18,9 @@ const newServiceLimit = 2 * time.Second
 // a DaemonSet rollout does (SIGTERM, the other binary started with the
 // same configuration): from this build to the earlier svcproxy pinned in
 // hack/tools/svcproxy-previous (written before the nftables layout marker,
-// so the two leave tables of different layouts), back to this build, to the
+// so the two leave tables of different layouts; in ebpf mode, which that
+// build lacks, v0.1.0 from hack/tools/svcproxy-previous-ebpf, whose pins
+// this build adopts), back to this build, to the
 // earlier one again and back, while pods and an outside client keep
 // connecting through node 1 in both families and over UDP. Not one
 // connection may fail, no sync may fail, and after each start a new Service
@@ -28,7 +30,7 @@ func testUpgradeAndDowngradeUnderLoad(t *testing.T, c *F.Cluster) {
 	a, b := c.AddPod(n1, "uga"), c.AddPod(n2, "ugb")
 	svc, v4, v6 := dualStackNodePort(t, c, "upgrade", F.EP{Pod: a}, F.EP{Pod: b})
 	_, np := port(svc, corev1.ProtocolTCP)
-	previous := F.PreviousBinary(t)
+	previous := F.PreviousBinary(t, c.Opts.Mode)
 	loads := startLoads(t, c, throughNode(n1, v4, v6, np), "uga", "ugb")
 	t.Cleanup(func() { n1.Bin = "" })
 	for i, step := range []struct{ what, bin string }{
@@ -56,9 +58,11 @@ func testUpgradeAndDowngradeUnderLoad(t *testing.T, c *F.Cluster) {
 
 // syncFailures are the series that count a failed sync, per mode; in
 // nftables mode also the failed deletions of what the other version left.
+// ebpf mode counts either half's failures in a series of its own.
 var syncFailures = map[string][]string{
 	"nftables": {"kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"},
 	"iptables": {"kubeproxy_sync_proxy_rules_iptables_restore_failures_total"},
+	"ebpf":     {"svcproxy_ebpf_sync_failures_total", "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"},
 }
 
 // changeImage restarts n's proxy with bin (this build when empty), waits

@@ -107,7 +107,11 @@ func (b *buildOnce) get(t testing.TB, what string, build func() (string, error))
 	return b.path
 }
 
-var faultBin, prevBin buildOnce
+var (
+	faultBin buildOnce
+	prevMu   sync.Mutex
+	prevBin  = map[string]*buildOnce{}
+)
 
 // FaultInjectBinary builds svcproxy with -tags faultinject, once per test
 // binary (never SVCPROXY_BIN: that is a release build).
@@ -119,18 +123,26 @@ func FaultInjectBinary(t testing.TB) string {
 	})
 }
 
-// PreviousBinary is the earlier svcproxy pinned in
-// hack/tools/svcproxy-previous, built by hack/build-svcproxy-at.sh (cached
-// under _output/svcproxy-at; hack/e2e.sh builds it before go test), once
-// per test binary. A missing build is a failure, not a skip.
-func PreviousBinary(t testing.TB) string {
-	return prevBin.get(t, "the previous svcproxy", func() (string, error) {
-		cmd := exec.Command(filepath.Join(buildBinaries(t).Root, "hack", "build-svcproxy-at.sh"), "--previous")
+// PreviousBinary is the earlier svcproxy pinned for mode in
+// hack/tools/svcproxy-previous-MODE, else in hack/tools/svcproxy-previous,
+// built by hack/build-svcproxy-at.sh (cached under _output/svcproxy-at;
+// hack/e2e.sh builds them before go test), once per mode and test binary.
+// A missing build is a failure, not a skip.
+func PreviousBinary(t testing.TB, mode string) string {
+	prevMu.Lock()
+	b, ok := prevBin[mode]
+	if !ok {
+		b = &buildOnce{}
+		prevBin[mode] = b
+	}
+	prevMu.Unlock()
+	return b.get(t, "the previous svcproxy of "+mode+" mode", func() (string, error) {
+		cmd := exec.Command(filepath.Join(buildBinaries(t).Root, "hack", "build-svcproxy-at.sh"), "--previous", mode)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			return "", fmt.Errorf("hack/build-svcproxy-at.sh --previous: %w\n%s", err, stderr.String())
+			return "", fmt.Errorf("hack/build-svcproxy-at.sh --previous %s: %w\n%s", mode, err, stderr.String())
 		}
 		return strings.TrimSpace(string(out)), nil
 	})

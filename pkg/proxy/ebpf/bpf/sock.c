@@ -8,6 +8,7 @@
 // desired State, say what every frontend does.
 
 #include <linux/bpf.h>
+#include <linux/in6.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
@@ -280,5 +281,107 @@ int recvmsg6(struct bpf_sock_addr *ctx) { return unxlate6(ctx); }
 
 SEC("cgroup/getpeername6")
 int getpeername6(struct bpf_sock_addr *ctx) { return unxlate6(ctx); }
+
+// The socket iterator (kernel 6.5 or later for bpf_sock_destroy) lists the
+// UDP sockets of one network namespace that a hook translated, and destroys
+// those svcproxy names: what the conntrack cleanup does for flows DNATed to
+// an endpoint that went away, for sockets the hooks sent there at connect.
+// The kernel types are declared only as far as read here; their layout
+// comes from the running kernel's BTF (CO-RE).
+
+#define AF_INET 2
+#define AF_INET6 10
+
+struct sock_common {
+	__be32 skc_daddr;
+	__be32 skc_rcv_saddr;
+	__be16 skc_dport;
+	__u16 skc_num;
+	unsigned short skc_family;
+	struct in6_addr skc_v6_daddr;
+	struct in6_addr skc_v6_rcv_saddr;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+} __attribute__((preserve_access_index));
+
+struct seq_file;
+struct udp_sock;
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct udp_sock *udp_sk;
+} __attribute__((preserve_access_index));
+
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
+
+// doomed holds the cookies of the sockets to destroy, written by svcproxy
+// for one run of the iterator and emptied after it.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, __u8);
+} doomed SEC(".maps");
+
+// sock_rec is what the iterator writes per translated socket; addresses
+// and ports as in the maps.
+struct sock_rec {
+	__u64 cookie;
+	__u32 local[4];
+	__u32 peer[4]; // the endpoint
+	__u32 front[4]; // the frontend the socket addressed
+	__u16 lport;
+	__u16 pport;
+	__u16 fport;
+	__u8 destroyed;
+	__u8 pad;
+};
+
+SEC("iter/udp")
+int udp_sockets(struct bpf_iter__udp *ctx)
+{
+	struct sock *sk = (struct sock *)ctx->udp_sk;
+	struct sock_rec r = {};
+	struct rev_key rk = {};
+
+	if (!sk)
+		return 0;
+	if (sk->__sk_common.skc_family == AF_INET) {
+		r.local[2] = r.peer[2] = V4MAPPED;
+		r.local[3] = sk->__sk_common.skc_rcv_saddr;
+		r.peer[3] = sk->__sk_common.skc_daddr;
+	} else if (sk->__sk_common.skc_family == AF_INET6) {
+		for (int i = 0; i < 4; i++) {
+			r.local[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
+			r.peer[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
+		}
+	} else {
+		return 0;
+	}
+	r.lport = bpf_htons(sk->__sk_common.skc_num);
+	r.pport = sk->__sk_common.skc_dport;
+	// Only a socket the hooks translated has a record under its cookie
+	// and the endpoint it is connected to.
+	r.cookie = rk.cookie = bpf_get_socket_cookie(sk);
+	rk.port = r.pport;
+	for (int i = 0; i < 4; i++)
+		rk.addr[i] = r.peer[i];
+	struct be_val *fe = bpf_map_lookup_elem(&revnat, &rk);
+	if (!fe)
+		return 0;
+	for (int i = 0; i < 4; i++)
+		r.front[i] = fe->addr[i];
+	r.fport = fe->port;
+	if (bpf_map_lookup_elem(&doomed, &r.cookie))
+		r.destroyed = bpf_sock_destroy((struct sock_common *)sk) == 0;
+	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	return 0;
+}
 
 char _license[] SEC("license") = "Dual BSD/GPL";

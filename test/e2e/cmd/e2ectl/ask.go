@@ -101,23 +101,44 @@ func errKind(err error) string {
 }
 
 // udpFlow is one UDP socket reused for every datagram: the same 5-tuple,
-// hence the same conntrack entry, as a long-lived UDP client has.
+// hence the same conntrack entry, as a long-lived UDP client has. Like
+// such a client, it dials again when the kernel destroyed its socket
+// (ebpf mode does, when the endpoint it was sent to went away); never on
+// a timeout, which must not hide a flow stuck to a dead endpoint.
 type udpFlow struct {
+	addr string
 	conn net.Conn
 	buf  []byte
 }
 
 func newUDPFlow(addr string) (*udpFlow, error) {
-	conn, err := net.Dial("udp", addr)
+	f := &udpFlow{addr: addr, buf: make([]byte, 2048)}
+	return f, f.dial()
+}
+
+func (f *udpFlow) dial() error {
+	conn, err := net.Dial("udp", f.addr)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &udpFlow{conn: conn, buf: make([]byte, 2048)}, nil
+	f.conn = conn
+	return nil
 }
 
 func (f *udpFlow) Close() error { return f.conn.Close() }
 
 func (f *udpFlow) ask(timeout time.Duration) (string, error) {
+	ans, err := f.exchange(timeout)
+	if errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EDESTADDRREQ) {
+		f.conn.Close()
+		if derr := f.dial(); derr != nil {
+			return "", errors.Join(err, derr)
+		}
+	}
+	return ans, err
+}
+
+func (f *udpFlow) exchange(timeout time.Duration) (string, error) {
 	_ = f.conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := f.conn.Write([]byte("who\n")); err != nil {
 		return "", err
