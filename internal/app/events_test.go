@@ -35,8 +35,9 @@ func lostTo(winner proxy.ServicePortName) []desired.LostFrontend {
 
 // postFrom has one eventSink per node name (a repeated name is that node
 // restarted) post through one fake API server, and returns every Event
-// they tried to create, in order, once all have tried.
-func postFrom(t *testing.T, nodes []string, post func(*eventSink)) (*fake.Clientset, []*eventsv1.Event) {
+// they tried to create, in order, once all have tried: perNode Events each,
+// which the sinks post asynchronously.
+func postFrom(t *testing.T, nodes []string, perNode int, post func(*eventSink)) (*fake.Clientset, []*eventsv1.Event) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -47,11 +48,11 @@ func postFrom(t *testing.T, nodes []string, post func(*eventSink)) (*fake.Client
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		created := createdEvents(client)
-		if len(created) >= len(nodes) {
+		if len(created) >= perNode*len(nodes) {
 			return client, created
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d Events created within 10s, want %d", len(created), len(nodes))
+			t.Fatalf("%d Events created within 10s, want %d", len(created), perNode*len(nodes))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -84,7 +85,7 @@ func asJSON(t *testing.T, ev *eventsv1.Event) string {
 // its own tenant, who can create Services with guessed addresses; it must
 // not tell them which Service of another namespace holds an address.
 func TestConflictEventHidesOtherNamespaces(t *testing.T) {
-	_, created := postFrom(t, []string{"node-a"}, func(s *eventSink) { s.frontendsLost(webPort, lostTo(foreignPort)) })
+	_, created := postFrom(t, []string{"node-a"}, 1, func(s *eventSink) { s.frontendsLost(webPort, lostTo(foreignPort)) })
 	ev := created[0]
 	if ev.Reason != "ExternalIPConflict" || ev.Regarding.Namespace != "tenant-a" || ev.Regarding.Name != "web" {
 		t.Fatalf("Event %s on %s/%s, want ExternalIPConflict on tenant-a/web", ev.Reason, ev.Regarding.Namespace, ev.Regarding.Name)
@@ -102,7 +103,7 @@ func TestConflictEventHidesOtherNamespaces(t *testing.T) {
 // TestConflictEventNamesSameNamespaceWinner: within one namespace the
 // tenant can list the winner anyway, and its name says what to fix.
 func TestConflictEventNamesSameNamespaceWinner(t *testing.T) {
-	_, created := postFrom(t, []string{"node-a"}, func(s *eventSink) { s.frontendsLost(webPort, lostTo(siblingPort)) })
+	_, created := postFrom(t, []string{"node-a"}, 1, func(s *eventSink) { s.frontendsLost(webPort, lostTo(siblingPort)) })
 	if note := created[0].Note; !strings.Contains(note, "tenant-a/shop:http") {
 		t.Errorf("note %q does not name the winner tenant-a/shop:http", note)
 	}
@@ -124,7 +125,7 @@ func TestEventsFromEveryNodeAreOne(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			client, created := postFrom(t, []string{"node-a", "node-b", "node-a"}, post)
+			client, created := postFrom(t, []string{"node-a", "node-b", "node-a"}, 1, post)
 			first := created[0]
 			for i, ev := range created {
 				if all := asJSON(t, ev); strings.Contains(all, "node-a") || strings.Contains(all, "node-b") {
@@ -150,7 +151,7 @@ func TestEventsFromEveryNodeAreOne(t *testing.T) {
 // refuses a note over 1 kB.
 func TestEventNotesAreBounded(t *testing.T) {
 	huge := strings.Repeat("é", 5000)
-	_, created := postFrom(t, []string{"node-a", "node-a"}, func(s *eventSink) {
+	_, created := postFrom(t, []string{"node-a", "node-a"}, 2, func(s *eventSink) {
 		s.invalidParts("Service", "tenant-a", "web", []error{
 			&model.Problem{Reason: "InvalidExternalIP", Field: "spec.externalIPs[0]", Err: errors.New(huge)},
 		})
@@ -216,7 +217,7 @@ func TestNodeAddressRefusalEvents(t *testing.T) {
 		{Addr: netip.MustParseAddr("192.168.0.2"), Kind: desired.ClaimExternalIP, Refused: desired.RefusedNodeAddress},
 		{Addr: netip.MustParseAddr("192.168.0.2"), Kind: desired.ClaimLoadBalancerIP, Refused: desired.RefusedNodeAddress},
 	}
-	_, created := postFrom(t, []string{"node-a", "node-b"}, func(s *eventSink) { s.frontendsLost(webPort, refused) })
+	_, created := postFrom(t, []string{"node-a", "node-b"}, 2, func(s *eventSink) { s.frontendsLost(webPort, refused) })
 	reasons := map[string]bool{}
 	for _, ev := range created {
 		reasons[ev.Reason] = true
