@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -118,22 +119,47 @@ func (s *seenPorts) add(sp *ServicePort) error {
 // Services allocate nothing for them. Their meaning is the mode's to
 // decide (desired.PortSettings), so none is validated here.
 func extensionsOf(svc *v1.Service) map[string]string {
-	var out map[string]string
+	var keys []string
 	for k, v := range svc.Annotations {
 		domain, _, ok := strings.Cut(k, "/")
 		if !ok || (domain != ExtensionDomain && !strings.HasSuffix(domain, "."+ExtensionDomain)) ||
-			k == ExternalBalancingAnnotation { // decided here, for every mode
+			k == ExternalBalancingAnnotation || // decided here, for every mode
+			strings.TrimSpace(v) == "" {
 			continue
 		}
-		if v = strings.TrimSpace(v); v == "" {
-			continue
-		}
-		if out == nil {
-			out = make(map[string]string, 1)
-		}
-		out[k] = v
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	// The API bounds a Service's annotations by their total size only: a
+	// tenant could fill it with keys under our domain, which a map would
+	// hold at several times their size for every such Service. The keys
+	// kept are the first in order, so the choice is the same on every node
+	// and every update.
+	slices.Sort(keys)
+	keys = keys[:min(len(keys), maxExtensions)]
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		out[k] = boundedExtension(strings.TrimSpace(svc.Annotations[k]))
 	}
 	return out
+}
+
+// maxExtensions is how many extension annotations a Service keeps; every
+// mode reads one at most.
+const maxExtensions = 8
+
+// maxExtensionValue bounds a kept value: no mode accepts a longer one, and
+// one cut short and marked stays one no mode accepts, so the mode's Event
+// still tells the Service's owner.
+const maxExtensionValue = 64
+
+func boundedExtension(v string) string {
+	if len(v) <= maxExtensionValue {
+		return v
+	}
+	return strings.ToValidUTF8(v[:maxExtensionValue], "") + "…"
 }
 
 // externalBalancing returns the algorithm the annotation names; absent or

@@ -2,8 +2,11 @@ package model
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -202,5 +205,43 @@ func TestParseServiceExternalBalancing(t *testing.T) {
 		if got := len(problems) == 1 && errors.As(problems[0], &p) && p.Reason == "InvalidExternalLBAlgorithm"; got != tc.problem {
 			t.Errorf("annotation %v: problems %v; want an InvalidExternalLBAlgorithm: %t", tc.value, problems, tc.problem)
 		}
+	}
+}
+
+// TestParseServiceBoundsExtensions: a Service filled with annotations under
+// svcproxy's domain keeps a few of them, the same ones whatever the order
+// the API lists them in, each value bounded and still one no mode accepts.
+func TestParseServiceBoundsExtensions(t *testing.T) {
+	huge := strings.Repeat("x", 100000)
+	svc := makeService("ns", "web", func(s *v1.Service) {
+		s.Annotations = map[string]string{"ipvs.svcproxy.io/scheduler": "rr", "other.example/keep": "no"}
+		for i := range 5000 {
+			s.Annotations[fmt.Sprintf("zz%05d.svcproxy.io/junk", i)] = huge
+		}
+		s.Annotations["a.svcproxy.io/long"] = "rr" + huge
+	})
+	ports, _ := ParseService(svc, proxy.IPv4)
+	if len(ports) != 1 {
+		t.Fatalf("got %d ports", len(ports))
+	}
+	ext := ports[0].Extensions
+	if len(ext) != maxExtensions {
+		t.Errorf("kept %d extension annotations, want %d", len(ext), maxExtensions)
+	}
+	if ext["ipvs.svcproxy.io/scheduler"] != "rr" {
+		t.Errorf("the scheduler annotation, first in order, was not kept as it is: %q", ext["ipvs.svcproxy.io/scheduler"])
+	}
+	long := ext["a.svcproxy.io/long"]
+	if len(long) > maxExtensionValue+len("…") || long == "rr" || !strings.HasSuffix(long, "…") {
+		t.Errorf("a long value kept as %d bytes %.10q…, want it cut short and marked", len(long), long)
+	}
+	for k, v := range ext {
+		if len(v) > maxExtensionValue+len("…") {
+			t.Errorf("%s kept %d bytes", k, len(v))
+		}
+	}
+	again, _ := ParseService(svc, proxy.IPv4)
+	if !maps.Equal(again[0].Extensions, ext) {
+		t.Error("a second parse kept other annotations")
 	}
 }
