@@ -57,7 +57,13 @@ func buildBinaries(t *testing.T) binaries {
 				return
 			}
 		}
-		bins.kubeProxy, binErr = buildUpstream(root, "kube-proxy")
+		// CONTRACT_UPSTREAM_MINOR ("1.35") compares with an earlier minor
+		// instead of the pinned one.
+		args := []string{"kube-proxy"}
+		if minor := os.Getenv("CONTRACT_UPSTREAM_MINOR"); minor != "" {
+			args = []string{"--minor", minor, "kube-proxy"}
+		}
+		bins.kubeProxy, binErr = buildUpstream(root, args...)
 	})
 	if binErr != nil {
 		t.Fatalf("building the binaries: %v", binErr)
