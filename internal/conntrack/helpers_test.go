@@ -93,3 +93,6 @@ func flowOf(proto uint8, dst, replySrc string) kconntrack.Flow {
 		Orig:  kconntrack.Tuple{Src: ap(client), Dst: ap(dst)},
 		Reply: kconntrack.Tuple{Src: ap(replySrc), Dst: ap(client)}}
 }
+
+// replied marks f as having seen a reply.
+func replied(f kconntrack.Flow) kconntrack.Flow { f.Replied = true; return f }

@@ -27,10 +27,13 @@ type nodePortKey struct {
 type serving map[netip.AddrPort]struct{}
 
 // index answers "is this flow stale?" for one State. It covers UDP and
-// SCTP only: TCP flows are never deleted (a TCP peer notices a dead
-// endpoint by itself, and deleting a live connection's entry breaks it).
+// SCTP flows; of TCP only attempts that never were translated (see
+// untranslatedAttempt): a TCP peer notices a dead endpoint by itself, and
+// deleting a live connection's entry breaks it.
 type index struct {
 	frontends map[frontendKey]serving
+	// tcpServed are the frontends of TCP ports that have an endpoint.
+	tcpServed map[frontendKey]bool
 	nodePorts map[nodePortKey]serving
 	// nodePortAll means node ports answer on every non-loopback address;
 	// otherwise only on nodePortIPs.
@@ -56,6 +59,7 @@ func connectionless(p proxy.Protocol) bool { return p == proxy.UDP || p == proxy
 func buildIndex(st *desired.State, retired []*desired.ServicePort) *index {
 	ix := &index{
 		frontends:   map[frontendKey]serving{},
+		tcpServed:   map[frontendKey]bool{},
 		nodePorts:   map[nodePortKey]serving{},
 		nodePortAll: st.NodePorts.All,
 		nodePortIPs: map[netip.Addr]bool{},
@@ -64,8 +68,11 @@ func buildIndex(st *desired.State, retired []*desired.ServicePort) *index {
 		ix.nodePortIPs[ip] = true
 	}
 	for _, sp := range st.Services.All() {
-		if connectionless(sp.Protocol) {
+		switch {
+		case connectionless(sp.Protocol):
 			ix.add(sp, servingOf(sp))
+		case sp.Protocol == proxy.TCP && len(servingOf(sp)) > 0:
+			frontendsOf(sp, func(k frontendKey) { ix.tcpServed[k] = true })
 		}
 	}
 	for _, sp := range retired {
@@ -162,7 +169,11 @@ func (ix *index) lookup(f kconntrack.Flow) (s serving, known bool) {
 // while the service rejected, or before its rules existed: their reply
 // source is the frontend itself).
 func (ix *index) stale(f kconntrack.Flow) bool {
-	if f.Proto != kconntrack.ProtoUDP && f.Proto != kconntrack.ProtoSCTP {
+	switch f.Proto {
+	case kconntrack.ProtoTCP:
+		return ix.untranslatedAttempt(f)
+	case kconntrack.ProtoUDP, kconntrack.ProtoSCTP:
+	default:
 		return false
 	}
 	s, known := ix.lookup(f)
@@ -171,6 +182,21 @@ func (ix *index) stale(f kconntrack.Flow) bool {
 	}
 	_, ok := s[f.Reply.Src]
 	return !ok
+}
+
+// untranslatedAttempt reports a TCP connection attempt to a served
+// frontend that no rule translated and nothing answered: a SYN sent while
+// the node had no rules for it (before the proxy's first sync, after a
+// flush or a cleanup) leaves such an entry for the kernel's SYN_SENT
+// timeout (two minutes). A client that reuses that source port meanwhile
+// matches the entry, is not translated either, and times out, however
+// the rules look now. With rules in place a SYN to the frontend is always
+// translated (or rejected before it is confirmed), so such an entry
+// belongs to no live connection; node ports are left alone, as a SYN to
+// the node's own address is answered (reset) by the node itself.
+func (ix *index) untranslatedAttempt(f kconntrack.Flow) bool {
+	dst := f.Orig.Dst
+	return !f.Replied && f.Reply.Src == dst && ix.tcpServed[frontendKey{f.Proto, dst.Addr(), dst.Port()}]
 }
 
 // valid reports whether ix positively knows f to be a good flow; used to

@@ -199,3 +199,52 @@ func TestRestartWithUnchangedStateDeletesNothing(t *testing.T) {
 		t.Errorf("TCP connection broken by the restart: %v", err)
 	}
 }
+
+// A TCP connection attempted before the service's rules existed leaves an
+// untranslated entry that nothing answers; until it expires (two minutes),
+// a new connection from the same client port matches it and times out
+// however the rules look. The first round after the rules exist removes it.
+func TestTCPAttemptBeforeTheRulesDoesNotBlockItsPort(t *testing.T) {
+	e := newEnv(t)
+	e.tracker.OnServiceUpdate(nil, proxytest.MakeService("ct", "other", func(svc *v1.Service) {
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "172.30.0.99", []string{"172.30.0.99"}
+		svc.Spec.Type = v1.ServiceTypeNodePort
+		svc.Spec.Ports = []v1.ServicePort{{Name: "web", Protocol: v1.ProtocolTCP, Port: 80, NodePort: 30098}}
+	}))
+	e.sync()
+	dst := netip.AddrPortFrom(clusterIP, svcPort)
+	c := netnstest.Client{NS: e.client, SourcePort: 41234, Timeout: 300 * time.Millisecond}
+	if _, err := c.Ask(proxy.TCP, dst); err == nil {
+		t.Fatal("a TCP connection to the cluster IP succeeded before its service existed")
+	}
+	attempts := func() (n int) {
+		for _, f := range e.flowsTo(kconntrack.ProtoTCP, dst) {
+			if f.Reply.Src == dst && !f.Replied {
+				n++
+			}
+		}
+		return n
+	}
+	if attempts() == 0 {
+		t.Fatal("no untranslated, unanswered TCP entry to the cluster IP after the attempt")
+	}
+
+	st, changes := e.serve("pod-a")
+	if _, err := c.Ask(proxy.TCP, dst); err == nil {
+		t.Fatal("the same client port reached the service before the cleanup: the test proves nothing")
+	}
+	r := conntrack.New(proxy.IPv4, e.ct, conntrack.Options{})
+	r.Observe(st, changes)
+	res, err := r.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("round: %+v", res)
+	if n := attempts(); n != 0 {
+		t.Errorf("%d untranslated TCP entries left", n)
+	}
+	c.Timeout = time.Second
+	if ans, err := c.Ask(proxy.TCP, dst); err != nil || ans.Server != "pod-a" {
+		t.Errorf("TCP from the same client port after the round: %v, %v; want pod-a", ans, err)
+	}
+}

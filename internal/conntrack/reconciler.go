@@ -3,7 +3,10 @@
 // comes from something that no longer serves it. Without this, a UDP client
 // that keeps sending (DNS, statsd, QUIC) stays pinned to a dead pod, or to
 // the REJECT a service got while it had no endpoints, for as long as it
-// keeps the flow alive.
+// keeps the flow alive. Of TCP it removes only connection attempts to a
+// served frontend that no rule translated and nothing answered (made while
+// the node had no rules), which would otherwise catch a client's next
+// connection from the same port.
 //
 // The Reconciler is level-triggered: every round compares the kernel's
 // flows with the latest committed State, not with a diff of events, so a

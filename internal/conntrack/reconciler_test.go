@@ -34,6 +34,7 @@ func world() *desired.State {
 		port("sctp", proxy.SCTP, "172.30.0.11", 80, servedBy("198.19.1.2:8080")),
 		port("web", proxy.TCP, "172.30.0.12", 80, servedBy("198.19.1.2:8080"), nodePort(30080)),
 		port("empty", proxy.UDP, "172.30.0.13", 53, nodePort(30054)),
+		port("web-empty", proxy.TCP, "172.30.0.14", 80, nodePort(30081)),
 	)
 }
 
@@ -60,6 +61,12 @@ func TestDecisions(t *testing.T) {
 		{"TCP to removed endpoint", flowOf(kconntrack.ProtoTCP, "172.30.0.12:80", gone), false},
 		{"TCP node port to removed endpoint", flowOf(kconntrack.ProtoTCP, "198.18.0.11:30080", gone), false},
 		{"TCP to a UDP frontend", flowOf(kconntrack.ProtoTCP, "172.30.0.10:53", gone), false},
+		{"TCP attempt made before the rules existed", flowOf(kconntrack.ProtoTCP, "172.30.0.12:80", "172.30.0.12:80"), true},
+		{"TCP attempt to a served cluster IP that something answered",
+			replied(flowOf(kconntrack.ProtoTCP, "172.30.0.12:80", "172.30.0.12:80")), false},
+		{"TCP attempt to a service without endpoints", flowOf(kconntrack.ProtoTCP, "172.30.0.14:80", "172.30.0.14:80"), false},
+		{"TCP attempt to a node port before the rules", flowOf(kconntrack.ProtoTCP, "198.18.0.11:30080", "198.18.0.11:30080"), false},
+		{"TCP attempt to an unknown port of a served cluster IP", flowOf(kconntrack.ProtoTCP, "172.30.0.12:81", "172.30.0.12:81"), false},
 		{"SCTP to serving endpoint", flowOf(kconntrack.ProtoSCTP, "172.30.0.11:80", "198.19.1.2:8080"), false},
 		{"SCTP to removed endpoint", flowOf(kconntrack.ProtoSCTP, "172.30.0.11:80", gone), true},
 		{"UDP to an SCTP frontend", udp("172.30.0.11:80", gone), false},

@@ -131,8 +131,14 @@ func TestCanaryGoneMakesRecoverySync(t *testing.T) {
 	default:
 		t.Error("a missing canary did not request a sync")
 	}
+	seen := len(f.after)
 	f.wantMode("canary gone", proxy.RecoverySync)
 	f.wantMode("after the recovery", proxy.PartialSync)
+	// Flows made while the rules were gone are never translated: the
+	// recovery asks the conntrack cleanup to look, the next sync does not.
+	if got := f.after[seen:]; len(got) != 2 || !got[0].ConntrackCleanup || got[1].ConntrackCleanup {
+		t.Errorf("AfterSync's ConntrackCleanup after the recovery and the next sync: %+v", got)
+	}
 }
 
 // TestLoopPollsCanaryEverySyncPeriod: the loop checks the canary once per

@@ -386,6 +386,11 @@ func (s *Syncer) succeeded(prev, state *desired.State, mode proxy.SyncMode, chan
 		s.o.ServiceHealth.Sync(state.NodePorts, s.o.Family, state.HealthChecks)
 	}
 	if s.o.AfterSync != nil {
+		if mode == proxy.RecoverySync {
+			// The kernel may have been without these rules (flushed, or
+			// a failed sync): flows made meanwhile were never translated.
+			changes.ConntrackCleanup = true
+		}
 		s.o.AfterSync(state, changes)
 	}
 }

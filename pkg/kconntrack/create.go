@@ -15,10 +15,9 @@ import (
 const (
 	msgNew     = 0 // IPCTNL_MSG_CT_NEW
 	ctaTimeout = 7
-	ctaStatus  = 3
-	// ipsConfirmed|ipsSeenReply|ipsAssured: what a flow that has seen both
-	// directions looks like.
-	createdStatus = 1<<1 | 1<<2 | 1<<3
+	// confirmed, seen reply and assured: what a flow that has seen both
+	// directions looks like (Flow.Replied is not consulted).
+	createdStatus = statusSeenReply | 1<<2 | 1<<3
 )
 
 // Create inserts flows that expire after timeout. It is not part of

@@ -41,11 +41,13 @@ type Tuple struct {
 // Flow is the part of a conntrack entry the reconciler needs: the original
 // tuple (what the client sent to), the reply tuple (who answers, i.e. the
 // endpoint after DNAT), and the zone, which is part of the entry's identity.
+// Replied is the kernel's "seen reply" status: a packet went the reply way.
 type Flow struct {
-	Proto uint8
-	Orig  Tuple
-	Reply Tuple
-	Zone  uint16
+	Proto   uint8
+	Orig    Tuple
+	Reply   Tuple
+	Zone    uint16
+	Replied bool
 }
 
 // String prints the flow the way conntrack -L does, roughly.

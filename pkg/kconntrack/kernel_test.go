@@ -44,10 +44,11 @@ func newClient(t *testing.T) *kconntrack.Client {
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
+// flow is a flow as Create makes it and List reads it back: replied.
 func flow(proto uint8, src, dst, replySrc string, zone uint16) kconntrack.Flow {
 	s, d, r := ap(src), ap(dst), ap(replySrc)
 	return kconntrack.Flow{Proto: proto, Orig: kconntrack.Tuple{Src: s, Dst: d},
-		Reply: kconntrack.Tuple{Src: r, Dst: s}, Zone: zone}
+		Reply: kconntrack.Tuple{Src: r, Dst: s}, Zone: zone, Replied: true}
 }
 
 func list(t *testing.T, c *kconntrack.Client, family proxy.IPFamily) []kconntrack.Flow {

@@ -15,6 +15,7 @@ import (
 const (
 	ctaTupleOrig  = 1
 	ctaTupleReply = 2
+	ctaStatus     = 3
 	ctaZone       = 18
 
 	ctaTupleIP    = 1
@@ -28,6 +29,9 @@ const (
 	ctaProtoNum     = 1
 	ctaProtoSrcPort = 2
 	ctaProtoDstPort = 3
+
+	// statusSeenReply is IPS_SEEN_REPLY in CTA_STATUS.
+	statusSeenReply = 1 << 1
 )
 
 // appendRequest appends a ctnetlink request's header, its length set; a
@@ -128,6 +132,10 @@ func parseFlow(b []byte) (f Flow, ok bool) {
 		case ctaZone:
 			if len(p) >= 2 {
 				f.Zone = binary.BigEndian.Uint16(p)
+			}
+		case ctaStatus:
+			if len(p) >= 4 {
+				f.Replied = binary.BigEndian.Uint32(p)&statusSeenReply != 0
 			}
 		}
 	})

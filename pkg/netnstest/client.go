@@ -24,8 +24,9 @@ type Client struct {
 	// Source, if valid, is the local address to send from (a client
 	// namespace may hold several to play allowed and blocked clients).
 	Source netip.Addr
-	// SourcePort, if non-zero, is the UDP or SCTP port to send from;
-	// zero takes the next of a sequence (see nextRequestPort).
+	// SourcePort, if non-zero, is the port to send from; zero takes the
+	// next of a sequence for UDP and SCTP (see nextRequestPort), and an
+	// ephemeral port for TCP.
 	SourcePort uint16
 	// Timeout bounds connect and reply; zero means DefaultTimeout.
 	Timeout time.Duration
@@ -80,8 +81,8 @@ func (c Client) DialTCP(dst netip.AddrPort) (*Conn, error) {
 		return nil, fmt.Errorf("tcp connect %s from %s: a connection held open from a cgroup's process is not supported", dst, c.NS.Role)
 	}
 	d := net.Dialer{Timeout: c.timeout()}
-	if c.Source.IsValid() {
-		d.LocalAddr = &net.TCPAddr{IP: c.Source.AsSlice()}
+	if c.Source.IsValid() || c.SourcePort != 0 {
+		d.LocalAddr = &net.TCPAddr{IP: c.Source.AsSlice(), Port: int(c.SourcePort)}
 	}
 	var conn net.Conn
 	err := c.NS.Do(func() (err error) {

@@ -149,6 +149,8 @@ type Changes struct {
 	// kubeproxy_network_programming_duration_seconds.
 	TriggerTimes []time.Time
 	// ConntrackCleanup is true when a UDP or SCTP service port lost an
-	// endpoint or gained its first one, so stale flows may exist.
+	// endpoint or gained its first one, so stale flows may exist. The
+	// syncer also sets it after a recovery sync, for flows made while the
+	// kernel was without rules.
 	ConntrackCleanup bool
 }
