@@ -1,0 +1,218 @@
+package nodeport
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/maglev"
+)
+
+// The tests here run the programs on crafted packets (BPF_PROG_RUN)
+// rather than through interfaces.
+
+// allPrograms loads every program of the object, the test-only ones too.
+func allPrograms(t *testing.T) *ebpf.Collection {
+	netnstest.RequireKernel(t)
+	spec, err := loadNodeport()
+	must(t, err)
+	for _, name := range []string{mapServices, mapBackends, mapMaglev, mapCT} {
+		spec.Maps[name].MaxEntries = minEntries
+	}
+	coll, err := ebpf.NewCollection(spec)
+	must(t, err)
+	t.Cleanup(func() { coll.Close() })
+	return coll
+}
+
+// TestKernelVerifier loads every program on this kernel and reports how
+// many instructions the verifier processed for each.
+func TestKernelVerifier(t *testing.T) {
+	progs := allPrograms(t).Programs
+	for _, name := range slices.Sorted(maps.Keys(progs)) {
+		info, err := progs[name].Info()
+		must(t, err)
+		n, ok := info.VerifiedInstructions()
+		if !ok || n == 0 {
+			t.Errorf("%s: no verified instruction count (%d, %v)", name, n, ok)
+		}
+		t.Logf("%-13s %5d instructions verified", name, n)
+	}
+}
+
+// TestKernelHashesMatchGo: the C jhash2 and flow hash give the values
+// pkg/proxy/maglev pins, so that the tables svcproxy writes are indexed as
+// Go computed them.
+func TestKernelHashesMatchGo(t *testing.T) {
+	progs := allPrograms(t).Programs
+	for _, tc := range []struct {
+		words []uint32
+		seed  uint32
+		want  uint32
+	}{
+		// maglev's TestHashesArePinned.
+		{nil, 0, 0xdeadbeef},
+		{[]uint32{1}, 0, 0x72a82a9b},
+		{[]uint32{1, 2, 3, 4, 5}, 7, 0x5a4f3b1e},
+	} {
+		in := make([]byte, 4*(2+12))
+		binary.NativeEndian.PutUint32(in, uint32(len(tc.words)))
+		binary.NativeEndian.PutUint32(in[4:], tc.seed)
+		for i, w := range tc.words {
+			binary.NativeEndian.PutUint32(in[8+4*i:], w)
+		}
+		got, err := progs["jhash_run"].Run(&ebpf.RunOptions{Data: in})
+		must(t, err)
+		if got != tc.want {
+			t.Errorf("C jhash2(%v, %d) = %#x, Go's is %#x", tc.words, tc.seed, got, tc.want)
+		}
+	}
+	f := maglev.Flow{Src: netip.MustParseAddr("198.51.100.7"), Dst: netip.MustParseAddr("192.0.2.10"),
+		SrcPort: 40000, DstPort: 443, Protocol: 6}
+	got, err := progs["flow_hash_run"].Run(&ebpf.RunOptions{Data: packet(f)})
+	must(t, err)
+	if want := uint32(0x027c3498); got != want || maglev.FlowHash(f) != want {
+		t.Errorf("C flow hash of %+v = %#x, Go's FlowHash %#x, pinned %#x", f, got, maglev.FlowHash(f), want)
+	}
+}
+
+// packet is an Ethernet frame of f (TCP or UDP), checksums left zero.
+func packet(f maglev.Flow) []byte {
+	b := make([]byte, 14+20+20)
+	binary.BigEndian.PutUint16(b[12:], 0x0800)
+	ip := b[14:]
+	ip[0], ip[8], ip[9] = 0x45, 64, f.Protocol
+	binary.BigEndian.PutUint16(ip[2:], 40)
+	src, dst := f.Src.As4(), f.Dst.As4()
+	copy(ip[12:], src[:])
+	copy(ip[16:], dst[:])
+	l4 := ip[20:]
+	binary.BigEndian.PutUint16(l4, f.SrcPort)
+	binary.BigEndian.PutUint16(l4[2:], f.DstPort)
+	if f.Protocol == 6 {
+		l4[12], l4[13] = 5<<4, 0x02 // SYN
+	} else {
+		binary.BigEndian.PutUint16(l4[4:], 20)
+	}
+	return b
+}
+
+// translated runs np_ingress over f and returns where the packet went.
+func translated(prog *ebpf.Program, f maglev.Flow) (netip.AddrPort, error) {
+	opts := &ebpf.RunOptions{Data: packet(f), DataOut: make([]byte, 256)}
+	if _, err := prog.Run(opts); err != nil {
+		return netip.AddrPort{}, err
+	}
+	ip := opts.DataOut[14:]
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), binary.BigEndian.Uint16(ip[22:24])), nil
+}
+
+// TestKernelMaglev: two nodes with the same endpoints pick the same
+// endpoint for every flow to an external IP (what ECMP in front of them
+// needs), the one Go's table picks; removing one endpoint of ten moves
+// its flows and few others.
+func TestKernelMaglev(t *testing.T) {
+	netnstest.RequireKernel(t)
+	lab := netnstest.New(t)
+	ns, err := lab.NewNS("maglev")
+	must(t, err)
+	pins := netnstest.MountThrowaway(t, "bpf")
+	vip := netip.MustParseAddr("198.18.100.7")
+	var eps []proxy.Endpoint
+	for i := range 10 {
+		eps = append(eps, ep(netip.AddrFrom4([4]byte{198, 19, byte(1 + i%2), byte(2 + 4*i)}), 8080))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	flows := make([]maglev.Flow, 2000)
+	for i := range flows {
+		flows[i] = maglev.Flow{Src: netip.AddrFrom4([4]byte{198, 18, 0, byte(100 + rng.IntN(100))}), Dst: vip,
+			SrcPort: uint16(1024 + rng.IntN(60000)), DstPort: 80, Protocol: 6}
+	}
+	nodes := make([]*Proxier, 2)
+	for i := range nodes {
+		p, err := New(Options{PinDir: filepath.Join(pins, fmt.Sprint("node", i))})
+		must(t, err)
+		t.Cleanup(p.Close)
+		nodes[i] = p
+	}
+	sync := func(p *Proxier, eps []proxy.Endpoint) {
+		sp := port("web", proxy.TCP, 0, eps...)
+		sp.ExternalIPs = []netip.Addr{vip}
+		sp.ExternalBalancing = proxy.BalanceMaglev
+		must(t, ns.Do(func() error {
+			return p.Sync(context.Background(), stateOf(netip.MustParseAddr("198.18.0.11"), sp), proxy.FullSync)
+		}))
+	}
+	picks := func(p *Proxier, eps []proxy.Endpoint) []netip.AddrPort {
+		tab := maglev.New(eps)
+		out := make([]netip.AddrPort, len(flows))
+		must(t, ns.Do(func() error {
+			for i, f := range flows {
+				var err error
+				if out[i], err = translated(p.kernel.coll.Programs["np_ingress"], f); err != nil {
+					return err
+				}
+				if want, _ := tab.Lookup(maglev.FlowHash(f)); out[i] != want.AddrPort() {
+					return fmt.Errorf("flow %+v went to %v, Go's table says %v", f, out[i], want)
+				}
+			}
+			return nil
+		}))
+		return out
+	}
+	for _, p := range nodes {
+		sync(p, eps)
+	}
+	before := [2][]netip.AddrPort{picks(nodes[0], eps), picks(nodes[1], eps)}
+	if !slices.Equal(before[0], before[1]) {
+		t.Errorf("the two nodes picked differently")
+	}
+	gone := eps[3].AddrPort()
+	rest := slices.Delete(slices.Clone(eps), 3, 4)
+	sync(nodes[0], rest)
+	// The flows are new again: the conntrack table would keep them.
+	must(t, ns.Do(func() error { return clearCT(nodes[0]) }))
+	after := picks(nodes[0], rest)
+	movedOthers, others := 0, 0
+	for i := range flows {
+		if before[0][i] == gone {
+			continue
+		}
+		others++
+		if after[i] != before[0][i] {
+			movedOthers++
+		}
+	}
+	share := float64(movedOthers) / float64(others)
+	t.Logf("removing 1 of 10 endpoints: %d of %d other flows moved (%.2f %%)", movedOthers, others, 100*share)
+	if share > 0.01 {
+		t.Errorf("%.2f %% of the other endpoints' flows moved, want at most 1 %%", 100*share)
+	}
+}
+
+func clearCT(p *Proxier) error {
+	m := p.kernel.coll.Maps[mapCT]
+	var k ctKey
+	var keys []ctKey
+	it := m.Iterate()
+	var v ctVal
+	for it.Next(&k, &v) {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil {
+			return err
+		}
+	}
+	return it.Err()
+}
