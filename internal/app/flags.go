@@ -62,6 +62,7 @@ func (o *options) addGeneralFlags(fs *pflag.FlagSet) {
 func (o *options) addEBPFFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.bpfCgroupRoot, "bpf-cgroup-root", o.bpfCgroupRoot, "svcproxy extension: with --proxy-mode=ebpf (svcproxy's connect-time load balancing), the cgroup v2 directory whose processes' sockets are load-balanced when they connect (every process in it or below it). Empty means the host's cgroup v2 root, from /proc/self/mountinfo; on a host without a cgroup v2 mount, svcproxy mounts one under /run/svcproxy. Applies with --config too.")
 	fs.StringVar(&o.bpfPinDir, "bpf-pin-dir", o.bpfPinDir, "svcproxy extension: in ebpf mode, the directory on a bpffs where the programs' links and maps are pinned, so that a restart adopts them. Empty means /sys/fs/bpf/svcproxy (svcproxy mounts a bpffs at /sys/fs/bpf if none is there). The other modes' start and --cleanup remove ebpf mode's pins from this directory. Applies with --config too.")
+	fs.StringSliceVar(&o.bpfTCInterfaces, "bpf-tc-interfaces", o.bpfTCInterfaces, "svcproxy extension, experimental: with --proxy-mode=ebpf, the node's interfaces (comma-separated) on which tc programs translate IPv4 TCP and UDP packets from outside the node to node ports, external IPs and load-balancer IPs without source ranges, instead of the nftables rules (which stay in place for everything else). Empty (the default) leaves that traffic to the nftables rules. Applies with --config too.")
 }
 
 func (o *options) addNetworkFlags(fs *pflag.FlagSet) {
