@@ -102,7 +102,8 @@ struct ct_key {
 // Flow states, for the timeouts.
 #define CT_NEW 0
 #define CT_ESTABLISHED 1
-#define CT_CLOSING 2
+#define CT_CLOSING 2 // a FIN seen
+#define CT_CLOSED 3 // a RST seen
 
 // ct_val is the rewrite of one direction: the addresses and ports the
 // packet leaves with.
@@ -242,15 +243,22 @@ static __always_inline __u32 flow_hash(const struct ct_key *k)
 }
 
 // The timeouts, in seconds, as the kernel's conntrack would expire the
-// flow: TCP before its first reply (SYN_RECV), established (kube-proxy's
-// tcpEstablishedTimeout default), after a FIN or RST (CLOSE); UDP before a
+// flow, its states folded into four: TCP before its first reply
+// (SYN_RECV), established (kube-proxy's tcpEstablishedTimeout default),
+// after a FIN (FIN_WAIT, TIME_WAIT), after a RST (CLOSE); UDP before a
 // reply and once replied (nf_conntrack_udp_timeout and its stream value).
 static __always_inline __u64 ct_timeout(__u8 proto, __u8 state)
 {
 	if (proto == IPPROTO_TCP) {
-		if (state == CT_ESTABLISHED)
+		switch (state) {
+		case CT_ESTABLISHED:
 			return 86400;
-		return state == CT_CLOSING ? 10 : 60;
+		case CT_CLOSING:
+			return 120;
+		case CT_CLOSED:
+			return 10;
+		}
+		return 60;
 	}
 	return state == CT_ESTABLISHED ? 120 : 30;
 }
@@ -374,7 +382,9 @@ static __always_inline struct ct_key reverse(const struct ct_val *v, __u8 proto)
 static __always_inline void track(struct ct_val *e, const struct pkt *p, int reply, __u64 now)
 {
 	__u8 st = e->state;
-	if (p->tcp_flags & (TCP_FIN | TCP_RST))
+	if (p->tcp_flags & TCP_RST)
+		st = CT_CLOSED;
+	else if (p->tcp_flags & TCP_FIN && st != CT_CLOSED)
 		st = CT_CLOSING;
 	else if (reply && st == CT_NEW)
 		st = CT_ESTABLISHED;
@@ -580,7 +590,9 @@ static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const 
 		struct ct_key rk = reverse(&fwd, p->k.proto);
 		bpf_map_update_elem(&np_ct, &rk, &rev, BPF_ANY);
 	}
-	if (p->tcp_flags & (TCP_FIN | TCP_RST))
+	if (p->tcp_flags & TCP_RST)
+		fwd.state = rev.state = CT_CLOSED;
+	else if (p->tcp_flags & TCP_FIN)
 		fwd.state = rev.state = CT_CLOSING;
 	bpf_map_update_elem(&np_ct, &p->k, &fwd, BPF_ANY);
 	rewrite(skb, p, &fwd);

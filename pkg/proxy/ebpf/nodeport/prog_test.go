@@ -10,11 +10,14 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/maglev"
 )
 
@@ -86,8 +89,18 @@ func TestKernelHashesMatchGo(t *testing.T) {
 	}
 }
 
-// packet is an Ethernet frame of f (TCP or UDP), checksums left zero.
-func packet(f maglev.Flow) []byte {
+// packet is an Ethernet frame of f (TCP SYN or UDP), checksums left zero.
+func packet(f maglev.Flow) []byte { return packetFlags(f, tcpSYN) }
+
+const (
+	tcpFIN = 0x01
+	tcpSYN = 0x02
+	tcpRST = 0x04
+	tcpACK = 0x10
+)
+
+// packetFlags is packet with the given TCP flags.
+func packetFlags(f maglev.Flow, flags byte) []byte {
 	b := make([]byte, 14+20+20)
 	binary.BigEndian.PutUint16(b[12:], 0x0800)
 	ip := b[14:]
@@ -100,7 +113,7 @@ func packet(f maglev.Flow) []byte {
 	binary.BigEndian.PutUint16(l4, f.SrcPort)
 	binary.BigEndian.PutUint16(l4[2:], f.DstPort)
 	if f.Protocol == 6 {
-		l4[12], l4[13] = 5<<4, 0x02 // SYN
+		l4[12], l4[13] = 5<<4, flags
 	} else {
 		binary.BigEndian.PutUint16(l4[4:], 20)
 	}
@@ -109,7 +122,11 @@ func packet(f maglev.Flow) []byte {
 
 // translated runs np_ingress over f and returns where the packet went.
 func translated(prog *ebpf.Program, f maglev.Flow) (netip.AddrPort, error) {
-	opts := &ebpf.RunOptions{Data: packet(f), DataOut: make([]byte, 256)}
+	return translatedPacket(prog, packet(f))
+}
+
+func translatedPacket(prog *ebpf.Program, pkt []byte) (netip.AddrPort, error) {
+	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, 256)}
 	if _, err := prog.Run(opts); err != nil {
 		return netip.AddrPort{}, err
 	}
@@ -117,17 +134,47 @@ func translated(prog *ebpf.Program, f maglev.Flow) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), binary.BigEndian.Uint16(ip[22:24])), nil
 }
 
+// vip is the external IP of the programs' tests.
+var vip = netip.MustParseAddr("198.18.100.7")
+
+// progNS is a network namespace for programs run on crafted packets, and
+// a bpffs for their pins.
+func progNS(t *testing.T) (*netnstest.NS, string) {
+	netnstest.RequireKernel(t)
+	ns, err := netnstest.New(t).NewNS("progs")
+	must(t, err)
+	return ns, netnstest.MountThrowaway(t, "bpf")
+}
+
+// progProxier is a Proxier attached to no interface, pinning in dir.
+func progProxier(t *testing.T, pins, dir string) *Proxier {
+	p, err := New(Options{PinDir: filepath.Join(pins, dir)})
+	must(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// external is a service port whose external IP is vip.
+func external(proto proxy.Protocol, eps ...proxy.Endpoint) *desired.ServicePort {
+	sp := port("web", proto, 0, eps...)
+	sp.ExternalIPs = []netip.Addr{vip}
+	return sp
+}
+
+// syncIn syncs p with a State of sp in ns.
+func syncIn(t *testing.T, ns *netnstest.NS, p *Proxier, sp *desired.ServicePort) {
+	t.Helper()
+	must(t, ns.Do(func() error {
+		return p.Sync(context.Background(), stateOf(netip.MustParseAddr("198.18.0.11"), sp), proxy.FullSync)
+	}))
+}
+
 // TestKernelMaglev: two nodes with the same endpoints pick the same
 // endpoint for every flow to an external IP (what ECMP in front of them
 // needs), the one Go's table picks; removing one endpoint of ten moves
 // its flows and few others.
 func TestKernelMaglev(t *testing.T) {
-	netnstest.RequireKernel(t)
-	lab := netnstest.New(t)
-	ns, err := lab.NewNS("maglev")
-	must(t, err)
-	pins := netnstest.MountThrowaway(t, "bpf")
-	vip := netip.MustParseAddr("198.18.100.7")
+	ns, pins := progNS(t)
 	var eps []proxy.Endpoint
 	for i := range 10 {
 		eps = append(eps, ep(netip.AddrFrom4([4]byte{198, 19, byte(1 + i%2), byte(2 + 4*i)}), 8080))
@@ -138,20 +185,11 @@ func TestKernelMaglev(t *testing.T) {
 		flows[i] = maglev.Flow{Src: netip.AddrFrom4([4]byte{198, 18, 0, byte(100 + rng.IntN(100))}), Dst: vip,
 			SrcPort: uint16(1024 + rng.IntN(60000)), DstPort: 80, Protocol: 6}
 	}
-	nodes := make([]*Proxier, 2)
-	for i := range nodes {
-		p, err := New(Options{PinDir: filepath.Join(pins, fmt.Sprint("node", i))})
-		must(t, err)
-		t.Cleanup(p.Close)
-		nodes[i] = p
-	}
+	nodes := []*Proxier{progProxier(t, pins, "node1"), progProxier(t, pins, "node2")}
 	sync := func(p *Proxier, eps []proxy.Endpoint) {
-		sp := port("web", proxy.TCP, 0, eps...)
-		sp.ExternalIPs = []netip.Addr{vip}
+		sp := external(proxy.TCP, eps...)
 		sp.ExternalBalancing = proxy.BalanceMaglev
-		must(t, ns.Do(func() error {
-			return p.Sync(context.Background(), stateOf(netip.MustParseAddr("198.18.0.11"), sp), proxy.FullSync)
-		}))
+		syncIn(t, ns, p, sp)
 	}
 	picks := func(p *Proxier, eps []proxy.Endpoint) []netip.AddrPort {
 		tab := maglev.New(eps)
@@ -215,4 +253,82 @@ func clearCT(p *Proxier) error {
 		}
 	}
 	return it.Err()
+}
+
+// TestKernelConntrackExpiry: a flow keeps its endpoint while its table
+// entry lives, and picks anew once the entry is older than the kernel's
+// conntrack would keep the flow in its state. Each case programs the
+// flow to endpoint x, moves the Service to y, ages the flow's entry, and
+// sends the flow's next packet.
+func TestKernelConntrackExpiry(t *testing.T) {
+	ns, pins := progNS(t)
+	p := progProxier(t, pins, "node")
+	x, y := ep(netip.MustParseAddr("198.19.1.2"), 8080), ep(netip.MustParseAddr("198.19.1.6"), 8080)
+	const (
+		stNew, stEstablished, stClosing, stClosed = 0, 1, 2, 3
+	)
+	for _, tc := range []struct {
+		proto proxy.Protocol
+		state uint8
+		age   time.Duration
+		kept  bool
+	}{
+		{proxy.TCP, stNew, 59 * time.Second, true},
+		{proxy.TCP, stNew, 61 * time.Second, false},
+		{proxy.TCP, stEstablished, 23 * time.Hour, true},
+		{proxy.TCP, stEstablished, 25 * time.Hour, false},
+		{proxy.TCP, stClosing, 119 * time.Second, true},
+		{proxy.TCP, stClosing, 121 * time.Second, false},
+		{proxy.TCP, stClosed, 9 * time.Second, true},
+		{proxy.TCP, stClosed, 11 * time.Second, false},
+		{proxy.UDP, stNew, 29 * time.Second, true},
+		{proxy.UDP, stNew, 31 * time.Second, false},
+		{proxy.UDP, stEstablished, 119 * time.Second, true},
+		{proxy.UDP, stEstablished, 121 * time.Second, false},
+	} {
+		f := maglev.Flow{Src: netip.MustParseAddr("198.18.0.100"), Dst: vip, SrcPort: 40000, DstPort: 80,
+			Protocol: protoNumbers[tc.proto]}
+		syncIn(t, ns, p, external(tc.proto, x))
+		var got [2]netip.AddrPort
+		must(t, ns.Do(func() (err error) {
+			if err = clearCT(p); err != nil {
+				return err
+			}
+			prog := p.kernel.coll.Programs["np_ingress"]
+			if got[0], err = translatedPacket(prog, packetFlags(f, tcpSYN)); err != nil {
+				return err
+			}
+			if err := age(p, f, tc.state, tc.age); err != nil {
+				return err
+			}
+			if err := p.Sync(context.Background(), stateOf(netip.MustParseAddr("198.18.0.11"), external(tc.proto, y)), proxy.FullSync); err != nil {
+				return err
+			}
+			got[1], err = translatedPacket(prog, packetFlags(f, tcpACK))
+			return err
+		}))
+		want := y.AddrPort()
+		if tc.kept {
+			want = x.AddrPort()
+		}
+		if got[0] != x.AddrPort() || got[1] != want {
+			t.Errorf("%s in state %d aged %v: went to %v then %v, want %v then %v", tc.proto, tc.state, tc.age, got[0], got[1], x.AddrPort(), want)
+		}
+	}
+}
+
+// age sets the state of flow f's table entry and makes it d old.
+func age(p *Proxier, f maglev.Flow, state uint8, d time.Duration) error {
+	m := p.kernel.coll.Maps[mapCT]
+	k := ctKey{Src: f.Src.As4(), Dst: f.Dst.As4(), Sport: netPort(f.SrcPort), Dport: netPort(f.DstPort), Proto: f.Protocol}
+	var v ctVal
+	if err := m.Lookup(k, &v); err != nil {
+		return fmt.Errorf("the flow's entry: %w", err)
+	}
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		return err
+	}
+	v.State, v.Seen = state, uint64(now.Nano())-uint64(d.Nanoseconds())
+	return m.Update(k, v, ebpf.UpdateExist)
 }
