@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/bpfmap"
 )
 
 // The maps, by the names bpf/nodeport.c gives them; each is pinned by that
@@ -72,35 +74,11 @@ func load(dir string, ifaces []string, sz sizes) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	opts := ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
-	defer func() {
-		for _, m := range opts.MapReplacements {
-			m.Close()
-		}
-	}()
-	for _, name := range mapNames {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("adopting pinned map %s: %w", name, err)
-		}
-		spec.Maps[name].MaxEntries = m.MaxEntries()
-		opts.MapReplacements[name] = m
-	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	coll, err := bpfmap.LoadAdopting(spec, dir, mapNames)
 	if err != nil {
 		return nil, fmt.Errorf("loading the tc node-port programs: %w", err)
 	}
 	l := &loaded{coll: coll}
-	if err := l.pin(dir); err != nil {
-		l.close()
-		return nil, err
-	}
 	for _, iface := range ifaces {
 		if err := l.attachAll(dir, iface); err != nil {
 			l.close()
@@ -108,18 +86,6 @@ func load(dir string, ifaces []string, sz sizes) (*loaded, error) {
 		}
 	}
 	return l, nil
-}
-
-func (l *loaded) pin(dir string) error {
-	for name, m := range l.coll.Maps {
-		if m.IsPinned() || strings.HasPrefix(name, ".") {
-			continue
-		}
-		if err := m.Pin(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("pinning map %s: %w", name, err)
-		}
-	}
-	return nil
 }
 
 // attachAll attaches both programs to iface and records it as a node
@@ -142,23 +108,17 @@ func (l *loaded) attachAll(dir, iface string) error {
 // there is one (swapping its program atomically), else a new pinned link.
 func (l *loaded) attach(name string, attach ebpf.AttachType, dir string, dev *net.Interface) error {
 	prog := l.coll.Programs[name]
-	pin := linkPin(dir, name, dev.Name)
-	if lk, err := link.LoadPinnedLink(pin, nil); err == nil {
-		if err := lk.Update(prog); err != nil {
-			lk.Close()
-			return fmt.Errorf("replacing the program of link %s: %w", pin, err)
+	lk, err := bpfmap.AttachPinned(linkPin(dir, name, dev.Name), prog, func() (link.Link, error) {
+		lk, err := link.AttachTCX(link.TCXOptions{Interface: dev.Index, Program: prog, Attach: attach})
+		if err != nil {
+			return nil, fmt.Errorf("attaching %s to %s: %w", name, dev.Name, err)
 		}
-		l.links = append(l.links, lk)
-		return nil
-	}
-	lk, err := link.AttachTCX(link.TCXOptions{Interface: dev.Index, Program: prog, Attach: attach})
+		return lk, nil
+	})
 	if err != nil {
-		return fmt.Errorf("attaching %s to %s: %w", name, dev.Name, err)
+		return err
 	}
 	l.links = append(l.links, lk)
-	if err := lk.Pin(pin); err != nil {
-		return fmt.Errorf("pinning link %s: %w", pin, err)
-	}
 	return nil
 }
 
