@@ -57,25 +57,6 @@ type cfgVal struct {
 	Pad  uint32
 }
 
-// ctKey is one direction of a flow as its packets carry it.
-type ctKey struct {
-	Src, Dst     [4]byte
-	Sport, Dport [2]byte
-	Proto        uint8
-	Pad          [3]byte
-}
-
-// ctVal is the rewrite of one direction of a flow.
-type ctVal struct {
-	Src, Dst     [4]byte
-	Sport, Dport [2]byte
-	At           uint8
-	State        uint8
-	Reply        uint8
-	Pad          uint8
-	Seen         uint64
-}
-
 // The IP protocols the programs translate.
 var protoNumbers = map[proxy.Protocol]uint8{proxy.TCP: 6, proxy.UDP: 17}
 
