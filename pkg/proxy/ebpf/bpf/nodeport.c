@@ -29,17 +29,10 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#define AF_INET 2
-#define ICMP_DEST_UNREACH 3
-#define ICMP_PORT_UNREACH 3
+#include "jhash.h"
+#include "reply.h"
 
-// The ICMP header (linux/icmp.h pulls in libc's socket headers).
-struct icmphdr {
-	__u8 type;
-	__u8 code;
-	__sum16 checksum;
-	__u32 unused;
-};
+#define AF_INET 2
 #define NSEC_PER_SEC 1000000000ULL
 
 // Frontend flags.
@@ -167,67 +160,6 @@ struct {
 	__type(key, struct ct_key);
 	__type(value, struct ct_val);
 } np_ct SEC(".maps");
-
-// The kernel's jhash2 (include/linux/jhash.h), as pkg/proxy/maglev
-// computes it: the Maglev tables svcproxy writes index flows by it.
-#define JHASH_INITVAL 0xdeadbeef
-#define FLOW_SEED 0x666c6f77
-#define rol32(w, s) (((w) << (s)) | ((w) >> (32 - (s))))
-
-#define jhash_mix(a, b, c)                       \
-	{                                        \
-		a -= c; a ^= rol32(c, 4); c += b;  \
-		b -= a; b ^= rol32(a, 6); a += c;  \
-		c -= b; c ^= rol32(b, 8); b += a;  \
-		a -= c; a ^= rol32(c, 16); c += b; \
-		b -= a; b ^= rol32(a, 19); a += c; \
-		c -= b; c ^= rol32(b, 4); b += a;  \
-	}
-
-#define jhash_final(a, b, c)                 \
-	{                                    \
-		c ^= b; c -= rol32(b, 14);   \
-		a ^= c; a -= rol32(c, 11);   \
-		b ^= a; b -= rol32(a, 25);   \
-		c ^= b; c -= rol32(b, 16);   \
-		a ^= c; a -= rol32(c, 4);    \
-		b ^= a; b -= rol32(a, 14);   \
-		c ^= b; c -= rol32(b, 24);   \
-	}
-
-#define JHASH_MAX_WORDS 12
-
-// jhash2 hashes len (at most JHASH_MAX_WORDS) words of k.
-static __always_inline __u32 jhash2(const __u32 *k, __u32 len, __u32 seed)
-{
-	__u32 a, b, c;
-	__u32 i = 0;
-
-	a = b = c = JHASH_INITVAL + (len << 2) + seed;
-	for (int r = 0; r < JHASH_MAX_WORDS / 3; r++) {
-		if (len - i <= 3)
-			break;
-		a += k[i];
-		b += k[i + 1];
-		c += k[i + 2];
-		jhash_mix(a, b, c);
-		i += 3;
-	}
-	if (i > JHASH_MAX_WORDS - 3)
-		return c;
-	switch (len - i) {
-	case 3:
-		c += k[i + 2];
-		/* fallthrough */
-	case 2:
-		b += k[i + 1];
-		/* fallthrough */
-	case 1:
-		a += k[i];
-		jhash_final(a, b, c);
-	}
-	return c;
-}
 
 // flow_hash is maglev.FlowHash of an IPv4 flow: host-order words of the
 // source and destination, the ports, the protocol.
@@ -439,113 +371,12 @@ static __always_inline struct np_be *pick(const struct np_val *sv, const struct 
 	return bpf_map_lookup_elem(&np_backends, &bk);
 }
 
-// fold turns a 32-bit one's complement sum into a checksum.
-static __always_inline __u16 fold(__u32 sum)
-{
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
-}
-
-static __always_inline void ip_header(struct iphdr *ip, __be32 src, __be32 dst, __u8 proto, __u16 len)
-{
-	ip->version = 4;
-	ip->ihl = 5;
-	ip->tot_len = bpf_htons(len);
-	ip->ttl = 64;
-	ip->protocol = proto;
-	ip->saddr = src;
-	ip->daddr = dst;
-	ip->check = fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, sizeof(*ip), 0));
-}
-
-// answer replaces the packet with the len bytes of reply (an IPv4 packet)
-// and sends it back out of the interface it came in on.
-static __always_inline int answer(struct __sk_buff *skb, void *reply, __u32 len)
-{
-	struct ethhdr eth;
-	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)))
-		return TC_ACT_SHOT;
-	unsigned char mac[ETH_ALEN];
-	__builtin_memcpy(mac, eth.h_source, ETH_ALEN);
-	__builtin_memcpy(eth.h_source, eth.h_dest, ETH_ALEN);
-	__builtin_memcpy(eth.h_dest, mac, ETH_ALEN);
-	if (bpf_skb_change_tail(skb, sizeof(eth) + len, 0))
-		return TC_ACT_SHOT;
-	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) ||
-	    bpf_skb_store_bytes(skb, sizeof(eth), reply, len, 0))
-		return TC_ACT_SHOT;
-	return bpf_redirect(skb->ifindex, 0);
-}
-
-struct rst_pkt {
-	struct iphdr ip;
-	struct tcphdr tcp;
-};
-
-struct pseudo {
-	__be32 src;
-	__be32 dst;
-	__u8 zero;
-	__u8 proto;
-	__be16 len;
-	struct tcphdr tcp;
-};
-
-// reset answers a TCP packet with a RST, as a refused connection.
-static __always_inline int reset(struct __sk_buff *skb, const struct pkt *p)
-{
-	struct iphdr in;
-	struct tcphdr th;
-	if (p->tcp_flags & TCP_RST)
-		return TC_ACT_SHOT;
-	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), &in, sizeof(in)) ||
-	    bpf_skb_load_bytes(skb, p->l4, &th, sizeof(th)))
-		return TC_ACT_SHOT;
-	struct pseudo ps = { .src = p->k.dst, .dst = p->k.src, .proto = IPPROTO_TCP, .len = bpf_htons(sizeof(struct tcphdr)) };
-	ps.tcp.source = p->k.dport;
-	ps.tcp.dest = p->k.sport;
-	ps.tcp.doff = 5;
-	ps.tcp.rst = 1;
-	if (th.ack) {
-		ps.tcp.seq = th.ack_seq;
-	} else {
-		__u32 seglen = bpf_ntohs(in.tot_len) - sizeof(in) - th.doff * 4 + th.syn + th.fin;
-		ps.tcp.ack = 1;
-		ps.tcp.ack_seq = bpf_htonl(bpf_ntohl(th.seq) + seglen);
-	}
-	ps.tcp.check = fold(bpf_csum_diff(NULL, 0, (__be32 *)&ps, sizeof(ps), 0));
-	struct rst_pkt r = { .tcp = ps.tcp };
-	ip_header(&r.ip, p->k.dst, p->k.src, IPPROTO_TCP, sizeof(r));
-	return answer(skb, &r, sizeof(r));
-}
-
-struct unreach_pkt {
-	struct iphdr ip;
-	struct icmphdr icmp;
-	struct iphdr orig;
-	__u8 l4[8];
-};
-
-// unreachable answers a UDP packet with ICMP port unreachable.
-static __always_inline int unreachable(struct __sk_buff *skb, const struct pkt *p)
-{
-	struct unreach_pkt r = {};
-	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), &r.orig, sizeof(r.orig) + sizeof(r.l4)))
-		return TC_ACT_SHOT;
-	r.icmp.type = ICMP_DEST_UNREACH;
-	r.icmp.code = ICMP_PORT_UNREACH;
-	r.icmp.checksum = fold(bpf_csum_diff(NULL, 0, (__be32 *)&r.icmp, sizeof(r) - sizeof(r.ip), 0));
-	ip_header(&r.ip, p->k.dst, p->k.src, IPPROTO_ICMP, sizeof(r));
-	return answer(skb, &r, sizeof(r));
-}
-
 // refuse is a frontend's answer when it has no endpoint.
 static __always_inline int refuse(struct __sk_buff *skb, const struct pkt *p, const struct np_val *sv)
 {
-	if (sv->flags & NP_F_DROP)
+	if (sv->flags & NP_F_DROP || p->tcp_flags & TCP_RST)
 		return TC_ACT_SHOT;
-	return p->k.proto == IPPROTO_TCP ? reset(skb, p) : unreachable(skb, p);
+	return p->k.proto == IPPROTO_TCP ? reset(skb, p->l4) : unreachable(skb);
 }
 
 // apply translates a packet of a known flow.
