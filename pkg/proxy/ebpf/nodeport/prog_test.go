@@ -354,3 +354,52 @@ func age(p *Proxier, f maglev.Flow, state uint8, d time.Duration) error {
 	v.State, v.Seen = state, uint64(now.Nano())-uint64(d.Nanoseconds())
 	return m.Update(k, v, ebpf.UpdateExist)
 }
+
+// BenchmarkIngress times np_ingress (BPF_PROG_RUN, in the kernel) on a
+// packet of a known flow, translated from the conntrack table, and on one
+// no frontend matches, with 1 and 10,000 frontends in the maps:
+//
+//	go test ./pkg/proxy/ebpf/nodeport -run '^$' -bench Ingress
+func BenchmarkIngress(b *testing.B) {
+	netnstest.RequireKernel(b)
+	ns, err := netnstest.New(b).NewNS("bench")
+	must(b, err)
+	pins := netnstest.MountThrowaway(b, "bpf")
+	for _, n := range []int{1, 10000} {
+		p, err := New(Options{PinDir: filepath.Join(pins, fmt.Sprint(n))})
+		must(b, err)
+		b.Cleanup(p.Close)
+		var sps []*desired.ServicePort
+		for i := range n {
+			sp := port(fmt.Sprint("svc", i), proxy.TCP, 0, ep(netip.MustParseAddr("198.19.1.2"), 8080))
+			sp.ExternalIPs = []netip.Addr{netip.AddrFrom4([4]byte{198, 18, byte(100 + i/250), byte(1 + i%250)})}
+			sps = append(sps, sp)
+		}
+		must(b, ns.Do(func() error {
+			return p.Sync(context.Background(), stateOf(netip.MustParseAddr("198.18.0.11"), sps...), proxy.FullSync)
+		}))
+		prog := p.kernel.coll.Programs["np_ingress"]
+		known := maglev.Flow{Src: netip.MustParseAddr("198.18.0.100"), Dst: netip.MustParseAddr("198.18.100.1"),
+			SrcPort: 40000, DstPort: 80, Protocol: 6}
+		other := known
+		other.Dst = netip.MustParseAddr("198.18.99.1")
+		for _, c := range []struct {
+			name string
+			f    maglev.Flow
+		}{{"KnownFlow", known}, {"NoFrontend", other}} {
+			b.Run(fmt.Sprintf("%s/frontends=%d", c.name, n), func(b *testing.B) {
+				pkt := packetFlags(c.f, tcpACK)
+				var per time.Duration
+				must(b, ns.Do(func() error {
+					if _, err := prog.Run(&ebpf.RunOptions{Data: pkt}); err != nil {
+						return err
+					}
+					_, d, err := prog.Benchmark(pkt, b.N, nil)
+					per = d
+					return err
+				}))
+				b.ReportMetric(float64(per.Nanoseconds()), "ns/packet")
+			})
+		}
+	}
+}
