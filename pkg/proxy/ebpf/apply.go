@@ -1,8 +1,6 @@
 package ebpf
 
 import (
-	"fmt"
-
 	"github.com/cilium/ebpf"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/bpfmap"
@@ -30,27 +28,12 @@ type tables struct {
 func apply(t tables, have, want *Contents) (int, error) {
 	bPut, bVals, bDel := bpfmap.Diff(have.Backends, want.Backends)
 	sPut, sVals, sDel := bpfmap.Diff(have.Services, want.Services)
-	steps := []struct {
-		what string
-		n    int
-		do   func() error
-	}{
-		{"writing endpoint slots", len(bPut), func() error { return t.backends.put(bPut, bVals) }},
-		{"writing service records", len(sPut), func() error { return t.services.put(sPut, sVals) }},
-		{"deleting service records", len(sDel), func() error { return t.services.del(sDel) }},
-		{"deleting endpoint slots", len(bDel), func() error { return t.backends.del(bDel) }},
-	}
-	n := 0
-	for _, s := range steps {
-		if s.n == 0 {
-			continue
-		}
-		if err := s.do(); err != nil {
-			return n, fmt.Errorf("%s: %w", s.what, err)
-		}
-		n += s.n
-	}
-	return n, nil
+	return bpfmap.Apply([]bpfmap.Step{
+		{What: "writing endpoint slots", N: len(bPut), Do: func() error { return t.backends.put(bPut, bVals) }},
+		{What: "writing service records", N: len(sPut), Do: func() error { return t.services.put(sPut, sVals) }},
+		{What: "deleting service records", N: len(sDel), Do: func() error { return t.services.del(sDel) }},
+		{What: "deleting endpoint slots", N: len(bDel), Do: func() error { return t.backends.del(bDel) }},
+	})
 }
 
 // kernelTable is a table over a BPF map.

@@ -5,6 +5,7 @@ package bpfmap
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/cilium/ebpf"
 )
@@ -78,4 +79,28 @@ func (t Table[K, V]) Dump() (map[K]V, error) {
 			return nil, err
 		}
 	}
+}
+
+// Step is one batch of an apply: what it does (for the error), how many
+// entries it writes or deletes, and the batch itself.
+type Step struct {
+	What string
+	N    int
+	Do   func() error
+}
+
+// Apply runs the steps with entries, in order, and returns how many
+// entries they wrote or deleted; it stops at the first failure.
+func Apply(steps []Step) (int, error) {
+	n := 0
+	for _, s := range steps {
+		if s.N == 0 {
+			continue
+		}
+		if err := s.Do(); err != nil {
+			return n, fmt.Errorf("%s: %w", s.What, err)
+		}
+		n += s.N
+	}
+	return n, nil
 }

@@ -171,29 +171,18 @@ func apply(maps map[string]*ebpf.Map, have, want *Contents) (int, error) {
 	bPut, bVals, bDel := bpfmap.Diff(have.Backends, want.Backends)
 	mPut, mVals, mDel := bpfmap.Diff(have.Maglev, want.Maglev)
 	sPut, sVals, sDel := bpfmap.Diff(have.Services, want.Services)
-	steps := []struct {
-		what string
-		n    int
-		do   func() error
-	}{
-		{"writing endpoint slots", len(bPut), func() error { return bs.Put(bPut, bVals) }},
-		{"writing Maglev slots", len(mPut), func() error { return ms.Put(mPut, mVals) }},
-		{"writing the configuration", boolInt(have.Config != want.Config),
-			func() error { return maps[mapConfig].Put(uint32(0), want.Config) }},
-		{"writing frontends", len(sPut), func() error { return ss.Put(sPut, sVals) }},
-		{"deleting frontends", len(sDel), func() error { return ss.Del(sDel) }},
-		{"deleting Maglev slots", len(mDel), func() error { return ms.Del(mDel) }},
-		{"deleting endpoint slots", len(bDel), func() error { return bs.Del(bDel) }},
-	}
-	n := 0
-	for _, s := range steps {
-		if s.n == 0 {
-			continue
-		}
-		if err := s.do(); err != nil {
-			return n, fmt.Errorf("tc node ports: %s: %w", s.what, err)
-		}
-		n += s.n
+	n, err := bpfmap.Apply([]bpfmap.Step{
+		{What: "writing endpoint slots", N: len(bPut), Do: func() error { return bs.Put(bPut, bVals) }},
+		{What: "writing Maglev slots", N: len(mPut), Do: func() error { return ms.Put(mPut, mVals) }},
+		{What: "writing the configuration", N: boolInt(have.Config != want.Config),
+			Do: func() error { return maps[mapConfig].Put(uint32(0), want.Config) }},
+		{What: "writing frontends", N: len(sPut), Do: func() error { return ss.Put(sPut, sVals) }},
+		{What: "deleting frontends", N: len(sDel), Do: func() error { return ss.Del(sDel) }},
+		{What: "deleting Maglev slots", N: len(mDel), Do: func() error { return ms.Del(mDel) }},
+		{What: "deleting endpoint slots", N: len(bDel), Do: func() error { return bs.Del(bDel) }},
+	})
+	if err != nil {
+		return n, fmt.Errorf("tc node ports: %w", err)
 	}
 	return n, nil
 }
