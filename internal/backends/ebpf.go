@@ -184,8 +184,12 @@ func (b *hooksAndRules) Sync(ctx context.Context, st *desired.State, mode proxy.
 	return errors.Join(tc, b.hooks.Sync(ctx, st, mode), b.rules.Sync(ctx, st, mode))
 }
 
-// CanaryMissing: a pin gone or the nftables canary gone.
+// CanaryMissing: a pin gone (the hooks' or the tc programs') or the
+// nftables canary gone.
 func (b *hooksAndRules) CanaryMissing(ctx context.Context) (bool, error) {
+	if b.tc != nil && b.tc.CanaryMissing() {
+		return true, nil
+	}
 	missing, err := b.hooks.CanaryMissing(ctx)
 	if err != nil || missing {
 		return missing, err

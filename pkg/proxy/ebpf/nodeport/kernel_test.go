@@ -3,6 +3,7 @@ package nodeport
 import (
 	"context"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -202,6 +203,23 @@ func TestKernelRestartAndChange(t *testing.T) {
 			t.Errorf("the connection to %s across the restart: %v, %v", name, ans, err)
 		}
 	}
+
+	// The canary: a map's pin and a link's gone; a recovery sync pins
+	// again, and the new link attaches before the old one goes.
+	if second.CanaryMissing() {
+		t.Error("CanaryMissing with every pin in place")
+	}
+	for _, pin := range []string{mapServices, "link_np_egress_fab0"} {
+		must(t, os.Remove(filepath.Join(r.pins, "np", pin)))
+	}
+	if !second.CanaryMissing() {
+		t.Error("CanaryMissing is false with two pins gone")
+	}
+	r.sync(t, second, st, proxy.RecoverySync)
+	if second.CanaryMissing() {
+		t.Error("CanaryMissing after the recovery sync")
+	}
+	r.ask(t, proxy.TCP, dst, 8, map[string]func(netip.AddrPort) bool{"pod-a": r.keptSource, "pod-b": r.masqueraded})
 
 	r.sync(t, second, stateOf(r.node1.IPv4, port("web", proxy.TCP, 30080, a)), proxy.FullSync)
 	if seen := r.ask(t, proxy.TCP, dst, 8, map[string]func(netip.AddrPort) bool{"pod-a": r.keptSource}); seen["pod-a"] != 8 {

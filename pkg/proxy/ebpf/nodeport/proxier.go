@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
+	"path/filepath"
 
 	"github.com/cilium/ebpf"
 
@@ -47,6 +49,8 @@ type Proxier struct {
 	// have is what the maps hold; nil when unknown (read back).
 	have   *Contents
 	writes uint64
+	// programmed is set once a Sync succeeded, for CanaryMissing.
+	programmed bool
 }
 
 // New returns a Proxier; nothing touches the kernel before the first Sync.
@@ -62,6 +66,13 @@ func New(o Options) (*Proxier, error) {
 // so that a restart with an unchanged State writes nothing.
 func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode) error {
 	want := Render(st)
+	if p.kernel != nil && mode == proxy.RecoverySync && p.pinsMissing() {
+		// Load and pin again; the old links stay attached until the new
+		// ones are, so translation does not stop.
+		old := p.kernel
+		p.kernel = nil
+		defer old.close()
+	}
 	if p.kernel == nil {
 		l, err := load(p.o.PinDir, p.o.Interfaces, sizesFor(&want))
 		if err != nil {
@@ -86,7 +97,31 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 		return err
 	}
 	p.have = &want
+	p.programmed = true
 	return nil
+}
+
+// CanaryMissing reports, once a sync succeeded, whether a pin of the maps
+// or links is gone (removed, or the bpffs unmounted): the next svcproxy
+// would not find what runs. A RecoverySync then loads and pins again.
+func (p *Proxier) CanaryMissing() bool { return p.programmed && p.pinsMissing() }
+
+func (p *Proxier) pinsMissing() bool {
+	pins := []string{}
+	for _, name := range mapNames {
+		pins = append(pins, filepath.Join(p.o.PinDir, name))
+	}
+	for _, iface := range p.o.Interfaces {
+		for prog := range hooks {
+			pins = append(pins, linkPin(p.o.PinDir, prog, iface))
+		}
+	}
+	for _, pin := range pins {
+		if _, err := os.Stat(pin); err != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func sizesFor(c *Contents) sizes {
