@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# hack/update-bpf.sh — regenerate the eBPF backend's compiled programs (pkg/proxy/ebpf: bpf2go
-# writes sock_bpfel.o and sock_bpfel.go from bpf/sock.c). The outputs are committed so that
-# building svcproxy needs no clang; run this after editing the C source and commit the result.
+# hack/update-bpf.sh — regenerate the eBPF backend's compiled programs (bpf2go writes
+# pkg/proxy/ebpf/sock_bpfel.{o,go} from bpf/sock.c and pkg/proxy/ebpf/nodeport/nodeport_bpfel.{o,go}
+# from bpf/nodeport.c). The outputs are committed so that building svcproxy needs no clang; run
+# this after editing the C source and commit the result.
 #
 #   hack/update-bpf.sh                 regenerate in place (needs clang and llvm-strip)
 #   hack/update-bpf.sh --install       first install Debian's toolchain (clang, llvm, libbpf-dev)
@@ -14,7 +15,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PKG=$ROOT/pkg/proxy/ebpf
-GENERATED=(sock_bpfel.o sock_bpfel.go)
+# The generated files, relative to PKG.
+GENERATED=(sock_bpfel.o sock_bpfel.go nodeport/nodeport_bpfel.o nodeport/nodeport_bpfel.go)
 
 install_toolchain() {
   apt-get install -y clang llvm libbpf-dev
@@ -27,23 +29,24 @@ have_toolchain() {
 case ${1:-} in
   --install)
     install_toolchain
-    (cd "$PKG" && go generate .)
+    (cd "$PKG" && go generate . ./nodeport)
     ;;
   --check)
     dir=${2:?--check needs a directory inside the module}
     rm -rf "$dir" && mkdir -p "$dir"
     cp -r "$PKG/gen.go" "$PKG/bpf" "$dir/"
-    (cd "$dir" && go generate .)
+    mkdir -p "$dir/nodeport" && cp "$PKG/nodeport/gen.go" "$dir/nodeport/"
+    (cd "$dir" && go generate . ./nodeport)
     status=0
     for f in "${GENERATED[@]}"; do
-      cmp -s "$dir/$f" "$PKG/$f" || { echo "pkg/proxy/ebpf/$f differs from what bpf/sock.c compiles to; run hack/update-bpf.sh" >&2; status=1; }
+      cmp -s "$dir/$f" "$PKG/$f" || { echo "pkg/proxy/ebpf/$f differs from what its C source in bpf/ compiles to; run hack/update-bpf.sh" >&2; status=1; }
     done
     rm -rf "$dir"
     exit $status
     ;;
   "")
     have_toolchain || { echo "clang, llvm-strip or libbpf-dev missing: hack/update-bpf.sh --install" >&2; exit 1; }
-    (cd "$PKG" && go generate .)
+    (cd "$PKG" && go generate . ./nodeport)
     ;;
   *)
     echo "usage: $0 [--install | --check DIR]" >&2

@@ -31,6 +31,12 @@ func TestEBPFModeSelected(t *testing.T) {
 	if cfg.Mode != proxy.ModeEBPF || cfg.BPFCgroupRoot != "/sys/fs/cgroup/pods" || cfg.BPFPinDir != "/sys/fs/bpf/test" {
 		t.Fatalf("flags gave mode %q, cgroup %q, pin dir %q", cfg.Mode, cfg.BPFCgroupRoot, cfg.BPFPinDir)
 	}
+	if cfg.BPFTCInterfaces != nil {
+		t.Errorf("the tc programs are on by default: interfaces %q", cfg.BPFTCInterfaces)
+	}
+	if tc := mustRun(t, "--hostname-override=n1", "--proxy-mode=ebpf", "--bpf-tc-interfaces=eth0,eth1"); !slices.Equal(tc.BPFTCInterfaces, []string{"eth0", "eth1"}) {
+		t.Errorf("--bpf-tc-interfaces=eth0,eth1 gave %q", tc.BPFTCInterfaces)
+	}
 	file := mustRun(t, "--config", writeFile(t, "c.yaml", configHeader+"mode: ebpf\nhostnameOverride: n1\n"))
 	if file.Mode != proxy.ModeEBPF || !slices.Equal(file.NodePortAddresses, []string{"primary"}) {
 		t.Errorf("mode: ebpf gave mode %q, nodePortAddresses %q; want ebpf, [primary] (nftables')", file.Mode, file.NodePortAddresses)

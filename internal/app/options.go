@@ -28,6 +28,7 @@ type options struct {
 	watchNodeAddrs   bool
 	bpfCgroupRoot    string
 	bpfPinDir        string
+	bpfTCInterfaces  []string
 	version          string
 	// externalLBAlgorithm is --external-lb-algorithm, parsed by complete.
 	externalLBAlgorithm string

@@ -15,6 +15,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/nodeport"
 )
 
 // ebpfSyncFailures counts ebpf mode's failed syncs (either half's).
@@ -80,13 +81,21 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		inst.StaleFlows[f] = StaleFlows{Table: p.Sockets(), Name: "ebpf sockets"}
 		nft := inst.Proxiers[f]
 		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder}
+		if f == proxy.IPv4 && len(env.Config.BPFTCInterfaces) > 0 {
+			if both.tc, err = nodeport.New(nodeport.Options{PinDir: tcPinDir(pinDir), Interfaces: env.Config.BPFTCInterfaces}); err != nil {
+				inst.Close()
+				return nil, err
+			}
+			inst.OnClose(both.tc.Close)
+		}
 		// The nftables half reads its tables back ahead of the first sync
 		// and says whether they held rules; the hooks' maps are read back
 		// by their own first (recovery) sync. Which ports the kernel holds
 		// is the nftables half's answer (HeldPorts).
 		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: nft.Preparer, RulesHolder: nft.RulesHolder, PortHolder: both}
 	}
-	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir)
+	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir,
+		"tcInterfaces", env.Config.BPFTCInterfaces)
 	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newEBPFCollector(hooks)))
 	return inst, nil
 }
@@ -124,8 +133,14 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	default:
 		logger.Info("Removing ebpf mode's leftovers", "pinDir", pinDir)
 	}
-	return ebpf.RemoveLeftovers(pinDir)
+	// The tc programs' pins first: the pin directory goes when empty.
+	return errors.Join(nodeport.Remove(tcPinDir(pinDir)), ebpf.RemoveLeftovers(pinDir))
 }
+
+// tcPinDir is where the experimental tc programs pin, beside the socket
+// hooks' family directories: LeftoversPresent finds those, and any node
+// that ran the tc programs ran the hooks too.
+func tcPinDir(pinDir string) string { return filepath.Join(pinDir, "tc") }
 
 // hooksAndRules is one family of ebpf mode: the socket hooks and the
 // nftables rules, given every sync the same State. A failure of either is
@@ -135,6 +150,12 @@ type hooksAndRules struct {
 	hooks *ebpf.Proxier
 	rules syncer.Proxier
 	held  syncer.PortHolder
+	// tc, when --bpf-tc-interfaces is set (IPv4), translates packets from
+	// outside the node before netfilter sees them: a packet it translated
+	// is addressed to an endpoint (or, masqueraded, redirected out of the
+	// node), so the nftables rules of its frontend never match it, and
+	// they stay for what tc does not serve (nodeport.Served).
+	tc *nodeport.Proxier
 }
 
 // HeldPorts is the nftables half's answer. After a restart whose first
@@ -156,11 +177,19 @@ func (b *hooksAndRules) Init(ctx context.Context) error {
 }
 
 func (b *hooksAndRules) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
-	return errors.Join(b.hooks.Sync(ctx, st, mode), b.rules.Sync(ctx, st, mode))
+	var tc error
+	if b.tc != nil {
+		tc = b.tc.Sync(ctx, st, mode)
+	}
+	return errors.Join(tc, b.hooks.Sync(ctx, st, mode), b.rules.Sync(ctx, st, mode))
 }
 
-// CanaryMissing: a pin gone or the nftables canary gone.
+// CanaryMissing: a pin gone (the hooks' or the tc programs') or the
+// nftables canary gone.
 func (b *hooksAndRules) CanaryMissing(ctx context.Context) (bool, error) {
+	if b.tc != nil && b.tc.CanaryMissing() {
+		return true, nil
+	}
 	missing, err := b.hooks.CanaryMissing(ctx)
 	if err != nil || missing {
 		return missing, err
@@ -169,5 +198,9 @@ func (b *hooksAndRules) CanaryMissing(ctx context.Context) (bool, error) {
 }
 
 func (b *hooksAndRules) Cleanup(ctx context.Context) error {
-	return errors.Join(b.hooks.Cleanup(ctx), b.rules.Cleanup(ctx))
+	var tc error
+	if b.tc != nil {
+		tc = b.tc.Cleanup()
+	}
+	return errors.Join(tc, b.hooks.Cleanup(ctx), b.rules.Cleanup(ctx))
 }

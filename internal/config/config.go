@@ -111,6 +111,12 @@ type Config struct {
 	// BPFPinDir is the bpffs directory ebpf mode pins its programs' links
 	// and maps in, "" for /sys/fs/bpf/svcproxy (--bpf-pin-dir).
 	BPFPinDir string
+	// BPFTCInterfaces, when set, are the node's interfaces on which ebpf
+	// mode's experimental tc programs translate IPv4 TCP and UDP traffic
+	// from outside the node to node ports, external and LB IPs
+	// (--bpf-tc-interfaces, an svcproxy extension; off by default, when
+	// the nftables half serves that traffic).
+	BPFTCInterfaces []string
 	// ExternalBalancing is the node's default algorithm for external
 	// traffic, for Services without the annotation
 	// svcproxy.io/external-lb-algorithm (an svcproxy extension,

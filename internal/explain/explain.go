@@ -134,15 +134,16 @@ func Explain(state *desired.State, pkt Packet) Explanation {
 	return e
 }
 
-// balancing words the daemon's decision for external traffic. Nothing
-// routes by maglev yet, and the reader must not believe otherwise.
+// balancing words the daemon's decision for external traffic. Only ebpf
+// mode's experimental tc programs route by maglev, which explain cannot
+// see, and the reader must not believe more than that.
 func (e *Explanation) balancing(b proxy.Balancing) {
 	if b == proxy.BalanceDefault {
 		b = proxy.BalanceRandom // an older daemon, which had no other
 	}
 	e.Balancing = b.String()
 	if b == proxy.BalanceMaglev {
-		e.because("external traffic is to be balanced by maglev (annotation %s, else --external-lb-algorithm), but no datapath routes by it yet: the eBPF north-south path that will is not written, so this node picks as for random",
+		e.because("external traffic is to be balanced by maglev (annotation %s, else --external-lb-algorithm), but only ebpf mode's experimental tc programs route by it (--bpf-tc-interfaces, IPv4 TCP and UDP); everywhere else no datapath routes by it yet, and this node picks as for random",
 			model.ExternalBalancingAnnotation)
 	}
 }

@@ -27,7 +27,7 @@ type Report struct {
 	Masquerade bool     `json:"masquerade"`
 	Affinity   int32    `json:"affinitySeconds,omitempty"`
 	// Balancing is "random" or "maglev" for a packet DNATed through an
-	// external frontend (decided; only a future datapath routes by maglev).
+	// external frontend (decided; only ebpf mode's experimental tc programs route by maglev).
 	Balancing string   `json:"balancing,omitempty"`
 	Reasons   []string `json:"reasons"`
 	Mode      string   `json:"mode,omitempty"`

@@ -9,7 +9,8 @@ import (
 // ports, external and load-balancer IPs) picks one endpoint of its
 // dispatch. It is a decision of desired (per service port, from the
 // Service's annotation and the node's default); only a datapath that sees
-// those packets itself, the eBPF north-south path, will render it.
+// those packets itself renders it: ebpf mode's tc programs
+// (pkg/proxy/ebpf/nodeport, experimental).
 type Balancing uint8
 
 // The balancing algorithms.

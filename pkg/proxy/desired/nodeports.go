@@ -113,3 +113,17 @@ func loopback(family proxy.IPFamily) netip.Addr {
 	}
 	return netip.AddrFrom4([4]byte{127, 0, 0, 1})
 }
+
+// NodePortAddresses lists the destination addresses node ports answer on,
+// for a backend that matches each address itself (the eBPF maps): the
+// bound addresses where Compute resolved them, else the node's IPs for
+// "all", else the selected ones.
+func (s *State) NodePortAddresses() []netip.Addr {
+	switch {
+	case len(s.NodePorts.Bound) > 0:
+		return s.NodePorts.Bound
+	case s.NodePorts.All:
+		return s.NodeIPs
+	}
+	return s.NodePorts.IPs
+}

@@ -132,9 +132,10 @@ type ServicePort struct {
 	// ExternalBalancing is how a new flow of External picks its endpoint:
 	// the Service's annotation svcproxy.io/external-lb-algorithm, else
 	// Options.ExternalBalancing; never BalanceDefault from Compute (a port
-	// built by hand may leave it so, which reads as random). Only the eBPF
-	// north-south path will render it (not written yet); every backend
-	// today balances at random, as kube-proxy does, and explain shows it.
+	// built by hand may leave it so, which reads as random). Only ebpf
+	// mode's tc programs render it (pkg/proxy/ebpf/nodeport, experimental);
+	// everywhere else traffic is balanced at random, as kube-proxy does,
+	// and explain shows it.
 	ExternalBalancing proxy.Balancing
 
 	// ClusterIP is this family's cluster IP; always valid.

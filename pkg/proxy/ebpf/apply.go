@@ -1,10 +1,9 @@
 package ebpf
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/cilium/ebpf"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/bpfmap"
 )
 
 // table is one map as the apply step sees it: batch writes and deletes,
@@ -27,89 +26,23 @@ type tables struct {
 // after every slot it counts, and a slot deleted only after no record
 // counts it. It returns how many entries it wrote or deleted.
 func apply(t tables, have, want *Contents) (int, error) {
-	bPut, bVals, bDel := diff(have.Backends, want.Backends)
-	sPut, sVals, sDel := diff(have.Services, want.Services)
-	steps := []struct {
-		what string
-		n    int
-		do   func() error
-	}{
-		{"writing endpoint slots", len(bPut), func() error { return t.backends.put(bPut, bVals) }},
-		{"writing service records", len(sPut), func() error { return t.services.put(sPut, sVals) }},
-		{"deleting service records", len(sDel), func() error { return t.services.del(sDel) }},
-		{"deleting endpoint slots", len(bDel), func() error { return t.backends.del(bDel) }},
-	}
-	n := 0
-	for _, s := range steps {
-		if s.n == 0 {
-			continue
-		}
-		if err := s.do(); err != nil {
-			return n, fmt.Errorf("%s: %w", s.what, err)
-		}
-		n += s.n
-	}
-	return n, nil
-}
-
-// diff returns the keys to write (with their values) and to delete so that
-// have becomes want.
-func diff[K, V comparable](have, want map[K]V) (put []K, vals []V, del []K) {
-	for k, v := range want {
-		if old, ok := have[k]; !ok || old != v {
-			put = append(put, k)
-			vals = append(vals, v)
-		}
-	}
-	for k := range have {
-		if _, ok := want[k]; !ok {
-			del = append(del, k)
-		}
-	}
-	return put, vals, del
+	bPut, bVals, bDel := bpfmap.Diff(have.Backends, want.Backends)
+	sPut, sVals, sDel := bpfmap.Diff(have.Services, want.Services)
+	return bpfmap.Apply([]bpfmap.Step{
+		{What: "writing endpoint slots", N: len(bPut), Do: func() error { return t.backends.put(bPut, bVals) }},
+		{What: "writing service records", N: len(sPut), Do: func() error { return t.services.put(sPut, sVals) }},
+		{What: "deleting service records", N: len(sDel), Do: func() error { return t.services.del(sDel) }},
+		{What: "deleting endpoint slots", N: len(bDel), Do: func() error { return t.backends.del(bDel) }},
+	})
 }
 
 // kernelTable is a table over a BPF map.
 type kernelTable[K, V comparable] struct{ m *ebpf.Map }
 
 func (t kernelTable[K, V]) put(keys []K, vals []V) error {
-	_, err := t.m.BatchUpdate(keys, vals, nil)
-	return err
+	return bpfmap.Table[K, V]{M: t.m}.Put(keys, vals)
 }
 
-func (t kernelTable[K, V]) del(keys []K) error {
-	_, err := t.m.BatchDelete(keys, nil)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		// Someone removed an entry behind svcproxy's back: it is gone
-		// either way, but the batch stopped there; finish one by one.
-		for _, k := range keys {
-			if err := t.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return err
-			}
-		}
-		return nil
-	}
-	return err
-}
+func (t kernelTable[K, V]) del(keys []K) error { return bpfmap.Table[K, V]{M: t.m}.Del(keys) }
 
-// dumpBatch is how many entries a read-back asks the kernel for at once; a
-// hash map's batch must hold its fullest bucket.
-const dumpBatch = 4096
-
-func (t kernelTable[K, V]) dump() (map[K]V, error) {
-	out := map[K]V{}
-	keys, vals := make([]K, dumpBatch), make([]V, dumpBatch)
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := t.m.BatchLookup(&cursor, keys, vals, nil)
-		for i := range n {
-			out[keys[i]] = vals[i]
-		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-}
+func (t kernelTable[K, V]) dump() (map[K]V, error) { return bpfmap.Table[K, V]{M: t.m}.Dump() }

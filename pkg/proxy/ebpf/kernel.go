@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/bpfmap"
 )
 
 // The maps of one family, by the name bpf/sock.c gives them; each is pinned
@@ -99,35 +99,11 @@ func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, capacity 
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	opts := ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
-	defer func() {
-		for _, m := range opts.MapReplacements {
-			m.Close()
-		}
-	}()
-	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("adopting pinned map %s: %w", name, err)
-		}
-		spec.Maps[name].MaxEntries = m.MaxEntries()
-		opts.MapReplacements[name] = m
-	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	coll, err := bpfmap.LoadAdopting(spec, dir, []string{mapServices, mapBackends, mapRevNAT, mapAffinity})
 	if err != nil {
 		return nil, fmt.Errorf("loading the %s socket programs: %w", family, err)
 	}
 	l := &loaded{coll: coll, links: map[string]link.Link{}}
-	if err := l.pinMaps(dir); err != nil {
-		l.close()
-		return nil, err
-	}
 	for name, attach := range hooks(family) {
 		if err := l.attach(name, attach, dir, cgroup); err != nil {
 			l.close()
@@ -179,42 +155,21 @@ func (l *loaded) swap(next *loaded, dir string) error {
 	return nil
 }
 
-func (l *loaded) pinMaps(dir string) error {
-	for name, m := range l.coll.Maps {
-		// .rodata holds the load-time constants: it comes with each load
-		// (and bpffs refuses names with a dot).
-		if m.IsPinned() || strings.HasPrefix(name, ".") {
-			continue
-		}
-		if err := m.Pin(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("pinning map %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
 // attach attaches program name to the cgroup through the link pinned in
 // dir when there is one (swapping its program atomically), else through a
 // new link it pins.
 func (l *loaded) attach(name string, attach ebpf.AttachType, dir, cgroup string) error {
-	prog := l.coll.Programs[name]
-	pin := filepath.Join(dir, "link_"+name)
-	if lk, err := link.LoadPinnedLink(pin, nil); err == nil {
-		if err := lk.Update(prog); err != nil {
-			lk.Close()
-			return fmt.Errorf("replacing the program of link %s: %w", pin, err)
+	lk, err := bpfmap.AttachPinned(filepath.Join(dir, "link_"+name), l.coll.Programs[name], func() (link.Link, error) {
+		lk, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: attach, Program: l.coll.Programs[name]})
+		if err != nil {
+			return nil, fmt.Errorf("attaching %s to cgroup %s: %w", name, cgroup, err)
 		}
-		l.links[name] = lk
-		return nil
-	}
-	lk, err := link.AttachCgroup(link.CgroupOptions{Path: cgroup, Attach: attach, Program: prog})
+		return lk, nil
+	})
 	if err != nil {
-		return fmt.Errorf("attaching %s to cgroup %s: %w", name, cgroup, err)
+		return err
 	}
 	l.links[name] = lk
-	if err := lk.Pin(pin); err != nil {
-		return fmt.Errorf("pinning link %s: %w", pin, err)
-	}
 	return nil
 }
 

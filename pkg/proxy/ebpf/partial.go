@@ -63,7 +63,7 @@ func (rec *record) partial(st *desired.State) change {
 		}
 		ch.anyDelta[anyPortOf(keys)]--
 	}
-	r := renderer{st: st, taken: rec.taken, nodePortIPs: nodePortAddrs(st)}
+	r := renderer{st: st, taken: rec.taken, nodePortIPs: st.NodePortAddresses()}
 	for name := range st.Changed {
 		ch.index[name] = nil
 		if sp := st.Service(name); sp != nil {

@@ -41,7 +41,7 @@ type frontendIndex map[proxy.ServicePortName][]svcKey
 func renderAll(st *desired.State) (Contents, frontendIndex) {
 	c := newContents()
 	idx := frontendIndex{}
-	r := renderer{st: st, taken: map[uint64]bool{}, nodePortIPs: nodePortAddrs(st)}
+	r := renderer{st: st, taken: map[uint64]bool{}, nodePortIPs: st.NodePortAddresses()}
 	for _, name := range slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare) {
 		sp := st.Service(name)
 		if keys := r.port(&c, sp); len(keys) > 0 {
@@ -142,17 +142,4 @@ func groupID(name proxy.ServicePortName, set desired.Set) uint64 {
 		_, _ = h.Write([]byte{0})
 	}
 	return h.Sum64()
-}
-
-// nodePortAddrs lists the destination addresses node ports answer on, as
-// desired resolved them: the bound addresses where it resolved them, else
-// the node's IPs for "all", else the selected ones.
-func nodePortAddrs(st *desired.State) []netip.Addr {
-	switch {
-	case len(st.NodePorts.Bound) > 0:
-		return st.NodePorts.Bound
-	case st.NodePorts.All:
-		return st.NodeIPs
-	}
-	return st.NodePorts.IPs
 }

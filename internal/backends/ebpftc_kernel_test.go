@@ -1,0 +1,87 @@
+package backends
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+)
+
+// TestKernelEBPFModeTC: ebpf mode with --bpf-tc-interfaces on node1's
+// fabric interface, both halves and the tc programs given each family's
+// State. The outside client's IPv4 TCP and UDP to a node port and an
+// external IP go through the tc programs, and the nftables rules of the
+// same frontends, still in place, do not also act on them: node1's pods
+// see the client's own address (the tc programs masquerade only what
+// leaves for another node; the rules masquerade every externalTrafficPolicy
+// Cluster connection), node2's pod sees node1 from a tc masquerade port.
+// What tc does not serve, IPv6 and SCTP, the rules still serve,
+// masqueraded. Another mode's leftover removal takes the tc pins too.
+func TestKernelEBPFModeTC(t *testing.T) {
+	netnstest.RequireKernel(t, "nft", "nsenter")
+	cgroup, pins := netnstest.ThrowawayCgroup(t, "svcproxy-ebpftc-test"), netnstest.MountThrowaway(t, "bpf")
+	cfg := &config.Config{Mode: proxy.ModeEBPF, BPFCgroupRoot: cgroup, BPFPinDir: pins, BPFTCInterfaces: []string{"fab0"}}
+	env := scenario.NewEnv(t)
+	env.PodsInCgroup(cgroup)
+	ctx := context.Background()
+	both := openEBPFMode(t, env, cfg)
+	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return both.cleanup(ctx) }) })
+	for _, f := range scenario.Families {
+		w := env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) })
+		both.sync(t, env, w.Apply(t, env.Services()...), proxy.FullSync)
+	}
+	if both[proxy.IPv4].tc == nil || both[proxy.IPv6].tc != nil {
+		t.Fatalf("tc programs: IPv4 %v, IPv6 %v; want IPv4's only", both[proxy.IPv4].tc, both[proxy.IPv6].tc)
+	}
+	local := map[string]bool{"pod-a": true, "pod-b": true, "pod-c": true}
+	for _, f := range scenario.Families {
+		client := f.Pick(env.Allowed)
+		for i, proto := range scenario.Protocols {
+			byTC := !f.V6 && proto != proxy.SCTP
+			for _, dst := range []netip.AddrPort{
+				netip.AddrPortFrom(env.Node1.IP(f.V6), uint16(30010+i)),
+				netip.AddrPortFrom(f.ExternalIP(10), scenario.SvcPort),
+			} {
+				seen := map[string]int{}
+				for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 12) {
+					seen[ans.Server]++
+					kept := ans.Peer.Addr() == client
+					switch {
+					case byTC && kept != local[ans.Server]:
+						t.Errorf("%s %s → %s saw %v: the tc path keeps the source for node1's pods alone", proto, dst, ans.Server, ans.Peer)
+					case byTC && !kept && (ans.Peer.Addr() != env.Node1.IPv4 || ans.Peer.Port() < 61000):
+						t.Errorf("%s %s → %s saw %v, want node1 from a tc masquerade port", proto, dst, ans.Server, ans.Peer)
+					case !byTC && kept:
+						t.Errorf("%s %s → %s saw the client: the rules masquerade externalTrafficPolicy Cluster", proto, dst, ans.Server)
+					}
+				}
+				t.Logf("%s to %s (tc: %t): %v", proto, dst, byTC, seen)
+			}
+		}
+	}
+	out, err := env.Node1.NS.Run(ctx, "nft", "list", "table", "ip", "kube-proxy")
+	if err != nil || !strings.Contains(string(out), "30010") {
+		t.Errorf("the nftables half's IPv4 table lost its node-port rules (%v):\n%s", err, out)
+	}
+
+	for _, b := range both {
+		b.hooks.Close()
+		if b.tc != nil {
+			b.tc.Close()
+		}
+	}
+	if err := ebpfBackend.RemoveLeftovers(ctx, &config.Config{Mode: proxy.ModeNFTables, BPFPinDir: pins}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(pins, "tc")); !os.IsNotExist(err) {
+		t.Errorf("after removing the leftovers the tc pins remain (%v)", err)
+	}
+}

@@ -1,0 +1,494 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// North-south service load balancing at tc: IPv4 TCP and UDP packets that
+// arrive on the node's interfaces for a node port (or an external or LB IP)
+// are translated to the endpoint the maps name, through a conntrack/NAT
+// table of the programs' own, before netfilter sees them. The programs
+// decide nothing: svcproxy writes what desired decided into the maps.
+//
+// np_ingress (tc ingress of each node interface):
+//   - a packet of a flow the table knows is translated as recorded;
+//   - a new flow to a frontend picks an endpoint (random, or the flow's
+//     Maglev slot); an endpoint reached through a node interface (on
+//     another node) is forwarded from here (bpf_fib_lookup,
+//     bpf_redirect_neigh), source-NATed to the node when desired
+//     masquerades, so that its replies come back here; a local endpoint's
+//     packet goes up the stack to the pod, its source kept;
+//   - a frontend without endpoints is answered (TCP RST, ICMP port
+//     unreachable) or dropped.
+// np_egress (tc egress of each node interface): a local endpoint's reply
+// gets the frontend back as its source.
+
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "jhash.h"
+#include "reply.h"
+
+#define AF_INET 2
+#define NSEC_PER_SEC 1000000000ULL
+
+// Frontend flags.
+#define NP_F_DROP 1 // no endpoint: drop, not reject
+#define NP_F_MASQ 2 // desired masquerades this route
+#define NP_F_MAGLEV 4 // pick by the flow's Maglev slot
+
+// np_key is a frontend: address, port (network byte order), protocol.
+struct np_key {
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+// np_val is where new flows to a frontend go: count slots of group id in
+// np_backends, or, with maglev set, the msize slots of its Maglev table in
+// np_maglev; with count 0, a refusal as flags say.
+struct np_val {
+	__u64 id;
+	__u32 count;
+	__u32 flags;
+	__u32 msize;
+	__u32 pad;
+};
+
+struct np_be_key {
+	__u64 id;
+	__u32 slot;
+	__u32 pad;
+};
+
+struct np_be {
+	__be32 addr;
+	__be16 port;
+	__u16 pad;
+};
+
+// np_cfg holds the address masqueraded flows leave with (key 0).
+struct np_cfg {
+	__be32 snat_addr;
+	__u32 pad;
+};
+
+// ct_key is one direction of a flow as its packets carry it.
+struct ct_key {
+	__be32 src;
+	__be32 dst;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+// Where a table entry applies, and what follows its rewrite.
+#define CT_AT_INGRESS 0 // forward on the stack
+#define CT_AT_INGRESS_FWD 1 // forward out of a node interface from here
+#define CT_AT_EGRESS 2
+
+// Flow states, for the timeouts.
+#define CT_NEW 0
+#define CT_ESTABLISHED 1
+#define CT_CLOSING 2 // a FIN seen
+#define CT_CLOSED 3 // a RST seen
+
+// ct_val is the rewrite of one direction: the addresses and ports the
+// packet leaves with.
+struct ct_val {
+	__be32 src;
+	__be32 dst;
+	__be16 sport;
+	__be16 dport;
+	__u8 at;
+	__u8 state;
+	__u8 reply; // the direction answering the flow's first packet
+	__u8 pad;
+	__u64 seen;
+};
+
+// The sizes are set by svcproxy at load time from the State; the
+// conntrack table to its configured capacity.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct np_key);
+	__type(value, struct np_val);
+} np_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct np_be_key);
+	__type(value, struct np_be);
+} np_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct np_be_key);
+	__type(value, struct np_be);
+} np_maglev SEC(".maps");
+
+// np_devices holds the ifindexes of the node interfaces the programs are
+// attached to: an endpoint routed out of one of them is on another node.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} np_devices SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct np_cfg);
+} np_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct ct_key);
+	__type(value, struct ct_val);
+} np_ct SEC(".maps");
+
+// flow_hash is maglev.FlowHash of an IPv4 flow: host-order words of the
+// source and destination, the ports, the protocol.
+static __always_inline __u32 flow_hash(const struct ct_key *k)
+{
+	__u32 w[JHASH_MAX_WORDS] = {
+		bpf_ntohl(k->src),
+		bpf_ntohl(k->dst),
+		(__u32)bpf_ntohs(k->sport) << 16 | bpf_ntohs(k->dport),
+		k->proto,
+	};
+	return jhash2(w, 4, FLOW_SEED);
+}
+
+// The timeouts, in seconds, as the kernel's conntrack would expire the
+// flow, its states folded into four: TCP before its first reply
+// (SYN_RECV), established (kube-proxy's tcpEstablishedTimeout default),
+// after a FIN (FIN_WAIT, TIME_WAIT), after a RST (CLOSE); UDP before a
+// reply and once replied (nf_conntrack_udp_timeout and its stream value).
+static __always_inline __u64 ct_timeout(__u8 proto, __u8 state)
+{
+	if (proto == IPPROTO_TCP) {
+		switch (state) {
+		case CT_ESTABLISHED:
+			return 86400;
+		case CT_CLOSING:
+			return 120;
+		case CT_CLOSED:
+			return 10;
+		}
+		return 60;
+	}
+	return state == CT_ESTABLISHED ? 120 : 30;
+}
+
+// pkt is a parsed IPv4 TCP or UDP packet.
+struct pkt {
+	struct ct_key k;
+	__u32 l4; // offset of the L4 header
+	__u8 tcp_flags;
+};
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth);
+
+	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return 0;
+	if (ip->ihl != 5 || (ip->frag_off & bpf_htons(0x3fff)))
+		return 0; // options or a fragment: left to the stack
+	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
+		return 0;
+	p->l4 = sizeof(*eth) + sizeof(*ip);
+	__be16 *ports = (void *)(ip + 1);
+	if ((void *)(ports + 2) > end)
+		return 0;
+	p->k.src = ip->saddr;
+	p->k.dst = ip->daddr;
+	p->k.sport = ports[0];
+	p->k.dport = ports[1];
+	p->k.proto = ip->protocol;
+	p->tcp_flags = 0;
+	if (ip->protocol == IPPROTO_TCP) {
+		__u8 *fl = (void *)ip + sizeof(*ip) + 13;
+		if ((void *)(fl + 1) > end)
+			return 0;
+		p->tcp_flags = *fl;
+	}
+	return 1;
+}
+
+// rewrite gives the packet the addresses and ports of v, fixing the
+// checksums.
+static __always_inline int rewrite(struct __sk_buff *skb, const struct pkt *p, const struct ct_val *v)
+{
+	__u32 ip_off = sizeof(struct ethhdr);
+	__u32 csum = p->l4 + (p->k.proto == IPPROTO_TCP ? offsetof(struct tcphdr, check) : offsetof(struct udphdr, check));
+	__u64 l4f = p->k.proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+
+	if (v->src != p->k.src) {
+		bpf_l4_csum_replace(skb, csum, p->k.src, v->src, l4f | BPF_F_PSEUDO_HDR | 4);
+		bpf_l3_csum_replace(skb, ip_off + offsetof(struct iphdr, check), p->k.src, v->src, 4);
+		bpf_skb_store_bytes(skb, ip_off + offsetof(struct iphdr, saddr), &v->src, 4, 0);
+	}
+	if (v->dst != p->k.dst) {
+		bpf_l4_csum_replace(skb, csum, p->k.dst, v->dst, l4f | BPF_F_PSEUDO_HDR | 4);
+		bpf_l3_csum_replace(skb, ip_off + offsetof(struct iphdr, check), p->k.dst, v->dst, 4);
+		bpf_skb_store_bytes(skb, ip_off + offsetof(struct iphdr, daddr), &v->dst, 4, 0);
+	}
+	if (v->sport != p->k.sport) {
+		bpf_l4_csum_replace(skb, csum, p->k.sport, v->sport, l4f | 2);
+		bpf_skb_store_bytes(skb, p->l4, &v->sport, 2, 0);
+	}
+	if (v->dport != p->k.dport) {
+		bpf_l4_csum_replace(skb, csum, p->k.dport, v->dport, l4f | 2);
+		bpf_skb_store_bytes(skb, p->l4 + 2, &v->dport, 2, 0);
+	}
+	return 0;
+}
+
+// forward sends a translated packet out of the node interface its new
+// destination routes through.
+static __always_inline int forward(struct __sk_buff *skb, const struct ct_val *v)
+{
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET,
+		.ipv4_src = v->src,
+		.ipv4_dst = v->dst,
+		.ifindex = skb->ingress_ifindex,
+	};
+	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return TC_ACT_SHOT;
+	struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = fib.ipv4_dst };
+	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+}
+
+// remote says whether dst routes out of a node interface: an endpoint on
+// another node.
+static __always_inline int remote(struct __sk_buff *skb, __be32 src, __be32 dst)
+{
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET,
+		.ipv4_src = src,
+		.ipv4_dst = dst,
+		.ifindex = skb->ingress_ifindex,
+	};
+	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return 0;
+	__u32 ifindex = fib.ifindex;
+	return bpf_map_lookup_elem(&np_devices, &ifindex) != NULL;
+}
+
+static __always_inline struct ct_key reverse(const struct ct_val *v, __u8 proto)
+{
+	struct ct_key r = { .src = v->dst, .dst = v->src, .sport = v->dport, .dport = v->sport, .proto = proto };
+	return r;
+}
+
+// track advances the flow's state with a packet of direction e (reply:
+// the packet answers the flow's first direction) and refreshes both
+// directions' entries.
+static __always_inline void track(struct ct_val *e, const struct pkt *p, int reply, __u64 now)
+{
+	__u8 st = e->state;
+	if (p->tcp_flags & TCP_RST)
+		st = CT_CLOSED;
+	else if (p->tcp_flags & TCP_FIN && st != CT_CLOSED)
+		st = CT_CLOSING;
+	else if (reply && st == CT_NEW)
+		st = CT_ESTABLISHED;
+	e->seen = now;
+	if (st == e->state)
+		return;
+	e->state = st;
+	struct ct_key other = reverse(e, p->k.proto);
+	struct ct_val *o = bpf_map_lookup_elem(&np_ct, &other);
+	if (o) {
+		o->state = st;
+		o->seen = now;
+	}
+}
+
+// The masquerade ports: outside Linux's default ephemeral range
+// (32768-60999), so that the node's own connections rarely meet them.
+#define SNAT_MIN 61000
+#define SNAT_SPAN 4536
+#define SNAT_TRIES 16
+
+static __always_inline int expired(const struct ct_val *v, __u8 proto, __u64 now)
+{
+	return now - v->seen > ct_timeout(proto, v->state) * NSEC_PER_SEC;
+}
+
+// snat_port finds a source port of addr from which nothing else talks to
+// the endpoint, and records the reply direction there.
+static __always_inline int snat_port(struct ct_val *fwd, struct ct_val *rev, __u8 proto, __u64 now)
+{
+	for (int i = 0; i < SNAT_TRIES; i++) {
+		fwd->sport = bpf_htons(SNAT_MIN + bpf_get_prandom_u32() % SNAT_SPAN);
+		struct ct_key rk = reverse(fwd, proto);
+		struct ct_val *old = bpf_map_lookup_elem(&np_ct, &rk);
+		if (old && !expired(old, proto, now))
+			continue;
+		if (bpf_map_update_elem(&np_ct, &rk, rev, BPF_ANY) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+// pick returns the endpoint of a new flow to frontend sv.
+static __always_inline struct np_be *pick(const struct np_val *sv, const struct ct_key *k)
+{
+	struct np_be_key bk = { .id = sv->id };
+	if (sv->flags & NP_F_MAGLEV && sv->msize) {
+		bk.slot = flow_hash(k) % sv->msize;
+		return bpf_map_lookup_elem(&np_maglev, &bk);
+	}
+	bk.slot = bpf_get_prandom_u32() % sv->count;
+	return bpf_map_lookup_elem(&np_backends, &bk);
+}
+
+// refuse is a frontend's answer when it has no endpoint.
+static __always_inline int refuse(struct __sk_buff *skb, const struct pkt *p, const struct np_val *sv)
+{
+	if (sv->flags & NP_F_DROP || p->tcp_flags & TCP_RST)
+		return TC_ACT_SHOT;
+	return p->k.proto == IPPROTO_TCP ? reset(skb, p->l4) : unreachable(skb);
+}
+
+// apply translates a packet of a known flow.
+static __always_inline int apply(struct __sk_buff *skb, struct pkt *p, struct ct_val *v, __u64 now)
+{
+	track(v, p, v->reply, now);
+	struct ct_val out = *v;
+	rewrite(skb, p, &out);
+	if (out.at == CT_AT_INGRESS_FWD)
+		return forward(skb, &out);
+	return TC_ACT_OK;
+}
+
+// new_flow translates the first packet of a flow to frontend sv and
+// records both directions.
+static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const struct np_val *sv, __u64 now)
+{
+	if (sv->count == 0)
+		return refuse(skb, p, sv);
+	struct np_be *be = pick(sv, &p->k);
+	if (!be)
+		return TC_ACT_SHOT;
+	struct ct_val fwd = { .src = p->k.src, .dst = be->addr, .sport = p->k.sport, .dport = be->port, .seen = now };
+	// The reply direction rewrites back to the frontend, seen by the
+	// client as the other end.
+	struct ct_val rev = { .src = p->k.dst, .dst = p->k.src, .sport = p->k.dport, .dport = p->k.sport, .seen = now,
+			      .at = CT_AT_EGRESS, .reply = 1 };
+	if (remote(skb, p->k.src, be->addr)) {
+		fwd.at = CT_AT_INGRESS_FWD;
+		if (sv->flags & NP_F_MASQ) {
+			__u32 zero = 0;
+			struct np_cfg *cfg = bpf_map_lookup_elem(&np_config, &zero);
+			if (!cfg || !cfg->snat_addr)
+				return TC_ACT_SHOT;
+			fwd.src = cfg->snat_addr;
+			rev.at = CT_AT_INGRESS_FWD;
+			if (!snat_port(&fwd, &rev, p->k.proto, now))
+				return TC_ACT_SHOT;
+		}
+	}
+	if (fwd.src == p->k.src) {
+		struct ct_key rk = reverse(&fwd, p->k.proto);
+		bpf_map_update_elem(&np_ct, &rk, &rev, BPF_ANY);
+	}
+	if (p->tcp_flags & TCP_RST)
+		fwd.state = rev.state = CT_CLOSED;
+	else if (p->tcp_flags & TCP_FIN)
+		fwd.state = rev.state = CT_CLOSING;
+	bpf_map_update_elem(&np_ct, &p->k, &fwd, BPF_ANY);
+	rewrite(skb, p, &fwd);
+	if (fwd.at == CT_AT_INGRESS_FWD)
+		return forward(skb, &fwd);
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int np_ingress(struct __sk_buff *skb)
+{
+	struct pkt p = {};
+	if (!parse(skb, &p))
+		return TC_ACT_OK;
+	__u64 now = bpf_ktime_get_ns();
+	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
+	if (v && v->at != CT_AT_EGRESS) {
+		if (!expired(v, p.k.proto, now))
+			return apply(skb, &p, v, now);
+		bpf_map_delete_elem(&np_ct, &p.k);
+	}
+	struct np_key k = { .addr = p.k.dst, .port = p.k.dport, .proto = p.k.proto };
+	struct np_val *sv = bpf_map_lookup_elem(&np_services, &k);
+	if (!sv)
+		return TC_ACT_OK;
+	struct np_val cp = *sv;
+	return new_flow(skb, &p, &cp, now);
+}
+
+SEC("tc")
+int np_egress(struct __sk_buff *skb)
+{
+	struct pkt p = {};
+	if (!parse(skb, &p))
+		return TC_ACT_OK;
+	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
+	if (!v || v->at != CT_AT_EGRESS)
+		return TC_ACT_OK;
+	__u64 now = bpf_ktime_get_ns();
+	if (expired(v, p.k.proto, now))
+		return TC_ACT_OK;
+	return apply(skb, &p, v, now);
+}
+
+// jhash_run is for tests only (svcproxy never loads it): the packet is
+// the words to hash, [count, seed, word...], and the result the hash.
+SEC("tc")
+int jhash_run(struct __sk_buff *skb)
+{
+	__u32 in[2 + JHASH_MAX_WORDS] = {};
+	if (bpf_skb_load_bytes(skb, 0, in, sizeof(in)))
+		return 0;
+	if (in[0] > JHASH_MAX_WORDS)
+		return 0;
+	return jhash2(&in[2], in[0], in[1]);
+}
+
+// flow_hash_run is for tests only: the flow hash of an IPv4 packet.
+SEC("tc")
+int flow_hash_run(struct __sk_buff *skb)
+{
+	struct pkt p = {};
+	if (!parse(skb, &p))
+		return 0;
+	return flow_hash(&p.k);
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

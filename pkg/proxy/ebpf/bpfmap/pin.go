@@ -1,0 +1,84 @@
+package bpfmap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// LoadAdopting loads spec with the maps of names that are pinned in dir
+// in place of new ones (at their pinned size), so that a restarted
+// svcproxy finds what its predecessor wrote, and pins every new map in
+// dir, which it creates.
+func LoadAdopting(spec *ebpf.CollectionSpec, dir string, names []string) (*ebpf.Collection, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	opts := ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
+	defer func() {
+		for _, m := range opts.MapReplacements {
+			m.Close()
+		}
+	}()
+	for _, name := range names {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("adopting pinned map %s: %w", name, err)
+		}
+		spec.Maps[name].MaxEntries = m.MaxEntries()
+		opts.MapReplacements[name] = m
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := PinMaps(coll, dir); err != nil {
+		coll.Close()
+		return nil, err
+	}
+	return coll, nil
+}
+
+// PinMaps pins in dir every map of coll not pinned yet.
+func PinMaps(coll *ebpf.Collection, dir string) error {
+	for name, m := range coll.Maps {
+		// .rodata holds the load-time constants: it comes with each load
+		// (and bpffs refuses names with a dot).
+		if m.IsPinned() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		if err := m.Pin(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("pinning map %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// AttachPinned swaps prog into the link pinned at pin, atomically, when
+// there is one; else it attaches prog with attach and pins the new link.
+func AttachPinned(pin string, prog *ebpf.Program, attach func() (link.Link, error)) (link.Link, error) {
+	if lk, err := link.LoadPinnedLink(pin, nil); err == nil {
+		if err := lk.Update(prog); err != nil {
+			lk.Close()
+			return nil, fmt.Errorf("replacing the program of link %s: %w", pin, err)
+		}
+		return lk, nil
+	}
+	lk, err := attach()
+	if err != nil {
+		return nil, err
+	}
+	if err := lk.Pin(pin); err != nil {
+		lk.Close()
+		return nil, fmt.Errorf("pinning link %s: %w", pin, err)
+	}
+	return lk, nil
+}

@@ -1,0 +1,98 @@
+package nodeport
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/maglev"
+)
+
+var (
+	nodeIP = netip.MustParseAddr("198.18.0.11")
+	epA    = ep(netip.MustParseAddr("198.19.1.2"), 8080)
+	epB    = ep(netip.MustParseAddr("198.19.2.2"), 8080)
+)
+
+func TestRenderRoutesAndFlags(t *testing.T) {
+	cluster := port("web", proxy.TCP, 30080, epA, epB)
+	cluster.ExternalIPs = []netip.Addr{netip.MustParseAddr("198.18.100.1")}
+	local := port("local", proxy.UDP, 30081, epA)
+	local.ExternalLocal = true
+	drop := port("drop", proxy.TCP, 30082)
+	drop.ExternalLocal = true
+	drop.External.Empty = desired.Drop
+	reject := port("reject", proxy.TCP, 30083)
+	sourced := port("sourced", proxy.TCP, 0, epA)
+	sourced.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("198.18.200.1")}
+	sourced.AllowedSources = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}
+	affinity := port("affinity", proxy.TCP, 30084, epA)
+	affinity.AffinitySeconds = 10
+	sctp := port("sctp", proxy.SCTP, 30085, epA)
+
+	c := Render(stateOf(nodeIP, cluster, local, drop, reject, sourced, affinity, sctp))
+	if c.Config.SNAT != nodeIP.As4() {
+		t.Errorf("masquerade address %v, want the node's %v", c.Config.SNAT, nodeIP)
+	}
+	want := map[svcKey]uint32{
+		frontendKey(nodeIP, 30080, 6):                           flagMasq,
+		frontendKey(netip.MustParseAddr("198.18.100.1"), 80, 6): flagMasq,
+		frontendKey(nodeIP, 30081, 17):                          0,
+		frontendKey(nodeIP, 30082, 6):                           flagDrop,
+		frontendKey(nodeIP, 30083, 6):                           flagMasq,
+	}
+	if len(c.Services) != len(want) {
+		t.Errorf("rendered %d frontends, want %d (no source-ranged LB IP, affinity or SCTP): %v", len(c.Services), len(want), c.Services)
+	}
+	for k, flags := range want {
+		v, ok := c.Services[k]
+		if !ok {
+			t.Errorf("frontend %v missing", k)
+			continue
+		}
+		if v.Flags != flags {
+			t.Errorf("frontend %v: flags %d, want %d", k, v.Flags, flags)
+		}
+	}
+	web := c.Services[frontendKey(nodeIP, 30080, 6)]
+	if web.Count != 2 || c.Backends[beKey{ID: web.ID, Slot: 1}].AddrPort() != epB.AddrPort() {
+		t.Errorf("web's group: %+v, slot 1 %v; want 2 endpoints, epB second", web, c.Backends[beKey{ID: web.ID, Slot: 1}])
+	}
+	if len(c.Maglev) != 0 {
+		t.Errorf("%d Maglev slots without a Maglev port", len(c.Maglev))
+	}
+}
+
+func TestRenderMaglevTable(t *testing.T) {
+	sp := port("web", proxy.TCP, 30080, epA, epB)
+	sp.ExternalBalancing = proxy.BalanceMaglev
+	c := Render(stateOf(nodeIP, sp))
+	v := c.Services[frontendKey(nodeIP, 30080, 6)]
+	tab := maglev.New([]proxy.Endpoint{epA, epB})
+	if v.Flags&flagMaglev == 0 || int(v.MSize) != len(tab.Slots) || len(c.Maglev) != len(tab.Slots) {
+		t.Fatalf("record %+v with %d Maglev slots, want the flag and %d slots", v, len(c.Maglev), len(tab.Slots))
+	}
+	for i, b := range tab.Slots {
+		if got := c.Maglev[beKey{ID: v.ID, Slot: uint32(i)}].AddrPort(); got != tab.Backends[b].AddrPort() {
+			t.Fatalf("slot %d holds %v, the table says %v", i, got, tab.Backends[b])
+		}
+	}
+}
+
+func TestRenderIsStableAndIPv4Only(t *testing.T) {
+	st := stateOf(nodeIP, port("a", proxy.TCP, 30080, epA), port("b", proxy.UDP, 30081, epB))
+	a, b := Render(st), Render(st)
+	if len(a.Services) != 2 {
+		t.Fatalf("rendered %v", a.Services)
+	}
+	for k, v := range a.Services {
+		if b.Services[k] != v {
+			t.Errorf("frontend %v rendered %+v then %+v", k, v, b.Services[k])
+		}
+	}
+	st.Family = proxy.IPv6
+	if c := Render(st); len(c.Services) != 0 {
+		t.Errorf("an IPv6 State rendered %v: the tc path is IPv4 only", c.Services)
+	}
+}

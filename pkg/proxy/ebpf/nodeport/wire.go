@@ -1,0 +1,80 @@
+package nodeport
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// The map keys and values, laid out as bpf/nodeport.c declares them:
+// IPv4 addresses and ports in network byte order, as the packets carry
+// them. The types are comparable: a map's desired contents are Go maps of
+// them.
+
+// svcKey is a frontend: address, port and IP protocol number.
+type svcKey struct {
+	Addr  [4]byte
+	Port  [2]byte
+	Proto uint8
+	Pad   uint8
+}
+
+// The frontend flags.
+const (
+	flagDrop   = 1 // no endpoint: drop rather than reject
+	flagMasq   = 2 // desired masquerades the route
+	flagMaglev = 4 // the flow's Maglev slot picks the endpoint
+)
+
+// svcVal is where new flows to a frontend go: Count slots of group ID,
+// or the MSize slots of its Maglev table; with no endpoint, a refusal.
+type svcVal struct {
+	ID    uint64
+	Count uint32
+	Flags uint32
+	MSize uint32
+	Pad   uint32
+}
+
+// beKey is one slot of an endpoint group or of a Maglev table.
+type beKey struct {
+	ID   uint64
+	Slot uint32
+	Pad  uint32
+}
+
+// beVal is an endpoint.
+type beVal struct {
+	Addr [4]byte
+	Port [2]byte
+	Pad  [2]byte
+}
+
+// cfgVal is the programs' one configuration record.
+type cfgVal struct {
+	SNAT [4]byte
+	Pad  uint32
+}
+
+// The IP protocols the programs translate.
+var protoNumbers = map[proxy.Protocol]uint8{proxy.TCP: 6, proxy.UDP: 17}
+
+func netPort(p uint16) [2]byte {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return b
+}
+
+func frontendKey(addr netip.Addr, port uint16, proto uint8) svcKey {
+	return svcKey{Addr: addr.As4(), Port: netPort(port), Proto: proto}
+}
+
+func endpointVal(ep proxy.Endpoint) beVal {
+	return beVal{Addr: ep.IP.Unmap().As4(), Port: netPort(ep.Port)}
+}
+
+// AddrPort is the endpoint's address and port.
+func (v beVal) AddrPort() netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4(v.Addr), binary.BigEndian.Uint16(v.Port[:]))
+}
