@@ -50,10 +50,13 @@ func runClient(spec string) int {
 	}
 	for range count {
 		var line string
-		if f[0] == "udp" {
+		switch f[0] {
+		case "udp":
 			line, err = askUDP(f[1])
-		} else {
+		case "tcp":
 			line, err = askTCP(f[1])
+		default:
+			line, err = askMapped(f[0], netip.MustParseAddrPort(f[1]))
 		}
 		if err != nil {
 			line = "err " + reason(err)

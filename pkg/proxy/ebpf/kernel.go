@@ -30,7 +30,9 @@ const (
 	affinityEntries = 1 << 16
 )
 
-// hooks lists a family's programs and where each attaches.
+// hooks lists a family's programs and where each attaches. The IPv4
+// family's include three at IPv6 hooks, for IPv4 destinations addressed
+// by AF_INET6 sockets as IPv4-mapped addresses (bpf/sock.c).
 func hooks(family proxy.IPFamily) map[string]ebpf.AttachType {
 	if family == proxy.IPv6 {
 		return map[string]ebpf.AttachType{
@@ -41,6 +43,8 @@ func hooks(family proxy.IPFamily) map[string]ebpf.AttachType {
 	return map[string]ebpf.AttachType{
 		"connect4": ebpf.AttachCGroupInet4Connect, "sendmsg4": ebpf.AttachCGroupUDP4Sendmsg,
 		"recvmsg4": ebpf.AttachCGroupUDP4Recvmsg, "getpeername4": ebpf.AttachCgroupInet4GetPeername,
+		"connect4in6": ebpf.AttachCGroupInet6Connect, "recvmsg4in6": ebpf.AttachCGroupUDP6Recvmsg,
+		"getpeername4in6": ebpf.AttachCgroupInet6GetPeername,
 	}
 }
 
