@@ -47,6 +47,7 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	cfg.WatchNodeAddresses = o.watchNodeAddrs
 	cfg.BPFCgroupRoot = o.bpfCgroupRoot
 	cfg.BPFPinDir = o.bpfPinDir
+	cfg.BPFSocketEntries = o.bpfSocketEntries
 	if cfg.ExternalBalancing, err = proxy.ParseBalancing(o.externalLBAlgorithm); err != nil {
 		return nil, fmt.Errorf("--external-lb-algorithm: %w", err)
 	}

@@ -62,6 +62,7 @@ func (o *options) addGeneralFlags(fs *pflag.FlagSet) {
 func (o *options) addEBPFFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.bpfCgroupRoot, "bpf-cgroup-root", o.bpfCgroupRoot, "svcproxy extension: with --proxy-mode=ebpf (svcproxy's connect-time load balancing), the cgroup v2 directory whose processes' sockets are load-balanced when they connect (every process in it or below it). Empty means the host's cgroup v2 root, from /proc/self/mountinfo; on a host without a cgroup v2 mount, svcproxy mounts one under /run/svcproxy. Applies with --config too.")
 	fs.StringVar(&o.bpfPinDir, "bpf-pin-dir", o.bpfPinDir, "svcproxy extension: in ebpf mode, the directory on a bpffs where the programs' links and maps are pinned, so that a restart adopts them. Empty means /sys/fs/bpf/svcproxy (svcproxy mounts a bpffs at /sys/fs/bpf if none is there). The other modes' start and --cleanup remove ebpf mode's pins from this directory. Applies with --config too.")
+	fs.Uint32Var(&o.bpfSocketEntries, "bpf-socket-entries", o.bpfSocketEntries, "svcproxy extension: in ebpf mode, how many translated sockets per IP family are remembered, for UDP replies and getpeername to show the Service's address and for destroying connected UDP sockets whose endpoint went away. Past it the least recently used are forgotten: such a socket's UDP replies and getpeername show the endpoint's address, and it is not destroyed. 0 means 65536. A change applies at the next start, keeping what was remembered. Applies with --config too.")
 }
 
 func (o *options) addNetworkFlags(fs *pflag.FlagSet) {

@@ -28,6 +28,7 @@ type options struct {
 	watchNodeAddrs   bool
 	bpfCgroupRoot    string
 	bpfPinDir        string
+	bpfSocketEntries uint32
 	version          string
 	// externalLBAlgorithm is --external-lb-algorithm, parsed by complete.
 	externalLBAlgorithm string

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -72,6 +75,7 @@ func TestKernelEBPFMode(t *testing.T) {
 			})
 		})
 	}
+	revNATMetrics(t, both)
 	t.Run("RestartWritesNothing", func(t *testing.T) {
 		v4, v6 := scenario.Families[0], scenario.Families[1]
 		env.KeepsConnection(t, v4, func() {
@@ -195,4 +199,40 @@ func restartEBPFMode(t *testing.T, env *scenario.Env, cfg *config.Config, old mo
 		t.Run(string(f.Family), func(t *testing.T) { env.ReachableCases(t, f) })
 	}
 	return restarted
+}
+
+// revNATMetrics checks that a scrape reports each family's revnat map: its
+// default capacity, and the sockets the traffic cases' clients had
+// translated.
+func revNATMetrics(t *testing.T, both modeProxiers) {
+	t.Helper()
+	hooks := map[proxy.IPFamily]*ebpf.Proxier{}
+	for f, b := range both {
+		hooks[f] = b.hooks
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newEBPFCollector(hooks))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["map"] == "revnat" {
+				got[mf.GetName()+" "+labels[metrics.LabelIPFamily]] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	for f := range both {
+		capacity, entries := got["svcproxy_ebpf_map_capacity "+string(f)], got["svcproxy_ebpf_map_entries "+string(f)]
+		t.Logf("%s: %v translated sockets remembered of %v", f, entries, capacity)
+		if capacity != ebpf.DefaultSocketEntries || entries == 0 || entries > capacity {
+			t.Errorf("%s revnat metrics: %v entries of %v, want some of %d", f, entries, capacity, ebpf.DefaultSocketEntries)
+		}
+	}
 }

@@ -111,6 +111,9 @@ type Config struct {
 	// BPFPinDir is the bpffs directory ebpf mode pins its programs' links
 	// and maps in, "" for /sys/fs/bpf/svcproxy (--bpf-pin-dir).
 	BPFPinDir string
+	// BPFSocketEntries is how many translated sockets ebpf mode remembers
+	// per family, 0 for 65536 (--bpf-socket-entries).
+	BPFSocketEntries uint32
 	// ExternalBalancing is the node's default algorithm for external
 	// traffic, for Services without the annotation
 	// svcproxy.io/external-lb-algorithm (an svcproxy extension,

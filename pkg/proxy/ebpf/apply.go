@@ -98,18 +98,29 @@ const dumpBatch = 4096
 
 func (t kernelTable[K, V]) dump() (map[K]V, error) {
 	out := map[K]V{}
+	err := t.each(func(k K, v V) error { out[k] = v; return nil })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// each calls fn with every entry of the map, a batch at a time.
+func (t kernelTable[K, V]) each(fn func(K, V) error) error {
 	keys, vals := make([]K, dumpBatch), make([]V, dumpBatch)
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := t.m.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
-			out[keys[i]] = vals[i]
+			if ferr := fn(keys[i], vals[i]); ferr != nil {
+				return ferr
+			}
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
 }

@@ -39,6 +39,9 @@ func runClient(spec string) int {
 	if len(f) == 3 && f[0] == "keep" {
 		return runKeep(f[1], f[2])
 	}
+	if len(f) == 3 && f[0] == "evict" {
+		return runEvict(f[1], f[2])
+	}
 	if len(f) != 3 {
 		fmt.Fprintf(os.Stderr, "bad client spec %q\n", spec)
 		return 2

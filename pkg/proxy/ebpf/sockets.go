@@ -116,6 +116,24 @@ func (s *Sockets) Delete(ctx context.Context, family proxy.IPFamily, flows []kco
 	return len(flows), nil
 }
 
+// Remembered counts the reverse translations the pinned map holds, with
+// its capacity; ok is false before the hooks' first load. Past the
+// capacity the map forgets the least recently used sockets (README.md,
+// "Sockets beyond the bound"). It reads every entry, a batch per system
+// call, so it is for a scrape, not a sync.
+func (s *Sockets) Remembered() (entries int, capacity uint32, ok bool, err error) {
+	revnat, err := ebpf.LoadPinnedMap(filepath.Join(s.dir, mapRevNAT), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("opening the pinned map %s: %w", mapRevNAT, err)
+	}
+	defer revnat.Close()
+	err = kernelTable[revKey, beVal]{revnat}.each(func(revKey, beVal) error { entries++; return nil })
+	return entries, revnat.MaxEntries(), err == nil, err
+}
+
 // open loads the socket iterator over the family's pinned reverse
 // translation map; nil without an error when there is nothing to look at:
 // no map pinned yet, or a kernel without socket destruction, which is
