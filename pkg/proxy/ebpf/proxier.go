@@ -227,6 +227,7 @@ func (p *Proxier) Writes() uint64 { return p.writes }
 // Close releases the Proxier's descriptors; the pins keep the programs
 // attached and the maps in place for the next svcproxy.
 func (p *Proxier) Close() {
+	p.sockets.Close()
 	if p.kernel != nil {
 		p.kernel.close()
 		p.kernel = nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -106,12 +107,18 @@ func TestKernelSocketsBeyondTheBound(t *testing.T) {
 	}
 
 	// A restart with another bound keeps what was remembered, in a map
-	// of the new size that the programs use.
-	p.Close()
+	// of the new size that the programs use. The socket iterator kept
+	// over the old map is loaded again over the new one.
+	s := p.Sockets()
+	must(t, s.List(context.Background(), proxy.IPv4, func(kconntrack.Flow) {}))
 	q, err := New(proxy.IPv4, Options{PinDir: r.pins, Cgroup: r.cgroup, SocketEntries: 2 * bound})
 	must(t, err)
 	t.Cleanup(q.Close)
 	sync(t, q, st, proxy.RecoverySync)
+	if old := s.revnat; s.List(context.Background(), proxy.IPv4, func(kconntrack.Flow) {}) != nil || s.revnat == old {
+		t.Errorf("after the map was replaced, the socket iterator runs over map %d, as before", s.revnat)
+	}
+	p.Close()
 	after, capacity, _, err := q.Sockets().Remembered()
 	t.Logf("after a restart with a bound of %d: %d remembered of %d before (%v)", 2*bound, after, before, err)
 	if err != nil || after != before || capacity != 2*bound {

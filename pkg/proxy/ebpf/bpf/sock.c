@@ -343,9 +343,11 @@ struct bpf_iter__udp {
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
 // doomed holds the cookies of the sockets to destroy, written by svcproxy
-// for one run of the iterator and emptied after it.
+// for one run of the iterator and emptied after it; the iterator stays
+// loaded between runs, so the map allocates only what a run names.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 1);
 	__type(key, __u64);
 	__type(value, __u8);
