@@ -27,9 +27,9 @@ import (
 // TestKernelEBPFMode cover it); here a recording Proxier stands in for it.
 func TestEBPFModeSelected(t *testing.T) {
 	cfg := mustRun(t, "--hostname-override=n1", "--proxy-mode=ebpf", "--state-socket=",
-		"--bpf-cgroup-root=/sys/fs/cgroup/pods", "--bpf-pin-dir=/sys/fs/bpf/test")
-	if cfg.Mode != proxy.ModeEBPF || cfg.BPFCgroupRoot != "/sys/fs/cgroup/pods" || cfg.BPFPinDir != "/sys/fs/bpf/test" {
-		t.Fatalf("flags gave mode %q, cgroup %q, pin dir %q", cfg.Mode, cfg.BPFCgroupRoot, cfg.BPFPinDir)
+		"--bpf-cgroup-root=/sys/fs/cgroup/pods", "--bpf-pin-dir=/sys/fs/bpf/test", "--bpf-socket-entries=1024")
+	if cfg.Mode != proxy.ModeEBPF || cfg.BPFCgroupRoot != "/sys/fs/cgroup/pods" || cfg.BPFPinDir != "/sys/fs/bpf/test" || cfg.BPFSocketEntries != 1024 {
+		t.Fatalf("flags gave mode %q, cgroup %q, pin dir %q, socket entries %d", cfg.Mode, cfg.BPFCgroupRoot, cfg.BPFPinDir, cfg.BPFSocketEntries)
 	}
 	if cfg.BPFTCInterfaces != nil {
 		t.Errorf("the tc programs are on by default: interfaces %q", cfg.BPFTCInterfaces)

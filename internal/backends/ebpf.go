@@ -69,7 +69,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 	hooks := map[proxy.IPFamily]*ebpf.Proxier{}
 	inst.StaleFlows = map[proxy.IPFamily]StaleFlows{}
 	for _, f := range env.Families {
-		p, err := ebpf.New(f, ebpf.Options{PinDir: pinDir, Cgroup: cgroup})
+		p, err := ebpf.New(f, ebpf.Options{PinDir: pinDir, Cgroup: cgroup, SocketEntries: env.Config.BPFSocketEntries})
 		if err != nil {
 			inst.Close()
 			return nil, err

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -46,8 +49,11 @@ func TestKernelEBPFMode(t *testing.T) {
 		// The hostile Services go in with the others: none may stop the sync.
 		st := worlds[f.Family].Apply(t, append(env.Services(), env.HostileServices()...)...)
 		both.sync(t, env, st, proxy.FullSync)
-		if s := both[f.Family].hooks.Stats(); s == nil || s.Links != 4 || s.Entries["services"] == 0 || s.Capacity["backends"] == 0 {
-			t.Errorf("after a sync the %s hooks' stats are %+v, want 4 links and entries", f.Family, s)
+		// IPv4 also attaches three programs at IPv6 hooks, for IPv4-mapped
+		// destinations.
+		links := map[proxy.IPFamily]int{proxy.IPv4: 7, proxy.IPv6: 4}[f.Family]
+		if s := both[f.Family].hooks.Stats(); s == nil || s.Links != links || s.Entries["services"] == 0 || s.Capacity["backends"] == 0 {
+			t.Errorf("after a sync the %s hooks' stats are %+v, want %d links and entries", f.Family, s, links)
 		}
 		// After a sync the row says the kernel holds every port, so that a
 		// rejected sync after a restart searches without dropping them.
@@ -69,6 +75,7 @@ func TestKernelEBPFMode(t *testing.T) {
 			})
 		})
 	}
+	revNATMetrics(t, both)
 	t.Run("RestartWritesNothing", func(t *testing.T) {
 		v4, v6 := scenario.Families[0], scenario.Families[1]
 		env.KeepsConnection(t, v4, func() {
@@ -192,4 +199,40 @@ func restartEBPFMode(t *testing.T, env *scenario.Env, cfg *config.Config, old mo
 		t.Run(string(f.Family), func(t *testing.T) { env.ReachableCases(t, f) })
 	}
 	return restarted
+}
+
+// revNATMetrics checks that a scrape reports each family's revnat map: its
+// default capacity, and the sockets the traffic cases' clients had
+// translated.
+func revNATMetrics(t *testing.T, both modeProxiers) {
+	t.Helper()
+	hooks := map[proxy.IPFamily]*ebpf.Proxier{}
+	for f, b := range both {
+		hooks[f] = b.hooks
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newEBPFCollector(hooks))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["map"] == "revnat" {
+				got[mf.GetName()+" "+labels[metrics.LabelIPFamily]] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	for f := range both {
+		capacity, entries := got["svcproxy_ebpf_map_capacity "+string(f)], got["svcproxy_ebpf_map_entries "+string(f)]
+		t.Logf("%s: %v translated sockets remembered of %v", f, entries, capacity)
+		if capacity != ebpf.DefaultSocketEntries || entries == 0 || entries > capacity {
+			t.Errorf("%s revnat metrics: %v entries of %v, want some of %d", f, entries, capacity, ebpf.DefaultSocketEntries)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package backends
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -10,9 +11,11 @@ import (
 
 var (
 	ebpfMapEntries = prometheus.NewDesc("svcproxy_ebpf_map_entries",
-		"Entries in an ebpf mode map after the last successful sync.", []string{"map", metrics.LabelIPFamily}, nil)
+		"Entries in an ebpf mode map: services and backends after the last successful sync, revnat (translated sockets remembered) when scraped.",
+		[]string{"map", metrics.LabelIPFamily}, nil)
 	ebpfMapCapacity = prometheus.NewDesc("svcproxy_ebpf_map_capacity",
-		"Capacity of an ebpf mode map (it grows online when a sync needs more).", []string{"map", metrics.LabelIPFamily}, nil)
+		"Capacity of an ebpf mode map: services and backends grow online when a sync needs more; past revnat's, the least recently used sockets are forgotten.",
+		[]string{"map", metrics.LabelIPFamily}, nil)
 	ebpfLinks = prometheus.NewDesc("svcproxy_ebpf_links_attached",
 		"Socket hook programs attached to the cgroup after the last successful sync.", []string{metrics.LabelIPFamily}, nil)
 	ebpfSocketsDestroyed = prometheus.NewDesc("svcproxy_ebpf_sockets_destroyed_total",
@@ -22,7 +25,8 @@ var (
 )
 
 // ebpfCollector reads each family's Stats when scraped: what the last
-// sync recorded, no map read.
+// sync recorded, no map read; and counts the reverse translation map,
+// whose entries come and go with sockets, not syncs.
 type ebpfCollector map[proxy.IPFamily]*ebpf.Proxier
 
 func newEBPFCollector(hooks map[proxy.IPFamily]*ebpf.Proxier) prometheus.Collector {
@@ -57,6 +61,13 @@ func (c ebpfCollector) Collect(ch chan<- prometheus.Metric) {
 
 func collectSockets(ch chan<- prometheus.Metric, family string, s *ebpf.Sockets) {
 	ch <- prometheus.MustNewConstMetric(ebpfSocketsDestroyed, prometheus.CounterValue, float64(s.Destroyed()), family)
+	switch n, capacity, ok, err := s.Remembered(); {
+	case err != nil:
+		klog.V(2).InfoS("Cannot count the translated sockets remembered", "ipFamily", family, "err", err)
+	case ok:
+		ch <- prometheus.MustNewConstMetric(ebpfMapEntries, prometheus.GaugeValue, float64(n), "revnat", family)
+		ch <- prometheus.MustNewConstMetric(ebpfMapCapacity, prometheus.GaugeValue, float64(capacity), "revnat", family)
+	}
 	if supported, known := s.Supported(); known {
 		v := 0.0
 		if supported {

@@ -117,6 +117,9 @@ type Config struct {
 	// (--bpf-tc-interfaces, an svcproxy extension; off by default, when
 	// the nftables half serves that traffic).
 	BPFTCInterfaces []string
+	// BPFSocketEntries is how many translated sockets ebpf mode remembers
+	// per family, 0 for 65536 (--bpf-socket-entries).
+	BPFSocketEntries uint32
 	// ExternalBalancing is the node's default algorithm for external
 	// traffic, for Services without the annotation
 	// svcproxy.io/external-lb-algorithm (an svcproxy extension,

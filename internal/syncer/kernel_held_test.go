@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"context"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -41,22 +40,22 @@ func (p *probingProxier) HeldPorts(ctx context.Context, st *desired.State) (map[
 // along its start, and the poison is quarantined.
 func TestKernelRestartMeetsANewPoison(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
-	for _, mode := range []proxy.Mode{proxy.ModeNFTables, proxy.ModeIPTables} {
-		t.Run(string(mode), func(t *testing.T) { newPoisonAtRestart(t, mode) })
+	for _, m := range nativeModes {
+		t.Run(string(m.mode), func(t *testing.T) { newPoisonAtRestart(t, m) })
 	}
 }
 
-func newPoisonAtRestart(t *testing.T, mode proxy.Mode) {
-	env := scenario.NewEnv(t)
+func newPoisonAtRestart(t *testing.T, m kernelMode) {
+	env, open := m.start(t)
 	healthy := append(env.Services(), firstSpec, lastSpec)
 	for _, f := range scenario.Families {
 		probe := probeFirstAndLast(env, f)
-		startProcess(t, env, mode, f, healthy, "", probe)
+		startProcess(t, env, m, open, f, healthy, "", probe)
 		if err := probe(); err != nil {
 			t.Fatalf("%s: healthy Services do not answer before the restart: %v", f.Family, err)
 		}
 		stop := probeMeanwhile(probe)
-		s, fi, pp := startProcess(t, env, mode, f, append(healthy, poisonSpec), "", probe)
+		s, fi, pp := startProcess(t, env, m, open, f, append(healthy, poisonSpec), "", probe)
 		probes, misses := stop()
 		t.Logf("%s: the new process's first sync: %d backend syncs, %d refused; %d probes meanwhile",
 			f.Family, pp.calls, fi.Refused, probes)
@@ -74,10 +73,7 @@ func newPoisonAtRestart(t *testing.T, mode proxy.Mode) {
 		if len(s.quarantined) != len(scenario.Protocols) {
 			t.Errorf("%s: %d ports quarantined, want the poison's %d", f.Family, len(s.quarantined), len(scenario.Protocols))
 		}
-		blocked := netnstest.Client{NS: env.Pods["pod-c"].NS, Timeout: scenario.DropTimeout}
-		if _, err := blocked.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(poisonSpec.Slot), scenario.SvcPort)); err == nil {
-			t.Errorf("%s: the quarantined Service answers", f.Family)
-		}
+		quarantinedAnswers(t, env, f)
 	}
 }
 

@@ -28,17 +28,39 @@ var poisonSpec = scenario.Spec{Name: faultinject.PoisonPrefix, Slot: 37, LB: tru
 // programmed without the poison being tried again.
 func TestKernelIsolatesRejectedService(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
-	for _, mode := range []proxy.Mode{proxy.ModeNFTables, proxy.ModeIPTables} {
-		t.Run(string(mode), func(t *testing.T) { isolateInKernel(t, mode) })
+	for _, m := range nativeModes {
+		t.Run(string(m.mode), func(t *testing.T) { isolateInKernel(t, m) })
 	}
 }
 
-func isolateInKernel(t *testing.T, mode proxy.Mode) {
-	env := scenario.NewEnv(t)
+// kernelMode is a mode the kernel quarantine tests run in. ebpf mode's
+// (ebpf_kernel_test.go) opens the mode's row, which internal/backends
+// holds: that package imports this one, so its tests are external.
+type kernelMode struct {
+	mode proxy.Mode
+	// start makes the scenario cluster for the mode and returns it with
+	// what opens the mode's backend in node1 for a new process.
+	start func(t *testing.T) (*scenario.Env, openBackend)
+}
+
+type openBackend = func(t *testing.T, f scenario.Fam) Proxier
+
+// nativeModes are the modes whose backend is one package of its own.
+var nativeModes = []kernelMode{nativeMode(proxy.ModeNFTables), nativeMode(proxy.ModeIPTables)}
+
+func nativeMode(mode proxy.Mode) kernelMode {
+	return kernelMode{mode: mode, start: func(t *testing.T) (*scenario.Env, openBackend) {
+		env := scenario.NewEnv(t)
+		return env, func(t *testing.T, f scenario.Fam) Proxier { return backendFor(t, env, mode, f) }
+	}}
+}
+
+func isolateInKernel(t *testing.T, m kernelMode) {
+	env, open := m.start(t)
 	for _, f := range scenario.Families {
 		w := env.NewWorld(f)
 		w.Feed(append(env.Services(), poisonSpec)...)
-		fi := faultinject.Wrap(backendFor(t, env, mode, f), mode, f.Family)
+		fi := faultinject.Wrap(open(t, f), m.mode, f.Family)
 		var quarantined []proxy.ServicePortName
 		s, err := New(Options{Family: f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: fi, PortHolder: fi},
 			Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
@@ -68,12 +90,43 @@ func isolateInKernel(t *testing.T, mode proxy.Mode) {
 		if fi.Refused != refused {
 			t.Errorf("%s: the unchanged poison was tried again (%d more refusals)", f.Family, fi.Refused-refused)
 		}
-		if _, err := env.FromPod("pod-c").Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(38), scenario.SvcPort)); err != nil {
+		if err := askFromPodC(env, f, late.Slot); err != nil {
 			t.Errorf("%s: the later Service does not answer: %v", f.Family, err)
 		}
-		blocked := netnstest.Client{NS: env.Pods["pod-c"].NS, Timeout: scenario.DropTimeout}
-		if _, err := blocked.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(37), scenario.SvcPort)); err == nil {
-			t.Errorf("%s: the quarantined Service answers", f.Family)
+		quarantinedAnswers(t, env, f)
+	}
+}
+
+// podCClients are pod-c's clients: in ebpf mode one in the hooks' cgroup
+// (the hooks translate it, or else the rules) and one outside it (the
+// rules alone); in the other modes one.
+func podCClients(env *scenario.Env) []netnstest.Client {
+	clients := []netnstest.Client{env.FromPod("pod-c")}
+	if env.Translated("pod-c") {
+		clients = append(clients, netnstest.Client{NS: env.Pods["pod-c"].NS})
+	}
+	for i := range clients {
+		clients[i].Timeout = scenario.DropTimeout
+	}
+	return clients
+}
+
+// askFromPodC asks slot's cluster IP over TCP from each of pod-c's clients.
+func askFromPodC(env *scenario.Env, f scenario.Fam, slot int) error {
+	for _, c := range podCClients(env) {
+		if _, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(slot), scenario.SvcPort)); err != nil {
+			return fmt.Errorf("slot %d from pod-c (cgroup %q): %w", slot, c.Cgroup, err)
+		}
+	}
+	return nil
+}
+
+// quarantinedAnswers fails t if the poison answers any of pod-c's clients.
+func quarantinedAnswers(t *testing.T, env *scenario.Env, f scenario.Fam) {
+	t.Helper()
+	for _, c := range podCClients(env) {
+		if ans, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(poisonSpec.Slot), scenario.SvcPort)); err == nil {
+			t.Errorf("%s: the quarantined Service answers pod-c (cgroup %q): %s", f.Family, c.Cgroup, ans)
 		}
 	}
 }
@@ -130,8 +183,8 @@ func (p *probingProxier) Sync(ctx context.Context, st *desired.State, mode proxy
 // process makes, and the poison is quarantined again by one retry.
 func TestKernelRestartWithPoisonKeepsServing(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "iptables-nft-restore", "ip6tables-nft-restore")
-	for _, mode := range []proxy.Mode{proxy.ModeNFTables, proxy.ModeIPTables} {
-		t.Run(string(mode), func(t *testing.T) { restartWithPoison(t, mode) })
+	for _, m := range nativeModes {
+		t.Run(string(m.mode), func(t *testing.T) { restartWithPoison(t, m) })
 	}
 }
 
@@ -145,10 +198,9 @@ var (
 // probeFirstAndLast asks the first and the last healthy Service over TCP.
 func probeFirstAndLast(env *scenario.Env, f scenario.Fam) func() error {
 	return func() error {
-		c := netnstest.Client{NS: env.Pods["pod-c"].NS, Timeout: scenario.DropTimeout}
 		for _, slot := range []int{firstSpec.Slot, lastSpec.Slot} {
-			if _, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(slot), scenario.SvcPort)); err != nil {
-				return fmt.Errorf("slot %d: %w", slot, err)
+			if err := askFromPodC(env, f, slot); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -158,12 +210,12 @@ func probeFirstAndLast(env *scenario.Env, f scenario.Fam) func() error {
 // startProcess is a new svcproxy process over node1's kernel (a new
 // backend, a new syncer) that knows specs, with quarantine file file ("":
 // none); it runs its first sync, probing after every Sync.
-func startProcess(t *testing.T, env *scenario.Env, mode proxy.Mode, f scenario.Fam, specs []scenario.Spec, file string,
+func startProcess(t *testing.T, env *scenario.Env, m kernelMode, open openBackend, f scenario.Fam, specs []scenario.Spec, file string,
 	probe func() error) (*Syncer, *faultinject.Proxier, *probingProxier) {
 	t.Helper()
 	w := env.NewWorld(f)
 	w.Feed(specs...)
-	fi := faultinject.Wrap(backendFor(t, env, mode, f), mode, f.Family)
+	fi := faultinject.Wrap(open(t, f), m.mode, f.Family)
 	pp := &probingProxier{Proxier: fi, probe: probe}
 	s, err := New(Options{Family: f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: pp, PortHolder: pp},
 		Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
@@ -177,14 +229,14 @@ func startProcess(t *testing.T, env *scenario.Env, mode proxy.Mode, f scenario.F
 	return s, fi, pp
 }
 
-func restartWithPoison(t *testing.T, mode proxy.Mode) {
-	env := scenario.NewEnv(t)
+func restartWithPoison(t *testing.T, m kernelMode) {
+	env, open := m.start(t)
 	specs := append(env.Services(), poisonSpec, firstSpec, lastSpec)
 	for _, f := range scenario.Families {
 		file := filepath.Join(t.TempDir(), "quarantine.json")
 		probe := probeFirstAndLast(env, f)
-		startProcess(t, env, mode, f, specs, file, probe)
-		s, fi, pp := startProcess(t, env, mode, f, specs, file, probe)
+		startProcess(t, env, m, open, f, specs, file, probe)
+		s, fi, pp := startProcess(t, env, m, open, f, specs, file, probe)
 		if len(pp.misses) != 0 {
 			t.Errorf("%s: after the restart's syncs healthy Services did not answer %d times (first: %v)", f.Family, len(pp.misses), pp.misses[0])
 		}

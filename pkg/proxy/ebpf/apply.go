@@ -46,3 +46,8 @@ func (t kernelTable[K, V]) put(keys []K, vals []V) error {
 func (t kernelTable[K, V]) del(keys []K) error { return bpfmap.Table[K, V]{M: t.m}.Del(keys) }
 
 func (t kernelTable[K, V]) dump() (map[K]V, error) { return bpfmap.Table[K, V]{M: t.m}.Dump() }
+
+// each calls fn with every entry of the map, a batch at a time.
+func (t kernelTable[K, V]) each(fn func(K, V) error) error {
+	return bpfmap.Table[K, V]{M: t.m}.Each(fn)
+}

@@ -39,6 +39,9 @@ func runClient(spec string) int {
 	if len(f) == 3 && f[0] == "keep" {
 		return runKeep(f[1], f[2])
 	}
+	if len(f) == 3 && f[0] == "evict" {
+		return runEvict(f[1], f[2])
+	}
 	if len(f) != 3 {
 		fmt.Fprintf(os.Stderr, "bad client spec %q\n", spec)
 		return 2
@@ -50,10 +53,13 @@ func runClient(spec string) int {
 	}
 	for range count {
 		var line string
-		if f[0] == "udp" {
+		switch f[0] {
+		case "udp":
 			line, err = askUDP(f[1])
-		} else {
+		case "tcp":
 			line, err = askTCP(f[1])
+		default:
+			line, err = askMapped(f[0], netip.MustParseAddrPort(f[1]))
 		}
 		if err != nil {
 			line = "err " + reason(err)

@@ -23,14 +23,27 @@ const (
 	mapAffinity = "affinity"
 )
 
-// Fixed capacities of the LRU maps: they hold per-socket and per-client
-// state, which the LRU evicts, not anything the State sizes.
+// Capacities of the LRU maps: they hold per-socket and per-client state,
+// which the LRU evicts, not anything the State sizes. The reverse
+// translation map's is an option (Options.SocketEntries).
 const (
-	revNATEntries   = 1 << 16
-	affinityEntries = 1 << 16
+	DefaultSocketEntries = 1 << 16
+	affinityEntries      = 1 << 16
 )
 
-// hooks lists a family's programs and where each attaches.
+// progConfig is what a family's programs are loaded with, beside the
+// capacity of the service and backend maps.
+type progConfig struct {
+	family proxy.IPFamily
+	// nodeNetns is the cookie of the node's network namespace.
+	nodeNetns uint64
+	// sockets is the capacity of the reverse translation map.
+	sockets uint32
+}
+
+// hooks lists a family's programs and where each attaches. The IPv4
+// family's include three at IPv6 hooks, for IPv4 destinations addressed
+// by AF_INET6 sockets as IPv4-mapped addresses (bpf/sock.c).
 func hooks(family proxy.IPFamily) map[string]ebpf.AttachType {
 	if family == proxy.IPv6 {
 		return map[string]ebpf.AttachType{
@@ -41,6 +54,8 @@ func hooks(family proxy.IPFamily) map[string]ebpf.AttachType {
 	return map[string]ebpf.AttachType{
 		"connect4": ebpf.AttachCGroupInet4Connect, "sendmsg4": ebpf.AttachCGroupUDP4Sendmsg,
 		"recvmsg4": ebpf.AttachCGroupUDP4Recvmsg, "getpeername4": ebpf.AttachCgroupInet4GetPeername,
+		"connect4in6": ebpf.AttachCGroupInet6Connect, "recvmsg4in6": ebpf.AttachCGroupUDP6Recvmsg,
+		"getpeername4in6": ebpf.AttachCgroupInet6GetPeername,
 	}
 }
 
@@ -60,17 +75,17 @@ func (l *loaded) close() {
 }
 
 // programSpec is the family's programs and their maps, sized: the service
-// and backend maps to capacity, the LRU maps to their fixed sizes. The
-// programs are told which network namespace is the node's.
-func programSpec(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*ebpf.CollectionSpec, error) {
+// and backend maps to capacity, the LRU maps to theirs. The programs are
+// told which network namespace is the node's.
+func programSpec(c progConfig, capacity uint32) (*ebpf.CollectionSpec, error) {
 	spec, err := loadSock()
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.Variables["host_netns"].Set(nodeNetns); err != nil {
+	if err := spec.Variables["host_netns"].Set(c.nodeNetns); err != nil {
 		return nil, err
 	}
-	progs := hooks(family)
+	progs := hooks(c.family)
 	for name := range spec.Programs {
 		if _, ok := progs[name]; !ok {
 			delete(spec.Programs, name)
@@ -79,7 +94,7 @@ func programSpec(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*ebp
 	// The socket iterator's map comes with the iterator (sockiter.go).
 	delete(spec.Maps, mapDoomed)
 	sizes := map[string]uint32{mapServices: capacity, mapBackends: capacity,
-		mapRevNAT: revNATEntries, mapAffinity: affinityEntries}
+		mapRevNAT: c.sockets, mapAffinity: affinityEntries}
 	for name, size := range sizes {
 		spec.Maps[name].MaxEntries = size
 	}
@@ -90,21 +105,37 @@ func programSpec(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*ebp
 // maps get capacity; Sync grows adopted ones that are too small), and
 // attaches every program to the cgroup, replacing the program of a pinned
 // link in place, so that no socket goes untranslated meanwhile. Everything
-// is pinned in dir.
-func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, capacity uint32) (*loaded, error) {
+// is pinned in dir. A pinned reverse translation map of another size than
+// c.sockets is replaced by one of that size holding its entries.
+func load(c progConfig, dir, cgroup string, capacity uint32) (*loaded, error) {
 	if err := isCgroup2(cgroup); err != nil {
 		return nil, err
 	}
-	spec, err := programSpec(family, nodeNetns, capacity)
+	spec, err := programSpec(c, capacity)
 	if err != nil {
 		return nil, err
 	}
-	coll, err := bpfmap.LoadAdopting(spec, dir, []string{mapServices, mapBackends, mapRevNAT, mapAffinity})
+	resized, err := pinnedOfOtherSize(dir, mapRevNAT, c.sockets)
 	if err != nil {
-		return nil, fmt.Errorf("loading the %s socket programs: %w", family, err)
+		return nil, err
+	}
+	adopt := []string{mapServices, mapBackends, mapRevNAT, mapAffinity}
+	if resized != nil {
+		defer resized.Close()
+		adopt = []string{mapServices, mapBackends, mapAffinity}
+	}
+	coll, err := bpfmap.LoadAdopting(spec, dir, adopt)
+	if err != nil {
+		return nil, fmt.Errorf("loading the %s socket programs: %w", c.family, err)
 	}
 	l := &loaded{coll: coll, links: map[string]link.Link{}}
-	for name, attach := range hooks(family) {
+	if resized != nil {
+		if err := l.resizeRevNAT(resized, dir); err != nil {
+			l.close()
+			return nil, err
+		}
+	}
+	for name, attach := range hooks(c.family) {
 		if err := l.attach(name, attach, dir, cgroup); err != nil {
 			l.close()
 			return nil, err
@@ -116,8 +147,8 @@ func load(family proxy.IPFamily, dir, cgroup string, nodeNetns uint64, capacity 
 // grow loads the family's programs again with service and backend maps of
 // capacity entries, sharing l's LRU maps (per-socket and per-client state
 // survives). The caller fills the new maps, then calls swap.
-func (l *loaded) grow(family proxy.IPFamily, nodeNetns uint64, capacity uint32) (*loaded, error) {
-	spec, err := programSpec(family, nodeNetns, capacity)
+func (l *loaded) grow(c progConfig, capacity uint32) (*loaded, error) {
+	spec, err := programSpec(c, capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +156,7 @@ func (l *loaded) grow(family proxy.IPFamily, nodeNetns uint64, capacity uint32) 
 		mapRevNAT: l.mapOf(mapRevNAT), mapAffinity: l.mapOf(mapAffinity)}}
 	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
 	if err != nil {
-		return nil, fmt.Errorf("loading the %s socket programs with larger maps: %w", family, err)
+		return nil, fmt.Errorf("loading the %s socket programs with larger maps: %w", c.family, err)
 	}
 	return &loaded{coll: coll, links: map[string]link.Link{}}, nil
 }
@@ -142,17 +173,57 @@ func (l *loaded) swap(next *loaded, dir string) error {
 	}
 	l.links = nil
 	for _, name := range []string{mapServices, mapBackends} {
-		// bpffs refuses names with a dot.
-		pin, tmp := filepath.Join(dir, name), filepath.Join(dir, name+"_grown")
-		if err := next.mapOf(name).Pin(tmp); err != nil {
-			return fmt.Errorf("pinning grown map %s: %w", name, err)
-		}
-		if err := os.Rename(tmp, pin); err != nil {
-			return fmt.Errorf("replacing the pin of map %s: %w", name, err)
+		if err := replacePin(next.mapOf(name), dir, name); err != nil {
+			return err
 		}
 	}
 	l.close()
 	return nil
+}
+
+// replacePin pins m under name in dir in place of what is pinned there:
+// pinned beside it, then renamed over it.
+func replacePin(m *ebpf.Map, dir, name string) error {
+	// bpffs refuses names with a dot.
+	pin, tmp := filepath.Join(dir, name), filepath.Join(dir, name+"_grown")
+	if err := m.Pin(tmp); err != nil {
+		return fmt.Errorf("pinning the new map %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, pin); err != nil {
+		return fmt.Errorf("replacing the pin of map %s: %w", name, err)
+	}
+	return nil
+}
+
+// resizeRevNAT fills l's reverse translation map, of another size than
+// old (the pinned one), with old's entries, and pins it in old's place.
+// Entries the old programs add meanwhile, until attach swaps the links'
+// programs, are lost: those sockets' replies show the endpoint.
+func (l *loaded) resizeRevNAT(old *ebpf.Map, dir string) error {
+	from := kernelTable[revKey, beVal]{old}
+	to := l.mapOf(mapRevNAT)
+	err := from.each(func(k revKey, v beVal) error { return to.Put(k, v) })
+	if err != nil {
+		return fmt.Errorf("copying the reverse translations to a map of %d entries: %w", to.MaxEntries(), err)
+	}
+	return replacePin(to, dir, mapRevNAT)
+}
+
+// pinnedOfOtherSize opens the map pinned as name in dir if its capacity is
+// not size; nil if it is, or if none is pinned.
+func pinnedOfOtherSize(dir, name string, size uint32) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("adopting pinned map %s: %w", name, err)
+	}
+	if m.MaxEntries() == size {
+		m.Close()
+		return nil, nil
+	}
+	return m, nil
 }
 
 // attach attaches program name to the cgroup through the link pinned in
@@ -191,7 +262,7 @@ func remove(family proxy.IPFamily, dir string) error {
 		// pin gone, closing the last descriptor detaches the program.
 		errs = append(errs, lk.Unpin(), lk.Close())
 	}
-	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity, mapServices + "_grown", mapBackends + "_grown"} {
+	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity, mapServices + "_grown", mapBackends + "_grown", mapRevNAT + "_grown"} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -56,18 +56,31 @@ func netnsOf(cgroup string) (namespaces, error) {
 	return out, nil
 }
 
+// add adds pid's network namespace unless it has it already. A stat names
+// the namespace (nsfs device and inode) without opening anything, so a
+// process whose namespace is known costs one system call: a cgroup holds
+// many processes per namespace.
 func (n namespaces) add(pid string) {
-	f, err := os.Open(filepath.Join("/proc", pid, "ns", "net"))
-	if err != nil {
-		return
-	}
+	path := filepath.Join("/proc", pid, "ns", "net")
 	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		f.Close()
+	if err := unix.Stat(path, &st); err != nil {
 		return
 	}
 	id := netnsID{st.Dev, st.Ino}
 	if _, ok := n[id]; ok {
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	// The file names the namespace to enter, should the process have
+	// moved (or its PID been reused) since the stat.
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return
+	}
+	if id = (netnsID{st.Dev, st.Ino}); n[id] != nil {
 		f.Close()
 		return
 	}

@@ -36,6 +36,11 @@ type Options struct {
 	// NodeNetns is the cookie of the network namespace whose sockets are
 	// the node's (desired's routes from the node); 0 means svcproxy's own.
 	NodeNetns uint64
+	// SocketEntries is how many translated sockets the reverse
+	// translation map remembers (UDP replies, getpeername, socket
+	// destruction); past it the least recently used are forgotten. 0
+	// means DefaultSocketEntries.
+	SocketEntries uint32
 }
 
 // Proxier programs one IP family's socket-level load balancing.
@@ -44,6 +49,8 @@ type Proxier struct {
 	dir    string
 	cgroup string
 	netns  uint64
+	// socketEntries is Options.SocketEntries.
+	socketEntries uint32
 	// minCapacity is minCapacity but in tests that grow maps.
 	minCapacity uint32
 
@@ -75,8 +82,11 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 		}
 		o.NodeNetns = c
 	}
+	if o.SocketEntries == 0 {
+		o.SocketEntries = DefaultSocketEntries
+	}
 	dir := familyDir(o.PinDir, family)
-	return &Proxier{family: family, dir: dir, cgroup: o.Cgroup, netns: o.NodeNetns,
+	return &Proxier{family: family, dir: dir, cgroup: o.Cgroup, netns: o.NodeNetns, socketEntries: o.SocketEntries,
 		minCapacity: minCapacity, sockets: newSockets(family, dir, o.Cgroup)}, nil
 }
 
@@ -130,7 +140,7 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 // grow moves the programs to maps of capacity entries, filled with want
 // (its slots stabilized against the old maps) before any hook uses them.
 func (p *Proxier) grow(want *Contents, idx frontendIndex, capacity uint32) error {
-	next, err := p.kernel.grow(p.family, p.netns, capacity)
+	next, err := p.kernel.grow(p.progConfig(), capacity)
 	if err != nil {
 		return err
 	}
@@ -165,12 +175,16 @@ func (p *Proxier) apply(have, want *Contents, commit func()) error {
 }
 
 func (p *Proxier) load(capacity uint32) error {
-	l, err := load(p.family, p.dir, p.cgroup, p.netns, capacity)
+	l, err := load(p.progConfig(), p.dir, p.cgroup, capacity)
 	if err != nil {
 		return err
 	}
 	p.kernel, p.tables, p.rec = l, tablesOf(l), nil
 	return nil
+}
+
+func (p *Proxier) progConfig() progConfig {
+	return progConfig{family: p.family, nodeNetns: p.netns, sockets: p.socketEntries}
 }
 
 func tablesOf(l *loaded) tables {
@@ -213,6 +227,7 @@ func (p *Proxier) Writes() uint64 { return p.writes }
 // Close releases the Proxier's descriptors; the pins keep the programs
 // attached and the maps in place for the next svcproxy.
 func (p *Proxier) Close() {
+	p.sockets.Close()
 	if p.kernel != nil {
 		p.kernel.close()
 		p.kernel = nil

@@ -16,21 +16,24 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	sockMapAffinity      = "affinity"
-	sockMapBackends      = "backends"
-	sockMapDoomed        = "doomed"
-	sockMapRevnat        = "revnat"
-	sockMapServices      = "services"
-	sockProgConnect4     = "connect4"
-	sockProgConnect6     = "connect6"
-	sockProgGetpeername4 = "getpeername4"
-	sockProgGetpeername6 = "getpeername6"
-	sockProgRecvmsg4     = "recvmsg4"
-	sockProgRecvmsg6     = "recvmsg6"
-	sockProgSendmsg4     = "sendmsg4"
-	sockProgSendmsg6     = "sendmsg6"
-	sockProgUdpSockets   = "udp_sockets"
-	sockVarHostNetns     = "host_netns"
+	sockMapAffinity         = "affinity"
+	sockMapBackends         = "backends"
+	sockMapDoomed           = "doomed"
+	sockMapRevnat           = "revnat"
+	sockMapServices         = "services"
+	sockProgConnect4        = "connect4"
+	sockProgConnect4in6     = "connect4in6"
+	sockProgConnect6        = "connect6"
+	sockProgGetpeername4    = "getpeername4"
+	sockProgGetpeername4in6 = "getpeername4in6"
+	sockProgGetpeername6    = "getpeername6"
+	sockProgRecvmsg4        = "recvmsg4"
+	sockProgRecvmsg4in6     = "recvmsg4in6"
+	sockProgRecvmsg6        = "recvmsg6"
+	sockProgSendmsg4        = "sendmsg4"
+	sockProgSendmsg6        = "sendmsg6"
+	sockProgUdpSockets      = "udp_sockets"
+	sockVarHostNetns        = "host_netns"
 )
 
 // loadSock returns the embedded CollectionSpec for sock.
@@ -75,15 +78,18 @@ type sockSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockProgramSpecs struct {
-	Connect4     *ebpf.ProgramSpec `ebpf:"connect4"`
-	Connect6     *ebpf.ProgramSpec `ebpf:"connect6"`
-	Getpeername4 *ebpf.ProgramSpec `ebpf:"getpeername4"`
-	Getpeername6 *ebpf.ProgramSpec `ebpf:"getpeername6"`
-	Recvmsg4     *ebpf.ProgramSpec `ebpf:"recvmsg4"`
-	Recvmsg6     *ebpf.ProgramSpec `ebpf:"recvmsg6"`
-	Sendmsg4     *ebpf.ProgramSpec `ebpf:"sendmsg4"`
-	Sendmsg6     *ebpf.ProgramSpec `ebpf:"sendmsg6"`
-	UdpSockets   *ebpf.ProgramSpec `ebpf:"udp_sockets"`
+	Connect4        *ebpf.ProgramSpec `ebpf:"connect4"`
+	Connect4in6     *ebpf.ProgramSpec `ebpf:"connect4in6"`
+	Connect6        *ebpf.ProgramSpec `ebpf:"connect6"`
+	Getpeername4    *ebpf.ProgramSpec `ebpf:"getpeername4"`
+	Getpeername4in6 *ebpf.ProgramSpec `ebpf:"getpeername4in6"`
+	Getpeername6    *ebpf.ProgramSpec `ebpf:"getpeername6"`
+	Recvmsg4        *ebpf.ProgramSpec `ebpf:"recvmsg4"`
+	Recvmsg4in6     *ebpf.ProgramSpec `ebpf:"recvmsg4in6"`
+	Recvmsg6        *ebpf.ProgramSpec `ebpf:"recvmsg6"`
+	Sendmsg4        *ebpf.ProgramSpec `ebpf:"sendmsg4"`
+	Sendmsg6        *ebpf.ProgramSpec `ebpf:"sendmsg6"`
+	UdpSockets      *ebpf.ProgramSpec `ebpf:"udp_sockets"`
 }
 
 // sockMapSpecs contains maps before they are loaded into the kernel.
@@ -152,24 +158,30 @@ type sockVariables struct {
 //
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockPrograms struct {
-	Connect4     *ebpf.Program `ebpf:"connect4"`
-	Connect6     *ebpf.Program `ebpf:"connect6"`
-	Getpeername4 *ebpf.Program `ebpf:"getpeername4"`
-	Getpeername6 *ebpf.Program `ebpf:"getpeername6"`
-	Recvmsg4     *ebpf.Program `ebpf:"recvmsg4"`
-	Recvmsg6     *ebpf.Program `ebpf:"recvmsg6"`
-	Sendmsg4     *ebpf.Program `ebpf:"sendmsg4"`
-	Sendmsg6     *ebpf.Program `ebpf:"sendmsg6"`
-	UdpSockets   *ebpf.Program `ebpf:"udp_sockets"`
+	Connect4        *ebpf.Program `ebpf:"connect4"`
+	Connect4in6     *ebpf.Program `ebpf:"connect4in6"`
+	Connect6        *ebpf.Program `ebpf:"connect6"`
+	Getpeername4    *ebpf.Program `ebpf:"getpeername4"`
+	Getpeername4in6 *ebpf.Program `ebpf:"getpeername4in6"`
+	Getpeername6    *ebpf.Program `ebpf:"getpeername6"`
+	Recvmsg4        *ebpf.Program `ebpf:"recvmsg4"`
+	Recvmsg4in6     *ebpf.Program `ebpf:"recvmsg4in6"`
+	Recvmsg6        *ebpf.Program `ebpf:"recvmsg6"`
+	Sendmsg4        *ebpf.Program `ebpf:"sendmsg4"`
+	Sendmsg6        *ebpf.Program `ebpf:"sendmsg6"`
+	UdpSockets      *ebpf.Program `ebpf:"udp_sockets"`
 }
 
 func (p *sockPrograms) Close() error {
 	return _SockClose(
 		p.Connect4,
+		p.Connect4in6,
 		p.Connect6,
 		p.Getpeername4,
+		p.Getpeername4in6,
 		p.Getpeername6,
 		p.Recvmsg4,
+		p.Recvmsg4in6,
 		p.Recvmsg6,
 		p.Sendmsg4,
 		p.Sendmsg6,

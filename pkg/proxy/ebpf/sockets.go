@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	// The tests' sync helper takes the package's name.
+	stdsync "sync"
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
@@ -40,6 +42,13 @@ type Sockets struct {
 	dir    string
 	cgroup string
 
+	// mu guards what follows against Close, from another goroutine.
+	mu stdsync.Mutex
+	// it is the socket iterator, kept loaded over the reverse translation
+	// map whose ID is revnat: loading it (the kernel's BTF, the verifier)
+	// costs a round far more than running it in every namespace.
+	it     *iterator
+	revnat ebpf.MapID
 	// listed maps the flows of the last List to their sockets.
 	listed    map[kconntrack.Flow][]sockRef
 	destroyed atomic.Uint64
@@ -75,12 +84,13 @@ func (s *Sockets) Supported() (supported, known bool) {
 // connected UDP socket of family. Before the hooks' first load, and on a
 // kernel that cannot destroy sockets, there are none.
 func (s *Sockets) List(ctx context.Context, family proxy.IPFamily, visit func(kconntrack.Flow)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.listed = map[kconntrack.Flow][]sockRef{}
 	it, err := s.open()
 	if it == nil || err != nil {
 		return err
 	}
-	defer it.close()
 	return it.each(ctx, s.cgroup, nil, func(ns netnsID, r sockRec) {
 		f := r.flow()
 		s.listed[f] = append(s.listed[f], sockRef{r.Cookie, ns})
@@ -91,11 +101,12 @@ func (s *Sockets) List(ctx context.Context, family proxy.IPFamily, visit func(kc
 // Delete is part of kconntrack.Interface: it destroys the sockets of flows
 // (as the last List saw them) and returns how many of flows are gone.
 func (s *Sockets) Delete(ctx context.Context, family proxy.IPFamily, flows []kconntrack.Flow) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	it, err := s.open()
 	if it == nil || err != nil {
 		return 0, err
 	}
-	defer it.close()
 	where := map[netnsID]bool{}
 	var cookies []uint64
 	for _, f := range flows {
@@ -116,22 +127,65 @@ func (s *Sockets) Delete(ctx context.Context, family proxy.IPFamily, flows []kco
 	return len(flows), nil
 }
 
-// open loads the socket iterator over the family's pinned reverse
-// translation map; nil without an error when there is nothing to look at:
-// no map pinned yet, or a kernel without socket destruction, which is
-// logged once.
+// Remembered counts the reverse translations the pinned map holds, with
+// its capacity; ok is false before the hooks' first load. Past the
+// capacity the map forgets the least recently used sockets (README.md,
+// "Sockets beyond the bound"). It reads every entry, a batch per system
+// call, so it is for a scrape, not a sync.
+func (s *Sockets) Remembered() (entries int, capacity uint32, ok bool, err error) {
+	revnat, err := ebpf.LoadPinnedMap(filepath.Join(s.dir, mapRevNAT), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("opening the pinned map %s: %w", mapRevNAT, err)
+	}
+	defer revnat.Close()
+	err = kernelTable[revKey, beVal]{revnat}.each(func(revKey, beVal) error { entries++; return nil })
+	return entries, revnat.MaxEntries(), err == nil, err
+}
+
+// Close releases the socket iterator.
+func (s *Sockets) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drop()
+}
+
+func (s *Sockets) drop() {
+	if s.it != nil {
+		s.it.close()
+		s.it = nil
+	}
+}
+
+// open returns the socket iterator over the family's pinned reverse
+// translation map, loading it when that map is not the one it was loaded
+// over (the first round, or the map was replaced); nil without an error
+// when there is nothing to look at: no map pinned, or a kernel without
+// socket destruction, which is logged once.
 func (s *Sockets) open() (*iterator, error) {
 	if s.support.Load() == 2 {
 		return nil, nil
 	}
 	revnat, err := ebpf.LoadPinnedMap(filepath.Join(s.dir, mapRevNAT), nil)
 	if errors.Is(err, os.ErrNotExist) {
+		s.drop()
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening the pinned map %s: %w", mapRevNAT, err)
 	}
 	defer revnat.Close()
+	info, err := revnat.Info()
+	if err != nil {
+		return nil, fmt.Errorf("reading the pinned map %s: %w", mapRevNAT, err)
+	}
+	id, _ := info.ID()
+	if s.it != nil && id == s.revnat {
+		return s.it, nil
+	}
+	s.drop()
 	it, err := loadIterator(revnat)
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		if s.support.Swap(2) != 2 {
@@ -145,6 +199,7 @@ func (s *Sockets) open() (*iterator, error) {
 		return nil, err
 	}
 	s.support.Store(1)
+	s.it, s.revnat = it, id
 	return it, nil
 }
 

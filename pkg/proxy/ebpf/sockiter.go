@@ -16,7 +16,7 @@ const (
 	progUDPSockets = "udp_sockets"
 	mapDoomed      = "doomed"
 	// doomedEntries bounds the cookies one run of the iterator destroys.
-	doomedEntries = revNATEntries
+	doomedEntries = DefaultSocketEntries
 )
 
 // iterator is the socket iterator program, loaded over a family's reverse

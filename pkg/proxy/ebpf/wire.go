@@ -60,6 +60,15 @@ type beVal struct {
 	Pad  [2]byte
 }
 
+// revKey is a reverse translation's key (struct rev_key): a translated
+// socket's cookie and the endpoint it talks to.
+type revKey struct {
+	Cookie uint64
+	Addr   [16]byte
+	Port   [2]byte
+	Pad    [6]byte
+}
+
 // The protocol numbers the hooks see in the socket.
 var protoNumbers = map[proxy.Protocol]uint8{proxy.TCP: 6, proxy.UDP: 17, proxy.SCTP: 132}
 

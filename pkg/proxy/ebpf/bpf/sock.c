@@ -273,14 +273,36 @@ int getpeername4(struct bpf_sock_addr *ctx) { return unxlate4(ctx); }
 SEC("cgroup/connect6")
 int connect6(struct bpf_sock_addr *ctx) { return xlate6(ctx); }
 
+// An AF_INET6 socket may address an IPv4 destination as ::ffff:a.b.c.d (a
+// dual-stack application reaching an IPv4 Service). connect and
+// getpeername run the IPv6 hooks for it, and recvmsg shows the source of
+// an IPv4 datagram mapped; an unconnected sendmsg runs the IPv4 hook (the
+// kernel unmaps the address first). The IPv4 family attaches these three
+// beside the IPv6 family's, over its own maps, whose keys are mapped
+// already: the endpoint is set mapped too, and each family's programs
+// pass what the other's maps hold.
+static __always_inline int v4mapped(struct bpf_sock_addr *ctx)
+{
+	return ctx->user_ip6[0] == 0 && ctx->user_ip6[1] == 0 && ctx->user_ip6[2] == V4MAPPED;
+}
+
+SEC("cgroup/connect6")
+int connect4in6(struct bpf_sock_addr *ctx) { return v4mapped(ctx) ? xlate6(ctx) : 1; }
+
 SEC("cgroup/sendmsg6")
 int sendmsg6(struct bpf_sock_addr *ctx) { return xlate6(ctx); }
 
 SEC("cgroup/recvmsg6")
 int recvmsg6(struct bpf_sock_addr *ctx) { return unxlate6(ctx); }
 
+SEC("cgroup/recvmsg6")
+int recvmsg4in6(struct bpf_sock_addr *ctx) { return v4mapped(ctx) ? unxlate6(ctx) : 1; }
+
 SEC("cgroup/getpeername6")
 int getpeername6(struct bpf_sock_addr *ctx) { return unxlate6(ctx); }
+
+SEC("cgroup/getpeername6")
+int getpeername4in6(struct bpf_sock_addr *ctx) { return v4mapped(ctx) ? unxlate6(ctx) : 1; }
 
 // The socket iterator (kernel 6.5 or later for bpf_sock_destroy) lists the
 // UDP sockets of one network namespace that a hook translated, and destroys
@@ -321,9 +343,11 @@ struct bpf_iter__udp {
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
 // doomed holds the cookies of the sockets to destroy, written by svcproxy
-// for one run of the iterator and emptied after it.
+// for one run of the iterator and emptied after it; the iterator stays
+// loaded between runs, so the map allocates only what a run names.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 1);
 	__type(key, __u64);
 	__type(value, __u8);

@@ -65,18 +65,29 @@ const dumpBatch = 4096
 // Dump reads the whole map.
 func (t Table[K, V]) Dump() (map[K]V, error) {
 	out := map[K]V{}
+	if err := t.Each(func(k K, v V) error { out[k] = v; return nil }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Each calls fn with every entry of the map, a batch at a time; it stops
+// at fn's first error.
+func (t Table[K, V]) Each(fn func(K, V) error) error {
 	keys, vals := make([]K, dumpBatch), make([]V, dumpBatch)
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := t.M.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
-			out[keys[i]] = vals[i]
+			if ferr := fn(keys[i], vals[i]); ferr != nil {
+				return ferr
+			}
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
 }
