@@ -6,9 +6,11 @@
 #                                       (model only through pkg/proxy/desired, whose Compute takes a Snapshot);
 #                                       a backend is every package directly under pkg/proxy/ but the
 #                                       pipeline's own (desired, model, metrics, proxytest) and the
-#                                       shared leaves (maglev), wired into internal/backends or not yet
+#                                       shared leaves (maglev, reconcile), wired into internal/backends or not yet
 #   pkg/proxy/maglev                    imports only pkg/proxy and the standard library: a pure table
 #                                       that desired, explain and any backend may use
+#   pkg/proxy/reconcile                 imports only pkg/proxy and the standard library: the backends'
+#                                       shared reconciliation engine knows no backend and no kernel client
 #   pkg/proxy/desired                   must not depend on k8s.io/client-go
 #   pkg/proxy/model                     imports only pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog,
 #                                       k8s.io/utils/net (upstream's sloppy IP parser), stdlib;
@@ -175,7 +177,7 @@ backend_dirs() {
   local d
   for d in "$ROOT"/pkg/proxy/*/; do
     d=$(basename "$d")
-    case $d in desired | model | metrics | proxytest | maglev) ;; *) echo "$d" ;; esac
+    case $d in desired | model | metrics | proxytest | maglev | reconcile) ;; *) echo "$d" ;; esac
   done
 }
 
@@ -222,6 +224,8 @@ check_imports() {
   p=$MOD/pkg/proxy/desired
   pkg_exists "$p" && forbid_deps "$p" "$clientgo" "k8s.io/client-go"
   p=$MOD/pkg/proxy/maglev
+  pkg_exists "$p" && allow_direct "$p" "^${MOD//./\\.}/pkg/proxy\$" "pkg/proxy and the standard library"
+  p=$MOD/pkg/proxy/reconcile
   pkg_exists "$p" && allow_direct "$p" "^${MOD//./\\.}/pkg/proxy\$" "pkg/proxy and the standard library"
   p=$MOD/pkg/proxy/model
   if pkg_exists "$p"; then

@@ -1,0 +1,186 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// naive is the reference the Table is checked against: every owner's
+// items as given, and a desired value computed from scratch by looking at
+// all of them.
+type naive struct {
+	parts map[own][]Item[int, string]
+}
+
+func (n *naive) desired() map[int]string {
+	out := map[int]string{}
+	best := map[int]own{}
+	for o, its := range n.parts {
+		for _, it := range its {
+			if b, ok := best[it.Key]; ok && b <= o {
+				continue // a lower owner, or this owner's first claim, wins
+			}
+			best[it.Key], out[it.Key] = o, it.Value
+		}
+	}
+	return out
+}
+
+// world drives a Table the way a backend does (Syncs, claims, steps) over
+// a fake kernel that sometimes refuses a change or is changed behind the
+// backend's back, and checks it against naive after every sync.
+type world struct {
+	t      *testing.T
+	r      *rand.Rand
+	syncs  Syncs
+	tb     *Table[own, int, string]
+	model  naive
+	kernel map[int]string // the fake kernel
+	failP  float64
+}
+
+func (w *world) randomItems() []Item[int, string] {
+	var its []Item[int, string]
+	for range w.r.IntN(5) {
+		its = append(its, Item[int, string]{Key: w.r.IntN(12), Value: fmt.Sprint(w.r.IntN(3))})
+	}
+	return its
+}
+
+// sync runs one sync of mode whose changed owners get new items.
+func (w *world) sync(mode proxy.SyncMode, changed []own) {
+	plan, err := w.syncs.Begin(mode, "model")
+	if err != nil {
+		if !errors.Is(err, proxy.ErrFullSyncNeeded) {
+			w.t.Fatalf("Begin(%v): %v", mode, err)
+		}
+		mode, plan = proxy.FullSync, Plan{ReadBack: true, Full: true}
+	}
+	if plan.ReadBack {
+		w.tb.ForgetKernel()
+		for k, v := range w.kernel {
+			w.tb.SetKernel(k, v)
+		}
+		w.syncs.ReadDone()
+	}
+	for _, o := range changed {
+		w.model.parts[o] = w.randomItems()
+	}
+	if plan.Full {
+		w.tb.ResetClaims()
+		for o, its := range w.model.parts {
+			w.tb.Replace(o, its)
+		}
+	} else {
+		for _, o := range changed {
+			w.tb.Replace(o, w.model.parts[o])
+		}
+	}
+	want := w.model.desired()
+	failed := false
+	err = RunAll(Each(w.tb, func(c Change[int, string]) (Result[string], error) {
+		w.checkChange(c, want)
+		if w.r.Float64() < w.failP {
+			failed = true
+			return Unchanged(c), errors.New("refused")
+		}
+		if c.Op == Delete {
+			delete(w.kernel, c.Key)
+		} else {
+			w.kernel[c.Key] = c.Want
+		}
+		return Applied(c), nil
+	}))
+	if err != nil {
+		w.syncs.Failed()
+	}
+	if failed != (err != nil) {
+		w.t.Fatalf("RunAll = %v, but a change failed: %t", err, failed)
+	}
+	if !failed && w.syncs.Read() {
+		w.checkConverged(mode, want)
+	}
+}
+
+// checkChange checks a change against the model: it names what the key
+// should be and what the backend last saw of it.
+func (w *world) checkChange(c Change[int, string], want map[int]string) {
+	v, claimed := want[c.Key]
+	if claimed != (c.Op != Delete) || (claimed && v != c.Want) {
+		w.t.Fatalf("change %+v, but the model wants %q (claimed %t)", c, v, claimed)
+	}
+}
+
+func (w *world) checkConverged(mode proxy.SyncMode, want map[int]string) {
+	if mode.Full() && !maps.Equal(w.kernel, want) {
+		w.t.Fatalf("after a %v sync the kernel is %v, want %v", mode, w.kernel, want)
+	}
+	for k, v := range w.kernel {
+		if have, ok := w.tb.Kernel(k); !ok || have != v {
+			w.t.Fatalf("the table's kernel side has %d = %q, %t; the kernel %q", k, have, ok, v)
+		}
+	}
+	if w.tb.KernelLen() != len(w.kernel) {
+		w.t.Fatalf("the table's kernel side holds %d keys, the kernel %d", w.tb.KernelLen(), len(w.kernel))
+	}
+}
+
+// step does one random thing: a partial, full or recovery sync, or a
+// change to the kernel behind the backend's back (after which, as the
+// syncer does on a lost canary, the next sync is a recovery).
+func (w *world) step(op byte) {
+	switch op % 6 {
+	case 0, 1, 2:
+		w.sync(proxy.PartialSync, []own{own(w.r.IntN(4)), own(w.r.IntN(4))})
+	case 3:
+		w.sync(proxy.FullSync, []own{own(w.r.IntN(4))})
+	case 4:
+		w.sync(proxy.RecoverySync, nil)
+	case 5:
+		k := w.r.IntN(12)
+		if _, ok := w.kernel[k]; ok {
+			delete(w.kernel, k)
+		} else {
+			w.kernel[k] = "stray"
+		}
+		w.sync(proxy.RecoverySync, nil)
+	}
+}
+
+func runModel(t *testing.T, seed uint64, ops []byte) {
+	w := &world{t: t, r: rand.New(rand.NewPCG(seed, 1)), tb: NewTable[own](intKind),
+		model: naive{parts: map[own][]Item[int, string]{}}, kernel: map[int]string{}, failP: 0.05}
+	// A process starts on a kernel that holds what a previous one left.
+	for range w.r.IntN(6) {
+		w.kernel[w.r.IntN(12)] = fmt.Sprint(w.r.IntN(3))
+	}
+	for _, op := range ops {
+		w.step(op)
+	}
+	// Whatever happened, a recovery sync with no failure converges.
+	w.failP = 0
+	w.sync(proxy.RecoverySync, nil)
+	w.checkConverged(proxy.RecoverySync, w.model.desired())
+}
+
+func TestTableAgainstNaiveModel(t *testing.T) {
+	for seed := range uint64(300) {
+		r := rand.New(rand.NewPCG(seed, 2))
+		ops := make([]byte, 40)
+		for i := range ops {
+			ops[i] = byte(r.IntN(256))
+		}
+		runModel(t, seed, ops)
+	}
+}
+
+func FuzzTableAgainstNaiveModel(f *testing.F) {
+	f.Add(uint64(1), []byte{0, 1, 2, 3, 4, 5})
+	f.Add(uint64(7), []byte{3, 0, 0, 5, 0, 4, 1})
+	f.Fuzz(runModel)
+}

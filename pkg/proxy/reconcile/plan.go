@@ -1,0 +1,174 @@
+package reconcile
+
+import (
+	"errors"
+	"slices"
+)
+
+// Op is what a change does to its key.
+type Op uint8
+
+// The operations of a change.
+const (
+	Add    Op = iota // the kernel lacks the key: write Want
+	Update           // the kernel holds Have, not Want: change it
+	Delete           // the kernel holds Have, which nobody claims
+)
+
+// String names the operation for logs and test failures.
+func (o Op) String() string {
+	return [...]string{"add", "update", "delete"}[o]
+}
+
+// Change is one key's difference between the claims and the kernel.
+type Change[K comparable, V any] struct {
+	Op   Op
+	Key  K
+	Want V // Add, Update
+	Have V // Update, Delete
+}
+
+// Kind describes one kind of object: how its values compare, and when its
+// changes run. Phases order a sync's changes across kinds so that every
+// prefix of it leaves the kernel consistent: what is pointed at is added
+// before what points at it and deleted after it (virtual servers before
+// the addresses bound to them; chains before the maps whose verdicts name
+// them), and within one kind a delete may go before the adds (the
+// elements of an interval set, which must not overlap). Changes of one
+// phase keep the order their keys were touched in.
+type Kind[K comparable, V any] struct {
+	// Name names the kind in errors.
+	Name string
+	// Equal reports whether the kernel's value have is what want asks.
+	Equal func(want, have V) bool
+	// The phase of each operation.
+	AddPhase, UpdatePhase, DeletePhase int
+}
+
+// phase is when c runs.
+func (k *Kind[K, V]) phase(c Change[K, V]) int {
+	switch c.Op {
+	case Add:
+		return k.AddPhase
+	case Update:
+		return k.UpdatePhase
+	}
+	return k.DeletePhase
+}
+
+// Step is one phase's changes of one kind, ready to run: Run applies them
+// and records in the table what the kernel holds afterwards.
+type Step struct {
+	Phase int
+	Kind  string
+	Len   int // the number of changes
+	Run   func() error
+}
+
+// Result is what the kernel holds for a key after an attempt to apply its
+// change: the value, and whether it holds the key at all.
+type Result[V any] struct {
+	Value   V
+	Present bool
+}
+
+// Applied is the Result of a change that the kernel made.
+func Applied[K comparable, V any](c Change[K, V]) Result[V] {
+	return Result[V]{Value: c.Want, Present: c.Op != Delete}
+}
+
+// Unchanged is the Result of a change that the kernel refused whole.
+func Unchanged[K comparable, V any](c Change[K, V]) Result[V] {
+	return Result[V]{Value: c.Have, Present: c.Op != Add}
+}
+
+// Each diffs t and returns one Step per phase that applies the phase's
+// changes one at a time with do. do returns what the kernel holds for the
+// key afterwards (Applied, Unchanged, or a value of its own when the
+// kernel made part of the change), which the table records; a failed
+// change is reported by the Step and the rest of the phase goes on, so one
+// bad object does not hold up the others.
+func Each[O Owner[O], K comparable, V any](t *Table[O, K, V], do func(Change[K, V]) (Result[V], error)) []Step {
+	return group(t, func(cs []Change[K, V]) error {
+		var errs []error
+		for _, c := range cs {
+			r, err := do(c)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if r.Present {
+				t.SetKernel(c.Key, r.Value)
+			} else {
+				t.DropKernel(c.Key)
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// Batch diffs t and returns one Step per phase that applies all of the
+// phase's changes in one call to do (a batch write of a BPF map). They are
+// recorded as made when do succeeds, and not at all when it fails: a
+// backend reads the kernel back after a failed sync.
+func Batch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Change[K, V]) error) []Step {
+	return group(t, func(cs []Change[K, V]) error {
+		if err := do(cs); err != nil {
+			return err
+		}
+		for _, c := range cs {
+			t.Commit(c)
+		}
+		return nil
+	})
+}
+
+// group diffs t into one Step per phase, in phase order.
+func group[O Owner[O], K comparable, V any](t *Table[O, K, V], run func([]Change[K, V]) error) []Step {
+	byPhase := map[int][]Change[K, V]{}
+	for _, c := range t.Diff() {
+		p := t.kind.phase(c)
+		byPhase[p] = append(byPhase[p], c)
+	}
+	steps := make([]Step, 0, len(byPhase))
+	for p, cs := range byPhase {
+		steps = append(steps, Step{Phase: p, Kind: t.kind.Name, Len: len(cs), Run: func() error { return run(cs) }})
+	}
+	slices.SortFunc(steps, func(a, b Step) int { return a.Phase - b.Phase })
+	return steps
+}
+
+// Order merges the steps of several kinds into phase order (a stable
+// sort: of one phase, the kinds in the order given).
+func Order(kinds ...[]Step) []Step {
+	all := slices.Concat(kinds...)
+	slices.SortStableFunc(all, func(a, b Step) int { return a.Phase - b.Phase })
+	return all
+}
+
+// RunAll runs every step in phase order and returns every failure: a
+// backend whose objects are independent of each other (IPVS) programs all
+// it can.
+func RunAll(kinds ...[]Step) error {
+	var errs []error
+	for _, s := range Order(kinds...) {
+		if err := s.Run(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RunUntilFailure runs the steps in phase order and stops at the first
+// that fails: the steps after it may rely on it (a map entry that counts
+// slots written before). It returns the number of changes of the steps
+// that succeeded.
+func RunUntilFailure(kinds ...[]Step) (int, error) {
+	n := 0
+	for _, s := range Order(kinds...) {
+		if err := s.Run(); err != nil {
+			return n, err
+		}
+		n += s.Len
+	}
+	return n, nil
+}

@@ -1,0 +1,205 @@
+package reconcile
+
+import (
+	"cmp"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// own is a test owner, ordered by number.
+type own int
+
+func (o own) Compare(p own) int { return cmp.Compare(o, p) }
+
+var intKind = Kind[int, string]{Name: "test", Equal: func(a, b string) bool { return a == b },
+	AddPhase: 1, UpdatePhase: 1, DeletePhase: 2}
+
+func items(kv ...any) []Item[int, string] {
+	var out []Item[int, string]
+	for i := 0; i < len(kv); i += 2 {
+		out = append(out, Item[int, string]{Key: kv[i].(int), Value: kv[i+1].(string)})
+	}
+	return out
+}
+
+func TestDiffAddUpdateDelete(t *testing.T) {
+	tb := NewTable[own](intKind)
+	tb.SetKernel(1, "old")
+	tb.SetKernel(2, "same")
+	tb.SetKernel(3, "gone")
+	tb.ResetClaims()
+	tb.Replace(7, items(1, "new", 2, "same", 4, "fresh"))
+	got := tb.Diff()
+	slices.SortFunc(got, func(a, b Change[int, string]) int { return a.Key - b.Key })
+	want := []Change[int, string]{
+		{Op: Update, Key: 1, Want: "new", Have: "old"},
+		{Op: Delete, Key: 3, Have: "gone"},
+		{Op: Add, Key: 4, Want: "fresh"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Diff = %v, want %v", got, want)
+	}
+	if again := tb.Diff(); len(again) != 0 {
+		t.Errorf("a second Diff without changes = %v, want none", again)
+	}
+}
+
+func TestLowestOwnerWinsAndTheNextTakesOver(t *testing.T) {
+	tb := NewTable[own](intKind)
+	tb.Replace(5, items(1, "five"))
+	tb.Replace(3, items(1, "three"))
+	tb.Replace(9, items(1, "nine"))
+	if v, _ := tb.Want(1); v != "three" {
+		t.Fatalf("Want = %q, want the lowest owner's %q", v, "three")
+	}
+	for _, c := range tb.Diff() {
+		tb.Commit(c)
+	}
+	tb.Replace(3, nil)
+	got := tb.Diff()
+	want := []Change[int, string]{{Op: Update, Key: 1, Want: "five", Have: "three"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the winner left: Diff = %v, want %v", got, want)
+	}
+}
+
+func TestPartialDiffsOnlyTouchedKeys(t *testing.T) {
+	tb := NewTable[own](intKind)
+	tb.Replace(1, items(1, "a"))
+	tb.Replace(2, items(2, "b"))
+	for _, c := range tb.Diff() {
+		tb.Commit(c)
+	}
+	// The kernel lost key 1 behind our back: a partial sync of owner 2
+	// does not see it; a full one does.
+	tb.DropKernel(1)
+	tb.Replace(2, items(2, "c"))
+	if got := tb.Diff(); len(got) != 1 || got[0].Key != 2 {
+		t.Fatalf("partial Diff = %v, want only key 2", got)
+	}
+	tb.ResetClaims()
+	tb.Replace(1, items(1, "a"))
+	tb.Replace(2, items(2, "c"))
+	got := tb.Diff()
+	want := []Change[int, string]{{Op: Add, Key: 1, Want: "a"}, {Op: Update, Key: 2, Want: "c", Have: "b"}}
+	slices.SortFunc(got, func(a, b Change[int, string]) int { return a.Key - b.Key })
+	if !slices.Equal(got, want) {
+		t.Fatalf("full Diff = %v, want %v", got, want)
+	}
+}
+
+func TestOwnerClaimingAKeyTwice(t *testing.T) {
+	tb := NewTable[own](intKind)
+	tb.Replace(1, items(1, "x", 1, "x"))
+	tb.Replace(2, items(1, "y"))
+	tb.Replace(1, nil)
+	if v, ok := tb.Want(1); !ok || v != "y" {
+		t.Fatalf("Want = %q, %t after owner 1 left; want owner 2's %q", v, ok, "y")
+	}
+	tb.Replace(2, nil)
+	if tb.Claimed(1) {
+		t.Fatal("key 1 still claimed after both owners left")
+	}
+}
+
+func TestStepsRunInPhaseOrder(t *testing.T) {
+	targets := NewTable[own](Kind[int, string]{Name: "targets", Equal: func(a, b string) bool { return a == b },
+		AddPhase: 0, UpdatePhase: 0, DeletePhase: 3})
+	pointers := NewTable[own](Kind[int, string]{Name: "pointers", Equal: func(a, b string) bool { return a == b },
+		AddPhase: 1, UpdatePhase: 1, DeletePhase: 2})
+	targets.SetKernel(9, "t")
+	pointers.SetKernel(9, "p")
+	targets.ResetClaims()
+	pointers.ResetClaims()
+	targets.Replace(1, items(1, "t"))
+	pointers.Replace(1, items(1, "p"))
+	var seen []string
+	log := func(kind string) func(c Change[int, string]) (Result[string], error) {
+		return func(c Change[int, string]) (Result[string], error) {
+			seen = append(seen, kind+" "+c.Op.String())
+			return Applied(c), nil
+		}
+	}
+	if err := RunAll(Each(pointers, log("pointer")), Each(targets, log("target"))); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"target add", "pointer add", "pointer delete", "target delete"}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("order = %q, want %q", seen, want)
+	}
+}
+
+func TestEachRecordsWhatTheKernelHolds(t *testing.T) {
+	tb := NewTable[own](intKind)
+	tb.Replace(1, items(1, "a", 2, "b", 3, "c"))
+	boom := errors.New("refused")
+	err := RunAll(Each(tb, func(c Change[int, string]) (Result[string], error) {
+		switch c.Key {
+		case 2:
+			return Unchanged(c), boom
+		case 3:
+			return Result[string]{Value: "partly", Present: true}, boom
+		}
+		return Applied(c), nil
+	}))
+	if !errors.Is(err, boom) {
+		t.Fatalf("RunAll = %v, want the failures", err)
+	}
+	for k, want := range map[int]string{1: "a", 3: "partly"} {
+		if v, ok := tb.Kernel(k); !ok || v != want {
+			t.Errorf("kernel %d = %q, %t; want %q", k, v, ok, want)
+		}
+	}
+	if _, ok := tb.Kernel(2); ok {
+		t.Error("kernel holds key 2, whose add failed")
+	}
+}
+
+func TestBatchCommitsOnlyOnSuccess(t *testing.T) {
+	tb := NewTable[own](intKind)
+	tb.Replace(1, items(1, "a"))
+	n, err := RunUntilFailure(Batch(tb, func([]Change[int, string]) error { return errors.New("full") }))
+	if err == nil || n != 0 {
+		t.Fatalf("RunUntilFailure = %d, %v; want 0 and the error", n, err)
+	}
+	if tb.KernelLen() != 0 {
+		t.Fatal("a failed batch was recorded as made")
+	}
+	tb.ResetClaims()
+	tb.Replace(1, items(1, "a"))
+	n, err = RunUntilFailure(Batch(tb, func([]Change[int, string]) error { return nil }))
+	if err != nil || n != 1 {
+		t.Fatalf("RunUntilFailure = %d, %v; want 1, nil", n, err)
+	}
+	if v, _ := tb.Kernel(1); v != "a" {
+		t.Fatalf("kernel 1 = %q after the batch, want %q", v, "a")
+	}
+}
+
+func TestSyncsModes(t *testing.T) {
+	var s Syncs
+	if _, err := s.Begin(proxy.PartialSync, "test"); !errors.Is(err, proxy.ErrFullSyncNeeded) {
+		t.Fatalf("partial before any read-back: %v, want ErrFullSyncNeeded", err)
+	}
+	if p, _ := s.Begin(proxy.FullSync, "test"); !p.ReadBack || !p.Full {
+		t.Fatalf("first full sync: plan %+v, want a read-back and a full diff", p)
+	}
+	s.ReadDone()
+	if p, err := s.Begin(proxy.PartialSync, "test"); err != nil || p.ReadBack || p.Full {
+		t.Fatalf("partial after read-back: %+v, %v; want neither", p, err)
+	}
+	if p, _ := s.Begin(proxy.FullSync, "test"); p.ReadBack || !p.Full {
+		t.Fatalf("full after read-back: %+v, want full without read-back", p)
+	}
+	if p, _ := s.Begin(proxy.RecoverySync, "test"); !p.ReadBack || !p.Full {
+		t.Fatalf("recovery: %+v, want read-back and full", p)
+	}
+	s.ReadDone()
+	s.Failed()
+	if _, err := s.Begin(proxy.PartialSync, "test"); !errors.Is(err, proxy.ErrFullSyncNeeded) {
+		t.Fatalf("partial after a failure: %v, want ErrFullSyncNeeded", err)
+	}
+}
