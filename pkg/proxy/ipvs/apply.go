@@ -2,146 +2,147 @@ package ipvs
 
 import (
 	"errors"
+	"maps"
 	"net/netip"
 	"slices"
 
+	"github.com/svcproxy/svcproxy/pkg/kipset"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
-// apply makes the kernel match the desired side for every dirty key, in
-// an order that never leaves a bound address without its virtual server:
-// virtual servers first, then addresses and set members in, then members
-// and addresses out, then virtual servers out. The committed side changes
-// only for calls that succeed; a failed call is reported and the rest go
-// on, so one bad object does not block the others.
+// apply makes the kernel match the claims for every dirty key, in the
+// store's phase order. The kernel side changes only for calls that
+// succeed; a failed call is reported and the rest go on, so one bad object
+// does not block the others. A set the members to add would overflow is
+// resized first (capacity.go).
 func (p *Proxier) apply() error {
 	s := p.store
-	var errs []error
-	keep := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	var gone []kipvs.ServiceKey
-	for k := range s.dirtyVS {
-		if want := s.desiredVS(k); want != nil {
-			keep(p.applyVS(want))
-		} else if s.kernelVS[k] != nil {
-			gone = append(gone, k)
-		}
-	}
-	for a := range s.dirtyAddr {
-		if s.claimAddr[a] > 0 && !s.kernelAddr[a] {
-			if err := p.c.Link.AddAddr(DummyLink, a); err != nil {
-				keep(err)
-			} else {
-				s.kernelAddr[a] = true
+	steps := [][]reconcile.Step{reconcile.Each(s.vs, p.applyVS), reconcile.Each(s.addrs, reconcile.AllOrNothing(p.applyAddr))}
+	adds := map[string]int{}
+	for _, spec := range setSpecs {
+		name := setName(p.family, spec.name)
+		set := reconcile.Each(s.sets[name], reconcile.AllOrNothing(func(c reconcile.Change[kipset.Entry, struct{}]) error {
+			if c.Op == reconcile.Delete {
+				return p.c.IPSet.DelEntry(name, c.Key)
+			}
+			return p.c.IPSet.AddEntry(name, c.Key)
+		}))
+		for _, st := range set {
+			if st.Phase == phaseEntryAdd {
+				adds[name] = st.Len
 			}
 		}
+		steps = append(steps, set)
 	}
-	for e := range s.dirtyEntry {
-		if s.claimEntry[e] > 0 && !s.kernelEntry[e] {
-			if err := p.c.IPSet.AddEntry(e.set, e.entry); err != nil {
-				keep(err)
-			} else {
-				s.setKernelEntry(e, true)
-			}
-		}
-	}
-	for e := range s.dirtyEntry {
-		if s.claimEntry[e] == 0 && s.kernelEntry[e] {
-			if err := p.c.IPSet.DelEntry(e.set, e.entry); err != nil {
-				keep(err)
-			} else {
-				s.setKernelEntry(e, false)
-			}
-		}
-	}
-	for a := range s.dirtyAddr {
-		if s.claimAddr[a] == 0 && s.kernelAddr[a] {
-			if err := p.c.Link.DelAddr(DummyLink, a); err != nil {
-				keep(err)
-			} else {
-				delete(s.kernelAddr, a)
-			}
-		}
-	}
-	for _, k := range gone {
-		keep(p.deleteVS(k))
-	}
-	s.clearDirty()
-	return errors.Join(errs...)
+	return errors.Join(p.ensureCapacity(adds), reconcile.RunAll(steps...))
 }
 
-// applyVS creates or updates one virtual server and its real servers.
-// Real servers that are no longer wanted are not deleted here: they get
-// weight 0 (no new connections) and the reaper deletes them once their
-// connections are gone.
-func (p *Proxier) applyVS(want *vsSpec) error {
-	s := p.store
-	k := want.svc.ServiceKey
-	have := s.kernelVS[k]
-	switch {
-	case have == nil:
-		if err := p.c.IPVS.AddService(want.svc); err != nil {
-			return err
+func (p *Proxier) applyAddr(c reconcile.Change[netip.Addr, struct{}]) error {
+	if c.Op == reconcile.Delete {
+		return p.c.Link.DelAddr(DummyLink, c.Key)
+	}
+	return p.c.Link.AddAddr(DummyLink, c.Key)
+}
+
+// applyVS creates, updates or deletes one virtual server and sets its real
+// servers, and returns what the kernel holds afterwards.
+func (p *Proxier) applyVS(c reconcile.Change[kipvs.ServiceKey, vsSpec]) (reconcile.Result[vsSpec], error) {
+	if c.Op == reconcile.Delete {
+		if err := p.deleteVS(c.Key); err != nil {
+			return reconcile.Unchanged(c), err
 		}
-		have = &kernelVS{svc: want.svc, dests: map[netip.AddrPort]int{}}
-		s.kernelVS[k] = have
+		return reconcile.Result[vsSpec]{}, nil
+	}
+	want, have := c.Want, c.Have
+	switch {
+	case c.Op == reconcile.Add:
+		if err := p.c.IPVS.AddService(want.svc); err != nil {
+			return reconcile.Unchanged(c), err
+		}
+		have = vsSpec{svc: want.svc}
 	case have.svc != want.svc:
 		if err := p.c.IPVS.UpdateService(want.svc); err != nil {
-			return err
+			return reconcile.Unchanged(c), err
 		}
 		have.svc = want.svc
 	}
+	have, err := p.setServers(c.Key, want.dests, have)
+	return reconcile.Result[vsSpec]{Value: have, Present: true}, err
+}
+
+// setServers gives the wanted real servers of virtual server k weight 1,
+// and returns the kernel's virtual server, have, afterwards. Real servers
+// that are no longer wanted are not deleted here: they get weight 0 (no
+// new connections) and the reaper deletes them once their connections are
+// gone.
+func (p *Proxier) setServers(k kipvs.ServiceKey, want []netip.AddrPort, have vsSpec) (vsSpec, error) {
+	serving := make([]netip.AddrPort, 0, len(want))
+	idle := maps.Clone(have.idle)
+	if idle == nil {
+		idle = map[netip.AddrPort]int{}
+	}
 	var errs []error
-	for _, d := range want.dests {
-		w, present := have.dests[d]
-		if present && w == 1 {
+	for _, d := range want {
+		if holdsServer(have.dests, d) {
+			serving = append(serving, d)
 			continue
 		}
+		dest := kipvs.Destination{Addr: d, Weight: 1}
 		var err error
-		if present {
-			err = p.c.IPVS.UpdateDestination(k, kipvs.Destination{Addr: d, Weight: 1})
+		if _, drained := idle[d]; drained {
+			err = p.c.IPVS.UpdateDestination(k, dest)
 		} else {
-			err = p.c.IPVS.AddDestination(k, kipvs.Destination{Addr: d, Weight: 1})
+			err = p.c.IPVS.AddDestination(k, dest)
 		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		have.dests[d] = 1
+		serving = append(serving, d)
+		delete(idle, d)
 		delete(p.terminating, rsKey{k, d})
 	}
-	for d, w := range have.dests {
-		if slices.Contains(want.dests, d) {
-			continue
+	for _, d := range have.dests {
+		if !slices.Contains(want, d) {
+			idle[d] = 1 // drained below
+		}
+	}
+	for d, w := range idle {
+		if slices.Contains(want, d) {
+			continue // its weight 1 failed: reported above
 		}
 		if w != 0 {
 			if err := p.c.IPVS.UpdateDestination(k, kipvs.Destination{Addr: d, Weight: 0}); err != nil {
 				errs = append(errs, err)
+				if w == 1 {
+					serving = append(serving, d)
+					delete(idle, d)
+				}
 				continue
 			}
-			have.dests[d] = 0
+			idle[d] = 0
 		}
 		if _, ok := p.terminating[rsKey{k, d}]; !ok {
 			p.terminating[rsKey{k, d}] = p.opts.Now()
 		}
 	}
-	return errors.Join(errs...)
+	slices.SortFunc(serving, netip.AddrPort.Compare)
+	if len(idle) == 0 {
+		idle = nil
+	}
+	return vsSpec{svc: have.svc, dests: serving, idle: idle}, errors.Join(errs...)
 }
 
 // deleteVS removes a virtual server nobody wants, unless it lies inside
 // ExcludeCIDRs: those belong to someone else and are never touched.
 func (p *Proxier) deleteVS(k kipvs.ServiceKey) error {
 	if p.excluded(k.Addr) {
-		delete(p.store.kernelVS, k)
 		return nil
 	}
 	if err := p.c.IPVS.DeleteService(k); err != nil && !errors.Is(err, kipvs.ErrNotFound) {
 		return err
 	}
-	delete(p.store.kernelVS, k)
 	for rs := range p.terminating {
 		if rs.vs == k {
 			delete(p.terminating, rs)

@@ -47,17 +47,10 @@ func (p *Proxier) hashSets() map[string]setSpec {
 	return out
 }
 
-// ensureCapacity resizes, before apply, each hash set that the members
-// apply will add would overflow: apply adds before it deletes, so a set
-// must hold what the kernel has plus what is added.
-func (p *Proxier) ensureCapacity() error {
-	s := p.store
-	adds := map[string]int{}
-	for e := range s.dirtyEntry {
-		if s.claimEntry[e] > 0 && !s.kernelEntry[e] {
-			adds[e.set]++
-		}
-	}
+// ensureCapacity resizes, before apply adds members (adds: how many, by
+// set), each hash set they would overflow: apply adds before it deletes,
+// so a set must hold what the kernel has plus what is added.
+func (p *Proxier) ensureCapacity(adds map[string]int) error {
 	var errs []error
 	hash := p.hashSets()
 	for name, n := range adds {
@@ -65,7 +58,7 @@ func (p *Proxier) ensureCapacity() error {
 		if !ok {
 			continue
 		}
-		if need := s.kernelLen[name] + n; uint32(need) > p.capacityOf(name) {
+		if need := p.store.sets[name].KernelLen() + n; uint32(need) > p.capacityOf(name) {
 			errs = append(errs, p.resize(name, spec, capacityFor(need)))
 		}
 	}
@@ -78,7 +71,7 @@ func (p *Proxier) ensureCapacity() error {
 func (p *Proxier) shrinkSets() error {
 	var errs []error
 	for name, spec := range p.hashSets() {
-		if p.capacityOf(name) > kipset.DefaultMaxElements && p.store.kernelLen[name] <= kipset.DefaultMaxElements/2 {
+		if p.capacityOf(name) > kipset.DefaultMaxElements && p.store.sets[name].KernelLen() <= kipset.DefaultMaxElements/2 {
 			errs = append(errs, p.resize(name, spec, kipset.DefaultMaxElements))
 		}
 	}

@@ -30,8 +30,8 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	errs = append(errs, p.cleanupIptables(ctx))
 	errs = append(errs, p.cleanupSets())
 	errs = append(errs, p.cleanupLink())
-	p.store, p.terminating = newStore(), map[rsKey]time.Time{}
-	p.needRead, p.rulesText, p.setsReady, p.capacity = true, nil, false, map[string]uint32{}
+	p.store, p.terminating = newStore(p.family), map[rsKey]time.Time{}
+	p.rulesText, p.setsReady, p.capacity = nil, false, map[string]uint32{}
 	return errors.Join(errs...)
 }
 

@@ -3,7 +3,6 @@ package ipvs
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -23,11 +22,11 @@ func (p *Proxier) HeldPorts(_ context.Context, st *desired.State) (map[proxy.Ser
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.needRead = true
+	p.store.syncs.Failed()
 	if err := p.readBack(); err != nil {
 		return nil, err
 	}
-	p.needRead = false
+	p.store.syncs.ReadDone()
 	cfg := newRenderConfig(st)
 	held := map[proxy.ServicePortName]struct{}{}
 	for name, sp := range st.Services.All() {
@@ -46,29 +45,17 @@ func (p *Proxier) HeldPorts(_ context.Context, st *desired.State) (map[proxy.Ser
 // sync claiming pt would write nothing for it.
 func (s *store) holds(pt *part) bool {
 	for _, vs := range pt.vs {
-		have := s.kernelVS[vs.svc.ServiceKey]
-		if have == nil || have.svc != vs.svc {
-			return false
-		}
-		for d, w := range have.dests {
-			wanted := slices.Contains(vs.dests, d)
-			if wanted && w != 1 || !wanted && w != 0 {
-				return false // the sync would set its weight
-			}
-		}
-		for _, d := range vs.dests {
-			if _, ok := have.dests[d]; !ok {
-				return false
-			}
+		if have, ok := s.vs.Kernel(vs.svc.ServiceKey); !ok || !vs.drains(have) {
+			return false // the sync would add it, or set a weight
 		}
 	}
 	for _, a := range pt.addrs {
-		if !s.kernelAddr[a] {
+		if _, ok := s.addrs.Kernel(a); !ok {
 			return false
 		}
 	}
 	for _, e := range pt.entries {
-		if !s.kernelEntry[e] {
+		if _, ok := s.sets[e.set].Kernel(e.entry); !ok {
 			return false
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/klink"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
 // Options configure a Proxier. Zero values take upstream's defaults. What
@@ -83,7 +84,6 @@ type Proxier struct {
 	mu          sync.Mutex
 	store       *store
 	terminating map[rsKey]time.Time // since when a real server is at weight 0
-	needRead    bool                // adopt the kernel's objects before the next diff
 	rulesText   []byte              // iptables input last applied
 	setsReady   bool
 	capacity    map[string]uint32 // of the hash sets, as listed or resized (capacity.go)
@@ -131,8 +131,8 @@ func NewWithClients(family proxy.IPFamily, opts Options, c Clients) *Proxier {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Proxier{family: family, opts: opts, c: c, store: newStore(),
-		terminating: map[rsKey]time.Time{}, needRead: true, capacity: map[string]uint32{}}
+	return &Proxier{family: family, opts: opts, c: c, store: newStore(family),
+		terminating: map[rsKey]time.Time{}, capacity: map[string]uint32{}}
 }
 
 // Sync is part of syncer.Proxier. A full sync also rewrites the iptables
@@ -145,20 +145,14 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	p.startReaper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if mode == proxy.RecoverySync {
-		p.needRead = true
-	}
-	if !mode.Full() && p.needRead {
-		return fmt.Errorf("ipvs %s: the kernel's objects are not read back: %w", p.family, proxy.ErrFullSyncNeeded)
-	}
-	err := p.sync(ctx, st, mode.Full())
-	if errors.Is(err, proxy.ErrFullSyncNeeded) {
+	plan, err := p.store.syncs.Begin(mode, fmt.Sprintf("ipvs %s", p.family))
+	if err != nil {
 		return err
 	}
-	if err != nil {
+	if err := p.sync(ctx, st, plan); err != nil {
 		// Re-adopt the kernel's objects: whatever failed may have been
 		// changed behind our back (the syncer's next sync is a recovery).
-		p.needRead = true
+		p.store.syncs.Failed()
 		return fmt.Errorf("syncing ipvs %s: %w", p.family, err)
 	}
 	return nil
@@ -169,28 +163,28 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 // (KUBE-SERVICES, KUBE-POSTROUTING, …), and they serve its Services until
 // they are replaced; written before the virtual servers and the addresses,
 // they left new connections without either for the rest of the sync.
-func (p *Proxier) sync(ctx context.Context, st *desired.State, full bool) error {
+func (p *Proxier) sync(ctx context.Context, st *desired.State, plan reconcile.Plan) error {
 	if err := p.ensureLinkAndSets(); err != nil {
 		return err
 	}
-	if p.needRead {
+	if plan.ReadBack {
 		if err := p.readBack(); err != nil {
 			return err
 		}
-		p.needRead = false
+		p.store.syncs.ReadDone()
 	}
-	parts, err := render(newRenderConfig(st), st, full)
+	parts, err := render(newRenderConfig(st), st, plan.Full)
 	if err != nil {
 		return err
 	}
-	if full {
+	if plan.Full {
 		p.store.resetClaims()
 	}
 	for name, pt := range parts {
 		p.store.replace(name, pt)
 	}
-	errs := []error{p.ensureCapacity(), p.apply(), p.ensureRules(ctx, st, full)}
-	if full {
+	errs := []error{p.apply(), p.ensureRules(ctx, st, plan.Full)}
+	if plan.Full {
 		errs = append(errs, p.shrinkSets())
 	}
 	return errors.Join(errs...)

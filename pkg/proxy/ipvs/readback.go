@@ -4,24 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
-	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/klink"
 )
 
 // readBack adopts what the kernel already holds for this family: virtual
 // servers with their real servers, the dummy link's addresses and the
-// members of our ipsets. It runs at the first sync of a process and after
-// a failed sync, never otherwise; the following full diff then changes only
-// what differs, so a restart with unchanged state writes nothing and
-// disturbs no connection.
+// members of our ipsets. It runs when the syncs' plan says so (the first
+// sync of a process, the one after a failure) and in HeldPorts; the
+// following diff then changes only what differs, so a restart with
+// unchanged state writes nothing and disturbs no connection.
 func (p *Proxier) readBack() error {
 	s := p.store
-	s.kernelVS = map[kipvs.ServiceKey]*kernelVS{}
-	s.kernelAddr = map[netip.Addr]bool{}
-	s.kernelEntry = map[setEntry]bool{}
-	s.kernelLen = map[string]int{}
-
+	s.each(anyTable.ForgetKernel)
 	svcs, err := p.c.IPVS.ListServices()
 	if err != nil {
 		return fmt.Errorf("reading back IPVS services: %w", err)
@@ -34,11 +30,19 @@ func (p *Proxier) readBack() error {
 		if err != nil {
 			return fmt.Errorf("reading back IPVS destinations: %w", err)
 		}
-		kv := &kernelVS{svc: svc, dests: make(map[netip.AddrPort]int, len(dests))}
+		v := vsSpec{svc: svc}
 		for _, d := range dests {
-			kv.dests[d.Addr] = d.Weight
+			if d.Weight == 1 {
+				v.dests = append(v.dests, d.Addr)
+				continue
+			}
+			if v.idle == nil {
+				v.idle = map[netip.AddrPort]int{}
+			}
+			v.idle[d.Addr] = d.Weight
 		}
-		s.kernelVS[svc.ServiceKey] = kv
+		slices.SortFunc(v.dests, netip.AddrPort.Compare)
+		s.vs.SetKernel(svc.ServiceKey, v)
 	}
 
 	addrs, err := p.c.Link.ListAddrs(DummyLink)
@@ -47,7 +51,7 @@ func (p *Proxier) readBack() error {
 	}
 	for _, a := range addrs {
 		if p.family.Contains(a) {
-			s.kernelAddr[a] = true
+			s.addrs.SetKernel(a, struct{}{})
 		}
 	}
 
@@ -58,9 +62,9 @@ func (p *Proxier) readBack() error {
 			return fmt.Errorf("reading back ipset %s: %w", name, err)
 		}
 		for _, e := range entries {
-			s.setKernelEntry(setEntry{set: name, entry: e}, true)
+			s.sets[name].SetKernel(e, struct{}{})
 		}
 	}
-	s.markAllDirty()
+	s.each(anyTable.MarkAllDirty)
 	return nil
 }

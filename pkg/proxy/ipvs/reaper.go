@@ -61,8 +61,8 @@ func (p *Proxier) Reap() error {
 	var errs []error
 	now := p.opts.Now()
 	for k, list := range byVS {
-		have := p.store.kernelVS[k]
-		if have == nil {
+		have, ok := p.store.vs.Kernel(k)
+		if !ok {
 			for _, rs := range list {
 				delete(p.terminating, rs)
 			}
@@ -82,7 +82,7 @@ func (p *Proxier) Reap() error {
 				errs = append(errs, err)
 				continue
 			}
-			delete(have.dests, rs.rs)
+			delete(have.idle, rs.rs) // the store's own map (setServers)
 			delete(p.terminating, rs)
 		}
 	}

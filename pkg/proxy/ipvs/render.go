@@ -19,10 +19,14 @@ type part struct {
 	entries []setEntry
 }
 
-// vsSpec is one virtual server and its real servers, sorted by address.
+// vsSpec is one virtual server and its real servers, sorted by address,
+// which serve at weight 1. On the kernel side of the store idle holds the
+// real servers that do not serve, by weight: 0 while they drain (the
+// reaper deletes them), another if read back so.
 type vsSpec struct {
 	svc   kipvs.Service
 	dests []netip.AddrPort
+	idle  map[netip.AddrPort]int
 }
 
 // setEntry is one member of one ipset (by family-specific name).

@@ -2,183 +2,143 @@ package ipvs
 
 import (
 	"net/netip"
+	"slices"
 
+	"github.com/svcproxy/svcproxy/pkg/kipset"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
 // owner is the service port a part belongs to.
 type owner = proxy.ServicePortName
 
-// store keeps two views of this family's kernel objects: what the service
-// ports claim (desired) and what this Proxier last committed (kernel).
-// Sync swaps the parts of changed service ports, which marks the touched
-// keys dirty, and the diff looks only at dirty keys.
+// Phases order a sync's changes so that a bound address never lacks its
+// virtual server: virtual servers first, then addresses and set members
+// in, then members and addresses out, then virtual servers out.
+const (
+	phaseVS = iota
+	phaseAddrAdd
+	phaseEntryAdd
+	phaseEntryDel
+	phaseAddrDel
+	phaseVSDel
+)
+
+var (
+	vsKind = reconcile.Kind[kipvs.ServiceKey, vsSpec]{Name: "virtual server", Equal: vsSpec.serves,
+		AddPhase: phaseVS, UpdatePhase: phaseVS, DeletePhase: phaseVSDel}
+	addrKind = reconcile.Kind[netip.Addr, struct{}]{Name: "address", Equal: present,
+		AddPhase: phaseAddrAdd, DeletePhase: phaseAddrDel}
+	entryKind = reconcile.Kind[kipset.Entry, struct{}]{Name: "ipset member", Equal: present,
+		AddPhase: phaseEntryAdd, DeletePhase: phaseEntryDel}
+)
+
+func present(struct{}, struct{}) bool { return true }
+
+// store is this family's kernel objects as the reconciliation engine keeps
+// them: what the service ports claim, what this Proxier last committed,
+// and what a sync touched. Keys stay typed down to the kernel clients.
 type store struct {
-	parts map[owner]*part
-
-	claimVS    map[kipvs.ServiceKey][]vsClaim
-	claimAddr  map[netip.Addr]int
-	claimEntry map[setEntry]int
-
-	kernelVS    map[kipvs.ServiceKey]*kernelVS
-	kernelAddr  map[netip.Addr]bool
-	kernelEntry map[setEntry]bool
-	// kernelLen counts kernelEntry's members per set (capacity.go).
-	kernelLen map[string]int
-
-	dirtyVS    map[kipvs.ServiceKey]struct{}
-	dirtyAddr  map[netip.Addr]struct{}
-	dirtyEntry map[setEntry]struct{}
+	syncs reconcile.Syncs
+	vs    *reconcile.Table[owner, kipvs.ServiceKey, vsSpec]
+	addrs *reconcile.Table[owner, netip.Addr, struct{}]
+	// sets holds each ipset's members (by family-specific name), one
+	// table a set, so that its kernel side counts them (capacity.go).
+	sets map[string]*reconcile.Table[owner, kipset.Entry, struct{}]
 }
 
-type vsClaim struct {
-	owner owner
-	spec  vsSpec
-}
-
-// kernelVS is a committed virtual server with its real servers' weights
-// (weight 0: terminating, waiting for the reaper).
-type kernelVS struct {
-	svc   kipvs.Service
-	dests map[netip.AddrPort]int
-}
-
-func newStore() *store {
+func newStore(family proxy.IPFamily) *store {
 	s := &store{
-		parts:       map[owner]*part{},
-		claimVS:     map[kipvs.ServiceKey][]vsClaim{},
-		claimAddr:   map[netip.Addr]int{},
-		claimEntry:  map[setEntry]int{},
-		kernelVS:    map[kipvs.ServiceKey]*kernelVS{},
-		kernelAddr:  map[netip.Addr]bool{},
-		kernelEntry: map[setEntry]bool{},
-		kernelLen:   map[string]int{},
+		vs:    reconcile.NewTable[owner](vsKind),
+		addrs: reconcile.NewTable[owner](addrKind),
+		sets:  map[string]*reconcile.Table[owner, kipset.Entry, struct{}]{},
 	}
-	s.clearDirty()
+	for _, spec := range setSpecs {
+		s.sets[setName(family, spec.name)] = reconcile.NewTable[owner](entryKind)
+	}
 	return s
 }
 
-func (s *store) clearDirty() {
-	s.dirtyVS = map[kipvs.ServiceKey]struct{}{}
-	s.dirtyAddr = map[netip.Addr]struct{}{}
-	s.dirtyEntry = map[setEntry]struct{}{}
+// serves reports whether the kernel's virtual server have is want: the
+// same settings, and exactly want's real servers, at weight 1. One with
+// real servers draining is looked at again by every diff that touches it,
+// so that each is handed to the reaper (applyVS) even after a read-back.
+func (want vsSpec) serves(have vsSpec) bool {
+	return len(have.idle) == 0 && want.svc == have.svc && sameServers(want.dests, have.dests)
 }
 
-// setKernelEntry records whether the kernel holds e.
-func (s *store) setKernelEntry(e setEntry, present bool) {
-	switch {
-	case present && !s.kernelEntry[e]:
-		s.kernelEntry[e] = true
-		s.kernelLen[e.set]++
-	case !present && s.kernelEntry[e]:
-		delete(s.kernelEntry, e)
-		s.kernelLen[e.set]--
+// drains reports whether the kernel's virtual server have is want with
+// the others of its real servers draining (weight 0): a sync would write
+// nothing to it.
+func (want vsSpec) drains(have vsSpec) bool {
+	for _, w := range have.idle {
+		if w != 0 {
+			return false
+		}
 	}
+	return want.svc == have.svc && sameServers(want.dests, have.dests)
 }
 
-// markAllDirty makes the next diff look at every known key, desired or
-// committed (a full sync).
-func (s *store) markAllDirty() {
-	for k := range s.claimVS {
-		s.dirtyVS[k] = struct{}{}
+// sameServers reports whether want (render's order) and have (the kernel
+// side's, sorted) hold the same real servers.
+func sameServers(want, have []netip.AddrPort) bool {
+	if len(want) != len(have) {
+		return false
 	}
-	for k := range s.kernelVS {
-		s.dirtyVS[k] = struct{}{}
+	for _, d := range want {
+		if !holdsServer(have, d) {
+			return false
+		}
 	}
-	for a := range s.claimAddr {
-		s.dirtyAddr[a] = struct{}{}
-	}
-	for a := range s.kernelAddr {
-		s.dirtyAddr[a] = struct{}{}
-	}
-	for e := range s.claimEntry {
-		s.dirtyEntry[e] = struct{}{}
-	}
-	for e := range s.kernelEntry {
-		s.dirtyEntry[e] = struct{}{}
-	}
+	return true
 }
 
-// replace swaps o's claims for p's (either may be nil).
+// holdsServer reports whether sorted holds d.
+func holdsServer(sorted []netip.AddrPort, d netip.AddrPort) bool {
+	_, ok := slices.BinarySearchFunc(sorted, d, netip.AddrPort.Compare)
+	return ok
+}
+
+// replace swaps o's claims for p's (p nil: o claims nothing any more).
 func (s *store) replace(o owner, p *part) {
-	if old := s.parts[o]; old != nil {
-		s.release(o, old)
-		delete(s.parts, o)
-	}
+	var vs []reconcile.Item[kipvs.ServiceKey, vsSpec]
+	var addrs []reconcile.Item[netip.Addr, struct{}]
+	members := map[string][]reconcile.Item[kipset.Entry, struct{}]{}
 	if p != nil {
-		s.claim(o, p)
-		s.parts[o] = p
+		for _, v := range p.vs {
+			vs = append(vs, reconcile.Item[kipvs.ServiceKey, vsSpec]{Key: v.svc.ServiceKey, Value: v})
+		}
+		for _, a := range p.addrs {
+			addrs = append(addrs, reconcile.Item[netip.Addr, struct{}]{Key: a})
+		}
+		for _, e := range p.entries {
+			members[e.set] = append(members[e.set], reconcile.Item[kipset.Entry, struct{}]{Key: e.entry})
+		}
+	}
+	s.vs.Replace(o, vs)
+	s.addrs.Replace(o, addrs)
+	for name, t := range s.sets {
+		t.Replace(o, members[name])
 	}
 }
 
-// resetClaims drops every claim, before a full sync re-claims everything.
-func (s *store) resetClaims() {
-	s.markAllDirty()
-	s.parts = map[owner]*part{}
-	s.claimVS = map[kipvs.ServiceKey][]vsClaim{}
-	s.claimAddr = map[netip.Addr]int{}
-	s.claimEntry = map[setEntry]int{}
-}
-
-func (s *store) claim(o owner, p *part) {
-	for _, v := range p.vs {
-		s.claimVS[v.svc.ServiceKey] = append(s.claimVS[v.svc.ServiceKey], vsClaim{owner: o, spec: v})
-		s.dirtyVS[v.svc.ServiceKey] = struct{}{}
-	}
-	for _, a := range p.addrs {
-		s.claimAddr[a]++
-		s.dirtyAddr[a] = struct{}{}
-	}
-	for _, e := range p.entries {
-		s.claimEntry[e]++
-		s.dirtyEntry[e] = struct{}{}
+// each calls f with every table.
+func (s *store) each(f func(anyTable)) {
+	f(s.vs)
+	f(s.addrs)
+	for _, t := range s.sets {
+		f(t)
 	}
 }
 
-func (s *store) release(o owner, p *part) {
-	for _, v := range p.vs {
-		k := v.svc.ServiceKey
-		claims := s.claimVS[k][:0]
-		for _, c := range s.claimVS[k] {
-			if c.owner != o {
-				claims = append(claims, c)
-			}
-		}
-		if len(claims) == 0 {
-			delete(s.claimVS, k)
-		} else {
-			s.claimVS[k] = claims
-		}
-		s.dirtyVS[k] = struct{}{}
-	}
-	for _, a := range p.addrs {
-		if s.claimAddr[a]--; s.claimAddr[a] <= 0 {
-			delete(s.claimAddr, a)
-		}
-		s.dirtyAddr[a] = struct{}{}
-	}
-	for _, e := range p.entries {
-		if s.claimEntry[e]--; s.claimEntry[e] <= 0 {
-			delete(s.claimEntry, e)
-		}
-		s.dirtyEntry[e] = struct{}{}
-	}
+// anyTable is what the store does to all its tables alike.
+type anyTable interface {
+	ResetClaims()
+	ForgetKernel()
+	MarkAllDirty()
 }
 
-// desiredVS returns the virtual server key should be, or nil. When two
-// service ports claim the same frontend (which API validation normally
-// prevents), the first in name order wins, the same way in every sync.
-func (s *store) desiredVS(k kipvs.ServiceKey) *vsSpec {
-	claims := s.claimVS[k]
-	if len(claims) == 0 {
-		return nil
-	}
-	best := claims[0]
-	for _, c := range claims[1:] {
-		if c.owner.Compare(best.owner) < 0 {
-			best = c
-		}
-	}
-	return &best.spec
-}
+// resetClaims drops every claim, before a full sync claims everything
+// again: every key, claimed or in the kernel, is diffed.
+func (s *store) resetClaims() { s.each(anyTable.ResetClaims) }

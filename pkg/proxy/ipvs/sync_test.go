@@ -155,18 +155,7 @@ func TestExcludedVirtualServersAreNeverDeleted(t *testing.T) {
 func TestGracefulTermination(t *testing.T) {
 	f := newFakes()
 	p := newProxier(f, proxy.IPv4, Options{GracePeriod: 10 * time.Minute})
-	a := svcPort("a", 1, w4.LocalPod(1), w4.LocalPod(2))
-	st := baseState(proxy.IPv4, a)
-	mustSync(t, p, st)
-	k := vsKey(a.ClusterIP, 80)
-	gone := ep(w4.LocalPod(2))
-	if err := f.ipvs.SetConnections(k, gone, 1, 3); err != nil {
-		t.Fatal(err)
-	}
-
-	b := svcPort("a", 1, w4.LocalPod(1))
-	st = changed(st, map[proxy.ServicePortName]*desired.ServicePort{a.Name: b})
-	mustSync(t, p, st)
+	st, a, b, k, gone := drainOne(t, f, p, 3)
 	if got := dests(t, f, k); got[gone] != 0 || len(got) != 2 {
 		t.Fatalf("removed endpoint: %v, want it kept at weight 0", got)
 	}
@@ -225,15 +214,42 @@ func TestUDPWaitsForInactiveFlows(t *testing.T) {
 	b := *a
 	b.Internal = desired.Dispatch{Endpoints: a.Internal.Endpoints[:1]}
 	mustSync(t, p, changed(st, map[proxy.ServicePortName]*desired.ServicePort{a.Name: &b}))
+	reapedOnceIdle(t, f, p, k, gone)
+}
+
+// reapedOnceIdle checks that the draining real server gone of k is kept
+// while it has connections, and reaped once it has none.
+func reapedOnceIdle(t *testing.T, f *fakes, p *Proxier, k kipvs.ServiceKey, gone netip.AddrPort) {
+	t.Helper()
 	mustReap(t, p)
 	if _, ok := dests(t, f, k)[gone]; !ok {
-		t.Fatal("UDP real server reaped while flows remain")
+		t.Fatal("real server reaped while it has connections")
 	}
 	_ = f.ipvs.SetConnections(k, gone, 0, 0)
 	mustReap(t, p)
 	if _, ok := dests(t, f, k)[gone]; ok {
-		t.Error("UDP real server without flows not reaped")
+		t.Error("real server without connections not reaped")
 	}
+}
+
+// drainOne syncs service port a with two endpoints through p, gives the
+// second one active connections (and inactive ones), and syncs b, a
+// without it: the real server gone drains. It returns the State after,
+// a, b, the virtual server and gone.
+func drainOne(t *testing.T, f *fakes, p *Proxier, inactive int) (*desired.State, *desired.ServicePort, *desired.ServicePort, kipvs.ServiceKey, netip.AddrPort) {
+	t.Helper()
+	a := svcPort("a", 1, w4.LocalPod(1), w4.LocalPod(2))
+	st := baseState(proxy.IPv4, a)
+	mustSync(t, p, st)
+	k := vsKey(a.ClusterIP, 80)
+	gone := ep(w4.LocalPod(2))
+	if err := f.ipvs.SetConnections(k, gone, 1, inactive); err != nil {
+		t.Fatal(err)
+	}
+	b := svcPort("a", 1, w4.LocalPod(1))
+	st = changed(st, map[proxy.ServicePortName]*desired.ServicePort{a.Name: b})
+	mustSync(t, p, st)
+	return st, a, b, k, gone
 }
 
 func mustReap(t *testing.T, p *Proxier) {
@@ -264,6 +280,26 @@ func TestRestartAdoptsWithoutWrites(t *testing.T) {
 	if got := f.ipvs.Dump(); got != dump {
 		t.Errorf("IPVS table changed:\n%s\nwas:\n%s", got, dump)
 	}
+}
+
+// TestRestartAdoptsDrainingRealServers: a real server the previous
+// process left draining (weight 0) is adopted as it is, with no write, and
+// reaped by the new process once its connections are gone.
+func TestRestartAdoptsDrainingRealServers(t *testing.T) {
+	f := newFakes()
+	st, _, _, k, gone := drainOne(t, f, newProxier(f, proxy.IPv4, Options{}), 0)
+	before := f.writes()
+
+	p := newProxier(f, proxy.IPv4, Options{})
+	st.Changed = nil
+	mustSync(t, p, st)
+	if n := f.writes() - before; n != 0 {
+		t.Errorf("restart with a draining real server made %d writes", n)
+	}
+	if got := dests(t, f, k); got[gone] != 0 || len(got) != 2 {
+		t.Fatalf("after the restart: %v, want the draining real server kept at weight 0", got)
+	}
+	reapedOnceIdle(t, f, p, k, gone)
 }
 
 func TestUnchangedResyncWritesNothing(t *testing.T) {

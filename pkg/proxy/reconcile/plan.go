@@ -82,6 +82,17 @@ func Unchanged[K comparable, V any](c Change[K, V]) Result[V] {
 	return Result[V]{Value: c.Have, Present: c.Op != Add}
 }
 
+// AllOrNothing is do for Each where the kernel makes a change whole or
+// not at all: Applied when do succeeds, else Unchanged.
+func AllOrNothing[K comparable, V any](do func(Change[K, V]) error) func(Change[K, V]) (Result[V], error) {
+	return func(c Change[K, V]) (Result[V], error) {
+		if err := do(c); err != nil {
+			return Unchanged(c), err
+		}
+		return Applied(c), nil
+	}
+}
+
 // Each diffs t and returns one Step per phase that applies the phase's
 // changes one at a time with do. do returns what the kernel holds for the
 // key afterwards (Applied, Unchanged, or a value of its own when the

@@ -101,14 +101,21 @@ func (t *Table[O, K, V]) release(o O) {
 // the kernel: the start of a full sync, which claims everything again and
 // so diffs the whole kind.
 func (t *Table[O, K, V]) ResetClaims() {
+	t.MarkAllDirty()
+	clear(t.claims)
+	clear(t.owned)
+}
+
+// MarkAllDirty makes the next diff look at every key, claimed or in the
+// kernel, without dropping the claims: after a read-back that a partial
+// sync may follow.
+func (t *Table[O, K, V]) MarkAllDirty() {
 	for k := range t.claims {
 		t.MarkDirty(k)
 	}
 	for k := range t.kernel {
 		t.MarkDirty(k)
 	}
-	clear(t.claims)
-	clear(t.owned)
 }
 
 // ForgetKernel drops the kernel side, before a read-back fills it again (a
