@@ -209,7 +209,7 @@ func addDumpElements(p *part, table *knftables.FakeTable, set string) {
 func syncPart(t *testing.T, p *Proxier, pt *part) knft.Stats {
 	t.Helper()
 	ctx := context.Background()
-	if !p.readDone {
+	if !p.syncs.Read() {
 		if err := p.ReadBack(ctx); err != nil {
 			t.Fatal(err)
 		}

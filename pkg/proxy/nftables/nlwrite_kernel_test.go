@@ -227,7 +227,7 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 		if err == nil || !strings.Contains(err.Error(), "over netlink") {
 			return fmt.Errorf("sync over a conflicting element: got %v, want a netlink batch error", err)
 		}
-		if p.readDone {
+		if p.syncs.Read() {
 			return fmt.Errorf("after a failed sync the Proxier still trusts its record of the table")
 		}
 		after, err := listTableJSON(proxy.IPv4)

@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
 // Proxier programs one IP family's kube-proxy table. It is not safe for
@@ -29,8 +30,10 @@ type Proxier struct {
 	// port with several external frontends chains of its own).
 	ownSlots int
 
-	readDone bool // the existing table was read back
-	last     knft.Stats
+	// syncs plans each sync (reconcile.Syncs): whether the table must be
+	// read back first, and whether to claim everything again.
+	syncs reconcile.Syncs
+	last  knft.Stats
 
 	// programmed is set once a sync succeeded, for CanaryMissing (which
 	// may run on another goroutine).
@@ -67,20 +70,18 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	if st.Family != p.family {
 		return fmt.Errorf("nftables %s proxier got a %s state", p.family, st.Family)
 	}
-	if mode == proxy.RecoverySync {
-		p.readDone = false
+	plan, err := p.syncs.Begin(mode, fmt.Sprintf("nftables %s", p.family))
+	if err != nil {
+		// The store was dropped after a failure: there is nothing to
+		// apply a difference to.
+		return err
 	}
-	if !p.readDone {
-		if !mode.Full() {
-			// The store was dropped after a failure: there is nothing
-			// to apply a difference to.
-			return fmt.Errorf("nftables %s: the table is not read back: %w", p.family, proxy.ErrFullSyncNeeded)
-		}
+	if plan.ReadBack {
 		if err := p.ReadBack(ctx); err != nil {
 			return err
 		}
 	}
-	full := mode.Full()
+	full := plan.Full
 	cfg := newConfig(st)
 	cfg.ownSlots = p.ownSlots
 	p.store.clearDirty()
@@ -98,7 +99,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	if cfg.err != nil {
 		// Nothing was sent, but the store holds the rendered parts: read
 		// the kernel again before the next sync.
-		p.store, p.readDone = newStore(), false
+		p.forget()
 		return fmt.Errorf("rendering nftables %s: %w", p.family, cfg.err)
 	}
 	stats, err := apply(ctx, p.kernel, p.store.diff(), p.maxOps)
@@ -111,7 +112,7 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 		// The store is true to what this Proxier committed, but the
 		// failure may come from a table changed behind its back (an
 		// element already gone): read the kernel again before retrying.
-		p.store, p.readDone = newStore(), false
+		p.forget()
 		return fmt.Errorf("syncing nftables %s: %w", p.family, err)
 	}
 	logReplaced(p.family, p.store.replacing)
@@ -120,23 +121,29 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	return nil
 }
 
+// forget drops the store: the next sync reads the table back first.
+func (p *Proxier) forget() {
+	p.store = newStore()
+	p.syncs.Failed()
+}
+
 // ReadBack is syncer.Preparer: it forgets what this Proxier committed and
 // reads the table back, the first step of a RecoverySync, so that the
 // syncer can do it while the initial lists arrive and make the first sync a
 // FullSync.
 func (p *Proxier) ReadBack(ctx context.Context) error {
-	p.store, p.readDone = newStore(), false
+	p.forget()
 	if err := p.store.readBack(ctx, p.kernel); err != nil {
 		return fmt.Errorf("reading back table %s: %w", TableName, err)
 	}
 	logLayout(p.family, p.store)
-	p.readDone = true
+	p.syncs.ReadDone()
 	return nil
 }
 
 // HoldsRules is syncer.RulesHolder: whether the last read-back found
 // elements in the table (a restart rather than a cold start).
-func (p *Proxier) HoldsRules() bool { return p.readDone && p.store.holdsElements() }
+func (p *Proxier) HoldsRules() bool { return p.syncs.Read() && p.store.holdsElements() }
 
 // cleanupFailed handles a sync that programmed the State but could not
 // delete some stale chains or sets. As upstream, that does not fail the
@@ -147,7 +154,7 @@ func (p *Proxier) HoldsRules() bool { return p.readDone && p.store.holdsElements
 func (p *Proxier) cleanupFailed(err *cleanupError) error {
 	klog.ErrorS(err, "nftables cleanup of stale objects failed; will retry", "ipFamily", p.family)
 	metrics.NFTablesCleanupFailuresTotal.WithLabelValues(string(p.family)).Inc()
-	p.store, p.readDone = newStore(), false
+	p.forget()
 	p.programmed.Store(true)
 	return fmt.Errorf("nftables %s: %w: %w", p.family, err, proxy.ErrStateLost)
 }
@@ -251,7 +258,7 @@ func (p *Proxier) Close() { p.kernel.Close() }
 
 // Cleanup is part of syncer.Proxier: it deletes this family's table.
 func (p *Proxier) Cleanup(ctx context.Context) error {
-	p.store, p.readDone = newStore(), false
+	p.forget()
 	return p.kernel.Delete(ctx)
 }
 

@@ -99,9 +99,12 @@ func TestOwnerClaimingAKeyTwice(t *testing.T) {
 	if v, ok := tb.Want(1); !ok || v != "y" {
 		t.Fatalf("Want = %q, %t after owner 1 left; want owner 2's %q", v, ok, "y")
 	}
+	if tb.Len() != 1 {
+		t.Fatalf("Len = %d with one key claimed", tb.Len())
+	}
 	tb.Replace(2, nil)
-	if tb.Claimed(1) {
-		t.Fatal("key 1 still claimed after both owners left")
+	if tb.Claimed(1) || tb.Len() != 0 {
+		t.Fatalf("key 1 still claimed after both owners left (Len %d)", tb.Len())
 	}
 }
 
