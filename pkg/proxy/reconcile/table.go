@@ -153,6 +153,9 @@ func (t *Table[O, K, V]) Want(k K) (V, bool) {
 	return best.value, true
 }
 
+// Len is the number of keys claimed.
+func (t *Table[O, K, V]) Len() int { return len(t.claims) }
+
 // Claimed reports whether anyone claims k.
 func (t *Table[O, K, V]) Claimed(k K) bool { return len(t.claims[k]) > 0 }
 
