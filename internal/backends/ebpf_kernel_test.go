@@ -46,8 +46,8 @@ func TestKernelEBPFMode(t *testing.T) {
 		// The hostile Services go in with the others: none may stop the sync.
 		st := worlds[f.Family].Apply(t, append(env.Services(), env.HostileServices()...)...)
 		both.sync(t, env, st, proxy.FullSync)
-		if s := both[f.Family].hooks.Stats(); s == nil || s.Links != 4 || s.Entries["services"] == 0 || s.Capacity["backends"] == 0 {
-			t.Errorf("after a sync the %s hooks' stats are %+v, want 4 links and entries", f.Family, s)
+		if s := both[f.Family].hooks.Stats(); s == nil || s.Links != 4 || s.Entries["services"] == 0 || s.Capacity["backends"] == 0 || s.Writes == 0 {
+			t.Errorf("after a sync the %s hooks' stats are %+v, want 4 links, entries and writes", f.Family, s)
 		}
 		// After a sync the row says the kernel holds every port, so that a
 		// rejected sync after a restart searches without dropping them.
@@ -188,6 +188,9 @@ func restartEBPFMode(t *testing.T, env *scenario.Env, cfg *config.Config, old mo
 		restarted.sync(t, env, &full, proxy.RecoverySync)
 		if n := restarted[f.Family].hooks.Writes(); n != 0 {
 			t.Errorf("%s: a restart with the same State wrote %d map entries, want 0", f.Family, n)
+		}
+		if s := restarted[f.Family].hooks.Stats(); s == nil || s.Writes != 0 {
+			t.Errorf("%s: after an unchanged restart the published stats are %+v, want 0 writes", f.Family, s)
 		}
 		t.Run(string(f.Family), func(t *testing.T) { env.ReachableCases(t, f) })
 	}

@@ -13,6 +13,8 @@ var (
 		"Entries in an ebpf mode map after the last successful sync.", []string{"map", metrics.LabelIPFamily}, nil)
 	ebpfMapCapacity = prometheus.NewDesc("svcproxy_ebpf_map_capacity",
 		"Capacity of an ebpf mode map (it grows online when a sync needs more).", []string{"map", metrics.LabelIPFamily}, nil)
+	ebpfMapWrites = prometheus.NewDesc("svcproxy_ebpf_map_writes_total",
+		"Map entries written or deleted by the socket hooks' syncs since svcproxy started, as of the last successful sync.", []string{metrics.LabelIPFamily}, nil)
 	ebpfLinks = prometheus.NewDesc("svcproxy_ebpf_links_attached",
 		"Socket hook programs attached to the cgroup after the last successful sync.", []string{metrics.LabelIPFamily}, nil)
 	ebpfSocketsDestroyed = prometheus.NewDesc("svcproxy_ebpf_sockets_destroyed_total",
@@ -32,6 +34,7 @@ func newEBPFCollector(hooks map[proxy.IPFamily]*ebpf.Proxier) prometheus.Collect
 func (c ebpfCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- ebpfMapEntries
 	ch <- ebpfMapCapacity
+	ch <- ebpfMapWrites
 	ch <- ebpfLinks
 	ch <- ebpfSocketsDestroyed
 	ch <- ebpfSocketDestroy
@@ -51,6 +54,7 @@ func (c ebpfCollector) Collect(ch chan<- prometheus.Metric) {
 		for name, n := range st.Capacity {
 			ch <- prometheus.MustNewConstMetric(ebpfMapCapacity, prometheus.GaugeValue, float64(n), name, fam)
 		}
+		ch <- prometheus.MustNewConstMetric(ebpfMapWrites, prometheus.CounterValue, float64(st.Writes), fam)
 		ch <- prometheus.MustNewConstMetric(ebpfLinks, prometheus.GaugeValue, float64(st.Links), fam)
 	}
 }
