@@ -36,7 +36,8 @@ type datapathResult struct {
 	KernelSeconds float64
 	// NATEntries are the conntrack entries with a NAT binding in the
 	// node's namespace after the window, which starts with an empty
-	// table (-1: not counted).
+	// table (-1: not counted); a client port reused in the window
+	// replaced its earlier entry, so this is a lower bound of those made.
 	NATEntries int
 	// Paused is a second window of the same length with etcd and
 	// kube-apiserver stopped (SIGSTOP): the rules' cost alone, without

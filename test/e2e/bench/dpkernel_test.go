@@ -57,7 +57,8 @@ func flushConntrack(t *testing.T, n *F.Node) {
 
 // natEntries counts the conntrack entries in the node's namespace whose
 // reply tuple is not the original one reversed: a NAT binding, one per
-// connection where the rules DNAT, none where nothing does. -1 when the
+// connection where the rules DNAT (fewer when a client port was reused,
+// which replaces the earlier entry), none where nothing does. -1 when the
 // table cannot be read.
 func natEntries(t *testing.T, n *F.Node) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -130,8 +130,8 @@ func rows(children []string) []row {
 		{"datapath, control plane stopped: via the ClusterIP in % of direct", "%.1f", func(r runResult) float64 { return pct(dp(r, paused, rate), dp(r, direct, rate)) }, target("direct-ratio")},
 		{"datapath: kernel CPU (system+irq+softirq, machine) per 100k connections via the ClusterIP (s)", "%.2f", func(r runResult) float64 { return dp(r, paused, kernelPer100k) }, target("kernel-cpu")},
 		{"datapath: kernel CPU per 100k connections direct (s)", "%.2f", func(r runResult) float64 { return dp(r, direct, kernelPer100k) }, noTarget},
-		{"datapath: NAT conntrack entries per connection via the ClusterIP (node namespace)", "%.3f", func(r runResult) float64 { return dp(r, paused, natPerConn) }, target("nat-per-conn")},
-		{"datapath: NAT conntrack entries per connection direct", "%.3f", func(r runResult) float64 { return dp(r, direct, natPerConn) }, noTarget},
+		{"datapath: NAT'ed conntrack entries left after the window per connection via the ClusterIP (node namespace; lower bound)", "%.3f", func(r runResult) float64 { return dp(r, paused, natPerConn) }, target("nat-per-conn")},
+		{"datapath: NAT'ed conntrack entries left per connection direct", "%.3f", func(r runResult) float64 { return dp(r, direct, natPerConn) }, noTarget},
 		{"latency, one connection in flight, via the ClusterIP: p50 (ms)", "%.3f", func(r runResult) float64 { return dp(r, latency, p50) }, noTarget},
 		{"latency via the ClusterIP: p99 (ms)", "%.3f", func(r runResult) float64 { return dp(r, latency, p99) }, noTarget},
 		{"latency direct to the pod IP: p50 (ms)", "%.3f", func(r runResult) float64 { return dp(r, directLatency, p50) }, noTarget},
@@ -300,7 +300,8 @@ stopped: the same window direct to the server pod's IP (the reference for "% of 
 connection in flight (-dp-latency-duration) through the ClusterIP and direct: p50/p99 of connect →
 answer's end. Before each window the node namespace's conntrack table is flushed; after it, NAT
 entries are the entries whose reply tuple is not the original reversed (conntrack -L), per
-connection. Kernel CPU: the machine's system+irq+softirq time over the window (/proc/stat),
+connection: a lower bound of the entries created, as a client port reused within the window
+replaces its earlier entry (TIME_WAIT reopened) rather than adding one; 0 means none was made. Kernel CPU: the machine's system+irq+softirq time over the window (/proc/stat),
 scaled to 100k connections: client, server and the packets' path, and whatever else the machine
 ran in the kernel meanwhile (compare modes within one invocation).
 ebpf mode: the churn's kernel time is the nftables half's new-element notification; the hooks'
