@@ -19,12 +19,22 @@
 # needs (hack/build-controlplane.sh, svcproxy with its commit stamped). Not part of make test.
 #
 # Then, after the churn, the datapath: a server pod behind a new ClusterIP Service on the node and,
-# from a client pod behind the same node, new TCP connections (+ one request each) per second with
-# BENCH_E2E_DP_CONNS in flight for BENCH_E2E_DP_DURATION (e2ectl rate); and a full sync with nothing
-# changed, forced by a change of the Node's zone label (svcproxy and upstream both answer it with the
-# full sync of their hourly resync): kernel change notifications (target 0) and the proxy's CPU.
+# from a client pod behind the same node (its process in the node's cgroup, where ebpf mode's hooks
+# see it), new TCP connections (+ one request each) per second with BENCH_E2E_DP_CONNS in flight for
+# BENCH_E2E_DP_DURATION (e2ectl rate); with the control plane stopped, the same through the ClusterIP
+# and direct to the pod's IP (the reference), and a window of one connection in flight each way for
+# BENCH_E2E_DP_LATENCY (p50/p99 of connect → answer); per window the machine's kernel CPU
+# (/proc/stat system+irq+softirq, per 100k connections) and the NAT'ed conntrack entries in the
+# node's namespace (flushed before each window); and a full sync with nothing changed, forced by a
+# change of the Node's zone label (svcproxy and upstream both answer it with the full sync of their
+# hourly resync): kernel change notifications (target 0) and the proxy's CPU.
+# In ebpf mode the churn's "kernel" time is the nftables half's notification, written after the
+# maps in the same sync (an upper bound of API write → map); the restart also prints
+# svcproxy_ebpf_map_writes_total of the new process (target 0), and memory adds the memlock of the
+# BPF maps the proxy holds (/proc/PID/fdinfo). When ebpf is among the modes, a summary of the
+# eBPF issue's figures follows the table: each mode's median side by side, ebpf's target, met.
 #
-# Knobs: BENCH_E2E_MODES (nftables; also iptables, upstream-nftables, upstream-iptables: upstream
+# Knobs: BENCH_E2E_MODES (nftables; separated by spaces or commas; also iptables, ebpf, upstream-nftables, upstream-iptables: upstream
 #        kube-proxy v1.37.1 from hack/build-upstream.sh, and baseline-nftables, baseline-iptables:
 #        the svcproxy binary BENCH_E2E_BASELINE, e.g. main's, for before/after in one session;
 #        BENCH_E2E_BASELINE_CONFIG: KubeProxyConfiguration lines added for the baseline modes only,
@@ -35,11 +45,12 @@
 #        BENCH_E2E_MIN_SYNC (minSyncPeriod, 1ms: a sync per change; 0s in a config file means
 #        the default 1s, upstream's defaulting too), BENCH_E2E_TIMEOUT (go test -timeout, 120m),
 #        BENCH_E2E_SEED_API (10000), BENCH_E2E_DP_CONNS (16), BENCH_E2E_DP_DURATION (10s; 0s: no
-#        datapath), BENCH_E2E_DP_REF (the 1k run's connections/s: the 50k target is 90 % of it),
+#        datapath), BENCH_E2E_DP_LATENCY (5s; 0s: no latency windows), BENCH_E2E_DP_REF (the 1k
+#        run's connections/s: the 50k target is 90 % of it),
 #        BENCH_E2E_DP_PAUSED (true: a second datapath window with etcd and kube-apiserver stopped),
 #        BENCH_E2E_DP_PERF (true: perf record -a -g of that window, perf-datapath.data in the cluster's dir),
-#        BENCH_E2E_DP_REF_SERVICES (1000 at 50k, else 0: before each round of runs and after the last, the datapath alone
-#        on a cluster of that many Services, the ratio's reference measured in the same invocation),
+#        BENCH_E2E_DP_REF_SERVICES (1000 at 50k and 100k, else 0: before each round of runs and after the last, the datapath alone
+#        on a cluster of that many Services, in the first mode's mode, the ratio's reference measured in the same invocation),
 #        BENCH_E2E_IDLE_SHARE (0.9) and BENCH_E2E_IDLE_WAIT (1m): before a start and a restart, wait
 #        until the machine was that idle over one second, at most that long (0: no wait),
 #        BENCH_E2E_START_TIMEOUT (15m: the limit for a first sync and for the proxy to go quiet;
@@ -123,10 +134,11 @@ main() {
   # Seeding past 10k, datapath and full sync; see the header.
   # At 50k the datapath target is a ratio to 1k: measured in the same invocation.
   local dp_ref_default=0
-  [[ ${BENCH_E2E_SERVICES:-10000} != 50000 ]] || dp_ref_default=1000
+  [[ ${BENCH_E2E_SERVICES:-10000} -lt 50000 ]] || dp_ref_default=1000
   args+=(
     -seed-api "${BENCH_E2E_SEED_API:-10000}"
     -dp-conns "${BENCH_E2E_DP_CONNS:-16}" -dp-duration "${BENCH_E2E_DP_DURATION:-10s}"
+    -dp-latency-duration "${BENCH_E2E_DP_LATENCY:-5s}"
     -dp-reference "${BENCH_E2E_DP_REF:-0}" -dp-paused="${BENCH_E2E_DP_PAUSED:-true}"
     -dp-perf="${BENCH_E2E_DP_PERF:-false}"
     -dp-ref-services "${BENCH_E2E_DP_REF_SERVICES:-$dp_ref_default}"

@@ -52,8 +52,8 @@ func TestKernelEBPFMode(t *testing.T) {
 		// IPv4 also attaches three programs at IPv6 hooks, for IPv4-mapped
 		// destinations.
 		links := map[proxy.IPFamily]int{proxy.IPv4: 7, proxy.IPv6: 4}[f.Family]
-		if s := both[f.Family].hooks.Stats(); s == nil || s.Links != links || s.Entries["services"] == 0 || s.Capacity["backends"] == 0 {
-			t.Errorf("after a sync the %s hooks' stats are %+v, want %d links and entries", f.Family, s, links)
+		if s := both[f.Family].hooks.Stats(); s == nil || s.Links != links || s.Entries["services"] == 0 || s.Capacity["backends"] == 0 || s.Writes == 0 {
+			t.Errorf("after a sync the %s hooks' stats are %+v, want %d links, entries and writes", f.Family, s, links)
 		}
 		// After a sync the row says the kernel holds every port, so that a
 		// rejected sync after a restart searches without dropping them.
@@ -195,6 +195,9 @@ func restartEBPFMode(t *testing.T, env *scenario.Env, cfg *config.Config, old mo
 		restarted.sync(t, env, &full, proxy.RecoverySync)
 		if n := restarted[f.Family].hooks.Writes(); n != 0 {
 			t.Errorf("%s: a restart with the same State wrote %d map entries, want 0", f.Family, n)
+		}
+		if s := restarted[f.Family].hooks.Stats(); s == nil || s.Writes != 0 {
+			t.Errorf("%s: after an unchanged restart the published stats are %+v, want 0 writes", f.Family, s)
 		}
 		t.Run(string(f.Family), func(t *testing.T) { env.ReachableCases(t, f) })
 	}

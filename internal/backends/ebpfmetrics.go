@@ -16,6 +16,8 @@ var (
 	ebpfMapCapacity = prometheus.NewDesc("svcproxy_ebpf_map_capacity",
 		"Capacity of an ebpf mode map: services and backends grow online when a sync needs more; past revnat's, the least recently used sockets are forgotten.",
 		[]string{"map", metrics.LabelIPFamily}, nil)
+	ebpfMapWrites = prometheus.NewDesc("svcproxy_ebpf_map_writes_total",
+		"Map entries written or deleted by the socket hooks' syncs since svcproxy started, as of the last successful sync.", []string{metrics.LabelIPFamily}, nil)
 	ebpfLinks = prometheus.NewDesc("svcproxy_ebpf_links_attached",
 		"Socket hook programs attached to the cgroup after the last successful sync.", []string{metrics.LabelIPFamily}, nil)
 	ebpfSocketsDestroyed = prometheus.NewDesc("svcproxy_ebpf_sockets_destroyed_total",
@@ -36,6 +38,7 @@ func newEBPFCollector(hooks map[proxy.IPFamily]*ebpf.Proxier) prometheus.Collect
 func (c ebpfCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- ebpfMapEntries
 	ch <- ebpfMapCapacity
+	ch <- ebpfMapWrites
 	ch <- ebpfLinks
 	ch <- ebpfSocketsDestroyed
 	ch <- ebpfSocketDestroy
@@ -55,6 +58,7 @@ func (c ebpfCollector) Collect(ch chan<- prometheus.Metric) {
 		for name, n := range st.Capacity {
 			ch <- prometheus.MustNewConstMetric(ebpfMapCapacity, prometheus.GaugeValue, float64(n), name, fam)
 		}
+		ch <- prometheus.MustNewConstMetric(ebpfMapWrites, prometheus.CounterValue, float64(st.Writes), fam)
 		ch <- prometheus.MustNewConstMetric(ebpfLinks, prometheus.GaugeValue, float64(st.Links), fam)
 	}
 }

@@ -8,6 +8,9 @@ type Stats struct {
 	Capacity map[string]uint32
 	// Links is the number of programs attached to the cgroup.
 	Links int
+	// Writes counts the map entries written or deleted since the Proxier
+	// started, failed syncs' included: an unchanged restart adds none.
+	Writes uint64
 }
 
 // published records, after a successful sync, that the programs run and
@@ -15,7 +18,7 @@ type Stats struct {
 // contents, so that a scrape reads no map.
 func (p *Proxier) published() {
 	p.programmed.Store(true)
-	st := &Stats{Entries: map[string]int{}, Capacity: map[string]uint32{}, Links: len(p.kernel.links)}
+	st := &Stats{Entries: map[string]int{}, Capacity: map[string]uint32{}, Links: len(p.kernel.links), Writes: p.writes}
 	if p.rec != nil {
 		st.Entries[mapServices] = len(p.rec.contents.Services)
 		st.Entries[mapBackends] = len(p.rec.contents.Backends)

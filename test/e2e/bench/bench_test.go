@@ -14,7 +14,7 @@ import (
 )
 
 var (
-	flagModes         = flag.String("modes", "nftables", "proxy modes to measure, comma-separated (nftables, iptables, upstream-nftables, upstream-iptables, baseline-nftables, baseline-iptables)")
+	flagModes         = flag.String("modes", "nftables", "proxy modes to measure, separated by commas or spaces (nftables, iptables, ebpf, upstream-nftables, upstream-iptables, baseline-nftables, baseline-iptables)")
 	flagRuns          = flag.Int("runs", 5, "runs per mode, each on a fresh cluster from the seed")
 	flagServices      = flag.Int("services", 10000, "Services (one EndpointSlice each)")
 	flagEndpoints     = flag.Int("endpoints", 10, "endpoints per slice")
@@ -29,6 +29,7 @@ var (
 	flagUpstream      = flag.String("upstream", "", "upstream kube-proxy binary, for the modes upstream-nftables and upstream-iptables")
 	flagDPConns       = flag.Int("dp-conns", 16, "datapath: connections in flight")
 	flagDPDuration    = flag.Duration("dp-duration", 10*time.Second, "datapath: how long to measure the new-connection rate (0: not at all)")
+	flagDPLatency     = flag.Duration("dp-latency-duration", 5*time.Second, "datapath: with the control plane stopped, windows of one connection in flight through the ClusterIP and direct, for latency (0: none)")
 	flagDPPaused      = flag.Bool("dp-paused", true, "datapath: also measure a window with etcd and kube-apiserver stopped (SIGSTOP)")
 	flagDPPerf        = flag.Bool("dp-perf", false, "datapath: record perf record -a -g during the window with the control plane stopped (perf-datapath.data in the cluster's work dir)")
 	flagDPRefServices = flag.Int("dp-ref-services", 0, "datapath: before each round of runs and after the last, measure the datapath alone on a cluster of this many Services (its own seed): the reference for the ratio, measured in the same invocation")
@@ -69,7 +70,7 @@ func TestBenchE2E(t *testing.T) {
 	before := ref(1)
 	for run := 1; run <= *flagRuns; run++ {
 		first := len(results)
-		for _, mode := range strings.Split(*flagModes, ",") {
+		for _, mode := range modeList() {
 			t.Run(fmt.Sprintf("%s-%d", mode, run), func(t *testing.T) {
 				results = append(results, runOnce(t, mode, run, seedDir))
 			})
@@ -86,6 +87,11 @@ func TestBenchE2E(t *testing.T) {
 	}
 }
 
+// modeList is -modes split at commas or spaces.
+func modeList() []string {
+	return strings.FieldsFunc(*flagModes, func(r rune) bool { return r == ',' || r == ' ' })
+}
+
 func writeJSON(results []runResult) error {
 	path := *flagJSON
 	if path == "" {
@@ -98,7 +104,7 @@ func writeJSON(results []runResult) error {
 	b, err := json.MarshalIndent(map[string]any{
 		"services": *flagServices, "endpoints": *flagEndpoints, "changes": *flagChanges,
 		"rate": *flagRate, "minSyncPeriod": *flagMinSync, "syncPeriod": flagSyncPeriod.String(),
-		"dpConns": *flagDPConns, "dpDuration": flagDPDuration.String(), "dpRefServices": *flagDPRefServices,
+		"dpConns": *flagDPConns, "dpDuration": flagDPDuration.String(), "dpLatencyDuration": flagDPLatency.String(), "dpRefServices": *flagDPRefServices,
 		"runs": results,
 	}, "", "  ")
 	if err != nil {

@@ -130,10 +130,11 @@ func someMissing(want, found map[string]bool, n int) []string {
 	return out
 }
 
-// dumpRules is the kernel's view: svcproxy's nftables table, or the nat
-// table of both iptables flavours (whichever svcproxy picked).
+// dumpRules is the kernel's view: svcproxy's nftables table (ebpf mode's
+// packet path too), or the nat table of both iptables flavours (whichever
+// svcproxy picked).
 func dumpRules(ctx context.Context, mode string, n *F.Node) (string, error) {
-	if mode == "nftables" {
+	if F.UsesNFTables(mode) {
 		out, err := F.InNS(ctx, n.NS, "nft", "list", "table", "ip", "kube-proxy")
 		return string(out), err
 	}

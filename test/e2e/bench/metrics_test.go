@@ -16,7 +16,29 @@ const (
 	metricSyncs       = "kubeproxy_sync_proxy_rules_duration_seconds_count"
 	metricProgramming = "kubeproxy_network_programming_duration_seconds"
 	ipv4              = `ip_family="IPv4"`
+	// ebpf mode's own.
+	metricMapWrites  = "svcproxy_ebpf_map_writes_total"
+	metricMapEntries = "svcproxy_ebpf_map_entries"
 )
+
+// mapWrites is ebpf mode's map entries written since the proxy started,
+// -1 in the other modes (no such series).
+func (s samples) mapWrites() float64 {
+	v, ok := s[metricMapWrites+"{"+ipv4+"}"]
+	if !ok {
+		return -1
+	}
+	return v
+}
+
+// mapEntries is the entries of ebpf mode's map name, -1 when absent.
+func (s samples) mapEntries(name string) float64 {
+	v, ok := s[metricMapEntries+"{"+ipv4+`,map="`+name+`"}`]
+	if !ok {
+		return -1
+	}
+	return v
+}
 
 // samples are one scrape: series ("name{labels}") → value.
 type samples map[string]float64

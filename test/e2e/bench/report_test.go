@@ -52,12 +52,33 @@ var issueTargets = map[targetKey]string{
 	{"datapath-ratio", "nftables", 50000}:   "≥ 90",
 	{"full-sync-writes", "nftables", 50000}: "0",
 	{"full-sync-cpu", "nftables", 50000}:    "printed",
+	// ebpf mode's (the eBPF issue's): datapath figures at every scale.
+	{"start", "ebpf", 10000}:           "≤ 0.5",
+	{"start", "ebpf", 100000}:          "≤ 5",
+	{"churn-p50", "ebpf", 10000}:       "≤ 5",
+	{"restart-writes", "ebpf", 10000}:  "0",
+	{"map-writes", "ebpf", 10000}:      "0",
+	{"map-writes", "ebpf", 100000}:     "0",
+	{"rss-maps", "ebpf", 100000}:       "≤ 500",
+	{"datapath-ratio", "ebpf", 100000}: "≥ 95",
+}
+
+// anyScale are the ebpf targets that hold at every scale.
+var anyScale = map[targetKey]string{
+	{"direct-ratio", "ebpf", 0}:     "≥ 95",
+	{"latency-ratio", "ebpf", 0}:    "≤ 105",
+	{"kernel-cpu", "ebpf", 0}:       "< nftables'",
+	{"nat-per-conn", "ebpf", 0}:     "0",
+	{"nat-per-conn", "nftables", 0}: "printed (1 expected)",
 }
 
 // target is the issue's target for measure, by mode, at this run's scale.
 func target(measure string) func(string) string {
 	return func(mode string) string {
 		text := issueTargets[targetKey{measure, mode, *flagServices}]
+		if text == "" {
+			text = anyScale[targetKey{measure, mode, 0}]
+		}
 		if measure == "datapath" && *flagServices == 50000 && *flagDPReference > 0 && text != "" {
 			// The 1k figure of an earlier run, given with -dp-reference.
 			text = fmt.Sprintf("≥ %.0f (90 %% of %.0f at 1k)", 0.9**flagDPReference, *flagDPReference)
@@ -74,6 +95,8 @@ func rows(children []string) []row {
 		{"machine idle in the second before the restart (%)", "%.0f", func(r runResult) float64 { return 100 * r.Restart.IdleBefore }, noTarget},
 		{"start → end of the first sync (s)", "%.2f", func(r runResult) float64 { return r.FirstSync }, noTarget},
 		{"start → every ClusterIP in the kernel (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }, target("start")},
+		{"ebpf: service records in the maps once all were programmed", "%.0f", func(r runResult) float64 { return r.ServiceRecords }, noTarget},
+		{"ebpf: backend slots in the maps then", "%.0f", func(r runResult) float64 { return r.BackendSlots }, noTarget},
 		{"syncs until all were programmed", "%.0f", func(r runResult) float64 { return r.SyncsToAll }, noTarget},
 		{"ClusterIPs in the kernel, proxy idle", "%.0f", func(r runResult) float64 { return float64(r.KernelIPs) }, noTarget},
 		{"ClusterIPs the API lists", "%.0f", func(r runResult) float64 { return float64(r.WantIPs) }, noTarget},
@@ -86,6 +109,7 @@ func rows(children []string) []row {
 		{"floor in pages, not asking for gzip: API server + etcd CPU (s)", "%.2f", func(r runResult) float64 { return r.PagedListCPCPUPlain }, noTarget},
 		{"restart unchanged → end of first sync (s)", "%.2f", func(r runResult) float64 { return r.Restart.FirstSync }, target("restart")},
 		{"restart: kernel changes (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, target("restart-writes")},
+		{"restart: map writes (svcproxy_ebpf_map_writes_total of the new process)", "%.0f", func(r runResult) float64 { return r.Restart.MapWrites }, target("map-writes")},
 		{"restart: kernel observer overflowed (1: counts are lower bounds)", "%.0f", func(r runResult) float64 { return b2f(r.Restart.Overflowed) }, noTarget},
 		{"restart: kernel transactions (notifications)", "%.0f", func(r runResult) float64 { return float64(r.Restart.Transactions) }, noTarget},
 		{"restart: proxy CPU until quiet (s)", "%.2f", func(r runResult) float64 { return r.Restart.CPUSeconds }, noTarget},
@@ -102,8 +126,20 @@ func rows(children []string) []row {
 		{"datapath: new connections/s via a ClusterIP", "%.0f", func(r runResult) float64 { return r.Datapath.Rate }, target("datapath")},
 		{"datapath: control plane CPU in the window (s)", "%.1f", func(r runResult) float64 { return r.Datapath.CPCPUSeconds }, noTarget},
 		{"datapath, control plane stopped: new connections/s", "%.0f", func(r runResult) float64 { return pausedRate(r) }, target("datapath")},
+		{"datapath, control plane stopped, direct to the pod IP: new connections/s", "%.0f", func(r runResult) float64 { return dp(r, direct, rate) }, noTarget},
+		{"datapath, control plane stopped: via the ClusterIP in % of direct", "%.1f", func(r runResult) float64 { return pct(dp(r, paused, rate), dp(r, direct, rate)) }, target("direct-ratio")},
+		{"datapath: kernel CPU (system+irq+softirq, machine) per 100k connections via the ClusterIP (s)", "%.2f", func(r runResult) float64 { return dp(r, paused, kernelPer100k) }, target("kernel-cpu")},
+		{"datapath: kernel CPU per 100k connections direct (s)", "%.2f", func(r runResult) float64 { return dp(r, direct, kernelPer100k) }, noTarget},
+		{"datapath: NAT'ed conntrack entries left after the window per connection via the ClusterIP (node namespace; lower bound)", "%.3f", func(r runResult) float64 { return dp(r, paused, natPerConn) }, target("nat-per-conn")},
+		{"datapath: NAT'ed conntrack entries left per connection direct", "%.3f", func(r runResult) float64 { return dp(r, direct, natPerConn) }, noTarget},
+		{"latency, one connection in flight, via the ClusterIP: p50 (ms)", "%.3f", func(r runResult) float64 { return dp(r, latency, p50) }, noTarget},
+		{"latency via the ClusterIP: p99 (ms)", "%.3f", func(r runResult) float64 { return dp(r, latency, p99) }, noTarget},
+		{"latency direct to the pod IP: p50 (ms)", "%.3f", func(r runResult) float64 { return dp(r, directLatency, p50) }, noTarget},
+		{"latency direct: p99 (ms)", "%.3f", func(r runResult) float64 { return dp(r, directLatency, p99) }, noTarget},
+		{"latency p50 via the ClusterIP in % of direct", "%.1f", func(r runResult) float64 { return pct(dp(r, latency, p50), dp(r, directLatency, p50)) }, target("latency-ratio")},
+		{"latency p99 via the ClusterIP in % of direct", "%.1f", func(r runResult) float64 { return pct(dp(r, latency, p99), dp(r, directLatency, p99)) }, target("latency-ratio")},
 		{"datapath reference, same invocation, before and after the run: control plane stopped (conn/s)", "%.0f", func(r runResult) float64 { return refPausedRate(r) }, noTarget},
-		{"datapath, control plane stopped: % of the reference", "%.0f", func(r runResult) float64 { return refRatio(r) }, target("datapath-ratio")},
+		{"datapath, control plane stopped: % of the reference", "%.1f", func(r runResult) float64 { return refRatio(r) }, target("datapath-ratio")},
 		{"datapath: failed connections", "%.0f", func(r runResult) float64 { return float64(r.Datapath.Errors + pausedErrors(r)) }, noTarget},
 		{"full sync, nothing changed: kernel changes", "%.0f", func(r runResult) float64 { return float64(r.FullSync.KernelChanges) }, target("full-sync-writes")},
 		{"full sync: kernel observer overflowed (1: counts are lower bounds)", "%.0f", func(r runResult) float64 { return b2f(r.FullSync.Overflowed) }, noTarget},
@@ -113,6 +149,8 @@ func rows(children []string) []row {
 		{"proxy peak RSS, cold start + churn (MiB)", "%.0f", func(r runResult) float64 { return float64(r.RSSPeak) / mib }, noTarget},
 		{"proxy peak RSS, restarted process (MiB)", "%.0f", func(r runResult) float64 { return float64(r.Restart.RSS) / mib }, noTarget},
 		{"peak RSS in all: proxy + largest child (MiB)", "%.0f", func(r runResult) float64 { return float64(inAll(r)) / mib }, target("rss")},
+		{"ebpf maps' memory, memlock of the maps the proxy holds (MiB)", "%.1f", func(r runResult) float64 { return float64(r.MapMemlockKiB) / mib }, noTarget},
+		{"proxy peak RSS + maps' memory (MiB)", "%.0f", func(r runResult) float64 { return float64(max(r.RSSPeak, r.Restart.RSS)+r.MapMemlockKiB) / mib }, target("rss-maps")},
 	}
 	for _, name := range children {
 		out = append(out, row{"child " + name + " peak RSS, sampled (MiB)", "%.0f", func(r runResult) float64 {
@@ -214,6 +252,7 @@ func printReport(w io.Writer, results []runResult) {
 		}
 	}
 	tw.Flush()
+	printIssueSummary(w, results)
 	fmt.Fprint(w, legend)
 }
 
@@ -255,7 +294,20 @@ control plane's background work, which grows with the objects it holds. Referenc
 before each round of runs and after the last, the same datapath on a cluster of that many Services (its
 own seed); each run is compared with the mean of the reference before and after it, so that the
 50k/1k ratio comes from one invocation and a drift of the machine's speed during the run is halved.
-The 50k target is read on that ratio, with the control plane stopped in both.
+The 50k target is read on that ratio, with the control plane stopped in both. The client runs in its
+node's cgroup (ebpf mode's hooks translate it, as a pod's process). Also with the control plane
+stopped: the same window direct to the server pod's IP (the reference for "% of direct"), and one
+connection in flight (-dp-latency-duration) through the ClusterIP and direct: p50/p99 of connect →
+answer's end. Before each window the node namespace's conntrack table is flushed; after it, NAT
+entries are the entries whose reply tuple is not the original reversed (conntrack -L), per
+connection: a lower bound of the entries created, as a client port reused within the window
+replaces its earlier entry (TIME_WAIT reopened) rather than adding one; 0 means none was made. Kernel CPU: the machine's system+irq+softirq time over the window (/proc/stat),
+scaled to 100k connections: client, server and the packets' path, and whatever else the machine
+ran in the kernel meanwhile (compare modes within one invocation).
+ebpf mode: the churn's kernel time is the nftables half's new-element notification; the hooks'
+maps are written before it in the same sync, so it bounds API write → map from above. Restart map
+writes: svcproxy_ebpf_map_writes_total of the new process once quiet. Maps' memory: the memlock of
+the BPF maps the proxy holds (/proc/PID/fdinfo, each map once), at the end of the cold run.
 Full sync: the Node's zone label is changed, which makes svcproxy (a changed node) and upstream
 (OnTopologyChange) run the full sync their hourly resync runs; no slice has hints, so nothing in the
 rules depends on it. The kernel listener counts notifications from the write until the proxy has been

@@ -25,6 +25,10 @@ type restartResult struct {
 	// Overflowed: the observer lost notifications; the counts above
 	// are lower bounds.
 	Overflowed bool
+	// MapWrites: ebpf mode's map entries the new process wrote or
+	// deleted until quiet (its svcproxy_ebpf_map_writes_total); -1 in
+	// the other modes.
+	MapWrites  float64
 	RSS        int64 // VmHWM of the new process, KiB, once quiet
 	CPUSeconds float64
 	// IdleBefore is the machine's idle share over the second before the
@@ -47,15 +51,15 @@ func measureRestart(t *testing.T, c *F.Cluster, n *F.Node) restartResult {
 	timeline := hwmTimeline(n.Proxy.Pid(), start)
 	res.FirstSync = waitFirstSync(t, c, n, start)
 	grew := timeline()
-	waitQuiet(t, c, n)
+	res.MapWrites = waitQuiet(t, c, n).mapWrites()
 	res.KernelChanges, res.Transactions, res.Overflowed = obs.counts()
 	_, res.RSS, _ = procStatus(n.Proxy.Pid())
 	res.CPUSeconds = cpuSeconds(n.Proxy.Pid())
 	if *flagProfile {
 		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-restarted.pprof"))
 	}
-	t.Logf("restart: first sync %.2f s after start; %d kernel changes in %d transactions; VmHWM %d MiB; CPU %.2f s; VmHWM grew at %s",
-		res.FirstSync, res.KernelChanges, res.Transactions, res.RSS>>10, res.CPUSeconds, grew)
+	t.Logf("restart: first sync %.2f s after start; %d kernel changes in %d transactions; %g map writes; VmHWM %d MiB; CPU %.2f s; VmHWM grew at %s",
+		res.FirstSync, res.KernelChanges, res.Transactions, res.MapWrites, res.RSS>>10, res.CPUSeconds, grew)
 	return res
 }
 

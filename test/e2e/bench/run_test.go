@@ -36,6 +36,12 @@ type runResult struct {
 	KernelIPs      int // Service ClusterIPs found in the kernel's rules
 	WantIPs        int // ClusterIPs the API lists (the Services + "kubernetes")
 	KernelDumpSecs float64
+	// ServiceRecords and BackendSlots: ebpf mode's map entries once
+	// every ClusterIP is in the kernel (-1 in the other modes).
+	ServiceRecords, BackendSlots float64
+	// MapMemlockKiB: the memlock of the BPF maps the proxy holds, at the
+	// end of the cold run (0 in the other modes).
+	MapMemlockKiB int64
 
 	Churn    churnResult
 	Datapath datapathResult
@@ -113,6 +119,8 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	t.Logf("first sync %.2f s after start; svcproxy VmHWM %d MiB (%s); VmHWM grew at %s", res.FirstSync,
 		res.RSSAfterFirstSync>>10, rssParts(n.Proxy.Pid()), timeline())
 	waitProgrammed(t, c, n, start, &res)
+	live := scrape(t, c, n)
+	res.ServiceRecords, res.BackendSlots = live.mapEntries("services"), live.mapEntries("backends")
 	if *flagProfile {
 		saveHeapProfile(t, c, n, filepath.Join(c.Work, "heap-first.pprof"))
 	}
@@ -124,6 +132,7 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	res.Datapath = measureDatapath(t, c, n)
 	res.FullSync = measureFullSync(t, c, n)
 	_, res.RSSPeak, _ = procStatus(n.Proxy.Pid())
+	res.MapMemlockKiB = mapMemlockKiB(n.Proxy.Pid())
 	res.Children = mon.finish()
 	first := n.Proxy
 	res.Restart = measureRestart(t, c, n) // stops the first process

@@ -89,10 +89,10 @@ func (c *Cluster) EBPFPinsLeft(n *Node) string {
 	return strings.Join(left, " ")
 }
 
-// inCgroup wraps argv, run in namespace role from, so that a process of
+// InCgroup wraps argv, run in namespace role from, so that a process of
 // a pod (or of a node's client pod, cliN) of a node in ebpf mode starts
 // in that node's cgroup, as a kubelet would put it.
-func (c *Cluster) inCgroup(from string, argv []string) []string {
+func (c *Cluster) InCgroup(from string, argv []string) []string {
 	n := c.podNode(from)
 	if n == nil || n.ebpf == nil {
 		return argv

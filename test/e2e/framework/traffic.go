@@ -91,7 +91,7 @@ func (c *Cluster) Ask(from string, t Target, n int, timeout time.Duration) []Res
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n+2)*(timeout+time.Second))
 	defer cancel()
 	args := append([]string{"ask", "-n", strconv.Itoa(n), "-timeout", timeout.String()}, t.args()...)
-	argv := c.inCgroup(from, append([]string{c.Bins.E2ECtl}, args...))
+	argv := c.InCgroup(from, append([]string{c.Bins.E2ECtl}, args...))
 	out, err := InNS(ctx, c.NS(from), argv[0], argv[1:]...)
 	if err != nil {
 		c.T.Fatalf("e2ectl ask from %s to %s: %v", from, t, err)
@@ -216,7 +216,7 @@ func (c *Cluster) StartLoad(from string, t Target, interval time.Duration, keep 
 	if keep {
 		argv = append(argv, "-keep")
 	}
-	argv = c.inCgroup(from, append(argv, t.args()...))
+	argv = c.InCgroup(from, append(argv, t.args()...))
 	cmd := exec.Command("ip", append([]string{"netns", "exec", c.NS(from)}, argv...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	c.must(cmd.Start(), "starting load")
