@@ -18,7 +18,7 @@
 #   make demo-down  remove what a demo left (killed hard, or still running): its namespaces
 #   make cluster-up / cluster-down  a real 2-node cluster (kubelet, containerd) in network
 #                 namespaces with svcproxy as the kube-proxy DaemonSet from deploy/
-#   make e2e-upstream MODE=nftables|iptables PROXY=svcproxy|kube-proxy  upstream's sig-network
+#   make e2e-upstream MODE=nftables|iptables|ebpf PROXY=svcproxy|kube-proxy  upstream's sig-network
 #                 e2e suite (e2e.test v1.37.1) on that cluster; results in _output/cluster/e2e/
 #   make clean    remove _output/ (including the cached control-plane binaries)
 
@@ -82,7 +82,8 @@ demo: deps
 demo-down:
 	hack/demo.sh down
 
-# The real cluster (hack/cluster.sh): PROXY=svcproxy|kube-proxy, MODE=nftables|iptables.
+# The real cluster (hack/cluster.sh): PROXY=svcproxy|kube-proxy, MODE=nftables|iptables|ebpf
+# (ebpf: svcproxy only).
 # Root; the first run builds kubelet, kcm, scheduler, kubectl, agnhost, e2e.test (~17 min on a
 # quiet 2-core machine) and `make image`. Not part of make test.
 .PHONY: cluster-up cluster-down e2e-upstream

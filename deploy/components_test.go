@@ -3,9 +3,11 @@ package deploy
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -57,7 +59,7 @@ func TestComponentCombinations(t *testing.T) {
 	modes := []struct {
 		component string
 		mode      proxy.Mode
-	}{{"", proxy.ModeNFTables}, {"mode-iptables", proxy.ModeIPTables}, {"mode-ipvs", proxy.ModeIPVS}}
+	}{{"", proxy.ModeNFTables}, {"mode-iptables", proxy.ModeIPTables}, {"mode-ipvs", proxy.ModeIPVS}, {"mode-ebpf", proxy.ModeEBPF}}
 	others := []string{"api-endpoint", "pod-cidr", "metrics", "resources"}
 	base := baseSettings(t, fsys)
 	if base.mode != proxy.ModeNFTables || base.server == testServer || base.cidrs == testCIDRs {
@@ -81,7 +83,7 @@ func TestComponentCombinations(t *testing.T) {
 				name = "none"
 			}
 			t.Run(name, func(t *testing.T) {
-				w := want{settings: base, metricsPort: has["metrics"], resources: has["resources"], image: testImage}
+				w := want{settings: base, metricsPort: has["metrics"], resources: has["resources"], ebpf: m.mode == proxy.ModeEBPF, image: testImage}
 				w.mode = m.mode
 				if has["api-endpoint"] {
 					w.server = testServer
@@ -118,7 +120,7 @@ func TestCanaryCompositions(t *testing.T) {
 	fsys := deployFS(t)
 	checkCanary(t, mustBuild(t, fsys, writeOverlay(t, fsys, "canary-resources", "../canary", []string{"resources"}, false)),
 		testImage, true)
-	for _, c := range []string{"mode-iptables", "mode-ipvs", "api-endpoint", "pod-cidr", "metrics"} {
+	for _, c := range []string{"mode-iptables", "mode-ipvs", "mode-ebpf", "api-endpoint", "pod-cidr", "metrics"} {
 		_, err := build(fsys, writeOverlay(t, fsys, "canary-"+c, "../canary", []string{c}, true))
 		if err == nil || !strings.Contains(err.Error(), "ConfigMap.[noVer].[noGrp]/kube-proxy") {
 			t.Errorf("canary with %s: err = %v, want the missing kube-proxy ConfigMap", c, err)
@@ -157,5 +159,43 @@ func checkCanary(t *testing.T, r *rendered, image string, resources bool) {
 	if kp.Namespace != "kube-system" || len(kp.Labels)+len(kp.Annotations) != 0 || kp.Spec.Selector != nil ||
 		len(kp.Spec.Template.Labels) != 0 || !reflect.DeepEqual(kp.Spec.Template.Spec, off) {
 		t.Errorf("kube-proxy's DaemonSet: want only the affinity that keeps it off the canary nodes, have %+v", kp)
+	}
+}
+
+// checkEBPFMounts checks what mode-ebpf adds to the pod: the flags that
+// point svcproxy at the host's cgroup hierarchy and bpffs, and those two
+// hostPath mounts; without it, none of them.
+func checkEBPFMounts(t *testing.T, ds *appsv1.DaemonSet, ebpf bool) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	vols := map[string]*corev1.HostPathVolumeSource{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v.HostPath
+	}
+	if !ebpf {
+		if len(c.Args) != 0 || vols["cgroup"] != nil || vols["bpffs"] != nil {
+			t.Errorf("args %q volumes %+v: want no ebpf flags or mounts without mode-ebpf", c.Args, spec.Volumes)
+		}
+		return
+	}
+	// Not /sys/fs/cgroup: in the container that may be a cgroup namespace
+	// of its own, and the hooks would see svcproxy's sockets only.
+	wantArgs := []string{"--bpf-cgroup-root=/host/sys/fs/cgroup", "--bpf-pin-dir=/sys/fs/bpf/svcproxy"}
+	if !slices.Equal(c.Args, wantArgs) {
+		t.Errorf("args %q, want %q", c.Args, wantArgs)
+	}
+	if v := vols["cgroup"]; v == nil || v.Path != "/sys/fs/cgroup" || *v.Type != corev1.HostPathDirectory ||
+		mounts["cgroup"].MountPath != "/host/sys/fs/cgroup" || !mounts["cgroup"].ReadOnly {
+		t.Errorf("cgroup: want the host's /sys/fs/cgroup read-only at /host/sys/fs/cgroup, have %+v %+v", v, mounts["cgroup"])
+	}
+	// Read-write: svcproxy pins there, and the pins outlive the pod.
+	if v := vols["bpffs"]; v == nil || v.Path != "/sys/fs/bpf" || *v.Type != corev1.HostPathDirectoryOrCreate ||
+		mounts["bpffs"].MountPath != "/sys/fs/bpf" || mounts["bpffs"].ReadOnly {
+		t.Errorf("bpffs: want the host's /sys/fs/bpf read-write at /sys/fs/bpf, have %+v %+v", v, mounts["bpffs"])
 	}
 }

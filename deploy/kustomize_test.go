@@ -111,6 +111,7 @@ type want struct {
 	settings
 	metricsPort bool // the metrics component's container port
 	resources   bool // the resources component's requests and limit
+	ebpf        bool // mode-ebpf's flags and mounts
 	image       string
 }
 
@@ -190,6 +191,7 @@ func checkAdditions(t *testing.T, ds *appsv1.DaemonSet, w want) {
 	if len(c.Ports) != wantPorts {
 		t.Errorf("ports %+v, want %d", c.Ports, wantPorts)
 	}
+	checkEBPFMounts(t, ds, w.ebpf)
 	res := c.Resources
 	if !w.resources {
 		if len(res.Requests)+len(res.Limits) != 0 {

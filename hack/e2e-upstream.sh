@@ -3,7 +3,8 @@
 # Go module proxy) against the real cluster of hack/cluster.sh, with svcproxy or, for
 # comparison, upstream kube-proxy v1.37.1 as the kube-proxy DaemonSet.
 #
-#   make e2e-upstream MODE=nftables|iptables PROXY=svcproxy|kube-proxy [SUITE=all|conformance]
+#   make e2e-upstream MODE=nftables|iptables|ebpf PROXY=svcproxy|kube-proxy [SUITE=all|conformance]
+#   (MODE=ebpf: svcproxy only)
 #
 # Each run brings up a fresh cluster (hack/cluster.sh down + up: rules of a previous proxy never
 # linger), runs the selection with `ginkgo -p` from inside svk-cp, writes the ginkgo JSON report

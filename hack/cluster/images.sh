@@ -145,6 +145,9 @@ img_svcproxy() {
   local oci=$ROOT/_output/image/oci w ref
   [[ -f $oci/index.json ]] || die "no $oci: run \`make image\` first"
   ref=$(jq -r '.manifests[0].annotations["org.opencontainers.image.ref.name"]' "$oci/index.json")
+  # A build between tags is versioned v0.1.0-N+<commit>; "+" is not allowed in an image tag
+  # (kubelet: InvalidImageName), so "_" stands for it, as in Kubernetes' own image tags.
+  ref=${ref//+/_}
   w=$(mktemp -d)
   cp -a "$oci/." "$w/"
   jq --arg n "docker.io/library/$ref" '.manifests[0].annotations["io.containerd.image.name"] = $n' \

@@ -13,6 +13,8 @@
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=ebpf.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ebpf.sh"
 N=${2:-}
 [[ $N =~ ^[0-9]+$ ]] || die "usage: $0 start|stop N"
 D=$RUN/node$N
@@ -110,16 +112,21 @@ register() {
 }
 
 start() {
-  local t0=$SECONDS c
+  local t0=$SECONDS c cg pre=()
   mkdir -p "$D/containerd" "$D/cni/net.d" "$D/kubelet" "$D/pod-logs"
   containerd_config
   kubelet_config
   for c in $CGROUPS; do mkdir -p "/sys/fs/cgroup/$c/$NAME"; done
-  bg containerd "$D" "node$N" containerd --config "$D/containerd/config.toml"
+  # ebpf mode: containerd and kubelet (and so every pod) in the node's cgroup v2 directory
+  if [[ ${MODE:-} == ebpf ]]; then
+    cg=$(ebpf_node_up "$NAME")
+    pre=(sh -c "$CGROUP_EXEC" "$cg")
+  fi
+  bg containerd "$D" "node$N" "${pre[@]}" containerd --config "$D/containerd/config.toml"
   wait_for 30 "$NAME's containerd socket" test -S "$SOCK"
   import_images
   log "$NAME: containerd up, images imported after $((SECONDS - t0)) s"
-  bg kubelet "$D" "node$N" "$(upstream_bin)/kubelet" --config "$D/kubelet/config.yaml" \
+  bg kubelet "$D" "node$N" "${pre[@]}" "$(upstream_bin)/kubelet" --config "$D/kubelet/config.yaml" \
     --kubeconfig "$RUN/node$N.kubeconfig" --root-dir "$D/kubelet/root" \
     --hostname-override "$NAME" --node-ip "$(node_ip "$N")" --v=1
   register
@@ -151,6 +158,7 @@ stop() {
     kill -9 "$p" 2>/dev/null || true
   done
   kill_cgroup_tasks
+  ebpf_node_down "$NAME"
   for m in $(awk -v d="$D/" 'index($2,d)==1{print $2}' /proc/self/mounts | sort -r); do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
   done
