@@ -59,20 +59,44 @@ func kinds(log []string) []string {
 	return out
 }
 
+// syncStore runs one sync of st through s over tb, as Proxier.Sync does
+// without loading programs: the engine's plan for mode, the read-back,
+// render, claims and the write. It returns the entries written.
+func syncStore(t *testing.T, s *store, tb tables, st *desired.State, mode proxy.SyncMode) int {
+	t.Helper()
+	plan, err := s.syncs.Begin(mode, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.ReadBack {
+		if err := s.readBack(tb); err != nil {
+			t.Fatal(err)
+		}
+		s.syncs.ReadDone()
+	}
+	s.claim(s.render(st, plan.Full), plan.Full)
+	n, err := s.write(tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestApplyOrder checks that no frontend ever counts a slot that is not
 // written: slots are written before the record that counts them, and
 // deleted after the record that counted them changes.
 func TestApplyOrder(t *testing.T) {
 	tb, log := recorders()
-	var have Contents
-	step := func(ports ...uint16) []string {
+	s := newStore()
+	mode := proxy.FullSync
+	step := func(st *desired.State) []string {
 		*log = nil
-		want := Render(stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(pod, ports...)...)))
-		if _, err := apply(tb, &have, &want); err != nil {
-			t.Fatal(err)
-		}
-		have = want
+		syncStore(t, s, tb, st, mode)
+		mode = proxy.PartialSync
 		return kinds(*log)
+	}
+	web := func(ports ...uint16) *desired.State {
+		return stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(pod, ports...)...))
 	}
 	for _, c := range []struct {
 		ports []uint16
@@ -83,15 +107,13 @@ func TestApplyOrder(t *testing.T) {
 		{[]uint16{3}, []string{"put slot", "put service", "del slot"}},
 		{nil, []string{"put service", "del slot"}},
 	} {
-		if got := step(c.ports...); !slices.Equal(got, c.want) {
+		if got := step(changed(web(c.ports...))); !slices.Equal(got, c.want) {
 			t.Errorf("to endpoints %v: operations %v, want %v", c.ports, got, c.want)
 		}
 	}
-	*log = nil
-	if _, err := apply(tb, &have, &Contents{}); err != nil {
-		t.Fatal(err)
-	}
-	if got := kinds(*log); !slices.Equal(got, []string{"del service"}) {
+	gone := stateOf(proxy.IPv4)
+	gone.Changed = map[proxy.ServicePortName]struct{}{svc("web", proxy.TCP, vip4, 80).Name: {}}
+	if got := step(gone); !slices.Equal(got, []string{"del service"}) {
 		t.Errorf("removing the service: %v, want [del service]", got)
 	}
 }
@@ -102,14 +124,12 @@ func TestApplyWritesOnlyTheDifference(t *testing.T) {
 	for i, name := range []string{"a", "b", "c"} {
 		sps = append(sps, svc(name, proxy.TCP, netip.AddrFrom4([4]byte{172, 30, 0, byte(i + 1)}), 80, eps(pod, 1, 2)...))
 	}
-	want := Render(stateOf(proxy.IPv4, sps...))
-	n, err := apply(tb, &Contents{}, &want)
-	if err != nil || n != 12 {
-		t.Fatalf("first apply: %d entries, %v; want 12 (3 records, 3 any-port records, 6 slots)", n, err)
+	st := stateOf(proxy.IPv4, sps...)
+	if n := syncStore(t, newStore(), tb, st, proxy.RecoverySync); n != 12 {
+		t.Fatalf("first sync: %d entries; want 12 (3 records, 3 any-port records, 6 slots)", n)
 	}
-	have, _ := readBack(tb)
 	*log = nil
-	if n, err := apply(tb, have, &want); err != nil || n != 0 || len(*log) != 0 {
-		t.Errorf("applying the same contents over a read-back: %d entries %v, %v; want none", n, *log, err)
+	if n := syncStore(t, newStore(), tb, st, proxy.RecoverySync); n != 0 || len(*log) != 0 {
+		t.Errorf("the same State over a read-back (a restart): %d entries %v; want none", n, *log)
 	}
 }
