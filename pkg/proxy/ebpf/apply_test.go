@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -17,10 +18,16 @@ type recorder[K, V comparable] struct {
 	name string
 	m    map[K]V
 	log  *[]string
+	// failAfter, when set, makes a put stop with an error after writing
+	// that many entries, as a batch the kernel refused partway.
+	failAfter *int
 }
 
 func (r *recorder[K, V]) put(keys []K, vals []V) error {
 	for i, k := range keys {
+		if r.failAfter != nil && i == *r.failAfter {
+			return errors.New("refused")
+		}
 		r.m[k] = vals[i]
 		*r.log = append(*r.log, fmt.Sprintf("put %s %v", r.name, k))
 	}
@@ -64,22 +71,26 @@ func kinds(log []string) []string {
 // render, claims and the write. It returns the entries written.
 func syncStore(t *testing.T, s *store, tb tables, st *desired.State, mode proxy.SyncMode) int {
 	t.Helper()
-	plan, err := s.syncs.Begin(mode, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if plan.ReadBack {
-		if err := s.readBack(tb); err != nil {
-			t.Fatal(err)
-		}
-		s.syncs.ReadDone()
-	}
-	s.claim(s.render(st, plan.Full), plan.Full)
-	n, err := s.write(tb)
+	n, err := trySync(s, tb, st, mode)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// trySync is syncStore returning the sync's error.
+func trySync(s *store, tb tables, st *desired.State, mode proxy.SyncMode) (int, error) {
+	plan, err := s.syncs.Begin(mode, "test")
+	if err != nil {
+		return 0, err
+	}
+	if plan.ReadBack {
+		if err := s.readBack(tb); err != nil {
+			return 0, err
+		}
+	}
+	s.claim(s.render(st, plan.Full), plan.Full)
+	return s.write(tb)
 }
 
 // TestApplyOrder checks that no frontend ever counts a slot that is not
@@ -131,5 +142,40 @@ func TestApplyWritesOnlyTheDifference(t *testing.T) {
 	*log = nil
 	if n := syncStore(t, newStore(), tb, st, proxy.RecoverySync); n != 0 || len(*log) != 0 {
 		t.Errorf("the same State over a read-back (a restart): %d entries %v; want none", n, *log)
+	}
+}
+
+// TestFailedWriteReadsBack: a batch refused partway leaves entries the
+// store did not record, so the next partial sync is refused (the syncer
+// makes it full) and the full sync reads the maps back, writes only what
+// is still missing and leaves them as a full render would.
+func TestFailedWriteReadsBack(t *testing.T) {
+	tb, log := recorders()
+	s := newStore()
+	web := func(ports ...uint16) *desired.State {
+		return stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(pod, ports...)...))
+	}
+	syncStore(t, s, tb, web(1), proxy.FullSync)
+
+	one := 1
+	tb.backends.(*recorder[beKey, beVal]).failAfter = &one
+	if _, err := trySync(s, tb, changed(web(1, 2, 3)), proxy.PartialSync); err == nil {
+		t.Fatal("the refused batch was not reported")
+	}
+	tb.backends.(*recorder[beKey, beVal]).failAfter = nil
+	*log = nil
+	st := changed(web(1, 2, 3))
+	if _, err := trySync(s, tb, st, proxy.PartialSync); !errors.Is(err, proxy.ErrFullSyncNeeded) || len(*log) != 0 {
+		t.Fatalf("partial sync after the failure: %v, wrote %v; want proxy.ErrFullSyncNeeded and nothing", err, *log)
+	}
+	// Slot 1 went in before the refusal: slot 2 and the record remain.
+	if n := syncStore(t, s, tb, st, proxy.FullSync); n != 2 {
+		t.Errorf("the full sync after the failure wrote %d entries %v, want 2", n, *log)
+	}
+	got, err := dump(tb)
+	want := Render(st)
+	if err != nil || !maps.Equal(got.Services, want.Services) || !maps.Equal(got.Backends, want.Backends) {
+		t.Errorf("after the full sync the maps hold %v %v (%v), want a full render's %v %v",
+			got.Services, got.Backends, err, want.Services, want.Backends)
 	}
 }

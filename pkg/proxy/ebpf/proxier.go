@@ -120,7 +120,6 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 	n, err := p.store.write(p.tables)
 	p.writes += uint64(n)
 	if err != nil {
-		p.store.syncs.Failed()
 		return err
 	}
 	p.published()
@@ -144,7 +143,6 @@ func (p *Proxier) ready(mode proxy.SyncMode, plan reconcile.Plan, capacity uint3
 		if err := p.store.readBack(p.tables); err != nil {
 			return err
 		}
-		p.store.syncs.ReadDone()
 	}
 	return nil
 }

@@ -118,11 +118,17 @@ func (s *store) claim(parts map[owner]*part, full bool) {
 
 // write applies the difference to t, in phase order, and returns how many
 // entries it wrote or deleted. It stops at the first failure: the steps
-// after it may count on it.
+// after it may count on it. A failed batch may have written part of its
+// entries, which the kernel side does not record, so the maps must be
+// read back before the next diff.
 func (s *store) write(t tables) (int, error) {
-	return reconcile.RunUntilFailure(
+	n, err := reconcile.RunUntilFailure(
 		reconcile.Batch(s.slots, putOrDelete(t.backends, "endpoint slots")),
 		reconcile.Batch(s.records, putOrDelete(t.services, "service records")))
+	if err != nil {
+		s.syncs.Failed()
+	}
+	return n, err
 }
 
 // putOrDelete applies one phase's changes of one map in one batch (a phase
@@ -150,7 +156,8 @@ func putOrDelete[K, V comparable](t table[K, V], what string) func([]reconcile.C
 	}
 }
 
-// readBack makes the maps' contents the store's kernel side.
+// readBack makes the maps' contents the store's kernel side, which the
+// next diffs then trust.
 func (s *store) readBack(t tables) error {
 	records, err := t.services.dump()
 	if err != nil {
@@ -167,6 +174,7 @@ func (s *store) readBack(t tables) error {
 	for k, v := range slots {
 		s.slots.SetKernel(k, v)
 	}
+	s.syncs.ReadDone()
 	return nil
 }
 
