@@ -10,8 +10,7 @@ import (
 // and a dump for read-back. The kernel's maps and the tests' recorder
 // implement it.
 type table[K, V comparable] interface {
-	put(keys []K, vals []V) error
-	del(keys []K) error
+	bpfmap.Writer[K, V]
 	dump() (map[K]V, error)
 }
 
@@ -24,11 +23,11 @@ type tables struct {
 // kernelTable is a table over a BPF map.
 type kernelTable[K, V comparable] struct{ m *ebpf.Map }
 
-func (t kernelTable[K, V]) put(keys []K, vals []V) error {
+func (t kernelTable[K, V]) Put(keys []K, vals []V) error {
 	return bpfmap.Table[K, V]{M: t.m}.Put(keys, vals)
 }
 
-func (t kernelTable[K, V]) del(keys []K) error { return bpfmap.Table[K, V]{M: t.m}.Del(keys) }
+func (t kernelTable[K, V]) Del(keys []K) error { return bpfmap.Table[K, V]{M: t.m}.Del(keys) }
 
 func (t kernelTable[K, V]) dump() (map[K]V, error) { return bpfmap.Table[K, V]{M: t.m}.Dump() }
 

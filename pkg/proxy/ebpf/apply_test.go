@@ -23,7 +23,7 @@ type recorder[K, V comparable] struct {
 	failAfter *int
 }
 
-func (r *recorder[K, V]) put(keys []K, vals []V) error {
+func (r *recorder[K, V]) Put(keys []K, vals []V) error {
 	for i, k := range keys {
 		if r.failAfter != nil && i == *r.failAfter {
 			return errors.New("refused")
@@ -34,7 +34,7 @@ func (r *recorder[K, V]) put(keys []K, vals []V) error {
 	return nil
 }
 
-func (r *recorder[K, V]) del(keys []K) error {
+func (r *recorder[K, V]) Del(keys []K) error {
 	for _, k := range keys {
 		delete(r.m, k)
 		*r.log = append(*r.log, fmt.Sprintf("del %s %v", r.name, k))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/bpfmap"
 	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
@@ -123,37 +124,12 @@ func (s *store) claim(parts map[owner]*part, full bool) {
 // read back before the next diff.
 func (s *store) write(t tables) (int, error) {
 	n, err := reconcile.RunUntilFailure(
-		reconcile.Batch(s.slots, putOrDelete(t.backends, "endpoint slots")),
-		reconcile.Batch(s.records, putOrDelete(t.services, "service records")))
+		reconcile.Batch(s.slots, bpfmap.Write(t.backends, "endpoint slots")),
+		reconcile.Batch(s.records, bpfmap.Write(t.services, "service records")))
 	if err != nil {
 		s.syncs.Failed()
 	}
 	return n, err
-}
-
-// putOrDelete applies one phase's changes of one map in one batch (a phase
-// holds puts or deletes, never both).
-func putOrDelete[K, V comparable](t table[K, V], what string) func([]reconcile.Change[K, V]) error {
-	return func(cs []reconcile.Change[K, V]) error {
-		keys := make([]K, len(cs))
-		for i, c := range cs {
-			keys[i] = c.Key
-		}
-		if cs[0].Op == reconcile.Delete {
-			if err := t.del(keys); err != nil {
-				return fmt.Errorf("deleting %s: %w", what, err)
-			}
-			return nil
-		}
-		vals := make([]V, len(cs))
-		for i, c := range cs {
-			vals[i] = c.Want
-		}
-		if err := t.put(keys, vals); err != nil {
-			return fmt.Errorf("writing %s: %w", what, err)
-		}
-		return nil
-	}
 }
 
 // readBack makes the maps' contents the store's kernel side, which the
