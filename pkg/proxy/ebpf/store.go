@@ -24,13 +24,9 @@ const (
 )
 
 var (
-	recordKind = reconcile.Kind[svcKey, svcVal]{Name: "service records", Equal: same[svcVal],
-		AddPhase: phaseRecordPut, UpdatePhase: phaseRecordPut, DeletePhase: phaseRecordDel}
-	slotKind = reconcile.Kind[beKey, beVal]{Name: "endpoint slots", Equal: same[beVal],
-		AddPhase: phaseSlotPut, UpdatePhase: phaseSlotPut, DeletePhase: phaseSlotDel}
+	recordKind = bpfmap.Kind[svcKey, svcVal]("service records", phaseRecordPut, phaseRecordDel)
+	slotKind   = bpfmap.Kind[beKey, beVal]("endpoint slots", phaseSlotPut, phaseSlotDel)
 )
-
-func same[V comparable](a, b V) bool { return a == b }
 
 // store is the two maps as the reconciliation engine keeps them: the
 // entries each service port claims (the any-port record of a cluster IP is

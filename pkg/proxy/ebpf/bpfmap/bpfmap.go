@@ -77,6 +77,15 @@ func (t Table[K, V]) Each(fn func(K, V) error) error {
 	}
 }
 
+// Kind is the reconcile.Kind of a map's entries, named name: a value
+// compares as its bytes do, and an entry is written with one put whether
+// it is new or changed, so adds and updates share the phase put; deletes
+// run in phase del.
+func Kind[K, V comparable](name string, put, del int) reconcile.Kind[K, V] {
+	return reconcile.Kind[K, V]{Name: name, Equal: func(want, have V) bool { return want == have },
+		AddPhase: put, UpdatePhase: put, DeletePhase: del}
+}
+
 // Writer writes and deletes a map's entries in batches: a BPF map
 // (Table), or a test's recorder.
 type Writer[K, V any] interface {

@@ -30,19 +30,13 @@ const (
 )
 
 var (
-	frontendKind = reconcile.Kind[svcKey, svcVal]{Name: "frontends", Equal: same[svcVal],
-		AddPhase: phaseFrontendPut, UpdatePhase: phaseFrontendPut, DeletePhase: phaseFrontendDel}
-	slotKind = reconcile.Kind[beKey, beVal]{Name: "endpoint slots", Equal: same[beVal],
-		AddPhase: phaseSlotPut, UpdatePhase: phaseSlotPut, DeletePhase: phaseSlotDel}
-	maglevKind = reconcile.Kind[beKey, beVal]{Name: "Maglev slots", Equal: same[beVal],
-		AddPhase: phaseMaglevPut, UpdatePhase: phaseMaglevPut, DeletePhase: phaseMaglevDel}
+	frontendKind = bpfmap.Kind[svcKey, svcVal]("frontends", phaseFrontendPut, phaseFrontendDel)
+	slotKind     = bpfmap.Kind[beKey, beVal]("endpoint slots", phaseSlotPut, phaseSlotDel)
+	maglevKind   = bpfmap.Kind[beKey, beVal]("Maglev slots", phaseMaglevPut, phaseMaglevDel)
 	// The configuration is an array's one entry, always claimed: it is
 	// never deleted.
-	configKind = reconcile.Kind[uint32, cfgVal]{Name: "the configuration", Equal: same[cfgVal],
-		AddPhase: phaseConfigPut, UpdatePhase: phaseConfigPut, DeletePhase: phaseConfigPut}
+	configKind = bpfmap.Kind[uint32, cfgVal]("the configuration", phaseConfigPut, phaseConfigPut)
 )
-
-func same[V comparable](a, b V) bool { return a == b }
 
 // store is the maps as the reconciliation engine keeps them: what the
 // render claims, what the maps hold, and when they must be read back.
