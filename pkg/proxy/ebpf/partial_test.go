@@ -18,24 +18,16 @@ func TestPartialSync(t *testing.T) {
 	b := svc("b", proxy.TCP, vip(2), 80, eps(pod, 1, 2, 3)...)
 	c := svc("c", proxy.UDP, vip(3), 53, eps(pod, 53)...)
 	tb, log := recorders()
-	first, idx := renderAll(stateOf(proxy.IPv4, a, b, c))
-	if _, err := apply(tb, &Contents{}, &first); err != nil {
-		t.Fatal(err)
-	}
-	rec := newRecord(first, idx)
+	s := newStore()
+	syncStore(t, s, tb, stateOf(proxy.IPv4, a, b, c), proxy.FullSync)
 
 	// b loses an endpoint, c goes, d comes.
 	b2 := svc("b", proxy.TCP, vip(2), 80, eps(pod, 1, 3)...)
 	d := svc("d", proxy.TCP, vip(4), 80, eps(pod, 4)...)
 	st := stateOf(proxy.IPv4, a, b2, d)
 	st.Changed = map[proxy.ServicePortName]struct{}{b.Name: {}, c.Name: {}, d.Name: {}}
-	ch := rec.partial(st)
 	*log = nil
-	n, err := apply(tb, &ch.have, &ch.want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.commit(ch)
+	n := syncStore(t, s, tb, st, proxy.PartialSync)
 
 	// b: slot 1 rewritten, its count, slot 2 deleted; c: its record, its
 	// cluster IP's any-port record and its slot; d: the same, written.
@@ -43,18 +35,15 @@ func TestPartialSync(t *testing.T) {
 		t.Errorf("partial sync wrote %d entries (%v), want 9", n, *log)
 	}
 	want := Render(st)
-	got, _ := readBack(tb)
+	got, _ := dump(tb)
 	if !maps.Equal(got.Services, want.Services) || !maps.Equal(got.Backends, want.Backends) {
 		t.Errorf("after the partial sync the maps hold\n%v\n%v\nwant a full render's\n%v\n%v", got.Services, got.Backends, want.Services, want.Backends)
 	}
-	if !maps.Equal(rec.contents.Services, want.Services) || !maps.Equal(rec.contents.Backends, want.Backends) {
-		t.Error("the record differs from the maps after the partial sync")
+	if s.records.KernelLen() != len(want.Services) || s.slots.KernelLen() != len(want.Backends) {
+		t.Error("the store's record differs from the maps after the partial sync")
 	}
-	if _, ok := rec.index[c.Name]; ok || len(rec.index) != 3 {
-		t.Errorf("index after the partial sync: %v, want a, b and d", rec.index)
-	}
-	if !rec.partialOK(st, proxy.PartialSync) || rec.partialOK(st, proxy.FullSync) || rec.partialOK(&desired.State{}, proxy.PartialSync) {
-		t.Error("partialOK: want a partial render only for a PartialSync with a known change set")
+	if _, ok := s.ids[c.Name]; ok || len(s.ids) != 3 {
+		t.Errorf("group IDs after the partial sync: %v, want a, b and d's", s.ids)
 	}
 }
 
@@ -65,22 +54,25 @@ func TestPartialSyncSharedClusterIP(t *testing.T) {
 	https := svc("web", proxy.TCP, vip4, 443, eps(pod, 443)...)
 	https.Name.Port = "https"
 	tb, _ := recorders()
-	all, idx := renderAll(stateOf(proxy.IPv4, http, https))
-	if _, err := apply(tb, &Contents{}, &all); err != nil {
-		t.Fatal(err)
-	}
-	rec := newRecord(all, idx)
+	s := newStore()
+	syncStore(t, s, tb, stateOf(proxy.IPv4, http, https), proxy.FullSync)
 	for _, st := range []*desired.State{stateOf(proxy.IPv4, http), stateOf(proxy.IPv4)} {
 		st.Changed = map[proxy.ServicePortName]struct{}{http.Name: {}, https.Name: {}}
-		ch := rec.partial(st)
-		if _, err := apply(tb, &ch.have, &ch.want); err != nil {
-			t.Fatal(err)
-		}
-		rec.commit(ch)
-		got, _ := readBack(tb)
+		syncStore(t, s, tb, st, proxy.PartialSync)
+		got, _ := dump(tb)
 		want := Render(st)
 		if !maps.Equal(got.Services, want.Services) {
 			t.Errorf("with %d ports left the maps hold %v, want %v", st.Services.Len(), got.Services, want.Services)
 		}
 	}
+}
+
+// dump is what tb's maps hold.
+func dump(tb tables) (Contents, error) {
+	s, err := tb.services.dump()
+	if err != nil {
+		return Contents{}, err
+	}
+	b, err := tb.backends.dump()
+	return Contents{Services: s, Backends: b}, err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
 // DefaultPinDir is where maps and links are pinned unless Options say
@@ -59,8 +60,8 @@ type Proxier struct {
 	// programmed is set once a Sync succeeded, for CanaryMissing.
 	programmed atomic.Bool
 	stats      atomic.Pointer[Stats]
-	// rec is what the maps hold; nil when unknown (read back).
-	rec    *record
+	// store is what the ports claim and the maps hold (store.go).
+	store  *store
 	writes uint64
 	// sockets destroys translated sockets, beside the syncs.
 	sockets *Sockets
@@ -87,7 +88,7 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 	}
 	dir := familyDir(o.PinDir, family)
 	return &Proxier{family: family, dir: dir, cgroup: o.Cgroup, netns: o.NodeNetns, socketEntries: o.SocketEntries,
-		minCapacity: minCapacity, sockets: newSockets(family, dir, o.Cgroup)}, nil
+		minCapacity: minCapacity, store: newStore(), sockets: newSockets(family, dir, o.Cgroup)}, nil
 }
 
 // Init is part of the backend interface; loading waits for the first
@@ -95,81 +96,79 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 func (p *Proxier) Init(context.Context) error { return nil }
 
 // Sync makes the maps hold what st renders to, writing only the
-// difference. A PartialSync renders only the service ports of st.Changed;
-// the others render the whole State, and a RecoverySync first reads the
-// maps back. Maps too small for the State are grown.
+// difference. The engine's plan (reconcile.Syncs) says how much: a
+// PartialSync renders only the service ports of st.Changed, a FullSync
+// every one, and a RecoverySync (as every sync after a failure) first
+// reads the maps back. Maps too small for the State are grown.
 func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode) error {
-	if p.rec.partialOK(st, mode) {
-		ch := p.rec.partial(st)
-		if p.fits(p.rec.size(ch)) {
-			stabilize(&ch.have, &ch.want)
-			return p.apply(&ch.have, &ch.want, func() { p.rec.commit(ch) })
-		}
-		// Growing renders everything; the record partial changed is
-		// forgotten.
-		p.rec = nil
+	if mode == proxy.PartialSync && st.Changed == nil {
+		mode = proxy.FullSync // the State does not say what changed
 	}
-	want, idx := renderAll(st)
-	need := uint32(max(len(want.Services), len(want.Backends)))
-	if p.kernel == nil {
-		if err := p.load(p.capacityFor(need)); err != nil {
-			return err
-		}
-	} else if mode == proxy.RecoverySync {
-		if err := p.repin(p.capacityFor(need)); err != nil {
-			return err
-		}
-	}
-	var have *Contents
-	if mode == proxy.RecoverySync || p.rec == nil {
-		c, err := readBack(p.tables)
-		if err != nil {
-			return err
-		}
-		have = c
-	} else {
-		have = &p.rec.contents
-	}
-	stabilize(have, &want)
-	if !p.fits(len(want.Services), len(want.Backends)) {
-		return p.grow(&want, idx, p.capacityFor(need))
-	}
-	return p.apply(have, &want, func() { p.rec = newRecord(want, idx) })
-}
-
-// grow moves the programs to maps of capacity entries, filled with want
-// (its slots stabilized against the old maps) before any hook uses them.
-func (p *Proxier) grow(want *Contents, idx frontendIndex, capacity uint32) error {
-	next, err := p.kernel.grow(p.progConfig(), capacity)
+	plan, err := p.store.syncs.Begin(mode, fmt.Sprintf("ebpf %s", p.family))
 	if err != nil {
 		return err
 	}
+	parts := p.store.render(st, plan.Full)
+	if err := p.ready(mode, plan, p.capacityFor(uint32(p.store.need(parts, plan.Full)))); err != nil {
+		p.store.syncs.Failed() // the IDs render took are not claimed
+		return err
+	}
+	p.store.claim(parts, plan.Full)
+	if need := max(p.store.records.Len(), p.store.slots.Len()); !p.fits(need) {
+		return p.grow(p.capacityFor(uint32(need)))
+	}
+	n, err := p.store.write(p.tables)
+	p.writes += uint64(n)
+	if err != nil {
+		return err
+	}
+	p.published()
+	return nil
+}
+
+// ready loads the programs and maps (capacity: for a first load), or pins
+// them again for a RecoverySync, and reads the maps back when the plan
+// says so.
+func (p *Proxier) ready(mode proxy.SyncMode, plan reconcile.Plan, capacity uint32) error {
+	if p.kernel == nil {
+		if err := p.load(capacity); err != nil {
+			return err
+		}
+	} else if mode == proxy.RecoverySync {
+		if err := p.repin(capacity); err != nil {
+			return err
+		}
+	}
+	if plan.ReadBack {
+		if err := p.store.readBack(p.tables); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// grow moves the programs to maps of capacity entries, filled with the
+// claims (their slots stabilized against the old maps) before any hook
+// uses them.
+func (p *Proxier) grow(capacity uint32) error {
+	next, err := p.kernel.grow(p.progConfig(), capacity)
+	if err != nil {
+		p.store.syncs.Failed()
+		return err
+	}
 	t := tablesOf(next)
-	n, err := apply(t, &Contents{}, want)
+	p.store.emptied()
+	n, err := p.store.write(t)
 	p.writes += uint64(n)
 	if err == nil {
 		err = p.kernel.swap(next, p.dir)
 	}
 	if err != nil {
 		next.close()
-		p.rec = nil
+		p.store.syncs.Failed()
 		return err
 	}
-	p.kernel, p.tables, p.rec = next, t, newRecord(*want, idx)
-	p.published()
-	return nil
-}
-
-// apply writes the difference and, when it all went in, runs commit; after
-// a failure the record is forgotten and the next sync reads the maps back.
-func (p *Proxier) apply(have, want *Contents, commit func()) error {
-	n, err := apply(p.tables, have, want)
-	p.writes += uint64(n)
-	if err != nil {
-		p.rec = nil
-		return err
-	}
-	commit()
+	p.kernel, p.tables = next, t
 	p.published()
 	return nil
 }
@@ -179,7 +178,7 @@ func (p *Proxier) load(capacity uint32) error {
 	if err != nil {
 		return err
 	}
-	p.kernel, p.tables, p.rec = l, tablesOf(l), nil
+	p.kernel, p.tables = l, tablesOf(l)
 	return nil
 }
 
@@ -194,22 +193,10 @@ func tablesOf(l *loaded) tables {
 	}
 }
 
-// fits reports whether the maps can hold the entries a State needs.
-func (p *Proxier) fits(services, backends int) bool {
-	return services <= int(p.kernel.mapOf(mapServices).MaxEntries()) &&
-		backends <= int(p.kernel.mapOf(mapBackends).MaxEntries())
-}
-
-func readBack(t tables) (*Contents, error) {
-	s, err := t.services.dump()
-	if err != nil {
-		return nil, fmt.Errorf("reading back the service map: %w", err)
-	}
-	b, err := t.backends.dump()
-	if err != nil {
-		return nil, fmt.Errorf("reading back the backend map: %w", err)
-	}
-	return &Contents{Services: s, Backends: b}, nil
+// fits reports whether both maps can hold need entries.
+func (p *Proxier) fits(need int) bool {
+	return need <= int(p.kernel.mapOf(mapServices).MaxEntries()) &&
+		need <= int(p.kernel.mapOf(mapBackends).MaxEntries())
 }
 
 // capacityFor sizes the service and backend maps for need entries, with
@@ -232,7 +219,7 @@ func (p *Proxier) Close() {
 		p.kernel.close()
 		p.kernel = nil
 	}
-	p.rec = nil
+	p.store = newStore()
 }
 
 // Cleanup detaches the family's programs and removes its pins and maps,

@@ -3,10 +3,10 @@ package ebpf
 import (
 	"hash/fnv"
 	"net/netip"
-	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
 // Contents is what the service and backend maps of one family hold.
@@ -29,27 +29,35 @@ func newContents() Contents {
 // probed past collisions in name order: the same State always renders the
 // same IDs, so a restarted svcproxy finds its own contents in the maps.
 func Render(st *desired.State) Contents {
-	c, _ := renderAll(st)
+	c := newContents()
+	for _, pt := range newStore().render(st, true) {
+		if pt == nil {
+			continue
+		}
+		for _, it := range pt.records {
+			c.Services[it.Key] = it.Value
+		}
+		for _, it := range pt.slots {
+			c.Backends[it.Key] = it.Value
+		}
+	}
 	return c
 }
 
-// frontendIndex lists, per service port, the frontends it rendered: what a
-// partial sync must remove or replace when the port changes.
-type frontendIndex map[proxy.ServicePortName][]svcKey
+// part is what one service port claims in the maps: its frontends'
+// records (the cluster IP's last, then its any-port record), and its
+// endpoint groups' slots, each group's a run in slot order.
+type part struct {
+	records []reconcile.Item[svcKey, svcVal]
+	slots   []reconcile.Item[beKey, beVal]
+	groups  []group
+}
 
-// renderAll is Render, also returning the index and the IDs it took.
-func renderAll(st *desired.State) (Contents, frontendIndex) {
-	c := newContents()
-	idx := frontendIndex{}
-	r := renderer{st: st, taken: map[uint64]bool{}, nodePortIPs: st.NodePortAddresses()}
-	for _, name := range slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare) {
-		sp := st.Service(name)
-		if keys := r.port(&c, sp); len(keys) > 0 {
-			idx[name] = keys
-			c.Services[anyPort(sp.ClusterIP)] = svcVal{}
-		}
-	}
-	return c, idx
+// group is one endpoint group of a part: its ID and its run of slots.
+type group struct {
+	id    uint64
+	first int // index in part.slots
+	count int
 }
 
 // renderer renders service ports one at a time; taken holds the group IDs
@@ -61,12 +69,13 @@ type renderer struct {
 	nodePortIPs []netip.Addr
 }
 
-// port renders sp into c and returns its frontends, the cluster IP's last.
-func (r *renderer) port(c *Contents, sp *desired.ServicePort) []svcKey {
+// port renders sp, or nil for a protocol the hooks do not translate.
+func (r *renderer) port(sp *desired.ServicePort) *part {
 	proto, ok := protoNumbers[sp.Protocol]
 	if !ok {
 		return nil
 	}
+	pt := &part{}
 	routes := r.st.RoutesOf(sp)
 	groups := map[desired.Set]target{}
 	record := func(path desired.Path) svcVal {
@@ -77,22 +86,23 @@ func (r *renderer) port(c *Contents, sp *desired.ServicePort) []svcKey {
 		}{{&v.Pod, desired.FromPod}, {&v.Node, desired.FromNode}} {
 			set := routes[path][side.src].Set
 			if _, ok := groups[set]; !ok {
-				groups[set] = r.group(c, sp, set)
+				groups[set] = r.group(pt, sp, set)
 			}
 			*side.to = groups[set]
 		}
 		return v
 	}
-	cluster := frontendKey(sp.ClusterIP, sp.Port, proto)
-	c.Services[cluster] = record(desired.ClusterIPPath)
-	fronts := externalFrontends(sp, proto, r.nodePortIPs)
-	if len(fronts) > 0 {
+	cluster := record(desired.ClusterIPPath)
+	if fronts := externalFrontends(sp, proto, r.nodePortIPs); len(fronts) > 0 {
 		external := record(desired.ExternalPath)
 		for _, k := range fronts {
-			c.Services[k] = external
+			pt.records = append(pt.records, reconcile.Item[svcKey, svcVal]{Key: k, Value: external})
 		}
 	}
-	return append(fronts, cluster)
+	pt.records = append(pt.records,
+		reconcile.Item[svcKey, svcVal]{Key: frontendKey(sp.ClusterIP, sp.Port, proto), Value: cluster},
+		reconcile.Item[svcKey, svcVal]{Key: anyPort(sp.ClusterIP)})
+	return pt
 }
 
 // externalFrontends lists sp's node ports, external IPs and LB IPs.
@@ -116,17 +126,18 @@ func externalFrontends(sp *desired.ServicePort, proto uint8, nodePortIPs []netip
 	return out
 }
 
-// group renders the endpoint group of sp's dispatch set and returns the
-// target that points at it.
-func (r *renderer) group(c *Contents, sp *desired.ServicePort, set desired.Set) target {
+// group renders the endpoint group of sp's dispatch set into pt and
+// returns the target that points at it.
+func (r *renderer) group(pt *part, sp *desired.ServicePort, set desired.Set) target {
 	d := sp.Dispatch(set)
 	id := groupID(sp.Name, set)
 	for r.taken[id] {
 		id++
 	}
 	r.taken[id] = true
+	pt.groups = append(pt.groups, group{id: id, first: len(pt.slots), count: len(d.Endpoints)})
 	for i, ep := range d.Endpoints {
-		c.Backends[beKey{ID: id, Slot: uint32(i)}] = endpointVal(ep)
+		pt.slots = append(pt.slots, reconcile.Item[beKey, beVal]{Key: beKey{ID: id, Slot: uint32(i)}, Value: endpointVal(ep)})
 	}
 	tg := target{ID: id, Count: uint32(len(d.Endpoints))}
 	if len(d.Endpoints) == 0 && d.Empty == desired.Drop {

@@ -1,44 +1,43 @@
 package ebpf
 
-// stabilize moves want's endpoints to the slots they hold in have, where a
-// group is in both: an endpoint that stays keeps its slot, a new one takes
-// a freed slot or goes to the end, and when the group shrinks the
+import "github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
+
+// stabilize moves pt's endpoints to the slots they hold in the maps, where
+// a group is in both: an endpoint that stays keeps its slot, a new one
+// takes a freed slot or goes to the end, and when the group shrinks the
 // endpoints above its new count move down into the holes. So a change
 // rewrites only the slots it must, and ClientIP affinity, which remembers
 // a client's slot, survives other endpoints' coming and going. Rendering
 // stays pure; this is bookkeeping against what the maps hold.
-func stabilize(have, want *Contents) {
+func (s *store) stabilize(pt *part) {
 	oldCount := map[uint64]uint32{}
-	for _, v := range have.Services {
-		for _, tg := range v.ids() {
-			oldCount[tg.ID] = tg.Count
+	for _, it := range pt.records {
+		if have, ok := s.records.Kernel(it.Key); ok {
+			for _, tg := range have.ids() {
+				oldCount[tg.ID] = tg.Count
+			}
 		}
 	}
-	newCount := map[uint64]uint32{}
-	for _, v := range want.Services {
-		for _, tg := range v.ids() {
-			newCount[tg.ID] = tg.Count
-		}
-	}
-	for id, n := range newCount {
-		if o, ok := oldCount[id]; ok && n > 0 && o > 0 {
-			restack(id, o, n, have.Backends, want.Backends)
+	for _, g := range pt.groups {
+		if o := oldCount[g.id]; o > 0 && g.count > 0 {
+			restack(g.id, o, pt.slots[g.first:g.first+g.count], s.slots.Kernel)
 		}
 	}
 }
 
-// restack rewrites want's n slots of group id so that endpoints keep the
-// slots they have among have's o.
-func restack(id uint64, o, n uint32, have, want map[beKey]beVal) {
+// restack rewrites want, the slots of group id in slot order, so that
+// endpoints keep the slots they have among the o the maps hold (have).
+func restack(id uint64, o uint32, want []reconcile.Item[beKey, beVal], have func(beKey) (beVal, bool)) {
+	n := uint32(len(want))
 	wanted := make(map[beVal]bool, n)
-	for s := range n {
-		wanted[want[beKey{ID: id, Slot: s}]] = true
+	for _, it := range want {
+		wanted[it.Value] = true
 	}
 	slots := make([]beVal, n)
 	filled := make([]bool, n)
 	var moved []beVal
 	for s := range o {
-		be, ok := have[beKey{ID: id, Slot: s}]
+		be, ok := have(beKey{ID: id, Slot: s})
 		if !ok || !wanted[be] {
 			continue
 		}
@@ -52,9 +51,9 @@ func restack(id uint64, o, n uint32, have, want map[beKey]beVal) {
 	// The rest (new endpoints, then those above the new count) fill the
 	// holes in order; new ones in want's order, so the result is stable.
 	var fresh []beVal
-	for s := range n {
-		if be := want[beKey{ID: id, Slot: s}]; wanted[be] {
-			fresh = append(fresh, be)
+	for _, it := range want {
+		if wanted[it.Value] {
+			fresh = append(fresh, it.Value)
 		}
 	}
 	fill := append(moved, fresh...)
@@ -64,6 +63,6 @@ func restack(id uint64, o, n uint32, have, want map[beKey]beVal) {
 		}
 	}
 	for s, be := range slots {
-		want[beKey{ID: id, Slot: uint32(s)}] = be
+		want[s].Value = be
 	}
 }

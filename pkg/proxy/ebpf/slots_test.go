@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // TestStableSlots: endpoints keep their slots across changes to the others,
 // so that only the slots that must change are written.
 func TestStableSlots(t *testing.T) {
-	render := func(ports ...uint16) Contents {
-		return Render(stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(pod, ports...)...)))
+	web := func(ports ...uint16) *desired.State {
+		return stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(pod, ports...)...))
 	}
 	slotsOf := func(c Contents) string {
 		tg := c.Services[frontendKey(vip4, 80, 6)].Pod
@@ -33,13 +34,11 @@ func TestStableSlots(t *testing.T) {
 		{[]uint16{5, 6}, []uint16{5, 6}, "[5 6]", 0},         // nothing changed
 		{[]uint16{1, 2}, []uint16{3, 4}, "[3 4]", 2},         // all replaced in place
 	} {
-		have, want := render(c.from...), render(c.to...)
-		stabilize(&have, &want)
 		tb, _ := recorders()
-		if _, err := apply(tb, &Contents{}, &have); err != nil {
-			t.Fatal(err)
-		}
-		n, err := apply(tb, &have, &want)
+		s := newStore()
+		syncStore(t, s, tb, web(c.from...), proxy.FullSync)
+		n := syncStore(t, s, tb, changed(web(c.to...)), proxy.PartialSync)
+		want, err := dump(tb)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,15 +14,13 @@ type Stats struct {
 }
 
 // published records, after a successful sync, that the programs run and
-// what the maps hold. The counts come from the record of the maps'
-// contents, so that a scrape reads no map.
+// what the maps hold. The counts come from the store's record of the
+// maps' contents, so that a scrape reads no map.
 func (p *Proxier) published() {
 	p.programmed.Store(true)
 	st := &Stats{Entries: map[string]int{}, Capacity: map[string]uint32{}, Links: len(p.kernel.links), Writes: p.writes}
-	if p.rec != nil {
-		st.Entries[mapServices] = len(p.rec.contents.Services)
-		st.Entries[mapBackends] = len(p.rec.contents.Backends)
-	}
+	st.Entries[mapServices] = p.store.records.KernelLen()
+	st.Entries[mapBackends] = p.store.slots.KernelLen()
 	for _, name := range []string{mapServices, mapBackends} {
 		st.Capacity[name] = p.kernel.mapOf(name).MaxEntries()
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
 )
 
-// mapTracer answers a flow from real kernel maps, programmed by apply with
-// what Render made of the flow's State: the lookups the hooks make, in Go.
+// mapTracer answers a flow from real kernel maps, programmed by a store
+// with the flow's State: the lookups the hooks make, in Go.
 type mapTracer struct {
 	services, backends *ebpf.Map
 }
@@ -31,12 +31,10 @@ func newMapTracer(t *testing.T, st *desired.State) *mapTracer {
 		must(t, err)
 		t.Cleanup(func() { (*m).Close() })
 	}
-	want := Render(st)
-	_, err = apply(tables{
+	syncStore(t, newStore(), tables{
 		services: kernelTable[svcKey, svcVal]{mt.services},
 		backends: kernelTable[beKey, beVal]{mt.backends},
-	}, &Contents{}, &want)
-	must(t, err)
+	}, st, proxy.FullSync)
 	return mt
 }
 

@@ -1,6 +1,6 @@
-// Package bpfmap writes the difference between what a BPF map holds and
-// what it should hold, in batches, for the eBPF backend's renderers (the
-// socket hooks' maps and the tc programs' maps).
+// Package bpfmap is the BPF map side of the eBPF backend's reconciliation
+// (pkg/proxy/reconcile): batch writes, deletes and read-backs of a map,
+// shared by the socket hooks' maps and the tc programs' maps.
 package bpfmap
 
 import (
@@ -8,24 +8,9 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
-)
 
-// Diff returns the keys to write (with their values) and to delete so that
-// have becomes want.
-func Diff[K, V comparable](have, want map[K]V) (put []K, vals []V, del []K) {
-	for k, v := range want {
-		if old, ok := have[k]; !ok || old != v {
-			put = append(put, k)
-			vals = append(vals, v)
-		}
-	}
-	for k := range have {
-		if _, ok := want[k]; !ok {
-			del = append(del, k)
-		}
-	}
-	return put, vals, del
-}
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
+)
 
 // Table is a BPF map of K to V.
 type Table[K, V comparable] struct{ M *ebpf.Map }
@@ -92,26 +77,44 @@ func (t Table[K, V]) Each(fn func(K, V) error) error {
 	}
 }
 
-// Step is one batch of an apply: what it does (for the error), how many
-// entries it writes or deletes, and the batch itself.
-type Step struct {
-	What string
-	N    int
-	Do   func() error
+// Kind is the reconcile.Kind of a map's entries, named name: a value
+// compares as its bytes do, and an entry is written with one put whether
+// it is new or changed, so adds and updates share the phase put; deletes
+// run in phase del.
+func Kind[K, V comparable](name string, put, del int) reconcile.Kind[K, V] {
+	return reconcile.Kind[K, V]{Name: name, Equal: func(want, have V) bool { return want == have },
+		AddPhase: put, UpdatePhase: put, DeletePhase: del}
 }
 
-// Apply runs the steps with entries, in order, and returns how many
-// entries they wrote or deleted; it stops at the first failure.
-func Apply(steps []Step) (int, error) {
-	n := 0
-	for _, s := range steps {
-		if s.N == 0 {
-			continue
+// Writer writes and deletes a map's entries in batches: a BPF map
+// (Table), or a test's recorder.
+type Writer[K, V any] interface {
+	Put(keys []K, vals []V) error
+	Del(keys []K) error
+}
+
+// Write is how reconcile.Batch applies one phase of a map's changes: in
+// one batch, all of them writes or all of them deletes (a kind's phases
+// never mix the two). what names the map's entries in the error.
+func Write[K comparable, V any](t Writer[K, V], what string) func([]reconcile.Change[K, V]) error {
+	return func(cs []reconcile.Change[K, V]) error {
+		keys := make([]K, len(cs))
+		for i, c := range cs {
+			keys[i] = c.Key
 		}
-		if err := s.Do(); err != nil {
-			return n, fmt.Errorf("%s: %w", s.What, err)
+		if cs[0].Op == reconcile.Delete {
+			if err := t.Del(keys); err != nil {
+				return fmt.Errorf("deleting %s: %w", what, err)
+			}
+			return nil
 		}
-		n += s.N
+		vals := make([]V, len(cs))
+		for i, c := range cs {
+			vals[i] = c.Want
+		}
+		if err := t.Put(keys, vals); err != nil {
+			return fmt.Errorf("writing %s: %w", what, err)
+		}
+		return nil
 	}
-	return n, nil
 }

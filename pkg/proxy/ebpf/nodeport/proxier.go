@@ -13,11 +13,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/bpfmap"
 )
 
 // Options configure a Proxier.
@@ -46,8 +43,8 @@ const (
 type Proxier struct {
 	o      Options
 	kernel *loaded
-	// have is what the maps hold; nil when unknown (read back).
-	have   *Contents
+	// store is what the render claims and the maps hold (store.go).
+	store  *store
 	writes uint64
 	// programmed is set once a Sync succeeded, for CanaryMissing.
 	programmed bool
@@ -58,14 +55,23 @@ func New(o Options) (*Proxier, error) {
 	if o.PinDir == "" {
 		return nil, errors.New("tc node ports: no pin directory")
 	}
-	return &Proxier{o: o}, nil
+	return &Proxier{o: o, store: newStore()}, nil
 }
 
 // Sync makes the maps hold what st renders to, writing only the
-// difference; a RecoverySync (and the first) reads the maps back first,
-// so that a restart with an unchanged State writes nothing.
+// difference. It renders the whole State every time, so every sync is a
+// full one; the engine's plan (reconcile.Syncs) reads the maps back at a
+// RecoverySync (and the first) and after a failure, so that a restart
+// with an unchanged State writes nothing.
 func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode) error {
 	want := Render(st)
+	if mode == proxy.PartialSync {
+		mode = proxy.FullSync
+	}
+	plan, err := p.store.syncs.Begin(mode, "tc node ports")
+	if err != nil {
+		return err
+	}
 	if p.kernel != nil && mode == proxy.RecoverySync && p.pinsMissing() {
 		// Load and pin again; the old links stay attached until the new
 		// ones are, so translation does not stop.
@@ -78,25 +84,22 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 		if err != nil {
 			return err
 		}
-		p.kernel, p.have = l, nil
+		p.kernel = l
 	}
 	if err := p.fits(&want); err != nil {
 		return err
 	}
-	if p.have == nil || mode == proxy.RecoverySync {
-		have, err := p.readBack()
-		if err != nil {
+	if plan.ReadBack {
+		if err := p.store.readBack(p.kernel.coll.Maps); err != nil {
 			return err
 		}
-		p.have = have
 	}
-	n, err := apply(p.kernel.coll.Maps, p.have, &want)
+	p.store.claim(&want)
+	n, err := p.store.write(tablesOf(p.kernel.coll.Maps))
 	p.writes += uint64(n)
 	if err != nil {
-		p.have = nil
 		return err
 	}
-	p.have = &want
 	p.programmed = true
 	return nil
 }
@@ -158,25 +161,6 @@ func (p *Proxier) fits(want *Contents) error {
 	return nil
 }
 
-func (p *Proxier) readBack() (*Contents, error) {
-	m := p.kernel.coll.Maps
-	c := Contents{}
-	var err error
-	if c.Services, err = (bpfmap.Table[svcKey, svcVal]{M: m[mapServices]}).Dump(); err != nil {
-		return nil, fmt.Errorf("reading back %s: %w", mapServices, err)
-	}
-	if c.Backends, err = (bpfmap.Table[beKey, beVal]{M: m[mapBackends]}).Dump(); err != nil {
-		return nil, fmt.Errorf("reading back %s: %w", mapBackends, err)
-	}
-	if c.Maglev, err = (bpfmap.Table[beKey, beVal]{M: m[mapMaglev]}).Dump(); err != nil {
-		return nil, fmt.Errorf("reading back %s: %w", mapMaglev, err)
-	}
-	if err := m[mapConfig].Lookup(uint32(0), &c.Config); err != nil {
-		return nil, fmt.Errorf("reading back %s: %w", mapConfig, err)
-	}
-	return &c, nil
-}
-
 // Writes counts the map entries this Proxier has written or deleted.
 func (p *Proxier) Writes() uint64 { return p.writes }
 
@@ -187,44 +171,12 @@ func (p *Proxier) Close() {
 		p.kernel.close()
 		p.kernel = nil
 	}
+	// Whatever loads the maps next reads them back.
+	p.store = newStore()
 }
 
 // Cleanup detaches the programs and removes every pin.
 func (p *Proxier) Cleanup() error {
 	p.Close()
 	return Remove(p.o.PinDir)
-}
-
-// apply writes the difference between have and want, in the order that
-// keeps every frontend usable throughout: a frontend's record is written
-// only after every slot it counts, and a slot deleted only after no
-// record counts it.
-func apply(maps map[string]*ebpf.Map, have, want *Contents) (int, error) {
-	bs := bpfmap.Table[beKey, beVal]{M: maps[mapBackends]}
-	ms := bpfmap.Table[beKey, beVal]{M: maps[mapMaglev]}
-	ss := bpfmap.Table[svcKey, svcVal]{M: maps[mapServices]}
-	bPut, bVals, bDel := bpfmap.Diff(have.Backends, want.Backends)
-	mPut, mVals, mDel := bpfmap.Diff(have.Maglev, want.Maglev)
-	sPut, sVals, sDel := bpfmap.Diff(have.Services, want.Services)
-	n, err := bpfmap.Apply([]bpfmap.Step{
-		{What: "writing endpoint slots", N: len(bPut), Do: func() error { return bs.Put(bPut, bVals) }},
-		{What: "writing Maglev slots", N: len(mPut), Do: func() error { return ms.Put(mPut, mVals) }},
-		{What: "writing the configuration", N: boolInt(have.Config != want.Config),
-			Do: func() error { return maps[mapConfig].Put(uint32(0), want.Config) }},
-		{What: "writing frontends", N: len(sPut), Do: func() error { return ss.Put(sPut, sVals) }},
-		{What: "deleting frontends", N: len(sDel), Do: func() error { return ss.Del(sDel) }},
-		{What: "deleting Maglev slots", N: len(mDel), Do: func() error { return ms.Del(mDel) }},
-		{What: "deleting endpoint slots", N: len(bDel), Do: func() error { return bs.Del(bDel) }},
-	})
-	if err != nil {
-		return n, fmt.Errorf("tc node ports: %w", err)
-	}
-	return n, nil
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

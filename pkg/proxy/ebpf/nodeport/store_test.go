@@ -1,0 +1,52 @@
+package nodeport
+
+import (
+	"slices"
+	"testing"
+)
+
+// logger is a map that logs each batch it is given: "put slot", ...
+type logger[K, V any] struct {
+	what string
+	log  *[]string
+}
+
+func (l logger[K, V]) Put([]K, []V) error { *l.log = append(*l.log, "put "+l.what); return nil }
+func (l logger[K, V]) Del([]K) error      { *l.log = append(*l.log, "del "+l.what); return nil }
+
+// TestWriteOrder: no frontend ever counts a slot or Maglev slot that is
+// not written, or masquerades with a configuration not yet written; and
+// a second write of the same contents writes nothing.
+func TestWriteOrder(t *testing.T) {
+	var log []string
+	tb := tables{frontends: logger[svcKey, svcVal]{"frontend", &log}, slots: logger[beKey, beVal]{"slot", &log},
+		maglev: logger[beKey, beVal]{"maglev", &log}, config: logger[uint32, cfgVal]{"config", &log}}
+	contents := func(id uint64, addr byte) *Contents {
+		be := beVal{Addr: [4]byte{10, 0, 0, addr}}
+		return &Contents{
+			Services: map[svcKey]svcVal{{Addr: [4]byte{192, 0, 2, addr}}: {ID: id, Count: 1}},
+			Backends: map[beKey]beVal{{ID: id}: be},
+			Maglev:   map[beKey]beVal{{ID: id}: be},
+			Config:   cfgVal{SNAT: [4]byte{192, 0, 2, addr}},
+		}
+	}
+	s := newStore()
+	for _, c := range []struct {
+		contents *Contents
+		want     []string
+	}{
+		{contents(1, 1), []string{"put slot", "put maglev", "put config", "put frontend"}},
+		{contents(1, 1), nil},
+		{contents(2, 2), []string{"put slot", "put maglev", "put config", "put frontend",
+			"del frontend", "del maglev", "del slot"}},
+	} {
+		log = nil
+		s.claim(c.contents)
+		if _, err := s.write(tb); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(log, c.want) {
+			t.Errorf("writing %v: %v, want %v", c.contents.Services, log, c.want)
+		}
+	}
+}
