@@ -244,35 +244,6 @@ func (l *loaded) attach(name string, attach ebpf.AttachType, dir, cgroup string)
 	return nil
 }
 
-// remove detaches and unpins everything of one family pinned in dir, and
-// removes dir; what is not there is not an error.
-func remove(family proxy.IPFamily, dir string) error {
-	var errs []error
-	for name := range hooks(family) {
-		pin := filepath.Join(dir, "link_"+name)
-		lk, err := link.LoadPinnedLink(pin, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		// A pinned link stays attached while the pin exists; with the
-		// pin gone, closing the last descriptor detaches the program.
-		errs = append(errs, lk.Unpin(), lk.Close())
-	}
-	for _, name := range []string{mapServices, mapBackends, mapRevNAT, mapAffinity, mapServices + "_grown", mapBackends + "_grown", mapRevNAT + "_grown"} {
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
 // soNetnsCookie is SO_NETNS_COOKIE (kernel 5.14), which x/sys does not name.
 const soNetnsCookie = 71
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/bpfmap"
 )
 
 // LeftoversPresent reports whether pinDir holds a family directory of
@@ -32,7 +33,7 @@ func LeftoversPresent(pinDir string) (bool, error) {
 func RemoveLeftovers(pinDir string) error {
 	var errs []error
 	for _, f := range proxy.Families {
-		if err := remove(f, familyDir(pinDir, f)); err != nil {
+		if err := bpfmap.RemovePins(familyDir(pinDir, f)); err != nil {
 			errs = append(errs, fmt.Errorf("ebpf: %s: %w", f, err))
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/bpfmap"
 	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
@@ -228,7 +229,7 @@ func (p *Proxier) Cleanup(context.Context) error {
 	p.Close()
 	p.programmed.Store(false)
 	p.stats.Store(nil)
-	if err := remove(p.family, p.dir); err != nil {
+	if err := bpfmap.RemovePins(p.dir); err != nil {
 		return fmt.Errorf("ebpf: cleanup of %s: %w", p.dir, err)
 	}
 	// The shared parent goes with the last family (a bpffs mounted

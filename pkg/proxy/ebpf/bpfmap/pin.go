@@ -82,3 +82,38 @@ func AttachPinned(pin string, prog *ebpf.Program, attach func() (link.Link, erro
 	}
 	return lk, nil
 }
+
+// RemovePins detaches every link pinned in dir, removes every other pin
+// (maps) and then dir; what is not there is not an error. It goes by what
+// dir holds, not by a list of names, so that a version which knows fewer
+// objects still removes everything a newer one pinned there: a rollback
+// followed by a switch of mode leaves nothing attached.
+func RemovePins(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		pin := filepath.Join(dir, e.Name())
+		if !strings.HasPrefix(e.Name(), "link_") {
+			errs = append(errs, os.Remove(pin))
+			continue
+		}
+		lk, err := link.LoadPinnedLink(pin, nil)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// A pinned link stays attached while the pin exists; with the pin
+		// gone, closing the last descriptor detaches the program.
+		errs = append(errs, lk.Unpin(), lk.Close())
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,12 +1,9 @@
 package nodeport
 
 import (
-	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -126,31 +123,4 @@ func linkPin(dir, prog, iface string) string { return filepath.Join(dir, "link_"
 
 // Remove detaches the programs pinned in dir and removes the pins and dir;
 // what is not there is not an error.
-func Remove(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		pin := filepath.Join(dir, e.Name())
-		if strings.HasPrefix(e.Name(), "link_") {
-			lk, err := link.LoadPinnedLink(pin, nil)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			// With the pin gone, closing the last descriptor detaches.
-			errs = append(errs, lk.Unpin(), lk.Close())
-			continue
-		}
-		errs = append(errs, os.Remove(pin))
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
+func Remove(dir string) error { return bpfmap.RemovePins(dir) }
