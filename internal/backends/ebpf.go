@@ -3,6 +3,7 @@ package backends
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,12 +82,14 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		inst.StaleFlows[f] = StaleFlows{Table: p.Sockets(), Name: "ebpf sockets"}
 		nft := inst.Proxiers[f]
 		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder}
-		if f == proxy.IPv4 && len(env.Config.BPFTCInterfaces) > 0 {
-			if both.tc, err = nodeport.New(nodeport.Options{PinDir: tcPinDir(pinDir), Interfaces: env.Config.BPFTCInterfaces}); err != nil {
+		if f == proxy.IPv4 {
+			if both.tc, err = openTC(pinDir, env.Config.BPFTCInterfaces); err != nil {
 				inst.Close()
 				return nil, err
 			}
-			inst.OnClose(both.tc.Close)
+			if both.tc != nil {
+				inst.OnClose(both.tc.Close)
+			}
 		}
 		// The nftables half reads its tables back ahead of the first sync
 		// and says whether they held rules; the hooks' maps are read back
@@ -135,6 +138,20 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	}
 	// The tc programs' pins first: the pin directory goes when empty.
 	return errors.Join(nodeport.Remove(tcPinDir(pinDir)), ebpf.RemoveLeftovers(pinDir))
+}
+
+// openTC is the tc programs' Proxier for ifaces, nil for none. A start
+// without interfaces takes off them the programs an earlier start attached:
+// their links are pinned and would otherwise go on translating with maps
+// nobody writes.
+func openTC(pinDir string, ifaces []string) (*nodeport.Proxier, error) {
+	if len(ifaces) == 0 {
+		if err := nodeport.Remove(tcPinDir(pinDir)); err != nil {
+			return nil, fmt.Errorf("ebpf: removing the tc programs of an earlier start: %w", err)
+		}
+		return nil, nil
+	}
+	return nodeport.New(nodeport.Options{PinDir: tcPinDir(pinDir), Interfaces: ifaces})
 }
 
 // tcPinDir is where the experimental tc programs pin, beside the socket

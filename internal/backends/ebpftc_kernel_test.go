@@ -26,11 +26,7 @@ import (
 // What tc does not serve, IPv6 and SCTP, the rules still serve,
 // masqueraded. Another mode's leftover removal takes the tc pins too.
 func TestKernelEBPFModeTC(t *testing.T) {
-	netnstest.RequireKernel(t, "nft", "nsenter")
-	cgroup, pins := netnstest.ThrowawayCgroup(t, "svcproxy-ebpftc-test"), netnstest.MountThrowaway(t, "bpf")
-	cfg := &config.Config{Mode: proxy.ModeEBPF, BPFCgroupRoot: cgroup, BPFPinDir: pins, BPFTCInterfaces: []string{"fab0"}}
-	env := scenario.NewEnv(t)
-	env.PodsInCgroup(cgroup)
+	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
 	both := openEBPFMode(t, env, cfg)
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return both.cleanup(ctx) }) })
@@ -84,4 +80,66 @@ func TestKernelEBPFModeTC(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(pins, "tc")); !os.IsNotExist(err) {
 		t.Errorf("after removing the leftovers the tc pins remain (%v)", err)
 	}
+}
+
+// TestKernelEBPFModeWithoutTCDetachesIt: ebpf mode started without
+// --bpf-tc-interfaces after a start with it takes the tc programs off the
+// interface and removes their pins; the node port is the rules' again.
+func TestKernelEBPFModeWithoutTCDetachesIt(t *testing.T) {
+	env, cfg, pins := tcModeEnv(t)
+	ctx := context.Background()
+	f := scenario.Families[0]
+	withTC := openEBPFMode(t, env, cfg)
+	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
+	st := env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }).Apply(t, env.Services()...)
+	withTC.sync(t, env, st, proxy.FullSync)
+	for _, b := range withTC {
+		b.hooks.Close()
+		if b.tc != nil {
+			b.tc.Close()
+		}
+	}
+	if n := tcPrograms(t, env); n != 2 {
+		t.Fatalf("after a start with the flag: %d tc programs on fab0, want 2", n)
+	}
+
+	without := *cfg
+	without.BPFTCInterfaces = nil
+	again := openEBPFMode(t, env, &without)
+	again.sync(t, env, st, proxy.FullSync)
+	if n := tcPrograms(t, env); n != 0 {
+		t.Errorf("after a start without the flag: %d tc programs on fab0, want 0", n)
+	}
+	if _, err := os.Stat(filepath.Join(pins, "tc")); !os.IsNotExist(err) {
+		t.Errorf("after a start without the flag the tc pins remain (%v)", err)
+	}
+	dst := netip.AddrPortFrom(env.Node1.IPv4, 30010)
+	for _, ans := range scenario.AskAll(t, env.FromClient(f), proxy.TCP, dst, 4) {
+		if ans.Peer.Addr() == f.Pick(env.Allowed) {
+			t.Errorf("TCP %s → %s saw the client: the rules masquerade externalTrafficPolicy Cluster", dst, ans.Server)
+		}
+	}
+}
+
+// tcPrograms counts the programs at fab0's TCX hooks in node1.
+func tcPrograms(t *testing.T, env *scenario.Env) int {
+	t.Helper()
+	n, err := env.Node1.NS.TCXPrograms("fab0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// tcModeEnv is the scenario's environment with its pods in a throwaway
+// cgroup, and ebpf mode's configuration with the tc programs on node1's
+// fabric interface; pins is the bpffs they pin in.
+func tcModeEnv(t *testing.T) (env *scenario.Env, cfg *config.Config, pins string) {
+	t.Helper()
+	netnstest.RequireKernel(t, "nft", "nsenter")
+	cgroup, pins := netnstest.ThrowawayCgroup(t, "svcproxy-ebpftc-test"), netnstest.MountThrowaway(t, "bpf")
+	cfg = &config.Config{Mode: proxy.ModeEBPF, BPFCgroupRoot: cgroup, BPFPinDir: pins, BPFTCInterfaces: []string{"fab0"}}
+	env = scenario.NewEnv(t)
+	env.PodsInCgroup(cgroup)
+	return env, cfg, pins
 }

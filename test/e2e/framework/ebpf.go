@@ -40,7 +40,13 @@ func (c *Cluster) ebpfArgs(n *Node) ([]string, error) {
 		}
 		n.ebpf = e
 	}
-	return []string{"--bpf-cgroup-root", n.ebpf.cgroup, "--bpf-pin-dir", n.ebpf.pins}, nil
+	args := []string{"--bpf-cgroup-root", n.ebpf.cgroup, "--bpf-pin-dir", n.ebpf.pins}
+	// The node's interfaces live in its own namespace: the tc programs
+	// never see the machine's. An earlier svcproxy (n.Bin) lacks the flag.
+	if tc := os.Getenv("E2E_EBPF_TC"); tc != "" && n.Bin == "" {
+		args = append(args, "--bpf-tc-interfaces", tc)
+	}
+	return args, nil
 }
 
 func (c *Cluster) newEBPFNode(n *Node) (*ebpfNode, error) {

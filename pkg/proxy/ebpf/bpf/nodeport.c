@@ -445,6 +445,12 @@ int np_ingress(struct __sk_buff *skb)
 			return apply(skb, &p, v, now);
 		bpf_map_delete_elem(&np_ct, &p.k);
 	}
+	// Only a SYN starts a TCP flow here. A later packet without an entry
+	// belongs to a connection the kernel's conntrack may hold (one the
+	// nftables rules translated before these programs were attached, or
+	// one whose entry was evicted): the stack decides, as it would have.
+	if (p.k.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN)
+		return TC_ACT_OK;
 	struct np_key k = { .addr = p.k.dst, .port = p.k.dport, .proto = p.k.proto };
 	struct np_val *sv = bpf_map_lookup_elem(&np_services, &k);
 	if (!sv)

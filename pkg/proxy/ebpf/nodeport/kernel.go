@@ -1,9 +1,12 @@
 package nodeport
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -82,7 +85,56 @@ func load(dir string, ifaces []string, sz sizes) (*loaded, error) {
 			return nil, err
 		}
 	}
+	if err := l.detachUnlisted(dir, ifaces); err != nil {
+		l.close()
+		return nil, err
+	}
 	return l, nil
+}
+
+// detachUnlisted detaches the links pinned in dir on interfaces that are
+// no longer listed and forgets those as node interfaces, so that a start
+// with fewer --bpf-tc-interfaces leaves no program on the ones dropped.
+func (l *loaded) detachUnlisted(dir string, ifaces []string) error {
+	listed := map[string]bool{}
+	devs := map[uint32]bool{}
+	for _, iface := range ifaces {
+		for name := range hooks {
+			listed[filepath.Base(linkPin(dir, name, iface))] = true
+		}
+		if dev, err := net.InterfaceByName(iface); err == nil {
+			devs[uint32(dev.Index)] = true
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "link_") || listed[e.Name()] {
+			continue
+		}
+		lk, err := link.LoadPinnedLink(filepath.Join(dir, e.Name()), nil)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, lk.Unpin(), lk.Close())
+	}
+	var gone []uint32
+	var idx, val uint32
+	it := l.coll.Maps[mapDevices].Iterate()
+	for it.Next(&idx, &val) {
+		if !devs[idx] {
+			gone = append(gone, idx)
+		}
+	}
+	errs = append(errs, it.Err())
+	for _, idx := range gone {
+		errs = append(errs, l.coll.Maps[mapDevices].Delete(idx))
+	}
+	return errors.Join(errs...)
 }
 
 // attachAll attaches both programs to iface and records it as a node

@@ -230,3 +230,50 @@ func TestKernelRestartAndChange(t *testing.T) {
 		t.Errorf("after Cleanup the node port gave %s, want the node's own refusal", got)
 	}
 }
+
+// TestKernelDroppedInterface: a start with an interface no longer listed
+// detaches the programs from it and forgets it as a node interface, and
+// keeps serving on the ones still listed.
+func TestKernelDroppedInterface(t *testing.T) {
+	r := newRig(t)
+	st := stateOf(r.node1.IPv4, port("web", proxy.TCP, 30080, r.ep(r.podA)))
+	dir := filepath.Join(r.pins, "np")
+	both, err := New(Options{PinDir: dir, Interfaces: []string{"fab0", "veth0"}})
+	must(t, err)
+	r.sync(t, both, st, proxy.RecoverySync)
+	both.Close()
+	if n := r.attachedTCX(t, "veth0"); n != 2 {
+		t.Fatalf("with veth0 listed: %d programs on it, want 2", n)
+	}
+
+	fab := r.proxier(t, "np")
+	r.sync(t, fab, st, proxy.RecoverySync)
+	if n := r.attachedTCX(t, "veth0"); n != 0 {
+		t.Errorf("veth0 no longer listed: %d programs still on it, want 0", n)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "link_*_veth0")); len(left) != 0 {
+		t.Errorf("pins left for veth0: %v", left)
+	}
+	var devs []uint32
+	var idx, val uint32
+	it := fab.kernel.coll.Maps[mapDevices].Iterate()
+	for it.Next(&idx, &val) {
+		devs = append(devs, idx)
+	}
+	must(t, it.Err())
+	if len(devs) != 1 {
+		t.Errorf("node interfaces %v, want fab0's alone", devs)
+	}
+	dst := netip.AddrPortFrom(r.node1.IPv4, 30080)
+	if seen := r.ask(t, proxy.TCP, dst, 4, map[string]func(netip.AddrPort) bool{"pod-a": r.keptSource}); seen["pod-a"] != 4 {
+		t.Errorf("through fab0 after the restart: %v, want pod-a 4 times", seen)
+	}
+}
+
+// attachedTCX counts the programs at iface's TCX hooks in node1.
+func (r *rig) attachedTCX(t *testing.T, iface string) int {
+	t.Helper()
+	n, err := r.node1.NS.TCXPrograms(iface)
+	must(t, err)
+	return n
+}

@@ -329,14 +329,71 @@ func TestKernelConntrackExpiry(t *testing.T) {
 			got[1], err = translatedPacket(prog, packetFlags(f, tcpACK))
 			return err
 		}))
+		// An expired UDP flow is a new one; a TCP packet other than a SYN
+		// without a live entry is the stack's (untranslated).
 		want := y.AddrPort()
-		if tc.kept {
+		switch {
+		case tc.kept:
 			want = x.AddrPort()
+		case tc.proto == proxy.TCP:
+			want = netip.AddrPortFrom(vip, 80)
 		}
 		if got[0] != x.AddrPort() || got[1] != want {
 			t.Errorf("%s in state %d aged %v: went to %v then %v, want %v then %v", tc.proto, tc.state, tc.age, got[0], got[1], x.AddrPort(), want)
 		}
 	}
+}
+
+// TestKernelOnlyASYNStartsATCPFlow: a TCP packet other than a SYN, to a
+// frontend, without an entry in the table (a connection the nftables rules
+// translated before the programs were attached) goes to the stack as it
+// came and leaves no entry; a SYN then starts a flow.
+func TestKernelOnlyASYNStartsATCPFlow(t *testing.T) {
+	ns, pins := progNS(t)
+	p := progProxier(t, pins, "node")
+	x := ep(netip.MustParseAddr("198.19.1.2"), 8080)
+	syncIn(t, ns, p, external(proxy.TCP, x))
+	f := maglev.Flow{Src: netip.MustParseAddr("198.18.0.100"), Dst: vip, SrcPort: 40001, DstPort: 80, Protocol: 6}
+	front := netip.AddrPortFrom(vip, 80)
+	must(t, ns.Do(func() error {
+		prog := p.kernel.coll.Programs["np_ingress"]
+		for _, flags := range []byte{tcpACK, tcpACK | tcpFIN, tcpRST, tcpACK | tcpRST, tcpSYN | tcpACK} {
+			got, err := translatedPacket(prog, packetFlags(f, flags))
+			if err != nil {
+				return err
+			}
+			if got != front {
+				t.Errorf("flags %#x without an entry: went to %v, want %v (untranslated)", flags, got, front)
+			}
+		}
+		if n := ctEntries(t, p); n != 0 {
+			t.Errorf("%d table entries after packets that start no flow, want 0", n)
+		}
+		got, err := translatedPacket(prog, packetFlags(f, tcpSYN))
+		if err != nil {
+			return err
+		}
+		if got != x.AddrPort() {
+			t.Errorf("a SYN went to %v, want %v", got, x.AddrPort())
+		}
+		return nil
+	}))
+}
+
+// ctEntries counts the conntrack table's entries.
+func ctEntries(t *testing.T, p *Proxier) int {
+	t.Helper()
+	var (
+		k ctKey
+		v ctVal
+		n int
+	)
+	it := p.kernel.coll.Maps["np_ct"].Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	must(t, it.Err())
+	return n
 }
 
 // age sets the state of flow f's table entry and makes it d old.
