@@ -8,6 +8,8 @@
 //
 // np_ingress (tc ingress of each node interface):
 //   - a packet of a flow the table knows is translated as recorded;
+//   - a new flow to an LB IP with source ranges is dropped unless its
+//     source is in one of them (np_ranges);
 //   - a new flow to a frontend picks an endpoint (random, or the flow's
 //     Maglev slot); an endpoint reached through a node interface (on
 //     another node) is forwarded from here (bpf_fib_lookup,
@@ -39,6 +41,7 @@
 #define NP_F_DROP 1 // no endpoint: drop, not reject
 #define NP_F_MASQ 2 // desired masquerades this route
 #define NP_F_MAGLEV 4 // pick by the flow's Maglev slot
+#define NP_F_RANGES 8 // only sources in the group's np_ranges prefixes
 
 // np_key is a frontend: address, port (network byte order), protocol.
 struct np_key {
@@ -69,6 +72,15 @@ struct np_be {
 	__be32 addr;
 	__be16 port;
 	__u16 pad;
+};
+
+// np_src_key is a source prefix of a group's LB IPs (an LPM trie key):
+// prefixlen counts the group ID's 64 bits and the prefix's. The ID is two
+// words so that the address follows it without padding.
+struct np_src_key {
+	__u32 prefixlen;
+	__u32 id[2];
+	__be32 addr;
 };
 
 // np_cfg holds the address masqueraded flows leave with (key 0).
@@ -137,6 +149,14 @@ struct {
 	__type(key, struct np_be_key);
 	__type(value, struct np_be);
 } np_maglev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct np_src_key);
+	__type(value, __u32);
+} np_ranges SEC(".maps");
 
 // np_devices holds the ifindexes of the node interfaces the programs are
 // attached to: an endpoint routed out of one of them is on another node.
@@ -371,6 +391,16 @@ static __always_inline struct np_be *pick(const struct np_val *sv, const struct 
 	return bpf_map_lookup_elem(&np_backends, &bk);
 }
 
+// allowed says whether a new flow from src may use frontend sv: only a
+// frontend with source ranges checks, against its group's prefixes.
+static __always_inline int allowed(const struct np_val *sv, __be32 src)
+{
+	if (!(sv->flags & NP_F_RANGES))
+		return 1;
+	struct np_src_key k = { .prefixlen = 64 + 32, .id = { (__u32)sv->id, (__u32)(sv->id >> 32) }, .addr = src };
+	return bpf_map_lookup_elem(&np_ranges, &k) != NULL;
+}
+
 // refuse is a frontend's answer when it has no endpoint.
 static __always_inline int refuse(struct __sk_buff *skb, const struct pkt *p, const struct np_val *sv)
 {
@@ -394,6 +424,8 @@ static __always_inline int apply(struct __sk_buff *skb, struct pkt *p, struct ct
 // records both directions.
 static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const struct np_val *sv, __u64 now)
 {
+	if (!allowed(sv, p->k.src))
+		return TC_ACT_SHOT;
 	if (sv->count == 0)
 		return refuse(skb, p, sv);
 	struct np_be *be = pick(sv, &p->k);

@@ -21,6 +21,7 @@ const (
 	nodeportMapNpCt         = "np_ct"
 	nodeportMapNpDevices    = "np_devices"
 	nodeportMapNpMaglev     = "np_maglev"
+	nodeportMapNpRanges     = "np_ranges"
 	nodeportMapNpServices   = "np_services"
 	nodeportProgFlowHashRun = "flow_hash_run"
 	nodeportProgJhashRun    = "jhash_run"
@@ -85,6 +86,7 @@ type nodeportMapSpecs struct {
 	NpCt       *ebpf.MapSpec `ebpf:"np_ct"`
 	NpDevices  *ebpf.MapSpec `ebpf:"np_devices"`
 	NpMaglev   *ebpf.MapSpec `ebpf:"np_maglev"`
+	NpRanges   *ebpf.MapSpec `ebpf:"np_ranges"`
 	NpServices *ebpf.MapSpec `ebpf:"np_services"`
 }
 
@@ -119,6 +121,7 @@ type nodeportMaps struct {
 	NpCt       *ebpf.Map `ebpf:"np_ct"`
 	NpDevices  *ebpf.Map `ebpf:"np_devices"`
 	NpMaglev   *ebpf.Map `ebpf:"np_maglev"`
+	NpRanges   *ebpf.Map `ebpf:"np_ranges"`
 	NpServices *ebpf.Map `ebpf:"np_services"`
 }
 
@@ -129,6 +132,7 @@ func (m *nodeportMaps) Close() error {
 		m.NpCt,
 		m.NpDevices,
 		m.NpMaglev,
+		m.NpRanges,
 		m.NpServices,
 	)
 }

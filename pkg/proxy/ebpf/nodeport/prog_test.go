@@ -29,7 +29,7 @@ func allPrograms(t *testing.T) *ebpf.Collection {
 	netnstest.RequireKernel(t)
 	spec, err := loadNodeport()
 	must(t, err)
-	for _, name := range []string{mapServices, mapBackends, mapMaglev, mapCT} {
+	for _, name := range []string{mapServices, mapBackends, mapMaglev, mapRanges, mapCT} {
 		spec.Maps[name].MaxEntries = minEntries
 	}
 	coll, err := ebpf.NewCollection(spec)

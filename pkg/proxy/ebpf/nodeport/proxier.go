@@ -136,6 +136,7 @@ func sizesFor(c *Contents) sizes {
 		services: capacity(len(c.Services), minEntries),
 		backends: capacity(len(c.Backends), minEntries),
 		maglev:   capacity(len(c.Maglev), minMaglevEntries),
+		ranges:   capacity(len(c.Ranges), minEntries),
 		ct:       capacity(eps*ctPerEndpoint/2, minCTEntries),
 	}
 }
@@ -152,7 +153,7 @@ func capacity(need, floor int) uint32 {
 // written yet.
 func (p *Proxier) fits(want *Contents) error {
 	for name, n := range map[string]int{mapServices: len(want.Services), mapBackends: len(want.Backends),
-		mapMaglev: len(want.Maglev)} {
+		mapMaglev: len(want.Maglev), mapRanges: len(want.Ranges)} {
 		if m := p.kernel.coll.Maps[name]; uint32(n) > m.MaxEntries() {
 			return fmt.Errorf("tc node ports: %d entries for map %s of capacity %d (restart svcproxy to resize)",
 				n, name, m.MaxEntries())

@@ -25,6 +25,7 @@ const (
 	flagDrop   = 1 // no endpoint: drop rather than reject
 	flagMasq   = 2 // desired masquerades the route
 	flagMaglev = 4 // the flow's Maglev slot picks the endpoint
+	flagRanges = 8 // only sources in the group's prefixes (np_ranges)
 )
 
 // svcVal is where new flows to a frontend go: Count slots of group ID,
@@ -49,6 +50,19 @@ type beVal struct {
 	Addr [4]byte
 	Port [2]byte
 	Pad  [2]byte
+}
+
+// srcKey is an allowed source prefix of a group's LB IPs, an LPM trie
+// key: Prefixlen counts the ID's 64 bits and the prefix's. The ID is two
+// host-order words, so that the address follows it without padding.
+type srcKey struct {
+	Prefixlen uint32
+	ID        [2]uint32
+	Addr      [4]byte
+}
+
+func sourceKey(id uint64, p netip.Prefix) srcKey {
+	return srcKey{Prefixlen: 64 + uint32(p.Bits()), ID: [2]uint32{uint32(id), uint32(id >> 32)}, Addr: p.Masked().Addr().As4()}
 }
 
 // cfgVal is the programs' one configuration record.
