@@ -18,20 +18,22 @@ type Contents struct {
 	// Ranges are the allowed source prefixes of the groups whose LB IPs
 	// have loadBalancerSourceRanges.
 	Ranges map[srcKey]uint32
-	Config cfgVal
+	// Members are the endpoints of the groups with ClientIP affinity.
+	Members map[memberKey]uint32
+	Config  cfgVal
 }
 
 func newContents() Contents {
 	return Contents{Services: map[svcKey]svcVal{}, Backends: map[beKey]beVal{}, Maglev: map[beKey]beVal{},
-		Ranges: map[srcKey]uint32{}}
+		Ranges: map[srcKey]uint32{}, Members: map[memberKey]uint32{}}
 }
 
 // Served says whether the tc programs translate sp's external frontends.
 // What they do not serve is left to the nftables half, which still has
-// its rules: IPv6, SCTP, and ClientIP affinity (not yet at tc).
+// its rules: IPv6 and SCTP.
 func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
 	_, ok := protoNumbers[sp.Protocol]
-	return family == proxy.IPv4 && ok && sp.AffinitySeconds == 0
+	return family == proxy.IPv4 && ok
 }
 
 // Render is the pure translation of an IPv4 State into map contents: each
@@ -41,8 +43,10 @@ func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
 // with source ranges (desired's AllowedSources) are flagged, and the
 // ranges written for the group: the program drops a new flow from any
 // other source, as desired's DROP verdict says; an empty, present list
-// (ranges that did not parse) drops every source. The masquerade address
-// is the node's primary IP.
+// (ranges that did not parse) drops every source. A port with ClientIP
+// affinity carries its timeout, and its group's endpoints are listed as
+// members, so that a client's remembered endpoint counts only while it is
+// one. The masquerade address is the node's primary IP.
 //
 // A group's ID is a hash of the service port's name and dispatch set,
 // probed past collisions in name order, so that the same State always
@@ -129,7 +133,7 @@ func group(c *Contents, sp *desired.ServicePort, route desired.Route, taken map[
 		id++
 	}
 	taken[id] = true
-	v := svcVal{ID: id, Count: uint32(len(d.Endpoints))}
+	v := svcVal{ID: id, Count: uint32(len(d.Endpoints)), Affinity: uint32(max(sp.AffinitySeconds, 0))}
 	if route.Masquerade {
 		v.Flags |= flagMasq
 	}
@@ -141,6 +145,9 @@ func group(c *Contents, sp *desired.ServicePort, route desired.Route, taken map[
 	}
 	for i, ep := range d.Endpoints {
 		c.Backends[beKey{ID: id, Slot: uint32(i)}] = endpointVal(ep)
+		if v.Affinity > 0 {
+			c.Members[memberOf(id, ep)] = 1
+		}
 	}
 	if sp.ExternalBalancing == proxy.BalanceMaglev {
 		t := maglev.New(d.Endpoints)

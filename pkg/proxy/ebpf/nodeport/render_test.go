@@ -43,9 +43,10 @@ func TestRenderRoutesAndFlags(t *testing.T) {
 		frontendKey(nodeIP, 30082, 6):                           flagDrop,
 		frontendKey(nodeIP, 30083, 6):                           flagMasq,
 		frontendKey(netip.MustParseAddr("198.18.200.1"), 80, 6): flagMasq | flagRanges,
+		frontendKey(nodeIP, 30084, 6):                           flagMasq,
 	}
 	if len(c.Services) != len(want) {
-		t.Errorf("rendered %d frontends, want %d (no affinity or SCTP): %v", len(c.Services), len(want), c.Services)
+		t.Errorf("rendered %d frontends, want %d (no SCTP): %v", len(c.Services), len(want), c.Services)
 	}
 	for k, flags := range want {
 		v, ok := c.Services[k]
@@ -97,6 +98,24 @@ func TestRenderSourceRanges(t *testing.T) {
 	}
 	if !maps.Equal(c.Ranges, wantRanges) {
 		t.Errorf("ranges %v, want %v (sourced's two prefixes alone)", c.Ranges, wantRanges)
+	}
+}
+
+// TestRenderAffinity: a port with ClientIP affinity carries desired's
+// timeout, and its group's endpoints are members; a port without has
+// neither.
+func TestRenderAffinity(t *testing.T) {
+	sticky := port("sticky", proxy.TCP, 30080, epA, epB)
+	sticky.AffinitySeconds = 10800
+	plain := port("plain", proxy.TCP, 30081, epA)
+	c := Render(stateOf(nodeIP, sticky, plain))
+	v, p := c.Services[frontendKey(nodeIP, 30080, 6)], c.Services[frontendKey(nodeIP, 30081, 6)]
+	if v.Affinity != 10800 || p.Affinity != 0 {
+		t.Errorf("affinity timeouts %d and %d, want 10800 and 0", v.Affinity, p.Affinity)
+	}
+	want := map[memberKey]uint32{memberOf(v.ID, epA): 1, memberOf(v.ID, epB): 1}
+	if !maps.Equal(c.Members, want) {
+		t.Errorf("members %v, want sticky's two endpoints %v", c.Members, want)
 	}
 }
 

@@ -18,15 +18,18 @@ func (whole) Compare(whole) int { return 0 }
 
 // Phases keep every frontend usable throughout a sync: a frontend is
 // written only after every slot (and Maglev slot) it counts, the source
-// ranges it checks and the configuration it masquerades with, and a slot
-// or range deleted only after no frontend counts on it.
+// ranges and affinity members it checks and the configuration it
+// masquerades with, and any of these deleted only after no frontend
+// counts on it.
 const (
 	phaseSlotPut = iota
 	phaseMaglevPut
 	phaseRangePut
+	phaseMemberPut
 	phaseConfigPut
 	phaseFrontendPut
 	phaseFrontendDel
+	phaseMemberDel
 	phaseRangeDel
 	phaseMaglevDel
 	phaseSlotDel
@@ -37,6 +40,7 @@ var (
 	slotKind     = bpfmap.Kind[beKey, beVal]("endpoint slots", phaseSlotPut, phaseSlotDel)
 	maglevKind   = bpfmap.Kind[beKey, beVal]("Maglev slots", phaseMaglevPut, phaseMaglevDel)
 	rangeKind    = bpfmap.Kind[srcKey, uint32]("source ranges", phaseRangePut, phaseRangeDel)
+	memberKind   = bpfmap.Kind[memberKey, uint32]("affinity members", phaseMemberPut, phaseMemberDel)
 	// The configuration is an array's one entry, always claimed: it is
 	// never deleted.
 	configKind = bpfmap.Kind[uint32, cfgVal]("the configuration", phaseConfigPut, phaseConfigPut)
@@ -50,13 +54,14 @@ type store struct {
 	slots     *reconcile.Table[whole, beKey, beVal]
 	maglev    *reconcile.Table[whole, beKey, beVal]
 	ranges    *reconcile.Table[whole, srcKey, uint32]
+	members   *reconcile.Table[whole, memberKey, uint32]
 	config    *reconcile.Table[whole, uint32, cfgVal]
 }
 
 func newStore() *store {
 	return &store{frontends: reconcile.NewTable[whole](frontendKind), slots: reconcile.NewTable[whole](slotKind),
 		maglev: reconcile.NewTable[whole](maglevKind), ranges: reconcile.NewTable[whole](rangeKind),
-		config: reconcile.NewTable[whole](configKind)}
+		members: reconcile.NewTable[whole](memberKind), config: reconcile.NewTable[whole](configKind)}
 }
 
 // claim makes c everything the maps should hold: every key, claimed or in
@@ -66,6 +71,7 @@ func (s *store) claim(c *Contents) {
 	claimAll(s.slots, c.Backends)
 	claimAll(s.maglev, c.Maglev)
 	claimAll(s.ranges, c.Ranges)
+	claimAll(s.members, c.Members)
 	claimAll(s.config, map[uint32]cfgVal{0: c.Config})
 }
 
@@ -84,6 +90,7 @@ type tables struct {
 	frontends     bpfmap.Writer[svcKey, svcVal]
 	slots, maglev bpfmap.Writer[beKey, beVal]
 	ranges        bpfmap.Writer[srcKey, uint32]
+	members       bpfmap.Writer[memberKey, uint32]
 	config        bpfmap.Writer[uint32, cfgVal]
 }
 
@@ -93,6 +100,7 @@ func tablesOf(maps map[string]*ebpf.Map) tables {
 		slots:     bpfmap.Table[beKey, beVal]{M: maps[mapBackends]},
 		maglev:    bpfmap.Table[beKey, beVal]{M: maps[mapMaglev]},
 		ranges:    oneByOne[srcKey, uint32]{maps[mapRanges]},
+		members:   bpfmap.Table[memberKey, uint32]{M: maps[mapMembers]},
 		config:    bpfmap.Table[uint32, cfgVal]{M: maps[mapConfig]},
 	}
 }
@@ -105,6 +113,7 @@ func (s *store) write(t tables) (int, error) {
 		reconcile.Batch(s.slots, bpfmap.Write(t.slots, "endpoint slots")),
 		reconcile.Batch(s.maglev, bpfmap.Write(t.maglev, "Maglev slots")),
 		reconcile.Batch(s.ranges, bpfmap.Write(t.ranges, "source ranges")),
+		reconcile.Batch(s.members, bpfmap.Write(t.members, "affinity members")),
 		reconcile.Batch(s.config, bpfmap.Write(t.config, "the configuration")),
 		reconcile.Batch(s.frontends, bpfmap.Write(t.frontends, "frontends")))
 	if err != nil {
@@ -129,6 +138,9 @@ func (s *store) readBack(maps map[string]*ebpf.Map) error {
 		return err
 	}
 	if err := readEach(s.ranges, maps, mapRanges); err != nil {
+		return err
+	}
+	if err := readInto(s.members, maps, mapMembers); err != nil {
 		return err
 	}
 	s.syncs.ReadDone()
