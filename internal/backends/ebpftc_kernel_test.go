@@ -23,8 +23,10 @@ import (
 // see the client's own address (the tc programs masquerade only what
 // leaves for another node; the rules masquerade every externalTrafficPolicy
 // Cluster connection), node2's pod sees node1 from a tc masquerade port.
-// What tc does not serve, IPv6 and SCTP, the rules still serve,
-// masqueraded. Another mode's leftover removal takes the tc pins too.
+// The source-ranged LB IP and a node port with ClientIP affinity are tc's
+// too (tcSourceRanges, tcAffinity). What tc does not serve, IPv6 and
+// SCTP, the rules still serve, masqueraded. Another mode's leftover
+// removal takes the tc pins too.
 func TestKernelEBPFModeTC(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
@@ -32,7 +34,7 @@ func TestKernelEBPFModeTC(t *testing.T) {
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return both.cleanup(ctx) }) })
 	for _, f := range scenario.Families {
 		w := env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) })
-		both.sync(t, env, w.Apply(t, env.Services()...), proxy.FullSync)
+		both.sync(t, env, w.Apply(t, append(env.Services(), stickyExternal)...), proxy.FullSync)
 	}
 	if both[proxy.IPv4].tc == nil || both[proxy.IPv6].tc != nil {
 		t.Fatalf("tc programs: IPv4 %v, IPv6 %v; want IPv4's only", both[proxy.IPv4].tc, both[proxy.IPv6].tc)
@@ -63,6 +65,8 @@ func TestKernelEBPFModeTC(t *testing.T) {
 			}
 		}
 	}
+	tcSourceRanges(t, env)
+	tcAffinity(t, env)
 	out, err := env.Node1.NS.Run(ctx, "nft", "list", "table", "ip", "kube-proxy")
 	if err != nil || !strings.Contains(string(out), "30010") {
 		t.Errorf("the nftables half's IPv4 table lost its node-port rules (%v):\n%s", err, out)
@@ -142,4 +146,56 @@ func tcModeEnv(t *testing.T) (env *scenario.Env, cfg *config.Config, pins string
 	env = scenario.NewEnv(t)
 	env.PodsInCgroup(cgroup)
 	return env, cfg, pins
+}
+
+// stickyExternal is the scenario's sticky Service with a node port: its
+// external frontends have ClientIP affinity.
+var stickyExternal = scenario.Spec{Name: "sticky-external", Slot: 23, NodePort: 30060, Affinity: 10800,
+	Endpoints: []scenario.EPSpec{{Pod: "pod-a"}, {Pod: "pod-b"}, {Pod: "pod-c"}}}
+
+// tcSourceRanges: the scenario's source-ranged LB IP (IPv4) is served at
+// tc: the allowed client reaches pod-a with its own address (the rules
+// would masquerade it), the denied client's TCP and UDP are dropped, and
+// its connection to the same Service's node port is served.
+func tcSourceRanges(t *testing.T, env *scenario.Env) {
+	f := scenario.Families[0]
+	client := f.Pick(env.Allowed)
+	lb := netip.AddrPortFrom(f.LBIP(11), scenario.SvcPort)
+	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+		if ans, err := env.FromClient(f).Ask(proto, lb); err != nil || ans.Peer.Addr() != client {
+			t.Errorf("allowed client %s to the source-ranged LB IP %s: %v, %v; want pod-a seeing %s (tc)", proto, lb, ans, err, client)
+		}
+	}
+	denied := netnstest.Client{NS: env.Client, Source: f.Pick(env.Denied), Timeout: scenario.DropTimeout}
+	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+		if _, err := denied.Ask(proto, lb); netnstest.OutcomeOf(err) != netnstest.Timeout {
+			t.Errorf("denied client %s to the source-ranged LB IP: %v, want dropped", proto, err)
+		}
+	}
+	np := netip.AddrPortFrom(env.Node1.IPv4, 30020)
+	if ans, err := denied.Ask(proxy.TCP, np); err != nil || ans.Peer.Addr() != denied.Source {
+		t.Errorf("denied client to the same Service's node port %s: %v, %v; want served by tc", np, ans, err)
+	}
+}
+
+// tcAffinity: the affinity node port is served at tc (node1's pods see
+// the client's address) and every connection of a client reaches one
+// endpoint.
+func tcAffinity(t *testing.T, env *scenario.Env) {
+	f := scenario.Families[0]
+	client := f.Pick(env.Allowed)
+	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+		dst := netip.AddrPortFrom(env.Node1.IPv4, uint16(30060+i))
+		seen, peers := map[string]int{}, map[netip.Addr]int{}
+		for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 20) {
+			seen[ans.Server]++
+			peers[ans.Peer.Addr()]++
+		}
+		if peers[client] != 20 {
+			t.Errorf("%s to the affinity node port %s: the endpoints saw %v, want the client each time (tc)", proto, dst, peers)
+		}
+		if len(seen) != 1 {
+			t.Errorf("%s to the affinity node port %s: 20 connections reached %v, want one endpoint", proto, dst, seen)
+		}
+	}
 }

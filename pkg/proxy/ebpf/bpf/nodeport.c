@@ -8,8 +8,12 @@
 //
 // np_ingress (tc ingress of each node interface):
 //   - a packet of a flow the table knows is translated as recorded;
-//   - a new flow to a frontend picks an endpoint (random, or the flow's
-//     Maglev slot); an endpoint reached through a node interface (on
+//   - a new flow to an LB IP with source ranges is dropped unless its
+//     source is in one of them (np_ranges);
+//   - a new flow to a frontend picks an endpoint: with ClientIP affinity,
+//     the client's last endpoint while it is fresh and still in the group
+//     (np_affinity, np_members), else at random or by the flow's Maglev
+//     slot; an endpoint reached through a node interface (on
 //     another node) is forwarded from here (bpf_fib_lookup,
 //     bpf_redirect_neigh), source-NATed to the node when desired
 //     masquerades, so that its replies come back here; a local endpoint's
@@ -39,6 +43,7 @@
 #define NP_F_DROP 1 // no endpoint: drop, not reject
 #define NP_F_MASQ 2 // desired masquerades this route
 #define NP_F_MAGLEV 4 // pick by the flow's Maglev slot
+#define NP_F_RANGES 8 // only sources in the group's np_ranges prefixes
 
 // np_key is a frontend: address, port (network byte order), protocol.
 struct np_key {
@@ -50,13 +55,14 @@ struct np_key {
 
 // np_val is where new flows to a frontend go: count slots of group id in
 // np_backends, or, with maglev set, the msize slots of its Maglev table in
-// np_maglev; with count 0, a refusal as flags say.
+// np_maglev; with count 0, a refusal as flags say. affinity is the
+// ClientIP affinity timeout in seconds, 0 for none.
 struct np_val {
 	__u64 id;
 	__u32 count;
 	__u32 flags;
 	__u32 msize;
-	__u32 pad;
+	__u32 affinity;
 };
 
 struct np_be_key {
@@ -69,6 +75,36 @@ struct np_be {
 	__be32 addr;
 	__be16 port;
 	__u16 pad;
+};
+
+// np_src_key is a source prefix of a group's LB IPs (an LPM trie key):
+// prefixlen counts the group ID's 64 bits and the prefix's. The ID is two
+// words so that the address follows it without padding.
+struct np_src_key {
+	__u32 prefixlen;
+	__u32 id[2];
+	__be32 addr;
+};
+
+// np_member_key is an endpoint of a group, for affinity's check that a
+// client's endpoint is still one.
+struct np_member_key {
+	__u64 id;
+	__be32 addr;
+	__be16 port;
+	__u16 pad;
+};
+
+struct aff_key {
+	__u64 id;
+	__be32 client;
+	__u32 pad;
+};
+
+// aff_val is a client's endpoint and when it last opened a flow to it.
+struct aff_val {
+	struct np_be be;
+	__u64 seen;
 };
 
 // np_cfg holds the address masqueraded flows leave with (key 0).
@@ -137,6 +173,29 @@ struct {
 	__type(key, struct np_be_key);
 	__type(value, struct np_be);
 } np_maglev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct np_src_key);
+	__type(value, __u32);
+} np_ranges SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct np_member_key);
+	__type(value, __u32);
+} np_members SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct aff_key);
+	__type(value, struct aff_val);
+} np_affinity SEC(".maps");
 
 // np_devices holds the ifindexes of the node interfaces the programs are
 // attached to: an endpoint routed out of one of them is on another node.
@@ -371,6 +430,46 @@ static __always_inline struct np_be *pick(const struct np_val *sv, const struct 
 	return bpf_map_lookup_elem(&np_backends, &bk);
 }
 
+// allowed says whether a new flow from src may use frontend sv: only a
+// frontend with source ranges checks, against its group's prefixes.
+static __always_inline int allowed(const struct np_val *sv, __be32 src)
+{
+	if (!(sv->flags & NP_F_RANGES))
+		return 1;
+	struct np_src_key k = { .prefixlen = 64 + 32, .id = { (__u32)sv->id, (__u32)(sv->id >> 32) }, .addr = src };
+	return bpf_map_lookup_elem(&np_ranges, &k) != NULL;
+}
+
+// choose sets *be to the endpoint of a new flow to sv. With ClientIP
+// affinity the client's endpoint is kept while its entry is younger than
+// the timeout and the endpoint still in the group; else it is picked, and
+// remembered. Each new flow refreshes the entry, as the other modes'
+// affinity sets are refreshed per connection.
+static __always_inline int choose(const struct np_val *sv, const struct ct_key *k, __u64 now, struct np_be *be)
+{
+	struct aff_key ak = { .id = sv->id, .client = k->src };
+	if (sv->affinity) {
+		struct aff_val *a = bpf_map_lookup_elem(&np_affinity, &ak);
+		if (a && now - a->seen <= (__u64)sv->affinity * NSEC_PER_SEC) {
+			struct np_member_key mk = { .id = sv->id, .addr = a->be.addr, .port = a->be.port };
+			if (bpf_map_lookup_elem(&np_members, &mk)) {
+				*be = a->be;
+				a->seen = now;
+				return 1;
+			}
+		}
+	}
+	struct np_be *p = pick(sv, k);
+	if (!p)
+		return 0;
+	*be = *p;
+	if (sv->affinity) {
+		struct aff_val a = { .be = *p, .seen = now };
+		bpf_map_update_elem(&np_affinity, &ak, &a, BPF_ANY);
+	}
+	return 1;
+}
+
 // refuse is a frontend's answer when it has no endpoint.
 static __always_inline int refuse(struct __sk_buff *skb, const struct pkt *p, const struct np_val *sv)
 {
@@ -394,17 +493,19 @@ static __always_inline int apply(struct __sk_buff *skb, struct pkt *p, struct ct
 // records both directions.
 static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const struct np_val *sv, __u64 now)
 {
+	if (!allowed(sv, p->k.src))
+		return TC_ACT_SHOT;
 	if (sv->count == 0)
 		return refuse(skb, p, sv);
-	struct np_be *be = pick(sv, &p->k);
-	if (!be)
+	struct np_be be;
+	if (!choose(sv, &p->k, now, &be))
 		return TC_ACT_SHOT;
-	struct ct_val fwd = { .src = p->k.src, .dst = be->addr, .sport = p->k.sport, .dport = be->port, .seen = now };
+	struct ct_val fwd = { .src = p->k.src, .dst = be.addr, .sport = p->k.sport, .dport = be.port, .seen = now };
 	// The reply direction rewrites back to the frontend, seen by the
 	// client as the other end.
 	struct ct_val rev = { .src = p->k.dst, .dst = p->k.src, .sport = p->k.dport, .dport = p->k.sport, .seen = now,
 			      .at = CT_AT_EGRESS, .reply = 1 };
-	if (remote(skb, p->k.src, be->addr)) {
+	if (remote(skb, p->k.src, be.addr)) {
 		fwd.at = CT_AT_INGRESS_FWD;
 		if (sv->flags & NP_F_MASQ) {
 			__u32 zero = 0;

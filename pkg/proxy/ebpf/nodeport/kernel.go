@@ -23,15 +23,19 @@ const (
 	mapDevices  = "np_devices"
 	mapConfig   = "np_config"
 	mapCT       = "np_ct"
+	mapRanges   = "np_ranges"
+	mapMembers  = "np_members"
+	mapAffinity = "np_affinity"
 )
 
-var mapNames = []string{mapServices, mapBackends, mapMaglev, mapDevices, mapConfig, mapCT}
+var mapNames = []string{mapServices, mapBackends, mapMaglev, mapDevices, mapConfig, mapCT, mapRanges, mapMembers,
+	mapAffinity}
 
 // The programs svcproxy attaches, and where.
 var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}
 
 // sizes are the capacities of the maps the State sizes.
-type sizes struct{ services, backends, maglev, ct uint32 }
+type sizes struct{ services, backends, maglev, ranges, members, ct, affinity uint32 }
 
 // loaded is the programs and maps in the kernel, and their links.
 type loaded struct {
@@ -59,7 +63,7 @@ func programSpec(sz sizes) (*ebpf.CollectionSpec, error) {
 		}
 	}
 	for name, n := range map[string]uint32{mapServices: sz.services, mapBackends: sz.backends,
-		mapMaglev: sz.maglev, mapCT: sz.ct} {
+		mapMaglev: sz.maglev, mapRanges: sz.ranges, mapMembers: sz.members, mapCT: sz.ct, mapAffinity: sz.affinity} {
 		spec.Maps[name].MaxEntries = n
 	}
 	return spec, nil

@@ -16,11 +16,14 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	nodeportMapNpAffinity   = "np_affinity"
 	nodeportMapNpBackends   = "np_backends"
 	nodeportMapNpConfig     = "np_config"
 	nodeportMapNpCt         = "np_ct"
 	nodeportMapNpDevices    = "np_devices"
 	nodeportMapNpMaglev     = "np_maglev"
+	nodeportMapNpMembers    = "np_members"
+	nodeportMapNpRanges     = "np_ranges"
 	nodeportMapNpServices   = "np_services"
 	nodeportProgFlowHashRun = "flow_hash_run"
 	nodeportProgJhashRun    = "jhash_run"
@@ -80,11 +83,14 @@ type nodeportProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type nodeportMapSpecs struct {
+	NpAffinity *ebpf.MapSpec `ebpf:"np_affinity"`
 	NpBackends *ebpf.MapSpec `ebpf:"np_backends"`
 	NpConfig   *ebpf.MapSpec `ebpf:"np_config"`
 	NpCt       *ebpf.MapSpec `ebpf:"np_ct"`
 	NpDevices  *ebpf.MapSpec `ebpf:"np_devices"`
 	NpMaglev   *ebpf.MapSpec `ebpf:"np_maglev"`
+	NpMembers  *ebpf.MapSpec `ebpf:"np_members"`
+	NpRanges   *ebpf.MapSpec `ebpf:"np_ranges"`
 	NpServices *ebpf.MapSpec `ebpf:"np_services"`
 }
 
@@ -114,21 +120,27 @@ func (o *nodeportObjects) Close() error {
 //
 // It can be passed to loadNodeportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type nodeportMaps struct {
+	NpAffinity *ebpf.Map `ebpf:"np_affinity"`
 	NpBackends *ebpf.Map `ebpf:"np_backends"`
 	NpConfig   *ebpf.Map `ebpf:"np_config"`
 	NpCt       *ebpf.Map `ebpf:"np_ct"`
 	NpDevices  *ebpf.Map `ebpf:"np_devices"`
 	NpMaglev   *ebpf.Map `ebpf:"np_maglev"`
+	NpMembers  *ebpf.Map `ebpf:"np_members"`
+	NpRanges   *ebpf.Map `ebpf:"np_ranges"`
 	NpServices *ebpf.Map `ebpf:"np_services"`
 }
 
 func (m *nodeportMaps) Close() error {
 	return _NodeportClose(
+		m.NpAffinity,
 		m.NpBackends,
 		m.NpConfig,
 		m.NpCt,
 		m.NpDevices,
 		m.NpMaglev,
+		m.NpMembers,
+		m.NpRanges,
 		m.NpServices,
 	)
 }

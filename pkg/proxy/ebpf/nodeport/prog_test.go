@@ -29,7 +29,7 @@ func allPrograms(t *testing.T) *ebpf.Collection {
 	netnstest.RequireKernel(t)
 	spec, err := loadNodeport()
 	must(t, err)
-	for _, name := range []string{mapServices, mapBackends, mapMaglev, mapCT} {
+	for _, name := range []string{mapServices, mapBackends, mapMaglev, mapRanges, mapMembers, mapCT, mapAffinity} {
 		spec.Maps[name].MaxEntries = minEntries
 	}
 	coll, err := ebpf.NewCollection(spec)
@@ -260,12 +260,14 @@ func TestKernelMaglev(t *testing.T) {
 	}
 }
 
-func clearCT(p *Proxier) error {
-	m := p.kernel.coll.Maps[mapCT]
-	var k ctKey
-	var keys []ctKey
+func clearCT(p *Proxier) error { return clearMap[ctKey, ctVal](p.kernel.coll.Maps[mapCT]) }
+
+// clearMap deletes every entry of m, a map of K to V.
+func clearMap[K, V any](m *ebpf.Map) error {
+	var k K
+	var v V
+	var keys []K
 	it := m.Iterate()
-	var v ctVal
 	for it.Next(&k, &v) {
 		keys = append(keys, k)
 	}

@@ -37,6 +37,10 @@ const (
 	// ctPerEndpoint is how many table entries (two a flow) the conntrack
 	// table holds per endpoint the State serves, above minCTEntries.
 	ctPerEndpoint = 256
+	// ctPerClient is how many conntrack entries there are per ClientIP
+	// affinity entry (an LRU too): a client of an affinity Service has
+	// at least one flow, two entries, and most have more.
+	ctPerClient = 4
 )
 
 // Proxier programs the IPv4 tc node-port path.
@@ -132,11 +136,15 @@ func sizesFor(c *Contents) sizes {
 	for _, v := range c.Services {
 		eps += int(v.Count)
 	}
+	ct := capacity(eps*ctPerEndpoint/2, minCTEntries)
 	return sizes{
 		services: capacity(len(c.Services), minEntries),
 		backends: capacity(len(c.Backends), minEntries),
 		maglev:   capacity(len(c.Maglev), minMaglevEntries),
-		ct:       capacity(eps*ctPerEndpoint/2, minCTEntries),
+		ranges:   capacity(len(c.Ranges), minEntries),
+		members:  capacity(len(c.Members), minEntries),
+		ct:       ct,
+		affinity: ct / ctPerClient,
 	}
 }
 
@@ -152,7 +160,7 @@ func capacity(need, floor int) uint32 {
 // written yet.
 func (p *Proxier) fits(want *Contents) error {
 	for name, n := range map[string]int{mapServices: len(want.Services), mapBackends: len(want.Backends),
-		mapMaglev: len(want.Maglev)} {
+		mapMaglev: len(want.Maglev), mapRanges: len(want.Ranges), mapMembers: len(want.Members)} {
 		if m := p.kernel.coll.Maps[name]; uint32(n) > m.MaxEntries() {
 			return fmt.Errorf("tc node ports: %d entries for map %s of capacity %d (restart svcproxy to resize)",
 				n, name, m.MaxEntries())

@@ -15,27 +15,38 @@ type Contents struct {
 	Services map[svcKey]svcVal
 	Backends map[beKey]beVal
 	Maglev   map[beKey]beVal
-	Config   cfgVal
+	// Ranges are the allowed source prefixes of the groups whose LB IPs
+	// have loadBalancerSourceRanges.
+	Ranges map[srcKey]uint32
+	// Members are the endpoints of the groups with ClientIP affinity.
+	Members map[memberKey]uint32
+	Config  cfgVal
 }
 
 func newContents() Contents {
-	return Contents{Services: map[svcKey]svcVal{}, Backends: map[beKey]beVal{}, Maglev: map[beKey]beVal{}}
+	return Contents{Services: map[svcKey]svcVal{}, Backends: map[beKey]beVal{}, Maglev: map[beKey]beVal{},
+		Ranges: map[srcKey]uint32{}, Members: map[memberKey]uint32{}}
 }
 
 // Served says whether the tc programs translate sp's external frontends.
 // What they do not serve is left to the nftables half, which still has
-// its rules: IPv6, SCTP, ClientIP affinity (not yet at tc), and LB IPs
-// with source ranges (served only with the ranges' check, not yet here).
+// its rules: IPv6 and SCTP.
 func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
 	_, ok := protoNumbers[sp.Protocol]
-	return family == proxy.IPv4 && ok && sp.AffinitySeconds == 0
+	return family == proxy.IPv4 && ok
 }
 
 // Render is the pure translation of an IPv4 State into map contents: each
 // served port's node ports (on every node-port address), external IPs and
-// LB IPs without source ranges point at the dispatch desired routes
-// traffic from outside the node to, with the route's masquerade and the
-// port's balancing. The masquerade address is the node's primary IP.
+// LB IPs point at the dispatch desired routes traffic from outside the
+// node to, with the route's masquerade and the port's balancing. LB IPs
+// with source ranges (desired's AllowedSources) are flagged, and the
+// ranges written for the group: the program drops a new flow from any
+// other source, as desired's DROP verdict says; an empty, present list
+// (ranges that did not parse) drops every source. A port with ClientIP
+// affinity carries its timeout, and its group's endpoints are listed as
+// members, so that a client's remembered endpoint counts only while it is
+// one. The masquerade address is the node's primary IP.
 //
 // A group's ID is a hash of the service port's name and dispatch set,
 // probed past collisions in name order, so that the same State always
@@ -60,41 +71,57 @@ func Render(st *desired.State) Contents {
 		if !Served(st.Family, sp) {
 			continue
 		}
-		fronts := frontends(sp, nodePortIPs)
-		if len(fronts) == 0 {
+		open, lbs := frontends(sp, nodePortIPs)
+		if len(open)+len(lbs) == 0 {
 			continue
 		}
 		v := group(&c, sp, st.RoutesOf(sp)[desired.ExternalPath][desired.FromOutside], taken)
-		for _, k := range fronts {
+		for _, k := range open {
+			c.Services[k] = v
+		}
+		if len(lbs) > 0 && sp.AllowedSources != nil {
+			v.Flags |= flagRanges
+			ranges(&c, v.ID, sp.AllowedSources)
+		}
+		for _, k := range lbs {
 			c.Services[k] = v
 		}
 	}
 	return c
 }
 
-// frontends lists sp's node ports, external IPs and LB IPs.
-func frontends(sp *desired.ServicePort, nodePortIPs []netip.Addr) []svcKey {
+// frontends lists sp's node ports and external IPs, which are never
+// filtered by source, and its LB IPs.
+func frontends(sp *desired.ServicePort, nodePortIPs []netip.Addr) (open, lbs []svcKey) {
 	proto := protoNumbers[sp.Protocol]
-	var out []svcKey
-	add := func(ip netip.Addr, port uint16) {
+	add := func(out []svcKey, ip netip.Addr, port uint16) []svcKey {
 		if ip = ip.Unmap(); ip.Is4() {
 			out = append(out, frontendKey(ip, port, proto))
 		}
+		return out
 	}
 	for _, ip := range sp.ExternalIPs {
-		add(ip, sp.Port)
-	}
-	if sp.AllowedSources == nil {
-		for _, ip := range sp.LoadBalancerIPs {
-			add(ip, sp.Port)
-		}
+		open = add(open, ip, sp.Port)
 	}
 	if sp.NodePort != 0 {
 		for _, ip := range nodePortIPs {
-			add(ip, sp.NodePort)
+			open = add(open, ip, sp.NodePort)
 		}
 	}
-	return out
+	for _, ip := range sp.LoadBalancerIPs {
+		lbs = add(lbs, ip, sp.Port)
+	}
+	return open, lbs
+}
+
+// ranges writes group id's allowed source prefixes (an IPv4 State's are
+// IPv4).
+func ranges(c *Contents, id uint64, allowed []netip.Prefix) {
+	for _, p := range allowed {
+		if p.Addr().Is4() {
+			c.Ranges[sourceKey(id, p)] = 1
+		}
+	}
 }
 
 // group renders the endpoints of route's dispatch, and its Maglev table
@@ -106,7 +133,7 @@ func group(c *Contents, sp *desired.ServicePort, route desired.Route, taken map[
 		id++
 	}
 	taken[id] = true
-	v := svcVal{ID: id, Count: uint32(len(d.Endpoints))}
+	v := svcVal{ID: id, Count: uint32(len(d.Endpoints)), Affinity: uint32(max(sp.AffinitySeconds, 0))}
 	if route.Masquerade {
 		v.Flags |= flagMasq
 	}
@@ -118,6 +145,9 @@ func group(c *Contents, sp *desired.ServicePort, route desired.Route, taken map[
 	}
 	for i, ep := range d.Endpoints {
 		c.Backends[beKey{ID: id, Slot: uint32(i)}] = endpointVal(ep)
+		if v.Affinity > 0 {
+			c.Members[memberOf(id, ep)] = 1
+		}
 	}
 	if sp.ExternalBalancing == proxy.BalanceMaglev {
 		t := maglev.New(d.Endpoints)

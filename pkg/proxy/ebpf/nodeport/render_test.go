@@ -1,6 +1,7 @@
 package nodeport
 
 import (
+	"maps"
 	"net/netip"
 	"testing"
 
@@ -41,9 +42,11 @@ func TestRenderRoutesAndFlags(t *testing.T) {
 		frontendKey(nodeIP, 30081, 17):                          0,
 		frontendKey(nodeIP, 30082, 6):                           flagDrop,
 		frontendKey(nodeIP, 30083, 6):                           flagMasq,
+		frontendKey(netip.MustParseAddr("198.18.200.1"), 80, 6): flagMasq | flagRanges,
+		frontendKey(nodeIP, 30084, 6):                           flagMasq,
 	}
 	if len(c.Services) != len(want) {
-		t.Errorf("rendered %d frontends, want %d (no source-ranged LB IP, affinity or SCTP): %v", len(c.Services), len(want), c.Services)
+		t.Errorf("rendered %d frontends, want %d (no SCTP): %v", len(c.Services), len(want), c.Services)
 	}
 	for k, flags := range want {
 		v, ok := c.Services[k]
@@ -61,6 +64,58 @@ func TestRenderRoutesAndFlags(t *testing.T) {
 	}
 	if len(c.Maglev) != 0 {
 		t.Errorf("%d Maglev slots without a Maglev port", len(c.Maglev))
+	}
+}
+
+// TestRenderSourceRanges: an LB IP with source ranges checks its group's
+// prefixes, which are desired's AllowedSources; the same port's node port
+// and external IP do not check; ranges that did not parse (an empty list)
+// leave the check with no prefix, which drops every source.
+func TestRenderSourceRanges(t *testing.T) {
+	lb, ext := netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("198.18.100.1")
+	sp := port("sourced", proxy.TCP, 30080, epA)
+	sp.LoadBalancerIPs, sp.ExternalIPs = []netip.Addr{lb}, []netip.Addr{ext}
+	sp.AllowedSources = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("203.0.113.7/32")}
+	closed := port("closed", proxy.TCP, 0, epA)
+	closed.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("198.18.200.2")}
+	closed.AllowedSources = []netip.Prefix{}
+	open := port("open", proxy.TCP, 0, epA)
+	open.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("198.18.200.3")}
+
+	c := Render(stateOf(nodeIP, sp, closed, open))
+	v := c.Services[frontendKey(lb, 80, 6)]
+	for k, want := range map[svcKey]bool{frontendKey(lb, 80, 6): true, frontendKey(ext, 80, 6): false,
+		frontendKey(nodeIP, 30080, 6): false, frontendKey(netip.MustParseAddr("198.18.200.2"), 80, 6): true,
+		frontendKey(netip.MustParseAddr("198.18.200.3"), 80, 6): false} {
+		got, ok := c.Services[k]
+		if !ok || (got.Flags&flagRanges != 0) != want {
+			t.Errorf("frontend %v: %+v (rendered %t), want the ranges flag %t", k, got, ok, want)
+		}
+	}
+	wantRanges := map[srcKey]uint32{
+		{Prefixlen: 64 + 24, ID: [2]uint32{uint32(v.ID), uint32(v.ID >> 32)}, Addr: [4]byte{198, 18, 0, 0}}:  1,
+		{Prefixlen: 64 + 32, ID: [2]uint32{uint32(v.ID), uint32(v.ID >> 32)}, Addr: [4]byte{203, 0, 113, 7}}: 1,
+	}
+	if !maps.Equal(c.Ranges, wantRanges) {
+		t.Errorf("ranges %v, want %v (sourced's two prefixes alone)", c.Ranges, wantRanges)
+	}
+}
+
+// TestRenderAffinity: a port with ClientIP affinity carries desired's
+// timeout, and its group's endpoints are members; a port without has
+// neither.
+func TestRenderAffinity(t *testing.T) {
+	sticky := port("sticky", proxy.TCP, 30080, epA, epB)
+	sticky.AffinitySeconds = 10800
+	plain := port("plain", proxy.TCP, 30081, epA)
+	c := Render(stateOf(nodeIP, sticky, plain))
+	v, p := c.Services[frontendKey(nodeIP, 30080, 6)], c.Services[frontendKey(nodeIP, 30081, 6)]
+	if v.Affinity != 10800 || p.Affinity != 0 {
+		t.Errorf("affinity timeouts %d and %d, want 10800 and 0", v.Affinity, p.Affinity)
+	}
+	want := map[memberKey]uint32{memberOf(v.ID, epA): 1, memberOf(v.ID, epB): 1}
+	if !maps.Equal(c.Members, want) {
+		t.Errorf("members %v, want sticky's two endpoints %v", c.Members, want)
 	}
 }
 

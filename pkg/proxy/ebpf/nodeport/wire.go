@@ -25,16 +25,18 @@ const (
 	flagDrop   = 1 // no endpoint: drop rather than reject
 	flagMasq   = 2 // desired masquerades the route
 	flagMaglev = 4 // the flow's Maglev slot picks the endpoint
+	flagRanges = 8 // only sources in the group's prefixes (np_ranges)
 )
 
 // svcVal is where new flows to a frontend go: Count slots of group ID,
 // or the MSize slots of its Maglev table; with no endpoint, a refusal.
+// Affinity is the ClientIP affinity timeout in seconds, 0 for none.
 type svcVal struct {
-	ID    uint64
-	Count uint32
-	Flags uint32
-	MSize uint32
-	Pad   uint32
+	ID       uint64
+	Count    uint32
+	Flags    uint32
+	MSize    uint32
+	Affinity uint32
 }
 
 // beKey is one slot of an endpoint group or of a Maglev table.
@@ -49,6 +51,32 @@ type beVal struct {
 	Addr [4]byte
 	Port [2]byte
 	Pad  [2]byte
+}
+
+// srcKey is an allowed source prefix of a group's LB IPs, an LPM trie
+// key: Prefixlen counts the ID's 64 bits and the prefix's. The ID is two
+// host-order words, so that the address follows it without padding.
+type srcKey struct {
+	Prefixlen uint32
+	ID        [2]uint32
+	Addr      [4]byte
+}
+
+func sourceKey(id uint64, p netip.Prefix) srcKey {
+	return srcKey{Prefixlen: 64 + uint32(p.Bits()), ID: [2]uint32{uint32(id), uint32(id >> 32)}, Addr: p.Masked().Addr().As4()}
+}
+
+// memberKey is an endpoint of a group with ClientIP affinity: a client's
+// remembered endpoint counts only while it is one.
+type memberKey struct {
+	ID   uint64
+	Addr [4]byte
+	Port [2]byte
+	Pad  uint16
+}
+
+func memberOf(id uint64, ep proxy.Endpoint) memberKey {
+	return memberKey{ID: id, Addr: ep.IP.Unmap().As4(), Port: netPort(ep.Port)}
 }
 
 // cfgVal is the programs' one configuration record.
