@@ -161,8 +161,9 @@ func group[O Owner[O], K comparable, V any](t *Table[O, K, V], run func([]Change
 	return steps
 }
 
-// phaseOrder is a kind's phases in order (at most one per operation, the
-// unused repeating the last) and which of them each operation runs in.
+// phaseOrder is the phases of a kind's three operations, sorted (a phase
+// two operations share stands twice, the second place left empty), and
+// the place of each operation's phase.
 type phaseOrder struct {
 	phase [3]int
 	index [3]int // by Op
