@@ -3,6 +3,7 @@ package ebpf
 import (
 	"hash/fnv"
 	"net/netip"
+	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -51,6 +52,7 @@ type part struct {
 	records []reconcile.Item[svcKey, svcVal]
 	slots   []reconcile.Item[beKey, beVal]
 	groups  []group
+	inline  [2]group // groups' array for up to two, the usual
 }
 
 // group is one endpoint group of a part: its ID and its run of slots.
@@ -75,7 +77,10 @@ func (r *renderer) port(sp *desired.ServicePort) *part {
 	if !ok {
 		return nil
 	}
-	pt := &part{}
+	fronts := externalFrontends(sp, proto, r.nodePortIPs)
+	// Sized once: a full sync renders every port.
+	pt := &part{records: make([]reconcile.Item[svcKey, svcVal], 0, len(fronts)+2)}
+	pt.groups = pt.inline[:0]
 	routes := r.st.RoutesOf(sp)
 	groups := map[desired.Set]target{}
 	record := func(path desired.Path) svcVal {
@@ -93,7 +98,7 @@ func (r *renderer) port(sp *desired.ServicePort) *part {
 		return v
 	}
 	cluster := record(desired.ClusterIPPath)
-	if fronts := externalFrontends(sp, proto, r.nodePortIPs); len(fronts) > 0 {
+	if len(fronts) > 0 {
 		external := record(desired.ExternalPath)
 		for _, k := range fronts {
 			pt.records = append(pt.records, reconcile.Item[svcKey, svcVal]{Key: k, Value: external})
@@ -136,6 +141,7 @@ func (r *renderer) group(pt *part, sp *desired.ServicePort, set desired.Set) tar
 	}
 	r.taken[id] = true
 	pt.groups = append(pt.groups, group{id: id, first: len(pt.slots), count: len(d.Endpoints)})
+	pt.slots = slices.Grow(pt.slots, len(d.Endpoints))
 	for i, ep := range d.Endpoints {
 		pt.slots = append(pt.slots, reconcile.Item[beKey, beVal]{Key: beKey{ID: id, Slot: uint32(i)}, Value: endpointVal(ep)})
 	}

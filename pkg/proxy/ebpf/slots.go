@@ -19,10 +19,25 @@ func (s *store) stabilize(pt *part) {
 		}
 	}
 	for _, g := range pt.groups {
-		if o := oldCount[g.id]; o > 0 && g.count > 0 {
-			restack(g.id, o, pt.slots[g.first:g.first+g.count], s.slots.Kernel)
+		want := pt.slots[g.first : g.first+g.count]
+		if o := oldCount[g.id]; o > 0 && g.count > 0 && !inPlace(g.id, o, want, s.slots.Kernel) {
+			restack(g.id, o, want, s.slots.Kernel)
 		}
 	}
+}
+
+// inPlace reports whether the maps hold want, the slots of group id, as
+// they are: the usual case of a full sync, which so moves nothing.
+func inPlace(id uint64, o uint32, want []reconcile.Item[beKey, beVal], have func(beKey) (beVal, bool)) bool {
+	if int(o) != len(want) {
+		return false
+	}
+	for _, it := range want {
+		if be, ok := have(it.Key); !ok || be != it.Value {
+			return false
+		}
+	}
+	return true
 }
 
 // restack rewrites want, the slots of group id in slot order, so that

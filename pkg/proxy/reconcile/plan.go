@@ -133,19 +133,53 @@ func Batch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Change[
 	})
 }
 
-// group diffs t into one Step per phase, in phase order.
+// group diffs t into one Step per phase, in phase order. The changes are
+// counted per phase first, so that they go straight to their place in one
+// slice of the size they need: a cold sync diffs every key of a kind.
 func group[O Owner[O], K comparable, V any](t *Table[O, K, V], run func([]Change[K, V]) error) []Step {
-	byPhase := map[int][]Change[K, V]{}
-	for _, c := range t.Diff() {
-		p := t.kind.phase(c)
-		byPhase[p] = append(byPhase[p], c)
+	phases := t.kind.phases()
+	var ends [3]int // of each phase's changes, in phases' order
+	t.dirtyChanges(false, func(c Change[K, V]) { ends[phases.of(c.Op)]++ })
+	for i := 1; i < len(ends); i++ {
+		ends[i] += ends[i-1]
 	}
-	steps := make([]Step, 0, len(byPhase))
-	for p, cs := range byPhase {
-		steps = append(steps, Step{Phase: p, Kind: t.kind.Name, Len: len(cs), Run: func() error { return run(cs) }})
+	all := make([]Change[K, V], ends[len(ends)-1])
+	next := [3]int{0, ends[0], ends[1]}
+	t.dirtyChanges(true, func(c Change[K, V]) {
+		i := phases.of(c.Op)
+		all[next[i]] = c
+		next[i]++
+	})
+	var steps []Step
+	start := 0
+	for i, end := range ends {
+		if cs := all[start:end]; len(cs) > 0 {
+			steps = append(steps, Step{Phase: phases.phase[i], Kind: t.kind.Name, Len: len(cs), Run: func() error { return run(cs) }})
+		}
+		start = end
 	}
-	slices.SortFunc(steps, func(a, b Step) int { return a.Phase - b.Phase })
 	return steps
+}
+
+// phaseOrder is the phases of a kind's three operations, sorted (a phase
+// two operations share stands twice, the second place left empty), and
+// the place of each operation's phase.
+type phaseOrder struct {
+	phase [3]int
+	index [3]int // by Op
+}
+
+func (p *phaseOrder) of(op Op) int { return p.index[op] }
+
+// phases orders k's phases.
+func (k *Kind[K, V]) phases() phaseOrder {
+	var p phaseOrder
+	p.phase = [3]int{k.AddPhase, k.UpdatePhase, k.DeletePhase}
+	slices.Sort(p.phase[:])
+	for _, op := range []Op{Add, Update, Delete} {
+		p.index[op] = slices.Index(p.phase[:], k.phase(Change[K, V]{Op: op}))
+	}
+	return p
 }
 
 // Order merges the steps of several kinds into phase order (a stable

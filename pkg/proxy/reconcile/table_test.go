@@ -25,6 +25,13 @@ func items(kv ...any) []Item[int, string] {
 	return out
 }
 
+// commitDiff diffs tb and records every change as made.
+func commitDiff(tb *Table[own, int, string]) {
+	for _, c := range tb.Diff() {
+		tb.Commit(c)
+	}
+}
+
 func TestDiffAddUpdateDelete(t *testing.T) {
 	tb := NewTable[own](intKind)
 	tb.SetKernel(1, "old")
@@ -55,9 +62,7 @@ func TestLowestOwnerWinsAndTheNextTakesOver(t *testing.T) {
 	if v, _ := tb.Want(1); v != "three" {
 		t.Fatalf("Want = %q, want the lowest owner's %q", v, "three")
 	}
-	for _, c := range tb.Diff() {
-		tb.Commit(c)
-	}
+	commitDiff(tb)
 	tb.Replace(3, nil)
 	got := tb.Diff()
 	want := []Change[int, string]{{Op: Update, Key: 1, Want: "five", Have: "three"}}
@@ -70,9 +75,7 @@ func TestPartialDiffsOnlyTouchedKeys(t *testing.T) {
 	tb := NewTable[own](intKind)
 	tb.Replace(1, items(1, "a"))
 	tb.Replace(2, items(2, "b"))
-	for _, c := range tb.Diff() {
-		tb.Commit(c)
-	}
+	commitDiff(tb)
 	// The kernel lost key 1 behind our back: a partial sync of owner 2
 	// does not see it; a full one does.
 	tb.DropKernel(1)
@@ -204,5 +207,43 @@ func TestSyncsModes(t *testing.T) {
 	s.Failed()
 	if _, err := s.Begin(proxy.PartialSync, "test"); !errors.Is(err, proxy.ErrFullSyncNeeded) {
 		t.Fatalf("partial after a failure: %v, want ErrFullSyncNeeded", err)
+	}
+}
+
+// TestSharedKeyFirstClaimGoesThenTheSecond follows a key that a second
+// owner claims after a first: the first claim is the one kept with the
+// key, the second kept aside. When the first goes the second is the key's
+// only claim, also for an owner that comes after it; when the second goes
+// too the key is deleted.
+func TestSharedKeyFirstClaimGoesThenTheSecond(t *testing.T) {
+	tb := NewTable[own](intKind)
+	tb.Replace(5, items(1, "five", 2, "own"))
+	tb.Replace(3, items(1, "three"))
+	if v, _ := tb.Want(1); v != "three" {
+		t.Fatalf("Want = %q, want the lowest owner's %q", v, "three")
+	}
+	commitDiff(tb)
+	tb.Replace(5, nil)
+	tb.Replace(7, items(3, "seven")) // may take owner 5's place
+	got := tb.Diff()
+	want := []Change[int, string]{{Op: Delete, Key: 2, Have: "own"}, {Op: Add, Key: 3, Want: "seven"}}
+	slices.SortFunc(got, func(a, b Change[int, string]) int { return a.Key - b.Key })
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the first claim went: Diff = %v, want %v", got, want)
+	}
+	if v, ok := tb.Want(1); !ok || v != "three" || tb.Len() != 2 {
+		t.Fatalf("Want(1) = %q, %t, Len %d; want owner 3's %q and 2 keys", v, ok, tb.Len(), "three")
+	}
+	for _, c := range got {
+		tb.Commit(c)
+	}
+	tb.Replace(3, nil)
+	got = tb.Diff()
+	want = []Change[int, string]{{Op: Delete, Key: 1, Have: "three"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the second claim went: Diff = %v, want %v", got, want)
+	}
+	if tb.Claimed(1) || tb.Len() != 1 {
+		t.Fatalf("key 1 claimed %t, Len %d after both its owners left; want false, 1", tb.Claimed(1), tb.Len())
 	}
 }
