@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
 // shared names the top-level chains every service port adds rules to.
@@ -22,17 +23,17 @@ const (
 )
 
 // entry is what the Proxier keeps per service port between syncs: its
-// lines in the shared chains (rewritten on every sync) and the names of
-// its own nat chains (rewritten only when the port changes).
+// lines in the shared chains, which every sync that rewrites a shared
+// chain writes again. Its own nat chains are its claims in the chain
+// table (chains.go), rewritten only when the port changes.
 type entry struct {
 	shared     [numShared]lineBuffer
-	chains     []string
 	chainRules int
-	seps       int
 }
 
 // renderService renders one service port: its lines in the shared chains
-// go to the entry, its own chains to out, each chain's declaration right
+// go to the entry, its own chains to out and their names to r.chains,
+// each chain's declaration right
 // before its rules and every chain after those it jumps to (SEP, then
 // SVL/SVC, EXT, FW). Both tools refuse a jump to a chain not declared yet,
 // and iptables-nft-restore looks up a rule's chain and target in hash
@@ -49,12 +50,11 @@ func (r *renderer) renderService(sp *desired.ServicePort, out *lineBuffer) *entr
 
 	before := out.lines
 	declare := func(chain string) {
-		e.chains = append(e.chains, chain)
+		r.chains = append(r.chains, reconcile.Item[string, struct{}]{Key: chain})
 		out.chainLine(chain)
 	}
 	for _, ep := range p.sepEndpoints(sp) {
 		r.sepChain(out, sp, pn, ep, declare)
-		e.seps++
 	}
 	if p.usesSVL {
 		declare(pn.svl)
