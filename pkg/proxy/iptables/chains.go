@@ -3,17 +3,25 @@ package iptables
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
-	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
-// owner is who claims chains: a service port, or the zero name for the
-// shared chains.
-type owner = proxy.ServicePortName
+// owner is who claims chains: a service port, named by the hash its own
+// chains' names end in (unique per port, as the names are), or "" for the
+// shared chains. Every claim holds its owner, and the hash is a quarter
+// of the size of the port's name.
+type owner string
+
+// Compare orders owners for the engine (no two ports claim one chain).
+func (o owner) Compare(other owner) int { return strings.Compare(string(o), string(other)) }
+
+// ownerOf is the owner a port's chains are claimed by.
+func ownerOf(pn portNames) owner { return owner(pn.svc[len(prefixSVC):]) }
 
 // The restore input is one transaction per table, so the phases are the
 // order of its text (assemble): a port's own chains are declared and
@@ -102,11 +110,11 @@ func (p *Proxier) readBack(ctx context.Context, largeCluster bool, natChains []s
 	}
 }
 
-// claimChains makes the chains r.chains names the claims of port, and
-// empties r.chains for the next port.
+// claimChains makes the chains r.chains names the claims of port. The
+// next port gets a slice of its own: the table may keep what it is given.
 func (s *store) claimChains(port owner, r *renderer) {
 	s.chains.Replace(port, r.chains)
-	r.chains = r.chains[:0]
+	r.chains = nil
 }
 
 // chainDiff is the chain table's changes split as the input uses them:
@@ -131,7 +139,7 @@ func (s *store) diffChains() chainDiff {
 // diffShared claims the shared texts' hashes and reports which of them
 // the input must hold.
 func (s *store) diffShared(sums [2]uint64) (changes []reconcile.Change[sharedText, uint64], write [2]bool) {
-	s.shared.Replace(owner{}, []reconcile.Item[sharedText, uint64]{{Key: natTop, Value: sums[natTop]}, {Key: filterAll, Value: sums[filterAll]}})
+	s.shared.Replace("", []reconcile.Item[sharedText, uint64]{{Key: natTop, Value: sums[natTop]}, {Key: filterAll, Value: sums[filterAll]}})
 	changes = s.shared.Diff()
 	for _, c := range changes {
 		write[c.Key] = true

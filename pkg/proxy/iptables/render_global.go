@@ -83,8 +83,9 @@ type renderer struct {
 	state *desired.State
 	probs *probabilities
 	// chains collects the names of the own chains renderService declares,
-	// for the caller to claim; reused from port to port.
+	// for the caller to claim as owner, the port rendered last.
 	chains []reconcile.Item[string, struct{}]
+	owner  owner
 }
 
 // filterChains lists the filter chains written (and so flushed) by every sync.

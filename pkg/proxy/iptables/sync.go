@@ -155,7 +155,7 @@ func (p *Proxier) render(st *desired.State, r *renderer, stream io.Writer) (*inp
 		p.entries = make(map[proxy.ServicePortName]*entry, st.Services.Len())
 		for name, sp := range st.Services.All() {
 			p.entries[name] = r.renderService(sp, own)
-			p.store.claimChains(name, r)
+			p.store.claimChains(r.owner, r)
 		}
 		if own.flush(); own.err != nil {
 			return nil, own.err
@@ -163,10 +163,12 @@ func (p *Proxier) render(st *desired.State, r *renderer, stream io.Writer) (*inp
 	} else {
 		for name := range st.Changed {
 			delete(p.entries, name)
+			port := ownerOf(namesOf(name)) // a removed port claims nothing
 			if sp := st.Service(name); sp != nil {
 				p.entries[name] = r.renderService(sp, own)
+				port = r.owner
 			}
-			p.store.claimChains(name, r)
+			p.store.claimChains(port, r)
 		}
 	}
 	in.chains = p.store.diffChains()
