@@ -13,8 +13,8 @@ import (
 
 // owner is who claims chains: a service port, named by the hash its own
 // chains' names end in (unique per port, as the names are), or "" for the
-// shared chains. Every claim holds its owner, and the hash is a quarter
-// of the size of the port's name.
+// shared chains. Every claim holds its owner, and the hash is much
+// smaller than the port's name.
 type owner string
 
 // Compare orders owners for the engine (no two ports claim one chain).
@@ -35,10 +35,10 @@ const (
 )
 
 // chainKind is a port's own nat chain (SVC, SVL, EXT, FW, SEP), keyed by
-// name. Its text is not kept (about 33 MB at 10k services): a chain that
-// a sync claims was rendered by it and is written, so no claimed chain
-// equals the kernel's copy, and a partial sync touches only the changed
-// ports' chains.
+// name. Its text is not kept (it is most of a large sync's input): a
+// chain that a sync claims was rendered by it and is written, so no
+// claimed chain equals the kernel's copy, and a partial sync touches only
+// the changed ports' chains.
 var chainKind = reconcile.Kind[string, struct{}]{
 	Name:  "nat chain",
 	Equal: func(struct{}, struct{}) bool { return false },
@@ -56,8 +56,8 @@ const (
 )
 
 // sharedKind is a shared text, valued by the hash of its rules (the text
-// is megabytes at 10k services): a partial sync writes it only when the
-// hash changed, and an endpoint change alters neither.
+// grows with every port): a partial sync writes it only when the hash
+// changed, and an endpoint change alters neither.
 var sharedKind = reconcile.Kind[sharedText, uint64]{
 	Name:  "shared chains",
 	Equal: func(want, have uint64) bool { return want == have },
