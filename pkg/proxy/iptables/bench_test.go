@@ -83,6 +83,25 @@ func BenchmarkFullSync10kx10(b *testing.B) {
 	b.ReportMetric(float64(ipt.lastRestore)/1e6, "MB-restore")
 }
 
+// BenchmarkRepeatedFullSync10kx10 is the full sync of a running daemon
+// (hourly, or after a change of the globals): one Proxier, whose record
+// of the kernel is kept from sync to sync.
+func BenchmarkRepeatedFullSync10kx10(b *testing.B) {
+	st := bigState(10000, 10)
+	ipt := &discard{}
+	p := NewWithInterface(proxy.IPv4, ipt, Options{})
+	if err := p.Sync(context.Background(), st, proxy.RecoverySync); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.Sync(context.Background(), st, proxy.FullSync); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(ipt.lastRestore)/1e6, "MB-restore")
+}
+
 func BenchmarkPartialSync10kx10(b *testing.B) {
 	st := bigState(10000, 10)
 	ipt := &discard{}

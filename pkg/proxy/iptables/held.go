@@ -40,6 +40,7 @@ func (p *Proxier) HeldPorts(ctx context.Context, st *desired.State) (map[proxy.S
 	own := &lineBuffer{}
 	for name, sp := range st.Services.All() {
 		own.b, own.full, own.lines = own.b[:0], nil, 0
+		r.chains = r.chains[:0] // the chains are read from own
 		if k.holds(r.renderService(sp, own), own) {
 			held[name] = struct{}{}
 		}

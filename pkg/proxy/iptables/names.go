@@ -45,11 +45,23 @@ func isServiceChain(name string) bool {
 	return false
 }
 
-// hash16 is upstream's chain hash: the first 16 characters of
-// base32(sha256(s)). iptables chain names are at most 28 characters.
-func hash16(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return base32.StdEncoding.EncodeToString(sum[:])[:16]
+// chainName is prefix followed by upstream's chain hash of the parts
+// joined: the first 16 characters of base32(sha256(parts)). iptables
+// chain names are at most 28 characters. The input, digest and encoding
+// stay in stack buffers and only the name is allocated: a sync names a
+// chain per endpoint, and the intermediate strings were most of its
+// garbage.
+func chainName(prefix string, parts ...string) string {
+	var buf [256]byte
+	in := buf[:0]
+	for _, p := range parts {
+		in = append(in, p...)
+	}
+	sum := sha256.Sum256(in)
+	var enc [56]byte // base32 of 32 bytes, padded
+	base32.StdEncoding.Encode(enc[:], sum[:])
+	var name [32]byte
+	return string(append(append(name[:0], prefix...), enc[:16]...))
 }
 
 // portNames are the chain names of one service port.
@@ -62,15 +74,16 @@ type portNames struct {
 func namesOf(n proxy.ServicePortName) portNames {
 	display := n.String()
 	proto := strings.ToLower(string(n.Protocol))
-	h := hash16(display + proto)
+	svc := chainName(prefixSVC, display, proto)
+	h := svc[len(prefixSVC):]
 	return portNames{display: display, proto: proto,
-		svc: prefixSVC + h, svl: prefixSVL + h, ext: prefixEXT + h, fw: prefixFW + h}
+		svc: svc, svl: prefixSVL + h, ext: prefixEXT + h, fw: prefixFW + h}
 }
 
 // sepChain names an endpoint's chain: the hash covers the service port and
 // "ip:port" ("[ip]:port" for IPv6).
 func (pn portNames) sepChain(endpoint string) string {
-	return prefixSEP + hash16(pn.display+pn.proto+endpoint)
+	return chainName(prefixSEP, pn.display, pn.proto, endpoint)
 }
 
 // endpointString spells an endpoint as DNAT and the SEP hash want it.

@@ -52,23 +52,18 @@ type Proxier struct {
 	opts   Options
 	probs  probabilities
 
-	counters  counters // the nfacct objects the last full sync ensured
-	cfg       *config  // config of the last successful sync
-	entries   map[proxy.ServicePortName]*entry
-	natOwned  map[string]struct{} // our per-service nat chains in the kernel
-	lastSweep time.Time
-	localnet  bool // route_localnet ensured
+	counters counters // the nfacct objects the last full sync ensured
+	cfg      *config  // config of the last successful sync
+	// entries keeps each port's lines in the shared chains, which are
+	// written whole and so are assembled from every port's lines.
+	entries map[proxy.ServicePortName]*entry
+	// store is the chains in the kernel and the claims on them.
+	store     store
+	lastSweep time.Time // of the last read-back
+	localnet  bool      // route_localnet ensured
 	last      syncStats
-	// What the last successful sync left in our filter chains and nat
-	// top-level chains, hashed with seed; nil after a failure.
-	written *written
-	seed    maphash.Seed
+	seed      maphash.Seed // of the shared texts' hashes
 }
-
-// written is the hashes of the rule text of our filter chains and of
-// nat's top-level chains, which a partial sync rewrites only when they
-// changed. Hashes, as the text is megabytes at 10k services.
-type written struct{ filter, natTop uint64 }
 
 // syncStats describes the last successful sync, for tests and metrics.
 type syncStats struct {
@@ -97,7 +92,7 @@ func NewWithInterface(family proxy.IPFamily, ipt kiptables.Interface, opts Optio
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Proxier{family: family, ipt: ipt, opts: opts, seed: maphash.MakeSeed()}
+	return &Proxier{family: family, ipt: ipt, opts: opts, store: newStore(), seed: maphash.MakeSeed()}
 }
 
 // Init is part of syncer.Proxier. route_localnet, which localhost node
@@ -138,6 +133,7 @@ func (p *Proxier) CanaryMissing(ctx context.Context) (bool, error) {
 // Cleanup is part of syncer.Proxier: it removes this family's jumps and
 // chains (--cleanup).
 func (p *Proxier) Cleanup(ctx context.Context) error {
-	p.cfg, p.entries, p.natOwned = nil, nil, nil
+	p.cfg, p.entries = nil, nil
+	p.store.syncs.Failed()
 	return cleanup(ctx, p.ipt)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
 const (
@@ -81,6 +82,10 @@ type renderer struct {
 	// state answers RoutesOf: the decisions rules are rendered from.
 	state *desired.State
 	probs *probabilities
+	// chains collects the names of the own chains renderService declares,
+	// for the caller to claim as owner, the port rendered last.
+	chains []reconcile.Item[string, struct{}]
+	owner  owner
 }
 
 // filterChains lists the filter chains written (and so flushed) by every sync.

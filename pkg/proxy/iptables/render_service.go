@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
 // shared names the top-level chains every service port adds rules to.
@@ -22,17 +23,17 @@ const (
 )
 
 // entry is what the Proxier keeps per service port between syncs: its
-// lines in the shared chains (rewritten on every sync) and the names of
-// its own nat chains (rewritten only when the port changes).
+// lines in the shared chains, which every sync that rewrites a shared
+// chain writes again. Its own nat chains are its claims in the chain
+// table (chains.go), rewritten only when the port changes.
 type entry struct {
 	shared     [numShared]lineBuffer
-	chains     []string
 	chainRules int
-	seps       int
 }
 
 // renderService renders one service port: its lines in the shared chains
-// go to the entry, its own chains to out, each chain's declaration right
+// go to the entry, its own chains to out and their names to r.chains,
+// each chain's declaration right
 // before its rules and every chain after those it jumps to (SEP, then
 // SVL/SVC, EXT, FW). Both tools refuse a jump to a chain not declared yet,
 // and iptables-nft-restore looks up a rule's chain and target in hash
@@ -48,23 +49,25 @@ func (r *renderer) renderService(sp *desired.ServicePort, out *lineBuffer) *entr
 	r.nodePortRules(e, sp, pn, &p)
 
 	before := out.lines
+	seps := sepsOf(p.sepEndpoints(sp), pn)
+	r.owner = ownerOf(pn)
+	r.chains = slices.Grow(r.chains, len(seps.eps)+4) // SEPs, SVL, SVC, EXT, FW
 	declare := func(chain string) {
-		e.chains = append(e.chains, chain)
+		r.chains = append(r.chains, reconcile.Item[string, struct{}]{Key: chain})
 		out.chainLine(chain)
 	}
-	for _, ep := range p.sepEndpoints(sp) {
-		r.sepChain(out, sp, pn, ep, declare)
-		e.seps++
+	for i, ep := range seps.eps {
+		r.sepChain(out, sp, pn, ep, seps.spelled[i], declare)
 	}
 	if p.usesSVL {
 		declare(pn.svl)
 		r.internalMasq(out, sp, pn, &p, pn.svl)
-		r.dispatch(out, sp, pn, pn.svl, p.local)
+		r.dispatch(out, sp, pn, pn.svl, p.local, &seps)
 	}
 	if p.usesSVC {
 		declare(pn.svc)
 		r.internalMasq(out, sp, pn, &p, pn.svc)
-		r.dispatch(out, sp, pn, pn.svc, sp.Cluster.Endpoints)
+		r.dispatch(out, sp, pn, pn.svc, sp.Cluster.Endpoints, &seps)
 	}
 	if p.usesEXT {
 		declare(pn.ext)
@@ -216,41 +219,69 @@ func sourceString(p netip.Prefix, lbIPs []netip.Addr) string {
 	return p.String()
 }
 
+// sepSpelling is an endpoint as DNAT spells it, and its chain's name.
+type sepSpelling struct{ endpoint, chain string }
+
+// seps is a port's endpoint chains: the endpoints sorted by address and
+// port, and how each is spelled. Both policy chains and the endpoint's
+// own chain name an endpoint, and hashing its name once is a good part
+// of a large sync's work.
+type seps struct {
+	eps     []desired.Endpoint
+	spelled []sepSpelling
+}
+
+func sepsOf(eps []desired.Endpoint, pn portNames) seps {
+	s := seps{eps: eps, spelled: make([]sepSpelling, len(eps))}
+	for i, ep := range eps {
+		e := endpointString(ep.AddrPort())
+		s.spelled[i] = sepSpelling{endpoint: e, chain: pn.sepChain(e)}
+	}
+	return s
+}
+
+// of is how ep is spelled; a policy chain's endpoints are among them.
+func (s *seps) of(ep desired.Endpoint, pn portNames) sepSpelling {
+	i, ok := slices.BinarySearchFunc(s.eps, ep.AddrPort(), func(e desired.Endpoint, a netip.AddrPort) int { return e.AddrPort().Compare(a) })
+	if !ok {
+		e := endpointString(ep.AddrPort())
+		return sepSpelling{endpoint: e, chain: pn.sepChain(e)}
+	}
+	return s.spelled[i]
+}
+
 // dispatch writes a policy chain: affinity checks first, then the
 // probability ladder (rule i matches with 1/(n-i); the last always does).
-func (r *renderer) dispatch(out *lineBuffer, sp *desired.ServicePort, pn portNames, chain string, eps []desired.Endpoint) {
+func (r *renderer) dispatch(out *lineBuffer, sp *desired.ServicePort, pn portNames, chain string, eps []desired.Endpoint, seps *seps) {
 	if sp.AffinitySeconds > 0 {
 		secs := strconv.Itoa(int(sp.AffinitySeconds))
 		for _, ep := range eps {
-			s := endpointString(ep.AddrPort())
-			sep := pn.sepChain(s)
-			out.rule(chain, r.comment(pn.display+" -> "+s, true),
-				w("-m", "recent", "--name", sep, "--rcheck", "--seconds", secs, "--reap", "-j", sep))
+			s := seps.of(ep, pn)
+			out.rule(chain, r.comment(pn.display+" -> "+s.endpoint, true),
+				w("-m", "recent", "--name", s.chain, "--rcheck", "--seconds", secs, "--reap", "-j", s.chain))
 		}
 	}
 	n := len(eps)
 	for i, ep := range eps {
-		s := endpointString(ep.AddrPort())
+		s := seps.of(ep, pn)
 		var stat []string
 		if i < n-1 {
 			stat = w("-m", "statistic", "--mode", "random", "--probability", r.probs.of(n-i))
 		}
-		out.rule(chain, r.comment(pn.display+" -> "+s, true), stat, w("-j", pn.sepChain(s)))
+		out.rule(chain, r.comment(pn.display+" -> "+s.endpoint, true), stat, w("-j", s.chain))
 	}
 }
 
 // sepChain declares and writes one endpoint's chain.
-func (r *renderer) sepChain(out *lineBuffer, sp *desired.ServicePort, pn portNames, ep desired.Endpoint, declare func(string)) {
-	s := endpointString(ep.AddrPort())
-	name := pn.sepChain(s)
-	declare(name)
+func (r *renderer) sepChain(out *lineBuffer, sp *desired.ServicePort, pn portNames, ep desired.Endpoint, s sepSpelling, declare func(string)) {
+	declare(s.chain)
 	comment := r.comment(pn.display, false)
-	out.rule(name, comment, w("-s", addr(ep.IP), "-j", chainMarkMasq))
+	out.rule(s.chain, comment, w("-s", addr(ep.IP), "-j", chainMarkMasq))
 	var recent []string
 	if sp.AffinitySeconds > 0 {
-		recent = w("-m", "recent", "--name", name, "--set")
+		recent = w("-m", "recent", "--name", s.chain, "--set")
 	}
-	out.rule(name, comment, recent, w("-m", pn.proto, "-p", pn.proto, "-j", "DNAT", "--to-destination", s))
+	out.rule(s.chain, comment, recent, w("-m", pn.proto, "-p", pn.proto, "-j", "DNAT", "--to-destination", s.endpoint))
 }
 
 // comment is the per-endpoint comment, left out in large-cluster mode

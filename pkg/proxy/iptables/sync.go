@@ -7,89 +7,89 @@ import (
 	"net/netip"
 	"slices"
 
-	"k8s.io/klog/v2"
-
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy/metrics"
+	"github.com/svcproxy/svcproxy/pkg/proxy/reconcile"
 )
 
 // Sync is part of syncer.Proxier. A full sync rewrites every chain we own
 // and recreates the canaries and jumps; a partial one rewrites the
-// top-level chains and only the changed ports' own chains. Both are a
-// single iptables-restore --noflush, atomic per table. A recovery sync is
-// a full one: that already checks the kernel (the jumps, the stale-chain
-// sweep), and a failed restore has dropped the record it would distrust.
+// changed ports' own chains, and the top-level chains when they changed.
+// Both are a single iptables-restore --noflush, atomic per table. Which
+// chains are written and deleted is the reconcile engine's diff (store);
+// a recovery sync reads nat's chain names back first.
 func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
 	if st.Family != p.family {
 		return fmt.Errorf("iptables %s proxier got a %s state", p.family, st.Family)
 	}
-	full := mode.Full()
-	if !full && p.entries == nil {
-		return fmt.Errorf("iptables %s: no record of the service chains: %w", p.family, proxy.ErrFullSyncNeeded)
+	plan, err := p.store.syncs.Begin(mode, "iptables "+string(p.family))
+	if err != nil {
+		return err
 	}
-	if full {
+	if plan.Full {
 		p.counters = p.ensureCounters()
 	}
 	cfg := newConfig(st, &p.opts, countEndpoints(st) > largeClusterEndpoints, p.counters)
-	if !full && !cfg.equal(p.cfg) {
+	if !plan.Full && !cfg.equal(p.cfg) {
 		// The syncer makes a change of the State's globals full, and the
 		// options are fixed: this is large-cluster mode flipping, which
 		// changes the text of every endpoint chain.
 		return fmt.Errorf("iptables %s: the rendering of every chain changed: %w", p.family, proxy.ErrFullSyncNeeded)
 	}
-	err := p.sync(ctx, st, cfg, full)
-	if err != nil {
-		if !full {
+	if err := p.sync(ctx, st, cfg, plan); err != nil {
+		if !plan.Full {
 			metrics.IPTablesPartialRestoreFailuresTotal.WithLabelValues(string(p.family)).Inc()
 		}
-		return fmt.Errorf("syncing iptables %s (full=%t): %w", p.family, full, err)
+		return fmt.Errorf("syncing iptables %s (full=%t): %w", p.family, plan.Full, err)
 	}
 	return nil
 }
 
-func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full bool) error {
+func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, plan reconcile.Plan) error {
 	if cfg.localhostV4 {
 		if err := p.ensureLocalnet(); err != nil {
 			return err
 		}
 	}
 	r := &renderer{cfg: cfg, state: st, probs: &p.probs}
-	var pl *plan
+	var in *input
 	var err error
-	if full {
+	if plan.Full {
 		natChains, jerr := p.ensureJumps(ctx)
 		if jerr != nil {
 			return jerr
 		}
-		kernel := p.kernelChains(ctx, cfg, natChains)
+		if plan.ReadBack {
+			p.readBack(ctx, cfg.largeCluster, natChains)
+		}
 		// The ports' own chains (~33 MB at 10k services) are rendered as
 		// the tool reads them, never held whole.
 		err = p.ipt.RestoreFrom(ctx, func(w io.Writer) error {
 			var perr error
-			if pl, perr = p.plan(st, r, kernel, w); perr != nil {
+			if in, perr = p.render(st, r, w); perr != nil {
 				return perr
 			}
-			return writeChunks(w, pl.data)
+			return writeChunks(w, in.data)
 		})
 	} else {
-		pl, _ = p.plan(st, r, nil, nil)
-		if len(pl.data) == 0 {
+		in, _ = p.render(st, r, nil)
+		if len(in.data) == 0 {
 			// Nothing the kernel holds would change.
-			p.commit(pl, cfg)
+			p.commit(in, cfg)
 			return nil
 		}
-		err = p.ipt.Restore(ctx, pl.data...)
+		err = p.ipt.Restore(ctx, in.data...)
 	}
 	if err != nil {
-		// Our record of the kernel's chains may be off now; the full
-		// sync that follows sweeps with iptables-save.
-		p.entries, p.natOwned, p.lastSweep = nil, nil, p.opts.Now().Add(-p.opts.SyncPeriod-1)
-		p.written = nil
+		// Our record of the kernel's chains may be off now; the recovery
+		// sync that follows reads them back.
+		p.store.syncs.Failed()
+		p.lastSweep = p.opts.Now().Add(-p.opts.SyncPeriod - 1)
 		return fmt.Errorf("iptables-restore: %w", err)
 	}
-	p.commit(pl, cfg)
+	p.commit(in, cfg)
 	return nil
 }
 
@@ -97,7 +97,7 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, full
 // jumps at the front of the built-in chains. Done on full syncs only: the
 // rules outlive us. Checking costs one iptables-save per table on
 // iptables-legacy (kiptables.EnsureAtFront); the nat chains it lists are
-// returned for the stale-chain sweep, which would read the same.
+// returned for the read-back, which would read the same.
 func (p *Proxier) ensureJumps(ctx context.Context) (natChains []string, err error) {
 	for _, t := range canaryTables {
 		chains := []string{chainCanary}
@@ -119,28 +119,27 @@ func (p *Proxier) ensureJumps(ctx context.Context) (natChains []string, err erro
 	return natChains, nil
 }
 
-// plan is one sync's restore input and what it does.
-type plan struct {
-	data     [][]byte // chunks, mostly the entries' own lines
-	full     bool
-	sums     written             // of our filter rules and nat top-level rules, written or not
-	rendered map[string]struct{} // nat chains written
-	deleted  []string
-	stats    syncStats
+// input is one sync's restore input and the changes it makes, which are
+// committed to the store when the restore succeeds.
+type input struct {
+	data   [][]byte // chunks, mostly the entries' own lines
+	full   bool
+	chains chainDiff
+	shared []reconcile.Change[sharedText, uint64]
+	stats  syncStats
 }
 
-// plan renders a full sync (stream set) or the changed ports of a partial
-// one, and what else the input holds. A full sync writes the start of the
-// nat section and the ports' own chains to stream as it renders them, and
-// the rest of the input is left in data; a partial sync's input is all in
-// data. Kernel lists the nat chains found in the kernel for the
-// stale-chain sweep (nil: no sweep).
-func (p *Proxier) plan(st *desired.State, r *renderer, kernel []string, stream io.Writer) (*plan, error) {
-	full := stream != nil
-	pl := &plan{full: full, rendered: map[string]struct{}{}}
+// render renders a full sync (stream set) or the changed ports of a
+// partial one, claims their chains, and builds the input from the diff. A
+// full sync claims every port's chains again and writes the start of the
+// nat section and the ports' own chains to stream as it renders them: its
+// claims are all new, so the diff's adds and updates are exactly what it
+// streamed, and the rest of the input is left in data. A partial sync's
+// input is all in data.
+func (p *Proxier) render(st *desired.State, r *renderer, stream io.Writer) (*input, error) {
+	in := &input{full: stream != nil}
 	own := &lineBuffer{} // the (re)rendered ports' own chains
-	stale := map[string]struct{}{}
-	if full {
+	if in.full {
 		// The top-level chains come first: the ports' rules jump to
 		// KUBE-MARK-MASQ, which may not exist yet.
 		if _, err := io.WriteString(stream, "*nat\n"); err != nil {
@@ -150,101 +149,31 @@ func (p *Proxier) plan(st *desired.State, r *renderer, kernel []string, stream i
 			return nil, err
 		}
 		own = streamTo(stream)
+		p.store.chains.ResetClaims()
+		// A full sync writes the shared chains whatever was written before.
+		p.store.shared.ForgetKernel()
 		p.entries = make(map[proxy.ServicePortName]*entry, st.Services.Len())
 		for name, sp := range st.Services.All() {
 			p.entries[name] = r.renderService(sp, own)
+			p.store.claimChains(r.owner, r)
 		}
 		if own.flush(); own.err != nil {
 			return nil, own.err
 		}
 	} else {
 		for name := range st.Changed {
-			if old := p.entries[name]; old != nil {
-				for _, c := range old.chains {
-					if _, ok := p.natOwned[c]; ok {
-						stale[c] = struct{}{}
-					}
-				}
-				delete(p.entries, name)
-			}
+			delete(p.entries, name)
+			port := ownerOf(namesOf(name)) // a removed port claims nothing
 			if sp := st.Service(name); sp != nil {
 				p.entries[name] = r.renderService(sp, own)
+				port = r.owner
 			}
+			p.store.claimChains(port, r)
 		}
 	}
-	p.wantedAndStale(pl, st, kernel, stale)
-	pl.deleted = sortedKeys(stale)
-	p.assemble(pl, st, r, own)
-	return pl, nil
-}
-
-// wantedAndStale records in pl.rendered the chains this sync writes and
-// drops them from stale. On a full sync every port's chains are written,
-// and the chains we wrote before (natOwned) or found in the kernel that no
-// port wants become stale: only those are added, not a copy of natOwned's
-// 120k names.
-func (p *Proxier) wantedAndStale(pl *plan, st *desired.State, kernel []string, stale map[string]struct{}) {
-	for name := range st.Changed {
-		if e := p.entries[name]; e != nil {
-			for _, c := range e.chains {
-				pl.rendered[c] = struct{}{}
-			}
-		}
-	}
-	if pl.full {
-		for _, e := range p.entries {
-			for _, c := range e.chains {
-				pl.rendered[c] = struct{}{}
-			}
-		}
-		for name := range p.natOwned {
-			if _, ok := pl.rendered[name]; !ok {
-				stale[name] = struct{}{}
-			}
-		}
-		for _, name := range kernel {
-			if _, ok := pl.rendered[name]; !ok {
-				stale[name] = struct{}{}
-			}
-		}
-	}
-	for c := range pl.rendered {
-		delete(stale, c)
-	}
-}
-
-// kernelChains lists the service chains the kernel holds that our record
-// lacks, for the stale-chain sweep: e.g. chains left by an earlier run or
-// a failed sync. It takes natChains when
-// ensureJumps read them (iptables-legacy), else lists the chain names
-// (iptables-save); in large-cluster mode, where that listing may take
-// seconds, it does so at most once per SyncPeriod, and returns nil when it
-// does not. It runs before the restore, which must not change what it
-// reads.
-func (p *Proxier) kernelChains(ctx context.Context, cfg *config, natChains []string) []string {
-	now := p.opts.Now()
-	names := natChains
-	if names == nil {
-		if cfg.largeCluster && now.Sub(p.lastSweep) < p.opts.SyncPeriod {
-			return nil
-		}
-		var err error
-		if names, err = p.ipt.ChainNames(ctx, kiptables.TableNAT); err != nil {
-			klog.ErrorS(err, "Listing nat chains failed; stale chains are not deleted this time", "ipFamily", p.family)
-			return nil
-		}
-	}
-	p.lastSweep = now
-	// Only the service chains our record lacks: those it holds are
-	// checked through it (wantedAndStale), and in a running daemon they
-	// are nearly all of the 120k names, which the sync would keep alive.
-	var unknown []string
-	for _, name := range names {
-		if _, ok := p.natOwned[name]; !ok && isServiceChain(name) {
-			unknown = append(unknown, name)
-		}
-	}
-	return unknown
+	in.chains = p.store.diffChains()
+	p.assemble(in, st, r, own)
+	return in, nil
 }
 
 // writeChunks writes data to w.
@@ -272,26 +201,26 @@ func writeChunks(w io.Writer, data [][]byte) error {
 // change rarely alters. The input is a list of chunks pointing at the
 // rendered lines, never a copy. On a full sync the start of the nat
 // section and own have already been streamed (plan): data holds the rest.
-func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, own *lineBuffer) {
+func (p *Proxier) assemble(in *input, st *desired.State, r *renderer, own *lineBuffer) {
 	order := sortedNames(p.entries)
 	filter, top := p.sharedChains(order, st, r)
-	pl.stats.natTotal += top.lines
+	in.stats.natTotal += top.lines
 	for _, e := range p.entries {
-		pl.stats.natTotal += e.chainRules
+		in.stats.natTotal += e.chainRules
 	}
-	pl.sums = written{filter: filter.sum(p.seed), natTop: top.sum(p.seed)}
-	withFilter := pl.full || p.written == nil || pl.sums.filter != p.written.filter
-	withTop := pl.full || p.written == nil || pl.sums.natTop != p.written.natTop
+	var write [2]bool
+	in.shared, write = p.store.diffShared([2]uint64{natTop: top.sum(p.seed), filterAll: filter.sum(p.seed)})
+	withFilter, withTop := write[filterAll], write[natTop]
 
 	var nat chunks
-	if !pl.full {
+	if !in.full {
 		if withTop {
 			nat.add(natHead())
 		}
 		nat.add(own)
 	}
 	var deletions, removals lineBuffer
-	for _, c := range pl.deleted {
+	for _, c := range in.chains.deleted {
 		deletions.chainLine(c)
 		removals.line("-X", c)
 	}
@@ -301,8 +230,8 @@ func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, own *lineBu
 	}
 	nat.add(&removals)
 	var out chunks
-	if pl.full || len(nat.parts) > 0 {
-		if !pl.full {
+	if in.full || len(nat.parts) > 0 {
+		if !in.full {
 			out.add(&lineBuffer{b: []byte("*nat\n")})
 		}
 		out.addChunks(&nat)
@@ -317,16 +246,16 @@ func (p *Proxier) assemble(pl *plan, st *desired.State, r *renderer, own *lineBu
 		out.add(&head)
 		out.addChunks(filter)
 		out.add(&lineBuffer{b: []byte("COMMIT\n")})
-		pl.stats.filterRules = filter.lines
+		in.stats.filterRules = filter.lines
 	}
-	pl.data = out.parts
-	pl.stats.full = pl.full
-	pl.stats.filterTotal = filter.lines
-	pl.stats.natRules = nat.lines - len(pl.deleted)
-	if pl.full {
-		pl.stats.natRules += own.lines // streamed, not in nat
+	in.data = out.parts
+	in.stats.full = in.full
+	in.stats.filterTotal = filter.lines
+	in.stats.natRules = nat.lines - len(in.chains.deleted)
+	if in.full {
+		in.stats.natRules += own.lines // streamed, not in nat
 	}
-	pl.stats.deleted = len(pl.deleted)
+	in.stats.deleted = len(in.chains.deleted)
 }
 
 // natHead declares nat's top-level chains (flushing them).
@@ -367,30 +296,22 @@ func (p *Proxier) sharedChains(order []proxy.ServicePortName, st *desired.State,
 	return filter, top
 }
 
-func (p *Proxier) commit(pl *plan, cfg *config) {
-	switch {
-	case pl.full:
-		p.natOwned = pl.rendered // every chain it wrote, none it deleted
-	case p.natOwned == nil:
-		p.natOwned = map[string]struct{}{}
-		fallthrough
-	default:
-		for c := range pl.rendered {
-			p.natOwned[c] = struct{}{}
-		}
-		for _, c := range pl.deleted {
-			delete(p.natOwned, c)
-		}
+// commit records what the restore made: the chains written and deleted,
+// the shared texts' hashes, and the metrics.
+func (p *Proxier) commit(in *input, cfg *config) {
+	for _, c := range in.chains.changes {
+		p.store.chains.Commit(c)
+	}
+	for _, c := range in.shared {
+		p.store.shared.Commit(c)
 	}
 	p.cfg = cfg
-	p.last = pl.stats
-	sums := pl.sums // not &pl.sums, which would keep the whole input alive
-	p.written = &sums
+	p.last = in.stats
 	fam := string(p.family)
-	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableFilter), fam).Set(float64(pl.stats.filterTotal))
-	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableNAT), fam).Set(float64(pl.stats.natTotal))
-	metrics.IPTablesRulesLastSync.WithLabelValues(string(kiptables.TableFilter), fam).Set(float64(pl.stats.filterRules))
-	metrics.IPTablesRulesLastSync.WithLabelValues(string(kiptables.TableNAT), fam).Set(float64(pl.stats.natRules))
+	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableFilter), fam).Set(float64(in.stats.filterTotal))
+	metrics.IPTablesRulesTotal.WithLabelValues(string(kiptables.TableNAT), fam).Set(float64(in.stats.natTotal))
+	metrics.IPTablesRulesLastSync.WithLabelValues(string(kiptables.TableFilter), fam).Set(float64(in.stats.filterRules))
+	metrics.IPTablesRulesLastSync.WithLabelValues(string(kiptables.TableNAT), fam).Set(float64(in.stats.natRules))
 }
 
 // countEndpoints is the number of cluster endpoints over all ports, which
@@ -410,15 +331,6 @@ func sortedNames(m map[proxy.ServicePortName]*entry) []proxy.ServicePortName {
 	}
 	slices.SortFunc(names, proxy.ServicePortName.Compare)
 	return names
-}
-
-func sortedKeys(m map[string]struct{}) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // clusterIPs lists the distinct cluster IPs of the state, sorted.
