@@ -175,7 +175,8 @@ func (l *Layout) ParseKey(dst []byte, key string) ([]byte, error) { return l.l.p
 
 // SpellKey is key, data, spelled as nft prints it (messages, tests).
 func (l *Layout) SpellKey(key string) string {
-	b, keyEnd, err := l.l.spellData(nil, []byte(key), nil)
+	var buf [4 * maxDataLen]byte // one allocation: the string
+	b, keyEnd, err := l.l.spellData(buf[:0], []byte(key), nil)
 	if err != nil {
 		return fmt.Sprintf("%x", key)
 	}
