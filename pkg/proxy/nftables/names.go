@@ -128,12 +128,26 @@ func appendHairpinKey(b []byte, a netip.Addr) []byte {
 // is not (the set is then replaced as a whole, typeDiffers, so the store
 // needs none of its elements).
 func hairpinStoreKey(dst, spelled []byte) ([]byte, bool) {
-	l := hairpinLayouts[0]
+	family := 0
 	if bytes.IndexByte(spelled, ':') >= 0 {
-		l = hairpinLayouts[1]
+		family = 1
 	}
-	out, err := l.ParseKey(dst, view(spelled))
+	// a . a, every element render writes: the address is parsed once.
+	if a, b, ok := bytes.Cut(spelled, []byte(elemSep)); ok && bytes.Equal(a, b) {
+		out, err := addrLayouts[family].ParseKey(dst, view(a))
+		if err != nil {
+			return dst, false
+		}
+		return append(out, out[len(dst):]...), true
+	}
+	out, err := hairpinLayouts[family].ParseKey(dst, view(spelled))
 	return out, err == nil
+}
+
+// addrLayouts are the layouts of a set of IPv4 and of IPv6 addresses.
+var addrLayouts = [2]*knft.Layout{
+	knft.DeclaredLayout("ipv4_addr", "", nil, false),
+	knft.DeclaredLayout("ipv6_addr", "", nil, false),
 }
 
 // spellKey is a store key of set as nft spells it.
