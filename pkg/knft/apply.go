@@ -73,7 +73,9 @@ func (c *committer) commitUnits(units []*Unit) error {
 		}
 		tx := c.nft.NewTransaction()
 		for _, u := range units[:n] {
-			u.Write(tx)
+			if err := u.Write(tx); err != nil {
+				return err
+			}
 		}
 		if err := c.run(c.ctx, tx); err != nil {
 			return fmt.Errorf("nftables transaction %d (%d operations): %w", c.stats.Transactions+1, tx.NumOperations(), err)

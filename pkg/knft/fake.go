@@ -147,7 +147,7 @@ func (w *fakeWriter) encodeRun(us []*Unit) int {
 		if !ok {
 			break
 		}
-		decoded.Write(w.tx)
+		_ = decoded.Write(w.tx) // spelled: nothing to fail
 	}
 	return n
 }
@@ -161,7 +161,7 @@ func (w *fakeWriter) roundTrip(u *Unit) (*Unit, bool) {
 	for c := range u.Elems {
 		d := Change{Del: c.Del, Add: c.Add}
 		if c.Del {
-			k, _, ok := w.encodeDecode(&keyOnly, c.Key, "", false)
+			k, _, ok := w.encodeDecode(&keyOnly, u.Layout, c.Key, "", false)
 			if !ok {
 				return nil, false
 			}
@@ -169,7 +169,7 @@ func (w *fakeWriter) roundTrip(u *Unit) (*Unit, bool) {
 		}
 		if c.Add {
 			var ok bool
-			if d.Key, d.Value, ok = w.encodeDecode(l, c.Key, c.Value, true); !ok {
+			if d.Key, d.Value, ok = w.encodeDecode(l, u.Layout, c.Key, c.Value, true); !ok {
 				return nil, false
 			}
 		}
@@ -185,8 +185,16 @@ func (w *fakeWriter) roundTrip(u *Unit) (*Unit, bool) {
 	return &Unit{Set: u.Set, IsMap: u.IsMap, Elems: seq}, true
 }
 
-func (w *fakeWriter) encodeDecode(l *layout, key, value string, withValue bool) (string, string, bool) {
-	b, err := l.appendElem(nil, key, value, withValue)
+// encodeDecode encodes one element as the netlink writer does (data when
+// the unit has a layout, else spelled) and decodes it back, spelled.
+func (w *fakeWriter) encodeDecode(l *layout, data *Layout, key, value string, withValue bool) (string, string, bool) {
+	var b []byte
+	var err error
+	if data != nil {
+		b, err = l.appendElemData(nil, []byte(key), []byte(value), withValue)
+	} else {
+		b, err = l.appendElem(nil, key, value, withValue)
+	}
 	if err != nil {
 		return "", "", false
 	}

@@ -7,6 +7,7 @@ package knft
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"strings"
 
@@ -81,6 +82,10 @@ type Unit struct {
 	Set   string
 	IsMap bool
 	Elems iter.Seq[Change]
+	// Layout, when not nil, says that Elems' keys and values are data
+	// (the kernel's layout, elemdata.go) of a set declared so, not nft's
+	// spelling; it spells them when they go through nft.
+	Layout *Layout
 	// Ops is how many operations the unit adds to a transaction.
 	Ops int
 	// Done records the unit as committed.
@@ -89,7 +94,8 @@ type Unit struct {
 
 // Change is one element change: a delete of the key, an add of key and
 // value, or both in that order (nft refuses to add a key that exists with
-// another value).
+// another value). Key and Value are spelled as nft prints them, or data
+// when the unit has a Layout.
 type Change struct {
 	Key, Value string
 	Del, Add   bool
@@ -107,21 +113,33 @@ type Stats struct {
 const ElemSep = " . "
 
 // Write adds u's operations to tx in nft's form.
-func (u *Unit) Write(tx *knftables.Transaction) {
+func (u *Unit) Write(tx *knftables.Transaction) error {
 	if u.Objects != nil {
 		u.Objects(tx)
 	}
 	if u.Elems == nil {
-		return
+		return nil
 	}
+	var buf []byte
 	for c := range u.Elems {
+		key, value := c.Key, c.Value
+		if u.Layout != nil {
+			var keyEnd int
+			var err error
+			buf, keyEnd, err = u.Layout.l.spellData(buf[:0], []byte(key), []byte(value))
+			if err != nil {
+				return fmt.Errorf("element of %s: %w", u.Set, err)
+			}
+			key, value = string(buf[:keyEnd]), string(buf[keyEnd:])
+		}
 		if c.Del {
-			tx.Delete(u.element(c.Key, ""))
+			tx.Delete(u.element(key, ""))
 		}
 		if c.Add {
-			tx.Add(u.element(c.Key, c.Value))
+			tx.Add(u.element(key, value))
 		}
 	}
+	return nil
 }
 
 func (u *Unit) element(key, value string) *knftables.Element {
@@ -135,4 +153,32 @@ func (u *Unit) element(key, value string) *knftables.Element {
 		el.Value = strings.Split(value, ElemSep)
 	}
 	return el
+}
+
+// Layout is how a set's elements are laid out in the kernel, to make and
+// spell their data (elemdata.go).
+type Layout struct{ l *layout }
+
+// DeclaredLayout is the layout of a set or map declared with typ or
+// typeOf (nft's type names or typeof expressions) and flags, or nil when
+// knft does not know the types.
+func DeclaredLayout(typ, typeOf string, flags []knftables.SetFlag, isMap bool) *Layout {
+	l := declLayout(typ, typeOf, flags, isMap)
+	if l == nil {
+		return nil
+	}
+	return &Layout{l}
+}
+
+// ParseKey appends the data of a key spelled as nft prints it to dst.
+func (l *Layout) ParseKey(dst []byte, key string) ([]byte, error) { return l.l.parseKey(dst, key) }
+
+// SpellKey is key, data, spelled as nft prints it (messages, tests).
+func (l *Layout) SpellKey(key string) string {
+	var buf [4 * maxDataLen]byte // one allocation: the string
+	b, keyEnd, err := l.l.spellData(buf[:0], []byte(key), nil)
+	if err != nil {
+		return fmt.Sprintf("%x", key)
+	}
+	return string(b[:keyEnd])
 }

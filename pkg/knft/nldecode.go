@@ -115,9 +115,21 @@ func (l *layout) decode(elem []byte) (key, value string, err error) {
 
 // appendDecoded appends the key and then the value of one NFTA_LIST_ELEM,
 // spelled, to dst: the key ends at keyEnd (an offset into out), the value
-// at the end of out. Spelled into one buffer, a read-back makes no string
-// per element (nltable.go).
+// at the end of out.
 func (l *layout) appendDecoded(dst, elem []byte) (out []byte, keyEnd int, err error) {
+	var buf [3 * maxDataLen]byte
+	data, dataKeyEnd, err := l.decodeData(buf[:0], elem)
+	if err != nil {
+		return dst, 0, err
+	}
+	return l.spellData(dst, data[:dataKeyEnd], data[dataKeyEnd:])
+}
+
+// decodeData appends the data of one NFTA_LIST_ELEM's key (elemdata.go)
+// and then its value (a verdict spelled) to dst: the key ends at keyEnd
+// (an offset into out), the value at the end of out. Decoded into one
+// buffer, a read-back makes no string per element (nltable.go).
+func (l *layout) decodeData(dst, elem []byte) (out []byte, keyEnd int, err error) {
 	var k, kEnd, data []byte
 	a := knetlink.Attrs{B: elem}
 	for t, d, ok := a.Next(); ok; t, d, ok = a.Next() {
@@ -137,19 +149,31 @@ func (l *layout) appendDecoded(dst, elem []byte) (out []byte, keyEnd int, err er
 	if a.Err != nil {
 		return dst, 0, a.Err
 	}
-	if !l.interval {
-		kEnd = nil
+	n := fieldsLen(l.key)
+	if len(k) != n {
+		return dst, 0, errUndecodable
 	}
 	start := len(dst)
-	if dst, err = spellFields(dst, l.key, k, kEnd); err != nil {
-		return dst[:start], 0, err
+	dst = append(dst, k...)
+	if l.interval {
+		if kEnd == nil {
+			kEnd = k // a single key: the range ends where it starts
+		}
+		if len(kEnd) != n {
+			return dst[:start], 0, errUndecodable
+		}
+		dst = append(dst, kEnd...)
 	}
 	keyEnd = len(dst)
 	switch {
 	case l.verdict:
 		dst, err = spellVerdict(dst, knetlink.Find(data, unix.NFTA_DATA_VERDICT))
 	case l.data != nil:
-		dst, err = spellFields(dst, l.data, knetlink.Find(data, unix.NFTA_DATA_VALUE), nil)
+		v := knetlink.Find(data, unix.NFTA_DATA_VALUE)
+		if len(v) != fieldsLen(l.data) {
+			err = errUndecodable
+		}
+		dst = append(dst, v...)
 	}
 	if err != nil {
 		return dst[:start], 0, err

@@ -12,37 +12,68 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/knetlink"
 )
 
-// The encoder is the decoder's (nldecode.go) inverse: it turns the store's
-// spelling of an element (fields joined with " . ", a verdict or data
-// value) into the netlink attributes of one NFTA_LIST_ELEM, for the set
-// layout the kernel reports. Anything it cannot spell exactly returns an
-// error, and the caller sends that element through nft instead.
+// The encoder is the decoder's (nldecode.go) inverse. An element goes to
+// the kernel as its data (elemdata.go: key and value in the kernel's
+// layout), which appendElemData copies into the netlink attributes of one
+// NFTA_LIST_ELEM after checking its length against the set's layout. A
+// change in nft's spelling (fields joined with " . ") is parsed into data
+// first (parseKey, parseValue): anything that does not parse exactly
+// returns an error, and the caller sends that element through nft instead.
 
-// appendElem appends one NFTA_LIST_ELEM for key (and value, for a map) to
-// b. withValue is false for deletes, which name the key only.
+// appendElem appends one NFTA_LIST_ELEM for key (and value, for a map),
+// spelled, to b. withValue is false for deletes, which name the key only.
 func (l *layout) appendElem(b []byte, key, value string, withValue bool) ([]byte, error) {
 	return l.appendElemWith(b, key, value, withValue, nil)
 }
 
 // appendElemWith is appendElem with the key's leading fields taken from
-// prefix when they are the ones it last encoded (prefix may be nil).
+// prefix when they are the ones it last parsed (prefix may be nil).
 func (l *layout) appendElemWith(b []byte, key, value string, withValue bool, prefix *keyPrefix) ([]byte, error) {
+	var kb, vb [2 * maxDataLen]byte
+	k, err := l.parseKeyWith(kb[:0], key, prefix)
+	if err != nil {
+		return b, err
+	}
+	var v []byte
+	if withValue {
+		if v, err = l.parseValue(vb[:0], value); err != nil {
+			return b, err
+		}
+	}
+	return l.appendElemData(b, k, v, withValue)
+}
+
+// parseKeyWith is parseKey, with a concatenation's leading fields from
+// prefix when they are the ones it last parsed (prefix may be nil).
+func (l *layout) parseKeyWith(dst []byte, key string, prefix *keyPrefix) ([]byte, error) {
+	if prefix != nil && len(l.key) > 1 && !l.interval {
+		return prefix.encode(dst, l, key)
+	}
+	return l.parseKey(dst, key)
+}
+
+// appendElemData appends one NFTA_LIST_ELEM for key and value, as data
+// (a verdict map's value spelled), to b. withValue is false for deletes,
+// which name the key only.
+func (l *layout) appendElemData(b, key, value []byte, withValue bool) ([]byte, error) {
+	if !l.validKey(key) {
+		// Lengths only: formatting key would move every caller's
+		// buffer to the heap.
+		return b, fmt.Errorf("key of %d bytes: not data of %d bytes: %w", len(key), l.keyDataLen(), errUndecodable)
+	}
 	start := len(b)
 	b = knetlink.NestStart(b, unix.NFTA_LIST_ELEM)
-	b, err := l.appendKey(b, key, prefix)
-	if err != nil {
-		return b[:start], err
-	}
+	b = l.appendKey(b, key)
 	if withValue && (l.verdict || l.data != nil) {
 		d := len(b)
 		b = knetlink.NestStart(b, unix.NFTA_SET_ELEM_DATA)
+		var err error
 		if l.verdict {
-			b, err = appendVerdict(b, value)
+			b, err = appendVerdict(b, string(value))
+		} else if len(value) != fieldsLen(l.data) || !paddedZero(l.data, value) {
+			err = fmt.Errorf("value of %d bytes: not data of %d bytes: %w", len(value), fieldsLen(l.data), errUndecodable)
 		} else {
-			var vb [64]byte
-			var v []byte
-			v, _, err = encodeFields(vb[:0], nil, l.data, value, false)
-			b = knetlink.AppendAttr(b, unix.NFTA_DATA_VALUE, v)
+			b = knetlink.AppendAttr(b, unix.NFTA_DATA_VALUE, value)
 		}
 		if err != nil {
 			return b[:start], err
@@ -54,28 +85,21 @@ func (l *layout) appendElemWith(b []byte, key, value string, withValue bool, pre
 }
 
 // appendKey appends NFTA_SET_ELEM_KEY and, for an interval set,
-// NFTA_SET_ELEM_KEY_END.
-func (l *layout) appendKey(b []byte, key string, prefix *keyPrefix) ([]byte, error) {
-	var kb, eb [64]byte
-	var k, end []byte
-	var err error
-	if prefix != nil && len(l.key) > 1 && !l.interval {
-		k, err = prefix.encode(kb[:0], l, key)
-	} else {
-		k, end, err = encodeFields(kb[:0], eb[:0], l.key, key, l.interval)
-	}
-	if err != nil {
-		return b, err
+// NFTA_SET_ELEM_KEY_END (the second half of key).
+func (l *layout) appendKey(b []byte, key []byte) []byte {
+	var end []byte
+	if l.interval {
+		key, end = key[:len(key)/2], key[len(key)/2:]
 	}
 	n := len(b)
-	b = knetlink.AppendAttr(knetlink.NestStart(b, unix.NFTA_SET_ELEM_KEY), unix.NFTA_DATA_VALUE, k)
+	b = knetlink.AppendAttr(knetlink.NestStart(b, unix.NFTA_SET_ELEM_KEY), unix.NFTA_DATA_VALUE, key)
 	knetlink.NestEnd(b, n)
 	if l.interval {
 		n = len(b)
 		b = knetlink.AppendAttr(knetlink.NestStart(b, nftaSetElemKeyEnd), unix.NFTA_DATA_VALUE, end)
 		knetlink.NestEnd(b, n)
 	}
-	return b, nil
+	return b
 }
 
 // keyPrefix remembers the encoding of the fields before the last one of

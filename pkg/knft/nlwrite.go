@@ -164,7 +164,7 @@ type writerMark struct {
 func (w *nlElemWriter) addRun(u *Unit) bool {
 	m := writerMark{len(w.b.buf), len(w.b.msgs), w.open, w.listAt, w.lastAt, w.openSet, w.openDel, w.b.lastSeq}
 	for c := range u.Elems {
-		if err := w.add(u.Set, &c); err != nil {
+		if err := w.add(u, &c); err != nil {
 			w.b.buf, w.b.msgs, w.open, w.listAt, w.lastAt = w.b.buf[:m.buf], w.b.msgs[:m.msgs], m.open, m.listAt, m.lastAt
 			w.openSet, w.openDel, w.b.lastSeq = m.openSet, m.openDel, m.lastSeq
 			return false
@@ -175,8 +175,8 @@ func (w *nlElemWriter) addRun(u *Unit) bool {
 
 // add encodes one element change, or nothing if any part of it fails: a
 // delete and the re-add of its key are encoded first, then appended.
-func (w *nlElemWriter) add(set string, o *Change) error {
-	key := o.Key
+func (w *nlElemWriter) add(u *Unit, o *Change) error {
+	set := u.Set
 	l := w.layouts[set]
 	// Both encodings go into scratch, the delete first: a nil base would
 	// allocate (and grow) a new slice per element.
@@ -184,13 +184,13 @@ func (w *nlElemWriter) add(set string, o *Change) error {
 	buf := w.scratch[:0]
 	var err error
 	if o.Del {
-		if buf, err = l.appendElemWith(buf, key, "", false, &w.prefix); err != nil {
+		if buf, err = w.encode(buf, l, u, o, false); err != nil {
 			return err
 		}
 		del = buf
 	}
 	if o.Add {
-		if buf, err = l.appendElemWith(buf, key, o.Value, true, &w.prefix); err != nil {
+		if buf, err = w.encode(buf, l, u, o, true); err != nil {
 			return err
 		}
 		add = buf[len(del):]
@@ -203,6 +203,15 @@ func (w *nlElemWriter) add(set string, o *Change) error {
 		w.appendElem(set, false, add)
 	}
 	return nil
+}
+
+// encode appends o's element, key only unless withValue, to buf: data as
+// it is, a spelling parsed first.
+func (w *nlElemWriter) encode(buf []byte, l *layout, u *Unit, o *Change, withValue bool) ([]byte, error) {
+	if u.Layout != nil {
+		return l.appendElemData(buf, []byte(o.Key), []byte(o.Value), withValue)
+	}
+	return l.appendElemWith(buf, o.Key, o.Value, withValue, &w.prefix)
 }
 
 // appendElem appends an encoded NFTA_LIST_ELEM to the open message if it

@@ -98,7 +98,8 @@ func (u *unit) kernelUnit() *knft.Unit {
 			}
 		}}
 	}
-	return &knft.Unit{Set: u.s.setOf(u.els[0]), IsMap: u.isMap, Ops: u.elemOps,
+	set := u.s.setOf(u.els[0])
+	return &knft.Unit{Set: set, IsMap: u.isMap, Ops: u.elemOps, Layout: keyLayout(set, u.els[0].key),
 		Elems: func(yield func(knft.Change) bool) {
 			for _, e := range u.els {
 				if !u.s.elemChanges(e, yield) {
@@ -402,7 +403,7 @@ func (s *store) refill(set string, isMap bool) ([]func(*knftables.Transaction), 
 			ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
 		}
 		if !e.slots() {
-			add(spellKey(e.key), v)
+			add(spellKey(set, e.key), v)
 			continue
 		}
 		eachSlot(v, func(slot int, value string) { add(slotElemKey(e.key, slot), value) })

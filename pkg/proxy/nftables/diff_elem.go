@@ -52,7 +52,8 @@ func (s *store) deletesFirst(els []*elemEntry) {
 	})
 }
 
-// elemChange is the change a plain entry e needs (diffElem decided that
+// elemChange is the change a plain entry e needs, its key as the store
+// keeps it (data in a set that keyLayout names) (diffElem decided that
 // it needs one): a delete of the kernel's element, an add of the desired
 // one, or both. It depends only on the entry, which nothing changes
 // between the diff and the commit of its unit, so a unit keeps entries,
@@ -60,9 +61,9 @@ func (s *store) deletesFirst(els []*elemEntry) {
 func (s *store) elemChange(e *elemEntry) knft.Change {
 	want, ok := s.desiredValue(e)
 	if !ok {
-		return knft.Change{Key: spellKey(e.key), Del: true}
+		return knft.Change{Key: e.key, Del: true}
 	}
-	return knft.Change{Key: spellKey(e.key), Value: want, Del: e.present(), Add: true}
+	return knft.Change{Key: e.key, Value: want, Del: e.present(), Add: true}
 }
 
 // elemChanges yields the changes e needs: elemChange's, or one per slot

@@ -191,7 +191,9 @@ func addDumpElements(p *part, table *knftables.FakeTable, set string) {
 			}
 		}
 		if strings.HasPrefix(set, setHairpin) {
-			key = string(hairpinStoreKey(nil, []byte(key)))
+			if k, ok := hairpinStoreKey(nil, []byte(key)); ok {
+				key = string(k)
+			}
 		}
 		p.addElem(set, key, value)
 	}

@@ -114,7 +114,10 @@ func (k *storeSink) Element(set string, key, value []byte) {
 	}
 	if l.hairpin {
 		var buf [64]byte
-		key = hairpinStoreKey(buf[:0], key)
+		var ok bool
+		if key, ok = hairpinStoreKey(buf[:0], key); !ok {
+			return
+		}
 	}
 	k.s.elemAt(set, key).setKernel(k.value(value))
 }

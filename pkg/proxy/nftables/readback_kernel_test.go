@@ -31,7 +31,7 @@ func kernelSide(s *store) []string {
 	}
 	for set, m := range s.elems {
 		for e := range m.all {
-			out = append(out, fmt.Sprintf("elem %s {%s} present=%v slots=%v value=%q", set, spellKey(e.key), e.present(), e.slots(), e.kernel()))
+			out = append(out, fmt.Sprintf("elem %s {%s} present=%v slots=%v value=%q", set, spellKey(set, e.key), e.present(), e.slots(), e.kernel()))
 		}
 	}
 	slices.Sort(out)

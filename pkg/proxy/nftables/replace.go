@@ -219,7 +219,8 @@ func (s *store) rewriteOps(name string) ([]func(*knftables.Transaction), func())
 func (s *store) verdictOps(r *replacement, del bool) []func(*knftables.Transaction) {
 	var ops []func(*knftables.Transaction)
 	for _, e := range r.elems {
-		set, key := s.setOf(e), spellKey(e.key)
+		set := s.setOf(e)
+		key := spellKey(set, e.key)
 		if del && e.present() {
 			el := elementObject(set, true, key, "")
 			ops = append(ops, func(tx *knftables.Transaction) { tx.Delete(el) })

@@ -185,32 +185,40 @@ func (s *store) kernelElems(set string, f func(key, value string)) {
 		case e.slots():
 			eachSlot(e.kernel(), func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
 		default:
-			f(spellKey(e.key), e.kernel())
+			f(spellKey(set, e.key), e.kernel())
 		}
 	}
 }
 
-// TestHairpinKeys: a hairpin element a . a is keyed by the address's
-// bytes, spelled back as nft spells it; whatever is no a . a keeps its
-// spelling, and no spelled key is taken for a binary one.
+// TestHairpinKeys: a hairpin element is keyed by its data (the two
+// addresses' bytes), spelled back as nft spells it; an element read back
+// that is no a . a is keyed by its data too (and deleted), one of another
+// type is not kept.
 func TestHairpinKeys(t *testing.T) {
+	set := hairpinSets[0]
 	for _, a := range []string{"10.0.0.1", "::ffff:10.0.0.1", "fd00::1", "2001:db8::a:b"} {
 		addr := netip.MustParseAddr(a)
 		key := string(appendHairpinKey(nil, addr))
 		spelled := addr.Unmap().String() + " . " + addr.Unmap().String()
-		if len(key) != 1+addr.Unmap().BitLen()/8 {
+		if len(key) != 2*addr.Unmap().BitLen()/8 {
 			t.Errorf("%s: key of %d bytes", a, len(key))
 		}
-		if got := spellKey(key); got != spelled {
+		if got := spellKey(set, key); got != spelled {
 			t.Errorf("%s: spelled %q, want %q", a, got, spelled)
 		}
-		if got := string(hairpinStoreKey(nil, []byte(spelled))); got != key {
-			t.Errorf("%s: read back as %q, want %q", a, got, key)
+		if got, ok := hairpinStoreKey(nil, []byte(spelled)); !ok || string(got) != key {
+			t.Errorf("%s: read back as %x (%v), want %x", a, got, ok, key)
 		}
 	}
-	for _, spelled := range []string{"10.0.0.1 . 10.0.0.2", "x . x", "10.0.0.1", "fe80::1%eth0 . fe80::1%eth0", "::1 . 2001:db8::"} {
-		if got := string(hairpinStoreKey(nil, []byte(spelled))); got != spelled || spellKey(got) != spelled {
-			t.Errorf("%q read back as %q (spelled %q), want it unchanged", spelled, got, spellKey(got))
+	for _, spelled := range []string{"10.0.0.1 . 10.0.0.2", "::1 . 2001:db8::"} {
+		got, ok := hairpinStoreKey(nil, []byte(spelled))
+		if !ok || spellKey(set, string(got)) != spelled {
+			t.Errorf("%q read back as %x (%v), spelled %q", spelled, got, ok, spellKey(set, string(got)))
+		}
+	}
+	for _, spelled := range []string{"x . x", "10.0.0.1", "fe80::1%eth0 . fe80::1%eth0", "10.0.0.1 . fd00::1"} {
+		if got, ok := hairpinStoreKey(nil, []byte(spelled)); ok {
+			t.Errorf("%q read back as %x, want it refused", spelled, got)
 		}
 	}
 }

@@ -1,0 +1,137 @@
+package knft
+
+import (
+	"fmt"
+
+	"github.com/svcproxy/svcproxy/pkg/knetlink"
+)
+
+// An element's data is its key and value as the kernel holds them: the
+// bytes of NFTA_DATA_VALUE, the fields of a concatenation each padded to
+// 4 bytes (an address in network byte order, a protocol number, a port in
+// network byte order, a numgen slot in host byte order). An interval
+// set's key is the range's first key followed by its inclusive last one.
+// A verdict is not data (it names a chain): a verdict map's value stays
+// spelled ("goto x", "drop"). Data is comparable as a string and costs no
+// parsing on the way to netlink (appendElemData) or back (decodeData);
+// nft's spelling is made from it only where text is needed (spellData:
+// nft's transactions, the fake's table, messages).
+
+// maxDataLen is the kernel's bound on one key or value
+// (NFT_DATA_VALUE_MAXLEN).
+const maxDataLen = 64
+
+// fieldsLen is the length of the data of fs.
+func fieldsLen(fs []field) int {
+	if len(fs) == 1 {
+		return fs[0].len
+	}
+	n := 0
+	for _, f := range fs {
+		n += knetlink.Align(f.len)
+	}
+	return n
+}
+
+// paddedZero reports whether the padding of every field of data, a
+// concatenation of fs, is zero: the kernel compares whole registers, so
+// a key with padding set would match no packet and spell as another key
+// (found by FuzzElemData).
+func paddedZero(fs []field, data []byte) bool {
+	if len(fs) == 1 {
+		return true
+	}
+	off := 0
+	for _, f := range fs {
+		for _, c := range data[off+f.len : off+knetlink.Align(f.len)] {
+			if c != 0 {
+				return false
+			}
+		}
+		off += knetlink.Align(f.len)
+	}
+	return true
+}
+
+// validKey reports whether key is data of l's key: its length, and its
+// padding zero (both ends of an interval's).
+func (l *layout) validKey(key []byte) bool {
+	if len(key) != l.keyDataLen() {
+		return false
+	}
+	if l.interval {
+		n := len(key) / 2
+		return paddedZero(l.key, key[:n]) && paddedZero(l.key, key[n:])
+	}
+	return paddedZero(l.key, key)
+}
+
+// keyDataLen is the length of a key's data: twice the key's for an
+// interval set (first and last key).
+func (l *layout) keyDataLen() int {
+	if l.interval {
+		return 2 * fieldsLen(l.key)
+	}
+	return fieldsLen(l.key)
+}
+
+// parseKey appends the data of key, spelled, to dst.
+func (l *layout) parseKey(dst []byte, key string) ([]byte, error) {
+	if !l.interval {
+		out, _, err := encodeFields(dst, nil, l.key, key, false)
+		return out, err
+	}
+	var eb [maxDataLen]byte
+	out, end, err := encodeFields(dst, eb[:0], l.key, key, true)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, end...), nil
+}
+
+// parseValue appends the data of a map's value, spelled, to dst; a
+// verdict is appended as it is spelled.
+func (l *layout) parseValue(dst []byte, value string) ([]byte, error) {
+	switch {
+	case l.verdict:
+		return append(dst, value...), nil
+	case l.data != nil:
+		out, _, err := encodeFields(dst, nil, l.data, value, false)
+		return out, err
+	}
+	if value != "" {
+		return nil, fmt.Errorf("value %q of a set element: %w", value, errUndecodable)
+	}
+	return dst, nil
+}
+
+// spellData appends key and value, data, spelled as nft prints them;
+// the key ends at keyEnd. An empty value (a delete's) stays empty.
+func (l *layout) spellData(dst, key, value []byte) (out []byte, keyEnd int, err error) {
+	if len(key) != l.keyDataLen() {
+		return dst, 0, fmt.Errorf("key of %d bytes, want %d: %w", len(key), l.keyDataLen(), errUndecodable)
+	}
+	var end []byte
+	if l.interval {
+		key, end = key[:len(key)/2], key[len(key)/2:]
+	}
+	start := len(dst)
+	if dst, err = spellFields(dst, l.key, key, end); err != nil {
+		return dst[:start], 0, err
+	}
+	keyEnd = len(dst)
+	switch {
+	case len(value) == 0: // a delete names the key only
+	case l.verdict:
+		dst = append(dst, value...)
+	case l.data != nil:
+		if len(value) != fieldsLen(l.data) {
+			return dst[:start], 0, fmt.Errorf("value of %d bytes: %w", len(value), errUndecodable)
+		}
+		dst, err = spellFields(dst, l.data, value, nil)
+	}
+	if err != nil {
+		return dst[:start], 0, err
+	}
+	return dst, keyEnd, nil
+}
