@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vishvananda/netns"
+
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -19,14 +22,16 @@ import (
 // fabric interface, both halves and the tc programs given each family's
 // State. The outside client's IPv4 TCP and UDP to a node port and an
 // external IP go through the tc programs, and the nftables rules of the
-// same frontends, still in place, do not also act on them: node1's pods
-// see the client's own address (the tc programs masquerade only what
-// leaves for another node; the rules masquerade every externalTrafficPolicy
-// Cluster connection), node2's pod sees node1 from a tc masquerade port.
-// The source-ranged LB IP and a node port with ClientIP affinity are tc's
-// too (tcSourceRanges, tcAffinity). What tc does not serve, IPv6 and
-// SCTP, the rules still serve, masqueraded. Another mode's leftover
-// removal takes the tc pins too.
+// same frontends, still in place, do not also act on them (node1's
+// conntrack has no flow to the frontend: tc translated the packets before
+// it). Those of externalTrafficPolicy Cluster are masqueraded as in
+// nftables mode: node1's pods see node1's address on their link (the flow
+// carries the masquerade mark to the nftables half's postrouting), node2's
+// pod sees node1 from a tc masquerade port; externalTrafficPolicy Local
+// keeps the client's address. The source-ranged LB IP and a node port with
+// ClientIP affinity are tc's too (tcSourceRanges, tcAffinity). What tc
+// does not serve, IPv6 and SCTP, the rules still serve, masqueraded.
+// Another mode's leftover removal takes the tc pins too.
 func TestKernelEBPFModeTC(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
@@ -39,7 +44,6 @@ func TestKernelEBPFModeTC(t *testing.T) {
 	if both[proxy.IPv4].tc == nil || both[proxy.IPv6].tc != nil {
 		t.Fatalf("tc programs: IPv4 %v, IPv6 %v; want IPv4's only", both[proxy.IPv4].tc, both[proxy.IPv6].tc)
 	}
-	local := map[string]bool{"pod-a": true, "pod-b": true, "pod-c": true}
 	for _, f := range scenario.Families {
 		client := f.Pick(env.Allowed)
 		for i, proto := range scenario.Protocols {
@@ -51,20 +55,21 @@ func TestKernelEBPFModeTC(t *testing.T) {
 				seen := map[string]int{}
 				for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 12) {
 					seen[ans.Server]++
-					kept := ans.Peer.Addr() == client
 					switch {
-					case byTC && kept != local[ans.Server]:
-						t.Errorf("%s %s → %s saw %v: the tc path keeps the source for node1's pods alone", proto, dst, ans.Server, ans.Peer)
-					case byTC && !kept && (ans.Peer.Addr() != env.Node1.IPv4 || ans.Peer.Port() < 61000):
-						t.Errorf("%s %s → %s saw %v, want node1 from a tc masquerade port", proto, dst, ans.Server, ans.Peer)
-					case !byTC && kept:
+					case byTC && !tcMasqueraded(env, ans):
+						t.Errorf("%s %s → %s saw %v, want node1: its address on a node1 pod's link, else from a tc masquerade port", proto, dst, ans.Server, ans.Peer)
+					case !byTC && ans.Peer.Addr() == client:
 						t.Errorf("%s %s → %s saw the client: the rules masquerade externalTrafficPolicy Cluster", proto, dst, ans.Server)
 					}
+				}
+				if byTC {
+					notByRules(t, env, proto, dst)
 				}
 				t.Logf("%s to %s (tc: %t): %v", proto, dst, byTC, seen)
 			}
 		}
 	}
+	tcLocalPolicy(t, env)
 	tcSourceRanges(t, env)
 	tcAffinity(t, env)
 	out, err := env.Node1.NS.Run(ctx, "nft", "list", "table", "ip", "kube-proxy")
@@ -153,18 +158,72 @@ func tcModeEnv(t *testing.T) (env *scenario.Env, cfg *config.Config, pins string
 var stickyExternal = scenario.Spec{Name: "sticky-external", Slot: 23, NodePort: 30060, Affinity: 10800,
 	Endpoints: []scenario.EPSpec{{Pod: "pod-a"}, {Pod: "pod-b"}, {Pod: "pod-c"}}}
 
-// tcSourceRanges: the scenario's source-ranged LB IP (IPv4) is served at
-// tc: the allowed client reaches pod-a with its own address (the rules
-// would masquerade it), the denied client's TCP and UDP are dropped, and
-// its connection to the same Service's node port is served.
-func tcSourceRanges(t *testing.T, env *scenario.Env) {
+// tcMasqueraded says whether the endpoint that answered saw node1 as tc's
+// path masquerades: a node1 pod, node1's address on the pod's link (the
+// nftables half's masquerade of the flow tc marked); another node's pod,
+// node1's address from a tc masquerade port.
+func tcMasqueraded(env *scenario.Env, ans netnstest.Answer) bool {
+	pod := env.Pods[ans.Server]
+	if pod != nil && pod.Node == env.Node1 {
+		return ans.Peer.Addr() == pod.GatewayV4
+	}
+	return ans.Peer.Addr() == env.Node1.IPv4 && ans.Peer.Port() >= 61000
+}
+
+// notByRules checks that node1's conntrack holds no flow to dst: the tc
+// program translated the packets before netfilter saw them, so no rule
+// did.
+func notByRules(t *testing.T, env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) {
+	t.Helper()
+	h, err := netns.GetFromPath(env.Node1.NS.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ct, err := kconntrack.NewAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Close()
+	var byRules []kconntrack.Flow
+	err = ct.List(context.Background(), proxy.IPv4, func(fl kconntrack.Flow) {
+		if fl.Proto == kconntrack.ProtoNumber(proto) && fl.Orig.Dst == dst {
+			byRules = append(byRules, fl)
+		}
+	})
+	if err != nil || len(byRules) > 0 {
+		t.Errorf("%s to %s: node1's conntrack holds flows to the frontend (the rules translated them, not tc): %v (%v)", proto, dst, byRules, err)
+	}
+}
+
+// tcLocalPolicy: the externalTrafficPolicy Local node port is served at tc
+// and keeps the client's address.
+func tcLocalPolicy(t *testing.T, env *scenario.Env) {
 	f := scenario.Families[0]
 	client := f.Pick(env.Allowed)
+	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+		dst := netip.AddrPortFrom(env.Node1.IPv4, uint16(30030+i))
+		for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 4) {
+			if ans.Server != "pod-a" || ans.Peer.Addr() != client {
+				t.Errorf("%s to the externalTrafficPolicy Local node port %s: %v, want pod-a seeing the client %s", proto, dst, ans, client)
+			}
+		}
+		notByRules(t, env, proto, dst)
+	}
+}
+
+// tcSourceRanges: the scenario's source-ranged LB IP (IPv4) is served at
+// tc: the allowed client reaches pod-a, masqueraded, the denied client's
+// TCP and UDP are dropped, and its connection to the same Service's node
+// port is served.
+func tcSourceRanges(t *testing.T, env *scenario.Env) {
+	f := scenario.Families[0]
 	lb := netip.AddrPortFrom(f.LBIP(11), scenario.SvcPort)
 	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
-		if ans, err := env.FromClient(f).Ask(proto, lb); err != nil || ans.Peer.Addr() != client {
-			t.Errorf("allowed client %s to the source-ranged LB IP %s: %v, %v; want pod-a seeing %s (tc)", proto, lb, ans, err, client)
+		if ans, err := env.FromClient(f).Ask(proto, lb); err != nil || !tcMasqueraded(env, ans) {
+			t.Errorf("allowed client %s to the source-ranged LB IP %s: %v, %v; want pod-a seeing node1", proto, lb, ans, err)
 		}
+		notByRules(t, env, proto, lb)
 	}
 	denied := netnstest.Client{NS: env.Client, Source: f.Pick(env.Denied), Timeout: scenario.DropTimeout}
 	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
@@ -173,27 +232,27 @@ func tcSourceRanges(t *testing.T, env *scenario.Env) {
 		}
 	}
 	np := netip.AddrPortFrom(env.Node1.IPv4, 30020)
-	if ans, err := denied.Ask(proxy.TCP, np); err != nil || ans.Peer.Addr() != denied.Source {
-		t.Errorf("denied client to the same Service's node port %s: %v, %v; want served by tc", np, ans, err)
+	if ans, err := denied.Ask(proxy.TCP, np); err != nil || !tcMasqueraded(env, ans) {
+		t.Errorf("denied client to the same Service's node port %s: %v, %v; want served, masqueraded", np, ans, err)
 	}
+	notByRules(t, env, proxy.TCP, np)
 }
 
-// tcAffinity: the affinity node port is served at tc (node1's pods see
-// the client's address) and every connection of a client reaches one
-// endpoint.
+// tcAffinity: the affinity node port is served at tc (masqueraded, as
+// externalTrafficPolicy Cluster) and every connection of a client reaches
+// one endpoint.
 func tcAffinity(t *testing.T, env *scenario.Env) {
 	f := scenario.Families[0]
-	client := f.Pick(env.Allowed)
 	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
 		dst := netip.AddrPortFrom(env.Node1.IPv4, uint16(30060+i))
-		seen, peers := map[string]int{}, map[netip.Addr]int{}
+		seen := map[string]int{}
 		for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 20) {
 			seen[ans.Server]++
-			peers[ans.Peer.Addr()]++
+			if !tcMasqueraded(env, ans) {
+				t.Errorf("%s to the affinity node port %s: %s saw %v, want node1", proto, dst, ans.Server, ans.Peer)
+			}
 		}
-		if peers[client] != 20 {
-			t.Errorf("%s to the affinity node port %s: the endpoints saw %v, want the client each time (tc)", proto, dst, peers)
-		}
+		notByRules(t, env, proto, dst)
 		if len(seen) != 1 {
 			t.Errorf("%s to the affinity node port %s: 20 connections reached %v, want one endpoint", proto, dst, seen)
 		}

@@ -17,7 +17,9 @@
 //     another node) is forwarded from here (bpf_fib_lookup,
 //     bpf_redirect_neigh), source-NATed to the node when desired
 //     masquerades, so that its replies come back here; a local endpoint's
-//     packet goes up the stack to the pod, its source kept;
+//     packet goes up the stack to the pod, carrying the masquerade mark
+//     when desired masquerades, so that the nftables half's postrouting
+//     masquerades it through the kernel's conntrack;
 //   - a frontend without endpoints is answered (TCP RST, ICMP port
 //     unreachable) or dropped.
 // np_egress (tc egress of each node interface): a local endpoint's reply
@@ -107,10 +109,12 @@ struct aff_val {
 	__u64 seen;
 };
 
-// np_cfg holds the address masqueraded flows leave with (key 0).
+// np_cfg (key 0) holds the address masqueraded flows to other nodes
+// leave with, and the packet mark the nftables half masquerades: a local
+// endpoint's masqueraded flow carries it up the stack.
 struct np_cfg {
 	__be32 snat_addr;
-	__u32 pad;
+	__u32 masq_mark;
 };
 
 // ct_key is one direction of a flow as its packets carry it.
@@ -144,7 +148,7 @@ struct ct_val {
 	__u8 at;
 	__u8 state;
 	__u8 reply; // the direction answering the flow's first packet
-	__u8 pad;
+	__u8 mark; // set np_cfg's masquerade mark on the packet
 	__u64 seen;
 };
 
@@ -478,12 +482,26 @@ static __always_inline int refuse(struct __sk_buff *skb, const struct pkt *p, co
 	return p->k.proto == IPPROTO_TCP ? reset(skb, p->l4) : unreachable(skb);
 }
 
+// mark_masq marks the packet for the nftables half's masquerade. Every
+// packet of the flow carries it, not only the first: whichever packet
+// starts the kernel's conntrack entry (the first one lost before it was
+// confirmed, an entry flushed) is the one the nat hook sees.
+static __always_inline void mark_masq(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct np_cfg *cfg = bpf_map_lookup_elem(&np_config, &zero);
+	if (cfg)
+		skb->mark |= cfg->masq_mark;
+}
+
 // apply translates a packet of a known flow.
 static __always_inline int apply(struct __sk_buff *skb, struct pkt *p, struct ct_val *v, __u64 now)
 {
 	track(v, p, v->reply, now);
 	struct ct_val out = *v;
 	rewrite(skb, p, &out);
+	if (out.mark)
+		mark_masq(skb);
 	if (out.at == CT_AT_INGRESS_FWD)
 		return forward(skb, &out);
 	return TC_ACT_OK;
@@ -505,7 +523,14 @@ static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const 
 	// client as the other end.
 	struct ct_val rev = { .src = p->k.dst, .dst = p->k.src, .sport = p->k.dport, .dport = p->k.sport, .seen = now,
 			      .at = CT_AT_EGRESS, .reply = 1 };
-	if (remote(skb, p->k.src, be.addr)) {
+	// desired's masquerade: a remote endpoint's flow is source-NATed
+	// here, its replies coming back to this node; a local endpoint's
+	// reply does by itself, and the kernel's conntrack masquerades the
+	// flow (np_egress still restores the frontend once the reply is
+	// un-NATed).
+	if (!remote(skb, p->k.src, be.addr)) {
+		fwd.mark = !!(sv->flags & NP_F_MASQ);
+	} else {
 		fwd.at = CT_AT_INGRESS_FWD;
 		if (sv->flags & NP_F_MASQ) {
 			__u32 zero = 0;
@@ -528,6 +553,8 @@ static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const 
 		fwd.state = rev.state = CT_CLOSING;
 	bpf_map_update_elem(&np_ct, &p->k, &fwd, BPF_ANY);
 	rewrite(skb, p, &fwd);
+	if (fwd.mark)
+		mark_masq(skb);
 	if (fwd.at == CT_AT_INGRESS_FWD)
 		return forward(skb, &fwd);
 	return TC_ACT_OK;

@@ -106,7 +106,10 @@ func (r *rig) masqueraded(p netip.AddrPort) bool {
 }
 
 // TestKernelNodePort: TCP and UDP to node1's node ports reach the local
-// endpoint with the client's address and the remote one masqueraded, and
+// endpoint with the client's address (no nftables rules here masquerade
+// it: that the programs mark it for them is TestKernelMasqueradeMark's,
+// and internal/backends' TestKernelEBPFModeTC sees both together) and the
+// remote one masqueraded, and
 // the client gets its answers from the node port (its sockets are
 // connected to it: an untranslated reply would not reach them).
 // externalTrafficPolicy Local keeps the client's address; a frontend

@@ -96,6 +96,52 @@ func TestKernelSourceRanges(t *testing.T) {
 	}
 }
 
+// TestKernelMasqueradeMark: a new flow to a local endpoint of a route
+// desired masquerades (externalTrafficPolicy Cluster) leaves np_ingress
+// with the State's masquerade mark, the buffer's other bits kept, and so
+// does every later packet of the flow, for the nftables half to
+// masquerade whichever starts the kernel's conntrack entry; a flow of
+// externalTrafficPolicy Local is not marked. The crafted packets' endpoint
+// has no route out of a node interface: it is local.
+func TestKernelMasqueradeMark(t *testing.T) {
+	ns, pins := progNS(t)
+	p := progProxier(t, pins, "node")
+	const mark, other = 0x4000, 0x1
+	x := ep(netip.MustParseAddr("198.19.1.2"), 8080)
+	kept := netip.MustParseAddr("198.18.100.8")
+	var sps []*desired.ServicePort
+	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
+		cluster := port("cluster-"+string(proto), proto, 0, x)
+		cluster.ExternalIPs = []netip.Addr{vip}
+		local := port("local-"+string(proto), proto, 0, x)
+		local.ExternalIPs, local.ExternalLocal = []netip.Addr{kept}, true
+		sps = append(sps, cluster, local)
+	}
+	st := stateOf(nodeIP, sps...)
+	st.Masquerade.Mark = mark
+	must(t, ns.Do(func() error { return p.Sync(context.Background(), st, proxy.FullSync) }))
+	prog := p.kernel.coll.Programs["np_ingress"]
+	for _, sp := range sps {
+		want := uint32(other)
+		if st.RoutesOf(sp)[desired.ExternalPath][desired.FromOutside].Masquerade {
+			want |= mark
+		}
+		f := maglev.Flow{Src: netip.MustParseAddr("198.18.0.100"), Dst: sp.ExternalIPs[0], SrcPort: 40000, DstPort: 80,
+			Protocol: protoNumbers[sp.Protocol]}
+		for i, flags := range []byte{tcpSYN, tcpACK} {
+			var dst netip.AddrPort
+			var got uint32
+			must(t, ns.Do(func() (err error) {
+				dst, got, err = markedRun(prog, packetFlags(f, flags), other)
+				return err
+			}))
+			if dst != x.AddrPort() || got != want {
+				t.Errorf("%s (packet %d of the flow): went to %v with mark %#x, want %v with %#x", sp.Name, i+1, dst, got, x.AddrPort(), want)
+			}
+		}
+	}
+}
+
 // The affinity table's layout, as bpf/nodeport.c declares it: only the
 // tests read it.
 type affKey struct {

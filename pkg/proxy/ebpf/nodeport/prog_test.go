@@ -126,12 +126,27 @@ func translated(prog *ebpf.Program, f maglev.Flow) (netip.AddrPort, error) {
 }
 
 func translatedPacket(prog *ebpf.Program, pkt []byte) (netip.AddrPort, error) {
-	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, 256)}
+	dst, _, err := markedRun(prog, pkt, 0)
+	return dst, err
+}
+
+// skbContext is struct __sk_buff as BPF_PROG_RUN passes it in and out:
+// the mark, the rest left zero.
+type skbContext struct {
+	Len, PktType, Mark uint32
+	Rest               [192 - 12]byte
+}
+
+// markedRun runs prog over pkt on a buffer whose mark is in, and returns
+// where the packet went and the buffer's mark after.
+func markedRun(prog *ebpf.Program, pkt []byte, in uint32) (netip.AddrPort, uint32, error) {
+	var out skbContext
+	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, 256), Context: skbContext{Mark: in}, ContextOut: &out}
 	if _, err := prog.Run(opts); err != nil {
-		return netip.AddrPort{}, err
+		return netip.AddrPort{}, 0, err
 	}
 	ip := opts.DataOut[14:]
-	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), binary.BigEndian.Uint16(ip[22:24])), nil
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), binary.BigEndian.Uint16(ip[22:24])), out.Mark, nil
 }
 
 // The conntrack table's layout, as bpf/nodeport.c declares it: only the
@@ -152,7 +167,7 @@ type ctVal struct {
 	At           uint8
 	State        uint8
 	Reply        uint8
-	Pad          uint8
+	Mark         uint8
 	Seen         uint64
 }
 

@@ -46,7 +46,11 @@ func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
 // (ranges that did not parse) drops every source. A port with ClientIP
 // affinity carries its timeout, and its group's endpoints are listed as
 // members, so that a client's remembered endpoint counts only while it is
-// one. The masquerade address is the node's primary IP.
+// one. A masqueraded route's flows to endpoints on other nodes leave with
+// the node's primary IP; those to local endpoints carry the State's
+// masquerade mark, which the nftables half's postrouting masquerades (as
+// it does every flow it marks), so that a local pod sees the node as it
+// would in nftables mode.
 //
 // A group's ID is a hash of the service port's name and dispatch set,
 // probed past collisions in name order, so that the same State always
@@ -59,6 +63,7 @@ func Render(st *desired.State) Contents {
 	if len(st.NodeIPs) > 0 && st.NodeIPs[0].Unmap().Is4() {
 		c.Config.SNAT = st.NodeIPs[0].Unmap().As4()
 	}
+	c.Config.MasqMark = st.Masquerade.Mark
 	var nodePortIPs []netip.Addr
 	for _, ip := range st.NodePortAddresses() {
 		if ip = ip.Unmap(); ip.Is4() && !ip.IsLoopback() {

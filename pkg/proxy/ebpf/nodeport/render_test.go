@@ -32,9 +32,11 @@ func TestRenderRoutesAndFlags(t *testing.T) {
 	affinity.AffinitySeconds = 10
 	sctp := port("sctp", proxy.SCTP, 30085, epA)
 
-	c := Render(stateOf(nodeIP, cluster, local, drop, reject, sourced, affinity, sctp))
-	if c.Config.SNAT != nodeIP.As4() {
-		t.Errorf("masquerade address %v, want the node's %v", c.Config.SNAT, nodeIP)
+	st := stateOf(nodeIP, cluster, local, drop, reject, sourced, affinity, sctp)
+	st.Masquerade.Mark = 0x4000
+	c := Render(st)
+	if c.Config.SNAT != nodeIP.As4() || c.Config.MasqMark != st.Masquerade.Mark {
+		t.Errorf("configuration %+v, want the node's address %v and the State's masquerade mark %#x", c.Config, nodeIP, st.Masquerade.Mark)
 	}
 	want := map[svcKey]uint32{
 		frontendKey(nodeIP, 30080, 6):                           flagMasq,

@@ -79,10 +79,12 @@ func memberOf(id uint64, ep proxy.Endpoint) memberKey {
 	return memberKey{ID: id, Addr: ep.IP.Unmap().As4(), Port: netPort(ep.Port)}
 }
 
-// cfgVal is the programs' one configuration record.
+// cfgVal is the programs' one configuration record: the address flows to
+// endpoints on other nodes are masqueraded to, and the mark that has the
+// nftables half masquerade a flow to a local endpoint.
 type cfgVal struct {
-	SNAT [4]byte
-	Pad  uint32
+	SNAT     [4]byte
+	MasqMark uint32
 }
 
 // The IP protocols the programs translate.
