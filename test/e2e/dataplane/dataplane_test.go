@@ -11,6 +11,7 @@ package dataplane
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,28 +66,62 @@ func modes() []string {
 
 func TestDataplane(t *testing.T) {
 	for _, mode := range modes() {
-		t.Run(mode, func(t *testing.T) {
-			var c *F.Cluster
-			for _, s := range scenarios {
-				if c == nil {
-					c = F.New(t, F.Options{Mode: mode})
+		t.Run(mode, func(t *testing.T) { runScenarios(t, F.Options{Mode: mode}, mode, scenarios) })
+	}
+}
+
+// tcScenarios are the scenarios with traffic from outside the nodes, the
+// traffic ebpf mode's experimental tc programs serve.
+var tcScenarios = []string{"ClusterIPNodePortExternalLB", "ExternalTrafficPolicyLocal", "SessionAffinity",
+	"RollingReplacement", "RestartUnderLoad", "UpgradeAndDowngradeUnderLoad", "ModeSwitchUnderLoad"}
+
+// TestDataplaneTC runs those scenarios in ebpf mode with the tc programs on
+// the nodes' interface (--bpf-tc-interfaces=eth0), each checking that they
+// are attached.
+func TestDataplaneTC(t *testing.T) {
+	if !slices.Contains(modes(), "ebpf") {
+		t.Skip("E2E_MODES leaves out ebpf")
+	}
+	var run []scenario
+	for _, s := range scenarios {
+		if slices.Contains(tcScenarios, s.name) {
+			run = append(run, scenario{s.name, func(t *testing.T, c *F.Cluster) {
+				for _, n := range c.Nodes {
+					if (n.Mode == "" || n.Mode == "ebpf") && n.Bin == "" && !c.TCAttached(n, "eth0") {
+						t.Fatalf("%s: no tc programs on eth0", n.Name)
+					}
 				}
-				t0 := time.Now()
-				ok := t.Run(s.name, func(t *testing.T) {
-					c.T = t // helpers fail the scenario, not the mode
-					s.run(t, c)
-				})
-				c.T = t
-				t.Logf("%s/%s took %v", mode, s.name, time.Since(t0).Round(time.Millisecond))
-				if !ok {
-					// A failed scenario may leave svcproxy retrying a sync that
-					// cannot succeed; the next scenario gets a fresh cluster so
-					// each result stands on its own.
-					t.Logf("%s/%s failed; logs kept in %s/logs; next scenario on a new cluster", mode, s.name, c.Work)
-					c.Close()
-					c = nil
-				}
-			}
+				s.run(t, c)
+			}})
+		}
+	}
+	t.Run("ebpf", func(t *testing.T) {
+		runScenarios(t, F.Options{Mode: "ebpf", TCInterfaces: []string{"eth0"}}, "ebpf+tc", run)
+	})
+}
+
+// runScenarios runs scenarios in order on one cluster of opts, a new one
+// after a scenario fails.
+func runScenarios(t *testing.T, opts F.Options, mode string, scenarios []scenario) {
+	var c *F.Cluster
+	for _, s := range scenarios {
+		if c == nil {
+			c = F.New(t, opts)
+		}
+		t0 := time.Now()
+		ok := t.Run(s.name, func(t *testing.T) {
+			c.T = t // helpers fail the scenario, not the mode
+			s.run(t, c)
 		})
+		c.T = t
+		t.Logf("%s/%s took %v", mode, s.name, time.Since(t0).Round(time.Millisecond))
+		if !ok {
+			// A failed scenario may leave svcproxy retrying a sync that
+			// cannot succeed; the next scenario gets a fresh cluster so
+			// each result stands on its own.
+			t.Logf("%s/%s failed; logs kept in %s/logs; next scenario on a new cluster", mode, s.name, c.Work)
+			c.Close()
+			c = nil
+		}
 	}
 }

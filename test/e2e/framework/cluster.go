@@ -84,6 +84,9 @@ type Options struct {
 	// kube-proxy, an older svcproxy to compare with), so StartProxy gives
 	// it kube-proxy's flags only: no --state-socket.
 	ForeignProxy bool
+	// TCInterfaces: nodes in ebpf mode also run the experimental tc
+	// programs on these interfaces of theirs (--bpf-tc-interfaces).
+	TCInterfaces []string
 }
 
 // Cluster is one running test cluster.

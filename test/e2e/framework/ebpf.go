@@ -43,10 +43,29 @@ func (c *Cluster) ebpfArgs(n *Node) ([]string, error) {
 	args := []string{"--bpf-cgroup-root", n.ebpf.cgroup, "--bpf-pin-dir", n.ebpf.pins}
 	// The node's interfaces live in its own namespace: the tc programs
 	// never see the machine's. An earlier svcproxy (n.Bin) lacks the flag.
-	if tc := os.Getenv("E2E_EBPF_TC"); tc != "" && n.Bin == "" {
+	if tc := c.tcInterfaces(); tc != "" && n.Bin == "" {
 		args = append(args, "--bpf-tc-interfaces", tc)
 	}
 	return args, nil
+}
+
+// tcInterfaces is --bpf-tc-interfaces for nodes in ebpf mode: the
+// cluster's option, else E2E_EBPF_TC (to run every scenario so).
+func (c *Cluster) tcInterfaces() string {
+	if len(c.Opts.TCInterfaces) > 0 {
+		return strings.Join(c.Opts.TCInterfaces, ",")
+	}
+	return os.Getenv("E2E_EBPF_TC")
+}
+
+// TCAttached reports whether node n's svcproxy pinned its tc programs'
+// links on iface: the flag took effect.
+func (c *Cluster) TCAttached(n *Node, iface string) bool {
+	if n.ebpf == nil {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(n.ebpf.pins, "tc", "link_np_ingress_"+iface))
+	return err == nil
 }
 
 func (c *Cluster) newEBPFNode(n *Node) (*ebpfNode, error) {
