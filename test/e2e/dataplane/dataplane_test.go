@@ -87,8 +87,13 @@ func TestDataplaneTC(t *testing.T) {
 		if slices.Contains(tcScenarios, s.name) {
 			run = append(run, scenario{s.name, func(t *testing.T, c *F.Cluster) {
 				for _, n := range c.Nodes {
-					if (n.Mode == "" || n.Mode == "ebpf") && n.Bin == "" && !c.TCAttached(n, "eth0") {
-						t.Fatalf("%s: no tc programs on eth0", n.Name)
+					// The first sync loads and attaches them.
+					deadline := time.Now().Add(converge)
+					for (n.Mode == "" || n.Mode == "ebpf") && n.Bin == "" && !c.TCAttached(n, "eth0") {
+						if time.Now().After(deadline) {
+							t.Fatalf("%s: no tc programs on eth0 %v after the scenario began", n.Name, converge)
+						}
+						time.Sleep(100 * time.Millisecond)
 					}
 				}
 				s.run(t, c)
