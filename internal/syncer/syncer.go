@@ -371,9 +371,11 @@ func (s *Syncer) succeeded(prev, state *desired.State, mode proxy.SyncMode, chan
 		metrics.SyncPartialProxyRulesLatency.WithLabelValues(s.family).Observe(elapsed)
 	}
 	metrics.SyncProxyRulesLastTimestamp.WithLabelValues(s.family).Set(unixSeconds(end))
-	for _, trigger := range changes.TriggerTimes {
-		if latency := end.Sub(trigger); latency >= 0 {
-			metrics.NetworkProgrammingLatency.WithLabelValues(s.family).Observe(latency.Seconds())
+	observeProgramming(metrics.NetworkProgrammingLatency.WithLabelValues(s.family), changes.TriggerTimes, end)
+	if early := s.o.Proxier.EarlyServer; early != nil {
+		if at := early.ServedAt(); !at.IsZero() {
+			metrics.EarlyServedLastTimestamp.WithLabelValues(s.family).Set(unixSeconds(at))
+			observeProgramming(metrics.EarlyProgrammingLatency.WithLabelValues(s.family), changes.TriggerTimes, at)
 		}
 	}
 	s.noLocal.update(prev, state)
@@ -392,6 +394,17 @@ func (s *Syncer) succeeded(prev, state *desired.State, mode proxy.SyncMode, chan
 			changes.ConntrackCleanup = true
 		}
 		s.o.AfterSync(state, changes)
+	}
+}
+
+// observeProgramming observes, for each change's trigger time, how long
+// it took until done; a trigger from a skewed clock ahead of done is
+// skipped rather than counted as 0.
+func observeProgramming(h prometheus.Observer, triggers []time.Time, done time.Time) {
+	for _, trigger := range triggers {
+		if latency := done.Sub(trigger); latency >= 0 {
+			h.Observe(latency.Seconds())
+		}
 	}
 }
 
