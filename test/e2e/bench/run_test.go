@@ -94,7 +94,8 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	t0 := time.Now()
 	proxyMode, bin := proxyBinary(t, mode)
 	opts := F.Options{Mode: proxyMode, Nodes: 1, NoProxy: true, SeedDir: seedDir,
-		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync, ForeignProxy: bin != ""}
+		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync, ForeignProxy: bin != "",
+		ServiceCIDR: serviceCIDRFor(*flagServices)}
 	if *flagProfile {
 		opts.ExtraConfig = "enableProfiling: true\n" // /debug/pprof, for saveHeapProfile
 	}

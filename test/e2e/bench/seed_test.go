@@ -136,7 +136,7 @@ func ensureSeed(t *testing.T, services int) string {
 // (past -seed-api: copies written into etcd, seedclone_test.go), stops etcd for a consistent copy and keeps its data dir. The copy goes
 // to a temporary name first, so an interrupted seed is never reused.
 func seed(t *testing.T, dir string, services int) {
-	c := F.New(t, F.Options{Mode: "nftables", Nodes: 1, NoProxy: true})
+	c := F.New(t, F.Options{Mode: "nftables", Nodes: 1, NoProxy: true, ServiceCIDR: serviceCIDRFor(services)})
 	cs, err := fastClient(c.AdminConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +168,22 @@ func seed(t *testing.T, dir string, services int) {
 		t.Fatal(err)
 	}
 	t.Logf("seeded etcd data dir kept in %s", dir)
+}
+
+// bigServiceCIDR is kube-apiserver's largest IPv4 service range (20 host
+// bits), 10.96.0.0/12 as kubeadm's default; the framework's /16 holds
+// 65,534 ClusterIPs.
+const bigServiceCIDR = "10.96.0.0/12"
+
+// serviceCIDRFor is the service range of a cluster of services Services:
+// the framework's default while it holds them, else bigServiceCIDR. The
+// seed and every cluster started from it must agree: the seed's Services
+// hold addresses of its range.
+func serviceCIDRFor(services int) string {
+	if services > 65000 {
+		return bigServiceCIDR
+	}
+	return ""
 }
 
 // fastClient is an admin client without client-side throttling, speaking

@@ -209,7 +209,7 @@ func freeClusterIPs(c *F.Cluster, n int) ([]netip.Addr, error) {
 			used[a] = true
 		}
 	}
-	cidr := netip.MustParsePrefix(F.ServiceCIDR)
+	cidr := netip.MustParsePrefix(c.ServiceCIDR4())
 	var out []netip.Addr
 	// The range's first address (network) and last (broadcast) are never given.
 	for a := cidr.Addr().Next(); cidr.Contains(a.Next()) && len(out) < n; a = a.Next() {
@@ -218,7 +218,7 @@ func freeClusterIPs(c *F.Cluster, n int) ([]netip.Addr, error) {
 		}
 	}
 	if len(out) < n {
-		return nil, fmt.Errorf("service range %s has %d free addresses, %d wanted", F.ServiceCIDR, len(out), n)
+		return nil, fmt.Errorf("service range %s has %d free addresses, %d wanted", c.ServiceCIDR4(), len(out), n)
 	}
 	return out, nil
 }
