@@ -311,8 +311,10 @@ connection: a lower bound of the entries created, as a client port reused within
 replaces its earlier entry (TIME_WAIT reopened) rather than adding one; 0 means none was made. Kernel CPU: the machine's system+irq+softirq time over the window (/proc/stat),
 scaled to 100k connections: client, server and the packets' path, and whatever else the machine
 ran in the kernel meanwhile (compare modes within one invocation).
-ebpf mode: the churn's kernel time is the nftables half's new-element notification; the hooks'
-maps are written before it in the same sync, so it bounds API write → map from above. Restart map
+ebpf mode: "in the hooks' maps" is when svcproxy's connect-time stamp says the maps held the
+sync after which the pinned services map holds every ClusterIP (read in the same quiet moment as the
+rules); the maps' churn latency is svcproxy's connect-time histogram (API write → maps written), the
+kernel one the nftables half's new-element notification, which only the whole sync bounds. Restart map
 writes: svcproxy_ebpf_map_writes_total of the new process once quiet. Maps' memory: the memlock of
 the BPF maps the proxy holds (/proc/PID/fdinfo, each map once), at the end of the cold run.
 Full sync: the Node's zone label is changed, which makes svcproxy (a changed node) and upstream
