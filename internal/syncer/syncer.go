@@ -284,14 +284,22 @@ func (s *Syncer) syncOnce() error {
 	}
 	s.reportLosses(s.prev, state)
 	if s.prev == nil {
-		// Once per family: when the node started to serve Services, and
-		// what the first sync cost (the lists before it are the informers').
-		klog.InfoS("First sync programmed", "ipFamily", s.family, "servicePorts", state.Services.Len(),
-			"elapsed", end.Sub(start))
+		s.logFirstSync(state, start, end)
 	}
 	s.prev, s.target, s.lastGood, s.prevNode = state, target, state, node
 	s.succeeded(prev, state, mode, changes, start, end)
 	return nil
+}
+
+// logFirstSync says, once per family, when the node started to serve
+// Services and what the first sync cost (the lists before it are the
+// informers'); with an early part, also when that part was done.
+func (s *Syncer) logFirstSync(state *desired.State, start, end time.Time) {
+	kv := []any{"ipFamily", s.family, "servicePorts", state.Services.Len(), "elapsed", end.Sub(start)}
+	if early := s.o.Proxier.EarlyServer; early != nil && !early.ServedAt().IsZero() {
+		kv = append(kv, "connectTimeElapsed", early.ServedAt().Sub(start))
+	}
+	klog.InfoS("First sync programmed", kv...)
 }
 
 // decide picks how much of the kernel this sync reconciles, before the
