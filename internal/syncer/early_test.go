@@ -4,12 +4,8 @@ import (
 	"errors"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr/funcr"
-	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/metrics"
 )
@@ -73,28 +69,13 @@ func TestEarlyServerTimedApart(t *testing.T) {
 // TestFirstSyncLogsTheEarlyPart: the first sync's log line says when the
 // early part was done, beside the whole sync's elapsed time.
 func TestFirstSyncLogsTheEarlyPart(t *testing.T) {
-	var mu sync.Mutex
-	var lines []string
-	klog.SetLogger(funcr.New(func(_, args string) {
-		mu.Lock()
-		lines = append(lines, args)
-		mu.Unlock()
-	}, funcr.Options{}))
-	t.Cleanup(klog.ClearLogger)
+	logged := firstSyncLines(t)
 	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.syncer.o.Proxier.EarlyServer = &fakeEarly{at: f.clock.Now().Add(250 * time.Millisecond)}
 	f.markSynced()
 	f.tracker.OnServiceUpdate(nil, webService(nil))
 	f.mustSync()
-	mu.Lock()
-	defer mu.Unlock()
-	for _, l := range lines {
-		if strings.Contains(l, "First sync programmed") {
-			if !strings.Contains(l, `"connectTimeElapsed"="250ms"`) {
-				t.Errorf("first-sync line %q, want connectTimeElapsed 250ms", l)
-			}
-			return
-		}
+	if first := logged(); len(first) != 1 || !strings.Contains(first[0], `"connectTimeElapsed"="250ms"`) {
+		t.Errorf("first-sync lines %q, want one with connectTimeElapsed 250ms", first)
 	}
-	t.Errorf("no first-sync line in %q", lines)
 }
