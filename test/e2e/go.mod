@@ -3,6 +3,7 @@ module github.com/svcproxy/svcproxy/test/e2e
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	golang.org/x/sys v0.48.0
 	k8s.io/api v0.36.0
 	k8s.io/apimachinery v0.36.0
@@ -15,7 +16,6 @@ require (
 
 require (
 	github.com/blang/semver/v4 v4.0.0 // indirect
-	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect

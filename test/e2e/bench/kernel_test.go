@@ -129,7 +129,7 @@ func scrape(t *testing.T, c *F.Cluster, n *F.Node) samples {
 func clusterIPs(t *testing.T, c *F.Cluster) map[string]bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := c.Admin.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	list, err := mustFastClient(t, c).CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("listing Services: %v", err)
 	}

@@ -196,6 +196,17 @@ func fastClient(base *rest.Config) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// mustFastClient is fastClient for the lists of every Service or
+// IPAddress: at 100k Services a JSON list outlasts the admin client's
+// 20 s timeout on a loaded machine.
+func mustFastClient(t *testing.T, c *F.Cluster) kubernetes.Interface {
+	cs, err := fastClient(c.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
 // createAll creates Services 0..n-1 and their slices with 32 workers (the
 // API server's per-Service ClusterIP allocation is the bottleneck, see
 // shared/reference/control-plane.md, section 4).
