@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
@@ -44,7 +45,8 @@ var ebpfBackend = Backend{
 	KeepsLeftoversOf: []proxy.Mode{proxy.ModeNFTables},
 	Objects:          ebpfObjects,
 	SyncFailures:     ebpfSyncFailures,
-	Metrics:          []prometheus.Collector{ebpfSyncFailures},
+	// The connect-time path's own time and latency (syncer.EarlyServer).
+	Metrics: []prometheus.Collector{ebpfSyncFailures, metrics.EarlyServedLastTimestamp, metrics.EarlyProgrammingLatency},
 }
 
 // stateDir holds what svcproxy mounts for itself (beside the local API's
@@ -95,7 +97,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		// and says whether they held rules; the hooks' maps are read back
 		// by their own first (recovery) sync. Which ports the kernel holds
 		// is the nftables half's answer (HeldPorts).
-		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: nft.Preparer, RulesHolder: nft.RulesHolder, PortHolder: both}
+		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: nft.Preparer, RulesHolder: nft.RulesHolder, PortHolder: both, EarlyServer: both}
 	}
 	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir,
 		"tcInterfaces", env.Config.BPFTCInterfaces)
@@ -167,6 +169,8 @@ type hooksAndRules struct {
 	hooks *ebpf.Proxier
 	rules syncer.Proxier
 	held  syncer.PortHolder
+	// served is when the last Sync's hooks half ended (ServedAt).
+	served time.Time
 	// tc, when --bpf-tc-interfaces is set (IPv4), translates packets from
 	// outside the node before netfilter sees them: a packet it translated
 	// is addressed to an endpoint (or, masqueraded, redirected out of the
@@ -198,19 +202,39 @@ func (b *hooksAndRules) Sync(ctx context.Context, st *desired.State, mode proxy.
 	if b.tc != nil {
 		tc = b.tc.Sync(ctx, st, mode)
 	}
-	return errors.Join(tc, syncBoth(ctx, st, mode, b.hooks, b.rules))
+	var err error
+	b.served, err = syncBoth(ctx, st, mode, b.hooks, b.rules)
+	return errors.Join(tc, err)
 }
 
-// syncBoth syncs both halves at once and joins their errors. They share
-// only the State, which neither changes, and neither needs the other's
-// result: a translated connection never meets a Service rule, and the
-// rules serve what the hooks cannot see. So on a node with more than one
-// CPU a sync takes the longer half, not the sum of both.
-func syncBoth(ctx context.Context, st *desired.State, mode proxy.SyncMode, hooks, rules syncer.Proxier) error {
-	done := make(chan error, 1)
-	go func() { done <- hooks.Sync(ctx, st, mode) }()
+// ServedAt is when the last Sync's hooks half ended, zero when it failed:
+// from then on a connect from the cgroup met the State's maps, while the
+// nftables half may still have been programming (syncer.EarlyServer).
+func (b *hooksAndRules) ServedAt() time.Time { return b.served }
+
+// syncBoth syncs both halves at once and joins their errors; it returns
+// when the hooks half ended, zero when it failed. They share only the
+// State, which neither changes, and neither needs the other's result: a
+// translated connection never meets a Service rule, and the rules serve
+// what the hooks cannot see. So on a node with more than one CPU a sync
+// takes the longer half, not the sum of both.
+func syncBoth(ctx context.Context, st *desired.State, mode proxy.SyncMode, hooks, rules syncer.Proxier) (time.Time, error) {
+	type result struct {
+		at  time.Time
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		err := hooks.Sync(ctx, st, mode)
+		r := result{err: err}
+		if err == nil {
+			r.at = time.Now()
+		}
+		done <- r
+	}()
 	rulesErr := rules.Sync(ctx, st, mode)
-	return errors.Join(<-done, rulesErr)
+	r := <-done
+	return r.at, errors.Join(r.err, rulesErr)
 }
 
 // CanaryMissing: a pin gone (the hooks' or the tc programs') or the

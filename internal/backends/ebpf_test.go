@@ -37,8 +37,47 @@ func TestSyncBothRunsTheHalvesAtOnce(t *testing.T) {
 	errHooks, errRules := errors.New("hooks failed"), errors.New("rules failed")
 	hooks := &meetingHalf{mine: a, other: b, err: errHooks}
 	rules := &meetingHalf{mine: b, other: a, err: errRules}
-	err := syncBoth(context.Background(), &desired.State{}, proxy.FullSync, hooks, rules)
+	served, err := syncBoth(context.Background(), &desired.State{}, proxy.FullSync, hooks, rules)
 	if !errors.Is(err, errHooks) || !errors.Is(err, errRules) {
 		t.Errorf("syncBoth = %v, want both halves' own errors (each met the other)", err)
+	}
+	if !served.IsZero() {
+		t.Errorf("syncBoth served the hooks at %v although they failed, want zero", served)
+	}
+}
+
+// timedHalf is a half whose Sync takes d and returns err.
+type timedHalf struct {
+	d   time.Duration
+	err error
+}
+
+func (h timedHalf) Init(context.Context) error                  { return nil }
+func (h timedHalf) CanaryMissing(context.Context) (bool, error) { return false, nil }
+func (h timedHalf) Cleanup(context.Context) error               { return nil }
+
+func (h timedHalf) Sync(context.Context, *desired.State, proxy.SyncMode) error {
+	time.Sleep(h.d)
+	return h.err
+}
+
+// TestServedAtIsTheHooksHalf: the row reports when the hooks' maps held the
+// State, not when the slower nftables half ended; a failed rules half still
+// fails the sync, and a failed hooks half reports no time.
+func TestServedAtIsTheHooksHalf(t *testing.T) {
+	errRules := errors.New("rules failed")
+	start := time.Now()
+	served, err := syncBoth(context.Background(), &desired.State{}, proxy.FullSync, timedHalf{}, timedHalf{d: 300 * time.Millisecond, err: errRules})
+	end := time.Now()
+	if !errors.Is(err, errRules) {
+		t.Errorf("syncBoth = %v, want the rules half's error", err)
+	}
+	if served.Before(start) || end.Sub(served) < 200*time.Millisecond {
+		t.Errorf("hooks served %v after the start and %v before the end, want at the start, well before the rules half ended",
+			served.Sub(start), end.Sub(served))
+	}
+	served, err = syncBoth(context.Background(), &desired.State{}, proxy.FullSync, timedHalf{err: errRules}, timedHalf{})
+	if err == nil || !served.IsZero() {
+		t.Errorf("a failed hooks half: syncBoth = %v, %v; want its error and no time", served, err)
 	}
 }

@@ -6,6 +6,7 @@ package syncer
 
 import (
 	"context"
+	"time"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
@@ -45,6 +46,21 @@ type Backend struct {
 	RulesHolder RulesHolder
 	// PortHolder tells which service ports the kernel holds.
 	PortHolder PortHolder
+	// EarlyServer tells when the part that serves first was programmed.
+	EarlyServer EarlyServer
+}
+
+// EarlyServer is a Proxier part of whose dataplane serves traffic before
+// its Sync returns: ebpf mode's socket hooks translate a connect as soon as
+// their maps are written, while the nftables rules of the same sync are
+// still being programmed. /healthz and the sync metrics stay the whole
+// sync's; the syncer reports this part's time beside them, for operators
+// who want to know when connections from the node's pods were served.
+type EarlyServer interface {
+	// ServedAt is when the last Sync's early part held its whole State,
+	// zero when that part did not succeed. The syncer reads it only after
+	// a successful Sync.
+	ServedAt() time.Time
 }
 
 // Preparer is a Proxier whose RecoverySync starts by reading the kernel

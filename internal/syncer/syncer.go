@@ -284,14 +284,22 @@ func (s *Syncer) syncOnce() error {
 	}
 	s.reportLosses(s.prev, state)
 	if s.prev == nil {
-		// Once per family: when the node started to serve Services, and
-		// what the first sync cost (the lists before it are the informers').
-		klog.InfoS("First sync programmed", "ipFamily", s.family, "servicePorts", state.Services.Len(),
-			"elapsed", end.Sub(start))
+		s.logFirstSync(state, start, end)
 	}
 	s.prev, s.target, s.lastGood, s.prevNode = state, target, state, node
 	s.succeeded(prev, state, mode, changes, start, end)
 	return nil
+}
+
+// logFirstSync says, once per family, when the node started to serve
+// Services and what the first sync cost (the lists before it are the
+// informers'); with an early part, also when that part was done.
+func (s *Syncer) logFirstSync(state *desired.State, start, end time.Time) {
+	kv := []any{"ipFamily", s.family, "servicePorts", state.Services.Len(), "elapsed", end.Sub(start)}
+	if early := s.o.Proxier.EarlyServer; early != nil && !early.ServedAt().IsZero() {
+		kv = append(kv, "connectTimeElapsed", early.ServedAt().Sub(start))
+	}
+	klog.InfoS("First sync programmed", kv...)
 }
 
 // decide picks how much of the kernel this sync reconciles, before the
@@ -371,9 +379,11 @@ func (s *Syncer) succeeded(prev, state *desired.State, mode proxy.SyncMode, chan
 		metrics.SyncPartialProxyRulesLatency.WithLabelValues(s.family).Observe(elapsed)
 	}
 	metrics.SyncProxyRulesLastTimestamp.WithLabelValues(s.family).Set(unixSeconds(end))
-	for _, trigger := range changes.TriggerTimes {
-		if latency := end.Sub(trigger); latency >= 0 {
-			metrics.NetworkProgrammingLatency.WithLabelValues(s.family).Observe(latency.Seconds())
+	observeProgramming(metrics.NetworkProgrammingLatency.WithLabelValues(s.family), changes.TriggerTimes, end)
+	if early := s.o.Proxier.EarlyServer; early != nil {
+		if at := early.ServedAt(); !at.IsZero() {
+			metrics.EarlyServedLastTimestamp.WithLabelValues(s.family).Set(unixSeconds(at))
+			observeProgramming(metrics.EarlyProgrammingLatency.WithLabelValues(s.family), changes.TriggerTimes, at)
 		}
 	}
 	s.noLocal.update(prev, state)
@@ -392,6 +402,17 @@ func (s *Syncer) succeeded(prev, state *desired.State, mode proxy.SyncMode, chan
 			changes.ConntrackCleanup = true
 		}
 		s.o.AfterSync(state, changes)
+	}
+}
+
+// observeProgramming observes, for each change's trigger time, how long
+// it took until done; a trigger from a skewed clock ahead of done is
+// skipped rather than counted as 0.
+func observeProgramming(h prometheus.Observer, triggers []time.Time, done time.Time) {
+	for _, trigger := range triggers {
+		if latency := done.Sub(trigger); latency >= 0 {
+			h.Observe(latency.Seconds())
+		}
 	}
 }
 

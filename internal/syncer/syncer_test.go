@@ -484,7 +484,9 @@ var (
 
 // TestFirstSyncLoggedOnce: the first successful sync of a family says so
 // in the log, with what it cost; later syncs do not.
-func TestFirstSyncLoggedOnce(t *testing.T) {
+// firstSyncLines sends klog to a recorder until the test ends and returns
+// the "First sync programmed" lines logged so far.
+func firstSyncLines(t *testing.T) func() []string {
 	var mu sync.Mutex
 	var lines []string
 	klog.SetLogger(funcr.New(func(_, args string) {
@@ -493,6 +495,21 @@ func TestFirstSyncLoggedOnce(t *testing.T) {
 		mu.Unlock()
 	}, funcr.Options{}))
 	t.Cleanup(klog.ClearLogger)
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var first []string
+		for _, l := range lines {
+			if strings.Contains(l, "First sync programmed") {
+				first = append(first, l)
+			}
+		}
+		return first
+	}
+}
+
+func TestFirstSyncLoggedOnce(t *testing.T) {
+	logged := firstSyncLines(t)
 	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
 	f.markSynced()
 	f.tracker.OnServiceUpdate(nil, webService(nil))
@@ -500,14 +517,7 @@ func TestFirstSyncLoggedOnce(t *testing.T) {
 	f.tracker.OnEndpointSliceUpdate(nil, webSlice(time.Time{}, "10.0.0.1"))
 	f.clock.Step(minSyncPeriod)
 	f.mustSync()
-	mu.Lock()
-	defer mu.Unlock()
-	var first []string
-	for _, l := range lines {
-		if strings.Contains(l, "First sync programmed") {
-			first = append(first, l)
-		}
-	}
+	first := logged()
 	if len(first) != 1 || !strings.Contains(first[0], `"ipFamily"="IPv4"`) || !strings.Contains(first[0], `"servicePorts"=1`) ||
 		!strings.Contains(first[0], `"elapsed"`) {
 		t.Errorf("logged %q, want one first-sync line with the family, service ports and elapsed time", first)

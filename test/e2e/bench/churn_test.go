@@ -42,6 +42,15 @@ type churnResult struct {
 	// changes; KernelMissing were never seen in a kernel change.
 	KernelN, KernelMissing          int
 	KernelP50, KernelP99, KernelMax float64
+	// MapN, MapP50, MapP99 and MapMean (ebpf mode; -1 in the others):
+	// API write → the hooks' maps holding the change, from svcproxy's
+	// svcproxy_connect_time_programming_duration_seconds over the churn
+	// (interpolated in millisecond buckets; the mean is exact). In ebpf
+	// mode the kernel observer above sees the nftables half, which writes
+	// an element only for what the rules hold.
+	MapN                    int
+	MapP50, MapP99, MapMean float64
+	MapBuckets              string
 }
 
 // runChurn updates distinct Services' slices at flagRate per second, each
@@ -61,7 +70,8 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	}
 	obs, stop := observe(t, c, n, "kernel-changes-churn.txt", watched)
 	defer stop()
-	before := scrapeHistogram(t, c, n)
+	s0 := scrape(t, c, n)
+	before, mapBefore := s0.histogram(metricProgramming), s0.histogram(metricConnectProgramming)
 	cpu0 := cpuSeconds(n.Proxy.Pid())
 	if *flagProfile {
 		secs := int(float64(len(order)) / *flagRate) + 2
@@ -83,10 +93,27 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	res.P50Bound, res.P99Bound = none(d.upperBound(0.5)), none(d.upperBound(0.99))
 	res.P50Interp, res.P99Interp = none(d.interpolated(0.5)), none(d.interpolated(0.99))
 	res.Mean, res.Buckets = none(d.mean()), d.bucketCounts()
+	mapStats(&res, scrape(t, c, n).histogram(metricConnectProgramming).minus(mapBefore), c.Opts.Mode)
 	t.Logf("churn: %d updates in %.1f s (%.0f/s, %d errors), %d observed; kernel p50 %.1f p99 %.1f max %.1f ms (%d missing); histogram mean %.0f ms; proxy CPU %.2f s",
 		res.Sent, res.Seconds, res.Rate, res.Errors, res.Observed, res.KernelP50*1000, res.KernelP99*1000,
 		res.KernelMax*1000, res.KernelMissing, res.Mean*1000, res.CPUSeconds)
+	if res.MapN >= 0 {
+		t.Logf("churn at the hooks' maps: %d observed; p50 %.1f p99 %.1f mean %.1f ms; %s",
+			res.MapN, res.MapP50*1000, res.MapP99*1000, res.MapMean*1000, res.MapBuckets)
+	}
 	return res
+}
+
+// mapStats fills, in ebpf mode, the churn's latency at the hooks' maps
+// from d, the connect-time histogram's observations over the churn.
+func mapStats(res *churnResult, d hist, mode string) {
+	res.MapN, res.MapP50, res.MapP99, res.MapMean = -1, -1, -1, -1
+	if mode != "ebpf" {
+		return
+	}
+	res.MapN = int(d.count)
+	res.MapP50, res.MapP99 = none(d.interpolated(0.5)), none(d.interpolated(0.99))
+	res.MapMean, res.MapBuckets = none(d.mean()), d.bucketCounts()
 }
 
 // listSlices reads every bench slice once, so that each update is one

@@ -226,7 +226,7 @@ func pauseControlPlane(t *testing.T, c *F.Cluster) (resume func()) {
 // Service and windows as measureDatapath, no churn, restart or full sync.
 func datapathReference(t *testing.T, refSeed string) *datapathResult {
 	c := F.New(t, F.Options{Mode: refMode(), Nodes: 1, NoProxy: true, SeedDir: refSeed,
-		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync})
+		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync, ServiceCIDR: serviceCIDRFor(*flagDPRefServices)})
 	n := c.Nodes[0]
 	start := time.Now()
 	if err := c.StartProxy(n); err != nil {

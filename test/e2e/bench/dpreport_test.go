@@ -93,18 +93,39 @@ func issueFigures() []issueFigure {
 		{"latency p50 via the ClusterIP in % of direct", "%.1f", func(r runResult) float64 { return pct(dp(r, latency, p50), dp(r, directLatency, p50)) }, "≤ 105", atMost(105), ""},
 		{"latency p99 via the ClusterIP in % of direct", "%.1f", func(r runResult) float64 { return pct(dp(r, latency, p99), dp(r, directLatency, p99)) }, "≤ 105", atMost(105), ""},
 		{"NAT'ed conntrack entries left per connection via the ClusterIP (lower bound)", "%.3f", func(r runResult) float64 { return dp(r, paused, natPerConn) }, "0", atMost(0), ""},
-		{"start → every ClusterIP in the kernel (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }, fmt.Sprintf("≤ %g", startLimit), atMost(startLimit), ""},
+		{"start → every ClusterIP served at connect (ebpf: the hooks' maps; others: the rules) (s)", "%.2f", liveAt, fmt.Sprintf("≤ %g", startLimit), atMost(startLimit), ""},
+		{"start → every ClusterIP in the kernel, the whole first sync (s)", "%.2f", func(r runResult) float64 { return r.AllProgrammed }, "", nil, ""},
 		{"restart unchanged: map writes", "%.0f", func(r runResult) float64 { return r.Restart.MapWrites }, "0", atMost(0), ""},
 		{"restart unchanged: nftables changes", "%.0f", func(r runResult) float64 { return float64(r.Restart.KernelChanges) }, "0", atMost(0), ""},
 		{"proxy peak RSS + maps' memory (MiB)", "%.0f", func(r runResult) float64 { return float64(max(r.RSSPeak, r.Restart.RSS)+r.MapMemlockKiB) / mib }, "≤ 500 at 100k", atMost(500), ""},
 	}
 	if *flagServices <= 10000 {
-		out = append(out, issueFigure{"one endpoint change, API → kernel p50 (ms)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP50) }, "≤ 5", atMost(5), ""})
+		out = append(out,
+			issueFigure{"one endpoint change, API → served at connect p50 (ebpf: the maps; others: the rules) (ms)", "%.1f", changeLive, "≤ 5", atMost(5), ""},
+			issueFigure{"one endpoint change, API → nftables rules p50 (ms)", "%.1f", func(r runResult) float64 { return ms(r.Churn.KernelP50) }, "", nil, ""})
 	}
 	if *flagDPRefServices > 0 {
 		out = append(out, issueFigure{fmt.Sprintf("new connections/s in %% of the %d-Service reference", *flagDPRefServices), "%.1f", refRatio, "≥ 95", atLeast(95), ""})
 	}
 	return out
+}
+
+// liveAt is start → every ClusterIP served at connect: in ebpf mode when
+// the hooks' maps held them, in the others when the rules did.
+func liveAt(r runResult) float64 {
+	if r.Mode == "ebpf" {
+		return r.MapLive
+	}
+	return r.AllProgrammed
+}
+
+// changeLive is an endpoint change's p50 to where a connect meets it: the
+// hooks' maps in ebpf mode, the rules in the others.
+func changeLive(r runResult) float64 {
+	if r.Mode == "ebpf" {
+		return ms(r.Churn.MapP50)
+	}
+	return ms(r.Churn.KernelP50)
 }
 
 // printIssueSummary prints the eBPF issue's figures: each mode's median

@@ -40,6 +40,7 @@ func waitProgrammed(t *testing.T, c *F.Cluster, n *F.Node, start time.Time, res 
 			t.Fatalf("dumping the rules: %v", err)
 		}
 		res.KernelDumpSecs = time.Since(t0).Seconds()
+		inMaps := dumpMaps(t, c, n, want)
 		after := scrape(t, c, n)
 		if after.ipv4Value(metricSyncs) != before.ipv4Value(metricSyncs) {
 			t.Logf("a sync ran during the kernel dump; dumping again")
@@ -49,6 +50,10 @@ func waitProgrammed(t *testing.T, c *F.Cluster, n *F.Node, start time.Time, res 
 		res.KernelIPs, res.SyncsToAll = len(found), before.ipv4Value(metricSyncs)
 		t.Logf("kernel check: %d/%d ClusterIPs in the rules after %g syncs (dump %.1f s)",
 			res.KernelIPs, res.WantIPs, res.SyncsToAll, res.KernelDumpSecs)
+		if mapsLive(res, inMaps, before, start); res.MapIPs >= 0 {
+			t.Logf("map check: %d/%d ClusterIPs in the hooks' services map; every one %.2f s after start (-1: not every one)",
+				res.MapIPs, res.WantIPs, res.MapLive)
+		}
 		if res.KernelIPs == res.WantIPs && res.WantIPs == *flagServices+1 {
 			res.AllProgrammed = before.ipv4Value(metricLastSync) - float64(start.UnixNano())/1e9
 			return
@@ -61,6 +66,35 @@ func waitProgrammed(t *testing.T, c *F.Cluster, n *F.Node, start time.Time, res 
 		return
 	}
 	t.Fatalf("svcproxy kept syncing during every kernel dump")
+}
+
+// dumpMaps is, in ebpf mode, the wanted ClusterIPs found in the hooks'
+// services map (nil in the other modes).
+func dumpMaps(t *testing.T, c *F.Cluster, n *F.Node, want map[string]bool) map[string]bool {
+	if c.Opts.Mode != "ebpf" {
+		return nil
+	}
+	found, err := mapClusterIPs(c.EBPFPinDir(n), want)
+	if err != nil {
+		t.Fatalf("reading the hooks' maps: %v", err)
+	}
+	return found
+}
+
+// mapsLive records, in ebpf mode, how many ClusterIPs the hooks' maps held
+// and, when every one, since when: the end of the last sync's hooks half,
+// svcproxy's own stamp. That is when a connect from the node's cgroup to
+// any ClusterIP was translated, while the nftables half of the same sync
+// may still have been programming (AllProgrammed waits for both).
+func mapsLive(res *runResult, inMaps map[string]bool, quiet samples, start time.Time) {
+	res.MapIPs, res.MapLive = -1, -1
+	if inMaps == nil {
+		return
+	}
+	res.MapIPs = len(inMaps)
+	if res.MapIPs == res.WantIPs {
+		res.MapLive = quiet.ipv4Value(metricConnectTime) - float64(start.UnixNano())/1e9
+	}
 }
 
 // waitQuiet polls /metrics until the sync count has not moved for
@@ -95,7 +129,7 @@ func scrape(t *testing.T, c *F.Cluster, n *F.Node) samples {
 func clusterIPs(t *testing.T, c *F.Cluster) map[string]bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := c.Admin.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	list, err := mustFastClient(t, c).CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("listing Services: %v", err)
 	}

@@ -19,6 +19,10 @@ const (
 	// ebpf mode's own.
 	metricMapWrites  = "svcproxy_ebpf_map_writes_total"
 	metricMapEntries = "svcproxy_ebpf_map_entries"
+	// The connect-time path's (the socket hooks' maps) own time and
+	// latency, ebpf mode's only.
+	metricConnectTime        = "svcproxy_sync_connect_time_last_timestamp_seconds"
+	metricConnectProgramming = "svcproxy_connect_time_programming_duration_seconds"
 )
 
 // mapWrites is ebpf mode's map entries written since the proxy started,

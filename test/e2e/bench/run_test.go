@@ -36,6 +36,13 @@ type runResult struct {
 	KernelIPs      int // Service ClusterIPs found in the kernel's rules
 	WantIPs        int // ClusterIPs the API lists (the Services + "kubernetes")
 	KernelDumpSecs float64
+	// MapLive (ebpf mode): process start → the end of the hooks half of
+	// the same sync, checked in the hooks' services map in the same quiet
+	// moment: every ClusterIP the API lists was translated at connect from
+	// then on. MapIPs: the ClusterIPs found in that map. -1 in the other
+	// modes, and MapLive -1 when the map missed some.
+	MapLive float64
+	MapIPs  int
 	// ServiceRecords and BackendSlots: ebpf mode's map entries once
 	// every ClusterIP is in the kernel (-1 in the other modes).
 	ServiceRecords, BackendSlots float64
@@ -87,7 +94,8 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	t0 := time.Now()
 	proxyMode, bin := proxyBinary(t, mode)
 	opts := F.Options{Mode: proxyMode, Nodes: 1, NoProxy: true, SeedDir: seedDir,
-		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync, ForeignProxy: bin != ""}
+		SyncPeriod: *flagSyncPeriod, MinSyncPeriod: *flagMinSync, ForeignProxy: bin != "",
+		ServiceCIDR: serviceCIDRFor(*flagServices)}
 	if *flagProfile {
 		opts.ExtraConfig = "enableProfiling: true\n" // /debug/pprof, for saveHeapProfile
 	}

@@ -136,7 +136,7 @@ func ensureSeed(t *testing.T, services int) string {
 // (past -seed-api: copies written into etcd, seedclone_test.go), stops etcd for a consistent copy and keeps its data dir. The copy goes
 // to a temporary name first, so an interrupted seed is never reused.
 func seed(t *testing.T, dir string, services int) {
-	c := F.New(t, F.Options{Mode: "nftables", Nodes: 1, NoProxy: true})
+	c := F.New(t, F.Options{Mode: "nftables", Nodes: 1, NoProxy: true, ServiceCIDR: serviceCIDRFor(services)})
 	cs, err := fastClient(c.AdminConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +170,22 @@ func seed(t *testing.T, dir string, services int) {
 	t.Logf("seeded etcd data dir kept in %s", dir)
 }
 
+// bigServiceCIDR is kube-apiserver's largest IPv4 service range (20 host
+// bits), 10.96.0.0/12 as kubeadm's default; the framework's /16 holds
+// 65,534 ClusterIPs.
+const bigServiceCIDR = "10.96.0.0/12"
+
+// serviceCIDRFor is the service range of a cluster of services Services:
+// the framework's default while it holds them, else bigServiceCIDR. The
+// seed and every cluster started from it must agree: the seed's Services
+// hold addresses of its range.
+func serviceCIDRFor(services int) string {
+	if services > 65000 {
+		return bigServiceCIDR
+	}
+	return ""
+}
+
 // fastClient is an admin client without client-side throttling, speaking
 // protobuf: the seed is 20k creates.
 func fastClient(base *rest.Config) (kubernetes.Interface, error) {
@@ -178,6 +194,17 @@ func fastClient(base *rest.Config) (kubernetes.Interface, error) {
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.Timeout = time.Minute
 	return kubernetes.NewForConfig(cfg)
+}
+
+// mustFastClient is fastClient for the lists of every Service or
+// IPAddress: at 100k Services a JSON list outlasts the admin client's
+// 20 s timeout on a loaded machine.
+func mustFastClient(t *testing.T, c *F.Cluster) kubernetes.Interface {
+	cs, err := fastClient(c.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
 
 // createAll creates Services 0..n-1 and their slices with 32 workers (the

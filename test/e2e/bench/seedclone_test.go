@@ -82,11 +82,12 @@ func cloneServices(t *testing.T, c *F.Cluster, from, n, eps int) {
 // number has held for a while: its IP repair loop has nothing left to
 // repair or clean up, so every run from the seed starts consistent.
 func waitAllocated(t *testing.T, c *F.Cluster, want int) {
+	cs := mustFastClient(t, c)
 	deadline := time.Now().Add(5 * time.Minute)
 	stable := time.Time{}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		list, err := c.Admin.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+		list, err := cs.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
 		cancel()
 		switch {
 		case err != nil || len(list.Items) != want:
@@ -199,7 +200,11 @@ func (tpl *template) clone(i, eps int, ip netip.Addr) ([]F.KV, error) {
 func freeClusterIPs(c *F.Cluster, n int) ([]netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := c.Admin.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	cs, err := fastClient(c.AdminConfig) // protobuf, a longer timeout: 100k Services
+	if err != nil {
+		return nil, err
+	}
+	list, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing Services: %w", err)
 	}
@@ -209,7 +214,7 @@ func freeClusterIPs(c *F.Cluster, n int) ([]netip.Addr, error) {
 			used[a] = true
 		}
 	}
-	cidr := netip.MustParsePrefix(F.ServiceCIDR)
+	cidr := netip.MustParsePrefix(c.ServiceCIDR4())
 	var out []netip.Addr
 	// The range's first address (network) and last (broadcast) are never given.
 	for a := cidr.Addr().Next(); cidr.Contains(a.Next()) && len(out) < n; a = a.Next() {
@@ -218,7 +223,7 @@ func freeClusterIPs(c *F.Cluster, n int) ([]netip.Addr, error) {
 		}
 	}
 	if len(out) < n {
-		return nil, fmt.Errorf("service range %s has %d free addresses, %d wanted", F.ServiceCIDR, len(out), n)
+		return nil, fmt.Errorf("service range %s has %d free addresses, %d wanted", c.ServiceCIDR4(), len(out), n)
 	}
 	return out, nil
 }
@@ -226,10 +231,11 @@ func freeClusterIPs(c *F.Cluster, n int) ([]netip.Addr, error) {
 // waitServed waits until the API server lists want Services (its watch
 // cache follows etcd).
 func waitServed(t *testing.T, c *F.Cluster, want int) {
-	deadline := time.Now().Add(2 * time.Minute)
+	cs := mustFastClient(t, c)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		list, err := c.Admin.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+		list, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 		cancel()
 		got := 0
 		if err == nil {

@@ -45,6 +45,8 @@ const (
 	ExtIP       = NodeNet + ".100"
 	ExternalNet = "198.18.1" // spec.externalIPs live here (routed to node1 from ext)
 	LBNet       = "198.18.2" // status.loadBalancer.ingress IPs live here
+	// ServiceCIDR is the IPv4 service range unless Options.ServiceCIDR
+	// says otherwise: 65,534 ClusterIPs.
 	ServiceCIDR = "10.96.0.0/16"
 	// ServiceCIDR6 is the secondary service range. kube-apiserver takes an
 	// IPv6 range of up to 20 host bits (/108) whatever its feature gates.
@@ -80,6 +82,10 @@ type Options struct {
 	// ExtraConfig is appended to every node's KubeProxyConfiguration
 	// (top-level YAML fields: featureGates, nodePortAddresses, …).
 	ExtraConfig string
+	// ServiceCIDR is the IPv4 service range, default ServiceCIDR; a larger
+	// one (kube-apiserver takes up to a /12) for more Services than a /16
+	// holds. The nodes route it as they route the default.
+	ServiceCIDR string
 	// ForeignProxy: the proxy binary is not this tree's svcproxy (upstream
 	// kube-proxy, an older svcproxy to compare with), so StartProxy gives
 	// it kube-proxy's flags only: no --state-socket.
@@ -87,6 +93,14 @@ type Options struct {
 	// TCInterfaces: nodes in ebpf mode also run the experimental tc
 	// programs on these interfaces of theirs (--bpf-tc-interfaces).
 	TCInterfaces []string
+}
+
+// ServiceCIDR4 is the cluster's IPv4 service range (Options.ServiceCIDR).
+func (c *Cluster) ServiceCIDR4() string {
+	if c.Opts.ServiceCIDR != "" {
+		return c.Opts.ServiceCIDR
+	}
+	return ServiceCIDR
 }
 
 // Cluster is one running test cluster.

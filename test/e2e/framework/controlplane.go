@@ -31,7 +31,7 @@ const proxySA = "svcproxy-e2e"
 func (c *Cluster) controlPlane(verb string, extraEnv ...string) error {
 	cmd := exec.Command(filepath.Join(c.Bins.Root, "hack", "controlplane.sh"), verb)
 	cmd.Env = append(os.Environ(), "CP_RUN="+c.cpRun, "CP_NETNS="+c.NS("cp"), "KAS_BIND="+CPIP,
-		"KAS_PORT="+strconv.Itoa(kasPort), "SVC_CIDR="+ServiceCIDR+","+ServiceCIDR6)
+		"KAS_PORT="+strconv.Itoa(kasPort), "SVC_CIDR="+c.ServiceCIDR4()+","+ServiceCIDR6)
 	cmd.Env = append(cmd.Env, extraEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -99,6 +99,15 @@ func mountAt(dir, fstype string) error {
 	return nil
 }
 
+// EBPFPinDir is node n's --bpf-pin-dir in ebpf mode ("" in another mode):
+// the bench reads the maps the hooks translate with from there.
+func (c *Cluster) EBPFPinDir(n *Node) string {
+	if n.ebpf == nil {
+		return ""
+	}
+	return n.ebpf.pins
+}
+
 // EBPFPinsLeft returns what ebpf mode left pinned for node n ("" when
 // nothing): its families' pin directories.
 func (c *Cluster) EBPFPinsLeft(n *Node) string {

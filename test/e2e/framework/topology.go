@@ -250,7 +250,7 @@ func (c *Cluster) addNode(i int) error {
 	// without any route it would die in routing first (a soft ICMP error a
 	// TCP client only sees as a timeout). Send the service ranges onto the
 	// bridge, where nothing answers for them (like netnstest's VIP sink).
-	if err := ip("-n", n.NS, "route", "add", ServiceCIDR, "dev", "eth0"); err != nil {
+	if err := ip("-n", n.NS, "route", "add", c.ServiceCIDR4(), "dev", "eth0"); err != nil {
 		return err
 	}
 	return ip("-n", n.NS, "route", "add", ServiceCIDR6, "dev", "eth0")
