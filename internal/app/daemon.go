@@ -341,13 +341,13 @@ func (d *daemon) settingWarner() *settingWarner {
 func reconcilers(ctx context.Context, family proxy.IPFamily, ct kconntrack.Interface, inst *backends.Instance) func(*desired.State, model.Changes) {
 	r := conntrack.New(family, ct, conntrack.Options{})
 	go r.Run(ctx)
-	t, ok := inst.StaleFlows[family]
-	if !ok {
-		return r.Observe
+	observe := []func(*desired.State, model.Changes){r.Observe}
+	for _, t := range inst.StaleFlows[family] {
+		tr := conntrack.New(family, t.Table, conntrack.Options{Table: t.Name, Report: func(conntrack.Result, time.Duration) {}})
+		go tr.Run(ctx)
+		observe = append(observe, tr.Observe)
 	}
-	tr := conntrack.New(family, t.Table, conntrack.Options{Table: t.Name, Report: func(conntrack.Result, time.Duration) {}})
-	go tr.Run(ctx)
-	return chainAfterSync(r.Observe, tr.Observe)
+	return chainAfterSync(observe...)
 }
 
 // quarantineFile is where a family's quarantine is kept for the next

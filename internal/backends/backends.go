@@ -97,15 +97,17 @@ type Instance struct {
 	// IPTablesFlavour is the flavour of the iptables tools the instance
 	// drives ("" if none), for svcproxy status.
 	IPTablesFlavour kiptables.Flavour
-	// StaleFlows are, per family, connections beside conntrack's that go
-	// stale as its flows do and are removed by the same rule.
-	StaleFlows map[proxy.IPFamily]StaleFlows
+	// StaleFlows are, per family, tables of connections beside
+	// conntrack's that go stale as its flows do and are removed by the
+	// same rule.
+	StaleFlows map[proxy.IPFamily][]StaleFlows
 	closers    []func()
 }
 
 // StaleFlows is a table of connections the conntrack cleanup's rule
-// applies to: ebpf mode's sockets, translated at connect, which keep their
-// endpoint as a DNATed flow does.
+// applies to: ebpf mode's sockets, translated at connect, and the flows of
+// its tc programs' own conntrack table, which keep their endpoint as a
+// DNATed flow does.
 type StaleFlows struct {
 	Table kconntrack.Interface
 	// Name is what logs call the table. The table counts what it removes

@@ -70,7 +70,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		return nil, err
 	}
 	hooks := map[proxy.IPFamily]*ebpf.Proxier{}
-	inst.StaleFlows = map[proxy.IPFamily]StaleFlows{}
+	inst.StaleFlows = map[proxy.IPFamily][]StaleFlows{}
 	for _, f := range env.Families {
 		p, err := ebpf.New(f, ebpf.Options{PinDir: pinDir, Cgroup: cgroup, SocketEntries: env.Config.BPFSocketEntries})
 		if err != nil {
@@ -81,7 +81,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		hooks[f] = p
 		// A socket the hooks sent to an endpoint keeps it as a DNATed
 		// flow does: the conntrack cleanup's rule destroys it.
-		inst.StaleFlows[f] = StaleFlows{Table: p.Sockets(), Name: "ebpf sockets"}
+		inst.StaleFlows[f] = []StaleFlows{{Table: p.Sockets(), Name: "ebpf sockets"}}
 		nft := inst.Proxiers[f]
 		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder}
 		if f == proxy.IPv4 {
@@ -91,6 +91,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 			}
 			if both.tc != nil {
 				inst.OnClose(both.tc.Close)
+				inst.StaleFlows[f] = append(inst.StaleFlows[f], StaleFlows{Table: both.tc.Flows(), Name: "ebpf tc flows"})
 			}
 		}
 		// The nftables half reads its tables back ahead of the first sync

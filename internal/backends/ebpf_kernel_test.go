@@ -148,8 +148,11 @@ func openEBPFMode(t *testing.T, env *scenario.Env, cfg *config.Config) modeProxi
 		t.Cleanup(inst.Close)
 		for f, b := range inst.Proxiers {
 			out[f] = b.Proxier.(*hooksAndRules)
-			if inst.StaleFlows[f].Table != out[f].hooks.Sockets() {
+			if sf := inst.StaleFlows[f]; len(sf) == 0 || sf[0].Table != out[f].hooks.Sockets() {
 				t.Errorf("the row hands the %s conntrack cleanup %+v, want the hooks' sockets", f, inst.StaleFlows[f])
+			}
+			if sf := inst.StaleFlows[f]; out[f].tc != nil && (len(sf) != 2 || sf[1].Name != "ebpf tc flows") {
+				t.Errorf("the row hands the %s conntrack cleanup %+v, want the tc programs' flows second", f, sf)
 			}
 			if err := out[f].Init(ctx); err != nil {
 				return err

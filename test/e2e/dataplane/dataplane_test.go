@@ -44,6 +44,7 @@ var scenarios = []scenario{
 	{"LocalhostNodePortMetric", testLocalhostNodePortMetric},
 	{"RollingReplacement", testRollingReplacement},
 	{"UDPFlowSurvivesPodReplacement", testUDPReplacement},
+	{"UDPNodePortFlowFollowsReplacement", testUDPNodePortReplacement},
 	{"MalformedEndpointSlice", testMalformedSlice},
 	{"RulesDeletedByThirdParty", testRulesDeleted},
 	{"ServiceCIDRs", testServiceCIDRs},
@@ -73,7 +74,8 @@ func TestDataplane(t *testing.T) {
 // tcScenarios are the scenarios with traffic from outside the nodes, the
 // traffic ebpf mode's experimental tc programs serve.
 var tcScenarios = []string{"ClusterIPNodePortExternalLB", "ExternalTrafficPolicyLocal", "SessionAffinity",
-	"RollingReplacement", "RestartUnderLoad", "UpgradeAndDowngradeUnderLoad", "ModeSwitchUnderLoad"}
+	"RollingReplacement", "UDPNodePortFlowFollowsReplacement", "RestartUnderLoad", "UpgradeAndDowngradeUnderLoad",
+	"ModeSwitchUnderLoad"}
 
 // TestDataplaneTC runs those scenarios in ebpf mode with the tc programs on
 // the nodes' interface (--bpf-tc-interfaces=eth0), each checking that they

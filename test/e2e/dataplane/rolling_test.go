@@ -59,25 +59,39 @@ func testRollingReplacement(t *testing.T, c *F.Cluster) {
 // points at the old pod; svcproxy must clear it so the same flow reaches
 // the new pod.
 func testUDPReplacement(t *testing.T, c *F.Cluster) {
-	n2 := c.Nodes[1]
-	old := c.AddPod(n2, "uo")
+	old := c.AddPod(c.Nodes[1], "uo")
 	svc := c.CreateService(F.NewService("udpflow", corev1.ServiceTypeClusterIP))
 	c.SetEndpoints(svc, F.EP{Pod: old})
-	tg := F.UDP(svc.Spec.ClusterIP, 80)
-	c.Expect("cli1", tg, converge, F.AllOf("uo"))
+	udpFlowFollows(t, c, "cli1", F.UDP(svc.Spec.ClusterIP, 80), svc, old, "un")
+}
 
-	flow := c.StartLoad("cli1", tg, 50*time.Millisecond, true)
+// testUDPNodePortReplacement: the same from outside, one socket sending to
+// node1's node port while its endpoint on node2 is replaced: the flow
+// moves as the conntrack cleanup deletes it (with ebpf mode's tc programs,
+// from their own table).
+func testUDPNodePortReplacement(t *testing.T, c *F.Cluster) {
+	old := c.AddPod(c.Nodes[1], "no")
+	svc := c.CreateService(F.NewService("udpnp", corev1.ServiceTypeNodePort))
+	c.SetEndpoints(svc, F.EP{Pod: old})
+	_, np := port(svc, corev1.ProtocolUDP)
+	udpFlowFollows(t, c, "ext", F.UDP(c.Nodes[0].IP, np), svc, old, "nn")
+}
+
+// udpFlowFollows keeps one UDP socket of from asking tg, served by old,
+// replaces old by a new pod on its node, and waits for the flow to reach it.
+func udpFlowFollows(t *testing.T, c *F.Cluster, from string, tg F.Target, svc *corev1.Service, old *F.Pod, replacement string) {
+	c.Expect(from, tg, converge, F.AllOf(old.Name))
+	flow := c.StartLoad(from, tg, 50*time.Millisecond, true)
 	time.Sleep(time.Second)
-	if rs := flow.Snapshot(); len(rs) == 0 || !rs[len(rs)-1].OK || rs[len(rs)-1].Pod != "uo" {
+	if rs := flow.Snapshot(); len(rs) == 0 || !rs[len(rs)-1].OK || rs[len(rs)-1].Pod != old.Name {
 		t.Fatalf("the flow does not reach the old pod: %v", rs)
 	}
-	replacement := c.AddPod(n2, "un")
-	c.SetEndpoints(svc, F.EP{Pod: replacement})
+	c.SetEndpoints(svc, F.EP{Pod: c.AddPod(old.Node, replacement)})
 	c.RemovePod(old)
 	t0 := time.Now()
 	for {
 		rs := flow.Snapshot()
-		if n := len(rs); n >= 5 && lastAllFrom(rs[n-5:], "un") {
+		if n := len(rs); n >= 5 && lastAllFrom(rs[n-5:], replacement) {
 			t.Logf("the flow reached the new pod %v after the switch", time.Since(t0).Round(100*time.Millisecond))
 			break
 		}

@@ -149,28 +149,6 @@ func markedRun(prog *ebpf.Program, pkt []byte, in uint32) (netip.AddrPort, uint3
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), binary.BigEndian.Uint16(ip[22:24])), out.Mark, nil
 }
 
-// The conntrack table's layout, as bpf/nodeport.c declares it: only the
-// tests read the table.
-
-// ctKey is one direction of a flow as its packets carry it.
-type ctKey struct {
-	Src, Dst     [4]byte
-	Sport, Dport [2]byte
-	Proto        uint8
-	Pad          [3]byte
-}
-
-// ctVal is the rewrite of one direction of a flow.
-type ctVal struct {
-	Src, Dst     [4]byte
-	Sport, Dport [2]byte
-	At           uint8
-	State        uint8
-	Reply        uint8
-	Mark         uint8
-	Seen         uint64
-}
-
 // vip is the external IP of the programs' tests.
 var vip = netip.MustParseAddr("198.18.100.7")
 

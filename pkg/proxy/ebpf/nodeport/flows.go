@@ -1,0 +1,136 @@
+package nodeport
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// The conntrack table's layout, as bpf/nodeport.c declares it.
+
+// ctKey is one direction of a flow as its packets carry it.
+type ctKey struct {
+	Src, Dst     [4]byte
+	Sport, Dport [2]byte
+	Proto        uint8
+	Pad          [3]byte
+}
+
+// ctVal is the rewrite of one direction of a flow.
+type ctVal struct {
+	Src, Dst     [4]byte
+	Sport, Dport [2]byte
+	At           uint8
+	State        uint8
+	Reply        uint8
+	Mark         uint8
+	Seen         uint64
+}
+
+// ctAtEgress and ctNew are bpf/nodeport.c's CT_AT_EGRESS and CT_NEW.
+const (
+	ctAtEgress = 2
+	ctNew      = 0
+)
+
+// Flows is the programs' conntrack table (np_ct) as the conntrack cleanup
+// reads a flow table: one flow per connection the programs translated, its
+// original tuple as the client sent it and its reply tuple as the endpoint
+// answers. The cleanup's rule deletes those whose endpoint went away, as it
+// deletes the kernel's DNATed flows, so that a UDP client of a removed
+// endpoint reaches a current one with its next datagram instead of the
+// entry's. It opens the pinned table for each call, so it needs no Proxier
+// and never races a sync that loads the programs again.
+type Flows struct{ dir string }
+
+// Flows is p's conntrack table.
+func (p *Proxier) Flows() *Flows { return &Flows{dir: p.o.PinDir} }
+
+// open is the pinned table, nil before the programs' first load.
+func (f *Flows) open() (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(f.dir, mapCT), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return m, err
+}
+
+// List is part of kconntrack.Interface: it visits each translated flow of
+// the table once, by its client's direction. The programs serve IPv4 only.
+func (f *Flows) List(ctx context.Context, family proxy.IPFamily, visit func(kconntrack.Flow)) error {
+	m, err := f.open()
+	if m == nil || err != nil || family != proxy.IPv4 {
+		return err
+	}
+	defer m.Close()
+	var (
+		k ctKey
+		v ctVal
+	)
+	it := m.Iterate()
+	for n := 0; it.Next(&k, &v); n++ {
+		if n%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if v.Reply == 0 && v.At != ctAtEgress {
+			visit(flowOf(k, v))
+		}
+	}
+	return it.Err()
+}
+
+// Delete is part of kconntrack.Interface: it deletes both directions of
+// each flow and counts the flows the table no longer holds.
+func (f *Flows) Delete(ctx context.Context, family proxy.IPFamily, flows []kconntrack.Flow) (int, error) {
+	m, err := f.open()
+	if m == nil || err != nil || family != proxy.IPv4 {
+		return 0, err
+	}
+	defer m.Close()
+	gone := 0
+	for _, fl := range flows {
+		if err := ctx.Err(); err != nil {
+			return gone, err
+		}
+		err := m.Delete(keyOf(fl.Proto, fl.Orig))
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return gone, err
+		}
+		gone++
+		// The reply's entry: the endpoint answering the client, or the
+		// masquerade address, as the flow's reply tuple says.
+		if err := m.Delete(keyOf(fl.Proto, fl.Reply)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return gone, err
+		}
+	}
+	return gone, nil
+}
+
+// flowOf is the flow of a client direction's entry: what the client sent
+// to, and the endpoint answering the address the packet left with.
+func flowOf(k ctKey, v ctVal) kconntrack.Flow {
+	return kconntrack.Flow{
+		Proto: k.Proto,
+		Orig:  kconntrack.Tuple{Src: addrPort(k.Src, k.Sport), Dst: addrPort(k.Dst, k.Dport)},
+		Reply: kconntrack.Tuple{Src: addrPort(v.Dst, v.Dport), Dst: addrPort(v.Src, v.Sport)},
+		// Seen a reply: the kernel's state would be past NEW too.
+		Replied: v.State != ctNew,
+	}
+}
+
+func keyOf(proto uint8, t kconntrack.Tuple) ctKey {
+	return ctKey{Src: t.Src.Addr().As4(), Dst: t.Dst.Addr().As4(), Sport: netPort(t.Src.Port()),
+		Dport: netPort(t.Dst.Port()), Proto: proto}
+}
+
+func addrPort(a [4]byte, p [2]byte) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4(a), binary.BigEndian.Uint16(p[:]))
+}
