@@ -35,8 +35,14 @@ var ebpfSyncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 var ebpfBackend = Backend{
 	Mode:     proxy.ModeEBPF,
 	Families: nftablesBackend.Families,
-	Check: func(*config.Config) (*Warning, error) {
-		return nil, ebpf.CheckHost()
+	Check: func(cfg *config.Config) (*Warning, error) {
+		if err := ebpf.CheckHost(); err != nil {
+			return nil, err
+		}
+		if cfg != nil && len(cfg.BPFTCInterfaces) > 0 {
+			return nil, ebpf.CheckTCHost()
+		}
+		return nil, nil
 	},
 	Open:            openEBPF,
 	Decide:          nftablesBackend.Decide,

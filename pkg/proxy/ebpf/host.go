@@ -15,22 +15,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// What the host must offer the mode. The floor is the newest helper the
-// programs call (README.md, "Kernel floor").
-const (
-	floorMajor, floorMinor = 5, 18
-	bpffsRoot              = "/sys/fs/bpf"
+// What the host must offer the mode. The floors are the newest kernel
+// feature each set of programs uses (README.md, "Kernel floor").
+var (
+	// The socket hooks call bpf_set_retval.
+	hooksFloor = floor{5, 18, "bpf_set_retval in the connect hooks"}
+	// The tc programs attach through TCX links.
+	tcFloor = floor{6, 6, "TCX links for the tc programs of --bpf-tc-interfaces"}
 )
+
+const bpffsRoot = "/sys/fs/bpf"
+
+// floor is a kernel release a feature needs, and what for.
+type floor struct {
+	major, minor int
+	why          string
+}
 
 // CheckHost fails, naming what is missing, unless this kernel can run the
 // programs: release 5.18 or later, BPF with cgroup socket-address
 // programs, and cgroup v2 (mounted, or mountable).
 func CheckHost() error {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return err
-	}
-	if err := checkRelease(unix.ByteSliceToString(u.Release[:])); err != nil {
+	if err := checkKernel(hooksFloor); err != nil {
 		return err
 	}
 	if err := features.HaveProgramType(ebpf.CGroupSockAddr); err != nil {
@@ -42,8 +48,21 @@ func CheckHost() error {
 	return nil
 }
 
-// checkRelease compares a kernel release ("6.1.0-18-amd64") with the floor.
-func checkRelease(release string) error {
+// CheckTCHost fails, naming what is missing, unless this kernel can attach
+// the tc programs (release 6.6 or later): at start rather than at the
+// first sync's attach.
+func CheckTCHost() error { return checkKernel(tcFloor) }
+
+func checkKernel(f floor) error {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return err
+	}
+	return f.check(unix.ByteSliceToString(u.Release[:]))
+}
+
+// check compares a kernel release ("6.1.0-18-amd64") with the floor.
+func (f floor) check(release string) error {
 	parts := strings.SplitN(release, ".", 3)
 	if len(parts) < 2 {
 		return fmt.Errorf("ebpf mode: cannot read the kernel release %q", release)
@@ -53,8 +72,8 @@ func checkRelease(release string) error {
 	if err1 != nil || err2 != nil {
 		return fmt.Errorf("ebpf mode: cannot read the kernel release %q", release)
 	}
-	if major < floorMajor || major == floorMajor && minor < floorMinor {
-		return fmt.Errorf("ebpf mode needs kernel %d.%d or later (bpf_set_retval in the connect hooks); this kernel is %s", floorMajor, floorMinor, release)
+	if major < f.major || major == f.major && minor < f.minor {
+		return fmt.Errorf("ebpf mode needs kernel %d.%d or later (%s); this kernel is %s", f.major, f.minor, f.why, release)
 	}
 	return nil
 }

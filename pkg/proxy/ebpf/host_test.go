@@ -5,23 +5,36 @@ import (
 	"testing"
 )
 
-// TestCheckRelease: the start-up check names the floor and the kernel it
-// refuses, and accepts the floor and later.
+// TestCheckRelease: the start-up checks name the floor and the kernel they
+// refuse, and accept the floor and later: the socket hooks' and, with
+// --bpf-tc-interfaces, the tc programs'.
 func TestCheckRelease(t *testing.T) {
-	for release, ok := range map[string]bool{
-		"5.18.0": true, "6.1.0-18-amd64": true, "6.18.44-fc-v782": true, "10.0": true,
-		"5.17.15": false, "4.19.0-26-amd64": false, "5.4+": false,
+	for _, tc := range []struct {
+		floor floor
+		name  string
+		ok    map[string]bool
+	}{
+		{hooksFloor, "5.18", map[string]bool{
+			"5.18.0": true, "6.1.0-18-amd64": true, "6.18.44-fc-v782": true, "10.0": true,
+			"5.17.15": false, "4.19.0-26-amd64": false, "5.4+": false,
+		}},
+		{tcFloor, "6.6", map[string]bool{
+			"6.6.0": true, "6.18.44-fc-v782": true, "7.0": true,
+			"6.5.13": false, "6.1.0-18-amd64": false, "5.18.0": false,
+		}},
 	} {
-		err := checkRelease(release)
-		if (err == nil) != ok {
-			t.Errorf("checkRelease(%q) = %v, want ok=%v", release, err, ok)
+		for release, ok := range tc.ok {
+			err := tc.floor.check(release)
+			if (err == nil) != ok {
+				t.Errorf("%s floor: check(%q) = %v, want ok=%v", tc.name, release, err, ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), tc.name) {
+				t.Errorf("%s floor: check(%q): %v does not name the floor", tc.name, release, err)
+			}
 		}
-		if err != nil && !strings.Contains(err.Error(), "5.18") {
-			t.Errorf("checkRelease(%q): %v does not name the floor", release, err)
+		if err := tc.floor.check("garbage"); err == nil {
+			t.Errorf("%s floor: an unreadable release passed", tc.name)
 		}
-	}
-	if err := checkRelease("garbage"); err == nil {
-		t.Error("an unreadable release passed")
 	}
 }
 
