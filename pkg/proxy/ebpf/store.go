@@ -96,6 +96,14 @@ func (s *store) claim(parts map[owner]*part, full bool) {
 		s.records.ResetClaims()
 		s.slots.ResetClaims()
 		clear(s.ids)
+		records, slots := 0, 0
+		for _, pt := range parts {
+			if pt != nil {
+				records, slots = records+len(pt.records), slots+len(pt.slots)
+			}
+		}
+		s.records.Reserve(records)
+		s.slots.Reserve(slots)
 	}
 	for name, pt := range parts {
 		delete(s.ids, name)

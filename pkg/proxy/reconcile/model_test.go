@@ -73,6 +73,9 @@ func (w *world) sync(mode proxy.SyncMode, changed []own) {
 	}
 	if plan.Full {
 		w.tb.ResetClaims()
+		// A backend that knows the count hints it (taken only when the
+		// table is empty).
+		w.tb.Reserve(w.r.IntN(20))
 		for o, its := range w.model.parts {
 			w.tb.Replace(o, its)
 		}

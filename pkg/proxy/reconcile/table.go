@@ -179,6 +179,18 @@ func (t *Table[O, K, V]) dropShared(k K, e *entry[V], i int) {
 	t.more[k] = rest
 }
 
+// Reserve makes room for n keys ahead of the claims that add them. Only an
+// empty table takes the hint (a cold sync: nothing read back, nothing
+// claimed), which then claims its keys without growing its map step by
+// step; a table with entries keeps its own.
+func (t *Table[O, K, V]) Reserve(n int) {
+	if len(t.entries) != 0 || n <= 0 {
+		return
+	}
+	t.entries = make(map[K]entry[V], n)
+	t.dirty = slices.Grow(t.dirty[:0], n)
+}
+
 // ResetClaims drops every claim and marks every key dirty, claimed or in
 // the kernel: the start of a full sync, which claims everything again and
 // so diffs the whole kind.

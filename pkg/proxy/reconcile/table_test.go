@@ -54,6 +54,30 @@ func TestDiffAddUpdateDelete(t *testing.T) {
 	}
 }
 
+// TestReserveTakesOnlyAnEmptyTable: the hint never drops what a table
+// holds; an empty table reserved for its keys diffs as one not reserved.
+func TestReserveTakesOnlyAnEmptyTable(t *testing.T) {
+	tb := NewTable[own](intKind)
+	tb.SetKernel(1, "kept")
+	tb.Replace(2, items(2, "claimed"))
+	tb.Reserve(100)
+	if v, ok := tb.Kernel(1); !ok || v != "kept" || !tb.Claimed(2) || tb.Len() != 1 {
+		t.Errorf("after Reserve on a table with entries: kernel 1 = %q %t, 2 claimed %t, Len %d; want all kept", v, ok, tb.Claimed(2), tb.Len())
+	}
+	if got, want := tb.Diff(), []Change[int, string]{{Op: Add, Key: 2, Want: "claimed"}}; !slices.Equal(got, want) {
+		t.Errorf("Diff after Reserve = %v, want %v (the touched key only)", got, want)
+	}
+
+	reserved, plain := NewTable[own](intKind), NewTable[own](intKind)
+	reserved.Reserve(3)
+	for _, tb := range []*Table[own, int, string]{reserved, plain} {
+		tb.Replace(1, items(1, "a", 2, "b", 3, "c", 4, "d"))
+	}
+	if got, want := reserved.Diff(), plain.Diff(); !slices.Equal(got, want) {
+		t.Errorf("a reserved table's Diff = %v, an unreserved one's %v", got, want)
+	}
+}
+
 func TestLowestOwnerWinsAndTheNextTakesOver(t *testing.T) {
 	tb := NewTable[own](intKind)
 	tb.Replace(5, items(1, "five"))
