@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/svcproxy/svcproxy/internal/metrics"
 )
 
@@ -77,5 +79,28 @@ func TestFirstSyncLogsTheEarlyPart(t *testing.T) {
 	f.mustSync()
 	if first := logged(); len(first) != 1 || !strings.Contains(first[0], `"connectTimeElapsed"="250ms"`) {
 		t.Errorf("first-sync lines %q, want one with connectTimeElapsed 250ms", first)
+	}
+}
+
+// TestProgrammingLatencyNotExposedUntilObserved: a sync without an
+// EndpointSlice trigger time makes no child of the latency histograms, so
+// that /metrics shows them only once observed, as upstream does (the
+// differential suite compares the families).
+func TestProgrammingLatencyNotExposedUntilObserved(t *testing.T) {
+	metrics.NetworkProgrammingLatency.Reset()
+	metrics.EarlyProgrammingLatency.Reset()
+	f := newFixture(t, metrics.NFTablesSyncFailuresTotal)
+	f.syncer.o.Proxier.EarlyServer = &fakeEarly{at: f.clock.Now()}
+	f.markSynced()
+	f.tracker.OnServiceUpdate(nil, webService(nil))
+	f.mustSync()
+	for name, h := range map[string]*prometheus.HistogramVec{
+		"network programming": metrics.NetworkProgrammingLatency, "connect-time": metrics.EarlyProgrammingLatency,
+	} {
+		series := make(chan prometheus.Metric, 8)
+		h.Collect(series)
+		if n := len(series); n != 0 {
+			t.Errorf("%s latency: %d series after a sync without trigger times, want none", name, n)
+		}
 	}
 }

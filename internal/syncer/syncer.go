@@ -379,11 +379,11 @@ func (s *Syncer) succeeded(prev, state *desired.State, mode proxy.SyncMode, chan
 		metrics.SyncPartialProxyRulesLatency.WithLabelValues(s.family).Observe(elapsed)
 	}
 	metrics.SyncProxyRulesLastTimestamp.WithLabelValues(s.family).Set(unixSeconds(end))
-	observeProgramming(metrics.NetworkProgrammingLatency.WithLabelValues(s.family), changes.TriggerTimes, end)
+	observeProgramming(metrics.NetworkProgrammingLatency, s.family, changes.TriggerTimes, end)
 	if early := s.o.Proxier.EarlyServer; early != nil {
 		if at := early.ServedAt(); !at.IsZero() {
 			metrics.EarlyServedLastTimestamp.WithLabelValues(s.family).Set(unixSeconds(at))
-			observeProgramming(metrics.EarlyProgrammingLatency.WithLabelValues(s.family), changes.TriggerTimes, at)
+			observeProgramming(metrics.EarlyProgrammingLatency, s.family, changes.TriggerTimes, at)
 		}
 	}
 	s.noLocal.update(prev, state)
@@ -405,13 +405,17 @@ func (s *Syncer) succeeded(prev, state *desired.State, mode proxy.SyncMode, chan
 	}
 }
 
-// observeProgramming observes, for each change's trigger time, how long
-// it took until done; a trigger from a skewed clock ahead of done is
-// skipped rather than counted as 0.
-func observeProgramming(h prometheus.Observer, triggers []time.Time, done time.Time) {
+// observeProgramming observes in h's family child, for each change's
+// trigger time, how long it took until done; a trigger from a skewed clock
+// ahead of done is skipped rather than counted as 0. The child is made
+// only when there is something to observe: until then the histogram is
+// not exposed, as upstream's is not.
+func observeProgramming(h interface {
+	WithLabelValues(...string) prometheus.Observer
+}, family string, triggers []time.Time, done time.Time) {
 	for _, trigger := range triggers {
 		if latency := done.Sub(trigger); latency >= 0 {
-			h.Observe(latency.Seconds())
+			h.WithLabelValues(family).Observe(latency.Seconds())
 		}
 	}
 }
