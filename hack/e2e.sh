@@ -27,7 +27,7 @@
 #        CONTRACT_UPSTREAM_MINOR=1.35 (the differential suite compares with that earlier minor
 #        instead of v1.37.1: expect the differences docs/user/support.md lists, not a pass),
 #        E2E_EBPF_TC=eth0 (nodes in ebpf mode also run the experimental tc programs on their
-#        eth0, --bpf-tc-interfaces, in every scenario; TestDataplaneTC always runs the scenarios
+#        eth0, --bpf-tc-interfaces, in every scenario; TestDataplane/ebpf+tc always runs the scenarios
 #        with traffic from outside so),
 #        SVCPROXY_BIN (test this binary instead of building ./cmd/svcproxy).
 set -euo pipefail

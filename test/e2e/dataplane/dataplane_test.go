@@ -68,6 +68,9 @@ func modes() []string {
 func TestDataplane(t *testing.T) {
 	for _, mode := range modes() {
 		t.Run(mode, func(t *testing.T) { runScenarios(t, F.Options{Mode: mode}, mode, scenarios) })
+		if mode == "ebpf" {
+			t.Run("ebpf+tc", testWithTC)
+		}
 	}
 }
 
@@ -77,13 +80,10 @@ var tcScenarios = []string{"ClusterIPNodePortExternalLB", "ExternalTrafficPolicy
 	"RollingReplacement", "UDPNodePortFlowFollowsReplacement", "RestartUnderLoad", "UpgradeAndDowngradeUnderLoad",
 	"ModeSwitchUnderLoad"}
 
-// TestDataplaneTC runs those scenarios in ebpf mode with the tc programs on
+// testWithTC runs those scenarios in ebpf mode with the tc programs on
 // the nodes' interface (--bpf-tc-interfaces=eth0), each checking that they
-// are attached.
-func TestDataplaneTC(t *testing.T) {
-	if !slices.Contains(modes(), "ebpf") {
-		t.Skip("E2E_MODES leaves out ebpf")
-	}
+// are attached. It runs wherever ebpf mode does.
+func testWithTC(t *testing.T) {
 	var run []scenario
 	for _, s := range scenarios {
 		if slices.Contains(tcScenarios, s.name) {
@@ -102,9 +102,7 @@ func TestDataplaneTC(t *testing.T) {
 			}})
 		}
 	}
-	t.Run("ebpf", func(t *testing.T) {
-		runScenarios(t, F.Options{Mode: "ebpf", TCInterfaces: []string{"eth0"}}, "ebpf+tc", run)
-	})
+	runScenarios(t, F.Options{Mode: "ebpf", TCInterfaces: []string{"eth0"}}, "ebpf+tc", run)
 }
 
 // runScenarios runs scenarios in order on one cluster of opts, a new one
