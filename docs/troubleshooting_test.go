@@ -21,7 +21,7 @@ const doc = "user/troubleshooting.md"
 
 // eventSources are the packages that post Events or name their reasons
 // (the rows name their modes' Warnings: backends.Warning).
-var eventSources = []string{"../internal/app", "../pkg/proxy/model", "../internal/backends"}
+var eventSources = []string{"../internal/app", "../pkg/pipeline/model", "../internal/backends"}
 
 // reasonArg is, for each function that posts an Event or records a
 // problem that becomes one, which argument is the reason, and how many

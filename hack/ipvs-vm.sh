@@ -4,7 +4,7 @@
 # apt-get download, unpacked, never installed) under TCG with a busybox initramfs, no NIC
 # (-nic none: nothing in the VM can reach anything outside it), and runs the static test
 # binaries built with -tags ipvsvm from every package that has *_vm_test.go files
-# (pkg/proxy/ipvs: the backend and its kernel clients; internal/syncer: the quarantine over
+# (pkg/pipeline/backends/ipvs: the backend and its kernel clients; internal/syncer: the quarantine over
 # the real IPVS backend; internal/leftovers: mode switches to and from IPVS). Each package
 # is its own binary, so the import rules stay those of the package (pkg/ imports nothing
 # under internal/). See shared/reference/ipvs-vm.md.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hack/update-bpf.sh — regenerate the eBPF backend's compiled programs (bpf2go writes
-# pkg/proxy/ebpf/sock_bpfel.{o,go} from bpf/sock.c and pkg/proxy/ebpf/nodeport/nodeport_bpfel.{o,go}
+# pkg/pipeline/backends/ebpf/sock_bpfel.{o,go} from bpf/sock.c and pkg/pipeline/backends/ebpf/nodeport/nodeport_bpfel.{o,go}
 # from bpf/nodeport.c). The outputs are committed so that building svcproxy needs no clang; run
 # this after editing the C source and commit the result.
 #
@@ -14,7 +14,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PKG=$ROOT/pkg/proxy/ebpf
+PKG=$ROOT/pkg/pipeline/backends/ebpf
 # The generated files, relative to PKG.
 GENERATED=(sock_bpfel.o sock_bpfel.go nodeport/nodeport_bpfel.o nodeport/nodeport_bpfel.go)
 
@@ -39,7 +39,7 @@ case ${1:-} in
     (cd "$dir" && go generate . ./nodeport)
     status=0
     for f in "${GENERATED[@]}"; do
-      cmp -s "$dir/$f" "$PKG/$f" || { echo "pkg/proxy/ebpf/$f differs from what its C source in bpf/ compiles to; run hack/update-bpf.sh" >&2; status=1; }
+      cmp -s "$dir/$f" "$PKG/$f" || { echo "pkg/pipeline/backends/ebpf/$f differs from what its C source in bpf/ compiles to; run hack/update-bpf.sh" >&2; status=1; }
     done
     rm -rf "$dir"
     exit $status

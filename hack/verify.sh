@@ -2,24 +2,27 @@
 # hack/verify.sh — static checks: gofmt, go vet, staticcheck (pinned in
 # hack/tools/staticcheck/go.mod) and the import rules of the design (DESIGN.md, "Data flow"):
 #
-#   pkg/proxy/<backend>                 must not depend on k8s.io/client-go, pkg/proxy/model, internal/watch
-#                                       (model only through pkg/proxy/desired, whose Compute takes a Snapshot);
-#                                       a backend is every package directly under pkg/proxy/ but the
-#                                       pipeline's own (desired, model, metrics, proxytest) and the
-#                                       shared leaves (maglev, reconcile), wired into internal/backends or not yet
-#   pkg/proxy/maglev                    imports only pkg/proxy and the standard library: a pure table
-#                                       that desired, explain and any backend may use
-#   pkg/proxy/reconcile                 imports only pkg/proxy and the standard library: the backends'
-#                                       shared reconciliation engine knows no backend and no kernel client
-#   pkg/proxy/desired                   must not depend on k8s.io/client-go
-#   pkg/proxy/model                     imports only pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog,
+#   pkg/proxy                           the shared vocabulary: imports nothing of this module (a leaf)
+#   pkg/pipeline/<stage>                a stage imports only the stages before it in
+#                                       watch -> model -> desired and the vocabulary:
+#     watch                             pkg/proxy, model
+#     model                             only pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog,
 #                                       k8s.io/utils/net (upstream's sloppy IP parser), stdlib;
 #                                       no k8s.io/client-go anywhere below it
+#     desired                           pkg/proxy, model, maglev; no k8s.io/client-go
+#     maglev, reconcile                 only pkg/proxy and the standard library: a pure table, and
+#                                       the backends' shared engine that knows no backend and no
+#                                       kernel client
+#   pkg/pipeline/backends/<backend>     must not depend on k8s.io/client-go, model or watch
+#                                       (model only through desired, whose Compute takes a Snapshot);
+#                                       a backend is every package directly under pkg/pipeline/backends/,
+#                                       wired into internal/backends or not yet
 #   a backend package                   imported by internal/backends (its row) alone, and by
-#                                       packages below it: a backend is every package of the header's
-#                                       pkg/proxy/<backend> set that internal/backends imports, so
-#                                       adding one touches its package and its row; test/ (benchmark
+#                                       packages below it: a backend is every package of the
+#                                       set above that internal/backends imports, so adding one
+#                                       touches its package and its row; test/ (benchmark
 #                                       harnesses timing one backend below the app) is exempt
+#   pkg/testing/...                     test support: cmd/svcproxy does not depend on it
 #   everything                          must not depend on k8s.io/kubernetes
 #   pkg/...                             imports nothing under internal/, tests and files behind
 #                                       build tags included
@@ -172,13 +175,10 @@ check_pkg_no_internal() {
   forbid_deps "./pkg/..." "^${MOD//./\\.}/internal/" "internal/ (below pkg/)"
 }
 
-# backend_dirs: the backends' directory names under pkg/proxy/ (see the header).
+# backend_dirs: the backends' directory names under pkg/pipeline/backends/ (see the header).
 backend_dirs() {
   local d
-  for d in "$ROOT"/pkg/proxy/*/; do
-    d=$(basename "$d")
-    case $d in desired | model | metrics | proxytest | maglev | reconcile) ;; *) echo "$d" ;; esac
-  done
+  for d in "$ROOT"/pkg/pipeline/backends/*/; do basename "$d"; done
 }
 
 # check_backend_imports: a backend package (one internal/backends wires) is named by its row
@@ -188,7 +188,7 @@ check_backend_imports() {
   local table=$MOD/internal/backends wired backends="" b edges
   wired=$(cd "$ROOT" && go list -e -f '{{join .Imports "\n"}}' "$table")
   for b in $(backend_dirs); do
-    grep -qx "$MOD/pkg/proxy/$b" <<<"$wired" && backends+="$MOD/pkg/proxy/$b"$'\n'
+    grep -qx "$MOD/pkg/pipeline/backends/$b" <<<"$wired" && backends+="$MOD/pkg/pipeline/backends/$b"$'\n'
   done
   if [[ -z $backends ]]; then
     fail "imports: internal/backends wires no backend package, so the rule checks nothing"
@@ -209,30 +209,49 @@ check_backend_imports() {
   fi
 }
 
+# allow_module PKG REGEX WHY: every direct import of PKG from this module must match REGEX.
+allow_module() {
+  local pkg=$1 re=$2 why=$3 bad
+  bad=$(cd "$ROOT" && go list -e -f '{{range .Imports}}{{.}}{{"\n"}}{{end}}' "$pkg" \
+    | grep -E "^${MOD//./\\.}/" | grep -Ev "$re" || true)
+  if [[ -n $bad ]]; then
+    echo "$bad" | while read -r e; do echo "  forbidden edge (allowed: $why): ${pkg#"$MOD"/} -> ${e#"$MOD"/}" >&2; done
+    fail "imports: ${pkg#"$MOD"/} imports outside $why"
+  fi
+}
+
+# check_stages: the vocabulary is a leaf, each stage of the pipeline imports only the stages
+# before it, and the binary links no test support (see the header).
+check_stages() {
+  local clientgo='^k8s\.io/client-go(/|$)' m="${MOD//./\\.}" p
+  allow_module "$MOD/pkg/proxy" '^$' "nothing of this module"
+  allow_module "$MOD/pkg/pipeline/watch" "^$m/pkg/(proxy|pipeline/model)\$" "pkg/proxy, model"
+  p=$MOD/pkg/pipeline/desired
+  forbid_deps "$p" "$clientgo" "k8s.io/client-go"
+  allow_module "$p" "^$m/pkg/(proxy|pipeline/(model|maglev))\$" "pkg/proxy, model, maglev"
+  for p in maglev reconcile; do
+    allow_direct "$MOD/pkg/pipeline/$p" "^$m/pkg/proxy\$" "pkg/proxy and the standard library"
+  done
+  p=$MOD/pkg/pipeline/model
+  forbid_deps "$p" "$clientgo" "k8s.io/client-go"
+  allow_direct "$p" "^($m/pkg/proxy|k8s\.io/api/|k8s\.io/apimachinery/|k8s\.io/klog/|k8s\.io/utils/net$)" \
+    "pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog, k8s.io/utils/net"
+  forbid_deps "./cmd/svcproxy" "^$m/pkg/testing(/|\$)" "test support (pkg/testing)"
+}
+
 check_imports() {
   log "import rules (go list -deps, non-test packages)"
   local clientgo='^k8s\.io/client-go(/|$)'
   local b p
   for b in $(backend_dirs); do
-    p=$MOD/pkg/proxy/$b
+    p=$MOD/pkg/pipeline/backends/$b
     if ! pkg_exists "$p"; then log "  (skip ${p#"$MOD"/}: no package yet)"; continue; fi
     forbid_deps "$p" "$clientgo" "k8s.io/client-go"
     # desired.Compute takes a model.Snapshot, so desired -> model is the one allowed path.
-    forbid_deps "$p" "^${MOD//./\\.}/pkg/proxy/model(/|\$)" "pkg/proxy/model" "^${MOD//./\\.}/pkg/proxy/desired\$"
-    forbid_deps "$p" "^${MOD//./\\.}/internal/watch(/|\$)" "internal/watch"
+    forbid_deps "$p" "^${MOD//./\\.}/pkg/pipeline/model(/|\$)" "pkg/pipeline/model" "^${MOD//./\\.}/pkg/pipeline/desired\$"
+    forbid_deps "$p" "^${MOD//./\\.}/pkg/pipeline/watch(/|\$)" "pkg/pipeline/watch"
   done
-  p=$MOD/pkg/proxy/desired
-  pkg_exists "$p" && forbid_deps "$p" "$clientgo" "k8s.io/client-go"
-  p=$MOD/pkg/proxy/maglev
-  pkg_exists "$p" && allow_direct "$p" "^${MOD//./\\.}/pkg/proxy\$" "pkg/proxy and the standard library"
-  p=$MOD/pkg/proxy/reconcile
-  pkg_exists "$p" && allow_direct "$p" "^${MOD//./\\.}/pkg/proxy\$" "pkg/proxy and the standard library"
-  p=$MOD/pkg/proxy/model
-  if pkg_exists "$p"; then
-    forbid_deps "$p" "$clientgo" "k8s.io/client-go"
-    allow_direct "$p" "^(${MOD//./\\.}/pkg/proxy|k8s\.io/api/|k8s\.io/apimachinery/|k8s\.io/klog/|k8s\.io/utils/net$)" \
-      "pkg/proxy, k8s.io/api, k8s.io/apimachinery, klog, k8s.io/utils/net"
-  fi
+  check_stages
   forbid_deps "./..." '^k8s\.io/kubernetes(/|$)' "k8s.io/kubernetes"
   check_pkg_no_internal
   check_backend_imports
@@ -245,7 +264,7 @@ check_bpf() {
     log "NOTICE: clang, llvm-strip or libbpf-dev not installed: the committed eBPF objects were NOT compared with their source (hack/update-bpf.sh --install)"
     return 0
   fi
-  log "eBPF objects: regenerate pkg/proxy/ebpf and compare"
+  log "eBPF objects: regenerate pkg/pipeline/backends/ebpf and compare"
   "$HACK/update-bpf.sh" --check "$OUT/bpfcheck/ebpf" || fail "eBPF objects out of date"
 }
 

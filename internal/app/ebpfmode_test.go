@@ -14,8 +14,8 @@ import (
 	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // TestEBPFModeSelected: --proxy-mode=ebpf and mode: ebpf select ebpf
@@ -23,7 +23,7 @@ import (
 // defaults (its node ports are nftables'); the row's decisions reach the
 // State through the app's syncers, and explain names both halves from
 // that State: the socket hooks' map entries and the nftables objects.
-// Opening the row touches the kernel (pkg/proxy/ebpf's kernel tests and
+// Opening the row touches the kernel (pkg/pipeline/backends/ebpf's kernel tests and
 // TestKernelEBPFMode cover it); here a recording Proxier stands in for it.
 func TestEBPFModeSelected(t *testing.T) {
 	cfg := mustRun(t, "--hostname-override=n1", "--proxy-mode=ebpf", "--state-socket=",

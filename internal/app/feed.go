@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 
 	"github.com/svcproxy/svcproxy/internal/syncer"
-	"github.com/svcproxy/svcproxy/internal/watch"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/watch"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // feed is one tracker per IP family and the informers that fill them. It

@@ -5,9 +5,9 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // steadyGCPercent is the collector's GOGC from the end of the start on,

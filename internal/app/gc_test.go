@@ -3,8 +3,8 @@ package app
 import (
 	"testing"
 
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 func TestGCTunerLowersGOGCAfterEveryFamilysFirstSync(t *testing.T) {

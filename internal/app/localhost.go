@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/svcproxy/svcproxy/internal/localnodeport"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 )
 
 // localhostProxy returns the userspace node-port proxy of compute's family

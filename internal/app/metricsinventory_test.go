@@ -24,9 +24,9 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
-	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+	"github.com/svcproxy/svcproxy/pkg/testing/proxytest"
 )
 
 // inventoryFile lists every family /metrics serves in some mode, for the

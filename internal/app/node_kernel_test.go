@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/backends"
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // TestKernelHostAddrsLeaveOutModesLinks: in a throwaway namespace with a

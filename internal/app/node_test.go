@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/watch"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/watch"
 )
 
 func TestNodeViewPutsBindAddressFirst(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/ksysctl"
 	"github.com/svcproxy/svcproxy/internal/nodesetup"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // setupNode applies the conntrack sysctls, oomScoreAdj and route_localnet,

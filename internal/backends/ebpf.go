@@ -14,10 +14,10 @@ import (
 	"github.com/svcproxy/svcproxy/internal/localapi"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/nodeport"
 )
 
 // ebpfSyncFailures counts ebpf mode's failed syncs (either half's).

@@ -12,11 +12,11 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
-	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
 )
 
 // TestKernelEBPFMode runs the kernel scenario in ebpf mode: the mode's

@@ -12,10 +12,10 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
-	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
 )
 
 // TestKernelEBPFModeTC: ebpf mode with --bpf-tc-interfaces on node1's

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // TestMain lets the kernel scenario's clients in a cgroup run as this test

@@ -13,13 +13,13 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/iptables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ipvs"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf"
-	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
-	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 )
 
 // The rows' Objects (ObjectsFunc): each names the kernel objects

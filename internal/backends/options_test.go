@@ -4,9 +4,9 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ipvs"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
 )
 
 func mustLookup(t *testing.T, mode proxy.Mode) *Backend {

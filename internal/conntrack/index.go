@@ -4,8 +4,8 @@ import (
 	"net/netip"
 
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // frontendKey is a service address, port and protocol: the original

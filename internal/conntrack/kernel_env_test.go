@@ -14,12 +14,12 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
-	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
-	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/proxytest"
 )
 
 // The topology: a client on the fabric sends through node1, which runs the

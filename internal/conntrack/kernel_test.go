@@ -10,9 +10,9 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/conntrack"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/proxytest"
 )
 
 // oneRound bounds "within one reconcile round" on a loaded 2-core machine.

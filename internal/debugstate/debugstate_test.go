@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 func name(ns, svc, port string, proto proxy.Protocol) proxy.ServicePortName {

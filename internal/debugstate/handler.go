@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // HandlerOptions configures Handler.

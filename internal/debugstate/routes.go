@@ -3,7 +3,7 @@ package debugstate
 import (
 	"fmt"
 
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 )
 
 // Routes is desired.Routes: the daemon's own decisions, carried so that

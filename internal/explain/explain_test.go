@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/explain/explaintest"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // The shared fixture, under the name these tests have always used.

@@ -1,7 +1,7 @@
 package explain
 
 import (
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 )
 
 // route words the route the outcome took: the traffic policy, why it is

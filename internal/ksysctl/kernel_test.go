@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/ksysctl"
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // In a test namespace: a per-namespace sysctl is written and read back; a

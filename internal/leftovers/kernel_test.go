@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/backends"
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // kernelEnv is a fresh node namespace whose tool runs are recorded.

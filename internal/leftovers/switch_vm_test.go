@@ -17,12 +17,12 @@ import (
 	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
-	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/iptables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ipvs"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
-	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
 )
 
 // TestVMModeSwitch switches node1 between IPVS mode and each other mode and

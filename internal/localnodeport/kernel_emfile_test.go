@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // emfileHelperEnv, set to a port, turns the test binary into the helper of

@@ -9,7 +9,7 @@ import (
 )
 
 // localhostTable is upstream v1.37.1's localhost node-port families
-// (pkg/proxy/metrics), written out independently of the definitions.
+// (pkg/pipeline/metrics), written out independently of the definitions.
 var localhostTable = []want{
 	{"kubeproxy_nftables_localhost_nodeport_listeners", gaugeT, "Number of active localhost NodePort userspace proxy listeners.", fam, nil, nil},
 	{"kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total", counterT, "Number of localhost NodePort userspace proxy listener creation failures.", fam, nil, nil},

@@ -2,7 +2,7 @@
 // kube-proxy's exact name, type, help, buckets and labels, registers the
 // families each proxy mode exposes, and serves them on metricsBindAddress.
 // The families the backends update themselves (and the nfacct collectors)
-// are defined in pkg/proxy/metrics, which pkg/ may import; this package
+// are defined in pkg/pipeline/metrics, which pkg/ may import; this package
 // registers them with the rest.
 //
 // The collectors are package variables, as upstream's are, so that the
@@ -14,8 +14,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
 // Label names shared by several families.
@@ -108,7 +108,7 @@ var (
 )
 
 // Backend metrics updated by the syncer (failures) or the conntrack
-// reconciler. Those the backends update themselves are in pkg/proxy/metrics.
+// reconciler. Those the backends update themselves are in pkg/pipeline/metrics.
 var (
 	// IPTablesRestoreFailuresTotal counts failed syncs in iptables and ipvs mode.
 	IPTablesRestoreFailuresTotal = counter("sync_proxy_rules_iptables_restore_failures_total",

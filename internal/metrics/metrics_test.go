@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
 // want is one row of the contract's table (§3.2), written out independently

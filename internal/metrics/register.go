@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	proxymetrics "github.com/svcproxy/svcproxy/pkg/proxy/metrics"
 )
 
 // Option adjusts Register.

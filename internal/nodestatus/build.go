@@ -7,7 +7,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/syncer"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 )
 
 // FromReport is one family's status: its syncer's report r, its health,

@@ -8,8 +8,8 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/debugstate"
 	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 var now = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)

@@ -2,7 +2,7 @@ package syncer
 
 import (
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 )
 
 // ChangeCounter counts the trackers' events into

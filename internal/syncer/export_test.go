@@ -3,8 +3,8 @@ package syncer
 import (
 	"testing"
 
-	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
 )
 
 // What the external tests (package syncer_test) run: the kernel

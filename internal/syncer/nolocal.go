@@ -2,7 +2,7 @@ package syncer
 
 import (
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 )
 
 // noLocalCounts counts the service ports whose Local traffic policy leaves

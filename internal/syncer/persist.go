@@ -14,8 +14,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // A restart should not meet the kernel's rejection again to learn what the

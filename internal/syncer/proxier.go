@@ -8,8 +8,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // Proxier programs one IP family of the kernel. Implementations are the

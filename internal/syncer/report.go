@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // Report is what a Syncer tells operators about its family (svcproxy

@@ -12,8 +12,8 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // newClient returns a client whose socket lives in a fresh test namespace.

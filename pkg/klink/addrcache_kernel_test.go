@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // TestAddrCacheListsAgainOnlyAfterAChange: in a test namespace, repeated

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // newClient returns a client whose socket lives in a fresh test namespace,

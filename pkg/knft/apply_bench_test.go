@@ -7,7 +7,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // BenchmarkApplyOneElement is an incremental sync's kernel write at its

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // Kernel tests of the sockets a Kernel keeps between calls (conns.go), in

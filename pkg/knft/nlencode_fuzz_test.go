@@ -10,7 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/knetlink"
 )
 
-// fuzzLayouts are the set layouts render creates (pkg/proxy/nftables
+// fuzzLayouts are the set layouts render creates (pkg/pipeline/backends/nftables
 // render_global.go, render_dispatch.go), in both families: the fuzz
 // targets pick one by index.
 var fuzzLayouts = func() []*layout {

@@ -10,7 +10,7 @@ import (
 // dispatch. It is a decision of desired (per service port, from the
 // Service's annotation and the node's default); only a datapath that sees
 // those packets itself renders it: ebpf mode's tc programs
-// (pkg/proxy/ebpf/nodeport, experimental).
+// (pkg/pipeline/backends/ebpf/nodeport, experimental).
 type Balancing uint8
 
 // The balancing algorithms.
@@ -24,7 +24,7 @@ const (
 	// pick differently for the same flow.
 	BalanceRandom
 	// BalanceMaglev picks by Maglev consistent hashing of the flow's
-	// 5-tuple (pkg/proxy/maglev): every node picks the same endpoint for
+	// 5-tuple (pkg/pipeline/maglev): every node picks the same endpoint for
 	// the same flow, and removing one endpoint moves few other flows.
 	BalanceMaglev
 )

@@ -12,7 +12,7 @@ const (
 	ModeNFTables Mode = "nftables"
 	// ModeEBPF is svcproxy's extension: connect-time load balancing by
 	// cgroup socket hooks, with the nftables rules for what they cannot
-	// see (pkg/proxy/ebpf).
+	// see (pkg/pipeline/backends/ebpf).
 	ModeEBPF Mode = "ebpf"
 )
 

@@ -17,9 +17,9 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/leftovers"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
-	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+	"github.com/svcproxy/svcproxy/pkg/testing/proxytest"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 

@@ -22,12 +22,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ipvs"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ipvs"
-	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
-	"github.com/svcproxy/svcproxy/pkg/proxy/proxytest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/proxytest"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 

@@ -12,7 +12,7 @@ import (
 
 // svcKeyAddr is the length of the address at the start of a key of ebpf
 // mode's services map: 16 bytes, an IPv4 address as ::ffff:a.b.c.d
-// (pkg/proxy/ebpf/wire.go).
+// (pkg/pipeline/backends/ebpf/wire.go).
 const svcKeyAddr = 16
 
 // mapClusterIPs returns the wanted addresses that are frontends in ebpf

@@ -101,7 +101,7 @@ func testRestartUnderLoad(t *testing.T, c *F.Cluster) {
 // a control-plane upgrade or restore
 // (E2E_APISERVER_OUTAGE overrides). By then client-go's own retry backoff
 // would have grown to 25–60 s waits, the case that svcproxy's informers
-// avoid (internal/watch/reconnect.go).
+// avoid (pkg/pipeline/watch/reconnect.go).
 func outage() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("E2E_APISERVER_OUTAGE")); err == nil {
 		return d

@@ -9,9 +9,9 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
 )
 
 // The synthetic cluster: S services in one namespace, each with one TCP

@@ -1,6 +1,6 @@
 package benchkit
 
-import "github.com/svcproxy/svcproxy/pkg/netnstest"
+import "github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 
 // Namespace returns a fresh network namespace for one measurement, so that
 // each starts from an empty kernel, and the function that deletes it

@@ -1,0 +1,75 @@
+package ebpf
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
+)
+
+// BenchmarkKernelFirstSync is the hooks' first sync of a node that ran no
+// svcproxy before: load and attach the programs (to a throwaway cgroup)
+// and fill new maps with services cluster IP ports of 10 endpoints each,
+// the part of ebpf mode's start that makes ClusterIPs answer a connect.
+// Each round pins into a directory of its own, removed after it.
+func BenchmarkKernelFirstSync(b *testing.B) {
+	netnstest.RequireKernel(b)
+	pins, cgroup := netnstest.MountThrowaway(b, "bpf"), netnstest.ThrowawayCgroup(b, "svcproxy-ebpf-bench")
+	for _, services := range []int{1000, 10000} {
+		st := scaleState(services, 10)
+		b.Run(fmt.Sprintf("services=%d", services), func(b *testing.B) {
+			round := 0
+			for b.Loop() {
+				b.StopTimer()
+				round++
+				dir := filepath.Join(pins, fmt.Sprint(round))
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					b.Fatal(err)
+				}
+				p, err := New(proxy.IPv4, Options{PinDir: dir, Cgroup: cgroup})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				err = p.Sync(context.Background(), st, proxy.RecoverySync)
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Cleanup(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// scaleState is n TCP cluster IP ports of 10.96.0.0/12 with eps endpoints
+// each, as the end-to-end benchmark's Services.
+func scaleState(n, eps int) *desired.State {
+	base := netip.MustParseAddr("10.96.0.1").As4()
+	epBase := netip.MustParseAddr("10.128.0.1").As4()
+	sps := make([]*desired.ServicePort, 0, n)
+	for i := range n {
+		vip := addAddr(base, i)
+		var ends []proxy.Endpoint
+		for j := range eps {
+			ends = append(ends, proxy.Endpoint{IP: addAddr(epBase, i*eps+j), Port: 8080})
+		}
+		sps = append(sps, svc(fmt.Sprintf("s%d", i), proxy.TCP, vip, 80, ends...))
+	}
+	return stateOf(proxy.IPv4, sps...)
+}
+
+func addAddr(a [4]byte, n int) netip.Addr {
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v += uint32(n)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}

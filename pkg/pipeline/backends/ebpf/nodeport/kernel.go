@@ -1,0 +1,182 @@
+package nodeport
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/bpfmap"
+)
+
+// The maps, by the names bpf/nodeport.c gives them; each is pinned by that
+// name.
+const (
+	mapServices = "np_services"
+	mapBackends = "np_backends"
+	mapMaglev   = "np_maglev"
+	mapDevices  = "np_devices"
+	mapConfig   = "np_config"
+	mapCT       = "np_ct"
+	mapRanges   = "np_ranges"
+	mapMembers  = "np_members"
+	mapAffinity = "np_affinity"
+)
+
+var mapNames = []string{mapServices, mapBackends, mapMaglev, mapDevices, mapConfig, mapCT, mapRanges, mapMembers,
+	mapAffinity}
+
+// The programs svcproxy attaches, and where.
+var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}
+
+// sizes are the capacities of the maps the State sizes.
+type sizes struct{ services, backends, maglev, ranges, members, ct, affinity uint32 }
+
+// loaded is the programs and maps in the kernel, and their links.
+type loaded struct {
+	coll  *ebpf.Collection
+	links []link.Link
+}
+
+func (l *loaded) close() {
+	for _, lk := range l.links {
+		lk.Close()
+	}
+	l.coll.Close()
+}
+
+// programSpec is the two programs and their maps, sized; the test-only
+// programs are left out.
+func programSpec(sz sizes) (*ebpf.CollectionSpec, error) {
+	spec, err := loadNodeport()
+	if err != nil {
+		return nil, err
+	}
+	for name := range spec.Programs {
+		if _, ok := hooks[name]; !ok {
+			delete(spec.Programs, name)
+		}
+	}
+	for name, n := range map[string]uint32{mapServices: sz.services, mapBackends: sz.backends,
+		mapMaglev: sz.maglev, mapRanges: sz.ranges, mapMembers: sz.members, mapCT: sz.ct, mapAffinity: sz.affinity} {
+		spec.Maps[name].MaxEntries = n
+	}
+	return spec, nil
+}
+
+// load loads the programs, adopting the maps pinned in dir (the flows of
+// the conntrack table survive a restart), pins new maps, and attaches both
+// programs to each interface, swapping the program of a pinned link in
+// place. Interfaces are looked up in the caller's network namespace.
+func load(dir string, ifaces []string, sz sizes) (*loaded, error) {
+	spec, err := programSpec(sz)
+	if err != nil {
+		return nil, err
+	}
+	coll, err := bpfmap.LoadAdopting(spec, dir, mapNames)
+	if err != nil {
+		return nil, fmt.Errorf("loading the tc node-port programs: %w", err)
+	}
+	l := &loaded{coll: coll}
+	for _, iface := range ifaces {
+		if err := l.attachAll(dir, iface); err != nil {
+			l.close()
+			return nil, err
+		}
+	}
+	if err := l.detachUnlisted(dir, ifaces); err != nil {
+		l.close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// detachUnlisted detaches the links pinned in dir on interfaces that are
+// no longer listed and forgets those as node interfaces, so that a start
+// with fewer --bpf-tc-interfaces leaves no program on the ones dropped.
+func (l *loaded) detachUnlisted(dir string, ifaces []string) error {
+	listed := map[string]bool{}
+	devs := map[uint32]bool{}
+	for _, iface := range ifaces {
+		for name := range hooks {
+			listed[filepath.Base(linkPin(dir, name, iface))] = true
+		}
+		if dev, err := net.InterfaceByName(iface); err == nil {
+			devs[uint32(dev.Index)] = true
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "link_") || listed[e.Name()] {
+			continue
+		}
+		lk, err := link.LoadPinnedLink(filepath.Join(dir, e.Name()), nil)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, lk.Unpin(), lk.Close())
+	}
+	var gone []uint32
+	var idx, val uint32
+	it := l.coll.Maps[mapDevices].Iterate()
+	for it.Next(&idx, &val) {
+		if !devs[idx] {
+			gone = append(gone, idx)
+		}
+	}
+	errs = append(errs, it.Err())
+	for _, idx := range gone {
+		errs = append(errs, l.coll.Maps[mapDevices].Delete(idx))
+	}
+	return errors.Join(errs...)
+}
+
+// attachAll attaches both programs to iface and records it as a node
+// interface in np_devices.
+func (l *loaded) attachAll(dir, iface string) error {
+	dev, err := net.InterfaceByName(iface)
+	if err != nil {
+		return fmt.Errorf("tc node ports: interface %s: %w", iface, err)
+	}
+	for name, attach := range hooks {
+		if err := l.attach(name, attach, dir, dev); err != nil {
+			return err
+		}
+	}
+	idx := uint32(dev.Index)
+	return l.coll.Maps[mapDevices].Put(idx, idx)
+}
+
+// attach attaches program name to dev through the link pinned in dir when
+// there is one (swapping its program atomically), else a new pinned link.
+func (l *loaded) attach(name string, attach ebpf.AttachType, dir string, dev *net.Interface) error {
+	prog := l.coll.Programs[name]
+	lk, err := bpfmap.AttachPinned(linkPin(dir, name, dev.Name), prog, func() (link.Link, error) {
+		lk, err := link.AttachTCX(link.TCXOptions{Interface: dev.Index, Program: prog, Attach: attach})
+		if err != nil {
+			return nil, fmt.Errorf("attaching %s to %s: %w", name, dev.Name, err)
+		}
+		return lk, nil
+	})
+	if err != nil {
+		return err
+	}
+	l.links = append(l.links, lk)
+	return nil
+}
+
+func linkPin(dir, prog, iface string) string { return filepath.Join(dir, "link_"+prog+"_"+iface) }
+
+// Remove detaches the programs pinned in dir and removes the pins and dir;
+// what is not there is not an error.
+func Remove(dir string) error { return bpfmap.RemovePins(dir) }

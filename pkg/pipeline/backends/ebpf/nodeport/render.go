@@ -1,0 +1,175 @@
+package nodeport
+
+import (
+	"hash/fnv"
+	"net/netip"
+	"slices"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/maglev"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// Contents is what the programs' maps hold for one State.
+type Contents struct {
+	Services map[svcKey]svcVal
+	Backends map[beKey]beVal
+	Maglev   map[beKey]beVal
+	// Ranges are the allowed source prefixes of the groups whose LB IPs
+	// have loadBalancerSourceRanges.
+	Ranges map[srcKey]uint32
+	// Members are the endpoints of the groups with ClientIP affinity.
+	Members map[memberKey]uint32
+	Config  cfgVal
+}
+
+func newContents() Contents {
+	return Contents{Services: map[svcKey]svcVal{}, Backends: map[beKey]beVal{}, Maglev: map[beKey]beVal{},
+		Ranges: map[srcKey]uint32{}, Members: map[memberKey]uint32{}}
+}
+
+// Served says whether the tc programs translate sp's external frontends.
+// What they do not serve is left to the nftables half, which still has
+// its rules: IPv6 and SCTP.
+func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
+	_, ok := protoNumbers[sp.Protocol]
+	return family == proxy.IPv4 && ok
+}
+
+// Render is the pure translation of an IPv4 State into map contents: each
+// served port's node ports (on every node-port address), external IPs and
+// LB IPs point at the dispatch desired routes traffic from outside the
+// node to, with the route's masquerade and the port's balancing. LB IPs
+// with source ranges (desired's AllowedSources) are flagged, and the
+// ranges written for the group: the program drops a new flow from any
+// other source, as desired's DROP verdict says; an empty, present list
+// (ranges that did not parse) drops every source. A port with ClientIP
+// affinity carries its timeout, and its group's endpoints are listed as
+// members, so that a client's remembered endpoint counts only while it is
+// one. A masqueraded route's flows to endpoints on other nodes leave with
+// the node's primary IP; those to local endpoints carry the State's
+// masquerade mark, which the nftables half's postrouting masquerades (as
+// it does every flow it marks), so that a local pod sees the node as it
+// would in nftables mode.
+//
+// A group's ID is a hash of the service port's name and dispatch set,
+// probed past collisions in name order, so that the same State always
+// renders the same maps and a restart writes nothing.
+func Render(st *desired.State) Contents {
+	c := newContents()
+	if st.Family != proxy.IPv4 {
+		return c
+	}
+	if len(st.NodeIPs) > 0 && st.NodeIPs[0].Unmap().Is4() {
+		c.Config.SNAT = st.NodeIPs[0].Unmap().As4()
+	}
+	c.Config.MasqMark = st.Masquerade.Mark
+	var nodePortIPs []netip.Addr
+	for _, ip := range st.NodePortAddresses() {
+		if ip = ip.Unmap(); ip.Is4() && !ip.IsLoopback() {
+			nodePortIPs = append(nodePortIPs, ip)
+		}
+	}
+	taken := map[uint64]bool{}
+	for _, name := range slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare) {
+		sp := st.Service(name)
+		if !Served(st.Family, sp) {
+			continue
+		}
+		open, lbs := frontends(sp, nodePortIPs)
+		if len(open)+len(lbs) == 0 {
+			continue
+		}
+		v := group(&c, sp, st.RoutesOf(sp)[desired.ExternalPath][desired.FromOutside], taken)
+		for _, k := range open {
+			c.Services[k] = v
+		}
+		if len(lbs) > 0 && sp.AllowedSources != nil {
+			v.Flags |= flagRanges
+			ranges(&c, v.ID, sp.AllowedSources)
+		}
+		for _, k := range lbs {
+			c.Services[k] = v
+		}
+	}
+	return c
+}
+
+// frontends lists sp's node ports and external IPs, which are never
+// filtered by source, and its LB IPs.
+func frontends(sp *desired.ServicePort, nodePortIPs []netip.Addr) (open, lbs []svcKey) {
+	proto := protoNumbers[sp.Protocol]
+	add := func(out []svcKey, ip netip.Addr, port uint16) []svcKey {
+		if ip = ip.Unmap(); ip.Is4() {
+			out = append(out, frontendKey(ip, port, proto))
+		}
+		return out
+	}
+	for _, ip := range sp.ExternalIPs {
+		open = add(open, ip, sp.Port)
+	}
+	if sp.NodePort != 0 {
+		for _, ip := range nodePortIPs {
+			open = add(open, ip, sp.NodePort)
+		}
+	}
+	for _, ip := range sp.LoadBalancerIPs {
+		lbs = add(lbs, ip, sp.Port)
+	}
+	return open, lbs
+}
+
+// ranges writes group id's allowed source prefixes (an IPv4 State's are
+// IPv4).
+func ranges(c *Contents, id uint64, allowed []netip.Prefix) {
+	for _, p := range allowed {
+		if p.Addr().Is4() {
+			c.Ranges[sourceKey(id, p)] = 1
+		}
+	}
+}
+
+// group renders the endpoints of route's dispatch, and its Maglev table
+// when the port balances by Maglev, and returns the frontends' record.
+func group(c *Contents, sp *desired.ServicePort, route desired.Route, taken map[uint64]bool) svcVal {
+	d := sp.Dispatch(route.Set)
+	id := groupID(sp.Name, route.Set)
+	for taken[id] {
+		id++
+	}
+	taken[id] = true
+	v := svcVal{ID: id, Count: uint32(len(d.Endpoints)), Affinity: uint32(max(sp.AffinitySeconds, 0))}
+	if route.Masquerade {
+		v.Flags |= flagMasq
+	}
+	if len(d.Endpoints) == 0 {
+		if d.Empty == desired.Drop {
+			v.Flags |= flagDrop
+		}
+		return v
+	}
+	for i, ep := range d.Endpoints {
+		c.Backends[beKey{ID: id, Slot: uint32(i)}] = endpointVal(ep)
+		if v.Affinity > 0 {
+			c.Members[memberOf(id, ep)] = 1
+		}
+	}
+	if sp.ExternalBalancing == proxy.BalanceMaglev {
+		t := maglev.New(d.Endpoints)
+		for i, b := range t.Slots {
+			c.Maglev[beKey{ID: id, Slot: uint32(i)}] = endpointVal(t.Backends[b])
+		}
+		v.Flags |= flagMaglev
+		v.MSize = uint32(len(t.Slots))
+	}
+	return v
+}
+
+func groupID(name proxy.ServicePortName, set desired.Set) uint64 {
+	h := fnv.New64a()
+	for _, s := range []string{"nodeport", name.Namespace, name.Name, name.Port, string(name.Protocol), set.String()} {
+		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	return h.Sum64()
+}

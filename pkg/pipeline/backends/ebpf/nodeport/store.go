@@ -1,0 +1,197 @@
+package nodeport
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/bpfmap"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/reconcile"
+)
+
+// whole is the one owner of the maps' entries: Sync renders the whole
+// State every time, so there is nothing to gain from claims per port.
+type whole struct{}
+
+func (whole) Compare(whole) int { return 0 }
+
+// Phases keep every frontend usable throughout a sync: a frontend is
+// written only after every slot (and Maglev slot) it counts, the source
+// ranges and affinity members it checks and the configuration it
+// masquerades with, and any of these deleted only after no frontend
+// counts on it.
+const (
+	phaseSlotPut = iota
+	phaseMaglevPut
+	phaseRangePut
+	phaseMemberPut
+	phaseConfigPut
+	phaseFrontendPut
+	phaseFrontendDel
+	phaseMemberDel
+	phaseRangeDel
+	phaseMaglevDel
+	phaseSlotDel
+)
+
+var (
+	frontendKind = bpfmap.Kind[svcKey, svcVal]("frontends", phaseFrontendPut, phaseFrontendDel)
+	slotKind     = bpfmap.Kind[beKey, beVal]("endpoint slots", phaseSlotPut, phaseSlotDel)
+	maglevKind   = bpfmap.Kind[beKey, beVal]("Maglev slots", phaseMaglevPut, phaseMaglevDel)
+	rangeKind    = bpfmap.Kind[srcKey, uint32]("source ranges", phaseRangePut, phaseRangeDel)
+	memberKind   = bpfmap.Kind[memberKey, uint32]("affinity members", phaseMemberPut, phaseMemberDel)
+	// The configuration is an array's one entry, always claimed: it is
+	// never deleted.
+	configKind = bpfmap.Kind[uint32, cfgVal]("the configuration", phaseConfigPut, phaseConfigPut)
+)
+
+// store is the maps as the reconciliation engine keeps them: what the
+// render claims, what the maps hold, and when they must be read back.
+type store struct {
+	syncs     reconcile.Syncs
+	frontends *reconcile.Table[whole, svcKey, svcVal]
+	slots     *reconcile.Table[whole, beKey, beVal]
+	maglev    *reconcile.Table[whole, beKey, beVal]
+	ranges    *reconcile.Table[whole, srcKey, uint32]
+	members   *reconcile.Table[whole, memberKey, uint32]
+	config    *reconcile.Table[whole, uint32, cfgVal]
+}
+
+func newStore() *store {
+	return &store{frontends: reconcile.NewTable[whole](frontendKind), slots: reconcile.NewTable[whole](slotKind),
+		maglev: reconcile.NewTable[whole](maglevKind), ranges: reconcile.NewTable[whole](rangeKind),
+		members: reconcile.NewTable[whole](memberKind), config: reconcile.NewTable[whole](configKind)}
+}
+
+// claim makes c everything the maps should hold: every key, claimed or in
+// the maps, is diffed.
+func (s *store) claim(c *Contents) {
+	claimAll(s.frontends, c.Services)
+	claimAll(s.slots, c.Backends)
+	claimAll(s.maglev, c.Maglev)
+	claimAll(s.ranges, c.Ranges)
+	claimAll(s.members, c.Members)
+	claimAll(s.config, map[uint32]cfgVal{0: c.Config})
+}
+
+func claimAll[K comparable, V any](t *reconcile.Table[whole, K, V], m map[K]V) {
+	items := make([]reconcile.Item[K, V], 0, len(m))
+	for k, v := range m {
+		items = append(items, reconcile.Item[K, V]{Key: k, Value: v})
+	}
+	t.ResetClaims()
+	t.Replace(whole{}, items)
+}
+
+// tables are the maps the store writes: the kernel's, or a test's
+// recorders.
+type tables struct {
+	frontends     bpfmap.Writer[svcKey, svcVal]
+	slots, maglev bpfmap.Writer[beKey, beVal]
+	ranges        bpfmap.Writer[srcKey, uint32]
+	members       bpfmap.Writer[memberKey, uint32]
+	config        bpfmap.Writer[uint32, cfgVal]
+}
+
+func tablesOf(maps map[string]*ebpf.Map) tables {
+	return tables{
+		frontends: bpfmap.Table[svcKey, svcVal]{M: maps[mapServices]},
+		slots:     bpfmap.Table[beKey, beVal]{M: maps[mapBackends]},
+		maglev:    bpfmap.Table[beKey, beVal]{M: maps[mapMaglev]},
+		ranges:    oneByOne[srcKey, uint32]{maps[mapRanges]},
+		members:   bpfmap.Table[memberKey, uint32]{M: maps[mapMembers]},
+		config:    bpfmap.Table[uint32, cfgVal]{M: maps[mapConfig]},
+	}
+}
+
+// write applies the difference to t in phase order and returns how many
+// entries it wrote or deleted; it stops at the first failure (what
+// follows may count on it), after which the maps are read back.
+func (s *store) write(t tables) (int, error) {
+	n, err := reconcile.RunUntilFailure(
+		reconcile.Batch(s.slots, bpfmap.Write(t.slots, "endpoint slots")),
+		reconcile.Batch(s.maglev, bpfmap.Write(t.maglev, "Maglev slots")),
+		reconcile.Batch(s.ranges, bpfmap.Write(t.ranges, "source ranges")),
+		reconcile.Batch(s.members, bpfmap.Write(t.members, "affinity members")),
+		reconcile.Batch(s.config, bpfmap.Write(t.config, "the configuration")),
+		reconcile.Batch(s.frontends, bpfmap.Write(t.frontends, "frontends")))
+	if err != nil {
+		s.syncs.Failed()
+		return n, fmt.Errorf("tc node ports: %w", err)
+	}
+	return n, nil
+}
+
+// readBack makes what maps hold the store's kernel side.
+func (s *store) readBack(maps map[string]*ebpf.Map) error {
+	if err := readInto(s.frontends, maps, mapServices); err != nil {
+		return err
+	}
+	if err := readInto(s.slots, maps, mapBackends); err != nil {
+		return err
+	}
+	if err := readInto(s.maglev, maps, mapMaglev); err != nil {
+		return err
+	}
+	if err := readInto(s.config, maps, mapConfig); err != nil {
+		return err
+	}
+	if err := readEach(s.ranges, maps, mapRanges); err != nil {
+		return err
+	}
+	if err := readInto(s.members, maps, mapMembers); err != nil {
+		return err
+	}
+	s.syncs.ReadDone()
+	return nil
+}
+
+func readInto[K, V comparable](t *reconcile.Table[whole, K, V], maps map[string]*ebpf.Map, name string) error {
+	t.ForgetKernel()
+	err := bpfmap.Table[K, V]{M: maps[name]}.Each(func(k K, v V) error {
+		t.SetKernel(k, v)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reading back %s: %w", name, err)
+	}
+	return nil
+}
+
+// oneByOne writes an LPM trie, which has no batch operations, an entry at
+// a time.
+type oneByOne[K, V any] struct{ m *ebpf.Map }
+
+func (t oneByOne[K, V]) Put(keys []K, vals []V) error {
+	for i, k := range keys {
+		if err := t.m.Put(k, vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t oneByOne[K, V]) Del(keys []K) error {
+	for _, k := range keys {
+		if err := t.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// readEach is readInto for a map without batch lookups.
+func readEach[K, V comparable](t *reconcile.Table[whole, K, V], maps map[string]*ebpf.Map, name string) error {
+	t.ForgetKernel()
+	var k K
+	var v V
+	it := maps[name].Iterate()
+	for it.Next(&k, &v) {
+		t.SetKernel(k, v)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading back %s: %w", name, err)
+	}
+	return nil
+}

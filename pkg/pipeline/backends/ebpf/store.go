@@ -1,0 +1,168 @@
+package ebpf
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/bpfmap"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/reconcile"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// owner is the service port that claims map entries.
+type owner = proxy.ServicePortName
+
+// Phases keep every frontend usable throughout a sync: a service record is
+// written only after every slot it counts, and a slot deleted only after
+// no record counts it.
+const (
+	phaseSlotPut = iota
+	phaseRecordPut
+	phaseRecordDel
+	phaseSlotDel
+)
+
+var (
+	recordKind = bpfmap.Kind[svcKey, svcVal]("service records", phaseRecordPut, phaseRecordDel)
+	slotKind   = bpfmap.Kind[beKey, beVal]("endpoint slots", phaseSlotPut, phaseSlotDel)
+)
+
+// store is the two maps as the reconciliation engine keeps them: the
+// entries each service port claims (the any-port record of a cluster IP is
+// claimed by each of its ports, so it goes with the last), what the maps
+// hold, and what a sync touched. Beside them, the group IDs each port's
+// entries use (ids) and all of them (taken), which a port rendered alone
+// probes past.
+type store struct {
+	syncs   reconcile.Syncs
+	records *reconcile.Table[owner, svcKey, svcVal]
+	slots   *reconcile.Table[owner, beKey, beVal]
+	ids     map[owner][]uint64
+	taken   map[uint64]bool
+}
+
+func newStore() *store {
+	return &store{records: reconcile.NewTable[owner](recordKind), slots: reconcile.NewTable[owner](slotKind),
+		ids: map[owner][]uint64{}, taken: map[uint64]bool{}}
+}
+
+// render renders every service port of st (full) or those of st.Changed,
+// a removed one as nil, in name order: group IDs are probed in that order,
+// past those the other ports keep (taken).
+func (s *store) render(st *desired.State, full bool) map[owner]*part {
+	var names []owner
+	if full {
+		names = slices.Collect(st.Services.Keys())
+		s.taken = map[uint64]bool{}
+	} else {
+		for name := range st.Changed {
+			names = append(names, name)
+			for _, id := range s.ids[name] {
+				delete(s.taken, id)
+			}
+		}
+	}
+	slices.SortFunc(names, proxy.ServicePortName.Compare)
+	r := renderer{st: st, taken: s.taken, nodePortIPs: st.NodePortAddresses()}
+	parts := make(map[owner]*part, len(names))
+	for _, name := range names {
+		parts[name] = nil
+		if sp := st.Service(name); sp != nil {
+			parts[name] = r.port(sp)
+		}
+	}
+	return parts
+}
+
+// need bounds the entries of the larger map once parts are claimed.
+func (s *store) need(parts map[owner]*part, full bool) int {
+	records, slots := 0, 0
+	if !full {
+		records, slots = s.records.Len(), s.slots.Len()
+	}
+	for _, pt := range parts {
+		if pt != nil {
+			records, slots = records+len(pt.records), slots+len(pt.slots)
+		}
+	}
+	return max(records, slots)
+}
+
+// claim stabilizes each part's slots against what the maps hold and swaps
+// its port's claims for it; a full sync drops every claim first.
+func (s *store) claim(parts map[owner]*part, full bool) {
+	if full {
+		s.records.ResetClaims()
+		s.slots.ResetClaims()
+		clear(s.ids)
+		records, slots := 0, 0
+		for _, pt := range parts {
+			if pt != nil {
+				records, slots = records+len(pt.records), slots+len(pt.slots)
+			}
+		}
+		s.records.Reserve(records)
+		s.slots.Reserve(slots)
+	}
+	for name, pt := range parts {
+		delete(s.ids, name)
+		if pt == nil {
+			s.records.Replace(name, nil)
+			s.slots.Replace(name, nil)
+			continue
+		}
+		s.stabilize(pt)
+		s.records.Replace(name, pt.records)
+		s.slots.Replace(name, pt.slots)
+		for _, g := range pt.groups {
+			s.ids[name] = append(s.ids[name], g.id)
+		}
+	}
+}
+
+// write applies the difference to t, in phase order, and returns how many
+// entries it wrote or deleted. It stops at the first failure: the steps
+// after it may count on it. A failed batch may have written part of its
+// entries, which the kernel side does not record, so the maps must be
+// read back before the next diff.
+func (s *store) write(t tables) (int, error) {
+	n, err := reconcile.RunUntilFailure(
+		reconcile.Batch(s.slots, bpfmap.Write(t.backends, "endpoint slots")),
+		reconcile.Batch(s.records, bpfmap.Write(t.services, "service records")))
+	if err != nil {
+		s.syncs.Failed()
+	}
+	return n, err
+}
+
+// readBack makes the maps' contents the store's kernel side, which the
+// next diffs then trust.
+func (s *store) readBack(t tables) error {
+	records, err := t.services.dump()
+	if err != nil {
+		return fmt.Errorf("reading back the service map: %w", err)
+	}
+	slots, err := t.backends.dump()
+	if err != nil {
+		return fmt.Errorf("reading back the backend map: %w", err)
+	}
+	s.emptied()
+	for k, v := range records {
+		s.records.SetKernel(k, v)
+	}
+	for k, v := range slots {
+		s.slots.SetKernel(k, v)
+	}
+	s.syncs.ReadDone()
+	return nil
+}
+
+// emptied records that the maps hold nothing (new ones, before a
+// read-back fills them): the next write writes every claim.
+func (s *store) emptied() {
+	s.records.ForgetKernel()
+	s.slots.ForgetKernel()
+	s.records.MarkAllDirty()
+	s.slots.MarkAllDirty()
+}

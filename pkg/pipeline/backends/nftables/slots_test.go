@@ -1,0 +1,224 @@
+package nftables
+
+import (
+	"net/netip"
+	"reflect"
+	"slices"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// TestRenderIsPure: render is a function of the State alone. A service
+// port renders the same before and after the store holds a table whose
+// endpoint slots are in another order (only assignSlots reads them), and
+// assignSlots then keeps the kernel's slots.
+func TestRenderIsPure(t *testing.T) {
+	st := countsState(5)
+	name := countsName("web")
+	// The kernel gets the endpoints in reverse slot order: render of st
+	// numbers them in State order, so every slot differs.
+	reversed := withChange(st, name, func(sp *desired.ServicePort) {
+		eps := slices.Clone(sp.Internal.Endpoints)
+		slices.Reverse(eps)
+		d := desired.Dispatch{Endpoints: eps}
+		sp.Internal, sp.External, sp.Cluster = d, d, d
+	})
+	before := renderService(newConfig(st), st.Service(name))
+	p := NewWithInterface(proxy.IPv4, fakeKernel(newStrictFake(knftables.IPv4Family)))
+	mustSync(t, p, reversed)
+	after := renderService(newConfig(st), st.Service(name))
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("render of the same State differs once the store holds a table:\n%+v\n%+v", before.elems, after.elems)
+	}
+	kernel := renderService(newConfig(reversed), reversed.Service(name)).elems
+	assigned := p.store.assignSlots(after).elems
+	if len(assigned) != len(kernel) {
+		t.Fatalf("assignSlots changed the element count: %d, want %d", len(assigned), len(kernel))
+	}
+	// Same elements as the kernel's (other elements, e.g. hairpin ones,
+	// follow the endpoints' order, so compare sorted).
+	spell := func(els []elemSpec) []string {
+		var out []string
+		for _, el := range els {
+			out = append(out, el.set+" {"+el.key+" : "+el.value+"}")
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := spell(assigned), spell(kernel); !slices.Equal(got, want) {
+		t.Errorf("assigned slots differ from the kernel's:\n%v\nwant\n%v", got, want)
+	}
+	moved := 0
+	for i := range assigned {
+		if before.elems[i].value != assigned[i].value {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no slot moved: the test's State does not exercise assignSlots")
+	}
+}
+
+// TestAssignSlotsFillsFreeSlots: an endpoint the kernel has keeps its
+// slot; new ones fill the free slots in render's order.
+func TestAssignSlotsFillsFreeSlots(t *testing.T) {
+	s := newStore()
+	s.sets["m"] = &setEntry{present: true, isMap: true}
+	e := s.elem("m", "fe", true)
+	e.setKernel("b|gone|a")
+	e.flag(entrySlots, true)
+	p := &part{elems: []elemSpec{{set: "m", key: "fe", value: "a|b|c", slots: true}}}
+	got := s.assignSlots(p).elems[0]
+	if got.value != "b|c|a" || got.entry != e {
+		t.Errorf("got %q (entry %p), want %q (entry %p)", got.value, got.entry, "b|c|a", e)
+	}
+}
+
+// TestSlotGroupChanges: a slot group's diff is per element: only the
+// slots whose value differs change, a slot the kernel lacks is added, one
+// beyond the desired count deleted, and the kernel side is the desired
+// value once committed.
+func TestSlotGroupChanges(t *testing.T) {
+	s := newStore()
+	e := s.elem("m", "fe", true)
+	e.setKernel("a||c|x")
+	e.flag(entrySlots, true)
+	o := countsName("a")
+	s.addClaim(e, elemClaim{owner: &o, value: "a|b|d"})
+	var got []knft.Change
+	s.elemChanges(e, func(c knft.Change) bool { got = append(got, c); return true })
+	want := []knft.Change{
+		{Key: "fe . 1", Value: "b", Add: true},
+		{Key: "fe . 2", Value: "d", Del: true, Add: true},
+		{Key: "fe . 3", Del: true},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("changes %+v, want %+v", got, want)
+	}
+	if n := s.elemOps(e); n != 4 {
+		t.Errorf("%d operations, want 4", n)
+	}
+	s.committed(e)
+	if e.kernel() != "a|b|d" || !e.present() {
+		t.Errorf("kernel side %q present=%v after commit, want %q", e.kernel(), e.present(), "a|b|d")
+	}
+}
+
+// TestReadBackGroupsSlots: read-back gathers an endpoint map's elements,
+// in any order, into their frontend's slot group; a key that is no
+// frontend · slot, or whose slot the map's numgen never picks (≥ its
+// endpoint count), stays an element of its own.
+func TestReadBackGroupsSlots(t *testing.T) {
+	s := newStore()
+	sink := newStoreSink(s)
+	const m = "internal-endpoints-3-s0"
+	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
+	readElements(sink, m, "fe . 2", "c", "fe . 0", "a", "odd", "v")
+	readElements(sink, m, "fe . 99999999", "z", "fe . 3", "y", "fe . -1", "w", "fe . 1x", "x")
+	sink.SetListed(m)
+	if e := s.elems[m].get("fe"); e == nil || !e.slots() || !e.present() || e.kernel() != "a||c" {
+		t.Errorf("slot group %+v, want slots a, -, c", e)
+	}
+	for _, key := range []string{"odd", "fe . 99999999", "fe . 3", "fe . -1", "fe . 1x"} {
+		if e := s.elems[m].get(key); e == nil || e.slots() || !e.present() {
+			t.Errorf("%q read back as %+v, want a plain element", key, e)
+		}
+	}
+	if n := s.elemCount(m); n != 8 {
+		t.Errorf("elemCount %d, want 8", n)
+	}
+}
+
+// TestReadBackListedAgain: a set listed again (knft lists a set it could
+// not decode through nft) forgets what its first listing reported, slot
+// groups pending included; a group gets its value when its set's listing
+// ends, whatever other sets are still being listed.
+func TestReadBackListedAgain(t *testing.T) {
+	s := newStore()
+	sink := newStoreSink(s)
+	const m, other = "internal-endpoints-2-s0", "internal-endpoints-2-s1"
+	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
+	sink.Set(knft.SetInfo{Name: other, IsMap: true, Size: 64})
+	readElements(sink, m, "fe . 0", "stale", "gone . 1", "x")
+	readElements(sink, other, "fo . 1", "b")
+	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
+	readElements(sink, m, "fe . 1", "b")
+	readElements(sink, other, "fo . 0", "a")
+	sink.SetListed(m)
+	if e := s.elems[m].get("fe"); e == nil || e.kernel() != "|b" {
+		t.Errorf("group of the second listing %+v, want slots -, b", e)
+	}
+	if e := s.elems[m].get("gone"); e != nil {
+		t.Errorf("an element of the forgotten listing is kept: %+v", e)
+	}
+	if e := s.elems[other].get("fo"); e == nil || e.kernel() != "" || e.present() != true {
+		t.Errorf("group of a set still listed %+v, want present and no value yet", e)
+	}
+	sink.SetListed(other)
+	if e := s.elems[other].get("fo"); e.kernel() != "a|b" {
+		t.Errorf("group %q once its set is listed, want a|b", e.kernel())
+	}
+}
+
+// readElements reports key, value pairs of set to sink as knft does: from
+// a buffer it reuses.
+func readElements(sink *storeSink, set string, kv ...string) {
+	var buf []byte
+	for i := 0; i+1 < len(kv); i += 2 {
+		buf = append(append(buf[:0], kv[i]...), kv[i+1]...)
+		sink.Element(set, buf[:len(kv[i])], buf[len(kv[i]):])
+		clear(buf) // what the sink kept must not alias it
+	}
+}
+
+// kernelElems calls f with every element of set the kernel holds, slot
+// groups spelled as the kernel's elements.
+func (s *store) kernelElems(set string, f func(key, value string)) {
+	for e := range s.elems[set].all {
+		switch {
+		case !e.present():
+		case e.slots():
+			eachSlot(e.kernel(), func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
+		default:
+			f(spellKey(set, e.key), e.kernel())
+		}
+	}
+}
+
+// TestHairpinKeys: a hairpin element is keyed by its data (the two
+// addresses' bytes), spelled back as nft spells it; an element read back
+// that is no a . a is keyed by its data too (and deleted), one of another
+// type is not kept.
+func TestHairpinKeys(t *testing.T) {
+	set := hairpinSets[0]
+	for _, a := range []string{"10.0.0.1", "::ffff:10.0.0.1", "fd00::1", "2001:db8::a:b"} {
+		addr := netip.MustParseAddr(a)
+		key := string(appendHairpinKey(nil, addr))
+		spelled := addr.Unmap().String() + " . " + addr.Unmap().String()
+		if len(key) != 2*addr.Unmap().BitLen()/8 {
+			t.Errorf("%s: key of %d bytes", a, len(key))
+		}
+		if got := spellKey(set, key); got != spelled {
+			t.Errorf("%s: spelled %q, want %q", a, got, spelled)
+		}
+		if got, ok := hairpinStoreKey(nil, []byte(spelled)); !ok || string(got) != key {
+			t.Errorf("%s: read back as %x (%v), want %x", a, got, ok, key)
+		}
+	}
+	for _, spelled := range []string{"10.0.0.1 . 10.0.0.2", "::1 . 2001:db8::"} {
+		got, ok := hairpinStoreKey(nil, []byte(spelled))
+		if !ok || spellKey(set, string(got)) != spelled {
+			t.Errorf("%q read back as %x (%v), spelled %q", spelled, got, ok, spellKey(set, string(got)))
+		}
+	}
+	for _, spelled := range []string{"x . x", "10.0.0.1", "fe80::1%eth0 . fe80::1%eth0", "10.0.0.1 . fd00::1"} {
+		if got, ok := hairpinStoreKey(nil, []byte(spelled)); ok {
+			t.Errorf("%q read back as %x, want it refused", spelled, got)
+		}
+	}
+}

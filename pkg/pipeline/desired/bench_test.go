@@ -1,0 +1,78 @@
+package desired
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// benchWorld builds services × endpointsPer service ports (TCP, NodePort,
+// half of them with an external IP) with endpoints spread over two nodes.
+func benchWorld(services, endpointsPer int) (map[proxy.ServicePortName]*model.ServicePort, map[proxy.ServicePortName][]model.Endpoint) {
+	svcs := make(map[proxy.ServicePortName]*model.ServicePort, services)
+	eps := make(map[proxy.ServicePortName][]model.Endpoint, services)
+	for i := range services {
+		name := portName(fmt.Sprintf("svc-%05d", i), proxy.TCP)
+		svcs[name] = &model.ServicePort{
+			Name: name, Port: 80, NodePort: uint16(30000 + i%2000),
+			ClusterIPs: []netip.Addr{netip.AddrFrom4([4]byte{172, 30, byte(i >> 8), byte(i)})},
+		}
+		if i%2 == 0 {
+			svcs[name].ExternalIPs = []netip.Addr{netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)})}
+		}
+		list := make([]model.Endpoint, endpointsPer)
+		for j := range list {
+			node := "node-b"
+			if j%5 == 0 {
+				node = "node-a"
+			}
+			list[j] = readyEP(netip.AddrFrom4([4]byte{10, byte(j), byte(i >> 8), byte(i)}).String(), node)
+		}
+		eps[name] = list
+	}
+	return svcs, eps
+}
+
+func BenchmarkComputeFull10kx10(b *testing.B) {
+	svcs, eps := benchWorld(10000, 10)
+	snap := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if st := Compute(nil, snap, model.Changes{}, testNode, v4Options()); st.Services.Len() != 10000 {
+			b.Fatalf("got %d service ports", st.Services.Len())
+		}
+	}
+}
+
+// BenchmarkComputeOneChange10kx10 alternates between two snapshots that
+// differ in one service port's endpoints, so every Compute is incremental
+// with exactly one changed port. The port has an external IP, so the
+// frontend contest (claims.go) is decided again over every Service.
+func BenchmarkComputeOneChange10kx10(b *testing.B) { benchOneChange(b, "svc-00042") }
+
+// BenchmarkComputeOneChangeNoClaims10kx10 changes a port without external
+// or LB IPs: the contest result is reused, the cost is O(changes).
+func BenchmarkComputeOneChangeNoClaims10kx10(b *testing.B) { benchOneChange(b, "svc-00043") }
+
+func benchOneChange(b *testing.B, changed string) {
+	svcs, eps := benchWorld(10000, 10)
+	snapA := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
+	changedName := portName(changed, proxy.TCP)
+	eps[changedName] = eps[changedName][1:]
+	snapB := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
+	changes := model.Changes{Changed: map[proxy.ServicePortName]struct{}{changedName: {}}}
+	state := Compute(nil, snapA, model.Changes{}, testNode, v4Options())
+	snaps := [2]*model.Snapshot{snapB, snapA}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		state = Compute(state, snaps[i%2], changes, testNode, v4Options())
+		if len(state.Changed) != 1 {
+			b.Fatalf("Changed = %v, want the one port", state.Changed)
+		}
+		i++
+	}
+}

@@ -1,0 +1,88 @@
+package proxytest
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// Case is one world of Services and EndpointSlices and the flows traced
+// through it. A flow belongs to the family of its Dest: RunFlows traces it
+// against that family's State only.
+type Case struct {
+	Name     string
+	Services []*v1.Service
+	Slices   []*discoveryv1.EndpointSlice
+	// Node is this node; nil means the standard node-a.
+	Node *v1.Node
+	// Options edits the standard options (StandardOptions) of each family.
+	Options func(*desired.Options)
+	Flows   []Flow
+}
+
+// BuildState runs c's objects through a Tracker of family, commits, and
+// computes the full desired State, as the daemon's first sync would.
+func BuildState(t testing.TB, c Case, family proxy.IPFamily) *desired.State {
+	t.Helper()
+	tracker := model.NewTracker(family)
+	for _, svc := range c.Services {
+		tracker.OnServiceUpdate(nil, svc)
+	}
+	for _, slice := range c.Slices {
+		tracker.OnEndpointSliceUpdate(nil, slice)
+	}
+	tracker.OnServicesSynced()
+	tracker.OnEndpointSlicesSynced()
+	snap, changes := tracker.Commit()
+
+	node := c.Node
+	if node == nil {
+		node = MakeNode(NodeName, nil)
+	}
+	opts := StandardOptions(family)
+	if c.Options != nil {
+		c.Options(&opts)
+	}
+	opts.Family = family
+	return desired.Compute(nil, snap, changes, NodeOf(node), opts)
+}
+
+// RunFlows traces every flow of every case with tracer, against the State of
+// the flow's family, and reports each mismatch with the case and flow names.
+func RunFlows(t *testing.T, tracer Tracer) {
+	t.Helper()
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			for _, family := range proxy.Families {
+				var state *desired.State
+				for _, flow := range c.Flows {
+					if !family.Contains(flow.Dest) {
+						continue
+					}
+					if state == nil {
+						state = BuildState(t, c, family)
+					}
+					if got := tracer(t, state, flow); !got.Equal(flow.Want) {
+						t.Errorf("case %q flow %q (%s %s -> %s:%d): got %s, want %s",
+							c.Name, flow.Name, flow.Protocol, flow.Source, flow.Dest, flow.DestPort, got, flow.Want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// MapBack returns flow.Want when got is exactly what translate makes of
+// it (a documented difference of the backend), else got, for RunFlows to
+// compare.
+func MapBack(flow Flow, got Result, translate func(Flow, Result) Result) Result {
+	if got.Equal(translate(flow, flow.Want)) {
+		return flow.Want
+	}
+	return got
+}
