@@ -4,7 +4,7 @@
 # apt-get download, unpacked, never installed) under TCG with a busybox initramfs, no NIC
 # (-nic none: nothing in the VM can reach anything outside it), and runs the static test
 # binaries built with -tags ipvsvm from every package that has *_vm_test.go files
-# (pkg/pipeline/backends/ipvs: the backend and its kernel clients; internal/syncer: the quarantine over
+# (pkg/pipeline/backends/ipvs: the backend and its kernel clients; pkg/pipeline/syncer: the quarantine over
 # the real IPVS backend; internal/leftovers: mode switches to and from IPVS). Each package
 # is its own binary, so the import rules stay those of the package (pkg/ imports nothing
 # under internal/). See shared/reference/ipvs-vm.md.
@@ -18,7 +18,7 @@
 # Exits 0 only if every test passed AND the VM's verdict came back as qemu exit 33.
 #
 # env: IPVS_VM_TIMEOUT (s, default 2400)   IPVS_VM_MEM (MiB, default 1024)
-#      IPVS_VM_PKGS (package dirs to build, e.g. "internal/syncer"; default: every dir
+#      IPVS_VM_PKGS (package dirs to build, e.g. "pkg/pipeline/syncer"; default: every dir
 #                    with a *_vm_test.go file)
 #      IPVS_VM_TEST_TIMEOUT (go test -timeout of each package, default 1200s)
 #      IPVS_VM_COUNT (go test -count, default 1: raise it to hunt a flaky test)

@@ -3,7 +3,7 @@
 package app
 
 import (
-	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 

@@ -3,9 +3,9 @@
 package app
 
 import (
-	"github.com/svcproxy/svcproxy/internal/faultinject"
-	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/faultinject"
 )
 
 // withFaults, in the test build (-tags faultinject, test/e2e only), makes

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/watch"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/watch"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )

@@ -15,10 +15,10 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 

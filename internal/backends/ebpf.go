@@ -13,10 +13,11 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/localapi"
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -52,7 +53,7 @@ var ebpfBackend = Backend{
 	Objects:          ebpfObjects,
 	SyncFailures:     ebpfSyncFailures,
 	// The connect-time path's own time and latency (syncer.EarlyServer).
-	Metrics: []prometheus.Collector{ebpfSyncFailures, metrics.EarlyServedLastTimestamp, metrics.EarlyProgrammingLatency},
+	Metrics: []prometheus.Collector{ebpfSyncFailures, proxymetrics.EarlyServedLastTimestamp, proxymetrics.EarlyProgrammingLatency},
 }
 
 // stateDir holds what svcproxy mounts for itself (beside the local API's

@@ -9,11 +9,12 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/knfacct"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/iptables"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -32,7 +33,7 @@ var iptablesBackend = Backend{
 	// (KEP-2448).
 	KeepsLeftoversOf: []proxy.Mode{proxy.ModeIPVS},
 	Objects:          iptablesObjects,
-	SyncFailures:     metrics.IPTablesRestoreFailuresTotal,
+	SyncFailures:     proxymetrics.IPTablesRestoreFailuresTotal,
 }
 
 // openIPTables detects the iptables flavour once for both families and

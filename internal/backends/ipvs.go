@@ -10,12 +10,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -44,7 +44,7 @@ var ipvsBackend = Backend{
 	Links:            []string{ipvs.DummyLink},
 	Objects:          ipvsObjects,
 	// Upstream counts IPVS mode's failed syncs as iptables mode's.
-	SyncFailures: metrics.IPTablesRestoreFailuresTotal,
+	SyncFailures: proxymetrics.IPTablesRestoreFailuresTotal,
 }
 
 // checkIPVS refuses a scheduler the kernel does not ship, and warns that

@@ -5,9 +5,10 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -27,7 +28,7 @@ var nftablesBackend = Backend{
 	},
 	RemoveLeftovers: anyConfig(nftables.CleanupTables),
 	Objects:         nftablesObjects,
-	SyncFailures:    metrics.NFTablesSyncFailuresTotal,
+	SyncFailures:    proxymetrics.NFTablesSyncFailuresTotal,
 }
 
 // nftablesLocalhost: the alpha gate KubeProxyNFTablesLocalhostNodePorts

@@ -87,7 +87,7 @@ func (f fakeNFAcct) Get(name string) (uint64, error) {
 }
 
 var sampleLabel = map[string]string{
-	LabelIPFamily: "IPv4", LabelTrafficPolicy: TrafficPolicyInternal, LabelTable: "nat", LabelCode: "200",
+	LabelIPFamily: "IPv4", LabelTrafficPolicy: proxymetrics.TrafficPolicyInternal, LabelTable: "nat", LabelCode: "200",
 }
 
 // touchAll creates one child of every vector so that Gather reports it:

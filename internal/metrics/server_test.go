@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"encoding/json"
+	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"io"
 	"net"
 	"net/http"
@@ -24,7 +25,7 @@ func newTestServer(t *testing.T, profiling bool) *httptest.Server {
 	if err := Register(reg, proxy.ModeNFTables); err != nil {
 		t.Fatal(err)
 	}
-	SyncProxyRulesLastTimestamp.WithLabelValues("IPv4").Set(42)
+	proxymetrics.SyncProxyRulesLastTimestamp.WithLabelValues("IPv4").Set(42)
 	cfg := map[string]any{"mode": "nftables", "syncPeriod": "30s"}
 	srv := httptest.NewServer(NewHandler(HandlerOptions{Gatherer: reg, Mode: string(proxy.ModeNFTables), Config: cfg, EnableProfiling: profiling}))
 	t.Cleanup(srv.Close)

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/debugstate"
-	"github.com/svcproxy/svcproxy/internal/syncer"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 )
 
 // FromReport is one family's status: its syncer's report r, its health,

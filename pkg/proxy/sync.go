@@ -3,7 +3,7 @@ package proxy
 import "errors"
 
 // SyncMode says how much of the kernel a backend's Sync reconciles. Only the
-// syncer (internal/syncer) decides it; a backend obeys it and reports, with
+// syncer (pkg/pipeline/syncer) decides it; a backend obeys it and reports, with
 // ErrStateLost or ErrFullSyncNeeded, what the syncer must know to decide the
 // next one.
 type SyncMode uint8

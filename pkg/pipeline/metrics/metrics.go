@@ -31,6 +31,13 @@ func NewGaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: Subsystem, Name: name, Help: Alpha(help)}, labels)
 }
 
+// NewHistogramVec returns the ALPHA histogram family kubeproxy_<name>.
+func NewHistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Subsystem: Subsystem, Name: name, Help: Alpha(help), Buckets: buckets,
+	}, labels)
+}
+
 // NewCounterVec returns the ALPHA counter family kubeproxy_<name>.
 func NewCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: Subsystem, Name: name, Help: Alpha(help)}, labels)

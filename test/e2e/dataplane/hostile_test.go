@@ -18,7 +18,7 @@ const isolationLimit = 2 * time.Second
 
 // TestKernelRejectedService: a Service the kernel refuses — in a build of
 // svcproxy that corrupts the rules of Services named kernel-poison* the way
-// a normalization bug would (-tags faultinject, internal/faultinject) — is
+// a normalization bug would (-tags faultinject, pkg/testing/faultinject) — is
 // created among healthy ones through the API. The healthy ones, and one
 // created after it, work within 2 s on both nodes; the refused one gets an
 // Event. Its own cluster: the rest of the suite runs the release build.

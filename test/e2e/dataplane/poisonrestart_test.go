@@ -21,7 +21,7 @@ const (
 // its kernel refuses is present, first with SIGTERM, then with SIGKILL (a
 // crash), and pods and an outside client keep connecting to healthy
 // Services through node 1 in both families and over UDP. The refusal comes from the
-// fault-injecting build (internal/faultinject), which node 1 runs from the
+// fault-injecting build (pkg/testing/faultinject), which node 1 runs from the
 // first restart on: the release build programmed the poison before, so the
 // first start meets a poison it has never seen, with no quarantine file,
 // and the second one starts from the file the first one left. Not one

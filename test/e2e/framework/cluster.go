@@ -77,7 +77,7 @@ type Options struct {
 	NoProxy bool
 	// FaultInject runs svcproxy built with -tags faultinject: the backend
 	// refuses the rules of Services named kernel-poison* as a kernel would
-	// refuse a normalization bug's (internal/faultinject). Test-only.
+	// refuse a normalization bug's (pkg/testing/faultinject). Test-only.
 	FaultInject bool
 	// ExtraConfig is appended to every node's KubeProxyConfiguration
 	// (top-level YAML fields: featureGates, nodePortAddresses, …).

@@ -26,7 +26,7 @@ func scenarioClusterIP(f scenario.Fam) netip.AddrPort {
 
 // canaryRestores plays a firewalld reload: everything is flushed and every
 // user chain deleted from outside, in all tables of both families. Traffic
-// stops. A canary monitor like the syncer's (internal/syncer watchCanary:
+// stops. A canary monitor like the syncer's (pkg/pipeline/syncer watchCanary:
 // CanaryMissing every syncPeriod, then a recovery sync) must bring every
 // rule back at its first check. The sync it triggers is handed a State
 // that changes nothing, so only the recovery mode can make it whole.

@@ -192,7 +192,7 @@ func (w *World) State() *desired.State { return w.state }
 
 // Feed gives the world's tracker specs as new or updated objects without
 // computing a State: for tests that run the daemon's own sync loop
-// (internal/syncer) over Tracker, Node and Options.
+// (pkg/pipeline/syncer) over Tracker, Node and Options.
 func (w *World) Feed(specs ...Spec) {
 	for _, s := range specs {
 		w.tracker.OnServiceUpdate(nil, w.env.service(s))

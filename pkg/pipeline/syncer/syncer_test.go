@@ -17,10 +17,8 @@ import (
 	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/svcproxy/svcproxy/internal/healthz"
-	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/servicehealth"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/proxytest"
@@ -477,9 +475,7 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // The real collaborators fit the syncer's interfaces.
 var (
-	_ Tracker       = (*model.Tracker)(nil)
-	_ Health        = (*healthz.Server)(nil)
-	_ ServiceHealth = (*servicehealth.Server)(nil)
+	_ Tracker = (*model.Tracker)(nil)
 )
 
 // TestFirstSyncLoggedOnce: the first successful sync of a family says so

@@ -13,10 +13,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/svcproxy/svcproxy/internal/metrics"
-	"github.com/svcproxy/svcproxy/internal/runner"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer/runner"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -238,6 +238,10 @@ func (s *Syncer) ready() bool {
 }
 
 // syncOnce is the runner's function: one sync attempt.
+// SyncOnce runs one sync now, in the calling goroutine: what Loop does each
+// time it wakes. Tests drive a syncer with it, inside a network namespace.
+func (s *Syncer) SyncOnce() error { return s.syncOnce() }
+
 func (s *Syncer) syncOnce() error {
 	if !s.o.Tracker.Synced() {
 		klog.V(2).InfoS("Not syncing: services or endpoint slices not yet synced", "ipFamily", s.family)

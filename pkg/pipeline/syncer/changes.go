@@ -1,7 +1,7 @@
 package syncer
 
 import (
-	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 )
 

@@ -1,8 +1,8 @@
 package syncer
 
 import (
-	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 )
 
 // noLocalCounts counts the service ports whose Local traffic policy leaves

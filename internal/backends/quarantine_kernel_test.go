@@ -1,26 +1,18 @@
-package syncer_test
+package backends
 
 import (
 	"context"
 	"maps"
-	"os"
 	"slices"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/backends"
 	"github.com/svcproxy/svcproxy/internal/config"
-	"github.com/svcproxy/svcproxy/internal/syncer"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/testing/quarantinetest"
 )
-
-// TestMain lets the scenario's clients in a cgroup run as this test binary
-// (netnstest.ServeChild).
-func TestMain(m *testing.M) {
-	netnstest.ServeChild()
-	os.Exit(m.Run())
-}
 
 // TestKernelQuarantineEBPF runs the kernel quarantine cases in ebpf mode:
 // its row opened in node1 as the daemon opens it, attached only to a
@@ -30,18 +22,18 @@ func TestMain(m *testing.M) {
 // keep the poison out too.
 func TestKernelQuarantineEBPF(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "nsenter")
-	row, err := backends.Table.Lookup(proxy.ModeEBPF)
+	row, err := Table.Lookup(proxy.ModeEBPF)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := row.Check(nil); err != nil {
 		t.Fatalf("this kernel cannot run ebpf mode: %v", err)
 	}
-	m := syncer.NewKernelMode(proxy.ModeEBPF, func(t *testing.T) (*scenario.Env, func(*testing.T, scenario.Fam) syncer.Proxier) {
+	m := quarantinetest.Mode{Mode: proxy.ModeEBPF, Start: func(t *testing.T) (*scenario.Env, quarantinetest.Open) {
 		return startEBPF(t, row)
-	})
-	for _, name := range slices.Sorted(maps.Keys(syncer.KernelQuarantineCases)) {
-		t.Run(name, func(t *testing.T) { syncer.KernelQuarantineCases[name](t, m) })
+	}}
+	for _, name := range slices.Sorted(maps.Keys(quarantinetest.Cases)) {
+		t.Run(name, func(t *testing.T) { quarantinetest.Cases[name](t, m) })
 	}
 }
 
@@ -49,7 +41,7 @@ func TestKernelQuarantineEBPF(t *testing.T) {
 // cgroup, and returns it with what opens ebpf mode's row for one family
 // in node1, as a new svcproxy process does (adopting what an earlier one
 // pinned). The pins are removed at the end, as another mode's start does.
-func startEBPF(t *testing.T, row *backends.Backend) (*scenario.Env, func(*testing.T, scenario.Fam) syncer.Proxier) {
+func startEBPF(t *testing.T, row *Backend) (*scenario.Env, quarantinetest.Open) {
 	cgroup, pins := netnstest.ThrowawayCgroup(t, "svcproxy-quarantine-test"), netnstest.MountThrowaway(t, "bpf")
 	cfg := &config.Config{Mode: proxy.ModeEBPF, BPFCgroupRoot: cgroup, BPFPinDir: pins}
 	env := scenario.NewEnv(t)
@@ -64,7 +56,7 @@ func startEBPF(t *testing.T, row *backends.Backend) (*scenario.Env, func(*testin
 		t.Helper()
 		var p syncer.Proxier
 		err := env.Node1.NS.Do(func() error {
-			inst, err := row.Open(ctx, backends.Env{Config: cfg, Families: []proxy.IPFamily{f.Family}})
+			inst, err := row.Open(ctx, Env{Config: cfg, Families: []proxy.IPFamily{f.Family}})
 			if err != nil {
 				return err
 			}

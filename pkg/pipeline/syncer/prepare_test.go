@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 

@@ -4,12 +4,11 @@
 // into the test binary hack/ipvs-vm.sh boots in its qemu VM (this kernel has
 // no IPVS); inside the VM nothing is skipped.
 
-package syncer
+package syncer_test
 
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -24,8 +23,10 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/klink"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
+	"github.com/svcproxy/svcproxy/pkg/testing/quarantinetest"
 )
 
 // subnetBroadcast is an endpoint address the API server and the model
@@ -75,7 +76,7 @@ type ipvsRun struct {
 	file   string
 	specs  []scenario.Spec
 	w      *scenario.World
-	probes []*probingProxier
+	probes []*quarantinetest.Probing
 }
 
 func quarantineIPVS(t *testing.T, env *scenario.Env, f scenario.Fam) {
@@ -119,7 +120,7 @@ func quarantineIPVS(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	// The periodic full sync keeps the quarantine and retries each
 	// offender once, alone.
 	before = refusals.n
-	s.lastFull = s.lastFull.Add(-FullSyncPeriod)
+	syncer.DueFullSync(s)
 	r.sync(t, s)
 	if got := refusals.n - before; got != len(offenders) {
 		t.Errorf("the periodic full sync made %d refused syncs, want one retry per offender (%d)", got, len(offenders))
@@ -156,7 +157,7 @@ func protocolsOf(s scenario.Spec) []proxy.Protocol {
 // backend sync (when, what it took), to line them up with the clients'
 // failures if there are any.
 type refusals struct {
-	Proxier
+	syncer.Proxier
 	t *testing.T
 	n int
 }
@@ -178,16 +179,16 @@ func (c *refusals) Sync(ctx context.Context, st *desired.State, mode proxy.SyncM
 // IPVS backend in node1 and a Syncer over them with the run's quarantine
 // file, and runs its first sync. Every backend sync is followed by a probe
 // of the Services the loads use.
-func (r *ipvsRun) start(t *testing.T, specs ...scenario.Spec) (*Syncer, *refusals) {
+func (r *ipvsRun) start(t *testing.T, specs ...scenario.Spec) (*syncer.Syncer, *refusals) {
 	t.Helper()
 	r.specs = append(r.specs, specs...)
 	r.w = r.env.NewWorld(r.f).Configure(ipvsOptions)
 	r.w.Feed(r.specs...)
 	counted := &refusals{Proxier: backendFor(t, r.env, proxy.ModeIPVS, r.f), t: t}
-	pp := &probingProxier{Proxier: counted, probe: r.probe}
+	pp := &quarantinetest.Probing{Proxier: counted, Probe: r.probe}
 	r.probes = append(r.probes, pp)
 	w := r.w
-	s, err := New(Options{Family: r.f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: pp, PortHolder: pp},
+	s, err := syncer.New(syncer.Options{Family: r.f.Family, Tracker: w.Tracker(), Proxier: syncer.Backend{Proxier: pp, PortHolder: pp},
 		Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
 		MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second, QuarantineFile: r.file})
 	if err != nil {
@@ -202,10 +203,10 @@ func (r *ipvsRun) feed(specs ...scenario.Spec) {
 	r.w.Feed(specs...)
 }
 
-func (r *ipvsRun) sync(t *testing.T, s *Syncer) {
+func (r *ipvsRun) sync(t *testing.T, s *syncer.Syncer) {
 	t.Helper()
 	start := time.Now()
-	if err := r.env.Node1.NS.Do(s.syncOnce); err != nil {
+	if err := r.env.Node1.NS.Do(s.SyncOnce); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 	t.Logf("sync took %v", time.Since(start).Round(time.Millisecond))
@@ -252,8 +253,8 @@ func (r *ipvsRun) stopLoads(t *testing.T, loads map[string]*scenario.Load) {
 		}
 	}
 	for i, pp := range r.probes {
-		if len(pp.misses) > 0 {
-			t.Errorf("process %d: probed Services did not answer after %d backend syncs (first: %v)", i+1, len(pp.misses), pp.misses[0])
+		if len(pp.Misses) > 0 {
+			t.Errorf("process %d: probed Services did not answer after %d backend syncs (first: %v)", i+1, len(pp.Misses), pp.Misses[0])
 		}
 	}
 }
@@ -268,9 +269,9 @@ func portsOf(s scenario.Spec) []proxy.ServicePortName {
 	return out
 }
 
-func (r *ipvsRun) quarantined(t *testing.T, s *Syncer, when string, want []proxy.ServicePortName) {
+func (r *ipvsRun) quarantined(t *testing.T, s *syncer.Syncer, when string, want []proxy.ServicePortName) {
 	t.Helper()
-	got := slices.SortedFunc(maps.Keys(s.quarantined), proxy.ServicePortName.Compare)
+	got := quarantinedNames(s)
 	want = slices.SortedFunc(slices.Values(want), proxy.ServicePortName.Compare)
 	if !slices.Equal(got, want) {
 		t.Errorf("%s: quarantined %v, want %v", when, got, want)
