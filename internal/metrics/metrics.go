@@ -26,8 +26,6 @@ const (
 	LabelCode          = "code"
 )
 
-const subsystem = proxymetrics.Subsystem
-
 // alpha is proxymetrics.Alpha: one "[ALPHA] " prefix for every family.
 var alpha = proxymetrics.Alpha
 

@@ -389,3 +389,13 @@ func (r *ipvsRun) lacks(t *testing.T, when string, specs ...scenario.Spec) {
 func clusterIPEntry(ip netip.Addr, proto proxy.Protocol) kipset.Entry {
 	return kipset.Entry{IP: ip, Protocol: uint8(ipvs.ProtocolOf(proto)), Port: scenario.SvcPort}
 }
+
+// quarantinedNames are the service ports s keeps quarantined, in order.
+func quarantinedNames(s *syncer.Syncer) []proxy.ServicePortName {
+	var names []proxy.ServicePortName
+	for _, q := range s.Report().Quarantined {
+		names = append(names, q.Name)
+	}
+	slices.SortFunc(names, proxy.ServicePortName.Compare)
+	return names
+}

@@ -71,13 +71,3 @@ func backendFor(t *testing.T, env *scenario.Env, mode proxy.Mode, f scenario.Fam
 	}
 	return p
 }
-
-// quarantinedNames are the service ports s keeps quarantined, in order.
-func quarantinedNames(s *syncer.Syncer) []proxy.ServicePortName {
-	var names []proxy.ServicePortName
-	for _, q := range s.Report().Quarantined {
-		names = append(names, q.Name)
-	}
-	slices.SortFunc(names, proxy.ServicePortName.Compare)
-	return names
-}
