@@ -77,7 +77,7 @@ func newPathBench(b *testing.B, services int, minSync time.Duration) *pathBench 
 		Node:          func() (desired.Node, bool) { return node, true },
 		Compute:       desired.Options{MasqueradeBit: 14},
 		MinSyncPeriod: minSync, SyncPeriod: time.Hour,
-		AfterSync:     func(*desired.State, model.Changes) { pb.done <- struct{}{} },
+		AfterSync: func(*desired.State, model.Changes) { pb.done <- struct{}{} },
 	})
 	if err != nil {
 		b.Fatal(err)
