@@ -76,6 +76,7 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	before, mapBefore := s0.histogram(metricProgramming), s0.histogram(metricConnectProgramming)
 	syncsBefore := s0.histogram(metricPartialSync)
 	delivery := watchDelivery(t, cs)
+	logAt := logSize(proxyLog(c, n))
 	cpu0 := cpuSeconds(n.Proxy.Pid())
 	if *flagProfile {
 		secs := int(float64(len(order)) / *flagRate) + 2
@@ -106,6 +107,12 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	st := res.Stages
 	t.Logf("churn stages: API write answered p50 %.1f p99 %.1f ms; watch delivery (%d seen) p50 %.1f p99 %.1f ms; %d partial syncs p50 %.1f mean %.1f ms",
 		st.WriteP50*1000, st.WriteP99*1000, st.DeliveryN, st.DeliveryP50*1000, st.DeliveryP99*1000, st.SyncN, st.SyncP50*1000, st.SyncMean*1000)
+	if stages, syncs, err := proxyStages(proxyLog(c, n), logAt); err != nil {
+		t.Logf("churn: reading the proxy's stages: %v", err)
+	} else if stages != nil {
+		res.Stages.Proxy, res.Stages.ProxySyncs = stages, syncs
+		t.Logf("churn: the proxy's own stages over %d partial syncs, p50/p99 ms: %s", syncs, formatStages(stages))
+	}
 	if res.MapN >= 0 {
 		t.Logf("churn at the hooks' maps: %d observed; p50 %.1f p99 %.1f mean %.1f ms; %s",
 			res.MapN, res.MapP50*1000, res.MapP99*1000, res.MapMean*1000, res.MapBuckets)

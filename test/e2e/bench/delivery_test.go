@@ -35,6 +35,11 @@ type stageResult struct {
 	DeliveryN                int
 	SyncN                    int
 	SyncP50, SyncMean        float64
+	// Proxy: the stages svcproxy logs per partial sync at -v=4
+	// (stageslog_test.go), over ProxySyncs syncs; nil at another
+	// verbosity.
+	Proxy      map[string]stageQuantiles `json:",omitempty"`
+	ProxySyncs int
 }
 
 // deliveryWatch records when each EndpointSlice's first update after its

@@ -165,6 +165,14 @@ func rows(children []string) []row {
 		{"ebpf maps' memory, memlock of the maps the proxy holds (MiB)", "%.1f", func(r runResult) float64 { return float64(r.MapMemlockKiB) / mib }, noTarget},
 		{"proxy peak RSS + maps' memory (MiB)", "%.0f", func(r runResult) float64 { return float64(max(r.RSSPeak, r.Restart.RSS)+r.MapMemlockKiB) / mib }, target("rss-maps")},
 	}
+	for _, key := range syncStageKeys {
+		out = append(out, row{"churn stage, the proxy's log at -v=4: " + key + " p50 (ms)", "%.2f", func(r runResult) float64 {
+			if q, ok := r.Churn.Stages.Proxy[key]; ok {
+				return ms(q.P50)
+			}
+			return -1
+		}, noTarget})
+	}
 	for _, name := range children {
 		out = append(out, row{"child " + name + " peak RSS, sampled (MiB)", "%.0f", func(r runResult) float64 {
 			for _, c := range r.Children {
