@@ -27,7 +27,8 @@ const metricPartialSync = "kubeproxy_sync_partial_proxy_rules_duration_seconds"
 // (trigger → a watch of the harness's own receiving the update: what the
 // trigger-time reference itself costs before any proxy sees the change),
 // and the proxy's partial syncs (commit → backend done, from its own
-// histogram: millisecond buckets doubling, interpolated; the mean exact).
+// histogram, which iptables and nftables modes export, as upstream's:
+// millisecond buckets doubling, interpolated; the mean exact).
 // Quantiles are nearest-rank over the changes; -1 when none.
 type stageResult struct {
 	WriteP50, WriteP99       float64

@@ -128,7 +128,7 @@ func rows(children []string) []row {
 		{"churn stage: API write → answered p50 (ms)", "%.1f", func(r runResult) float64 { return ms(r.Churn.Stages.WriteP50) }, noTarget},
 		{"churn stage: API write → harness's own watch p50 (ms: the reference's share)", "%.1f", func(r runResult) float64 { return ms(r.Churn.Stages.DeliveryP50) }, noTarget},
 		{"churn stage: API write → harness's own watch p99 (ms)", "%.1f", func(r runResult) float64 { return ms(r.Churn.Stages.DeliveryP99) }, noTarget},
-		{"churn stage: partial sync p50 (ms, interpolated)", "%.1f", func(r runResult) float64 { return ms(r.Churn.Stages.SyncP50) }, noTarget},
+		{"churn stage: partial sync p50 (ms, interpolated; iptables and nftables modes export it)", "%.1f", func(r runResult) float64 { return ms(r.Churn.Stages.SyncP50) }, noTarget},
 		{"churn stage: partial sync mean (ms, exact)", "%.2f", func(r runResult) float64 { return ms(r.Churn.Stages.SyncMean) }, noTarget},
 		{"churn stage: partial syncs", "%.0f", func(r runResult) float64 { return float64(r.Churn.Stages.SyncN) }, noTarget},
 		{"churn: changes never seen in the kernel", "%.0f", func(r runResult) float64 { return float64(r.Churn.KernelMissing) }, noTarget},
