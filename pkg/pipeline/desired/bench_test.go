@@ -49,19 +49,30 @@ func BenchmarkComputeFull10kx10(b *testing.B) {
 
 // BenchmarkComputeOneChange10kx10 alternates between two snapshots that
 // differ in one service port's endpoints, so every Compute is incremental
-// with exactly one changed port. The port has an external IP, so the
-// frontend contest (claims.go) is decided again over every Service.
-func BenchmarkComputeOneChange10kx10(b *testing.B) { benchOneChange(b, "svc-00042") }
+// with exactly one changed port. The port has an external IP whose claim
+// stays as it was, so the frontend contest (claims.go) is kept: the cost is
+// O(changes).
+func BenchmarkComputeOneChange10kx10(b *testing.B) { benchOneChange(b, "svc-00042", false) }
 
 // BenchmarkComputeOneChangeNoClaims10kx10 changes a port without external
-// or LB IPs: the contest result is reused, the cost is O(changes).
-func BenchmarkComputeOneChangeNoClaims10kx10(b *testing.B) { benchOneChange(b, "svc-00043") }
+// or LB IPs.
+func BenchmarkComputeOneChangeNoClaims10kx10(b *testing.B) { benchOneChange(b, "svc-00043", false) }
 
-func benchOneChange(b *testing.B, changed string) {
+// BenchmarkComputeOneClaimChange10kx10 moves a port's external IP: the
+// contest is decided again over every Service.
+func BenchmarkComputeOneClaimChange10kx10(b *testing.B) { benchOneChange(b, "svc-00042", true) }
+
+func benchOneChange(b *testing.B, changed string, claim bool) {
 	svcs, eps := benchWorld(10000, 10)
 	snapA := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
 	changedName := portName(changed, proxy.TCP)
-	eps[changedName] = eps[changedName][1:]
+	if claim {
+		moved := *svcs[changedName]
+		moved.ExternalIPs = []netip.Addr{netip.MustParseAddr("203.0.113.42")}
+		svcs[changedName] = &moved
+	} else {
+		eps[changedName] = eps[changedName][1:]
+	}
 	snapB := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
 	changes := model.Changes{Changed: map[proxy.ServicePortName]struct{}{changedName: {}}}
 	state := Compute(nil, snapA, model.Changes{}, testNode, v4Options())

@@ -120,12 +120,18 @@ func lostFrontends(snap *model.Snapshot, family proxy.IPFamily, nodes nodeAddrs)
 }
 
 // claimsUnchanged reports whether the changed ports can change no contest
-// decided in prev: none of them claims (or claimed) an external or LB
-// frontend or lost one, and none has a cluster IP on a claimed frontend.
-// Then prev's result holds, and an endpoint change costs no pass over
-// every Service.
+// decided in prev: each of them either claims what it claimed when prev
+// was decided (an endpoint change of a LoadBalancer Service), or neither
+// claims (nor claimed) an external or LB frontend nor lost one, nor has a
+// cluster IP on a claimed frontend. Then prev's result holds, and the
+// change costs no pass over every Service.
 func claimsUnchanged(prev *State, snap *model.Snapshot, changed map[proxy.ServicePortName]struct{}, family proxy.IPFamily) bool {
 	for name := range changed {
+		old, _ := prev.claimedFrom.Get(name)
+		cur, _ := snap.Services.Get(name)
+		if sameClaims(old, cur) {
+			continue
+		}
 		if len(prev.Lost[name]) > 0 {
 			return false
 		}
@@ -147,6 +153,18 @@ func claimsUnchanged(prev *State, snap *model.Snapshot, changed map[proxy.Servic
 }
 
 func (st *State) claimed(k frontendKey) bool { _, ok := st.claims[k]; return ok }
+
+// sameClaims reports whether two versions of a service port claim the same
+// frontends with the same rank: everything lostFrontends reads of a port
+// besides its name. Two absent versions claim nothing either way.
+func sameClaims(a, b *model.ServicePort) bool {
+	if a == b {
+		return true
+	}
+	return a != nil && b != nil && a.Port == b.Port && a.Created == b.Created &&
+		slices.Equal(a.ClusterIPs, b.ClusterIPs) && slices.Equal(a.ExternalIPs, b.ExternalIPs) &&
+		slices.Equal(a.LoadBalancerIPs, b.LoadBalancerIPs)
+}
 
 // contest collects the claims on frontends and who wins each.
 type contest struct {

@@ -2,6 +2,7 @@ package desired
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -123,5 +124,60 @@ func TestEqualClaimsGoToTheOldest(t *testing.T) {
 		if got := st.Lost[port(name)]; !slices.Equal(got, want) {
 			t.Errorf("Lost[%s] = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// A change that leaves every changed port's claims as they were (new
+// endpoints of a LoadBalancer Service, a setting beside its frontends)
+// keeps the contest decided before instead of deciding it again over every
+// Service; a change of a claim decides it again.
+func TestContestKeptWhenClaimsStay(t *testing.T) {
+	victim := svcPort("victim", addrs("172.30.0.10"), nil)
+	thief := svcPort("thief", addrs("172.30.0.11"), func(sp *model.ServicePort) {
+		sp.ExternalIPs = addrs("172.30.0.10")
+	})
+	lb := svcPort("lb", addrs("172.30.0.12"), func(sp *model.ServicePort) {
+		sp.LoadBalancerIPs = addrs("198.51.100.1")
+	})
+	lbAffinity := *lb
+	lbAffinity.AffinitySeconds = 10800 // a new version, the same claims
+	thiefMoved := *thief
+	thiefMoved.ExternalIPs = addrs("203.0.113.9") // no longer the victim's
+	changed := func(names ...proxy.ServicePortName) model.Changes {
+		c := model.Changes{Changed: map[proxy.ServicePortName]struct{}{}}
+		for _, n := range names {
+			c.Changed[n] = struct{}{}
+		}
+		return c
+	}
+	prev := Compute(nil, snapshot(proxy.IPv4, snapEntry{sp: victim}, snapEntry{sp: thief}, snapEntry{sp: lb}),
+		model.Changes{}, testNode, v4Options())
+	for _, tt := range []struct {
+		name    string
+		snap    *model.Snapshot
+		changes model.Changes
+		kept    bool
+	}{
+		{"endpoints of claiming ports", snapshot(proxy.IPv4, snapEntry{sp: victim},
+			snapEntry{sp: thief, eps: []model.Endpoint{readyEP("10.0.1.1", "node-a")}},
+			snapEntry{sp: lb, eps: []model.Endpoint{readyEP("10.0.1.2", "node-b")}}), changed(thief.Name, lb.Name), true},
+		{"a setting beside the claims", snapshot(proxy.IPv4, snapEntry{sp: victim}, snapEntry{sp: thief},
+			snapEntry{sp: &lbAffinity}), changed(lb.Name), true},
+		{"a claim moves", snapshot(proxy.IPv4, snapEntry{sp: victim}, snapEntry{sp: &thiefMoved},
+			snapEntry{sp: lb}), changed(thief.Name), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			inc := Compute(prev, tt.snap, tt.changes, testNode, v4Options())
+			full := Compute(nil, tt.snap, model.Changes{}, testNode, v4Options())
+			assertSameState(t, tt.name, inc, full)
+			if !reflect.DeepEqual(inc.Lost, full.Lost) {
+				t.Errorf("Lost = %v, want %v", inc.Lost, full.Lost)
+			}
+			// The same map is prev's contest, not one decided again.
+			kept := reflect.ValueOf(inc.claims).UnsafePointer() == reflect.ValueOf(prev.claims).UnsafePointer()
+			if kept != tt.kept {
+				t.Errorf("contest kept from prev: %v, want %v", kept, tt.kept)
+			}
+		})
 	}
 }

@@ -43,6 +43,7 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		Masquerade: in.masq,
 		// Shared, not copied: Compute never modifies its inputs.
 		clusterNodeIPs: node.ClusterNodeIPs,
+		claimedFrom:    snap.Services,
 	}
 	nodes := nodeAddrs{own: in.nodeIPs, cluster: node.ClusterNodeIPs}
 	if opts.DropUnallocated {

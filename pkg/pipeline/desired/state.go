@@ -51,6 +51,10 @@ type State struct {
 	// clusterNodeIPs are the Node.ClusterNodeIPs the claims were decided
 	// with: when the next Compute's differ, it decides them again.
 	clusterNodeIPs []netip.Addr
+	// claimedFrom are the snapshot's service ports the claims hold for:
+	// the next Compute compares a changed port's frontends with its
+	// version here. Shared with the snapshot, never copied.
+	claimedFrom model.PortMap[*model.ServicePort]
 
 	// Changed holds the service ports whose ServicePort differs from the
 	// prev State Compute was given. nil means "unknown" (computed from

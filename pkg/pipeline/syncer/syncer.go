@@ -129,6 +129,9 @@ type Syncer struct {
 	persisted []persistKey
 	// report is the latest Report, for readers on other goroutines.
 	report atomic.Pointer[Report]
+	// requestedAt is the first request not yet taken by a sync (Unix
+	// nanoseconds; 0: none), for the stages log (stages.go).
+	requestedAt atomic.Int64
 }
 
 // New returns a Syncer; nothing happens until Loop.
@@ -154,7 +157,9 @@ func New(o Options) (*Syncer, error) {
 // node changes. Changes count against the health timeout only once the
 // tracker has synced, as upstream does.
 func (s *Syncer) Request() {
-	metrics.SyncProxyRulesLastQueuedTimestamp.WithLabelValues(s.family).Set(unixSeconds(s.clock.Now()))
+	now := s.clock.Now()
+	s.markRequested(now)
+	metrics.SyncProxyRulesLastQueuedTimestamp.WithLabelValues(s.family).Set(unixSeconds(now))
 	if s.o.Health != nil && s.o.Tracker.Synced() {
 		s.o.Health.QueuedUpdate(s.o.Family)
 	}
@@ -252,15 +257,18 @@ func (s *Syncer) syncOnce() error {
 		klog.V(2).InfoS("Not syncing: node not yet known", "ipFamily", s.family)
 		return nil
 	}
-	start := s.clock.Now()
+	st := stages{start: s.clock.Now(), requested: s.takeRequested()}
+	start := st.start
 	snap, changes := s.o.Tracker.Commit()
 	clearPending()
+	st.committed = s.clock.Now()
 	mode := s.decide(node, start)
 	prev, base := s.prev, s.target
 	if mode.Full() {
 		prev, base = nil, nil
 	}
 	target := desired.Compute(base, snap, changes, node, s.o.Compute)
+	st.computed = s.clock.Now()
 	state := s.quarantined.apply(target, prev)
 	if !mode.Full() && !state.SameGlobals(s.prev) {
 		klog.V(2).InfoS("Node IPs, node port addresses, masquerading or service CIDRs changed; doing a full sync", "ipFamily", s.family)
@@ -268,6 +276,7 @@ func (s *Syncer) syncOnce() error {
 	}
 	retry := s.dueForRetry()
 	state, mode, err := s.program(state, mode)
+	st.programmed = s.clock.Now()
 	if err == nil && len(retry) > 0 {
 		state, err = s.retryQuarantined(state, retry)
 	}
@@ -292,6 +301,10 @@ func (s *Syncer) syncOnce() error {
 	}
 	s.prev, s.target, s.lastGood, s.prevNode = state, target, state, node
 	s.succeeded(prev, state, mode, changes, start, end)
+	if len(changes.TriggerTimes) > 0 {
+		st.firstTrigger = changes.TriggerTimes[0]
+	}
+	st.log(s.family, mode, len(state.Changed), s.clock.Now())
 	return nil
 }
 

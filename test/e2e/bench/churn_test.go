@@ -51,6 +51,8 @@ type churnResult struct {
 	MapN                    int
 	MapP50, MapP99, MapMean float64
 	MapBuckets              string
+	// Stages: where the time goes before and inside the proxy.
+	Stages stageResult
 }
 
 // runChurn updates distinct Services' slices at flagRate per second, each
@@ -72,6 +74,9 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	defer stop()
 	s0 := scrape(t, c, n)
 	before, mapBefore := s0.histogram(metricProgramming), s0.histogram(metricConnectProgramming)
+	syncsBefore := s0.histogram(metricPartialSync)
+	delivery := watchDelivery(t, cs)
+	logAt := logSize(proxyLog(c, n))
 	cpu0 := cpuSeconds(n.Proxy.Pid())
 	if *flagProfile {
 		secs := int(float64(len(order)) / *flagRate) + 2
@@ -79,7 +84,7 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	}
 	var res churnResult
 	t0 := time.Now()
-	triggers, errs := sendChurn(cs, slices, order, t.Logf)
+	triggers, answered, errs := sendChurn(cs, slices, order, t.Logf)
 	res.Seconds = time.Since(t0).Seconds()
 	res.Errors = errs
 	res.Sent = len(order) - errs
@@ -93,10 +98,21 @@ func runChurn(t *testing.T, c *F.Cluster, n *F.Node) churnResult {
 	res.P50Bound, res.P99Bound = none(d.upperBound(0.5)), none(d.upperBound(0.99))
 	res.P50Interp, res.P99Interp = none(d.interpolated(0.5)), none(d.interpolated(0.99))
 	res.Mean, res.Buckets = none(d.mean()), d.bucketCounts()
-	mapStats(&res, scrape(t, c, n).histogram(metricConnectProgramming).minus(mapBefore), c.Opts.Mode)
+	s1 := scrape(t, c, n)
+	mapStats(&res, s1.histogram(metricConnectProgramming).minus(mapBefore), c.Opts.Mode)
+	res.Stages = stageStats(order, triggers, answered, delivery.finish(), s1.histogram(metricPartialSync).minus(syncsBefore))
 	t.Logf("churn: %d updates in %.1f s (%.0f/s, %d errors), %d observed; kernel p50 %.1f p99 %.1f max %.1f ms (%d missing); histogram mean %.0f ms; proxy CPU %.2f s",
 		res.Sent, res.Seconds, res.Rate, res.Errors, res.Observed, res.KernelP50*1000, res.KernelP99*1000,
 		res.KernelMax*1000, res.KernelMissing, res.Mean*1000, res.CPUSeconds)
+	st := res.Stages
+	t.Logf("churn stages: API write answered p50 %.1f p99 %.1f ms; watch delivery (%d seen) p50 %.1f p99 %.1f ms; %d partial syncs p50 %.1f mean %.1f ms",
+		st.WriteP50*1000, st.WriteP99*1000, st.DeliveryN, st.DeliveryP50*1000, st.DeliveryP99*1000, st.SyncN, st.SyncP50*1000, st.SyncMean*1000)
+	if stages, syncs, err := proxyStages(proxyLog(c, n), logAt); err != nil {
+		t.Logf("churn: reading the proxy's stages: %v", err)
+	} else if stages != nil {
+		res.Stages.Proxy, res.Stages.ProxySyncs = stages, syncs
+		t.Logf("churn: the proxy's own stages over %d partial syncs, p50/p99 ms: %s", syncs, formatStages(stages))
+	}
 	if res.MapN >= 0 {
 		t.Logf("churn at the hooks' maps: %d observed; p50 %.1f p99 %.1f mean %.1f ms; %s",
 			res.MapN, res.MapP50*1000, res.MapP99*1000, res.MapMean*1000, res.MapBuckets)
@@ -135,9 +151,10 @@ func listSlices(t *testing.T, cs kubernetes.Interface) map[string]*discoveryv1.E
 
 // sendChurn sends update k (Service order[k]) at t0 + k/rate through
 // churnWorkers writers and returns each update's trigger time (zero when
-// it failed) and the number of failures.
-func sendChurn(cs kubernetes.Interface, slices map[string]*discoveryv1.EndpointSlice, order []int, logf func(string, ...any)) ([]time.Time, int) {
+// it failed), when its answer came, and the number of failures.
+func sendChurn(cs kubernetes.Interface, slices map[string]*discoveryv1.EndpointSlice, order []int, logf func(string, ...any)) ([]time.Time, []time.Time, int) {
 	triggers := make([]time.Time, len(order))
+	answered := make([]time.Time, len(order))
 	jobs := make(chan int)
 	var mu sync.Mutex
 	errs := 0
@@ -148,12 +165,13 @@ func sendChurn(cs kubernetes.Interface, slices map[string]*discoveryv1.EndpointS
 			defer wg.Done()
 			for k := range jobs {
 				trigger, err := moveEndpoint(cs, slices[sliceName(order[k])], k)
+				at := time.Now()
 				mu.Lock()
 				if err != nil {
 					errs++
 					logf("churn update %d: %v", k, err)
 				} else {
-					triggers[k] = trigger
+					triggers[k], answered[k] = trigger, at
 				}
 				mu.Unlock()
 			}
@@ -167,7 +185,7 @@ func sendChurn(cs kubernetes.Interface, slices map[string]*discoveryv1.EndpointS
 	}
 	close(jobs)
 	wg.Wait()
-	return triggers, errs
+	return triggers, answered, errs
 }
 
 // moveEndpoint replaces endpoint k%len of slice s with a fresh address

@@ -125,6 +125,12 @@ func rows(children []string) []row {
 		{"ebpf churn: API write → hooks' maps p99 (ms, interpolated)", "%.1f", func(r runResult) float64 { return ms(r.Churn.MapP99) }, noTarget},
 		{"ebpf churn: API write → hooks' maps mean (ms, exact)", "%.1f", func(r runResult) float64 { return ms(r.Churn.MapMean) }, noTarget},
 		{"ebpf churn: changes observed at the maps", "%.0f", func(r runResult) float64 { return float64(r.Churn.MapN) }, noTarget},
+		{"churn stage: API write → answered p50 (ms)", "%.1f", func(r runResult) float64 { return ms(r.Churn.Stages.WriteP50) }, noTarget},
+		{"churn stage: API write → harness's own watch p50 (ms: the reference's share)", "%.1f", func(r runResult) float64 { return ms(r.Churn.Stages.DeliveryP50) }, noTarget},
+		{"churn stage: API write → harness's own watch p99 (ms)", "%.1f", func(r runResult) float64 { return ms(r.Churn.Stages.DeliveryP99) }, noTarget},
+		{"churn stage: partial sync p50 (ms, interpolated; iptables and nftables modes export it)", "%.1f", func(r runResult) float64 { return ms(r.Churn.Stages.SyncP50) }, noTarget},
+		{"churn stage: partial sync mean (ms, exact)", "%.2f", func(r runResult) float64 { return ms(r.Churn.Stages.SyncMean) }, noTarget},
+		{"churn stage: partial syncs", "%.0f", func(r runResult) float64 { return float64(r.Churn.Stages.SyncN) }, noTarget},
 		{"churn: changes never seen in the kernel", "%.0f", func(r runResult) float64 { return float64(r.Churn.KernelMissing) }, noTarget},
 		{"churn: proxy CPU, incl. children (s)", "%.2f", func(r runResult) float64 { return r.Churn.CPUSeconds }, noTarget},
 		{"programming latency histogram mean (ms)", "%.0f", func(r runResult) float64 { return ms(r.Churn.Mean) }, noTarget},
@@ -158,6 +164,14 @@ func rows(children []string) []row {
 		{"peak RSS in all: proxy + largest child (MiB)", "%.0f", func(r runResult) float64 { return float64(inAll(r)) / mib }, target("rss")},
 		{"ebpf maps' memory, memlock of the maps the proxy holds (MiB)", "%.1f", func(r runResult) float64 { return float64(r.MapMemlockKiB) / mib }, noTarget},
 		{"proxy peak RSS + maps' memory (MiB)", "%.0f", func(r runResult) float64 { return float64(max(r.RSSPeak, r.Restart.RSS)+r.MapMemlockKiB) / mib }, target("rss-maps")},
+	}
+	for _, key := range syncStageKeys {
+		out = append(out, row{"churn stage, the proxy's log at -v=4: " + key + " p50 (ms)", "%.2f", func(r runResult) float64 {
+			if q, ok := r.Churn.Stages.Proxy[key]; ok {
+				return ms(q.P50)
+			}
+			return -1
+		}, noTarget})
 	}
 	for _, name := range children {
 		out = append(out, row{"child " + name + " peak RSS, sampled (MiB)", "%.0f", func(r runResult) float64 {
