@@ -64,7 +64,7 @@ type Proxier struct {
 	// store is what the ports claim and the maps hold (store.go).
 	store  *store
 	writes uint64
-	// tl times the steps of a sync that loads the programs (timeline.go).
+	// tl times the steps of the syncs until one succeeded (timeline.go).
 	tl *timeline
 	// sockets destroys translated sockets, beside the syncs.
 	sockets *Sockets
@@ -141,13 +141,14 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 		p.tl = newTimeline()
 		defer func() { p.tl = nil }()
 	}
-	parts := p.store.render(st, plan.Full)
+	full, changed := p.store.scope(st, plan)
+	parts := p.store.render(st, full, changed)
 	p.tl.step("render")
-	if err := p.ready(mode, plan, p.capacityFor(uint32(p.store.need(parts, plan.Full)))); err != nil {
+	if err := p.ready(mode, plan, p.capacityFor(uint32(p.store.need(parts, full)))); err != nil {
 		p.store.syncs.Failed() // the IDs render took are not claimed
 		return err
 	}
-	p.store.claim(parts, plan.Full)
+	p.store.claim(parts, full)
 	p.tl.step("claim")
 	var n int
 	if need := max(p.store.records.Len(), p.store.slots.Len()); !p.fits(need) {
@@ -161,6 +162,7 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 	}
 	p.tl.step("write")
 	p.tl.log("Socket hooks' first sync", "ipFamily", p.family, "mode", mode, "written", n)
+	p.store.prev = st
 	p.published()
 	return nil
 }
