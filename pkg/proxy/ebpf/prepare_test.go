@@ -15,12 +15,7 @@ import (
 // grown maps, and its first sync writes nothing.
 func TestKernelPrepare(t *testing.T) {
 	r := newRig(t)
-	names := []string{"e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9"}
-	r.serve(t, proxy.TCP, 8080, names...)
-	var ports []uint16
-	for i := range names {
-		ports = append(ports, 8080+uint16(i))
-	}
+	ports := r.serveTen(t)
 	front := netip.AddrPortFrom(vip4, 80)
 	st := stateOf(proxy.IPv4, svc("web", proxy.TCP, vip4, 80, eps(srvIP4, ports...)...))
 
