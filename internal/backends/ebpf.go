@@ -101,11 +101,13 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 				inst.StaleFlows[f] = append(inst.StaleFlows[f], StaleFlows{Table: both.tc.Flows(), Name: "ebpf tc flows"})
 			}
 		}
-		// The nftables half reads its tables back ahead of the first sync
-		// and says whether they held rules; the hooks' maps are read back
-		// by their own first (recovery) sync. Which ports the kernel holds
-		// is the nftables half's answer (HeldPorts).
-		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: nft.Preparer, RulesHolder: nft.RulesHolder, PortHolder: both, EarlyServer: both}
+		// Ahead of the first sync, while the lists arrive, the nftables
+		// half reads its tables back and says whether they held rules,
+		// and the hooks load, attach and read their maps back
+		// (ReadBack). Which ports the kernel holds is the nftables half's
+		// answer (HeldPorts).
+		both.prep = nft.Preparer
+		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both, EarlyServer: both}
 	}
 	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir,
 		"tcInterfaces", env.Config.BPFTCInterfaces)
@@ -177,6 +179,8 @@ type hooksAndRules struct {
 	hooks *ebpf.Proxier
 	rules syncer.Proxier
 	held  syncer.PortHolder
+	// prep is the nftables half's read-back ahead of the first sync.
+	prep syncer.Preparer
 	// served is when the last Sync's hooks half ended (ServedAt).
 	served time.Time
 	// tc, when --bpf-tc-interfaces is set (IPv4), translates packets from
@@ -199,6 +203,21 @@ func (b *hooksAndRules) HeldPorts(ctx context.Context, st *desired.State) (map[p
 		return nil, nil
 	}
 	return b.held.HeldPorts(ctx, st)
+}
+
+// ReadBack is syncer.Preparer: both halves prepare their first sync at
+// once, the hooks loading and attaching their programs and reading their
+// maps back (ebpf.Proxier.Prepare), the nftables half reading its tables
+// back. A failure of either makes the first sync a recovery sync, which
+// does it again.
+func (b *hooksAndRules) ReadBack(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- b.hooks.Prepare(ctx) }()
+	var err error
+	if b.prep != nil {
+		err = b.prep.ReadBack(ctx)
+	}
+	return errors.Join(<-done, err)
 }
 
 func (b *hooksAndRules) Init(ctx context.Context) error {

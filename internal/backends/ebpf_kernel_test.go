@@ -183,9 +183,10 @@ func (m modeProxiers) cleanup(ctx context.Context) error {
 }
 
 // restartEBPFMode stops the hooks of old as a stopped svcproxy leaves them
-// (pinned, attached), opens the row again and syncs each world's State as
-// a restarted daemon's first sync: the maps already hold it, so nothing is
-// written; every scenario check still passes.
+// (pinned, attached), opens the row again and, as a restarted daemon does,
+// prepares it (the row's read-back, which the syncer runs while the lists
+// arrive) and syncs each world's State fully: the maps already hold it, so
+// nothing is written; every scenario check still passes.
 func restartEBPFMode(t *testing.T, env *scenario.Env, cfg *config.Config, old modeProxiers, worlds map[proxy.IPFamily]*scenario.World) modeProxiers {
 	t.Helper()
 	for _, b := range old {
@@ -195,7 +196,10 @@ func restartEBPFMode(t *testing.T, env *scenario.Env, cfg *config.Config, old mo
 	for _, f := range scenario.Families {
 		full := *worlds[f.Family].State()
 		full.Changed = nil
-		restarted.sync(t, env, &full, proxy.RecoverySync)
+		if err := env.Node1.NS.Do(func() error { return restarted[f.Family].ReadBack(context.Background()) }); err != nil {
+			t.Fatalf("%s: preparing the restarted row: %v", f.Family, err)
+		}
+		restarted.sync(t, env, &full, proxy.FullSync)
 		if n := restarted[f.Family].hooks.Writes(); n != 0 {
 			t.Errorf("%s: a restart with the same State wrote %d map entries, want 0", f.Family, n)
 		}

@@ -89,8 +89,13 @@ func trySync(s *store, tb tables, st *desired.State, mode proxy.SyncMode) (int, 
 			return 0, err
 		}
 	}
-	s.claim(s.render(st, plan.Full), plan.Full)
-	return s.write(tb)
+	full, changed := s.scope(st, plan)
+	s.claim(s.render(st, full, changed), full)
+	n, err := s.write(tb)
+	if err == nil {
+		s.prev = st
+	}
+	return n, err
 }
 
 // TestApplyOrder checks that no frontend ever counts a slot that is not

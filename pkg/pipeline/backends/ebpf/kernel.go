@@ -107,7 +107,7 @@ func programSpec(c progConfig, capacity uint32) (*ebpf.CollectionSpec, error) {
 // link in place, so that no socket goes untranslated meanwhile. Everything
 // is pinned in dir. A pinned reverse translation map of another size than
 // c.sockets is replaced by one of that size holding its entries.
-func load(c progConfig, dir, cgroup string, capacity uint32) (*loaded, error) {
+func load(c progConfig, dir, cgroup string, capacity uint32, tl *timeline) (*loaded, error) {
 	if err := isCgroup2(cgroup); err != nil {
 		return nil, err
 	}
@@ -119,6 +119,7 @@ func load(c progConfig, dir, cgroup string, capacity uint32) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
+	tl.step("spec")
 	adopt := []string{mapServices, mapBackends, mapRevNAT, mapAffinity}
 	if resized != nil {
 		defer resized.Close()
@@ -128,6 +129,7 @@ func load(c progConfig, dir, cgroup string, capacity uint32) (*loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the %s socket programs: %w", c.family, err)
 	}
+	tl.step("programs")
 	l := &loaded{coll: coll, links: map[string]link.Link{}}
 	if resized != nil {
 		if err := l.resizeRevNAT(resized, dir); err != nil {
@@ -141,6 +143,7 @@ func load(c progConfig, dir, cgroup string, capacity uint32) (*loaded, error) {
 			return nil, err
 		}
 	}
+	tl.step("attach")
 	return l, nil
 }
 

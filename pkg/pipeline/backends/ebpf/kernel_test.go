@@ -262,12 +262,7 @@ func TestKernelNodeRoute(t *testing.T) {
 // larger maps, filled first; the pins follow, and a restart adopts them.
 func TestKernelGrow(t *testing.T) {
 	r := newRig(t)
-	names := []string{"e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9"}
-	r.serve(t, proxy.TCP, 8080, names...)
-	var ports []uint16
-	for i := range names {
-		ports = append(ports, 8080+uint16(i))
-	}
+	ports := r.serveTen(t)
 	front := netip.AddrPortFrom(vip4, 80)
 	p := r.proxier(t, proxy.IPv4)
 	p.minCapacity = 4
@@ -301,6 +296,18 @@ func TestKernelGrow(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(p.dir, "*_grown")); len(left) != 0 {
 		t.Errorf("pins left from growing: %v", left)
 	}
+}
+
+// serveTen starts ten TCP servers, e0 to e9, on ports 8080 to 8089 of
+// the server namespace and returns the ports.
+func (r *rig) serveTen(t *testing.T) []uint16 {
+	names := []string{"e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8", "e9"}
+	r.serve(t, proxy.TCP, 8080, names...)
+	var ports []uint16
+	for i := range names {
+		ports = append(ports, 8080+uint16(i))
+	}
+	return ports
 }
 
 // TestKernelCanary: a pin removed behind svcproxy's back is the canary

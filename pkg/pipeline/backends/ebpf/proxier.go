@@ -64,6 +64,8 @@ type Proxier struct {
 	// store is what the ports claim and the maps hold (store.go).
 	store  *store
 	writes uint64
+	// tl times the steps of the syncs until one succeeded (timeline.go).
+	tl *timeline
 	// sockets destroys translated sockets, beside the syncs.
 	sockets *Sockets
 }
@@ -92,15 +94,41 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 		minCapacity: minCapacity, store: newStore(), sockets: newSockets(family, dir, o.Cgroup)}, nil
 }
 
-// Init is part of the backend interface; loading waits for the first
-// State, which sizes the maps.
+// Init is part of the backend interface; loading waits for Prepare or the
+// first State.
 func (p *Proxier) Init(context.Context) error { return nil }
+
+// Prepare does ahead of the first Sync what needs no State: it loads the
+// programs (adopting pinned maps at their size, creating missing ones with
+// the smallest capacity), attaches them, and reads the maps back. The
+// syncer runs it while the informers' initial lists arrive, so that the
+// first Sync only renders, writes the difference and, when the State
+// outgrows new maps, moves the programs to larger ones. A failure leaves
+// it all to the first Sync.
+func (p *Proxier) Prepare(context.Context) error {
+	p.tl = newTimeline()
+	defer func() { p.tl = nil }()
+	if p.kernel == nil {
+		if err := p.load(p.minCapacity); err != nil {
+			return err
+		}
+	}
+	if err := p.store.readBack(p.tables); err != nil {
+		p.store.syncs.Failed()
+		return err
+	}
+	p.tl.step("readBack")
+	p.tl.log("Socket hooks prepared", "ipFamily", p.family, "capacity", p.kernel.mapOf(mapServices).MaxEntries(),
+		"records", p.store.records.KernelLen(), "slots", p.store.slots.KernelLen())
+	return nil
+}
 
 // Sync makes the maps hold what st renders to, writing only the
 // difference. The engine's plan (reconcile.Syncs) says how much: a
 // PartialSync renders only the service ports of st.Changed, a FullSync
 // every one, and a RecoverySync (as every sync after a failure) first
-// reads the maps back. Maps too small for the State are grown.
+// reads the maps back. Maps too small for the State are grown. Until one
+// succeeded, each logs how long its steps took.
 func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode) error {
 	if mode == proxy.PartialSync && st.Changed == nil {
 		mode = proxy.FullSync // the State does not say what changed
@@ -109,20 +137,32 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 	if err != nil {
 		return err
 	}
-	parts := p.store.render(st, plan.Full)
-	if err := p.ready(mode, plan, p.capacityFor(uint32(p.store.need(parts, plan.Full)))); err != nil {
+	if !p.programmed.Load() {
+		p.tl = newTimeline()
+		defer func() { p.tl = nil }()
+	}
+	full, changed := p.store.scope(st, plan)
+	parts := p.store.render(st, full, changed)
+	p.tl.step("render")
+	if err := p.ready(mode, plan, p.capacityFor(uint32(p.store.need(parts, full)))); err != nil {
 		p.store.syncs.Failed() // the IDs render took are not claimed
 		return err
 	}
-	p.store.claim(parts, plan.Full)
+	p.store.claim(parts, full)
+	p.tl.step("claim")
+	var n int
 	if need := max(p.store.records.Len(), p.store.slots.Len()); !p.fits(need) {
-		return p.grow(p.capacityFor(uint32(need)))
+		n, err = p.grow(p.capacityFor(uint32(need)))
+	} else {
+		n, err = p.store.write(p.tables)
+		p.writes += uint64(n)
 	}
-	n, err := p.store.write(p.tables)
-	p.writes += uint64(n)
 	if err != nil {
 		return err
 	}
+	p.tl.step("write")
+	p.tl.log("Socket hooks' first sync", "ipFamily", p.family, "mode", mode, "written", n)
+	p.store.prev = st
 	p.published()
 	return nil
 }
@@ -144,19 +184,21 @@ func (p *Proxier) ready(mode proxy.SyncMode, plan reconcile.Plan, capacity uint3
 		if err := p.store.readBack(p.tables); err != nil {
 			return err
 		}
+		p.tl.step("readBack")
 	}
 	return nil
 }
 
 // grow moves the programs to maps of capacity entries, filled with the
 // claims (their slots stabilized against the old maps) before any hook
-// uses them.
-func (p *Proxier) grow(capacity uint32) error {
+// uses them, and returns how many entries it wrote.
+func (p *Proxier) grow(capacity uint32) (int, error) {
 	next, err := p.kernel.grow(p.progConfig(), capacity)
 	if err != nil {
 		p.store.syncs.Failed()
-		return err
+		return 0, err
 	}
+	p.tl.step("grow")
 	t := tablesOf(next)
 	p.store.emptied()
 	n, err := p.store.write(t)
@@ -167,15 +209,14 @@ func (p *Proxier) grow(capacity uint32) error {
 	if err != nil {
 		next.close()
 		p.store.syncs.Failed()
-		return err
+		return n, err
 	}
 	p.kernel, p.tables = next, t
-	p.published()
-	return nil
+	return n, nil
 }
 
 func (p *Proxier) load(capacity uint32) error {
-	l, err := load(p.progConfig(), p.dir, p.cgroup, capacity)
+	l, err := load(p.progConfig(), p.dir, p.cgroup, capacity, p.tl)
 	if err != nil {
 		return err
 	}

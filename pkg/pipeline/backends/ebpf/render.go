@@ -31,7 +31,7 @@ func newContents() Contents {
 // same IDs, so a restarted svcproxy finds its own contents in the maps.
 func Render(st *desired.State) Contents {
 	c := newContents()
-	for _, pt := range newStore().render(st, true) {
+	for _, pt := range newStore().render(st, true, nil) {
 		if pt == nil {
 			continue
 		}

@@ -40,6 +40,9 @@ type store struct {
 	slots   *reconcile.Table[owner, beKey, beVal]
 	ids     map[owner][]uint64
 	taken   map[uint64]bool
+	// prev is the State the claims were last made for, when that sync
+	// succeeded (scope).
+	prev *desired.State
 }
 
 func newStore() *store {
@@ -47,16 +50,16 @@ func newStore() *store {
 		ids: map[owner][]uint64{}, taken: map[uint64]bool{}}
 }
 
-// render renders every service port of st (full) or those of st.Changed,
+// render renders every service port of st (full) or those of changed,
 // a removed one as nil, in name order: group IDs are probed in that order,
 // past those the other ports keep (taken).
-func (s *store) render(st *desired.State, full bool) map[owner]*part {
+func (s *store) render(st *desired.State, full bool, changed map[owner]struct{}) map[owner]*part {
 	var names []owner
 	if full {
 		names = slices.Collect(st.Services.Keys())
 		s.taken = map[uint64]bool{}
 	} else {
-		for name := range st.Changed {
+		for name := range changed {
 			names = append(names, name)
 			for _, id := range s.ids[name] {
 				delete(s.taken, id)
@@ -73,6 +76,23 @@ func (s *store) render(st *desired.State, full bool) map[owner]*part {
 		}
 	}
 	return parts
+}
+
+// scope says which service ports a sync renders and claims again: every
+// one (full) or those of changed. A PartialSync's are st.Changed. A
+// FullSync after a successful sync, with the maps not to be read back and
+// the same node port addresses, needs only the ports that differ from the
+// last synced State's: the others' claims already hold what they render
+// to, and the maps what was claimed, so claiming them again would change
+// nothing but cost a render and a diff of every entry.
+func (s *store) scope(st *desired.State, plan reconcile.Plan) (bool, map[owner]struct{}) {
+	if !plan.Full {
+		return false, st.Changed
+	}
+	if plan.ReadBack || !st.SameGlobals(s.prev) {
+		return true, nil
+	}
+	return false, changedSince(st, s.prev)
 }
 
 // need bounds the entries of the larger map once parts are claimed.
@@ -92,6 +112,7 @@ func (s *store) need(parts map[owner]*part, full bool) int {
 // claim stabilizes each part's slots against what the maps hold and swaps
 // its port's claims for it; a full sync drops every claim first.
 func (s *store) claim(parts map[owner]*part, full bool) {
+	s.prev = nil // until the sync's write succeeds
 	if full {
 		s.records.ResetClaims()
 		s.slots.ResetClaims()
@@ -165,4 +186,23 @@ func (s *store) emptied() {
 	s.slots.ForgetKernel()
 	s.records.MarkAllDirty()
 	s.slots.MarkAllDirty()
+}
+
+// changedSince returns the service ports of st that prev does not have as
+// they are in st (new, changed or gone), by desired's equality of ports.
+// With the same globals (node port addresses), a port equal to prev's
+// renders to what its claims already hold.
+func changedSince(st, prev *desired.State) map[owner]struct{} {
+	changed := map[owner]struct{}{}
+	for name, sp := range st.Services.All() {
+		if !sp.Equal(prev.Service(name)) {
+			changed[name] = struct{}{}
+		}
+	}
+	for name := range prev.Services.Keys() {
+		if st.Service(name) == nil {
+			changed[name] = struct{}{}
+		}
+	}
+	return changed
 }

@@ -5,6 +5,9 @@ import (
 	"net/netip"
 	"runtime"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -18,16 +21,21 @@ import (
 //
 //   - cold: a process's first sync, over empty maps: the read-back, a full
 //     render, every entry written;
-//   - full: a full sync of the same State after it: every key diffed,
-//     nothing written;
+//   - full: a full sync of the same State after it: nothing written;
+//   - full-rebuilt: a full sync of an equal State built afresh (as the
+//     syncer's full syncs compute it from scratch: equal ports, not the
+//     same pointers): nothing written;
 //   - partial: a partial sync of one port whose endpoint changed.
 //
 // cold also reports store-MB, the heap the store keeps after a cold sync.
+// Each reports cpu-ms/op, the process's CPU time (GC included) per sync,
+// which a busy machine changes less than the time per sync.
 func BenchmarkSync(b *testing.B) {
 	st := syncBenchState(10000)
 	moved := movedEndpoint(st)
 	b.Run("cold", func(b *testing.B) {
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		for b.Loop() {
 			mustSync(b, newBenchMaps(), st, proxy.RecoverySync)
 		}
@@ -46,8 +54,23 @@ func BenchmarkSync(b *testing.B) {
 		m := newBenchMaps()
 		mustSync(b, m, st, proxy.RecoverySync)
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		for b.Loop() {
 			mustSync(b, m, st, proxy.FullSync)
+		}
+	})
+	b.Run("full-rebuilt", func(b *testing.B) {
+		m := newBenchMaps()
+		mustSync(b, m, st, proxy.RecoverySync)
+		states, i := [2]*desired.State{syncBenchState(10000), st}, 0
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			mustSync(b, m, states[i%2], proxy.FullSync)
+			i++
+		}
+		if m.writes != 12*10000 {
+			b.Fatalf("full syncs of an equal State wrote %d entries after the first sync's %d", m.writes-12*10000, 12*10000)
 		}
 	})
 	b.Run("partial", func(b *testing.B) {
@@ -103,6 +126,24 @@ func firstChanged(st *desired.State) *desired.State {
 func firstPort(st *desired.State) (proxy.ServicePortName, *desired.ServicePort) {
 	name := proxy.ServicePortName{ServiceName: proxy.ServiceName{Namespace: "ns", Name: "svc-0"}, Protocol: proxy.TCP}
 	return name, st.Service(name)
+}
+
+// reportCPU starts counting the process's CPU time; the function it
+// returns reports it per iteration, as cpu-ms/op. Call it after the
+// benchmark's setup.
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() {
+		b.ReportMetric(float64((cpuTime()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // heapHeldBy returns the bytes of heap that what build returns keeps
