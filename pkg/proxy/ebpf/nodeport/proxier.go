@@ -26,6 +26,9 @@ type Options struct {
 	// namespace) the programs attach to: where traffic from outside
 	// arrives, and where endpoints on other nodes are reached.
 	Interfaces []string
+	// Acceleration says where np_xdp runs in front of the tc programs
+	// ("" is disabled).
+	Acceleration Acceleration
 }
 
 // The smallest capacities; entries are allocated when written (all but
@@ -81,10 +84,13 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 		// ones are, so translation does not stop.
 		old := p.kernel
 		p.kernel = nil
+		// The old XDP links go first (tc serves meanwhile): an
+		// interface takes one XDP link.
+		old.closeXDP()
 		defer old.close()
 	}
 	if p.kernel == nil {
-		l, err := load(p.o.PinDir, p.o.Interfaces, sizesFor(&want))
+		l, err := load(p.o.PinDir, p.o.Interfaces, p.o.Acceleration, sizesFor(&want))
 		if err != nil {
 			return err
 		}
@@ -122,6 +128,9 @@ func (p *Proxier) pinsMissing() bool {
 		for prog := range hooks {
 			pins = append(pins, linkPin(p.o.PinDir, prog, iface))
 		}
+	}
+	for _, iface := range p.Accelerated() {
+		pins = append(pins, linkPin(p.o.PinDir, progXDP, iface))
 	}
 	for _, pin := range pins {
 		if _, err := os.Stat(pin); err != nil {
