@@ -64,7 +64,10 @@ func modes(flavour kiptables.Flavour) []mode {
 	return []mode{
 		{"nftables", programNFT},
 		{"iptables", func(t *topo, st *desired.State) (func(), error) { return programIPT(t, st, flavour) }},
-		{"ebpf-tc", programTC},
+		{"ebpf-tc", func(t *topo, st *desired.State) (func(), error) { return programTC(t, st, "") }},
+		{"ebpf-xdp", func(t *topo, st *desired.State) (func(), error) {
+			return programTC(t, st, nodeport.AccelerationNative)
+		}},
 	}
 }
 
@@ -99,10 +102,11 @@ func programIPT(t *topo, st *desired.State, flavour kiptables.Flavour) (func(), 
 	return func() {}, err
 }
 
-// programTC attaches the tc programs to both of the node's links: the
-// endpoints are then on "another node", reached by redirect, as most
-// endpoints of a node port are.
-func programTC(t *topo, st *desired.State) (func(), error) {
+// programTC attaches the tc programs to both of the node's links, and
+// np_xdp in front of them as accel says: the endpoints are then on
+// "another node", reached by redirect, as most endpoints of a node port
+// are.
+func programTC(t *topo, st *desired.State, accel nodeport.Acceleration) (func(), error) {
 	pins, err := os.MkdirTemp("", "bench-nodeport-bpf")
 	if err != nil {
 		return nil, err
@@ -115,7 +119,7 @@ func programTC(t *topo, st *desired.State) (func(), error) {
 		_ = unix.Unmount(pins, 0)
 		_ = os.Remove(pins)
 	}
-	p, err := nodeport.New(nodeport.Options{PinDir: pins, Interfaces: []string{extIf, intIf}})
+	p, err := nodeport.New(nodeport.Options{PinDir: pins, Interfaces: []string{extIf, intIf}, Acceleration: accel})
 	if err != nil {
 		unmount()
 		return nil, err

@@ -22,6 +22,10 @@ func report(cfg config, res []result) {
 		}
 	}
 	for _, r := range res {
+		if r.failed != "" {
+			fmt.Printf("| %d | %s | not programmed after %.0f s: %s | | | | | | |\n", r.services, r.mode, r.syncSecs, r.failed)
+			continue
+		}
 		m := medians(r.samples)
 		ratio, cpuRatio := "—", "—"
 		if b, ok := base[r.services]; ok && b.Forwarded > 0 && m.SoftirqNS > 0 {
