@@ -10,7 +10,7 @@
 #                 hack/update-bpf.sh --install installs Debian's)
 #   make bench    the nftables benchmark (test/bench/nftables)
 #   make bench-nodeport  packets through a node port from outside: packets/s and CPU per packet
-#                 per backend at 1k and 50k Services (test/bench/nodeport; root, minutes)
+#                 per backend (ebpf: tc and XDP) at 1k and 50k Services (test/bench/nodeport; root, minutes)
 #   make bench-e2e  10k Services × 10 endpoints through a real API server: first sync,
 #                 network programming latency under churn, peak RSS (hack/bench-e2e.sh)
 #   make footprint  the binary's sections, its inits' heap and an idle process's RSS by

@@ -2,7 +2,8 @@
 // tc programs on the node's interfaces translate IPv4 TCP and UDP traffic
 // arriving from outside the node for node ports, external IPs and LB IPs,
 // through a conntrack/NAT table of their own, from maps rendered from
-// desired's State. See README.md.
+// desired's State; with acceleration, an XDP program in front of them
+// sends on the packets of the flows they forward. See README.md.
 package nodeport
 
 import (
