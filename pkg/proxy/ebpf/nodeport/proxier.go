@@ -38,6 +38,11 @@ const (
 	minEntries       = 1 << 14
 	minMaglevEntries = 1 << 20
 	minCTEntries     = 1 << 18
+	// maxCTEntries bounds the conntrack table: an LRU is allocated whole
+	// when loaded, and per endpoint the table would take gigabytes of
+	// kernel memory at tens of thousands of Services (a million flows,
+	// about 200 MiB, here).
+	maxCTEntries = 1 << 21
 	// ctPerEndpoint is how many table entries (two a flow) the conntrack
 	// table holds per endpoint the State serves, above minCTEntries.
 	ctPerEndpoint = 256
@@ -146,7 +151,7 @@ func sizesFor(c *Contents) sizes {
 	for _, v := range c.Services {
 		eps += int(v.Count)
 	}
-	ct := capacity(eps*ctPerEndpoint/2, minCTEntries)
+	ct := min(capacity(eps*ctPerEndpoint/2, minCTEntries), maxCTEntries)
 	return sizes{
 		services: capacity(len(c.Services), minEntries),
 		backends: capacity(len(c.Backends), minEntries),
