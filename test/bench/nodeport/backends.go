@@ -115,10 +115,10 @@ func programTC(t *topo, st *desired.State, accel nodeport.Acceleration) (func(),
 		_ = os.Remove(pins)
 		return nil, fmt.Errorf("mount a bpffs: %w", err)
 	}
-	unmount := func() {
+	unmount := onExit(func() {
 		_ = unix.Unmount(pins, 0)
 		_ = os.Remove(pins)
-	}
+	})
 	p, err := nodeport.New(nodeport.Options{PinDir: pins, Interfaces: []string{extIf, intIf}, Acceleration: accel})
 	if err != nil {
 		unmount()

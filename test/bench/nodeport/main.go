@@ -70,6 +70,7 @@ func run() int {
 			cfg.modes = append(cfg.modes, m)
 		}
 	}
+	undoOnSignal()
 	res, err := measureAll(cfg)
 	report(cfg, res)
 	if err != nil {

@@ -48,6 +48,7 @@ type topo struct {
 	sender        *ebpf.Program
 	frame         []byte
 	genIndex      int
+	undo          func()
 }
 
 func newTopo(targets int, flows uint16) (t *topo, err error) {
@@ -56,6 +57,7 @@ func newTopo(targets int, flows uint16) (t *topo, err error) {
 		return nil, err
 	}
 	t = &topo{lab: lab}
+	t.undo = onExit(t.release)
 	defer func() {
 		if err != nil {
 			t.close()
@@ -176,7 +178,10 @@ func (t *topo) send(stop <-chan struct{}) error {
 	})
 }
 
-func (t *topo) close() {
+// close removes the topology (once, also on a signal: onExit).
+func (t *topo) close() { t.undo() }
+
+func (t *topo) release() {
 	if t.counter != nil {
 		_ = t.counter.Close()
 	}
