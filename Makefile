@@ -9,6 +9,8 @@
 #   make bpf      regenerate the committed eBPF objects (hack/update-bpf.sh; needs clang:
 #                 hack/update-bpf.sh --install installs Debian's)
 #   make bench    the nftables benchmark (test/bench/nftables)
+#   make bench-nodeport  packets through a node port from outside: packets/s and CPU per packet
+#                 per backend (ebpf: tc and XDP) at 1k and 50k Services (test/bench/nodeport; root, minutes)
 #   make bench-e2e  10k Services × 10 endpoints through a real API server: first sync,
 #                 network programming latency under churn, peak RSS (hack/bench-e2e.sh)
 #   make footprint  the binary's sections, its inits' heap and an idle process's RSS by
@@ -29,7 +31,7 @@ GO ?= go
 # Version, commit and build date go in with -X (hack/version.sh), as in a release.
 LDFLAGS = $(shell hack/version.sh ldflags)
 
-.PHONY: all build release test verify bench bench-e2e footprint demo demo-down controlplane deps clean help e2e
+.PHONY: all build release test verify bench bench-nodeport bench-e2e footprint demo demo-down controlplane deps clean help e2e
 
 all: build
 
@@ -66,6 +68,8 @@ image: ; hack/image.sh all # OCI layout _output/image/oci, tested in a chroot; r
 bench:
 	$(GO) run ./test/bench/nftables
 	$(GO) run ./test/bench/iptables
+
+bench-nodeport: ; $(GO) run ./test/bench/nodeport # node-port packet path per backend; root, minutes; not in make test
 
 footprint: ; hack/footprint.sh
 

@@ -48,6 +48,7 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	cfg.BPFCgroupRoot = o.bpfCgroupRoot
 	cfg.BPFPinDir = o.bpfPinDir
 	cfg.BPFTCInterfaces = o.bpfTCInterfaces
+	cfg.BPFAcceleration = o.bpfAcceleration
 	cfg.BPFSocketEntries = o.bpfSocketEntries
 	if cfg.ExternalBalancing, err = proxy.ParseBalancing(o.externalLBAlgorithm); err != nil {
 		return nil, fmt.Errorf("--external-lb-algorithm: %w", err)

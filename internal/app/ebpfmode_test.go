@@ -37,6 +37,12 @@ func TestEBPFModeSelected(t *testing.T) {
 	if tc := mustRun(t, "--hostname-override=n1", "--proxy-mode=ebpf", "--bpf-tc-interfaces=eth0,eth1"); !slices.Equal(tc.BPFTCInterfaces, []string{"eth0", "eth1"}) {
 		t.Errorf("--bpf-tc-interfaces=eth0,eth1 gave %q", tc.BPFTCInterfaces)
 	}
+	if cfg.BPFAcceleration != "" {
+		t.Errorf("XDP acceleration is on by default: %q", cfg.BPFAcceleration)
+	}
+	if x := mustRun(t, "--hostname-override=n1", "--proxy-mode=ebpf", "--bpf-tc-interfaces=eth0", "--bpf-acceleration=best-effort"); x.BPFAcceleration != "best-effort" {
+		t.Errorf("--bpf-acceleration=best-effort gave %q", x.BPFAcceleration)
+	}
 	file := mustRun(t, "--config", writeFile(t, "c.yaml", configHeader+"mode: ebpf\nhostnameOverride: n1\n"))
 	if file.Mode != proxy.ModeEBPF || !slices.Equal(file.NodePortAddresses, []string{"primary"}) {
 		t.Errorf("mode: ebpf gave mode %q, nodePortAddresses %q; want ebpf, [primary] (nftables')", file.Mode, file.NodePortAddresses)

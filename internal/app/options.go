@@ -29,6 +29,7 @@ type options struct {
 	bpfCgroupRoot    string
 	bpfPinDir        string
 	bpfTCInterfaces  []string
+	bpfAcceleration  string
 	bpfSocketEntries uint32
 	version          string
 	// externalLBAlgorithm is --external-lb-algorithm, parsed by complete.

@@ -40,7 +40,17 @@ var ebpfBackend = Backend{
 		if err := ebpf.CheckHost(); err != nil {
 			return nil, err
 		}
-		if cfg != nil && len(cfg.BPFTCInterfaces) > 0 {
+		if cfg == nil {
+			return nil, nil
+		}
+		accel, err := nodeport.ParseAcceleration(cfg.BPFAcceleration)
+		if err != nil {
+			return nil, fmt.Errorf("--bpf-acceleration: %w", err)
+		}
+		if accel != nodeport.AccelerationDisabled && len(cfg.BPFTCInterfaces) == 0 {
+			return nil, fmt.Errorf("--bpf-acceleration=%s accelerates the tc programs, which --bpf-tc-interfaces turns on", accel)
+		}
+		if len(cfg.BPFTCInterfaces) > 0 {
 			return nil, ebpf.CheckTCHost()
 		}
 		return nil, nil
@@ -92,7 +102,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		nft := inst.Proxiers[f]
 		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder}
 		if f == proxy.IPv4 {
-			if both.tc, err = openTC(pinDir, env.Config.BPFTCInterfaces); err != nil {
+			if both.tc, err = openTC(pinDir, env.Config.BPFTCInterfaces, env.Config.BPFAcceleration); err != nil {
 				inst.Close()
 				return nil, err
 			}
@@ -110,7 +120,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both, EarlyServer: both}
 	}
 	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir,
-		"tcInterfaces", env.Config.BPFTCInterfaces)
+		"tcInterfaces", env.Config.BPFTCInterfaces, "acceleration", env.Config.BPFAcceleration)
 	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newEBPFCollector(hooks)))
 	return inst, nil
 }
@@ -156,14 +166,18 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 // without interfaces takes off them the programs an earlier start attached:
 // their links are pinned and would otherwise go on translating with maps
 // nobody writes.
-func openTC(pinDir string, ifaces []string) (*nodeport.Proxier, error) {
+func openTC(pinDir string, ifaces []string, acceleration string) (*nodeport.Proxier, error) {
 	if len(ifaces) == 0 {
 		if err := nodeport.Remove(tcPinDir(pinDir)); err != nil {
 			return nil, fmt.Errorf("ebpf: removing the tc programs of an earlier start: %w", err)
 		}
 		return nil, nil
 	}
-	return nodeport.New(nodeport.Options{PinDir: tcPinDir(pinDir), Interfaces: ifaces})
+	accel, err := nodeport.ParseAcceleration(acceleration)
+	if err != nil {
+		return nil, err
+	}
+	return nodeport.New(nodeport.Options{PinDir: tcPinDir(pinDir), Interfaces: ifaces, Acceleration: accel})
 }
 
 // tcPinDir is where the experimental tc programs pin, beside the socket

@@ -117,6 +117,11 @@ type Config struct {
 	// (--bpf-tc-interfaces, an svcproxy extension; off by default, when
 	// the nftables half serves that traffic).
 	BPFTCInterfaces []string
+	// BPFAcceleration is where the tc programs get an XDP program in
+	// front of them: "disabled" (or ""), "native" (every interface, or
+	// the start fails) or "best-effort" (where the driver allows)
+	// (--bpf-acceleration, an svcproxy extension).
+	BPFAcceleration string
 	// BPFSocketEntries is how many translated sockets ebpf mode remembers
 	// per family, 0 for 65536 (--bpf-socket-entries).
 	BPFSocketEntries uint32

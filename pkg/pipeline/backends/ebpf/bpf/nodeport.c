@@ -24,6 +24,9 @@
 //     unreachable) or dropped.
 // np_egress (tc egress of each node interface): a local endpoint's reply
 // gets the frontend back as its source.
+// np_xdp (XDP of each node interface, with acceleration; xdp.h): the
+// packets of flows np_ingress forwards out of a node interface, sent on
+// from the driver; everything else passes to np_ingress.
 
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -210,6 +213,17 @@ struct {
 	__type(value, __u32);
 } np_devices SEC(".maps");
 
+// np_xdp_out holds the ifindexes of the node interfaces np_xdp is attached
+// to natively: the only ones it sends XDP frames out of. A driver may
+// refuse frames redirected to it (a veth whose peer takes none), and the
+// frame is then lost; these interfaces run XDP themselves.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} np_xdp_out SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -270,10 +284,9 @@ struct pkt {
 #define TCP_RST 0x04
 #define TCP_ACK 0x10
 
-static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+// parse_data parses the packet in [data, end) (tc's and XDP's alike).
+static __always_inline int parse_data(void *data, void *end, struct pkt *p)
 {
-	void *data = (void *)(long)skb->data;
-	void *end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + sizeof(*eth);
 
@@ -300,6 +313,11 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		p->tcp_flags = *fl;
 	}
 	return 1;
+}
+
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+{
+	return parse_data((void *)(long)skb->data, (void *)(long)skb->data_end, p);
 }
 
 // rewrite gives the packet the addresses and ports of v, fixing the
@@ -601,6 +619,8 @@ int np_egress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	return apply(skb, &p, v, now);
 }
+
+#include "xdp.h"
 
 // jhash_run is for tests only (svcproxy never loads it): the packet is
 // the words to hash, [count, seed, word...], and the result the hash.

@@ -29,9 +29,9 @@ const (
 )
 
 var mapNames = []string{mapServices, mapBackends, mapMaglev, mapDevices, mapConfig, mapCT, mapRanges, mapMembers,
-	mapAffinity}
+	mapAffinity, mapXDPOut}
 
-// The programs svcproxy attaches, and where.
+// The tc programs svcproxy attaches, and where (np_xdp: xdp.go).
 var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}
 
 // sizes are the capacities of the maps the State sizes.
@@ -41,24 +41,28 @@ type sizes struct{ services, backends, maglev, ranges, members, ct, affinity uin
 type loaded struct {
 	coll  *ebpf.Collection
 	links []link.Link
+	// xdp are np_xdp's links, on xdpIfaces.
+	xdp       []link.Link
+	xdpIfaces []string
 }
 
 func (l *loaded) close() {
 	for _, lk := range l.links {
 		lk.Close()
 	}
+	l.closeXDP()
 	l.coll.Close()
 }
 
-// programSpec is the two programs and their maps, sized; the test-only
-// programs are left out.
+// programSpec is the tc programs, np_xdp and their maps, sized; the
+// test-only programs are left out.
 func programSpec(sz sizes) (*ebpf.CollectionSpec, error) {
 	spec, err := loadNodeport()
 	if err != nil {
 		return nil, err
 	}
 	for name := range spec.Programs {
-		if _, ok := hooks[name]; !ok {
+		if _, ok := hooks[name]; !ok && name != progXDP {
 			delete(spec.Programs, name)
 		}
 	}
@@ -71,9 +75,10 @@ func programSpec(sz sizes) (*ebpf.CollectionSpec, error) {
 
 // load loads the programs, adopting the maps pinned in dir (the flows of
 // the conntrack table survive a restart), pins new maps, and attaches both
-// programs to each interface, swapping the program of a pinned link in
-// place. Interfaces are looked up in the caller's network namespace.
-func load(dir string, ifaces []string, sz sizes) (*loaded, error) {
+// tc programs, and np_xdp as accel says, to each interface, swapping the
+// program of a pinned link in place. Interfaces are looked up in the
+// caller's network namespace.
+func load(dir string, ifaces []string, accel Acceleration, sz sizes) (*loaded, error) {
 	spec, err := programSpec(sz)
 	if err != nil {
 		return nil, err
@@ -84,7 +89,7 @@ func load(dir string, ifaces []string, sz sizes) (*loaded, error) {
 	}
 	l := &loaded{coll: coll}
 	for _, iface := range ifaces {
-		if err := l.attachAll(dir, iface); err != nil {
+		if err := l.attachAll(dir, iface, accel); err != nil {
 			l.close()
 			return nil, err
 		}
@@ -96,19 +101,20 @@ func load(dir string, ifaces []string, sz sizes) (*loaded, error) {
 	return l, nil
 }
 
-// detachUnlisted detaches the links pinned in dir on interfaces that are
-// no longer listed and forgets those as node interfaces, so that a start
-// with fewer --bpf-tc-interfaces leaves no program on the ones dropped.
+// detachUnlisted detaches the links pinned in dir that this load did not
+// attach (on interfaces no longer listed, np_xdp's where acceleration is
+// off or the driver refused it) and forgets those interfaces, so that a
+// start with fewer --bpf-tc-interfaces, or without --bpf-acceleration,
+// leaves no program behind.
 func (l *loaded) detachUnlisted(dir string, ifaces []string) error {
 	listed := map[string]bool{}
-	devs := map[uint32]bool{}
 	for _, iface := range ifaces {
 		for name := range hooks {
 			listed[filepath.Base(linkPin(dir, name, iface))] = true
 		}
-		if dev, err := net.InterfaceByName(iface); err == nil {
-			devs[uint32(dev.Index)] = true
-		}
+	}
+	for _, iface := range l.xdpIfaces {
+		listed[filepath.Base(linkPin(dir, progXDP, iface))] = true
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -126,24 +132,36 @@ func (l *loaded) detachUnlisted(dir string, ifaces []string) error {
 		}
 		errs = append(errs, lk.Unpin(), lk.Close())
 	}
+	errs = append(errs, keepOnly(l.coll.Maps[mapDevices], ifaces), keepOnly(l.coll.Maps[mapXDPOut], l.xdpIfaces))
+	return errors.Join(errs...)
+}
+
+// keepOnly deletes the ifindexes of m that are not those of ifaces.
+func keepOnly(m *ebpf.Map, ifaces []string) error {
+	devs := map[uint32]bool{}
+	for _, iface := range ifaces {
+		if dev, err := net.InterfaceByName(iface); err == nil {
+			devs[uint32(dev.Index)] = true
+		}
+	}
 	var gone []uint32
 	var idx, val uint32
-	it := l.coll.Maps[mapDevices].Iterate()
+	it := m.Iterate()
 	for it.Next(&idx, &val) {
 		if !devs[idx] {
 			gone = append(gone, idx)
 		}
 	}
-	errs = append(errs, it.Err())
+	errs := []error{it.Err()}
 	for _, idx := range gone {
-		errs = append(errs, l.coll.Maps[mapDevices].Delete(idx))
+		errs = append(errs, m.Delete(idx))
 	}
 	return errors.Join(errs...)
 }
 
-// attachAll attaches both programs to iface and records it as a node
-// interface in np_devices.
-func (l *loaded) attachAll(dir, iface string) error {
+// attachAll attaches both tc programs to iface, and np_xdp as accel says,
+// and records it as a node interface in np_devices.
+func (l *loaded) attachAll(dir, iface string, accel Acceleration) error {
 	dev, err := net.InterfaceByName(iface)
 	if err != nil {
 		return fmt.Errorf("tc node ports: interface %s: %w", iface, err)
@@ -154,7 +172,10 @@ func (l *loaded) attachAll(dir, iface string) error {
 		}
 	}
 	idx := uint32(dev.Index)
-	return l.coll.Maps[mapDevices].Put(idx, idx)
+	if err := l.coll.Maps[mapDevices].Put(idx, idx); err != nil {
+		return err
+	}
+	return l.attachXDP(dir, dev, accel)
 }
 
 // attach attaches program name to dev through the link pinned in dir when

@@ -25,10 +25,12 @@ const (
 	nodeportMapNpMembers    = "np_members"
 	nodeportMapNpRanges     = "np_ranges"
 	nodeportMapNpServices   = "np_services"
+	nodeportMapNpXdpOut     = "np_xdp_out"
 	nodeportProgFlowHashRun = "flow_hash_run"
 	nodeportProgJhashRun    = "jhash_run"
 	nodeportProgNpEgress    = "np_egress"
 	nodeportProgNpIngress   = "np_ingress"
+	nodeportProgNpXdp       = "np_xdp"
 )
 
 // loadNodeport returns the embedded CollectionSpec for nodeport.
@@ -77,6 +79,7 @@ type nodeportProgramSpecs struct {
 	JhashRun    *ebpf.ProgramSpec `ebpf:"jhash_run"`
 	NpEgress    *ebpf.ProgramSpec `ebpf:"np_egress"`
 	NpIngress   *ebpf.ProgramSpec `ebpf:"np_ingress"`
+	NpXdp       *ebpf.ProgramSpec `ebpf:"np_xdp"`
 }
 
 // nodeportMapSpecs contains maps before they are loaded into the kernel.
@@ -92,6 +95,7 @@ type nodeportMapSpecs struct {
 	NpMembers  *ebpf.MapSpec `ebpf:"np_members"`
 	NpRanges   *ebpf.MapSpec `ebpf:"np_ranges"`
 	NpServices *ebpf.MapSpec `ebpf:"np_services"`
+	NpXdpOut   *ebpf.MapSpec `ebpf:"np_xdp_out"`
 }
 
 // nodeportVariableSpecs contains global variables before they are loaded into the kernel.
@@ -129,6 +133,7 @@ type nodeportMaps struct {
 	NpMembers  *ebpf.Map `ebpf:"np_members"`
 	NpRanges   *ebpf.Map `ebpf:"np_ranges"`
 	NpServices *ebpf.Map `ebpf:"np_services"`
+	NpXdpOut   *ebpf.Map `ebpf:"np_xdp_out"`
 }
 
 func (m *nodeportMaps) Close() error {
@@ -142,6 +147,7 @@ func (m *nodeportMaps) Close() error {
 		m.NpMembers,
 		m.NpRanges,
 		m.NpServices,
+		m.NpXdpOut,
 	)
 }
 
@@ -159,6 +165,7 @@ type nodeportPrograms struct {
 	JhashRun    *ebpf.Program `ebpf:"jhash_run"`
 	NpEgress    *ebpf.Program `ebpf:"np_egress"`
 	NpIngress   *ebpf.Program `ebpf:"np_ingress"`
+	NpXdp       *ebpf.Program `ebpf:"np_xdp"`
 }
 
 func (p *nodeportPrograms) Close() error {
@@ -167,6 +174,7 @@ func (p *nodeportPrograms) Close() error {
 		p.JhashRun,
 		p.NpEgress,
 		p.NpIngress,
+		p.NpXdp,
 	)
 }
 

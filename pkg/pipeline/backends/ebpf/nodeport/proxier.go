@@ -2,7 +2,8 @@
 // tc programs on the node's interfaces translate IPv4 TCP and UDP traffic
 // arriving from outside the node for node ports, external IPs and LB IPs,
 // through a conntrack/NAT table of their own, from maps rendered from
-// desired's State. See README.md.
+// desired's State; with acceleration, an XDP program in front of them
+// sends on the packets of the flows they forward. See README.md.
 package nodeport
 
 import (
@@ -26,6 +27,9 @@ type Options struct {
 	// namespace) the programs attach to: where traffic from outside
 	// arrives, and where endpoints on other nodes are reached.
 	Interfaces []string
+	// Acceleration says where np_xdp runs in front of the tc programs
+	// ("" is disabled).
+	Acceleration Acceleration
 }
 
 // The smallest capacities; entries are allocated when written (all but
@@ -34,6 +38,11 @@ const (
 	minEntries       = 1 << 14
 	minMaglevEntries = 1 << 20
 	minCTEntries     = 1 << 18
+	// maxCTEntries bounds the conntrack table: an LRU is allocated whole
+	// when loaded, and per endpoint the table would take gigabytes of
+	// kernel memory at tens of thousands of Services (a million flows,
+	// about 200 MiB, here).
+	maxCTEntries = 1 << 21
 	// ctPerEndpoint is how many table entries (two a flow) the conntrack
 	// table holds per endpoint the State serves, above minCTEntries.
 	ctPerEndpoint = 256
@@ -81,10 +90,13 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 		// ones are, so translation does not stop.
 		old := p.kernel
 		p.kernel = nil
+		// The old XDP links go first (tc serves meanwhile): an
+		// interface takes one XDP link.
+		old.closeXDP()
 		defer old.close()
 	}
 	if p.kernel == nil {
-		l, err := load(p.o.PinDir, p.o.Interfaces, sizesFor(&want))
+		l, err := load(p.o.PinDir, p.o.Interfaces, p.o.Acceleration, sizesFor(&want))
 		if err != nil {
 			return err
 		}
@@ -123,6 +135,9 @@ func (p *Proxier) pinsMissing() bool {
 			pins = append(pins, linkPin(p.o.PinDir, prog, iface))
 		}
 	}
+	for _, iface := range p.Accelerated() {
+		pins = append(pins, linkPin(p.o.PinDir, progXDP, iface))
+	}
 	for _, pin := range pins {
 		if _, err := os.Stat(pin); err != nil {
 			return true
@@ -136,7 +151,7 @@ func sizesFor(c *Contents) sizes {
 	for _, v := range c.Services {
 		eps += int(v.Count)
 	}
-	ct := capacity(eps*ctPerEndpoint/2, minCTEntries)
+	ct := min(capacity(eps*ctPerEndpoint/2, minCTEntries), maxCTEntries)
 	return sizes{
 		services: capacity(len(c.Services), minEntries),
 		backends: capacity(len(c.Backends), minEntries),

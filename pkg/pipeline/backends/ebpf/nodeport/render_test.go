@@ -153,3 +153,19 @@ func TestRenderIsStableAndIPv4Only(t *testing.T) {
 		t.Errorf("an IPv6 State rendered %v: the tc path is IPv4 only", c.Services)
 	}
 }
+
+// TestParseAcceleration: the flag's three values, "" as disabled, and
+// nothing else.
+func TestParseAcceleration(t *testing.T) {
+	for in, want := range map[string]Acceleration{"": AccelerationDisabled, "disabled": AccelerationDisabled,
+		"native": AccelerationNative, "best-effort": AccelerationBestEffort} {
+		if got, err := ParseAcceleration(in); err != nil || got != want {
+			t.Errorf("ParseAcceleration(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"generic", "Native", "on"} {
+		if got, err := ParseAcceleration(bad); err == nil {
+			t.Errorf("ParseAcceleration(%q) = %q, want an error", bad, got)
+		}
+	}
+}

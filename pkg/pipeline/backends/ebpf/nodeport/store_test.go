@@ -53,3 +53,27 @@ func TestWriteOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestConntrackTableBounded: the conntrack table grows with the endpoints
+// the State serves, between its floor and its bound; the bound holds at
+// 50k Services × 10 endpoints, where per endpoint it would be 2^27
+// entries, preallocated.
+func TestConntrackTableBounded(t *testing.T) {
+	contents := func(frontends, eps int) *Contents {
+		c := newContents()
+		for i := range frontends {
+			c.Services[svcKey{Addr: [4]byte{198, 18, byte(i >> 8), byte(i)}, Port: netPort(uint16(i)), Proto: 6}] = svcVal{Count: uint32(eps)}
+		}
+		return &c
+	}
+	for _, tc := range []struct {
+		frontends int
+		want      uint32
+	}{{1, minCTEntries}, {300, 1 << 20}, {50000, maxCTEntries}} {
+		sz := sizesFor(contents(tc.frontends, 10))
+		if sz.ct != tc.want || sz.affinity != tc.want/ctPerClient {
+			t.Errorf("%d frontends × 10 endpoints: conntrack %d, affinity %d entries; want %d, %d",
+				tc.frontends, sz.ct, sz.affinity, tc.want, tc.want/ctPerClient)
+		}
+	}
+}

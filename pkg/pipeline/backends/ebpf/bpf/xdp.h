@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// np_xdp: XDP acceleration of np_ingress (included by nodeport.c, whose
+// maps and helpers it uses). A packet of a flow np_ingress forwards out of
+// a node interface (CT_AT_INGRESS_FWD: an endpoint on another node, and
+// that flow's replies) is rewritten as its table entry says and sent on
+// before the kernel allocates an skb for it. Everything else passes to tc
+// unchanged, where np_ingress does what it always does:
+//   - a flow's first packet (np_ingress picks the endpoint and records
+//     both directions), and a packet whose entry expired;
+//   - a flow to a local endpoint (the stack delivers it, with the
+//     masquerade mark, which XDP cannot set);
+//   - TCP packets that change the flow's state (SYN, FIN, RST);
+//   - what parse leaves to the stack (IPv6, options, fragments, other
+//     protocols);
+//   - a next hop whose neighbour is not resolved (bpf_redirect_neigh
+//     resolves it), or an interface out of which XDP does not send.
+
+// csum_fold folds a 32-bit sum to the 16-bit one's complement checksum.
+static __always_inline __u16 csum_fold(__u64 c)
+{
+	c = (c & 0xffff) + (c >> 16);
+	c = (c & 0xffff) + (c >> 16);
+	c = (c & 0xffff) + (c >> 16);
+	return ~c;
+}
+
+// l34 is what a translation changes: the addresses, which the L4
+// checksum's pseudo-header covers too, and the ports.
+struct l34 {
+	__be32 src;
+	__be32 dst;
+	__be16 sport;
+	__be16 dport;
+};
+
+// xdp_rewrite gives the packet v's addresses and ports, updating the
+// checksums incrementally; a UDP datagram without a checksum stays so.
+static __always_inline int xdp_rewrite(void *data, void *end, const struct pkt *p, const struct ct_val *v)
+{
+	struct iphdr *ip = data + sizeof(struct ethhdr);
+	struct l34 from = { .src = p->k.src, .dst = p->k.dst, .sport = p->k.sport, .dport = p->k.dport };
+	struct l34 to = { .src = v->src, .dst = v->dst, .sport = v->sport, .dport = v->dport };
+
+	if ((void *)(ip + 1) > end)
+		return 0;
+	if (p->k.proto == IPPROTO_TCP) {
+		struct tcphdr *th = (void *)(ip + 1);
+		if ((void *)(th + 1) > end)
+			return 0;
+		th->check = csum_fold(bpf_csum_diff((__be32 *)&from, sizeof(from), (__be32 *)&to, sizeof(to),
+						    (__u16)~th->check));
+		th->source = v->sport;
+		th->dest = v->dport;
+	} else {
+		struct udphdr *uh = (void *)(ip + 1);
+		if ((void *)(uh + 1) > end)
+			return 0;
+		if (uh->check) {
+			__u16 c = csum_fold(bpf_csum_diff((__be32 *)&from, sizeof(from), (__be32 *)&to, sizeof(to),
+							  (__u16)~uh->check));
+			uh->check = c ? c : 0xffff;
+		}
+		uh->source = v->sport;
+		uh->dest = v->dport;
+	}
+	ip->check = csum_fold(bpf_csum_diff((__be32 *)&from, 8, (__be32 *)&to, 8, (__u16)~ip->check));
+	ip->saddr = v->src;
+	ip->daddr = v->dst;
+	return 1;
+}
+
+SEC("xdp")
+int np_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct pkt p = {};
+
+	if (!parse_data(data, end, &p))
+		return XDP_PASS;
+	if (p.tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST))
+		return XDP_PASS;
+	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
+	if (!v || v->at != CT_AT_INGRESS_FWD)
+		return XDP_PASS;
+	__u64 now = bpf_ktime_get_ns();
+	if (expired(v, p.k.proto, now))
+		return XDP_PASS;
+	struct ct_val out = *v;
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET,
+		.ipv4_src = out.src,
+		.ipv4_dst = out.dst,
+		.ifindex = ctx->ingress_ifindex,
+	};
+	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+		return XDP_PASS;
+	__u32 oif = fib.ifindex;
+	if (!bpf_map_lookup_elem(&np_xdp_out, &oif))
+		return XDP_PASS;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end || !xdp_rewrite(data, end, &p, &out))
+		return XDP_PASS;
+	track(v, &p, v->reply, now);
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	if (oif == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(oif, 0);
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
+)
+
+func report(cfg config, res []result) {
+	fmt.Printf("## Node-port packet path (UDP, %d-byte frames, %d flows over %d node ports)\n\n",
+		frameLen, int(cfg.flows)*cfg.targets, cfg.targets)
+	fmt.Printf("%d CPUs; %d windows of %v per row, median [min … max]; CPU per packet from /proc/stat deltas "+
+		"(softirq: the node's receive path; busy: all non-idle time, the sender's and the machine's other load included).\n\n",
+		runtime.NumCPU(), cfg.runs, cfg.window)
+	fmt.Println("| Services | mode | forwarded kpps | arrived kpps | softirq ns/pkt | busy ns/pkt | × nftables pps | × nftables softirq/pkt | programming s |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	base := map[int]sample{}
+	for _, r := range res {
+		if r.mode == "nftables" {
+			base[r.services] = medians(r.samples)
+		}
+	}
+	for _, r := range res {
+		if r.failed != "" {
+			fmt.Printf("| %d | %s | not programmed after %.0f s: %s | | | | | | |\n", r.services, r.mode, r.syncSecs, r.failed)
+			continue
+		}
+		m := medians(r.samples)
+		ratio, cpuRatio := "—", "—"
+		if b, ok := base[r.services]; ok && b.Forwarded > 0 && m.SoftirqNS > 0 {
+			ratio = fmt.Sprintf("%.2f", m.Forwarded/b.Forwarded)
+			cpuRatio = fmt.Sprintf("%.2f", m.SoftirqNS/b.SoftirqNS)
+		}
+		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %s | %.1f |\n", r.services, r.mode,
+			stat(r.samples, func(s sample) float64 { return s.Forwarded / 1000 }),
+			stat(r.samples, func(s sample) float64 { return s.Arrived / 1000 }),
+			stat(r.samples, func(s sample) float64 { return s.SoftirqNS }),
+			stat(r.samples, func(s sample) float64 { return s.BusyNS }),
+			ratio, cpuRatio, r.syncSecs)
+	}
+}
+
+func column(xs []sample, f func(sample) float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
+	}
+	return out
+}
+
+func stat(xs []sample, f func(sample) float64) string {
+	s := benchkit.Summarize(column(xs, f))
+	return fmt.Sprintf("%.0f [%.0f … %.0f]", s.Med, s.Min, s.Max)
+}
+
+func medians(xs []sample) sample {
+	med := func(f func(sample) float64) float64 { return benchkit.Summarize(column(xs, f)).Med }
+	return sample{
+		Forwarded: med(func(s sample) float64 { return s.Forwarded }),
+		Arrived:   med(func(s sample) float64 { return s.Arrived }),
+		SoftirqNS: med(func(s sample) float64 { return s.SoftirqNS }),
+		BusyNS:    med(func(s sample) float64 { return s.BusyNS }),
+	}
+}
