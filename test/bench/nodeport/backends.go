@@ -9,12 +9,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/iptables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/model"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/nodeport"
-	"github.com/svcproxy/svcproxy/pkg/proxy/iptables"
-	"github.com/svcproxy/svcproxy/pkg/proxy/model"
-	"github.com/svcproxy/svcproxy/pkg/proxy/nftables"
 	"github.com/svcproxy/svcproxy/test/bench/internal/benchkit"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // The topology: gen ─ gen0 … ext0 ─ node ─ int0 … ep0 ─ ep. The node's

@@ -6,7 +6,7 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"github.com/svcproxy/svcproxy/pkg/proxy/ebpf/bpfmap"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/bpfmap"
 )
 
 // Acceleration is whether np_xdp runs in front of the tc programs, as

@@ -17,10 +17,10 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 
-	"github.com/svcproxy/svcproxy/pkg/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/maglev"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
-	"github.com/svcproxy/svcproxy/pkg/proxy/maglev"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
 
 // xdpRig is a node namespace with two links: a0 toward the client and one
