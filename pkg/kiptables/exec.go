@@ -179,20 +179,27 @@ func (c *Client) Restore(ctx context.Context, data ...[]byte) error {
 }
 
 // RestoreFrom is part of Interface. On iptables-nft, large sections get a
-// read-only listing command first (see cacheHinter).
+// read-only listing command first (see cacheHinter). A refusal before the
+// first COMMIT wraps ErrNothingCommitted.
 func (c *Client) RestoreFrom(ctx context.Context, write func(w io.Writer) error) error {
-	stdin := write
-	if c.flavour == FlavourNFT {
-		stdin = func(w io.Writer) error {
-			h := newCacheHinter(w)
-			if err := write(h); err != nil {
-				return err
-			}
-			return h.flush()
+	var sent *commitWatch // what the last attempt gave the tool
+	stdin := func(w io.Writer) error {
+		sent = &commitWatch{w: w, atomicCommit: c.flavour == FlavourNFT}
+		if c.flavour != FlavourNFT {
+			return write(sent)
 		}
+		h := newCacheHinter(sent)
+		if err := write(h); err != nil {
+			return err
+		}
+		return h.flush()
 	}
 	args := append(append([]string{}, lockArgs...), "--noflush", "--counters")
-	return c.runRetrying(ctx, c.restore, args, stdin, nil)
+	err := c.runRetrying(ctx, c.restore, args, stdin, nil)
+	if err != nil && sent != nil && sent.nothingCommitted(err) {
+		return fmt.Errorf("%w: %w", ErrNothingCommitted, err)
+	}
+	return err
 }
 
 // Save is part of Interface.
