@@ -20,7 +20,8 @@ import (
 // (/run/xtables.lock, shared with kubelet and CNI plugins); "-w 5 -W 100000"
 // waits up to 5 s, polling every 100 ms, as upstream does. A tool that
 // still could not get the lock exits with status 4; we retry that a few
-// times with a growing pause rather than fail the whole sync.
+// times with a growing pause rather than fail the whole sync (told by the
+// message: see isLockError).
 // iptables-nft accepts and ignores the flags.
 var lockArgs = []string{"-w", "5", "-W", "100000"}
 
@@ -39,9 +40,8 @@ var execTimeout = 5 * time.Minute
 const waitDelay = 5 * time.Second
 
 const (
-	lockRetries   = 3
-	lockBackoff   = 500 * time.Millisecond
-	exitLockError = 4
+	lockRetries = 3
+	lockBackoff = 500 * time.Millisecond
 )
 
 // execer runs a program; it is the one OS seam, so tests can check argv
@@ -255,15 +255,11 @@ func (c *Client) retryLocked(ctx context.Context, what string, op func() error) 
 	}
 }
 
+// isLockError tells contention for the xtables lock by the tools' message
+// (both errors carry the tool's stderr). The exit status alone is no
+// proof: 4 is any "resource problem", and iptables-nft-restore exits with
+// it when the kernel refuses a transaction, which no retry changes.
 func isLockError(err error) bool {
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) && exitErr.ExitCode() == exitLockError {
-		return true
-	}
-	var iptErr *goiptables.Error
-	if errors.As(err, &iptErr) && iptErr.ExitStatus() == exitLockError {
-		return true
-	}
 	return strings.Contains(err.Error(), "xtables lock")
 }
 
