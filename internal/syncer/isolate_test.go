@@ -170,33 +170,51 @@ func TestIsolateOffenderInFullSync(t *testing.T) {
 }
 
 // An offender arriving with other changes in one incremental sync: the
-// others are programmed in that same sync; what was programmed stays.
+// others are programmed in that same sync; what was programmed stays. When
+// the rejections applied nothing (proxy.ErrNotApplied), the kernel keeps
+// the last accepted State: the search then needs no recovery sync, only
+// one full sync of its base (which a failure of the base's own would
+// show) and partial syncs, and finds the same offender.
 func TestIsolateOffenderInPartialSync(t *testing.T) {
-	f, p, reported := newPoisonFixture(t)
-	f.tracker.OnServiceUpdate(nil, svcNamed("old", "172.30.1.1", 80))
-	f.markSynced()
-	if err := f.syncer.syncOnce(); err != nil {
-		t.Fatal(err)
+	for _, notApplied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("notApplied=%t", notApplied), func(t *testing.T) {
+			f, p, reported := newPoisonFixture(t)
+			p.notApplied = notApplied
+			modes := syncAfterOld(t, f, p)
+			if got := programmedNames(p); !slices.Equal(got, []string{"a", "b", "c", "d", "old"}) {
+				t.Errorf("programmed %v", got)
+			}
+			if !slices.Equal(*reported, []proxy.ServicePortName{portOf("bad")}) {
+				t.Errorf("reported %v", *reported)
+			}
+			// The State the syncer builds on does not hold the offender either.
+			if f.syncer.prev.Service(portOf("bad")) != nil {
+				t.Error("the offender is in the syncer's programmed State")
+			}
+			t.Logf("Sync calls: %v", modes)
+			if notApplied {
+				onlyBaseFull(t, modes)
+			}
+		})
 	}
-	for i, name := range []string{"a", "b", "bad", "c", "d"} {
-		port := int32(80)
-		if name == "bad" {
-			port = poisonPort
+}
+
+// onlyBaseFull fails t unless modes hold no recovery sync and one full
+// sync.
+func onlyBaseFull(t *testing.T, modes []proxy.SyncMode) {
+	t.Helper()
+	full := 0
+	for _, m := range modes {
+		if m == proxy.RecoverySync {
+			t.Errorf("a recovery sync in the search: modes %v", modes)
+			return
 		}
-		f.tracker.OnServiceUpdate(nil, svcNamed(name, fmt.Sprintf("172.30.3.%d", i+1), port))
+		if m == proxy.FullSync {
+			full++
+		}
 	}
-	if err := f.syncer.syncOnce(); err != nil {
-		t.Fatalf("sync: %v", err)
-	}
-	if got := programmedNames(p); !slices.Equal(got, []string{"a", "b", "c", "d", "old"}) {
-		t.Errorf("programmed %v", got)
-	}
-	if !slices.Equal(*reported, []proxy.ServicePortName{portOf("bad")}) {
-		t.Errorf("reported %v", *reported)
-	}
-	// The State the syncer builds on does not hold the offender either.
-	if f.syncer.prev.Service(portOf("bad")) != nil {
-		t.Error("the offender is in the syncer's programmed State")
+	if full != 1 {
+		t.Errorf("%d full syncs in the search (modes %v), want 1: its base", full, modes)
 	}
 }
 
@@ -238,46 +256,12 @@ func syncAfterOld(t *testing.T, f *fixture, p *poisonProxier) []proxy.SyncMode {
 		f.tracker.OnServiceUpdate(nil, svcNamed(name, fmt.Sprintf("172.30.3.%d", i+1), port))
 	}
 	before := p.count()
-	err := f.syncer.syncOnce()
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err != nil {
-		t.Logf("sync: %v", err)
-	}
 	return slices.Clone(p.modes[before:])
-}
-
-// A rejection that applied nothing (proxy.ErrNotApplied) leaves the last
-// accepted State in the kernel: the search then needs no recovery sync,
-// only one full sync of its base (which a failure of the base's own
-// would show) and partial syncs, and finds the same offender.
-func TestIsolateWithoutRecoveryWhenNothingApplied(t *testing.T) {
-	f, p, reported := newPoisonFixture(t)
-	p.notApplied = true
-	modes := syncAfterOld(t, f, p)
-	if got := programmedNames(p); !slices.Equal(got, []string{"a", "b", "c", "d", "old"}) {
-		t.Errorf("programmed %v", got)
-	}
-	if !slices.Equal(*reported, []proxy.ServicePortName{portOf("bad")}) {
-		t.Errorf("reported %v", *reported)
-	}
-	t.Logf("Sync calls: %v", modes)
-	full := 0
-	for _, m := range modes {
-		if m == proxy.RecoverySync {
-			t.Errorf("a recovery sync in the search: modes %v", modes)
-			break
-		}
-		if m == proxy.FullSync {
-			full++
-		}
-	}
-	if full != 1 {
-		t.Errorf("%d full syncs in the search (modes %v), want 1: its base", full, modes)
-	}
-	if f.syncer.prev.Service(portOf("bad")) != nil {
-		t.Error("the offender is in the syncer's programmed State")
-	}
 }
 
 // A kernel that refuses everything, applying nothing, after a State it

@@ -3,13 +3,11 @@ package syncer
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/svcproxy/svcproxy/internal/faultinject"
 	"github.com/svcproxy/svcproxy/pkg/netnstest"
 	"github.com/svcproxy/svcproxy/pkg/netnstest/scenario"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
-	"github.com/svcproxy/svcproxy/pkg/proxy/desired"
 )
 
 // TestKernelSearchCostIPTables: the tools a quarantine search runs in
@@ -27,13 +25,7 @@ func TestKernelSearchCostIPTables(t *testing.T) {
 	w.Feed(env.Services()...)
 	fi := faultinject.Wrap(backendFor(t, env, proxy.ModeIPTables, f), proxy.ModeIPTables, f.Family)
 	var quarantined []proxy.ServicePortName
-	s, err := New(Options{Family: f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: fi, PortHolder: fi},
-		Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
-		MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second,
-		Quarantined: func(name proxy.ServicePortName, _ error) { quarantined = append(quarantined, name) }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := faultSyncer(t, w, f, fi, &quarantined)
 	if err := env.Node1.NS.Do(s.syncOnce); err != nil {
 		t.Fatal(err)
 	}

@@ -62,13 +62,7 @@ func isolateInKernel(t *testing.T, m kernelMode) {
 		w.Feed(append(env.Services(), poisonSpec)...)
 		fi := faultinject.Wrap(open(t, f), m.mode, f.Family)
 		var quarantined []proxy.ServicePortName
-		s, err := New(Options{Family: f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: fi, PortHolder: fi},
-			Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
-			MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second,
-			Quarantined: func(name proxy.ServicePortName, _ error) { quarantined = append(quarantined, name) }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := faultSyncer(t, w, f, fi, &quarantined)
 		if err := env.Node1.NS.Do(s.syncOnce); err != nil {
 			t.Fatalf("%s: the sync failed instead of isolating the poison: %v", f.Family, err)
 		}
@@ -95,6 +89,20 @@ func isolateInKernel(t *testing.T, m kernelMode) {
 		}
 		quarantinedAnswers(t, env, f)
 	}
+}
+
+// faultSyncer is a Syncer of w's State for family f over fi, which
+// appends the ports it quarantines to quarantined.
+func faultSyncer(t *testing.T, w *scenario.World, f scenario.Fam, fi *faultinject.Proxier, quarantined *[]proxy.ServicePortName) *Syncer {
+	t.Helper()
+	s, err := New(Options{Family: f.Family, Tracker: w.Tracker(), Proxier: Backend{Proxier: fi, PortHolder: fi},
+		Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
+		MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second,
+		Quarantined: func(name proxy.ServicePortName, _ error) { *quarantined = append(*quarantined, name) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // podCClients are pod-c's clients: in ebpf mode one in the hooks' cgroup
