@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -75,6 +76,8 @@ func workWithin(t *testing.T, c *F.Cluster, what string, svc *corev1.Service) {
 	errs := make([]error, len(clients))
 	var wg sync.WaitGroup
 	for i, n := range clients {
+		// Stays if the client's goroutine ends early (a failed e2ectl).
+		errs[i] = errors.New("not asked to the end")
 		wg.Go(func() {
 			errs[i] = c.EventuallyWithin(n, F.TCP(svc.Spec.ClusterIP, 80), 1, 300*time.Millisecond, isolationLimit, F.OnlyBy("ra", "rb"))
 			took[i] = time.Since(t0)
