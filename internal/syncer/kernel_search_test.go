@@ -54,8 +54,29 @@ func TestKernelSearchCostIPTables(t *testing.T) {
 	if listings != 0 || fulls != 1 {
 		t.Errorf("the search listed nat %d times and made %d full syncs, want 0 and 1 (its base):\n%s", listings, fulls, strings.Join(ran, "\n"))
 	}
+	// Within that one full sync, no chain or jump is checked twice.
+	if again := repeated(ran); len(again) > 0 {
+		t.Errorf("tool runs repeated in the search: %q", again)
+	}
 	if err := askFromPodC(env, f, late.Slot); err != nil {
 		t.Errorf("the healthy Service that came with the poison does not answer: %v", err)
 	}
 	quarantinedAnswers(t, env, f)
+}
+
+// repeated lists the single-rule tool runs (not restores or listings)
+// that ran more than once.
+func repeated(ran []string) []string {
+	seen := map[string]int{}
+	var out []string
+	for _, run := range ran {
+		tool := strings.Fields(run)[0]
+		if strings.HasSuffix(tool, "-restore") || strings.HasSuffix(tool, "-save") {
+			continue
+		}
+		if seen[run]++; seen[run] == 2 {
+			out = append(out, run)
+		}
+	}
+	return out
 }

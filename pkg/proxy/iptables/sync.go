@@ -131,7 +131,9 @@ func (p *Proxier) ensureJumps(ctx context.Context) (natChains []string, err erro
 		var rules []kiptables.FrontRule
 		for _, j := range append(slices.Clone(jumps), kubeletJumps...) {
 			if j.table == t {
-				chains = append(chains, j.to)
+				if !slices.Contains(chains, j.to) {
+					chains = append(chains, j.to) // each checked once
+				}
 				rules = append(rules, kiptables.FrontRule{Chain: j.from, Rule: j.args()})
 			}
 		}
