@@ -20,7 +20,8 @@ import (
 // (/run/xtables.lock, shared with kubelet and CNI plugins); "-w 5 -W 100000"
 // waits up to 5 s, polling every 100 ms, as upstream does. A tool that
 // still could not get the lock exits with status 4; we retry that a few
-// times with a growing pause rather than fail the whole sync.
+// times with a growing pause rather than fail the whole sync (told by the
+// message: see isLockError).
 // iptables-nft accepts and ignores the flags.
 var lockArgs = []string{"-w", "5", "-W", "100000"}
 
@@ -39,9 +40,8 @@ var execTimeout = 5 * time.Minute
 const waitDelay = 5 * time.Second
 
 const (
-	lockRetries   = 3
-	lockBackoff   = 500 * time.Millisecond
-	exitLockError = 4
+	lockRetries = 3
+	lockBackoff = 500 * time.Millisecond
 )
 
 // execer runs a program; it is the one OS seam, so tests can check argv
@@ -179,20 +179,27 @@ func (c *Client) Restore(ctx context.Context, data ...[]byte) error {
 }
 
 // RestoreFrom is part of Interface. On iptables-nft, large sections get a
-// read-only listing command first (see cacheHinter).
+// read-only listing command first (see cacheHinter). A refusal before the
+// first COMMIT wraps ErrNothingCommitted.
 func (c *Client) RestoreFrom(ctx context.Context, write func(w io.Writer) error) error {
-	stdin := write
-	if c.flavour == FlavourNFT {
-		stdin = func(w io.Writer) error {
-			h := newCacheHinter(w)
-			if err := write(h); err != nil {
-				return err
-			}
-			return h.flush()
+	var sent *commitWatch // what the last attempt gave the tool
+	stdin := func(w io.Writer) error {
+		sent = &commitWatch{w: w, atomicCommit: c.flavour == FlavourNFT}
+		if c.flavour != FlavourNFT {
+			return write(sent)
 		}
+		h := newCacheHinter(sent)
+		if err := write(h); err != nil {
+			return err
+		}
+		return h.flush()
 	}
 	args := append(append([]string{}, lockArgs...), "--noflush", "--counters")
-	return c.runRetrying(ctx, c.restore, args, stdin, nil)
+	err := c.runRetrying(ctx, c.restore, args, stdin, nil)
+	if err != nil && sent != nil && sent.nothingCommitted(err) {
+		return fmt.Errorf("%w: %w", ErrNothingCommitted, err)
+	}
+	return err
 }
 
 // Save is part of Interface.
@@ -248,15 +255,11 @@ func (c *Client) retryLocked(ctx context.Context, what string, op func() error) 
 	}
 }
 
+// isLockError tells contention for the xtables lock by the tools' message
+// (both errors carry the tool's stderr). The exit status alone is no
+// proof: 4 is any "resource problem", and iptables-nft-restore exits with
+// it when the kernel refuses a transaction, which no retry changes.
 func isLockError(err error) bool {
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) && exitErr.ExitCode() == exitLockError {
-		return true
-	}
-	var iptErr *goiptables.Error
-	if errors.As(err, &iptErr) && iptErr.ExitStatus() == exitLockError {
-		return true
-	}
 	return strings.Contains(err.Error(), "xtables lock")
 }
 

@@ -115,6 +115,16 @@ func TestRestoreRetriesOnLockContention(t *testing.T) {
 	if err := c.Restore(ctx, nil); err == nil || len(ex.calls) != 1 {
 		t.Errorf("plain failure: err = %v after %d calls", err, len(ex.calls))
 	}
+	// iptables-nft-restore exits with status 4 when the kernel refuses
+	// the transaction: no lock is involved.
+	status4 := exec.Command("sh", "-c", "exit 4").Run()
+	ex.calls = nil
+	ex.answer = func(string, []string) ([]byte, error) {
+		return nil, fmt.Errorf("%w: line 3: RULE_APPEND failed (No such file or directory): rule in chain KUBE-X", status4)
+	}
+	if err := c.Restore(ctx, nil); err == nil || errors.Is(err, ErrLocked) || len(ex.calls) != 1 {
+		t.Errorf("kernel refusal with status 4: err = %v after %d calls, want no retry", err, len(ex.calls))
+	}
 }
 
 func TestNewNeedsTools(t *testing.T) {

@@ -6,17 +6,24 @@ import (
 	"strings"
 )
 
-// restore applies iptables-restore input; the caller holds f.mu.
+// restore applies iptables-restore input, committing each table at its
+// COMMIT as the tools do; the caller holds f.mu.
 func (f *Fake) restore(data string) error {
 	var cur *FakeTable // working copy of the open section's table
+	committed := false
 	for n, line := range strings.Split(data, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || line[0] == '#' {
 			continue
 		}
 		if err := f.restoreLine(&cur, line); err != nil {
-			return fmt.Errorf("iptables-restore: line %d failed (%q): %w", n+1, line, err)
+			err = fmt.Errorf("iptables-restore: line %d failed (%q): %w", n+1, line, err)
+			if !committed && line != "COMMIT" {
+				err = fmt.Errorf("%w: %w", ErrNothingCommitted, err)
+			}
+			return err
 		}
+		committed = committed || line == "COMMIT"
 	}
 	if cur != nil {
 		return fmt.Errorf("iptables-restore: table %s has no COMMIT", cur.Name)

@@ -38,6 +38,8 @@ type Interface interface {
 	// "*table ... COMMIT" sections; each table's section is applied
 	// atomically, or not at all. Chunks let a caller pass the pieces it
 	// rendered (10k services: ~35 MB) without copying them into one buffer.
+	// An error wraps ErrNothingCommitted when the tool refused the input
+	// before its first COMMIT: the kernel is as it was.
 	Restore(ctx context.Context, data ...[]byte) error
 	// RestoreFrom is Restore with the input that write writes, streamed to
 	// the tool as it is written, so that a caller can render a large input

@@ -4,8 +4,8 @@ import "errors"
 
 // SyncMode says how much of the kernel a backend's Sync reconciles. Only the
 // syncer (pkg/pipeline/syncer) decides it; a backend obeys it and reports, with
-// ErrStateLost or ErrFullSyncNeeded, what the syncer must know to decide the
-// next one.
+// ErrStateLost, ErrFullSyncNeeded or ErrNotApplied, what the syncer must
+// know to decide the next one.
 type SyncMode uint8
 
 // The sync modes, from the cheapest.
@@ -50,3 +50,10 @@ var ErrStateLost = errors.New("the backend's record of the kernel is lost")
 // carry changed what every rule looks like (iptables: large-cluster mode).
 // The syncer retries at once with a FullSync.
 var ErrFullSyncNeeded = errors.New("a partial sync cannot be applied; a full one is needed")
+
+// ErrNotApplied is wrapped by the error of a Sync the kernel refused
+// before any of it took effect: the kernel holds what it held after the
+// backend's last successful Sync, and the backend's record of it is still
+// exact. The syncer may then go on from that State with a PartialSync
+// rather than a RecoverySync.
+var ErrNotApplied = errors.New("the sync was refused before any of it was applied")

@@ -51,7 +51,9 @@ func (s *Syncer) program(state *desired.State, mode proxy.SyncMode) (*desired.St
 	if err == nil {
 		return state, mode, nil
 	}
-	base, cands, ok := s.searchBase(state)
+	// Only a sync from the last accepted State can leave it in place.
+	kept := mode != proxy.RecoverySync && errors.Is(err, proxy.ErrNotApplied)
+	base, cands, ok := s.searchBase(state, kept)
 	if !ok {
 		return nil, mode, err
 	}
@@ -84,7 +86,8 @@ func (s *Syncer) program(state *desired.State, mode proxy.SyncMode) (*desired.St
 // or even the last accepted State is rejected now.
 //
 //   - the last State the Proxier accepted (kept across failures), its
-//     ports as they were;
+//     ports as they were; kept: the rejected sync applied nothing
+//     (proxy.ErrNotApplied), so the Proxier still holds it;
 //   - without one (the first sync of this process), the ports the kernel
 //     already holds as the Proxier would program them (PortHolder): their
 //     sync changes nothing for them. A port the kernel holds in another
@@ -93,17 +96,22 @@ func (s *Syncer) program(state *desired.State, mode proxy.SyncMode) (*desired.St
 //     until the search adds it back. If the base is rejected the search
 //     starts from nothing;
 //   - nothing: the search takes every port out and adds them back.
-func (s *Syncer) searchBase(state *desired.State) (base *desired.State, cands []proxy.ServicePortName, ok bool) {
+func (s *Syncer) searchBase(state *desired.State, kept bool) (base *desired.State, cands []proxy.ServicePortName, ok bool) {
 	if last := s.lastGood; last != nil {
 		cands = candidates(state, last)
 		if len(cands) == 0 {
 			return nil, nil, false
 		}
 		// If even what the kernel had before fails, the fault is not in
-		// the changed ports. After the failure the Proxier's record of the
-		// kernel is suspect: a recovery sync.
+		// the changed ports (a full sync also redoes what a backend
+		// ensures only then). After a failure that applied something the
+		// Proxier's record of the kernel is suspect: a recovery sync.
 		base = withServices(state, guarded(last.Services, state, cands))
-		_, err := s.syncProxier(base, proxy.RecoverySync)
+		mode := proxy.RecoverySync
+		if kept {
+			mode = proxy.FullSync
+		}
+		_, err := s.syncProxier(base, mode)
 		return base, cands, err == nil
 	}
 	if held := s.heldState(state); held != nil {
@@ -191,8 +199,10 @@ func (iso *isolation) search(good *desired.State, cands []proxy.ServicePortName)
 }
 
 // try hands trial to the Proxier: a partial sync of what changed since the
-// last State it accepted, or a recovery sync after a rejection (or a
-// reported loss), when its record of the kernel is suspect.
+// last State it accepted, or a recovery sync after a rejection that may
+// have applied part of a trial (or a reported loss), when its record of
+// the kernel is suspect. A rejection that applied nothing
+// (proxy.ErrNotApplied) leaves the last accepted State in place.
 func (iso *isolation) try(trial *desired.State) error {
 	iso.calls++
 	trial.Changed = nil
@@ -202,9 +212,11 @@ func (iso *isolation) try(trial *desired.State) error {
 		mode = proxy.PartialSync
 	}
 	_, err := iso.s.syncProxier(trial, mode)
-	iso.last = nil
-	if err == nil && !iso.s.recover {
+	switch {
+	case err == nil && !iso.s.recover:
 		iso.last = trial
+	case err == nil || !errors.Is(err, proxy.ErrNotApplied):
+		iso.last = nil
 	}
 	return err
 }

@@ -34,15 +34,23 @@ type poisonProxier struct {
 	// dropped counts the healthy ports (not on poisonPort) that an
 	// accepted Sync removed from the kernel.
 	dropped int
+	// notApplied: its rejections report proxy.ErrNotApplied (true: it
+	// keeps what it accepted last).
+	notApplied bool
 }
 
 func (p *poisonProxier) Sync(ctx context.Context, s *desired.State, mode proxy.SyncMode) error {
 	_ = p.fakeProxier.Sync(ctx, s, mode)
-	if p.global != nil {
-		return p.global
+	err := p.global
+	if err == nil {
+		if err = p.refuses(s); err != nil {
+			p.rejected++
+		}
 	}
-	if err := p.refuses(s); err != nil {
-		p.rejected++
+	if err != nil && p.notApplied {
+		return fmt.Errorf("%w: %w", proxy.ErrNotApplied, err)
+	}
+	if err != nil {
 		return err
 	}
 	for name, sp := range p.programmed.All() {
@@ -162,33 +170,51 @@ func TestIsolateOffenderInFullSync(t *testing.T) {
 }
 
 // An offender arriving with other changes in one incremental sync: the
-// others are programmed in that same sync; what was programmed stays.
+// others are programmed in that same sync; what was programmed stays. When
+// the rejections applied nothing (proxy.ErrNotApplied), the kernel keeps
+// the last accepted State: the search then needs no recovery sync, only
+// one full sync of its base (which a failure of the base's own would
+// show) and partial syncs, and finds the same offender.
 func TestIsolateOffenderInPartialSync(t *testing.T) {
-	f, p, reported := newPoisonFixture(t)
-	f.tracker.OnServiceUpdate(nil, svcNamed("old", "172.30.1.1", 80))
-	f.markSynced()
-	if err := f.syncer.syncOnce(); err != nil {
-		t.Fatal(err)
+	for _, notApplied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("notApplied=%t", notApplied), func(t *testing.T) {
+			f, p, reported := newPoisonFixture(t)
+			p.notApplied = notApplied
+			modes := syncAfterOld(t, f, p)
+			if got := programmedNames(p); !slices.Equal(got, []string{"a", "b", "c", "d", "old"}) {
+				t.Errorf("programmed %v", got)
+			}
+			if !slices.Equal(*reported, []proxy.ServicePortName{portOf("bad")}) {
+				t.Errorf("reported %v", *reported)
+			}
+			// The State the syncer builds on does not hold the offender either.
+			if f.syncer.prev.Service(portOf("bad")) != nil {
+				t.Error("the offender is in the syncer's programmed State")
+			}
+			t.Logf("Sync calls: %v", modes)
+			if notApplied {
+				onlyBaseFull(t, modes)
+			}
+		})
 	}
-	for i, name := range []string{"a", "b", "bad", "c", "d"} {
-		port := int32(80)
-		if name == "bad" {
-			port = poisonPort
+}
+
+// onlyBaseFull fails t unless modes hold no recovery sync and one full
+// sync.
+func onlyBaseFull(t *testing.T, modes []proxy.SyncMode) {
+	t.Helper()
+	full := 0
+	for _, m := range modes {
+		if m == proxy.RecoverySync {
+			t.Errorf("a recovery sync in the search: modes %v", modes)
+			return
 		}
-		f.tracker.OnServiceUpdate(nil, svcNamed(name, fmt.Sprintf("172.30.3.%d", i+1), port))
+		if m == proxy.FullSync {
+			full++
+		}
 	}
-	if err := f.syncer.syncOnce(); err != nil {
-		t.Fatalf("sync: %v", err)
-	}
-	if got := programmedNames(p); !slices.Equal(got, []string{"a", "b", "c", "d", "old"}) {
-		t.Errorf("programmed %v", got)
-	}
-	if !slices.Equal(*reported, []proxy.ServicePortName{portOf("bad")}) {
-		t.Errorf("reported %v", *reported)
-	}
-	// The State the syncer builds on does not hold the offender either.
-	if f.syncer.prev.Service(portOf("bad")) != nil {
-		t.Error("the offender is in the syncer's programmed State")
+	if full != 1 {
+		t.Errorf("%d full syncs in the search (modes %v), want 1: its base", full, modes)
 	}
 }
 
@@ -210,5 +236,51 @@ func TestIsolateGlobalFailure(t *testing.T) {
 	p.global = nil
 	if err := f.syncer.syncOnce(); err != nil || p.programmed.Len() != 4 {
 		t.Errorf("after recovery: err %v, programmed %v", err, programmedNames(p))
+	}
+}
+
+// syncAfterOld syncs "old", then five new ports of which one is refused,
+// and returns the modes of the Sync calls of the second sync.
+func syncAfterOld(t *testing.T, f *fixture, p *poisonProxier) []proxy.SyncMode {
+	t.Helper()
+	f.tracker.OnServiceUpdate(nil, svcNamed("old", "172.30.1.1", 80))
+	f.markSynced()
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"a", "b", "bad", "c", "d"} {
+		port := int32(80)
+		if name == "bad" {
+			port = poisonPort
+		}
+		f.tracker.OnServiceUpdate(nil, svcNamed(name, fmt.Sprintf("172.30.3.%d", i+1), port))
+	}
+	before := p.count()
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.modes[before:])
+}
+
+// A kernel that refuses everything, applying nothing, after a State it
+// accepted: the full sync of the search's base is refused too, so nothing
+// is quarantined and the sync fails.
+func TestIsolateGlobalFailureNothingApplied(t *testing.T) {
+	f, p, reported := newPoisonFixture(t)
+	p.notApplied = true
+	f.tracker.OnServiceUpdate(nil, svcNamed("old", "172.30.1.1", 80))
+	f.markSynced()
+	if err := f.syncer.syncOnce(); err != nil {
+		t.Fatal(err)
+	}
+	p.global = errors.New("iptables-restore: line 3 failed")
+	f.tracker.OnServiceUpdate(nil, svcNamed("new", "172.30.1.2", 80))
+	if err := f.syncer.syncOnce(); err == nil {
+		t.Fatal("sync succeeded with a kernel that refuses everything")
+	}
+	if len(*reported) != 0 {
+		t.Errorf("quarantined %v on a global failure", *reported)
 	}
 }

@@ -46,8 +46,8 @@ var (
 	_ syncer.PortHolder = (*Probing)(nil)
 )
 
-// The poison: an LB Service with endpoints (its firewall is rendered).
-var poisonSpec = scenario.Spec{Name: faultinject.PoisonPrefix, Slot: 37, LB: true, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}}
+// Poison is the Service the cases corrupt: an LB Service with endpoints (its firewall is rendered).
+var Poison = scenario.Spec{Name: faultinject.PoisonPrefix, Slot: 37, LB: true, Endpoints: []scenario.EPSpec{{Pod: "pod-a"}}}
 
 // isolateInKernel: a Service whose rules the kernel refuses is found and
 // kept out; every other Service is programmed in the same sync and answers
@@ -57,16 +57,10 @@ func isolateInKernel(t *testing.T, m Mode) {
 	env, open := m.Start(t)
 	for _, f := range scenario.Families {
 		w := env.NewWorld(f)
-		w.Feed(append(env.Services(), poisonSpec)...)
+		w.Feed(append(env.Services(), Poison)...)
 		fi := faultinject.Wrap(open(t, f), m.Mode, f.Family)
 		var quarantined []proxy.ServicePortName
-		s, err := syncer.New(syncer.Options{Family: f.Family, Tracker: w.Tracker(), Proxier: syncer.Backend{Proxier: fi, PortHolder: fi},
-			Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
-			MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second,
-			Quarantined: func(name proxy.ServicePortName, _ error) { quarantined = append(quarantined, name) }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := NewSyncer(t, w, f, fi, &quarantined)
 		if err := env.Node1.NS.Do(s.SyncOnce); err != nil {
 			t.Fatalf("%s: the sync failed instead of isolating the poison: %v", f.Family, err)
 		}
@@ -88,11 +82,25 @@ func isolateInKernel(t *testing.T, m Mode) {
 		if fi.Refused != refused {
 			t.Errorf("%s: the unchanged poison was tried again (%d more refusals)", f.Family, fi.Refused-refused)
 		}
-		if err := askFromPodC(env, f, late.Slot); err != nil {
+		if err := AskFromPodC(env, f, late.Slot); err != nil {
 			t.Errorf("%s: the later Service does not answer: %v", f.Family, err)
 		}
-		quarantinedAnswers(t, env, f)
+		QuarantinedAnswers(t, env, f)
 	}
+}
+
+// NewSyncer is a Syncer of w's State for family f over fi, which appends
+// the ports it quarantines to quarantined.
+func NewSyncer(t *testing.T, w *scenario.World, f scenario.Fam, fi *faultinject.Proxier, quarantined *[]proxy.ServicePortName) *syncer.Syncer {
+	t.Helper()
+	s, err := syncer.New(syncer.Options{Family: f.Family, Tracker: w.Tracker(), Proxier: syncer.Backend{Proxier: fi, PortHolder: fi},
+		Node: func() (desired.Node, bool) { return w.Node(), true }, Compute: w.Options(),
+		MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second,
+		Quarantined: func(name proxy.ServicePortName, _ error) { *quarantined = append(*quarantined, name) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // podCClients are pod-c's clients: in ebpf mode one in the hooks' cgroup
@@ -109,8 +117,8 @@ func podCClients(env *scenario.Env) []netnstest.Client {
 	return clients
 }
 
-// askFromPodC asks slot's cluster IP over TCP from each of pod-c's clients.
-func askFromPodC(env *scenario.Env, f scenario.Fam, slot int) error {
+// AskFromPodC asks slot's cluster IP over TCP from each of pod-c's clients.
+func AskFromPodC(env *scenario.Env, f scenario.Fam, slot int) error {
 	for _, c := range podCClients(env) {
 		if _, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(slot), scenario.SvcPort)); err != nil {
 			return fmt.Errorf("slot %d from pod-c (cgroup %q): %w", slot, c.Cgroup, err)
@@ -119,11 +127,11 @@ func askFromPodC(env *scenario.Env, f scenario.Fam, slot int) error {
 	return nil
 }
 
-// quarantinedAnswers fails t if the poison answers any of pod-c's clients.
-func quarantinedAnswers(t *testing.T, env *scenario.Env, f scenario.Fam) {
+// QuarantinedAnswers fails t if the poison answers any of pod-c's clients.
+func QuarantinedAnswers(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	t.Helper()
 	for _, c := range podCClients(env) {
-		if ans, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(poisonSpec.Slot), scenario.SvcPort)); err == nil {
+		if ans, err := c.Ask(proxy.TCP, netip.AddrPortFrom(f.ClusterIP(Poison.Slot), scenario.SvcPort)); err == nil {
 			t.Errorf("%s: the quarantined Service answers pod-c (cgroup %q): %s", f.Family, c.Cgroup, ans)
 		}
 	}
@@ -159,7 +167,7 @@ var (
 func probeFirstAndLast(env *scenario.Env, f scenario.Fam) func() error {
 	return func() error {
 		for _, slot := range []int{firstSpec.Slot, lastSpec.Slot} {
-			if err := askFromPodC(env, f, slot); err != nil {
+			if err := AskFromPodC(env, f, slot); err != nil {
 				return err
 			}
 		}
@@ -195,7 +203,7 @@ func startProcess(t *testing.T, env *scenario.Env, m Mode, open Open, f scenario
 // the poison is quarantined again by one retry.
 func restartWithPoison(t *testing.T, m Mode) {
 	env, open := m.Start(t)
-	specs := append(env.Services(), poisonSpec, firstSpec, lastSpec)
+	specs := append(env.Services(), Poison, firstSpec, lastSpec)
 	for _, f := range scenario.Families {
 		file := filepath.Join(t.TempDir(), "quarantine.json")
 		probe := probeFirstAndLast(env, f)
@@ -235,7 +243,7 @@ func newPoisonAtRestart(t *testing.T, m Mode) {
 			t.Fatalf("%s: healthy Services do not answer before the restart: %v", f.Family, err)
 		}
 		stop := probeMeanwhile(probe)
-		s, fi, pp := startProcess(t, env, m, open, f, append(healthy, poisonSpec), "", probe)
+		s, fi, pp := startProcess(t, env, m, open, f, append(healthy, Poison), "", probe)
 		probes, misses := stop()
 		t.Logf("%s: the new process's first sync: %d backend syncs, %d refused; %d probes meanwhile",
 			f.Family, pp.Calls, fi.Refused, probes)
@@ -253,7 +261,7 @@ func newPoisonAtRestart(t *testing.T, m Mode) {
 		if len(s.Report().Quarantined) != len(scenario.Protocols) {
 			t.Errorf("%s: %d ports quarantined, want the poison's %d", f.Family, len(s.Report().Quarantined), len(scenario.Protocols))
 		}
-		quarantinedAnswers(t, env, f)
+		QuarantinedAnswers(t, env, f)
 	}
 }
 

@@ -57,6 +57,10 @@ type Proxier struct {
 	// entries keeps each port's lines in the shared chains, which are
 	// written whole and so are assembled from every port's lines.
 	entries map[proxy.ServicePortName]*entry
+	// unsettled are the ports whose entries and claims a partial sync
+	// the tool refused before committing rendered: the next partial sync
+	// renders them again from its State.
+	unsettled map[proxy.ServicePortName]struct{}
 	// store is the chains in the kernel and the claims on them.
 	store     store
 	lastSweep time.Time // of the last read-back

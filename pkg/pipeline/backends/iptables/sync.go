@@ -2,8 +2,10 @@ package iptables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -30,6 +32,9 @@ func (p *Proxier) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMo
 	}
 	if plan.Full {
 		p.counters = p.ensureCounters()
+		p.unsettled = nil
+	} else {
+		st = p.withUnsettled(st)
 	}
 	cfg := newConfig(st, &p.opts, countEndpoints(st) > largeClusterEndpoints, p.counters)
 	if !plan.Full && !cfg.equal(p.cfg) {
@@ -83,14 +88,36 @@ func (p *Proxier) sync(ctx context.Context, st *desired.State, cfg *config, plan
 		err = p.ipt.Restore(ctx, in.data...)
 	}
 	if err != nil {
+		if !plan.Full && errors.Is(err, kiptables.ErrNothingCommitted) {
+			// The kernel and the store's record of it are as the last
+			// success left them (the store commits only on success); what
+			// went ahead is the changed ports' entries and claims, which
+			// the next partial sync renders again.
+			p.unsettled = maps.Clone(st.Changed)
+			return fmt.Errorf("iptables-restore: %w: %w", proxy.ErrNotApplied, err)
+		}
 		// Our record of the kernel's chains may be off now; the recovery
 		// sync that follows reads them back.
+		p.unsettled = nil
 		p.store.syncs.Failed()
 		p.lastSweep = p.opts.Now().Add(-p.opts.SyncPeriod - 1)
 		return fmt.Errorf("iptables-restore: %w", err)
 	}
 	p.commit(in, cfg)
+	p.unsettled = nil
 	return nil
+}
+
+// withUnsettled is st for a partial sync: its Changed also names the
+// ports a refused sync rendered since the last success.
+func (p *Proxier) withUnsettled(st *desired.State) *desired.State {
+	if len(p.unsettled) == 0 {
+		return st
+	}
+	out := *st
+	out.Changed = maps.Clone(p.unsettled)
+	maps.Copy(out.Changed, st.Changed)
+	return &out
 }
 
 // ensureJumps creates the canaries and the top-level chains and puts our
@@ -104,7 +131,9 @@ func (p *Proxier) ensureJumps(ctx context.Context) (natChains []string, err erro
 		var rules []kiptables.FrontRule
 		for _, j := range append(slices.Clone(jumps), kubeletJumps...) {
 			if j.table == t {
-				chains = append(chains, j.to)
+				if !slices.Contains(chains, j.to) {
+					chains = append(chains, j.to) // each checked once
+				}
 				rules = append(rules, kiptables.FrontRule{Chain: j.from, Rule: j.args()})
 			}
 		}

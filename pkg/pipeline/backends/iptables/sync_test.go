@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -114,6 +115,40 @@ func TestPartialSyncRemovesService(t *testing.T) {
 	input := string(fake.Restores[len(fake.Restores)-1])
 	if sectionOf(input, "filter") != "" || !strings.Contains(sectionOf(input, "nat"), ":"+chainServices+" ") {
 		t.Errorf("tables written:\n%s", input)
+	}
+}
+
+// TestRefusedBeforeCommitKeepsRecord: a partial restore the tool refused
+// before committing anything reports proxy.ErrNotApplied and keeps the
+// Proxier's record: the next partial sync, from the State before the
+// refused one, is accepted without reading the kernel back, and leaves the
+// tables as a fresh full sync of that State would: the port the refused
+// sync removed is rendered again, from the new State, which has it.
+func TestRefusedBeforeCommitKeepsRecord(t *testing.T) {
+	st := upstreamState()
+	fake, p := syncFake(t, st, Options{})
+	saves := fake.SaveCalls[kiptables.TableNAT]
+	fake.RestoreHook = func([]byte) error {
+		return fmt.Errorf("%w: line 3 failed", kiptables.ErrNothingCommitted)
+	}
+	gone := svcName("ns4", "svc4")
+	refused := *st
+	refused.Services = st.Services.Without(gone)
+	refused.Changed = map[proxy.ServicePortName]struct{}{gone: {}}
+	if err := p.Sync(ctx, &refused, proxy.PartialSync); !errors.Is(err, proxy.ErrNotApplied) {
+		t.Fatalf("refused partial sync: %v, want proxy.ErrNotApplied", err)
+	}
+	fake.RestoreHook = nil
+	next := withEndpoints(st, svcName("ns1", "svc1"), "10.180.0.1:80")
+	if err := p.Sync(ctx, next, proxy.PartialSync); err != nil {
+		t.Fatalf("partial sync after a refusal that applied nothing: %v", err)
+	}
+	if n := fake.SaveCalls[kiptables.TableNAT] - saves; n != 0 {
+		t.Errorf("iptables-save ran %d times after the refusal", n)
+	}
+	fresh, _ := syncFake(t, next, Options{})
+	if got, want := fake.Dump(), fresh.Dump(); got != want {
+		t.Errorf("after the refusal and a partial sync:\n%s", proxytest.LineDiff(want, got))
 	}
 }
 
