@@ -45,9 +45,10 @@ type Kind[K comparable, V any] struct {
 	AddPhase, UpdatePhase, DeletePhase int
 }
 
-// phase is when c runs.
-func (k *Kind[K, V]) phase(c Change[K, V]) int {
-	switch c.Op {
+// Phase is when a change of op runs: a backend that packs the changes
+// into transactions of its own (nftables) orders them by it too.
+func (k *Kind[K, V]) Phase(op Op) int {
+	switch op {
 	case Add:
 		return k.AddPhase
 	case Update:
@@ -177,7 +178,7 @@ func (k *Kind[K, V]) phases() phaseOrder {
 	p.phase = [3]int{k.AddPhase, k.UpdatePhase, k.DeletePhase}
 	slices.Sort(p.phase[:])
 	for _, op := range []Op{Add, Update, Delete} {
-		p.index[op] = slices.Index(p.phase[:], k.phase(Change[K, V]{Op: op}))
+		p.index[op] = slices.Index(p.phase[:], k.Phase(op))
 	}
 	return p
 }

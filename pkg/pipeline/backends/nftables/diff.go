@@ -24,6 +24,10 @@ const (
 	phaseSetAdd
 	phaseChainAdd
 	phaseChainRules
+	// Deletes of an interval set's elements, before any add: the kernel
+	// refuses an element that overlaps one still there ("File exists"),
+	// e.g. a source range widened from /16 to /8.
+	phaseRangeDel
 	phaseElemTargets // element adds of rank 0
 	phaseChainRewrite
 	phaseElemGuards // rank 1
@@ -190,9 +194,6 @@ func (s *store) diffElems() []*unit {
 	var units []*unit
 	for _, k := range keys {
 		isMap := s.sets[k.set].desired.isMap
-		if s.sets[k.set].interval() {
-			s.deletesFirst(*groups[k])
-		}
 		for els := *groups[k]; len(els) > 0; {
 			u := &unit{phase: k.phase, sortBy: k.set, isMap: isMap, s: s}
 			n := 0

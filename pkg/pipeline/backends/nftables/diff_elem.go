@@ -6,6 +6,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/reconcile"
 )
 
 // changeOps is the number of operations of c.
@@ -34,22 +35,6 @@ func (s *store) committed(e *elemEntry) {
 // ranges that must not overlap).
 func (e *setEntry) interval() bool {
 	return e.desired != nil && slices.Contains(e.desired.flags, knftables.IntervalFlag)
-}
-
-// deletesFirst orders a run of one interval set's changes so that every
-// delete precedes every add (stable otherwise).
-func (s *store) deletesFirst(els []*elemEntry) {
-	slices.SortStableFunc(els, func(a, b *elemEntry) int {
-		_, aAdds := s.desiredValue(a)
-		_, bAdds := s.desiredValue(b)
-		switch {
-		case aAdds == bAdds:
-			return 0
-		case aAdds:
-			return 1
-		}
-		return -1
-	})
 }
 
 // elemChange is the change a plain entry e needs, its key as the store
@@ -94,6 +79,20 @@ func (s *store) elemOps(e *elemEntry) int {
 	return n
 }
 
+// elemKind declares the order of the changes of set's elements (e: its
+// set entry): an add or a changed value by the set's rank (elemRank), a
+// delete the other way round, after every add; an interval set's deletes
+// before any add (phaseRangeDel).
+func elemKind(set string, e *setEntry) reconcile.Kind[string, string] {
+	rank := elemRank(set)
+	k := reconcile.Kind[string, string]{Name: set, AddPhase: elemAddPhase(rank), UpdatePhase: elemAddPhase(rank),
+		DeletePhase: phaseElemDel + 2 - rank}
+	if e.interval() {
+		k.DeletePhase = phaseRangeDel
+	}
+	return k
+}
+
 // diffElem returns the phase of the change element e needs, if any.
 func (s *store) diffElem(e *elemEntry) (int, bool) {
 	want, ok := s.desiredValue(e)
@@ -104,20 +103,20 @@ func (s *store) diffElem(e *elemEntry) (int, bool) {
 	if set == nil || (set.desired == nil && set.present) || s.recreated[s.setOf(e)] || s.replacing.holds(e) {
 		return 0, false
 	}
-	rank := elemRank(s.setOf(e))
+	var op reconcile.Op
 	switch {
 	case !ok && !e.present():
 		s.elems[s.setOf(e)].remove(e.key)
 		return 0, false
-	case !ok && set.interval():
-		// With the set's adds, and before them (diffElems): the kernel
-		// refuses an element that overlaps one still there ("File
-		// exists"), e.g. a source range widened from /16 to /8.
-		return elemAddPhase(rank), true
 	case !ok:
-		return phaseElemDel + 2 - rank, true
-	case e.present() && e.kernel() == want:
+		op = reconcile.Delete
+	case !e.present():
+		op = reconcile.Add
+	case e.kernel() == want:
 		return 0, false
+	default:
+		op = reconcile.Update
 	}
-	return elemAddPhase(rank), true
+	kind := elemKind(s.setOf(e), set)
+	return kind.Phase(op), true
 }
