@@ -32,6 +32,15 @@ import (
 // decoded from its stored bytes, given its own name, UID, ClusterIP and
 // endpoint addresses, and encoded back in the same protobuf storage format.
 // The API server then serves them as it serves the ones it created.
+//
+// They are written into each run's etcd after its API server is up, not
+// kept in the cached seed: an API server that starts over 100k Services
+// must fill its watch caches and finish its first ClusterIP and node-port
+// repair pass within a fixed minute of its start or it exits ("unable to
+// perform initial IP and Port allocation check"), which a loaded 2-CPU
+// machine misses. Written afterwards, the objects reach its watch caches
+// as events, and its repair loop, past its first pass, checks each new
+// Service against the IPAddress written before it.
 
 // storageCodec is the API server's storage encoding (protobuf, "k8s\0").
 var storageCodec = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
@@ -46,8 +55,9 @@ type template struct {
 	ipAddrKey string
 }
 
-// cloneServices writes Services from..n-1 straight into etcd.
-func cloneServices(t *testing.T, c *F.Cluster, from, n, eps int) {
+// fillCluster writes Services from..n-1 straight into the etcd of c, whose
+// API server is up, and waits until it serves them all.
+func fillCluster(t *testing.T, c *F.Cluster, from, n, eps int) {
 	t0 := time.Now()
 	tpl, err := loadTemplate(c)
 	if err != nil {
@@ -73,14 +83,15 @@ func cloneServices(t *testing.T, c *F.Cluster, from, n, eps int) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("SEED: wrote Services %d…%d (+ slices, IPAddresses) into etcd in %v", from, n-1, time.Since(t0).Round(time.Second))
+	t.Logf("FILL: wrote Services %d…%d (+ slices, IPAddresses) into etcd in %v", from, n-1, time.Since(t0).Round(time.Second))
 	waitServed(t, c, n+1)
 	waitAllocated(t, c, n+1)
+	t.Logf("FILL: served and allocated %v after the first write", time.Since(t0).Round(time.Second))
 }
 
 // waitAllocated waits until the API server lists want IPAddresses and that
 // number has held for a while: its IP repair loop has nothing left to
-// repair or clean up, so every run from the seed starts consistent.
+// repair or clean up, so the proxy starts against a consistent cluster.
 func waitAllocated(t *testing.T, c *F.Cluster, want int) {
 	cs := mustFastClient(t, c)
 	deadline := time.Now().Add(5 * time.Minute)
