@@ -131,7 +131,7 @@ func ensureSeed(t *testing.T, services int) string {
 		t.Logf("reusing the seeded etcd data dir %s", dir)
 		return dir
 	}
-	t.Run(fmt.Sprintf("seed-%d", services), func(t *testing.T) { seed(t, dir, services) })
+	t.Run("seed-"+filepath.Base(dir), func(t *testing.T) { seed(t, dir, services) })
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("no seed after seeding: %v", err)
 	}
@@ -196,7 +196,7 @@ func fastClient(base *rest.Config) (kubernetes.Interface, error) {
 	cfg := rest.CopyConfig(base)
 	cfg.QPS, cfg.Burst = 5000, 10000
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.Timeout = time.Minute
+	cfg.Timeout = 3 * time.Minute
 	return kubernetes.NewForConfig(cfg)
 }
 
