@@ -78,6 +78,7 @@ bench-e2e: deps ; hack/bench-e2e.sh # end-to-end scale benchmark (test/e2e/bench
 bench-100k: deps
 	BENCH_E2E_SERVICES=100000 BENCH_E2E_SEED_API=$${BENCH_E2E_SEED_API:-1000} \
 	BENCH_E2E_MODES="$${BENCH_E2E_MODES:-ebpf nftables}" BENCH_E2E_RUNS=$${BENCH_E2E_RUNS:-1} \
+	BENCH_E2E_LIST_FLOORS=$${BENCH_E2E_LIST_FLOORS:-false} \
 	hack/bench-e2e.sh
 
 controlplane:

@@ -62,6 +62,7 @@
 #        on a cluster of that many Services, in the first mode's mode, the ratio's reference measured in the same invocation),
 #        BENCH_E2E_IDLE_SHARE (0.9) and BENCH_E2E_IDLE_WAIT (1m): before a start and a restart, wait
 #        until the machine was that idle over one second, at most that long (0: no wait),
+#        BENCH_E2E_LIST_FLOORS (true: after each run, a decode-only client's initial lists timed four ways),
 #        BENCH_E2E_START_TIMEOUT (15m: the limit for a first sync and for the proxy to go quiet;
 #        upstream iptables mode needs more at 10k), SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
 #        BENCH_E2E_PROFILE (true: the proxy runs with enableProfiling and its heap profiles —
@@ -151,6 +152,7 @@ main() {
     -dp-reference "${BENCH_E2E_DP_REF:-0}" -dp-paused="${BENCH_E2E_DP_PAUSED:-true}"
     -dp-perf="${BENCH_E2E_DP_PERF:-false}"
     -dp-ref-services "${BENCH_E2E_DP_REF_SERVICES:-$dp_ref_default}"
+    -list-floors="${BENCH_E2E_LIST_FLOORS:-true}"
   )
   # After the --version calls above: each process writes its own profile.
   if [[ ${BENCH_E2E_PROFILE:-false} == true ]]; then

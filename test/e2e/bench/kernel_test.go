@@ -127,7 +127,7 @@ func scrape(t *testing.T, c *F.Cluster, n *F.Node) samples {
 
 // clusterIPs lists every Service's ClusterIP from the API.
 func clusterIPs(t *testing.T, c *F.Cluster) map[string]bool {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), listAllTimeout)
 	defer cancel()
 	list, err := mustFastClient(t, c).CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {

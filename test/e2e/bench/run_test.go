@@ -151,10 +151,14 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 		res.WaitMaxRSS = ru.Maxrss
 	}
 	n.Proxy.Stop(30 * time.Second)
-	res.ListFloor = measureListFloor(t, c)
-	res.PlainListFloor = measurePlainListFloor(t, c)
-	res.PagedListFloor, res.PagedListCPCPU = measurePagedListFloor(t, c, true)
-	res.PagedListFloorPlain, res.PagedListCPCPUPlain = measurePagedListFloor(t, c, false)
+	if *flagListFloors {
+		res.ListFloor = measureListFloor(t, c)
+		res.PlainListFloor = measurePlainListFloor(t, c)
+		res.PagedListFloor, res.PagedListCPCPU = measurePagedListFloor(t, c, true)
+		res.PagedListFloorPlain, res.PagedListCPCPUPlain = measurePagedListFloor(t, c, false)
+	} else { // not measured: printed as "–"
+		res.ListFloor, res.PlainListFloor, res.PagedListFloor, res.PagedListFloorPlain = -1, -1, -1, -1
+	}
 	res.Load1After = load1()
 	return res
 }

@@ -190,13 +190,17 @@ func serviceCIDRFor(services int) string {
 	return ""
 }
 
+// listAllTimeout bounds a list of every Service or slice: at 100k on a
+// loaded 2-CPU machine one takes more than a minute.
+const listAllTimeout = 3 * time.Minute
+
 // fastClient is an admin client without client-side throttling, speaking
 // protobuf: the seed is 20k creates.
 func fastClient(base *rest.Config) (kubernetes.Interface, error) {
 	cfg := rest.CopyConfig(base)
 	cfg.QPS, cfg.Burst = 5000, 10000
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.Timeout = 3 * time.Minute
+	cfg.Timeout = listAllTimeout
 	return kubernetes.NewForConfig(cfg)
 }
 

@@ -189,7 +189,7 @@ func (tpl *template) clone(i, eps int, ip netip.Addr) ([]F.KV, error) {
 
 // freeClusterIPs returns n addresses of the service range no Service holds.
 func freeClusterIPs(c *F.Cluster, n int) ([]netip.Addr, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), listAllTimeout)
 	defer cancel()
 	cs, err := fastClient(c.AdminConfig) // protobuf, a longer timeout: 100k Services
 	if err != nil {
@@ -254,7 +254,7 @@ func waitListed(t *testing.T, what string, want int, stableFor time.Duration, co
 	deadline := time.Now().Add(15 * time.Minute)
 	stable := time.Time{}
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), listAllTimeout)
 		got, err := count(ctx)
 		cancel()
 		switch {
