@@ -63,7 +63,7 @@
 #        BENCH_E2E_IDLE_SHARE (0.9) and BENCH_E2E_IDLE_WAIT (1m): before a start and a restart, wait
 #        until the machine was that idle over one second, at most that long (0: no wait),
 #        BENCH_E2E_LIST_FLOORS (true: after each run, a decode-only client's initial lists timed four ways),
-#        BENCH_E2E_START_TIMEOUT (15m: the limit for a first sync and for the proxy to go quiet;
+#        BENCH_E2E_START_TIMEOUT (15m: the limit for a first sync, for the proxy to go quiet and for the kernel dump after it;
 #        upstream iptables mode needs more at 10k), SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
 #        BENCH_E2E_PROFILE (true: the proxy runs with enableProfiling and its heap profiles —
 #        live and allocated since start, after a GC — are kept in _output/e2e/<cluster>/:
