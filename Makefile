@@ -11,7 +11,7 @@
 #   make bench    the nftables benchmark (test/bench/nftables)
 #   make bench-e2e  10k Services × 10 endpoints through a real API server: first sync,
 #                 network programming latency under churn, peak RSS (hack/bench-e2e.sh)
-#   make bench-100k  the same at 100k Services × 10, ebpf beside nftables (about 40 min)
+#   make bench-100k  the same at 100k Services × 10, ebpf beside nftables (root; the better part of an hour)
 #   make footprint  the binary's sections, its inits' heap and an idle process's RSS by
 #                 mapping (hack/footprint.sh; root, 20 s)
 #   make demo     a throwaway cluster in network namespaces: real kube-apiserver, two nodes
