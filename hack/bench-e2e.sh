@@ -14,8 +14,11 @@
 # The seeded etcd data dir is cached in _output/bench-e2e/seed-v<N>-<S>x<E>-<control plane build>/:
 # the first run creates it through the API (1–2.5 min at 10k; the API server's ClusterIP
 # allocator is O(n) per Service, static IPs included), later runs start from a copy in seconds.
-# Past BENCH_E2E_SEED_API Services (10000) the rest are copies of Service 0's stored objects
-# (Service, EndpointSlice, IPAddress) written into etcd directly: 50k in minutes, not an hour. Root; builds what it
+# Past BENCH_E2E_SEED_API Services (10000) the seed holds only those; the rest are copies of
+# Service 0's stored objects (Service, EndpointSlice, IPAddress) written into each run's etcd
+# once its kube-apiserver is up (minutes at 100k, not an hour through the API): an apiserver
+# started over 100k Services must finish its first IP and port repair pass within a minute or
+# exit. `make bench-100k` is the 100k run. Root; builds what it
 # needs (hack/build-controlplane.sh, svcproxy with its commit stamped). Not part of make test.
 #
 # Then, after the churn, the datapath: a server pod behind a new ClusterIP Service on the node and,
@@ -59,7 +62,8 @@
 #        on a cluster of that many Services, in the first mode's mode, the ratio's reference measured in the same invocation),
 #        BENCH_E2E_IDLE_SHARE (0.9) and BENCH_E2E_IDLE_WAIT (1m): before a start and a restart, wait
 #        until the machine was that idle over one second, at most that long (0: no wait),
-#        BENCH_E2E_START_TIMEOUT (15m: the limit for a first sync and for the proxy to go quiet;
+#        BENCH_E2E_LIST_FLOORS (true: after each run, a decode-only client's initial lists timed four ways),
+#        BENCH_E2E_START_TIMEOUT (15m: the limit for a first sync, for the proxy to go quiet and for the kernel dump after it;
 #        upstream iptables mode needs more at 10k), SVCPROXY_BIN (measure this binary), BENCH_E2E_UPSTREAM (this kube-proxy binary),
 #        BENCH_E2E_PROFILE (true: the proxy runs with enableProfiling and its heap profiles —
 #        live and allocated since start, after a GC — are kept in _output/e2e/<cluster>/:
@@ -148,6 +152,7 @@ main() {
     -dp-reference "${BENCH_E2E_DP_REF:-0}" -dp-paused="${BENCH_E2E_DP_PAUSED:-true}"
     -dp-perf="${BENCH_E2E_DP_PERF:-false}"
     -dp-ref-services "${BENCH_E2E_DP_REF_SERVICES:-$dp_ref_default}"
+    -list-floors="${BENCH_E2E_LIST_FLOORS:-true}"
   )
   # After the --version calls above: each process writes its own profile.
   if [[ ${BENCH_E2E_PROFILE:-false} == true ]]; then

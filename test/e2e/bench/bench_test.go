@@ -37,6 +37,7 @@ var (
 	flagIdleShare     = flag.Float64("idle-share", 0.9, "before a start and a restart, wait until the machine was this idle over one second (0: do not wait)")
 	flagIdleWait      = flag.Duration("idle-wait", time.Minute, "the longest wait for -idle-share")
 	flagProfile       = flag.Bool("profile", false, "run the proxy with enableProfiling and keep its heap profiles (after the first sync, after the churn, after the restart) in the cluster's work dir")
+	flagListFloors    = flag.Bool("list-floors", true, "after each run, time a decode-only client's initial lists (four ways; minutes at 100k)")
 	flagJSON          = flag.String("json", "", "also write the results here (default _output/bench-e2e/results-<time>.json)")
 )
 

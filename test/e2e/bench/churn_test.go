@@ -136,7 +136,7 @@ func mapStats(res *churnResult, d hist, mode string) {
 // round trip (every Service is updated at most once: the listed
 // resourceVersion is still current).
 func listSlices(t *testing.T, cs kubernetes.Interface) map[string]*discoveryv1.EndpointSlice {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), listAllTimeout)
 	defer cancel()
 	list, err := cs.DiscoveryV1().EndpointSlices(F.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -5,8 +5,9 @@
 // Service, the latency from API write to kernel under a churn of
 // EndpointSlice updates, the new-connection rate through a ClusterIP, a
 // forced full sync with nothing changed (kernel changes, CPU), an unchanged
-// restart, and peak RSS. Past -seed-api Services the seed is written into
-// etcd as copies of Service 0's stored objects (seedclone_test.go).
+// restart, and peak RSS. Past -seed-api Services the rest are written into
+// each run's etcd, once its API server is up, as copies of Service 0's
+// stored objects (seedclone_test.go).
 //
 // The tests sit behind the build tag benche2e, so that neither make test nor
 // go test ./... runs them (they take minutes and measure, not check):

@@ -32,7 +32,9 @@ func waitProgrammed(t *testing.T, c *F.Cluster, n *F.Node, start time.Time, res 
 	res.WantIPs = len(want)
 	for attempt := 1; attempt <= 5; attempt++ {
 		before := waitQuiet(t, c, n)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		// As long as a start may take: nft lists 100k × 10 elements in
+		// minutes on a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), *flagStartTimeout)
 		t0 := time.Now()
 		dump, err := dumpRules(ctx, c.Opts.Mode, n)
 		cancel()
@@ -127,7 +129,7 @@ func scrape(t *testing.T, c *F.Cluster, n *F.Node) samples {
 
 // clusterIPs lists every Service's ClusterIP from the API.
 func clusterIPs(t *testing.T, c *F.Cluster) map[string]bool {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), listAllTimeout)
 	defer cancel()
 	list, err := mustFastClient(t, c).CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -21,7 +21,7 @@ type runResult struct {
 	Run         int
 	Load1Before float64
 	Load1After  float64
-	ClusterUp   float64 // namespaces + control plane from the seed + RBAC + Node
+	ClusterUp   float64 // namespaces + control plane from the seed + RBAC + Node (before fillCluster)
 
 	// FirstSync: process start → end of the first successful sync, read
 	// from svcproxy's kubeproxy_sync_proxy_rules_last_timestamp_seconds.
@@ -104,6 +104,9 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 	}
 	c := F.New(t, opts)
 	res.ClusterUp = time.Since(t0).Seconds()
+	if from := seededViaAPI(*flagServices); from < *flagServices {
+		fillCluster(t, c, from, *flagServices, *flagEndpoints)
+	}
 	if bin != "" {
 		c.Bins.SvcProxy = bin // same config, flags and namespace
 	}
@@ -148,10 +151,14 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 		res.WaitMaxRSS = ru.Maxrss
 	}
 	n.Proxy.Stop(30 * time.Second)
-	res.ListFloor = measureListFloor(t, c)
-	res.PlainListFloor = measurePlainListFloor(t, c)
-	res.PagedListFloor, res.PagedListCPCPU = measurePagedListFloor(t, c, true)
-	res.PagedListFloorPlain, res.PagedListCPCPUPlain = measurePagedListFloor(t, c, false)
+	if *flagListFloors {
+		res.ListFloor = measureListFloor(t, c)
+		res.PlainListFloor = measurePlainListFloor(t, c)
+		res.PagedListFloor, res.PagedListCPCPU = measurePagedListFloor(t, c, true)
+		res.PagedListFloorPlain, res.PagedListCPCPUPlain = measurePagedListFloor(t, c, false)
+	} else { // not measured: printed as "–"
+		res.ListFloor, res.PlainListFloor, res.PagedListFloor, res.PagedListFloorPlain = -1, -1, -1, -1
+	}
 	res.Load1After = load1()
 	return res
 }

@@ -94,7 +94,8 @@ func benchSlice(i, eps int) *discoveryv1.EndpointSlice {
 }
 
 // seedPath is where the seeded etcd data dir is cached: keyed by the seed's
-// shape and by the control plane build (its dir name carries the Kubernetes
+// shape (the Services it holds and the service range they were given from)
+// and by the control plane build (its dir name carries the Kubernetes
 // version and the hash of the wrapper modules), since another etcd or
 // apiserver may not read the data the same way.
 func seedPath(services int) (string, error) {
@@ -106,13 +107,18 @@ func seedPath(services int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := fmt.Sprintf("seed-v%d-%dx%d-%s", seedVersion, services, *flagEndpoints, filepath.Base(cpBin))
-	if services > *flagSeedAPI {
-		// Services past -seed-api are copies written into etcd (seedclone_test.go).
-		name = fmt.Sprintf("seed-v%d-%dx%d-api%d-%s", seedVersion, services, *flagEndpoints, *flagSeedAPI, filepath.Base(cpBin))
+	name := fmt.Sprintf("seed-v%d-%dx%d-%s", seedVersion, seededViaAPI(services), *flagEndpoints, filepath.Base(cpBin))
+	if serviceCIDRFor(services) != "" {
+		// The same count from the larger range is another seed.
+		name = fmt.Sprintf("seed-v%d-%dx%d-cidr12-%s", seedVersion, seededViaAPI(services), *flagEndpoints, filepath.Base(cpBin))
 	}
 	return filepath.Join(root, "_output", "bench-e2e", name), nil
 }
+
+// seededViaAPI is how many of a cluster's services Services the cached
+// seed holds: those created through the API. The rest are written into
+// each run's etcd once its API server is up (fillCluster).
+func seededViaAPI(services int) int { return min(services, max(*flagSeedAPI, 1)) }
 
 // ensureSeed returns the seeded etcd data dir of services Services,
 // creating it first when no earlier run left one.
@@ -125,16 +131,17 @@ func ensureSeed(t *testing.T, services int) string {
 		t.Logf("reusing the seeded etcd data dir %s", dir)
 		return dir
 	}
-	t.Run(fmt.Sprintf("seed-%d", services), func(t *testing.T) { seed(t, dir, services) })
+	t.Run("seed-"+filepath.Base(dir), func(t *testing.T) { seed(t, dir, services) })
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("no seed after seeding: %v", err)
 	}
 	return dir
 }
 
-// seed creates the Services and slices through the API of a fresh cluster
-// (past -seed-api: copies written into etcd, seedclone_test.go), stops etcd for a consistent copy and keeps its data dir. The copy goes
-// to a temporary name first, so an interrupted seed is never reused.
+// seed creates the API part of the Services and slices through the API of a
+// fresh cluster, stops etcd for a consistent copy and keeps its data dir.
+// The copy goes to a temporary name first, so an interrupted seed is never
+// reused.
 func seed(t *testing.T, dir string, services int) {
 	c := F.New(t, F.Options{Mode: "nftables", Nodes: 1, NoProxy: true, ServiceCIDR: serviceCIDRFor(services)})
 	cs, err := fastClient(c.AdminConfig)
@@ -144,15 +151,12 @@ func seed(t *testing.T, dir string, services int) {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	viaAPI := min(services, max(*flagSeedAPI, 1))
+	viaAPI := seededViaAPI(services)
 	if err := createAll(ctx, cs, viaAPI, *flagEndpoints, t.Logf); err != nil {
 		t.Fatalf("seeding: %v", err)
 	}
 	t.Logf("SEED: created %d Services + %d EndpointSlices through the API in %v",
 		viaAPI, viaAPI, time.Since(t0).Round(time.Second))
-	if viaAPI < services {
-		cloneServices(t, c, viaAPI, services, *flagEndpoints)
-	}
 	if err := c.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,13 +190,17 @@ func serviceCIDRFor(services int) string {
 	return ""
 }
 
+// listAllTimeout bounds a list of every Service or slice: at 100k on a
+// loaded 2-CPU machine one takes more than a minute.
+const listAllTimeout = 3 * time.Minute
+
 // fastClient is an admin client without client-side throttling, speaking
 // protobuf: the seed is 20k creates.
 func fastClient(base *rest.Config) (kubernetes.Interface, error) {
 	cfg := rest.CopyConfig(base)
 	cfg.QPS, cfg.Burst = 5000, 10000
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.Timeout = time.Minute
+	cfg.Timeout = listAllTimeout
 	return kubernetes.NewForConfig(cfg)
 }
 
