@@ -2,6 +2,7 @@ package knft
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/knetlink"
 )
@@ -134,4 +135,25 @@ func (l *layout) spellData(dst, key, value []byte) (out []byte, keyEnd int, err 
 		return dst[:start], 0, err
 	}
 	return dst, keyEnd, nil
+}
+
+// parseElem appends the data of key and value, spelled, to dst; the key
+// ends at keyEnd.
+func (l *layout) parseElem(dst []byte, key, value string) (out []byte, keyEnd int, err error) {
+	start := len(dst)
+	if dst, err = l.parseKey(dst, key); err != nil {
+		return dst[:start], 0, err
+	}
+	keyEnd = len(dst)
+	if dst, err = l.parseValue(dst, value); err != nil {
+		return dst[:start], 0, err
+	}
+	return dst, keyEnd, nil
+}
+
+// same reports whether l and o lay elements out alike: their data is
+// the same bytes for the same element.
+func (l *layout) same(o *layout) bool {
+	return slices.Equal(l.key, o.key) && slices.Equal(l.data, o.data) &&
+		l.verdict == o.verdict && l.interval == o.interval
 }

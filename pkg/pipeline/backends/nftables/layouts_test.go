@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -166,6 +167,17 @@ func setSpecOf(name string, isMap bool, typ, typeOf string, flags []knftables.Se
 	return s
 }
 
+// hairpinKeyOf is the store key of a hairpin element spelled "a . b".
+func hairpinKeyOf(spelled string) (string, bool) {
+	a, b, ok := strings.Cut(spelled, elemSep)
+	x, errA := netip.ParseAddr(a)
+	y, errB := netip.ParseAddr(b)
+	if !ok || errA != nil || errB != nil || x.Is4() != y.Is4() || x.Zone() != "" || y.Zone() != "" {
+		return "", false
+	}
+	return string(append(x.AsSlice(), y.AsSlice()...)), true
+}
+
 // addDumpElements adds the elements of set as render claims them: a
 // hairpin a . a by its binary key, an endpoint map's as one slot group per
 // frontend.
@@ -191,8 +203,8 @@ func addDumpElements(p *part, table *knftables.FakeTable, set string) {
 			}
 		}
 		if strings.HasPrefix(set, setHairpin) {
-			if k, ok := hairpinStoreKey(nil, []byte(key)); ok {
-				key = string(k)
+			if k, ok := hairpinKeyOf(key); ok {
+				key = k
 			}
 		}
 		p.addElem(set, key, value)

@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
@@ -123,31 +122,13 @@ func appendHairpinKey(b []byte, a netip.Addr) []byte {
 	return append(append(b, v[:]...), v[:]...)
 }
 
-// hairpinStoreKey appends to dst the store key of a hairpin element read
-// back spelled, and reports whether it is one: an element of another type
-// is not (the set is then replaced as a whole, typeDiffers, so the store
-// needs none of its elements).
-func hairpinStoreKey(dst, spelled []byte) ([]byte, bool) {
-	family := 0
-	if bytes.IndexByte(spelled, ':') >= 0 {
-		family = 1
+// hairpinLayoutOf is the layout of family's hairpin sets, in which the
+// read-back asks for their elements: as the store keys them.
+func hairpinLayoutOf(family proxy.IPFamily) *knft.Layout {
+	if family == proxy.IPv6 {
+		return hairpinLayouts[1]
 	}
-	// a . a, every element render writes: the address is parsed once.
-	if a, b, ok := bytes.Cut(spelled, []byte(elemSep)); ok && bytes.Equal(a, b) {
-		out, err := addrLayouts[family].ParseKey(dst, view(a))
-		if err != nil {
-			return dst, false
-		}
-		return append(out, out[len(dst):]...), true
-	}
-	out, err := hairpinLayouts[family].ParseKey(dst, view(spelled))
-	return out, err == nil
-}
-
-// addrLayouts are the layouts of a set of IPv4 and of IPv6 addresses.
-var addrLayouts = [2]*knft.Layout{
-	knft.DeclaredLayout("ipv4_addr", "", nil, false),
-	knft.DeclaredLayout("ipv6_addr", "", nil, false),
+	return hairpinLayouts[0]
 }
 
 // spellKey is a store key of set as nft spells it.

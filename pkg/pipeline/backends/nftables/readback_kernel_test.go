@@ -50,10 +50,10 @@ func readBoth(t *testing.T, family proxy.IPFamily) (viaNft, viaNetlink []string)
 	}
 	defer k.Close()
 	a, b := newStore(), newStore()
-	if err := a.readBack(context.Background(), knft.NewKnftables(nft)); err != nil {
+	if err := a.readBack(context.Background(), knft.NewKnftables(nft), family); err != nil {
 		t.Fatalf("read-back through nft: %v", err)
 	}
-	if err := b.readBack(context.Background(), k); err != nil {
+	if err := b.readBack(context.Background(), k, family); err != nil {
 		t.Fatalf("read-back over netlink: %v", err)
 	}
 	return kernelSide(a), kernelSide(b)
@@ -210,7 +210,7 @@ func tamper(s *store) error {
 	slices.SortStableFunc(sets, func(a, b string) int { return int(s.elemCount(b)) - int(s.elemCount(a)) })
 	for _, set := range []string{sets[0], setFirewallAllow} {
 		var keys []string
-		s.kernelElems(set, func(key, _ string) { keys = append(keys, key) })
+		s.kernelElems(set, false, func(key, _ string) { keys = append(keys, key) })
 		if len(keys) > 0 {
 			cmds = append(cmds, fmt.Sprintf("delete element ip %s %s { %s }", TableName, set, keys[0]))
 		}
