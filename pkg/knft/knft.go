@@ -176,6 +176,9 @@ func DeclaredLayout(typ, typeOf string, flags []knftables.SetFlag, isMap bool) *
 	return &Layout{l}
 }
 
+// KeyLen is the length of a key's data.
+func (l *Layout) KeyLen() int { return l.l.keyDataLen() }
+
 // layout is l's, nil for nil (spelled elements).
 func (l *Layout) layout() *layout {
 	if l == nil {

@@ -10,7 +10,8 @@ import (
 )
 
 // A set asked as data reads back as the kernel's bytes, the form render
-// makes (a concatenation's fields padded to 4 bytes, a verdict spelled);
+// makes (a concatenation's fields padded to 4 bytes, a verdict spelled, a
+// catch-all with no key);
 // a set of another layout than the one asked lists no element. Over
 // netlink (the decoder's data, unspelled) and through the fake (knftables'
 // spelled listing, parsed).
@@ -33,7 +34,8 @@ func readBackAsData(ctx context.Context, t *testing.T, k Interface) error {
 		tx.Add(&knftables.Chain{Name: "c"})
 		tx.Add(&knftables.Map{Name: "m", Type: "ipv4_addr . inet_proto . inet_service : verdict"})
 		tx.Add(&knftables.Set{Name: "h", Type: "ipv4_addr . ipv4_addr"})
-	}, Ops: 3}
+		tx.Add(&knftables.Element{Map: "m", Key: []string{"*"}, Value: []string{"drop"}})
+	}, Ops: 4}
 	txs := [][]*Unit{{objects}, {
 		elems("s", Change{Key: "10.0.0.1", Add: true}),
 		elems("u", Change{Key: "10.0.0.9", Add: true}),
@@ -56,7 +58,7 @@ func readBackAsData(ctx context.Context, t *testing.T, k Interface) error {
 	want := map[string][]string{
 		"s": {"\x0a\x00\x00\x01 : "},
 		"h": {"\x0a\x00\x00\x02\x0a\x00\x00\x02 : ", "\x0a\x00\x00\x03\x0a\x00\x00\x04 : "},
-		"m": {"\x0a\x00\x00\x01\x06\x00\x00\x00\x00\x50\x00\x00 : goto c"},
+		"m": {"\x0a\x00\x00\x01\x06\x00\x00\x00\x00\x50\x00\x00 : goto c", " : drop"}, // a catch-all: no key
 		"u": nil,
 	}
 	for set, w := range want {

@@ -30,7 +30,7 @@ func (s *store) readBack(ctx context.Context, k knft.Interface, family proxy.IPF
 }
 
 // storeSink is the store as a knft.Sink. It asks for the elements of the
-// sets whose store keys are data (the hairpin sets) as data, so they come
+// sets whose store keys are data (datakeys.go) as data, so they come
 // in the form render makes and are compared as they are. It copies what
 // the store keeps out of knft's buffer and nothing else: a key once, when
 // its entry is new, a value of a set without slot
@@ -41,7 +41,7 @@ func (s *store) readBack(ctx context.Context, k knft.Interface, family proxy.IPF
 // four at a time) have groups pending, not every map of the table.
 type storeSink struct {
 	s       *store
-	hairpin *knft.Layout // the family's hairpin sets'
+	family  proxy.IPFamily
 	listing map[string]*setListing
 	last    *setListing       // the set of the last Element
 	values  map[string]string // the distinct values read back
@@ -56,7 +56,7 @@ type setListing struct {
 }
 
 func newStoreSink(s *store, family proxy.IPFamily) *storeSink {
-	return &storeSink{s: s, hairpin: hairpinLayoutOf(family), listing: map[string]*setListing{}, values: map[string]string{}}
+	return &storeSink{s: s, family: family, listing: map[string]*setListing{}, values: map[string]string{}}
 }
 
 func (k *storeSink) Table() { k.s.tablePresent = true }
@@ -87,10 +87,10 @@ func (k *storeSink) Set(s knft.SetInfo) (bool, *knft.Layout) {
 	delete(k.s.elems, s.Name)
 	delete(k.listing, s.Name)
 	k.last = nil
-	if strings.HasPrefix(s.Name, setHairpin) {
-		// A hairpin set of another layout lists nothing: it is
-		// replaced as a whole (typeDiffers).
-		return true, k.hairpin
+	if l := readLayout(s.Name, k.family); l != nil {
+		// A set of another layout lists nothing: it is replaced as a
+		// whole (typeDiffers).
+		return true, l
 	}
 	return !strings.HasPrefix(s.Name, affinityPrefix), nil
 }

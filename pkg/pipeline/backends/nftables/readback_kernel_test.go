@@ -222,7 +222,7 @@ func tamper(s *store) error {
 		cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s }", TableName, setFirewallAllow, strings.Join(f, " . ")))
 		break
 	}
-	// A catch-all element: the decoder leaves that map to nft.
+	// A catch-all element: read back with no key (data of none).
 	cmds = append(cmds, fmt.Sprintf("add element ip %s %s { * : drop }", TableName, mapServiceIPs))
 	cmds = append(cmds, fmt.Sprintf("flush chain ip %s %s", TableName, chainMasquerading))
 	for _, c := range cmds {

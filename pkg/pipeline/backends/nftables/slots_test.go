@@ -211,14 +211,14 @@ func TestHairpinKeys(t *testing.T) {
 			t.Errorf("%s: spelled %q, want %q", a, got, spelled)
 		}
 	}
-	for fam, want := range map[proxy.IPFamily]*knft.Layout{proxy.IPv4: hairpinLayouts[0], proxy.IPv6: hairpinLayouts[1]} {
+	for fam, want := range map[proxy.IPFamily]*knft.Layout{proxy.IPv4: dataLayouts[set][0], proxy.IPv6: dataLayouts[set][1]} {
 		s := newStore()
 		sink := newStoreSink(s, fam)
 		if list, as := sink.Set(knft.SetInfo{Name: set}); !list || as != want {
 			t.Errorf("%s: hairpin set listed %v as %p, want as %p", fam, list, as, want)
 		}
-		if list, as := sink.Set(knft.SetInfo{Name: setClusterIPs}); !list || as != nil {
-			t.Errorf("%s: %s listed %v as %p, want spelled", fam, setClusterIPs, list, as)
+		if list, as := sink.Set(knft.SetInfo{Name: setFirewallAllow}); !list || as != nil {
+			t.Errorf("%s: %s listed %v as %p, want spelled", fam, setFirewallAllow, list, as)
 		}
 		other := append(netip.MustParseAddr("fd00::1").AsSlice(), netip.MustParseAddr("fd00::2").AsSlice()...)
 		readElements(sink, set, string(other), "")
