@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -193,6 +194,12 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 		}
 		if _, got := readBoth(t, proxy.IPv4); !slices.Equal(got, want) {
 			return fmt.Errorf("not repaired:\n%s", diffLines(want, got))
+		}
+		// As nft sees it: a set element the read-back left out would
+		// be in neither store.
+		out, err := exec.Command("nft", "list", "map", "ip", TableName, mapServiceIPs).CombinedOutput()
+		if err != nil || bytes.Contains(out, []byte("* : drop")) {
+			return fmt.Errorf("the catch-all is still there (%v):\n%s", err, out)
 		}
 		return nil
 	})
