@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/proxytest"
 )
 
-// toolFake is a Fake that is iptables-nft and records each call that
-// runs a tool, restores aside.
+// toolFake is a Fake that is iptables-nft (no listing of the jumps
+// doubles as nat's read-back) and records each call that runs a tool,
+// restores aside.
 type toolFake struct {
 	*kiptables.Fake
 	calls []string
@@ -22,6 +24,29 @@ func (f *toolFake) Flavour() kiptables.Flavour { return kiptables.FlavourNFT }
 
 func (f *toolFake) record(call string, table kiptables.Table, what string) {
 	f.calls = append(f.calls, call+" "+string(table)+" "+what)
+}
+
+// syncToolFake programs state into a fresh toolFake with a recovery
+// sync, as syncFake does into a Fake.
+func syncToolFake(t *testing.T, st *desired.State) (*toolFake, *Proxier) {
+	t.Helper()
+	fake := &toolFake{Fake: kiptables.NewFake()}
+	p := NewWithInterface(st.Family, fake, Options{})
+	if err := p.Sync(ctx, st, proxy.RecoverySync); err != nil {
+		t.Fatal(err)
+	}
+	return fake, p
+}
+
+// count is how many of the calls were of method.
+func (f *toolFake) count(method string) int {
+	n := 0
+	for _, c := range f.calls {
+		if strings.HasPrefix(c, method+" ") {
+			n++
+		}
+	}
+	return n
 }
 
 func (f *toolFake) ChainExists(ctx context.Context, t kiptables.Table, chain string) (bool, error) {
@@ -60,11 +85,7 @@ func (f *toolFake) ListEnsuring(ctx context.Context, req []kiptables.ListRequest
 // prepend does, and the rules are those of the per-table save path.
 func TestFullSyncChecksJumpsWithOneListing(t *testing.T) {
 	st := upstreamState()
-	fake := &toolFake{Fake: kiptables.NewFake()}
-	p := NewWithInterface(st.Family, fake, Options{})
-	if err := p.Sync(ctx, st, proxy.RecoverySync); err != nil {
-		t.Fatal(err)
-	}
+	fake, p := syncToolFake(t, st)
 	saved, _ := syncFake(t, st, Options{})
 	if got, want := fake.Dump(), saved.Dump(); got != want {
 		t.Errorf("first sync on nft differs from the save path:\n%s", proxytest.LineDiff(want, got))
