@@ -54,8 +54,8 @@ func (t FrontTable) chains() []string {
 // order given (so the last one given ends up first), as EnsureChain and
 // EnsureRuleAtFront would one by one. It returns the chains each table
 // held when it read them (iptables-save), if it did: the names, not the
-// save, which at 10k services is ~40 MB that a caller would hold through
-// its sync.
+// save, which grows with every Service and which a caller would otherwise
+// hold through its sync.
 //
 // Only what is missing costs a single-rule call. What is there is read
 // first, in the way each flavour reads cheapest. On iptables-legacy every
