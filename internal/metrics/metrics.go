@@ -1,9 +1,10 @@
 // Package metrics defines the kubeproxy_* metric families under upstream
 // kube-proxy's exact name, type, help, buckets and labels, registers the
 // families each proxy mode exposes, and serves them on metricsBindAddress.
-// The families the backends update themselves (and the nfacct collectors)
-// are defined in pkg/pipeline/metrics, which pkg/ may import; this package
-// registers them with the rest.
+// The families the pipeline updates (the syncer's, the backends' own and the
+// nfacct collectors) are defined in pkg/pipeline/metrics, which pkg/ may
+// import; this package defines the health servers' and the conntrack
+// reconciler's and registers them all.
 //
 // The collectors are package variables, as upstream's are, so that the
 // syncer, the health servers and the backends can update them without

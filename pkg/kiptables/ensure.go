@@ -3,7 +3,7 @@ package kiptables
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"slices"
 
 	"k8s.io/klog/v2"
 )
@@ -14,59 +14,151 @@ type FrontRule struct {
 	Rule  []string
 }
 
-// EnsureAtFront makes sure chains exist in table and each rule is in its
-// chain, inserting missing rules at the front in the order given (so the
-// last one given ends up first), as EnsureChain and EnsureRuleAtFront
-// would one by one. It returns the chains the table held when it read
-// them (from iptables-save), else nil: the names, not the save, which at
-// 10k services is ~40 MB that a caller would hold through its sync.
+// line is the rule as iptables-save prints it.
+func (r FrontRule) line() string { return "-A " + r.Chain + " " + JoinArgs(r.Rule) }
+
+// target is the chain the rule jumps to ("" for none).
+func (r FrontRule) target() string {
+	for i := 0; i+1 < len(r.Rule); i++ {
+		if r.Rule[i] == "-j" || r.Rule[i] == "-g" {
+			return r.Rule[i+1]
+		}
+	}
+	return ""
+}
+
+// FrontTable is what EnsureAtFront keeps in one table.
+type FrontTable struct {
+	Table Table
+	// Empty are chains that only have to exist (canaries): nothing adds
+	// rules to them, so recreating one over itself loses nothing.
+	Empty []string
+	// Rules are kept in their chains; the chains they jump to are created
+	// first when missing.
+	Rules []FrontRule
+}
+
+// chains lists the chains t needs, Empty first, each once.
+func (t FrontTable) chains() []string {
+	out := slices.Clone(t.Empty)
+	for _, r := range t.Rules {
+		if c := r.target(); c != "" && !isBuiltinTarget(c) && !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// EnsureAtFront makes sure, table by table, that the chains exist and
+// each rule is in its chain, inserting missing rules at the front in the
+// order given (so the last one given ends up first), as EnsureChain and
+// EnsureRuleAtFront would one by one. It returns the chains each table
+// held when it read them (iptables-save), if it did: the names, not the
+// save, which grows with every Service and which a caller would otherwise
+// hold through its sync.
 //
-// On iptables-legacy every single-rule call reads (and a change rewrites)
-// the whole table — ~0.2–0.7 s each with 10k services — so the table is
-// read once with iptables-save and only what is missing is added. On
-// iptables-nft a single-rule call fetches just the chains it names and
-// costs milliseconds, while iptables-nft-save dumps every table (seconds
-// at that size), so there the calls are made directly.
-func EnsureAtFront(ctx context.Context, ipt Interface, table Table, chains []string, rules []FrontRule) (saved []string, err error) {
-	haveChain := func(string) bool { return false }
-	haveRule := func(FrontRule) bool { return false }
-	if ipt.Flavour() != FlavourNFT {
-		if save, err := ipt.Save(ctx, table); err != nil {
-			klog.ErrorS(err, "iptables-save failed; checking the jump rules one by one", "table", table)
-		} else {
-			saved, haveChain, haveRule = savedChecks(save, rules)
-		}
+// Only what is missing costs a single-rule call. What is there is read
+// first, in the way each flavour reads cheapest. On iptables-legacy every
+// call reads (and a change rewrites) the whole table — ~0.2–0.7 s each
+// with 10k services — so each table is read once with iptables-save. On
+// iptables-nft a call fetches just the chains it names, while
+// iptables-nft-save dumps every table (seconds at that size); there one
+// ListEnsuring run creates the Empty chains and lists the chains the
+// rules go in, for all tables at once, each tool run costing more than
+// what it fetches. A jump that is there proves its target chain exists.
+// A failed read is logged and everything is checked one call at a time.
+func EnsureAtFront(ctx context.Context, ipt Interface, tables []FrontTable) (saved map[Table][]string, err error) {
+	var have []present
+	if ipt.Flavour() == FlavourNFT {
+		have = listPresent(ctx, ipt, tables)
+	} else {
+		have, saved = savePresent(ctx, ipt, tables)
 	}
-	for _, c := range chains {
-		if haveChain(c) {
-			continue
+	for i, t := range tables {
+		for _, c := range t.chains() {
+			if have[i].chains[c] {
+				continue
+			}
+			if err := ipt.EnsureChain(ctx, t.Table, c); err != nil {
+				return saved, err
+			}
 		}
-		if err := ipt.EnsureChain(ctx, table, c); err != nil {
-			return saved, err
-		}
-	}
-	for _, r := range rules {
-		if haveRule(r) {
-			continue
-		}
-		if err := ipt.EnsureRuleAtFront(ctx, table, r.Chain, r.Rule...); err != nil {
-			return saved, err
+		for _, r := range t.Rules {
+			if have[i].rules[r.line()] {
+				continue
+			}
+			if err := ipt.EnsureRuleAtFront(ctx, t.Table, r.Chain, r.Rule...); err != nil {
+				return saved, err
+			}
 		}
 	}
 	return saved, nil
 }
 
-// savedChecks lists the chains of iptables-save output and answers from
-// it whether a chain exists and whether a rule is in its chain. A rule is looked for as
-// iptables-save prints it ("-A CHAIN" + JoinArgs); a rule spelled
-// differently is reported missing, which costs an EnsureRuleAtFront call
+// present is what one table is known to hold: chains by name, rules by
+// their iptables-save line. A rule spelled differently than iptables-save
+// prints it is reported missing, which costs an EnsureRuleAtFront call
 // (that checks again) but is never wrong.
-func savedChecks(save []byte, rules []FrontRule) (names []string, haveChain func(string) bool, haveRule func(FrontRule) bool) {
+type present struct {
+	chains, rules map[string]bool
+}
+
+// savePresent reads each table with iptables-save.
+func savePresent(ctx context.Context, ipt Interface, tables []FrontTable) ([]present, map[Table][]string) {
+	have := make([]present, len(tables))
+	saved := map[Table][]string{}
+	for i, t := range tables {
+		save, err := ipt.Save(ctx, t.Table)
+		if err != nil {
+			klog.ErrorS(err, "iptables-save failed; checking the jump rules one by one", "table", t.Table)
+			continue
+		}
+		saved[t.Table], have[i] = parsePresent(save, t.Rules)
+	}
+	return have, saved
+}
+
+// listPresent reads every table with one ListEnsuring run, which also
+// creates the Empty chains.
+func listPresent(ctx context.Context, ipt Interface, tables []FrontTable) []present {
+	have := make([]present, len(tables))
+	req := make([]ListRequest, len(tables))
+	for i, t := range tables {
+		req[i] = ListRequest{Table: t.Table, Empty: t.Empty}
+		for _, r := range t.Rules {
+			if !slices.Contains(req[i].List, r.Chain) {
+				req[i].List = append(req[i].List, r.Chain)
+			}
+		}
+	}
+	listed, err := ipt.ListEnsuring(ctx, req)
+	if err != nil {
+		klog.ErrorS(err, "Listing the built-in chains failed; checking the jump rules one by one")
+		return have
+	}
+	for i, t := range tables {
+		_, have[i] = parsePresent(listed[t.Table], t.Rules)
+		for _, c := range t.Empty {
+			have[i].chains[c] = true
+		}
+		for _, r := range t.Rules {
+			if have[i].rules[r.line()] {
+				have[i].chains[r.target()] = true
+			}
+		}
+	}
+	return have
+}
+
+// parsePresent reads iptables-save output (or -S listings): the chains it
+// declares, in order, and those of its rules that are in the chains rules
+// go in.
+func parsePresent(save []byte, rules []FrontRule) (names []string, have present) {
 	wanted := map[string]bool{}
 	for _, r := range rules {
 		wanted[r.Chain] = true
 	}
-	chains, lines := map[string]bool{}, map[string]bool{}
+	have = present{chains: map[string]bool{}, rules: map[string]bool{}}
 	for rest := save; len(rest) > 0; {
 		var line []byte
 		line, rest, _ = bytes.Cut(rest, []byte("\n"))
@@ -74,17 +166,15 @@ func savedChecks(save []byte, rules []FrontRule) (names []string, haveChain func
 		case len(line) > 1 && line[0] == ':':
 			name, _, _ := bytes.Cut(line[1:], []byte(" "))
 			names = append(names, string(name))
-			chains[names[len(names)-1]] = true
+			have.chains[names[len(names)-1]] = true
 		case bytes.HasPrefix(line, []byte("-A ")):
 			// Only the chains we put rules in: nat holds 350k rules at
 			// 10k services.
 			chain, _, _ := bytes.Cut(line[3:], []byte(" "))
 			if wanted[string(chain)] {
-				lines[string(line)] = true
+				have.rules[string(line)] = true
 			}
 		}
 	}
-	haveChain = func(c string) bool { return chains[c] }
-	haveRule = func(r FrontRule) bool { return lines[fmt.Sprintf("-A %s %s", r.Chain, JoinArgs(r.Rule))] }
-	return names, haveChain, haveRule
+	return names, have
 }

@@ -218,6 +218,34 @@ func (f *Fake) EnsureRuleAtFront(_ context.Context, table Table, chain string, r
 	return nil
 }
 
+// ListEnsuring is part of Interface. As the tool, it applies each
+// table's part on its own, in order, and fails on a listed chain that
+// does not exist.
+func (f *Fake) ListEnsuring(_ context.Context, req []ListRequest) (map[Table][]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[Table][]byte{}
+	for _, r := range req {
+		t, err := f.table(r.Table)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range r.Empty {
+			t.Chains[name] = &FakeChain{Name: name}
+		}
+		for _, name := range r.List {
+			c := t.Chains[name]
+			if c == nil {
+				return nil, fmt.Errorf("iptables-restore: chain %s/%s: no chain/target/match by that name", r.Table, name)
+			}
+			for _, rule := range c.Rules {
+				out[r.Table] = append(out[r.Table], "-A "+name+" "+rule+"\n"...)
+			}
+		}
+	}
+	return out, nil
+}
+
 // ChainNames is part of Interface.
 func (f *Fake) ChainNames(_ context.Context, table Table) ([]string, error) {
 	f.mu.Lock()

@@ -30,7 +30,7 @@ func FuzzRestoreSaveRoundTrip(f *testing.F) {
 			t.Fatalf("the hinter changed more than the hint:\n%q\n%q", data, hinted)
 		}
 		_ = SavedChainNames([]byte(data))
-		_, _, _ = savedChecks([]byte(data), []FrontRule{{Chain: "KUBE-A", Rule: SplitRule(data)}})
+		_, _ = parsePresent([]byte(data), []FrontRule{{Chain: "KUBE-A", Rule: SplitRule(data)}})
 
 		x := NewFake()
 		if err := x.Restore(ctx, []byte(data)); err != nil {
@@ -70,18 +70,18 @@ func checkRoundTrip(t *testing.T, x *Fake, table Table) {
 			}
 		}
 	}
-	names, haveChain, haveRule := savedChecks(save, rules)
+	names, have := parsePresent(save, rules)
 	if !slices.Equal(names, SavedChainNames(save)) {
-		t.Fatalf("savedChecks names = %q, SavedChainNames %q", names, SavedChainNames(save))
+		t.Fatalf("parsePresent names = %q, SavedChainNames %q", names, SavedChainNames(save))
 	}
 	for name := range want.Chains {
-		if !haveChain(name) {
-			t.Fatalf("savedChecks misses chain %q in\n%s", name, save)
+		if !have.chains[name] {
+			t.Fatalf("parsePresent misses chain %q in\n%s", name, save)
 		}
 	}
 	for _, r := range rules {
-		if !haveRule(r) {
-			t.Fatalf("savedChecks misses rule %q in chain %q in\n%s", strings.Join(r.Rule, " "), r.Chain, save)
+		if !have.rules[r.line()] {
+			t.Fatalf("parsePresent misses rule %q in chain %q in\n%s", strings.Join(r.Rule, " "), r.Chain, save)
 		}
 	}
 }

@@ -58,12 +58,27 @@ type Interface interface {
 	// EnsureRuleAtFront inserts rule at the head of chain unless an
 	// identical rule is already somewhere in chain.
 	EnsureRuleAtFront(ctx context.Context, table Table, chain string, rule ...string) error
+	// ListEnsuring runs one iptables-restore --noflush that, table by
+	// table in the order given, creates each chain of Empty unless it
+	// exists and lists the rules of each chain of List, which must exist
+	// (built-in chains do). It returns each table's rules as iptables-save
+	// prints them ("-A CHAIN ..."). An Empty chain that exists is flushed:
+	// only chains nothing adds rules to belong there. On iptables-legacy
+	// each table's COMMIT rewrites that table.
+	ListEnsuring(ctx context.Context, req []ListRequest) (map[Table][]byte, error)
 	// DeleteRule deletes rule from chain; a missing rule or chain is not
 	// an error.
 	DeleteRule(ctx context.Context, table Table, chain string, rule ...string) error
 	// Flavour is the iptables flavour driven ("" for fakes): the tools'
 	// costs differ (see EnsureAtFront).
 	Flavour() Flavour
+}
+
+// ListRequest is one table's part of a ListEnsuring run.
+type ListRequest struct {
+	Table Table
+	Empty []string // chains to create unless they exist
+	List  []string // chains whose rules are listed
 }
 
 // ErrLocked is wrapped by errors from an iptables tool that could not get

@@ -10,8 +10,9 @@ import (
 )
 
 // The single-rule operations go through go-iptables, which takes no
-// context; they are few (about twenty per full sync) and short. Like the
-// restore path they retry while the xtables lock is busy.
+// context; a full sync makes one only for what is missing (EnsureAtFront),
+// and they are short. Like the restore path they retry while the xtables
+// lock is busy.
 
 // EnsureChain is part of Interface.
 func (c *Client) EnsureChain(ctx context.Context, table Table, chain string) error {

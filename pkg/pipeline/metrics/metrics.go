@@ -1,11 +1,12 @@
-// Package metrics defines the kubeproxy_* families that the backends update
-// themselves, under upstream kube-proxy's exact name, type, help and labels,
-// and the nfacct counters the iptables backend counts into.
+// Package metrics defines the families the pipeline updates — the syncer's
+// (sync.go) and the backends' own — under upstream kube-proxy's exact name,
+// type, help and labels (svcproxy's own under the svcproxy_ prefix), and the
+// nfacct counters the iptables backend counts into.
 //
-// internal/metrics registers these beside the families the syncer and the
-// health servers update, and serves them all. The backends' families live
-// here, not there, so that pkg/ imports nothing from internal/;
-// like upstream's, the collectors are package variables.
+// internal/metrics registers these beside the families the health servers
+// and the conntrack reconciler update, and serves them all. The pipeline's
+// families live here, not there, so that pkg/ imports nothing from
+// internal/; like upstream's, the collectors are package variables.
 package metrics
 
 import (

@@ -2,10 +2,6 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// The families the syncer updates. internal/metrics registers them per mode
-// and serves them; they live here so that the syncer, a stage of the
-// pipeline under pkg/, imports nothing from internal/.
-
 // LabelTrafficPolicy labels SyncProxyRulesNoLocalEndpointsTotal with one of
 // TrafficPolicyInternal and TrafficPolicyExternal.
 const (

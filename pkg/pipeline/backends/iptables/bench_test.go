@@ -43,6 +43,9 @@ func (d *discard) ChainExists(context.Context, kiptables.Table, string) (bool, e
 func (d *discard) EnsureRuleAtFront(context.Context, kiptables.Table, string, ...string) error {
 	return nil
 }
+func (d *discard) ListEnsuring(context.Context, []kiptables.ListRequest) (map[kiptables.Table][]byte, error) {
+	return nil, nil
+}
 func (d *discard) DeleteRule(context.Context, kiptables.Table, string, ...string) error { return nil }
 func (d *discard) Flavour() kiptables.Flavour                                           { return "" }
 func (d *discard) ChainNames(context.Context, kiptables.Table) ([]string, error)        { return nil, nil }

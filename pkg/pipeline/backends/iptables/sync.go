@@ -122,30 +122,26 @@ func (p *Proxier) withUnsettled(st *desired.State) *desired.State {
 
 // ensureJumps creates the canaries and the top-level chains and puts our
 // jumps at the front of the built-in chains. Done on full syncs only: the
-// rules outlive us. Checking costs one iptables-save per table on
-// iptables-legacy (kiptables.EnsureAtFront); the nat chains it lists are
-// returned for the read-back, which would read the same.
+// rules outlive us. kiptables.EnsureAtFront reads what is there first
+// (one iptables-save per table on iptables-legacy, one listing of all the
+// built-in chains on iptables-nft) and adds only what is missing; the nat
+// chains an iptables-save lists are returned for the read-back, which
+// would read the same.
 func (p *Proxier) ensureJumps(ctx context.Context) (natChains []string, err error) {
-	for _, t := range canaryTables {
-		chains := []string{chainCanary}
-		var rules []kiptables.FrontRule
+	tables := make([]kiptables.FrontTable, len(canaryTables))
+	for i, t := range canaryTables {
+		tables[i] = kiptables.FrontTable{Table: t, Empty: []string{chainCanary}}
 		for _, j := range append(slices.Clone(jumps), kubeletJumps...) {
 			if j.table == t {
-				if !slices.Contains(chains, j.to) {
-					chains = append(chains, j.to) // each checked once
-				}
-				rules = append(rules, kiptables.FrontRule{Chain: j.from, Rule: j.args()})
+				tables[i].Rules = append(tables[i].Rules, kiptables.FrontRule{Chain: j.from, Rule: j.args()})
 			}
 		}
-		saved, err := kiptables.EnsureAtFront(ctx, p.ipt, t, chains, rules)
-		if err != nil {
-			return nil, fmt.Errorf("ensuring the %s jumps: %w", t, err)
-		}
-		if t == kiptables.TableNAT {
-			natChains = saved
-		}
 	}
-	return natChains, nil
+	saved, err := kiptables.EnsureAtFront(ctx, p.ipt, tables)
+	if err != nil {
+		return nil, fmt.Errorf("ensuring the jumps: %w", err)
+	}
+	return saved[kiptables.TableNAT], nil
 }
 
 // input is one sync's restore input and the changes it makes, which are

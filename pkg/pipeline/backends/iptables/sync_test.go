@@ -382,34 +382,15 @@ func TestFullSyncRemovesService(t *testing.T) {
 	}
 }
 
-// listingFake is a Fake that is iptables-nft (the jumps are checked one
-// call at a time, so nothing else lists nat) and counts the listings of
-// nat's chain names.
-type listingFake struct {
-	*kiptables.Fake
-	listings int
-}
-
-func (f *listingFake) Flavour() kiptables.Flavour { return kiptables.FlavourNFT }
-
-func (f *listingFake) ChainNames(ctx context.Context, t kiptables.Table) ([]string, error) {
-	f.listings++
-	return f.Fake.ChainNames(ctx, t)
-}
-
 // TestOnlyRecoveryReadsChainsBack: the chain names are read back by a
 // recovery sync alone; a full sync that is not one diffs against what
 // this process committed, and so still deletes the chains of a port that
 // went away, while a leftover someone else added waits for a recovery.
 func TestOnlyRecoveryReadsChainsBack(t *testing.T) {
 	st := upstreamState()
-	fake := &listingFake{Fake: kiptables.NewFake()}
-	p := NewWithInterface(st.Family, fake, Options{})
-	if err := p.Sync(ctx, st, proxy.RecoverySync); err != nil {
-		t.Fatal(err)
-	}
-	if fake.listings != 1 {
-		t.Fatalf("first sync listed nat %d times, want 1", fake.listings)
+	fake, p := syncToolFake(t, st)
+	if fake.count("ChainNames") != 1 {
+		t.Fatalf("first sync listed nat %d times, want 1", fake.count("ChainNames"))
 	}
 	const leftover = "KUBE-SEP-LEFTOVER0000000"
 	if err := fake.Restore(ctx, []byte("*nat\n:"+leftover+" - [0:0]\nCOMMIT\n")); err != nil {
@@ -422,14 +403,14 @@ func TestOnlyRecoveryReadsChainsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	dump := fake.Dump()
-	if fake.listings != 1 || strings.Contains(dump, "ns4/svc4") || !strings.Contains(dump, leftover) {
+	if fake.count("ChainNames") != 1 || strings.Contains(dump, "ns4/svc4") || !strings.Contains(dump, leftover) {
 		t.Errorf("full sync: %d listings (want 1), ns4/svc4 gone %t (want true), leftover kept %t (want true)",
-			fake.listings, !strings.Contains(dump, "ns4/svc4"), strings.Contains(dump, leftover))
+			fake.count("ChainNames"), !strings.Contains(dump, "ns4/svc4"), strings.Contains(dump, leftover))
 	}
 	if err := p.Sync(ctx, &next, proxy.RecoverySync); err != nil {
 		t.Fatal(err)
 	}
-	if fake.listings != 2 || strings.Contains(fake.Dump(), leftover) {
-		t.Errorf("recovery sync: %d listings (want 2), leftover kept %t (want false)", fake.listings, strings.Contains(fake.Dump(), leftover))
+	if fake.count("ChainNames") != 2 || strings.Contains(fake.Dump(), leftover) {
+		t.Errorf("recovery sync: %d listings (want 2), leftover kept %t (want false)", fake.count("ChainNames"), strings.Contains(fake.Dump(), leftover))
 	}
 }

@@ -1,0 +1,109 @@
+package kiptables
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
+)
+
+// TestKernelEnsureAtFront: the real tools of both flavours and families,
+// in a throwaway namespace. ListEnsuring creates the canaries and tells
+// nat's OUTPUT from filter's; EnsureAtFront writes what the Fake writes,
+// and once everything is there it runs one listing on iptables-nft and
+// one iptables-save per table on iptables-legacy, and nothing else.
+func TestKernelEnsureAtFront(t *testing.T) {
+	netnstest.RequireKernel(t, "iptables-nft-restore", "iptables-legacy-restore", "ip6tables-nft-restore", "ip6tables-legacy-restore")
+	execs := netnstest.RecordExecs(t, netnstest.ProxyTools()...)
+	const natOutput = "-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n"
+	for _, fam := range []proxy.IPFamily{proxy.IPv4, proxy.IPv6} {
+		for _, fl := range []Flavour{FlavourNFT, FlavourLegacy} {
+			t.Run(string(fam)+"/"+string(fl), func(t *testing.T) {
+				ns, err := netnstest.New(t).NewNS("ipt")
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := newInNS(t, ns, fam, fl)
+				ctx := context.Background()
+				var listed map[Table][]byte
+				execs.Runs(t, ns, func() error {
+					if err := c.Restore(ctx, []byte("*filter\n:KUBE-FILTERED - [0:0]\n-A OUTPUT -j KUBE-FILTERED\nCOMMIT\n"+
+						"*nat\n:KUBE-SERVICES - [0:0]\n"+natOutput+"COMMIT\n")); err != nil {
+						return err
+					}
+					listed, err = c.ListEnsuring(ctx, []ListRequest{
+						{Table: TableMangle, Empty: []string{"KUBE-CANARY"}},
+						{Table: TableNAT, Empty: []string{"KUBE-CANARY"}, List: []string{ChainPrerouting, ChainOutput}},
+						{Table: TableFilter, List: []string{ChainOutput, ChainInput}},
+					})
+					return err
+				})
+				if got := string(listed[TableNAT]); got != natOutput {
+					t.Errorf("nat listed %q, want %q", got, natOutput)
+				}
+				if got := string(listed[TableFilter]); got != "-A OUTPUT -j KUBE-FILTERED\n" {
+					t.Errorf("filter listed %q", got)
+				}
+				for _, table := range []Table{TableMangle, TableNAT} {
+					if ok := inNS(t, ns, func() (bool, error) { return c.ChainExists(ctx, table, "KUBE-CANARY") }); !ok {
+						t.Errorf("no canary in %s", table)
+					}
+				}
+
+				fake := NewFake()
+				if _, err := EnsureAtFront(ctx, fake, natFront); err != nil {
+					t.Fatal(err)
+				}
+				execs.Runs(t, ns, func() error { _, err := EnsureAtFront(ctx, c, natFront); return err })
+				for _, table := range []Table{TableNAT, TableFilter} {
+					want, _ := fake.Save(ctx, table)
+					got := inNS(t, ns, func() ([]byte, error) { return c.Save(ctx, table) })
+					if w, g := ruleLines(want), ruleLines(got); w != g {
+						t.Errorf("%s holds\n%s\nthe Fake\n%s", table, g, w)
+					}
+				}
+				ran := execs.Runs(t, ns, func() error { _, err := EnsureAtFront(ctx, c, natFront); return err })
+				t.Logf("everything in place: %d tool runs: %q", len(ran), ran)
+				want := 1
+				if fl == FlavourLegacy {
+					want = len(natFront)
+				}
+				if len(ran) != want {
+					t.Errorf("everything in place: %d tool runs, want %d:\n%s", len(ran), want, strings.Join(ran, "\n"))
+				}
+			})
+		}
+	}
+}
+
+// newInNS returns a client of the flavour's tools, made inside ns.
+func newInNS(t *testing.T, ns *netnstest.NS, fam proxy.IPFamily, fl Flavour) *Client {
+	return inNS(t, ns, func() (*Client, error) { return New(fam, fl) })
+}
+
+// inNS runs fn in ns, failing the test on an error.
+func inNS[T any](t *testing.T, ns *netnstest.NS, fn func() (T, error)) T {
+	t.Helper()
+	var v T
+	if err := ns.Do(func() error {
+		var err error
+		v, err = fn()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// ruleLines are the "-A" lines of iptables-save output, in order.
+func ruleLines(save []byte) string {
+	var out []string
+	for _, l := range strings.Split(string(save), "\n") {
+		if strings.HasPrefix(l, "-A ") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

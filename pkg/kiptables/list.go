@@ -1,0 +1,77 @@
+package kiptables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+)
+
+// ListEnsuring is part of Interface. The tool prints each listed chain's
+// rules ("-S CHAIN") after a line naming the chain ("-P CHAIN POLICY" for
+// a built-in chain, "-N CHAIN" for another), which tells one table's
+// OUTPUT from another's.
+func (c *Client) ListEnsuring(ctx context.Context, req []ListRequest) (map[Table][]byte, error) {
+	var in bytes.Buffer
+	for _, r := range req {
+		in.WriteString("*" + string(r.Table) + "\n")
+		for _, chain := range r.Empty {
+			in.WriteString(":" + chain + " - [0:0]\n")
+		}
+		for _, chain := range r.List {
+			in.WriteString("-S " + chain + "\n")
+		}
+		in.WriteString("COMMIT\n")
+	}
+	var out bytes.Buffer
+	stdin := func(w io.Writer) error {
+		_, err := w.Write(in.Bytes())
+		return err
+	}
+	args := append(append([]string{}, lockArgs...), "--noflush")
+	err := c.runRetrying(ctx, c.restore, args, stdin, func() io.Writer {
+		out.Reset()
+		return &out
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the built-in chains: %w", err)
+	}
+	return splitListing(out.Bytes(), req)
+}
+
+// splitListing assigns each rule of the tool's -S output to the table of
+// the chain listed.
+func splitListing(out []byte, req []ListRequest) (map[Table][]byte, error) {
+	type listed struct {
+		table Table
+		chain string
+	}
+	var order []listed
+	for _, r := range req {
+		for _, chain := range r.List {
+			order = append(order, listed{r.Table, chain})
+		}
+	}
+	res := map[Table][]byte{}
+	k := -1
+	for rest := out; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		if bytes.HasPrefix(line, []byte("-P ")) || bytes.HasPrefix(line, []byte("-N ")) {
+			k++
+			name, _, _ := bytes.Cut(line[3:], []byte(" "))
+			if k >= len(order) || string(name) != order[k].chain {
+				return nil, fmt.Errorf("unexpected listing line %q", line)
+			}
+			continue
+		}
+		if k < 0 || len(line) == 0 {
+			return nil, fmt.Errorf("unexpected listing line %q", line)
+		}
+		res[order[k].table] = append(append(res[order[k].table], line...), '\n')
+	}
+	if k+1 != len(order) {
+		return nil, fmt.Errorf("listed %d chains of %d", k+1, len(order))
+	}
+	return res, nil
+}
