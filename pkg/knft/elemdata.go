@@ -2,6 +2,7 @@ package knft
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/knetlink"
 )
@@ -12,10 +13,14 @@ import (
 // network byte order, a numgen slot in host byte order). An interval
 // set's key is the range's first key followed by its inclusive last one.
 // A verdict is not data (it names a chain): a verdict map's value stays
-// spelled ("goto x", "drop"). Data is comparable as a string and costs no
+// spelled ("goto x", "drop"). A catch-all element has no key: its key's
+// data is empty, spelled "*". Data is comparable as a string and costs no
 // parsing on the way to netlink (appendElemData) or back (decodeData);
 // nft's spelling is made from it only where text is needed (spellData:
 // nft's transactions, the fake's table, messages).
+
+// catchAllKey is how nft spells a catch-all element's key.
+const catchAllKey = "*"
 
 // maxDataLen is the kernel's bound on one key or value
 // (NFT_DATA_VALUE_MAXLEN).
@@ -77,6 +82,9 @@ func (l *layout) keyDataLen() int {
 
 // parseKey appends the data of key, spelled, to dst.
 func (l *layout) parseKey(dst []byte, key string) ([]byte, error) {
+	if key == catchAllKey {
+		return dst, nil
+	}
 	if !l.interval {
 		out, _, err := encodeFields(dst, nil, l.key, key, false)
 		return out, err
@@ -108,7 +116,7 @@ func (l *layout) parseValue(dst []byte, value string) ([]byte, error) {
 // spellData appends key and value, data, spelled as nft prints them;
 // the key ends at keyEnd. An empty value (a delete's) stays empty.
 func (l *layout) spellData(dst, key, value []byte) (out []byte, keyEnd int, err error) {
-	if len(key) != l.keyDataLen() {
+	if len(key) != l.keyDataLen() && len(key) != 0 {
 		return dst, 0, fmt.Errorf("key of %d bytes, want %d: %w", len(key), l.keyDataLen(), errUndecodable)
 	}
 	var end []byte
@@ -116,7 +124,9 @@ func (l *layout) spellData(dst, key, value []byte) (out []byte, keyEnd int, err 
 		key, end = key[:len(key)/2], key[len(key)/2:]
 	}
 	start := len(dst)
-	if dst, err = spellFields(dst, l.key, key, end); err != nil {
+	if len(key) == 0 {
+		dst = append(dst, catchAllKey...)
+	} else if dst, err = spellFields(dst, l.key, key, end); err != nil {
 		return dst[:start], 0, err
 	}
 	keyEnd = len(dst)
@@ -134,4 +144,25 @@ func (l *layout) spellData(dst, key, value []byte) (out []byte, keyEnd int, err 
 		return dst[:start], 0, err
 	}
 	return dst, keyEnd, nil
+}
+
+// parseElem appends the data of key and value, spelled, to dst; the key
+// ends at keyEnd.
+func (l *layout) parseElem(dst []byte, key, value string) (out []byte, keyEnd int, err error) {
+	start := len(dst)
+	if dst, err = l.parseKey(dst, key); err != nil {
+		return dst[:start], 0, err
+	}
+	keyEnd = len(dst)
+	if dst, err = l.parseValue(dst, value); err != nil {
+		return dst[:start], 0, err
+	}
+	return dst, keyEnd, nil
+}
+
+// same reports whether l and o lay elements out alike: their data is
+// the same bytes for the same element.
+func (l *layout) same(o *layout) bool {
+	return slices.Equal(l.key, o.key) && slices.Equal(l.data, o.data) &&
+		l.verdict == o.verdict && l.interval == o.interval
 }

@@ -279,6 +279,7 @@ type recordSink struct {
 	hooks  map[string]*ChainHook // by chain
 	types  map[string]*SetType   // by set
 	refs   map[string][][]string // by chain, per rule
+	as     map[string]*Layout    // the sets asked as data
 }
 
 func newRecordSink(t *testing.T) *recordSink {
@@ -291,7 +292,11 @@ func (r *recordSink) Chain(name string, hook *ChainHook) { r.hooks[name] = hook 
 func (r *recordSink) Rule(chain, _ string, refs []string) {
 	r.refs[chain] = append(r.refs[chain], refs)
 }
-func (r *recordSink) Set(s SetInfo) bool { r.types[s.Name] = s.Type; return true }
+func (r *recordSink) Set(s SetInfo) (bool, *Layout) {
+	r.types[s.Name] = s.Type
+	delete(r.elems, s.Name)
+	return true, r.as[s.Name]
+}
 
 func (r *recordSink) Element(set string, key, value []byte) {
 	if r.listed[set] {

@@ -48,13 +48,19 @@ type Sink interface {
 	// nil when the reader cannot tell, as NewKnftables over the real nft).
 	Rule(chain, comment string, refs []string)
 	// Set: a set or map exists. Its elements are listed when Set returns
-	// true. Set may come again for a set whose elements are being
-	// listed: forget those, they are listed again.
-	Set(s SetInfo) (listElements bool)
-	// Element is one element of a set, key and value in nft's spelling
-	// (fields joined with " . "; the value is empty in a set). Both
-	// alias a buffer that is reused once Element returns: the Sink
-	// copies what it keeps.
+	// list: as data (elemdata.go) when as is not nil, else in nft's
+	// spelling. Asked as data, a set of another layout lists none of
+	// its elements (and an element that does not parse into the layout,
+	// from a listing that does not tell the set's type, is left out):
+	// the caller that declared the layout replaces such a set anyway,
+	// and would have to parse what it cannot use. Set may come again for
+	// a set whose elements are being listed: forget those, they are
+	// listed again.
+	Set(s SetInfo) (list bool, as *Layout)
+	// Element is one element of a set, key and value as Set asked: data,
+	// or nft's spelling (fields joined with " . "; the value is empty in
+	// a set). Both alias a buffer that is reused once Element returns:
+	// the Sink copies what it keeps.
 	Element(set string, key, value []byte)
 	// SetListed: every element of set has been reported.
 	SetListed(set string)
@@ -170,8 +176,16 @@ func DeclaredLayout(typ, typeOf string, flags []knftables.SetFlag, isMap bool) *
 	return &Layout{l}
 }
 
-// ParseKey appends the data of a key spelled as nft prints it to dst.
-func (l *Layout) ParseKey(dst []byte, key string) ([]byte, error) { return l.l.parseKey(dst, key) }
+// KeyLen is the length of a key's data.
+func (l *Layout) KeyLen() int { return l.l.keyDataLen() }
+
+// layout is l's, nil for nil (spelled elements).
+func (l *Layout) layout() *layout {
+	if l == nil {
+		return nil
+	}
+	return l.l
+}
 
 // SpellKey is key, data, spelled as nft prints it (messages, tests).
 func (l *Layout) SpellKey(key string) string {

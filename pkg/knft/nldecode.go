@@ -131,6 +131,7 @@ func (l *layout) appendDecoded(dst, elem []byte) (out []byte, keyEnd int, err er
 // buffer, a read-back makes no string per element (nltable.go).
 func (l *layout) decodeData(dst, elem []byte) (out []byte, keyEnd int, err error) {
 	var k, kEnd, data []byte
+	catchAll := false
 	a := knetlink.Attrs{B: elem}
 	for t, d, ok := a.Next(); ok; t, d, ok = a.Next() {
 		switch t {
@@ -141,21 +142,25 @@ func (l *layout) decodeData(dst, elem []byte) (out []byte, keyEnd int, err error
 		case unix.NFTA_SET_ELEM_DATA:
 			data = d
 		case unix.NFTA_SET_ELEM_FLAGS:
-			if beUint32(d)&(unix.NFT_SET_ELEM_INTERVAL_END|nftSetElemCatchall) != 0 {
+			if beUint32(d)&unix.NFT_SET_ELEM_INTERVAL_END != 0 {
 				return dst, 0, errUndecodable
 			}
+			catchAll = beUint32(d)&nftSetElemCatchall != 0
 		}
 	}
 	if a.Err != nil {
 		return dst, 0, a.Err
 	}
 	n := fieldsLen(l.key)
+	if catchAll {
+		k, kEnd, n = nil, nil, 0 // no key: its data is empty
+	}
 	if len(k) != n {
 		return dst, 0, errUndecodable
 	}
 	start := len(dst)
 	dst = append(dst, k...)
-	if l.interval {
+	if l.interval && !catchAll {
 		if kEnd == nil {
 			kEnd = k // a single key: the range ends where it starts
 		}

@@ -62,13 +62,20 @@ func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
 	var dumps []*setDump
 	for _, st := range sets {
 		info := st.info()
-		if !sink.Set(info) {
+		list, as := sink.Set(info)
+		if !list {
 			continue
 		}
-		if l, ok := setLayout(st); ok {
-			dumps = append(dumps, &setDump{info: info, layout: l})
-		} else if err := readElementsKnftables(ctx, k.nft, info.IsMap, st.name, sink); err != nil {
-			return err
+		l, ok := setLayout(st)
+		switch {
+		case as != nil && (!ok || !l.same(as.l)):
+			sink.SetListed(info.Name) // of another layout: none of its elements
+		case ok:
+			dumps = append(dumps, &setDump{info: info, layout: l, data: as != nil})
+		default:
+			if err := readElementsKnftables(ctx, k.nft, info.IsMap, st.name, nil, sink); err != nil {
+				return err
+			}
 		}
 	}
 	// Elements go to the sink as the workers decode them, a message at a
@@ -79,8 +86,12 @@ func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
 	}
 	for _, d := range dumps {
 		if d.undecodable {
-			sink.Set(d.info) // forget what arrived before the element it could not spell
-			if err := readElementsKnftables(ctx, k.nft, d.info.IsMap, d.info.Name, sink); err != nil {
+			sink.Set(d.info) // forget what arrived before the element it could not decode
+			var as *layout
+			if d.data {
+				as = d.layout
+			}
+			if err := readElementsKnftables(ctx, k.nft, d.info.IsMap, d.info.Name, as, sink); err != nil {
 				return err
 			}
 		}
@@ -192,7 +203,8 @@ const maxDumpWorkers = 4
 type setDump struct {
 	info   SetInfo
 	layout *layout
-	// undecodable: an element this decoder cannot spell (not something
+	data   bool // the sink asked for data in layout, not spelled elements
+	// undecodable: an element this decoder cannot decode (not something
 	// render writes, e.g. a catch-all or a range that is no prefix); the
 	// set is then listed through nft. Written by the worker; read with
 	// the dump's last batch (sent after it) and once dumpElements has
@@ -200,8 +212,8 @@ type setDump struct {
 	undecodable bool
 }
 
-// elemBatch is the elements of one reply message of a set's dump, spelled
-// back to back into text: ends holds, per element, where its key ends and
+// elemBatch is the elements of one reply message of a set's dump, as data
+// or spelled, back to back into text: ends holds, per element, where its key ends and
 // where its value ends (each element starts where the one before it
 // ended). The last batch of a dump holds no elements and has last set.
 type elemBatch struct {
@@ -287,7 +299,7 @@ func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, sink Sink) 
 	return errors.Join(append(errs, ctx.Err())...)
 }
 
-// read lists one set's elements, spelled, one batch per reply message, and
+// read lists one set's elements, one batch per reply message, and
 // then a last, empty one if the dump ended.
 func (d *setDump) read(c *nlConn, family uint8, table string, out chan<- *elemBatch) error {
 	req := append(knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_TABLE, table),
@@ -315,8 +327,9 @@ func (d *setDump) read(c *nlConn, family uint8, table string, out chan<- *elemBa
 	return nil
 }
 
-// decode spells the elements of one reply message into b. An element it
-// cannot spell marks the set undecodable (it is listed through nft).
+// decode appends the elements of one reply message to b, as data or
+// spelled. An element it cannot decode marks the set undecodable (it is
+// listed through nft).
 func (d *setDump) decode(b *elemBatch, msg []byte) error {
 	list := knetlink.Attrs{B: knetlink.Find(msg, unix.NFTA_SET_ELEM_LIST_ELEMENTS)}
 	for t, e, ok := list.Next(); ok; t, e, ok = list.Next() {
@@ -325,7 +338,11 @@ func (d *setDump) decode(b *elemBatch, msg []byte) error {
 		}
 		var keyEnd int
 		var err error
-		b.text, keyEnd, err = d.layout.appendDecoded(b.text, e)
+		if d.data {
+			b.text, keyEnd, err = d.layout.decodeData(b.text, e)
+		} else {
+			b.text, keyEnd, err = d.layout.appendDecoded(b.text, e)
+		}
 		if errors.Is(err, errUndecodable) {
 			d.undecodable = true
 			return nil

@@ -55,8 +55,8 @@ func readBackKnftables(ctx context.Context, nft knftables.Interface, decl declar
 			if decl != nil {
 				info.Type = decl.setType(name)
 			}
-			if sink.Set(info) {
-				if err := readElementsKnftables(ctx, nft, kind == "map", name, sink); err != nil {
+			if list, as := sink.Set(info); list {
+				if err := readElementsKnftables(ctx, nft, kind == "map", name, as.layout(), sink); err != nil {
 					return err
 				}
 			}
@@ -74,8 +74,11 @@ type declarations interface {
 	setType(set string) *SetType
 }
 
-// readElementsKnftables lists one set's elements through knftables.
-func readElementsKnftables(ctx context.Context, nft knftables.Interface, isMap bool, name string, sink Sink) error {
+// readElementsKnftables lists one set's elements through knftables,
+// spelled, or as data in layout as when it is not nil: knftables' listing
+// is spelled, so each element is parsed, and one that does not parse
+// into as is of another layout and left out.
+func readElementsKnftables(ctx context.Context, nft knftables.Interface, isMap bool, name string, as *layout, sink Sink) error {
 	kind := "set"
 	if isMap {
 		kind = "map"
@@ -84,12 +87,20 @@ func readElementsKnftables(ctx context.Context, nft knftables.Interface, isMap b
 	if err != nil {
 		return fmt.Errorf("listing elements of %s %s: %w", kind, name, err)
 	}
-	var buf []byte
+	var buf, data []byte
 	for _, el := range elems {
 		buf = appendJoined(buf[:0], el.Key)
 		keyEnd := len(buf)
 		buf = appendJoined(buf, el.Value)
-		sink.Element(name, buf[:keyEnd], buf[keyEnd:])
+		key, value := buf[:keyEnd], buf[keyEnd:]
+		if as != nil {
+			var err error
+			if data, keyEnd, err = as.parseElem(data[:0], string(key), string(value)); err != nil {
+				continue
+			}
+			key, value = data[:keyEnd], data[keyEnd:]
+		}
+		sink.Element(name, key, value)
 	}
 	sink.SetListed(name)
 	return nil

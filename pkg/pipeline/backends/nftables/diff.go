@@ -103,7 +103,7 @@ func (u *unit) kernelUnit() *knft.Unit {
 		}}
 	}
 	set := u.s.setOf(u.els[0])
-	return &knft.Unit{Set: set, IsMap: u.isMap, Ops: u.elemOps, Layout: keyLayout(set, u.els[0].key),
+	return &knft.Unit{Set: set, IsMap: u.isMap, Ops: u.elemOps, Layout: unitLayout(set, u.els),
 		Elems: func(yield func(knft.Change) bool) {
 			for _, e := range u.els {
 				if !u.s.elemChanges(e, yield) {

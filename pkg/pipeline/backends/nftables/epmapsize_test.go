@@ -180,7 +180,7 @@ func TestEndpointMapSlots(t *testing.T) {
 func TestEndpointMapOutgrown(t *testing.T) {
 	const m = "internal-endpoints-10-s0"
 	s := newStore()
-	sink := newStoreSink(s)
+	sink := newStoreSink(s, proxy.IPv4)
 	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
 	group := func(frontend string) {
 		var kv []string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // BenchmarkStoreLiveHeap reports the heap the store holds at 10k × 10
@@ -69,7 +70,7 @@ func storeHeap(st *desired.State) (cold, restart uint64) {
 func readBackFrom(old *store) *store {
 	const dumpsAtOnce = 4
 	s := newStore()
-	sink := newStoreSink(s)
+	sink := newStoreSink(s, proxy.IPv4)
 	sink.Table()
 	for name, c := range old.chains {
 		sink.Chain(name, c.hook)
@@ -81,10 +82,11 @@ func readBackFrom(old *store) *store {
 	var buf []byte
 	for _, name := range slices.Sorted(maps.Keys(old.sets)) {
 		e := old.sets[name]
-		if !sink.Set(knft.SetInfo{Name: name, IsMap: e.isMap, Size: e.size, Type: e.typ}) {
+		list, as := sink.Set(knft.SetInfo{Name: name, IsMap: e.isMap, Size: e.size, Type: e.typ})
+		if !list {
 			continue
 		}
-		old.kernelElems(name, func(k, v string) {
+		old.kernelElems(name, as != nil, func(k, v string) {
 			buf = append(append(buf[:0], k...), v...)
 			sink.Element(name, buf[:len(k)], buf[len(k):])
 		})

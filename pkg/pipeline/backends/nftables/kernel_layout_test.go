@@ -237,7 +237,7 @@ func readBackIn(t *testing.T, ns *netnstest.NS) []string {
 			return err
 		}
 		defer k.Close()
-		return s.readBack(context.Background(), k)
+		return s.readBack(context.Background(), k, proxy.IPv4)
 	})
 	if err != nil {
 		t.Fatal(err)

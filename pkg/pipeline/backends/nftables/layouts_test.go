@@ -3,9 +3,11 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // The tables other layouts leave, as the layout tests build them.
@@ -166,15 +169,42 @@ func setSpecOf(name string, isMap bool, typ, typeOf string, flags []knftables.Se
 	return s
 }
 
-// addDumpElements adds the elements of set as render claims them: a
-// hairpin a . a by its binary key, an endpoint map's as one slot group per
+// dataKeyOf is the store key of an element of set spelled key, decl
+// the layout of the set that holds it: its data when set's keys are data
+// and decl is of one of set's layouts (addresses, protocol names and
+// ports, joined with " . "), else key (another layout's set, replaced
+// whole).
+func dataKeyOf(set string, decl *knft.Layout, key string) string {
+	if _, ok := dataLayouts[set]; !ok || decl == nil {
+		return key
+	}
+	var b []byte
+	for f := range strings.SplitSeq(key, elemSep) {
+		if a, err := netip.ParseAddr(f); err == nil {
+			b = appendAddrData(b, a)
+		} else if p, err := strconv.ParseUint(f, 10, 16); err == nil {
+			b = append(b, byte(p>>8), byte(p), 0, 0)
+		} else {
+			b = append(b, protoNumber(proxy.Protocol(strings.ToUpper(f))), 0, 0, 0)
+		}
+	}
+	if keyLayout(set, string(b)) == nil || decl.KeyLen() != len(b) {
+		return key
+	}
+	return string(b)
+}
+
+// addDumpElements adds the elements of set as render claims them: those
+// of a set whose keys are data by their data, an endpoint map's as one slot group per
 // frontend.
 func addDumpElements(p *part, table *knftables.FakeTable, set string) {
 	var elems []*knftables.Element
+	var decl *knft.Layout
 	if s := table.Sets[set]; s != nil {
-		elems = s.Elements
+		elems, decl = s.Elements, knft.DeclaredLayout(s.Type, s.TypeOf, s.Flags, false)
 	} else {
-		elems = table.Maps[set].Elements
+		m := table.Maps[set]
+		elems, decl = m.Elements, knft.DeclaredLayout(m.Type, m.TypeOf, m.Flags, true)
 	}
 	groups := map[string][]string{}
 	var frontends []string
@@ -190,12 +220,7 @@ func addDumpElements(p *part, table *knftables.FakeTable, set string) {
 				continue
 			}
 		}
-		if strings.HasPrefix(set, setHairpin) {
-			if k, ok := hairpinStoreKey(nil, []byte(key)); ok {
-				key = string(k)
-			}
-		}
-		p.addElem(set, key, value)
+		p.addElem(set, dataKeyOf(set, decl, key), value)
 	}
 	for _, f := range frontends {
 		vals := groups[f]

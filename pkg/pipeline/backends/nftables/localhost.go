@@ -20,7 +20,7 @@ const (
 	mapLocalhostReject     = "localhost-nodeport-reject-ports"
 	localhostRejectChain   = "localhost-nodeport-reject-"
 	localhostRejectCount   = "localhost-nodeport-rejected-"
-	localhostRejectMapType = "inet_proto . inet_service : verdict"
+	localhostRejectMapType = portKeyType + verdictType
 )
 
 // LocalhostRejectChain names the chain that counts and rejects localhost
@@ -72,17 +72,18 @@ func (s *svcContext) renderLocalhostElem() {
 	if sp.NodePort == 0 || !s.c.localhost.Rejects(sp.Protocol) {
 		return
 	}
-	s.p.addElem(mapLocalhostReject, s.npKey(sp.NodePort), "goto "+LocalhostRejectChain(sp.Protocol))
+	s.p.addElem(mapLocalhostReject, s.portData(sp.NodePort), "goto "+LocalhostRejectChain(sp.Protocol))
 }
 
-// nodePortIPs are the node-port addresses that go into nodeport-ips.
+// nodePortIPs are the node-port addresses that go into nodeport-ips, as
+// its keys' data.
 // desired leaves loopback out unless it decided DNAT, which renderLocalhost
 // refuses, so localhost node-port traffic is left to the userspace proxy or
 // the reject rules (or, with neither, to the kernel, which refuses it).
 func nodePortIPs(st *desired.State) []string {
 	out := make([]string, 0, len(st.NodePorts.IPs))
 	for _, a := range st.NodePorts.IPs {
-		out = append(out, addrString(a))
+		out = append(out, string(appendAddrData(nil, a)))
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
@@ -85,89 +84,6 @@ func hairpinSet(a netip.Addr) string {
 		h = (h ^ uint32(c)) * fnvPrime
 	}
 	return hairpinSets[h%shards]
-}
-
-// The store keys a hairpin set's elements by their data (knft's
-// elemdata.go: the two addresses' bytes, 8 for IPv4, 32 for IPv6), which
-// render makes from the endpoint's address and knft sends to the kernel
-// as it is: no element is spelled on its way to netlink and parsed back
-// into bytes (one per endpoint address, 100k at 10k × 10, the most
-// numerous entries). nft's spelling is made from it where text is needed
-// (spellKey: objects sent through nft, tests).
-
-// hairpinLayouts are the hairpin sets' layouts, IPv4 and IPv6.
-var hairpinLayouts = [2]*knft.Layout{
-	knft.DeclaredLayout("ipv4_addr . ipv4_addr", "", nil, false),
-	knft.DeclaredLayout("ipv6_addr . ipv6_addr", "", nil, false),
-}
-
-// hairpinLayout is the layout of a hairpin set whose keys are of key's
-// length, or nil (no hairpin key).
-func hairpinLayout(key string) *knft.Layout {
-	switch len(key) {
-	case 2 * 4:
-		return hairpinLayouts[0]
-	case 2 * 16:
-		return hairpinLayouts[1]
-	}
-	return nil
-}
-
-// appendHairpinKey appends the store key of the hairpin element a . a.
-func appendHairpinKey(b []byte, a netip.Addr) []byte {
-	if a = a.Unmap(); a.Is4() {
-		v := a.As4()
-		return append(append(b, v[:]...), v[:]...)
-	}
-	v := a.As16()
-	return append(append(b, v[:]...), v[:]...)
-}
-
-// hairpinStoreKey appends to dst the store key of a hairpin element read
-// back spelled, and reports whether it is one: an element of another type
-// is not (the set is then replaced as a whole, typeDiffers, so the store
-// needs none of its elements).
-func hairpinStoreKey(dst, spelled []byte) ([]byte, bool) {
-	family := 0
-	if bytes.IndexByte(spelled, ':') >= 0 {
-		family = 1
-	}
-	// a . a, every element render writes: the address is parsed once.
-	if a, b, ok := bytes.Cut(spelled, []byte(elemSep)); ok && bytes.Equal(a, b) {
-		out, err := addrLayouts[family].ParseKey(dst, view(a))
-		if err != nil {
-			return dst, false
-		}
-		return append(out, out[len(dst):]...), true
-	}
-	out, err := hairpinLayouts[family].ParseKey(dst, view(spelled))
-	return out, err == nil
-}
-
-// addrLayouts are the layouts of a set of IPv4 and of IPv6 addresses.
-var addrLayouts = [2]*knft.Layout{
-	knft.DeclaredLayout("ipv4_addr", "", nil, false),
-	knft.DeclaredLayout("ipv6_addr", "", nil, false),
-}
-
-// spellKey is a store key of set as nft spells it.
-func spellKey(set, key string) string {
-	if !strings.HasPrefix(set, setHairpin) {
-		return key
-	}
-	if l := hairpinLayout(key); l != nil {
-		return l.SpellKey(key)
-	}
-	return key // not reached: the store keeps data keys only
-}
-
-// keyLayout is the layout of set's store keys when they are data, else
-// nil (spelled).
-func keyLayout(set string, key string) *knft.Layout {
-	if !strings.HasPrefix(set, setHairpin) {
-		return nil
-	}
-	return hairpinLayout(key)
 }
 
 // hairpinSets are the hairpin sets' names, made once: an element's set

@@ -208,7 +208,7 @@ func testNetlinkElementRejected(t *testing.T, maxOps int) {
 		var cmds []string
 		for _, e := range pt.elems {
 			if e.set == mapServiceIPs {
-				cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s : drop }", TableName, mapServiceIPs, e.key))
+				cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s : drop }", TableName, mapServiceIPs, spellKey(e.set, e.key)))
 			}
 		}
 		if len(cmds) == 0 {

@@ -133,7 +133,7 @@ func (p *Proxier) forget() {
 // FullSync.
 func (p *Proxier) ReadBack(ctx context.Context) error {
 	p.forget()
-	if err := p.store.readBack(ctx, p.kernel); err != nil {
+	if err := p.store.readBack(ctx, p.kernel, p.family); err != nil {
 		return fmt.Errorf("reading back table %s: %w", TableName, err)
 	}
 	logLayout(p.family, p.store)

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // readBack fills the kernel side of the store from the existing table,
@@ -17,8 +18,8 @@ import (
 // are filled by the kernel and their elements are not ours to diff, so
 // they are not listed. On failure the kernel side is forgotten, so a retry
 // starts clean.
-func (s *store) readBack(ctx context.Context, k knft.Interface) error {
-	sink := newStoreSink(s)
+func (s *store) readBack(ctx context.Context, k knft.Interface, family proxy.IPFamily) error {
+	sink := newStoreSink(s, family)
 	err := k.ReadBack(ctx, sink)
 	sink.finish()
 	if err != nil {
@@ -28,9 +29,11 @@ func (s *store) readBack(ctx context.Context, k knft.Interface) error {
 	return err
 }
 
-// storeSink is the store as a knft.Sink. It copies what the store keeps
-// out of knft's buffer and nothing else: a key once, when its entry is new
-// (a hairpin a . a as its binary key), a value of a set without slot
+// storeSink is the store as a knft.Sink. It asks for the elements of the
+// sets whose store keys are data (datakeys.go) as data, so they come
+// in the form render makes and are compared as they are. It copies what
+// the store keeps out of knft's buffer and nothing else: a key once, when
+// its entry is new, a value of a set without slot
 // groups once per distinct value (a verdict map's ten thousand elements
 // share a few dozen). An endpoint map's elements are gathered into their
 // frontend's slot group (they come in any order), whose joined value is
@@ -38,6 +41,7 @@ func (s *store) readBack(ctx context.Context, k knft.Interface) error {
 // four at a time) have groups pending, not every map of the table.
 type storeSink struct {
 	s       *store
+	family  proxy.IPFamily
 	listing map[string]*setListing
 	last    *setListing       // the set of the last Element
 	values  map[string]string // the distinct values read back
@@ -46,14 +50,13 @@ type storeSink struct {
 
 // setListing is a set whose elements are coming.
 type setListing struct {
-	name    string
-	slots   int // an endpoint map's endpoint count; 0: no slot groups
-	hairpin bool
-	groups  map[*elemEntry][]byte // each group's slots so far (appendSlotRecord)
+	name   string
+	slots  int                   // an endpoint map's endpoint count; 0: no slot groups
+	groups map[*elemEntry][]byte // each group's slots so far (appendSlotRecord)
 }
 
-func newStoreSink(s *store) *storeSink {
-	return &storeSink{s: s, listing: map[string]*setListing{}, values: map[string]string{}}
+func newStoreSink(s *store, family proxy.IPFamily) *storeSink {
+	return &storeSink{s: s, family: family, listing: map[string]*setListing{}, values: map[string]string{}}
 }
 
 func (k *storeSink) Table() { k.s.tablePresent = true }
@@ -79,12 +82,17 @@ func (k *storeSink) Rule(chain, comment string, refs []string) {
 	}
 }
 
-func (k *storeSink) Set(s knft.SetInfo) bool {
+func (k *storeSink) Set(s knft.SetInfo) (bool, *knft.Layout) {
 	k.s.sets[s.Name] = &setEntry{present: true, isMap: s.IsMap, size: s.Size, typ: s.Type}
 	delete(k.s.elems, s.Name)
 	delete(k.listing, s.Name)
 	k.last = nil
-	return !strings.HasPrefix(s.Name, affinityPrefix)
+	if l := readLayout(s.Name, k.family); l != nil {
+		// A set of another layout lists nothing: it is replaced as a
+		// whole (typeDiffers).
+		return true, l
+	}
+	return !strings.HasPrefix(s.Name, affinityPrefix), nil
 }
 
 // intern returns name, one string per distinct name: an upstream table has
@@ -112,13 +120,6 @@ func (k *storeSink) Element(set string, key, value []byte) {
 			return
 		}
 	}
-	if l.hairpin {
-		var buf [64]byte
-		var ok bool
-		if key, ok = hairpinStoreKey(buf[:0], key); !ok {
-			return
-		}
-	}
 	k.s.elemAt(set, key).setKernel(k.value(value))
 }
 
@@ -126,7 +127,7 @@ func (k *storeSink) Element(set string, key, value []byte) {
 func (k *storeSink) listingOf(set string) *setListing {
 	l := k.listing[set]
 	if l == nil {
-		l = &setListing{name: set, hairpin: strings.HasPrefix(set, setHairpin)}
+		l = &setListing{name: set}
 		if n, ok := endpointMapSlots(set); ok {
 			l.slots, l.groups = n, map[*elemEntry][]byte{}
 		}

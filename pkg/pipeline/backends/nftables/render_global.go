@@ -179,8 +179,8 @@ func clusterIPsCheck(st *desired.State, ip string) []string {
 
 func renderGlobalSets(p *part, fs famSpec) {
 	a := fs.addrType
-	p.addSet(&setSpec{name: mapServiceIPs, isMap: true, typ: a + " . inet_proto . inet_service : verdict"})
-	p.addSet(&setSpec{name: mapServiceNodePorts, isMap: true, typ: "inet_proto . inet_service : verdict"})
+	p.addSet(&setSpec{name: mapServiceIPs, isMap: true, typ: a + frontendKeyType + verdictType})
+	p.addSet(&setSpec{name: mapServiceNodePorts, isMap: true, typ: portKeyType + verdictType})
 	p.addSet(&setSpec{name: setNodePortIPs, typ: a})
 	p.addSet(&setSpec{name: setClusterIPs, typ: a})
 	p.addSet(&setSpec{name: setFirewallGuards, typ: a + " . inet_proto . inet_service"})

@@ -54,15 +54,15 @@ func renderService(c *config, sp *desired.ServicePort) *part {
 	n := len(sp.Internal.Endpoints)
 	ext := s.externalAddrs()
 	s.p.elems = c.scratch.takeElems(8 + 3*len(ext) + n)
-	s.p.addElem(setClusterIPs, addrString(sp.ClusterIP), "")
+	s.p.addElem(setClusterIPs, s.keep(appendAddrData(s.buf[:0], sp.ClusterIP)), "")
 
 	internal, external, externalNP := s.verdicts(ext)
-	s.p.addElem(mapServiceIPs, s.ipKey(sp.ClusterIP, sp.Port), internal)
+	s.p.addElem(mapServiceIPs, s.frontendData(sp.ClusterIP, sp.Port), internal)
 	for _, a := range ext {
-		s.p.addElem(mapServiceIPs, s.ipKey(a, sp.Port), external)
+		s.p.addElem(mapServiceIPs, s.frontendData(a, sp.Port), external)
 	}
 	if sp.NodePort != 0 {
-		s.p.addElem(mapServiceNodePorts, s.npKey(sp.NodePort), externalNP)
+		s.p.addElem(mapServiceNodePorts, s.portData(sp.NodePort), externalNP)
 	}
 	s.renderLocalhostElem()
 	s.renderFirewall()
@@ -70,13 +70,27 @@ func renderService(c *config, sp *desired.ServicePort) *part {
 	return s.p
 }
 
-// ipKey is the key address · protocol · port (service-ips, firewall-guards).
+// frontendData is the data of the key address · protocol · port
+// (service-ips).
+func (s *svcContext) frontendData(a netip.Addr, port uint16) string {
+	return s.keep(appendPortData(appendAddrData(s.buf[:0], a), s.sp.Protocol, port))
+}
+
+// portData is the data of the key protocol · port (service-nodeports,
+// the localhost reject map).
+func (s *svcContext) portData(port uint16) string {
+	return s.keep(appendPortData(s.buf[:0], s.sp.Protocol, port))
+}
+
+// ipKey is the key address · protocol · port spelled (an endpoint map's
+// frontend, firewall-guards).
 func (s *svcContext) ipKey(a netip.Addr, port uint16) string {
 	b := append(a.Unmap().AppendTo(s.buf[:0]), elemSep...)
 	return s.keep(strconv.AppendUint(append(append(b, s.proto...), elemSep...), uint64(port), 10))
 }
 
-// npKey is the key protocol · port (service-nodeports).
+// npKey is the key protocol · port spelled (an endpoint map's node-port
+// frontend).
 func (s *svcContext) npKey(port uint16) string {
 	return s.keep(strconv.AppendUint(append(append(s.buf[:0], s.proto...), elemSep...), uint64(port), 10))
 }

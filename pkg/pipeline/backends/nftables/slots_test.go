@@ -115,7 +115,7 @@ func TestSlotGroupChanges(t *testing.T) {
 // endpoint count), stays an element of its own.
 func TestReadBackGroupsSlots(t *testing.T) {
 	s := newStore()
-	sink := newStoreSink(s)
+	sink := newStoreSink(s, proxy.IPv4)
 	const m = "internal-endpoints-3-s0"
 	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
 	readElements(sink, m, "fe . 2", "c", "fe . 0", "a", "odd", "v")
@@ -140,7 +140,7 @@ func TestReadBackGroupsSlots(t *testing.T) {
 // ends, whatever other sets are still being listed.
 func TestReadBackListedAgain(t *testing.T) {
 	s := newStore()
-	sink := newStoreSink(s)
+	sink := newStoreSink(s, proxy.IPv4)
 	const m, other = "internal-endpoints-2-s0", "internal-endpoints-2-s1"
 	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
 	sink.Set(knft.SetInfo{Name: other, IsMap: true, Size: 64})
@@ -177,13 +177,16 @@ func readElements(sink *storeSink, set string, kv ...string) {
 }
 
 // kernelElems calls f with every element of set the kernel holds, slot
-// groups spelled as the kernel's elements.
-func (s *store) kernelElems(set string, f func(key, value string)) {
+// groups spelled as the kernel's elements, each key as the store keeps it
+// (asData: data in the hairpin sets) or spelled.
+func (s *store) kernelElems(set string, asData bool, f func(key, value string)) {
 	for e := range s.elems[set].all {
 		switch {
 		case !e.present():
 		case e.slots():
 			eachSlot(e.kernel(), func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
+		case asData:
+			f(e.key, e.kernel())
 		default:
 			f(spellKey(set, e.key), e.kernel())
 		}
@@ -191,9 +194,10 @@ func (s *store) kernelElems(set string, f func(key, value string)) {
 }
 
 // TestHairpinKeys: a hairpin element is keyed by its data (the two
-// addresses' bytes), spelled back as nft spells it; an element read back
-// that is no a . a is keyed by its data too (and deleted), one of another
-// type is not kept.
+// addresses' bytes), spelled back as nft spells it; the read-back asks
+// for the hairpin sets' elements as data in the family's layout, and
+// keeps their keys as they come (an element that is no a . a too: it is
+// deleted), the other sets' spelled.
 func TestHairpinKeys(t *testing.T) {
 	set := hairpinSets[0]
 	for _, a := range []string{"10.0.0.1", "::ffff:10.0.0.1", "fd00::1", "2001:db8::a:b"} {
@@ -206,19 +210,21 @@ func TestHairpinKeys(t *testing.T) {
 		if got := spellKey(set, key); got != spelled {
 			t.Errorf("%s: spelled %q, want %q", a, got, spelled)
 		}
-		if got, ok := hairpinStoreKey(nil, []byte(spelled)); !ok || string(got) != key {
-			t.Errorf("%s: read back as %x (%v), want %x", a, got, ok, key)
-		}
 	}
-	for _, spelled := range []string{"10.0.0.1 . 10.0.0.2", "::1 . 2001:db8::"} {
-		got, ok := hairpinStoreKey(nil, []byte(spelled))
-		if !ok || spellKey(set, string(got)) != spelled {
-			t.Errorf("%q read back as %x (%v), spelled %q", spelled, got, ok, spellKey(set, string(got)))
+	for fam, want := range map[proxy.IPFamily]*knft.Layout{proxy.IPv4: dataLayouts[set][0], proxy.IPv6: dataLayouts[set][1]} {
+		s := newStore()
+		sink := newStoreSink(s, fam)
+		if list, as := sink.Set(knft.SetInfo{Name: set}); !list || as != want {
+			t.Errorf("%s: hairpin set listed %v as %p, want as %p", fam, list, as, want)
 		}
-	}
-	for _, spelled := range []string{"x . x", "10.0.0.1", "fe80::1%eth0 . fe80::1%eth0", "10.0.0.1 . fd00::1"} {
-		if got, ok := hairpinStoreKey(nil, []byte(spelled)); ok {
-			t.Errorf("%q read back as %x, want it refused", spelled, got)
+		if list, as := sink.Set(knft.SetInfo{Name: setFirewallAllow}); !list || as != nil {
+			t.Errorf("%s: %s listed %v as %p, want spelled", fam, setFirewallAllow, list, as)
+		}
+		other := append(netip.MustParseAddr("fd00::1").AsSlice(), netip.MustParseAddr("fd00::2").AsSlice()...)
+		readElements(sink, set, string(other), "")
+		sink.SetListed(set)
+		if e := s.elems[set].get(string(other)); e == nil || !e.present() {
+			t.Errorf("%s: element %x read back as %+v, want it kept as it came", fam, other, e)
 		}
 	}
 }

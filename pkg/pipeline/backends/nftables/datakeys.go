@@ -1,0 +1,138 @@
+package nftables
+
+import (
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// The store keys the elements of the sets in dataLayouts by their data
+// (knft's elemdata.go: the bytes the kernel holds, a concatenation's
+// fields each padded to 4 bytes), which render makes from typed values
+// (addresses, protocol, port) and knft sends to the kernel as it is; the
+// read-back asks for them in the same layout. No such element is spelled
+// on its way to netlink or parsed back into bytes. nft's spelling is made
+// from the data where text is needed (spellKey: objects sent through nft,
+// messages, tests). The endpoint maps, the firewall sets and the
+// values of maps other than verdicts are still nft's spelling.
+
+// Element types of the sets whose keys are data.
+const (
+	frontendKeyType = " . inet_proto . inet_service" // after the address type
+	portKeyType     = "inet_proto . inet_service"
+	verdictType     = " : verdict"
+)
+
+// dataLayouts are the layouts, IPv4 and IPv6, of the sets whose store
+// keys are data.
+var dataLayouts = func() map[string][2]*knft.Layout {
+	both := func(typ func(addr string) string, isMap bool) [2]*knft.Layout {
+		return [2]*knft.Layout{knft.DeclaredLayout(typ("ipv4_addr"), "", nil, isMap),
+			knft.DeclaredLayout(typ("ipv6_addr"), "", nil, isMap)}
+	}
+	addr := func(a string) string { return a }
+	port := func(string) string { return portKeyType + verdictType }
+	m := map[string][2]*knft.Layout{
+		setClusterIPs:       both(addr, false),
+		setNodePortIPs:      both(addr, false),
+		mapServiceIPs:       both(func(a string) string { return a + frontendKeyType + verdictType }, true),
+		mapServiceNodePorts: both(port, true),
+		mapLocalhostReject:  both(port, true),
+	}
+	for _, set := range hairpinSets {
+		m[set] = both(func(a string) string { return a + " . " + a }, false)
+	}
+	return m
+}()
+
+// readLayout is the layout in which the read-back asks for set's
+// elements in family's table: as the store keys them; nil: spelled.
+func readLayout(set string, family proxy.IPFamily) *knft.Layout {
+	ls, ok := dataLayouts[set]
+	if !ok {
+		return nil
+	}
+	if family == proxy.IPv6 {
+		return ls[1]
+	}
+	return ls[0]
+}
+
+// keyLayout is the layout of set's store key key when it is data, else
+// nil (spelled). The key's length tells the family; a catch-all element
+// read back (none render makes) has no key, spelled "*" in either.
+func keyLayout(set string, key string) *knft.Layout {
+	ls, ok := dataLayouts[set]
+	if !ok {
+		return nil
+	}
+	if key == "" {
+		return ls[0]
+	}
+	for _, l := range ls {
+		if l.KeyLen() == len(key) {
+			return l
+		}
+	}
+	return nil
+}
+
+// unitLayout is the layout of the keys of els, elements of set: that of
+// the first with a key (a catch-all's tells no family).
+func unitLayout(set string, els []*elemEntry) *knft.Layout {
+	for _, e := range els {
+		if e.key != "" {
+			return keyLayout(set, e.key)
+		}
+	}
+	return keyLayout(set, "")
+}
+
+// spellKey is a store key of set as nft spells it.
+func spellKey(set, key string) string {
+	if l := keyLayout(set, key); l != nil {
+		return l.SpellKey(key)
+	}
+	return key
+}
+
+// appendAddrData appends the data of a (an address set's key).
+func appendAddrData(b []byte, a netip.Addr) []byte {
+	if a = a.Unmap(); a.Is4() {
+		v := a.As4()
+		return append(b, v[:]...)
+	}
+	v := a.As16()
+	return append(b, v[:]...)
+}
+
+// appendHairpinKey appends the store key of the hairpin element a . a.
+func appendHairpinKey(b []byte, a netip.Addr) []byte {
+	n := len(b)
+	b = appendAddrData(b, a)
+	return append(b, b[n:]...)
+}
+
+// appendPortData appends the data of protocol · port, each field
+// padded to 4 bytes: the protocol's number, the port in network byte
+// order.
+func appendPortData(b []byte, p proxy.Protocol, port uint16) []byte {
+	return append(b, protoNumber(p), 0, 0, 0, byte(port>>8), byte(port), 0, 0)
+}
+
+// protoNumber is p's IP protocol number (0 for a protocol the API does
+// not have, which no packet matches, as nft would refuse its name).
+func protoNumber(p proxy.Protocol) byte {
+	switch p {
+	case proxy.TCP:
+		return unix.IPPROTO_TCP
+	case proxy.UDP:
+		return unix.IPPROTO_UDP
+	case proxy.SCTP:
+		return unix.IPPROTO_SCTP
+	}
+	return 0
+}
