@@ -62,8 +62,27 @@ func BenchmarkComputeOneChangeNoClaims10kx10(b *testing.B) { benchOneChange(b, "
 // contest is decided again over every Service.
 func BenchmarkComputeOneClaimChange10kx10(b *testing.B) { benchOneChange(b, "svc-00042", true) }
 
+// BenchmarkComputeOneChangeHealthChecks10kx10 changes the endpoints of
+// one port when every Service is an eTP=Local LoadBalancer with a health
+// check node port: only that service's health check is recounted.
+func BenchmarkComputeOneChangeHealthChecks10kx10(b *testing.B) {
+	svcs, eps := benchWorld(10000, 10)
+	for name, sp := range svcs {
+		local := *sp
+		local.ExternalLocal, local.HealthCheckNodePort = true, 31000
+		local.LoadBalancerIPs = []netip.Addr{netip.AddrFrom4([4]byte{203, 0, local.ClusterIPs[0].As4()[2], local.ClusterIPs[0].As4()[3]})}
+		svcs[name] = &local
+	}
+	benchOneChangeIn(b, svcs, eps, "svc-00043", false)
+}
+
 func benchOneChange(b *testing.B, changed string, claim bool) {
 	svcs, eps := benchWorld(10000, 10)
+	benchOneChangeIn(b, svcs, eps, changed, claim)
+}
+
+func benchOneChangeIn(b *testing.B, svcs map[proxy.ServicePortName]*model.ServicePort, eps map[proxy.ServicePortName][]model.Endpoint,
+	changed string, claim bool) {
 	snapA := &model.Snapshot{Family: proxy.IPv4, Services: model.NewPortMap(svcs), Endpoints: endpointMap(eps)}
 	changedName := portName(changed, proxy.TCP)
 	if claim {

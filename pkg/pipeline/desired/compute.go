@@ -52,7 +52,7 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 	if prev == nil {
 		state.Lost, state.claims = lostFrontends(snap, family, nodes)
 		state.Services = computeAll(snap, in, state.Lost)
-		state.HealthChecks = healthChecks(state.Services, snap, family, node)
+		state.HealthChecks, state.healthPorts = healthChecks(state.Services, snap, family, node)
 		return state
 	}
 	rebuild := changes.Changed
@@ -73,16 +73,10 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		lossesChanged(prev.Lost, state.Lost, rebuild)
 	}
 	state.Services, state.Changed = computeChanged(prev.Services, snap, rebuild, in, state.Lost)
-	state.HealthChecks = prev.HealthChecks
 	// Every changed input, not only state.Changed: a local endpoint going from
 	// ready to terminating can leave the port's rules equal (traffic falls back
 	// to it) while its health check count must drop.
-	for name := range changes.Changed {
-		if touchesHealthChecks(name, prev.Services, state.Services) {
-			state.HealthChecks = healthChecks(state.Services, snap, family, node)
-			break
-		}
-	}
+	state.HealthChecks, state.healthPorts = updateHealthChecks(prev, changes.Changed, state.Services, snap, node)
 	return state
 }
 

@@ -25,7 +25,8 @@ func (w *randomWorld) snapshot() *model.Snapshot {
 
 // mutate changes, adds or removes one random service port and returns its name.
 func (w *randomWorld) mutate() proxy.ServicePortName {
-	name := portName(fmt.Sprintf("svc-%d", w.rng.IntN(20)), proxy.TCP)
+	// Two ports per service, so that health checks count over several.
+	name := portName(fmt.Sprintf("svc-%d", w.rng.IntN(20)), []proxy.Protocol{proxy.TCP, proxy.UDP}[w.rng.IntN(2)])
 	switch w.rng.IntN(6) {
 	case 0:
 		delete(w.svcs, name)

@@ -37,6 +37,10 @@ type State struct {
 	// HealthChecks lists the healthCheckNodePort servers this node must run,
 	// sorted by service name.
 	HealthChecks []HealthCheck
+	// healthPorts holds, for each of HealthChecks in order, the service's
+	// ports with their ready local endpoints, so that the next incremental
+	// Compute recounts only the services whose ports changed.
+	healthPorts [][]portReady
 
 	// Lost lists, per service port, the external and LB frontends it
 	// claims but does not get, because a higher claim holds the same
