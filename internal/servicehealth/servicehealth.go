@@ -39,6 +39,21 @@ type Server struct {
 
 	mu       sync.Mutex
 	services map[key]*service
+	// synced is, per family, what the last Sync made the listeners match
+	// when every listener opened: desired hands the same list again while
+	// no health check changed, and such a Sync has nothing to do.
+	synced map[proxy.IPFamily]syncedChecks
+}
+
+type syncedChecks struct {
+	checks []desired.HealthCheck
+	addrs  []netip.Addr
+}
+
+// same reports whether checks and addrs are what the listeners already
+// match: the very same list (desired never modifies one it handed out).
+func (c syncedChecks) same(checks []desired.HealthCheck, addrs []netip.Addr) bool {
+	return len(checks) == len(c.checks) && (len(checks) == 0 || &checks[0] == &c.checks[0]) && slices.Equal(addrs, c.addrs)
 }
 
 type key struct {
@@ -59,6 +74,7 @@ func New(healthy func() bool, onListenError func(svc proxy.ServiceName, err erro
 			return lc.Listen(context.Background(), network, address)
 		},
 		services: map[key]*service{},
+		synced:   map[proxy.IPFamily]syncedChecks{},
 	}
 }
 
@@ -86,6 +102,9 @@ type failure struct {
 func (s *Server) sync(family proxy.IPFamily, addrs []netip.Addr, checks []desired.HealthCheck) []failure {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if last, ok := s.synced[family]; ok && last.same(checks, addrs) {
+		return nil
+	}
 	var failed []failure
 
 	wanted := make(map[key]bool, len(checks))
@@ -114,6 +133,10 @@ func (s *Server) sync(family proxy.IPFamily, addrs []netip.Addr, checks []desire
 			delete(s.services, k)
 		}
 	}
+	delete(s.synced, family)
+	if len(failed) == 0 {
+		s.synced[family] = syncedChecks{checks, addrs}
+	}
 	return failed
 }
 
@@ -125,6 +148,7 @@ func (s *Server) Close() {
 		svc.close()
 		delete(s.services, k)
 	}
+	clear(s.synced)
 }
 
 // listenAddrs returns where family's health checks listen.
