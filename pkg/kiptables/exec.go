@@ -8,6 +8,7 @@ import (
 	"io"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goiptables "github.com/coreos/go-iptables/iptables"
@@ -24,17 +25,6 @@ import (
 // message: see isLockError).
 // iptables-nft accepts and ignores the flags.
 var lockArgs = []string{"-w", "5", "-W", "100000"}
-
-// execTimeout bounds one run of iptables-restore or iptables-save, so that
-// a hung tool fails the sync instead of blocking the sync loop for ever
-// (the runner then retries with backoff and /healthz reports the stall).
-// A restore carries a whole table: the cold sync of 10k services × 10
-// endpoints takes tens of seconds (docs/performance.md), plus up to 5 s
-// waiting for the xtables lock; five
-// minutes leaves room for several times that on a loaded node. Tests
-// shorten it. The single-rule iptables calls through go-iptables (setup
-// and the canary) take no context and are not covered.
-var execTimeout = 5 * time.Minute
 
 // waitDelay bounds the wait for the output pipes after a tool is killed.
 const waitDelay = 5 * time.Second
@@ -58,10 +48,16 @@ type osExec struct{}
 
 func (osExec) LookPath(file string) (string, error) { return exec.LookPath(file) }
 
+// Run runs the tool until it ends, or until watchProgress kills it: a hung
+// tool fails the sync instead of blocking the sync loop for ever (the
+// runner then retries with backoff and /healthz reports the stall). A
+// restore carries a whole table, which takes minutes at tens of thousands
+// of services on a loaded node: only a run without progress is killed.
+// The single-rule iptables calls through go-iptables (setup and the
+// canary) take no context and are not covered.
 func (osExec) Run(parent context.Context, path string, args []string, stdin func(io.Writer) error, stdout io.Writer) error {
-	timeout := execTimeout
-	ctx, cancel := context.WithTimeout(parent, timeout)
-	defer cancel()
+	ctx, kill := context.WithCancelCause(parent)
+	defer kill(nil)
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.WaitDelay = waitDelay
 	var stderr bytes.Buffer
@@ -69,10 +65,10 @@ func (osExec) Run(parent context.Context, path string, args []string, stdin func
 	// restore's listing (see cacheHinter) is tens of MB at 10k services.
 	cmd.Stdout = stdout
 	cmd.Stderr = &stderr
-	err := runWithInput(cmd, stdin)
+	err := runWithInput(cmd, stdin, func(pid int, fed *atomic.Int64) { go watchProgress(ctx, pid, fed, kill) })
 	if err != nil {
-		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			err = fmt.Errorf("timed out after %v (killed): %w", timeout, err)
+		if cause := context.Cause(ctx); parent.Err() == nil && (errors.Is(cause, errStalled) || errors.Is(cause, errRunLimit)) {
+			err = fmt.Errorf("killed, it %v: %w", cause, err)
 		}
 		return fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
@@ -80,22 +76,29 @@ func (osExec) Run(parent context.Context, path string, args []string, stdin func
 }
 
 // runWithInput runs cmd, feeding it what stdin writes from this goroutine
-// while it runs. When the program fails, its exit is the error (a write
-// into its closed stdin only follows from that).
-func runWithInput(cmd *exec.Cmd, stdin func(io.Writer) error) error {
-	if stdin == nil {
-		return cmd.Run()
-	}
-	pipe, err := cmd.StdinPipe()
-	if err != nil {
-		return err
+// while it runs, and tells started the process and how much of the input
+// it has read so far. When the program fails, its exit is the error (a
+// write into its closed stdin only follows from that).
+func runWithInput(cmd *exec.Cmd, stdin func(io.Writer) error, started func(pid int, fed *atomic.Int64)) error {
+	var fed countingWriter
+	var pipe io.WriteCloser
+	if stdin != nil {
+		var err error
+		if pipe, err = cmd.StdinPipe(); err != nil {
+			return err
+		}
+		fed.w = pipe
 	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	werr := stdin(pipe)
-	if cerr := pipe.Close(); werr == nil {
-		werr = cerr
+	started(cmd.Process.Pid, &fed.n)
+	var werr error
+	if stdin != nil {
+		werr = stdin(&fed)
+		if cerr := pipe.Close(); werr == nil {
+			werr = cerr
+		}
 	}
 	if err := cmd.Wait(); err != nil {
 		return err

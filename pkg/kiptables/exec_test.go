@@ -223,22 +223,31 @@ func TestDetectFlavourLeavesNFTRulesUnread(t *testing.T) {
 	}
 }
 
-// TestHungToolTimesOut: a hung iptables-restore (here a script on PATH
-// that sleeps) must fail the restore, saying it timed out, instead of
-// blocking the sync for ever. The 30 s guard only catches a call that never
-// returns; the timeout is 200 ms.
-func TestHungToolTimesOut(t *testing.T) {
+// onPath puts scripts (name → body) first on PATH.
+func onPath(t *testing.T, scripts map[string]string) {
 	dir := t.TempDir()
-	for _, name := range []string{"iptables-restore", "iptables-save"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\nexec sleep 300\n"), 0o755); err != nil {
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	old := execTimeout
-	execTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { execTimeout = old })
+}
 
+// shortProgressTimes makes watchProgress's times short for one test.
+func shortProgressTimes(t *testing.T, stall, limit time.Duration) {
+	oldStall, oldLimit, oldPoll := stallTimeout, runLimit, progressPoll
+	stallTimeout, runLimit, progressPoll = stall, limit, 20*time.Millisecond
+	t.Cleanup(func() { stallTimeout, runLimit, progressPoll = oldStall, oldLimit, oldPoll })
+}
+
+// TestHungToolIsKilled: a hung iptables-restore (here a script on PATH
+// that sleeps) must fail the restore, saying it made no progress, instead
+// of blocking the sync for ever. The 30 s guard only catches a call that
+// never returns; the stall timeout is 300 ms.
+func TestHungToolIsKilled(t *testing.T) {
+	onPath(t, map[string]string{"iptables-restore": "exec sleep 300\n", "iptables-save": "exec sleep 300\n"})
+	shortProgressTimes(t, 300*time.Millisecond, time.Hour)
 	c, err := newClient(proxy.IPv4, "", osExec{}, false)
 	must(t, err)
 	done := make(chan error, 2)
@@ -252,12 +261,38 @@ func TestHungToolTimesOut(t *testing.T) {
 	for _, what := range []string{"restore", "save"} {
 		select {
 		case err := <-done:
-			if err == nil || !strings.Contains(err.Error(), "timed out") {
-				t.Errorf("%s: got %v, want a timed-out error", what, err)
+			if err == nil || !strings.Contains(err.Error(), "killed, it made no progress") {
+				t.Errorf("%s: got %v, want a killed-without-progress error", what, err)
 			}
 		case <-time.After(30 * time.Second):
-			t.Fatalf("%s did not return: no timeout on the process", what)
+			t.Fatalf("%s did not return: no stall detection on the process", what)
 		}
+	}
+}
+
+// busyFor is a shell loop that keeps the CPU busy for about the given
+// centiseconds without starting a process, after reading all its input.
+const busyFor = `cat >/dev/null
+read up _ </proc/uptime; end=$(( ${up%%.*}${up#*.} + %d ))
+while read up _ </proc/uptime; do [ $(( ${up%%.*}${up#*.} )) -ge $end ] && exit 0; done
+`
+
+// TestWorkingToolIsNotKilled: a restore that works longer than the stall
+// timeout (a big table on a loaded node) is let finish; one that keeps
+// working past the run limit is killed.
+func TestWorkingToolIsNotKilled(t *testing.T) {
+	onPath(t, map[string]string{"iptables-restore": fmt.Sprintf(busyFor, 300), "iptables-save": "exit 0\n"})
+	c, err := newClient(proxy.IPv4, "", osExec{}, false)
+	must(t, err)
+	input := [][]byte{[]byte("*nat\n"), bytes.Repeat([]byte("-A KUBE-X -j RETURN\n"), 1<<16), []byte("COMMIT\n")}
+
+	shortProgressTimes(t, time.Second, time.Hour)
+	if err := c.Restore(context.Background(), input...); err != nil {
+		t.Errorf("a tool busy for 3 s with a stall timeout of 1 s: %v, want it let finish", err)
+	}
+	shortProgressTimes(t, time.Second, 1500*time.Millisecond)
+	if err := c.Restore(context.Background(), input...); err == nil || !strings.Contains(err.Error(), "killed, it ran too long") {
+		t.Errorf("a tool busy for 3 s with a run limit of 1.5 s: %v, want it killed for its length", err)
 	}
 }
 
