@@ -54,6 +54,10 @@ func updateHealthChecks(prev *State, changed map[proxy.ServicePortName]struct{},
 	if len(dirty) == 0 {
 		return prev.HealthChecks, prev.healthPorts
 	}
+	if len(prev.healthPorts) != len(prev.HealthChecks) {
+		// A State not made by Compute (decoded from a dump) lacks the ports.
+		return healthChecks(services, snap, prev.Family, node)
+	}
 	names := slices.SortedFunc(maps.Keys(dirty), func(a, b proxy.ServiceName) int {
 		return compareHealthChecks(HealthCheck{Service: a}, HealthCheck{Service: b})
 	})

@@ -195,3 +195,24 @@ func TestIncrementalSharesPrevSafely(t *testing.T) {
 		t.Fatal("prev.Service no longer answers as before")
 	}
 }
+
+// TestIncrementalHealthChecksFromStateWithoutPorts: a prev State that
+// carries health checks but not their ports (one decoded from a dump, not
+// made by Compute) is recounted in full, not indexed past its end.
+func TestIncrementalHealthChecksFromStateWithoutPorts(t *testing.T) {
+	name := portName("lb", proxy.TCP)
+	sp := svcPort("lb", addrs("172.30.0.1"), func(sp *model.ServicePort) {
+		sp.NodePort, sp.HealthCheckNodePort, sp.ExternalLocal = 30080, 31000, true
+	})
+	snap := &model.Snapshot{Family: proxy.IPv4,
+		Services:  model.NewPortMap(map[proxy.ServicePortName]*model.ServicePort{name: sp}),
+		Endpoints: endpointMap(map[proxy.ServicePortName][]model.Endpoint{name: {readyEP("10.0.1.5", "node-a")}})}
+	prev := Compute(nil, snap, model.Changes{}, testNode, v4Options())
+	decoded := *prev
+	decoded.healthPorts = nil
+	changes := model.Changes{Changed: map[proxy.ServicePortName]struct{}{name: {}}}
+	got := Compute(&decoded, snap, changes, testNode, v4Options())
+	if len(got.HealthChecks) != 1 || got.HealthChecks[0].LocalReady != 1 || len(got.healthPorts) != 1 {
+		t.Fatalf("HealthChecks = %+v (%d with ports), want one with LocalReady 1", got.HealthChecks, len(got.healthPorts))
+	}
+}
