@@ -78,6 +78,59 @@ func TestKernelEnsureAtFront(t *testing.T) {
 	}
 }
 
+// TestKernelEnsureAtFrontAddsInOneRestore: from each of frontStarts, the
+// real tools of both flavours and families end up with the rules, in the
+// order, that the calls one at a time leave in the Fake, a target
+// chain's rules kept; what is missing is added by one restore after the
+// read: a save per table on iptables-legacy; on iptables-nft the listing
+// and a check of each chain that no jump proves.
+func TestKernelEnsureAtFrontAddsInOneRestore(t *testing.T) {
+	netnstest.RequireKernel(t, "iptables-nft-restore", "iptables-legacy-restore", "ip6tables-nft-restore", "ip6tables-legacy-restore")
+	execs := netnstest.RecordExecs(t, netnstest.ProxyTools()...)
+	ctx := context.Background()
+	for name, start := range frontStarts {
+		want := oneByOne(t, start)
+		for _, fam := range []proxy.IPFamily{proxy.IPv4, proxy.IPv6} {
+			for _, fl := range []Flavour{FlavourNFT, FlavourLegacy} {
+				t.Run(name+"/"+string(fam)+"/"+string(fl), func(t *testing.T) {
+					ns, err := netnstest.New(t).NewNS("ipt")
+					if err != nil {
+						t.Fatal(err)
+					}
+					c := newInNS(t, ns, fam, fl)
+					if start != "" {
+						execs.Runs(t, ns, func() error { return c.Restore(ctx, []byte(start)) })
+					}
+					ran := execs.Runs(t, ns, func() error { _, err := EnsureAtFront(ctx, c, natFront); return err })
+					t.Logf("%d tool runs: %q", len(ran), ran)
+					for _, table := range []Table{TableNAT, TableFilter} {
+						w, _ := want.Save(ctx, table)
+						got := inNS(t, ns, func() ([]byte, error) { return c.Save(ctx, table) })
+						if w, g := ruleLines(w), ruleLines(got); w != g {
+							t.Errorf("%s holds\n%s\none at a time\n%s", table, g, w)
+						}
+					}
+					if n := restores(ran); n != 1 {
+						t.Errorf("%d restores besides the read, want 1:\n%s", n, strings.Join(ran, "\n"))
+					}
+				})
+			}
+		}
+	}
+}
+
+// restores counts the runs of iptables-restore that are not listings
+// (ListEnsuring's restore is told by its missing --counters).
+func restores(ran []string) int {
+	n := 0
+	for _, r := range ran {
+		if strings.Contains(r, "-restore ") && strings.Contains(r, "--counters") {
+			n++
+		}
+	}
+	return n
+}
+
 // newInNS returns a client of the flavour's tools, made inside ns.
 func newInNS(t *testing.T, ns *netnstest.NS, fam proxy.IPFamily, fl Flavour) *Client {
 	return inNS(t, ns, func() (*Client, error) { return New(fam, fl) })
