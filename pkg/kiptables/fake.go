@@ -247,6 +247,22 @@ func (f *Fake) ListEnsuring(_ context.Context, req []ListRequest) (map[Table][]b
 	return out, nil
 }
 
+// MissingChain is part of Interface.
+func (f *Fake) MissingChain(_ context.Context, chain string, tables []Table) (Table, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, name := range tables {
+		t, err := f.table(name)
+		if err != nil {
+			return "", err
+		}
+		if t.Chains[chain] == nil {
+			return name, nil
+		}
+	}
+	return "", nil
+}
+
 // ChainNames is part of Interface.
 func (f *Fake) ChainNames(_ context.Context, table Table) ([]string, error) {
 	f.mu.Lock()

@@ -66,6 +66,10 @@ type Interface interface {
 	// only chains nothing adds rules to belong there. On iptables-legacy
 	// each table's COMMIT rewrites that table.
 	ListEnsuring(ctx context.Context, req []ListRequest) (map[Table][]byte, error)
+	// MissingChain runs one iptables tool that changes nothing and
+	// returns the first of tables, in the order given, that lacks chain
+	// ("" when each of them holds it).
+	MissingChain(ctx context.Context, chain string, tables []Table) (Table, error)
 	// DeleteRule deletes rule from chain; a missing rule or chain is not
 	// an error.
 	DeleteRule(ctx context.Context, table Table, chain string, rule ...string) error

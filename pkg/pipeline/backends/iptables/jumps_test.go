@@ -79,6 +79,11 @@ func (f *toolFake) Restore(ctx context.Context, data ...[]byte) error {
 	return f.Fake.Restore(ctx, data...)
 }
 
+func (f *toolFake) MissingChain(ctx context.Context, chain string, tables []kiptables.Table) (kiptables.Table, error) {
+	f.record("MissingChain", "", chain)
+	return f.Fake.MissingChain(ctx, chain, tables)
+}
+
 func (f *toolFake) ListEnsuring(ctx context.Context, req []kiptables.ListRequest) (map[kiptables.Table][]byte, error) {
 	f.record("ListEnsuring", "", "")
 	return f.Fake.ListEnsuring(ctx, req)
@@ -212,4 +217,27 @@ func jumpTo(table kiptables.Table, from, chain string) jump {
 		}
 	}
 	panic("no jump " + string(table) + " " + from + " -> " + chain)
+}
+
+// TestCanaryPollIsOneToolRun: the canary poll reads every table's canary
+// with one tool run, whichever of them is gone.
+func TestCanaryPollIsOneToolRun(t *testing.T) {
+	fake, p := syncToolFake(t, upstreamState())
+	for _, gone := range append([]kiptables.Table{""}, canaryTables...) {
+		if gone != "" {
+			fake.DeleteChain(gone, chainCanary)
+		}
+		fake.calls = nil
+		missing, err := p.CanaryMissing(ctx)
+		t.Logf("canary gone from %q: missing %t, %d tool calls: %q", gone, missing, len(fake.calls), fake.calls)
+		if err != nil || missing != (gone != "") || len(fake.calls) != 1 {
+			t.Errorf("canary gone from %q: CanaryMissing = %t, %v with %d tool calls; want %t, nil with 1",
+				gone, missing, err, len(fake.calls), gone != "")
+		}
+		if gone != "" {
+			if err := fake.Fake.EnsureChain(ctx, gone, chainCanary); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
