@@ -75,8 +75,8 @@ func (t FrontTable) chains() []string {
 // per rule. A ":CHAIN" line flushes a chain that exists, so it is written
 // only for chains known to be missing: iptables-save lists every chain,
 // while a listing on iptables-nft leaves a chain no jump proves unknown,
-// and that one is checked with ChainExists. A table whose read failed is
-// logged and checked one call at a time.
+// and that one is checked with ChainExists (which there runs no tool). A
+// table whose read failed is logged and checked one call at a time.
 func EnsureAtFront(ctx context.Context, ipt Interface, tables []FrontTable) (saved map[Table][]string, err error) {
 	var have []present
 	if ipt.Flavour() == FlavourNFT {

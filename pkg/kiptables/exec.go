@@ -108,6 +108,7 @@ func runWithInput(cmd *exec.Cmd, stdin func(io.Writer) error) error {
 
 // Client is the real Interface: it execs one flavour's tools for one family.
 type Client struct {
+	family        proxy.IPFamily
 	flavour       Flavour
 	restore, save string // absolute paths
 	rules         *goiptables.IPTables
@@ -124,7 +125,7 @@ func New(family proxy.IPFamily, flavour Flavour) (*Client, error) {
 }
 
 func newClient(family proxy.IPFamily, flavour Flavour, ex execer, withRules bool) (*Client, error) {
-	c := &Client{flavour: flavour, exec: ex, sleep: sleepCtx}
+	c := &Client{family: family, flavour: flavour, exec: ex, sleep: sleepCtx}
 	base := toolName(family, flavour)
 	var err error
 	if c.restore, err = ex.LookPath(base + "-restore"); err != nil {

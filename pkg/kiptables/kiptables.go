@@ -53,7 +53,8 @@ type Interface interface {
 	ChainNames(ctx context.Context, table Table) ([]string, error)
 	// EnsureChain creates chain in table unless it exists.
 	EnsureChain(ctx context.Context, table Table, chain string) error
-	// ChainExists reports whether chain exists in table.
+	// ChainExists reports whether chain exists in table (on iptables-nft
+	// without running a tool).
 	ChainExists(ctx context.Context, table Table, chain string) (bool, error)
 	// EnsureRuleAtFront inserts rule at the head of chain unless an
 	// identical rule is already somewhere in chain.

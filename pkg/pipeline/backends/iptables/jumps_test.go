@@ -155,7 +155,8 @@ func TestFullSyncChecksJumpsWithOneListing(t *testing.T) {
 // missing — a first start, or another program flushed the built-in chains
 // and deleted the canaries — a full sync on iptables-nft adds them all
 // with one restore after the listing; the chains no jump proves are
-// checked one by one, and not recreated (flushed) when they are there.
+// checked one by one (over netlink, by kiptables.Client), and not
+// recreated (flushed) when they are there.
 func TestFullSyncAddsMissingJumpsWithOneRestore(t *testing.T) {
 	st := upstreamState()
 	fake := &toolFake{Fake: kiptables.NewFake()}
