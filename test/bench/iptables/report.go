@@ -171,7 +171,7 @@ func profileTable(w io.Writer, cfg config, results map[key][]*Result) {
 	n := slices.Max(cfg.scales)
 	fmt.Fprintf(w, "Where the time goes at %s×10 (medians, ms; restore input in MiB):\n\n", benchkit.ScaleName(n))
 	fmt.Fprintln(w, "| flavour | scenario | wall | iptables-restore wall (user / sys) | restore input | iptables-save wall (calls) | "+
-		"jump and canary listing wall (calls) | single-rule iptables calls wall (calls) | svcproxy own |")
+		"jump and canary listing wall (calls) | single-rule calls wall (calls; a chain check on nft is netlink, no tool) | svcproxy own |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, fl := range cfg.flavours {
 		rs := results[key{fl, n}]
