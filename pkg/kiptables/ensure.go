@@ -3,12 +3,15 @@ package kiptables
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 
 	"k8s.io/klog/v2"
 )
 
-// FrontRule is a rule kept at the front of a (built-in) chain.
+// FrontRule is a rule kept at the front of a (built-in) chain. Rule is
+// spelled as iptables-save prints it: EnsureAtFront inserts a rule that
+// the tables do not show verbatim.
 type FrontRule struct {
 	Chain string
 	Rule  []string
@@ -57,16 +60,23 @@ func (t FrontTable) chains() []string {
 // save, which grows with every Service and which a caller would otherwise
 // hold through its sync.
 //
-// Only what is missing costs a single-rule call. What is there is read
-// first, in the way each flavour reads cheapest. On iptables-legacy every
-// call reads (and a change rewrites) the whole table — ~0.2–0.7 s each
-// with 10k services — so each table is read once with iptables-save. On
-// iptables-nft a call fetches just the chains it names, while
-// iptables-nft-save dumps every table (seconds at that size); there one
-// ListEnsuring run creates the Empty chains and lists the chains the
+// What is there is read first, in the way each flavour reads cheapest. On
+// iptables-legacy every call reads (and a change rewrites) the whole table
+// — ~0.2–0.7 s each with 10k services — so each table is read once with
+// iptables-save. On iptables-nft a call fetches just the chains it names,
+// while iptables-nft-save dumps every table (seconds at that size); there
+// one ListEnsuring run creates the Empty chains and lists the chains the
 // rules go in, for all tables at once, each tool run costing more than
 // what it fetches. A jump that is there proves its target chain exists.
-// A failed read is logged and everything is checked one call at a time.
+//
+// What is missing is then added by one iptables-restore for all tables
+// (":CHAIN" for a chain, "-I CHAIN" for a rule), so that a first start or
+// a recovery from a flush costs one run, not one or two per chain and
+// per rule. A ":CHAIN" line flushes a chain that exists, so it is written
+// only for chains known to be missing: iptables-save lists every chain,
+// while a listing on iptables-nft leaves a chain no jump proves unknown,
+// and that one is checked with ChainExists (which there runs no tool). A
+// table whose read failed is logged and checked one call at a time.
 func EnsureAtFront(ctx context.Context, ipt Interface, tables []FrontTable) (saved map[Table][]string, err error) {
 	var have []present
 	if ipt.Flavour() == FlavourNFT {
@@ -74,33 +84,87 @@ func EnsureAtFront(ctx context.Context, ipt Interface, tables []FrontTable) (sav
 	} else {
 		have, saved = savePresent(ctx, ipt, tables)
 	}
+	var batch bytes.Buffer
 	for i, t := range tables {
-		for _, c := range t.chains() {
-			if have[i].chains[c] {
-				continue
-			}
-			if err := ipt.EnsureChain(ctx, t.Table, c); err != nil {
+		if have[i].chains == nil {
+			if err := ensureOneByOne(ctx, ipt, t); err != nil {
 				return saved, err
 			}
+			continue
 		}
-		for _, r := range t.Rules {
-			if have[i].rules[r.line()] {
-				continue
-			}
-			if err := ipt.EnsureRuleAtFront(ctx, t.Table, r.Chain, r.Rule...); err != nil {
-				return saved, err
-			}
+		if err := writeMissing(ctx, ipt, &batch, t, have[i]); err != nil {
+			return saved, err
 		}
+	}
+	if batch.Len() == 0 {
+		return saved, nil
+	}
+	if err := ipt.Restore(ctx, batch.Bytes()); err != nil {
+		return saved, fmt.Errorf("adding the missing chains and rules: %w", err)
 	}
 	return saved, nil
 }
 
+// writeMissing writes t's restore section adding what have lacks; nothing
+// when nothing is missing. The rules are inserted in the order given, as
+// EnsureRuleAtFront calls would.
+func writeMissing(ctx context.Context, ipt Interface, b *bytes.Buffer, t FrontTable, have present) error {
+	start := b.Len()
+	b.WriteString("*" + string(t.Table) + "\n")
+	head := b.Len()
+	for _, c := range t.chains() {
+		if have.chains[c] {
+			continue
+		}
+		if !have.allChains {
+			ok, err := ipt.ChainExists(ctx, t.Table, c)
+			if err != nil {
+				return err
+			}
+			if ok {
+				continue
+			}
+		}
+		b.WriteString(":" + c + " - [0:0]\n")
+	}
+	for _, r := range t.Rules {
+		if !have.rules[r.line()] {
+			b.WriteString("-I " + r.Chain + " " + JoinArgs(r.Rule) + "\n")
+		}
+	}
+	if b.Len() == head {
+		b.Truncate(start)
+		return nil
+	}
+	b.WriteString("COMMIT\n")
+	return nil
+}
+
+// ensureOneByOne ensures t with a call per chain and per rule, each of
+// which checks first: for a table that could not be read.
+func ensureOneByOne(ctx context.Context, ipt Interface, t FrontTable) error {
+	for _, c := range t.chains() {
+		if err := ipt.EnsureChain(ctx, t.Table, c); err != nil {
+			return err
+		}
+	}
+	for _, r := range t.Rules {
+		if err := ipt.EnsureRuleAtFront(ctx, t.Table, r.Chain, r.Rule...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // present is what one table is known to hold: chains by name, rules by
-// their iptables-save line. A rule spelled differently than iptables-save
-// prints it is reported missing, which costs an EnsureRuleAtFront call
-// (that checks again) but is never wrong.
+// their iptables-save line (nil chains: the table was not read). Rules
+// are inserted unless the listing shows them verbatim, so a FrontRule is
+// spelled as iptables-save prints it.
 type present struct {
 	chains, rules map[string]bool
+	// allChains: chains names every chain of the table (iptables-save),
+	// so one not in it is missing.
+	allChains bool
 }
 
 // savePresent reads each table with iptables-save.
@@ -114,6 +178,7 @@ func savePresent(ctx context.Context, ipt Interface, tables []FrontTable) ([]pre
 			continue
 		}
 		saved[t.Table], have[i] = parsePresent(save, t.Rules)
+		have[i].allChains = true
 	}
 	return have, saved
 }

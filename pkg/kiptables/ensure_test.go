@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-// counting counts the single-rule calls, saves and listings made through
-// it.
+// counting counts the calls made through it that run a tool: single-rule
+// calls, saves, listings and restores.
 type counting struct {
 	*Fake
-	flavour            Flavour
-	single, save, list int
+	flavour                     Flavour
+	single, save, list, restore int
 }
 
 func (c *counting) Flavour() Flavour { return c.flavour }
@@ -23,6 +23,14 @@ func (c *counting) ListEnsuring(ctx context.Context, req []ListRequest) (map[Tab
 	c.list++
 	return c.Fake.ListEnsuring(ctx, req)
 }
+func (c *counting) Restore(ctx context.Context, data ...[]byte) error {
+	c.restore++
+	return c.Fake.Restore(ctx, data...)
+}
+func (c *counting) ChainExists(ctx context.Context, t Table, chain string) (bool, error) {
+	c.single++
+	return c.Fake.ChainExists(ctx, t, chain)
+}
 func (c *counting) EnsureChain(ctx context.Context, t Table, chain string) error {
 	c.single++
 	return c.Fake.EnsureChain(ctx, t, chain)
@@ -32,7 +40,7 @@ func (c *counting) EnsureRuleAtFront(ctx context.Context, t Table, chain string,
 	return c.Fake.EnsureRuleAtFront(ctx, t, chain, rule...)
 }
 
-func (c *counting) reset() { c.single, c.save, c.list = 0, 0, 0 }
+func (c *counting) reset() { c.single, c.save, c.list, c.restore = 0, 0, 0, 0 }
 
 var portals = []string{"-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"}
 
@@ -53,9 +61,10 @@ func TestEnsureAtFrontChecksWithOneSave(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Chains KUBE-CANARY, KUBE-SERVICES, KUBE-OTHER, KUBE-FILTERED and
-	// the four rules.
-	if c.save != 2 || c.single != 8 {
-		t.Errorf("empty tables: %d saves, %d single calls; want 2 and 8", c.save, c.single)
+	// the four rules, in one restore: the saves list every chain.
+	t.Logf("empty tables: %d saves, %d single calls, %d restores", c.save, c.single, c.restore)
+	if c.save != 2 || c.single != 0 || c.restore != 1 {
+		t.Errorf("empty tables: %d saves, %d single calls, %d restores; want 2, 0 and 1", c.save, c.single, c.restore)
 	}
 	want := "-j KUBE-OTHER\n" + `-m comment --comment "kubernetes service portals" -j KUBE-SERVICES`
 	if got := c.Table(TableNAT).Chains[ChainPrerouting].Rules; len(got) != 2 || got[0]+"\n"+got[1] != want {
@@ -63,24 +72,26 @@ func TestEnsureAtFrontChecksWithOneSave(t *testing.T) {
 	}
 	c.reset()
 	saved, err := EnsureAtFront(ctx, c, natFront)
-	if err != nil || c.save != 2 || c.single != 0 || !slices.Contains(saved[TableNAT], "KUBE-SERVICES") {
-		t.Errorf("second time: %d saves, %d single calls, chains %q, %v; want 2, 0, KUBE-SERVICES among nat's, nil", c.save, c.single, saved, err)
+	if err != nil || c.save != 2 || c.single != 0 || c.restore != 0 || !slices.Contains(saved[TableNAT], "KUBE-SERVICES") {
+		t.Errorf("second time: %d saves, %d single calls, %d restores, chains %q, %v; want 2, 0, 0, KUBE-SERVICES among nat's, nil",
+			c.save, c.single, c.restore, saved, err)
 	}
 }
 
 // TestEnsureAtFrontListsOnceOnNFT: on iptables-nft one listing reads
 // every table, creates the canary and, where nothing is missing, is all
-// there is; a missing jump is added at the front, and its chain created
-// only when no jump already proves it exists.
+// there is; what is missing is added by one restore, a jump at the front,
+// and a chain only when no jump proves it exists and a check finds none.
 func TestEnsureAtFrontListsOnceOnNFT(t *testing.T) {
 	c := &counting{Fake: NewFake(), flavour: FlavourNFT}
 	if saved, err := EnsureAtFront(ctx, c, natFront); err != nil || saved != nil {
 		t.Fatalf("empty tables: chains %q, %v", saved, err)
 	}
-	// The canary came with the listing; KUBE-SERVICES, KUBE-OTHER,
-	// KUBE-FILTERED and the four rules one call each.
-	if c.list != 1 || c.save != 0 || c.single != 7 {
-		t.Errorf("empty tables: %d listings, %d saves, %d single calls; want 1, 0 and 7", c.list, c.save, c.single)
+	// The canary came with the listing; KUBE-SERVICES, KUBE-OTHER and
+	// KUBE-FILTERED are checked, then created with the four rules.
+	t.Logf("empty tables: %d listings, %d single calls, %d restores", c.list, c.single, c.restore)
+	if c.list != 1 || c.save != 0 || c.single != 3 || c.restore != 1 {
+		t.Errorf("empty tables: %d listings, %d saves, %d single calls, %d restores; want 1, 0, 3 and 1", c.list, c.save, c.single, c.restore)
 	}
 	legacy := &counting{Fake: NewFake(), flavour: FlavourLegacy}
 	if _, err := EnsureAtFront(ctx, legacy, natFront); err != nil {
@@ -90,8 +101,8 @@ func TestEnsureAtFrontListsOnceOnNFT(t *testing.T) {
 		t.Errorf("nft path wrote\n%s\nthe legacy path\n%s", got, want)
 	}
 	c.reset()
-	if _, err := EnsureAtFront(ctx, c, natFront); err != nil || c.list != 1 || c.single != 0 {
-		t.Errorf("second time: %d listings, %d single calls, %v; want 1, 0, nil", c.list, c.single, err)
+	if _, err := EnsureAtFront(ctx, c, natFront); err != nil || c.list != 1 || c.single != 0 || c.restore != 0 {
+		t.Errorf("second time: %d listings, %d single calls, %d restores, %v; want 1, 0, 0, nil", c.list, c.single, c.restore, err)
 	}
 
 	// PREROUTING's jump to KUBE-SERVICES goes; OUTPUT's still proves the
@@ -100,8 +111,8 @@ func TestEnsureAtFrontListsOnceOnNFT(t *testing.T) {
 	must(t, c.Fake.EnsureRuleAtFront(ctx, TableNAT, ChainPrerouting, "-j", "RETURN"))
 	c.DeleteChain(TableNAT, "KUBE-CANARY")
 	c.reset()
-	if _, err := EnsureAtFront(ctx, c, natFront); err != nil || c.list != 1 || c.single != 1 {
-		t.Errorf("one jump gone: %d listings, %d single calls, %v; want 1, 1, nil", c.list, c.single, err)
+	if _, err := EnsureAtFront(ctx, c, natFront); err != nil || c.list != 1 || c.single != 0 || c.restore != 1 {
+		t.Errorf("one jump gone: %d listings, %d single calls, %d restores, %v; want 1, 0, 1, nil", c.list, c.single, c.restore, err)
 	}
 	got := c.Table(TableNAT).Chains[ChainPrerouting].Rules
 	if want := []string{JoinArgs(portals), "-j RETURN", "-j KUBE-OTHER"}; !slices.Equal(got, want) {
@@ -109,5 +120,51 @@ func TestEnsureAtFrontListsOnceOnNFT(t *testing.T) {
 	}
 	if c.Table(TableNAT).Chains["KUBE-CANARY"] == nil {
 		t.Error("the canary was not recreated")
+	}
+}
+
+// frontStarts are what the tables hold before EnsureAtFront(natFront):
+// nothing, some of the jumps and others' rules in the chains, target
+// chains with rules but no jump to them.
+var frontStarts = map[string]string{
+	"empty": "",
+	"some jumps gone, others' rules": "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-OTHER - [0:0]\n-A KUBE-SERVICES -j RETURN\n" +
+		"-A PREROUTING -j ACCEPT\n-A PREROUTING -j KUBE-OTHER\n-A OUTPUT -j ACCEPT\nCOMMIT\n" +
+		"*filter\n-A OUTPUT -j ACCEPT\nCOMMIT\n",
+	"chains without jumps": "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-OTHER - [0:0]\n-A KUBE-SERVICES -j RETURN\n" +
+		"-A KUBE-OTHER -j RETURN\nCOMMIT\n*filter\n:KUBE-FILTERED - [0:0]\n-A KUBE-FILTERED -j DROP\nCOMMIT\n",
+}
+
+// oneByOne is a Fake holding start after the calls one at a time that
+// EnsureAtFront(natFront) replaces.
+func oneByOne(t *testing.T, start string) *Fake {
+	f := NewFake()
+	if start != "" {
+		must(t, f.Restore(ctx, []byte(start)))
+	}
+	for _, ft := range natFront {
+		must(t, ensureOneByOne(ctx, f, ft))
+	}
+	return f
+}
+
+// TestEnsureAtFrontAsOneByOne: whatever the tables hold beforehand, both
+// flavours' paths leave them as the calls one at a time do, a target
+// chain's rules included.
+func TestEnsureAtFrontAsOneByOne(t *testing.T) {
+	for name, start := range frontStarts {
+		want := oneByOne(t, start).Dump()
+		for _, fl := range []Flavour{FlavourNFT, FlavourLegacy} {
+			c := &counting{Fake: NewFake(), flavour: fl}
+			if start != "" {
+				must(t, c.Fake.Restore(ctx, []byte(start)))
+			}
+			if _, err := EnsureAtFront(ctx, c, natFront); err != nil {
+				t.Fatalf("%s, %s: %v", name, fl, err)
+			}
+			if got := c.Dump(); got != want {
+				t.Errorf("%s, %s:\n%s\none at a time:\n%s", name, fl, got, want)
+			}
+		}
 	}
 }

@@ -111,6 +111,7 @@ func runWithInput(cmd *exec.Cmd, stdin func(io.Writer) error, started func(pid i
 
 // Client is the real Interface: it execs one flavour's tools for one family.
 type Client struct {
+	family        proxy.IPFamily
 	flavour       Flavour
 	restore, save string // absolute paths
 	rules         *goiptables.IPTables
@@ -127,7 +128,7 @@ func New(family proxy.IPFamily, flavour Flavour) (*Client, error) {
 }
 
 func newClient(family proxy.IPFamily, flavour Flavour, ex execer, withRules bool) (*Client, error) {
-	c := &Client{flavour: flavour, exec: ex, sleep: sleepCtx}
+	c := &Client{family: family, flavour: flavour, exec: ex, sleep: sleepCtx}
 	base := toolName(family, flavour)
 	var err error
 	if c.restore, err = ex.LookPath(base + "-restore"); err != nil {

@@ -12,7 +12,8 @@ import (
 
 // Fake is an in-memory Interface. Restore parses iptables-restore input
 // with --noflush semantics (a ":CHAIN" line creates or flushes the chain,
-// "-A" appends, "-X" deletes an empty, unreferenced chain) and checks that
+// "-A" appends, "-I" without a rule number inserts at the front, "-X"
+// deletes an empty, unreferenced chain) and checks that
 // every jump target exists at COMMIT, as the real tool does; each table
 // section commits on its own, so a failure in a later section leaves the
 // earlier ones applied.
@@ -244,6 +245,22 @@ func (f *Fake) ListEnsuring(_ context.Context, req []ListRequest) (map[Table][]b
 		}
 	}
 	return out, nil
+}
+
+// MissingChain is part of Interface.
+func (f *Fake) MissingChain(_ context.Context, chain string, tables []Table) (Table, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, name := range tables {
+		t, err := f.table(name)
+		if err != nil {
+			return "", err
+		}
+		if t.Chains[chain] == nil {
+			return name, nil
+		}
+	}
+	return "", nil
 }
 
 // ChainNames is part of Interface.

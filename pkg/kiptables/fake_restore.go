@@ -67,16 +67,24 @@ func (f *Fake) restoreLine(cur **FakeTable, line string) error {
 	if c == nil {
 		return fmt.Errorf("chain %q does not exist", chain)
 	}
+	rule = strings.TrimSpace(rule)
 	switch op {
-	case "-A":
-		rule = strings.TrimSpace(rule)
+	case "-A", "-I":
+		if n, _, _ := strings.Cut(rule, " "); op == "-I" && strings.Trim(n, "0123456789") == "" {
+			return fmt.Errorf("-I with a rule number (%s) is not supported", n)
+		}
 		// Both tools check a jump when they read the rule (iptables-nft
 		// when it prepares the commands in order), so the target must be
 		// declared on an earlier line, not merely by COMMIT.
 		if target := jumpTarget(rule); target != "" && !isBuiltinTarget(target) && (*cur).Chains[target] == nil {
 			return fmt.Errorf("rule jumps to chain %s, which does not exist yet", target)
 		}
-		c.Rules = append(c.Rules, rule)
+		if op == "-A" {
+			c.Rules = append(c.Rules, rule)
+		} else {
+			// Without a rule number: at the front.
+			c.Rules = append([]string{rule}, c.Rules...)
+		}
 	case "-X":
 		return (*cur).deleteChain(c)
 	default:

@@ -44,7 +44,8 @@ func TestFakeRestoreRejectsWhatIptablesRejects(t *testing.T) {
 		"unknown table":            "*raw2\nCOMMIT\n",
 		"delete a built-in chain":  "*nat\n-X PREROUTING\nCOMMIT\n",
 		"rule outside of a table":  "-A PREROUTING -j RETURN\n",
-		"unsupported command (-I)": "*nat\n-I PREROUTING 1 -j RETURN\nCOMMIT\n",
+		"unsupported command (-R)": "*nat\n-R PREROUTING 1 -j RETURN\nCOMMIT\n",
+		"-I with a rule number":    "*nat\n-I PREROUTING 1 -j RETURN\nCOMMIT\n",
 	} {
 		f := NewFake()
 		before := f.Dump()

@@ -53,7 +53,8 @@ type Interface interface {
 	ChainNames(ctx context.Context, table Table) ([]string, error)
 	// EnsureChain creates chain in table unless it exists.
 	EnsureChain(ctx context.Context, table Table, chain string) error
-	// ChainExists reports whether chain exists in table.
+	// ChainExists reports whether chain exists in table (on iptables-nft
+	// without running a tool).
 	ChainExists(ctx context.Context, table Table, chain string) (bool, error)
 	// EnsureRuleAtFront inserts rule at the head of chain unless an
 	// identical rule is already somewhere in chain.
@@ -66,6 +67,10 @@ type Interface interface {
 	// only chains nothing adds rules to belong there. On iptables-legacy
 	// each table's COMMIT rewrites that table.
 	ListEnsuring(ctx context.Context, req []ListRequest) (map[Table][]byte, error)
+	// MissingChain runs one iptables tool that changes nothing and
+	// returns the first of tables, in the order given, that lacks chain
+	// ("" when each of them holds it).
+	MissingChain(ctx context.Context, chain string, tables []Table) (Table, error)
 	// DeleteRule deletes rule from chain; a missing rule or chain is not
 	// an error.
 	DeleteRule(ctx context.Context, table Table, chain string, rule ...string) error

@@ -3,6 +3,7 @@ package kiptables
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -74,4 +75,67 @@ func splitListing(out []byte, req []ListRequest) (map[Table][]byte, error) {
 		return nil, fmt.Errorf("listed %d chains of %d", k+1, len(order))
 	}
 	return res, nil
+}
+
+// MissingChain is part of Interface. Each table's part lists its OUTPUT
+// chain, which every table has, then chain: where the tool stops tells
+// which table lacks chain, and a run that stopped before printing a
+// table's OUTPUT failed for another reason (the tool, the lock, the
+// table). iptables-legacy is run with --test, which makes its COMMITs
+// write nothing; iptables-nft skips the listing commands under --test,
+// and its COMMIT of no change sends the kernel nothing to apply.
+func (c *Client) MissingChain(ctx context.Context, chain string, tables []Table) (Table, error) {
+	var in bytes.Buffer
+	for _, t := range tables {
+		in.WriteString("*" + string(t) + "\n-S " + ChainOutput + "\n-S " + chain + "\nCOMMIT\n")
+	}
+	args := append(append([]string{}, lockArgs...), "--noflush")
+	if c.flavour != FlavourNFT {
+		args = append(args, "--test")
+	}
+	var out bytes.Buffer
+	err := c.runRetrying(ctx, c.restore, args, func(w io.Writer) error {
+		_, err := w.Write(in.Bytes())
+		return err
+	}, func() io.Writer {
+		out.Reset()
+		return &out
+	})
+	missing, perr := stoppedAt(out.Bytes(), chain, tables, err != nil)
+	if perr != nil {
+		if err != nil {
+			return "", fmt.Errorf("listing chain %s: %w", chain, err)
+		}
+		return "", fmt.Errorf("listing chain %s: %w", chain, perr)
+	}
+	return missing, nil
+}
+
+// stoppedAt reads MissingChain's listing: the table whose OUTPUT was the
+// last header printed by a run that failed lacks chain; a run that
+// succeeded listed chain in every table.
+func stoppedAt(out []byte, chain string, tables []Table, failed bool) (Table, error) {
+	var heads []string
+	for rest := out; len(rest) > 0; {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		if bytes.HasPrefix(line, []byte("-P ")) || bytes.HasPrefix(line, []byte("-N ")) {
+			name, _, _ := bytes.Cut(line[3:], []byte(" "))
+			heads = append(heads, string(name))
+		}
+	}
+	for i, h := range heads {
+		if want := []string{ChainOutput, chain}[i%2]; h != want || i/2 >= len(tables) {
+			return "", fmt.Errorf("unexpected listing header %q", h)
+		}
+	}
+	switch {
+	case !failed && len(heads) == 2*len(tables):
+		return "", nil
+	case failed && len(heads)%2 == 1:
+		return tables[len(heads)/2], nil
+	case failed:
+		return "", errors.New("the tool failed before a table was read")
+	}
+	return "", fmt.Errorf("listed %d chains of %d", len(heads), 2*len(tables))
 }

@@ -30,3 +30,32 @@ func TestSplitListing(t *testing.T) {
 		}
 	}
 }
+
+// TestStoppedAt: a run that failed right after a table's OUTPUT lacks the
+// chain there; one that failed before any table, or printed other than
+// OUTPUT and the chain by turns, is an error.
+func TestStoppedAt(t *testing.T) {
+	tables := []Table{TableMangle, TableNAT, TableFilter}
+	both := "-P OUTPUT ACCEPT\n-N KUBE-C\n"
+	for _, tc := range []struct {
+		out     string
+		failed  bool
+		missing Table
+		err     bool
+	}{
+		{out: both + "-P OUTPUT ACCEPT\n-A OUTPUT -j KUBE-X\n-N KUBE-C\n" + both},
+		{out: "-P OUTPUT ACCEPT\n", failed: true, missing: TableMangle},
+		{out: both + "-P OUTPUT ACCEPT\n-A OUTPUT -j KUBE-X\n", failed: true, missing: TableNAT},
+		{out: both + both + "-P OUTPUT ACCEPT\n", failed: true, missing: TableFilter},
+		{out: "", failed: true, err: true},   // the lock, the tool, a table
+		{out: both, failed: true, err: true}, // failed between tables
+		{out: both + both, err: true},        // a table short
+		{out: "-N KUBE-C\n-P OUTPUT ACCEPT\n", failed: true, err: true},
+		{out: both + both + both + "-P OUTPUT ACCEPT\n", failed: true, err: true},
+	} {
+		missing, err := stoppedAt([]byte(tc.out), "KUBE-C", tables, tc.failed)
+		if missing != tc.missing || (err != nil) != tc.err {
+			t.Errorf("%q, failed %t: %q, %v; want %q, error %t", tc.out, tc.failed, missing, err, tc.missing, tc.err)
+		}
+	}
+}

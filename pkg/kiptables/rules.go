@@ -27,8 +27,16 @@ func (c *Client) EnsureChain(ctx context.Context, table Table, chain string) err
 	return nil
 }
 
-// ChainExists is part of Interface.
+// ChainExists is part of Interface. On iptables-nft it runs no tool: the
+// kernel is asked over netlink (nftChainExists).
 func (c *Client) ChainExists(ctx context.Context, table Table, chain string) (bool, error) {
+	if c.flavour == FlavourNFT {
+		ok, err := nftChainExists(c.family, table, chain)
+		if err != nil {
+			return false, fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
+		}
+		return ok, nil
+	}
 	var ok bool
 	err := c.retryLocked(ctx, "iptables", func() error {
 		var err error

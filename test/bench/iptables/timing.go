@@ -123,6 +123,26 @@ func (t *timedIPT) ChainNames(ctx context.Context, table kiptables.Table) (names
 	return names, err
 }
 
+// ListEnsuring is a full sync's read of its canaries and jumps on
+// iptables-nft: an iptables-restore run of its own, timed apart from the
+// restore that programs the rules.
+func (t *timedIPT) ListEnsuring(ctx context.Context, req []kiptables.ListRequest) (out map[kiptables.Table][]byte, err error) {
+	err = t.timed("listing", 0, func() error {
+		out, err = t.Interface.ListEnsuring(ctx, req)
+		return err
+	})
+	return out, err
+}
+
+// MissingChain is the canary poll's listing.
+func (t *timedIPT) MissingChain(ctx context.Context, chain string, tables []kiptables.Table) (missing kiptables.Table, err error) {
+	err = t.timed("listing", 0, func() error {
+		missing, err = t.Interface.MissingChain(ctx, chain, tables)
+		return err
+	})
+	return missing, err
+}
+
 func (t *timedIPT) EnsureChain(ctx context.Context, table kiptables.Table, chain string) error {
 	return t.timed("single-rule tools", 0, func() error { return t.Interface.EnsureChain(ctx, table, chain) })
 }

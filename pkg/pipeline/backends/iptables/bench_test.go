@@ -46,6 +46,9 @@ func (d *discard) EnsureRuleAtFront(context.Context, kiptables.Table, string, ..
 func (d *discard) ListEnsuring(context.Context, []kiptables.ListRequest) (map[kiptables.Table][]byte, error) {
 	return nil, nil
 }
+func (d *discard) MissingChain(context.Context, string, []kiptables.Table) (kiptables.Table, error) {
+	return "", nil
+}
 func (d *discard) DeleteRule(context.Context, kiptables.Table, string, ...string) error { return nil }
 func (d *discard) Flavour() kiptables.Flavour                                           { return "" }
 func (d *discard) ChainNames(context.Context, kiptables.Table) ([]string, error)        { return nil, nil }

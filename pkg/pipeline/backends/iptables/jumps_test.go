@@ -13,8 +13,8 @@ import (
 )
 
 // toolFake is a Fake that is iptables-nft (no listing of the jumps
-// doubles as nat's read-back) and records each call that runs a tool,
-// restores aside.
+// doubles as nat's read-back) and records each call that runs a tool, a
+// full sync's restore (RestoreFrom) aside.
 type toolFake struct {
 	*kiptables.Fake
 	calls []string
@@ -74,6 +74,16 @@ func (f *toolFake) ChainNames(ctx context.Context, t kiptables.Table) ([]string,
 	return f.Fake.ChainNames(ctx, t)
 }
 
+func (f *toolFake) Restore(ctx context.Context, data ...[]byte) error {
+	f.record("Restore", "", "")
+	return f.Fake.Restore(ctx, data...)
+}
+
+func (f *toolFake) MissingChain(ctx context.Context, chain string, tables []kiptables.Table) (kiptables.Table, error) {
+	f.record("MissingChain", "", chain)
+	return f.Fake.MissingChain(ctx, chain, tables)
+}
+
 func (f *toolFake) ListEnsuring(ctx context.Context, req []kiptables.ListRequest) (map[kiptables.Table][]byte, error) {
 	f.record("ListEnsuring", "", "")
 	return f.Fake.ListEnsuring(ctx, req)
@@ -118,10 +128,10 @@ func TestFullSyncChecksJumpsWithOneListing(t *testing.T) {
 	t.Logf("full sync with two jumps and a canary gone: %d tool calls: %q", len(fake.calls), fake.calls)
 	want := []string{"ListEnsuring  ",
 		// Each chain's only jump went: nothing proves the chain exists.
-		"EnsureChain nat " + chainPostrouting,
-		"EnsureRuleAtFront nat " + postrouting.from + " " + kiptables.JoinArgs(postrouting.args()),
-		"EnsureChain filter " + chainNodePorts,
-		"EnsureRuleAtFront filter " + nodePorts.from + " " + kiptables.JoinArgs(nodePorts.args())}
+		"ChainExists nat " + chainPostrouting,
+		"ChainExists filter " + chainNodePorts,
+		// Both jumps in one run.
+		"Restore  "}
 	if !slices.Equal(fake.calls, want) {
 		t.Errorf("tool calls:\n%s\nwant\n%s", strings.Join(fake.calls, "\n"), strings.Join(want, "\n"))
 	}
@@ -141,6 +151,65 @@ func TestFullSyncChecksJumpsWithOneListing(t *testing.T) {
 	}
 }
 
+// TestFullSyncAddsMissingJumpsWithOneRestore: with every jump and canary
+// missing — a first start, or another program flushed the built-in chains
+// and deleted the canaries — a full sync on iptables-nft adds them all
+// with one restore after the listing; the chains no jump proves are
+// checked one by one (over netlink, by kiptables.Client), and not
+// recreated (flushed) when they are there.
+func TestFullSyncAddsMissingJumpsWithOneRestore(t *testing.T) {
+	st := upstreamState()
+	fake := &toolFake{Fake: kiptables.NewFake()}
+	p := NewWithInterface(st.Family, fake, Options{})
+	if err := p.Sync(ctx, st, proxy.RecoverySync); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first start: %d tool calls: %q", len(fake.calls), fake.calls)
+	targets := map[string]bool{} // table/chain of each jump's target
+	for _, j := range append(slices.Clone(jumps), kubeletJumps...) {
+		targets[string(j.table)+"/"+j.to] = true
+	}
+	check := func(when string) {
+		t.Helper()
+		// The rest is the read-back of nat's chains (a recovery sync).
+		if n := fake.count("ListEnsuring") + fake.count("Restore") + fake.count("ChainExists"); n != 2+len(targets) ||
+			n+fake.count("ChainNames") != len(fake.calls) || fake.count("Restore") != 1 {
+			t.Errorf("%s: %d tool calls, want a listing, %d chain checks, one restore and the read-back:\n%s",
+				when, len(fake.calls), len(targets), strings.Join(fake.calls, "\n"))
+		}
+	}
+	check("first start")
+	saved, _ := syncFake(t, st, Options{})
+	want := saved.Dump()
+	if got := fake.Dump(); got != want {
+		t.Errorf("first start on nft differs from the save path:\n%s", proxytest.LineDiff(want, got))
+	}
+
+	// Another program flushes the built-in chains and deletes the
+	// canaries; our chains and their rules stay.
+	for _, table := range canaryTables {
+		for _, c := range fake.Table(table).Chains {
+			for _, rule := range c.Rules {
+				if c.Builtin {
+					if err := fake.DeleteRule(ctx, table, c.Name, kiptables.SplitRule(rule)...); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		fake.DeleteChain(table, chainCanary)
+	}
+	fake.calls = nil
+	if err := p.Sync(ctx, st, proxy.RecoverySync); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("after a flush of the built-in chains: %d tool calls: %q", len(fake.calls), fake.calls)
+	check("after the flush")
+	if got := fake.Dump(); got != want {
+		t.Errorf("after the flush:\n%s", proxytest.LineDiff(want, got))
+	}
+}
+
 // jumpTo is our jump from a built-in chain to chain.
 func jumpTo(table kiptables.Table, from, chain string) jump {
 	for _, j := range jumps {
@@ -149,4 +218,27 @@ func jumpTo(table kiptables.Table, from, chain string) jump {
 		}
 	}
 	panic("no jump " + string(table) + " " + from + " -> " + chain)
+}
+
+// TestCanaryPollIsOneToolRun: the canary poll reads every table's canary
+// with one tool run, whichever of them is gone.
+func TestCanaryPollIsOneToolRun(t *testing.T) {
+	fake, p := syncToolFake(t, upstreamState())
+	for _, gone := range append([]kiptables.Table{""}, canaryTables...) {
+		if gone != "" {
+			fake.DeleteChain(gone, chainCanary)
+		}
+		fake.calls = nil
+		missing, err := p.CanaryMissing(ctx)
+		t.Logf("canary gone from %q: missing %t, %d tool calls: %q", gone, missing, len(fake.calls), fake.calls)
+		if err != nil || missing != (gone != "") || len(fake.calls) != 1 {
+			t.Errorf("canary gone from %q: CanaryMissing = %t, %v with %d tool calls; want %t, nil with 1",
+				gone, missing, err, len(fake.calls), gone != "")
+		}
+		if gone != "" {
+			if err := fake.Fake.EnsureChain(ctx, gone, chainCanary); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }

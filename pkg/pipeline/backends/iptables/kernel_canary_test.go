@@ -182,3 +182,49 @@ func waitFor(limit time.Duration, cond func() bool) bool {
 		}
 	}
 }
+
+// TestKernelCanaryMissing: with both flavours and families, the canary
+// poll reads the three canaries with one tool run, and tells the loss of
+// any one of them.
+func TestKernelCanaryMissing(t *testing.T) {
+	requireKernel(t)
+	execs := netnstest.RecordExecs(t, netnstest.ProxyTools()...)
+	ctx := context.Background()
+	for _, fl := range flavours {
+		for _, f := range proxy.Families {
+			t.Run(string(fl)+"/"+string(f), func(t *testing.T) {
+				ns := freshNS(t)
+				var p *iptables.Proxier
+				err := ns.Do(func() (err error) {
+					if p, err = iptables.New(ctx, f, iptables.Options{Flavour: fl}); err != nil {
+						return err
+					}
+					return p.Sync(ctx, &desired.State{Family: f}, proxy.RecoverySync)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				poll := func(want bool) {
+					t.Helper()
+					var missing bool
+					ran := execs.Runs(t, ns, func() (err error) {
+						missing, err = p.CanaryMissing(ctx)
+						return err
+					})
+					if missing != want || len(ran) != 1 {
+						t.Errorf("CanaryMissing = %t with %d tool runs, want %t with 1: %q", missing, len(ran), want, ran)
+					}
+				}
+				poll(false)
+				for _, table := range tables {
+					for _, op := range []string{"-X", "-N"} {
+						if _, err := ns.Run(ctx, tool(f, fl), "-t", string(table), op, "KUBE-PROXY-CANARY"); err != nil {
+							t.Fatal(err)
+						}
+						poll(op == "-X")
+					}
+				}
+			})
+		}
+	}
+}

@@ -120,18 +120,15 @@ func (p *Proxier) ensureLocalnet() error {
 // gone from any table, which means someone flushed iptables (a firewalld
 // reload, an admin). The syncer polls it every syncPeriod and answers true
 // with a recovery sync, which recreates the canaries, jumps and chains. It
-// only reads the kernel, so it may run beside Sync.
+// only reads the kernel, so it may run beside Sync. One tool run lists
+// the canaries of all three tables (kiptables.Interface.MissingChain):
+// the poll runs on every node all the time.
 func (p *Proxier) CanaryMissing(ctx context.Context) (bool, error) {
-	for _, t := range canaryTables {
-		ok, err := p.ipt.ChainExists(ctx, t, chainCanary)
-		if err != nil {
-			return false, fmt.Errorf("checking canary in %s: %w", t, err)
-		}
-		if !ok {
-			return true, nil
-		}
+	t, err := p.ipt.MissingChain(ctx, chainCanary, canaryTables)
+	if err != nil {
+		return false, fmt.Errorf("checking the canaries: %w", err)
 	}
-	return false, nil
+	return t != "", nil
 }
 
 // Cleanup is part of syncer.Proxier: it removes this family's jumps and
