@@ -1,6 +1,10 @@
 package knft
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+)
 
 // A set's element dump is not a snapshot. The kernel answers it in reply
 // messages and resumes each by walking the set from its start again,
@@ -18,29 +22,35 @@ import "hash/maphash"
 // a set that keeps changing (or growing) while it is listed runs out.
 const maxDumpAttempts = 4
 
-// keySeen tells whether a key came before in the dump, by a 64-bit hash of
-// its bytes: no copy of the key and no allocation per element (the map
-// keeps its room from set to set). Two keys of one hash look like a
-// repeat and only cost a dump again, with another seed.
+// keySeen tells whether a dump listed a key twice, by 64-bit hashes of
+// its keys, sorted once the dump has ended: no copy of a key, 8 bytes per
+// element, and the slice keeps its room from set to set (and from one
+// read-back to the next through keySeens, until a garbage collection).
+// Two keys of one hash look like a repeat and only cost a dump again, with
+// another seed.
 type keySeen struct {
-	seed maphash.Seed
-	seen map[uint64]struct{}
+	seed   maphash.Seed
+	hashes []uint64
 }
 
-func newKeySeen() *keySeen { return &keySeen{seen: map[uint64]struct{}{}} }
+var keySeens = sync.Pool{New: func() any { return new(keySeen) }}
 
 // reset forgets every key, for a new dump.
 func (k *keySeen) reset() {
 	k.seed = maphash.MakeSeed()
-	clear(k.seen)
+	k.hashes = k.hashes[:0]
 }
 
-// repeated records key and reports whether it came before.
-func (k *keySeen) repeated(key []byte) bool {
-	h := maphash.Bytes(k.seed, key)
-	if _, ok := k.seen[h]; ok {
-		return true
+// add records a key of the dump.
+func (k *keySeen) add(key []byte) { k.hashes = append(k.hashes, maphash.Bytes(k.seed, key)) }
+
+// repeated reports whether a key was added twice since reset.
+func (k *keySeen) repeated() bool {
+	slices.Sort(k.hashes)
+	for i := 1; i < len(k.hashes); i++ {
+		if k.hashes[i] == k.hashes[i-1] {
+			return true
+		}
 	}
-	k.seen[h] = struct{}{}
 	return false
 }

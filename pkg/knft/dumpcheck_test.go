@@ -41,7 +41,7 @@ func readDump(t *testing.T, f *fakeDumps, sink Sink) error {
 	}
 	d := &setDump{info: SetInfo{Name: "s"}, layout: l}
 	out := make(chan *elemBatch, 64)
-	err := d.read(f.dump, newKeySeen(), out)
+	err := d.read(f.dump, keySeens.Get().(*keySeen), out)
 	close(out)
 	for b := range out {
 		b.report(sink)

@@ -210,9 +210,6 @@ type setDump struct {
 	// the dump's last batch (sent after it) and once dumpElements has
 	// returned.
 	undecodable bool
-	// repeated: this dump listed a key twice (dumpcheck.go); it is
-	// drained and the set dumped again. The worker's alone.
-	repeated bool
 }
 
 // elemBatch is the elements of one reply message of a set's dump, as data
@@ -285,7 +282,8 @@ func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, sink Sink) 
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Go(func() {
-			seen := newKeySeen()
+			seen := keySeens.Get().(*keySeen)
+			defer keySeens.Put(seen)
 			for d := range next { // after an error: drain, so the feeder never blocks
 				if errs[i] == nil {
 					errs[i] = d.read(c.elemDumper(k.family, k.table, d.info.Name), seen, batches)
@@ -329,11 +327,10 @@ func (c *nlConn) elemDumper(family uint8, table, set string) dumper {
 func (d *setDump) read(dump dumper, seen *keySeen, out chan<- *elemBatch) error {
 	for attempt := 1; ; attempt++ {
 		seen.reset()
-		d.repeated = false
 		if err := d.readOnce(dump, seen, out); err != nil {
 			return fmt.Errorf("listing elements of %s: %w", d.info.Name, err)
 		}
-		if !d.repeated {
+		if d.undecodable || !seen.repeated() {
 			break
 		}
 		if attempt == maxDumpAttempts {
@@ -350,10 +347,10 @@ func (d *setDump) read(dump dumper, seen *keySeen, out chan<- *elemBatch) error 
 }
 
 // readOnce is one dump of the set's elements, reported a batch per reply
-// message until an element is undecodable or repeated.
+// message until an element is undecodable; seen gets their keys.
 func (d *setDump) readOnce(dump dumper, seen *keySeen, out chan<- *elemBatch) error {
 	return dump(func(msg []byte) error {
-		if d.undecodable || d.repeated {
+		if d.undecodable {
 			return nil // drain the dump: the socket serves one at a time
 		}
 		b := elemBatches.Get().(*elemBatch)
@@ -370,8 +367,7 @@ func (d *setDump) readOnce(dump dumper, seen *keySeen, out chan<- *elemBatch) er
 
 // decode appends the elements of one reply message to b, as data or
 // spelled. An element it cannot decode marks the set undecodable (it is
-// listed through nft); one whose key seen has marks the dump repeated,
-// and ends b before it.
+// listed through nft). seen gets each key.
 func (d *setDump) decode(b *elemBatch, msg []byte, seen *keySeen) error {
 	list := knetlink.Attrs{B: knetlink.Find(msg, unix.NFTA_SET_ELEM_LIST_ELEMENTS)}
 	for t, e, ok := list.Next(); ok; t, e, ok = list.Next() {
@@ -393,11 +389,7 @@ func (d *setDump) decode(b *elemBatch, msg []byte, seen *keySeen) error {
 		if err != nil {
 			return err
 		}
-		if seen.repeated(b.text[start:keyEnd]) {
-			d.repeated = true
-			b.text = b.text[:start]
-			return nil
-		}
+		seen.add(b.text[start:keyEnd])
 		b.ends = append(b.ends, keyEnd, len(b.text))
 	}
 	return list.Err
