@@ -215,12 +215,15 @@ type setDump struct {
 // elemBatch is the elements of one reply message of a set's dump, as data
 // or spelled, back to back into text: ends holds, per element, where its key ends and
 // where its value ends (each element starts where the one before it
-// ended). The last batch of a dump holds no elements and has last set.
+// ended). The last batch of a dump holds no elements and has last set;
+// one with restart set holds none either: the set is dumped again, and
+// what came of it before is forgotten.
 type elemBatch struct {
-	dump *setDump
-	text []byte
-	ends []int
-	last bool
+	dump    *setDump
+	text    []byte
+	ends    []int
+	last    bool
+	restart bool
 }
 
 // elemBatches recycles batches: a read-back spells its elements into a few
@@ -230,6 +233,9 @@ var elemBatches = sync.Pool{New: func() any { return new(elemBatch) }}
 
 // report hands b's elements to sink and b back to the pool.
 func (b *elemBatch) report(sink Sink) {
+	if b.restart {
+		sink.Set(b.dump.info) // the Sink forgets the set's elements so far
+	}
 	start := 0
 	for i := 0; i+1 < len(b.ends); i += 2 {
 		keyEnd, end := b.ends[i], b.ends[i+1]
@@ -243,7 +249,7 @@ func (b *elemBatch) report(sink Sink) {
 }
 
 func (b *elemBatch) recycle() {
-	b.dump, b.text, b.ends, b.last = nil, b.text[:0], b.ends[:0], false
+	b.dump, b.text, b.ends, b.last, b.restart = nil, b.text[:0], b.ends[:0], false, false
 	elemBatches.Put(b)
 }
 
@@ -276,9 +282,11 @@ func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, sink Sink) 
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Go(func() {
+			seen := keySeens.Get().(*keySeen)
+			defer keySeens.Put(seen)
 			for d := range next { // after an error: drain, so the feeder never blocks
 				if errs[i] == nil {
-					errs[i] = d.read(c, k.family, k.table, batches)
+					errs[i] = d.read(c.elemDumper(k.family, k.table, d.info.Name), seen, batches)
 				}
 			}
 		})
@@ -299,27 +307,38 @@ func (k *Kernel) dumpElements(ctx context.Context, dumps []*setDump, sink Sink) 
 	return errors.Join(append(errs, ctx.Err())...)
 }
 
-// read lists one set's elements, one batch per reply message, and
-// then a last, empty one if the dump ended.
-func (d *setDump) read(c *nlConn, family uint8, table string, out chan<- *elemBatch) error {
+// dumper is one dump of a set's elements: each is called with the
+// attributes of every reply message.
+type dumper func(each func(msg []byte) error) error
+
+// elemDumper dumps set's elements over c.
+func (c *nlConn) elemDumper(family uint8, table, set string) dumper {
 	req := append(knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_TABLE, table),
-		knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_SET, d.info.Name)...)
-	err := c.request(unix.NFT_MSG_GETSETELEM, family, true, req, func(msg []byte) error {
-		if d.undecodable {
-			return nil // drain the dump: the socket serves one at a time
+		knetlink.AppendString(nil, unix.NFTA_SET_ELEM_LIST_SET, set)...)
+	return func(each func([]byte) error) error {
+		return c.request(unix.NFT_MSG_GETSETELEM, family, true, req, each)
+	}
+}
+
+// read lists one set's elements, one batch per reply message, and
+// then a last, empty one if the dump ended. A dump that lists a key twice
+// is not the set (dumpcheck.go): a restart batch, and the set is dumped
+// again, up to maxDumpAttempts times.
+func (d *setDump) read(dump dumper, seen *keySeen, out chan<- *elemBatch) error {
+	for attempt := 1; ; attempt++ {
+		seen.reset()
+		if err := d.readOnce(dump, seen, out); err != nil {
+			return fmt.Errorf("listing elements of %s: %w", d.info.Name, err)
 		}
-		b := elemBatches.Get().(*elemBatch)
-		b.dump = d
-		err := d.decode(b, msg)
-		if err == nil && len(b.ends) > 0 {
-			out <- b
-			return nil
+		if d.undecodable || !seen.repeated() {
+			break
 		}
-		b.recycle()
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("listing elements of %s: %w", d.info.Name, err)
+		if attempt == maxDumpAttempts {
+			return fmt.Errorf("listing elements of %s: each of %d dumps listed an element twice (the set changed while it was listed)", d.info.Name, attempt)
+		}
+		restart := elemBatches.Get().(*elemBatch)
+		restart.dump, restart.restart = d, true
+		out <- restart
 	}
 	last := elemBatches.Get().(*elemBatch)
 	last.dump, last.last = d, true
@@ -327,15 +346,35 @@ func (d *setDump) read(c *nlConn, family uint8, table string, out chan<- *elemBa
 	return nil
 }
 
+// readOnce is one dump of the set's elements, reported a batch per reply
+// message until an element is undecodable; seen gets their keys.
+func (d *setDump) readOnce(dump dumper, seen *keySeen, out chan<- *elemBatch) error {
+	return dump(func(msg []byte) error {
+		if d.undecodable {
+			return nil // drain the dump: the socket serves one at a time
+		}
+		b := elemBatches.Get().(*elemBatch)
+		b.dump = d
+		err := d.decode(b, msg, seen)
+		if err == nil && len(b.ends) > 0 {
+			out <- b
+			return nil
+		}
+		b.recycle()
+		return err
+	})
+}
+
 // decode appends the elements of one reply message to b, as data or
 // spelled. An element it cannot decode marks the set undecodable (it is
-// listed through nft).
-func (d *setDump) decode(b *elemBatch, msg []byte) error {
+// listed through nft). seen gets each key.
+func (d *setDump) decode(b *elemBatch, msg []byte, seen *keySeen) error {
 	list := knetlink.Attrs{B: knetlink.Find(msg, unix.NFTA_SET_ELEM_LIST_ELEMENTS)}
 	for t, e, ok := list.Next(); ok; t, e, ok = list.Next() {
 		if t != unix.NFTA_LIST_ELEM {
 			continue
 		}
+		start := len(b.text)
 		var keyEnd int
 		var err error
 		if d.data {
@@ -350,6 +389,7 @@ func (d *setDump) decode(b *elemBatch, msg []byte) error {
 		if err != nil {
 			return err
 		}
+		seen.add(b.text[start:keyEnd])
 		b.ends = append(b.ends, keyEnd, len(b.text))
 	}
 	return list.Err

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -16,8 +17,10 @@ import (
 // read-back asks for them in the same layout. No such element is spelled
 // on its way to netlink or parsed back into bytes. nft's spelling is made
 // from the data where text is needed (spellKey: objects sent through nft,
-// messages, tests). The endpoint maps, the firewall sets and the
-// values of maps other than verdicts are still nft's spelling.
+// messages, tests). An interval set's key is its range's first key and
+// then its last (firewall-allow: the frontend and a source prefix's first
+// address, the frontend and the prefix's last address). The endpoint maps
+// and the values of maps other than verdicts are still nft's spelling.
 
 // Element types of the sets whose keys are data.
 const (
@@ -26,21 +29,34 @@ const (
 	verdictType     = " : verdict"
 )
 
+// frontendType is the type of the frontend address · protocol · port,
+// for addresses of type addr.
+func frontendType(addr string) string { return addr + frontendKeyType }
+
+// allowType is firewall-allow's: a frontend and a source prefix.
+func allowType(addr string) string { return frontendType(addr) + " . " + addr }
+
+// allowFlags are firewall-allow's flags: its sources are prefixes.
+var allowFlags = []knftables.SetFlag{knftables.IntervalFlag}
+
 // dataLayouts are the layouts, IPv4 and IPv6, of the sets whose store
 // keys are data.
 var dataLayouts = func() map[string][2]*knft.Layout {
-	both := func(typ func(addr string) string, isMap bool) [2]*knft.Layout {
-		return [2]*knft.Layout{knft.DeclaredLayout(typ("ipv4_addr"), "", nil, isMap),
-			knft.DeclaredLayout(typ("ipv6_addr"), "", nil, isMap)}
+	declared := func(typ func(addr string) string, flags []knftables.SetFlag, isMap bool) [2]*knft.Layout {
+		return [2]*knft.Layout{knft.DeclaredLayout(typ("ipv4_addr"), "", flags, isMap),
+			knft.DeclaredLayout(typ("ipv6_addr"), "", flags, isMap)}
 	}
+	both := func(typ func(addr string) string, isMap bool) [2]*knft.Layout { return declared(typ, nil, isMap) }
 	addr := func(a string) string { return a }
 	port := func(string) string { return portKeyType + verdictType }
 	m := map[string][2]*knft.Layout{
 		setClusterIPs:       both(addr, false),
 		setNodePortIPs:      both(addr, false),
-		mapServiceIPs:       both(func(a string) string { return a + frontendKeyType + verdictType }, true),
+		mapServiceIPs:       both(func(a string) string { return frontendType(a) + verdictType }, true),
 		mapServiceNodePorts: both(port, true),
 		mapLocalhostReject:  both(port, true),
+		setFirewallGuards:   both(frontendType, false),
+		setFirewallAllow:    declared(allowType, allowFlags, false),
 	}
 	for _, set := range hairpinSets {
 		m[set] = both(func(a string) string { return a + " . " + a }, false)
@@ -107,6 +123,29 @@ func appendAddrData(b []byte, a netip.Addr) []byte {
 	}
 	v := a.As16()
 	return append(b, v[:]...)
+}
+
+// appendAllowKey appends the store key of firewall-allow's element of
+// frontend (its data) and source prefix src: an interval set's key, the
+// frontend and src's first address, then the frontend and src's last.
+func appendAllowKey(b []byte, frontend string, src netip.Prefix) []byte {
+	src = src.Masked()
+	first, bits := src.Addr(), src.Bits()
+	if first.Is4In6() {
+		first, bits = first.Unmap(), bits-96
+	}
+	b = appendAddrData(append(b, frontend...), first)
+	b = appendAddrData(append(b, frontend...), first)
+	last := b[len(b)-first.BitLen()/8:]
+	for i := range last {
+		switch {
+		case bits <= 8*i:
+			last[i] = 0xff
+		case bits < 8*(i+1):
+			last[i] |= 0xff >> (bits - 8*i)
+		}
+	}
+	return b
 }
 
 // appendHairpinKey appends the store key of the hairpin element a . a.

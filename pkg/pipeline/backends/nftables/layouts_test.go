@@ -172,14 +172,27 @@ func setSpecOf(name string, isMap bool, typ, typeOf string, flags []knftables.Se
 // dataKeyOf is the store key of an element of set spelled key, decl
 // the layout of the set that holds it: its data when set's keys are data
 // and decl is of one of set's layouts (addresses, protocol names and
-// ports, joined with " . "), else key (another layout's set, replaced
-// whole).
+// ports, joined with " . "; firewall-allow's last field a prefix), else
+// key (another layout's set, replaced whole).
 func dataKeyOf(set string, decl *knft.Layout, key string) string {
 	if _, ok := dataLayouts[set]; !ok || decl == nil {
 		return key
 	}
+	fields := key
+	var src netip.Prefix
+	if set == setFirewallAllow {
+		i := strings.LastIndex(key, elemSep)
+		if i < 0 {
+			return key
+		}
+		var err error
+		if src, err = prefixOf(key[i+len(elemSep):]); err != nil {
+			return key
+		}
+		fields = key[:i]
+	}
 	var b []byte
-	for f := range strings.SplitSeq(key, elemSep) {
+	for f := range strings.SplitSeq(fields, elemSep) {
 		if a, err := netip.ParseAddr(f); err == nil {
 			b = appendAddrData(b, a)
 		} else if p, err := strconv.ParseUint(f, 10, 16); err == nil {
@@ -188,10 +201,22 @@ func dataKeyOf(set string, decl *knft.Layout, key string) string {
 			b = append(b, protoNumber(proxy.Protocol(strings.ToUpper(f))), 0, 0, 0)
 		}
 	}
+	if src.IsValid() {
+		b = appendAllowKey(nil, string(b), src)
+	}
 	if keyLayout(set, string(b)) == nil || decl.KeyLen() != len(b) {
 		return key
 	}
 	return string(b)
+}
+
+// prefixOf parses a prefix as nft spells it: a plain address is a
+// full-length prefix.
+func prefixOf(s string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	return netip.ParsePrefix(s)
 }
 
 // addDumpElements adds the elements of set as render claims them: those

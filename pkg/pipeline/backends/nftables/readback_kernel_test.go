@@ -209,26 +209,28 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 }
 
 // tamper deletes, with the nft binary, one element of the largest map, one
-// firewall-allow range and the rules of one chain, and adds a range and a
-// catch-all element that render never writes.
+// firewall-allow range, one firewall guard and the rules of one chain, and
+// adds a range (no prefix), a guard and a catch-all element that render
+// never writes.
 func tamper(s *store) error {
 	var cmds []string
 	sets := slices.Sorted(maps.Keys(s.elems))
 	slices.SortStableFunc(sets, func(a, b string) int { return int(s.elemCount(b)) - int(s.elemCount(a)) })
-	for _, set := range []string{sets[0], setFirewallAllow} {
+	for _, set := range []string{sets[0], setFirewallAllow, setFirewallGuards} {
 		var keys []string
 		s.kernelElems(set, false, func(key, _ string) { keys = append(keys, key) })
 		if len(keys) > 0 {
 			cmds = append(cmds, fmt.Sprintf("delete element ip %s %s { %s }", TableName, set, keys[0]))
 		}
 	}
-	// A range that is no prefix: the decoder leaves that set to nft.
+	// A range that is no prefix, read back as data as any other.
 	for e := range s.elems[setFirewallAllow].all {
-		f := strings.Split(e.key, " . ")
+		f := strings.Split(spellKey(setFirewallAllow, e.key), " . ")
 		f[len(f)-1] = "192.0.2.1-192.0.2.3"
 		cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s }", TableName, setFirewallAllow, strings.Join(f, " . ")))
 		break
 	}
+	cmds = append(cmds, fmt.Sprintf("add element ip %s %s { 192.0.2.99 . udp . 81 }", TableName, setFirewallGuards))
 	// A catch-all element: read back with no key (data of none).
 	cmds = append(cmds, fmt.Sprintf("add element ip %s %s { * : drop }", TableName, mapServiceIPs))
 	cmds = append(cmds, fmt.Sprintf("flush chain ip %s %s", TableName, chainMasquerading))

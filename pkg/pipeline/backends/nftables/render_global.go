@@ -183,9 +183,8 @@ func renderGlobalSets(p *part, fs famSpec) {
 	p.addSet(&setSpec{name: mapServiceNodePorts, isMap: true, typ: portKeyType + verdictType})
 	p.addSet(&setSpec{name: setNodePortIPs, typ: a})
 	p.addSet(&setSpec{name: setClusterIPs, typ: a})
-	p.addSet(&setSpec{name: setFirewallGuards, typ: a + " . inet_proto . inet_service"})
-	p.addSet(&setSpec{name: setFirewallAllow, typ: a + " . inet_proto . inet_service . " + a,
-		flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	p.addSet(&setSpec{name: setFirewallGuards, typ: frontendType(a)})
+	p.addSet(&setSpec{name: setFirewallAllow, typ: allowType(a), flags: allowFlags})
 	for k := range shards {
 		p.addSet(&setSpec{name: hairpinSets[k], typ: a + " . " + a})
 	}

@@ -83,7 +83,7 @@ func (s *svcContext) portData(port uint16) string {
 }
 
 // ipKey is the key address · protocol · port spelled (an endpoint map's
-// frontend, firewall-guards).
+// frontend).
 func (s *svcContext) ipKey(a netip.Addr, port uint16) string {
 	b := append(a.Unmap().AppendTo(s.buf[:0]), elemSep...)
 	return s.keep(strconv.AppendUint(append(append(b, s.proto...), elemSep...), uint64(port), 10))
@@ -328,11 +328,11 @@ func (s *svcContext) renderFirewall() {
 		if s.c.fs.family != specFor(familyOf(lb)).family {
 			continue
 		}
-		key := s.ipKey(lb, s.sp.Port)
-		s.p.addElem(setFirewallGuards, key, "")
+		frontend := s.frontendData(lb, s.sp.Port)
+		s.p.addElem(setFirewallGuards, frontend, "")
 		for _, src := range s.sp.AllowedSources {
 			if specFor(familyOf(src.Addr())).family == s.c.fs.family {
-				s.p.addElem(setFirewallAllow, key+elemSep+prefixString(src), "")
+				s.p.addElem(setFirewallAllow, s.keep(appendAllowKey(s.buf[:0], frontend, src)), "")
 			}
 		}
 	}
