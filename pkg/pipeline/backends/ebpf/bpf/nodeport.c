@@ -24,6 +24,7 @@
 //     unreachable) or dropped.
 // np_egress (tc egress of each node interface): a local endpoint's reply
 // gets the frontend back as its source.
+// Both translate the ICMP errors about the flows they translate (icmp.h).
 // np_xdp (XDP of each node interface, with acceleration; xdp.h): the
 // packets of flows np_ingress forwards out of a node interface, sent on
 // from the driver; everything else passes to np_ingress.
@@ -607,12 +608,14 @@ static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const 
 	return TC_ACT_OK;
 }
 
+#include "icmp.h"
+
 SEC("tc")
 int np_ingress(struct __sk_buff *skb)
 {
 	struct pkt p = {};
 	if (!parse(skb, &p))
-		return TC_ACT_OK;
+		return icmp_error(skb, 0);
 	__u64 now = bpf_ktime_get_ns();
 	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
 	if (v && v->at != CT_AT_EGRESS) {
@@ -639,7 +642,7 @@ int np_egress(struct __sk_buff *skb)
 {
 	struct pkt p = {};
 	if (!parse(skb, &p))
-		return TC_ACT_OK;
+		return icmp_error(skb, 1);
 	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
 	if (!v || v->at != CT_AT_EGRESS)
 		return TC_ACT_OK;
