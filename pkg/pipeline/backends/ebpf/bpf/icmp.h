@@ -24,7 +24,9 @@
 // np_ingress translates the errors arriving from outside, np_egress those
 // the node or its local endpoints send (a local endpoint's port
 // unreachable, the stack's own errors about a packet it forwarded to one).
-// An error about no live flow of the table is left as it came.
+// A redirect about a flow is dropped, as the kernel's conntrack drops one
+// about a NATed flow. An error about no live flow of the table is left as
+// it came.
 
 #define ICMP_SOURCE_QUENCH 4
 #define ICMP_REDIRECT 5
@@ -145,6 +147,10 @@ static __always_inline int icmp_error(struct __sk_buff *skb, int egress)
 	struct ct_val *found = bpf_map_lookup_elem(&np_ct, &k);
 	if (!found || (found->at == CT_AT_EGRESS) != egress || expired(found, k.proto, bpf_ktime_get_ns()))
 		return TC_ACT_OK;
+	// The kernel's conntrack drops a redirect about a NATed flow: the
+	// route it names is the translated flow's, which its sender never used.
+	if (e.icmp.type == ICMP_REDIRECT)
+		return TC_ACT_SHOT;
 	struct ct_val v = *found;
 	// An error forwarded from here loses a hop; none is sent about one that
 	// has none left.

@@ -16,7 +16,7 @@ import (
 // The ICMP types and codes the tests send.
 const (
 	icmpUnreach, icmpPortUnreach, icmpFragNeeded = 3, 3, 4
-	icmpEcho                                     = 8
+	icmpRedirect, icmpEcho                       = 5, 8
 )
 
 // icmpError is an Ethernet frame of an ICMP message (type, code, the
@@ -38,6 +38,9 @@ func icmpError(src, dst netip.Addr, typ, code byte, rest uint32, body []byte) []
 	binary.BigEndian.PutUint16(msg[2:], ^sum16(0, msg))
 	return b
 }
+
+// tcShot is TC_ACT_SHOT.
+const tcShot = 2
 
 // ipPacket is the IPv4 packet of an Ethernet frame.
 func ipPacket(frame []byte) []byte { return frame[14:] }
@@ -135,9 +138,10 @@ func (r *xdpRig) runCase(t *testing.T, c icmpCase) {
 // forwarded there), leaving by a node interface, reaches the client from
 // the Service's address quoting the datagram as the client sent it; an
 // error from the client's side about the endpoint's translated answer goes
-// up the stack to the endpoint, quoting the answer as it sent it. An error
-// about no flow of the table, and an ICMP message that is no error, pass
-// as they came, both ways.
+// up the stack to the endpoint, quoting the answer as it sent it. A
+// redirect about the flow is dropped, as the kernel's conntrack drops one
+// about a NATed flow. An error about no flow of the table, and an ICMP
+// message that is no error, pass as they came, both ways.
 func TestKernelICMPErrorsOfLocalFlows(t *testing.T) {
 	r := newXDPRig(t, "")
 	// A link of the node's own, no node interface: the pods' side.
@@ -159,6 +163,11 @@ func TestKernelICMPErrorsOfLocalFlows(t *testing.T) {
 	r.runCase(t, icmpCase{what: "port unreachable from the client", prog: "np_ingress", in: r.a0,
 		err:     icmpError(r.client, r.nodeIP, icmpUnreach, icmpPortUnreach, 0, ipPacket(got)[:28]),
 		verdict: 0, src: r.client, dst: pod, quote: ipPacket(back)[:28]})
+
+	redirect := icmpError(r.client, r.nodeIP, icmpRedirect, 1, 0, ipPacket(got)[:28])
+	if v, _ := r.runProg(t, "np_ingress", r.a0, redirect); v != tcShot {
+		t.Errorf("a redirect about the flow: verdict %d, want TC_ACT_SHOT (%d)", v, tcShot)
+	}
 
 	other := checksummed(maglev.Flow{Src: r.client, Dst: r.nodeIP, SrcPort: 40003, DstPort: 30053, Protocol: 17}, 0, false)
 	for _, c := range []struct {
