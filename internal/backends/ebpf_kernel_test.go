@@ -158,6 +158,9 @@ func openEBPFMode(t *testing.T, env *scenario.Env, cfg *config.Config) modeProxi
 				return err
 			}
 		}
+		if n, ok := tcFlowsDeleted(t, inst); ok != (out[proxy.IPv4].tc != nil) || n != 0 {
+			t.Errorf("svcproxy_ebpf_tc_flows_deleted_total: %v (served: %t), want 0 exactly when the tc programs run", n, ok)
+		}
 		return nil
 	})
 	if err != nil {

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -79,5 +83,31 @@ func TestServedAtIsTheHooksHalf(t *testing.T) {
 	served, err = syncBoth(context.Background(), &desired.State{}, proxy.FullSync, timedHalf{err: errRules}, timedHalf{})
 	if err == nil || !served.IsZero() {
 		t.Errorf("a failed hooks half: syncBoth = %v, %v; want its error and no time", served, err)
+	}
+}
+
+// TestTCFlowsDeletedMetric: the flows the conntrack cleanup deleted from
+// the tc programs' table are a counter of svcproxy's own, per IP family
+// (IPv4, the only one tc serves), read from the table's count (which the
+// nodeport package's kernel tests check).
+func TestTCFlowsDeletedMetric(t *testing.T) {
+	p, err := nodeport.New(nodeport.Options{PinDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newTCFlowsCollector(p.Flows()))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(families) != 1 || len(families[0].GetMetric()) != 1 {
+		t.Fatalf("gathered %v, want one family of one metric", families)
+	}
+	mf, m := families[0], families[0].GetMetric()[0]
+	labels := m.GetLabel()
+	if mf.GetName() != "svcproxy_ebpf_tc_flows_deleted_total" || mf.GetType() != dto.MetricType_COUNTER ||
+		len(labels) != 1 || labels[0].GetName() != "ip_family" || labels[0].GetValue() != "IPv4" || m.GetCounter().GetValue() != 0 {
+		t.Errorf("gathered %v, want the counter svcproxy_ebpf_tc_flows_deleted_total{ip_family=\"IPv4\"} 0", mf)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -79,4 +80,16 @@ func collectSockets(ch chan<- prometheus.Metric, family string, s *ebpf.Sockets)
 		}
 		ch <- prometheus.MustNewConstMetric(ebpfSocketDestroy, prometheus.GaugeValue, v, family)
 	}
+}
+
+// newTCFlowsCollector counts what the conntrack cleanup deleted from the tc
+// programs' conntrack table (IPv4 only), as
+// kubeproxy_conntrack_reconciler_deleted_entries_total counts the kernel's
+// flows and svcproxy_ebpf_sockets_destroyed_total the hooks' sockets.
+func newTCFlowsCollector(flows *nodeport.Flows) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "svcproxy_ebpf_tc_flows_deleted_total",
+		Help:        "Flows of the tc programs' conntrack table deleted because the endpoint they were sent to no longer serves their frontend.",
+		ConstLabels: prometheus.Labels{metrics.LabelIPFamily: string(proxy.IPv4)},
+	}, func() float64 { return float64(flows.Deleted()) })
 }

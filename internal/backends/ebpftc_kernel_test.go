@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
 
 	"github.com/svcproxy/svcproxy/internal/config"
+	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -257,4 +259,32 @@ func tcAffinity(t *testing.T, env *scenario.Env) {
 			t.Errorf("%s to the affinity node port %s: 20 connections reached %v, want one endpoint", proto, dst, seen)
 		}
 	}
+}
+
+// tcFlowsDeleted is the IPv4 value of svcproxy_ebpf_tc_flows_deleted_total
+// among the families the instance's metrics options register, and whether
+// it is there.
+func tcFlowsDeleted(t *testing.T, inst *Instance) (float64, bool) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := metrics.Register(reg, proxy.ModeEBPF, append(inst.Metrics, metrics.WithoutRuntimeCollectors())...); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "svcproxy_ebpf_tc_flows_deleted_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == metrics.LabelIPFamily && l.GetValue() == string(proxy.IPv4) {
+					return m.GetCounter().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
 }

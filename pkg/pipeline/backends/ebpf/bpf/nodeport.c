@@ -24,6 +24,7 @@
 //     unreachable) or dropped.
 // np_egress (tc egress of each node interface): a local endpoint's reply
 // gets the frontend back as its source.
+// Both translate the ICMP errors about the flows they translate (icmp.h).
 // np_xdp (XDP of each node interface, with acceleration; xdp.h): the
 // packets of flows np_ingress forwards out of a node interface, sent on
 // from the driver; everything else passes to np_ingress.
@@ -277,6 +278,7 @@ struct pkt {
 	struct ct_key k;
 	__u32 l4; // offset of the L4 header
 	__u8 tcp_flags;
+	__u8 ttl;
 };
 
 #define TCP_FIN 0x01
@@ -305,6 +307,7 @@ static __always_inline int parse_data(void *data, void *end, struct pkt *p)
 	p->k.sport = ports[0];
 	p->k.dport = ports[1];
 	p->k.proto = ip->protocol;
+	p->ttl = ip->ttl;
 	p->tcp_flags = 0;
 	if (ip->protocol == IPPROTO_TCP) {
 		__u8 *fl = (void *)ip + sizeof(*ip) + 13;
@@ -349,10 +352,23 @@ static __always_inline int rewrite(struct __sk_buff *skb, const struct pkt *p, c
 	return 0;
 }
 
-// forward sends a translated packet out of the node interface its new
-// destination routes through.
-static __always_inline int forward(struct __sk_buff *skb, const struct ct_val *v)
+// dec_ttl takes one off the packet's TTL (ttl before), as the kernel's
+// forwarding does, and fixes the header checksum in the same
+// one's-complement steps as np_xdp, so that both leave equal headers.
+static __always_inline void dec_ttl(struct __sk_buff *skb, __u8 ttl)
 {
+	__u8 left = ttl - 1;
+	bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, check), bpf_htons((__u16)ttl << 8),
+			    bpf_htons((__u16)left << 8), 2);
+	bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, ttl), &left, 1, 0);
+}
+
+// forward sends a translated packet (its TTL ttl, above 1) out of the node
+// interface its new destination routes through: it is routed here rather
+// than by the stack, so it loses a hop here.
+static __always_inline int forward(struct __sk_buff *skb, const struct ct_val *v, __u8 ttl)
+{
+	dec_ttl(skb, ttl);
 	struct bpf_fib_lookup fib = {
 		.family = AF_INET,
 		.ipv4_src = v->src,
@@ -512,16 +528,28 @@ static __always_inline void mark_masq(struct __sk_buff *skb)
 		skb->mark |= cfg->masq_mark;
 }
 
+// last_hop says whether a packet this program would forward out of a node
+// interface has no hop left: the kernel's forwarding would drop it and
+// answer time exceeded, with the packet as it came (its conntrack undoing
+// the translation in the quote). The answer goes from the address the
+// packet was sent to, the frontend's or the masquerade address.
+static __always_inline int last_hop(const struct pkt *p, __u8 at)
+{
+	return at == CT_AT_INGRESS_FWD && p->ttl <= 1;
+}
+
 // apply translates a packet of a known flow.
 static __always_inline int apply(struct __sk_buff *skb, struct pkt *p, struct ct_val *v, __u64 now)
 {
+	if (last_hop(p, v->at))
+		return time_exceeded(skb);
 	track(v, p, v->reply, now);
 	struct ct_val out = *v;
 	rewrite(skb, p, &out);
 	if (out.mark)
 		mark_masq(skb);
 	if (out.at == CT_AT_INGRESS_FWD)
-		return forward(skb, &out);
+		return forward(skb, &out, p->ttl);
 	return TC_ACT_OK;
 }
 
@@ -570,20 +598,24 @@ static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const 
 	else if (p->tcp_flags & TCP_FIN)
 		fwd.state = rev.state = CT_CLOSING;
 	bpf_map_update_elem(&np_ct, &p->k, &fwd, BPF_ANY);
+	if (last_hop(p, fwd.at))
+		return time_exceeded(skb);
 	rewrite(skb, p, &fwd);
 	if (fwd.mark)
 		mark_masq(skb);
 	if (fwd.at == CT_AT_INGRESS_FWD)
-		return forward(skb, &fwd);
+		return forward(skb, &fwd, p->ttl);
 	return TC_ACT_OK;
 }
+
+#include "icmp.h"
 
 SEC("tc")
 int np_ingress(struct __sk_buff *skb)
 {
 	struct pkt p = {};
 	if (!parse(skb, &p))
-		return TC_ACT_OK;
+		return icmp_error(skb, 0);
 	__u64 now = bpf_ktime_get_ns();
 	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
 	if (v && v->at != CT_AT_EGRESS) {
@@ -610,7 +642,7 @@ int np_egress(struct __sk_buff *skb)
 {
 	struct pkt p = {};
 	if (!parse(skb, &p))
-		return TC_ACT_OK;
+		return icmp_error(skb, 1);
 	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
 	if (!v || v->at != CT_AT_EGRESS)
 		return TC_ACT_OK;

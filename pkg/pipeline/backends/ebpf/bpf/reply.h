@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //
 // Answers the tc programs send in the place of a packet, as REJECT does in
-// the other modes: a TCP RST, an ICMP port unreachable. The packet is
-// rewritten into the answer and sent back out of the interface it came in
-// on. Its IPv4 header has no options (the caller checked).
+// the other modes (a TCP RST, an ICMP port unreachable), or as the
+// kernel's forwarding does for a packet without a hop left (ICMP time
+// exceeded). The packet is rewritten into the answer and sent back out of
+// the interface it came in on. Its IPv4 header has no options (the caller
+// checked).
 
 #ifndef SVCPROXY_REPLY_H
 #define SVCPROXY_REPLY_H
@@ -19,6 +21,7 @@
 
 #define ICMP_DEST_UNREACH 3
 #define ICMP_PORT_UNREACH 3
+#define ICMP_TIME_EXCEEDED 11
 
 // The ICMP header (linux/icmp.h pulls in libc's socket headers).
 struct icmphdr {
@@ -115,17 +118,31 @@ struct unreach_pkt {
 	__u8 l4[8];
 };
 
-// unreachable answers a UDP packet with ICMP port unreachable.
-static __always_inline int unreachable(struct __sk_buff *skb)
+// icmp_answer answers a TCP or UDP packet with an ICMP error of type and
+// code quoting its IPv4 header and the first 8 bytes of its L4 header.
+static __always_inline int icmp_answer(struct __sk_buff *skb, __u8 type, __u8 code)
 {
 	struct unreach_pkt r = {};
 	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), &r.orig, sizeof(r.orig) + sizeof(r.l4)))
 		return TC_ACT_SHOT;
-	r.icmp.type = ICMP_DEST_UNREACH;
-	r.icmp.code = ICMP_PORT_UNREACH;
+	r.icmp.type = type;
+	r.icmp.code = code;
 	r.icmp.checksum = fold(bpf_csum_diff(NULL, 0, (__be32 *)&r.icmp, sizeof(r) - sizeof(r.ip), 0));
 	ip_header(&r.ip, r.orig.daddr, r.orig.saddr, IPPROTO_ICMP, sizeof(r));
 	return answer(skb, &r, sizeof(r));
+}
+
+// unreachable answers a UDP packet with ICMP port unreachable.
+static __always_inline int unreachable(struct __sk_buff *skb)
+{
+	return icmp_answer(skb, ICMP_DEST_UNREACH, ICMP_PORT_UNREACH);
+}
+
+// time_exceeded answers a packet that has no hop left (time to live
+// exceeded in transit).
+static __always_inline int time_exceeded(struct __sk_buff *skb)
+{
+	return icmp_answer(skb, ICMP_TIME_EXCEEDED, 0);
 }
 
 #endif

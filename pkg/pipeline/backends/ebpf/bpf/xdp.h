@@ -11,6 +11,7 @@
 //   - a flow to a local endpoint (the stack delivers it, with the
 //     masquerade mark, which XDP cannot set);
 //   - TCP packets that change the flow's state (SYN, FIN, RST);
+//   - a packet without a hop left (np_ingress answers time exceeded);
 //   - what parse leaves to the stack (IPv6, options, fragments, other
 //     protocols);
 //   - a next hop whose neighbour is not resolved (bpf_redirect_neigh
@@ -70,6 +71,21 @@ static __always_inline int xdp_rewrite(void *data, void *end, const struct pkt *
 	return 1;
 }
 
+// xdp_dec_ttl takes one off the packet's TTL as dec_ttl does in tc, in the
+// same one's-complement steps (the kernel's csum_replace2), so that both
+// leave equal headers.
+static __always_inline void xdp_dec_ttl(struct iphdr *ip)
+{
+	__u16 from = bpf_htons((__u16)ip->ttl << 8), to = bpf_htons((__u16)(ip->ttl - 1) << 8);
+	__u32 sum = (__u16)~ip->check;
+	sum += (__u16)~from;
+	sum += to;
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	ip->check = ~sum;
+	ip->ttl--;
+}
+
 SEC("xdp")
 int np_xdp(struct xdp_md *ctx)
 {
@@ -79,7 +95,7 @@ int np_xdp(struct xdp_md *ctx)
 
 	if (!parse_data(data, end, &p))
 		return XDP_PASS;
-	if (p.tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST))
+	if (p.tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST) || p.ttl <= 1)
 		return XDP_PASS;
 	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
 	if (!v || v->at != CT_AT_INGRESS_FWD)
@@ -102,6 +118,7 @@ int np_xdp(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > end || !xdp_rewrite(data, end, &p, &out))
 		return XDP_PASS;
+	xdp_dec_ttl(data + sizeof(*eth));
 	track(v, &p, v->reply, now);
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);

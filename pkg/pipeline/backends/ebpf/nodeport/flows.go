@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 
@@ -49,10 +50,19 @@ const (
 // endpoint reaches a current one with its next datagram instead of the
 // entry's. It opens the pinned table for each call, so it needs no Proxier
 // and never races a sync that loads the programs again.
-type Flows struct{ dir string }
+type Flows struct {
+	dir string
+	// deleted counts the flows Delete removed, for metrics.
+	deleted atomic.Uint64
+}
 
 // Flows is p's conntrack table.
-func (p *Proxier) Flows() *Flows { return &Flows{dir: p.o.PinDir} }
+func (p *Proxier) Flows() *Flows { return p.flows }
+
+// Deleted counts the flows Delete has removed since the Proxier was made:
+// both directions' entries of each, a flow that was already gone (expired,
+// evicted) included, as the conntrack cleanup counts the kernel's flows.
+func (f *Flows) Deleted() uint64 { return f.deleted.Load() }
 
 // open is the pinned table, nil before the programs' first load.
 func (f *Flows) open() (*ebpf.Map, error) {
@@ -96,6 +106,7 @@ func (f *Flows) Delete(ctx context.Context, family proxy.IPFamily, flows []kconn
 	}
 	defer m.Close()
 	gone := 0
+	defer func() { f.deleted.Add(uint64(gone)) }()
 	for _, fl := range flows {
 		if err := ctx.Err(); err != nil {
 			return gone, err

@@ -12,8 +12,8 @@ import (
 // TestKernelFlowsListAndDelete: a UDP flow the programs translated is
 // listed as the conntrack cleanup reads flows (the client's tuple, the
 // endpoint answering); it keeps its endpoint after the endpoint left the
-// State, until it is deleted, both directions; the client's next datagram
-// from the same port then reaches the current endpoint.
+// State, until it is deleted, both directions, and counted; the client's
+// next datagram from the same port then reaches the current endpoint.
 func TestKernelFlowsListAndDelete(t *testing.T) {
 	r := newRig(t)
 	a, b := r.ep(r.podA), r.ep(r.podB)
@@ -48,8 +48,8 @@ func TestKernelFlowsListAndDelete(t *testing.T) {
 		gone, err = p.Flows().Delete(context.Background(), proxy.IPv4, flows)
 		return err
 	}))
-	if gone != 1 || ctEntries(t, p) != 0 {
-		t.Errorf("Delete: %d flows gone, %d table entries left; want 1 and 0", gone, ctEntries(t, p))
+	if gone != 1 || ctEntries(t, p) != 0 || p.Flows().Deleted() != 1 {
+		t.Errorf("Delete: %d flows gone (%d counted), %d table entries left; want 1 (1) and 0", gone, p.Flows().Deleted(), ctEntries(t, p))
 	}
 	if got := ask(); got != "pod-b" {
 		t.Errorf("after the delete the flow went to %s, want pod-b", got)

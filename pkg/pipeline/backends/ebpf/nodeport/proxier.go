@@ -61,6 +61,7 @@ type Proxier struct {
 	writes uint64
 	// programmed is set once a Sync succeeded, for CanaryMissing.
 	programmed bool
+	flows      *Flows
 }
 
 // New returns a Proxier; nothing touches the kernel before the first Sync.
@@ -68,7 +69,7 @@ func New(o Options) (*Proxier, error) {
 	if o.PinDir == "" {
 		return nil, errors.New("tc node ports: no pin directory")
 	}
-	return &Proxier{o: o, store: newStore()}, nil
+	return &Proxier{o: o, store: newStore(), flows: &Flows{dir: o.PinDir}}, nil
 }
 
 // Sync makes the maps hold what st renders to, writing only the

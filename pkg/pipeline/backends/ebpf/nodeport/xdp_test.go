@@ -127,11 +127,18 @@ type tcContext struct {
 // runTC runs np_ingress over pkt as received on in.
 func (r *xdpRig) runTC(t *testing.T, in *net.Interface, pkt []byte) (uint32, []byte) {
 	t.Helper()
-	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)),
+	return r.runProg(t, "np_ingress", in, pkt)
+}
+
+// runProg runs the tc program prog over pkt as received on in, and returns
+// its verdict and the packet after (an answer may be longer).
+func (r *xdpRig) runProg(t *testing.T, prog string, in *net.Interface, pkt []byte) (uint32, []byte) {
+	t.Helper()
+	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+64),
 		Context: tcContext{IngressIfindex: uint32(in.Index)}, ContextOut: &tcContext{}}
 	var ret uint32
 	must(t, r.node.Do(func() (err error) {
-		ret, err = r.p.kernel.coll.Programs["np_ingress"].Run(opts)
+		ret, err = r.p.kernel.coll.Programs[prog].Run(opts)
 		return err
 	}))
 	return ret, opts.DataOut
@@ -275,7 +282,8 @@ func tupleDst(b []byte) netip.AddrPort { _, d := tuple(b); return d }
 
 // same runs pkt through np_xdp and np_ingress as received on in, and
 // fails unless XDP sent it out of out to the next hop nh with the headers
-// tc gave it and valid checksums. It returns XDP's packet.
+// tc gave it, one hop less (forwarded, as the kernel would) and valid
+// checksums. It returns XDP's packet.
 func (r *xdpRig) same(t *testing.T, what string, in *net.Interface, pkt []byte, out *net.Interface, nh netip.Addr, proto uint8, noUDPSum bool) []byte {
 	t.Helper()
 	verdict, x := r.runXDP(t, in, slices.Clone(pkt))
@@ -292,6 +300,9 @@ func (r *xdpRig) same(t *testing.T, what string, in *net.Interface, pkt []byte, 
 	}
 	if string(x[14:]) != string(y[14:]) {
 		t.Errorf("%s: XDP's headers differ from tc's:\n xdp %x\n tc  %x", what, x[14:], y[14:])
+	}
+	if got, sent := y[14+8], pkt[14+8]; got != sent-1 {
+		t.Errorf("%s: forwarded with TTL %d, sent with %d: want one less", what, got, sent)
 	}
 	if !bytes.Equal(x[0:6], r.macs[nh]) || !bytes.Equal(x[6:12], out.HardwareAddr) {
 		t.Errorf("%s: MACs %v → %v, want %v → %v", what, net.HardwareAddr(x[6:12]), net.HardwareAddr(x[0:6]), out.HardwareAddr, r.macs[nh])
