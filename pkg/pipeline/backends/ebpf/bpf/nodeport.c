@@ -454,7 +454,8 @@ static __always_inline int live(const struct ct_key *k, const struct ct_val *v, 
 // np_stats counts what the programs drop by themselves (NP_STAT_*), per
 // CPU; svcproxy sums the CPUs' counts.
 #define NP_STAT_NO_SNAT_PORT 0 // new flows: no masquerade port free
-#define NP_STATS 1
+#define NP_STAT_REPLY_LOST 1 // packets of a flow whose reply tuple another took
+#define NP_STATS 2
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, NP_STATS);
@@ -517,6 +518,24 @@ static __always_inline int snat_port(struct ct_val *fwd, struct ct_val *rev, __u
 	}
 	fwd->sport = s.fwd.sport;
 	return 1;
+}
+
+// holds_reply says whether v, the entry of k, still holds its flow's
+// reply tuple where it masquerades (for any other entry, yes). The LRU
+// table may evict one direction of a flow and keep the other, and a new
+// flow may then take the port: this flow's packets would reach the
+// endpoint as that flow's. A reply tuple found free is claimed back.
+static __always_inline int holds_reply(const struct ct_key *k, const struct ct_val *v, __u64 now)
+{
+	if (v->reply || v->at != CT_AT_INGRESS_FWD || v->src == k->src)
+		return 1;
+	struct ct_key rk = reverse(v, k->proto);
+	struct ct_val *r = bpf_map_lookup_elem(&np_ct, &rk);
+	if (r)
+		return r->src == k->dst && r->dst == k->src && r->sport == k->dport && r->dport == k->sport;
+	struct ct_val rev = { .src = k->dst, .dst = k->src, .sport = k->dport, .dport = k->sport, .at = CT_AT_INGRESS_FWD,
+			      .state = v->state, .reply = 1, .seen = now };
+	return bpf_map_update_elem(&np_ct, &rk, &rev, BPF_NOEXIST) == 0;
 }
 
 // pick returns the endpoint of a new flow to frontend sv.
@@ -594,6 +613,13 @@ static __always_inline void mark_masq(struct __sk_buff *skb)
 // apply translates a packet of a known flow.
 static __always_inline int apply(struct __sk_buff *skb, struct pkt *p, struct ct_val *v, __u64 now)
 {
+	// A flow that lost its reply tuple has ended: dropped, not sent as
+	// another's.
+	if (!holds_reply(&p->k, v, now)) {
+		np_count(NP_STAT_REPLY_LOST);
+		bpf_map_delete_elem(&np_ct, &p->k);
+		return TC_ACT_SHOT;
+	}
 	track(v, p, v->reply, now);
 	struct ct_val out = *v;
 	rewrite(skb, p, &out);

@@ -202,3 +202,51 @@ func TestKernelMasqueradeQuietReplies(t *testing.T) {
 		t.Errorf("%d of %d late replies reached their client", late, len(old.ports))
 	}
 }
+
+// TestKernelMasqueradeReplyEvicted: when the table evicts the reply
+// entry of a masqueraded flow and keeps its forward one, the flow's next
+// packet claims its reply tuple back while it is free (the reply reaches
+// the client again); once another flow holds it, the packet is dropped
+// and counted, and the flow ends, rather than reach the endpoint as the
+// other flow's.
+func TestKernelMasqueradeReplyEvicted(t *testing.T) {
+	r := masqRig(t)
+	const cp = 2000
+	mp := r.openFlows(t, []uint16{cp}).ports[cp]
+	m := r.p.kernel.coll.Maps[mapCT]
+	rk := ctKey{Src: r.epC.As4(), Dst: r.nodeIP.As4(), Sport: netPort(8080), Dport: netPort(mp), Proto: 17}
+	f := maglev.Flow{Src: r.client, Dst: r.nodeIP, SrcPort: cp, DstPort: 30080, Protocol: 17}
+	next := func() (uint32, netip.AddrPort) {
+		verdict, out := r.runTC(t, r.a0, packetFlags(f, 0))
+		src, _ := tuple(out)
+		return verdict, src
+	}
+
+	must(t, m.Delete(rk))
+	verdict, src := next()
+	back := r.replyFor(t, mp)
+	t.Logf("reply entry evicted: the next packet got verdict %d from %v; the reply went to %v", verdict, src, back)
+	if verdict != tcRedirect || src.Port() != mp || back != netip.AddrPortFrom(r.client, cp) {
+		t.Errorf("after its reply entry went, the flow's packet left from %v (verdict %d) and the reply went to %v; want from port %d, and back to the client's port %d",
+			src, verdict, back, mp, cp)
+	}
+
+	// Another client's flow holds the reply tuple now.
+	other := ctVal{Src: r.nodeIP.As4(), Dst: netip.MustParseAddr("198.18.9.8").As4(), Sport: netPort(30080), Dport: netPort(4000),
+		At: 1, Reply: 1, Seen: uint64(time.Now().UnixNano())}
+	must(t, m.Update(rk, other, ebpf.UpdateAny))
+	must(t, ageEntry(m, rk, 0, func(*ctVal) {}))
+	verdict, src = next()
+	drops, err := r.p.Drops()
+	must(t, err)
+	t.Logf("reply tuple taken by another flow: the next packet got verdict %d from %v; %d counted", verdict, src, drops.ReplyLost)
+	if verdict != tcShot || drops.ReplyLost != 1 {
+		t.Errorf("the packet of a flow whose reply tuple another flow holds: verdict %d from %v, %d counted; want dropped (%d) and counted once",
+			verdict, src, drops.ReplyLost, tcShot)
+	}
+	k := ctKey{Src: f.Src.As4(), Dst: f.Dst.As4(), Sport: netPort(f.SrcPort), Dport: netPort(f.DstPort), Proto: 17}
+	var v ctVal
+	if err := m.Lookup(k, &v); err == nil {
+		t.Errorf("the flow's forward entry is still there: %+v", v)
+	}
+}

@@ -7,11 +7,14 @@ import (
 )
 
 // mapStats is np_stats: per-CPU counters of what the programs drop by
-// themselves, indexed as statNoSNATPort.
+// themselves, indexed by the stat* constants.
 const mapStats = "np_stats"
 
-// statNoSNATPort is bpf/nodeport.c's NP_STAT_NO_SNAT_PORT.
-const statNoSNATPort = 0
+// bpf/nodeport.c's NP_STAT_*.
+const (
+	statNoSNATPort = 0
+	statReplyLost  = 1
+)
 
 // Drops counts packets the programs dropped by themselves, since their
 // maps were created (a restart adopts them, and their counts).
@@ -20,6 +23,10 @@ type Drops struct {
 	// port was free toward their endpoint: every reply tuple the search
 	// tried belonged to a live flow.
 	NoMasqueradePort uint64
+	// ReplyLost counts packets of masqueraded flows dropped because
+	// another flow took their reply tuple (after the table evicted its
+	// entry there); the flow ends with the first.
+	ReplyLost uint64
 }
 
 // Drops reads the programs' counters, summed over the CPUs; zeros before
@@ -28,11 +35,14 @@ func (p *Proxier) Drops() (Drops, error) {
 	if p.kernel == nil {
 		return Drops{}, nil
 	}
-	n, err := sumPerCPU(p.kernel.coll.Maps[mapStats], statNoSNATPort)
-	if err != nil {
-		return Drops{}, fmt.Errorf("tc node ports: reading %s: %w", mapStats, err)
+	var d Drops
+	for key, n := range map[uint32]*uint64{statNoSNATPort: &d.NoMasqueradePort, statReplyLost: &d.ReplyLost} {
+		var err error
+		if *n, err = sumPerCPU(p.kernel.coll.Maps[mapStats], key); err != nil {
+			return Drops{}, fmt.Errorf("tc node ports: reading %s: %w", mapStats, err)
+		}
 	}
-	return Drops{NoMasqueradePort: n}, nil
+	return d, nil
 }
 
 // sumPerCPU is the sum of the CPUs' values of key in m, a per-CPU array
