@@ -102,12 +102,8 @@ func (r *rig) keptSource(p netip.AddrPort) bool { return p.Addr() == r.clientIP 
 
 // masqueraded: the server saw node1, from a masquerade port.
 func (r *rig) masqueraded(p netip.AddrPort) bool {
-	return p.Addr() == r.node1.IPv4 && masqPort(p.Port())
+	return p.Addr() == r.node1.IPv4 && MasqueradePort(p.Port())
 }
-
-// masqPort says whether port is one the programs masquerade from: above
-// 1023, outside Linux's default ephemeral range.
-func masqPort(port uint16) bool { return port >= 1024 && (port < 32768 || port > 60999) }
 
 // TestKernelNodePort: TCP and UDP to node1's node ports reach the local
 // endpoint with the client's address (no nftables rules here masquerade

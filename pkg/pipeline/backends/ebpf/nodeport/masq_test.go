@@ -112,7 +112,7 @@ func TestKernelMasqueradePortsPerEndpoint(t *testing.T) {
 			t.Errorf("client ports %d and %d share masquerade port %d", prev, cp, mp)
 		}
 		seen[mp] = cp
-		if !masqPort(mp) {
+		if !MasqueradePort(mp) {
 			t.Errorf("client port %d masqueraded from port %d: below 1024 or in the node's ephemeral range", cp, mp)
 		}
 	}
