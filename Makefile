@@ -9,8 +9,9 @@
 #   make bpf      regenerate the committed eBPF objects (hack/update-bpf.sh; needs clang:
 #                 hack/update-bpf.sh --install installs Debian's)
 #   make bench    the nftables benchmark (test/bench/nftables)
-#   make bench-nodeport  packets through a node port from outside: packets/s and CPU per packet
-#                 per backend (ebpf: tc and XDP) at 1k and 50k Services (test/bench/nodeport; root, minutes)
+#   make bench-nodeport  packets through a node port from outside: packets/s and CPU per packet,
+#                 and new TCP connections/s, per backend (ebpf: tc and XDP) at 1k and 50k Services
+#                 (test/bench/nodeport; root, minutes)
 #   make bench-e2e  10k Services × 10 endpoints through a real API server: first sync,
 #                 network programming latency under churn, peak RSS (hack/bench-e2e.sh)
 #   make bench-100k  the same at 100k Services × 10, ebpf beside nftables (root; the better part of an hour)
@@ -37,7 +38,7 @@ LDFLAGS = $(shell hack/version.sh ldflags)
 all: build
 
 help:
-	@sed -n '3,24p' Makefile
+	@sed -n '3,27p' Makefile
 
 # Static, as the image builds it (Dockerfile): a cgo build also maps libc and
 # the dynamic loader, 1.3 MiB more resident memory than what ships.

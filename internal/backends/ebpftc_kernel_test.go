@@ -14,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
@@ -169,7 +170,7 @@ func tcMasqueraded(env *scenario.Env, ans netnstest.Answer) bool {
 	if pod != nil && pod.Node == env.Node1 {
 		return ans.Peer.Addr() == pod.GatewayV4
 	}
-	return ans.Peer.Addr() == env.Node1.IPv4 && ans.Peer.Port() >= 61000
+	return ans.Peer.Addr() == env.Node1.IPv4 && nodeport.MasqueradePort(ans.Peer.Port())
 }
 
 // notByRules checks that node1's conntrack holds no flow to dst: the tc

@@ -24,7 +24,9 @@ const firstNodePort = 10000
 
 // benchState is benchkit's cluster of n Services on this node, with the
 // first targets turned into UDP Services whose endpoints are on ep0: the
-// ones the sender addresses. The rest only fill the tables. The pod CIDR
+// ones the sender addresses; and the next one a TCP Service with the same
+// endpoints, the one the connectors address (connTarget). The rest only
+// fill the tables. The pod CIDR
 // is narrowed to 198.18.0.0/16, so that the sender (198.19.254.2) is a
 // client from outside, which externalTrafficPolicy Cluster masquerades.
 func benchState(n, targets int) (*desired.State, error) {
@@ -34,16 +36,18 @@ func benchState(n, targets int) (*desired.State, error) {
 	}
 	st.Masquerade.Local.CIDRs = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}
 	services := model.NewPortMapEditor(st.Services)
-	for i := 0; i < targets; i++ {
+	for i := 0; i <= targets; i++ {
 		sp := *benchkit.MakeServicePort(i)
 		if sp.NodePort != uint16(firstNodePort+i) {
 			return nil, fmt.Errorf("service %d has node port %d, want %d", i, sp.NodePort, firstNodePort+i)
 		}
 		services.Remove(sp.Name)
-		sp.Name.Protocol, sp.Protocol = proxy.UDP, proxy.UDP
+		if i < targets {
+			sp.Name.Protocol, sp.Protocol = proxy.UDP, proxy.UDP
+		}
 		eps := make([]desired.Endpoint, len(endpoints))
 		for k, ip := range endpoints {
-			eps[k] = desired.Endpoint{IP: ip, Port: 8080}
+			eps[k] = desired.Endpoint{IP: ip, Port: serverPort}
 		}
 		d := desired.Dispatch{Endpoints: eps, Empty: desired.Reject}
 		sp.Internal, sp.External, sp.Cluster = d, d, d

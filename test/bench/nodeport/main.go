@@ -14,6 +14,11 @@
 // a State directly (benchkit's cluster, the targets turned into UDP
 // Services), as the backends' own benchmarks do, not by the daemon.
 //
+// Then new connections/s through a node port from outside: -conns
+// connectors in the sender's namespace open a TCP connection to a node
+// port, send one line, read the endpoint's echo and close, over and over
+// (conns.go); the echo server listens in the endpoint's namespace.
+//
 //	go run ./test/bench/nodeport                       # 1k and 50k Services, 5 windows each
 //	go run ./test/bench/nodeport -scales 1000 -runs 3  # a smoke run
 package main
@@ -35,8 +40,10 @@ type config struct {
 	scales        []int
 	modes         []mode
 	runs, targets int
-	flows         uint16
-	warm, window  time.Duration
+	// conns is how many connectors measure connections (0: none).
+	conns        int
+	flows        uint16
+	warm, window time.Duration
 }
 
 func run() int {
@@ -49,13 +56,14 @@ func run() int {
 		warm    = flag.Duration("warm", 500*time.Millisecond, "sending before each window (the first packets of the flows create their table entries)")
 		flows   = flag.Int("flows", 1024, "source ports (a power of two); flows are these × targets")
 		targets = flag.Int("targets", 16, "node ports addressed (a power of two)")
+		conns   = flag.Int("conns", 64, "parallel connectors measuring new TCP connections/s through a node port (0: none)")
 	)
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "needs root (network namespaces, BPF, nft, iptables)")
 		return 1
 	}
-	cfg := config{runs: *runs, targets: *targets, flows: uint16(*flows), warm: *warm, window: *window}
+	cfg := config{runs: *runs, targets: *targets, conns: *conns, flows: uint16(*flows), warm: *warm, window: *window}
 	var err error
 	if cfg.scales, err = benchkit.ParseScales(*scales, benchkit.MaxServices); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -73,6 +81,7 @@ func run() int {
 	undoOnSignal()
 	res, err := measureAll(cfg)
 	report(cfg, res)
+	reportConns(cfg, res)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "failed:", err)
 		return 1
@@ -88,6 +97,7 @@ type result struct {
 	services int
 	syncSecs float64
 	samples  []sample
+	conns    []connSample
 	// failed says why the node could not be programmed.
 	failed string
 }
@@ -153,5 +163,22 @@ func measureScale(cfg config, n int) ([]result, error) {
 			res[i].samples = append(res[i].samples, s...)
 		}
 	}
+	connWindows(cfg, n, topos, res)
 	return res, nil
+}
+
+// connWindows measures new connections/s through each mode's node,
+// taking the windows in turn as the packets' are.
+func connWindows(cfg config, n int, topos []*topo, res []result) {
+	if cfg.conns == 0 {
+		return
+	}
+	for r := 0; r < cfg.runs; r++ {
+		fmt.Fprintf(os.Stderr, "%d Services: connections, window %d/%d\n", n, r+1, cfg.runs)
+		for i, t := range topos {
+			if res[i].failed == "" {
+				res[i].conns = append(res[i].conns, t.measureConns(cfg.conns, cfg.targets, 1, cfg.warm, cfg.window)...)
+			}
+		}
+	}
 }

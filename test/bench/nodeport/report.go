@@ -41,7 +41,37 @@ func report(cfg config, res []result) {
 	}
 }
 
-func column(xs []sample, f func(sample) float64) []float64 {
+// reportConns prints the connections' table: medians of the windows,
+// ratios to nftables' from the same run.
+func reportConns(cfg config, res []result) {
+	if cfg.conns == 0 {
+		return
+	}
+	fmt.Printf("\n## New connections through a node port from outside (TCP: connect, one request, its answer, close)\n\n")
+	fmt.Printf("%d connectors in the sender's namespace; %d windows of %v per row, median [min … max].\n\n", cfg.conns, cfg.runs, cfg.window)
+	fmt.Println("| Services | mode | connections/s | failed/s | × nftables connections/s |")
+	fmt.Println("|---:|---|---:|---:|---:|")
+	perSec := func(c connSample) float64 { return c.PerSec }
+	base := map[int]float64{}
+	for _, r := range res {
+		if r.mode == "nftables" && len(r.conns) > 0 {
+			base[r.services] = benchkit.Summarize(column(r.conns, perSec)).Med
+		}
+	}
+	for _, r := range res {
+		if len(r.conns) == 0 {
+			continue
+		}
+		ratio := "—"
+		if b := base[r.services]; b > 0 {
+			ratio = fmt.Sprintf("%.2f", benchkit.Summarize(column(r.conns, perSec)).Med/b)
+		}
+		fmt.Printf("| %d | %s | %s | %s | %s |\n", r.services, r.mode, stat(r.conns, perSec),
+			stat(r.conns, func(c connSample) float64 { return c.Failed }), ratio)
+	}
+}
+
+func column[T any](xs []T, f func(T) float64) []float64 {
 	out := make([]float64, len(xs))
 	for i, x := range xs {
 		out[i] = f(x)
@@ -49,7 +79,7 @@ func column(xs []sample, f func(sample) float64) []float64 {
 	return out
 }
 
-func stat(xs []sample, f func(sample) float64) string {
+func stat[T any](xs []T, f func(T) float64) string {
 	s := benchkit.Summarize(column(xs, f))
 	return fmt.Sprintf("%.0f [%.0f … %.0f]", s.Med, s.Min, s.Max)
 }

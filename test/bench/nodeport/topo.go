@@ -77,12 +77,15 @@ func newTopo(targets int, flows uint16) (t *topo, err error) {
 	if err := t.attachCounter(); err != nil {
 		return nil, err
 	}
+	if err := t.prepareConns(); err != nil {
+		return nil, err
+	}
 	return t, t.loadSender(targets, flows)
 }
 
 // wire creates the links, addresses and the node's neighbours. The
-// endpoints' neighbour entries are static: the counter drops every frame,
-// ARP included.
+// endpoints' neighbour entries are static: the counter drops the frames
+// of the packet measurement before the endpoint's stack.
 func (t *topo) wire() error {
 	if err := netnstest.Veth(t.gen, genIf, t.node, extIf); err != nil {
 		return err
@@ -215,11 +218,24 @@ func ifindex(dev string) (int, error) {
 	return l.Attrs().Index, nil
 }
 
-// setGRO turns GRO on or off on dev (in the calling thread's namespace)
-// with the ethtool ioctl; no ethtool binary is needed.
-func setGRO(dev string, on bool) error {
-	const ethtoolSGRO = 0x2c
-	val := struct{ cmd, data uint32 }{cmd: ethtoolSGRO}
+// setGRO turns GRO on or off on dev (in the calling thread's namespace).
+func setGRO(dev string, on bool) error { return setFeature(dev, "GRO", ethtoolSGRO, on) }
+
+// setTXChecksum turns checksum offload of sent packets on or off on dev.
+func setTXChecksum(dev string, on bool) error {
+	return setFeature(dev, "TX checksumming", ethtoolSTXCSUM, on)
+}
+
+// The ethtool ioctl's commands.
+const (
+	ethtoolSTXCSUM = 0x17
+	ethtoolSGRO    = 0x2c
+)
+
+// setFeature sets one of dev's features with the ethtool ioctl; no
+// ethtool binary is needed.
+func setFeature(dev, what string, cmd uint32, on bool) error {
+	val := struct{ cmd, data uint32 }{cmd: cmd}
 	if on {
 		val.data = 1
 	}
@@ -238,7 +254,7 @@ func setGRO(dev string, on bool) error {
 	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
 	runtime.KeepAlive(&val)
 	if errno != 0 {
-		return fmt.Errorf("GRO on %s: %w", dev, errno)
+		return fmt.Errorf("%s on %s: %w", what, dev, errno)
 	}
 	return nil
 }

@@ -101,7 +101,7 @@ int np_xdp(struct xdp_md *ctx)
 	if (!v || v->at != CT_AT_INGRESS_FWD)
 		return XDP_PASS;
 	__u64 now = bpf_ktime_get_ns();
-	if (expired(v, p.k.proto, now))
+	if (expired(v, p.k.proto, now) || !holds_reply(&p.k, v, now))
 		return XDP_PASS;
 	struct ct_val out = *v;
 	struct bpf_fib_lookup fib = {

@@ -29,7 +29,7 @@ const (
 )
 
 var mapNames = []string{mapServices, mapBackends, mapMaglev, mapDevices, mapConfig, mapCT, mapRanges, mapMembers,
-	mapAffinity, mapXDPOut}
+	mapAffinity, mapXDPOut, mapStats}
 
 // The tc programs svcproxy attaches, and where (np_xdp: xdp.go).
 var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}

@@ -102,7 +102,7 @@ func (r *rig) keptSource(p netip.AddrPort) bool { return p.Addr() == r.clientIP 
 
 // masqueraded: the server saw node1, from a masquerade port.
 func (r *rig) masqueraded(p netip.AddrPort) bool {
-	return p.Addr() == r.node1.IPv4 && p.Port() >= 61000
+	return p.Addr() == r.node1.IPv4 && MasqueradePort(p.Port())
 }
 
 // TestKernelNodePort: TCP and UDP to node1's node ports reach the local

@@ -25,6 +25,7 @@ const (
 	nodeportMapNpMembers    = "np_members"
 	nodeportMapNpRanges     = "np_ranges"
 	nodeportMapNpServices   = "np_services"
+	nodeportMapNpStats      = "np_stats"
 	nodeportMapNpXdpOut     = "np_xdp_out"
 	nodeportProgFlowHashRun = "flow_hash_run"
 	nodeportProgJhashRun    = "jhash_run"
@@ -95,6 +96,7 @@ type nodeportMapSpecs struct {
 	NpMembers  *ebpf.MapSpec `ebpf:"np_members"`
 	NpRanges   *ebpf.MapSpec `ebpf:"np_ranges"`
 	NpServices *ebpf.MapSpec `ebpf:"np_services"`
+	NpStats    *ebpf.MapSpec `ebpf:"np_stats"`
 	NpXdpOut   *ebpf.MapSpec `ebpf:"np_xdp_out"`
 }
 
@@ -133,6 +135,7 @@ type nodeportMaps struct {
 	NpMembers  *ebpf.Map `ebpf:"np_members"`
 	NpRanges   *ebpf.Map `ebpf:"np_ranges"`
 	NpServices *ebpf.Map `ebpf:"np_services"`
+	NpStats    *ebpf.Map `ebpf:"np_stats"`
 	NpXdpOut   *ebpf.Map `ebpf:"np_xdp_out"`
 }
 
@@ -147,6 +150,7 @@ func (m *nodeportMaps) Close() error {
 		m.NpMembers,
 		m.NpRanges,
 		m.NpServices,
+		m.NpStats,
 		m.NpXdpOut,
 	)
 }

@@ -391,7 +391,8 @@ func ctEntries(t *testing.T, p *Proxier) int {
 	return n
 }
 
-// age sets the state of flow f's table entry and makes it d old.
+// age sets the state of flow f's table entries, both directions, and
+// makes them d old.
 func age(p *Proxier, f maglev.Flow, state uint8, d time.Duration) error {
 	m := p.kernel.coll.Maps[mapCT]
 	k := ctKey{Src: f.Src.As4(), Dst: f.Dst.As4(), Sport: netPort(f.SrcPort), Dport: netPort(f.DstPort), Proto: f.Protocol}
@@ -399,11 +400,27 @@ func age(p *Proxier, f maglev.Flow, state uint8, d time.Duration) error {
 	if err := m.Lookup(k, &v); err != nil {
 		return fmt.Errorf("the flow's entry: %w", err)
 	}
+	other := ctKey{Src: v.Dst, Dst: v.Src, Sport: v.Dport, Dport: v.Sport, Proto: f.Protocol}
+	setState := func(v *ctVal) { v.State = state }
+	if err := ageEntry(m, k, d, setState); err != nil {
+		return err
+	}
+	return ageEntry(m, other, d, setState)
+}
+
+// ageEntry makes the entry of k in the conntrack table m d old, edited
+// by edit.
+func ageEntry(m *ebpf.Map, k ctKey, d time.Duration, edit func(*ctVal)) error {
+	var v ctVal
+	if err := m.Lookup(k, &v); err != nil {
+		return fmt.Errorf("the entry %+v: %w", k, err)
+	}
 	var now unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
 		return err
 	}
-	v.State, v.Seen = state, uint64(now.Nano())-uint64(d.Nanoseconds())
+	v.Seen = uint64(now.Nano()) - uint64(d.Nanoseconds())
+	edit(&v)
 	return m.Update(k, v, ebpf.UpdateExist)
 }
 

@@ -87,6 +87,11 @@ type cfgVal struct {
 	MasqMark uint32
 }
 
+// MasqueradePort says whether port is one the programs give a flow they
+// masquerade to an endpoint on another node: 1024-65535 less Linux's
+// default ephemeral range, as bpf/nodeport.c's SNAT_* say.
+func MasqueradePort(port uint16) bool { return port >= 1024 && (port < 32768 || port >= 61000) }
+
 // The IP protocols the programs translate.
 var protoNumbers = map[proxy.Protocol]uint8{proxy.TCP: 6, proxy.UDP: 17}
 

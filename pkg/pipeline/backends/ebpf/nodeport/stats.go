@@ -1,0 +1,60 @@
+package nodeport
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// mapStats is np_stats: per-CPU counters of what the programs drop by
+// themselves, indexed by the stat* constants.
+const mapStats = "np_stats"
+
+// bpf/nodeport.c's NP_STAT_*.
+const (
+	statNoSNATPort = 0
+	statReplyLost  = 1
+)
+
+// Drops counts packets the programs dropped by themselves, since their
+// maps were created (a restart adopts them, and their counts).
+type Drops struct {
+	// NoMasqueradePort counts new flows dropped because no masquerade
+	// port was free toward their endpoint: every reply tuple the search
+	// tried belonged to a live flow.
+	NoMasqueradePort uint64
+	// ReplyLost counts packets of masqueraded flows dropped because
+	// another flow took their reply tuple (after the table evicted its
+	// entry there); the flow ends with the first.
+	ReplyLost uint64
+}
+
+// Drops reads the programs' counters, summed over the CPUs; zeros before
+// the first Sync loaded them.
+func (p *Proxier) Drops() (Drops, error) {
+	if p.kernel == nil {
+		return Drops{}, nil
+	}
+	var d Drops
+	for key, n := range map[uint32]*uint64{statNoSNATPort: &d.NoMasqueradePort, statReplyLost: &d.ReplyLost} {
+		var err error
+		if *n, err = sumPerCPU(p.kernel.coll.Maps[mapStats], key); err != nil {
+			return Drops{}, fmt.Errorf("tc node ports: reading %s: %w", mapStats, err)
+		}
+	}
+	return d, nil
+}
+
+// sumPerCPU is the sum of the CPUs' values of key in m, a per-CPU array
+// of counters.
+func sumPerCPU(m *ebpf.Map, key uint32) (uint64, error) {
+	var per []uint64
+	if err := m.Lookup(key, &per); err != nil {
+		return 0, err
+	}
+	var sum uint64
+	for _, n := range per {
+		sum += n
+	}
+	return sum, nil
+}
