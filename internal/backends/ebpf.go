@@ -109,7 +109,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 			if both.tc != nil {
 				inst.OnClose(both.tc.Close)
 				inst.StaleFlows[f] = append(inst.StaleFlows[f], StaleFlows{Table: both.tc.Flows(), Name: "ebpf tc flows"})
-				inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(both.tc.Flows())))
+				inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(both.tc.Flows()), tcDropsCollector{both.tc}))
 			}
 		}
 		// Ahead of the first sync, while the lists arrive, the nftables

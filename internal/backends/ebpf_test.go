@@ -3,6 +3,7 @@ package backends
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -109,5 +110,35 @@ func TestTCFlowsDeletedMetric(t *testing.T) {
 	if mf.GetName() != "svcproxy_ebpf_tc_flows_deleted_total" || mf.GetType() != dto.MetricType_COUNTER ||
 		len(labels) != 1 || labels[0].GetName() != "ip_family" || labels[0].GetValue() != "IPv4" || m.GetCounter().GetValue() != 0 {
 		t.Errorf("gathered %v, want the counter svcproxy_ebpf_tc_flows_deleted_total{ip_family=\"IPv4\"} 0", mf)
+	}
+}
+
+// TestTCDropsMetric: the tc programs' own drops are a counter per reason,
+// read from their counters map when scraped (zeros before the programs are
+// loaded; the nodeport package's kernel tests check the counts).
+func TestTCDropsMetric(t *testing.T) {
+	p, err := nodeport.New(nodeport.Options{PinDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(tcDropsCollector{p})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(families) != 1 || families[0].GetName() != "svcproxy_ebpf_tc_dropped_packets_total" || families[0].GetType() != dto.MetricType_COUNTER {
+		t.Fatalf("gathered %v, want the counter svcproxy_ebpf_tc_dropped_packets_total", families)
+	}
+	var reasons []string
+	for _, m := range families[0].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "reason" {
+				reasons = append(reasons, l.GetValue())
+			}
+		}
+	}
+	if want := []string{"no_masquerade_port", "reply_lost"}; !slices.Equal(reasons, want) {
+		t.Errorf("reasons %v, want %v", reasons, want)
 	}
 }

@@ -93,3 +93,24 @@ func newTCFlowsCollector(flows *nodeport.Flows) prometheus.Collector {
 		ConstLabels: prometheus.Labels{metrics.LabelIPFamily: string(proxy.IPv4)},
 	}, func() float64 { return float64(flows.Deleted()) })
 }
+
+var ebpfTCDrops = prometheus.NewDesc("svcproxy_ebpf_tc_dropped_packets_total",
+	"Packets the tc and XDP programs dropped by themselves, by reason: no_masquerade_port (a new flow found no free masquerade port toward its endpoint), reply_lost (a masqueraded flow's reply tuple was taken by another flow after the table evicted it; the flow ends).",
+	[]string{"reason", metrics.LabelIPFamily}, nil)
+
+// tcDropsCollector reads the tc programs' drop counters when scraped
+// (per-CPU counters in a map: one lookup each).
+type tcDropsCollector struct{ tc *nodeport.Proxier }
+
+func (c tcDropsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- ebpfTCDrops }
+
+func (c tcDropsCollector) Collect(ch chan<- prometheus.Metric) {
+	d, err := c.tc.Drops()
+	if err != nil {
+		klog.V(2).InfoS("Cannot read the tc programs' drop counters", "err", err)
+		return
+	}
+	fam := string(proxy.IPv4)
+	ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.NoMasqueradePort), "no_masquerade_port", fam)
+	ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.ReplyLost), "reply_lost", fam)
+}
