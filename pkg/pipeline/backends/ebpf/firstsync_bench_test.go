@@ -15,11 +15,11 @@ import (
 )
 
 // BenchmarkKernelFirstSync is the hooks' first sync of a node that ran no
-// svcproxy before, after Prepare (which the daemon runs while the lists
-// arrive; its time is prepare-ms/op): load the programs with maps of the
-// State's size, attach them to a throwaway cgroup and fill the maps with
-// services cluster IP ports of 10 endpoints each, the part of ebpf mode's
-// start after the lists that makes ClusterIPs answer a connect.
+// svcproxy before, after Prepare (load and attach the programs to a
+// throwaway cgroup, which the daemon does while the lists arrive; its time
+// is prepare-ms/op): grow the new maps and fill them with services
+// cluster IP ports of 10 endpoints each, the part of ebpf mode's start
+// after the lists that makes ClusterIPs answer a connect.
 // Each round pins into a directory of its own, removed after it.
 func BenchmarkKernelFirstSync(b *testing.B) {
 	netnstest.RequireKernel(b)

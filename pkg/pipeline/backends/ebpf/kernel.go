@@ -212,21 +212,6 @@ func (l *loaded) resizeRevNAT(old *ebpf.Map, dir string) error {
 	return replacePin(to, dir, mapRevNAT)
 }
 
-// mapsPinned reports whether dir holds a pinned service or backend map:
-// an earlier svcproxy's, which a load adopts with its entries.
-func mapsPinned(dir string) (bool, error) {
-	for _, name := range []string{mapServices, mapBackends} {
-		_, err := os.Stat(filepath.Join(dir, name))
-		if err == nil {
-			return true, nil
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return false, fmt.Errorf("looking for pinned map %s: %w", name, err)
-		}
-	}
-	return false, nil
-}
-
 // pinnedOfOtherSize opens the map pinned as name in dir if its capacity is
 // not size; nil if it is, or if none is pinned.
 func pinnedOfOtherSize(dir, name string, size uint32) (*ebpf.Map, error) {

@@ -64,9 +64,6 @@ type Proxier struct {
 	// store is what the ports claim and the maps hold (store.go).
 	store  *store
 	writes uint64
-	// loads counts the times the programs were loaded (the first load
-	// and each growth).
-	loads int
 	// tl times the steps of the syncs until one succeeded (timeline.go).
 	tl *timeline
 	// sockets destroys translated sockets, beside the syncs.
@@ -101,31 +98,17 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 // first State.
 func (p *Proxier) Init(context.Context) error { return nil }
 
-// Prepare does ahead of the first Sync what needs no State. After an
-// earlier svcproxy it loads the programs, adopting the pinned maps at
-// their size, attaches them (a pinned link's program swapped in place)
-// and reads the maps back, so that the first Sync only renders and writes
-// the difference. On a node with no pinned maps it loads nothing: the
-// first Sync creates the maps at the size its State needs, loading the
-// programs once, where maps created now, before any size is known, would
-// have to grow and the programs be loaded again. The syncer runs it while
-// the informers' initial lists arrive. A failure leaves it all to the
-// first Sync.
+// Prepare does ahead of the first Sync what needs no State: it loads the
+// programs (adopting pinned maps at their size, creating missing ones with
+// the smallest capacity), attaches them, and reads the maps back. The
+// syncer runs it while the informers' initial lists arrive, so that the
+// first Sync only renders, writes the difference and, when the State
+// outgrows new maps, moves the programs to larger ones. A failure leaves
+// it all to the first Sync.
 func (p *Proxier) Prepare(context.Context) error {
 	p.tl = newTimeline()
 	defer func() { p.tl = nil }()
 	if p.kernel == nil {
-		switch pinned, err := mapsPinned(p.dir); {
-		case err != nil:
-			return err
-		case !pinned:
-			// The maps the first Sync creates hold nothing: that is
-			// the read-back.
-			p.store.emptied()
-			p.store.syncs.ReadDone()
-			p.tl.log("Socket hooks prepared", "ipFamily", p.family, "pinnedMaps", false)
-			return nil
-		}
 		if err := p.load(p.minCapacity); err != nil {
 			return err
 		}
@@ -161,17 +144,12 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 	full, changed := p.store.scope(st, plan)
 	parts := p.store.render(st, full, changed)
 	p.tl.step("render")
-	loaded, err := p.ready(mode, plan, p.capacityFor(uint32(p.store.need(parts, full))))
-	if err != nil {
+	if err := p.ready(mode, plan, p.capacityFor(uint32(p.store.need(parts, full)))); err != nil {
 		p.store.syncs.Failed() // the IDs render took are not claimed
 		return err
 	}
 	p.store.claim(parts, full)
 	p.tl.step("claim")
-	if err := loaded(); err != nil {
-		p.store.syncs.Failed()
-		return err
-	}
 	var n int
 	if need := max(p.store.records.Len(), p.store.slots.Len()); !p.fits(need) {
 		n, err = p.grow(p.capacityFor(uint32(need)))
@@ -191,52 +169,24 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 
 // ready loads the programs and maps (capacity: for a first load), or pins
 // them again for a RecoverySync, and reads the maps back when the plan
-// says so. The first load after a Prepare that found no maps, whose
-// read-back stands (the new maps hold nothing), runs while the claims are
-// made: the function it returns waits for it.
-func (p *Proxier) ready(mode proxy.SyncMode, plan reconcile.Plan, capacity uint32) (func() error, error) {
-	done := func() error { return nil }
-	switch {
-	case p.kernel == nil && !plan.ReadBack:
-		return p.loadAside(capacity), nil
-	case p.kernel == nil:
+// says so.
+func (p *Proxier) ready(mode proxy.SyncMode, plan reconcile.Plan, capacity uint32) error {
+	if p.kernel == nil {
 		if err := p.load(capacity); err != nil {
-			return done, err
+			return err
 		}
-	case mode == proxy.RecoverySync:
+	} else if mode == proxy.RecoverySync {
 		if err := p.repin(capacity); err != nil {
-			return done, err
+			return err
 		}
 	}
 	if plan.ReadBack {
 		if err := p.store.readBack(p.tables); err != nil {
-			return done, err
+			return err
 		}
 		p.tl.step("readBack")
 	}
-	return done, nil
-}
-
-// loadAside loads the programs with maps of capacity on a goroutine of
-// its own, and returns the function that waits for it. Until it returns,
-// only the store may be used.
-func (p *Proxier) loadAside(capacity uint32) func() error {
-	res := make(chan error, 1)
-	var l *loaded
-	go func() {
-		var err error
-		l, err = load(p.progConfig(), p.dir, p.cgroup, capacity, nil)
-		res <- err
-	}()
-	return func() error {
-		if err := <-res; err != nil {
-			return err
-		}
-		p.kernel, p.tables = l, tablesOf(l)
-		p.loads++
-		p.tl.step("load")
-		return nil
-	}
+	return nil
 }
 
 // grow moves the programs to maps of capacity entries, filled with the
@@ -248,7 +198,6 @@ func (p *Proxier) grow(capacity uint32) (int, error) {
 		p.store.syncs.Failed()
 		return 0, err
 	}
-	p.loads++
 	p.tl.step("grow")
 	t := tablesOf(next)
 	p.store.emptied()
@@ -272,7 +221,6 @@ func (p *Proxier) load(capacity uint32) error {
 		return err
 	}
 	p.kernel, p.tables = l, tablesOf(l)
-	p.loads++
 	return nil
 }
 
