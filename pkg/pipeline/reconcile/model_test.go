@@ -86,19 +86,19 @@ func (w *world) sync(mode proxy.SyncMode, changed []own) {
 	}
 	want := w.model.desired()
 	failed := false
-	err = RunAll(Each(w.tb, func(c Change[int, string]) (Result[string], error) {
-		w.checkChange(c, want)
-		if w.r.Float64() < w.failP {
-			failed = true
-			return Unchanged(c), errors.New("refused")
-		}
-		if c.Op == Delete {
-			delete(w.kernel, c.Key)
-		} else {
-			w.kernel[c.Key] = c.Want
-		}
-		return Applied(c), nil
-	}))
+	if w.r.IntN(2) == 0 {
+		err = w.batch(want, &failed)
+	} else {
+		err = RunAll(Each(w.tb, func(c Change[int, string]) (Result[string], error) {
+			w.checkChange(c, want)
+			if w.r.Float64() < w.failP {
+				failed = true
+				return Unchanged(c), errors.New("refused")
+			}
+			w.apply(c)
+			return Applied(c), nil
+		}))
+	}
 	if err != nil {
 		w.syncs.Failed()
 	}
@@ -107,6 +107,33 @@ func (w *world) sync(mode proxy.SyncMode, changed []own) {
 	}
 	if !failed && w.syncs.Read() {
 		w.checkConverged(mode, want)
+	}
+}
+
+// batch applies the table's changes as a BPF map backend does (Batch: a
+// phase whole or not at all, and nothing after a refused one).
+func (w *world) batch(want map[int]string, failed *bool) error {
+	_, err := RunUntilFailure(Batch(w.tb, func(cs []Change[int, string]) error {
+		for _, c := range cs {
+			w.checkChange(c, want)
+		}
+		if w.r.Float64() < w.failP {
+			*failed = true
+			return errors.New("refused")
+		}
+		for _, c := range cs {
+			w.apply(c)
+		}
+		return nil
+	}))
+	return err
+}
+
+func (w *world) apply(c Change[int, string]) {
+	if c.Op == Delete {
+		delete(w.kernel, c.Key)
+	} else {
+		w.kernel[c.Key] = c.Want
 	}
 }
 

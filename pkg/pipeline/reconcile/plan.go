@@ -121,17 +121,14 @@ func Each[O Owner[O], K comparable, V any](t *Table[O, K, V], do func(Change[K, 
 // Batch diffs t and returns one Step per phase that applies all of the
 // phase's changes in one call to do (a batch write of a BPF map). They are
 // recorded as made when do succeeds, and not at all when it fails: a
-// backend reads the kernel back after a failed sync.
+// backend reads the kernel back after a failed sync. A table the kernel
+// holds nothing of, every key dirty (a cold sync), is one Step of adds
+// (coldBatch).
 func Batch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Change[K, V]) error) []Step {
-	return group(t, func(cs []Change[K, V]) error {
-		if err := do(cs); err != nil {
-			return err
-		}
-		for _, c := range cs {
-			t.Commit(c)
-		}
-		return nil
-	})
+	if t.cold() {
+		return coldBatch(t, do)
+	}
+	return group(t, commitOnSuccess(t, do))
 }
 
 // group diffs t into one Step per phase, in phase order. The changes are

@@ -1,0 +1,31 @@
+package reconcile
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkColdBatch is the engine's share of a cold sync of one kind:
+// 10k owners claim ten keys each in a new table, whose batch is then
+// applied (to nothing) and recorded.
+func BenchmarkColdBatch(b *testing.B) {
+	const owners, per = 10000, 10
+	parts := make([][]Item[int, string], owners)
+	for o := range parts {
+		for i := range per {
+			parts[o] = append(parts[o], Item[int, string]{Key: o*per + i, Value: fmt.Sprint(i)})
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		tb := NewTable[own](intKind)
+		tb.Reserve(owners * per)
+		for o, its := range parts {
+			tb.Replace(own(o), its)
+		}
+		n, err := RunUntilFailure(Batch(tb, func([]Change[int, string]) error { return nil }))
+		if err != nil || n != owners*per || tb.KernelLen() != n {
+			b.Fatalf("RunUntilFailure = %d, %v; %d held", n, err, tb.KernelLen())
+		}
+	}
+}
