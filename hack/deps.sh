@@ -3,7 +3,8 @@
 # benchmarks need, idempotently: nothing happens when all are present; `apt-get update` runs
 # only when something is missing. Needs root (the tests need root anyway).
 # `cluster` adds what the real test cluster (hack/cluster.sh) runs on its nodes: containerd,
-# runc and the CNI plugins (bridge, host-local, portmap).
+# runc and the CNI plugins (bridge, host-local, portmap), and ethtool (ACCEL: GRO on the
+# node links' peers).
 set -euo pipefail
 
 # Binary each package provides, to check for it cheaply; package name → binary.
@@ -23,7 +24,7 @@ declare -A PKGS=(
   [git]=git
 )
 if [[ ${1:-} == cluster ]]; then
-  PKGS+=([containerd]=containerd [runc]=runc [containernetworking-plugins]=/usr/lib/cni/bridge [gcc]=gcc [jq]=jq)
+  PKGS+=([containerd]=containerd [runc]=runc [containernetworking-plugins]=/usr/lib/cni/bridge [gcc]=gcc [jq]=jq [ethtool]=ethtool)
 fi
 
 log() { echo "[deps] $*" >&2; }
