@@ -3,8 +3,7 @@
 # benchmarks need, idempotently: nothing happens when all are present; `apt-get update` runs
 # only when something is missing. Needs root (the tests need root anyway).
 # `cluster` adds what the real test cluster (hack/cluster.sh) runs on its nodes: containerd,
-# runc and the CNI plugins (bridge, host-local, portmap), and ethtool (ACCEL: GRO on the
-# node links' peers).
+# runc and the CNI plugins (bridge, host-local, portmap).
 set -euo pipefail
 
 # Binary each package provides, to check for it cheaply; package name → binary.
@@ -22,9 +21,10 @@ declare -A PKGS=(
   [kmod]=modprobe
   [make]=make
   [git]=git
+  [ethtool]=ethtool # GRO on the peers of links XDP sends out of (e2e ebpf+xdp, cluster ACCEL)
 )
 if [[ ${1:-} == cluster ]]; then
-  PKGS+=([containerd]=containerd [runc]=runc [containernetworking-plugins]=/usr/lib/cni/bridge [gcc]=gcc [jq]=jq [ethtool]=ethtool)
+  PKGS+=([containerd]=containerd [runc]=runc [containernetworking-plugins]=/usr/lib/cni/bridge [gcc]=gcc [jq]=jq)
 fi
 
 log() { echo "[deps] $*" >&2; }
