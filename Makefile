@@ -24,6 +24,7 @@
 #                 namespaces with svcproxy as the kube-proxy DaemonSet from deploy/
 #   make e2e-upstream MODE=nftables|iptables|ebpf PROXY=svcproxy|kube-proxy  upstream's sig-network
 #                 e2e suite (e2e.test v1.37.1) on that cluster; results in _output/cluster/e2e/
+#                 (MODE=ebpf TC=eth0 ACCEL=native: with the tc programs and XDP on the nodes' eth0)
 #   make clean    remove _output/ (including the cached control-plane binaries)
 
 SHELL := /usr/bin/env bash

@@ -11,7 +11,9 @@
 #   hack/cluster.sh status
 #
 # Knobs: PROXY=svcproxy|kube-proxy (default svcproxy), MODE=nftables|iptables|ebpf (default
-# nftables; ebpf is svcproxy's only, with each node in a cgroup v2 directory: cluster/ebpf.sh).
+# nftables; ebpf is svcproxy's only, with each node in a cgroup v2 directory: cluster/ebpf.sh),
+# with MODE=ebpf: TC=eth0 (the tc programs on the nodes' eth0, --bpf-tc-interfaces) and
+# ACCEL=native|best-effort (XDP in front of them, --bpf-acceleration; default disabled).
 #
 # Pieces (hack/cluster/): lib.sh (addresses, layout), net.sh (namespaces), controlplane.sh
 # (etcd, kube-apiserver, kcm, scheduler), node.sh (containerd + runc + CNI + kubelet per node),
@@ -132,11 +134,17 @@ patches:
           spec:
             containers:
               - name: kube-proxy
-                args: [--bpf-cgroup-root=/host/sys/fs/cgroup/\$(NODE_NAME), --bpf-pin-dir=/sys/fs/bpf/\$(NODE_NAME)]
+                args: [--bpf-cgroup-root=/host/sys/fs/cgroup/\$(NODE_NAME), --bpf-pin-dir=/sys/fs/bpf/\$(NODE_NAME)$(north_south_args)]
             volumes:
               - {name: cgroup, hostPath: {path: $(cgroup2_root), type: Directory}}
               - {name: bpffs, hostPath: {path: $BPF_PINS, type: Directory}}
 K
+}
+
+# north_south_args prints, after a comma, the flags of TC and ACCEL (nothing without them).
+north_south_args() {
+  [[ -z $TC ]] || printf ', --bpf-tc-interfaces=%s' "$TC"
+  [[ $ACCEL == disabled ]] || printf ', --bpf-acceleration=%s' "$ACCEL"
 }
 
 install_proxy() {
@@ -151,6 +159,7 @@ install_proxy() {
 up() {
   need_root
   is_up && die "the cluster is already up (make cluster-down first)"
+  check_north_south
   local t0=$SECONDS n
   "$HACK/deps.sh" cluster
   upstream_bin >/dev/null
@@ -171,7 +180,7 @@ up() {
   kc wait --for=condition=Ready node --all --timeout=120s >/dev/null
   kc -n kube-system wait --for=condition=Ready pod --all --timeout=180s >/dev/null ||
     die "kube-system pods not Ready: $(kc -n kube-system get pods -o wide)"
-  log "cluster up in $((SECONDS - t0)) s ($PROXY, $MODE); kubectl: hack/cluster.sh kubectl ..."
+  log "cluster up in $((SECONDS - t0)) s ($(run_name)); kubectl: hack/cluster.sh kubectl ..."
   kc get nodes -o wide >&2
   kc -n kube-system get pods -o wide >&2
 }

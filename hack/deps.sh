@@ -21,6 +21,7 @@ declare -A PKGS=(
   [kmod]=modprobe
   [make]=make
   [git]=git
+  [ethtool]=ethtool # GRO on the peers of links XDP sends out of (e2e ebpf+xdp, cluster ACCEL)
 )
 if [[ ${1:-} == cluster ]]; then
   PKGS+=([containerd]=containerd [runc]=runc [containernetworking-plugins]=/usr/lib/cni/bridge [gcc]=gcc [jq]=jq)

@@ -4,7 +4,8 @@
 # comparison, upstream kube-proxy v1.37.1 as the kube-proxy DaemonSet.
 #
 #   make e2e-upstream MODE=nftables|iptables|ebpf PROXY=svcproxy|kube-proxy [SUITE=all|conformance]
-#   (MODE=ebpf: svcproxy only)
+#   (MODE=ebpf: svcproxy only; with TC=eth0 [ACCEL=native|best-effort] its tc programs [and XDP]
+#   on the nodes' eth0, results in svcproxy-ebpf+tc[+xdp])
 #
 # Each run brings up a fresh cluster (hack/cluster.sh down + up: rules of a previous proxy never
 # linger), runs the selection with `ginkgo -p` from inside svk-cp, writes the ginkgo JSON report
@@ -68,13 +69,14 @@ main() {
   local ubin out t0
   ubin=$("$HACK/build-upstream.sh" e2e.test ginkgo kubectl)
   check_images "$ubin/e2e.test"
-  out=$CL/e2e/$PROXY-$MODE$([[ $SUITE == all ]] || echo "-$SUITE")
+  check_north_south
+  out=$CL/e2e/$(run_name)$([[ $SUITE == all ]] || echo "-$SUITE")
   rm -rf "$out" && mkdir -p "$out"
   if [[ ${KEEP:-0} != 1 ]]; then
     "$HACK/cluster.sh" down
     "$HACK/cluster.sh" up
   fi
-  log "running upstream e2e ($SUITE) against $PROXY/$MODE; logs: $out/ginkgo-*.log"
+  log "running upstream e2e ($SUITE) against $(run_name); logs: $out/ginkgo-*.log"
   t0=$SECONDS
   local rc=0
   # [Serial] and [Disruptive] specs (e.g. "should work after restarting kube-proxy", which

@@ -28,7 +28,8 @@
 #        instead of v1.37.1: expect the differences docs/user/support.md lists, not a pass),
 #        E2E_EBPF_TC=eth0 (nodes in ebpf mode also run the experimental tc programs on their
 #        eth0, --bpf-tc-interfaces, in every scenario; TestDataplane/ebpf+tc always runs the scenarios
-#        with traffic from outside so),
+#        with traffic from outside so), E2E_EBPF_ACCEL=native|best-effort (with E2E_EBPF_TC: XDP
+#        in front of them, --bpf-acceleration; TestDataplane/ebpf+xdp always runs them with native),
 #        SVCPROXY_BIN (test this binary instead of building ./cmd/svcproxy).
 set -euo pipefail
 

@@ -39,6 +39,32 @@ CGROUPS="cpu cpuacct cpuset memory devices freezer blkio pids systemd"
 # /run/svcproxy: the DaemonSet's state directory (hostPath), which both nodes share here.
 HOST_PATHS="/var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni /run/containerd /run/xtables.lock /run/svcproxy"
 
+# ebpf mode's north-south programs on the nodes (MODE=ebpf only): TC names the node interfaces
+# for --bpf-tc-interfaces (here: eth0, the node network), ACCEL is --bpf-acceleration
+# (disabled, native or best-effort; XDP needs TC).
+TC=${TC:-}
+ACCEL=${ACCEL:-disabled}
+
+# run_name prints the name of this PROXY/MODE's results: proxy-mode, with +tc and +xdp (or
+# +xdp-best-effort) when the nodes run ebpf mode's tc programs and XDP.
+run_name() {
+  local name=$PROXY-$MODE
+  [[ -z $TC ]] || name+=+tc
+  case $ACCEL in
+  native) name+=+xdp ;;
+  best-effort) name+=+xdp-best-effort ;;
+  esac
+  echo "$name"
+}
+
+# check_north_south fails unless TC and ACCEL fit PROXY and MODE.
+check_north_south() {
+  case $ACCEL in disabled | native | best-effort) ;; *) die "ACCEL must be disabled, native or best-effort" ;; esac
+  [[ -z $TC && $ACCEL == disabled ]] && return 0
+  [[ $PROXY == svcproxy && $MODE == ebpf ]] || die "TC and ACCEL are svcproxy's ebpf mode's (PROXY=$PROXY MODE=$MODE)"
+  [[ -n $TC || $ACCEL == disabled ]] || die "ACCEL=$ACCEL needs TC (XDP runs in front of the tc programs)"
+}
+
 node_ip() { echo "10.210.0.$((10 + $1))"; }   # node N's address on the node network
 node_cidr() { echo "10.211.$1.0/24"; }        # node N's pod CIDR
 node_name() { echo "$P-node$1"; }

@@ -70,6 +70,7 @@ func TestDataplane(t *testing.T) {
 		t.Run(mode, func(t *testing.T) { runScenarios(t, F.Options{Mode: mode}, mode, scenarios) })
 		if mode == "ebpf" {
 			t.Run("ebpf+tc", testWithTC)
+			t.Run("ebpf+xdp", testWithXDP)
 		}
 	}
 }
@@ -84,25 +85,44 @@ var tcScenarios = []string{"ClusterIPNodePortExternalLB", "ExternalTrafficPolicy
 // the nodes' interface (--bpf-tc-interfaces=eth0), each checking that they
 // are attached. It runs wherever ebpf mode does.
 func testWithTC(t *testing.T) {
-	var run []scenario
+	run := whenAttached(named(tcScenarios), "tc programs", func(c *F.Cluster, n *F.Node) bool {
+		return c.TCAttached(n, "eth0")
+	})
+	runScenarios(t, F.Options{Mode: "ebpf", TCInterfaces: []string{"eth0"}}, "ebpf+tc", run)
+}
+
+// named returns the scenarios of names, in the suite's order.
+func named(names []string) []scenario {
+	var out []scenario
 	for _, s := range scenarios {
-		if slices.Contains(tcScenarios, s.name) {
-			run = append(run, scenario{s.name, func(t *testing.T, c *F.Cluster) {
-				for _, n := range c.Nodes {
-					// The first sync loads and attaches them.
-					deadline := time.Now().Add(converge)
-					for (n.Mode == "" || n.Mode == "ebpf") && n.Bin == "" && !c.TCAttached(n, "eth0") {
-						if time.Now().After(deadline) {
-							t.Fatalf("%s: no tc programs on eth0 %v after the scenario began", n.Name, converge)
-						}
-						time.Sleep(100 * time.Millisecond)
-					}
-				}
-				s.run(t, c)
-			}})
+		if slices.Contains(names, s.name) {
+			out = append(out, s)
 		}
 	}
-	runScenarios(t, F.Options{Mode: "ebpf", TCInterfaces: []string{"eth0"}}, "ebpf+tc", run)
+	return out
+}
+
+// whenAttached wraps each scenario so that it first waits until every
+// node in ebpf mode running this tree's svcproxy has attached what
+// attached checks (the first sync loads and attaches the programs), and
+// fails naming what when it does not.
+func whenAttached(run []scenario, what string, attached func(*F.Cluster, *F.Node) bool) []scenario {
+	out := make([]scenario, len(run))
+	for i, s := range run {
+		out[i] = scenario{s.name, func(t *testing.T, c *F.Cluster) {
+			for _, n := range c.Nodes {
+				deadline := time.Now().Add(converge)
+				for (n.Mode == "" || n.Mode == "ebpf") && n.Bin == "" && !attached(c, n) {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: no %s on eth0 %v after the scenario began", n.Name, what, converge)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+			s.run(t, c)
+		}}
+	}
+	return out
 }
 
 // runScenarios runs scenarios in order on one cluster of opts, a new one

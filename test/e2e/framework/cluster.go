@@ -35,6 +35,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -93,6 +95,10 @@ type Options struct {
 	// TCInterfaces: nodes in ebpf mode also run the experimental tc
 	// programs on these interfaces of theirs (--bpf-tc-interfaces).
 	TCInterfaces []string
+	// Acceleration is their --bpf-acceleration (native, best-effort;
+	// "" keeps svcproxy's default, disabled): np_xdp in front of the tc
+	// programs. The node links' peers on the bridge then take XDP frames.
+	Acceleration string
 }
 
 // ServiceCIDR4 is the cluster's IPv4 service range (Options.ServiceCIDR).
@@ -119,10 +125,14 @@ type Cluster struct {
 	cpRun string
 	// cgroupMount is the cgroup2 mount under Work in ebpf mode.
 	cgroupMount string
-	closeOnce   sync.Once
-	namespaces  []string
-	pods        map[string]*Pod
-	podSeq      int
+	// xdpPass and xdpLinks: the XDP program on the node links' peers, with
+	// acceleration (takeXDPFrames).
+	xdpPass    *ebpf.Program
+	xdpLinks   []link.Link
+	closeOnce  sync.Once
+	namespaces []string
+	pods       map[string]*Pod
+	podSeq     int
 }
 
 // New builds and starts a whole cluster; t.Cleanup removes it.
@@ -228,6 +238,7 @@ func (c *Cluster) teardown() {
 		c.T.Errorf("teardown: namespaces left: %v", left)
 	}
 	c.teardownEBPF()
+	c.teardownXDP()
 	// The etcd data dir is the only big thing; logs stay for reading.
 	_ = os.RemoveAll(filepath.Join(c.cpRun, "etcd-data"))
 }

@@ -45,8 +45,20 @@ func (c *Cluster) ebpfArgs(n *Node) ([]string, error) {
 	// never see the machine's. An earlier svcproxy (n.Bin) lacks the flag.
 	if tc := c.tcInterfaces(); tc != "" && n.Bin == "" {
 		args = append(args, "--bpf-tc-interfaces", tc)
+		if a := c.acceleration(); a != "" {
+			args = append(args, "--bpf-acceleration", a)
+		}
 	}
 	return args, nil
+}
+
+// acceleration is --bpf-acceleration for nodes that run the tc programs:
+// the cluster's option, else E2E_EBPF_ACCEL (to run every scenario so).
+func (c *Cluster) acceleration() string {
+	if c.Opts.Acceleration != "" {
+		return c.Opts.Acceleration
+	}
+	return os.Getenv("E2E_EBPF_ACCEL")
 }
 
 // tcInterfaces is --bpf-tc-interfaces for nodes in ebpf mode: the

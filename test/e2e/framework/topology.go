@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -240,6 +241,11 @@ func (c *Cluster) addNode(i int) error {
 	c.Nodes = append(c.Nodes, n)
 	if err := c.attach(fmt.Sprintf("node%d", i), n.IP+"/24", n.IP6+"/64"); err != nil {
 		return err
+	}
+	if c.acceleration() != "" {
+		if err := c.takeXDPFrames("p-node" + strconv.Itoa(i)); err != nil {
+			return err
+		}
 	}
 	if _, err := InNS(context.Background(), n.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1",
 		"net.ipv6.conf.all.forwarding=1"); err != nil {
