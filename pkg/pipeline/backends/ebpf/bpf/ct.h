@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// Included by nodeport.c, after its maps and packet parsing: the
+// programs' conntrack table, one entry per direction of a flow, expired as
+// the kernel's conntrack would.
+
+// The timeouts, in seconds, as the kernel's conntrack would expire the
+// flow, its states folded into four: TCP before its first reply
+// (SYN_RECV), established (kube-proxy's tcpEstablishedTimeout default),
+// after a FIN (FIN_WAIT, TIME_WAIT), after a RST (CLOSE); UDP before a
+// reply and once replied (nf_conntrack_udp_timeout and its stream value).
+static __always_inline __u64 ct_timeout(__u8 proto, __u8 state)
+{
+	if (proto == IPPROTO_TCP) {
+		switch (state) {
+		case CT_ESTABLISHED:
+			return 86400;
+		case CT_CLOSING:
+			return 120;
+		case CT_CLOSED:
+			return 10;
+		}
+		return 60;
+	}
+	return state == CT_ESTABLISHED ? 120 : 30;
+}
+
+static __always_inline struct ct_key reverse(const struct ct_val *v, __u8 proto)
+{
+	struct ct_key r = { .src = v->dst, .dst = v->src, .sport = v->dport, .dport = v->sport, .proto = proto };
+	return r;
+}
+
+// track advances the flow's state with a packet of direction e (reply:
+// the packet answers the flow's first direction) and refreshes both
+// directions' entries.
+static __always_inline void track(struct ct_val *e, const struct pkt *p, int reply, __u64 now)
+{
+	__u8 st = e->state;
+	if (p->tcp_flags & TCP_RST)
+		st = CT_CLOSED;
+	else if (p->tcp_flags & TCP_FIN && st != CT_CLOSED)
+		st = CT_CLOSING;
+	else if (reply && st == CT_NEW)
+		st = CT_ESTABLISHED;
+	e->seen = now;
+	if (st == e->state)
+		return;
+	e->state = st;
+	struct ct_key other = reverse(e, p->k.proto);
+	struct ct_val *o = bpf_map_lookup_elem(&np_ct, &other);
+	if (o) {
+		o->state = st;
+		o->seen = now;
+	}
+}
+
+static __always_inline int expired(const struct ct_val *v, __u8 proto, __u64 now)
+{
+	return now - v->seen > ct_timeout(proto, v->state) * NSEC_PER_SEC;
+}
+
+// live says whether v, the entry of k, is a live flow's. As the kernel's
+// conntrack keeps a flow while packets go either way, an entry past its
+// timeout still lives while the flow's other direction does (a client
+// streaming UDP to an endpoint that does not answer refreshes only its
+// own direction).
+static __always_inline int live(const struct ct_key *k, const struct ct_val *v, __u64 now)
+{
+	if (!expired(v, k->proto, now))
+		return 1;
+	struct ct_key ok = reverse(v, k->proto);
+	struct ct_val *o = bpf_map_lookup_elem(&np_ct, &ok);
+	// The other entry must be this flow's: it rewrites back to k.
+	return o && o->src == k->dst && o->dst == k->src && o->sport == k->dport && o->dport == k->sport &&
+	       !expired(o, k->proto, now);
+}
