@@ -40,8 +40,8 @@ func localhostDNAT(st *desired.State) *desired.State {
 }
 
 // checkRestores checks every iptables-restore input the fake received
-// since the last check: each line is a table, chain, rule, delete or
-// COMMIT line (nothing injected), comments are quoted, and every address
+// since the last check: each line is a table, chain, rule (appended or
+// inserted), delete or COMMIT line (nothing injected), comments are quoted, and every address
 // argument is of family, in plain form.
 func checkRestores(t reporter, backend string, family proxy.IPFamily, fake *kiptables.Fake) {
 	t.Helper()
@@ -64,7 +64,9 @@ func checkRestoreLine(family proxy.IPFamily, line string) error {
 		return nil
 	case strings.HasPrefix(line, "-X "):
 		return nil
-	case !strings.HasPrefix(line, "-A "):
+	case !strings.HasPrefix(line, "-A ") && !strings.HasPrefix(line, "-I "):
+		// -I: a full sync inserts missing jumps at the front of the
+		// built-in chains in the same restore.
 		return fmt.Errorf("not a restore command (injected line?)")
 	}
 	if strings.ContainsAny(line, "\r%") {
