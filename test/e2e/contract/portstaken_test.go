@@ -54,6 +54,12 @@ func comparePortsTaken(t *testing.T, c *F.Cluster, b binaries, up, ours *F.Node,
 	t.Run("hard-fail", func(t *testing.T) {
 		got := runWithPortsTaken(t, c, b, up, ours, 60*time.Second, nil)
 		comparePortOutcomes(t, "ports-taken-hard-fail", got, diffs)
+		if slices.Equal(got[0].events, got[1].events) {
+			// Upstream's exit races its event broadcaster: now and then its
+			// Warning gets out first. The difference stays deliberate.
+			t.Log("upstream's Warning reached the API server before it exited, this time")
+			diffs.explain("endpoint ports-taken-hard-fail events")
+		}
 		if got[0].state() != "exited 1" {
 			t.Errorf("upstream with bindAddressHardFail %s; the step expects it to exit 1", got[0].state())
 		}
