@@ -9,7 +9,6 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/bpfmap"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/maglev"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -88,14 +87,19 @@ func (t maglevTables) swap(id uint64, v maglevVal) error {
 		return fmt.Errorf("creating a Maglev table of %d slots: %w", v.Size, err)
 	}
 	defer inner.Close()
-	keys := make([]uint32, len(slots))
-	for i := range keys {
-		keys[i] = uint32(i)
-	}
-	if _, err := inner.BatchUpdate(keys, slots, nil); err != nil {
+	if _, err := inner.BatchUpdate(slotKeys(len(slots)), slots, nil); err != nil {
 		return err
 	}
 	return t.outer.Update(id, inner, ebpf.UpdateAny)
+}
+
+// slotKeys are the keys of a table's n slots.
+func slotKeys(n int) []uint32 {
+	keys := make([]uint32, n)
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	return keys
 }
 
 // Del removes tables; the kernel frees an array when no program holds it.
@@ -135,21 +139,24 @@ func readTable(id ebpf.MapID) (maglevVal, error) {
 		return maglevVal{}, err
 	}
 	defer m.Close()
+	// One batch reads the whole array: its keys are its slots.
 	slots := make([]beVal, m.MaxEntries())
-	err = bpfmap.Table[uint32, beVal]{M: m}.Each(func(k uint32, v beVal) error {
-		slots[k] = v
-		return nil
-	})
-	if err != nil {
+	var cursor ebpf.MapBatchCursor
+	n, err := m.BatchLookup(&cursor, slotKeys(len(slots)), slots, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return maglevVal{}, err
 	}
-	eps := make([]proxy.Endpoint, len(slots))
-	for i, v := range slots {
-		ap := v.AddrPort()
-		eps[i] = proxy.Endpoint{IP: ap.Addr(), Port: ap.Port()}
+	distinct := map[beVal]bool{}
+	var eps []proxy.Endpoint
+	for _, b := range slots[:n] {
+		if !distinct[b] {
+			distinct[b] = true
+			ap := b.AddrPort()
+			eps = append(eps, proxy.Endpoint{IP: ap.Addr(), Port: ap.Port()})
+		}
 	}
 	v, set := maglevOf(eps)
-	if !slices.Equal(maglevSlots(set), slots) {
+	if n != len(slots) || !slices.Equal(maglevSlots(set), slots) {
 		v.Size = 0
 	}
 	return v, nil
