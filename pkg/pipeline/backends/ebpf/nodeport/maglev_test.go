@@ -36,8 +36,8 @@ func maglevPorts(t *testing.T) int {
 // each (a table of the smallest size apiece) and prints the kernel memory
 // charged to the maps (memlock, the inner maps of a map of maps included).
 // A table of 16381 slots takes 16381 array elements, 8 bytes each: the
-// maps must stay within twice that per port. A restart reads every table
-// back and writes nothing.
+// maps must stay within twice that per port. An unchanged sync writes
+// nothing, and neither does a restart, which reads every table back.
 func TestKernelMaglevMemory(t *testing.T) {
 	n := maglevPorts(t)
 	ns, pins := progNS(t)
@@ -67,6 +67,15 @@ func TestKernelMaglevMemory(t *testing.T) {
 	t.Logf("%d Maglev ports: all maps %d bytes, np_maglev %d bytes (%d per port)", n, total, maglevBytes, maglevBytes/uint64(n))
 	if limit := uint64(n) * 2 * 16381 * 8; maglevBytes > limit {
 		t.Errorf("np_maglev takes %d bytes for %d tables of 16381 slots, want at most %d", maglevBytes, n, limit)
+	}
+	writes := p.Writes()
+	start = time.Now()
+	must(t, ns.Do(func() error {
+		return p.Sync(context.Background(), stateOf(netip.MustParseAddr("198.18.0.11"), sps...), proxy.FullSync)
+	}))
+	t.Logf("an unchanged sync took %v", time.Since(start).Round(time.Millisecond))
+	if w := p.Writes() - writes; w != 0 {
+		t.Errorf("an unchanged sync wrote %d entries", w)
 	}
 	p.Close()
 	again := progProxier(t, pins, "node")
