@@ -60,8 +60,8 @@ struct np_key {
 };
 
 // np_val is where new flows to a frontend go: count slots of group id in
-// np_backends, or, with maglev set, the msize slots of its Maglev table in
-// np_maglev; with count 0, a refusal as flags say. affinity is the
+// np_backends, or, with maglev set, the msize slots of its Maglev table
+// (np_maglev); with count 0, a refusal as flags say. affinity is the
 // ClientIP affinity timeout in seconds, 0 for none.
 struct np_val {
 	__u64 id;
@@ -174,12 +174,27 @@ struct {
 	__type(value, struct np_be);
 } np_backends SEC(".maps");
 
+// np_maglev maps a group ID to its Maglev table, an array of the msize
+// slots' endpoints. A table is written whole into a new array that one
+// update swaps in, so that a flow never sees half of an old table and half
+// of a new one; BPF_F_INNER_MAP lets the arrays' sizes differ. An array
+// element is 8 bytes (the kernel rounds values up to that), so endpoints
+// cost no more than indexes into np_backends would, need no second lookup
+// and cannot meet a slot list rewritten under an old table.
+struct np_maglev_table {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct np_be);
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 1);
-	__type(key, struct np_be_key);
-	__type(value, struct np_be);
+	__type(key, __u64);
+	__array(values, struct np_maglev_table);
 } np_maglev SEC(".maps");
 
 struct {
@@ -386,8 +401,13 @@ static __always_inline struct np_be *pick(const struct np_val *sv, const struct 
 {
 	struct np_be_key bk = { .id = sv->id };
 	if (sv->flags & NP_F_MAGLEV && sv->msize) {
-		bk.slot = flow_hash(k) % sv->msize;
-		return bpf_map_lookup_elem(&np_maglev, &bk);
+		void *table = bpf_map_lookup_elem(&np_maglev, &bk.id);
+		__u32 slot = flow_hash(k) % sv->msize;
+		struct np_be *be = table ? bpf_map_lookup_elem(table, &slot) : NULL;
+		// A slot past the table is a frontend's size read while a
+		// resized table is swapped in: the group's slots still serve.
+		if (be)
+			return be;
 	}
 	bk.slot = bpf_get_prandom_u32() % sv->count;
 	return bpf_map_lookup_elem(&np_backends, &bk);

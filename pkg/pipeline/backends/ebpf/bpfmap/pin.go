@@ -14,7 +14,9 @@ import (
 // LoadAdopting loads spec with the maps of names that are pinned in dir
 // in place of new ones (at their pinned size), so that a restarted
 // svcproxy finds what its predecessor wrote, and pins every new map in
-// dir, which it creates.
+// dir, which it creates. A pinned map of another layout (type, key, value
+// or flags: an older svcproxy's) is replaced by a new, empty one: the
+// programs that read it are replaced too, and the first sync fills it.
 func LoadAdopting(spec *ebpf.CollectionSpec, dir string, names []string) (*ebpf.Collection, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -26,15 +28,13 @@ func LoadAdopting(spec *ebpf.CollectionSpec, dir string, names []string) (*ebpf.
 		}
 	}()
 	for _, name := range names {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
+		m, err := adopt(spec.Maps[name], filepath.Join(dir, name))
 		if err != nil {
 			return nil, fmt.Errorf("adopting pinned map %s: %w", name, err)
 		}
-		spec.Maps[name].MaxEntries = m.MaxEntries()
-		opts.MapReplacements[name] = m
+		if m != nil {
+			opts.MapReplacements[name] = m
+		}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
 	if err != nil {
@@ -45,6 +45,24 @@ func LoadAdopting(spec *ebpf.CollectionSpec, dir string, names []string) (*ebpf.
 		return nil, err
 	}
 	return coll, nil
+}
+
+// adopt returns the map pinned at pin, with spec sized as it is, or nil
+// when there is none or it has another layout, whose pin it removes.
+func adopt(spec *ebpf.MapSpec, pin string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec.MaxEntries = m.MaxEntries()
+	if err := spec.Compatible(m); errors.Is(err, ebpf.ErrMapIncompatible) {
+		m.Close()
+		return nil, os.Remove(pin)
+	}
+	return m, nil
 }
 
 // PinMaps pins in dir every map of coll not pinned yet.

@@ -35,9 +35,8 @@ type Options struct {
 // The smallest capacities; entries are allocated when written (all but
 // the conntrack table, an LRU), so unused capacity costs nothing.
 const (
-	minEntries       = 1 << 14
-	minMaglevEntries = 1 << 20
-	minCTEntries     = 1 << 18
+	minEntries   = 1 << 14
+	minCTEntries = 1 << 18
 	// maxCTEntries bounds the conntrack table: an LRU is allocated whole
 	// when loaded, and per endpoint the table would take gigabytes of
 	// kernel memory at tens of thousands of Services (a million flows,
@@ -112,7 +111,7 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 		}
 	}
 	p.store.claim(&want)
-	n, err := p.store.write(tablesOf(p.kernel.coll.Maps))
+	n, err := p.store.write(tablesOf(p.kernel.coll.Maps, &want))
 	p.writes += uint64(n)
 	if err != nil {
 		return err
@@ -156,7 +155,7 @@ func sizesFor(c *Contents) sizes {
 	return sizes{
 		services: capacity(len(c.Services), minEntries),
 		backends: capacity(len(c.Backends), minEntries),
-		maglev:   capacity(len(c.Maglev), minMaglevEntries),
+		maglev:   capacity(len(c.Maglev), minEntries),
 		ranges:   capacity(len(c.Ranges), minEntries),
 		members:  capacity(len(c.Members), minEntries),
 		ct:       ct,

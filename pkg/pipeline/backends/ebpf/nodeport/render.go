@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
-	"github.com/svcproxy/svcproxy/pkg/pipeline/maglev"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -14,7 +13,11 @@ import (
 type Contents struct {
 	Services map[svcKey]svcVal
 	Backends map[beKey]beVal
-	Maglev   map[beKey]beVal
+	// Maglev are the groups' Maglev tables, one entry each (maglev.go).
+	Maglev map[uint64]maglevVal
+	// maglevEndpoints are the endpoints each Maglev table is built from
+	// when it is written.
+	maglevEndpoints map[uint64][]proxy.Endpoint
 	// Ranges are the allowed source prefixes of the groups whose LB IPs
 	// have loadBalancerSourceRanges.
 	Ranges map[srcKey]uint32
@@ -24,8 +27,8 @@ type Contents struct {
 }
 
 func newContents() Contents {
-	return Contents{Services: map[svcKey]svcVal{}, Backends: map[beKey]beVal{}, Maglev: map[beKey]beVal{},
-		Ranges: map[srcKey]uint32{}, Members: map[memberKey]uint32{}}
+	return Contents{Services: map[svcKey]svcVal{}, Backends: map[beKey]beVal{}, Maglev: map[uint64]maglevVal{},
+		maglevEndpoints: map[uint64][]proxy.Endpoint{}, Ranges: map[srcKey]uint32{}, Members: map[memberKey]uint32{}}
 }
 
 // Served says whether the tc programs translate sp's external frontends.
@@ -155,12 +158,10 @@ func group(c *Contents, sp *desired.ServicePort, route desired.Route, taken map[
 		}
 	}
 	if sp.ExternalBalancing == proxy.BalanceMaglev {
-		t := maglev.New(d.Endpoints)
-		for i, b := range t.Slots {
-			c.Maglev[beKey{ID: id, Slot: uint32(i)}] = endpointVal(t.Backends[b])
-		}
+		m, set := maglevOf(d.Endpoints)
+		c.Maglev[id], c.maglevEndpoints[id] = m, set
 		v.Flags |= flagMaglev
-		v.MSize = uint32(len(t.Slots))
+		v.MSize = m.Size
 	}
 	return v
 }

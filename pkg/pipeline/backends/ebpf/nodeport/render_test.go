@@ -65,7 +65,7 @@ func TestRenderRoutesAndFlags(t *testing.T) {
 		t.Errorf("web's group: %+v, slot 1 %v; want 2 endpoints, epB second", web, c.Backends[beKey{ID: web.ID, Slot: 1}])
 	}
 	if len(c.Maglev) != 0 {
-		t.Errorf("%d Maglev slots without a Maglev port", len(c.Maglev))
+		t.Errorf("%d Maglev tables without a Maglev port", len(c.Maglev))
 	}
 }
 
@@ -121,19 +121,32 @@ func TestRenderAffinity(t *testing.T) {
 	}
 }
 
+// TestRenderMaglevTable: a Maglev port's group has one table entry, of
+// the size maglev gives its endpoints, and the table written from it is
+// the one maglev builds, whatever order the endpoints come in.
 func TestRenderMaglevTable(t *testing.T) {
-	sp := port("web", proxy.TCP, 30080, epA, epB)
+	sp := port("web", proxy.TCP, 30080, epB, epA, epB)
 	sp.ExternalBalancing = proxy.BalanceMaglev
 	c := Render(stateOf(nodeIP, sp))
 	v := c.Services[frontendKey(nodeIP, 30080, 6)]
 	tab := maglev.New([]proxy.Endpoint{epA, epB})
-	if v.Flags&flagMaglev == 0 || int(v.MSize) != len(tab.Slots) || len(c.Maglev) != len(tab.Slots) {
-		t.Fatalf("record %+v with %d Maglev slots, want the flag and %d slots", v, len(c.Maglev), len(tab.Slots))
+	m, ok := c.Maglev[v.ID]
+	if v.Flags&flagMaglev == 0 || int(v.MSize) != len(tab.Slots) || !ok || int(m.Size) != len(tab.Slots) || len(c.Maglev) != 1 {
+		t.Fatalf("record %+v with Maglev tables %v, want the flag and one table of %d slots", v, c.Maglev, len(tab.Slots))
+	}
+	slots := maglevSlots(c.maglevEndpoints[v.ID])
+	if len(slots) != len(tab.Slots) {
+		t.Fatalf("%d slots written, the table has %d", len(slots), len(tab.Slots))
 	}
 	for i, b := range tab.Slots {
-		if got := c.Maglev[beKey{ID: v.ID, Slot: uint32(i)}].AddrPort(); got != tab.Backends[b].AddrPort() {
+		if got := slots[i].AddrPort(); got != tab.Backends[b].AddrPort() {
 			t.Fatalf("slot %d holds %v, the table says %v", i, got, tab.Backends[b])
 		}
+	}
+	other := port("web", proxy.TCP, 30080, epA, epB)
+	other.ExternalBalancing = proxy.BalanceMaglev
+	if o := Render(stateOf(nodeIP, other)).Maglev[v.ID]; o != m {
+		t.Errorf("the same endpoints in another order render %+v, then %+v", m, o)
 	}
 }
 

@@ -17,7 +17,7 @@ type whole struct{}
 func (whole) Compare(whole) int { return 0 }
 
 // Phases keep every frontend usable throughout a sync: a frontend is
-// written only after every slot (and Maglev slot) it counts, the source
+// written only after every slot (and Maglev table) it counts, the source
 // ranges and affinity members it checks and the configuration it
 // masquerades with, and any of these deleted only after no frontend
 // counts on it.
@@ -38,7 +38,7 @@ const (
 var (
 	frontendKind = bpfmap.Kind[svcKey, svcVal]("frontends", phaseFrontendPut, phaseFrontendDel)
 	slotKind     = bpfmap.Kind[beKey, beVal]("endpoint slots", phaseSlotPut, phaseSlotDel)
-	maglevKind   = bpfmap.Kind[beKey, beVal]("Maglev slots", phaseMaglevPut, phaseMaglevDel)
+	maglevKind   = bpfmap.Kind[uint64, maglevVal]("Maglev tables", phaseMaglevPut, phaseMaglevDel)
 	rangeKind    = bpfmap.Kind[srcKey, uint32]("source ranges", phaseRangePut, phaseRangeDel)
 	memberKind   = bpfmap.Kind[memberKey, uint32]("affinity members", phaseMemberPut, phaseMemberDel)
 	// The configuration is an array's one entry, always claimed: it is
@@ -52,7 +52,7 @@ type store struct {
 	syncs     reconcile.Syncs
 	frontends *reconcile.Table[whole, svcKey, svcVal]
 	slots     *reconcile.Table[whole, beKey, beVal]
-	maglev    *reconcile.Table[whole, beKey, beVal]
+	maglev    *reconcile.Table[whole, uint64, maglevVal]
 	ranges    *reconcile.Table[whole, srcKey, uint32]
 	members   *reconcile.Table[whole, memberKey, uint32]
 	config    *reconcile.Table[whole, uint32, cfgVal]
@@ -87,18 +87,20 @@ func claimAll[K comparable, V any](t *reconcile.Table[whole, K, V], m map[K]V) {
 // tables are the maps the store writes: the kernel's, or a test's
 // recorders.
 type tables struct {
-	frontends     bpfmap.Writer[svcKey, svcVal]
-	slots, maglev bpfmap.Writer[beKey, beVal]
-	ranges        bpfmap.Writer[srcKey, uint32]
-	members       bpfmap.Writer[memberKey, uint32]
-	config        bpfmap.Writer[uint32, cfgVal]
+	frontends bpfmap.Writer[svcKey, svcVal]
+	slots     bpfmap.Writer[beKey, beVal]
+	maglev    bpfmap.Writer[uint64, maglevVal]
+	ranges    bpfmap.Writer[srcKey, uint32]
+	members   bpfmap.Writer[memberKey, uint32]
+	config    bpfmap.Writer[uint32, cfgVal]
 }
 
-func tablesOf(maps map[string]*ebpf.Map) tables {
+// tablesOf is the kernel's maps, writing the Maglev tables of want.
+func tablesOf(maps map[string]*ebpf.Map, want *Contents) tables {
 	return tables{
 		frontends: bpfmap.Table[svcKey, svcVal]{M: maps[mapServices]},
 		slots:     bpfmap.Table[beKey, beVal]{M: maps[mapBackends]},
-		maglev:    bpfmap.Table[beKey, beVal]{M: maps[mapMaglev]},
+		maglev:    maglevTables{outer: maps[mapMaglev], endpoints: want.maglevEndpoints},
 		ranges:    oneByOne[srcKey, uint32]{maps[mapRanges]},
 		members:   bpfmap.Table[memberKey, uint32]{M: maps[mapMembers]},
 		config:    bpfmap.Table[uint32, cfgVal]{M: maps[mapConfig]},
@@ -111,7 +113,7 @@ func tablesOf(maps map[string]*ebpf.Map) tables {
 func (s *store) write(t tables) (int, error) {
 	n, err := reconcile.RunUntilFailure(
 		reconcile.Batch(s.slots, bpfmap.Write(t.slots, "endpoint slots")),
-		reconcile.Batch(s.maglev, bpfmap.Write(t.maglev, "Maglev slots")),
+		reconcile.Batch(s.maglev, bpfmap.Write(t.maglev, "Maglev tables")),
 		reconcile.Batch(s.ranges, bpfmap.Write(t.ranges, "source ranges")),
 		reconcile.Batch(s.members, bpfmap.Write(t.members, "affinity members")),
 		reconcile.Batch(s.config, bpfmap.Write(t.config, "the configuration")),
@@ -131,7 +133,7 @@ func (s *store) readBack(maps map[string]*ebpf.Map) error {
 	if err := readInto(s.slots, maps, mapBackends); err != nil {
 		return err
 	}
-	if err := readInto(s.maglev, maps, mapMaglev); err != nil {
+	if err := s.readMaglev(maps[mapMaglev]); err != nil {
 		return err
 	}
 	if err := readInto(s.config, maps, mapConfig); err != nil {

@@ -14,20 +14,20 @@ type logger[K, V any] struct {
 func (l logger[K, V]) Put([]K, []V) error { *l.log = append(*l.log, "put "+l.what); return nil }
 func (l logger[K, V]) Del([]K) error      { *l.log = append(*l.log, "del "+l.what); return nil }
 
-// TestWriteOrder: no frontend ever counts a slot, Maglev slot, source
+// TestWriteOrder: no frontend ever counts a slot, Maglev table, source
 // range or affinity member that is not written, or masquerades with a configuration not yet written; and
 // a second write of the same contents writes nothing.
 func TestWriteOrder(t *testing.T) {
 	var log []string
 	tb := tables{frontends: logger[svcKey, svcVal]{"frontend", &log}, slots: logger[beKey, beVal]{"slot", &log},
-		maglev: logger[beKey, beVal]{"maglev", &log}, ranges: logger[srcKey, uint32]{"range", &log},
+		maglev: logger[uint64, maglevVal]{"maglev", &log}, ranges: logger[srcKey, uint32]{"range", &log},
 		members: logger[memberKey, uint32]{"member", &log}, config: logger[uint32, cfgVal]{"config", &log}}
 	contents := func(id uint64, addr byte) *Contents {
 		be := beVal{Addr: [4]byte{10, 0, 0, addr}}
 		return &Contents{
 			Services: map[svcKey]svcVal{{Addr: [4]byte{192, 0, 2, addr}}: {ID: id, Count: 1}},
 			Backends: map[beKey]beVal{{ID: id}: be},
-			Maglev:   map[beKey]beVal{{ID: id}: be},
+			Maglev:   map[uint64]maglevVal{id: {Size: 16381, Sum: uint64(addr)}},
 			Ranges:   map[srcKey]uint32{{Prefixlen: 64, ID: [2]uint32{uint32(id)}}: 1},
 			Members:  map[memberKey]uint32{{ID: id, Addr: be.Addr}: 1},
 			Config:   cfgVal{SNAT: [4]byte{192, 0, 2, addr}},
