@@ -71,11 +71,13 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	byRules := dialAll(t, client, dst, func(netnstest.Answer) bool { return true })
 	notByTC(t, env, dst)
 	closeAll(byTC)
+	closed := time.Now()
 	select {
 	case err := <-removed:
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("the tc programs removed %v after the connections they held closed", time.Since(closed).Round(time.Millisecond))
 	case <-time.After(time.Minute):
 		t.Fatal("ebpf mode's leftovers still there a minute after the connections the tc programs translated closed")
 	}
