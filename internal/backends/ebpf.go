@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -150,7 +151,8 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	if cfg != nil && cfg.BPFPinDir != "" {
 		pinDir = cfg.BPFPinDir
 	}
-	switch present, err := ebpf.LeftoversPresent(pinDir); {
+	tcDir := tcPinDir(pinDir)
+	switch present, err := ebpfLeftoversPresent(pinDir); {
 	case err != nil:
 		logger.Error(err, "Cannot tell whether ebpf mode left anything; cleaning up")
 	case !present:
@@ -159,8 +161,51 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	default:
 		logger.Info("Removing ebpf mode's leftovers", "pinDir", pinDir)
 	}
-	// The tc programs' pins first: the pin directory goes when empty.
-	return errors.Join(nodeport.Remove(tcPinDir(pinDir)), ebpf.RemoveLeftovers(pinDir))
+	// The socket hooks go at once: a connection they translated is a
+	// socket connected to the endpoint itself, which outlives them, while
+	// hooks left attached would go on translating with maps nobody
+	// writes. The tc programs are drained first (drainTC); a drain cut
+	// short leaves them for the next start. The pin directory goes when
+	// empty, after the tc programs.
+	hooks := ebpf.RemoveLeftovers(pinDir)
+	if err := drainTC(ctx, tcDir); err != nil {
+		return errors.Join(hooks, err)
+	}
+	return errors.Join(hooks, nodeport.Remove(tcDir), ebpf.RemoveLeftovers(pinDir))
+}
+
+// ebpfLeftoversPresent says whether ebpf mode left pins in pinDir: the
+// socket hooks', or the tc programs' alone (a drain cut short).
+func ebpfLeftoversPresent(pinDir string) (bool, error) {
+	present, err := ebpf.LeftoversPresent(pinDir)
+	if err != nil || present {
+		return present, err
+	}
+	_, err = os.Stat(tcPinDir(pinDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// drainTC lets the node ports' new connections go to the rules that serve
+// them now and waits for the connections the tc programs pinned in dir
+// translated, before they are removed: those have no state in the kernel's
+// conntrack, and would be reset (nodeport.Drain). A connection still open
+// when the wait ends is reset; the start goes on either way.
+func drainTC(ctx context.Context, dir string) error {
+	logger := klog.FromContext(ctx)
+	held, err := nodeport.Drain(ctx, dir, nodeport.DefaultDrainTimes, func(flows int) {
+		logger.Info("Waiting for the connections the tc programs translated before removing them",
+			"flows", flows, "atMost", nodeport.DefaultDrainTimes.Idle)
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("draining the tc programs: %w", err)
+	case held > 0:
+		logger.Info("Removing the tc programs with connections still open: they will be reset", "flows", held)
+	}
+	return nil
 }
 
 // openTC is the tc programs' Proxier for ifaces, nil for none. A start

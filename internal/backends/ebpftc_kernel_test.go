@@ -178,14 +178,22 @@ func tcMasqueraded(env *scenario.Env, ans netnstest.Answer) bool {
 // did.
 func notByRules(t *testing.T, env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) {
 	t.Helper()
+	if byRules, err := rulesFlows(env, proto, dst); err != nil || len(byRules) > 0 {
+		t.Errorf("%s to %s: node1's conntrack holds flows to the frontend (the rules translated them, not tc): %v (%v)", proto, dst, byRules, err)
+	}
+}
+
+// rulesFlows lists the flows to dst in node1's conntrack: those the rules
+// translated.
+func rulesFlows(env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) ([]kconntrack.Flow, error) {
 	h, err := netns.GetFromPath(env.Node1.NS.Path())
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer h.Close()
 	ct, err := kconntrack.NewAt(h)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer ct.Close()
 	var byRules []kconntrack.Flow
@@ -194,9 +202,7 @@ func notByRules(t *testing.T, env *scenario.Env, proto proxy.Protocol, dst netip
 			byRules = append(byRules, fl)
 		}
 	})
-	if err != nil || len(byRules) > 0 {
-		t.Errorf("%s to %s: node1's conntrack holds flows to the frontend (the rules translated them, not tc): %v (%v)", proto, dst, byRules, err)
-	}
+	return byRules, err
 }
 
 // tcLocalPolicy: the externalTrafficPolicy Local node port is served at tc
