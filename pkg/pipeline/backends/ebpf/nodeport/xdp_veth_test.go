@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -79,6 +80,29 @@ func TestKernelXDPLocalSenders(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKernelVeths: of a veth, a bridge and a missing interface, Veths
+// names the veth (the start-up warning of acceleration on a veth).
+func TestKernelVeths(t *testing.T) {
+	netnstest.RequireKernel(t)
+	lab := netnstest.New(t)
+	node, err := lab.NewNS("node")
+	must(t, err)
+	peer, err := lab.NewNS("peer")
+	must(t, err)
+	must(t, netnstest.Veth(node, "v0", peer, "v1"))
+	var got []string
+	must(t, node.Do(func() error {
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}); err != nil {
+			return err
+		}
+		got = Veths([]string{"br0", "v0", "missing"})
+		return nil
+	}))
+	if !slices.Equal(got, []string{"v0"}) {
+		t.Errorf("Veths = %v, want [v0]", got)
 	}
 }
 
