@@ -19,7 +19,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 #     checksums of what it sends to the node, as a wire delivers them.
 take_xdp_frames() {
   local dev=$1
-  in_ns cp ethtool -K "$dev" tx off
+  in_ns cp ethtool -K "$dev" tx off >/dev/null # it lists the features it changed
   in_ns cp "$XDP_PASS" "$dev"
 }
 
