@@ -123,8 +123,22 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 	}
 	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir,
 		"tcInterfaces", env.Config.BPFTCInterfaces, "acceleration", env.Config.BPFAcceleration)
+	warnAcceleratedVeths(ctx, env.Config)
 	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newEBPFCollector(hooks)))
 	return inst, nil
+}
+
+// warnAcceleratedVeths names each veth XDP acceleration runs on: there
+// what it forwards depends on the peer, which svcproxy cannot see
+// (user/troubleshooting.md says what to do).
+func warnAcceleratedVeths(ctx context.Context, cfg *config.Config) {
+	if accel, err := nodeport.ParseAcceleration(cfg.BPFAcceleration); err != nil || accel == nodeport.AccelerationDisabled {
+		return
+	}
+	for _, iface := range nodeport.Veths(cfg.BPFTCInterfaces) {
+		klog.FromContext(ctx).Info("XDP acceleration on a veth: a sender on this machine that leaves checksums to offload is served by tc, and the peer must run an XDP program to take what XDP sends back",
+			"interface", iface)
+	}
 }
 
 // cgroupRoot is the cgroup the hooks attach to: the configured one, else
