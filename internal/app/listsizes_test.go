@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svcproxy/svcproxy/internal/backends"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/watch"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -41,5 +45,24 @@ func TestListSizesExpected(t *testing.T) {
 	l.sized(watch.ListSize{Kind: "EndpointSlice"})
 	if size, ok := l.expected(proxy.IPv4)(context.Background()); ok {
 		t.Errorf("with the slices' size unknown, expected %+v, want none", size)
+	}
+}
+
+// TestFeedReportsListSizes: the feed's informers report the initial lists'
+// sizes to the feed's listSizes: the fake API server's one Service port
+// and one endpoint, a whole list in one page.
+func TestFeedReportsListSizes(t *testing.T) {
+	cfg := mustRun(t, "--hostname-override=n1", "--proxy-mode=nftables", "--state-socket=")
+	cfg.Mode = testMode
+	failures := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_sync_failures_total", Help: "test"}, []string{"ip_family"})
+	reg := backends.Registry{testRow(&rowProxier{synced: map[proxy.IPFamily]*desired.State{}}, failures, &leftoverLog{})}
+	d := rowDaemon(t, cfg, reg)
+	feed, err := d.startFeed(t.Context(), []proxy.IPFamily{proxy.IPv4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proxy.ExpectedSize{ServicePorts: 1, EndpointPorts: 1}
+	if size, ok := feed.sizes.expected(proxy.IPv4)(t.Context()); !ok || size != want {
+		t.Errorf("expected %+v (%v), want %+v", size, ok, want)
 	}
 }
