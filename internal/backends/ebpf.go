@@ -116,10 +116,12 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		// Ahead of the first sync, while the lists arrive, the nftables
 		// half reads its tables back and says whether they held rules,
 		// and the hooks load, attach and read their maps back
-		// (ReadBack). Which ports the kernel holds is the nftables half's
-		// answer (HeldPorts).
+		// (ReadBack), creating new maps at the size the initial lists'
+		// first pages promise (ExpectSize). Which ports the kernel holds is
+		// the nftables half's answer (HeldPorts).
 		both.prep = nft.Preparer
-		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both, EarlyServer: both}
+		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both,
+			EarlyServer: both, Sizer: both}
 	}
 	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir,
 		"tcInterfaces", env.Config.BPFTCInterfaces, "acceleration", env.Config.BPFAcceleration)
@@ -292,6 +294,12 @@ func (b *hooksAndRules) ReadBack(ctx context.Context) error {
 		err = b.prep.ReadBack(ctx)
 	}
 	return errors.Join(<-done, err)
+}
+
+// ExpectSize is syncer.Sizer: the hooks create their maps at the
+// expected size; the nftables half has nothing sized.
+func (b *hooksAndRules) ExpectSize(expected func(context.Context) (proxy.ExpectedSize, bool)) {
+	b.hooks.ExpectSize(expected)
 }
 
 func (b *hooksAndRules) Init(ctx context.Context) error {
