@@ -119,7 +119,9 @@ func (l *switchLoad) expectOutage(t *testing.T, what string) {
 	counts, total, failed := l.tally()
 	for _, c := range counts {
 		if len(c.bad) == 0 {
-			t.Errorf("%s: load to %s: no failed connection among %d while the rules were gone", what, c.s, c.n)
+			t.Errorf("%s: load to %s: no failed connection among %d while the rules were gone "+
+				"(switch began at %d ms; requests ended %d–%d ms, longest pause %d ms)",
+				what, c.s, c.n, l.since.Milliseconds(), c.firstMS, c.lastMS, c.longestPause)
 		}
 	}
 	t.Logf("%s: load (rules deleted before the start): %d connections, %d failed", what, total, failed)
@@ -130,6 +132,9 @@ type streamCount struct {
 	s   *loadStream
 	n   int
 	bad []string // the failed ones
+	// firstMS and lastMS are when the first and the last of them ended,
+	// longestPause the most time between two of them (ms since the load began).
+	firstMS, lastMS, longestPause int64
 }
 
 // tally counts every stream's connections since the last count.
@@ -139,6 +144,7 @@ func (l *switchLoad) tally() (counts []streamCount, total, failed int) {
 		from := min(s.seen, len(rs))
 		s.seen = len(rs)
 		c := streamCount{s: s, n: len(rs) - from, bad: failures(rs[from:], s.svc.pod)}
+		c.firstMS, c.lastMS, c.longestPause = timeline(rs[from:])
 		counts = append(counts, c)
 		total += c.n
 		failed += len(c.bad)
@@ -193,6 +199,20 @@ func failures(rs []F.Result, pod string) []string {
 		}
 	}
 	return out
+}
+
+// timeline is when the first and the last of rs ended and the longest
+// pause between two of them, in ms since the load began.
+func timeline(rs []F.Result) (firstMS, lastMS, longestPause int64) {
+	for i, r := range rs {
+		if i > 0 {
+			longestPause = max(longestPause, r.MS-rs[i-1].MS)
+		}
+	}
+	if len(rs) > 0 {
+		firstMS, lastMS = rs[0].MS, rs[len(rs)-1].MS
+	}
+	return firstMS, lastMS, longestPause
 }
 
 func first(s []string, n int) []string { return s[:min(n, len(s))] }

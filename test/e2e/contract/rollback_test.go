@@ -62,6 +62,11 @@ func rollbackSequence(t *testing.T, m rollbackMode, up upstreamKubeProxy) {
 	sw.load.stop(t)
 }
 
+// outageHold is how long cleanStart leaves a node without rules: longer
+// than the load's request timeout, so that every stream has at least one
+// request begin and end inside the outage.
+const outageHold = 2 * time.Second
+
 // switcher runs one proxy at a time on n.
 type switcher struct {
 	t        *testing.T
@@ -93,12 +98,17 @@ func (s *switcher) to(proxy, what string) {
 // cleanStart stops the proxy that runs, removes every rule of the mode and
 // starts upstream. That is no switch: the Services are down until
 // upstream's first sync, and the load must have seen it, or it would not
-// see a failed switch either.
+// see a failed switch either. The rules stay gone for outageHold before
+// upstream starts: upstream may program them again within a second, and
+// on a loaded machine one request of a stream, begun before they went and
+// slowed past their return, can span such an outage: that stream sees none
+// of it.
 func (s *switcher) cleanStart(what string) {
 	s.t.Helper()
 	s.load.mark()
 	s.stop()
 	s.mode.wipe(s.t, s.c, s.n, s.up)
+	time.Sleep(outageHold)
 	s.start("upstream", what)
 	s.forgetOutageFlows()
 	// Connections begun before the deletion are the outage's too: let them
