@@ -15,9 +15,9 @@
 # (build-upstream.sh --minor; built here, before go test, like v1.37.1).
 #
 # Builds what it needs: kube-apiserver and etcd (hack/build-controlplane.sh: 0 s when cached,
-# ~5–18 min cold), upstream kube-proxy (above), the earlier svcproxy of the upgrade scenario
-# (hack/build-svcproxy-at.sh --previous, and --previous ebpf), svcproxy and the test tools (the tests run
-# `go build`). A missing binary or control plane is a failure, never a skip.
+# ~5–18 min cold), upstream kube-proxy (above), the earlier svcproxy of the upgrade scenarios
+# (hack/build-svcproxy-at.sh --previous, --previous ebpf and --previous ebpf-tc), svcproxy and the
+# test tools (the tests run `go build`). A missing binary or control plane is a failure, never a skip.
 #
 # Knobs: E2E_MODES (nftables,iptables,ebpf), E2E_RUN (go test -run), E2E_TIMEOUT (default 45m),
 #        E2E_APISERVER_OUTAGE (how long the outage scenario stops the API server; default 60s),
@@ -77,6 +77,7 @@ main() {
   t0=$SECONDS
   "$HACK/build-svcproxy-at.sh" --previous >/dev/null || { log "ERROR: building the previous svcproxy failed"; return 1; }
   "$HACK/build-svcproxy-at.sh" --previous ebpf >/dev/null || { log "ERROR: building the previous svcproxy of ebpf mode failed"; return 1; }
+  "$HACK/build-svcproxy-at.sh" --previous ebpf-tc >/dev/null || { log "ERROR: building the previous svcproxy with tc programs failed"; return 1; }
   log "previous svcproxy ($((SECONDS - t0)) s)"
   local args=(-count=1 -timeout "${E2E_TIMEOUT:-45m}")
   [[ -z ${E2E_RUN:-} ]] || args+=(-run "$E2E_RUN")

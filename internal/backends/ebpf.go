@@ -102,6 +102,9 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		inst.StaleFlows[f] = []StaleFlows{{Table: p.Sockets(), Name: "ebpf sockets"}}
 		nft := inst.Proxiers[f]
 		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder}
+		if f == proxy.IPv4 && len(env.Config.BPFTCInterfaces) == 0 {
+			inst.OnClose(retireTC(ctx, tcPinDir(pinDir)))
+		}
 		if f == proxy.IPv4 {
 			if both.tc, err = openTC(pinDir, env.Config.BPFTCInterfaces, env.Config.BPFAcceleration); err != nil {
 				inst.Close()
@@ -224,15 +227,47 @@ func drainTC(ctx context.Context, dir string) error {
 	return nil
 }
 
-// openTC is the tc programs' Proxier for ifaces, nil for none. A start
-// without interfaces takes off them the programs an earlier start attached:
-// their links are pinned and would otherwise go on translating with maps
-// nobody writes.
+// retireTC takes off the interfaces, in the background, the tc programs
+// an earlier start with --bpf-tc-interfaces left pinned in dir: their
+// links would otherwise go on translating with maps nobody writes. It
+// drains them first, as a switch to another mode does (drainTC): their
+// new connections go to the nftables half's rules, which serve the same
+// Services, at once, and they are removed once the connections they
+// translated are done. The returned stop ends a drain still waiting,
+// which leaves them for the next start.
+func retireTC(ctx context.Context, dir string) (stop func()) {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		logger := klog.FromContext(ctx)
+		logger.Info("Removing the tc programs of an earlier start: --bpf-tc-interfaces is not set", "pinDir", dir)
+		err := drainTC(ctx, dir)
+		if err == nil {
+			err = nodeport.Remove(dir)
+		}
+		switch {
+		case err == nil:
+			logger.Info("Removed the tc programs of an earlier start", "pinDir", dir)
+		case ctx.Err() != nil:
+			logger.Info("Stopped before the tc programs of an earlier start were drained; the next start removes them", "pinDir", dir)
+		case err != nil:
+			logger.Error(err, "Removing the tc programs of an earlier start failed; the next start tries again", "pinDir", dir)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// openTC is the tc programs' Proxier for ifaces, nil for none (retireTC
+// then removes what an earlier start left).
 func openTC(pinDir string, ifaces []string, acceleration string) (*nodeport.Proxier, error) {
 	if len(ifaces) == 0 {
-		if err := nodeport.Remove(tcPinDir(pinDir)); err != nil {
-			return nil, fmt.Errorf("ebpf: removing the tc programs of an earlier start: %w", err)
-		}
 		return nil, nil
 	}
 	accel, err := nodeport.ParseAcceleration(acceleration)

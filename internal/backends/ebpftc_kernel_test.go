@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
@@ -95,42 +96,59 @@ func TestKernelEBPFModeTC(t *testing.T) {
 }
 
 // TestKernelEBPFModeWithoutTCDetachesIt: ebpf mode started without
-// --bpf-tc-interfaces after a start with it takes the tc programs off the
-// interface and removes their pins; the node port is the rules' again.
+// --bpf-tc-interfaces after a start with it drains the tc programs, as a
+// switch to another mode does: connections they translated are kept and
+// not reset, new connections go to the rules at once, and once the
+// translated ones closed the programs are off the interface and their pins
+// gone; the node port is the rules' again.
 func TestKernelEBPFModeWithoutTCDetachesIt(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
 	f := scenario.Families[0]
+	dst := netip.AddrPortFrom(env.Node1.IPv4, 30010)
+	client := env.FromClient(f)
 	withTC := openEBPFMode(t, env, cfg)
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
 	st := env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }).Apply(t, env.Services()...)
 	withTC.sync(t, env, st, proxy.FullSync)
+	byTC := dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans) })
 	for _, b := range withTC {
 		b.hooks.Close()
 		if b.tc != nil {
 			b.tc.Close()
 		}
 	}
-	if n := tcPrograms(t, env); n != 2 {
-		t.Fatalf("after a start with the flag: %d tc programs on fab0, want 2", n)
-	}
 
 	without := *cfg
 	without.BPFTCInterfaces = nil
 	again := openEBPFMode(t, env, &without)
 	again.sync(t, env, st, proxy.FullSync)
-	if n := tcPrograms(t, env); n != 0 {
-		t.Errorf("after a start without the flag: %d tc programs on fab0, want 0", n)
+	if n := tcPrograms(t, env); n != 2 {
+		t.Errorf("after a start without the flag, connections through the tc programs open: %d tc programs on fab0, want 2", n)
 	}
-	if _, err := os.Stat(filepath.Join(pins, "tc")); !os.IsNotExist(err) {
-		t.Errorf("after a start without the flag the tc pins remain (%v)", err)
+	askAll(t, byTC, "after a start without the flag")
+	byRules := dialAll(t, client, dst, func(ans netnstest.Answer) bool { return ans.Peer.Addr() != f.Pick(env.Allowed) })
+	notByTC(t, env, dst)
+	closeAll(byTC)
+	closed := time.Now()
+	for tcPrograms(t, env) != 0 {
+		if time.Since(closed) > time.Minute {
+			t.Fatal("the tc programs still attached a minute after the connections they translated closed")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	dst := netip.AddrPortFrom(env.Node1.IPv4, 30010)
-	for _, ans := range scenario.AskAll(t, env.FromClient(f), proxy.TCP, dst, 4) {
-		if ans.Peer.Addr() == f.Pick(env.Allowed) {
-			t.Errorf("TCP %s → %s saw the client: the rules masquerade externalTrafficPolicy Cluster", dst, ans.Server)
+	t.Logf("the tc programs removed %v after the connections they held closed", time.Since(closed).Round(time.Millisecond))
+	for wait := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		_, err := os.Stat(filepath.Join(pins, "tc"))
+		if os.IsNotExist(err) {
+			break
+		}
+		if time.Since(wait) > 10*time.Second {
+			t.Fatalf("the tc programs are off fab0 but their pins remain (%v)", err)
 		}
 	}
+	askAll(t, byRules, "after the tc programs' removal")
+	closeAll(byRules)
 }
 
 // tcPrograms counts the programs at fab0's TCX hooks in node1.

@@ -42,8 +42,9 @@ func (c *Cluster) ebpfArgs(n *Node) ([]string, error) {
 	}
 	args := []string{"--bpf-cgroup-root", n.ebpf.cgroup, "--bpf-pin-dir", n.ebpf.pins}
 	// The node's interfaces live in its own namespace: the tc programs
-	// never see the machine's. An earlier svcproxy (n.Bin) lacks the flag.
-	if tc := c.tcInterfaces(); tc != "" && n.Bin == "" {
+	// never see the machine's. An earlier svcproxy (n.Bin) lacks the flag,
+	// unless it is one with the tc programs (n.BinTC); n.NoTC leaves it out.
+	if tc := c.tcInterfaces(); tc != "" && !n.NoTC && (n.Bin == "" || n.BinTC) {
 		args = append(args, "--bpf-tc-interfaces", tc)
 		if a := c.acceleration(); a != "" {
 			args = append(args, "--bpf-acceleration", a)

@@ -30,7 +30,14 @@ type Node struct {
 	// Bin, when set, is the proxy binary StartProxy runs on this node
 	// instead of the cluster's (an older svcproxy to upgrade from, the
 	// fault-injecting build): one node changes image, as a rollout does.
-	Bin     string
+	Bin string
+	// BinTC says that Bin has the tc programs' flags: it is given
+	// --bpf-tc-interfaces (and --bpf-acceleration) as this build is.
+	BinTC bool
+	// NoTC starts this node's svcproxy without those flags where the
+	// cluster runs the tc programs: the restart an operator makes before
+	// rolling back to a version without them.
+	NoTC    bool
 	Kubecfg string // per-node kubeconfig with a ServiceAccount token
 	// StateSocket is this node's svcproxy --state-socket, for `svcproxy
 	// explain` (empty with Options.ForeignProxy).

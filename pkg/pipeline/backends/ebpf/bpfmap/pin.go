@@ -18,6 +18,17 @@ import (
 // or flags: an older svcproxy's) is replaced by a new, empty one: the
 // programs that read it are replaced too, and the first sync fills it.
 func LoadAdopting(spec *ebpf.CollectionSpec, dir string, names []string) (*ebpf.Collection, error) {
+	pins := map[string]string{}
+	for _, name := range names {
+		pins[name] = name
+	}
+	return LoadAdoptingAs(spec, dir, pins)
+}
+
+// LoadAdoptingAs is LoadAdopting with each map of pins pinned by the name
+// pins gives it (a name that carries the map's layout version); the other
+// maps are pinned by their own names.
+func LoadAdoptingAs(spec *ebpf.CollectionSpec, dir string, pins map[string]string) (*ebpf.Collection, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -27,8 +38,8 @@ func LoadAdopting(spec *ebpf.CollectionSpec, dir string, names []string) (*ebpf.
 			m.Close()
 		}
 	}()
-	for _, name := range names {
-		m, err := adopt(spec.Maps[name], filepath.Join(dir, name))
+	for name, pin := range pins {
+		m, err := adopt(spec.Maps[name], filepath.Join(dir, pin))
 		if err != nil {
 			return nil, fmt.Errorf("adopting pinned map %s: %w", name, err)
 		}
@@ -40,7 +51,7 @@ func LoadAdopting(spec *ebpf.CollectionSpec, dir string, names []string) (*ebpf.
 	if err != nil {
 		return nil, err
 	}
-	if err := PinMaps(coll, dir); err != nil {
+	if err := pinMapsAs(coll, dir, pins); err != nil {
 		coll.Close()
 		return nil, err
 	}
@@ -66,14 +77,21 @@ func adopt(spec *ebpf.MapSpec, pin string) (*ebpf.Map, error) {
 }
 
 // PinMaps pins in dir every map of coll not pinned yet.
-func PinMaps(coll *ebpf.Collection, dir string) error {
+func PinMaps(coll *ebpf.Collection, dir string) error { return pinMapsAs(coll, dir, nil) }
+
+// pinMapsAs is PinMaps with the pin names of pins where it has one.
+func pinMapsAs(coll *ebpf.Collection, dir string, pins map[string]string) error {
 	for name, m := range coll.Maps {
 		// .rodata holds the load-time constants: it comes with each load
 		// (and bpffs refuses names with a dot).
 		if m.IsPinned() || strings.HasPrefix(name, ".") {
 			continue
 		}
-		if err := m.Pin(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrExist) {
+		pin := name
+		if p, ok := pins[name]; ok {
+			pin = p
+		}
+		if err := m.Pin(filepath.Join(dir, pin)); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("pinning map %s: %w", name, err)
 		}
 	}
@@ -101,6 +119,23 @@ func AttachPinned(pin string, prog *ebpf.Program, attach func() (link.Link, erro
 	return lk, nil
 }
 
+// RemovePin removes pin; a pinned link (whatever its name: a later
+// version may pin links by names this one does not know) is detached.
+// What is not there is not an error.
+func RemovePin(pin string) error {
+	lk, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		// Not a link: a map or a program, which the pin alone keeps.
+		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	// A pinned link stays attached while the pin exists; with the pin
+	// gone, closing the last descriptor detaches the program.
+	return errors.Join(lk.Unpin(), lk.Close())
+}
+
 // RemovePins detaches every link pinned in dir, removes every other pin
 // (maps) and then dir; what is not there is not an error. It goes by what
 // dir holds, not by a list of names, so that a version which knows fewer
@@ -116,19 +151,7 @@ func RemovePins(dir string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		pin := filepath.Join(dir, e.Name())
-		if !strings.HasPrefix(e.Name(), "link_") {
-			errs = append(errs, os.Remove(pin))
-			continue
-		}
-		lk, err := link.LoadPinnedLink(pin, nil)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		// A pinned link stays attached while the pin exists; with the pin
-		// gone, closing the last descriptor detaches the program.
-		errs = append(errs, lk.Unpin(), lk.Close())
+		errs = append(errs, RemovePin(filepath.Join(dir, e.Name())))
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)

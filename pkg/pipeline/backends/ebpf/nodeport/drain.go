@@ -58,7 +58,7 @@ const drainPoll = 200 * time.Millisecond
 // or with nothing pinned). holding, when not nil, is called once with that
 // count before the wait.
 func Drain(ctx context.Context, dir string, times DrainTimes, holding func(flows int)) (int, error) {
-	ct, err := ebpf.LoadPinnedMap(filepath.Join(dir, mapCT), nil)
+	ct, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(mapCT)), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, clearFrontends(dir)
 	}
@@ -94,7 +94,7 @@ func Drain(ctx context.Context, dir string, times DrainTimes, holding func(flows
 
 // clearFrontends deletes every entry of the np_services pinned in dir.
 func clearFrontends(dir string) error {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, mapServices), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(mapServices)), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

@@ -66,7 +66,7 @@ func (f *Flows) Deleted() uint64 { return f.deleted.Load() }
 
 // open is the pinned table, nil before the programs' first load.
 func (f *Flows) open() (*ebpf.Map, error) {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(f.dir, mapCT), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(f.dir, pinName(mapCT)), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

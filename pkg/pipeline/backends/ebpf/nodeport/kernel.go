@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -15,7 +14,7 @@ import (
 )
 
 // The maps, by the names bpf/nodeport.c gives them; each is pinned by that
-// name.
+// name, or by the name of its layout's version (pinName).
 const (
 	mapServices = "np_services"
 	mapBackends = "np_backends"
@@ -30,6 +29,35 @@ const (
 
 var mapNames = []string{mapServices, mapBackends, mapMaglev, mapDevices, mapConfig, mapCT, mapRanges, mapMembers,
 	mapAffinity, mapXDPOut, mapStats}
+
+// layoutVersions are the maps whose layout (type, key, value, flags, inner
+// map) changed since svcproxy first pinned them, with their layout's
+// version: such a map is pinned as name_vN (pinName), so that a pin name
+// only ever holds one layout. Another version of svcproxy then finds
+// under each name it uses the layout it reads or nothing (and creates it):
+// it never meets a layout it would refuse, and both adopt every map whose
+// layout they share (the conntrack table among them, so flows survive a
+// downgrade and the upgrade after it). testdata/pins.txt records every
+// pin name's layout, and TestPinLayouts fails when a layout changes under
+// a name.
+var layoutVersions = map[string]int{mapMaglev: 2}
+
+// pinName is the name map is pinned by.
+func pinName(m string) string {
+	if v := layoutVersions[m]; v > 1 {
+		return fmt.Sprintf("%s_v%d", m, v)
+	}
+	return m
+}
+
+// pinNames maps each map to its pin name.
+func pinNames() map[string]string {
+	pins := map[string]string{}
+	for _, m := range mapNames {
+		pins[m] = pinName(m)
+	}
+	return pins
+}
 
 // The tc programs svcproxy attaches, and where (np_xdp: xdp.go).
 var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}
@@ -83,7 +111,7 @@ func load(dir string, ifaces []string, accel Acceleration, sz sizes) (*loaded, e
 	if err != nil {
 		return nil, err
 	}
-	coll, err := bpfmap.LoadAdopting(spec, dir, mapNames)
+	coll, err := bpfmap.LoadAdoptingAs(spec, dir, pinNames())
 	if err != nil {
 		return nil, fmt.Errorf("loading the tc node-port programs: %w", err)
 	}
@@ -94,27 +122,35 @@ func load(dir string, ifaces []string, accel Acceleration, sz sizes) (*loaded, e
 			return nil, err
 		}
 	}
-	if err := l.detachUnlisted(dir, ifaces); err != nil {
+	if err := l.removeUnowned(dir, ifaces); err != nil {
 		l.close()
 		return nil, err
 	}
 	return l, nil
 }
 
-// detachUnlisted detaches the links pinned in dir that this load did not
-// attach (on interfaces no longer listed, np_xdp's where acceleration is
-// off or the driver refused it) and forgets those interfaces, so that a
-// start with fewer --bpf-tc-interfaces, or without --bpf-acceleration,
-// leaves no program behind.
-func (l *loaded) detachUnlisted(dir string, ifaces []string) error {
-	listed := map[string]bool{}
+// removeUnowned removes from dir what this load does not own. It detaches
+// the links it did not attach (on interfaces no longer listed, np_xdp's
+// where acceleration is off or the driver refused it, another version's
+// links by names this one does not use) and forgets those interfaces, so
+// that a start with fewer --bpf-tc-interfaces, or without
+// --bpf-acceleration, leaves no program behind. It removes every other pin
+// that is not one of its maps' (another version's maps, of layouts this
+// one does not read): their memory would stay taken, and a later version
+// that pins a map by that name would find stale contents. This load's
+// links are attached by then, so no program reads what goes.
+func (l *loaded) removeUnowned(dir string, ifaces []string) error {
+	owned := map[string]bool{}
 	for _, iface := range ifaces {
 		for name := range hooks {
-			listed[filepath.Base(linkPin(dir, name, iface))] = true
+			owned[filepath.Base(linkPin(dir, name, iface))] = true
 		}
 	}
 	for _, iface := range l.xdpIfaces {
-		listed[filepath.Base(linkPin(dir, progXDP, iface))] = true
+		owned[filepath.Base(linkPin(dir, progXDP, iface))] = true
+	}
+	for _, pin := range pinNames() {
+		owned[pin] = true
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -122,15 +158,9 @@ func (l *loaded) detachUnlisted(dir string, ifaces []string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "link_") || listed[e.Name()] {
-			continue
+		if !owned[e.Name()] {
+			errs = append(errs, bpfmap.RemovePin(filepath.Join(dir, e.Name())))
 		}
-		lk, err := link.LoadPinnedLink(filepath.Join(dir, e.Name()), nil)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		errs = append(errs, lk.Unpin(), lk.Close())
 	}
 	errs = append(errs, keepOnly(l.coll.Maps[mapDevices], ifaces), keepOnly(l.coll.Maps[mapXDPOut], l.xdpIfaces))
 	return errors.Join(errs...)

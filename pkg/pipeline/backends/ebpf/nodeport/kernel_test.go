@@ -2,11 +2,15 @@ package nodeport
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -271,6 +275,50 @@ func TestKernelDroppedInterface(t *testing.T) {
 	dst := netip.AddrPortFrom(r.node1.IPv4, 30080)
 	if seen := r.ask(t, proxy.TCP, dst, 4, map[string]func(netip.AddrPort) bool{"pod-a": r.keptSource}); seen["pod-a"] != 4 {
 		t.Errorf("through fab0 after the restart: %v, want pod-a 4 times", seen)
+	}
+}
+
+// TestKernelForeignLinkDetached: a start detaches a link another version
+// pinned in the directory by a name this one does not use, whatever its
+// form (its programs would go on running beside this version's), and
+// removes it, and serves through its own.
+func TestKernelForeignLinkDetached(t *testing.T) {
+	r := newRig(t)
+	st := stateOf(r.node1.IPv4, port("web", proxy.TCP, 30080, r.ep(r.podA)))
+	first := r.proxier(t, "np")
+	r.sync(t, first, st, proxy.RecoverySync)
+	foreign := filepath.Join(r.pins, "np", "tcx_np_ingress_v9_fab0")
+	must(t, r.node1.NS.Do(func() error {
+		dev, err := net.InterfaceByName("fab0")
+		if err != nil {
+			return err
+		}
+		// A hook takes a program once: another program stands for the
+		// other version's.
+		lk, err := link.AttachTCX(link.TCXOptions{Interface: dev.Index, Program: first.kernel.coll.Programs["np_egress"],
+			Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		defer lk.Close()
+		return lk.Pin(foreign)
+	}))
+	first.Close()
+	if n := r.attachedTCX(t, "fab0"); n != 3 {
+		t.Fatalf("with another version's link pinned: %d programs on fab0, want 3", n)
+	}
+
+	second := r.proxier(t, "np")
+	r.sync(t, second, st, proxy.RecoverySync)
+	if n := r.attachedTCX(t, "fab0"); n != 2 {
+		t.Errorf("after a start: %d programs on fab0, want its own 2", n)
+	}
+	if _, err := os.Stat(foreign); !os.IsNotExist(err) {
+		t.Errorf("the other version's link pin is still there (%v)", err)
+	}
+	dst := netip.AddrPortFrom(r.node1.IPv4, 30080)
+	if seen := r.ask(t, proxy.TCP, dst, 4, map[string]func(netip.AddrPort) bool{"pod-a": r.keptSource}); seen["pod-a"] != 4 {
+		t.Errorf("through fab0 after the start: %v, want pod-a 4 times", seen)
 	}
 }
 

@@ -2,6 +2,7 @@ package nodeport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -206,8 +207,11 @@ func TestKernelMaglevSwapsWholeTable(t *testing.T) {
 }
 
 // TestKernelMaglevAdoptsOldLayout: a start that finds np_maglev pinned
-// as an older svcproxy left it (one hash entry per slot) replaces it by
-// the map of tables and serves the Maglev port from it.
+// as an older svcproxy left it (one hash entry per slot) pins its map of
+// tables by another name (np_maglev_v2) and serves the Maglev port from
+// it, and removes the older map's pin, and one of a layout a later
+// version might pin, so that no version finds a layout it does not know
+// under a name it uses.
 func TestKernelMaglevAdoptsOldLayout(t *testing.T) {
 	ns, pins := progNS(t)
 	dir := filepath.Join(pins, "node")
@@ -215,19 +219,36 @@ func TestKernelMaglevAdoptsOldLayout(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}
-		old, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 16, ValueSize: 8, MaxEntries: 1 << 14,
-			Flags: unix.BPF_F_NO_PREALLOC})
-		if err != nil {
-			return err
+		for _, pin := range []string{mapMaglev, "np_later_v9"} {
+			old, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 16, ValueSize: 8, MaxEntries: 1 << 14,
+				Flags: unix.BPF_F_NO_PREALLOC})
+			if err != nil {
+				return err
+			}
+			err = old.Pin(filepath.Join(dir, pin))
+			old.Close()
+			if err != nil {
+				return err
+			}
 		}
-		defer old.Close()
-		return old.Pin(filepath.Join(dir, mapMaglev))
+		return nil
 	}))
 	p := progProxier(t, pins, "node")
 	eps := maglevEps(3)
 	syncIn(t, ns, p, maglevPort(eps))
 	if typ := p.kernel.coll.Maps[mapMaglev].Type(); typ != ebpf.HashOfMaps {
 		t.Fatalf("np_maglev is a %v after the start, want a map of tables", typ)
+	}
+	pinned, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(mapMaglev)), nil)
+	must(t, err)
+	if !sameMap(pinned, p.kernel.coll.Maps[mapMaglev]) {
+		t.Errorf("%s is not the map the programs read", pinName(mapMaglev))
+	}
+	pinned.Close()
+	for _, pin := range []string{mapMaglev, "np_later_v9"} {
+		if _, err := os.Stat(filepath.Join(dir, pin)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the pin %s of a layout this version does not read is still there (%v)", pin, err)
+		}
 	}
 	f := maglev.Flow{Src: netip.MustParseAddr("198.18.0.100"), Dst: vip, SrcPort: 40000, DstPort: 80, Protocol: 6}
 	want, _ := maglev.New(eps).Lookup(maglev.FlowHash(f))

@@ -127,8 +127,8 @@ func (p *Proxier) CanaryMissing() bool { return p.programmed && p.pinsMissing() 
 
 func (p *Proxier) pinsMissing() bool {
 	pins := []string{}
-	for _, name := range mapNames {
-		pins = append(pins, filepath.Join(p.o.PinDir, name))
+	for _, pin := range pinNames() {
+		pins = append(pins, filepath.Join(p.o.PinDir, pin))
 	}
 	for _, iface := range p.o.Interfaces {
 		for prog := range hooks {
