@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -68,6 +69,38 @@ func (c *Cluster) tcInterfaces() string {
 		return strings.Join(c.Opts.TCInterfaces, ",")
 	}
 	return os.Getenv("E2E_EBPF_TC")
+}
+
+// TCServes reports whether node n's svcproxy runs ebpf mode with the tc
+// programs, which then serve IPv4 without nftables rules: node n is in
+// ebpf mode, runs this tree's svcproxy and has --bpf-tc-interfaces.
+func (c *Cluster) TCServes(n *Node) bool {
+	return c.mode(n) == "ebpf" && n.Bin == "" && c.tcInterfaces() != ""
+}
+
+// proxyChains matches the chains svcproxy's iptables and IPVS modes
+// create in iptables-save's output (a kubelet's KUBE-FIREWALL and
+// KUBE-KUBELET-CANARY are not svcproxy's).
+var proxyChains = regexp.MustCompile(`(?m)^:KUBE-(SERVICES|NODEPORTS|POSTROUTING|MARK-MASQ|PROXY-CANARY|PROXY-FIREWALL|EXTERNAL-SERVICES|FORWARD|LOAD-BALANCER|NODE-PORT|SVC-|SEP-|EXT-|FW-|SVL-)`)
+
+// IPv4RulesLeft returns what rules of svcproxy's node n holds for IPv4
+// ("" when none): the nftables table "ip kube-proxy" and the chains of
+// proxyChains in iptables-save.
+func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
+	tables, err := c.Exec(n, "nft", "list", "tables")
+	if err != nil {
+		return "", fmt.Errorf("nft list tables: %w", err)
+	}
+	var left []string
+	if strings.Contains(tables, "table ip kube-proxy") {
+		left = append(left, "nftables table ip kube-proxy")
+	}
+	saved, err := c.Exec(n, "iptables-save")
+	if err != nil {
+		return "", fmt.Errorf("iptables-save: %w", err)
+	}
+	left = append(left, proxyChains.FindAllString(saved, -1)...)
+	return strings.Join(left, ", "), nil
 }
 
 // TCAttached reports whether node n's svcproxy pinned its tc programs'

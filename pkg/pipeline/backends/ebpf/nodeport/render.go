@@ -31,9 +31,9 @@ func newContents() Contents {
 		maglevEndpoints: map[uint64][]proxy.Endpoint{}, Ranges: map[srcKey]uint32{}, Members: map[memberKey]uint32{}}
 }
 
-// Served says whether the tc programs translate sp's external frontends.
-// What they do not serve is left to the nftables half, which still has
-// its rules: IPv6 and SCTP.
+// Served says whether the tc programs translate sp's external frontends:
+// IPv4 TCP and UDP. In their family nothing else translates packets from
+// outside the node (ebpf mode has no nftables half there).
 func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
 	_, ok := protoNumbers[sp.Protocol]
 	return family == proxy.IPv4 && ok
@@ -51,9 +51,8 @@ func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
 // members, so that a client's remembered endpoint counts only while it is
 // one. A masqueraded route's flows to endpoints on other nodes leave with
 // the node's primary IP; those to local endpoints carry the State's
-// masquerade mark, which the nftables half's postrouting masquerades (as
-// it does every flow it marks), so that a local pod sees the node as it
-// would in nftables mode.
+// masquerade mark, which nothing of ebpf mode's masquerades: a local pod
+// sees the client.
 //
 // A group's ID is a hash of the service port's name and dispatch set,
 // probed past collisions in name order, so that the same State always

@@ -1,0 +1,192 @@
+package backends
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
+)
+
+// TestKernelEBPFModeTCOnAndOff: restarts of ebpf mode that turn the tc
+// programs on and then off again, while an outside client opens TCP
+// connections and sends UDP datagrams to IPv4 node ports back to back.
+// Turned on, the IPv4 nftables table the earlier start left serves until
+// the first sync has programmed the tc programs, which then removes it (no
+// IPv4 rules of svcproxy's remain); turned off, the tc programs serve until
+// the first sync has programmed the table again, which then takes them off
+// the interface and removes their pins. Not one request fails, but for
+// those in flight while the old path is removed: a connection the old
+// path translated loses its translation then (docs/design/0009-ebpf-without-nftables.md).
+func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
+	env, cfg, pins := tcModeEnv(t)
+	ctx := context.Background()
+	f := scenario.Families[0]
+	without := *cfg
+	without.BPFTCInterfaces = nil
+	st := env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }).Apply(t, env.Services()...)
+
+	rules := openEBPFMode(t, env, &without)
+	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return rules.cleanup(ctx) }) })
+	rules.sync(t, env, st, proxy.FullSync)
+	if !ipv4Table(t, env) {
+		t.Fatal("no IPv4 nftables table after a start without the tc programs")
+	}
+	load := startNodePortLoad(env, f, env.Node1.IPv4)
+
+	stopEBPFMode(rules)
+	withTC := openEBPFMode(t, env, cfg)
+	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
+	if !ipv4Table(t, env) {
+		t.Error("turning the tc programs on removed the IPv4 table before they synced")
+	}
+	load.timeRetirement(withTC[proxy.IPv4])
+	withTC.sync(t, env, st, proxy.FullSync)
+	if n := tcPrograms(t, env); n != 2 || ipv4Table(t, env) {
+		t.Errorf("after the first sync with the tc programs: %d on fab0 (want 2), IPv4 table present: %t (want false)", n, ipv4Table(t, env))
+	}
+	noIPv4Rules(t, env)
+	load.settle()
+
+	stopEBPFMode(withTC)
+	again := openEBPFMode(t, env, &without)
+	if n := tcPrograms(t, env); n != 2 {
+		t.Errorf("turning the tc programs off took them off fab0 before the rules synced: %d left, want 2", n)
+	}
+	load.timeRetirement(again[proxy.IPv4])
+	again.sync(t, env, st, proxy.FullSync)
+	if n := tcPrograms(t, env); n != 0 || !ipv4Table(t, env) {
+		t.Errorf("after the first sync without the tc programs: %d on fab0 (want 0), IPv4 table present: %t (want true)", n, ipv4Table(t, env))
+	}
+	if _, err := os.Stat(filepath.Join(pins, "tc")); !os.IsNotExist(err) {
+		t.Errorf("after a start without the flag the tc pins remain (%v)", err)
+	}
+	load.settle()
+	load.stop(t)
+
+	dst := netip.AddrPortFrom(env.Node1.IPv4, 30010)
+	for _, ans := range scenario.AskAll(t, env.FromClient(f), proxy.TCP, dst, 4) {
+		if ans.Peer.Addr() == f.Pick(env.Allowed) {
+			t.Errorf("TCP %s → %s saw the client: the rules masquerade externalTrafficPolicy Cluster", dst, ans.Server)
+		}
+	}
+}
+
+// stopEBPFMode closes what a stopped svcproxy closes: the programs stay
+// attached through their pinned links, and the nftables tables stay.
+func stopEBPFMode(m modeProxiers) {
+	for _, b := range m {
+		b.hooks.Close()
+		if b.tc != nil {
+			b.tc.Close()
+		}
+	}
+}
+
+// ipv4Table reports whether node1 holds the IPv4 table "ip kube-proxy".
+func ipv4Table(t *testing.T, env *scenario.Env) bool {
+	t.Helper()
+	out, err := env.Node1.NS.Run(context.Background(), "nft", "list", "tables")
+	if err != nil {
+		t.Fatalf("nft list tables: %v: %s", err, out)
+	}
+	return strings.Contains(string(out), "table ip kube-proxy")
+}
+
+// nodePortLoad asks the scenario's first node ports (TCP 30010, UDP 30011)
+// by turns, back to back, from the outside client, until stopped, and
+// keeps when each request ran and how it ended.
+type nodePortLoad struct {
+	mu       sync.Mutex
+	requests []loadRequest
+	// removals are when the old path was being removed.
+	removals [][2]time.Time
+	done     chan struct{}
+	stopped  sync.WaitGroup
+}
+
+type loadRequest struct {
+	proto      proxy.Protocol
+	start, end time.Time
+	err        error
+}
+
+func startNodePortLoad(env *scenario.Env, f scenario.Fam, node netip.Addr) *nodePortLoad {
+	l := &nodePortLoad{done: make(chan struct{})}
+	client := env.FromClient(f)
+	l.stopped.Add(1)
+	go func() {
+		defer l.stopped.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			r := loadRequest{proto: []proxy.Protocol{proxy.TCP, proxy.UDP}[i%2], start: time.Now()}
+			_, r.err = client.Ask(r.proto, netip.AddrPortFrom(node, uint16(30010+i%2)))
+			r.end = time.Now()
+			l.mu.Lock()
+			l.requests = append(l.requests, r)
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+// timeRetirement records when b's first sync removes the old path.
+func (l *nodePortLoad) timeRetirement(b *hooksAndRules) {
+	remove := b.retire.remove
+	b.retire.remove = func(ctx context.Context) error {
+		start := time.Now()
+		err := remove(ctx)
+		l.mu.Lock()
+		l.removals = append(l.removals, [2]time.Time{start, time.Now()})
+		l.mu.Unlock()
+		return err
+	}
+}
+
+// settle lets requests run on the new path alone for a while.
+func (l *nodePortLoad) settle() { time.Sleep(300 * time.Millisecond) }
+
+// stop ends the load and fails the test for every failed request that was
+// not in flight while the old path was removed; it logs those that were.
+func (l *nodePortLoad) stop(t *testing.T) {
+	t.Helper()
+	close(l.done)
+	l.stopped.Wait()
+	var inFlight, failed int
+	for _, r := range l.requests {
+		if r.err == nil {
+			continue
+		}
+		failed++
+		if l.overlapsRemoval(r) {
+			inFlight++
+			t.Logf("in flight while the old path was removed: %s: %v", r.proto, r.err)
+			continue
+		}
+		t.Errorf("%s request at %s failed: %v", r.proto, r.start.Format("15:04:05.000"), r.err)
+	}
+	if len(l.removals) != 2 {
+		t.Errorf("the old path was removed %d times, want twice (once per switch)", len(l.removals))
+	}
+	t.Logf("%d requests to the node ports across both switches; %d failed, %d of them in flight while the old path was removed", len(l.requests), failed, inFlight)
+}
+
+func (l *nodePortLoad) overlapsRemoval(r loadRequest) bool {
+	for _, w := range l.removals {
+		if r.start.Before(w[1]) && r.end.After(w[0]) {
+			return true
+		}
+	}
+	return false
+}
