@@ -149,16 +149,20 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 
 // openTCHalf gives both, of a family the tc programs can serve, what the
 // configuration says of them. With interfaces, the programs serve the
-// family in place of an nftables half, and the family's nftables table (a
-// start without them, or nftables mode, left it) goes once they have
-// synced. Without, the programs an earlier start attached go once the
-// nftables half has synced in their place: their links are pinned and
-// would otherwise go on translating with maps nobody writes. Either way
-// the old path serves until the new one is programmed (make before break).
+// family in place of an nftables half, and the family's nftables rules (a
+// start without them, or nftables mode, left them) go once they have
+// synced, all but their empty nat chains (nftables.KeepNATHooks: the
+// connections the rules translated keep their translation). Without, the
+// programs an earlier start attached are drained and go once the nftables
+// half has synced in their place: their links are pinned and would
+// otherwise go on translating with maps nobody writes. Either way the old
+// path serves until the new one is programmed (make before break), and
+// the connections it carries outlive it.
 func openTCHalf(inst *Instance, both *hooksAndRules, family proxy.IPFamily, pinDir string, cfg *config.Config) error {
 	if len(cfg.BPFTCInterfaces) == 0 {
-		both.retire = retirement{what: "the tc programs of an earlier start", remove: func(context.Context) error {
-			return nodeport.Remove(tcPinDir(pinDir))
+		both.retire = retirement{what: "the tc programs of an earlier start", remove: func(ctx context.Context) error {
+			go drainAndRemoveTC(ctx, tcPinDir(pinDir))
+			return nil
 		}}
 		return nil
 	}
@@ -174,10 +178,24 @@ func openTCHalf(inst *Instance, both *hooksAndRules, family proxy.IPFamily, pinD
 	inst.OnClose(tc.Close)
 	inst.StaleFlows[family] = append(inst.StaleFlows[family], StaleFlows{Table: tc.Flows(), Name: "ebpf tc flows"})
 	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(tc.Flows()), tcDropsCollector{tc}))
-	both.retire = retirement{what: "the nftables table", remove: func(ctx context.Context) error {
-		return nftables.CleanupTable(ctx, family)
+	both.retire = retirement{what: "the nftables rules", remove: func(ctx context.Context) error {
+		return nftables.KeepNATHooks(ctx, family)
 	}}
 	return nil
+}
+
+// drainAndRemoveTC drains the tc programs pinned in dir (drainTC), which
+// can take minutes, beside the syncs, then removes them; a failure leaves
+// them for the next start, which finds them as leftovers.
+func drainAndRemoveTC(ctx context.Context, dir string) {
+	logger := klog.FromContext(ctx)
+	err := drainTC(ctx, dir)
+	if err == nil {
+		err = nodeport.Remove(dir)
+	}
+	if err != nil {
+		logger.Error(err, "Removing the tc programs of an earlier start failed; the next start tries again", "pinDir", dir)
+	}
 }
 
 // cgroupRoot is the cgroup the hooks attach to: the configured one, else

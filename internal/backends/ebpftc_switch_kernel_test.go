@@ -41,7 +41,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	withTC := openEBPFMode(t, env, cfg)
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
 	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, withTC.sync)
-	byTC := dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans) })
+	byTC := dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans, client.Source) })
 	for _, b := range withTC {
 		b.hooks.Close()
 		if b.tc != nil {
@@ -94,7 +94,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, again.sync)
 	askAll(t, byRules, "nftables → ebpf+tc")
 	closeAll(byRules)
-	closeAll(dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans) }))
+	closeAll(dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans, client.Source) }))
 }
 
 // stateSync hands a State to the Proxier of its family.

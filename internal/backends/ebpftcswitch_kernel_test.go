@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
@@ -36,21 +37,21 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	rules := openEBPFMode(t, env, &without)
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return rules.cleanup(ctx) }) })
 	rules.sync(t, env, st, proxy.FullSync)
-	if !ipv4Table(t, env) {
-		t.Fatal("no IPv4 nftables table after a start without the tc programs")
+	if !ipv4Rules(t, env) {
+		t.Fatal("no IPv4 nftables rules after a start without the tc programs")
 	}
 	load := startNodePortLoad(env, f, env.Node1.IPv4)
 
 	stopEBPFMode(rules)
 	withTC := openEBPFMode(t, env, cfg)
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
-	if !ipv4Table(t, env) {
-		t.Error("turning the tc programs on removed the IPv4 table before they synced")
+	if !ipv4Rules(t, env) {
+		t.Error("turning the tc programs on removed the IPv4 rules before they synced")
 	}
 	load.timeRetirement(withTC[proxy.IPv4])
 	withTC.sync(t, env, st, proxy.FullSync)
-	if n := tcPrograms(t, env); n != 2 || ipv4Table(t, env) {
-		t.Errorf("after the first sync with the tc programs: %d on fab0 (want 2), IPv4 table present: %t (want false)", n, ipv4Table(t, env))
+	if n := tcPrograms(t, env); n != 2 || ipv4Rules(t, env) {
+		t.Errorf("after the first sync with the tc programs: %d on fab0 (want 2), IPv4 rules present: %t (want false)", n, ipv4Rules(t, env))
 	}
 	noIPv4Rules(t, env)
 	load.settle()
@@ -62,8 +63,11 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	}
 	load.timeRetirement(again[proxy.IPv4])
 	again.sync(t, env, st, proxy.FullSync)
-	if n := tcPrograms(t, env); n != 0 || !ipv4Table(t, env) {
-		t.Errorf("after the first sync without the tc programs: %d on fab0 (want 0), IPv4 table present: %t (want true)", n, ipv4Table(t, env))
+	if !ipv4Rules(t, env) {
+		t.Error("after the first sync without the tc programs: no IPv4 rules")
+	}
+	if n := tcProgramsGone(t, env); n != 0 {
+		t.Errorf("after the first sync without the tc programs and their drain: %d on fab0, want 0", n)
 	}
 	if _, err := os.Stat(filepath.Join(pins, "tc")); !os.IsNotExist(err) {
 		t.Errorf("after a start without the flag the tc pins remain (%v)", err)
@@ -90,14 +94,39 @@ func stopEBPFMode(m modeProxiers) {
 	}
 }
 
-// ipv4Table reports whether node1 holds the IPv4 table "ip kube-proxy".
-func ipv4Table(t *testing.T, env *scenario.Env) bool {
+// ipv4Rules reports whether node1's IPv4 table "ip kube-proxy" holds a
+// rule, set or map: the rules, not just the empty nat chains that keep
+// the translation of connections they made (nftables.KeepNATHooks).
+func ipv4Rules(t *testing.T, env *scenario.Env) bool {
 	t.Helper()
 	out, err := env.Node1.NS.Run(context.Background(), "nft", "list", "tables")
 	if err != nil {
 		t.Fatalf("nft list tables: %v: %s", err, out)
 	}
-	return strings.Contains(string(out), "table ip kube-proxy")
+	if !strings.Contains(string(out), "table ip kube-proxy") {
+		return false
+	}
+	out, err = env.Node1.NS.Run(context.Background(), "nft", "--json", "list", "table", "ip", "kube-proxy")
+	if err != nil {
+		t.Fatalf("nft list table ip kube-proxy: %v: %s", err, out)
+	}
+	listing := strings.ReplaceAll(string(out), " ", "")
+	return strings.Contains(listing, `{"rule":`) || strings.Contains(listing, `{"set":`) || strings.Contains(listing, `{"map":`)
+}
+
+// tcProgramsGone waits for the tc programs' drain (at least its quiet
+// time) and removal after a start without them, and reports how many
+// are left on fab0.
+func tcProgramsGone(t *testing.T, env *scenario.Env) int {
+	t.Helper()
+	deadline := time.Now().Add(nodeport.DefaultDrainTimes.Quiet + 10*time.Second)
+	for {
+		n := tcPrograms(t, env)
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // nodePortLoad asks the scenario's first node ports (TCP 30010, UDP 30011)

@@ -93,7 +93,15 @@ func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
 	}
 	var left []string
 	if strings.Contains(tables, "table ip kube-proxy") {
-		left = append(left, "nftables table ip kube-proxy")
+		// The table may stay as its empty nat chains alone, which keep
+		// the translation of connections the rules made earlier.
+		listed, err := c.Exec(n, "nft", "--json", "list", "table", "ip", "kube-proxy")
+		if err != nil {
+			return "", fmt.Errorf("nft list table ip kube-proxy: %w", err)
+		}
+		if objs := NFTRulesAndSets(listed); objs > 0 {
+			left = append(left, fmt.Sprintf("%d rules, sets and maps in the nftables table ip kube-proxy", objs))
+		}
 	}
 	saved, err := c.Exec(n, "iptables-save")
 	if err != nil {
@@ -220,4 +228,13 @@ func (c *Cluster) teardownEBPF() {
 			c.T.Errorf("teardown: unmounting %s: %v", c.cgroupMount, err)
 		}
 	}
+}
+
+// NFTRulesAndSets counts the rules, sets and maps in nft's JSON listing.
+func NFTRulesAndSets(listing string) int {
+	n := 0
+	for _, kind := range []string{`{"rule":`, `{"set":`, `{"map":`} {
+		n += strings.Count(strings.ReplaceAll(listing, " ", ""), kind)
+	}
+	return n
 }
