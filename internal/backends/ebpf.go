@@ -126,8 +126,9 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		// Ahead of the first sync, while the lists arrive, the nftables
 		// half reads its tables back and says whether they held rules,
 		// and the hooks load, attach and read their maps back
-		// (ReadBack). Which ports the kernel holds is the nftables half's
-		// answer (HeldPorts).
+		// (ReadBack), creating new maps at the size the initial lists'
+		// first pages promise (ExpectSize). Which ports the kernel holds is
+		// the nftables half's answer (HeldPorts).
 		nft, withRules := inst.Proxiers[f]
 		if withRules {
 			both.rules, both.held, both.prep = nft.Proxier, nft.PortHolder, nft.Preparer
@@ -138,11 +139,13 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 				return nil, err
 			}
 		}
-		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both, EarlyServer: both}
+		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both,
+			EarlyServer: both, Sizer: both}
 	}
 	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir,
 		"tcInterfaces", env.Config.BPFTCInterfaces, "acceleration", env.Config.BPFAcceleration,
 		"nftablesFamilies", rulesEnv.Families)
+	warnAcceleratedVeths(ctx, env.Config)
 	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newEBPFCollector(hooks)))
 	return inst, nil
 }
@@ -195,6 +198,19 @@ func drainAndRemoveTC(ctx context.Context, dir string) {
 	}
 	if err != nil {
 		logger.Error(err, "Removing the tc programs of an earlier start failed; the next start tries again", "pinDir", dir)
+	}
+}
+
+// warnAcceleratedVeths names each veth XDP acceleration runs on: there
+// what it forwards depends on the peer, which svcproxy cannot see
+// (user/troubleshooting.md says what to do).
+func warnAcceleratedVeths(ctx context.Context, cfg *config.Config) {
+	if accel, err := nodeport.ParseAcceleration(cfg.BPFAcceleration); err != nil || accel == nodeport.AccelerationDisabled {
+		return
+	}
+	for _, iface := range nodeport.Veths(cfg.BPFTCInterfaces) {
+		klog.FromContext(ctx).Info("XDP acceleration on a veth: a sender on this machine that leaves checksums to offload is served by tc, and the peer must run an XDP program to take what XDP sends back",
+			"interface", iface)
 	}
 }
 

@@ -77,6 +77,12 @@ func (b *hooksAndRules) ReadBack(ctx context.Context) error {
 	return errors.Join(<-done, err)
 }
 
+// ExpectSize is syncer.Sizer: the hooks create their maps at the
+// expected size; the nftables half has nothing sized.
+func (b *hooksAndRules) ExpectSize(expected func(context.Context) (proxy.ExpectedSize, bool)) {
+	b.hooks.ExpectSize(expected)
+}
+
 func (b *hooksAndRules) Init(ctx context.Context) error {
 	var rules error
 	if b.rules != nil {
