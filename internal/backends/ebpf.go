@@ -154,13 +154,13 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 // configuration says of them. With interfaces, the programs serve the
 // family in place of an nftables half, and the family's nftables rules (a
 // start without them, or nftables mode, left them) go once they have
-// synced, all but their empty nat chains (nftables.KeepNATHooks: the
-// connections the rules translated keep their translation). Without, the
-// programs an earlier start attached are drained and go once the nftables
-// half has synced in their place: their links are pinned and would
-// otherwise go on translating with maps nobody writes. Either way the old
-// path serves until the new one is programmed (make before break), and
-// the connections it carries outlive it.
+// synced, all but their empty nat chains and a rule that keeps conntrack
+// on (nftables.KeepNATHooks: the connections the rules translated keep
+// their translation). Without, the programs an earlier start attached are
+// drained and go once the nftables half has synced in their place: their
+// links are pinned and would otherwise go on translating with maps nobody
+// writes. Either way the old path serves until the new one is programmed
+// (make before break), and the connections it carries outlive it.
 func openTCHalf(inst *Instance, both *hooksAndRules, family proxy.IPFamily, pinDir string, cfg *config.Config) error {
 	if len(cfg.BPFTCInterfaces) == 0 {
 		both.retire = retirement{what: "the tc programs of an earlier start", remove: func(ctx context.Context) error {

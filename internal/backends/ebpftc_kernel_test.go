@@ -28,8 +28,8 @@ import (
 // IPv4 TCP and UDP to a node port and an external IP go through the tc
 // programs (node1's conntrack has no flow to the frontend). Those of
 // externalTrafficPolicy Cluster reach node2's pod from a tc masquerade
-// port of node1; node1's pods see the client, as nothing masquerades the
-// flow tc marked (a documented difference); externalTrafficPolicy Local
+// port of node1; node1's pods see the client, as nothing masquerades a
+// local endpoint's flow (a documented difference); externalTrafficPolicy Local
 // keeps the client's address. The source-ranged LB IP and a node port
 // with ClientIP affinity are tc's too (tcSourceRanges, tcAffinity). IPv6
 // the rules serve, masqueraded. Another mode's leftover removal takes the
@@ -49,7 +49,7 @@ func TestKernelEBPFModeTC(t *testing.T) {
 	if both[proxy.IPv4].rules != nil || both[proxy.IPv6].rules == nil {
 		t.Fatalf("nftables halves: IPv4 %v, IPv6 %v; want IPv6's only", both[proxy.IPv4].rules, both[proxy.IPv6].rules)
 	}
-	noIPv4Rules(t, env)
+	noIPv4Rules(t, env, false)
 	for _, f := range scenario.Families {
 		client := f.Pick(env.Allowed)
 		for i, proto := range scenario.Protocols {
@@ -126,7 +126,7 @@ var stickyExternal = scenario.Spec{Name: "sticky-external", Slot: 23, NodePort: 
 
 // tcMasqueraded says whether the endpoint that answered saw what tc's
 // path shows it of an externalTrafficPolicy Cluster flow from client: a
-// node1 pod, the client (no nftables half masquerades the flow tc marked);
+// node1 pod, the client (nothing masquerades a local endpoint's flow);
 // another node's pod, node1's address from a tc masquerade port.
 func tcMasqueraded(env *scenario.Env, ans netnstest.Answer, client netip.Addr) bool {
 	pod := env.Pods[ans.Server]
@@ -134,28 +134,6 @@ func tcMasqueraded(env *scenario.Env, ans netnstest.Answer, client netip.Addr) b
 		return ans.Peer.Addr() == client
 	}
 	return ans.Peer.Addr() == env.Node1.IPv4 && nodeport.MasqueradePort(ans.Peer.Port())
-}
-
-// noIPv4Rules checks that node1 holds no IPv4 rules of svcproxy's: no
-// rule, set or map in the nftables table "ip kube-proxy", whose empty nat
-// chains alone stay (nftables.KeepNATHooks), and no KUBE- chain in
-// iptables-save.
-func noIPv4Rules(t *testing.T, env *scenario.Env) {
-	t.Helper()
-	ctx := context.Background()
-	if ipv4Rules(t, env) {
-		out, _ := env.Node1.NS.Run(ctx, "nft", "list", "table", "ip", "kube-proxy")
-		t.Errorf("node1 holds IPv4 nftables rules of svcproxy's:\n%s", out)
-	}
-	out, err := env.Node1.NS.Run(ctx, "nft", "list", "table", "ip", "kube-proxy")
-	for _, chain := range []string{"nat-prerouting", "nat-output", "nat-postrouting"} {
-		if err != nil || !strings.Contains(string(out), "chain "+chain) {
-			t.Errorf("node1's table ip kube-proxy lacks the empty nat chain %s that keeps earlier connections' translation (%v):\n%s", chain, err, out)
-		}
-	}
-	if out, err := env.Node1.NS.Run(ctx, "iptables-save"); err == nil && strings.Contains(string(out), "KUBE-") {
-		t.Errorf("node1 holds iptables rules of svcproxy's:\n%s", out)
-	}
 }
 
 // notByRules checks that node1's conntrack holds no flow to dst: the tc

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,12 +19,12 @@ import (
 // programs on and then off again, while an outside client opens TCP
 // connections and sends UDP datagrams to IPv4 node ports back to back.
 // Turned on, the IPv4 nftables table the earlier start left serves until
-// the first sync has programmed the tc programs, which then removes it (no
-// IPv4 rules of svcproxy's remain); turned off, the tc programs serve until
-// the first sync has programmed the table again, which then takes them off
-// the interface and removes their pins. Not one request fails, but for
-// those in flight while the old path is removed: a connection the old
-// path translated loses its translation then (docs/design/0009-ebpf-without-nftables.md).
+// the first sync has programmed the tc programs, which then leaves of it
+// only what keeps the translation of the connections it made
+// (nftables.KeepNATHooks: no Service rule); turned off, the tc programs
+// serve until the first sync has programmed the table again, and are then
+// drained, taken off the interface and unpinned. Not one request fails,
+// not even one in flight while the old path goes.
 func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
@@ -53,7 +52,7 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	if n := tcPrograms(t, env); n != 2 || ipv4Rules(t, env) {
 		t.Errorf("after the first sync with the tc programs: %d on fab0 (want 2), IPv4 rules present: %t (want false)", n, ipv4Rules(t, env))
 	}
-	noIPv4Rules(t, env)
+	noIPv4Rules(t, env, true)
 	load.settle()
 
 	stopEBPFMode(withTC)
@@ -66,11 +65,8 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	if !ipv4Rules(t, env) {
 		t.Error("after the first sync without the tc programs: no IPv4 rules")
 	}
-	if n := tcProgramsGone(t, env); n != 0 {
-		t.Errorf("after the first sync without the tc programs and their drain: %d on fab0, want 0", n)
-	}
-	if _, err := os.Stat(filepath.Join(pins, "tc")); !os.IsNotExist(err) {
-		t.Errorf("after a start without the flag the tc pins remain (%v)", err)
+	if n, pinned := tcProgramsGone(t, env, filepath.Join(pins, "tc")); n != 0 || pinned {
+		t.Errorf("after the first sync without the tc programs and their drain: %d on fab0 (want 0), their pins remain: %t", n, pinned)
 	}
 	load.settle()
 	load.stop(t)
@@ -94,36 +90,19 @@ func stopEBPFMode(m modeProxiers) {
 	}
 }
 
-// ipv4Rules reports whether node1's IPv4 table "ip kube-proxy" holds a
-// rule, set or map: the rules, not just the empty nat chains that keep
-// the translation of connections they made (nftables.KeepNATHooks).
-func ipv4Rules(t *testing.T, env *scenario.Env) bool {
-	t.Helper()
-	out, err := env.Node1.NS.Run(context.Background(), "nft", "list", "tables")
-	if err != nil {
-		t.Fatalf("nft list tables: %v: %s", err, out)
-	}
-	if !strings.Contains(string(out), "table ip kube-proxy") {
-		return false
-	}
-	out, err = env.Node1.NS.Run(context.Background(), "nft", "--json", "list", "table", "ip", "kube-proxy")
-	if err != nil {
-		t.Fatalf("nft list table ip kube-proxy: %v: %s", err, out)
-	}
-	listing := strings.ReplaceAll(string(out), " ", "")
-	return strings.Contains(listing, `{"rule":`) || strings.Contains(listing, `{"set":`) || strings.Contains(listing, `{"map":`)
-}
-
 // tcProgramsGone waits for the tc programs' drain (at least its quiet
-// time) and removal after a start without them, and reports how many
-// are left on fab0.
-func tcProgramsGone(t *testing.T, env *scenario.Env) int {
+// time) and removal after a start without them (off fab0 first, then
+// unpinned from dir), and reports how many are left on fab0 and whether
+// dir remains.
+func tcProgramsGone(t *testing.T, env *scenario.Env, dir string) (int, bool) {
 	t.Helper()
 	deadline := time.Now().Add(nodeport.DefaultDrainTimes.Quiet + 10*time.Second)
 	for {
 		n := tcPrograms(t, env)
-		if n == 0 || time.Now().After(deadline) {
-			return n
+		_, err := os.Stat(dir)
+		pinned := !os.IsNotExist(err)
+		if (n == 0 && !pinned) || time.Now().After(deadline) {
+			return n, pinned
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -186,8 +165,8 @@ func (l *nodePortLoad) timeRetirement(b *hooksAndRules) {
 // settle lets requests run on the new path alone for a while.
 func (l *nodePortLoad) settle() { time.Sleep(300 * time.Millisecond) }
 
-// stop ends the load and fails the test for every failed request that was
-// not in flight while the old path was removed; it logs those that were.
+// stop ends the load and fails the test for every failed request, saying
+// whether it was in flight while the old path was removed.
 func (l *nodePortLoad) stop(t *testing.T) {
 	t.Helper()
 	close(l.done)
@@ -198,12 +177,12 @@ func (l *nodePortLoad) stop(t *testing.T) {
 			continue
 		}
 		failed++
+		when := ""
 		if l.overlapsRemoval(r) {
 			inFlight++
-			t.Logf("in flight while the old path was removed: %s: %v", r.proto, r.err)
-			continue
+			when = ", in flight while the old path was removed"
 		}
-		t.Errorf("%s request at %s failed: %v", r.proto, r.start.Format("15:04:05.000"), r.err)
+		t.Errorf("%s request at %s failed%s: %v", r.proto, r.start.Format("15:04:05.000"), when, r.err)
 	}
 	if len(l.removals) != 2 {
 		t.Errorf("the old path was removed %d times, want twice (once per switch)", len(l.removals))
