@@ -95,7 +95,9 @@ func testWithTC(t *testing.T) {
 // withoutIPv4Rules wraps each scenario so that, before and after it, every
 // node whose tc programs serve IPv4 (F.Cluster.TCServes) holds no IPv4
 // nftables or iptables rules of svcproxy's, once its svcproxy has synced:
-// the first sync removes what an earlier start left (the IPv4 table).
+// the first sync removes what an earlier start left of the IPv4 table,
+// all but what keeps the translation of the connections its rules made
+// (F.Cluster.IPv4RulesLeft says what may stay when).
 func withoutIPv4Rules(run []scenario) []scenario {
 	out := make([]scenario, len(run))
 	for i, s := range run {

@@ -1,10 +1,12 @@
 package framework
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -84,8 +86,13 @@ func (c *Cluster) TCServes(n *Node) bool {
 var proxyChains = regexp.MustCompile(`(?m)^:KUBE-(SERVICES|NODEPORTS|POSTROUTING|MARK-MASQ|PROXY-CANARY|PROXY-FIREWALL|EXTERNAL-SERVICES|FORWARD|LOAD-BALANCER|NODE-PORT|SVC-|SEP-|EXT-|FW-|SVL-)`)
 
 // IPv4RulesLeft returns what rules of svcproxy's node n holds for IPv4
-// ("" when none): the nftables table "ip kube-proxy" and the chains of
-// proxyChains in iptables-save.
+// ("" when none): the chains of proxyChains in iptables-save, and in the
+// nftables table "ip kube-proxy" whatever a start with the tc programs
+// does not keep of it. It keeps the table only on a node whose nftables
+// rules ran (nftables mode, ebpf mode without the tc programs, or an
+// earlier svcproxy's ebpf mode, which ran them beside the tc programs),
+// and then exactly the kept chains and their one rule (KeptIPv4Table);
+// elsewhere the table itself is left over.
 func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
 	tables, err := c.Exec(n, "nft", "list", "tables")
 	if err != nil {
@@ -93,14 +100,18 @@ func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
 	}
 	var left []string
 	if strings.Contains(tables, "table ip kube-proxy") {
-		// The table may stay as its empty nat chains alone, which keep
-		// the translation of connections the rules made earlier.
 		listed, err := c.Exec(n, "nft", "--json", "list", "table", "ip", "kube-proxy")
 		if err != nil {
 			return "", fmt.Errorf("nft list table ip kube-proxy: %w", err)
 		}
-		if objs := NFTRulesAndSets(listed); objs > 0 {
-			left = append(left, fmt.Sprintf("%d rules, sets and maps in the nftables table ip kube-proxy", objs))
+		extra, err := KeptIPv4Table(listed)
+		switch {
+		case err != nil:
+			return "", err
+		case len(extra) > 0:
+			left = append(left, fmt.Sprintf("beyond what keeps conntrack and the nat hooks, in the nftables table ip kube-proxy: %s", strings.Join(extra, ", ")))
+		case !n.ranNFTRules:
+			left = append(left, "the nftables table ip kube-proxy (no nftables rules ever ran on the node)")
 		}
 	}
 	saved, err := c.Exec(n, "iptables-save")
@@ -109,6 +120,43 @@ func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
 	}
 	left = append(left, proxyChains.FindAllString(saved, -1)...)
 	return strings.Join(left, ", "), nil
+}
+
+// keptChains are the chains a start with the tc programs keeps of the IPv4
+// table after nftables rules: their nat base chains, empty, and a chain
+// nothing jumps to whose one rule keeps connection tracking on, so that
+// the connections the rules translated keep their translation.
+var keptChains = []string{"keep-conntrack", "nat-output", "nat-postrouting", "nat-prerouting"}
+
+// KeptIPv4Table lists, from nft's JSON listing of the table, every
+// object beyond the kept chains and the one rule of keep-conntrack.
+func KeptIPv4Table(listing string) ([]string, error) {
+	var parsed struct {
+		Nftables []map[string]struct {
+			Name  string `json:"name"`
+			Chain string `json:"chain"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal([]byte(listing), &parsed); err != nil {
+		return nil, fmt.Errorf("nft's JSON listing: %w", err)
+	}
+	var extra []string
+	keepRules := 0
+	for _, obj := range parsed.Nftables {
+		for kind, o := range obj {
+			switch {
+			case kind == "metainfo" || kind == "table":
+			case kind == "chain" && slices.Contains(keptChains, o.Name):
+			case kind == "rule" && o.Chain == "keep-conntrack" && keepRules == 0:
+				keepRules++
+			case kind == "rule":
+				extra = append(extra, "a rule in "+o.Chain)
+			default:
+				extra = append(extra, kind+" "+o.Name)
+			}
+		}
+	}
+	return extra, nil
 }
 
 // TCAttached reports whether node n's svcproxy pinned its tc programs'
@@ -228,13 +276,4 @@ func (c *Cluster) teardownEBPF() {
 			c.T.Errorf("teardown: unmounting %s: %v", c.cgroupMount, err)
 		}
 	}
-}
-
-// NFTRulesAndSets counts the rules, sets and maps in nft's JSON listing.
-func NFTRulesAndSets(listing string) int {
-	n := 0
-	for _, kind := range []string{`{"rule":`, `{"set":`, `{"map":`} {
-		n += strings.Count(strings.ReplaceAll(listing, " ", ""), kind)
-	}
-	return n
 }
