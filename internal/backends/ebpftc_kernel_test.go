@@ -23,7 +23,7 @@ import (
 
 // TestKernelEBPFModeTC: ebpf mode with --bpf-tc-interfaces on node1's
 // fabric interface: the tc programs serve IPv4 in place of an nftables
-// half (node1 has no IPv4 nftables table and no iptables rules), the
+// half (node1 has no IPv4 rules but the kept table: noIPv4Rules), the
 // socket hooks and the nftables rules serve IPv6. The outside client's
 // IPv4 TCP and UDP to a node port and an external IP go through the tc
 // programs (node1's conntrack has no flow to the frontend). Those of
@@ -49,7 +49,7 @@ func TestKernelEBPFModeTC(t *testing.T) {
 	if both[proxy.IPv4].rules != nil || both[proxy.IPv6].rules == nil {
 		t.Fatalf("nftables halves: IPv4 %v, IPv6 %v; want IPv6's only", both[proxy.IPv4].rules, both[proxy.IPv6].rules)
 	}
-	noIPv4Rules(t, env, false)
+	noIPv4Rules(t, env)
 	for _, f := range scenario.Families {
 		client := f.Pick(env.Allowed)
 		for i, proto := range scenario.Protocols {

@@ -52,7 +52,7 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	if n := tcPrograms(t, env); n != 2 || ipv4Rules(t, env) {
 		t.Errorf("after the first sync with the tc programs: %d on fab0 (want 2), IPv4 rules present: %t (want false)", n, ipv4Rules(t, env))
 	}
-	noIPv4Rules(t, env, true)
+	noIPv4Rules(t, env)
 	load.settle()
 
 	stopEBPFMode(withTC)

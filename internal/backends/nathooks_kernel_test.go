@@ -25,15 +25,42 @@ func TestKernelKeepNATHooksKeepsConnections(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "nsenter")
 	env := scenario.NewEnv(t)
 	ctx := context.Background()
-	cfg := &config.Config{Mode: proxy.ModeNFTables}
-	rules := openNFTablesMode(t, env)
-	syncAll(t, env, func(o *desired.Options) { nftablesBackend.Decide(cfg, o) }, rules)
-	f := scenario.Families[0]
-	conns := dialAll(t, env.FromClient(f), netip.AddrPortFrom(env.Node1.IPv4, 30010), func(netnstest.Answer) bool { return true })
+	conns := dialThroughRules(t, env, nftablesBackend)
 
 	if err := env.Node1.NS.Do(func() error { return nftables.KeepNATHooks(ctx, proxy.IPv4) }); err != nil {
 		t.Fatal(err)
 	}
 	askAll(t, conns, "after the rules went, their nat hooks kept")
 	closeAll(conns)
+}
+
+// TestKernelEBPFTCFromIPTablesKeepsConnections: ebpf mode with the tc
+// programs starts on a node where iptables mode's rules translated
+// connections through a node port; after its first sync the daemon
+// removes iptables mode's rules (leftovers.OtherModes), and the
+// connections go on with their endpoint: the kept IPv4 table, though no
+// nftables rules ever ran on the node, keeps the kernel tracking them.
+func TestKernelEBPFTCFromIPTablesKeepsConnections(t *testing.T) {
+	env, cfg, _ := tcModeEnv(t)
+	ctx := context.Background()
+	conns := dialThroughRules(t, env, iptablesBackend)
+
+	withTC := openEBPFMode(t, env, cfg)
+	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
+	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, withTC.sync)
+	if err := env.Node1.NS.Do(func() error { return iptablesBackend.RemoveLeftovers(ctx, cfg) }); err != nil {
+		t.Fatal(err)
+	}
+	askAll(t, conns, "iptables → ebpf+tc, iptables mode's rules removed")
+	closeAll(conns)
+	noIPv4Rules(t, env)
+}
+
+// dialThroughRules syncs b's rules (a mode of rules) in node1 and holds
+// connections open through node port 30010 from the outside client.
+func dialThroughRules(t *testing.T, env *scenario.Env, b Backend) []heldConn {
+	t.Helper()
+	cfg := &config.Config{Mode: b.Mode}
+	syncAll(t, env, func(o *desired.Options) { b.Decide(cfg, o) }, openRulesMode(t, env, b))
+	return dialAll(t, env.FromClient(scenario.Families[0]), netip.AddrPortFrom(env.Node1.IPv4, 30010), func(netnstest.Answer) bool { return true })
 }

@@ -97,7 +97,7 @@ func testWithTC(t *testing.T) {
 // nftables or iptables rules of svcproxy's, once its svcproxy has synced:
 // the first sync removes what an earlier start left of the IPv4 table,
 // all but what keeps the translation of the connections its rules made
-// (F.Cluster.IPv4RulesLeft says what may stay when).
+// (F.KeptIPv4Table says what stays).
 func withoutIPv4Rules(run []scenario) []scenario {
 	out := make([]scenario, len(run))
 	for i, s := range run {

@@ -88,11 +88,9 @@ var proxyChains = regexp.MustCompile(`(?m)^:KUBE-(SERVICES|NODEPORTS|POSTROUTING
 // IPv4RulesLeft returns what rules of svcproxy's node n holds for IPv4
 // ("" when none): the chains of proxyChains in iptables-save, and in the
 // nftables table "ip kube-proxy" whatever a start with the tc programs
-// does not keep of it. It keeps the table only on a node whose nftables
-// rules ran (nftables mode, ebpf mode without the tc programs, or an
-// earlier svcproxy's ebpf mode, which ran them beside the tc programs),
-// and then exactly the kept chains and their one rule (KeptIPv4Table);
-// elsewhere the table itself is left over.
+// does not keep of it, which is exactly the kept chains and their one
+// rule (KeptIPv4Table). A node without the table lacks what keeps the
+// connections earlier rules translated, and that is reported too.
 func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
 	tables, err := c.Exec(n, "nft", "list", "tables")
 	if err != nil {
@@ -105,14 +103,14 @@ func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
 			return "", fmt.Errorf("nft list table ip kube-proxy: %w", err)
 		}
 		extra, err := KeptIPv4Table(listed)
-		switch {
-		case err != nil:
+		if err != nil {
 			return "", err
-		case len(extra) > 0:
-			left = append(left, fmt.Sprintf("beyond what keeps conntrack and the nat hooks, in the nftables table ip kube-proxy: %s", strings.Join(extra, ", ")))
-		case !n.ranNFTRules:
-			left = append(left, "the nftables table ip kube-proxy (no nftables rules ever ran on the node)")
 		}
+		if len(extra) > 0 {
+			left = append(left, fmt.Sprintf("beyond what keeps conntrack and the nat hooks, in the nftables table ip kube-proxy: %s", strings.Join(extra, ", ")))
+		}
+	} else {
+		left = append(left, "no nftables table ip kube-proxy (what keeps conntrack and the nat hooks is missing)")
 	}
 	saved, err := c.Exec(n, "iptables-save")
 	if err != nil {
@@ -123,9 +121,9 @@ func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
 }
 
 // keptChains are the chains a start with the tc programs keeps of the IPv4
-// table after nftables rules: their nat base chains, empty, and a chain
-// nothing jumps to whose one rule keeps connection tracking on, so that
-// the connections the rules translated keep their translation.
+// table (or creates): the nftables rules' nat base chains, empty, and a
+// chain nothing jumps to whose one rule keeps connection tracking on, so
+// that the connections earlier rules translated keep their translation.
 var keptChains = []string{"keep-conntrack", "nat-output", "nat-postrouting", "nat-prerouting"}
 
 // KeptIPv4Table lists, from nft's JSON listing of the table, every

@@ -72,11 +72,6 @@ func (c *Cluster) StartProxy(n *Node) error {
 	if n.Proxy != nil && n.Proxy.Alive() {
 		return fmt.Errorf("svcproxy on %s is still running", n.Name)
 	}
-	// This start programs IPv4 nftables rules unless the tc programs
-	// serve IPv4 in their place (an earlier svcproxy's ebpf mode ran both).
-	if UsesNFTables(c.mode(n)) && !c.TCServes(n) {
-		n.ranNFTRules = true
-	}
 	bin := c.Bins.SvcProxy
 	if c.Opts.FaultInject {
 		bin = FaultInjectBinary(c.T)

@@ -40,9 +40,6 @@ type Node struct {
 	ExtraArgs []string
 	lastPod   int // last host number given to a pod in PodNet
 	ebpf      *ebpfNode
-	// ranNFTRules: a start of the node's proxy programmed IPv4 nftables
-	// rules (StartProxy).
-	ranNFTRules bool
 }
 
 // Pod is a namespace behind a node running podserver on :8080 (TCP + UDP).

@@ -7,7 +7,6 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -26,9 +25,11 @@ import (
 // rules' nat hooks and one rule that needs conntrack, in a chain no
 // packet enters: connections the rules translated before go on being
 // translated until they end, and the connections the tc programs carry
-// are tracked meanwhile. A node the rules never ran on gets no table.
-// Every mode's cleanup of the rules' table removes it, and the rules
-// replace it.
+// are tracked meanwhile. The mode keeps them even where these rules never
+// ran: another mode's rules (iptables, IPVS), removed once the mode has
+// synced, may have translated connections, and leave nothing else that
+// needs conntrack. Every mode's cleanup of the rules' table removes it,
+// and the rules replace it.
 
 // natHookChains are the rules' nat base chains (render's), by hook.
 var natHookChains = []struct {
@@ -56,16 +57,12 @@ var keptChains = func() []string {
 }()
 
 // KeepNATHooks leaves family's table as the empty nat chains and the
-// conntrack rule alone. Without a table there is nothing to keep: no rule
-// of svcproxy's translated a connection. The rules' table is replaced by
-// them in one transaction (the kernel keeps the nat and conntrack hooks
-// registered throughout: the new chains and rule take their references
-// before the old ones release theirs), and a table that is already just
-// them is left as it is.
+// conntrack rule alone, creating them where there is no table. The
+// rules' table is replaced by them in one transaction (the kernel keeps
+// the nat and conntrack hooks registered throughout: the new chains and
+// rule take their references before the old ones release theirs), and a
+// table that is already just them is left as it is.
 func KeepNATHooks(ctx context.Context, family proxy.IPFamily) error {
-	if present, err := knft.TableExists(specFor(family).family, TableName); err == nil && !present {
-		return nil
-	}
 	nft, err := knftables.New(specFor(family).family, TableName)
 	if err != nil {
 		return fmt.Errorf("nftables %s: %w", family, err)
