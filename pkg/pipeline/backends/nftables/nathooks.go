@@ -26,7 +26,7 @@ import (
 // packet enters: connections the rules translated before go on being
 // translated until they end, and the connections the tc programs carry
 // are tracked meanwhile. The mode keeps them even where these rules never
-// ran: another mode's rules (iptables, IPVS), removed once the mode has
+// ran: another mode's rules (iptables mode's), removed once the mode has
 // synced, may have translated connections, and leave nothing else that
 // needs conntrack. Every mode's cleanup of the rules' table removes it,
 // and the rules replace it.
