@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
@@ -16,7 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/metrics"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
-	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
 	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -25,15 +25,17 @@ import (
 // ebpfSyncFailures counts ebpf mode's failed syncs (either half's).
 var ebpfSyncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "svcproxy_ebpf_sync_failures_total",
-	Help: "Cumulative syncs that failed in ebpf mode, in the socket hooks' maps or in the nftables rules.",
+	Help: "Cumulative syncs that failed in ebpf mode, in the socket hooks' maps, the tc programs' maps or the nftables rules.",
 }, []string{metrics.LabelIPFamily})
 
 // ebpfBackend is ebpf mode's row. The socket hooks translate what a
 // process in the cgroup connects to; they never see packets from other
-// nodes, nor processes outside the cgroup, which the nftables rules serve
-// as in nftables mode, rendered from the same State. A connection the
-// hooks translated already goes to the endpoint and matches no Service
-// rule.
+// nodes, nor processes outside the cgroup. Those the nftables rules serve
+// as in nftables mode, rendered from the same State, except in a family
+// the tc programs serve (--bpf-tc-interfaces, tcServes): there the tc
+// programs translate packets from outside the node and the family has no
+// nftables rules. A connection the hooks translated already goes to the
+// endpoint and matches no Service rule.
 var ebpfBackend = Backend{
 	Mode:     proxy.ModeEBPF,
 	Families: nftablesBackend.Families,
@@ -59,7 +61,8 @@ var ebpfBackend = Backend{
 	Open:            openEBPF,
 	Decide:          nftablesBackend.Decide,
 	RemoveLeftovers: removeEBPFLeftovers,
-	// Its packet path is nftables mode's tables, kept.
+	// Its packet path is nftables mode's tables, kept; a family the tc
+	// programs serve removes its own once they have synced (openTCHalf).
 	KeepsLeftoversOf: []proxy.Mode{proxy.ModeNFTables},
 	Objects:          ebpfObjects,
 	SyncFailures:     ebpfSyncFailures,
@@ -70,6 +73,24 @@ var ebpfBackend = Backend{
 // stateDir holds what svcproxy mounts for itself (beside the local API's
 // socket).
 var stateDir = filepath.Dir(localapi.DefaultPath)
+
+// tcServes says whether the tc programs, when --bpf-tc-interfaces turns
+// them on, serve family's traffic from outside the node: such a family
+// runs no nftables half (docs/design/0009-ebpf-without-nftables.md). The
+// one place that says which families the programs serve.
+func tcServes(family proxy.IPFamily) bool { return family == proxy.IPv4 }
+
+// rulesFamilies are the families of env that run an nftables half.
+func rulesFamilies(env Env) []proxy.IPFamily {
+	tcOn := len(env.Config.BPFTCInterfaces) > 0
+	var out []proxy.IPFamily
+	for _, f := range env.Families {
+		if !tcOn || !tcServes(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
 
 func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 	cgroup, err := cgroupRoot(ctx, env.Config.BPFCgroupRoot)
@@ -83,7 +104,9 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 	if err := ebpf.EnsurePinDir(pinDir); err != nil {
 		return nil, err
 	}
-	inst, err := openNFTables(ctx, env)
+	rulesEnv := env
+	rulesEnv.Families = rulesFamilies(env)
+	inst, err := openNFTables(ctx, rulesEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -100,37 +123,68 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		// A socket the hooks sent to an endpoint keeps it as a DNATed
 		// flow does: the conntrack cleanup's rule destroys it.
 		inst.StaleFlows[f] = []StaleFlows{{Table: p.Sockets(), Name: "ebpf sockets"}}
-		nft := inst.Proxiers[f]
-		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder}
-		if f == proxy.IPv4 && len(env.Config.BPFTCInterfaces) == 0 {
-			inst.OnClose(retireTC(ctx, tcPinDir(pinDir)))
-		}
-		if f == proxy.IPv4 {
-			if both.tc, err = openTC(pinDir, env.Config.BPFTCInterfaces, env.Config.BPFAcceleration); err != nil {
-				inst.Close()
-				return nil, err
-			}
-			if both.tc != nil {
-				inst.OnClose(both.tc.Close)
-				inst.StaleFlows[f] = append(inst.StaleFlows[f], StaleFlows{Table: both.tc.Flows(), Name: "ebpf tc flows"})
-				inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(both.tc.Flows()), tcDropsCollector{both.tc}))
-			}
-		}
+		both := &hooksAndRules{hooks: p}
 		// Ahead of the first sync, while the lists arrive, the nftables
 		// half reads its tables back and says whether they held rules,
 		// and the hooks load, attach and read their maps back
 		// (ReadBack), creating new maps at the size the initial lists'
 		// first pages promise (ExpectSize). Which ports the kernel holds is
 		// the nftables half's answer (HeldPorts).
-		both.prep = nft.Preparer
+		nft, withRules := inst.Proxiers[f]
+		if withRules {
+			both.rules, both.held, both.prep = nft.Proxier, nft.PortHolder, nft.Preparer
+		}
+		if tcServes(f) {
+			if err := openTCHalf(inst, both, f, pinDir, env.Config); err != nil {
+				inst.Close()
+				return nil, err
+			}
+		}
 		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both,
 			EarlyServer: both, Sizer: both}
 	}
 	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir,
-		"tcInterfaces", env.Config.BPFTCInterfaces, "acceleration", env.Config.BPFAcceleration)
+		"tcInterfaces", env.Config.BPFTCInterfaces, "acceleration", env.Config.BPFAcceleration,
+		"nftablesFamilies", rulesEnv.Families)
 	warnAcceleratedVeths(ctx, env.Config)
 	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newEBPFCollector(hooks)))
 	return inst, nil
+}
+
+// openTCHalf gives both, of a family the tc programs can serve, what the
+// configuration says of them. With interfaces, the programs serve the
+// family in place of an nftables half, and the family's nftables rules (a
+// start without them, or nftables mode, left them) go once they have
+// synced, all but their empty nat chains and a rule that keeps conntrack
+// on (nftables.KeepNATHooks: the connections the rules translated keep
+// their translation). Without, the programs an earlier start attached are
+// drained and go once the nftables half has synced in their place: their
+// links are pinned and would otherwise go on translating with maps nobody
+// writes. Either way the old path serves until the new one is programmed
+// (make before break), and the connections it carries outlive it.
+func openTCHalf(inst *Instance, both *hooksAndRules, family proxy.IPFamily, pinDir string, cfg *config.Config) error {
+	if len(cfg.BPFTCInterfaces) == 0 {
+		r := &tcRetirement{dir: tcPinDir(pinDir)}
+		inst.OnClose(r.stop)
+		both.retire = retirement{what: "the tc programs of an earlier start", remove: r.start}
+		return nil
+	}
+	accel, err := nodeport.ParseAcceleration(cfg.BPFAcceleration)
+	if err != nil {
+		return err
+	}
+	tc, err := nodeport.New(nodeport.Options{PinDir: tcPinDir(pinDir), Interfaces: cfg.BPFTCInterfaces, Acceleration: accel})
+	if err != nil {
+		return err
+	}
+	both.tc = tc
+	inst.OnClose(tc.Close)
+	inst.StaleFlows[family] = append(inst.StaleFlows[family], StaleFlows{Table: tc.Flows(), Name: "ebpf tc flows"})
+	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(tc.Flows()), tcDropsCollector{tc}))
+	both.retire = retirement{what: "the nftables rules", remove: func(ctx context.Context) error {
+		return nftables.KeepNATHooks(ctx, family)
+	}}
+	return nil
 }
 
 // warnAcceleratedVeths names each veth XDP acceleration runs on: there
@@ -227,177 +281,65 @@ func drainTC(ctx context.Context, dir string) error {
 	return nil
 }
 
-// retireTC takes off the interfaces, in the background, the tc programs
-// an earlier start with --bpf-tc-interfaces left pinned in dir: their
-// links would otherwise go on translating with maps nobody writes. It
-// drains them first, as a switch to another mode does (drainTC): their
+// tcRetirement takes off the interfaces, in the background, the tc
+// programs an earlier start with --bpf-tc-interfaces left pinned in dir:
+// their links would otherwise go on translating with maps nobody writes.
+// It drains them first, as a switch to another mode does (drainTC): their
 // new connections go to the nftables half's rules, which serve the same
-// Services, at once, and they are removed once the connections they
-// translated are done. The returned stop ends a drain still waiting,
-// which leaves them for the next start.
-func retireTC(ctx context.Context, dir string) (stop func()) {
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return func() {}
+// Services by then, and they are removed once the connections they
+// translated are done. stop ends a drain still waiting, which leaves them
+// for the next start.
+type tcRetirement struct {
+	dir    string
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start begins the drain, once; ctx gives the logger, not the drain's
+// lifetime (a sync's context ends with the sync).
+func (r *tcRetirement) start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
+	if _, err := os.Stat(r.dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.done = make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(r.done)
 		logger := klog.FromContext(ctx)
-		logger.Info("Removing the tc programs of an earlier start: --bpf-tc-interfaces is not set", "pinDir", dir)
-		err := drainTC(ctx, dir)
+		logger.Info("Removing the tc programs of an earlier start: --bpf-tc-interfaces is not set", "pinDir", r.dir)
+		err := drainTC(ctx, r.dir)
 		if err == nil {
-			err = nodeport.Remove(dir)
+			err = nodeport.Remove(r.dir)
 		}
 		switch {
 		case err == nil:
-			logger.Info("Removed the tc programs of an earlier start", "pinDir", dir)
+			logger.Info("Removed the tc programs of an earlier start", "pinDir", r.dir)
 		case ctx.Err() != nil:
-			logger.Info("Stopped before the tc programs of an earlier start were drained; the next start removes them", "pinDir", dir)
-		case err != nil:
-			logger.Error(err, "Removing the tc programs of an earlier start failed; the next start tries again", "pinDir", dir)
+			logger.Info("Stopped before the tc programs of an earlier start were drained; the next start removes them", "pinDir", r.dir)
+		default:
+			logger.Error(err, "Removing the tc programs of an earlier start failed; the next start tries again", "pinDir", r.dir)
 		}
 	}()
-	return func() {
-		cancel()
-		<-done
-	}
+	return nil
 }
 
-// openTC is the tc programs' Proxier for ifaces, nil for none (retireTC
-// then removes what an earlier start left).
-func openTC(pinDir string, ifaces []string, acceleration string) (*nodeport.Proxier, error) {
-	if len(ifaces) == 0 {
-		return nil, nil
+// stop ends the drain, if one runs, and waits for it.
+func (r *tcRetirement) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		r.cancel()
+		<-r.done
 	}
-	accel, err := nodeport.ParseAcceleration(acceleration)
-	if err != nil {
-		return nil, err
-	}
-	return nodeport.New(nodeport.Options{PinDir: tcPinDir(pinDir), Interfaces: ifaces, Acceleration: accel})
 }
 
 // tcPinDir is where the experimental tc programs pin, beside the socket
 // hooks' family directories: LeftoversPresent finds those, and any node
 // that ran the tc programs ran the hooks too.
 func tcPinDir(pinDir string) string { return filepath.Join(pinDir, "tc") }
-
-// hooksAndRules is one family of ebpf mode: the socket hooks and the
-// nftables rules, given every sync the same State. A failure of either is
-// the sync's failure (the syncer then recovers both); both are tried, so
-// that one half's trouble does not leave the other stale.
-type hooksAndRules struct {
-	hooks *ebpf.Proxier
-	rules syncer.Proxier
-	held  syncer.PortHolder
-	// prep is the nftables half's read-back ahead of the first sync.
-	prep syncer.Preparer
-	// served is when the last Sync's hooks half ended (ServedAt).
-	served time.Time
-	// tc, when --bpf-tc-interfaces is set (IPv4), translates packets from
-	// outside the node before netfilter sees them: a packet it translated
-	// is addressed to an endpoint (or, masqueraded, redirected out of the
-	// node), so the nftables rules of its frontend never match it, and
-	// they stay for what tc does not serve (nodeport.Served).
-	tc *nodeport.Proxier
-}
-
-// HeldPorts is the nftables half's answer. After a restart whose first
-// sync the kernel rejects, the search for the offending ports starts by
-// programming the held ports in both halves: a port the rules hold as the
-// State wants it is then served by the hooks too (their maps are written
-// for it, or already hold it) and stays served while the search tries the
-// others. Without an answer the search would start from no port at all,
-// and both halves would drop every Service until it ends.
-func (b *hooksAndRules) HeldPorts(ctx context.Context, st *desired.State) (map[proxy.ServicePortName]struct{}, error) {
-	if b.held == nil {
-		return nil, nil
-	}
-	return b.held.HeldPorts(ctx, st)
-}
-
-// ReadBack is syncer.Preparer: both halves prepare their first sync at
-// once, the hooks loading and attaching their programs and reading their
-// maps back (ebpf.Proxier.Prepare), the nftables half reading its tables
-// back. A failure of either makes the first sync a recovery sync, which
-// does it again.
-func (b *hooksAndRules) ReadBack(ctx context.Context) error {
-	done := make(chan error, 1)
-	go func() { done <- b.hooks.Prepare(ctx) }()
-	var err error
-	if b.prep != nil {
-		err = b.prep.ReadBack(ctx)
-	}
-	return errors.Join(<-done, err)
-}
-
-// ExpectSize is syncer.Sizer: the hooks create their maps at the
-// expected size; the nftables half has nothing sized.
-func (b *hooksAndRules) ExpectSize(expected func(context.Context) (proxy.ExpectedSize, bool)) {
-	b.hooks.ExpectSize(expected)
-}
-
-func (b *hooksAndRules) Init(ctx context.Context) error {
-	return errors.Join(b.hooks.Init(ctx), b.rules.Init(ctx))
-}
-
-func (b *hooksAndRules) Sync(ctx context.Context, st *desired.State, mode proxy.SyncMode) error {
-	var tc error
-	if b.tc != nil {
-		tc = b.tc.Sync(ctx, st, mode)
-	}
-	var err error
-	b.served, err = syncBoth(ctx, st, mode, b.hooks, b.rules)
-	return errors.Join(tc, err)
-}
-
-// ServedAt is when the last Sync's hooks half ended, zero when it failed:
-// from then on a connect from the cgroup met the State's maps, while the
-// nftables half may still have been programming (syncer.EarlyServer).
-func (b *hooksAndRules) ServedAt() time.Time { return b.served }
-
-// syncBoth syncs both halves at once and joins their errors; it returns
-// when the hooks half ended, zero when it failed. They share only the
-// State, which neither changes, and neither needs the other's result: a
-// translated connection never meets a Service rule, and the rules serve
-// what the hooks cannot see. So on a node with more than one CPU a sync
-// takes the longer half, not the sum of both.
-func syncBoth(ctx context.Context, st *desired.State, mode proxy.SyncMode, hooks, rules syncer.Proxier) (time.Time, error) {
-	type result struct {
-		at  time.Time
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		err := hooks.Sync(ctx, st, mode)
-		r := result{err: err}
-		if err == nil {
-			r.at = time.Now()
-		}
-		done <- r
-	}()
-	rulesErr := rules.Sync(ctx, st, mode)
-	r := <-done
-	return r.at, errors.Join(r.err, rulesErr)
-}
-
-// CanaryMissing: a pin gone (the hooks' or the tc programs') or the
-// nftables canary gone.
-func (b *hooksAndRules) CanaryMissing(ctx context.Context) (bool, error) {
-	if b.tc != nil && b.tc.CanaryMissing() {
-		return true, nil
-	}
-	missing, err := b.hooks.CanaryMissing(ctx)
-	if err != nil || missing {
-		return missing, err
-	}
-	return b.rules.CanaryMissing(ctx)
-}
-
-func (b *hooksAndRules) Cleanup(ctx context.Context) error {
-	var tc error
-	if b.tc != nil {
-		tc = b.tc.Cleanup()
-	}
-	return errors.Join(tc, b.hooks.Cleanup(ctx), b.rules.Cleanup(ctx))
-}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -140,5 +141,43 @@ func TestTCDropsMetric(t *testing.T) {
 	}
 	if want := []string{"no_masquerade_port", "reply_lost"}; !slices.Equal(reasons, want) {
 		t.Errorf("reasons %v, want %v", reasons, want)
+	}
+}
+
+// TestRulesFamiliesLeaveOutTheTCFamily: with the tc programs on, the
+// family they serve runs no nftables half; without them every family does.
+func TestRulesFamiliesLeaveOutTheTCFamily(t *testing.T) {
+	both := []proxy.IPFamily{proxy.IPv4, proxy.IPv6}
+	for _, tc := range []struct {
+		ifaces []string
+		want   []proxy.IPFamily
+	}{
+		{nil, both},
+		{[]string{"eth0"}, []proxy.IPFamily{proxy.IPv6}},
+	} {
+		got := rulesFamilies(Env{Config: &config.Config{BPFTCInterfaces: tc.ifaces}, Families: both})
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("tc interfaces %v: nftables halves for %v, want %v", tc.ifaces, got, tc.want)
+		}
+	}
+}
+
+// TestRetireOldOnceItWorked: the old path's removal runs after a sync
+// that succeeded, again after a failed removal, and never after it worked.
+func TestRetireOldOnceItWorked(t *testing.T) {
+	calls, fail := 0, true
+	b := &hooksAndRules{retire: retirement{what: "test", remove: func(context.Context) error {
+		calls++
+		if fail {
+			return errors.New("busy")
+		}
+		return nil
+	}}}
+	b.retireOld(context.Background(), proxy.IPv4)
+	fail = false
+	b.retireOld(context.Background(), proxy.IPv4)
+	b.retireOld(context.Background(), proxy.IPv4)
+	if calls != 2 {
+		t.Errorf("removal ran %d times, want 2 (a failure, then the success, then never)", calls)
 	}
 }

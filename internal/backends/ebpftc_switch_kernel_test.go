@@ -41,7 +41,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	withTC := openEBPFMode(t, env, cfg)
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
 	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, withTC.sync)
-	byTC := dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans) })
+	byTC := dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans, client.Source) })
 	for _, b := range withTC {
 		b.hooks.Close()
 		if b.tc != nil {
@@ -50,7 +50,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	}
 
 	// nftables mode starts, syncs, and then removes ebpf mode's leftovers.
-	rules := openNFTablesMode(t, env)
+	rules := openRulesMode(t, env, nftablesBackend)
 	syncAll(t, env, func(o *desired.Options) { nftablesBackend.Decide(nftCfg, o) }, rules)
 	// A removal cut short (the new mode's process stopped) takes the
 	// socket hooks and leaves the tc programs for the next start.
@@ -94,7 +94,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, again.sync)
 	askAll(t, byRules, "nftables → ebpf+tc")
 	closeAll(byRules)
-	closeAll(dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans) }))
+	closeAll(dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans, client.Source) }))
 }
 
 // stateSync hands a State to the Proxier of its family.
@@ -109,13 +109,14 @@ func syncAll(t *testing.T, env *scenario.Env, configure func(*desired.Options), 
 	}
 }
 
-// openNFTablesMode opens nftables mode's row for both families in node1
-// and returns its sync; the row is closed at the end of the test.
-func openNFTablesMode(t *testing.T, env *scenario.Env) stateSync {
+// openRulesMode opens b's row (a mode of rules: nftables, iptables) for
+// both families in node1 and returns its sync; the row is closed at the
+// end of the test.
+func openRulesMode(t *testing.T, env *scenario.Env, b Backend) stateSync {
 	t.Helper()
 	var inst *Instance
 	err := env.Node1.NS.Do(func() (err error) {
-		inst, err = openNFTables(context.Background(), Env{Config: &config.Config{Mode: proxy.ModeNFTables},
+		inst, err = b.Open(context.Background(), Env{Config: &config.Config{Mode: b.Mode},
 			Families: []proxy.IPFamily{proxy.IPv4, proxy.IPv6}})
 		return err
 	})
@@ -127,7 +128,7 @@ func openNFTablesMode(t *testing.T, env *scenario.Env) stateSync {
 		t.Helper()
 		err := env.Node1.NS.Do(func() error { return inst.Proxiers[st.Family].Proxier.Sync(context.Background(), st, mode) })
 		if err != nil {
-			t.Fatalf("nftables mode: %s %s sync: %v", st.Family, mode, err)
+			t.Fatalf("%s mode: %s %s sync: %v", b.Mode, st.Family, mode, err)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/explain"
 	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/iptables"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ipvs"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
@@ -193,9 +194,10 @@ func ipvsObjects(_ context.Context, state *desired.State, e explain.Explanation)
 
 // ebpfObjects names both halves of ebpf mode: the map entries the socket
 // hooks translate the frontend with, when a socket on the node connects
-// (ebpf.ObjectNames), and the nftables objects that serve packets the
-// hooks never see (from other nodes, or from processes outside the
-// cgroup).
+// (ebpf.ObjectNames), and what serves packets the hooks never see (from
+// other nodes, or from processes outside the cgroup): the nftables
+// objects, or, in a family the tc programs serve and the node has no
+// nftables table for, the tc programs' (tcObjects).
 func ebpfObjects(ctx context.Context, state *desired.State, e explain.Explanation) ([]string, error) {
 	if e.Port == nil {
 		return nil, nil
@@ -210,6 +212,36 @@ func ebpfObjects(ctx context.Context, state *desired.State, e explain.Explanatio
 		// the rendered ones, are the packet path's alone.
 		out = []string{"socket hooks: not translated at connect (" + err.Error() + ")"}
 	}
+	if tcServes(state.Family) && !nftablesTableExists(state.Family) {
+		return append(out, tcObjects(state, e)...), nil
+	}
 	nft, err := nftablesObjects(ctx, state, e)
 	return append(out, nft...), err
+}
+
+// nftablesTableExists says whether the node holds family's kube-proxy
+// table; true when it cannot tell, so that explain names the rules as
+// before.
+func nftablesTableExists(family proxy.IPFamily) bool {
+	f := knftables.IPv4Family
+	if family == proxy.IPv6 {
+		f = knftables.IPv6Family
+	}
+	present, err := knft.TableExists(f, nftables.TableName)
+	return err != nil || present
+}
+
+// tcObjects names what serves e's packets from outside the node when the
+// tc programs serve the family without nftables rules: the programs'
+// frontend entry and endpoint slots, or, for a frontend they do not
+// translate, that nothing on the node does.
+func tcObjects(state *desired.State, e explain.Explanation) []string {
+	if e.Frontend == explain.FrontendClusterIP || !nodeport.Served(state.Family, e.Port) {
+		return []string{fmt.Sprintf("tc programs: %s %s from outside the node not translated (no nftables rules in ebpf mode with --bpf-tc-interfaces)", e.Port.Protocol, e.Frontend)}
+	}
+	dst := netip.AddrPortFrom(e.Packet.Dest.Unmap(), e.Packet.Port)
+	return []string{
+		fmt.Sprintf("tc programs np_ingress / np_egress: map np_services entry %s/%s", dst, strings.ToLower(string(e.Port.Protocol))),
+		"tc programs: map np_backends slots of its group (np_maglev with Maglev, np_affinity with ClientIP affinity, np_ranges with source ranges)",
+	}
 }

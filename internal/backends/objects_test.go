@@ -190,3 +190,22 @@ func TestIPVSSchedulerFromState(t *testing.T) {
 		}
 	}
 }
+
+// TestTCObjects: without nftables rules, explain names the tc programs'
+// entry of a frontend they translate, and says that nothing on the node
+// translates a cluster IP's packets from outside it.
+func TestTCObjects(t *testing.T) {
+	st := explaintest.State()
+	for _, tc := range []struct {
+		pkt  explain.Packet
+		want string
+	}{
+		{explain.Packet{Dest: a("192.168.0.10"), Port: 30080, Protocol: proxy.TCP}, "map np_services entry 192.168.0.10:30080/tcp"},
+		{explain.Packet{Dest: a("10.96.0.10"), Port: 80, Protocol: proxy.TCP}, "TCP cluster IP from outside the node not translated"},
+	} {
+		all := strings.Join(tcObjects(st, explain.Explain(st, tc.pkt)), "\n")
+		if !strings.Contains(all, tc.want) {
+			t.Errorf("%v: objects lack %q:\n%s", tc.pkt, tc.want, all)
+		}
+	}
+}

@@ -1,9 +1,12 @@
 package framework
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,6 +72,90 @@ func (c *Cluster) tcInterfaces() string {
 		return strings.Join(c.Opts.TCInterfaces, ",")
 	}
 	return os.Getenv("E2E_EBPF_TC")
+}
+
+// TCServes reports whether node n's svcproxy runs ebpf mode with the tc
+// programs, which then serve IPv4 without nftables rules: node n is in
+// ebpf mode, runs this tree's svcproxy and has --bpf-tc-interfaces.
+func (c *Cluster) TCServes(n *Node) bool {
+	return c.mode(n) == "ebpf" && n.Bin == "" && c.tcInterfaces() != ""
+}
+
+// proxyChains matches the chains svcproxy's iptables and IPVS modes
+// create in iptables-save's output (a kubelet's KUBE-FIREWALL and
+// KUBE-KUBELET-CANARY are not svcproxy's).
+var proxyChains = regexp.MustCompile(`(?m)^:KUBE-(SERVICES|NODEPORTS|POSTROUTING|MARK-MASQ|PROXY-CANARY|PROXY-FIREWALL|EXTERNAL-SERVICES|FORWARD|LOAD-BALANCER|NODE-PORT|SVC-|SEP-|EXT-|FW-|SVL-)`)
+
+// IPv4RulesLeft returns what rules of svcproxy's node n holds for IPv4
+// ("" when none): the chains of proxyChains in iptables-save, and in the
+// nftables table "ip kube-proxy" whatever a start with the tc programs
+// does not keep of it, which is exactly the kept chains and their one
+// rule (KeptIPv4Table). A node without the table lacks what keeps the
+// connections earlier rules translated, and that is reported too.
+func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
+	tables, err := c.Exec(n, "nft", "list", "tables")
+	if err != nil {
+		return "", fmt.Errorf("nft list tables: %w", err)
+	}
+	var left []string
+	if strings.Contains(tables, "table ip kube-proxy") {
+		listed, err := c.Exec(n, "nft", "--json", "list", "table", "ip", "kube-proxy")
+		if err != nil {
+			return "", fmt.Errorf("nft list table ip kube-proxy: %w", err)
+		}
+		extra, err := KeptIPv4Table(listed)
+		if err != nil {
+			return "", err
+		}
+		if len(extra) > 0 {
+			left = append(left, fmt.Sprintf("beyond what keeps conntrack and the nat hooks, in the nftables table ip kube-proxy: %s", strings.Join(extra, ", ")))
+		}
+	} else {
+		left = append(left, "no nftables table ip kube-proxy (what keeps conntrack and the nat hooks is missing)")
+	}
+	saved, err := c.Exec(n, "iptables-save")
+	if err != nil {
+		return "", fmt.Errorf("iptables-save: %w", err)
+	}
+	left = append(left, proxyChains.FindAllString(saved, -1)...)
+	return strings.Join(left, ", "), nil
+}
+
+// keptChains are the chains a start with the tc programs keeps of the IPv4
+// table (or creates): the nftables rules' nat base chains, empty, and a
+// chain nothing jumps to whose one rule keeps connection tracking on, so
+// that the connections earlier rules translated keep their translation.
+var keptChains = []string{"keep-conntrack", "nat-output", "nat-postrouting", "nat-prerouting"}
+
+// KeptIPv4Table lists, from nft's JSON listing of the table, every
+// object beyond the kept chains and the one rule of keep-conntrack.
+func KeptIPv4Table(listing string) ([]string, error) {
+	var parsed struct {
+		Nftables []map[string]struct {
+			Name  string `json:"name"`
+			Chain string `json:"chain"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal([]byte(listing), &parsed); err != nil {
+		return nil, fmt.Errorf("nft's JSON listing: %w", err)
+	}
+	var extra []string
+	keepRules := 0
+	for _, obj := range parsed.Nftables {
+		for kind, o := range obj {
+			switch {
+			case kind == "metainfo" || kind == "table":
+			case kind == "chain" && slices.Contains(keptChains, o.Name):
+			case kind == "rule" && o.Chain == "keep-conntrack" && keepRules == 0:
+				keepRules++
+			case kind == "rule":
+				extra = append(extra, "a rule in "+o.Chain)
+			default:
+				extra = append(extra, kind+" "+o.Name)
+			}
+		}
+	}
+	return extra, nil
 }
 
 // TCAttached reports whether node n's svcproxy pinned its tc programs'

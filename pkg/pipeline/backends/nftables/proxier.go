@@ -264,23 +264,30 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 
 // CleanupTables deletes the kube-proxy table in both families, for other
 // modes' start-up cleanup and --cleanup. A missing table is not an error.
-// Whether it exists is asked over netlink first, so that a node with
-// nothing to clean runs no nft (knft.New alone runs it); if netlink
-// cannot tell, nft decides as before.
 func CleanupTables(ctx context.Context) error {
 	var errs []error
 	for _, f := range proxy.Families {
-		present, err := knft.TableExists(specFor(f).family, TableName)
-		if err == nil && !present {
-			continue
-		}
-		k, err := knft.New(specFor(f).family, TableName)
-		if err == nil {
-			err = k.Delete(ctx)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("nftables %s: %w", f, err))
-		}
+		errs = append(errs, CleanupTable(ctx, f))
 	}
 	return errorsJoin(errs)
+}
+
+// CleanupTable deletes family's kube-proxy table, for a mode that serves
+// that family without nftables (ebpf mode with its tc programs). A missing
+// table is not an error. Whether it exists is asked over netlink first, so
+// that a node with nothing to clean runs no nft (knft.New alone runs it);
+// if netlink cannot tell, nft decides as before.
+func CleanupTable(ctx context.Context, family proxy.IPFamily) error {
+	present, err := knft.TableExists(specFor(family).family, TableName)
+	if err == nil && !present {
+		return nil
+	}
+	k, err := knft.New(specFor(family).family, TableName)
+	if err == nil {
+		err = k.Delete(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("nftables %s: %w", family, err)
+	}
+	return nil
 }

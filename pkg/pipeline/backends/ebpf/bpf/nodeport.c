@@ -17,9 +17,8 @@
 //     another node) is forwarded from here (bpf_fib_lookup,
 //     bpf_redirect_neigh), source-NATed to the node when desired
 //     masquerades, so that its replies come back here; a local endpoint's
-//     packet goes up the stack to the pod, carrying the masquerade mark
-//     when desired masquerades, so that the nftables half's postrouting
-//     masquerades it through the kernel's conntrack;
+//     packet goes up the stack to the pod unmasqueraded, the client's
+//     address kept (no rules masquerade it);
 //   - a frontend without endpoints is answered (TCP RST, ICMP port
 //     unreachable) or dropped.
 // np_egress (tc egress of each node interface): a local endpoint's reply
@@ -114,8 +113,7 @@ struct aff_val {
 };
 
 // np_cfg (key 0) holds the address masqueraded flows to other nodes
-// leave with, and the packet mark the nftables half masquerades: a local
-// endpoint's masqueraded flow carries it up the stack.
+// leave with. masq_mark is unused: it stays for the layout of pinned maps.
 struct np_cfg {
 	__be32 snat_addr;
 	__u32 masq_mark;
@@ -152,7 +150,7 @@ struct ct_val {
 	__u8 at;
 	__u8 state;
 	__u8 reply; // the direction answering the flow's first packet
-	__u8 mark; // set np_cfg's masquerade mark on the packet
+	__u8 mark; // unused: it stays for the layout of pinned maps
 	__u64 seen;
 };
 
@@ -461,18 +459,6 @@ static __always_inline int refuse(struct __sk_buff *skb, const struct pkt *p, co
 	return p->k.proto == IPPROTO_TCP ? reset(skb, p->l4) : unreachable(skb);
 }
 
-// mark_masq marks the packet for the nftables half's masquerade. Every
-// packet of the flow carries it, not only the first: whichever packet
-// starts the kernel's conntrack entry (the first one lost before it was
-// confirmed, an entry flushed) is the one the nat hook sees.
-static __always_inline void mark_masq(struct __sk_buff *skb)
-{
-	__u32 zero = 0;
-	struct np_cfg *cfg = bpf_map_lookup_elem(&np_config, &zero);
-	if (cfg)
-		skb->mark |= cfg->masq_mark;
-}
-
 // last_hop says whether a packet this program would forward out of a node
 // interface has no hop left: the kernel's forwarding would drop it and
 // answer time exceeded, with the packet as it came (its conntrack undoing
@@ -498,8 +484,6 @@ static __always_inline int apply(struct __sk_buff *skb, struct pkt *p, struct ct
 	track(v, p, v->reply, now);
 	struct ct_val out = *v;
 	rewrite(skb, p, &out);
-	if (out.mark)
-		mark_masq(skb);
 	if (out.at == CT_AT_INGRESS_FWD)
 		return forward(skb, &out, p->ttl);
 	return TC_ACT_OK;
@@ -522,13 +506,12 @@ static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const 
 	struct ct_val rev = { .src = p->k.dst, .dst = p->k.src, .sport = p->k.dport, .dport = p->k.sport, .seen = now,
 			      .at = CT_AT_EGRESS, .reply = 1 };
 	// desired's masquerade: a remote endpoint's flow is source-NATed
-	// here, its replies coming back to this node; a local endpoint's
-	// reply does by itself, and the kernel's conntrack masquerades the
-	// flow (np_egress still restores the frontend once the reply is
-	// un-NATed).
-	if (!remote(skb, p->k.src, be.addr)) {
-		fwd.mark = !!(sv->flags & NP_F_MASQ);
-	} else {
+	// here, its replies coming back to this node. A local endpoint's
+	// reply comes back by itself, so its flow keeps the client's
+	// address: nothing else here would masquerade it, and a mark asking
+	// nftables rules to would have rules that arrive later (a switch to
+	// nftables mode) masquerade the open flow midway, which resets it.
+	if (remote(skb, p->k.src, be.addr)) {
 		fwd.at = CT_AT_INGRESS_FWD;
 		if (sv->flags & NP_F_MASQ) {
 			__u32 zero = 0;
@@ -553,8 +536,6 @@ static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const 
 	if (last_hop(p, fwd.at))
 		return time_exceeded(skb);
 	rewrite(skb, p, &fwd);
-	if (fwd.mark)
-		mark_masq(skb);
 	if (fwd.at == CT_AT_INGRESS_FWD)
 		return forward(skb, &fwd, p->ttl);
 	return TC_ACT_OK;

@@ -112,7 +112,7 @@ func (r *rig) masqueraded(p netip.AddrPort) bool {
 
 // TestKernelNodePort: TCP and UDP to node1's node ports reach the local
 // endpoint with the client's address (no nftables rules here masquerade
-// it: that the programs mark it for them is TestKernelMasqueradeMark's,
+// it, nor do the programs mark it for rules: TestKernelLocalFlowsUnmarked,
 // and internal/backends' TestKernelEBPFModeTC sees both together) and the
 // remote one masqueraded, and
 // the client gets its answers from the node port (its sockets are

@@ -96,14 +96,14 @@ func TestKernelSourceRanges(t *testing.T) {
 	}
 }
 
-// TestKernelMasqueradeMark: a new flow to a local endpoint of a route
-// desired masquerades (externalTrafficPolicy Cluster) leaves np_ingress
-// with the State's masquerade mark, the buffer's other bits kept, and so
-// does every later packet of the flow, for the nftables half to
-// masquerade whichever starts the kernel's conntrack entry; a flow of
-// externalTrafficPolicy Local is not marked. The crafted packets' endpoint
-// has no route out of a node interface: it is local.
-func TestKernelMasqueradeMark(t *testing.T) {
+// TestKernelLocalFlowsUnmarked: every packet of a flow to a local
+// endpoint leaves np_ingress with the mark it came with, whether desired
+// masquerades the route (externalTrafficPolicy Cluster) or not (Local),
+// though the State has a masquerade mark: no rules masquerade such a flow,
+// and a mark would have nftables mode's rules, once they arrive on a switch
+// of mode, masquerade the open flow midway, which resets it. The crafted
+// packets' endpoint has no route out of a node interface: it is local.
+func TestKernelLocalFlowsUnmarked(t *testing.T) {
 	ns, pins := progNS(t)
 	p := progProxier(t, pins, "node")
 	const mark, other = 0x4000, 0x1
@@ -122,10 +122,7 @@ func TestKernelMasqueradeMark(t *testing.T) {
 	must(t, ns.Do(func() error { return p.Sync(context.Background(), st, proxy.FullSync) }))
 	prog := p.kernel.coll.Programs["np_ingress"]
 	for _, sp := range sps {
-		want := uint32(other)
-		if st.RoutesOf(sp)[desired.ExternalPath][desired.FromOutside].Masquerade {
-			want |= mark
-		}
+		const want = other
 		f := maglev.Flow{Src: netip.MustParseAddr("198.18.0.100"), Dst: sp.ExternalIPs[0], SrcPort: 40000, DstPort: 80,
 			Protocol: protoNumbers[sp.Protocol]}
 		for i, flags := range []byte{tcpSYN, tcpACK} {

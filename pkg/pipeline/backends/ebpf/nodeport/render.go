@@ -31,9 +31,9 @@ func newContents() Contents {
 		maglevEndpoints: map[uint64][]proxy.Endpoint{}, Ranges: map[srcKey]uint32{}, Members: map[memberKey]uint32{}}
 }
 
-// Served says whether the tc programs translate sp's external frontends.
-// What they do not serve is left to the nftables half, which still has
-// its rules: IPv6 and SCTP.
+// Served says whether the tc programs translate sp's external frontends:
+// IPv4 TCP and UDP. In their family nothing else translates packets from
+// outside the node (ebpf mode has no nftables half there).
 func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
 	_, ok := protoNumbers[sp.Protocol]
 	return family == proxy.IPv4 && ok
@@ -50,10 +50,8 @@ func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
 // affinity carries its timeout, and its group's endpoints are listed as
 // members, so that a client's remembered endpoint counts only while it is
 // one. A masqueraded route's flows to endpoints on other nodes leave with
-// the node's primary IP; those to local endpoints carry the State's
-// masquerade mark, which the nftables half's postrouting masquerades (as
-// it does every flow it marks), so that a local pod sees the node as it
-// would in nftables mode.
+// the node's primary IP; those to local endpoints are not masqueraded (a
+// local pod sees the client), nor marked for rules to masquerade them.
 //
 // A group's ID is a hash of the service port's name and dispatch set,
 // probed past collisions in name order, so that the same State always
@@ -66,7 +64,6 @@ func Render(st *desired.State) Contents {
 	if len(st.NodeIPs) > 0 && st.NodeIPs[0].Unmap().Is4() {
 		c.Config.SNAT = st.NodeIPs[0].Unmap().As4()
 	}
-	c.Config.MasqMark = st.Masquerade.Mark
 	var nodePortIPs []netip.Addr
 	for _, ip := range st.NodePortAddresses() {
 		if ip = ip.Unmap(); ip.Is4() && !ip.IsLoopback() {

@@ -80,8 +80,8 @@ func memberOf(id uint64, ep proxy.Endpoint) memberKey {
 }
 
 // cfgVal is the programs' one configuration record: the address flows to
-// endpoints on other nodes are masqueraded to, and the mark that has the
-// nftables half masquerade a flow to a local endpoint.
+// endpoints on other nodes are masqueraded to. MasqMark is unused (zero):
+// it stays for the layout of pinned maps.
 type cfgVal struct {
 	SNAT     [4]byte
 	MasqMark uint32
