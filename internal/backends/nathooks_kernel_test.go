@@ -26,12 +26,25 @@ func TestKernelKeepNATHooksKeepsConnections(t *testing.T) {
 	env := scenario.NewEnv(t)
 	ctx := context.Background()
 	conns := dialThroughRules(t, env, nftablesBackend)
+	expectKept(t, env, false, "with nftables mode's rules")
 
 	if err := env.Node1.NS.Do(func() error { return nftables.KeepNATHooks(ctx, proxy.IPv4) }); err != nil {
 		t.Fatal(err)
 	}
+	expectKept(t, env, true, "after KeepNATHooks")
 	askAll(t, conns, "after the rules went, their nat hooks kept")
 	closeAll(conns)
+}
+
+// expectKept checks what nftables.Kept, which explain asks, says of
+// node1's IPv4 table.
+func expectKept(t *testing.T, env *scenario.Env, want bool, when string) {
+	t.Helper()
+	var kept bool
+	_ = env.Node1.NS.Do(func() error { kept = nftables.Kept(proxy.IPv4); return nil })
+	if kept != want {
+		t.Errorf("%s: nftables.Kept(IPv4) = %t, want %t", when, kept, want)
+	}
 }
 
 // TestKernelEBPFTCFromIPTablesKeepsConnections: ebpf mode with the tc

@@ -212,23 +212,11 @@ func ebpfObjects(ctx context.Context, state *desired.State, e explain.Explanatio
 		// the rendered ones, are the packet path's alone.
 		out = []string{"socket hooks: not translated at connect (" + err.Error() + ")"}
 	}
-	if tcServes(state.Family) && !nftablesTableExists(state.Family) {
+	if tcServes(state.Family) && nftables.Kept(state.Family) {
 		return append(out, tcObjects(state, e)...), nil
 	}
 	nft, err := nftablesObjects(ctx, state, e)
 	return append(out, nft...), err
-}
-
-// nftablesTableExists says whether the node holds family's kube-proxy
-// table; true when it cannot tell, so that explain names the rules as
-// before.
-func nftablesTableExists(family proxy.IPFamily) bool {
-	f := knftables.IPv4Family
-	if family == proxy.IPv6 {
-		f = knftables.IPv6Family
-	}
-	present, err := knft.TableExists(f, nftables.TableName)
-	return err != nil || present
 }
 
 // tcObjects names what serves e's packets from outside the node when the

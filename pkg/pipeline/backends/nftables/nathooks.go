@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -55,6 +56,14 @@ var keptChains = func() []string {
 	slices.Sort(names)
 	return names
 }()
+
+// Kept says whether family's table is what KeepNATHooks leaves, so that
+// another packet path (the tc programs) serves the family's Services;
+// false without the table, or when it cannot tell.
+func Kept(family proxy.IPFamily) bool {
+	chains, err := knft.ChainNames(specFor(family).family, TableName)
+	return err == nil && slices.Contains(chains, conntrackChain)
+}
 
 // KeepNATHooks leaves family's table as the empty nat chains and the
 // conntrack rule alone, creating them where there is no table. The
