@@ -88,6 +88,17 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 	}
 	hooks := map[proxy.IPFamily]*ebpf.Proxier{}
 	inst.StaleFlows = map[proxy.IPFamily][]StaleFlows{}
+	// One tc Proxier serves both families: one set of programs on the
+	// interfaces, each family's maps synced from its own State.
+	tc, err := openTC(pinDir, env.Config.BPFTCInterfaces, env.Config.BPFAcceleration)
+	if err != nil {
+		inst.Close()
+		return nil, err
+	}
+	if tc != nil {
+		inst.OnClose(tc.Close)
+		inst.Metrics = append(inst.Metrics, metrics.WithFamilies(tcDropsCollector{tc, env.Families}))
+	}
 	for _, f := range env.Families {
 		p, err := ebpf.New(f, ebpf.Options{PinDir: pinDir, Cgroup: cgroup, SocketEntries: env.Config.BPFSocketEntries})
 		if err != nil {
@@ -100,17 +111,10 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		// flow does: the conntrack cleanup's rule destroys it.
 		inst.StaleFlows[f] = []StaleFlows{{Table: p.Sockets(), Name: "ebpf sockets"}}
 		nft := inst.Proxiers[f]
-		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder}
-		if f == proxy.IPv4 {
-			if both.tc, err = openTC(pinDir, env.Config.BPFTCInterfaces, env.Config.BPFAcceleration); err != nil {
-				inst.Close()
-				return nil, err
-			}
-			if both.tc != nil {
-				inst.OnClose(both.tc.Close)
-				inst.StaleFlows[f] = append(inst.StaleFlows[f], StaleFlows{Table: both.tc.Flows(), Name: "ebpf tc flows"})
-				inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(both.tc.Flows()), tcDropsCollector{both.tc}))
-			}
+		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder, tc: tc}
+		if tc != nil {
+			inst.StaleFlows[f] = append(inst.StaleFlows[f], StaleFlows{Table: tc.Flows(), Name: "ebpf tc flows"})
+			inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(tc.Flows(), f)))
 		}
 		// Ahead of the first sync, while the lists arrive, the nftables
 		// half reads its tables back and says whether they held rules,
@@ -198,8 +202,8 @@ type hooksAndRules struct {
 	prep syncer.Preparer
 	// served is when the last Sync's hooks half ended (ServedAt).
 	served time.Time
-	// tc, when --bpf-tc-interfaces is set (IPv4), translates packets from
-	// outside the node before netfilter sees them: a packet it translated
+	// tc, when --bpf-tc-interfaces is set (shared by both families),
+	// translates packets from outside the node before netfilter sees them: a packet it translated
 	// is addressed to an endpoint (or, masqueraded, redirected out of the
 	// node), so the nftables rules of its frontend never match it, and
 	// they stay for what tc does not serve (nodeport.Served).

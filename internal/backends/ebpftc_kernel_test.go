@@ -23,8 +23,9 @@ import (
 
 // TestKernelEBPFModeTC: ebpf mode with --bpf-tc-interfaces on node1's
 // fabric interface, both halves and the tc programs given each family's
-// State. The outside client's IPv4 TCP and UDP to a node port and an
-// external IP go through the tc programs, and the nftables rules of the
+// State. The outside client's IPv4 and IPv6 TCP and UDP to a node port
+// and an external IP go through the tc programs (one Proxier for both
+// families), and the nftables rules of the
 // same frontends, still in place, do not also act on them (node1's
 // conntrack has no flow to the frontend: tc translated the packets before
 // it). Those of externalTrafficPolicy Cluster are masqueraded as in
@@ -32,8 +33,9 @@ import (
 // carries the masquerade mark to the nftables half's postrouting), node2's
 // pod sees node1 from a tc masquerade port; externalTrafficPolicy Local
 // keeps the client's address. The source-ranged LB IP and a node port with
-// ClientIP affinity are tc's too (tcSourceRanges, tcAffinity). What tc
-// does not serve, IPv6 and SCTP, the rules still serve, masqueraded.
+// ClientIP affinity are tc's too (tcSourceRanges, tcAffinity), in both
+// families. What tc does not serve, SCTP, the rules still serve,
+// masqueraded.
 // Another mode's leftover removal takes the tc pins too.
 func TestKernelEBPFModeTC(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
@@ -44,13 +46,13 @@ func TestKernelEBPFModeTC(t *testing.T) {
 		w := env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) })
 		both.sync(t, env, w.Apply(t, append(env.Services(), stickyExternal)...), proxy.FullSync)
 	}
-	if both[proxy.IPv4].tc == nil || both[proxy.IPv6].tc != nil {
-		t.Fatalf("tc programs: IPv4 %v, IPv6 %v; want IPv4's only", both[proxy.IPv4].tc, both[proxy.IPv6].tc)
+	if both[proxy.IPv4].tc == nil || both[proxy.IPv6].tc != both[proxy.IPv4].tc {
+		t.Fatalf("tc programs: IPv4 %v, IPv6 %v; want one Proxier for both", both[proxy.IPv4].tc, both[proxy.IPv6].tc)
 	}
 	for _, f := range scenario.Families {
 		client := f.Pick(env.Allowed)
 		for i, proto := range scenario.Protocols {
-			byTC := !f.V6 && proto != proxy.SCTP
+			byTC := proto != proxy.SCTP
 			for _, dst := range []netip.AddrPort{
 				netip.AddrPortFrom(env.Node1.IP(f.V6), uint16(30010+i)),
 				netip.AddrPortFrom(f.ExternalIP(10), scenario.SvcPort),
@@ -59,22 +61,24 @@ func TestKernelEBPFModeTC(t *testing.T) {
 				for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 12) {
 					seen[ans.Server]++
 					switch {
-					case byTC && !tcMasqueraded(env, ans):
+					case byTC && !tcMasqueraded(env, f, ans):
 						t.Errorf("%s %s → %s saw %v, want node1: its address on a node1 pod's link, else from a tc masquerade port", proto, dst, ans.Server, ans.Peer)
 					case !byTC && ans.Peer.Addr() == client:
 						t.Errorf("%s %s → %s saw the client: the rules masquerade externalTrafficPolicy Cluster", proto, dst, ans.Server)
 					}
 				}
 				if byTC {
-					notByRules(t, env, proto, dst)
+					notByRules(t, env, f, proto, dst)
 				}
 				t.Logf("%s to %s (tc: %t): %v", proto, dst, byTC, seen)
 			}
 		}
 	}
-	tcLocalPolicy(t, env)
-	tcSourceRanges(t, env)
-	tcAffinity(t, env)
+	for _, f := range scenario.Families {
+		tcLocalPolicy(t, env, f)
+		tcSourceRanges(t, env, f)
+		tcAffinity(t, env, f)
+	}
 	out, err := env.Node1.NS.Run(ctx, "nft", "list", "table", "ip", "kube-proxy")
 	if err != nil || !strings.Contains(string(out), "30010") {
 		t.Errorf("the nftables half's IPv4 table lost its node-port rules (%v):\n%s", err, out)
@@ -165,18 +169,22 @@ var stickyExternal = scenario.Spec{Name: "sticky-external", Slot: 23, NodePort: 
 // path masquerades: a node1 pod, node1's address on the pod's link (the
 // nftables half's masquerade of the flow tc marked); another node's pod,
 // node1's address from a tc masquerade port.
-func tcMasqueraded(env *scenario.Env, ans netnstest.Answer) bool {
+func tcMasqueraded(env *scenario.Env, f scenario.Fam, ans netnstest.Answer) bool {
 	pod := env.Pods[ans.Server]
 	if pod != nil && pod.Node == env.Node1 {
-		return ans.Peer.Addr() == pod.GatewayV4
+		gw := pod.GatewayV4
+		if f.V6 {
+			gw = pod.GatewayV6
+		}
+		return ans.Peer.Addr() == gw
 	}
-	return ans.Peer.Addr() == env.Node1.IPv4 && nodeport.MasqueradePort(ans.Peer.Port())
+	return ans.Peer.Addr() == env.Node1.IP(f.V6) && nodeport.MasqueradePort(ans.Peer.Port())
 }
 
 // notByRules checks that node1's conntrack holds no flow to dst: the tc
 // program translated the packets before netfilter saw them, so no rule
 // did.
-func notByRules(t *testing.T, env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) {
+func notByRules(t *testing.T, env *scenario.Env, f scenario.Fam, proto proxy.Protocol, dst netip.AddrPort) {
 	t.Helper()
 	h, err := netns.GetFromPath(env.Node1.NS.Path())
 	if err != nil {
@@ -189,7 +197,7 @@ func notByRules(t *testing.T, env *scenario.Env, proto proxy.Protocol, dst netip
 	}
 	defer ct.Close()
 	var byRules []kconntrack.Flow
-	err = ct.List(context.Background(), proxy.IPv4, func(fl kconntrack.Flow) {
+	err = ct.List(context.Background(), f.Family, func(fl kconntrack.Flow) {
 		if fl.Proto == kconntrack.ProtoNumber(proto) && fl.Orig.Dst == dst {
 			byRules = append(byRules, fl)
 		}
@@ -201,32 +209,30 @@ func notByRules(t *testing.T, env *scenario.Env, proto proxy.Protocol, dst netip
 
 // tcLocalPolicy: the externalTrafficPolicy Local node port is served at tc
 // and keeps the client's address.
-func tcLocalPolicy(t *testing.T, env *scenario.Env) {
-	f := scenario.Families[0]
+func tcLocalPolicy(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	client := f.Pick(env.Allowed)
 	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
-		dst := netip.AddrPortFrom(env.Node1.IPv4, uint16(30030+i))
+		dst := netip.AddrPortFrom(env.Node1.IP(f.V6), uint16(30030+i))
 		for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 4) {
 			if ans.Server != "pod-a" || ans.Peer.Addr() != client {
 				t.Errorf("%s to the externalTrafficPolicy Local node port %s: %v, want pod-a seeing the client %s", proto, dst, ans, client)
 			}
 		}
-		notByRules(t, env, proto, dst)
+		notByRules(t, env, f, proto, dst)
 	}
 }
 
-// tcSourceRanges: the scenario's source-ranged LB IP (IPv4) is served at
+// tcSourceRanges: the scenario's source-ranged LB IP of family f is served at
 // tc: the allowed client reaches pod-a, masqueraded, the denied client's
 // TCP and UDP are dropped, and its connection to the same Service's node
 // port is served.
-func tcSourceRanges(t *testing.T, env *scenario.Env) {
-	f := scenario.Families[0]
+func tcSourceRanges(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	lb := netip.AddrPortFrom(f.LBIP(11), scenario.SvcPort)
 	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
-		if ans, err := env.FromClient(f).Ask(proto, lb); err != nil || !tcMasqueraded(env, ans) {
+		if ans, err := env.FromClient(f).Ask(proto, lb); err != nil || !tcMasqueraded(env, f, ans) {
 			t.Errorf("allowed client %s to the source-ranged LB IP %s: %v, %v; want pod-a seeing node1", proto, lb, ans, err)
 		}
-		notByRules(t, env, proto, lb)
+		notByRules(t, env, f, proto, lb)
 	}
 	denied := netnstest.Client{NS: env.Client, Source: f.Pick(env.Denied), Timeout: scenario.DropTimeout}
 	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
@@ -234,28 +240,27 @@ func tcSourceRanges(t *testing.T, env *scenario.Env) {
 			t.Errorf("denied client %s to the source-ranged LB IP: %v, want dropped", proto, err)
 		}
 	}
-	np := netip.AddrPortFrom(env.Node1.IPv4, 30020)
-	if ans, err := denied.Ask(proxy.TCP, np); err != nil || !tcMasqueraded(env, ans) {
+	np := netip.AddrPortFrom(env.Node1.IP(f.V6), 30020)
+	if ans, err := denied.Ask(proxy.TCP, np); err != nil || !tcMasqueraded(env, f, ans) {
 		t.Errorf("denied client to the same Service's node port %s: %v, %v; want served, masqueraded", np, ans, err)
 	}
-	notByRules(t, env, proxy.TCP, np)
+	notByRules(t, env, f, proxy.TCP, np)
 }
 
 // tcAffinity: the affinity node port is served at tc (masqueraded, as
 // externalTrafficPolicy Cluster) and every connection of a client reaches
 // one endpoint.
-func tcAffinity(t *testing.T, env *scenario.Env) {
-	f := scenario.Families[0]
+func tcAffinity(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
-		dst := netip.AddrPortFrom(env.Node1.IPv4, uint16(30060+i))
+		dst := netip.AddrPortFrom(env.Node1.IP(f.V6), uint16(30060+i))
 		seen := map[string]int{}
 		for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 20) {
 			seen[ans.Server]++
-			if !tcMasqueraded(env, ans) {
+			if !tcMasqueraded(env, f, ans) {
 				t.Errorf("%s to the affinity node port %s: %s saw %v, want node1", proto, dst, ans.Server, ans.Peer)
 			}
 		}
-		notByRules(t, env, proto, dst)
+		notByRules(t, env, f, proto, dst)
 		if len(seen) != 1 {
 			t.Errorf("%s to the affinity node port %s: 20 connections reached %v, want one endpoint", proto, dst, seen)
 		}

@@ -12,8 +12,8 @@
 //     masquerade mark, which XDP cannot set);
 //   - TCP packets that change the flow's state (SYN, FIN, RST);
 //   - a packet without a hop left (np_ingress answers time exceeded);
-//   - what parse leaves to the stack (IPv6, options, fragments, other
-//     protocols);
+//   - IPv6 (np_ingress serves it), and what parse leaves to the stack
+//     (options, fragments, other protocols);
 //   - a next hop whose neighbour is not resolved (bpf_redirect_neigh
 //     resolves it), or an interface out of which XDP does not send.
 

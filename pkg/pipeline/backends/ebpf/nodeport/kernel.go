@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/bpfmap"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // The maps, by the names bpf/nodeport.c gives them; each is pinned by that
@@ -28,14 +29,38 @@ const (
 	mapAffinity = "np_affinity"
 )
 
-var mapNames = []string{mapServices, mapBackends, mapMaglev, mapDevices, mapConfig, mapCT, mapRanges, mapMembers,
-	mapAffinity, mapXDPOut, mapStats}
+// familyMaps are the names of one family's maps: IPv4's above, IPv6's
+// the same with a 6 (bpf/six.h).
+type familyMaps struct{ services, backends, maglev, config, ct, ranges, members, affinity string }
+
+var (
+	maps4 = familyMaps{mapServices, mapBackends, mapMaglev, mapConfig, mapCT, mapRanges, mapMembers, mapAffinity}
+	maps6 = familyMaps{mapServices + "6", mapBackends + "6", mapMaglev + "6", mapConfig + "6", mapCT + "6",
+		mapRanges + "6", mapMembers + "6", mapAffinity + "6"}
+)
+
+// namesOf is the names of the maps of A's family.
+func namesOf[A addrBytes]() familyMaps {
+	if familyOf[A]() == proxy.IPv6 {
+		return maps6
+	}
+	return maps4
+}
+
+func (n familyMaps) all() []string {
+	return []string{n.services, n.backends, n.maglev, n.config, n.ct, n.ranges, n.members, n.affinity}
+}
+
+var mapNames = append(append([]string{mapDevices, mapXDPOut, mapStats, mapStats6}, maps4.all()...), maps6.all()...)
 
 // The tc programs svcproxy attaches, and where (np_xdp: xdp.go).
 var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}
 
-// sizes are the capacities of the maps the State sizes.
+// sizes are the capacities of one family's maps the State sizes.
 type sizes struct{ services, backends, maglev, ranges, members, ct, affinity uint32 }
+
+// familySizes are both families' sizes.
+type familySizes map[proxy.IPFamily]sizes
 
 // loaded is the programs and maps in the kernel, and their links.
 type loaded struct {
@@ -56,7 +81,7 @@ func (l *loaded) close() {
 
 // programSpec is the tc programs, np_xdp and their maps, sized; the
 // test-only programs are left out.
-func programSpec(sz sizes) (*ebpf.CollectionSpec, error) {
+func programSpec(fs familySizes) (*ebpf.CollectionSpec, error) {
 	spec, err := loadNodeport()
 	if err != nil {
 		return nil, err
@@ -66,9 +91,16 @@ func programSpec(sz sizes) (*ebpf.CollectionSpec, error) {
 			delete(spec.Programs, name)
 		}
 	}
-	for name, n := range map[string]uint32{mapServices: sz.services, mapBackends: sz.backends,
-		mapMaglev: sz.maglev, mapRanges: sz.ranges, mapMembers: sz.members, mapCT: sz.ct, mapAffinity: sz.affinity} {
-		spec.Maps[name].MaxEntries = n
+	for family, names := range map[proxy.IPFamily]familyMaps{proxy.IPv4: maps4, proxy.IPv6: maps6} {
+		sz, ok := fs[family]
+		if !ok {
+			sz = sizesOf(0, 0, 0, 0, 0, 0)
+		}
+		for name, n := range map[string]uint32{names.services: sz.services, names.backends: sz.backends,
+			names.maglev: sz.maglev, names.ranges: sz.ranges, names.members: sz.members, names.ct: sz.ct,
+			names.affinity: sz.affinity} {
+			spec.Maps[name].MaxEntries = n
+		}
 	}
 	return spec, nil
 }
@@ -78,7 +110,7 @@ func programSpec(sz sizes) (*ebpf.CollectionSpec, error) {
 // tc programs, and np_xdp as accel says, to each interface, swapping the
 // program of a pinned link in place. Interfaces are looked up in the
 // caller's network namespace.
-func load(dir string, ifaces []string, accel Acceleration, sz sizes) (*loaded, error) {
+func load(dir string, ifaces []string, accel Acceleration, sz familySizes) (*loaded, error) {
 	spec, err := programSpec(sz)
 	if err != nil {
 		return nil, err
