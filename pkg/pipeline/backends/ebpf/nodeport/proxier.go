@@ -171,7 +171,11 @@ func (p *Proxier) ensureLoaded(mode proxy.SyncMode) error {
 // CanaryMissing reports, once a sync succeeded, whether a pin of the maps
 // or links is gone (removed, or the bpffs unmounted): the next svcproxy
 // would not find what runs. A RecoverySync then loads and pins again.
-func (p *Proxier) CanaryMissing() bool { return p.programmed && p.pinsMissing() }
+func (p *Proxier) CanaryMissing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.programmed && p.pinsMissing()
+}
 
 func (p *Proxier) pinsMissing() bool {
 	pins := []string{}
@@ -183,7 +187,7 @@ func (p *Proxier) pinsMissing() bool {
 			pins = append(pins, linkPin(p.o.PinDir, prog, iface))
 		}
 	}
-	for _, iface := range p.Accelerated() {
+	for _, iface := range p.accelerated() {
 		pins = append(pins, linkPin(p.o.PinDir, progXDP, iface))
 	}
 	for _, pin := range pins {
@@ -239,7 +243,11 @@ func fits[A addrBytes](l *loaded, n familyMaps, want *contentsOf[A]) error {
 }
 
 // Writes counts the map entries this Proxier has written or deleted.
-func (p *Proxier) Writes() uint64 { return p.writes }
+func (p *Proxier) Writes() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.writes
+}
 
 // Close releases the Proxier's descriptors; the pins keep the programs
 // attached and the maps (and flows) in place for the next svcproxy.
