@@ -176,14 +176,22 @@ static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const
 	return TC_ACT_OK;
 }
 
+#ifndef NP_UNPARSED
+// NP_UNPARSED is ingress's and egress's answer for a packet parse leaves:
+// the program hands it to the family's ICMP error translation (unparsed),
+// called from the program itself so that its stack frame is not added to
+// theirs.
+#define NP_UNPARSED (-2)
+#endif
+
 // ingress is np_ingress for a packet of the family. Each family's is a
 // function of its own (a BPF-to-BPF call), so that their stack frames are
-// not added up in np_ingress's. What parse leaves is ICMP's (unparsed).
+// not added up in np_ingress's.
 static __noinline int F(ingress)(struct __sk_buff *skb)
 {
 	struct F(pkt) pk = {}, *p = &pk;
 	if (!F(parse)(skb, p))
-		return F(unparsed)(skb, 0);
+		return NP_UNPARSED;
 	__u64 now = bpf_ktime_get_ns();
 	struct F(ct_val) *v = bpf_map_lookup_elem(&F(np_ct), &p->k);
 	if (v && v->at != CT_AT_EGRESS) {
@@ -211,7 +219,7 @@ static __noinline int F(egress)(struct __sk_buff *skb)
 {
 	struct F(pkt) pk = {}, *p = &pk;
 	if (!F(parse)(skb, p))
-		return F(unparsed)(skb, 1);
+		return NP_UNPARSED;
 	struct F(ct_val) *v = bpf_map_lookup_elem(&F(np_ct), &p->k);
 	if (!v || v->at != CT_AT_EGRESS)
 		return TC_ACT_OK;

@@ -24,7 +24,8 @@
 //     unreachable) or dropped.
 // np_egress (tc egress of each node interface): a local endpoint's reply
 // gets the frontend back as its source.
-// Both translate the ICMP errors about the flows they translate (icmp.h).
+// Both translate the ICMP errors about the flows they translate (icmp.h,
+// icmp6.h).
 // np_xdp (XDP of each node interface, with acceleration; xdp.h): the
 // packets of IPv4 flows np_ingress forwards out of a node interface, sent
 // on from the driver; everything else passes to np_ingress.
@@ -439,6 +440,15 @@ static __noinline int unparsed(struct __sk_buff *skb, int egress)
 #define addr_zero(a) in6_zero(&(a))
 #include "ct.h"
 #include "masq.h"
+#include "icmp6.h"
+
+// unparsed6 is icmp6_error: what parse6 leaves is the stack's unless it is
+// an ICMPv6 error about a flow.
+static __always_inline int unparsed6(struct __sk_buff *skb, int egress)
+{
+	return icmp6_error(skb, egress);
+}
+
 #include "flow.h"
 #undef F
 #undef ADDR_BITS
@@ -458,13 +468,23 @@ static __always_inline int is_ipv6(struct __sk_buff *skb)
 SEC("tc")
 int np_ingress(struct __sk_buff *skb)
 {
-	return is_ipv6(skb) ? ingress6(skb) : ingress(skb);
+	if (is_ipv6(skb)) {
+		int rc = ingress6(skb);
+		return rc == NP_UNPARSED ? unparsed6(skb, 0) : rc;
+	}
+	int rc = ingress(skb);
+	return rc == NP_UNPARSED ? unparsed(skb, 0) : rc;
 }
 
 SEC("tc")
 int np_egress(struct __sk_buff *skb)
 {
-	return is_ipv6(skb) ? egress6(skb) : egress(skb);
+	if (is_ipv6(skb)) {
+		int rc = egress6(skb);
+		return rc == NP_UNPARSED ? unparsed6(skb, 1) : rc;
+	}
+	int rc = egress(skb);
+	return rc == NP_UNPARSED ? unparsed(skb, 1) : rc;
 }
 
 #include "xdp.h"

@@ -286,9 +286,3 @@ static __noinline int remote6(struct __sk_buff *skb, const struct in6 *src, cons
 }
 
 #include "reply6.h"
-
-// unparsed6 is what becomes of an IPv6 packet parse6 leaves: the stack's.
-static __always_inline int unparsed6(struct __sk_buff *skb, int egress)
-{
-	return TC_ACT_OK;
-}

@@ -317,3 +317,56 @@ func TestKernelBothFamiliesSyncAtOnce(t *testing.T) {
 		t.Errorf("an unchanged second round wrote %d entries, want 0", n)
 	}
 }
+
+// icmp6Error is an Ethernet frame of an ICMPv6 error of typ from src to
+// dst, its 4 bytes after the checksum rest, quoting quote; checksum valid.
+func icmp6Error(src, dst netip.Addr, typ byte, rest uint32, quote []byte) []byte {
+	b := make([]byte, 14+40+8+len(quote))
+	binary.BigEndian.PutUint16(b[12:], 0x86dd)
+	ip := b[14:]
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(8+len(quote)))
+	ip[6], ip[7] = 58, 64
+	s, d := src.As16(), dst.As16()
+	copy(ip[8:], s[:])
+	copy(ip[24:], d[:])
+	ip[40] = typ
+	binary.BigEndian.PutUint32(ip[44:], rest)
+	copy(ip[48:], quote)
+	binary.BigEndian.PutUint16(ip[42:], ^l4Sum6(b))
+	return b
+}
+
+// TestKernelIPv6PacketTooBig: a router's packet too big about a UDP flow
+// masqueraded to an endpoint on another node, sent to the node's
+// masquerade address, is forwarded to the client from the node port's
+// address, one hop less, its MTU kept, quoting the datagram as the client
+// sent it (its checksum valid again), the ICMPv6 checksum valid.
+func TestKernelIPv6PacketTooBig(t *testing.T) {
+	r := newRig6(t)
+	r.sync6(t, port("dns", proxy.UDP, 30053, ep(r.epC, 5353)))
+	f := maglev.Flow{Src: r.client, Dst: r.nodeIP, SrcPort: 40000, DstPort: 30053, Protocol: 17}
+	sent := packet6(f, 0)
+	_, out := r.runTC(t, r.a0, bytes.Clone(sent))
+	router := netip.MustParseAddr("fd00:6::fe")
+	ptb := icmp6Error(router, r.nodeIP, 2, 1280, out[14:14+48])
+	ret, got := r.runTC(t, r.c0, ptb)
+	ip := got[14:]
+	from, to := netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
+	if ret != tcRedirect || ip[6] != 58 || ip[40] != 2 || from != r.nodeIP || to != r.client || ip[7] != 63 ||
+		binary.BigEndian.Uint32(ip[44:]) != 1280 {
+		t.Fatalf("packet too big: verdict %d, %v -> %v, next header %d, type %d, hop limit %d, MTU %d; want %d, %v -> %v, ICMPv6 type 2, 63, 1280",
+			ret, from, to, ip[6], ip[40], ip[7], binary.BigEndian.Uint32(ip[44:]), tcRedirect, r.nodeIP, r.client)
+	}
+	if s := l4Sum6(got); s != 0xffff {
+		t.Errorf("ICMPv6 checksum invalid (sum %#x)", s)
+	}
+	quote := ip[48 : 48+48]
+	// The quote as the client sent it, but for the hop limit the router
+	// saw (one less).
+	want := bytes.Clone(sent[14 : 14+48])
+	want[7] = 63
+	if !bytes.Equal(quote, want) {
+		t.Errorf("the quote is\n% x\nwant the client's datagram\n% x", quote, want)
+	}
+}
