@@ -6,6 +6,29 @@ set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# take_xdp_frames DEV makes DEV, a node link's peer on the bridge, the wire that XDP on the
+# node's eth0 sends its frames onto (XDP_TX):
+#   - a veth takes XDP frames in NAPI mode only (GRO or an XDP program turns it on), and after
+#     XDP_TX the node's eth0 wakes DEV's NAPI only if DEV has an XDP program: with GRO alone
+#     the frames wait in DEV's ring, and once its 256 slots are full the node's ethtool -S eth0
+#     counts only xdp_tx_errors and the flows XDP forwards stall. An XDP program that passes
+#     every frame on (test/cluster/xdp-pass, pkg/testing/xdppass) keeps DEV taking them;
+#   - a node's NIC receives complete L4 checksums, where a veth carries the partial one of a
+#     sender on this machine across. XDP hands such packets to tc (which finishes them), so
+#     with DEV's transmit checksumming on, XDP would forward nothing here: DEV computes the
+#     checksums of what it sends to the node, as a wire delivers them.
+take_xdp_frames() {
+  local dev=$1
+  in_ns cp ethtool -K "$dev" tx off >/dev/null # it lists the features it changed
+  in_ns cp "$XDP_PASS" "$dev"
+}
+
+# build_xdp_pass builds test/cluster/xdp-pass into $XDP_PASS.
+XDP_PASS=$CL/bin/xdp-pass
+build_xdp_pass() {
+  (cd "$ROOT" && GOFLAGS=-buildvcs=false go build -o "$XDP_PASS" ./test/cluster/xdp-pass) || die "building xdp-pass failed"
+}
+
 node_up() {
   local n=$1 m ns
   ns=$(node_name "$n")
@@ -13,12 +36,7 @@ node_up() {
   ip -n "$ns" link set lo up
   ip -n $P-cp link add "$P-n$n" type veth peer name eth0 netns "$ns"
   ip -n $P-cp link set "$P-n$n" master $P-br0 up
-  # XDP on the node's eth0 sends frames out of it (XDP_TX) onto this peer. A node's NIC receives
-  # full L4 checksums, where a veth carries a local sender's partial one across, which XDP
-  # cannot finish: checksums are computed here, as for a wire. (A veth takes XDP frames only in
-  # NAPI mode, and with GRO alone this kernel stops after 256 of them: the peer would need an
-  # XDP program of its own, which these scripts do not load yet; see docs/conformance.md.)
-  [[ $ACCEL == disabled ]] || in_ns cp ethtool -K "$P-n$n" gro on tx off
+  [[ $ACCEL == disabled ]] || take_xdp_frames "$P-n$n"
   ip -n "$ns" addr add "$(node_ip "$n")/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n $P-cp route add "$(node_cidr "$n")" via "$(node_ip "$n")"
@@ -40,6 +58,7 @@ up() {
   ip -n $P-cp addr add "$CP_IP/24" dev $P-br0
   ip -n $P-cp link set $P-br0 up
   local n
+  [[ $ACCEL == disabled ]] || build_xdp_pass
   for n in $NODES; do node_up "$n"; done
 }
 

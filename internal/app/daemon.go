@@ -310,6 +310,7 @@ func (d *daemon) newSyncers(ctx context.Context, inst *backends.Instance, feed *
 			SyncPeriod:     d.cfg.SyncPeriod,
 			AfterSync:      afterSync,
 			AfterReadBack:  gc.afterReadBack(),
+			ExpectedSize:   feed.sizes.expected(family),
 			Quarantined:    d.events.quarantined,
 			QuarantineFile: quarantineFile(d.cfg, family),
 			FrontendsLost:  d.events.frontendsLost,

@@ -21,6 +21,8 @@ import (
 type feed struct {
 	trackers map[proxy.IPFamily]*model.Tracker
 	syncers  map[proxy.IPFamily]*atomic.Pointer[syncer.Syncer]
+	// sizes are the initial lists' sizes, from their first pages.
+	sizes *listSizes
 }
 
 // startFeed builds the trackers of families and starts their informers.
@@ -28,6 +30,7 @@ func (d *daemon) startFeed(ctx context.Context, families []proxy.IPFamily) (*fee
 	f := &feed{
 		trackers: make(map[proxy.IPFamily]*model.Tracker, len(families)),
 		syncers:  make(map[proxy.IPFamily]*atomic.Pointer[syncer.Syncer], len(families)),
+		sizes:    newListSizes(),
 	}
 	var targets []watch.Target
 	for _, family := range proxy.Families {
@@ -49,6 +52,7 @@ func (d *daemon) startFeed(ctx context.Context, families []proxy.IPFamily) (*fee
 		ResyncPeriod:     d.cfg.ConfigSyncPeriod,
 		ServiceProxyName: d.cfg.ServiceProxyName,
 		ContinuePages:    d.pages,
+		ListSized:        f.sizes.sized,
 	}, targets...)
 	if err != nil {
 		return nil, err

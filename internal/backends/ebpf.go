@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -119,15 +120,31 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		// Ahead of the first sync, while the lists arrive, the nftables
 		// half reads its tables back and says whether they held rules,
 		// and the hooks load, attach and read their maps back
-		// (ReadBack). Which ports the kernel holds is the nftables half's
-		// answer (HeldPorts).
+		// (ReadBack), creating new maps at the size the initial lists'
+		// first pages promise (ExpectSize). Which ports the kernel holds is
+		// the nftables half's answer (HeldPorts).
 		both.prep = nft.Preparer
-		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both, EarlyServer: both}
+		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both,
+			EarlyServer: both, Sizer: both}
 	}
 	klog.FromContext(ctx).Info("ebpf mode: socket hooks", "cgroup", cgroup, "pinDir", pinDir,
 		"tcInterfaces", env.Config.BPFTCInterfaces, "acceleration", env.Config.BPFAcceleration)
+	warnAcceleratedVeths(ctx, env.Config)
 	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newEBPFCollector(hooks)))
 	return inst, nil
+}
+
+// warnAcceleratedVeths names each veth XDP acceleration runs on: there
+// what it forwards depends on the peer, which svcproxy cannot see
+// (user/troubleshooting.md says what to do).
+func warnAcceleratedVeths(ctx context.Context, cfg *config.Config) {
+	if accel, err := nodeport.ParseAcceleration(cfg.BPFAcceleration); err != nil || accel == nodeport.AccelerationDisabled {
+		return
+	}
+	for _, iface := range nodeport.Veths(cfg.BPFTCInterfaces) {
+		klog.FromContext(ctx).Info("XDP acceleration on a veth: a sender on this machine that leaves checksums to offload is served by tc, and the peer must run an XDP program to take what XDP sends back",
+			"interface", iface)
+	}
 }
 
 // cgroupRoot is the cgroup the hooks attach to: the configured one, else
@@ -154,7 +171,8 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	if cfg != nil && cfg.BPFPinDir != "" {
 		pinDir = cfg.BPFPinDir
 	}
-	switch present, err := ebpf.LeftoversPresent(pinDir); {
+	tcDir := tcPinDir(pinDir)
+	switch present, err := ebpfLeftoversPresent(pinDir); {
 	case err != nil:
 		logger.Error(err, "Cannot tell whether ebpf mode left anything; cleaning up")
 	case !present:
@@ -163,8 +181,51 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	default:
 		logger.Info("Removing ebpf mode's leftovers", "pinDir", pinDir)
 	}
-	// The tc programs' pins first: the pin directory goes when empty.
-	return errors.Join(nodeport.Remove(tcPinDir(pinDir)), ebpf.RemoveLeftovers(pinDir))
+	// The socket hooks go at once: a connection they translated is a
+	// socket connected to the endpoint itself, which outlives them, while
+	// hooks left attached would go on translating with maps nobody
+	// writes. The tc programs are drained first (drainTC); a drain cut
+	// short leaves them for the next start. The pin directory goes when
+	// empty, after the tc programs.
+	hooks := ebpf.RemoveLeftovers(pinDir)
+	if err := drainTC(ctx, tcDir); err != nil {
+		return errors.Join(hooks, err)
+	}
+	return errors.Join(hooks, nodeport.Remove(tcDir), ebpf.RemoveLeftovers(pinDir))
+}
+
+// ebpfLeftoversPresent says whether ebpf mode left pins in pinDir: the
+// socket hooks', or the tc programs' alone (a drain cut short).
+func ebpfLeftoversPresent(pinDir string) (bool, error) {
+	present, err := ebpf.LeftoversPresent(pinDir)
+	if err != nil || present {
+		return present, err
+	}
+	_, err = os.Stat(tcPinDir(pinDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// drainTC lets the node ports' new connections go to the rules that serve
+// them now and waits for the connections the tc programs pinned in dir
+// translated, before they are removed: those have no state in the kernel's
+// conntrack, and would be reset (nodeport.Drain). A connection still open
+// when the wait ends is reset; the start goes on either way.
+func drainTC(ctx context.Context, dir string) error {
+	logger := klog.FromContext(ctx)
+	held, err := nodeport.Drain(ctx, dir, nodeport.DefaultDrainTimes, func(flows int) {
+		logger.Info("Waiting for the connections the tc programs translated before removing them",
+			"flows", flows, "atMost", nodeport.DefaultDrainTimes.Idle)
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("draining the tc programs: %w", err)
+	case held > 0:
+		logger.Info("Removing the tc programs with connections still open: they will be reset", "flows", held)
+	}
+	return nil
 }
 
 // openTC is the tc programs' Proxier for ifaces, nil for none. A start
@@ -237,6 +298,12 @@ func (b *hooksAndRules) ReadBack(ctx context.Context) error {
 		err = b.prep.ReadBack(ctx)
 	}
 	return errors.Join(<-done, err)
+}
+
+// ExpectSize is syncer.Sizer: the hooks create their maps at the
+// expected size; the nftables half has nothing sized.
+func (b *hooksAndRules) ExpectSize(expected func(context.Context) (proxy.ExpectedSize, bool)) {
+	b.hooks.ExpectSize(expected)
 }
 
 func (b *hooksAndRules) Init(ctx context.Context) error {

@@ -68,7 +68,7 @@ func TestKernelEBPFModeTC(t *testing.T) {
 					}
 				}
 				if byTC {
-					notByRules(t, env, f, proto, dst)
+					notByRules(t, env, proto, dst)
 				}
 				t.Logf("%s to %s (tc: %t): %v", proto, dst, byTC, seen)
 			}
@@ -184,27 +184,37 @@ func tcMasqueraded(env *scenario.Env, f scenario.Fam, ans netnstest.Answer) bool
 // notByRules checks that node1's conntrack holds no flow to dst: the tc
 // program translated the packets before netfilter saw them, so no rule
 // did.
-func notByRules(t *testing.T, env *scenario.Env, f scenario.Fam, proto proxy.Protocol, dst netip.AddrPort) {
+func notByRules(t *testing.T, env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) {
 	t.Helper()
+	if byRules, err := rulesFlows(env, proto, dst); err != nil || len(byRules) > 0 {
+		t.Errorf("%s to %s: node1's conntrack holds flows to the frontend (the rules translated them, not tc): %v (%v)", proto, dst, byRules, err)
+	}
+}
+
+// rulesFlows lists the flows to dst in node1's conntrack: those the rules
+// translated.
+func rulesFlows(env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) ([]kconntrack.Flow, error) {
 	h, err := netns.GetFromPath(env.Node1.NS.Path())
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer h.Close()
 	ct, err := kconntrack.NewAt(h)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer ct.Close()
+	family := proxy.IPv4
+	if dst.Addr().Is6() {
+		family = proxy.IPv6
+	}
 	var byRules []kconntrack.Flow
-	err = ct.List(context.Background(), f.Family, func(fl kconntrack.Flow) {
+	err = ct.List(context.Background(), family, func(fl kconntrack.Flow) {
 		if fl.Proto == kconntrack.ProtoNumber(proto) && fl.Orig.Dst == dst {
 			byRules = append(byRules, fl)
 		}
 	})
-	if err != nil || len(byRules) > 0 {
-		t.Errorf("%s to %s: node1's conntrack holds flows to the frontend (the rules translated them, not tc): %v (%v)", proto, dst, byRules, err)
-	}
+	return byRules, err
 }
 
 // tcLocalPolicy: the externalTrafficPolicy Local node port is served at tc
@@ -218,7 +228,7 @@ func tcLocalPolicy(t *testing.T, env *scenario.Env, f scenario.Fam) {
 				t.Errorf("%s to the externalTrafficPolicy Local node port %s: %v, want pod-a seeing the client %s", proto, dst, ans, client)
 			}
 		}
-		notByRules(t, env, f, proto, dst)
+		notByRules(t, env, proto, dst)
 	}
 }
 
@@ -232,7 +242,7 @@ func tcSourceRanges(t *testing.T, env *scenario.Env, f scenario.Fam) {
 		if ans, err := env.FromClient(f).Ask(proto, lb); err != nil || !tcMasqueraded(env, f, ans) {
 			t.Errorf("allowed client %s to the source-ranged LB IP %s: %v, %v; want pod-a seeing node1", proto, lb, ans, err)
 		}
-		notByRules(t, env, f, proto, lb)
+		notByRules(t, env, proto, lb)
 	}
 	denied := netnstest.Client{NS: env.Client, Source: f.Pick(env.Denied), Timeout: scenario.DropTimeout}
 	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
@@ -244,7 +254,7 @@ func tcSourceRanges(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	if ans, err := denied.Ask(proxy.TCP, np); err != nil || !tcMasqueraded(env, f, ans) {
 		t.Errorf("denied client to the same Service's node port %s: %v, %v; want served, masqueraded", np, ans, err)
 	}
-	notByRules(t, env, f, proxy.TCP, np)
+	notByRules(t, env, proxy.TCP, np)
 }
 
 // tcAffinity: the affinity node port is served at tc (masqueraded, as
@@ -260,7 +270,7 @@ func tcAffinity(t *testing.T, env *scenario.Env, f scenario.Fam) {
 				t.Errorf("%s to the affinity node port %s: %s saw %v, want node1", proto, dst, ans.Server, ans.Peer)
 			}
 		}
-		notByRules(t, env, f, proto, dst)
+		notByRules(t, env, proto, dst)
 		if len(seen) != 1 {
 			t.Errorf("%s to the affinity node port %s: 20 connections reached %v, want one endpoint", proto, dst, seen)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"k8s.io/klog/v2"
 )
@@ -29,6 +30,9 @@ func (r FrontRule) target() string {
 	}
 	return ""
 }
+
+// jump names the chain the rule is in and the chain it jumps to.
+func (r FrontRule) jump() string { return r.Chain + " " + r.target() }
 
 // FrontTable is what EnsureAtFront keeps in one table.
 type FrontTable struct {
@@ -128,7 +132,13 @@ func writeMissing(ctx context.Context, ipt Interface, b *bytes.Buffer, t FrontTa
 		b.WriteString(":" + c + " - [0:0]\n")
 	}
 	for _, r := range t.Rules {
-		if !have.rules[r.line()] {
+		switch {
+		case have.rules[r.line()]:
+		case have.jumps[r.jump()]:
+			if err := ensureRespelled(ctx, ipt, t.Table, r); err != nil {
+				return err
+			}
+		default:
 			b.WriteString("-I " + r.Chain + " " + JoinArgs(r.Rule) + "\n")
 		}
 	}
@@ -139,6 +149,22 @@ func writeMissing(ctx context.Context, ipt Interface, b *bytes.Buffer, t FrontTa
 	b.WriteString("COMMIT\n")
 	return nil
 }
+
+// ensureRespelled ensures r with the tool's own check (-C compares rules,
+// not their text) when the listing shows a jump from r's chain to r's
+// target but not r as spelled: a tool that prints r otherwise than
+// FrontRule spells it would have r inserted again on every full sync.
+// Such a rule, when really missing, lands in front of the batch's.
+func ensureRespelled(ctx context.Context, ipt Interface, table Table, r FrontRule) error {
+	if _, warned := respelled.LoadOrStore(string(table)+" "+r.line(), true); !warned {
+		klog.InfoS("A jump rule is not listed as svcproxy spells it; checking it with the tool on every full sync",
+			"table", table, "rule", r.line())
+	}
+	return ipt.EnsureRuleAtFront(ctx, table, r.Chain, r.Rule...)
+}
+
+// respelled holds the rules ensureRespelled has logged, to log each once.
+var respelled sync.Map
 
 // ensureOneByOne ensures t with a call per chain and per rule, each of
 // which checks first: for a table that could not be read.
@@ -157,11 +183,12 @@ func ensureOneByOne(ctx context.Context, ipt Interface, t FrontTable) error {
 }
 
 // present is what one table is known to hold: chains by name, rules by
-// their iptables-save line (nil chains: the table was not read). Rules
+// their iptables-save line (nil chains: the table was not read), and the
+// jumps among those rules by chain and target (FrontRule.jump). Rules
 // are inserted unless the listing shows them verbatim, so a FrontRule is
 // spelled as iptables-save prints it.
 type present struct {
-	chains, rules map[string]bool
+	chains, rules, jumps map[string]bool
 	// allChains: chains names every chain of the table (iptables-save),
 	// so one not in it is missing.
 	allChains bool
@@ -207,7 +234,7 @@ func listPresent(ctx context.Context, ipt Interface, tables []FrontTable) []pres
 			have[i].chains[c] = true
 		}
 		for _, r := range t.Rules {
-			if have[i].rules[r.line()] {
+			if have[i].rules[r.line()] || have[i].jumps[r.jump()] {
 				have[i].chains[r.target()] = true
 			}
 		}
@@ -223,7 +250,7 @@ func parsePresent(save []byte, rules []FrontRule) (names []string, have present)
 	for _, r := range rules {
 		wanted[r.Chain] = true
 	}
-	have = present{chains: map[string]bool{}, rules: map[string]bool{}}
+	have = present{chains: map[string]bool{}, rules: map[string]bool{}, jumps: map[string]bool{}}
 	for rest := save; len(rest) > 0; {
 		var line []byte
 		line, rest, _ = bytes.Cut(rest, []byte("\n"))
@@ -238,6 +265,9 @@ func parsePresent(save []byte, rules []FrontRule) (names []string, have present)
 			chain, _, _ := bytes.Cut(line[3:], []byte(" "))
 			if wanted[string(chain)] {
 				have.rules[string(line)] = true
+				if target := jumpTarget(string(line)); target != "" {
+					have.jumps[string(chain)+" "+target] = true
+				}
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package kiptables
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"testing"
@@ -165,6 +166,56 @@ func TestEnsureAtFrontAsOneByOne(t *testing.T) {
 			if got := c.Dump(); got != want {
 				t.Errorf("%s, %s:\n%s\none at a time:\n%s", name, fl, got, want)
 			}
+		}
+	}
+}
+
+// respelling lists the portals jump as another tool version might print
+// it (the comment unquoted, its words joined), while its -C check, like
+// the real tool's, compares the rule itself.
+type respelling struct{ *counting }
+
+func (r respelling) respell(b []byte) []byte {
+	return bytes.ReplaceAll(b, []byte(`--comment "kubernetes service portals"`), []byte(`--comment kubernetes_service_portals`))
+}
+func (r respelling) Save(ctx context.Context, t Table) ([]byte, error) {
+	b, err := r.counting.Save(ctx, t)
+	return r.respell(b), err
+}
+func (r respelling) ListEnsuring(ctx context.Context, req []ListRequest) (map[Table][]byte, error) {
+	m, err := r.counting.ListEnsuring(ctx, req)
+	for t, b := range m {
+		m[t] = r.respell(b)
+	}
+	return m, err
+}
+
+// TestEnsureAtFrontRespelledRuleIsNotDuplicated: a jump the tool lists
+// in another spelling is there; full syncs after the first check it with
+// the tool's -C and insert nothing, where inserting what the listing does
+// not show verbatim would add a duplicate on every sync.
+func TestEnsureAtFrontRespelledRuleIsNotDuplicated(t *testing.T) {
+	for _, fl := range []Flavour{FlavourNFT, FlavourLegacy} {
+		r := respelling{&counting{Fake: NewFake(), flavour: fl}}
+		for i := range 3 {
+			if _, err := EnsureAtFront(ctx, r, natFront); err != nil {
+				t.Fatalf("%s, sync %d: %v", fl, i, err)
+			}
+		}
+		for _, chain := range []string{ChainPrerouting, ChainOutput} {
+			n := 0
+			for _, rule := range r.Table(TableNAT).Chains[chain].Rules {
+				if rule == JoinArgs(portals) {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%s: nat %s holds the portals jump %d times after three syncs, want once", fl, chain, n)
+			}
+		}
+		r.reset()
+		if _, err := EnsureAtFront(ctx, r, natFront); err != nil || r.restore != 0 || r.single != 2 {
+			t.Errorf("%s, unchanged: %d restores, %d single calls, %v; want 0, 2 (the two -C checks), nil", fl, r.restore, r.single, err)
 		}
 	}
 }

@@ -34,8 +34,8 @@ func BenchmarkApplyOneElement(b *testing.B) {
 		if _, err := k.Apply(ctx, [][]*Unit{{create}}); err != nil {
 			return err
 		}
-		add := Change{Key: "10.0.0.1", Add: true}
-		del := Change{Key: "10.0.0.1", Del: true}
+		add := Change{Key: "\x0a\x00\x00\x01", Add: true} // 10.0.0.1, as data
+		del := Change{Key: add.Key, Del: true}
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
@@ -44,7 +44,7 @@ func BenchmarkApplyOneElement(b *testing.B) {
 				c = del
 			}
 			i++
-			u := &Unit{Set: "s", Ops: 1, Elems: func(yield func(Change) bool) { yield(c) }}
+			u := &Unit{Set: "s", Layout: testLayouts["s"], Ops: 1, Elems: func(yield func(Change) bool) { yield(c) }}
 			st, err := k.Apply(ctx, [][]*Unit{{u}})
 			if err != nil {
 				return err

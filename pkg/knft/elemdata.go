@@ -80,39 +80,6 @@ func (l *layout) keyDataLen() int {
 	return fieldsLen(l.key)
 }
 
-// parseKey appends the data of key, spelled, to dst.
-func (l *layout) parseKey(dst []byte, key string) ([]byte, error) {
-	if key == catchAllKey {
-		return dst, nil
-	}
-	if !l.interval {
-		out, _, err := encodeFields(dst, nil, l.key, key, false)
-		return out, err
-	}
-	var eb [maxDataLen]byte
-	out, end, err := encodeFields(dst, eb[:0], l.key, key, true)
-	if err != nil {
-		return nil, err
-	}
-	return append(out, end...), nil
-}
-
-// parseValue appends the data of a map's value, spelled, to dst; a
-// verdict is appended as it is spelled.
-func (l *layout) parseValue(dst []byte, value string) ([]byte, error) {
-	switch {
-	case l.verdict:
-		return append(dst, value...), nil
-	case l.data != nil:
-		out, _, err := encodeFields(dst, nil, l.data, value, false)
-		return out, err
-	}
-	if value != "" {
-		return nil, fmt.Errorf("value %q of a set element: %w", value, errUndecodable)
-	}
-	return dst, nil
-}
-
 // spellData appends key and value, data, spelled as nft prints them;
 // the key ends at keyEnd. An empty value (a delete's) stays empty.
 func (l *layout) spellData(dst, key, value []byte) (out []byte, keyEnd int, err error) {
@@ -141,20 +108,6 @@ func (l *layout) spellData(dst, key, value []byte) (out []byte, keyEnd int, err 
 		dst, err = spellFields(dst, l.data, value, nil)
 	}
 	if err != nil {
-		return dst[:start], 0, err
-	}
-	return dst, keyEnd, nil
-}
-
-// parseElem appends the data of key and value, spelled, to dst; the key
-// ends at keyEnd.
-func (l *layout) parseElem(dst []byte, key, value string) (out []byte, keyEnd int, err error) {
-	start := len(dst)
-	if dst, err = l.parseKey(dst, key); err != nil {
-		return dst[:start], 0, err
-	}
-	keyEnd = len(dst)
-	if dst, err = l.parseValue(dst, value); err != nil {
 		return dst[:start], 0, err
 	}
 	return dst, keyEnd, nil

@@ -136,7 +136,7 @@ type fakeWriter struct {
 func (w *fakeWriter) nftRan() { clear(w.layouts) }
 
 func (w *fakeWriter) canWrite(u *Unit) bool {
-	return u.Elems != nil && u.Objects == nil && w.layout(u.Set) != nil
+	return u.Elems != nil && u.Objects == nil && u.Layout != nil && w.layout(u.Set) != nil
 }
 
 func (w *fakeWriter) encodeRun(us []*Unit) int {
@@ -161,7 +161,7 @@ func (w *fakeWriter) roundTrip(u *Unit) (*Unit, bool) {
 	for c := range u.Elems {
 		d := Change{Del: c.Del, Add: c.Add}
 		if c.Del {
-			k, _, ok := w.encodeDecode(&keyOnly, u.Layout, c.Key, "", false)
+			k, _, ok := w.encodeDecode(&keyOnly, c.Key, "", false)
 			if !ok {
 				return nil, false
 			}
@@ -169,7 +169,7 @@ func (w *fakeWriter) roundTrip(u *Unit) (*Unit, bool) {
 		}
 		if c.Add {
 			var ok bool
-			if d.Key, d.Value, ok = w.encodeDecode(l, u.Layout, c.Key, c.Value, true); !ok {
+			if d.Key, d.Value, ok = w.encodeDecode(l, c.Key, c.Value, true); !ok {
 				return nil, false
 			}
 		}
@@ -185,16 +185,10 @@ func (w *fakeWriter) roundTrip(u *Unit) (*Unit, bool) {
 	return &Unit{Set: u.Set, IsMap: u.IsMap, Elems: seq}, true
 }
 
-// encodeDecode encodes one element as the netlink writer does (data when
-// the unit has a layout, else spelled) and decodes it back, spelled.
-func (w *fakeWriter) encodeDecode(l *layout, data *Layout, key, value string, withValue bool) (string, string, bool) {
-	var b []byte
-	var err error
-	if data != nil {
-		b, err = l.appendElemData(nil, []byte(key), []byte(value), withValue)
-	} else {
-		b, err = l.appendElem(nil, key, value, withValue)
-	}
+// encodeDecode encodes one element, data, as the netlink writer does and
+// decodes it back, spelled.
+func (w *fakeWriter) encodeDecode(l *layout, key, value string, withValue bool) (string, string, bool) {
+	b, err := l.appendElemData(nil, []byte(key), []byte(value), withValue)
 	if err != nil {
 		return "", "", false
 	}

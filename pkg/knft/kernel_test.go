@@ -61,8 +61,27 @@ var createSets = &Unit{Objects: func(tx *knftables.Transaction) {
 	tx.Add(&knftables.Set{Name: "u", Type: "ipv4_addr"})
 }, Ops: 3}
 
+// testLayouts are the layouts of the tests' sets, by name.
+var testLayouts = map[string]*Layout{
+	"s": DeclaredLayout("ipv4_addr", "", nil, false),
+	"u": DeclaredLayout("ipv4_addr", "", nil, false),
+	"h": DeclaredLayout("ipv4_addr . ipv4_addr", "", nil, false),
+	"m": DeclaredLayout("ipv4_addr . inet_proto . inet_service : verdict", "", nil, true),
+}
+
+// elems is a unit of cs, changes of set spelled as nft spells them, sent
+// as the backend sends them: data in set's layout (testLayouts).
 func elems(set string, cs ...Change) *Unit {
-	return &Unit{Set: set, Ops: len(cs), Elems: slices.Values(cs)}
+	l := testLayouts[set]
+	data := make([]Change, len(cs))
+	for i, c := range cs {
+		b, keyEnd, err := l.l.parseElem(nil, c.Key, c.Value)
+		if err != nil {
+			panic(fmt.Sprintf("test element {%s : %s} of %s: %v", c.Key, c.Value, set, err))
+		}
+		data[i] = Change{Key: string(b[:keyEnd]), Value: string(b[keyEnd:]), Del: c.Del, Add: c.Add}
+	}
+	return &Unit{Set: set, IsMap: l.l.verdict || l.l.data != nil, Layout: l, Ops: len(cs), Elems: slices.Values(data)}
 }
 
 // idleFDs lists the sockets k keeps, sorted.
@@ -329,7 +348,7 @@ func TestKernelReadBackReportsSets(t *testing.T) {
 			want["s"] = append(want["s"], key+" : ")
 		}
 		txs := [][]*Unit{{verdicts}, {elems("s", many...), elems("u", Change{Key: "10.0.0.9", Add: true}),
-			&Unit{Set: "m", IsMap: true, Ops: 1, Elems: slices.Values([]Change{{Key: "10.0.0.1 . tcp . 80", Value: "goto c", Add: true}})}}}
+			elems("m", Change{Key: "10.0.0.1 . tcp . 80", Value: "goto c", Add: true})}}
 		if _, err := k.Apply(ctx, txs); err != nil {
 			return err
 		}
@@ -376,6 +395,22 @@ func TestReadBackReportsChainHooks(t *testing.T) {
 			if !ok || got == nil || *got != *w {
 				return fmt.Errorf("chain %s: hook %+v (reported %v), want %+v", name, got, ok, w)
 			}
+		}
+		return nil
+	})
+}
+
+// A unit of spelled elements (no Layout) goes through nft, which parses
+// them: the Kernel encodes data only.
+func TestKernelSpelledUnitThroughNft(t *testing.T) {
+	inTable(t, "knftspelled", func(ctx context.Context, k *Kernel) error {
+		u := &Unit{Set: "s", Ops: 1, Elems: slices.Values([]Change{{Key: "10.0.0.5", Add: true}})}
+		st, err := k.Apply(ctx, [][]*Unit{{u}})
+		if err != nil || st.NetlinkOps != 0 || st.Operations != 1 {
+			return fmt.Errorf("a spelled unit: %+v, %v; want 1 operation, none over netlink", st, err)
+		}
+		if got, err := listSet("s"); err != nil || got != "10.0.0.5" {
+			return fmt.Errorf("set s: %q, %v; want 10.0.0.5", got, err)
 		}
 		return nil
 	})

@@ -196,3 +196,13 @@ func (l *Layout) SpellKey(key string) string {
 	}
 	return string(b[:keyEnd])
 }
+
+// SpellElem is key and value, data, spelled as nft prints them (an
+// element written with objects through nft; messages, tests).
+func (l *Layout) SpellElem(key, value string) (string, string, error) {
+	b, keyEnd, err := l.l.spellData(nil, []byte(key), []byte(value))
+	if err != nil {
+		return "", "", err
+	}
+	return string(b[:keyEnd]), string(b[keyEnd:]), nil
+}

@@ -73,7 +73,7 @@ func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
 		case ok:
 			dumps = append(dumps, &setDump{info: info, layout: l, data: as != nil})
 		default:
-			if err := readElementsKnftables(ctx, k.nft, info.IsMap, st.name, nil, sink); err != nil {
+			if err := readSpelled(ctx, k.nft, info.IsMap, st.name, sink); err != nil {
 				return err
 			}
 		}
@@ -87,11 +87,7 @@ func (k *Kernel) ReadBack(ctx context.Context, sink Sink) error {
 	for _, d := range dumps {
 		if d.undecodable {
 			sink.Set(d.info) // forget what arrived before the element it could not decode
-			var as *layout
-			if d.data {
-				as = d.layout
-			}
-			if err := readElementsKnftables(ctx, k.nft, d.info.IsMap, d.info.Name, as, sink); err != nil {
+			if err := readSpelled(ctx, k.nft, d.info.IsMap, d.info.Name, sink); err != nil {
 				return err
 			}
 		}
@@ -204,9 +200,10 @@ type setDump struct {
 	info   SetInfo
 	layout *layout
 	data   bool // the sink asked for data in layout, not spelled elements
-	// undecodable: an element this decoder cannot decode (not something
-	// render writes, e.g. a catch-all or a range that is no prefix); the
-	// set is then listed through nft. Written by the worker; read with
+	// undecodable: an element this decoder cannot spell (not something
+	// render writes, e.g. a range that is no prefix); the set is then
+	// listed through nft, spelled. A set asked as data is never listed
+	// so: an element that is not its layout's data is left out. Written by the worker; read with
 	// the dump's last batch (sent after it) and once dumpElements has
 	// returned.
 	undecodable bool
@@ -381,6 +378,13 @@ func (d *setDump) decode(b *elemBatch, msg []byte, seen *keySeen) error {
 			b.text, keyEnd, err = d.layout.decodeData(b.text, e)
 		} else {
 			b.text, keyEnd, err = d.layout.appendDecoded(b.text, e)
+		}
+		if errors.Is(err, errUndecodable) && d.data {
+			// Not data of the set's layout (the kernel checks lengths,
+			// so e.g. a verdict nft has no name for): left out, as
+			// Knftables leaves out what does not parse into it.
+			b.text = b.text[:start]
+			continue
 		}
 		if errors.Is(err, errUndecodable) {
 			d.undecodable = true

@@ -49,7 +49,6 @@ type nlElemWriter struct {
 	listAt  int // offset of the open message's element list
 	lastAt  int // offset of the last element message
 	scratch []byte
-	prefix  keyPrefix // the last concatenated key's leading fields, encoded
 
 	flight *nlFlight // the batch sent and not yet answered
 	spare  nlBatch   // the buffers of the last batch answered, for reuse
@@ -120,9 +119,10 @@ func (w *nlElemWriter) layout(set string) *layout {
 }
 
 // canWrite reports whether u is an element change of a set this writer
-// encodes.
+// encodes: its elements are data (a unit of spelled elements goes
+// through nft, which parses them).
 func (w *nlElemWriter) canWrite(u *Unit) bool {
-	return u.Elems != nil && u.Objects == nil && w.layout(u.Set) != nil
+	return u.Elems != nil && u.Objects == nil && u.Layout != nil && w.layout(u.Set) != nil
 }
 
 // encodeRun encodes, as the next batch, the leading units of us that it
@@ -184,13 +184,13 @@ func (w *nlElemWriter) add(u *Unit, o *Change) error {
 	buf := w.scratch[:0]
 	var err error
 	if o.Del {
-		if buf, err = w.encode(buf, l, u, o, false); err != nil {
+		if buf, err = w.encode(buf, l, o, false); err != nil {
 			return err
 		}
 		del = buf
 	}
 	if o.Add {
-		if buf, err = w.encode(buf, l, u, o, true); err != nil {
+		if buf, err = w.encode(buf, l, o, true); err != nil {
 			return err
 		}
 		add = buf[len(del):]
@@ -205,13 +205,9 @@ func (w *nlElemWriter) add(u *Unit, o *Change) error {
 	return nil
 }
 
-// encode appends o's element, key only unless withValue, to buf: data as
-// it is, a spelling parsed first.
-func (w *nlElemWriter) encode(buf []byte, l *layout, u *Unit, o *Change, withValue bool) ([]byte, error) {
-	if u.Layout != nil {
-		return l.appendElemData(buf, []byte(o.Key), []byte(o.Value), withValue)
-	}
-	return l.appendElemWith(buf, o.Key, o.Value, withValue, &w.prefix)
+// encode appends o's element, data, key only unless withValue, to buf.
+func (w *nlElemWriter) encode(buf []byte, l *layout, o *Change, withValue bool) ([]byte, error) {
+	return l.appendElemData(buf, []byte(o.Key), []byte(o.Value), withValue)
 }
 
 // appendElem appends an encoded NFTA_LIST_ELEM to the open message if it

@@ -74,11 +74,10 @@ type declarations interface {
 	setType(set string) *SetType
 }
 
-// readElementsKnftables lists one set's elements through knftables,
-// spelled, or as data in layout as when it is not nil: knftables' listing
-// is spelled, so each element is parsed, and one that does not parse
-// into as is of another layout and left out.
-func readElementsKnftables(ctx context.Context, nft knftables.Interface, isMap bool, name string, as *layout, sink Sink) error {
+// listElements lists one set's elements through knftables and reports
+// each to f, spelled (key, then value: fields joined with ElemSep), in a
+// buffer reused after f returns.
+func listElements(ctx context.Context, nft knftables.Interface, isMap bool, name string, f func(key, value []byte)) error {
 	kind := "set"
 	if isMap {
 		kind = "map"
@@ -87,20 +86,22 @@ func readElementsKnftables(ctx context.Context, nft knftables.Interface, isMap b
 	if err != nil {
 		return fmt.Errorf("listing elements of %s %s: %w", kind, name, err)
 	}
-	var buf, data []byte
+	var buf []byte
 	for _, el := range elems {
 		buf = appendJoined(buf[:0], el.Key)
 		keyEnd := len(buf)
 		buf = appendJoined(buf, el.Value)
-		key, value := buf[:keyEnd], buf[keyEnd:]
-		if as != nil {
-			var err error
-			if data, keyEnd, err = as.parseElem(data[:0], string(key), string(value)); err != nil {
-				continue
-			}
-			key, value = data[:keyEnd], data[keyEnd:]
-		}
-		sink.Element(name, key, value)
+		f(buf[:keyEnd], buf[keyEnd:])
+	}
+	return nil
+}
+
+// readSpelled reports one set's elements to sink, spelled, through
+// knftables (the Kernel's way for a set its decoder cannot read).
+func readSpelled(ctx context.Context, nft knftables.Interface, isMap bool, name string, sink Sink) error {
+	err := listElements(ctx, nft, isMap, name, func(key, value []byte) { sink.Element(name, key, value) })
+	if err != nil {
+		return err
 	}
 	sink.SetListed(name)
 	return nil

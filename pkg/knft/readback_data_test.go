@@ -40,7 +40,7 @@ func readBackAsData(ctx context.Context, t *testing.T, k Interface) error {
 		elems("s", Change{Key: "10.0.0.1", Add: true}),
 		elems("u", Change{Key: "10.0.0.9", Add: true}),
 		elems("h", Change{Key: "10.0.0.2 . 10.0.0.2", Add: true}, Change{Key: "10.0.0.3 . 10.0.0.4", Add: true}),
-		{Set: "m", IsMap: true, Ops: 1, Elems: slices.Values([]Change{{Key: "10.0.0.1 . tcp . 80", Value: "goto c", Add: true}})},
+		elems("m", Change{Key: "10.0.0.1 . tcp . 80", Value: "goto c", Add: true}),
 	}}
 	if _, err := k.Apply(ctx, txs); err != nil {
 		return err

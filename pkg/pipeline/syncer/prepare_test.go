@@ -143,3 +143,63 @@ func TestAfterReadBackTellsWhetherRulesWereHeld(t *testing.T) {
 		})
 	}
 }
+
+// sizingProxier is a preparingProxier that is also a Sizer: its ReadBack
+// asks the size it was handed, as ebpf mode's does when it creates maps.
+type sizingProxier struct {
+	*preparingProxier
+	expected func(context.Context) (proxy.ExpectedSize, bool)
+	asked    []proxy.ExpectedSize
+}
+
+func (p *sizingProxier) ExpectSize(expected func(context.Context) (proxy.ExpectedSize, bool)) {
+	p.expected = expected
+}
+
+func (p *sizingProxier) ReadBack(ctx context.Context) error {
+	if p.expected != nil {
+		if size, ok := p.expected(ctx); ok {
+			p.asked = append(p.asked, size)
+		}
+	}
+	return p.preparingProxier.ReadBack(ctx)
+}
+
+// TestPrepareHandsTheExpectedSize: a Sizer's read-back ahead of the first
+// sync can ask the family's expected size (Options.ExpectedSize); without
+// that option, or when the Backend names no Sizer, it is handed nothing
+// and prepares as before.
+func TestPrepareHandsTheExpectedSize(t *testing.T) {
+	want := proxy.ExpectedSize{ServicePorts: 10000, EndpointPorts: 100000}
+	for _, tc := range []struct {
+		name      string
+		option    bool
+		sizer     bool
+		wantAsked int
+	}{
+		{"option and sizer", true, true, 1},
+		{"no option", false, true, 0},
+		{"no sizer", true, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, p := newPreparingFixture(t, nil)
+			s := &sizingProxier{preparingProxier: p}
+			f.syncer.o.Proxier = Backend{Proxier: s, Preparer: s}
+			if tc.sizer {
+				f.syncer.o.Proxier.Sizer = s
+			}
+			if tc.option {
+				f.syncer.o.ExpectedSize = func(context.Context) (proxy.ExpectedSize, bool) { return want, true }
+			}
+			f.prepare()
+			if len(s.asked) != tc.wantAsked || (tc.wantAsked > 0 && s.asked[0] != want) {
+				t.Errorf("the read-back asked %v, want %d answers of %v", s.asked, tc.wantAsked, want)
+			}
+			if p.reads != 1 {
+				t.Errorf("%d read-backs, want 1", p.reads)
+			}
+			f.markSynced()
+			f.wantMode("first sync after the read-back", proxy.FullSync)
+		})
+	}
+}

@@ -48,6 +48,8 @@ type Backend struct {
 	PortHolder PortHolder
 	// EarlyServer tells when the part that serves first was programmed.
 	EarlyServer EarlyServer
+	// Sizer sizes what its Preparer creates from the expected size.
+	Sizer Sizer
 }
 
 // EarlyServer is a Proxier part of whose dataplane serves traffic before
@@ -70,6 +72,18 @@ type EarlyServer interface {
 // initial lists still arrive (Syncer.Prepare).
 type Preparer interface {
 	ReadBack(ctx context.Context) error
+}
+
+// Sizer is a Preparer that creates, ahead of the first sync, something
+// whose size the State decides (ebpf mode's maps), and would otherwise
+// create small and grow at the first sync. Before ReadBack the syncer
+// hands it how to learn the size the first State is expected to have
+// (Options.ExpectedSize); it asks only when it creates something, and
+// the asking may wait, within ctx, for the initial lists' first pages.
+// An answer with ok false (an API server that did not tell) leaves it to
+// size as it did without one.
+type Sizer interface {
+	ExpectSize(expected func(ctx context.Context) (size proxy.ExpectedSize, ok bool))
 }
 
 // RulesHolder is a Preparer that tells, after ReadBack, whether the kernel

@@ -78,6 +78,10 @@ type Options struct {
 	// AfterReadBack, if set, is told after Prepare's read-back whether
 	// the kernel already held the Proxier's rules (RulesHolder).
 	AfterReadBack func(rulesHeld bool)
+	// ExpectedSize, if set, tells a Sizer how large the first State is
+	// expected to be, once the initial lists' first pages said (it may
+	// wait for them, within ctx); ok is false when they did not say.
+	ExpectedSize func(ctx context.Context) (size proxy.ExpectedSize, ok bool)
 	// Quarantined, if set, is told of each service port the kernel
 	// rejected and that is kept out of the dataplane (for an Event).
 	Quarantined QuarantineFunc
@@ -190,6 +194,9 @@ func (s *Syncer) readBack(ctx context.Context) {
 	p := s.o.Proxier.Preparer
 	if p == nil {
 		return
+	}
+	if z := s.o.Proxier.Sizer; z != nil && s.o.ExpectedSize != nil {
+		z.ExpectSize(s.o.ExpectedSize)
 	}
 	if err := p.ReadBack(ctx); err != nil {
 		klog.InfoS("Reading the kernel back before the first sync failed; the first sync will", "ipFamily", s.family, "err", err)

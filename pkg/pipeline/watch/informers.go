@@ -66,6 +66,10 @@ type Options struct {
 	// Reconnect is how a list or watch that did not reach the API server
 	// is retried; the zero value means ReconnectBackoff.
 	Reconnect wait.Backoff
+	// ListSized, when set, is told once per kind how large the initial
+	// Service and EndpointSlice lists are, from their first pages
+	// (listsize.go), while the rest of them arrive.
+	ListSized func(ListSize)
 }
 
 // LabelSelector returns the selector kube-proxy uses for Services and
@@ -122,6 +126,12 @@ func NewInformers(client kubernetes.Interface, opts Options, targets ...Target) 
 		more.DiscoveryV1().EndpointSlices(metav1.NamespaceAll), tweak, w.parseSlice)
 	sliceLW.raw = newRawPages(client.DiscoveryV1().RESTClient(), more.DiscoveryV1().RESTClient(), "endpointslices",
 		"EndpointSliceList", decodeItem[discoveryv1.EndpointSlice])
+	if opts.ListSized != nil {
+		svcLW.sampler = &listSampler{kind: "Service", measure: servicePorts, sized: opts.ListSized,
+			count: countObjects(more.CoreV1().Services(metav1.NamespaceAll))}
+		sliceLW.sampler = &listSampler{kind: "EndpointSlice", measure: endpointPorts, sized: opts.ListSized,
+			count: countObjects(more.DiscoveryV1().EndpointSlices(metav1.NamespaceAll))}
+	}
 	w.init(newReconnecting(svcLW, svcLW, "services", backoff),
 		newReconnecting(sliceLW, sliceLW, "endpointslices", backoff))
 	return w, nil

@@ -69,6 +69,9 @@ type pagedList[L runtime.Object] struct {
 	// raw, when set, reads the pages instead of api and more
 	// (rawpages.go); the tests' fake clients have none.
 	raw *rawPages
+	// sampler, when set, reports the initial list's size from its
+	// first page (listsize.go).
+	sampler *listSampler
 }
 
 func newPagedList[L runtime.Object](api, more listWatchAPI[L], tweak func(*metav1.ListOptions), parse cache.TransformFunc) *pagedList[L] {
@@ -101,9 +104,15 @@ func (p *pagedList[L]) ListWithContext(ctx context.Context, o metav1.ListOptions
 	out := &parsedList{}
 	var buf bytes.Buffer // the raw pages' buffer, one for the whole list
 	for continued := false; ; continued = true {
+		if !continued {
+			p.sampler.begin()
+		}
 		lm, err := p.readPage(ctx, o, continued, &buf, out)
 		if err != nil {
 			return nil, err
+		}
+		if !continued {
+			p.sampler.end(ctx, lm)
 		}
 		if lm.Continue == "" {
 			out.ResourceVersion = lm.ResourceVersion
@@ -145,11 +154,13 @@ func (p *pagedList[L]) readPage(ctx context.Context, o metav1.ListOptions, conti
 	if err := meta.EachListItem(page, add); err != nil {
 		return metav1.ListMeta{}, err
 	}
-	return metav1.ListMeta{ResourceVersion: lm.GetResourceVersion(), Continue: lm.GetContinue()}, nil
+	return metav1.ListMeta{ResourceVersion: lm.GetResourceVersion(), Continue: lm.GetContinue(),
+		RemainingItemCount: lm.GetRemainingItemCount()}, nil
 }
 
 // add parses one listed object into out.
 func (p *pagedList[L]) add(obj runtime.Object, out *parsedList) error {
+	p.sampler.add(obj)
 	parsed, err := p.parse(obj)
 	if err != nil {
 		return fmt.Errorf("parsing a listed object: %w", err)

@@ -26,12 +26,17 @@ type pagedServices struct {
 	n  int
 	rv string
 
-	mu        sync.Mutex
-	calls     []metav1.ListOptions
-	via       []string // which client each page was asked through
-	parsedAt  []int    // parses done when each page was asked for
-	parsed    *int
-	expireAt  int // answer the page at this offset with 410 Gone once (0: never)
+	mu       sync.Mutex
+	calls    []metav1.ListOptions
+	via      []string // which client each page was asked through
+	parsedAt []int    // parses done when each page was asked for
+	parsed   *int
+	expireAt int // answer the page at this offset with 410 Gone once (0: never)
+	// ports is each Service's number of ports. count says when a
+	// page gives remainingItemCount: always, not with a label selector
+	// (as the API server), or never.
+	ports     int
+	count     countRule
 	watchOpts chan metav1.ListOptions
 }
 
@@ -68,14 +73,29 @@ func (s *pagedServices) list(_ context.Context, o metav1.ListOptions, via string
 	list := &v1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: s.rv}}
 	if to < s.n {
 		list.Continue = strconv.Itoa(to)
-		rest := int64(s.n - to)
-		list.RemainingItemCount = &rest
+		if s.count == countAlways || (s.count == countUnselected && o.LabelSelector == "") {
+			rest := int64(s.n - to)
+			list.RemainingItemCount = &rest
+		}
 	}
 	for i := from; i < to; i++ {
-		list.Items = append(list.Items, *testService(fmt.Sprintf("svc-%05d", i), nil))
+		svc := testService(fmt.Sprintf("svc-%05d", i), nil)
+		for p := range s.ports {
+			svc.Spec.Ports = append(svc.Spec.Ports, v1.ServicePort{Port: int32(80 + p)})
+		}
+		list.Items = append(list.Items, *svc)
 	}
 	return list, nil
 }
+
+// countRule is when a pagedServices page gives remainingItemCount.
+type countRule int
+
+const (
+	countAlways countRule = iota
+	countUnselected
+	countNever
+)
 
 func (s *pagedServices) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 	s.watchOpts <- o

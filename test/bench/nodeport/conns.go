@@ -131,10 +131,12 @@ func (t *topo) prepareConns() error {
 		}
 	}
 	// Answers forwarded by XDP arrive at gen0 as XDP frames, which a veth
-	// takes only in NAPI mode. A veth passes a packet's checksum on
-	// unfinished (offloaded) where a NIC would send it complete; XDP
-	// adjusts the complete checksum a packet from the wire carries, so
-	// the two ends finish theirs before sending.
+	// takes only in NAPI mode (GRO is enough here: they come redirected
+	// from int0, and a redirect wakes the peer, which XDP_TX does only for
+	// a peer with an XDP program; pkg/testing/xdppass). A veth passes a
+	// packet's checksum on unfinished (offloaded) where a NIC would send
+	// it complete, and np_xdp leaves such a packet to tc; the two ends
+	// finish theirs before sending, so that XDP forwards them.
 	if err := t.gen.Do(func() error {
 		return errors.Join(setGRO(genIf, true), setTXChecksum(genIf, false))
 	}); err != nil {

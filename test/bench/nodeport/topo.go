@@ -115,7 +115,8 @@ func (t *topo) wire() error {
 		}
 	}
 	// The sender's frames arrive as XDP frames, which a veth takes only
-	// in NAPI mode: an XDP program attached, or GRO on.
+	// in NAPI mode: an XDP program attached, or GRO on (enough for frames
+	// BPF_PROG_RUN sends, which it redirects: a redirect wakes the peer).
 	return t.node.Do(func() error { return setGRO(extIf, true) })
 }
 

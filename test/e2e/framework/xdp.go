@@ -101,13 +101,17 @@ func linkRunCount(pin string) (uint64, error) {
 // takeXDPFrames makes dev, a node link's peer on the bridge, the wire XDP
 // on the node's eth0 sends frames onto (XDP_TX):
 //   - a veth hands such frames to its peer only when the peer runs in NAPI
-//     mode, and with GRO alone (no XDP program) this kernel stops taking
-//     them once the peer's ring of 256 frames is full: the peer gets an
-//     XDP program of its own that passes every frame on;
+//     mode, and after XDP_TX it wakes the peer's NAPI only if the peer has
+//     an XDP program (veth_xdp_flush): with GRO alone the frames wait in
+//     the peer's ring, and once its 256 slots are full they are dropped
+//     (xdp_tx_errors). The peer gets an XDP program of its own that passes
+//     every frame on, as the test cluster's bridge ports do
+//     (pkg/testing/xdppass in the main module);
 //   - a node's NIC receives packets with full L4 checksums, while a veth
 //     carries a local sender's partial one (CHECKSUM_PARTIAL) across, which
-//     XDP cannot finish: dev's transmit checksumming is off, so whatever
-//     the bridge sends to the node has its checksum computed, as on a wire.
+//     np_xdp leaves to tc: dev's transmit checksumming is off, so whatever
+//     the bridge sends to the node has its checksum computed, as on a wire,
+//     and XDP forwards it.
 func (c *Cluster) takeXDPFrames(dev string) error {
 	if _, err := InNS(context.Background(), c.NS("net"), "ethtool", "-K", dev, "tx", "off"); err != nil {
 		return err

@@ -17,16 +17,22 @@ import (
 // BenchmarkKernelFirstSync is the hooks' first sync of a node that ran no
 // svcproxy before, after Prepare (load and attach the programs to a
 // throwaway cgroup, which the daemon does while the lists arrive; its time
-// is prepare-ms/op): grow the new maps and fill them with services
-// cluster IP ports of 10 endpoints each, the part of ebpf mode's start
-// after the lists that makes ClusterIPs answer a connect.
+// is prepare-ms/op): fill the new maps with services cluster IP ports of
+// 10 endpoints each, the part of ebpf mode's start after the lists that
+// makes ClusterIPs answer a connect. With expected=false Prepare knows no
+// size and the sync grows the maps first; with expected=true Prepare
+// created them at the State's size (ExpectSize).
 // Each round pins into a directory of its own, removed after it.
 func BenchmarkKernelFirstSync(b *testing.B) {
 	netnstest.RequireKernel(b)
 	pins, cgroup := netnstest.MountThrowaway(b, "bpf"), netnstest.ThrowawayCgroup(b, "svcproxy-ebpf-bench")
-	for _, services := range []int{1000, 10000} {
-		st := scaleState(services, 10)
-		b.Run(fmt.Sprintf("services=%d", services), func(b *testing.B) {
+	for _, tc := range []struct {
+		services int
+		expected bool
+	}{{1000, false}, {1000, true}, {10000, false}, {10000, true}} {
+		st := scaleState(tc.services, 10)
+		size := proxy.ExpectedSize{ServicePorts: tc.services, EndpointPorts: 10 * tc.services}
+		b.Run(fmt.Sprintf("services=%d/expected=%v", tc.services, tc.expected), func(b *testing.B) {
 			round, prepare, cpu := 0, time.Duration(0), time.Duration(0)
 			for b.Loop() {
 				b.StopTimer()
@@ -38,6 +44,9 @@ func BenchmarkKernelFirstSync(b *testing.B) {
 				p, err := New(proxy.IPv4, Options{PinDir: dir, Cgroup: cgroup})
 				if err != nil {
 					b.Fatal(err)
+				}
+				if tc.expected {
+					p.ExpectSize(func(context.Context) (proxy.ExpectedSize, bool) { return size, true })
 				}
 				t0 := time.Now()
 				if err := p.Prepare(context.Background()); err != nil {

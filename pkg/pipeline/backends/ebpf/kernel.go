@@ -277,3 +277,18 @@ func isCgroup2(dir string) error {
 	}
 	return nil
 }
+
+// mapsPinned reports whether dir holds a pinned service or backend map:
+// an earlier svcproxy's, which a load adopts with its entries.
+func mapsPinned(dir string) (bool, error) {
+	for _, name := range []string{mapServices, mapBackends} {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("looking for pinned map %s: %w", name, err)
+		}
+	}
+	return false, nil
+}

@@ -27,6 +27,10 @@ const DefaultPinDir = "/sys/fs/bpf/svcproxy"
 // entries are allocated when written, so an unused capacity costs nothing.
 const minCapacity = 1 << 16
 
+// maxExpectedEntries bounds the entries an expected size may create the
+// maps for: it is an estimate, and a State larger still grows them.
+const maxExpectedEntries = 1 << 22
+
 // Options configure a Proxier.
 type Options struct {
 	// PinDir is a directory on a bpffs; each family pins its maps and
@@ -68,6 +72,12 @@ type Proxier struct {
 	tl *timeline
 	// sockets destroys translated sockets, beside the syncs.
 	sockets *Sockets
+	// expected, when set, tells the size the first State is expected
+	// to have (ExpectSize).
+	expected func(context.Context) (proxy.ExpectedSize, bool)
+	// expectedNeed is the entries Prepare created the maps for, from
+	// expected (0: none known), for its log line.
+	expectedNeed int
 }
 
 // New returns a Proxier for family; nothing touches the kernel before the
@@ -98,18 +108,31 @@ func New(family proxy.IPFamily, o Options) (*Proxier, error) {
 // first State.
 func (p *Proxier) Init(context.Context) error { return nil }
 
+// ExpectSize is syncer.Sizer: Prepare asks expected for the size the
+// first State is expected to have when it creates the service and backend
+// maps, so that the first Sync fills them without growing them.
+func (p *Proxier) ExpectSize(expected func(context.Context) (proxy.ExpectedSize, bool)) {
+	p.expected = expected
+}
+
 // Prepare does ahead of the first Sync what needs no State: it loads the
-// programs (adopting pinned maps at their size, creating missing ones with
-// the smallest capacity), attaches them, and reads the maps back. The
-// syncer runs it while the informers' initial lists arrive, so that the
-// first Sync only renders, writes the difference and, when the State
-// outgrows new maps, moves the programs to larger ones. A failure leaves
-// it all to the first Sync.
-func (p *Proxier) Prepare(context.Context) error {
+// programs, attaches them, and reads the maps back. Pinned maps are
+// adopted at their size. Missing ones are created at the size the first
+// State is expected to have (ExpectSize), which Prepare waits for, or
+// with the smallest capacity when none is known. The syncer runs it while
+// the informers' initial lists arrive, so that the first Sync only
+// renders, writes the difference and, when the State outgrows the maps,
+// moves the programs to larger ones. A failure leaves it all to the first
+// Sync.
+func (p *Proxier) Prepare(ctx context.Context) error {
 	p.tl = newTimeline()
 	defer func() { p.tl = nil }()
 	if p.kernel == nil {
-		if err := p.load(p.minCapacity); err != nil {
+		capacity, err := p.preparedCapacity(ctx)
+		if err != nil {
+			return err
+		}
+		if err := p.load(capacity); err != nil {
 			return err
 		}
 	}
@@ -119,6 +142,7 @@ func (p *Proxier) Prepare(context.Context) error {
 	}
 	p.tl.step("readBack")
 	p.tl.log("Socket hooks prepared", "ipFamily", p.family, "capacity", p.kernel.mapOf(mapServices).MaxEntries(),
+		"expectedEntries", p.expectedNeed,
 		"records", p.store.records.KernelLen(), "slots", p.store.slots.KernelLen())
 	return nil
 }
@@ -279,4 +303,29 @@ func (p *Proxier) Cleanup(context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// preparedCapacity is the capacity of the service and backend maps
+// Prepare creates: on a node where none is pinned, room for the entries
+// the expected State claims (a cluster IP port's record and its any-port
+// record, and a slot per endpoint and port); else, or when no size is
+// known, the smallest, as pinned maps are adopted at their own size.
+func (p *Proxier) preparedCapacity(ctx context.Context) (uint32, error) {
+	p.expectedNeed = 0
+	if p.expected == nil {
+		return p.minCapacity, nil
+	}
+	switch pinned, err := mapsPinned(p.dir); {
+	case err != nil:
+		return 0, err
+	case pinned:
+		return p.minCapacity, nil
+	}
+	size, ok := p.expected(ctx)
+	p.tl.step("sizeWait")
+	if !ok {
+		return p.minCapacity, nil
+	}
+	p.expectedNeed = min(max(2*size.ServicePorts, size.EndpointPorts), maxExpectedEntries)
+	return p.capacityFor(uint32(p.expectedNeed)), nil
 }

@@ -2,11 +2,13 @@ package nftables
 
 import (
 	"net/netip"
+	"strings"
 
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
@@ -20,7 +22,10 @@ import (
 // messages, tests). An interval set's key is its range's first key and
 // then its last (firewall-allow: the frontend and a source prefix's first
 // address, the frontend and the prefix's last address). The endpoint maps
-// and the values of maps other than verdicts are still nft's spelling.
+// are data too (epLayouts): an element's key is its frontend's data (the
+// slot group's store key, slots.go) and the slot's, its value the
+// endpoint's address · port (appendEndpointData). A verdict map's value
+// stays spelled ("goto <chain>"), as knft takes it.
 
 // Element types of the sets whose keys are data.
 const (
@@ -64,9 +69,38 @@ var dataLayouts = func() map[string][2]*knft.Layout {
 	return m
 }()
 
+// epLayouts are the layouts of the endpoint maps, by their declaration
+// (epMapTypeOf: of either frontend kind, in either family).
+var epLayouts = func() map[string]*knft.Layout {
+	m := map[string]*knft.Layout{}
+	for _, f := range []proxy.IPFamily{proxy.IPv4, proxy.IPv6} {
+		for _, kind := range []frontendKind{ipFrontend, nodePortFrontend} {
+			typeOf := epMapTypeOf(specFor(f).ip, kind)
+			m[typeOf] = knft.DeclaredLayout("", typeOf, nil, true)
+		}
+	}
+	return m
+}()
+
+// epMapLayout is the layout of endpoint map set in family's table, or
+// nil when set is no endpoint map.
+func epMapLayout(set string, family proxy.IPFamily) *knft.Layout {
+	if _, ok := endpointMapSlots(set); !ok {
+		return nil
+	}
+	kind := ipFrontend
+	if strings.Contains(set, "-nodeport-endpoints-") {
+		kind = nodePortFrontend
+	}
+	return epLayouts[epMapTypeOf(specFor(family).ip, kind)]
+}
+
 // readLayout is the layout in which the read-back asks for set's
 // elements in family's table: as the store keys them; nil: spelled.
 func readLayout(set string, family proxy.IPFamily) *knft.Layout {
+	if l := epMapLayout(set, family); l != nil {
+		return l
+	}
 	ls, ok := dataLayouts[set]
 	if !ok {
 		return nil
@@ -96,9 +130,15 @@ func keyLayout(set string, key string) *knft.Layout {
 	return nil
 }
 
-// unitLayout is the layout of the keys of els, elements of set: that of
-// the first with a key (a catch-all's tells no family).
-func unitLayout(set string, els []*elemEntry) *knft.Layout {
+// unitLayout is the layout of the keys of els, elements of set: an
+// endpoint map's as declared (spec, its desired set), else that of the
+// first with a key (a catch-all's tells no family).
+func unitLayout(set string, spec *setSpec, els []*elemEntry) *knft.Layout {
+	if spec != nil && spec.typeOf != "" {
+		if l := epLayouts[spec.typeOf]; l != nil {
+			return l
+		}
+	}
 	for _, e := range els {
 		if e.key != "" {
 			return keyLayout(set, e.key)
@@ -153,6 +193,13 @@ func appendHairpinKey(b []byte, a netip.Addr) []byte {
 	n := len(b)
 	b = appendAddrData(b, a)
 	return append(b, b[n:]...)
+}
+
+// appendEndpointData appends the data of an endpoint map's value, the
+// endpoint's address · port: the address and the port in network byte
+// order padded to 4 bytes.
+func appendEndpointData(b []byte, ep desired.Endpoint) []byte {
+	return append(appendAddrData(b, ep.IP), byte(ep.Port>>8), byte(ep.Port), 0, 0)
 }
 
 // appendPortData appends the data of protocol · port, each field

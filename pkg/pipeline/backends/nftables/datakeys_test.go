@@ -1,10 +1,17 @@
 package nftables
 
 import (
+	"context"
+	"maps"
 	"net/netip"
+	"slices"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/pkg/knft"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/proxytest"
 )
 
 // TestDataKeys: the keys render makes as data for the address sets, the
@@ -41,7 +48,7 @@ func TestDataKeys(t *testing.T) {
 		{setFirewallAllow, allow("192.0.2.3", proxy.TCP, 80, "::ffff:10.1.0.0/112"), "192.0.2.3 . tcp . 80 . 10.1.0.0/16"},
 		{setFirewallAllow, allow("2001:db8::3", proxy.UDP, 53, "2001:db8:1::/61"), "2001:db8::3 . udp . 53 . 2001:db8:1::/61"},
 		{setFirewallAllow, allow("2001:db8::3", proxy.UDP, 53, "2001:db8:1::9/128"), "2001:db8::3 . udp . 53 . 2001:db8:1::9"},
-		{"internal-endpoints-10-s0", []byte("10.0.0.1 . tcp . 80 . 0"), "10.0.0.1 . tcp . 80 . 0"},
+		{"no-endpoint-services", []byte("10.0.0.1 . tcp . 80"), "10.0.0.1 . tcp . 80"},
 	} {
 		_, data := dataLayouts[c.set]
 		if l := keyLayout(c.set, string(c.key)); (l != nil) != data {
@@ -49,6 +56,100 @@ func TestDataKeys(t *testing.T) {
 		}
 		if got := spellKey(c.set, string(c.key)); got != c.spelled {
 			t.Errorf("%s %x: spelled %q, want %q", c.set, c.key, got, c.spelled)
+		}
+	}
+}
+
+// TestEndpointMapData: an endpoint map's element, made by render as data
+// (a slot group's frontend, the same bytes as its service-ips or
+// service-nodeports key, then the slot; the endpoint's address · port),
+// is of the map's layout in its family and frontend kind and spells as
+// nft spells it: the slot in host byte order, a port in network order.
+func TestEndpointMapData(t *testing.T) {
+	addr := func(s string) []byte { return appendAddrData(nil, netip.MustParseAddr(s)) }
+	ep := func(s string) string {
+		ap := netip.MustParseAddrPort(s)
+		return string(appendEndpointData(nil, desired.Endpoint{IP: ap.Addr(), Port: ap.Port()}))
+	}
+	for _, c := range []struct {
+		set          string
+		family       proxy.IPFamily
+		frontend     []byte
+		slot         int
+		value        string
+		key, spelled string
+	}{
+		{"internal-endpoints-10-s0", proxy.IPv4, appendPortData(addr("172.30.0.1"), proxy.TCP, 80), 3, ep("10.244.0.1:8080"),
+			"172.30.0.1 . tcp . 80 . 3", "10.244.0.1 . 8080"},
+		{"external-endpoints-local-2-s7", proxy.IPv4, appendPortData(addr("192.0.2.1"), proxy.SCTP, 65535), 1, ep("[::ffff:10.0.0.2]:1"),
+			"192.0.2.1 . sctp . 65535 . 1", "10.0.0.2 . 1"},
+		{"external-nodeport-endpoints-300-s1", proxy.IPv4, appendPortData(nil, proxy.UDP, 30053), 299, ep("10.0.0.3:53"),
+			"udp . 30053 . 299", "10.0.0.3 . 53"},
+		{"internal-endpoints-2-s3", proxy.IPv6, appendPortData(addr("fd00::1"), proxy.TCP, 443), 1, ep("[fd00:10::1]:8443"),
+			"fd00::1 . tcp . 443 . 1", "fd00:10::1 . 8443"},
+		{"cluster-nodeport-endpoints-1-s0", proxy.IPv6, appendPortData(nil, proxy.TCP, 30000), 0, ep("[2001:db8::9]:80"),
+			"tcp . 30000 . 0", "2001:db8::9 . 80"},
+	} {
+		l := epMapLayout(c.set, c.family)
+		if l == nil {
+			t.Fatalf("%s: no endpoint map layout", c.set)
+		}
+		key := slotElemKey(string(c.frontend), c.slot)
+		if l.KeyLen() != len(key) {
+			t.Errorf("%s: key of %d bytes, the layout's %d", c.set, len(key), l.KeyLen())
+		}
+		k, v, err := l.SpellElem(key, c.value)
+		if err != nil || k != c.key || v != c.spelled {
+			t.Errorf("%s: spelled %q : %q (%v), want %q : %q", c.set, k, v, err, c.key, c.spelled)
+		}
+		if f, slot, ok := splitSlotKey([]byte(key)); !ok || string(f) != string(c.frontend) || slot != c.slot {
+			t.Errorf("%s: key split into %x, %d, %v", c.set, f, slot, ok)
+		}
+	}
+	if l := epMapLayout(hairpinSets[0], proxy.IPv4); l != nil {
+		t.Errorf("the hairpin set has an endpoint map's layout")
+	}
+}
+
+// layoutRecorder is a knft.Interface that records the sets of the element
+// units that come spelled (without a Layout).
+type layoutRecorder struct {
+	knft.Interface
+	spelled map[string]bool
+}
+
+func (r *layoutRecorder) Apply(ctx context.Context, txs [][]*knft.Unit) (knft.Stats, error) {
+	for _, tx := range txs {
+		for _, u := range tx {
+			if u.Elems != nil && u.Layout == nil {
+				r.spelled[u.Set] = true
+			}
+		}
+	}
+	return r.Interface.Apply(ctx, txs)
+}
+
+// TestElementUnitsAreData: every element change the backend sends is data
+// (a unit with a Layout, which knft copies into netlink attributes): the
+// elements of every shared case in both families, written cold and then
+// changed into the next case's (adds, deletes, new values, moved slots).
+func TestElementUnitsAreData(t *testing.T) {
+	cases := proxytest.Cases()
+	for _, family := range proxy.Families {
+		rec := &layoutRecorder{Interface: fakeKernel(newStrictFake(specFor(family).family)), spelled: map[string]bool{}}
+		p := NewWithInterface(family, rec)
+		for i := range cases {
+			for _, c := range []proxytest.Case{cases[i], cases[(i+1)%len(cases)]} {
+				st := proxytest.BuildState(t, c, family)
+				full := *st
+				full.Changed = nil
+				if err := p.Sync(context.Background(), &full, proxy.FullSync); err != nil {
+					t.Fatalf("%s / %s: %v", family, c.Name, err)
+				}
+			}
+		}
+		if len(rec.spelled) != 0 {
+			t.Errorf("%s: element units of %v came spelled", family, slices.Sorted(maps.Keys(rec.spelled)))
 		}
 	}
 }

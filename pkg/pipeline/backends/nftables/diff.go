@@ -103,7 +103,7 @@ func (u *unit) kernelUnit() *knft.Unit {
 		}}
 	}
 	set := u.s.setOf(u.els[0])
-	return &knft.Unit{Set: set, IsMap: u.isMap, Ops: u.elemOps, Layout: unitLayout(set, u.els),
+	return &knft.Unit{Set: set, IsMap: u.isMap, Ops: u.elemOps, Layout: unitLayout(set, u.s.desiredSet(set), u.els),
 		Elems: func(yield func(knft.Change) bool) {
 			for _, e := range u.els {
 				if !u.s.elemChanges(e, yield) {
@@ -392,6 +392,7 @@ func (s *store) refill(set string, isMap bool) ([]func(*knftables.Transaction), 
 	var kept, gone []*elemEntry
 	var values []string
 	var ops []func(*knftables.Transaction)
+	layout := unitLayout(set, s.desiredSet(set), nil)
 	for _, e := range entries {
 		v, ok := s.desiredValue(e)
 		if !ok {
@@ -407,7 +408,7 @@ func (s *store) refill(set string, isMap bool) ([]func(*knftables.Transaction), 
 			add(spellKey(set, e.key), v)
 			continue
 		}
-		eachSlot(v, func(slot int, value string) { add(slotElemKey(e.key, slot), value) })
+		eachSlot(v, func(slot int, value string) { add(spellSlot(layout, e.key, slot, value)) })
 	}
 	return ops, func() {
 		for i, e := range kept {
@@ -417,6 +418,14 @@ func (s *store) refill(set string, isMap bool) ([]func(*knftables.Transaction), 
 			elems.remove(e.key)
 		}
 	}
+}
+
+// desiredSet is render's declaration of set, nil if it wants none.
+func (s *store) desiredSet(set string) *setSpec {
+	if e := s.sets[set]; e != nil {
+		return e.desired
+	}
+	return nil
 }
 
 // elementObject is the element key (: value) of set, nft-spelled.

@@ -192,7 +192,7 @@ func TestEndpointMapOutgrown(t *testing.T) {
 	for i := range 6 {
 		group(fmt.Sprintf("172.30.0.%d . tcp . 80", i))
 	}
-	readElements(sink, m, "stray", "10.0.0.1 . 80")
+	readElements(sink, m, "st", "10.0.0.1 . 80") // no frontend · slot: an element of its own
 	sink.SetListed(m)
 	e := s.sets[m]
 	// 7 entries × 10 > 64, but they stand for 61 elements.

@@ -191,6 +191,20 @@ func dataKeyOf(set string, decl *knft.Layout, key string) string {
 		}
 		fields = key[:i]
 	}
+	b := fieldsData(fields)
+	if src.IsValid() {
+		b = appendAllowKey(nil, string(b), src)
+	}
+	if keyLayout(set, string(b)) == nil || decl.KeyLen() != len(b) {
+		return key
+	}
+	return string(b)
+}
+
+// fieldsData is the data of fields spelled as nft spells them:
+// addresses, protocol names and ports, joined with " . ", each padded to
+// 4 bytes.
+func fieldsData(fields string) []byte {
 	var b []byte
 	for f := range strings.SplitSeq(fields, elemSep) {
 		if a, err := netip.ParseAddr(f); err == nil {
@@ -201,13 +215,25 @@ func dataKeyOf(set string, decl *knft.Layout, key string) string {
 			b = append(b, protoNumber(proxy.Protocol(strings.ToUpper(f))), 0, 0, 0)
 		}
 	}
-	if src.IsValid() {
-		b = appendAllowKey(nil, string(b), src)
+	return b
+}
+
+// slotElemOf is the frontend's data, the slot and the value's data of an
+// endpoint map's element spelled key : value, when typeOf declares an
+// endpoint map (epLayouts).
+func slotElemOf(typeOf, key, value string) (frontend string, slot int, data string, ok bool) {
+	if epLayouts[typeOf] == nil {
+		return "", 0, "", false
 	}
-	if keyLayout(set, string(b)) == nil || decl.KeyLen() != len(b) {
-		return key
+	i := strings.LastIndex(key, elemSep)
+	if i < 0 {
+		return "", 0, "", false
 	}
-	return string(b)
+	slot, err := strconv.Atoi(key[i+len(elemSep):])
+	if err != nil {
+		return "", 0, "", false
+	}
+	return string(fieldsData(key[:i])), slot, string(fieldsData(value)), true
 }
 
 // prefixOf parses a prefix as nft spells it: a plain address is a
@@ -225,23 +251,24 @@ func prefixOf(s string) (netip.Prefix, error) {
 func addDumpElements(p *part, table *knftables.FakeTable, set string) {
 	var elems []*knftables.Element
 	var decl *knft.Layout
+	var typeOf string
 	if s := table.Sets[set]; s != nil {
 		elems, decl = s.Elements, knft.DeclaredLayout(s.Type, s.TypeOf, s.Flags, false)
 	} else {
 		m := table.Maps[set]
-		elems, decl = m.Elements, knft.DeclaredLayout(m.Type, m.TypeOf, m.Flags, true)
+		elems, decl, typeOf = m.Elements, knft.DeclaredLayout(m.Type, m.TypeOf, m.Flags, true), m.TypeOf
 	}
 	groups := map[string][]string{}
 	var frontends []string
 	for _, el := range elems {
 		key, value := strings.Join(el.Key, elemSep), strings.Join(el.Value, elemSep)
 		if n, ok := endpointMapSlots(set); ok {
-			if f, slot, ok := splitSlotKey([]byte(key)); ok && slot < n {
-				if groups[string(f)] == nil {
-					frontends = append(frontends, string(f))
-					groups[string(f)] = make([]string, n)
+			if f, slot, v, ok := slotElemOf(typeOf, key, value); ok && slot < n {
+				if groups[f] == nil {
+					frontends = append(frontends, f)
+					groups[f] = make([]string, n)
 				}
-				groups[string(f)][slot] = value
+				groups[f][slot] = v
 				continue
 			}
 		}
@@ -252,7 +279,7 @@ func addDumpElements(p *part, table *knftables.FakeTable, set string) {
 		for len(vals) > 0 && vals[len(vals)-1] == "" {
 			vals = vals[:len(vals)-1]
 		}
-		p.elems = append(p.elems, elemSpec{set: set, key: f, value: strings.Join(vals, slotSep), slots: true})
+		p.elems = append(p.elems, elemSpec{set: set, key: f, value: joinSlots(vals), slots: true})
 	}
 }
 

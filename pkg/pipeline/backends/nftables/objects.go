@@ -134,8 +134,8 @@ func typeDiffers(d *setSpec, e *setEntry) bool {
 }
 
 // elemSpec is one set or map element, or one frontend's endpoint slots
-// (slots: key is the frontend, value the slots' values joined with
-// slotSep); key and value are nft-spelled and joined with " . ".
+// (slots: key is the frontend, value the slots' values, slots.go); keys
+// and values are data (datakeys.go), a verdict spelled ("goto x").
 type elemSpec struct {
 	set   string
 	key   string

@@ -202,8 +202,8 @@ func appendSlotRecord(b []byte, slot int, value []byte) []byte {
 	return append(b, value...)
 }
 
-// join is a group's records as its joined value: the slots' values in
-// slot order, joined with slotSep, "" for a slot not read back.
+// join is a group's records as its value (slots.go): the slots' values
+// in slot order, each after its length, 0 for a slot not read back.
 func (k *storeSink) join(records []byte) string {
 	vals := k.scratch[:0]
 	size := 0
@@ -214,21 +214,18 @@ func (k *storeSink) join(records []byte) string {
 		records = records[n+m+int(l):]
 		for len(vals) <= int(slot) {
 			vals = append(vals, nil)
+			size++
 		}
 		size += len(v) - len(vals[slot])
 		vals[slot] = v
 	}
-	var b strings.Builder
-	b.Grow(size + len(vals) - 1)
-	for i, v := range vals {
-		if i > 0 {
-			b.WriteString(slotSep)
-		}
-		b.Write(v)
+	b := make([]byte, 0, size)
+	for _, v := range vals {
+		b = appendSlot(b, v)
 	}
 	clear(vals)
 	k.scratch = vals[:0]
-	return b.String()
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // elemAt returns the entry of set whose key is spelled in key, made (with

@@ -188,7 +188,7 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 			if err := q.Sync(context.Background(), st, proxytest.ModeOf(st)); err != nil {
 				return fmt.Errorf("restart %d: %w", i+1, err)
 			}
-			if ops := q.last.Operations; (i == 0 && (ops == 0 || ops > 20)) || (i == 1 && ops != 0) {
+			if ops := q.last.Operations; (i == 0 && (ops == 0 || ops > 25)) || (i == 1 && ops != 0) {
 				return fmt.Errorf("restart %d sent %d operations, want %s", i+1, ops, wantOps)
 			}
 		}
@@ -201,6 +201,10 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 		if err != nil || bytes.Contains(out, []byte("* : drop")) {
 			return fmt.Errorf("the catch-all is still there (%v):\n%s", err, out)
 		}
+		out, err = exec.Command("nft", "list", "table", "ip", TableName).CombinedOutput()
+		if err != nil || bytes.Contains(out, []byte(tamperedEndpoint)) {
+			return fmt.Errorf("an endpoint-map element tamper added is still there (%v):\n%s", err, out)
+		}
 		return nil
 	})
 	if err != nil {
@@ -208,10 +212,45 @@ func TestRestartOverNetlinkRepairsTampering(t *testing.T) {
 	}
 }
 
+// tamperedEndpoint is the value of the endpoint-map elements tamper adds.
+const tamperedEndpoint = "192.0.2.7 . 80"
+
+// tamperEndpointMap returns the nft commands that damage the first
+// endpoint map of IP frontends but skip (whose element tamper deletes
+// already): one of its elements deleted, and added a
+// slot its rule's numgen never picks (the map's endpoint count), a
+// frontend no Service has and a catch-all element, none of which render
+// writes.
+func tamperEndpointMap(s *store, skip string) []string {
+	for _, set := range slices.Sorted(maps.Keys(s.elems)) {
+		n, ok := endpointMapSlots(set)
+		if !ok || set == skip || strings.Contains(set, "-nodeport-") {
+			continue
+		}
+		var keys []string
+		s.kernelElems(set, false, func(key, _ string) { keys = append(keys, key) })
+		if len(keys) == 0 {
+			continue
+		}
+		slices.Sort(keys)
+		frontend := keys[0][:strings.LastIndex(keys[0], elemSep)]
+		add := func(key string) string {
+			return fmt.Sprintf("add element ip %s %s { %s : %s }", TableName, set, key, tamperedEndpoint)
+		}
+		return []string{
+			fmt.Sprintf("delete element ip %s %s { %s }", TableName, set, keys[0]),
+			add(fmt.Sprintf("%s . %d", frontend, n)),
+			add("192.0.2.50 . tcp . 9 . 0"),
+			add("*"),
+		}
+	}
+	return nil
+}
+
 // tamper deletes, with the nft binary, one element of the largest map, one
 // firewall-allow range, one firewall guard and the rules of one chain, and
 // adds a range (no prefix), a guard and a catch-all element that render
-// never writes.
+// never writes; and damages an endpoint map (tamperEndpointMap).
 func tamper(s *store) error {
 	var cmds []string
 	sets := slices.Sorted(maps.Keys(s.elems))
@@ -231,6 +270,7 @@ func tamper(s *store) error {
 		break
 	}
 	cmds = append(cmds, fmt.Sprintf("add element ip %s %s { 192.0.2.99 . udp . 81 }", TableName, setFirewallGuards))
+	cmds = append(cmds, tamperEndpointMap(s, sets[0])...)
 	// A catch-all element: read back with no key (data of none).
 	cmds = append(cmds, fmt.Sprintf("add element ip %s %s { * : drop }", TableName, mapServiceIPs))
 	cmds = append(cmds, fmt.Sprintf("flush chain ip %s %s", TableName, chainMasquerading))

@@ -53,11 +53,15 @@ func (c *config) dnatFromMap(kind frontendKind, epMap string, n int) string {
 
 // epMapType is the typeof declaration of an endpoint map: typeof, because
 // the slot component is numgen's integer type, which has no "type" name.
-func (c *config) epMapType(kind frontendKind) string {
+func (c *config) epMapType(kind frontendKind) string { return epMapTypeOf(c.fs.ip, kind) }
+
+// epMapTypeOf is the typeof declaration of an endpoint map for frontends
+// of kind, in a table whose address expression is ip ("ip", "ip6").
+func epMapTypeOf(ip string, kind frontendKind) string {
 	if kind == nodePortFrontend {
-		return fmt.Sprintf("meta l4proto . th dport . numgen random mod 1 : %s daddr . th dport", c.fs.ip)
+		return fmt.Sprintf("meta l4proto . th dport . numgen random mod 1 : %s daddr . th dport", ip)
 	}
-	return fmt.Sprintf("%[1]s daddr . meta l4proto . th dport . numgen random mod 1 : %[1]s daddr . th dport", c.fs.ip)
+	return fmt.Sprintf("%[1]s daddr . meta l4proto . th dport . numgen random mod 1 : %[1]s daddr . th dport", ip)
 }
 
 // dispatchChain returns the chain "<class>[-nodeport]-[variant]<n>-s<k>":

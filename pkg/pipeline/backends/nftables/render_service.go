@@ -56,13 +56,14 @@ func renderService(c *config, sp *desired.ServicePort) *part {
 	s.p.elems = c.scratch.takeElems(8 + 3*len(ext) + n)
 	s.p.addElem(setClusterIPs, s.keep(appendAddrData(s.buf[:0], sp.ClusterIP)), "")
 
-	internal, external, externalNP := s.verdicts(ext)
-	s.p.addElem(mapServiceIPs, s.frontendData(sp.ClusterIP, sp.Port), internal)
-	for _, a := range ext {
-		s.p.addElem(mapServiceIPs, s.frontendData(a, sp.Port), external)
+	fe := s.frontendsOf(ext)
+	internal, external, externalNP := s.verdicts(fe)
+	s.p.addElem(mapServiceIPs, fe.cluster, internal)
+	for _, k := range fe.external {
+		s.p.addElem(mapServiceIPs, k, external)
 	}
 	if sp.NodePort != 0 {
-		s.p.addElem(mapServiceNodePorts, s.portData(sp.NodePort), externalNP)
+		s.p.addElem(mapServiceNodePorts, fe.nodePort, externalNP)
 	}
 	s.renderLocalhostElem()
 	s.renderFirewall()
@@ -82,17 +83,29 @@ func (s *svcContext) portData(port uint16) string {
 	return s.keep(appendPortData(s.buf[:0], s.sp.Protocol, port))
 }
 
-// ipKey is the key address · protocol · port spelled (an endpoint map's
-// frontend).
-func (s *svcContext) ipKey(a netip.Addr, port uint16) string {
-	b := append(a.Unmap().AppendTo(s.buf[:0]), elemSep...)
-	return s.keep(strconv.AppendUint(append(append(b, s.proto...), elemSep...), uint64(port), 10))
+// frontends are the data of a service port's frontends: the keys of
+// service-ips and service-nodeports, and of its slot groups in the
+// endpoint maps (one string each, shared by both).
+type frontends struct {
+	cluster  string
+	external []string // of the external and LB IPs, in externalAddrs' order
+	nodePort string   // "": none
 }
 
-// npKey is the key protocol · port spelled (an endpoint map's node-port
-// frontend).
-func (s *svcContext) npKey(port uint16) string {
-	return s.keep(strconv.AppendUint(append(append(s.buf[:0], s.proto...), elemSep...), uint64(port), 10))
+// frontendsOf is the data of the service port's frontends, ext its
+// external and LB IPs.
+func (s *svcContext) frontendsOf(ext []netip.Addr) frontends {
+	fe := frontends{cluster: s.frontendData(s.sp.ClusterIP, s.sp.Port)}
+	if len(ext) > 0 {
+		fe.external = make([]string, len(ext))
+		for i, a := range ext {
+			fe.external[i] = s.frontendData(a, s.sp.Port)
+		}
+	}
+	if s.sp.NodePort != 0 {
+		fe.nodePort = s.portData(s.sp.NodePort)
+	}
+	return fe
 }
 
 // keep returns b, built in s.buf, as a string, and keeps the buffer.
@@ -147,25 +160,25 @@ func (s *svcContext) externalAddrs() []netip.Addr {
 }
 
 // verdicts returns the service-ips / service-nodeports verdicts of the
-// cluster IP, the external IPs ext and the node port, adding whatever
+// frontends fe (the cluster IP, the external IPs and the node port), adding whatever
 // chains and endpoint elements they lead to. A verdict no frontend uses
 // is "".
-func (s *svcContext) verdicts(ext []netip.Addr) (internal, external, nodePort string) {
+func (s *svcContext) verdicts(fe frontends) (internal, external, nodePort string) {
 	if s.sp.AffinitySeconds > 0 {
 		return s.affinityVerdicts()
 	}
 	sp := s.sp
 	r := s.clusterIPRoutes()
 	internal = s.dispatchVerdict(sp.Dispatch(r[desired.FromOutside].Set), s.chain(s.c.internalChain, ipFrontend, s.c.masqRules(r)...),
-		[]string{s.ipKey(sp.ClusterIP, sp.Port)})
+		[]string{fe.cluster})
 	switch {
-	case s.ownsExternal(len(ext)):
+	case s.ownsExternal(len(fe.external)):
 		external = s.ownExternalVerdict()
-	case len(ext) > 0:
-		external = s.externalVerdict(ipFrontend, s.frontendKeys(ext))
+	case len(fe.external) > 0:
+		external = s.externalVerdict(ipFrontend, fe.external)
 	}
 	if sp.NodePort != 0 {
-		nodePort = s.externalVerdict(nodePortFrontend, []string{s.npKey(sp.NodePort)})
+		nodePort = s.externalVerdict(nodePortFrontend, []string{fe.nodePort})
 	}
 	return internal, external, nodePort
 }
@@ -183,16 +196,6 @@ func (s *svcContext) dispatchVerdict(d desired.Dispatch, chain func(int) *chainS
 		s.endpointElems(ch.epMap.name, k, d.Endpoints)
 	}
 	return ch.jump
-}
-
-// frontendKeys lists the endpoint-map key prefixes of the external IP
-// frontends ext.
-func (s *svcContext) frontendKeys(ext []netip.Addr) []string {
-	keys := make([]string, 0, len(ext))
-	for _, a := range ext {
-		keys = append(keys, s.ipKey(a, s.sp.Port))
-	}
-	return keys
 }
 
 // externalVerdict is the verdict of the external frontends of kind (keys):
@@ -244,8 +247,9 @@ func (s *svcContext) endpointElems(m string, frontend string, eps []desired.Endp
 	s.p.elems = append(s.p.elems, elemSpec{set: m, key: frontend, value: s.slotsOf(eps), slots: true})
 }
 
-// slotsOf is the slot group value of eps: each endpoint's address · port,
-// joined with slotSep. One string per endpoint list of the service port.
+// slotsOf is the slot group value of eps: each endpoint's address · port
+// as data (appendEndpointData), in slots 0…n-1 (appendSlot). One string
+// per endpoint list of the service port.
 func (s *svcContext) slotsOf(eps []desired.Endpoint) string {
 	for _, v := range s.slotValues {
 		if len(v.eps) == len(eps) && &v.eps[0] == &eps[0] {
@@ -253,11 +257,10 @@ func (s *svcContext) slotsOf(eps []desired.Endpoint) string {
 		}
 	}
 	b := s.buf[:0]
-	for i, ep := range eps {
-		if i > 0 {
-			b = append(b, slotSep...)
-		}
-		b = strconv.AppendUint(append(ep.IP.Unmap().AppendTo(b), elemSep...), uint64(ep.Port), 10)
+	for _, ep := range eps {
+		at := len(b)
+		b = appendEndpointData(append(b, 0), ep)
+		b[at] = byte(len(b) - at - 1) // appendSlot's length byte
 	}
 	v := s.keep(b)
 	s.slotValues = append(s.slotValues, epsString{eps, v})

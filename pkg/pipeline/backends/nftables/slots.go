@@ -1,63 +1,114 @@
 package nftables
 
 import (
-	"bytes"
-	"strconv"
-	"strings"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/svcproxy/svcproxy/pkg/knft"
 )
 
 // An endpoint map's elements are frontend · slot → endpoint, N per
 // frontend. The store keeps one entry per frontend and map for them (a
 // slot group, elemEntry.slots), not one per slot: at 10k×10 that is 20k
 // entries instead of 200k, whose keys, map slots and entries were a
-// third of the store's heap. The entry's key is the frontend; its values
-// (each claim's, and the kernel's) are the slots' values in slot order,
-// joined with slotSep, "" for a slot the kernel lacks. The diff against
-// the kernel stays per element (eachSlotChange).
-const slotSep = "|"
+// third of the store's heap. The entry's key is the frontend's data (as
+// service-ips or service-nodeports key it, datakeys.go); its values (each
+// claim's, and the kernel's) are the slots' values in slot order, each a
+// length byte and then the value's data (an address · port as the kernel
+// holds it), a length of 0 for a slot the kernel lacks. The diff against
+// the kernel stays per element (eachSlotChange), and an element's key is
+// the frontend's data followed by the slot's (slotElemKey).
 
-// slotElemKey is the endpoint-map key frontend · slot.
+// slotLen is the length of a slot's data: numgen's 32-bit integer, in
+// host byte order.
+const slotLen = 4
+
+// slotElemKey is the data of the endpoint-map key frontend · slot.
 func slotElemKey(frontend string, slot int) string {
-	return frontend + elemSep + strconv.Itoa(slot)
+	var b [64]byte
+	return string(binary.NativeEndian.AppendUint32(append(b[:0], frontend...), uint32(slot)))
 }
 
-// splitSlotKey splits an endpoint-map key, spelled, into frontend and
-// slot.
+// splitSlotKey splits the data of an endpoint-map key into the frontend's
+// and the slot; a key too short for both (a catch-all's) is none.
 func splitSlotKey(key []byte) (frontend []byte, slot int, ok bool) {
-	i := bytes.LastIndex(key, []byte(elemSep))
-	if i < 0 {
+	if len(key) <= slotLen {
 		return nil, 0, false
 	}
-	digits := key[i+len(elemSep):]
-	if len(digits) == 0 || len(digits) > 9 {
+	n := len(key) - slotLen
+	v := binary.NativeEndian.Uint32(key[n:])
+	if v > 1<<30 {
 		return nil, 0, false
 	}
-	for _, d := range digits {
-		if d < '0' || d > '9' {
-			return nil, 0, false
-		}
-		slot = slot*10 + int(d-'0')
-	}
-	return key[:i], slot, true
+	return key[:n], int(v), true
 }
 
-// eachSlot calls f with every slot of a joined value that holds one.
+// spellSlot is the element of a slot group's slot, data in layout (an
+// endpoint map's), spelled: the frontend's data and the slot as the key,
+// value as the value.
+func spellSlot(layout *knft.Layout, frontend string, slot int, value string) (string, string) {
+	key, v, err := layout.SpellElem(slotElemKey(frontend, slot), value)
+	if err != nil {
+		// Render made both as this layout's data: a bug, which nft
+		// will refuse by name.
+		return fmt.Sprintf("%x", slotElemKey(frontend, slot)), fmt.Sprintf("%x", value)
+	}
+	return key, v
+}
+
+// appendSlot appends a slot's value v ("": none) to a group's value.
+func appendSlot(b []byte, v []byte) []byte {
+	return append(append(b, byte(len(v))), v...)
+}
+
+// cutSlot returns the first slot's value of a group's value and the rest.
+func cutSlot(joined string) (v, rest string) {
+	n := min(int(joined[0]), len(joined)-1)
+	return joined[1 : 1+n], joined[1+n:]
+}
+
+// eachSlot calls f with every slot of a group's value that holds one.
 func eachSlot(joined string, f func(slot int, v string)) {
 	for slot := 0; joined != ""; slot++ {
 		var v string
-		v, joined, _ = strings.Cut(joined, slotSep)
+		v, joined = cutSlot(joined)
 		if v != "" {
 			f(slot, v)
 		}
 	}
 }
 
-// slotCount is the number of slots of a joined value ("": none).
+// slotCount is the number of slots of a group's value ("": none).
 func slotCount(joined string) int {
-	if joined == "" {
-		return 0
+	n := 0
+	for ; joined != ""; n++ {
+		_, joined = cutSlot(joined)
 	}
-	return strings.Count(joined, slotSep) + 1
+	return n
+}
+
+// splitSlots is a group's value as one value per slot ("": none).
+func splitSlots(joined string) []string {
+	out := make([]string, 0, slotCount(joined))
+	for joined != "" {
+		var v string
+		v, joined = cutSlot(joined)
+		out = append(out, v)
+	}
+	return out
+}
+
+// joinSlots is the group's value of slots' values ("": none).
+func joinSlots(values []string) string {
+	n := len(values)
+	for _, v := range values {
+		n += len(v)
+	}
+	b := make([]byte, 0, n)
+	for _, v := range values {
+		b = appendSlot(b, []byte(v))
+	}
+	return string(b)
 }
 
 // eachSlotChange calls f for every slot of the slot group e whose kernel
@@ -70,8 +121,12 @@ func (s *store) eachSlotChange(e *elemEntry, f func(slot int, kernel, want strin
 	}
 	for slot := 0; want != "" || kernel != ""; slot++ {
 		var w, k string
-		w, want, _ = strings.Cut(want, slotSep)
-		k, kernel, _ = strings.Cut(kernel, slotSep)
+		if want != "" {
+			w, want = cutSlot(want)
+		}
+		if kernel != "" {
+			k, kernel = cutSlot(kernel)
+		}
 		if w != k && !f(slot, k, w) {
 			return false
 		}
@@ -109,8 +164,8 @@ func (s *store) assignGroup(el *elemSpec) {
 	if e.kernel() == el.value {
 		return // a restart, or a change elsewhere: nothing moves
 	}
-	values := strings.Split(el.value, slotSep)
-	kernel := strings.Split(e.kernel(), slotSep)
+	values := splitSlots(el.value)
+	kernel := splitSlots(e.kernel())
 	index := valueIndex(values)
 	out := make([]string, len(values))
 	placed := make([]bool, len(values))
@@ -129,7 +184,7 @@ func (s *store) assignGroup(el *elemSpec) {
 		}
 		out[next] = v
 	}
-	el.value = strings.Join(out, slotSep)
+	el.value = joinSlots(out)
 }
 
 // valueIndex returns a function that finds the index in values of v (-1:

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -70,12 +71,12 @@ func TestAssignSlotsFillsFreeSlots(t *testing.T) {
 	s := newStore()
 	s.sets["m"] = &setEntry{present: true, isMap: true}
 	e := s.elem("m", "fe", true)
-	e.setKernel("b|gone|a")
+	e.setKernel(group("b|gone|a"))
 	e.flag(entrySlots, true)
-	p := &part{elems: []elemSpec{{set: "m", key: "fe", value: "a|b|c", slots: true}}}
+	p := &part{elems: []elemSpec{{set: "m", key: "fe", value: group("a|b|c"), slots: true}}}
 	got := s.assignSlots(p).elems[0]
-	if got.value != "b|c|a" || got.entry != e {
-		t.Errorf("got %q (entry %p), want %q (entry %p)", got.value, got.entry, "b|c|a", e)
+	if got.value != group("b|c|a") || got.entry != e {
+		t.Errorf("got %q (entry %p), want %q (entry %p)", got.value, got.entry, group("b|c|a"), e)
 	}
 }
 
@@ -86,16 +87,16 @@ func TestAssignSlotsFillsFreeSlots(t *testing.T) {
 func TestSlotGroupChanges(t *testing.T) {
 	s := newStore()
 	e := s.elem("m", "fe", true)
-	e.setKernel("a||c|x")
+	e.setKernel(group("a||c|x"))
 	e.flag(entrySlots, true)
 	o := countsName("a")
-	s.addClaim(e, elemClaim{owner: &o, value: "a|b|d"})
+	s.addClaim(e, elemClaim{owner: &o, value: group("a|b|d")})
 	var got []knft.Change
 	s.elemChanges(e, func(c knft.Change) bool { got = append(got, c); return true })
 	want := []knft.Change{
-		{Key: "fe . 1", Value: "b", Add: true},
-		{Key: "fe . 2", Value: "d", Del: true, Add: true},
-		{Key: "fe . 3", Del: true},
+		{Key: slotElemKey("fe", 1), Value: "b", Add: true},
+		{Key: slotElemKey("fe", 2), Value: "d", Del: true, Add: true},
+		{Key: slotElemKey("fe", 3), Del: true},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("changes %+v, want %+v", got, want)
@@ -104,8 +105,8 @@ func TestSlotGroupChanges(t *testing.T) {
 		t.Errorf("%d operations, want 4", n)
 	}
 	s.committed(e)
-	if e.kernel() != "a|b|d" || !e.present() {
-		t.Errorf("kernel side %q present=%v after commit, want %q", e.kernel(), e.present(), "a|b|d")
+	if e.kernel() != group("a|b|d") || !e.present() {
+		t.Errorf("kernel side %q present=%v after commit, want %q", e.kernel(), e.present(), group("a|b|d"))
 	}
 }
 
@@ -118,19 +119,19 @@ func TestReadBackGroupsSlots(t *testing.T) {
 	sink := newStoreSink(s, proxy.IPv4)
 	const m = "internal-endpoints-3-s0"
 	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
-	readElements(sink, m, "fe . 2", "c", "fe . 0", "a", "odd", "v")
-	readElements(sink, m, "fe . 99999999", "z", "fe . 3", "y", "fe . -1", "w", "fe . 1x", "x")
+	readElements(sink, m, slotElemKey("fe", 2), "c", slotElemKey("fe", 0), "a", "odd", "v", "", "catch-all")
+	readElements(sink, m, slotElemKey("fe", 99999999), "z", slotElemKey("fe", 3), "y", slotElemKey("fe", -1), "w", "fe1x", "x")
 	sink.SetListed(m)
-	if e := s.elems[m].get("fe"); e == nil || !e.slots() || !e.present() || e.kernel() != "a||c" {
+	if e := s.elems[m].get("fe"); e == nil || !e.slots() || !e.present() || e.kernel() != group("a||c") {
 		t.Errorf("slot group %+v, want slots a, -, c", e)
 	}
-	for _, key := range []string{"odd", "fe . 99999999", "fe . 3", "fe . -1", "fe . 1x"} {
+	for _, key := range []string{"odd", "", slotElemKey("fe", 99999999), slotElemKey("fe", 3), slotElemKey("fe", -1), "fe1x"} {
 		if e := s.elems[m].get(key); e == nil || e.slots() || !e.present() {
 			t.Errorf("%q read back as %+v, want a plain element", key, e)
 		}
 	}
-	if n := s.elemCount(m); n != 8 {
-		t.Errorf("elemCount %d, want 8", n)
+	if n := s.elemCount(m); n != 9 {
+		t.Errorf("elemCount %d, want 9", n)
 	}
 }
 
@@ -144,13 +145,13 @@ func TestReadBackListedAgain(t *testing.T) {
 	const m, other = "internal-endpoints-2-s0", "internal-endpoints-2-s1"
 	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
 	sink.Set(knft.SetInfo{Name: other, IsMap: true, Size: 64})
-	readElements(sink, m, "fe . 0", "stale", "gone . 1", "x")
-	readElements(sink, other, "fo . 1", "b")
+	readElements(sink, m, slotElemKey("fe", 0), "stale", slotElemKey("gone", 1), "x")
+	readElements(sink, other, slotElemKey("fo", 1), "b")
 	sink.Set(knft.SetInfo{Name: m, IsMap: true, Size: 64})
-	readElements(sink, m, "fe . 1", "b")
-	readElements(sink, other, "fo . 0", "a")
+	readElements(sink, m, slotElemKey("fe", 1), "b")
+	readElements(sink, other, slotElemKey("fo", 0), "a")
 	sink.SetListed(m)
-	if e := s.elems[m].get("fe"); e == nil || e.kernel() != "|b" {
+	if e := s.elems[m].get("fe"); e == nil || e.kernel() != group("|b") {
 		t.Errorf("group of the second listing %+v, want slots -, b", e)
 	}
 	if e := s.elems[m].get("gone"); e != nil {
@@ -160,10 +161,14 @@ func TestReadBackListedAgain(t *testing.T) {
 		t.Errorf("group of a set still listed %+v, want present and no value yet", e)
 	}
 	sink.SetListed(other)
-	if e := s.elems[other].get("fo"); e.kernel() != "a|b" {
+	if e := s.elems[other].get("fo"); e.kernel() != group("a|b") {
 		t.Errorf("group %q once its set is listed, want a|b", e.kernel())
 	}
 }
+
+// group is the slot group's value of the slots' values spelled joined
+// with "|" ("": a slot without one).
+func group(slots string) string { return joinSlots(strings.Split(slots, "|")) }
 
 // readElements reports key, value pairs of set to sink as knft does: from
 // a buffer it reuses.
@@ -177,14 +182,17 @@ func readElements(sink *storeSink, set string, kv ...string) {
 }
 
 // kernelElems calls f with every element of set the kernel holds, slot
-// groups spelled as the kernel's elements, each key as the store keeps it
-// (asData: data in the hairpin sets) or spelled.
+// groups as the kernel's elements, each key and value as the store keeps
+// them (asData: data in the sets whose keys are data) or spelled.
 func (s *store) kernelElems(set string, asData bool, f func(key, value string)) {
 	for e := range s.elems[set].all {
 		switch {
 		case !e.present():
-		case e.slots():
+		case e.slots() && asData:
 			eachSlot(e.kernel(), func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
+		case e.slots():
+			l := unitLayout(set, s.desiredSet(set), nil)
+			eachSlot(e.kernel(), func(slot int, v string) { f(spellSlot(l, e.key, slot, v)) })
 		case asData:
 			f(e.key, e.kernel())
 		default:
@@ -197,7 +205,8 @@ func (s *store) kernelElems(set string, asData bool, f func(key, value string)) 
 // addresses' bytes), spelled back as nft spells it; the read-back asks
 // for the hairpin sets' elements as data in the family's layout, and
 // keeps their keys as they come (an element that is no a . a too: it is
-// deleted), the other sets' spelled.
+// deleted), the endpoint maps' as data too (epMapLayout), the other
+// sets' spelled.
 func TestHairpinKeys(t *testing.T) {
 	set := hairpinSets[0]
 	for _, a := range []string{"10.0.0.1", "::ffff:10.0.0.1", "fd00::1", "2001:db8::a:b"} {
@@ -217,8 +226,11 @@ func TestHairpinKeys(t *testing.T) {
 		if list, as := sink.Set(knft.SetInfo{Name: set}); !list || as != want {
 			t.Errorf("%s: hairpin set listed %v as %p, want as %p", fam, list, as, want)
 		}
-		if list, as := sink.Set(knft.SetInfo{Name: "internal-endpoints-10-s0"}); !list || as != nil {
-			t.Errorf("%s: %s listed %v as %p, want spelled", fam, "internal-endpoints-10-s0", list, as)
+		if list, as := sink.Set(knft.SetInfo{Name: "internal-endpoints-10-s0"}); !list || as == nil || as != epMapLayout("internal-endpoints-10-s0", fam) {
+			t.Errorf("%s: %s listed %v as %p, want as data", fam, "internal-endpoints-10-s0", list, as)
+		}
+		if list, as := sink.Set(knft.SetInfo{Name: "no-endpoint-services"}); !list || as != nil {
+			t.Errorf("%s: %s listed %v as %p, want spelled", fam, "no-endpoint-services", list, as)
 		}
 		other := append(netip.MustParseAddr("fd00::1").AsSlice(), netip.MustParseAddr("fd00::2").AsSlice()...)
 		readElements(sink, set, string(other), "")

@@ -12,6 +12,8 @@
 //     masquerade mark, which XDP cannot set);
 //   - TCP packets that change the flow's state (SYN, FIN, RST);
 //   - a packet without a hop left (np_ingress answers time exceeded);
+//   - a packet whose L4 checksum a sender on this machine left unfinished
+//     (l4_csum_partial: only a virtual device such as a veth delivers one);
 //   - IPv6 (np_ingress serves it), and what parse leaves to the stack
 //     (options, fragments, other protocols);
 //   - a next hop whose neighbour is not resolved (bpf_redirect_neigh
@@ -71,6 +73,30 @@ static __always_inline int xdp_rewrite(void *data, void *end, const struct pkt *
 	return 1;
 }
 
+// l4_csum_partial reports whether the packet's L4 checksum field holds only
+// the sum of its pseudo-header: the checksum a sender on this machine left
+// for the device to finish (CHECKSUM_PARTIAL). A veth hands XDP such a
+// packet as the sender wrote it, while a NIC delivers complete checksums.
+// Sent on as an XDP frame, the packet loses the skb that said the checksum
+// was still to be done, and its receiver drops it as corrupt; np_ingress
+// sees the skb and keeps its checksum state, so these go to tc. A complete
+// checksum that equals its pseudo-header's sum (one in 65536) only takes
+// that slower path too.
+static __always_inline int l4_csum_partial(void *data, void *end, const struct pkt *p)
+{
+	struct iphdr *ip = data + sizeof(struct ethhdr);
+	__u16 *field = (void *)(ip + 1) +
+		       (p->k.proto == IPPROTO_TCP ? offsetof(struct tcphdr, check) : offsetof(struct udphdr, check));
+
+	if ((void *)(field + 1) > end)
+		return 0;
+	// The pseudo-header's 16-bit words as they lie in the packet, whatever
+	// the host's byte order: the one's complement sum does not depend on it.
+	__u64 sum = (ip->saddr & 0xffff) + (ip->saddr >> 16) + (ip->daddr & 0xffff) + (ip->daddr >> 16) +
+		    bpf_htons(p->k.proto) + bpf_htons((__u16)(bpf_ntohs(ip->tot_len) - sizeof(*ip)));
+	return *field == (__u16)~csum_fold(sum);
+}
+
 // xdp_dec_ttl takes one off the packet's TTL as dec_ttl does in tc, in the
 // same one's-complement steps (the kernel's csum_replace2), so that both
 // leave equal headers.
@@ -102,6 +128,8 @@ int np_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	__u64 now = bpf_ktime_get_ns();
 	if (expired(v, p.k.proto, now) || !holds_reply(&p.k, v, now))
+		return XDP_PASS;
+	if (l4_csum_partial(data, end, &p))
 		return XDP_PASS;
 	struct ct_val out = *v;
 	struct bpf_fib_lookup fib = {

@@ -20,6 +20,7 @@ import (
 // exist, so whatever answers through one went through the programs.
 type rig struct {
 	node1, node2 *netnstest.Node
+	fabric       *netnstest.NS // the bridge the nodes and the client are on
 	podA, podB   *netnstest.Pod
 	client       netnstest.Client
 	clientIP     netip.Addr
@@ -33,7 +34,7 @@ func newRig(t *testing.T) *rig {
 	lab := netnstest.New(t)
 	cl, err := netnstest.NewCluster(lab, 2)
 	must(t, err)
-	r := &rig{node1: cl.Nodes[0], node2: cl.Nodes[1], pins: netnstest.MountThrowaway(t, "bpf")}
+	r := &rig{node1: cl.Nodes[0], node2: cl.Nodes[1], fabric: cl.Fabric, pins: netnstest.MountThrowaway(t, "bpf")}
 	r.podA, err = r.node1.AddPod("pod-a")
 	must(t, err)
 	r.podB, err = r.node2.AddPod("pod-b")

@@ -5,6 +5,7 @@ import (
 	"net"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/bpfmap"
 )
@@ -84,4 +85,19 @@ func (p *Proxier) accelerated() []string {
 		return nil
 	}
 	return append([]string(nil), p.kernel.xdpIfaces...)
+}
+
+// Veths lists which of ifaces (in the calling thread's network namespace)
+// are veths. On a veth XDP depends on the peer: a sender on this machine
+// that leaves its checksums to offload gets its packets handed to tc
+// (l4_csum_partial in the C), and the peer takes the frames XDP sends back
+// out (XDP_TX) only when it runs an XDP program of its own.
+func Veths(ifaces []string) []string {
+	var out []string
+	for _, name := range ifaces {
+		if l, err := netlink.LinkByName(name); err == nil && l.Type() == "veth" {
+			out = append(out, name)
+		}
+	}
+	return out
 }

@@ -293,6 +293,62 @@ func (r *xdpRig) checkFlow(t *testing.T, protocol proxy.Protocol, noUDPSum bool,
 
 func tupleDst(b []byte) netip.AddrPort { _, d := tuple(b); return d }
 
+// TestKernelXDPLeavesPartialChecksumsToTC: a packet of a flow np_xdp
+// forwards, but whose L4 checksum holds only its pseudo-header's sum (what
+// a sender on the same machine leaves for the device to finish, and a veth
+// delivers as it is), passes to tc unchanged, in both directions; the same
+// packet with its checksum finished is forwarded.
+func TestKernelXDPLeavesPartialChecksumsToTC(t *testing.T) {
+	r := newXDPRig(t, AccelerationNative)
+	for _, tc := range []struct {
+		name  string
+		proto proxy.Protocol
+	}{{"TCP", proxy.TCP}, {"UDP", proxy.UDP}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.sync(t, port("web", tc.proto, 30080, ep(r.epC, 8080)))
+			must(t, clearCT(r.p))
+			proto := uint8(6)
+			if tc.proto == proxy.UDP {
+				proto = 17
+			}
+			f := maglev.Flow{Src: r.client, Dst: r.nodeIP, SrcPort: 40002, DstPort: 30080, Protocol: proto}
+			if v, _ := r.runTC(t, r.a0, checksummed(f, tcpSYN, false)); v != tcRedirect {
+				t.Fatalf("np_ingress on the first packet: verdict %d, want TC_ACT_REDIRECT", v)
+			}
+			next := partial(checksummed(f, tcpACK, false))
+			if v, b := r.runXDP(t, r.a0, slices.Clone(next)); v != xdpPass || !bytes.Equal(b, next) {
+				t.Errorf("the next packet with a partial checksum: XDP verdict %d (want XDP_PASS %d), packet changed: %v",
+					v, xdpPass, !bytes.Equal(b, next))
+			}
+			_, sent := r.runTC(t, r.a0, checksummed(f, tcpACK, false))
+			back := partial(checksummed(answer(sent, proto), tcpACK, false))
+			if v, b := r.runXDP(t, r.c0, slices.Clone(back)); v != xdpPass || !bytes.Equal(b, back) {
+				t.Errorf("the reply with a partial checksum: XDP verdict %d (want XDP_PASS %d), packet changed: %v",
+					v, xdpPass, !bytes.Equal(b, back))
+			}
+			if v, _ := r.runXDP(t, r.a0, checksummed(f, tcpACK, false)); v != xdpTX && v != xdpRedirect {
+				t.Errorf("the next packet with its checksum finished: XDP verdict %d, want it forwarded", v)
+			}
+		})
+	}
+}
+
+// partial gives b's L4 checksum field the sum of its pseudo-header alone,
+// as a sender that leaves the checksum to the device writes it.
+func partial(b []byte) []byte {
+	ip, l4 := b[14:34], b[34:]
+	pseudo := make([]byte, 12)
+	copy(pseudo, ip[12:20])
+	pseudo[9] = ip[9]
+	binary.BigEndian.PutUint16(pseudo[10:], uint16(len(l4)))
+	csumAt := 34 + 16
+	if ip[9] == 17 {
+		csumAt = 34 + 6
+	}
+	binary.BigEndian.PutUint16(b[csumAt:], sum16(0, pseudo))
+	return b
+}
+
 // same runs pkt through np_xdp and np_ingress as received on in, and
 // fails unless XDP sent it out of out to the next hop nh with the headers
 // tc gave it, one hop less (forwarded, as the kernel would) and valid

@@ -1,0 +1,195 @@
+package nodeport
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// A flow the programs translated has no state in the kernel's conntrack
+// that could carry it on: its packets were rewritten (and, to an endpoint
+// on another node, sent out) before netfilter saw them. Detached under it,
+// its next packet meets the rules as a connection of their own, which they
+// send to an endpoint of their choice from a source of their choice, and
+// the endpoint answers it with a reset. So the programs leave a node the
+// way a kernel NAT flow outlives the rules that made it: they stop taking
+// new flows and keep translating the ones they hold until those are done.
+
+// ctEstablished and ctClosed are bpf/nodeport.c's CT_ESTABLISHED and
+// CT_CLOSED.
+const (
+	ctEstablished = 1
+	ctClosed      = 3
+)
+
+// DrainTimes bound how long Drain waits for a flow.
+type DrainTimes struct {
+	// Quiet: a flow that is not an established TCP connection (a
+	// handshake, a close, UDP) is done once it had no packet for this
+	// long: none is in flight.
+	Quiet time.Duration
+	// Idle: an established TCP connection is done once it had no packet
+	// for this long (a client that went away leaves its entry behind);
+	// it is also the longest Drain waits.
+	Idle time.Duration
+}
+
+// DefaultDrainTimes: a handshake or a close ends within a few round trips;
+// an open connection gets two minutes.
+var DefaultDrainTimes = DrainTimes{Quiet: 2 * time.Second, Idle: 2 * time.Minute}
+
+// drainPoll is how often Drain reads the table while it waits.
+const drainPoll = 200 * time.Millisecond
+
+// Drain makes the programs pinned in dir take no new flow, and waits until
+// the flows they hold are done (DrainTimes), at most times.Idle, before
+// the caller removes them (Remove). It deletes every frontend of
+// np_services, so that a new flow's first packet passes the programs as it
+// came and whatever serves the node ports next (another mode's rules)
+// takes it, while a packet of a flow np_ct holds is still translated as
+// recorded; the flows that are done it deletes from np_ct (sweep), first
+// before the rules take new flows, then as they end. It returns how many
+// flows still held the programs when it stopped waiting (0 once drained,
+// or with nothing pinned). holding, when not nil, is called once with that
+// count before the wait.
+func Drain(ctx context.Context, dir string, times DrainTimes, holding func(flows int)) (int, error) {
+	ct, err := ebpf.LoadPinnedMap(filepath.Join(dir, mapCT), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, clearFrontends(dir)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer ct.Close()
+	if _, err := sweep(ct, times); err != nil {
+		return 0, err
+	}
+	if err := clearFrontends(dir); err != nil {
+		return 0, err
+	}
+	deadline := time.Now().Add(times.Idle)
+	for first := true; ; first = false {
+		n, err := sweep(ct, times)
+		if err != nil || n == 0 {
+			return n, err
+		}
+		if first && holding != nil {
+			holding(n)
+		}
+		if time.Now().After(deadline) {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-time.After(drainPoll):
+		}
+	}
+}
+
+// clearFrontends deletes every entry of the np_services pinned in dir.
+func clearFrontends(dir string) error {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, mapServices), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var (
+		k    svcKey
+		v    svcVal
+		keys []svcKey
+	)
+	for it := m.Iterate(); it.Next(&k, &v); {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// sweep deletes from np_ct the flows that no longer need the programs and
+// counts those that do: a flow needs them while one of its directions
+// holds them (holds). A done flow must go: the rules now pick masquerade
+// ports for new connections without seeing this table, and a reply to one
+// of them that met a done flow's entry would be sent to that flow's
+// client. A late packet of a done flow (the last ACK of a close) passes to
+// the stack instead, which answers it with a reset at worst.
+func sweep(ct *ebpf.Map, times DrainTimes) (int, error) {
+	now, err := monotonicNow()
+	if err != nil {
+		return 0, err
+	}
+	var (
+		k ctKey
+		v ctVal
+	)
+	held := map[ctKey]struct{}{}
+	it := ct.Iterate()
+	for it.Next(&k, &v) {
+		if holds(v, k.Proto, now, times) {
+			held[flowID(k, v)] = struct{}{}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return 0, err
+	}
+	var done []ctKey
+	for it := ct.Iterate(); it.Next(&k, &v); {
+		if _, ok := held[flowID(k, v)]; !ok && !holds(v, k.Proto, now, times) {
+			done = append(done, k)
+		}
+	}
+	for _, k := range done {
+		if err := ct.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return 0, err
+		}
+	}
+	return len(held), nil
+}
+
+// flowID names the flow of entry k, v by its client's direction: a reply
+// entry's rewrite is what the client sent, reversed.
+func flowID(k ctKey, v ctVal) ctKey {
+	if v.Reply == 0 {
+		return k
+	}
+	return ctKey{Src: v.Dst, Dst: v.Src, Sport: v.Dport, Dport: v.Sport, Proto: k.Proto}
+}
+
+// holds says whether the direction v of a flow of protocol proto, at now
+// (the programs' clock), keeps the programs: an established TCP connection
+// that had a packet within times.Idle, any other flow but a reset one that
+// had a packet within times.Quiet.
+func holds(v ctVal, proto uint8, now uint64, times DrainTimes) bool {
+	if proto == unix.IPPROTO_TCP && v.State == ctClosed {
+		return false
+	}
+	var age time.Duration
+	if now > v.Seen {
+		age = time.Duration(now - v.Seen)
+	}
+	if proto == unix.IPPROTO_TCP && v.State == ctEstablished {
+		return age < times.Idle
+	}
+	return age < times.Quiet
+}
+
+// monotonicNow is the programs' clock (bpf_ktime_get_ns), in nanoseconds.
+func monotonicNow() (uint64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, err
+	}
+	return uint64(ts.Nano()), nil
+}

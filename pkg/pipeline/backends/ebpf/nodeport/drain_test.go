@@ -1,0 +1,119 @@
+package nodeport
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
+)
+
+// TestHolds: which flows keep the programs while they drain. An open TCP
+// connection does while it had a packet within Idle, however quiet since;
+// a handshake, a close and UDP (replied or not) only while a packet went
+// within Quiet; a reset connection never. The clock may read an entry
+// refreshed after it was read (seen past now).
+func TestHolds(t *testing.T) {
+	times := DrainTimes{Quiet: 2 * time.Second, Idle: time.Minute}
+	const now = uint64(1000 * time.Second)
+	ago := func(d time.Duration) uint64 { return now - uint64(d) }
+	const closing = 2
+	for _, c := range []struct {
+		what  string
+		proto uint8
+		state uint8
+		seen  uint64
+		want  bool
+	}{
+		{"established, a packet just now", unix.IPPROTO_TCP, ctEstablished, now, true},
+		{"established, quiet for 30s", unix.IPPROTO_TCP, ctEstablished, ago(30 * time.Second), true},
+		{"established, quiet past Idle", unix.IPPROTO_TCP, ctEstablished, ago(61 * time.Second), false},
+		{"established, refreshed after the clock was read", unix.IPPROTO_TCP, ctEstablished, now + 5, true},
+		{"handshake in flight", unix.IPPROTO_TCP, ctNew, ago(time.Second), true},
+		{"handshake never answered", unix.IPPROTO_TCP, ctNew, ago(3 * time.Second), false},
+		{"closing, a packet just now", unix.IPPROTO_TCP, closing, ago(100 * time.Millisecond), true},
+		{"closed quietly", unix.IPPROTO_TCP, closing, ago(3 * time.Second), false},
+		{"reset just now", unix.IPPROTO_TCP, ctClosed, now, false},
+		{"UDP replied, a datagram just now", unix.IPPROTO_UDP, ctEstablished, ago(time.Second), true},
+		{"UDP replied, quiet for 3s", unix.IPPROTO_UDP, ctEstablished, ago(3 * time.Second), false},
+		{"UDP not replied, a datagram just now", unix.IPPROTO_UDP, ctNew, now, true},
+	} {
+		if got := holds(ctVal{State: c.state, Seen: c.seen}, c.proto, now, times); got != c.want {
+			t.Errorf("%s: holds %t, want %t", c.what, got, c.want)
+		}
+	}
+}
+
+// TestKernelDrain: the programs drained under an open TCP connection to an
+// endpoint on another node (masqueraded, all of its packets theirs) and
+// beside connections that closed. The closed ones' flows leave the table
+// at once, the open one's stays; the frontend is gone, so a new connection
+// meets node1's own stack (nothing listens: refused); the open connection
+// still reaches its endpoint; once it closes and is quiet, Drain returns
+// with no flow holding, and Remove leaves the node port to the stack.
+func TestKernelDrain(t *testing.T) {
+	r := newRig(t)
+	dst := netip.AddrPortFrom(r.node1.IPv4, 30080)
+	p := r.proxier(t, "np")
+	r.sync(t, p, stateOf(r.node1.IPv4, port("web", proxy.TCP, 30080, r.ep(r.podB))), proxy.RecoverySync)
+	open, err := r.client.DialTCP(dst)
+	must(t, err)
+	defer open.Close()
+	if ans, err := open.Ask(); err != nil || !r.masqueraded(ans.Peer) {
+		t.Fatalf("the connection to hold open: %v, %v; want pod-b seeing node1 from a masquerade port", ans, err)
+	}
+	r.ask(t, proxy.TCP, dst, 5, map[string]func(netip.AddrPort) bool{"pod-b": r.masqueraded})
+	if n := flowCount(t, p.Flows()); n != 6 {
+		t.Fatalf("%d flows in the table before the drain, want 6", n)
+	}
+	p.Close()
+
+	times := DrainTimes{Quiet: 500 * time.Millisecond, Idle: time.Minute}
+	time.Sleep(times.Quiet)
+	held, drained := make(chan int, 1), make(chan error, 1)
+	go func() {
+		n, err := Drain(context.Background(), filepath.Join(r.pins, "np"), times, func(n int) { held <- n })
+		if err == nil && n != 0 {
+			err = fmt.Errorf("%d flows still held the programs when the drain ended", n)
+		}
+		drained <- err
+	}()
+	if n := <-held; n != 1 {
+		t.Errorf("the drain waits for %d flows, want the open connection's", n)
+	}
+	if n := flowCount(t, p.Flows()); n != 1 {
+		t.Errorf("%d flows in the table once the drain began, want the open connection's alone", n)
+	}
+	if got := r.outcome(proxy.TCP, dst); got != netnstest.Refused {
+		t.Errorf("a new connection while the programs drain: %v, want refused by node1's stack", got)
+	}
+	if ans, err := open.Ask(); err != nil || ans.Server != "pod-b" {
+		t.Errorf("the open connection while the programs drain: %v, %v; want pod-b", ans, err)
+	}
+	must(t, open.Close())
+	select {
+	case err := <-drained:
+		must(t, err)
+	case <-time.After(times.Idle):
+		t.Fatalf("the drain did not end within %v of the connection's close", times.Idle)
+	}
+	must(t, Remove(filepath.Join(r.pins, "np")))
+	if n := r.attachedTCX(t, "fab0"); n != 0 {
+		t.Errorf("%d programs on fab0 after Remove, want 0", n)
+	}
+}
+
+// flowCount is how many flows f lists.
+func flowCount(t *testing.T, f *Flows) int {
+	t.Helper()
+	n := 0
+	must(t, f.List(context.Background(), proxy.IPv4, func(kconntrack.Flow) { n++ }))
+	return n
+}
