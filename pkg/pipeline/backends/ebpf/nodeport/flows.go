@@ -138,10 +138,7 @@ func (f *Flows) Delete(ctx context.Context, family proxy.IPFamily, flows []kconn
 		if err := ctx.Err(); err != nil {
 			return gone, err
 		}
-		var orig, reply any = keyOf[[4]byte](fl.Proto, fl.Orig), keyOf[[4]byte](fl.Proto, fl.Reply)
-		if family == proxy.IPv6 {
-			orig, reply = keyOf[[16]byte](fl.Proto, fl.Orig), keyOf[[16]byte](fl.Proto, fl.Reply)
-		}
+		orig, reply := flowKeys(family, fl)
 		err := m.Delete(orig)
 		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return gone, err
@@ -166,6 +163,15 @@ func flowOf[A addrBytes](k ctKeyOf[A], v ctValOf[A]) kconntrack.Flow {
 		// Seen a reply: the kernel's state would be past NEW too.
 		Replied: v.State != ctNew,
 	}
+}
+
+// flowKeys are the table keys of fl's directions in family's table: an
+// IPv6 flow's addresses have no IPv4 form.
+func flowKeys(family proxy.IPFamily, fl kconntrack.Flow) (orig, reply any) {
+	if family == proxy.IPv6 {
+		return keyOf[[16]byte](fl.Proto, fl.Orig), keyOf[[16]byte](fl.Proto, fl.Reply)
+	}
+	return keyOf[[4]byte](fl.Proto, fl.Orig), keyOf[[4]byte](fl.Proto, fl.Reply)
 }
 
 func keyOf[A addrBytes](proto uint8, t kconntrack.Tuple) ctKeyOf[A] {
