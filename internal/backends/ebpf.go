@@ -112,7 +112,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		// flow does: the conntrack cleanup's rule destroys it.
 		inst.StaleFlows[f] = []StaleFlows{{Table: p.Sockets(), Name: "ebpf sockets"}}
 		nft := inst.Proxiers[f]
-		both := &hooksAndRules{hooks: p, rules: nft.Proxier, held: nft.PortHolder, tc: tc}
+		both := &hooksAndRules{family: f, hooks: p, rules: nft.Proxier, held: nft.PortHolder, tc: tc}
 		if tc != nil {
 			inst.StaleFlows[f] = append(inst.StaleFlows[f], StaleFlows{Table: tc.Flows(), Name: "ebpf tc flows"})
 			inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(tc.Flows(), f)))
@@ -256,9 +256,10 @@ func tcPinDir(pinDir string) string { return filepath.Join(pinDir, "tc") }
 // the sync's failure (the syncer then recovers both); both are tried, so
 // that one half's trouble does not leave the other stale.
 type hooksAndRules struct {
-	hooks *ebpf.Proxier
-	rules syncer.Proxier
-	held  syncer.PortHolder
+	family proxy.IPFamily
+	hooks  *ebpf.Proxier
+	rules  syncer.Proxier
+	held   syncer.PortHolder
 	// prep is the nftables half's read-back ahead of the first sync.
 	prep syncer.Preparer
 	// served is when the last Sync's hooks half ended (ServedAt).
@@ -269,6 +270,9 @@ type hooksAndRules struct {
 	// node), so the nftables rules of its frontend never match it, and
 	// they stay for what tc does not serve (nodeport.Served).
 	tc *nodeport.Proxier
+	// expected tells the size the first State is expected to have
+	// (ExpectSize).
+	expected func(context.Context) (proxy.ExpectedSize, bool)
 }
 
 // HeldPorts is the nftables half's answer. After a restart whose first
@@ -292,7 +296,12 @@ func (b *hooksAndRules) HeldPorts(ctx context.Context, st *desired.State) (map[p
 // does it again.
 func (b *hooksAndRules) ReadBack(ctx context.Context) error {
 	done := make(chan error, 1)
-	go func() { done <- b.hooks.Prepare(ctx) }()
+	go func() {
+		err := b.hooks.Prepare(ctx)
+		// The hooks asked for the same size when they created maps.
+		b.expectTC(ctx)
+		done <- err
+	}()
 	var err error
 	if b.prep != nil {
 		err = b.prep.ReadBack(ctx)
@@ -300,10 +309,23 @@ func (b *hooksAndRules) ReadBack(ctx context.Context) error {
 	return errors.Join(<-done, err)
 }
 
-// ExpectSize is syncer.Sizer: the hooks create their maps at the
-// expected size; the nftables half has nothing sized.
+// ExpectSize is syncer.Sizer: the hooks and the tc programs create their
+// maps at the expected size; the nftables half has nothing sized.
 func (b *hooksAndRules) ExpectSize(expected func(context.Context) (proxy.ExpectedSize, bool)) {
 	b.hooks.ExpectSize(expected)
+	b.expected = expected
+}
+
+// expectTC hands the tc programs the family's expected size when they
+// will create their maps: the family that syncs first creates both
+// families' (nodeport.Proxier.ExpectSize).
+func (b *hooksAndRules) expectTC(ctx context.Context) {
+	if b.tc == nil || b.expected == nil || !b.tc.CreatesMaps() {
+		return
+	}
+	if size, ok := b.expected(ctx); ok {
+		b.tc.ExpectSize(b.family, size)
+	}
 }
 
 func (b *hooksAndRules) Init(ctx context.Context) error {

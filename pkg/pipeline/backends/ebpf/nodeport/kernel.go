@@ -64,16 +64,17 @@ type familySizes map[proxy.IPFamily]sizes
 
 // loaded is the programs and maps in the kernel, and their links.
 type loaded struct {
-	coll  *ebpf.Collection
-	links []link.Link
+	coll *ebpf.Collection
+	// links are the tc links, by the program each runs.
+	links []progLink
 	// xdp are np_xdp's links, on xdpIfaces.
 	xdp       []link.Link
 	xdpIfaces []string
 }
 
 func (l *loaded) close() {
-	for _, lk := range l.links {
-		lk.Close()
+	for _, pl := range l.links {
+		pl.lk.Close()
 	}
 	l.closeXDP()
 	l.coll.Close()
@@ -94,7 +95,7 @@ func programSpec(fs familySizes) (*ebpf.CollectionSpec, error) {
 	for family, names := range map[proxy.IPFamily]familyMaps{proxy.IPv4: maps4, proxy.IPv6: maps6} {
 		sz, ok := fs[family]
 		if !ok {
-			sz = sizesOf(0, 0, 0, 0, 0, 0)
+			sz = sizesOf(minEntries, 0, 0, 0, 0, 0, 0)
 		}
 		for name, n := range map[string]uint32{names.services: sz.services, names.backends: sz.backends,
 			names.maglev: sz.maglev, names.ranges: sz.ranges, names.members: sz.members, names.ct: sz.ct,
@@ -224,7 +225,7 @@ func (l *loaded) attach(name string, attach ebpf.AttachType, dir string, dev *ne
 	if err != nil {
 		return err
 	}
-	l.links = append(l.links, lk)
+	l.links = append(l.links, progLink{name, lk})
 	return nil
 }
 

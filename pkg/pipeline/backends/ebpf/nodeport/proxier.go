@@ -9,7 +9,6 @@ package nodeport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -58,14 +57,20 @@ const (
 type Proxier struct {
 	o Options
 	// mu serializes the families' syncs, which share the programs.
-	mu     sync.Mutex
-	kernel *loaded
-	v4     *family[[4]byte]
-	v6     *family[[16]byte]
-	writes uint64
+	mu sync.Mutex
+	// minEntries is the least capacity of the maps a State sizes
+	// (minEntries but in tests that grow them).
+	minEntries int
+	kernel     *loaded
+	v4         *family[[4]byte]
+	v6         *family[[16]byte]
+	writes     uint64
 	// programmed is set once a Sync succeeded, for CanaryMissing.
 	programmed bool
 	flows      *Flows
+	// expected are the sizes the families' first States are expected to
+	// have (ExpectSize).
+	expected map[proxy.IPFamily]proxy.ExpectedSize
 }
 
 // family is one IP family's part of the Proxier: what its render claims
@@ -82,7 +87,7 @@ func New(o Options) (*Proxier, error) {
 	if o.PinDir == "" {
 		return nil, errors.New("tc node ports: no pin directory")
 	}
-	return &Proxier{o: o, v4: newFamily[[4]byte](), v6: newFamily[[16]byte](), flows: &Flows{dir: o.PinDir}}, nil
+	return &Proxier{o: o, minEntries: minEntries, v4: newFamily[[4]byte](), v6: newFamily[[16]byte](), flows: &Flows{dir: o.PinDir}}, nil
 }
 
 // Sync makes the maps of st's family hold what st renders to, writing only
@@ -113,12 +118,9 @@ func syncFamily[A addrBytes](p *Proxier, f *family[A], want contentsOf[A], mode 
 	if err != nil {
 		return err
 	}
-	sz := sizesFor(&want)
+	sz := sizesFor(&want, p.minEntries)
 	f.sizes = &sz
 	if err := p.ensureLoaded(mode); err != nil {
-		return err
-	}
-	if err := fits(p.kernel, namesOf[A](), &want); err != nil {
 		return err
 	}
 	if plan.ReadBack {
@@ -127,13 +129,19 @@ func syncFamily[A addrBytes](p *Proxier, f *family[A], want contentsOf[A], mode 
 		}
 	}
 	f.store.claim(&want)
-	n, err := f.store.write(tablesOf(p.kernel.coll.Maps, &want))
-	p.writes += uint64(n)
+	var n int
+	if fits(p.kernel, namesOf[A](), &want) {
+		n, err = f.store.write(tablesOf(p.kernel.coll.Maps, &want))
+		p.writes += uint64(n)
+	} else {
+		err = growFamily(p, f, &want)
+	}
 	return err
 }
 
 // ensureLoaded loads and pins the programs and maps, sized by what each
-// family's last State asked for (the least for a family not synced yet),
+// family's last State asked for (for a family not synced yet, its
+// expected size, else the least; maps pinned already keep their size),
 // unless they are loaded, and again at a RecoverySync that finds a pin
 // gone. A family whose maps were loaded again reads them back at its next
 // sync.
@@ -153,7 +161,11 @@ func (p *Proxier) ensureLoaded(mode proxy.SyncMode) error {
 	if p.kernel != nil {
 		return nil
 	}
-	fs := familySizes{}
+	least := sizesOf(p.minEntries, 0, 0, 0, 0, 0, 0)
+	fs := familySizes{proxy.IPv4: least, proxy.IPv6: least}
+	for family, e := range p.expected {
+		fs[family] = expectedSizes(e, p.minEntries)
+	}
 	if p.v4.sizes != nil {
 		fs[proxy.IPv4] = *p.v4.sizes
 	}
@@ -198,24 +210,25 @@ func (p *Proxier) pinsMissing() bool {
 	return false
 }
 
-func sizesFor[A addrBytes](c *contentsOf[A]) sizes {
+// sizesFor is the capacities for c, each at least floor (ct: minCTEntries).
+func sizesFor[A addrBytes](c *contentsOf[A], floor int) sizes {
 	eps := 0
 	for _, v := range c.Services {
 		eps += int(v.Count)
 	}
-	return sizesOf(len(c.Services), len(c.Backends), len(c.Maglev), len(c.Ranges), len(c.Members), eps)
+	return sizesOf(floor, len(c.Services), len(c.Backends), len(c.Maglev), len(c.Ranges), len(c.Members), eps)
 }
 
-// sizesOf is the capacities for a State's entries and the endpoints its
-// frontends count.
-func sizesOf(services, backends, maglev, ranges, members, eps int) sizes {
+// sizesOf is the capacities, each at least floor, for a State's entries
+// and the endpoints its frontends count.
+func sizesOf(floor, services, backends, maglev, ranges, members, eps int) sizes {
 	ct := min(capacity(eps*ctPerEndpoint/2, minCTEntries), maxCTEntries)
 	return sizes{
-		services: capacity(services, minEntries),
-		backends: capacity(backends, minEntries),
-		maglev:   capacity(maglev, minEntries),
-		ranges:   capacity(ranges, minEntries),
-		members:  capacity(members, minEntries),
+		services: capacity(services, floor),
+		backends: capacity(backends, floor),
+		maglev:   capacity(maglev, floor),
+		ranges:   capacity(ranges, floor),
+		members:  capacity(members, floor),
 		ct:       ct,
 		affinity: ct / ctPerClient,
 	}
@@ -229,17 +242,15 @@ func capacity(need, floor int) uint32 {
 	return 1 << bits.Len32(uint32(2*need-1))
 }
 
-// fits fails when the maps of a family (named n) cannot hold want:
-// growing them online is not written yet.
-func fits[A addrBytes](l *loaded, n familyMaps, want *contentsOf[A]) error {
+// fits reports whether the maps of a family (named n) can hold want.
+func fits[A addrBytes](l *loaded, n familyMaps, want *contentsOf[A]) bool {
 	for name, count := range map[string]int{n.services: len(want.Services), n.backends: len(want.Backends),
 		n.maglev: len(want.Maglev), n.ranges: len(want.Ranges), n.members: len(want.Members)} {
-		if m := l.coll.Maps[name]; uint32(count) > m.MaxEntries() {
-			return fmt.Errorf("tc node ports: %d entries for map %s of capacity %d (restart svcproxy to resize)",
-				count, name, m.MaxEntries())
+		if uint32(count) > l.coll.Maps[name].MaxEntries() {
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
 // Writes counts the map entries this Proxier has written or deleted.

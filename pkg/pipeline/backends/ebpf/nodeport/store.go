@@ -197,3 +197,14 @@ func readEach[K, V comparable](t *reconcile.Table[whole, K, V], maps map[string]
 	}
 	return nil
 }
+
+// emptied forgets what the kernel's maps hold: the next write goes to new,
+// empty maps (grow).
+func (s *store[A]) emptied() {
+	s.frontends.ForgetKernel()
+	s.slots.ForgetKernel()
+	s.maglev.ForgetKernel()
+	s.ranges.ForgetKernel()
+	s.members.ForgetKernel()
+	s.config.ForgetKernel()
+}

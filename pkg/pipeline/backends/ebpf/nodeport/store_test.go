@@ -70,7 +70,7 @@ func TestConntrackTableBounded(t *testing.T) {
 		frontends int
 		want      uint32
 	}{{1, minCTEntries}, {300, 1 << 20}, {50000, maxCTEntries}} {
-		sz := sizesFor(contents(tc.frontends, 10))
+		sz := sizesFor(contents(tc.frontends, 10), minEntries)
 		if sz.ct != tc.want || sz.affinity != tc.want/ctPerClient {
 			t.Errorf("%d frontends × 10 endpoints: conntrack %d, affinity %d entries; want %d, %d",
 				tc.frontends, sz.ct, sz.affinity, tc.want, tc.want/ctPerClient)
