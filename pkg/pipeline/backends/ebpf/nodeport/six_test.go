@@ -370,3 +370,25 @@ func TestKernelIPv6PacketTooBig(t *testing.T) {
 		t.Errorf("the quote is\n% x\nwant the client's datagram\n% x", quote, want)
 	}
 }
+
+// TestKernelXDPPassesIPv6ToTC: np_xdp leaves IPv6 to tc, even a packet of
+// a flow tc forwards out of a node interface (which np_xdp would send on
+// for IPv4): it passes unchanged, and np_ingress translates it.
+func TestKernelXDPPassesIPv6ToTC(t *testing.T) {
+	r := newRigOf(t, plan6, AccelerationNative)
+	r.sync6(t, port("web", proxy.TCP, 30080, ep(r.epC, 8080)))
+	f := maglev.Flow{Src: r.client, Dst: r.nodeIP, SrcPort: 40000, DstPort: 30080, Protocol: 6}
+	if ret, _ := r.runTC(t, r.a0, packet6(f, tcpSYN)); ret != tcRedirect {
+		t.Fatalf("the client's SYN: tc verdict %d, want %d (forwarded to the endpoint on another node)", ret, tcRedirect)
+	}
+	ack := packet6(f, tcpACK)
+	ret, out := r.runXDP(t, r.a0, bytes.Clone(ack))
+	if ret != xdpPass || !bytes.Equal(out[:len(ack)], ack) {
+		t.Errorf("the flow's ACK at XDP: verdict %d, changed %t; want XDP_PASS (%d), unchanged",
+			ret, !bytes.Equal(out[:len(ack)], ack), xdpPass)
+	}
+	ret, out = r.runTC(t, r.a0, ack)
+	if _, dst, _ := tuple6(out); ret != tcRedirect || dst != netip.AddrPortFrom(r.epC, 8080) {
+		t.Errorf("the flow's ACK at tc: verdict %d to %v, want %d to [%v]:8080", ret, dst, tcRedirect, r.epC)
+	}
+}
