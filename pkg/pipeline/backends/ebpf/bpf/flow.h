@@ -86,8 +86,8 @@ static __always_inline void F(mark_masq)(struct __sk_buff *skb)
 		skb->mark |= cfg->masq_mark;
 }
 
-// apply translates a packet of a known flow.
-static __noinline int F(apply)(struct __sk_buff *skb, struct F(pkt) *p, struct F(ct_val) *v, __u64 now)
+// apply translates a packet of a known flow (FLOW_FN: nodeport.c).
+static FLOW_FN int F(apply)(struct __sk_buff *skb, struct F(pkt) *p, struct F(ct_val) *v, __u64 now)
 {
 	// A flow that lost its reply tuple has ended: dropped, not sent as
 	// another's.
@@ -187,7 +187,7 @@ static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const
 // ingress is np_ingress for a packet of the family. Each family's is a
 // function of its own (a BPF-to-BPF call), so that their stack frames are
 // not added up in np_ingress's.
-static __noinline int F(ingress)(struct __sk_buff *skb)
+static FLOW_FN int F(ingress)(struct __sk_buff *skb)
 {
 	struct F(pkt) pk = {}, *p = &pk;
 	if (!F(parse)(skb, p))
@@ -215,7 +215,7 @@ static __noinline int F(ingress)(struct __sk_buff *skb)
 
 // egress is np_egress for a packet of the family, a function of its own
 // as ingress.
-static __noinline int F(egress)(struct __sk_buff *skb)
+static FLOW_FN int F(egress)(struct __sk_buff *skb)
 {
 	struct F(pkt) pk = {}, *p = &pk;
 	if (!F(parse)(skb, p))

@@ -410,9 +410,13 @@ static __always_inline int last_hop(__u8 ttl, __u8 at)
 // The flow logic, once per family: F(name) names the family's types, maps
 // and functions (name for IPv4, name6 for IPv6); unparsed is what becomes
 // of a packet parse leaves (an ICMP error about a flow, at ingress or
-// egress, is translated: icmp.h).
+// egress, is translated: icmp.h). FLOW_FN is how ingress, egress and a known
+// flow's rewrite are compiled: inline in np_ingress and np_egress for IPv4
+// (a BPF-to-BPF call costs every packet), functions of their own in
+// IPv6's programs, which the tail call reaches (np_progs6).
 #define F(x) x
 #define ADDR_BITS 32
+#define FLOW_FN __always_inline
 #define addr_eq(a, b) ((a) == (b))
 #define addr_zero(a) (!(a))
 #include "ct.h"
@@ -429,6 +433,7 @@ static __noinline int unparsed(struct __sk_buff *skb, int egress)
 #include "flow.h"
 #undef F
 #undef ADDR_BITS
+#undef FLOW_FN
 #undef addr_eq
 #undef addr_zero
 
@@ -436,6 +441,7 @@ static __noinline int unparsed(struct __sk_buff *skb, int egress)
 
 #define F(x) x##6
 #define ADDR_BITS 128
+#define FLOW_FN __noinline
 #define addr_eq(a, b) in6_eq(&(a), &(b))
 #define addr_zero(a) in6_zero(&(a))
 #include "ct.h"
@@ -452,6 +458,7 @@ static __always_inline int unparsed6(struct __sk_buff *skb, int egress)
 #include "flow.h"
 #undef F
 #undef ADDR_BITS
+#undef FLOW_FN
 #undef addr_eq
 #undef addr_zero
 
@@ -465,12 +472,43 @@ static __always_inline int is_ipv6(struct __sk_buff *skb)
 	return eth->h_proto == bpf_htons(ETH_P_IPV6);
 }
 
+// np_progs6 holds IPv6's programs, which np_ingress and np_egress hand an
+// IPv6 packet to with a tail call: IPv6's frames are then not added to
+// theirs, so that IPv4's code can be inline in them. svcproxy fills it at
+// every load (and growth) and keeps it pinned: the kernel empties a
+// program array nothing in user space holds. Without an entry the packet
+// passes to the stack untranslated.
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u32);
+} np_progs6 SEC(".maps");
+
+// The slots of np_progs6.
+#define NP_PROG_INGRESS6 0
+#define NP_PROG_EGRESS6 1
+
+SEC("tc")
+int np_ingress6(struct __sk_buff *skb)
+{
+	int rc = ingress6(skb);
+	return rc == NP_UNPARSED ? unparsed6(skb, 0) : rc;
+}
+
+SEC("tc")
+int np_egress6(struct __sk_buff *skb)
+{
+	int rc = egress6(skb);
+	return rc == NP_UNPARSED ? unparsed6(skb, 1) : rc;
+}
+
 SEC("tc")
 int np_ingress(struct __sk_buff *skb)
 {
 	if (is_ipv6(skb)) {
-		int rc = ingress6(skb);
-		return rc == NP_UNPARSED ? unparsed6(skb, 0) : rc;
+		bpf_tail_call(skb, &np_progs6, NP_PROG_INGRESS6);
+		return TC_ACT_OK;
 	}
 	int rc = ingress(skb);
 	return rc == NP_UNPARSED ? unparsed(skb, 0) : rc;
@@ -480,8 +518,8 @@ SEC("tc")
 int np_egress(struct __sk_buff *skb)
 {
 	if (is_ipv6(skb)) {
-		int rc = egress6(skb);
-		return rc == NP_UNPARSED ? unparsed6(skb, 1) : rc;
+		bpf_tail_call(skb, &np_progs6, NP_PROG_EGRESS6);
+		return TC_ACT_OK;
 	}
 	int rc = egress(skb);
 	return rc == NP_UNPARSED ? unparsed(skb, 1) : rc;

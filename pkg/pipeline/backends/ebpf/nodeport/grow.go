@@ -61,11 +61,16 @@ func (l *loaded) grow(names familyMaps, sz sizes) (*loaded, error) {
 	return &loaded{coll: coll}, nil
 }
 
-// swap moves l's links (tc and XDP) to next's programs, one atomic update
-// per link: a packet meets either the old maps or the new ones, both
+// swap moves l's links (tc and XDP), and np_progs6, to next's programs, one
+// atomic update per link or slot: a packet meets either the old maps or the new ones, both
 // complete. Then next's grown maps replace l's pins in dir, and l is
 // closed.
 func (l *loaded) swap(next *loaded, dir string, grown []string) error {
+	// The IPv6 programs first: the old np_ingress hands IPv6 packets to
+	// the new ones, whose maps are complete, until its link moves.
+	if err := next.fillProgs6(); err != nil {
+		return err
+	}
 	for _, pl := range l.links {
 		if err := pl.lk.Update(next.coll.Programs[pl.name]); err != nil {
 			return fmt.Errorf("moving link %s to the grown maps: %w", pl.name, err)

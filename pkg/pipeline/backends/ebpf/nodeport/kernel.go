@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -51,7 +52,7 @@ func (n familyMaps) all() []string {
 	return []string{n.services, n.backends, n.maglev, n.config, n.ct, n.ranges, n.members, n.affinity}
 }
 
-var mapNames = append(append([]string{mapDevices, mapXDPOut, mapStats, mapStats6}, maps4.all()...), maps6.all()...)
+var mapNames = append(append([]string{mapDevices, mapXDPOut, mapStats, mapStats6, mapProgs6}, maps4.all()...), maps6.all()...)
 
 // The tc programs svcproxy attaches, and where (np_xdp: xdp.go).
 var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}
@@ -88,7 +89,7 @@ func programSpec(fs familySizes) (*ebpf.CollectionSpec, error) {
 		return nil, err
 	}
 	for name := range spec.Programs {
-		if _, ok := hooks[name]; !ok && name != progXDP {
+		if _, ok := hooks[name]; !ok && name != progXDP && !slices.Contains(progs6, name) {
 			delete(spec.Programs, name)
 		}
 	}
@@ -121,6 +122,10 @@ func load(dir string, ifaces []string, accel Acceleration, sz familySizes) (*loa
 		return nil, fmt.Errorf("loading the tc node-port programs: %w", err)
 	}
 	l := &loaded{coll: coll}
+	if err := l.fillProgs6(); err != nil {
+		l.close()
+		return nil, err
+	}
 	for _, iface := range ifaces {
 		if err := l.attachAll(dir, iface, accel); err != nil {
 			l.close()
@@ -234,3 +239,21 @@ func linkPin(dir, prog, iface string) string { return filepath.Join(dir, "link_"
 // Remove detaches the programs pinned in dir and removes the pins and dir;
 // what is not there is not an error.
 func Remove(dir string) error { return bpfmap.RemovePins(dir) }
+
+// mapProgs6 is the program array through which np_ingress and np_egress
+// hand IPv6 packets to progs6 (its slots in that order), by a tail call.
+const mapProgs6 = "np_progs6"
+
+var progs6 = []string{"np_ingress6", "np_egress6"}
+
+// fillProgs6 points np_progs6 at l's IPv6 programs: np_ingress and
+// np_egress of any load sharing the array (a pinned one, the programs
+// before a growth) hand IPv6 packets to these from then on.
+func (l *loaded) fillProgs6() error {
+	for slot, name := range progs6 {
+		if err := l.coll.Maps[mapProgs6].Put(uint32(slot), l.coll.Programs[name]); err != nil {
+			return fmt.Errorf("putting %s in %s: %w", name, mapProgs6, err)
+		}
+	}
+	return nil
+}

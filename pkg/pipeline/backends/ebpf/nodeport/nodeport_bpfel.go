@@ -29,6 +29,7 @@ const (
 	nodeportMapNpMaglev6    = "np_maglev6"
 	nodeportMapNpMembers    = "np_members"
 	nodeportMapNpMembers6   = "np_members6"
+	nodeportMapNpProgs6     = "np_progs6"
 	nodeportMapNpRanges     = "np_ranges"
 	nodeportMapNpRanges6    = "np_ranges6"
 	nodeportMapNpServices   = "np_services"
@@ -39,7 +40,9 @@ const (
 	nodeportProgFlowHashRun = "flow_hash_run"
 	nodeportProgJhashRun    = "jhash_run"
 	nodeportProgNpEgress    = "np_egress"
+	nodeportProgNpEgress6   = "np_egress6"
 	nodeportProgNpIngress   = "np_ingress"
+	nodeportProgNpIngress6  = "np_ingress6"
 	nodeportProgNpXdp       = "np_xdp"
 )
 
@@ -88,7 +91,9 @@ type nodeportProgramSpecs struct {
 	FlowHashRun *ebpf.ProgramSpec `ebpf:"flow_hash_run"`
 	JhashRun    *ebpf.ProgramSpec `ebpf:"jhash_run"`
 	NpEgress    *ebpf.ProgramSpec `ebpf:"np_egress"`
+	NpEgress6   *ebpf.ProgramSpec `ebpf:"np_egress6"`
 	NpIngress   *ebpf.ProgramSpec `ebpf:"np_ingress"`
+	NpIngress6  *ebpf.ProgramSpec `ebpf:"np_ingress6"`
 	NpXdp       *ebpf.ProgramSpec `ebpf:"np_xdp"`
 }
 
@@ -109,6 +114,7 @@ type nodeportMapSpecs struct {
 	NpMaglev6   *ebpf.MapSpec `ebpf:"np_maglev6"`
 	NpMembers   *ebpf.MapSpec `ebpf:"np_members"`
 	NpMembers6  *ebpf.MapSpec `ebpf:"np_members6"`
+	NpProgs6    *ebpf.MapSpec `ebpf:"np_progs6"`
 	NpRanges    *ebpf.MapSpec `ebpf:"np_ranges"`
 	NpRanges6   *ebpf.MapSpec `ebpf:"np_ranges6"`
 	NpServices  *ebpf.MapSpec `ebpf:"np_services"`
@@ -157,6 +163,7 @@ type nodeportMaps struct {
 	NpMaglev6   *ebpf.Map `ebpf:"np_maglev6"`
 	NpMembers   *ebpf.Map `ebpf:"np_members"`
 	NpMembers6  *ebpf.Map `ebpf:"np_members6"`
+	NpProgs6    *ebpf.Map `ebpf:"np_progs6"`
 	NpRanges    *ebpf.Map `ebpf:"np_ranges"`
 	NpRanges6   *ebpf.Map `ebpf:"np_ranges6"`
 	NpServices  *ebpf.Map `ebpf:"np_services"`
@@ -181,6 +188,7 @@ func (m *nodeportMaps) Close() error {
 		m.NpMaglev6,
 		m.NpMembers,
 		m.NpMembers6,
+		m.NpProgs6,
 		m.NpRanges,
 		m.NpRanges6,
 		m.NpServices,
@@ -204,7 +212,9 @@ type nodeportPrograms struct {
 	FlowHashRun *ebpf.Program `ebpf:"flow_hash_run"`
 	JhashRun    *ebpf.Program `ebpf:"jhash_run"`
 	NpEgress    *ebpf.Program `ebpf:"np_egress"`
+	NpEgress6   *ebpf.Program `ebpf:"np_egress6"`
 	NpIngress   *ebpf.Program `ebpf:"np_ingress"`
+	NpIngress6  *ebpf.Program `ebpf:"np_ingress6"`
 	NpXdp       *ebpf.Program `ebpf:"np_xdp"`
 }
 
@@ -213,7 +223,9 @@ func (p *nodeportPrograms) Close() error {
 		p.FlowHashRun,
 		p.JhashRun,
 		p.NpEgress,
+		p.NpEgress6,
 		p.NpIngress,
+		p.NpIngress6,
 		p.NpXdp,
 	)
 }

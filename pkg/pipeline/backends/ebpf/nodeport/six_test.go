@@ -392,3 +392,28 @@ func TestKernelXDPPassesIPv6ToTC(t *testing.T) {
 		t.Errorf("the flow's ACK at tc: verdict %d to %v, want %d to [%v]:8080", ret, dst, tcRedirect, r.epC)
 	}
 }
+
+// TestKernelIPv6ServedAfterClose: once the Proxier's descriptors are
+// closed (svcproxy stopped or restarting), the pinned programs still
+// translate IPv6: np_progs6, through which np_ingress reaches IPv6's
+// programs, is pinned (the kernel empties a program array no user holds),
+// so a node port keeps answering rather than passing to the stack; a
+// restart adopts the array and points it at its own programs.
+func TestKernelIPv6ServedAfterClose(t *testing.T) {
+	r := newRig(t)
+	p := r.proxier(t, "np")
+	r.sync(t, p, stateOf6(r.node1.IPv6, port("web", proxy.TCP, 30080, ep(r.podA.IPv6, 8080))), proxy.RecoverySync)
+	dst := netip.AddrPortFrom(r.node1.IPv6, 30080)
+	kept := func(ap netip.AddrPort) bool { return ap.Addr() == r.clientIP6 }
+	r.ask(t, proxy.TCP, dst, 2, map[string]func(netip.AddrPort) bool{"pod-a": kept})
+	p.Close()
+	if got := r.outcome(proxy.TCP, dst); got != netnstest.OK {
+		t.Errorf("TCP to %v with the Proxier closed: %v, want answered by pod-a through the pinned programs", dst, got)
+	}
+	again := r.proxier(t, "np")
+	r.sync(t, again, stateOf6(r.node1.IPv6, port("web", proxy.TCP, 30080, ep(r.podA.IPv6, 8080))), proxy.RecoverySync)
+	r.ask(t, proxy.TCP, dst, 2, map[string]func(netip.AddrPort) bool{"pod-a": kept})
+	if n := again.Writes(); n != 0 {
+		t.Errorf("a restart with the same IPv6 State wrote %d entries, want 0", n)
+	}
+}
