@@ -112,6 +112,13 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 	}
 	hooks := map[proxy.IPFamily]*ebpf.Proxier{}
 	inst.StaleFlows = map[proxy.IPFamily][]StaleFlows{}
+	// One tc Proxier serves both families: one set of programs on the
+	// interfaces, each family's maps synced from its own State.
+	tc, err := openTC(inst, pinDir, env)
+	if err != nil {
+		inst.Close()
+		return nil, err
+	}
 	for _, f := range env.Families {
 		p, err := ebpf.New(f, ebpf.Options{PinDir: pinDir, Cgroup: cgroup, SocketEntries: env.Config.BPFSocketEntries})
 		if err != nil {
@@ -123,7 +130,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		// A socket the hooks sent to an endpoint keeps it as a DNATed
 		// flow does: the conntrack cleanup's rule destroys it.
 		inst.StaleFlows[f] = []StaleFlows{{Table: p.Sockets(), Name: "ebpf sockets"}}
-		both := &hooksAndRules{hooks: p}
+		both := &hooksAndRules{family: f, hooks: p}
 		// Ahead of the first sync, while the lists arrive, the nftables
 		// half reads its tables back and says whether they held rules,
 		// and the hooks load, attach and read their maps back
@@ -134,12 +141,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		if withRules {
 			both.rules, both.held, both.prep = nft.Proxier, nft.PortHolder, nft.Preparer
 		}
-		if tcServes(f) {
-			if err := openTCHalf(inst, both, f, pinDir, env.Config); err != nil {
-				inst.Close()
-				return nil, err
-			}
-		}
+		tcHalf(inst, both, tc, pinDir)
 		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both,
 			EarlyServer: both, Sizer: both}
 	}
@@ -151,40 +153,56 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 	return inst, nil
 }
 
-// openTCHalf gives both, of a family the tc programs can serve, what the
-// configuration says of them. With interfaces, the programs serve the
-// family in place of an nftables half, and the family's nftables rules (a
-// start without them, or nftables mode, left them) go once they have
-// synced, all but their empty nat chains and a rule that keeps conntrack
-// on (nftables.KeepNATHooks: the connections the rules translated keep
-// their translation). Without, the programs an earlier start attached are
-// drained and go once the nftables half has synced in their place: their
-// links are pinned and would otherwise go on translating with maps nobody
-// writes. Either way the old path serves until the new one is programmed
-// (make before break), and the connections it carries outlive it.
-func openTCHalf(inst *Instance, both *hooksAndRules, family proxy.IPFamily, pinDir string, cfg *config.Config) error {
-	if len(cfg.BPFTCInterfaces) == 0 {
+// openTC is the tc programs' Proxier, which serves both families, nil
+// when --bpf-tc-interfaces is empty.
+func openTC(inst *Instance, pinDir string, env Env) (*nodeport.Proxier, error) {
+	if len(env.Config.BPFTCInterfaces) == 0 {
+		return nil, nil
+	}
+	accel, err := nodeport.ParseAcceleration(env.Config.BPFAcceleration)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := nodeport.New(nodeport.Options{PinDir: tcPinDir(pinDir), Interfaces: env.Config.BPFTCInterfaces, Acceleration: accel})
+	if err != nil {
+		return nil, err
+	}
+	inst.OnClose(tc.Close)
+	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(tcDropsCollector{tc, env.Families}))
+	return tc, nil
+}
+
+// tcHalf gives both what the tc programs (tc, nil when off) mean for its
+// family. With them on, they translate the family's packets from outside
+// the node; in a family they serve in place of an nftables half
+// (tcServes), that family's nftables rules (a start without them, or
+// nftables mode, left them) go once they have synced, all but their empty
+// nat chains and a rule that keeps conntrack on (nftables.KeepNATHooks:
+// the connections the rules translated keep their translation). With them
+// off, the programs an earlier start attached are drained and go once the
+// nftables half has synced in their place: their links are pinned and
+// would otherwise go on translating with maps nobody writes. Either way the
+// old path serves until the new one is programmed (make before break), and
+// the connections it carries outlive it.
+func tcHalf(inst *Instance, both *hooksAndRules, tc *nodeport.Proxier, pinDir string) {
+	family := both.family
+	if !tcServes(family) && tc == nil {
+		return
+	}
+	if tc == nil {
 		r := &tcRetirement{dir: tcPinDir(pinDir)}
 		inst.OnClose(r.stop)
 		both.retire = retirement{what: "the tc programs of an earlier start", remove: r.start}
-		return nil
-	}
-	accel, err := nodeport.ParseAcceleration(cfg.BPFAcceleration)
-	if err != nil {
-		return err
-	}
-	tc, err := nodeport.New(nodeport.Options{PinDir: tcPinDir(pinDir), Interfaces: cfg.BPFTCInterfaces, Acceleration: accel})
-	if err != nil {
-		return err
+		return
 	}
 	both.tc = tc
-	inst.OnClose(tc.Close)
 	inst.StaleFlows[family] = append(inst.StaleFlows[family], StaleFlows{Table: tc.Flows(), Name: "ebpf tc flows"})
-	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(tc.Flows()), tcDropsCollector{tc}))
-	both.retire = retirement{what: "the nftables rules", remove: func(ctx context.Context) error {
-		return nftables.KeepNATHooks(ctx, family)
-	}}
-	return nil
+	inst.Metrics = append(inst.Metrics, metrics.WithFamilies(newTCFlowsCollector(tc.Flows(), family)))
+	if tcServes(family) {
+		both.retire = retirement{what: "the nftables rules", remove: func(ctx context.Context) error {
+			return nftables.KeepNATHooks(ctx, family)
+		}}
+	}
 }
 
 // warnAcceleratedVeths names each veth XDP acceleration runs on: there
@@ -241,7 +259,7 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	// short leaves them for the next start. The pin directory goes when
 	// empty, after the tc programs.
 	hooks := ebpf.RemoveLeftovers(pinDir)
-	if err := drainTC(ctx, tcDir); err != nil {
+	if err := drainTC(ctx, tcDir, nil); err != nil {
 		return errors.Join(hooks, err)
 	}
 	return errors.Join(hooks, nodeport.Remove(tcDir), ebpf.RemoveLeftovers(pinDir))
@@ -266,11 +284,14 @@ func ebpfLeftoversPresent(pinDir string) (bool, error) {
 // translated, before they are removed: those have no state in the kernel's
 // conntrack, and would be reset (nodeport.Drain). A connection still open
 // when the wait ends is reset; the start goes on either way.
-func drainTC(ctx context.Context, dir string) error {
+func drainTC(ctx context.Context, dir string, waiting func()) error {
 	logger := klog.FromContext(ctx)
 	held, err := nodeport.Drain(ctx, dir, nodeport.DefaultDrainTimes, func(flows int) {
 		logger.Info("Waiting for the connections the tc programs translated before removing them",
 			"flows", flows, "atMost", nodeport.DefaultDrainTimes.Idle)
+		if waiting != nil {
+			waiting()
+		}
 	})
 	switch {
 	case err != nil:
@@ -296,7 +317,9 @@ type tcRetirement struct {
 	done   chan struct{}
 }
 
-// start begins the drain, once; ctx gives the logger, not the drain's
+// start begins the drain, once, and returns when the programs take no new
+// connection (they go to the rules that just synced) and only the wait
+// for the ones they hold goes on; ctx gives the logger, not the drain's
 // lifetime (a sync's context ends with the sync).
 func (r *tcRetirement) start(ctx context.Context) error {
 	r.mu.Lock()
@@ -308,12 +331,13 @@ func (r *tcRetirement) start(ctx context.Context) error {
 		return nil
 	}
 	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	r.done = make(chan struct{})
+	done, waiting := make(chan struct{}), make(chan struct{})
+	r.done = done
 	go func() {
-		defer close(r.done)
+		defer close(done)
 		logger := klog.FromContext(ctx)
 		logger.Info("Removing the tc programs of an earlier start: --bpf-tc-interfaces is not set", "pinDir", r.dir)
-		err := drainTC(ctx, r.dir)
+		err := drainTC(ctx, r.dir, func() { close(waiting) })
 		if err == nil {
 			err = nodeport.Remove(r.dir)
 		}
@@ -326,6 +350,10 @@ func (r *tcRetirement) start(ctx context.Context) error {
 			logger.Error(err, "Removing the tc programs of an earlier start failed; the next start tries again", "pinDir", r.dir)
 		}
 	}()
+	select {
+	case <-waiting:
+	case <-done:
+	}
 	return nil
 }
 

@@ -98,7 +98,7 @@ func TestTCFlowsDeletedMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(newTCFlowsCollector(p.Flows()))
+	reg.MustRegister(newTCFlowsCollector(p.Flows(), proxy.IPv4))
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestTCDropsMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(tcDropsCollector{p})
+	reg.MustRegister(tcDropsCollector{p, []proxy.IPFamily{proxy.IPv4}})
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,8 @@ import (
 // recovers them all); all are tried, so that one half's trouble does not
 // leave the other stale.
 type hooksAndRules struct {
-	hooks *ebpf.Proxier
+	family proxy.IPFamily
+	hooks  *ebpf.Proxier
 	// rules, held and prep are the nftables half, nil when the tc
 	// programs serve the family.
 	rules syncer.Proxier
@@ -29,10 +30,14 @@ type hooksAndRules struct {
 	prep syncer.Preparer
 	// served is when the last Sync's hooks half ended (ServedAt).
 	served time.Time
-	// tc, when --bpf-tc-interfaces is set and tcServes the family,
-	// translates packets from outside the node before netfilter sees
-	// them; the hooks serve the node's and its pods' sockets.
+	// tc, when --bpf-tc-interfaces is set (one Proxier shared by both
+	// families' halves), translates the family's packets from outside the
+	// node before netfilter sees them; the hooks serve the node's and its
+	// pods' sockets.
 	tc *nodeport.Proxier
+	// expected tells the size the first State is expected to have
+	// (ExpectSize).
+	expected func(context.Context) (proxy.ExpectedSize, bool)
 	// retire is what the other packet path left, removed after the first
 	// sync that succeeds.
 	retire retirement
@@ -69,7 +74,12 @@ func (b *hooksAndRules) HeldPorts(ctx context.Context, st *desired.State) (map[p
 // does it again.
 func (b *hooksAndRules) ReadBack(ctx context.Context) error {
 	done := make(chan error, 1)
-	go func() { done <- b.hooks.Prepare(ctx) }()
+	go func() {
+		err := b.hooks.Prepare(ctx)
+		// The hooks asked for the same size when they created maps.
+		b.expectTC(ctx)
+		done <- err
+	}()
 	var err error
 	if b.prep != nil {
 		err = b.prep.ReadBack(ctx)
@@ -77,10 +87,23 @@ func (b *hooksAndRules) ReadBack(ctx context.Context) error {
 	return errors.Join(<-done, err)
 }
 
-// ExpectSize is syncer.Sizer: the hooks create their maps at the
-// expected size; the nftables half has nothing sized.
+// ExpectSize is syncer.Sizer: the hooks and the tc programs create their
+// maps at the expected size; the nftables half has nothing sized.
 func (b *hooksAndRules) ExpectSize(expected func(context.Context) (proxy.ExpectedSize, bool)) {
 	b.hooks.ExpectSize(expected)
+	b.expected = expected
+}
+
+// expectTC hands the tc programs the family's expected size when they
+// will create their maps: the family that syncs first creates both
+// families' (nodeport.Proxier.ExpectSize).
+func (b *hooksAndRules) expectTC(ctx context.Context) {
+	if b.tc == nil || b.expected == nil || !b.tc.CreatesMaps() {
+		return
+	}
+	if size, ok := b.expected(ctx); ok {
+		b.tc.ExpectSize(b.family, size)
+	}
 }
 
 func (b *hooksAndRules) Init(ctx context.Context) error {

@@ -83,34 +83,39 @@ func collectSockets(ch chan<- prometheus.Metric, family string, s *ebpf.Sockets)
 }
 
 // newTCFlowsCollector counts what the conntrack cleanup deleted from the tc
-// programs' conntrack table (IPv4 only), as
+// programs' conntrack table of family, as
 // kubeproxy_conntrack_reconciler_deleted_entries_total counts the kernel's
 // flows and svcproxy_ebpf_sockets_destroyed_total the hooks' sockets.
-func newTCFlowsCollector(flows *nodeport.Flows) prometheus.Collector {
+func newTCFlowsCollector(flows *nodeport.Flows, family proxy.IPFamily) prometheus.Collector {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name:        "svcproxy_ebpf_tc_flows_deleted_total",
 		Help:        "Flows of the tc programs' conntrack table deleted because the endpoint they were sent to no longer serves their frontend.",
-		ConstLabels: prometheus.Labels{metrics.LabelIPFamily: string(proxy.IPv4)},
-	}, func() float64 { return float64(flows.Deleted()) })
+		ConstLabels: prometheus.Labels{metrics.LabelIPFamily: string(family)},
+	}, func() float64 { return float64(flows.Deleted(family)) })
 }
 
 var ebpfTCDrops = prometheus.NewDesc("svcproxy_ebpf_tc_dropped_packets_total",
 	"Packets the tc and XDP programs dropped by themselves, by reason: no_masquerade_port (a new flow found no free masquerade port toward its endpoint), reply_lost (a masqueraded flow's reply tuple was taken by another flow after the table evicted it; the flow ends).",
 	[]string{"reason", metrics.LabelIPFamily}, nil)
 
-// tcDropsCollector reads the tc programs' drop counters when scraped
-// (per-CPU counters in a map: one lookup each).
-type tcDropsCollector struct{ tc *nodeport.Proxier }
+// tcDropsCollector reads the tc programs' drop counters of each family's
+// flows when scraped (per-CPU counters in a map: one lookup each).
+type tcDropsCollector struct {
+	tc       *nodeport.Proxier
+	families []proxy.IPFamily
+}
 
 func (c tcDropsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- ebpfTCDrops }
 
 func (c tcDropsCollector) Collect(ch chan<- prometheus.Metric) {
-	d, err := c.tc.Drops()
-	if err != nil {
-		klog.V(2).InfoS("Cannot read the tc programs' drop counters", "err", err)
-		return
+	for _, family := range c.families {
+		d, err := c.tc.Drops(family)
+		if err != nil {
+			klog.V(2).InfoS("Cannot read the tc programs' drop counters", "err", err)
+			return
+		}
+		fam := string(family)
+		ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.NoMasqueradePort), "no_masquerade_port", fam)
+		ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.ReplyLost), "reply_lost", fam)
 	}
-	fam := string(proxy.IPv4)
-	ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.NoMasqueradePort), "no_masquerade_port", fam)
-	ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.ReplyLost), "reply_lost", fam)
 }

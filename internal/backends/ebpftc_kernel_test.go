@@ -23,18 +23,20 @@ import (
 )
 
 // TestKernelEBPFModeTC: ebpf mode with --bpf-tc-interfaces on node1's
-// fabric interface: the tc programs serve IPv4 in place of an nftables
-// half (node1 has no IPv4 rules but the kept table: noIPv4Rules), the
-// socket hooks and the nftables rules serve IPv6. The outside client's
-// IPv4 TCP and UDP to a node port and an external IP go through the tc
+// fabric interface: one tc Proxier serves both families' packets from
+// outside the node. IPv4 has no nftables half (node1 has no IPv4 rules but
+// the kept table: noIPv4Rules); IPv6 has one beside the tc programs, for
+// what they do not translate (SCTP), and its rules of the same frontends
+// do not also act on what tc translated. The outside client's IPv4 and IPv6
+// TCP and UDP to a node port and an external IP go through the tc
 // programs (node1's conntrack has no flow to the frontend). Those of
 // externalTrafficPolicy Cluster reach node2's pod from a tc masquerade
 // port of node1; node1's pods see the client, as nothing masquerades a
-// local endpoint's flow (a documented difference); externalTrafficPolicy Local
-// keeps the client's address. The source-ranged LB IP and a node port
-// with ClientIP affinity are tc's too (tcSourceRanges, tcAffinity). IPv6
-// the rules serve, masqueraded. Another mode's leftover removal takes the
-// tc pins too.
+// local endpoint's flow (a documented difference); externalTrafficPolicy
+// Local keeps the client's address. The source-ranged LB IP and a node
+// port with ClientIP affinity are tc's too (tcSourceRanges, tcAffinity),
+// in both families. IPv6 SCTP the rules serve, masqueraded. Another
+// mode's leftover removal takes the tc pins too.
 func TestKernelEBPFModeTC(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
@@ -44,8 +46,8 @@ func TestKernelEBPFModeTC(t *testing.T) {
 		w := env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) })
 		both.sync(t, env, w.Apply(t, append(env.Services(), stickyExternal)...), proxy.FullSync)
 	}
-	if both[proxy.IPv4].tc == nil || both[proxy.IPv6].tc != nil {
-		t.Fatalf("tc programs: IPv4 %v, IPv6 %v; want IPv4's only", both[proxy.IPv4].tc, both[proxy.IPv6].tc)
+	if both[proxy.IPv4].tc == nil || both[proxy.IPv6].tc != both[proxy.IPv4].tc {
+		t.Fatalf("tc programs: IPv4 %v, IPv6 %v; want one Proxier for both", both[proxy.IPv4].tc, both[proxy.IPv6].tc)
 	}
 	if both[proxy.IPv4].rules != nil || both[proxy.IPv6].rules == nil {
 		t.Fatalf("nftables halves: IPv4 %v, IPv6 %v; want IPv6's only", both[proxy.IPv4].rules, both[proxy.IPv6].rules)
@@ -56,10 +58,10 @@ func TestKernelEBPFModeTC(t *testing.T) {
 		for i, proto := range scenario.Protocols {
 			if !f.V6 && proto == proxy.SCTP {
 				// The tc programs do not translate SCTP, and no
-				// rules do in their family (docs/design/0009-ebpf-without-nftables.md).
+				// rules do in IPv4 (docs/design/0009-ebpf-without-nftables.md).
 				continue
 			}
-			byTC := !f.V6
+			byTC := proto != proxy.SCTP
 			for _, dst := range []netip.AddrPort{
 				netip.AddrPortFrom(env.Node1.IP(f.V6), uint16(30010+i)),
 				netip.AddrPortFrom(f.ExternalIP(10), scenario.SvcPort),
@@ -81,9 +83,11 @@ func TestKernelEBPFModeTC(t *testing.T) {
 			}
 		}
 	}
-	tcLocalPolicy(t, env)
-	tcSourceRanges(t, env)
-	tcAffinity(t, env)
+	for _, f := range scenario.Families {
+		tcLocalPolicy(t, env, f)
+		tcSourceRanges(t, env, f)
+		tcAffinity(t, env, f)
+	}
 	if out, err := env.Node1.NS.Run(ctx, "nft", "list", "table", "ip6", "kube-proxy"); err != nil || !strings.Contains(string(out), "30010") {
 		t.Errorf("the nftables half's IPv6 table lacks its node-port rules (%v):\n%s", err, out)
 	}
@@ -190,7 +194,7 @@ func tcMasqueraded(env *scenario.Env, ans netnstest.Answer, client netip.Addr) b
 	if pod != nil && pod.Node == env.Node1 {
 		return ans.Peer.Addr() == client
 	}
-	return ans.Peer.Addr() == env.Node1.IPv4 && nodeport.MasqueradePort(ans.Peer.Port())
+	return ans.Peer.Addr() == env.Node1.IP(client.Is6()) && nodeport.MasqueradePort(ans.Peer.Port())
 }
 
 // notByRules checks that node1's conntrack holds no flow to dst: the tc
@@ -216,8 +220,12 @@ func rulesFlows(env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) ([]
 		return nil, err
 	}
 	defer ct.Close()
+	family := proxy.IPv4
+	if dst.Addr().Is6() {
+		family = proxy.IPv6
+	}
 	var byRules []kconntrack.Flow
-	err = ct.List(context.Background(), proxy.IPv4, func(fl kconntrack.Flow) {
+	err = ct.List(context.Background(), family, func(fl kconntrack.Flow) {
 		if fl.Proto == kconntrack.ProtoNumber(proto) && fl.Orig.Dst == dst {
 			byRules = append(byRules, fl)
 		}
@@ -227,11 +235,10 @@ func rulesFlows(env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) ([]
 
 // tcLocalPolicy: the externalTrafficPolicy Local node port is served at tc
 // and keeps the client's address.
-func tcLocalPolicy(t *testing.T, env *scenario.Env) {
-	f := scenario.Families[0]
+func tcLocalPolicy(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	client := f.Pick(env.Allowed)
 	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
-		dst := netip.AddrPortFrom(env.Node1.IPv4, uint16(30030+i))
+		dst := netip.AddrPortFrom(env.Node1.IP(f.V6), uint16(30030+i))
 		for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 4) {
 			if ans.Server != "pod-a" || ans.Peer.Addr() != client {
 				t.Errorf("%s to the externalTrafficPolicy Local node port %s: %v, want pod-a seeing the client %s", proto, dst, ans, client)
@@ -241,12 +248,11 @@ func tcLocalPolicy(t *testing.T, env *scenario.Env) {
 	}
 }
 
-// tcSourceRanges: the scenario's source-ranged LB IP (IPv4) is served at
+// tcSourceRanges: the scenario's source-ranged LB IP of family f is served at
 // tc: the allowed client reaches pod-a, the denied client's
 // TCP and UDP are dropped, and its connection to the same Service's node
 // port is served.
-func tcSourceRanges(t *testing.T, env *scenario.Env) {
-	f := scenario.Families[0]
+func tcSourceRanges(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	lb := netip.AddrPortFrom(f.LBIP(11), scenario.SvcPort)
 	for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
 		if ans, err := env.FromClient(f).Ask(proto, lb); err != nil || !tcMasqueraded(env, ans, f.Pick(env.Allowed)) {
@@ -260,7 +266,7 @@ func tcSourceRanges(t *testing.T, env *scenario.Env) {
 			t.Errorf("denied client %s to the source-ranged LB IP: %v, want dropped", proto, err)
 		}
 	}
-	np := netip.AddrPortFrom(env.Node1.IPv4, 30020)
+	np := netip.AddrPortFrom(env.Node1.IP(f.V6), 30020)
 	if ans, err := denied.Ask(proxy.TCP, np); err != nil || !tcMasqueraded(env, ans, denied.Source) {
 		t.Errorf("denied client to the same Service's node port %s: %v, %v; want served as externalTrafficPolicy Cluster", np, ans, err)
 	}
@@ -270,10 +276,9 @@ func tcSourceRanges(t *testing.T, env *scenario.Env) {
 // tcAffinity: the affinity node port is served at tc (masqueraded, as
 // externalTrafficPolicy Cluster) and every connection of a client reaches
 // one endpoint.
-func tcAffinity(t *testing.T, env *scenario.Env) {
-	f := scenario.Families[0]
+func tcAffinity(t *testing.T, env *scenario.Env, f scenario.Fam) {
 	for i, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
-		dst := netip.AddrPortFrom(env.Node1.IPv4, uint16(30060+i))
+		dst := netip.AddrPortFrom(env.Node1.IP(f.V6), uint16(30060+i))
 		seen := map[string]int{}
 		for _, ans := range scenario.AskAll(t, env.FromClient(f), proto, dst, 20) {
 			seen[ans.Server]++

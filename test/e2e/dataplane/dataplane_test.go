@@ -77,7 +77,7 @@ func TestDataplane(t *testing.T) {
 
 // tcScenarios are the scenarios with traffic from outside the nodes, the
 // traffic ebpf mode's experimental tc programs serve.
-var tcScenarios = []string{"ClusterIPNodePortExternalLB", "ExternalTrafficPolicyLocal", "SessionAffinity",
+var tcScenarios = []string{"ClusterIPNodePortExternalLB", "DualStackService", "ExternalTrafficPolicyLocal", "SessionAffinity",
 	"RollingReplacement", "UDPNodePortFlowFollowsReplacement", "RestartUnderLoad", "UpgradeAndDowngradeUnderLoad",
 	"ModeSwitchUnderLoad"}
 

@@ -44,8 +44,9 @@ func testSingleStackDefault(t *testing.T, c *F.Cluster) {
 // testDualStack: a RequireDualStack NodePort Service with one slice per
 // family. Pods reach both ClusterIPs and are balanced over both endpoints
 // (on two nodes) in each family; the outside client reaches the NodePort on
-// the nodes' IPv6 addresses, masqueraded as for IPv4; scaling the IPv6
-// slice to zero makes only the IPv6 frontends REJECT.
+// the nodes' IPv6 addresses, masqueraded as for IPv4 (with the tc
+// programs, through them); scaling the IPv6 slice to zero makes only the
+// IPv6 frontends REJECT.
 // dualStackNodePort creates a RequireDualStack NodePort Service served by
 // eps in both families and returns it with its IPv4 and IPv6 cluster IPs.
 func dualStackNodePort(t *testing.T, c *F.Cluster, name string, eps ...F.EP) (svc *corev1.Service, v4, v6 string) {
@@ -84,6 +85,16 @@ func testDualStack(t *testing.T, c *F.Cluster) {
 	// eTP=Cluster from outside: masqueraded to an IPv6 address of the
 	// node it entered, as in IPv4.
 	c.Expect("ext", F.TCP(n1.IP6, np), converge, sourceIs(both, n1.IP6, n1.PodNet6+"1"))
+	// With the tc programs on node 1's interface, they translated it: their
+	// IPv6 conntrack table holds the flows to the node port.
+	if c.TCAttached(n1, "eth0") {
+		dst := netip.AddrPortFrom(netip.MustParseAddr(n1.IP6), uint16(np))
+		if flows, err := c.TCFlowsTo(n1, dst); err != nil || flows == 0 {
+			t.Errorf("%s: %d flows to %v in the tc programs' IPv6 table (%v), want those of the requests above", n1.Name, flows, dst, err)
+		} else {
+			t.Logf("%s: %d flows to %v in the tc programs' IPv6 table", n1.Name, flows, dst)
+		}
+	}
 
 	c.SetEndpoints6(svc)
 	for _, tg := range frontends(svc, v6, false) {

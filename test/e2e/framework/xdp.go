@@ -1,10 +1,13 @@
 package framework
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -153,4 +156,36 @@ func (c *Cluster) teardownXDP() {
 	if c.xdpPass != nil {
 		c.xdpPass.Close()
 	}
+}
+
+// TCFlowsTo counts the flows to dst in the conntrack table of node n's tc
+// programs (np_ct, or np_ct6 for an IPv6 dst): the connections tc
+// translated, not the rules. A table entry's key is a direction as its
+// packets carry it: source, destination address, source, destination
+// port (network order), protocol, padding.
+func (c *Cluster) TCFlowsTo(n *Node, dst netip.AddrPort) (int, error) {
+	if n.ebpf == nil {
+		return 0, fmt.Errorf("%s is not in ebpf mode", n.Name)
+	}
+	name := "np_ct"
+	if dst.Addr().Is6() {
+		name = "np_ct6"
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(n.ebpf.pins, "tc", name), nil)
+	if err != nil {
+		return 0, err
+	}
+	defer m.Close()
+	addr := dst.Addr().AsSlice()
+	k, v := make([]byte, m.KeySize()), make([]byte, m.ValueSize())
+	flows := 0
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		d := k[len(addr) : 2*len(addr)]
+		port := binary.BigEndian.Uint16(k[2*len(addr)+2:])
+		if bytes.Equal(d, addr) && port == dst.Port() {
+			flows++
+		}
+	}
+	return flows, it.Err()
 }

@@ -176,25 +176,11 @@ func (l *loaded) swap(next *loaded, dir string) error {
 	}
 	l.links = nil
 	for _, name := range []string{mapServices, mapBackends} {
-		if err := replacePin(next.mapOf(name), dir, name); err != nil {
+		if err := bpfmap.ReplacePin(next.mapOf(name), dir, name); err != nil {
 			return err
 		}
 	}
 	l.close()
-	return nil
-}
-
-// replacePin pins m under name in dir in place of what is pinned there:
-// pinned beside it, then renamed over it.
-func replacePin(m *ebpf.Map, dir, name string) error {
-	// bpffs refuses names with a dot.
-	pin, tmp := filepath.Join(dir, name), filepath.Join(dir, name+"_grown")
-	if err := m.Pin(tmp); err != nil {
-		return fmt.Errorf("pinning the new map %s: %w", name, err)
-	}
-	if err := os.Rename(tmp, pin); err != nil {
-		return fmt.Errorf("replacing the pin of map %s: %w", name, err)
-	}
 	return nil
 }
 
@@ -209,7 +195,7 @@ func (l *loaded) resizeRevNAT(old *ebpf.Map, dir string) error {
 	if err != nil {
 		return fmt.Errorf("copying the reverse translations to a map of %d entries: %w", to.MaxEntries(), err)
 	}
-	return replacePin(to, dir, mapRevNAT)
+	return bpfmap.ReplacePin(to, dir, mapRevNAT)
 }
 
 // pinnedOfOtherSize opens the map pinned as name in dir if its capacity is

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //
-// Included by nodeport.c, after the conntrack table and its helpers: the
-// masquerade port search for flows source-NATed to the node, and the drop
-// counters.
+// Included by nodeport.c once per IP family (as ct.h), after the
+// conntrack table and its helpers: the masquerade port search for flows
+// source-NATed to the node, and the drop counters (both families').
+
+#ifndef SVCPROXY_MASQ_H
+#define SVCPROXY_MASQ_H
 
 // The masquerade ports: those the kernel's masquerade takes for a source
 // port above 1023 (1024-65535), less Linux's default ephemeral range
@@ -21,28 +24,32 @@
 #define SNAT_ROUND3 (SNAT_ROUND2 + SNAT_ROUND1 / 4)
 #define SNAT_TRIES (SNAT_ROUND3 + SNAT_ROUND1 / 8)
 
-// np_stats counts what the programs drop by themselves (NP_STAT_*), per
-// CPU; svcproxy sums the CPUs' counts.
+// np_stats counts what the programs drop by themselves (NP_STAT_*) in
+// IPv4 flows, np_stats6 in IPv6 flows, per CPU; svcproxy sums the CPUs'
+// counts.
 #define NP_STAT_NO_SNAT_PORT 0 // new flows: no masquerade port free
 #define NP_STAT_REPLY_LOST 1 // packets of a flow whose reply tuple another took
 #define NP_STATS 2
-struct {
+struct np_stats_map {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, NP_STATS);
 	__type(key, __u32);
 	__type(value, __u64);
-} np_stats SEC(".maps");
+};
+struct np_stats_map np_stats SEC(".maps");
+struct np_stats_map np_stats6 SEC(".maps");
 
-static __always_inline void np_count(__u32 stat)
+static __always_inline void np_count(void *stats, __u32 stat)
 {
-	__u64 *n = bpf_map_lookup_elem(&np_stats, &stat);
+	__u64 *n = bpf_map_lookup_elem(stats, &stat);
 	if (n)
 		*n += 1;
 }
+#endif
 
-struct snat_search {
-	struct ct_val fwd; // its sport is the port tried, the one taken at the end
-	struct ct_val rev;
+struct F(snat_search) {
+	struct F(ct_val) fwd; // its sport is the port tried, the one taken at the end
+	struct F(ct_val) rev;
 	__u64 now;
 	__u32 off;
 	__u8 proto;
@@ -54,39 +61,38 @@ struct snat_search {
 // port); an expired entry there is deleted, an evicted one is gone. The
 // reply direction is recorded only if no other CPU recorded one there
 // since (BPF_NOEXIST), so two flows never share it.
-static long snat_try(__u32 i, void *data)
+static long F(snat_try)(__u32 i, void *data)
 {
-	struct snat_search *s = data;
+	struct F(snat_search) *s = data;
 	if (i == SNAT_ROUND1 || i == SNAT_ROUND2 || i == SNAT_ROUND3)
 		s->off = bpf_get_prandom_u32() - i;
 	__u32 n = (s->off + i) % SNAT_SPAN;
 	s->fwd.sport = bpf_htons(n < SNAT_LOW_SPAN ? SNAT_LOW + n : SNAT_HIGH + n - SNAT_LOW_SPAN);
-	struct ct_key rk = reverse(&s->fwd, s->proto);
-	struct ct_val *old = bpf_map_lookup_elem(&np_ct, &rk);
+	struct F(ct_key) rk = F(reverse)(&s->fwd, s->proto);
+	struct F(ct_val) *old = bpf_map_lookup_elem(&F(np_ct), &rk);
 	if (old) {
-		if (live(&rk, old, s->now))
+		if (F(live)(&rk, old, s->now))
 			return 0;
-		bpf_map_delete_elem(&np_ct, &rk);
+		bpf_map_delete_elem(&F(np_ct), &rk);
 	}
-	if (bpf_map_update_elem(&np_ct, &rk, &s->rev, BPF_NOEXIST))
+	if (bpf_map_update_elem(&F(np_ct), &rk, &s->rev, BPF_NOEXIST))
 		return 0;
 	s->found = 1;
 	return 1;
 }
 
-// snat_port finds a source port of fwd's address from which nothing else
-// talks to the endpoint, and records the reply direction there. A flow
-// that finds none is counted (and dropped by the caller): given a port in
-// use, its replies would go to another client.
-static __always_inline int snat_port(struct ct_val *fwd, struct ct_val *rev, __u8 proto, __u64 now)
+// snat_port finds a source port of s->fwd's address from which nothing
+// else talks to the endpoint, and records the reply direction (s->rev)
+// there. A flow that finds none is counted (and dropped by the caller):
+// given a port in use, its replies would go to another client.
+static __always_inline int F(snat_port)(struct F(snat_search) *s)
 {
-	struct snat_search s = { .fwd = *fwd, .rev = *rev, .now = now, .off = bpf_get_prandom_u32(), .proto = proto };
-	bpf_loop(SNAT_TRIES, snat_try, &s, 0);
-	if (!s.found) {
-		np_count(NP_STAT_NO_SNAT_PORT);
+	s->off = bpf_get_prandom_u32();
+	bpf_loop(SNAT_TRIES, F(snat_try), s, 0);
+	if (!s->found) {
+		np_count(&F(np_stats), NP_STAT_NO_SNAT_PORT);
 		return 0;
 	}
-	fwd->sport = s.fwd.sport;
 	return 1;
 }
 
@@ -95,15 +101,15 @@ static __always_inline int snat_port(struct ct_val *fwd, struct ct_val *rev, __u
 // table may evict one direction of a flow and keep the other, and a new
 // flow may then take the port: this flow's packets would reach the
 // endpoint as that flow's. A reply tuple found free is claimed back.
-static __always_inline int holds_reply(const struct ct_key *k, const struct ct_val *v, __u64 now)
+static __always_inline int F(holds_reply)(const struct F(ct_key) *k, const struct F(ct_val) *v, __u64 now)
 {
-	if (v->reply || v->at != CT_AT_INGRESS_FWD || v->src == k->src)
+	if (v->reply || v->at != CT_AT_INGRESS_FWD || addr_eq(v->src, k->src))
 		return 1;
-	struct ct_key rk = reverse(v, k->proto);
-	struct ct_val *r = bpf_map_lookup_elem(&np_ct, &rk);
+	struct F(ct_key) rk = F(reverse)(v, k->proto);
+	struct F(ct_val) *r = bpf_map_lookup_elem(&F(np_ct), &rk);
 	if (r)
-		return r->src == k->dst && r->dst == k->src && r->sport == k->dport && r->dport == k->sport;
-	struct ct_val rev = { .src = k->dst, .dst = k->src, .sport = k->dport, .dport = k->sport, .at = CT_AT_INGRESS_FWD,
-			      .state = v->state, .reply = 1, .seen = now };
-	return bpf_map_update_elem(&np_ct, &rk, &rev, BPF_NOEXIST) == 0;
+		return F(rewrites_to)(r, k);
+	struct F(ct_val) rev = { .src = k->dst, .dst = k->src, .sport = k->dport, .dport = k->sport,
+				 .at = CT_AT_INGRESS_FWD, .state = v->state, .reply = 1, .seen = now };
+	return bpf_map_update_elem(&F(np_ct), &rk, &rev, BPF_NOEXIST) == 0;
 }

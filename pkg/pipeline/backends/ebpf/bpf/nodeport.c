@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //
-// North-south service load balancing at tc: IPv4 TCP and UDP packets that
-// arrive on the node's interfaces for a node port (or an external or LB IP)
+// North-south service load balancing at tc: IPv4 and IPv6 TCP and UDP
+// packets that arrive on the node's interfaces for a node port (or an external or LB IP)
 // are translated to the endpoint the maps name, through a conntrack/NAT
 // table of the programs' own, before netfilter sees them. The programs
 // decide nothing: svcproxy writes what desired decided into the maps.
@@ -23,10 +23,13 @@
 //     unreachable) or dropped.
 // np_egress (tc egress of each node interface): a local endpoint's reply
 // gets the frontend back as its source.
-// Both translate the ICMP errors about the flows they translate (icmp.h).
+// Both translate the ICMP errors about the flows they translate (icmp.h,
+// icmp6.h).
 // np_xdp (XDP of each node interface, with acceleration; xdp.h): the
-// packets of flows np_ingress forwards out of a node interface, sent on
-// from the driver; everything else passes to np_ingress.
+// packets of IPv4 flows np_ingress forwards out of a node interface, sent
+// on from the driver; everything else passes to np_ingress.
+// Each family has maps of its own (IPv6's in six.h); the flow logic is
+// written once (ct.h, masq.h, flow.h) and included for each.
 
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -376,12 +379,12 @@ static __always_inline int forward(struct __sk_buff *skb, const struct ct_val *v
 
 // remote says whether dst routes out of a node interface: an endpoint on
 // another node.
-static __always_inline int remote(struct __sk_buff *skb, __be32 src, __be32 dst)
+static __always_inline int remote(struct __sk_buff *skb, const __be32 *src, const __be32 *dst)
 {
 	struct bpf_fib_lookup fib = {
 		.family = AF_INET,
-		.ipv4_src = src,
-		.ipv4_dst = dst,
+		.ipv4_src = *src,
+		.ipv4_dst = *dst,
 		.ifindex = skb->ingress_ifindex,
 	};
 	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
@@ -391,198 +394,133 @@ static __always_inline int remote(struct __sk_buff *skb, __be32 src, __be32 dst)
 	return bpf_map_lookup_elem(&np_devices, &ifindex) != NULL;
 }
 
+// last_hop says whether a packet this program would forward out of a node
+// interface (at) has no hop left (ttl, the IPv6 hop limit alike): the
+// kernel's forwarding would drop it and answer time exceeded, with the
+// packet as it came (its conntrack undoing the translation in the quote).
+// The answer goes from the address the packet was sent to, the frontend's
+// or the masquerade address.
+static __always_inline int last_hop(__u8 ttl, __u8 at)
+{
+	return at == CT_AT_INGRESS_FWD && ttl <= 1;
+}
+
+// The flow logic, once per family: F(name) names the family's types, maps
+// and functions (name for IPv4, name6 for IPv6); unparsed is what becomes
+// of a packet parse leaves (an ICMP error about a flow, at ingress or
+// egress, is translated: icmp.h). FLOW_FN is how ingress, egress and a known
+// flow's rewrite are compiled: inline in np_ingress and np_egress for IPv4
+// (a BPF-to-BPF call costs every packet), functions of their own in
+// IPv6's programs, which the tail call reaches (np_progs6).
+#define F(x) x
+#define ADDR_BITS 32
+#define FLOW_FN __always_inline
+#define addr_eq(a, b) ((a) == (b))
+#define addr_zero(a) (!(a))
 #include "ct.h"
 #include "masq.h"
-
-// pick returns the endpoint of a new flow to frontend sv.
-static __always_inline struct np_be *pick(const struct np_val *sv, const struct ct_key *k)
-{
-	struct np_be_key bk = { .id = sv->id };
-	if (sv->flags & NP_F_MAGLEV && sv->msize) {
-		void *table = bpf_map_lookup_elem(&np_maglev, &bk.id);
-		__u32 slot = flow_hash(k) % sv->msize;
-		struct np_be *be = table ? bpf_map_lookup_elem(table, &slot) : NULL;
-		// A slot past the table is a frontend's size read while a
-		// resized table is swapped in: the group's slots still serve.
-		if (be)
-			return be;
-	}
-	bk.slot = bpf_get_prandom_u32() % sv->count;
-	return bpf_map_lookup_elem(&np_backends, &bk);
-}
-
-// allowed says whether a new flow from src may use frontend sv: only a
-// frontend with source ranges checks, against its group's prefixes.
-static __always_inline int allowed(const struct np_val *sv, __be32 src)
-{
-	if (!(sv->flags & NP_F_RANGES))
-		return 1;
-	struct np_src_key k = { .prefixlen = 64 + 32, .id = { (__u32)sv->id, (__u32)(sv->id >> 32) }, .addr = src };
-	return bpf_map_lookup_elem(&np_ranges, &k) != NULL;
-}
-
-// choose sets *be to the endpoint of a new flow to sv. With ClientIP
-// affinity the client's endpoint is kept while its entry is younger than
-// the timeout and the endpoint still in the group; else it is picked, and
-// remembered. Each new flow refreshes the entry, as the other modes'
-// affinity sets are refreshed per connection.
-static __always_inline int choose(const struct np_val *sv, const struct ct_key *k, __u64 now, struct np_be *be)
-{
-	struct aff_key ak = { .id = sv->id, .client = k->src };
-	if (sv->affinity) {
-		struct aff_val *a = bpf_map_lookup_elem(&np_affinity, &ak);
-		if (a && now - a->seen <= (__u64)sv->affinity * NSEC_PER_SEC) {
-			struct np_member_key mk = { .id = sv->id, .addr = a->be.addr, .port = a->be.port };
-			if (bpf_map_lookup_elem(&np_members, &mk)) {
-				*be = a->be;
-				a->seen = now;
-				return 1;
-			}
-		}
-	}
-	struct np_be *p = pick(sv, k);
-	if (!p)
-		return 0;
-	*be = *p;
-	if (sv->affinity) {
-		struct aff_val a = { .be = *p, .seen = now };
-		bpf_map_update_elem(&np_affinity, &ak, &a, BPF_ANY);
-	}
-	return 1;
-}
-
-// refuse is a frontend's answer when it has no endpoint.
-static __always_inline int refuse(struct __sk_buff *skb, const struct pkt *p, const struct np_val *sv)
-{
-	if (sv->flags & NP_F_DROP || p->tcp_flags & TCP_RST)
-		return TC_ACT_SHOT;
-	return p->k.proto == IPPROTO_TCP ? reset(skb, p->l4) : unreachable(skb);
-}
-
-// last_hop says whether a packet this program would forward out of a node
-// interface has no hop left: the kernel's forwarding would drop it and
-// answer time exceeded, with the packet as it came (its conntrack undoing
-// the translation in the quote). The answer goes from the address the
-// packet was sent to, the frontend's or the masquerade address.
-static __always_inline int last_hop(const struct pkt *p, __u8 at)
-{
-	return at == CT_AT_INGRESS_FWD && p->ttl <= 1;
-}
-
-// apply translates a packet of a known flow.
-static __always_inline int apply(struct __sk_buff *skb, struct pkt *p, struct ct_val *v, __u64 now)
-{
-	// A flow that lost its reply tuple has ended: dropped, not sent as
-	// another's.
-	if (!holds_reply(&p->k, v, now)) {
-		np_count(NP_STAT_REPLY_LOST);
-		bpf_map_delete_elem(&np_ct, &p->k);
-		return TC_ACT_SHOT;
-	}
-	if (last_hop(p, v->at))
-		return time_exceeded(skb);
-	track(v, p, v->reply, now);
-	struct ct_val out = *v;
-	rewrite(skb, p, &out);
-	if (out.at == CT_AT_INGRESS_FWD)
-		return forward(skb, &out, p->ttl);
-	return TC_ACT_OK;
-}
-
-// new_flow translates the first packet of a flow to frontend sv and
-// records both directions.
-static __always_inline int new_flow(struct __sk_buff *skb, struct pkt *p, const struct np_val *sv, __u64 now)
-{
-	if (!allowed(sv, p->k.src))
-		return TC_ACT_SHOT;
-	if (sv->count == 0)
-		return refuse(skb, p, sv);
-	struct np_be be;
-	if (!choose(sv, &p->k, now, &be))
-		return TC_ACT_SHOT;
-	struct ct_val fwd = { .src = p->k.src, .dst = be.addr, .sport = p->k.sport, .dport = be.port, .seen = now };
-	// The reply direction rewrites back to the frontend, seen by the
-	// client as the other end.
-	struct ct_val rev = { .src = p->k.dst, .dst = p->k.src, .sport = p->k.dport, .dport = p->k.sport, .seen = now,
-			      .at = CT_AT_EGRESS, .reply = 1 };
-	// desired's masquerade: a remote endpoint's flow is source-NATed
-	// here, its replies coming back to this node. A local endpoint's
-	// reply comes back by itself, so its flow keeps the client's
-	// address: nothing else here would masquerade it, and a mark asking
-	// nftables rules to would have rules that arrive later (a switch to
-	// nftables mode) masquerade the open flow midway, which resets it.
-	if (remote(skb, p->k.src, be.addr)) {
-		fwd.at = CT_AT_INGRESS_FWD;
-		if (sv->flags & NP_F_MASQ) {
-			__u32 zero = 0;
-			struct np_cfg *cfg = bpf_map_lookup_elem(&np_config, &zero);
-			if (!cfg || !cfg->snat_addr)
-				return TC_ACT_SHOT;
-			fwd.src = cfg->snat_addr;
-			rev.at = CT_AT_INGRESS_FWD;
-			if (!snat_port(&fwd, &rev, p->k.proto, now))
-				return TC_ACT_SHOT;
-		}
-	}
-	if (fwd.src == p->k.src) {
-		struct ct_key rk = reverse(&fwd, p->k.proto);
-		bpf_map_update_elem(&np_ct, &rk, &rev, BPF_ANY);
-	}
-	if (p->tcp_flags & TCP_RST)
-		fwd.state = rev.state = CT_CLOSED;
-	else if (p->tcp_flags & TCP_FIN)
-		fwd.state = rev.state = CT_CLOSING;
-	bpf_map_update_elem(&np_ct, &p->k, &fwd, BPF_ANY);
-	if (last_hop(p, fwd.at))
-		return time_exceeded(skb);
-	rewrite(skb, p, &fwd);
-	if (fwd.at == CT_AT_INGRESS_FWD)
-		return forward(skb, &fwd, p->ttl);
-	return TC_ACT_OK;
-}
-
 #include "icmp.h"
+
+// unparsed is icmp_error in a function of its own, so that its stack
+// frame is not added to the flow logic's.
+static __noinline int unparsed(struct __sk_buff *skb, int egress)
+{
+	return icmp_error(skb, egress);
+}
+
+#include "flow.h"
+#undef F
+#undef ADDR_BITS
+#undef FLOW_FN
+#undef addr_eq
+#undef addr_zero
+
+#include "six.h"
+
+#define F(x) x##6
+#define ADDR_BITS 128
+#define FLOW_FN __noinline
+#define addr_eq(a, b) in6_eq(&(a), &(b))
+#define addr_zero(a) in6_zero(&(a))
+#include "ct.h"
+#include "masq.h"
+#include "icmp6.h"
+
+// unparsed6 is icmp6_error: what parse6 leaves is the stack's unless it is
+// an ICMPv6 error about a flow.
+static __always_inline int unparsed6(struct __sk_buff *skb, int egress)
+{
+	return icmp6_error(skb, egress);
+}
+
+#include "flow.h"
+#undef F
+#undef ADDR_BITS
+#undef FLOW_FN
+#undef addr_eq
+#undef addr_zero
+
+// is_ipv6 says whether the frame carries IPv6.
+static __always_inline int is_ipv6(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > (void *)(long)skb->data_end)
+		return 0;
+	return eth->h_proto == bpf_htons(ETH_P_IPV6);
+}
+
+// np_progs6 holds IPv6's programs, which np_ingress and np_egress hand an
+// IPv6 packet to with a tail call: IPv6's frames are then not added to
+// theirs, so that IPv4's code can be inline in them. svcproxy fills it at
+// every load (and growth) and keeps it pinned: the kernel empties a
+// program array nothing in user space holds. Without an entry the packet
+// passes to the stack untranslated.
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u32);
+} np_progs6 SEC(".maps");
+
+// The slots of np_progs6.
+#define NP_PROG_INGRESS6 0
+#define NP_PROG_EGRESS6 1
+
+SEC("tc")
+int np_ingress6(struct __sk_buff *skb)
+{
+	int rc = ingress6(skb);
+	return rc == NP_UNPARSED ? unparsed6(skb, 0) : rc;
+}
+
+SEC("tc")
+int np_egress6(struct __sk_buff *skb)
+{
+	int rc = egress6(skb);
+	return rc == NP_UNPARSED ? unparsed6(skb, 1) : rc;
+}
 
 SEC("tc")
 int np_ingress(struct __sk_buff *skb)
 {
-	struct pkt p = {};
-	if (!parse(skb, &p))
-		return icmp_error(skb, 0);
-	__u64 now = bpf_ktime_get_ns();
-	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
-	if (v && v->at != CT_AT_EGRESS) {
-		if (live(&p.k, v, now))
-			return apply(skb, &p, v, now);
-		bpf_map_delete_elem(&np_ct, &p.k);
+	if (is_ipv6(skb)) {
+		bpf_tail_call(skb, &np_progs6, NP_PROG_INGRESS6);
+		return TC_ACT_OK;
 	}
-	// Only a SYN starts a TCP flow here. A later packet without an entry
-	// belongs to a connection the kernel's conntrack may hold (one the
-	// nftables rules translated before these programs were attached, or
-	// one whose entry was evicted): the stack decides, as it would have.
-	if (p.k.proto == IPPROTO_TCP && (p.tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN)
-		return TC_ACT_OK;
-	struct np_key k = { .addr = p.k.dst, .port = p.k.dport, .proto = p.k.proto };
-	struct np_val *sv = bpf_map_lookup_elem(&np_services, &k);
-	if (!sv)
-		return TC_ACT_OK;
-	struct np_val cp = *sv;
-	return new_flow(skb, &p, &cp, now);
+	int rc = ingress(skb);
+	return rc == NP_UNPARSED ? unparsed(skb, 0) : rc;
 }
 
 SEC("tc")
 int np_egress(struct __sk_buff *skb)
 {
-	struct pkt p = {};
-	if (!parse(skb, &p))
-		return icmp_error(skb, 1);
-	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
-	if (!v || v->at != CT_AT_EGRESS)
+	if (is_ipv6(skb)) {
+		bpf_tail_call(skb, &np_progs6, NP_PROG_EGRESS6);
 		return TC_ACT_OK;
-	__u64 now = bpf_ktime_get_ns();
-	if (!live(&p.k, v, now))
-		return TC_ACT_OK;
-	return apply(skb, &p, v, now);
+	}
+	int rc = egress(skb);
+	return rc == NP_UNPARSED ? unparsed(skb, 1) : rc;
 }
 
 #include "xdp.h"

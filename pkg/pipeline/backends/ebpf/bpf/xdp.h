@@ -14,8 +14,8 @@
 //   - a packet without a hop left (np_ingress answers time exceeded);
 //   - a packet whose L4 checksum a sender on this machine left unfinished
 //     (l4_csum_partial: only a virtual device such as a veth delivers one);
-//   - what parse leaves to the stack (IPv6, options, fragments, other
-//     protocols);
+//   - IPv6 (np_ingress serves it), and what parse leaves to the stack
+//     (options, fragments, other protocols);
 //   - a next hop whose neighbour is not resolved (bpf_redirect_neigh
 //     resolves it), or an interface out of which XDP does not send.
 

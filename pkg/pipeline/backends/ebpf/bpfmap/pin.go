@@ -158,3 +158,18 @@ func RemovePins(dir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// ReplacePin pins m under name in dir in place of what is pinned there:
+// pinned beside it, then renamed over it, so that the name never lacks a
+// map.
+func ReplacePin(m *ebpf.Map, dir, name string) error {
+	// bpffs refuses names with a dot.
+	pin, tmp := filepath.Join(dir, name), filepath.Join(dir, name+"_grown")
+	if err := m.Pin(tmp); err != nil {
+		return fmt.Errorf("pinning the new map %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, pin); err != nil {
+		return fmt.Errorf("replacing the pin of map %s: %w", name, err)
+	}
+	return nil
+}

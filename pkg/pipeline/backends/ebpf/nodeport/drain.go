@@ -46,35 +46,37 @@ var DefaultDrainTimes = DrainTimes{Quiet: 2 * time.Second, Idle: 2 * time.Minute
 // drainPoll is how often Drain reads the table while it waits.
 const drainPoll = 200 * time.Millisecond
 
-// Drain makes the programs pinned in dir take no new flow, and waits until
-// the flows they hold are done (DrainTimes), at most times.Idle, before
-// the caller removes them (Remove). It deletes every frontend of
-// np_services, so that a new flow's first packet passes the programs as it
-// came and whatever serves the node ports next (another mode's rules)
-// takes it, while a packet of a flow np_ct holds is still translated as
-// recorded; the flows that are done it deletes from np_ct (sweep), first
-// before the rules take new flows, then as they end. It returns how many
-// flows still held the programs when it stopped waiting (0 once drained,
-// or with nothing pinned). holding, when not nil, is called once with that
-// count before the wait.
+// Drain makes the programs pinned in dir take no new flow, in either
+// family, and waits until the flows they hold are done (DrainTimes), at
+// most times.Idle, before the caller removes them (Remove). It deletes
+// every frontend of np_services and np_services6, so that a new flow's
+// first packet passes the programs as it came and whatever serves the node
+// ports next (another mode's rules) takes it, while a packet of a flow
+// np_ct or np_ct6 holds is still translated as recorded; the flows that
+// are done it deletes from the tables (sweep), first before the rules take
+// new flows, then as they end. It returns how many flows still held the
+// programs when it stopped waiting (0 once drained, or with nothing
+// pinned). holding, when not nil, is called once with that count before
+// the wait.
 func Drain(ctx context.Context, dir string, times DrainTimes, holding func(flows int)) (int, error) {
-	ct, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(mapCT)), nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, clearFrontends(dir)
-	}
+	tables, err := openFlowTables(dir)
 	if err != nil {
 		return 0, err
 	}
-	defer ct.Close()
-	if _, err := sweep(ct, times); err != nil {
+	defer func() {
+		for _, ft := range tables {
+			ft.close()
+		}
+	}()
+	if _, err := sweepAll(tables, times); err != nil {
 		return 0, err
 	}
-	if err := clearFrontends(dir); err != nil {
+	if err := errors.Join(clearFrontends[[4]byte](dir), clearFrontends[[16]byte](dir)); err != nil {
 		return 0, err
 	}
 	deadline := time.Now().Add(times.Idle)
 	for first := true; ; first = false {
-		n, err := sweep(ct, times)
+		n, err := sweepAll(tables, times)
 		if err != nil || n == 0 {
 			return n, err
 		}
@@ -92,9 +94,65 @@ func Drain(ctx context.Context, dir string, times DrainTimes, holding func(flows
 	}
 }
 
-// clearFrontends deletes every entry of the np_services pinned in dir.
-func clearFrontends(dir string) error {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(mapServices)), nil)
+// flowTable is one family's conntrack table, as Drain sweeps it.
+type flowTable interface {
+	sweep(times DrainTimes) (int, error)
+	close()
+}
+
+type ctTable[A addrBytes] struct{ m *ebpf.Map }
+
+func (t ctTable[A]) sweep(times DrainTimes) (int, error) { return sweep[A](t.m, times) }
+func (t ctTable[A]) close()                              { t.m.Close() }
+
+// openFlowTables opens the conntrack tables pinned in dir: none when
+// nothing is pinned (an older svcproxy pinned no IPv6 table).
+func openFlowTables(dir string) ([]flowTable, error) {
+	var tables []flowTable
+	for _, open := range []func(string) (flowTable, error){openCT[[4]byte], openCT[[16]byte]} {
+		ft, err := open(dir)
+		if err != nil {
+			for _, t := range tables {
+				t.close()
+			}
+			return nil, err
+		}
+		if ft != nil {
+			tables = append(tables, ft)
+		}
+	}
+	return tables, nil
+}
+
+func openCT[A addrBytes](dir string) (flowTable, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(namesOf[A]().ct)), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ctTable[A]{m}, nil
+}
+
+// sweepAll sweeps every table and counts the flows that still hold the
+// programs.
+func sweepAll(tables []flowTable, times DrainTimes) (int, error) {
+	held := 0
+	for _, t := range tables {
+		n, err := t.sweep(times)
+		if err != nil {
+			return 0, err
+		}
+		held += n
+	}
+	return held, nil
+}
+
+// clearFrontends deletes every entry of the frontends map of A's family
+// pinned in dir.
+func clearFrontends[A addrBytes](dir string) error {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(namesOf[A]().services)), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -103,9 +161,9 @@ func clearFrontends(dir string) error {
 	}
 	defer m.Close()
 	var (
-		k    svcKey
+		k    svcKeyOf[A]
 		v    svcVal
-		keys []svcKey
+		keys []svcKeyOf[A]
 	)
 	for it := m.Iterate(); it.Next(&k, &v); {
 		keys = append(keys, k)
@@ -118,35 +176,36 @@ func clearFrontends(dir string) error {
 	return nil
 }
 
-// sweep deletes from np_ct the flows that no longer need the programs and
-// counts those that do: a flow needs them while one of its directions
-// holds them (holds). A done flow must go: the rules now pick masquerade
-// ports for new connections without seeing this table, and a reply to one
-// of them that met a done flow's entry would be sent to that flow's
-// client. A late packet of a done flow (the last ACK of a close) passes to
-// the stack instead, which answers it with a reset at worst.
-func sweep(ct *ebpf.Map, times DrainTimes) (int, error) {
+// sweep deletes from ct, the conntrack table of A's family, the flows that
+// no longer need the programs and counts those that do: a flow needs them
+// while one of its directions holds them (holds). A done flow must go: the
+// rules now pick masquerade ports for new connections without seeing this
+// table, and a reply to one of them that met a done flow's entry would be
+// sent to that flow's client. A late packet of a done flow (the last ACK
+// of a close) passes to the stack instead, which answers it with a reset
+// at worst.
+func sweep[A addrBytes](ct *ebpf.Map, times DrainTimes) (int, error) {
 	now, err := monotonicNow()
 	if err != nil {
 		return 0, err
 	}
 	var (
-		k ctKey
-		v ctVal
+		k ctKeyOf[A]
+		v ctValOf[A]
 	)
-	held := map[ctKey]struct{}{}
+	held := map[ctKeyOf[A]]struct{}{}
 	it := ct.Iterate()
 	for it.Next(&k, &v) {
-		if holds(v, k.Proto, now, times) {
+		if holds(v.State, v.Seen, k.Proto, now, times) {
 			held[flowID(k, v)] = struct{}{}
 		}
 	}
 	if err := it.Err(); err != nil {
 		return 0, err
 	}
-	var done []ctKey
+	var done []ctKeyOf[A]
 	for it := ct.Iterate(); it.Next(&k, &v); {
-		if _, ok := held[flowID(k, v)]; !ok && !holds(v, k.Proto, now, times) {
+		if _, ok := held[flowID(k, v)]; !ok && !holds(v.State, v.Seen, k.Proto, now, times) {
 			done = append(done, k)
 		}
 	}
@@ -160,26 +219,27 @@ func sweep(ct *ebpf.Map, times DrainTimes) (int, error) {
 
 // flowID names the flow of entry k, v by its client's direction: a reply
 // entry's rewrite is what the client sent, reversed.
-func flowID(k ctKey, v ctVal) ctKey {
+func flowID[A addrBytes](k ctKeyOf[A], v ctValOf[A]) ctKeyOf[A] {
 	if v.Reply == 0 {
 		return k
 	}
-	return ctKey{Src: v.Dst, Dst: v.Src, Sport: v.Dport, Dport: v.Sport, Proto: k.Proto}
+	return ctKeyOf[A]{Src: v.Dst, Dst: v.Src, Sport: v.Dport, Dport: v.Sport, Proto: k.Proto}
 }
 
-// holds says whether the direction v of a flow of protocol proto, at now
-// (the programs' clock), keeps the programs: an established TCP connection
-// that had a packet within times.Idle, any other flow but a reset one that
-// had a packet within times.Quiet.
-func holds(v ctVal, proto uint8, now uint64, times DrainTimes) bool {
-	if proto == unix.IPPROTO_TCP && v.State == ctClosed {
+// holds says whether a direction of a flow of protocol proto in state,
+// whose last packet was at seen, keeps the programs at now (the
+// programs' clock): an established TCP connection that had a packet
+// within times.Idle, any other flow but a reset one that had a packet
+// within times.Quiet.
+func holds(state uint8, seen uint64, proto uint8, now uint64, times DrainTimes) bool {
+	if proto == unix.IPPROTO_TCP && state == ctClosed {
 		return false
 	}
 	var age time.Duration
-	if now > v.Seen {
-		age = time.Duration(now - v.Seen)
+	if now > seen {
+		age = time.Duration(now - seen)
 	}
-	if proto == unix.IPPROTO_TCP && v.State == ctEstablished {
+	if proto == unix.IPPROTO_TCP && state == ctEstablished {
 		return age < times.Idle
 	}
 	return age < times.Quiet

@@ -45,7 +45,7 @@ func TestHolds(t *testing.T) {
 		{"UDP replied, quiet for 3s", unix.IPPROTO_UDP, ctEstablished, ago(3 * time.Second), false},
 		{"UDP not replied, a datagram just now", unix.IPPROTO_UDP, ctNew, now, true},
 	} {
-		if got := holds(ctVal{State: c.state, Seen: c.seen}, c.proto, now, times); got != c.want {
+		if got := holds(c.state, c.seen, c.proto, now, times); got != c.want {
 			t.Errorf("%s: holds %t, want %t", c.what, got, c.want)
 		}
 	}
@@ -53,24 +53,36 @@ func TestHolds(t *testing.T) {
 
 // TestKernelDrain: the programs drained under an open TCP connection to an
 // endpoint on another node (masqueraded, all of its packets theirs) and
-// beside connections that closed. The closed ones' flows leave the table
-// at once, the open one's stays; the frontend is gone, so a new connection
-// meets node1's own stack (nothing listens: refused); the open connection
-// still reaches its endpoint; once it closes and is quiet, Drain returns
-// with no flow holding, and Remove leaves the node port to the stack.
+// beside connections that closed, in either family. The closed ones'
+// flows leave the table at once, the open one's stays; the frontend is
+// gone, so a new connection meets node1's own stack (nothing listens:
+// refused); the open connection still reaches its endpoint; once it
+// closes and is quiet, Drain returns with no flow holding, and Remove
+// leaves the node port to the stack.
 func TestKernelDrain(t *testing.T) {
+	for _, family := range []proxy.IPFamily{proxy.IPv4, proxy.IPv6} {
+		t.Run(string(family), func(t *testing.T) { testDrain(t, family) })
+	}
+}
+
+func testDrain(t *testing.T, family proxy.IPFamily) {
 	r := newRig(t)
-	dst := netip.AddrPortFrom(r.node1.IPv4, 30080)
+	node, podB, st := r.node1.IPv4, r.podB.IPv4, stateOf
+	if family == proxy.IPv6 {
+		node, podB, st = r.node1.IPv6, r.podB.IPv6, stateOf6
+	}
+	masqueraded := func(p netip.AddrPort) bool { return p.Addr() == node && MasqueradePort(p.Port()) }
+	dst := netip.AddrPortFrom(node, 30080)
 	p := r.proxier(t, "np")
-	r.sync(t, p, stateOf(r.node1.IPv4, port("web", proxy.TCP, 30080, r.ep(r.podB))), proxy.RecoverySync)
+	r.sync(t, p, st(node, port("web", proxy.TCP, 30080, ep(podB, 8080))), proxy.RecoverySync)
 	open, err := r.client.DialTCP(dst)
 	must(t, err)
 	defer open.Close()
-	if ans, err := open.Ask(); err != nil || !r.masqueraded(ans.Peer) {
+	if ans, err := open.Ask(); err != nil || !masqueraded(ans.Peer) {
 		t.Fatalf("the connection to hold open: %v, %v; want pod-b seeing node1 from a masquerade port", ans, err)
 	}
-	r.ask(t, proxy.TCP, dst, 5, map[string]func(netip.AddrPort) bool{"pod-b": r.masqueraded})
-	if n := flowCount(t, p.Flows()); n != 6 {
+	r.ask(t, proxy.TCP, dst, 5, map[string]func(netip.AddrPort) bool{"pod-b": masqueraded})
+	if n := flowCount(t, p.Flows(), family); n != 6 {
 		t.Fatalf("%d flows in the table before the drain, want 6", n)
 	}
 	p.Close()
@@ -85,10 +97,15 @@ func TestKernelDrain(t *testing.T) {
 		}
 		drained <- err
 	}()
-	if n := <-held; n != 1 {
-		t.Errorf("the drain waits for %d flows, want the open connection's", n)
+	select {
+	case n := <-held:
+		if n != 1 {
+			t.Errorf("the drain waits for %d flows, want the open connection's", n)
+		}
+	case err := <-drained:
+		t.Fatalf("the drain ended at once (%v) with a connection open", err)
 	}
-	if n := flowCount(t, p.Flows()); n != 1 {
+	if n := flowCount(t, p.Flows(), family); n != 1 {
 		t.Errorf("%d flows in the table once the drain began, want the open connection's alone", n)
 	}
 	if got := r.outcome(proxy.TCP, dst); got != netnstest.Refused {
@@ -110,10 +127,10 @@ func TestKernelDrain(t *testing.T) {
 	}
 }
 
-// flowCount is how many flows f lists.
-func flowCount(t *testing.T, f *Flows) int {
+// flowCount is how many flows of family f lists.
+func flowCount(t *testing.T, f *Flows, family proxy.IPFamily) int {
 	t.Helper()
 	n := 0
-	must(t, f.List(context.Background(), proxy.IPv4, func(kconntrack.Flow) { n++ }))
+	must(t, f.List(context.Background(), family, func(kconntrack.Flow) { n++ }))
 	return n
 }

@@ -17,17 +17,17 @@ import (
 
 // The conntrack table's layout, as bpf/nodeport.c declares it.
 
-// ctKey is one direction of a flow as its packets carry it.
-type ctKey struct {
-	Src, Dst     [4]byte
+// ctKeyOf is one direction of a flow as its packets carry it.
+type ctKeyOf[A addrBytes] struct {
+	Src, Dst     A
 	Sport, Dport [2]byte
 	Proto        uint8
 	Pad          [3]byte
 }
 
-// ctVal is the rewrite of one direction of a flow.
-type ctVal struct {
-	Src, Dst     [4]byte
+// ctValOf is the rewrite of one direction of a flow.
+type ctValOf[A addrBytes] struct {
+	Src, Dst     A
 	Sport, Dport [2]byte
 	At           uint8
 	State        uint8
@@ -35,6 +35,12 @@ type ctVal struct {
 	Mark         uint8
 	Seen         uint64
 }
+
+// ctKey and ctVal are IPv4's.
+type (
+	ctKey = ctKeyOf[[4]byte]
+	ctVal = ctValOf[[4]byte]
+)
 
 // ctAtEgress and ctNew are bpf/nodeport.c's CT_AT_EGRESS and CT_NEW.
 const (
@@ -52,21 +58,35 @@ const (
 // and never races a sync that loads the programs again.
 type Flows struct {
 	dir string
-	// deleted counts the flows Delete removed, for metrics.
-	deleted atomic.Uint64
+	// deleted counts the flows Delete removed, for metrics: IPv4's, IPv6's.
+	deleted [2]atomic.Uint64
+}
+
+// familyIndex is family's index in per-family arrays.
+func familyIndex(family proxy.IPFamily) int {
+	if family == proxy.IPv6 {
+		return 1
+	}
+	return 0
 }
 
 // Flows is p's conntrack table.
 func (p *Proxier) Flows() *Flows { return p.flows }
 
-// Deleted counts the flows Delete has removed since the Proxier was made:
-// both directions' entries of each, a flow that was already gone (expired,
-// evicted) included, as the conntrack cleanup counts the kernel's flows.
-func (f *Flows) Deleted() uint64 { return f.deleted.Load() }
+// Deleted counts the flows of family Delete has removed since the Proxier
+// was made: both directions' entries of each, a flow that was already gone
+// (expired, evicted) included, as the conntrack cleanup counts the
+// kernel's flows.
+func (f *Flows) Deleted(family proxy.IPFamily) uint64 { return f.deleted[familyIndex(family)].Load() }
 
-// open is the pinned table, nil before the programs' first load.
-func (f *Flows) open() (*ebpf.Map, error) {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(f.dir, pinName(mapCT)), nil)
+// open is the pinned table of family, nil before the programs' first
+// load.
+func (f *Flows) open(family proxy.IPFamily) (*ebpf.Map, error) {
+	name := maps4.ct
+	if family == proxy.IPv6 {
+		name = maps6.ct
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(f.dir, pinName(name)), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -74,16 +94,23 @@ func (f *Flows) open() (*ebpf.Map, error) {
 }
 
 // List is part of kconntrack.Interface: it visits each translated flow of
-// the table once, by its client's direction. The programs serve IPv4 only.
+// the family's table once, by its client's direction.
 func (f *Flows) List(ctx context.Context, family proxy.IPFamily, visit func(kconntrack.Flow)) error {
-	m, err := f.open()
-	if m == nil || err != nil || family != proxy.IPv4 {
+	m, err := f.open(family)
+	if m == nil || err != nil {
 		return err
 	}
 	defer m.Close()
+	if family == proxy.IPv6 {
+		return listFlows[[16]byte](ctx, m, visit)
+	}
+	return listFlows[[4]byte](ctx, m, visit)
+}
+
+func listFlows[A addrBytes](ctx context.Context, m *ebpf.Map, visit func(kconntrack.Flow)) error {
 	var (
-		k ctKey
-		v ctVal
+		k ctKeyOf[A]
+		v ctValOf[A]
 	)
 	it := m.Iterate()
 	for n := 0; it.Next(&k, &v); n++ {
@@ -100,25 +127,26 @@ func (f *Flows) List(ctx context.Context, family proxy.IPFamily, visit func(kcon
 // Delete is part of kconntrack.Interface: it deletes both directions of
 // each flow and counts the flows the table no longer holds.
 func (f *Flows) Delete(ctx context.Context, family proxy.IPFamily, flows []kconntrack.Flow) (int, error) {
-	m, err := f.open()
-	if m == nil || err != nil || family != proxy.IPv4 {
+	m, err := f.open(family)
+	if m == nil || err != nil {
 		return 0, err
 	}
 	defer m.Close()
 	gone := 0
-	defer func() { f.deleted.Add(uint64(gone)) }()
+	defer func() { f.deleted[familyIndex(family)].Add(uint64(gone)) }()
 	for _, fl := range flows {
 		if err := ctx.Err(); err != nil {
 			return gone, err
 		}
-		err := m.Delete(keyOf(fl.Proto, fl.Orig))
+		orig, reply := flowKeys(family, fl)
+		err := m.Delete(orig)
 		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return gone, err
 		}
 		gone++
 		// The reply's entry: the endpoint answering the client, or the
 		// masquerade address, as the flow's reply tuple says.
-		if err := m.Delete(keyOf(fl.Proto, fl.Reply)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := m.Delete(reply); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return gone, err
 		}
 	}
@@ -127,7 +155,7 @@ func (f *Flows) Delete(ctx context.Context, family proxy.IPFamily, flows []kconn
 
 // flowOf is the flow of a client direction's entry: what the client sent
 // to, and the endpoint answering the address the packet left with.
-func flowOf(k ctKey, v ctVal) kconntrack.Flow {
+func flowOf[A addrBytes](k ctKeyOf[A], v ctValOf[A]) kconntrack.Flow {
 	return kconntrack.Flow{
 		Proto: k.Proto,
 		Orig:  kconntrack.Tuple{Src: addrPort(k.Src, k.Sport), Dst: addrPort(k.Dst, k.Dport)},
@@ -137,11 +165,20 @@ func flowOf(k ctKey, v ctVal) kconntrack.Flow {
 	}
 }
 
-func keyOf(proto uint8, t kconntrack.Tuple) ctKey {
-	return ctKey{Src: t.Src.Addr().As4(), Dst: t.Dst.Addr().As4(), Sport: netPort(t.Src.Port()),
+// flowKeys are the table keys of fl's directions in family's table: an
+// IPv6 flow's addresses have no IPv4 form.
+func flowKeys(family proxy.IPFamily, fl kconntrack.Flow) (orig, reply any) {
+	if family == proxy.IPv6 {
+		return keyOf[[16]byte](fl.Proto, fl.Orig), keyOf[[16]byte](fl.Proto, fl.Reply)
+	}
+	return keyOf[[4]byte](fl.Proto, fl.Orig), keyOf[[4]byte](fl.Proto, fl.Reply)
+}
+
+func keyOf[A addrBytes](proto uint8, t kconntrack.Tuple) ctKeyOf[A] {
+	return ctKeyOf[A]{Src: addrOf[A](t.Src.Addr()), Dst: addrOf[A](t.Dst.Addr()), Sport: netPort(t.Src.Port()),
 		Dport: netPort(t.Dst.Port()), Proto: proto}
 }
 
-func addrPort(a [4]byte, p [2]byte) netip.AddrPort {
-	return netip.AddrPortFrom(netip.AddrFrom4(a), binary.BigEndian.Uint16(p[:]))
+func addrPort[A addrBytes](a A, p [2]byte) netip.AddrPort {
+	return netip.AddrPortFrom(netipOf(a), binary.BigEndian.Uint16(p[:]))
 }

@@ -6,11 +6,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/bpfmap"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // The maps, by the names bpf/nodeport.c gives them; each is pinned by that
@@ -27,8 +29,29 @@ const (
 	mapAffinity = "np_affinity"
 )
 
-var mapNames = []string{mapServices, mapBackends, mapMaglev, mapDevices, mapConfig, mapCT, mapRanges, mapMembers,
-	mapAffinity, mapXDPOut, mapStats}
+// familyMaps are the names of one family's maps: IPv4's above, IPv6's
+// the same with a 6 (bpf/six.h).
+type familyMaps struct{ services, backends, maglev, config, ct, ranges, members, affinity string }
+
+var (
+	maps4 = familyMaps{mapServices, mapBackends, mapMaglev, mapConfig, mapCT, mapRanges, mapMembers, mapAffinity}
+	maps6 = familyMaps{mapServices + "6", mapBackends + "6", mapMaglev + "6", mapConfig + "6", mapCT + "6",
+		mapRanges + "6", mapMembers + "6", mapAffinity + "6"}
+)
+
+// namesOf is the names of the maps of A's family.
+func namesOf[A addrBytes]() familyMaps {
+	if familyOf[A]() == proxy.IPv6 {
+		return maps6
+	}
+	return maps4
+}
+
+func (n familyMaps) all() []string {
+	return []string{n.services, n.backends, n.maglev, n.config, n.ct, n.ranges, n.members, n.affinity}
+}
+
+var mapNames = append(append([]string{mapDevices, mapXDPOut, mapStats, mapStats6, mapProgs6}, maps4.all()...), maps6.all()...)
 
 // layoutVersions are the maps whose layout (type, key, value, flags, inner
 // map) changed since svcproxy first pinned them, with their layout's
@@ -62,21 +85,25 @@ func pinNames() map[string]string {
 // The tc programs svcproxy attaches, and where (np_xdp: xdp.go).
 var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}
 
-// sizes are the capacities of the maps the State sizes.
+// sizes are the capacities of one family's maps the State sizes.
 type sizes struct{ services, backends, maglev, ranges, members, ct, affinity uint32 }
+
+// familySizes are both families' sizes.
+type familySizes map[proxy.IPFamily]sizes
 
 // loaded is the programs and maps in the kernel, and their links.
 type loaded struct {
-	coll  *ebpf.Collection
-	links []link.Link
+	coll *ebpf.Collection
+	// links are the tc links, by the program each runs.
+	links []progLink
 	// xdp are np_xdp's links, on xdpIfaces.
 	xdp       []link.Link
 	xdpIfaces []string
 }
 
 func (l *loaded) close() {
-	for _, lk := range l.links {
-		lk.Close()
+	for _, pl := range l.links {
+		pl.lk.Close()
 	}
 	l.closeXDP()
 	l.coll.Close()
@@ -84,19 +111,26 @@ func (l *loaded) close() {
 
 // programSpec is the tc programs, np_xdp and their maps, sized; the
 // test-only programs are left out.
-func programSpec(sz sizes) (*ebpf.CollectionSpec, error) {
+func programSpec(fs familySizes) (*ebpf.CollectionSpec, error) {
 	spec, err := loadNodeport()
 	if err != nil {
 		return nil, err
 	}
 	for name := range spec.Programs {
-		if _, ok := hooks[name]; !ok && name != progXDP {
+		if _, ok := hooks[name]; !ok && name != progXDP && !slices.Contains(progs6, name) {
 			delete(spec.Programs, name)
 		}
 	}
-	for name, n := range map[string]uint32{mapServices: sz.services, mapBackends: sz.backends,
-		mapMaglev: sz.maglev, mapRanges: sz.ranges, mapMembers: sz.members, mapCT: sz.ct, mapAffinity: sz.affinity} {
-		spec.Maps[name].MaxEntries = n
+	for family, names := range map[proxy.IPFamily]familyMaps{proxy.IPv4: maps4, proxy.IPv6: maps6} {
+		sz, ok := fs[family]
+		if !ok {
+			sz = sizesOf(minEntries, 0, 0, 0, 0, 0, 0)
+		}
+		for name, n := range map[string]uint32{names.services: sz.services, names.backends: sz.backends,
+			names.maglev: sz.maglev, names.ranges: sz.ranges, names.members: sz.members, names.ct: sz.ct,
+			names.affinity: sz.affinity} {
+			spec.Maps[name].MaxEntries = n
+		}
 	}
 	return spec, nil
 }
@@ -106,7 +140,7 @@ func programSpec(sz sizes) (*ebpf.CollectionSpec, error) {
 // tc programs, and np_xdp as accel says, to each interface, swapping the
 // program of a pinned link in place. Interfaces are looked up in the
 // caller's network namespace.
-func load(dir string, ifaces []string, accel Acceleration, sz sizes) (*loaded, error) {
+func load(dir string, ifaces []string, accel Acceleration, sz familySizes) (*loaded, error) {
 	spec, err := programSpec(sz)
 	if err != nil {
 		return nil, err
@@ -116,6 +150,10 @@ func load(dir string, ifaces []string, accel Acceleration, sz sizes) (*loaded, e
 		return nil, fmt.Errorf("loading the tc node-port programs: %w", err)
 	}
 	l := &loaded{coll: coll}
+	if err := l.fillProgs6(); err != nil {
+		l.close()
+		return nil, err
+	}
 	for _, iface := range ifaces {
 		if err := l.attachAll(dir, iface, accel); err != nil {
 			l.close()
@@ -222,7 +260,7 @@ func (l *loaded) attach(name string, attach ebpf.AttachType, dir string, dev *ne
 	if err != nil {
 		return err
 	}
-	l.links = append(l.links, lk)
+	l.links = append(l.links, progLink{name, lk})
 	return nil
 }
 
@@ -231,3 +269,21 @@ func linkPin(dir, prog, iface string) string { return filepath.Join(dir, "link_"
 // Remove detaches the programs pinned in dir and removes the pins and dir;
 // what is not there is not an error.
 func Remove(dir string) error { return bpfmap.RemovePins(dir) }
+
+// mapProgs6 is the program array through which np_ingress and np_egress
+// hand IPv6 packets to progs6 (its slots in that order), by a tail call.
+const mapProgs6 = "np_progs6"
+
+var progs6 = []string{"np_ingress6", "np_egress6"}
+
+// fillProgs6 points np_progs6 at l's IPv6 programs: np_ingress and
+// np_egress of any load sharing the array (a pinned one, the programs
+// before a growth) hand IPv6 packets to these from then on.
+func (l *loaded) fillProgs6() error {
+	for slot, name := range progs6 {
+		if err := l.coll.Maps[mapProgs6].Put(uint32(slot), l.coll.Programs[name]); err != nil {
+			return fmt.Errorf("putting %s in %s: %w", name, mapProgs6, err)
+		}
+	}
+	return nil
+}

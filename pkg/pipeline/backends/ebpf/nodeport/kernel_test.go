@@ -28,6 +28,7 @@ type rig struct {
 	podA, podB   *netnstest.Pod
 	client       netnstest.Client
 	clientIP     netip.Addr
+	clientIP6    netip.Addr
 	pins         string
 }
 
@@ -44,7 +45,7 @@ func newRig(t *testing.T) *rig {
 	must(t, err)
 	ns, ids, err := cl.AddClient("client", r.node1, 1)
 	must(t, err)
-	r.client, r.clientIP = netnstest.Client{NS: ns, Timeout: time.Second}, ids[0][0]
+	r.client, r.clientIP, r.clientIP6 = netnstest.Client{NS: ns, Timeout: time.Second}, ids[0][0], ids[0][1]
 	for _, pod := range []*netnstest.Pod{r.podA, r.podB} {
 		for _, proto := range []proxy.Protocol{proxy.TCP, proxy.UDP} {
 			_, err := pod.NS.Serve(pod.Name, proto, 8080)

@@ -1,6 +1,7 @@
 package nodeport
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -31,7 +32,7 @@ type maglevVal struct {
 
 // maglevOf is the table of eps, and eps in the order the table takes
 // them: sorted, without duplicates.
-func maglevOf(eps []proxy.Endpoint) (maglevVal, []proxy.Endpoint) {
+func maglevOf[A addrBytes](eps []proxy.Endpoint) (maglevVal, []proxy.Endpoint) {
 	set := make([]proxy.Endpoint, len(eps))
 	for i, ep := range eps {
 		set[i] = proxy.Endpoint{IP: ep.IP.Unmap(), Port: ep.Port}
@@ -41,19 +42,19 @@ func maglevOf(eps []proxy.Endpoint) (maglevVal, []proxy.Endpoint) {
 	size, _ := maglev.TableSize(len(set))
 	h := fnv.New64a()
 	for _, ep := range set {
-		v := endpointVal(ep)
-		_, _ = h.Write(v.Addr[:])
+		v := endpointVal[A](ep)
+		_, _ = h.Write(netipOf(v.Addr).AsSlice())
 		_, _ = h.Write(v.Port[:])
 	}
 	return maglevVal{Size: uint32(size), Sum: h.Sum64()}, set
 }
 
 // maglevSlots is the table of eps as np_maglev's arrays hold it.
-func maglevSlots(eps []proxy.Endpoint) []beVal {
+func maglevSlots[A addrBytes](eps []proxy.Endpoint) []beValOf[A] {
 	t := maglev.New(eps)
-	out := make([]beVal, len(t.Slots))
+	out := make([]beValOf[A], len(t.Slots))
 	for i, b := range t.Slots {
-		out[i] = endpointVal(t.Backends[b])
+		out[i] = endpointVal[A](t.Backends[b])
 	}
 	return out
 }
@@ -62,12 +63,12 @@ func maglevSlots(eps []proxy.Endpoint) []beVal {
 // with one update of the group's entry, so that a flow sees the old table
 // or the new one, never a mix. The arrays are built from the endpoints
 // of the State being written.
-type maglevTables struct {
+type maglevTables[A addrBytes] struct {
 	outer     *ebpf.Map
 	endpoints map[uint64][]proxy.Endpoint
 }
 
-func (t maglevTables) Put(ids []uint64, vals []maglevVal) error {
+func (t maglevTables[A]) Put(ids []uint64, vals []maglevVal) error {
 	for i, id := range ids {
 		if err := t.swap(id, vals[i]); err != nil {
 			return err
@@ -76,12 +77,12 @@ func (t maglevTables) Put(ids []uint64, vals []maglevVal) error {
 	return nil
 }
 
-func (t maglevTables) swap(id uint64, v maglevVal) error {
-	slots := maglevSlots(t.endpoints[id])
+func (t maglevTables[A]) swap(id uint64, v maglevVal) error {
+	slots := maglevSlots[A](t.endpoints[id])
 	if len(slots) != int(v.Size) {
 		return fmt.Errorf("group %#x: a table of %d slots for size %d", id, len(slots), v.Size)
 	}
-	inner, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8,
+	inner, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: uint32(binary.Size(slots[0])),
 		MaxEntries: v.Size, Flags: unix.BPF_F_INNER_MAP})
 	if err != nil {
 		return fmt.Errorf("creating a Maglev table of %d slots: %w", v.Size, err)
@@ -103,7 +104,7 @@ func slotKeys(n int) []uint32 {
 }
 
 // Del removes tables; the kernel frees an array when no program holds it.
-func (t maglevTables) Del(ids []uint64) error {
+func (t maglevTables[A]) Del(ids []uint64) error {
 	for _, id := range ids {
 		if err := t.outer.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return err
@@ -115,38 +116,38 @@ func (t maglevTables) Del(ids []uint64) error {
 // readMaglev reads np_maglev's tables back into the store's kernel side,
 // each as maglevVal of the endpoints it holds when it is the table they
 // build, else with Size 0.
-func (s *store) readMaglev(outer *ebpf.Map) error {
+func (s *store[A]) readMaglev(outer *ebpf.Map) error {
 	s.maglev.ForgetKernel()
 	var id uint64
 	var inner ebpf.MapID
 	it := outer.Iterate()
 	for it.Next(&id, &inner) {
-		v, err := readTable(inner)
+		v, err := readTable[A](inner)
 		if err != nil {
 			return fmt.Errorf("reading back Maglev table %#x: %w", id, err)
 		}
 		s.maglev.SetKernel(id, v)
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading back %s: %w", mapMaglev, err)
+		return fmt.Errorf("reading back the Maglev tables: %w", err)
 	}
 	return nil
 }
 
-func readTable(id ebpf.MapID) (maglevVal, error) {
+func readTable[A addrBytes](id ebpf.MapID) (maglevVal, error) {
 	m, err := ebpf.NewMapFromID(id)
 	if err != nil {
 		return maglevVal{}, err
 	}
 	defer m.Close()
 	// One batch reads the whole array: its keys are its slots.
-	slots := make([]beVal, m.MaxEntries())
+	slots := make([]beValOf[A], m.MaxEntries())
 	var cursor ebpf.MapBatchCursor
 	n, err := m.BatchLookup(&cursor, slotKeys(len(slots)), slots, nil)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return maglevVal{}, err
 	}
-	distinct := map[beVal]bool{}
+	distinct := map[beValOf[A]]bool{}
 	var eps []proxy.Endpoint
 	for _, b := range slots[:n] {
 		if !distinct[b] {
@@ -155,8 +156,8 @@ func readTable(id ebpf.MapID) (maglevVal, error) {
 			eps = append(eps, proxy.Endpoint{IP: ap.Addr(), Port: ap.Port()})
 		}
 	}
-	v, set := maglevOf(eps)
-	if n != len(slots) || !slices.Equal(maglevSlots(set), slots) {
+	v, set := maglevOf[A](eps)
+	if n != len(slots) || !slices.Equal(maglevSlots[A](set), slots) {
 		v.Size = 0
 	}
 	return v, nil

@@ -166,10 +166,10 @@ func TestKernelMaglevSwapsWholeTable(t *testing.T) {
 	p := progProxier(t, pins, "node")
 	eps := maglevEps(10)
 	syncIn(t, ns, p, maglevPort(eps))
-	id := Render(stateOf(nodeIP, maglevPort(eps))).Services[frontendKey(vip, 80, 6)].ID
+	id := Render(stateOf(nodeIP, maglevPort(eps))).Services[frontendKey[[4]byte](vip, 80, 6)].ID
 	old := table(t, p, id)
 	before := slotsOf(t, old)
-	if want := maglevSlots(eps); !slices.Equal(before, want) {
+	if want := maglevSlots[[4]byte](eps); !slices.Equal(before, want) {
 		t.Fatalf("np_maglev holds %d slots that are not Go's table of %d", len(before), len(want))
 	}
 	writes := p.Writes()
@@ -183,7 +183,7 @@ func TestKernelMaglevSwapsWholeTable(t *testing.T) {
 	if got := slotsOf(t, old); !slices.Equal(got, before) {
 		t.Errorf("the table flows read before the change was modified: it must be replaced, not rewritten")
 	}
-	if got, want := slotsOf(t, table(t, p, id)), maglevSlots(rest); !slices.Equal(got, want) {
+	if got, want := slotsOf(t, table(t, p, id)), maglevSlots[[4]byte](rest); !slices.Equal(got, want) {
 		t.Errorf("np_maglev's new table is not Go's table of the 9 endpoints left")
 	}
 
@@ -194,14 +194,14 @@ func TestKernelMaglevSwapsWholeTable(t *testing.T) {
 		t.Errorf("a restart with the same State wrote %d entries", n)
 	}
 	tampered := table(t, again, id)
-	must(t, tampered.Put(uint32(0), endpointVal(eps[3])))
+	must(t, tampered.Put(uint32(0), endpointVal[[4]byte](eps[3])))
 	again.Close()
 	third := progProxier(t, pins, "node")
 	syncIn(t, ns, third, maglevPort(rest))
 	if n := third.Writes(); n != 1 {
 		t.Errorf("a restart that found one table changed wrote %d entries, want 1 (the table)", n)
 	}
-	if got, want := slotsOf(t, table(t, third, id)), maglevSlots(rest); !slices.Equal(got, want) {
+	if got, want := slotsOf(t, table(t, third, id)), maglevSlots[[4]byte](rest); !slices.Equal(got, want) {
 		t.Errorf("the table changed by hand was not rewritten")
 	}
 }

@@ -135,7 +135,7 @@ func TestKernelMasqueradePortsRunOut(t *testing.T) {
 	r := masqRig(t)
 	const n, span = 40000, (32768 - 1024) + (65536 - 61000)
 	got := r.openFlows(t, portRange(1024, n))
-	drops, err := r.p.Drops()
+	drops, err := r.p.Drops(proxy.IPv4)
 	must(t, err)
 	t.Logf("%d flows to one endpoint (%d masquerade ports): %d masqueraded, %d dropped, %d counted",
 		n, span, len(got.ports), got.dropped, drops.NoMasqueradePort)
@@ -235,7 +235,7 @@ func TestKernelMasqueradeReplyEvicted(t *testing.T) {
 	must(t, m.Update(rk, other, ebpf.UpdateAny))
 	must(t, ageEntry(m, rk, 0, func(*ctVal) {}))
 	verdict, src = next()
-	drops, err := r.p.Drops()
+	drops, err := r.p.Drops(proxy.IPv4)
 	must(t, err)
 	t.Logf("reply tuple taken by another flow: the next packet got verdict %d from %v; %d counted", verdict, src, drops.ReplyLost)
 	if verdict != tcShot || drops.ReplyLost != 1 {

@@ -17,20 +17,32 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	nodeportMapNpAffinity   = "np_affinity"
+	nodeportMapNpAffinity6  = "np_affinity6"
 	nodeportMapNpBackends   = "np_backends"
+	nodeportMapNpBackends6  = "np_backends6"
 	nodeportMapNpConfig     = "np_config"
+	nodeportMapNpConfig6    = "np_config6"
 	nodeportMapNpCt         = "np_ct"
+	nodeportMapNpCt6        = "np_ct6"
 	nodeportMapNpDevices    = "np_devices"
 	nodeportMapNpMaglev     = "np_maglev"
+	nodeportMapNpMaglev6    = "np_maglev6"
 	nodeportMapNpMembers    = "np_members"
+	nodeportMapNpMembers6   = "np_members6"
+	nodeportMapNpProgs6     = "np_progs6"
 	nodeportMapNpRanges     = "np_ranges"
+	nodeportMapNpRanges6    = "np_ranges6"
 	nodeportMapNpServices   = "np_services"
+	nodeportMapNpServices6  = "np_services6"
 	nodeportMapNpStats      = "np_stats"
+	nodeportMapNpStats6     = "np_stats6"
 	nodeportMapNpXdpOut     = "np_xdp_out"
 	nodeportProgFlowHashRun = "flow_hash_run"
 	nodeportProgJhashRun    = "jhash_run"
 	nodeportProgNpEgress    = "np_egress"
+	nodeportProgNpEgress6   = "np_egress6"
 	nodeportProgNpIngress   = "np_ingress"
+	nodeportProgNpIngress6  = "np_ingress6"
 	nodeportProgNpXdp       = "np_xdp"
 )
 
@@ -79,7 +91,9 @@ type nodeportProgramSpecs struct {
 	FlowHashRun *ebpf.ProgramSpec `ebpf:"flow_hash_run"`
 	JhashRun    *ebpf.ProgramSpec `ebpf:"jhash_run"`
 	NpEgress    *ebpf.ProgramSpec `ebpf:"np_egress"`
+	NpEgress6   *ebpf.ProgramSpec `ebpf:"np_egress6"`
 	NpIngress   *ebpf.ProgramSpec `ebpf:"np_ingress"`
+	NpIngress6  *ebpf.ProgramSpec `ebpf:"np_ingress6"`
 	NpXdp       *ebpf.ProgramSpec `ebpf:"np_xdp"`
 }
 
@@ -87,17 +101,27 @@ type nodeportProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type nodeportMapSpecs struct {
-	NpAffinity *ebpf.MapSpec `ebpf:"np_affinity"`
-	NpBackends *ebpf.MapSpec `ebpf:"np_backends"`
-	NpConfig   *ebpf.MapSpec `ebpf:"np_config"`
-	NpCt       *ebpf.MapSpec `ebpf:"np_ct"`
-	NpDevices  *ebpf.MapSpec `ebpf:"np_devices"`
-	NpMaglev   *ebpf.MapSpec `ebpf:"np_maglev"`
-	NpMembers  *ebpf.MapSpec `ebpf:"np_members"`
-	NpRanges   *ebpf.MapSpec `ebpf:"np_ranges"`
-	NpServices *ebpf.MapSpec `ebpf:"np_services"`
-	NpStats    *ebpf.MapSpec `ebpf:"np_stats"`
-	NpXdpOut   *ebpf.MapSpec `ebpf:"np_xdp_out"`
+	NpAffinity  *ebpf.MapSpec `ebpf:"np_affinity"`
+	NpAffinity6 *ebpf.MapSpec `ebpf:"np_affinity6"`
+	NpBackends  *ebpf.MapSpec `ebpf:"np_backends"`
+	NpBackends6 *ebpf.MapSpec `ebpf:"np_backends6"`
+	NpConfig    *ebpf.MapSpec `ebpf:"np_config"`
+	NpConfig6   *ebpf.MapSpec `ebpf:"np_config6"`
+	NpCt        *ebpf.MapSpec `ebpf:"np_ct"`
+	NpCt6       *ebpf.MapSpec `ebpf:"np_ct6"`
+	NpDevices   *ebpf.MapSpec `ebpf:"np_devices"`
+	NpMaglev    *ebpf.MapSpec `ebpf:"np_maglev"`
+	NpMaglev6   *ebpf.MapSpec `ebpf:"np_maglev6"`
+	NpMembers   *ebpf.MapSpec `ebpf:"np_members"`
+	NpMembers6  *ebpf.MapSpec `ebpf:"np_members6"`
+	NpProgs6    *ebpf.MapSpec `ebpf:"np_progs6"`
+	NpRanges    *ebpf.MapSpec `ebpf:"np_ranges"`
+	NpRanges6   *ebpf.MapSpec `ebpf:"np_ranges6"`
+	NpServices  *ebpf.MapSpec `ebpf:"np_services"`
+	NpServices6 *ebpf.MapSpec `ebpf:"np_services6"`
+	NpStats     *ebpf.MapSpec `ebpf:"np_stats"`
+	NpStats6    *ebpf.MapSpec `ebpf:"np_stats6"`
+	NpXdpOut    *ebpf.MapSpec `ebpf:"np_xdp_out"`
 }
 
 // nodeportVariableSpecs contains global variables before they are loaded into the kernel.
@@ -126,31 +150,51 @@ func (o *nodeportObjects) Close() error {
 //
 // It can be passed to loadNodeportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type nodeportMaps struct {
-	NpAffinity *ebpf.Map `ebpf:"np_affinity"`
-	NpBackends *ebpf.Map `ebpf:"np_backends"`
-	NpConfig   *ebpf.Map `ebpf:"np_config"`
-	NpCt       *ebpf.Map `ebpf:"np_ct"`
-	NpDevices  *ebpf.Map `ebpf:"np_devices"`
-	NpMaglev   *ebpf.Map `ebpf:"np_maglev"`
-	NpMembers  *ebpf.Map `ebpf:"np_members"`
-	NpRanges   *ebpf.Map `ebpf:"np_ranges"`
-	NpServices *ebpf.Map `ebpf:"np_services"`
-	NpStats    *ebpf.Map `ebpf:"np_stats"`
-	NpXdpOut   *ebpf.Map `ebpf:"np_xdp_out"`
+	NpAffinity  *ebpf.Map `ebpf:"np_affinity"`
+	NpAffinity6 *ebpf.Map `ebpf:"np_affinity6"`
+	NpBackends  *ebpf.Map `ebpf:"np_backends"`
+	NpBackends6 *ebpf.Map `ebpf:"np_backends6"`
+	NpConfig    *ebpf.Map `ebpf:"np_config"`
+	NpConfig6   *ebpf.Map `ebpf:"np_config6"`
+	NpCt        *ebpf.Map `ebpf:"np_ct"`
+	NpCt6       *ebpf.Map `ebpf:"np_ct6"`
+	NpDevices   *ebpf.Map `ebpf:"np_devices"`
+	NpMaglev    *ebpf.Map `ebpf:"np_maglev"`
+	NpMaglev6   *ebpf.Map `ebpf:"np_maglev6"`
+	NpMembers   *ebpf.Map `ebpf:"np_members"`
+	NpMembers6  *ebpf.Map `ebpf:"np_members6"`
+	NpProgs6    *ebpf.Map `ebpf:"np_progs6"`
+	NpRanges    *ebpf.Map `ebpf:"np_ranges"`
+	NpRanges6   *ebpf.Map `ebpf:"np_ranges6"`
+	NpServices  *ebpf.Map `ebpf:"np_services"`
+	NpServices6 *ebpf.Map `ebpf:"np_services6"`
+	NpStats     *ebpf.Map `ebpf:"np_stats"`
+	NpStats6    *ebpf.Map `ebpf:"np_stats6"`
+	NpXdpOut    *ebpf.Map `ebpf:"np_xdp_out"`
 }
 
 func (m *nodeportMaps) Close() error {
 	return _NodeportClose(
 		m.NpAffinity,
+		m.NpAffinity6,
 		m.NpBackends,
+		m.NpBackends6,
 		m.NpConfig,
+		m.NpConfig6,
 		m.NpCt,
+		m.NpCt6,
 		m.NpDevices,
 		m.NpMaglev,
+		m.NpMaglev6,
 		m.NpMembers,
+		m.NpMembers6,
+		m.NpProgs6,
 		m.NpRanges,
+		m.NpRanges6,
 		m.NpServices,
+		m.NpServices6,
 		m.NpStats,
+		m.NpStats6,
 		m.NpXdpOut,
 	)
 }
@@ -168,7 +212,9 @@ type nodeportPrograms struct {
 	FlowHashRun *ebpf.Program `ebpf:"flow_hash_run"`
 	JhashRun    *ebpf.Program `ebpf:"jhash_run"`
 	NpEgress    *ebpf.Program `ebpf:"np_egress"`
+	NpEgress6   *ebpf.Program `ebpf:"np_egress6"`
 	NpIngress   *ebpf.Program `ebpf:"np_ingress"`
+	NpIngress6  *ebpf.Program `ebpf:"np_ingress6"`
 	NpXdp       *ebpf.Program `ebpf:"np_xdp"`
 }
 
@@ -177,7 +223,9 @@ func (p *nodeportPrograms) Close() error {
 		p.FlowHashRun,
 		p.JhashRun,
 		p.NpEgress,
+		p.NpEgress6,
 		p.NpIngress,
+		p.NpIngress6,
 		p.NpXdp,
 	)
 }

@@ -9,10 +9,10 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
-// Contents is what the programs' maps hold for one State.
-type Contents struct {
-	Services map[svcKey]svcVal
-	Backends map[beKey]beVal
+// contentsOf is what the programs' maps of A's family hold for one State.
+type contentsOf[A addrBytes] struct {
+	Services map[svcKeyOf[A]]svcVal
+	Backends map[beKey]beValOf[A]
 	// Maglev are the groups' Maglev tables, one entry each (maglev.go).
 	Maglev map[uint64]maglevVal
 	// maglevEndpoints are the endpoints each Maglev table is built from
@@ -20,26 +20,40 @@ type Contents struct {
 	maglevEndpoints map[uint64][]proxy.Endpoint
 	// Ranges are the allowed source prefixes of the groups whose LB IPs
 	// have loadBalancerSourceRanges.
-	Ranges map[srcKey]uint32
+	Ranges map[srcKeyOf[A]]uint32
 	// Members are the endpoints of the groups with ClientIP affinity.
-	Members map[memberKey]uint32
-	Config  cfgVal
+	Members map[memberKeyOf[A]]uint32
+	Config  cfgValOf[A]
 }
 
-func newContents() Contents {
-	return Contents{Services: map[svcKey]svcVal{}, Backends: map[beKey]beVal{}, Maglev: map[uint64]maglevVal{},
-		maglevEndpoints: map[uint64][]proxy.Endpoint{}, Ranges: map[srcKey]uint32{}, Members: map[memberKey]uint32{}}
+// Contents is what the IPv4 maps hold for one State, Contents6 the IPv6
+// maps.
+type (
+	Contents  = contentsOf[[4]byte]
+	Contents6 = contentsOf[[16]byte]
+)
+
+func newContents[A addrBytes]() contentsOf[A] {
+	return contentsOf[A]{Services: map[svcKeyOf[A]]svcVal{}, Backends: map[beKey]beValOf[A]{},
+		Maglev: map[uint64]maglevVal{}, maglevEndpoints: map[uint64][]proxy.Endpoint{},
+		Ranges: map[srcKeyOf[A]]uint32{}, Members: map[memberKeyOf[A]]uint32{}}
 }
 
-// Served says whether the tc programs translate sp's external frontends:
-// IPv4 TCP and UDP. In their family nothing else translates packets from
-// outside the node (ebpf mode has no nftables half there).
-func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
+// Served says whether the tc programs translate sp's external frontends,
+// in either family: TCP and UDP. Nothing translates the others from
+// outside the node in a family the programs serve without an nftables
+// half (tcServes in internal/backends); in one with a half, its rules do.
+func Served(_ proxy.IPFamily, sp *desired.ServicePort) bool {
 	_, ok := protoNumbers[sp.Protocol]
-	return family == proxy.IPv4 && ok
+	return ok
 }
 
-// Render is the pure translation of an IPv4 State into map contents: each
+// Render is render of an IPv4 State, Render6 of an IPv6 one.
+func Render(st *desired.State) Contents   { return render[[4]byte](st) }
+func Render6(st *desired.State) Contents6 { return render[[16]byte](st) }
+
+// render is the pure translation of a State of A's family into map
+// contents (none for a State of the other family): each
 // served port's node ports (on every node-port address), external IPs and
 // LB IPs point at the dispatch desired routes traffic from outside the
 // node to, with the route's masquerade and the port's balancing. LB IPs
@@ -56,17 +70,19 @@ func Served(family proxy.IPFamily, sp *desired.ServicePort) bool {
 // A group's ID is a hash of the service port's name and dispatch set,
 // probed past collisions in name order, so that the same State always
 // renders the same maps and a restart writes nothing.
-func Render(st *desired.State) Contents {
-	c := newContents()
-	if st.Family != proxy.IPv4 {
+func render[A addrBytes](st *desired.State) contentsOf[A] {
+	c := newContents[A]()
+	family := familyOf[A]()
+	if st.Family != family {
 		return c
 	}
-	if len(st.NodeIPs) > 0 && st.NodeIPs[0].Unmap().Is4() {
-		c.Config.SNAT = st.NodeIPs[0].Unmap().As4()
+	// The node's primary address of the family.
+	if i := slices.IndexFunc(st.NodeIPs, family.Contains); i >= 0 {
+		c.Config.SNAT = addrOf[A](st.NodeIPs[i])
 	}
 	var nodePortIPs []netip.Addr
 	for _, ip := range st.NodePortAddresses() {
-		if ip = ip.Unmap(); ip.Is4() && !ip.IsLoopback() {
+		if ip = ip.Unmap(); family.Contains(ip) && !ip.IsLoopback() {
 			nodePortIPs = append(nodePortIPs, ip)
 		}
 	}
@@ -76,7 +92,7 @@ func Render(st *desired.State) Contents {
 		if !Served(st.Family, sp) {
 			continue
 		}
-		open, lbs := frontends(sp, nodePortIPs)
+		open, lbs := frontends[A](sp, nodePortIPs)
 		if len(open)+len(lbs) == 0 {
 			continue
 		}
@@ -96,12 +112,13 @@ func Render(st *desired.State) Contents {
 }
 
 // frontends lists sp's node ports and external IPs, which are never
-// filtered by source, and its LB IPs.
-func frontends(sp *desired.ServicePort, nodePortIPs []netip.Addr) (open, lbs []svcKey) {
+// filtered by source, and its LB IPs, of A's family.
+func frontends[A addrBytes](sp *desired.ServicePort, nodePortIPs []netip.Addr) (open, lbs []svcKeyOf[A]) {
 	proto := protoNumbers[sp.Protocol]
-	add := func(out []svcKey, ip netip.Addr, port uint16) []svcKey {
-		if ip = ip.Unmap(); ip.Is4() {
-			out = append(out, frontendKey(ip, port, proto))
+	family := familyOf[A]()
+	add := func(out []svcKeyOf[A], ip netip.Addr, port uint16) []svcKeyOf[A] {
+		if ip = ip.Unmap(); family.Contains(ip) {
+			out = append(out, frontendKey[A](ip, port, proto))
 		}
 		return out
 	}
@@ -119,19 +136,20 @@ func frontends(sp *desired.ServicePort, nodePortIPs []netip.Addr) (open, lbs []s
 	return open, lbs
 }
 
-// ranges writes group id's allowed source prefixes (an IPv4 State's are
-// IPv4).
-func ranges(c *Contents, id uint64, allowed []netip.Prefix) {
+// ranges writes group id's allowed source prefixes of A's family (a
+// State's are its family's).
+func ranges[A addrBytes](c *contentsOf[A], id uint64, allowed []netip.Prefix) {
+	family := familyOf[A]()
 	for _, p := range allowed {
-		if p.Addr().Is4() {
-			c.Ranges[sourceKey(id, p)] = 1
+		if family.Contains(p.Addr()) {
+			c.Ranges[sourceKey[A](id, p)] = 1
 		}
 	}
 }
 
 // group renders the endpoints of route's dispatch, and its Maglev table
 // when the port balances by Maglev, and returns the frontends' record.
-func group(c *Contents, sp *desired.ServicePort, route desired.Route, taken map[uint64]bool) svcVal {
+func group[A addrBytes](c *contentsOf[A], sp *desired.ServicePort, route desired.Route, taken map[uint64]bool) svcVal {
 	d := sp.Dispatch(route.Set)
 	id := groupID(sp.Name, route.Set)
 	for taken[id] {
@@ -149,13 +167,13 @@ func group(c *Contents, sp *desired.ServicePort, route desired.Route, taken map[
 		return v
 	}
 	for i, ep := range d.Endpoints {
-		c.Backends[beKey{ID: id, Slot: uint32(i)}] = endpointVal(ep)
+		c.Backends[beKey{ID: id, Slot: uint32(i)}] = endpointVal[A](ep)
 		if v.Affinity > 0 {
-			c.Members[memberOf(id, ep)] = 1
+			c.Members[memberOf[A](id, ep)] = 1
 		}
 	}
 	if sp.ExternalBalancing == proxy.BalanceMaglev {
-		m, set := maglevOf(d.Endpoints)
+		m, set := maglevOf[A](d.Endpoints)
 		c.Maglev[id], c.maglevEndpoints[id] = m, set
 		v.Flags |= flagMaglev
 		v.MSize = m.Size

@@ -39,13 +39,13 @@ func TestRenderRoutesAndFlags(t *testing.T) {
 		t.Errorf("configuration %+v, want the node's address %v and no masquerade mark (nothing masquerades a local endpoint's flow)", c.Config, nodeIP)
 	}
 	want := map[svcKey]uint32{
-		frontendKey(nodeIP, 30080, 6):                           flagMasq,
-		frontendKey(netip.MustParseAddr("198.18.100.1"), 80, 6): flagMasq,
-		frontendKey(nodeIP, 30081, 17):                          0,
-		frontendKey(nodeIP, 30082, 6):                           flagDrop,
-		frontendKey(nodeIP, 30083, 6):                           flagMasq,
-		frontendKey(netip.MustParseAddr("198.18.200.1"), 80, 6): flagMasq | flagRanges,
-		frontendKey(nodeIP, 30084, 6):                           flagMasq,
+		frontendKey[[4]byte](nodeIP, 30080, 6):                           flagMasq,
+		frontendKey[[4]byte](netip.MustParseAddr("198.18.100.1"), 80, 6): flagMasq,
+		frontendKey[[4]byte](nodeIP, 30081, 17):                          0,
+		frontendKey[[4]byte](nodeIP, 30082, 6):                           flagDrop,
+		frontendKey[[4]byte](nodeIP, 30083, 6):                           flagMasq,
+		frontendKey[[4]byte](netip.MustParseAddr("198.18.200.1"), 80, 6): flagMasq | flagRanges,
+		frontendKey[[4]byte](nodeIP, 30084, 6):                           flagMasq,
 	}
 	if len(c.Services) != len(want) {
 		t.Errorf("rendered %d frontends, want %d (no SCTP): %v", len(c.Services), len(want), c.Services)
@@ -60,7 +60,7 @@ func TestRenderRoutesAndFlags(t *testing.T) {
 			t.Errorf("frontend %v: flags %d, want %d", k, v.Flags, flags)
 		}
 	}
-	web := c.Services[frontendKey(nodeIP, 30080, 6)]
+	web := c.Services[frontendKey[[4]byte](nodeIP, 30080, 6)]
 	if web.Count != 2 || c.Backends[beKey{ID: web.ID, Slot: 1}].AddrPort() != epB.AddrPort() {
 		t.Errorf("web's group: %+v, slot 1 %v; want 2 endpoints, epB second", web, c.Backends[beKey{ID: web.ID, Slot: 1}])
 	}
@@ -85,10 +85,10 @@ func TestRenderSourceRanges(t *testing.T) {
 	open.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("198.18.200.3")}
 
 	c := Render(stateOf(nodeIP, sp, closed, open))
-	v := c.Services[frontendKey(lb, 80, 6)]
-	for k, want := range map[svcKey]bool{frontendKey(lb, 80, 6): true, frontendKey(ext, 80, 6): false,
-		frontendKey(nodeIP, 30080, 6): false, frontendKey(netip.MustParseAddr("198.18.200.2"), 80, 6): true,
-		frontendKey(netip.MustParseAddr("198.18.200.3"), 80, 6): false} {
+	v := c.Services[frontendKey[[4]byte](lb, 80, 6)]
+	for k, want := range map[svcKey]bool{frontendKey[[4]byte](lb, 80, 6): true, frontendKey[[4]byte](ext, 80, 6): false,
+		frontendKey[[4]byte](nodeIP, 30080, 6): false, frontendKey[[4]byte](netip.MustParseAddr("198.18.200.2"), 80, 6): true,
+		frontendKey[[4]byte](netip.MustParseAddr("198.18.200.3"), 80, 6): false} {
 		got, ok := c.Services[k]
 		if !ok || (got.Flags&flagRanges != 0) != want {
 			t.Errorf("frontend %v: %+v (rendered %t), want the ranges flag %t", k, got, ok, want)
@@ -111,11 +111,11 @@ func TestRenderAffinity(t *testing.T) {
 	sticky.AffinitySeconds = 10800
 	plain := port("plain", proxy.TCP, 30081, epA)
 	c := Render(stateOf(nodeIP, sticky, plain))
-	v, p := c.Services[frontendKey(nodeIP, 30080, 6)], c.Services[frontendKey(nodeIP, 30081, 6)]
+	v, p := c.Services[frontendKey[[4]byte](nodeIP, 30080, 6)], c.Services[frontendKey[[4]byte](nodeIP, 30081, 6)]
 	if v.Affinity != 10800 || p.Affinity != 0 {
 		t.Errorf("affinity timeouts %d and %d, want 10800 and 0", v.Affinity, p.Affinity)
 	}
-	want := map[memberKey]uint32{memberOf(v.ID, epA): 1, memberOf(v.ID, epB): 1}
+	want := map[memberKey]uint32{memberOf[[4]byte](v.ID, epA): 1, memberOf[[4]byte](v.ID, epB): 1}
 	if !maps.Equal(c.Members, want) {
 		t.Errorf("members %v, want sticky's two endpoints %v", c.Members, want)
 	}
@@ -128,13 +128,13 @@ func TestRenderMaglevTable(t *testing.T) {
 	sp := port("web", proxy.TCP, 30080, epB, epA, epB)
 	sp.ExternalBalancing = proxy.BalanceMaglev
 	c := Render(stateOf(nodeIP, sp))
-	v := c.Services[frontendKey(nodeIP, 30080, 6)]
+	v := c.Services[frontendKey[[4]byte](nodeIP, 30080, 6)]
 	tab := maglev.New([]proxy.Endpoint{epA, epB})
 	m, ok := c.Maglev[v.ID]
 	if v.Flags&flagMaglev == 0 || int(v.MSize) != len(tab.Slots) || !ok || int(m.Size) != len(tab.Slots) || len(c.Maglev) != 1 {
 		t.Fatalf("record %+v with Maglev tables %v, want the flag and one table of %d slots", v, c.Maglev, len(tab.Slots))
 	}
-	slots := maglevSlots(c.maglevEndpoints[v.ID])
+	slots := maglevSlots[[4]byte](c.maglevEndpoints[v.ID])
 	if len(slots) != len(tab.Slots) {
 		t.Fatalf("%d slots written, the table has %d", len(slots), len(tab.Slots))
 	}
@@ -150,7 +150,7 @@ func TestRenderMaglevTable(t *testing.T) {
 	}
 }
 
-func TestRenderIsStableAndIPv4Only(t *testing.T) {
+func TestRenderIsStableAndPerFamily(t *testing.T) {
 	st := stateOf(nodeIP, port("a", proxy.TCP, 30080, epA), port("b", proxy.UDP, 30081, epB))
 	a, b := Render(st), Render(st)
 	if len(a.Services) != 2 {
@@ -161,9 +161,58 @@ func TestRenderIsStableAndIPv4Only(t *testing.T) {
 			t.Errorf("frontend %v rendered %+v then %+v", k, v, b.Services[k])
 		}
 	}
+	if c := Render6(st); len(c.Services) != 0 {
+		t.Errorf("an IPv4 State rendered into the IPv6 maps: %v", c.Services)
+	}
 	st.Family = proxy.IPv6
 	if c := Render(st); len(c.Services) != 0 {
-		t.Errorf("an IPv6 State rendered %v: the tc path is IPv4 only", c.Services)
+		t.Errorf("an IPv6 State rendered into the IPv4 maps: %v", c.Services)
+	}
+}
+
+// TestRenderIPv6: an IPv6 State's node ports on the node's IPv6
+// addresses, external and LB IPv6s, the masquerade address (the node's
+// first IPv6 address), source ranges of 64 + 128 bits and affinity
+// members, all 16-byte; IPv4 addresses in it are not rendered.
+func TestRenderIPv6(t *testing.T) {
+	node6 := netip.MustParseAddr("fd00:18::11")
+	ep6 := ep(netip.MustParseAddr("fd00:19::2"), 8080)
+	sp := port("web", proxy.TCP, 30080, ep6)
+	sp.ExternalIPs = []netip.Addr{netip.MustParseAddr("fd00:100::1"), netip.MustParseAddr("198.18.100.1")}
+	sp.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("fd00:200::1")}
+	sp.AllowedSources = []netip.Prefix{netip.MustParsePrefix("fd00:9::/64")}
+	sp.AffinitySeconds = 10
+	st := stateOf(node6, sp)
+	st.Family = proxy.IPv6
+	st.NodeIPs = []netip.Addr{node6, netip.MustParseAddr("fd00:18::12")}
+	c := Render6(st)
+	if got := netip.AddrFrom16(c.Config.SNAT); got != node6 {
+		t.Errorf("masquerade address %v, want the node's first IPv6 address %v", got, node6)
+	}
+	want := map[svcKeyOf[[16]byte]]uint32{
+		frontendKey[[16]byte](node6, 30080, 6):                              flagMasq,
+		frontendKey[[16]byte](netip.MustParseAddr("fd00:18::12"), 30080, 6): flagMasq,
+		frontendKey[[16]byte](netip.MustParseAddr("fd00:100::1"), 80, 6):    flagMasq,
+		frontendKey[[16]byte](netip.MustParseAddr("fd00:200::1"), 80, 6):    flagMasq | flagRanges,
+	}
+	if len(c.Services) != len(want) {
+		t.Errorf("rendered %d frontends, want %d: %v", len(c.Services), len(want), c.Services)
+	}
+	for k, flags := range want {
+		if v, ok := c.Services[k]; !ok || v.Flags != flags {
+			t.Errorf("frontend %v: %+v (present %v), want flags %d", netip.AddrFrom16(k.Addr), v, ok, flags)
+		}
+	}
+	id := c.Services[frontendKey[[16]byte](node6, 30080, 6)].ID
+	if got := c.Backends[beKey{ID: id}].AddrPort(); got != ep6.AddrPort() {
+		t.Errorf("slot 0 is %v, want %v", got, ep6.AddrPort())
+	}
+	rk := sourceKey[[16]byte](id, netip.MustParsePrefix("fd00:9::/64"))
+	if len(c.Ranges) != 1 || c.Ranges[rk] != 1 || rk.Prefixlen != 64+64 {
+		t.Errorf("ranges %v, want only %+v", c.Ranges, rk)
+	}
+	if len(c.Members) != 1 || c.Members[memberOf[[16]byte](id, ep6)] != 1 {
+		t.Errorf("affinity members %v, want %v", c.Members, ep6)
 	}
 }
 

@@ -4,11 +4,17 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
 // mapStats is np_stats: per-CPU counters of what the programs drop by
-// themselves, indexed by the stat* constants.
-const mapStats = "np_stats"
+// themselves in IPv4 flows, indexed by the stat* constants; mapStats6 in
+// IPv6 flows.
+const (
+	mapStats  = "np_stats"
+	mapStats6 = "np_stats6"
+)
 
 // bpf/nodeport.c's NP_STAT_*.
 const (
@@ -29,17 +35,23 @@ type Drops struct {
 	ReplyLost uint64
 }
 
-// Drops reads the programs' counters, summed over the CPUs; zeros before
-// the first Sync loaded them.
-func (p *Proxier) Drops() (Drops, error) {
+// Drops reads the programs' counters of family's flows, summed over the
+// CPUs; zeros before the first Sync loaded them.
+func (p *Proxier) Drops(family proxy.IPFamily) (Drops, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.kernel == nil {
 		return Drops{}, nil
+	}
+	name := mapStats
+	if family == proxy.IPv6 {
+		name = mapStats6
 	}
 	var d Drops
 	for key, n := range map[uint32]*uint64{statNoSNATPort: &d.NoMasqueradePort, statReplyLost: &d.ReplyLost} {
 		var err error
-		if *n, err = sumPerCPU(p.kernel.coll.Maps[mapStats], key); err != nil {
-			return Drops{}, fmt.Errorf("tc node ports: reading %s: %w", mapStats, err)
+		if *n, err = sumPerCPU(p.kernel.coll.Maps[name], key); err != nil {
+			return Drops{}, fmt.Errorf("tc node ports: reading %s: %w", name, err)
 		}
 	}
 	return d, nil

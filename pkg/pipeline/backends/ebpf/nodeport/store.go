@@ -35,44 +35,41 @@ const (
 	phaseSlotDel
 )
 
-var (
-	frontendKind = bpfmap.Kind[svcKey, svcVal]("frontends", phaseFrontendPut, phaseFrontendDel)
-	slotKind     = bpfmap.Kind[beKey, beVal]("endpoint slots", phaseSlotPut, phaseSlotDel)
-	maglevKind   = bpfmap.Kind[uint64, maglevVal]("Maglev tables", phaseMaglevPut, phaseMaglevDel)
-	rangeKind    = bpfmap.Kind[srcKey, uint32]("source ranges", phaseRangePut, phaseRangeDel)
-	memberKind   = bpfmap.Kind[memberKey, uint32]("affinity members", phaseMemberPut, phaseMemberDel)
-	// The configuration is an array's one entry, always claimed: it is
-	// never deleted.
-	configKind = bpfmap.Kind[uint32, cfgVal]("the configuration", phaseConfigPut, phaseConfigPut)
-)
-
-// store is the maps as the reconciliation engine keeps them: what the
-// render claims, what the maps hold, and when they must be read back.
-type store struct {
+// store is the maps of A's family as the reconciliation engine keeps
+// them: what the render claims, what the maps hold, and when they must be
+// read back.
+type store[A addrBytes] struct {
 	syncs     reconcile.Syncs
-	frontends *reconcile.Table[whole, svcKey, svcVal]
-	slots     *reconcile.Table[whole, beKey, beVal]
+	frontends *reconcile.Table[whole, svcKeyOf[A], svcVal]
+	slots     *reconcile.Table[whole, beKey, beValOf[A]]
 	maglev    *reconcile.Table[whole, uint64, maglevVal]
-	ranges    *reconcile.Table[whole, srcKey, uint32]
-	members   *reconcile.Table[whole, memberKey, uint32]
-	config    *reconcile.Table[whole, uint32, cfgVal]
+	ranges    *reconcile.Table[whole, srcKeyOf[A], uint32]
+	members   *reconcile.Table[whole, memberKeyOf[A], uint32]
+	config    *reconcile.Table[whole, uint32, cfgValOf[A]]
 }
 
-func newStore() *store {
-	return &store{frontends: reconcile.NewTable[whole](frontendKind), slots: reconcile.NewTable[whole](slotKind),
-		maglev: reconcile.NewTable[whole](maglevKind), ranges: reconcile.NewTable[whole](rangeKind),
-		members: reconcile.NewTable[whole](memberKind), config: reconcile.NewTable[whole](configKind)}
+func newStore[A addrBytes]() *store[A] {
+	return &store[A]{
+		frontends: reconcile.NewTable[whole](bpfmap.Kind[svcKeyOf[A], svcVal]("frontends", phaseFrontendPut, phaseFrontendDel)),
+		slots:     reconcile.NewTable[whole](bpfmap.Kind[beKey, beValOf[A]]("endpoint slots", phaseSlotPut, phaseSlotDel)),
+		maglev:    reconcile.NewTable[whole](bpfmap.Kind[uint64, maglevVal]("Maglev tables", phaseMaglevPut, phaseMaglevDel)),
+		ranges:    reconcile.NewTable[whole](bpfmap.Kind[srcKeyOf[A], uint32]("source ranges", phaseRangePut, phaseRangeDel)),
+		members:   reconcile.NewTable[whole](bpfmap.Kind[memberKeyOf[A], uint32]("affinity members", phaseMemberPut, phaseMemberDel)),
+		// The configuration is an array's one entry, always claimed: it
+		// is never deleted.
+		config: reconcile.NewTable[whole](bpfmap.Kind[uint32, cfgValOf[A]]("the configuration", phaseConfigPut, phaseConfigPut)),
+	}
 }
 
 // claim makes c everything the maps should hold: every key, claimed or in
 // the maps, is diffed.
-func (s *store) claim(c *Contents) {
+func (s *store[A]) claim(c *contentsOf[A]) {
 	claimAll(s.frontends, c.Services)
 	claimAll(s.slots, c.Backends)
 	claimAll(s.maglev, c.Maglev)
 	claimAll(s.ranges, c.Ranges)
 	claimAll(s.members, c.Members)
-	claimAll(s.config, map[uint32]cfgVal{0: c.Config})
+	claimAll(s.config, map[uint32]cfgValOf[A]{0: c.Config})
 }
 
 func claimAll[K comparable, V any](t *reconcile.Table[whole, K, V], m map[K]V) {
@@ -86,31 +83,33 @@ func claimAll[K comparable, V any](t *reconcile.Table[whole, K, V], m map[K]V) {
 
 // tables are the maps the store writes: the kernel's, or a test's
 // recorders.
-type tables struct {
-	frontends bpfmap.Writer[svcKey, svcVal]
-	slots     bpfmap.Writer[beKey, beVal]
+type tables[A addrBytes] struct {
+	frontends bpfmap.Writer[svcKeyOf[A], svcVal]
+	slots     bpfmap.Writer[beKey, beValOf[A]]
 	maglev    bpfmap.Writer[uint64, maglevVal]
-	ranges    bpfmap.Writer[srcKey, uint32]
-	members   bpfmap.Writer[memberKey, uint32]
-	config    bpfmap.Writer[uint32, cfgVal]
+	ranges    bpfmap.Writer[srcKeyOf[A], uint32]
+	members   bpfmap.Writer[memberKeyOf[A], uint32]
+	config    bpfmap.Writer[uint32, cfgValOf[A]]
 }
 
-// tablesOf is the kernel's maps, writing the Maglev tables of want.
-func tablesOf(maps map[string]*ebpf.Map, want *Contents) tables {
-	return tables{
-		frontends: bpfmap.Table[svcKey, svcVal]{M: maps[mapServices]},
-		slots:     bpfmap.Table[beKey, beVal]{M: maps[mapBackends]},
-		maglev:    maglevTables{outer: maps[mapMaglev], endpoints: want.maglevEndpoints},
-		ranges:    oneByOne[srcKey, uint32]{maps[mapRanges]},
-		members:   bpfmap.Table[memberKey, uint32]{M: maps[mapMembers]},
-		config:    bpfmap.Table[uint32, cfgVal]{M: maps[mapConfig]},
+// tablesOf is the kernel's maps of A's family, writing the Maglev tables
+// of want.
+func tablesOf[A addrBytes](maps map[string]*ebpf.Map, want *contentsOf[A]) tables[A] {
+	n := namesOf[A]()
+	return tables[A]{
+		frontends: bpfmap.Table[svcKeyOf[A], svcVal]{M: maps[n.services]},
+		slots:     bpfmap.Table[beKey, beValOf[A]]{M: maps[n.backends]},
+		maglev:    maglevTables[A]{outer: maps[n.maglev], endpoints: want.maglevEndpoints},
+		ranges:    oneByOne[srcKeyOf[A], uint32]{maps[n.ranges]},
+		members:   bpfmap.Table[memberKeyOf[A], uint32]{M: maps[n.members]},
+		config:    bpfmap.Table[uint32, cfgValOf[A]]{M: maps[n.config]},
 	}
 }
 
 // write applies the difference to t in phase order and returns how many
 // entries it wrote or deleted; it stops at the first failure (what
 // follows may count on it), after which the maps are read back.
-func (s *store) write(t tables) (int, error) {
+func (s *store[A]) write(t tables[A]) (int, error) {
 	n, err := reconcile.RunUntilFailure(
 		reconcile.Batch(s.slots, bpfmap.Write(t.slots, "endpoint slots")),
 		reconcile.Batch(s.maglev, bpfmap.Write(t.maglev, "Maglev tables")),
@@ -126,23 +125,24 @@ func (s *store) write(t tables) (int, error) {
 }
 
 // readBack makes what maps hold the store's kernel side.
-func (s *store) readBack(maps map[string]*ebpf.Map) error {
-	if err := readInto(s.frontends, maps, mapServices); err != nil {
+func (s *store[A]) readBack(maps map[string]*ebpf.Map) error {
+	n := namesOf[A]()
+	if err := readInto(s.frontends, maps, n.services); err != nil {
 		return err
 	}
-	if err := readInto(s.slots, maps, mapBackends); err != nil {
+	if err := readInto(s.slots, maps, n.backends); err != nil {
 		return err
 	}
-	if err := s.readMaglev(maps[mapMaglev]); err != nil {
+	if err := s.readMaglev(maps[n.maglev]); err != nil {
 		return err
 	}
-	if err := readInto(s.config, maps, mapConfig); err != nil {
+	if err := readInto(s.config, maps, n.config); err != nil {
 		return err
 	}
-	if err := readEach(s.ranges, maps, mapRanges); err != nil {
+	if err := readEach(s.ranges, maps, n.ranges); err != nil {
 		return err
 	}
-	if err := readInto(s.members, maps, mapMembers); err != nil {
+	if err := readInto(s.members, maps, n.members); err != nil {
 		return err
 	}
 	s.syncs.ReadDone()
@@ -196,4 +196,15 @@ func readEach[K, V comparable](t *reconcile.Table[whole, K, V], maps map[string]
 		return fmt.Errorf("reading back %s: %w", name, err)
 	}
 	return nil
+}
+
+// emptied forgets what the kernel's maps hold: the next write goes to new,
+// empty maps (grow).
+func (s *store[A]) emptied() {
+	s.frontends.ForgetKernel()
+	s.slots.ForgetKernel()
+	s.maglev.ForgetKernel()
+	s.ranges.ForgetKernel()
+	s.members.ForgetKernel()
+	s.config.ForgetKernel()
 }

@@ -19,7 +19,7 @@ func (l logger[K, V]) Del([]K) error      { *l.log = append(*l.log, "del "+l.wha
 // a second write of the same contents writes nothing.
 func TestWriteOrder(t *testing.T) {
 	var log []string
-	tb := tables{frontends: logger[svcKey, svcVal]{"frontend", &log}, slots: logger[beKey, beVal]{"slot", &log},
+	tb := tables[[4]byte]{frontends: logger[svcKey, svcVal]{"frontend", &log}, slots: logger[beKey, beVal]{"slot", &log},
 		maglev: logger[uint64, maglevVal]{"maglev", &log}, ranges: logger[srcKey, uint32]{"range", &log},
 		members: logger[memberKey, uint32]{"member", &log}, config: logger[uint32, cfgVal]{"config", &log}}
 	contents := func(id uint64, addr byte) *Contents {
@@ -29,11 +29,11 @@ func TestWriteOrder(t *testing.T) {
 			Backends: map[beKey]beVal{{ID: id}: be},
 			Maglev:   map[uint64]maglevVal{id: {Size: 16381, Sum: uint64(addr)}},
 			Ranges:   map[srcKey]uint32{{Prefixlen: 64, ID: [2]uint32{uint32(id)}}: 1},
-			Members:  map[memberKey]uint32{{ID: id, Addr: be.Addr}: 1},
+			Members:  map[memberKey]uint32{{ID: [2]uint32{uint32(id)}, Addr: be.Addr}: 1},
 			Config:   cfgVal{SNAT: [4]byte{192, 0, 2, addr}},
 		}
 	}
-	s := newStore()
+	s := newStore[[4]byte]()
 	for _, c := range []struct {
 		contents *Contents
 		want     []string
@@ -60,7 +60,7 @@ func TestWriteOrder(t *testing.T) {
 // entries, preallocated.
 func TestConntrackTableBounded(t *testing.T) {
 	contents := func(frontends, eps int) *Contents {
-		c := newContents()
+		c := newContents[[4]byte]()
 		for i := range frontends {
 			c.Services[svcKey{Addr: [4]byte{198, 18, byte(i >> 8), byte(i)}, Port: netPort(uint16(i)), Proto: 6}] = svcVal{Count: uint32(eps)}
 		}
@@ -70,7 +70,7 @@ func TestConntrackTableBounded(t *testing.T) {
 		frontends int
 		want      uint32
 	}{{1, minCTEntries}, {300, 1 << 20}, {50000, maxCTEntries}} {
-		sz := sizesFor(contents(tc.frontends, 10))
+		sz := sizesFor(contents(tc.frontends, 10), minEntries)
 		if sz.ct != tc.want || sz.affinity != tc.want/ctPerClient {
 			t.Errorf("%d frontends × 10 endpoints: conntrack %d, affinity %d entries; want %d, %d",
 				tc.frontends, sz.ct, sz.affinity, tc.want, tc.want/ctPerClient)

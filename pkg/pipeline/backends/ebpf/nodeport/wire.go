@@ -7,18 +7,57 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
-// The map keys and values, laid out as bpf/nodeport.c declares them:
-// IPv4 addresses and ports in network byte order, as the packets carry
-// them. The types are comparable: a map's desired contents are Go maps of
-// them.
+// The map keys and values, laid out as bpf/nodeport.c declares them
+// (and bpf/six.h for IPv6): addresses and ports in network byte order, as
+// the packets carry them. Each is generic over the family's address, A;
+// the unqualified names are IPv4's. The types are comparable: a map's
+// desired contents are Go maps of them.
 
-// svcKey is a frontend: address, port and IP protocol number.
-type svcKey struct {
-	Addr  [4]byte
+// addrBytes is an address as the maps hold it: IPv4's 4 bytes or IPv6's
+// 16.
+type addrBytes interface{ [4]byte | [16]byte }
+
+// addrOf is ip as the maps of A's family hold it.
+func addrOf[A addrBytes](ip netip.Addr) A {
+	var a A
+	switch p := any(&a).(type) {
+	case *[4]byte:
+		*p = ip.Unmap().As4()
+	case *[16]byte:
+		*p = ip.As16()
+	}
+	return a
+}
+
+// netipOf is a, an address of the maps, as a netip.Addr.
+func netipOf[A addrBytes](a A) netip.Addr {
+	switch p := any(a).(type) {
+	case [4]byte:
+		return netip.AddrFrom4(p)
+	case [16]byte:
+		return netip.AddrFrom16(p)
+	}
+	return netip.Addr{}
+}
+
+// familyOf is the IP family of A.
+func familyOf[A addrBytes]() proxy.IPFamily {
+	var a A
+	if len(a) == 16 {
+		return proxy.IPv6
+	}
+	return proxy.IPv4
+}
+
+// svcKeyOf is a frontend: address, port and IP protocol number.
+type svcKeyOf[A addrBytes] struct {
+	Addr  A
 	Port  [2]byte
 	Proto uint8
 	Pad   uint8
 }
+
+type svcKey = svcKeyOf[[4]byte]
 
 // The frontend flags.
 const (
@@ -46,46 +85,57 @@ type beKey struct {
 	Pad  uint32
 }
 
-// beVal is an endpoint.
-type beVal struct {
-	Addr [4]byte
+// beValOf is an endpoint.
+type beValOf[A addrBytes] struct {
+	Addr A
 	Port [2]byte
 	Pad  [2]byte
 }
 
+type beVal = beValOf[[4]byte]
+
 // srcKey is an allowed source prefix of a group's LB IPs, an LPM trie
 // key: Prefixlen counts the ID's 64 bits and the prefix's. The ID is two
 // host-order words, so that the address follows it without padding.
-type srcKey struct {
+type srcKeyOf[A addrBytes] struct {
 	Prefixlen uint32
 	ID        [2]uint32
-	Addr      [4]byte
+	Addr      A
 }
 
-func sourceKey(id uint64, p netip.Prefix) srcKey {
-	return srcKey{Prefixlen: 64 + uint32(p.Bits()), ID: [2]uint32{uint32(id), uint32(id >> 32)}, Addr: p.Masked().Addr().As4()}
+type srcKey = srcKeyOf[[4]byte]
+
+func sourceKey[A addrBytes](id uint64, p netip.Prefix) srcKeyOf[A] {
+	return srcKeyOf[A]{Prefixlen: 64 + uint32(p.Bits()), ID: [2]uint32{uint32(id), uint32(id >> 32)},
+		Addr: addrOf[A](p.Masked().Addr())}
 }
 
 // memberKey is an endpoint of a group with ClientIP affinity: a client's
-// remembered endpoint counts only while it is one.
-type memberKey struct {
-	ID   uint64
-	Addr [4]byte
+// remembered endpoint counts only while it is one. The ID is two
+// host-order words (C's u64), so that IPv6's key has no padding (packed to
+// 4-byte alignment in C: 28 bytes).
+type memberKeyOf[A addrBytes] struct {
+	ID   [2]uint32
+	Addr A
 	Port [2]byte
 	Pad  uint16
 }
 
-func memberOf(id uint64, ep proxy.Endpoint) memberKey {
-	return memberKey{ID: id, Addr: ep.IP.Unmap().As4(), Port: netPort(ep.Port)}
+type memberKey = memberKeyOf[[4]byte]
+
+func memberOf[A addrBytes](id uint64, ep proxy.Endpoint) memberKeyOf[A] {
+	return memberKeyOf[A]{ID: [2]uint32{uint32(id), uint32(id >> 32)}, Addr: addrOf[A](ep.IP), Port: netPort(ep.Port)}
 }
 
 // cfgVal is the programs' one configuration record: the address flows to
 // endpoints on other nodes are masqueraded to. MasqMark is unused (zero):
 // it stays for the layout of pinned maps.
-type cfgVal struct {
-	SNAT     [4]byte
+type cfgValOf[A addrBytes] struct {
+	SNAT     A
 	MasqMark uint32
 }
+
+type cfgVal = cfgValOf[[4]byte]
 
 // MasqueradePort says whether port is one the programs give a flow they
 // masquerade to an endpoint on another node: 1024-65535 less Linux's
@@ -101,15 +151,15 @@ func netPort(p uint16) [2]byte {
 	return b
 }
 
-func frontendKey(addr netip.Addr, port uint16, proto uint8) svcKey {
-	return svcKey{Addr: addr.As4(), Port: netPort(port), Proto: proto}
+func frontendKey[A addrBytes](addr netip.Addr, port uint16, proto uint8) svcKeyOf[A] {
+	return svcKeyOf[A]{Addr: addrOf[A](addr), Port: netPort(port), Proto: proto}
 }
 
-func endpointVal(ep proxy.Endpoint) beVal {
-	return beVal{Addr: ep.IP.Unmap().As4(), Port: netPort(ep.Port)}
+func endpointVal[A addrBytes](ep proxy.Endpoint) beValOf[A] {
+	return beValOf[A]{Addr: addrOf[A](ep.IP), Port: netPort(ep.Port)}
 }
 
 // AddrPort is the endpoint's address and port.
-func (v beVal) AddrPort() netip.AddrPort {
-	return netip.AddrPortFrom(netip.AddrFrom4(v.Addr), binary.BigEndian.Uint16(v.Port[:]))
+func (v beValOf[A]) AddrPort() netip.AddrPort {
+	return netip.AddrPortFrom(netipOf(v.Addr), binary.BigEndian.Uint16(v.Port[:]))
 }

@@ -75,6 +75,12 @@ func (l *loaded) closeXDP() {
 
 // Accelerated lists the interfaces np_xdp runs on, after a Sync.
 func (p *Proxier) Accelerated() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accelerated()
+}
+
+func (p *Proxier) accelerated() []string {
 	if p.kernel == nil {
 		return nil
 	}

@@ -37,11 +37,24 @@ type xdpRig struct {
 	macs     map[netip.Addr]net.HardwareAddr
 }
 
-func newXDPRig(t *testing.T, accel Acceleration) *xdpRig {
+// rigPlan is the addresses of an xdpRig: the node's on a0 and c0 (their
+// prefixes), the client's prefix behind a0, and the endpoints on each link.
+type rigPlan struct {
+	a0, c0, clients  netip.Prefix
+	client, epA, epC netip.Addr
+}
+
+var plan4 = rigPlan{a0: netip.MustParsePrefix("198.18.5.1/24"), c0: netip.MustParsePrefix("198.18.6.1/24"),
+	clients: netip.MustParsePrefix("198.18.9.0/24"), client: netip.MustParseAddr("198.18.9.7"),
+	epA: netip.MustParseAddr("198.18.5.9"), epC: netip.MustParseAddr("198.18.6.9")}
+
+func newXDPRig(t *testing.T, accel Acceleration) *xdpRig { return newRigOf(t, plan4, accel) }
+
+func newRigOf(t *testing.T, plan rigPlan, accel Acceleration) *xdpRig {
 	netnstest.RequireKernel(t)
 	lab := netnstest.New(t)
-	r := &xdpRig{nodeIP: netip.MustParseAddr("198.18.5.1"), client: netip.MustParseAddr("198.18.9.7"),
-		epA: netip.MustParseAddr("198.18.5.9"), epC: netip.MustParseAddr("198.18.6.9"), macs: map[netip.Addr]net.HardwareAddr{}}
+	r := &xdpRig{nodeIP: plan.a0.Addr(), client: plan.client, epA: plan.epA, epC: plan.epC,
+		macs: map[netip.Addr]net.HardwareAddr{}}
 	var err error
 	r.node, err = lab.NewNS("node")
 	must(t, err)
@@ -49,11 +62,11 @@ func newXDPRig(t *testing.T, accel Acceleration) *xdpRig {
 	must(t, err)
 	must(t, netnstest.Veth(r.node, "a0", peer, "b0"))
 	must(t, netnstest.Veth(r.node, "c0", peer, "d0"))
-	must(t, r.node.AddAddr("a0", netip.MustParsePrefix("198.18.5.1/24")))
-	must(t, r.node.AddAddr("c0", netip.MustParsePrefix("198.18.6.1/24")))
+	must(t, r.node.AddAddr("a0", plan.a0))
+	must(t, r.node.AddAddr("c0", plan.c0))
 	// bpf_fib_lookup answers for a forwarding node only.
 	must(t, r.node.EnableForwarding())
-	must(t, r.node.AddDeviceRoute(netip.MustParsePrefix("198.18.9.0/24"), "a0"))
+	must(t, r.node.AddDeviceRoute(plan.clients, "a0"))
 	for i, nb := range []struct {
 		ip  netip.Addr
 		dev string

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// Included by nodeport.c once per IP family (as ct.h and masq.h), after
+// the family's parsing, rewriting and forwarding: what the tc programs do
+// with a TCP or UDP packet of the family, a new flow's endpoint choice
+// and translation, and a known flow's rewrite. F(name) is name for IPv4
+// and name6 for IPv6; ADDR_BITS is the family's address length.
+
+// pick returns the endpoint of a new flow to frontend sv.
+static __always_inline struct F(np_be) *F(pick)(const struct np_val *sv, const struct F(ct_key) *k)
+{
+	struct np_be_key bk = { .id = sv->id };
+	if (sv->flags & NP_F_MAGLEV && sv->msize) {
+		void *table = bpf_map_lookup_elem(&F(np_maglev), &bk.id);
+		__u32 slot = F(flow_hash)(k) % sv->msize;
+		struct F(np_be) *be = table ? bpf_map_lookup_elem(table, &slot) : NULL;
+		// A slot past the table is a frontend's size read while a
+		// resized table is swapped in: the group's slots still serve.
+		if (be)
+			return be;
+	}
+	bk.slot = bpf_get_prandom_u32() % sv->count;
+	return bpf_map_lookup_elem(&F(np_backends), &bk);
+}
+
+// allowed says whether a new flow from k's source may use frontend sv:
+// only a frontend with source ranges checks, against its group's
+// prefixes.
+static __always_inline int F(allowed)(const struct np_val *sv, const struct F(ct_key) *k)
+{
+	if (!(sv->flags & NP_F_RANGES))
+		return 1;
+	struct F(np_src_key) sk = { .prefixlen = 64 + ADDR_BITS, .id = { (__u32)sv->id, (__u32)(sv->id >> 32) },
+				    .addr = k->src };
+	return bpf_map_lookup_elem(&F(np_ranges), &sk) != NULL;
+}
+
+// choose sets *be to the endpoint of a new flow to sv. With ClientIP
+// affinity the client's endpoint is kept while its entry is younger than
+// the timeout and the endpoint still in the group; else it is picked, and
+// remembered. Each new flow refreshes the entry, as the other modes'
+// affinity sets are refreshed per connection.
+static __always_inline int F(choose)(const struct np_val *sv, const struct F(ct_key) *k, __u64 now,
+				     struct F(np_be) *be)
+{
+	struct F(aff_key) ak = { .id = sv->id, .client = k->src };
+	if (sv->affinity) {
+		struct F(aff_val) *a = bpf_map_lookup_elem(&F(np_affinity), &ak);
+		if (a && now - a->seen <= (__u64)sv->affinity * NSEC_PER_SEC) {
+			struct F(np_member_key) mk = { .id = sv->id, .addr = a->be.addr, .port = a->be.port };
+			if (bpf_map_lookup_elem(&F(np_members), &mk)) {
+				*be = a->be;
+				a->seen = now;
+				return 1;
+			}
+		}
+	}
+	struct F(np_be) *p = F(pick)(sv, k);
+	if (!p)
+		return 0;
+	*be = *p;
+	if (sv->affinity) {
+		struct F(aff_val) a = { .be = *p, .seen = now };
+		bpf_map_update_elem(&F(np_affinity), &ak, &a, BPF_ANY);
+	}
+	return 1;
+}
+
+// refuse is a frontend's answer when it has no endpoint.
+static __always_inline int F(refuse)(struct __sk_buff *skb, const struct F(pkt) *p, const struct np_val *sv)
+{
+	if (sv->flags & NP_F_DROP || p->tcp_flags & TCP_RST)
+		return TC_ACT_SHOT;
+	return p->k.proto == IPPROTO_TCP ? F(reset)(skb, p->l4) : F(unreachable)(skb);
+}
+
+// apply translates a packet of a known flow (FLOW_FN: nodeport.c).
+static FLOW_FN int F(apply)(struct __sk_buff *skb, struct F(pkt) *p, struct F(ct_val) *v, __u64 now)
+{
+	// A flow that lost its reply tuple has ended: dropped, not sent as
+	// another's.
+	if (!F(holds_reply)(&p->k, v, now)) {
+		np_count(&F(np_stats), NP_STAT_REPLY_LOST);
+		bpf_map_delete_elem(&F(np_ct), &p->k);
+		return TC_ACT_SHOT;
+	}
+	if (last_hop(p->ttl, v->at))
+		return F(time_exceeded)(skb);
+	F(track)(v, p, v->reply, now);
+	struct F(ct_val) out = *v;
+	F(rewrite)(skb, p, &out);
+	if (out.at == CT_AT_INGRESS_FWD)
+		return F(forward)(skb, &out, p->ttl);
+	return TC_ACT_OK;
+}
+
+// masquerade source-NATs a new flow to an endpoint on another node (s
+// holds its directions) to the node's address and a free port. It is a
+// function of its own, so that its stack frame is not added up with
+// new_flow's.
+static __noinline int F(masquerade)(struct F(snat_search) *s)
+{
+	__u32 zero = 0;
+	struct F(np_cfg) *cfg = bpf_map_lookup_elem(&F(np_config), &zero);
+	if (!cfg || addr_zero(cfg->snat_addr))
+		return 0;
+	s->fwd.src = cfg->snat_addr;
+	s->rev.at = CT_AT_INGRESS_FWD;
+	return F(snat_port)(s);
+}
+
+// new_flow translates the first packet of a flow to frontend sv and
+// records both directions (a function of its own, as ingress).
+static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const struct np_val *sv, __u64 now)
+{
+	if (!F(allowed)(sv, &p->k))
+		return TC_ACT_SHOT;
+	if (sv->count == 0)
+		return F(refuse)(skb, p, sv);
+	struct F(np_be) be;
+	if (!F(choose)(sv, &p->k, now, &be))
+		return TC_ACT_SHOT;
+	// The reply direction rewrites back to the frontend, seen by the
+	// client as the other end. Both directions are built where the
+	// masquerade port search takes them.
+	struct F(snat_search) s = {
+		.fwd = { .src = p->k.src, .dst = be.addr, .sport = p->k.sport, .dport = be.port, .seen = now },
+		.rev = { .src = p->k.dst, .dst = p->k.src, .sport = p->k.dport, .dport = p->k.sport, .seen = now,
+			 .at = CT_AT_EGRESS, .reply = 1 },
+		.now = now,
+		.proto = p->k.proto,
+	};
+	struct F(ct_val) *fwd = &s.fwd, *rev = &s.rev;
+	// desired's masquerade: a remote endpoint's flow is source-NATed
+	// here, its replies coming back to this node. A local endpoint's
+	// reply comes back by itself, so its flow keeps the client's
+	// address: nothing else here would masquerade it, and a mark asking
+	// nftables rules to would have rules that arrive later (a switch to
+	// nftables mode) masquerade the open flow midway, which resets it.
+	if (F(remote)(skb, &p->k.src, &be.addr)) {
+		fwd->at = CT_AT_INGRESS_FWD;
+		if (sv->flags & NP_F_MASQ && !F(masquerade)(&s))
+			return TC_ACT_SHOT;
+	}
+	if (addr_eq(fwd->src, p->k.src)) {
+		struct F(ct_key) rk = F(reverse)(fwd, p->k.proto);
+		bpf_map_update_elem(&F(np_ct), &rk, rev, BPF_ANY);
+	}
+	if (p->tcp_flags & TCP_RST)
+		fwd->state = rev->state = CT_CLOSED;
+	else if (p->tcp_flags & TCP_FIN)
+		fwd->state = rev->state = CT_CLOSING;
+	bpf_map_update_elem(&F(np_ct), &p->k, fwd, BPF_ANY);
+	if (last_hop(p->ttl, fwd->at))
+		return F(time_exceeded)(skb);
+	F(rewrite)(skb, p, fwd);
+	if (fwd->at == CT_AT_INGRESS_FWD)
+		return F(forward)(skb, fwd, p->ttl);
+	return TC_ACT_OK;
+}
+
+#ifndef NP_UNPARSED
+// NP_UNPARSED is ingress's and egress's answer for a packet parse leaves:
+// the program hands it to the family's ICMP error translation (unparsed),
+// called from the program itself so that its stack frame is not added to
+// theirs.
+#define NP_UNPARSED (-2)
+#endif
+
+// ingress is np_ingress for a packet of the family. Each family's is a
+// function of its own (a BPF-to-BPF call), so that their stack frames are
+// not added up in np_ingress's.
+static FLOW_FN int F(ingress)(struct __sk_buff *skb)
+{
+	struct F(pkt) pk = {}, *p = &pk;
+	if (!F(parse)(skb, p))
+		return NP_UNPARSED;
+	__u64 now = bpf_ktime_get_ns();
+	struct F(ct_val) *v = bpf_map_lookup_elem(&F(np_ct), &p->k);
+	if (v && v->at != CT_AT_EGRESS) {
+		if (F(live)(&p->k, v, now))
+			return F(apply)(skb, p, v, now);
+		bpf_map_delete_elem(&F(np_ct), &p->k);
+	}
+	// Only a SYN starts a TCP flow here. A later packet without an entry
+	// belongs to a connection the kernel's conntrack may hold (one the
+	// nftables rules translated before these programs were attached, or
+	// one whose entry was evicted): the stack decides, as it would have.
+	if (p->k.proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN)
+		return TC_ACT_OK;
+	struct F(np_key) k = { .addr = p->k.dst, .port = p->k.dport, .proto = p->k.proto };
+	struct np_val *sv = bpf_map_lookup_elem(&F(np_services), &k);
+	if (!sv)
+		return TC_ACT_OK;
+	struct np_val cp = *sv;
+	return F(new_flow)(skb, p, &cp, now);
+}
+
+// egress is np_egress for a packet of the family, a function of its own
+// as ingress.
+static FLOW_FN int F(egress)(struct __sk_buff *skb)
+{
+	struct F(pkt) pk = {}, *p = &pk;
+	if (!F(parse)(skb, p))
+		return NP_UNPARSED;
+	struct F(ct_val) *v = bpf_map_lookup_elem(&F(np_ct), &p->k);
+	if (!v || v->at != CT_AT_EGRESS)
+		return TC_ACT_OK;
+	__u64 now = bpf_ktime_get_ns();
+	if (!F(live)(&p->k, v, now))
+		return TC_ACT_OK;
+	return F(apply)(skb, p, v, now);
+}
