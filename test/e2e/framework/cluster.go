@@ -239,8 +239,13 @@ func (c *Cluster) teardown() {
 	}
 	c.teardownEBPF()
 	c.teardownXDP()
-	// The etcd data dir is the only big thing; logs stay for reading.
-	_ = os.RemoveAll(filepath.Join(c.cpRun, "etcd-data"))
+	// A failed test keeps its logs for reading (without the etcd data, the only big thing);
+	// a passed one leaves nothing behind.
+	if c.T.Failed() {
+		_ = os.RemoveAll(filepath.Join(c.cpRun, "etcd-data"))
+		return
+	}
+	_ = os.RemoveAll(c.Work)
 }
 
 // Ctx is a context bounded for one API call or wait.
