@@ -33,10 +33,13 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	without := *cfg
 	without.BPFTCInterfaces = nil
 	st := env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }).Apply(t, env.Services()...)
+	f6 := scenario.Families[1]
+	st6 := env.NewWorld(f6).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }).Apply(t, env.Services()...)
 
 	rules := openEBPFMode(t, env, &without)
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return rules.cleanup(ctx) }) })
 	rules.sync(t, env, st, proxy.FullSync)
+	rules.sync(t, env, st6, proxy.FullSync)
 	if !ipv4Rules(t, env) {
 		t.Fatal("no IPv4 nftables rules after a start without the tc programs")
 	}
@@ -50,10 +53,11 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	}
 	load.timeRetirement(withTC[proxy.IPv4])
 	withTC.sync(t, env, st, proxy.FullSync)
+	withTC.sync(t, env, st6, proxy.FullSync)
 	if n := tcPrograms(t, env); n != 2 || ipv4Rules(t, env) {
 		t.Errorf("after the first sync with the tc programs: %d on fab0 (want 2), IPv4 rules present: %t (want false)", n, ipv4Rules(t, env))
 	}
-	noIPv4Rules(t, env)
+	noServiceRules(t, env)
 	load.settle()
 
 	stopEBPFMode(withTC)
@@ -63,9 +67,14 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	}
 	load.timeRetirement(again[proxy.IPv4])
 	again.sync(t, env, st, proxy.FullSync)
+	// The drain begins once both families' rules have synced.
 	drainFrom := time.Now()
+	again.sync(t, env, st6, proxy.FullSync)
 	if !ipv4Rules(t, env) {
 		t.Error("after the first sync without the tc programs: no IPv4 rules")
+	}
+	if !familyRules(t, env, proxy.IPv6) {
+		t.Error("after the first sync without the tc programs: no IPv6 rules")
 	}
 	if n, pinned := tcProgramsGone(t, env, filepath.Join(pins, "tc")); n != 0 || pinned {
 		t.Errorf("after the first sync without the tc programs and their drain: %d on fab0 (want 0), their pins remain: %t", n, pinned)
