@@ -77,8 +77,9 @@ var stateDir = filepath.Dir(localapi.DefaultPath)
 // tcServes says whether the tc programs, when --bpf-tc-interfaces turns
 // them on, serve family's traffic from outside the node: such a family
 // runs no nftables half (docs/design/0009-ebpf-without-nftables.md). The
-// one place that says which families the programs serve.
-func tcServes(family proxy.IPFamily) bool { return family == proxy.IPv4 }
+// one place that says which families the programs serve: both, since
+// they serve IPv6 as IPv4 (docs/design/0011-tc-both-families.md).
+func tcServes(family proxy.IPFamily) bool { return family == proxy.IPv4 || family == proxy.IPv6 }
 
 // rulesFamilies are the families of env that run an nftables half.
 func rulesFamilies(env Env) []proxy.IPFamily {
@@ -119,6 +120,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		inst.Close()
 		return nil, err
 	}
+	retireTC := tcRetirementOf(inst, tc, pinDir, env.Families)
 	for _, f := range env.Families {
 		p, err := ebpf.New(f, ebpf.Options{PinDir: pinDir, Cgroup: cgroup, SocketEntries: env.Config.BPFSocketEntries})
 		if err != nil {
@@ -141,7 +143,7 @@ func openEBPF(ctx context.Context, env Env) (*Instance, error) {
 		if withRules {
 			both.rules, both.held, both.prep = nft.Proxier, nft.PortHolder, nft.Preparer
 		}
-		tcHalf(inst, both, tc, pinDir)
+		tcHalf(inst, both, tc, retireTC)
 		inst.Proxiers[f] = syncer.Backend{Proxier: both, Preparer: both, RulesHolder: nft.RulesHolder, PortHolder: both,
 			EarlyServer: both, Sizer: both}
 	}
@@ -180,19 +182,19 @@ func openTC(inst *Instance, pinDir string, env Env) (*nodeport.Proxier, error) {
 // nat chains and a rule that keeps conntrack on (nftables.KeepNATHooks:
 // the connections the rules translated keep their translation). With them
 // off, the programs an earlier start attached are drained and go once the
-// nftables half has synced in their place: their links are pinned and
-// would otherwise go on translating with maps nobody writes. Either way the
-// old path serves until the new one is programmed (make before break), and
-// the connections it carries outlive it.
-func tcHalf(inst *Instance, both *hooksAndRules, tc *nodeport.Proxier, pinDir string) {
+// nftables halves of every family have synced in their place (retireTC):
+// their links are pinned and would otherwise go on translating with maps
+// nobody writes. Either way the old path serves until the new one is
+// programmed (make before break), and the connections it carries outlive
+// it.
+func tcHalf(inst *Instance, both *hooksAndRules, tc *nodeport.Proxier, retireTC *tcRetirement) {
 	family := both.family
-	if !tcServes(family) && tc == nil {
-		return
-	}
 	if tc == nil {
-		r := &tcRetirement{dir: tcPinDir(pinDir)}
-		inst.OnClose(r.stop)
-		both.retire = retirement{what: "the tc programs of an earlier start", remove: r.start}
+		if retireTC != nil && tcServes(family) {
+			both.retire = retirement{what: "the tc programs of an earlier start", remove: func(ctx context.Context) error {
+				return retireTC.synced(ctx, family)
+			}}
+		}
 		return
 	}
 	both.tc = tc
@@ -308,13 +310,51 @@ func drainTC(ctx context.Context, dir string, waiting func()) error {
 // It drains them first, as a switch to another mode does (drainTC): their
 // new connections go to the nftables half's rules, which serve the same
 // Services by then, and they are removed once the connections they
-// translated are done. stop ends a drain still waiting, which leaves them
-// for the next start.
+// translated are done. The programs serve every family: the drain begins
+// once every family's nftables half has synced (synced), so that none is
+// left with neither path meanwhile. stop ends a drain still waiting, which
+// leaves them for the next start.
 type tcRetirement struct {
-	dir    string
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	dir string
+	mu  sync.Mutex
+	// unsynced are the families whose nftables half has not synced yet.
+	unsynced map[proxy.IPFamily]bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// tcRetirementOf is the removal of the tc programs an earlier start left,
+// for a start without them (tc nil; nil otherwise): it waits for the
+// first successful sync of each of the families the programs serve.
+func tcRetirementOf(inst *Instance, tc *nodeport.Proxier, pinDir string, families []proxy.IPFamily) *tcRetirement {
+	if tc != nil {
+		return nil
+	}
+	r := &tcRetirement{dir: tcPinDir(pinDir), unsynced: map[proxy.IPFamily]bool{}}
+	for _, f := range families {
+		if tcServes(f) {
+			r.unsynced[f] = true
+		}
+	}
+	if len(r.unsynced) == 0 {
+		return nil
+	}
+	inst.OnClose(r.stop)
+	return r
+}
+
+// synced says that family's nftables half has synced: the last family to
+// do so begins the drain (start).
+func (r *tcRetirement) synced(ctx context.Context, family proxy.IPFamily) error {
+	r.mu.Lock()
+	delete(r.unsynced, family)
+	waiting := len(r.unsynced)
+	r.mu.Unlock()
+	if waiting > 0 {
+		klog.FromContext(ctx).V(2).Info("The tc programs of an earlier start go once every family's nftables rules have synced", "ipFamily", family, "familiesStillToSync", waiting)
+		return nil
+	}
+	return r.start(ctx)
 }
 
 // start begins the drain, once, and returns when the programs take no new

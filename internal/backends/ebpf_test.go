@@ -3,6 +3,7 @@ package backends
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -145,7 +146,8 @@ func TestTCDropsMetric(t *testing.T) {
 }
 
 // TestRulesFamiliesLeaveOutTheTCFamily: with the tc programs on, the
-// family they serve runs no nftables half; without them every family does.
+// families they serve, both, run no nftables half; without them every
+// family does.
 func TestRulesFamiliesLeaveOutTheTCFamily(t *testing.T) {
 	both := []proxy.IPFamily{proxy.IPv4, proxy.IPv6}
 	for _, tc := range []struct {
@@ -153,7 +155,7 @@ func TestRulesFamiliesLeaveOutTheTCFamily(t *testing.T) {
 		want   []proxy.IPFamily
 	}{
 		{nil, both},
-		{[]string{"eth0"}, []proxy.IPFamily{proxy.IPv6}},
+		{[]string{"eth0"}, nil},
 	} {
 		got := rulesFamilies(Env{Config: &config.Config{BPFTCInterfaces: tc.ifaces}, Families: both})
 		if !slices.Equal(got, tc.want) {
@@ -179,5 +181,26 @@ func TestRetireOldOnceItWorked(t *testing.T) {
 	b.retireOld(context.Background(), proxy.IPv4)
 	if calls != 2 {
 		t.Errorf("removal ran %d times, want 2 (a failure, then the success, then never)", calls)
+	}
+}
+
+// TestTCRetirementWaitsForEveryFamily: a start without the tc programs
+// drains them only once every family's nftables half has synced: they
+// serve both families, and a family whose rules are not programmed yet
+// would otherwise be left with neither path.
+func TestTCRetirementWaitsForEveryFamily(t *testing.T) {
+	pinDir := t.TempDir()
+	if err := os.Mkdir(tcPinDir(pinDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inst := &Instance{}
+	r := tcRetirementOf(inst, nil, pinDir, []proxy.IPFamily{proxy.IPv4, proxy.IPv6})
+	defer inst.Close()
+	ctx := context.Background()
+	if err := r.synced(ctx, proxy.IPv4); err != nil || r.done != nil {
+		t.Fatalf("after IPv4's first sync alone: err %v, drain begun %t; want it waiting for IPv6", err, r.done != nil)
+	}
+	if err := r.synced(ctx, proxy.IPv6); err != nil || r.done == nil {
+		t.Errorf("after both families' first syncs: err %v, drain begun %t; want begun", err, r.done != nil)
 	}
 }

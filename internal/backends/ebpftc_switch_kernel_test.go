@@ -21,27 +21,25 @@ import (
 const switchConns = 16
 
 // TestKernelEBPFTCModeSwitchKeepsConnections: TCP connections open through
-// a node port across a switch of mode, both ways, keep their endpoint and
-// are not reset. From ebpf mode with the tc programs to nftables mode: the
-// tc programs translated the connections before netfilter saw them, so the
-// kernel's conntrack has no state that would keep them; the tc programs
-// stay attached (their frontends gone: new connections go to the rules)
-// until the connections they translated have ended, and only then are
-// removed; a removal cut short before that leaves them for the next one.
-// From nftables mode back to ebpf mode with the tc programs: the
-// rules' connections go on through the kernel's conntrack, the new ones
-// through tc.
+// a node port, in both families, across a switch of mode, both ways, keep
+// their endpoint and are not reset. From ebpf mode with the tc programs to
+// nftables mode: the tc programs translated the connections before
+// netfilter saw them, so the kernel's conntrack has no state that would
+// keep them; the tc programs stay attached (their frontends gone: new
+// connections go to the rules) until the connections they translated have
+// ended, and only then are removed; a removal cut short before that leaves
+// them for the next one. From nftables mode back to ebpf mode with the tc
+// programs: the rules' connections go on through the kernel's conntrack
+// (the kept tables of both families), the new ones through tc.
 func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
 	nftCfg := &config.Config{Mode: proxy.ModeNFTables, BPFPinDir: pins}
-	dst := netip.AddrPortFrom(env.Node1.IPv4, 30010)
-	client := env.FromClient(scenario.Families[0])
 
 	withTC := openEBPFMode(t, env, cfg)
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
 	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, withTC.sync)
-	byTC := dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans, client.Source) })
+	byTC := dialBoth(t, env, byTCFrom(env))
 	for _, b := range withTC {
 		b.hooks.Close()
 		if b.tc != nil {
@@ -68,8 +66,10 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	removed := make(chan error, 1)
 	go func() { removed <- ebpfBackend.RemoveLeftovers(ctx, nftCfg) }()
 	askAll(t, byTC, "ebpf+tc → nftables")
-	byRules := dialAll(t, client, dst, func(netnstest.Answer) bool { return true })
-	notByTC(t, env, dst)
+	byRules := dialBoth(t, env, anyPath)
+	for _, f := range scenario.Families {
+		notByTC(t, env, nodePort(env, f))
+	}
 	closeAll(byTC)
 	closed := time.Now()
 	select {
@@ -94,7 +94,37 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, again.sync)
 	askAll(t, byRules, "nftables → ebpf+tc")
 	closeAll(byRules)
-	closeAll(dialAll(t, client, dst, func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans, client.Source) }))
+	closeAll(dialBoth(t, env, byTCFrom(env)))
+}
+
+// nodePort is node1's node port 30010 in family f.
+func nodePort(env *scenario.Env, f scenario.Fam) netip.AddrPort {
+	return netip.AddrPortFrom(env.Node1.IP(f.V6), 30010)
+}
+
+// dialBoth opens switchConns connections to nodePort from the outside
+// client in each family (dialAll), each answer satisfying what want
+// makes of the client.
+func dialBoth(t *testing.T, env *scenario.Env, want func(netnstest.Client) func(netnstest.Answer) bool) []heldConn {
+	t.Helper()
+	var out []heldConn
+	for _, f := range scenario.Families {
+		c := env.FromClient(f)
+		out = append(out, dialAll(t, c, nodePort(env, f), want(c))...)
+	}
+	return out
+}
+
+// byTCFrom wants an answer the tc programs translated (tcMasqueraded).
+func byTCFrom(env *scenario.Env) func(netnstest.Client) func(netnstest.Answer) bool {
+	return func(c netnstest.Client) func(netnstest.Answer) bool {
+		return func(ans netnstest.Answer) bool { return tcMasqueraded(env, ans, c.Source) }
+	}
+}
+
+// anyPath takes every answer.
+func anyPath(netnstest.Client) func(netnstest.Answer) bool {
+	return func(netnstest.Answer) bool { return true }
 }
 
 // stateSync hands a State to the Proxier of its family.

@@ -17,15 +17,15 @@ import (
 
 // TestKernelEBPFModeTCOnAndOff: restarts of ebpf mode that turn the tc
 // programs on and then off again, while an outside client opens TCP
-// connections and sends UDP datagrams to IPv4 node ports back to back.
-// Turned on, the IPv4 nftables table the earlier start left serves until
-// the first sync has programmed the tc programs, which then leaves of it
-// only what keeps the translation of the connections it made
+// connections and sends UDP datagrams to IPv4 and IPv6 node ports back to
+// back. Turned on, each family's nftables table the earlier start left
+// serves until its first sync has programmed the tc programs, which then
+// leaves of it only what keeps the translation of the connections it made
 // (nftables.KeepNATHooks: no Service rule); turned off, the tc programs
-// serve until the first sync has programmed the table again, and are then
-// drained, taken off the interface and unpinned. Not one request fails,
-// not even one in flight while the old path goes, but for the odd UDP
-// request while the tc programs are drained (nodePortLoad.stop).
+// serve until both families' first syncs have programmed the tables again,
+// and are then drained, taken off the interface and unpinned. Not one
+// request fails, not even one in flight while the old path goes, but for
+// the odd UDP request while the tc programs are drained (nodePortLoad.stop).
 func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
@@ -33,14 +33,18 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	without := *cfg
 	without.BPFTCInterfaces = nil
 	st := env.NewWorld(f).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }).Apply(t, env.Services()...)
+	f6 := scenario.Families[1]
+	st6 := env.NewWorld(f6).Configure(func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }).Apply(t, env.Services()...)
 
 	rules := openEBPFMode(t, env, &without)
 	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return rules.cleanup(ctx) }) })
 	rules.sync(t, env, st, proxy.FullSync)
+	rules.sync(t, env, st6, proxy.FullSync)
 	if !ipv4Rules(t, env) {
 		t.Fatal("no IPv4 nftables rules after a start without the tc programs")
 	}
 	load := startNodePortLoad(env, f, env.Node1.IPv4)
+	load6 := startNodePortLoad(env, f6, env.Node1.IPv6)
 
 	stopEBPFMode(rules)
 	withTC := openEBPFMode(t, env, cfg)
@@ -49,11 +53,13 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 		t.Error("turning the tc programs on removed the IPv4 rules before they synced")
 	}
 	load.timeRetirement(withTC[proxy.IPv4])
+	load6.timeRetirement(withTC[proxy.IPv6])
 	withTC.sync(t, env, st, proxy.FullSync)
+	withTC.sync(t, env, st6, proxy.FullSync)
 	if n := tcPrograms(t, env); n != 2 || ipv4Rules(t, env) {
 		t.Errorf("after the first sync with the tc programs: %d on fab0 (want 2), IPv4 rules present: %t (want false)", n, ipv4Rules(t, env))
 	}
-	noIPv4Rules(t, env)
+	noServiceRules(t, env)
 	load.settle()
 
 	stopEBPFMode(withTC)
@@ -62,17 +68,25 @@ func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 		t.Errorf("turning the tc programs off took them off fab0 before the rules synced: %d left, want 2", n)
 	}
 	load.timeRetirement(again[proxy.IPv4])
+	load6.timeRetirement(again[proxy.IPv6])
 	again.sync(t, env, st, proxy.FullSync)
+	// The drain begins once both families' rules have synced.
 	drainFrom := time.Now()
+	again.sync(t, env, st6, proxy.FullSync)
 	if !ipv4Rules(t, env) {
 		t.Error("after the first sync without the tc programs: no IPv4 rules")
+	}
+	if !familyRules(t, env, proxy.IPv6) {
+		t.Error("after the first sync without the tc programs: no IPv6 rules")
 	}
 	if n, pinned := tcProgramsGone(t, env, filepath.Join(pins, "tc")); n != 0 || pinned {
 		t.Errorf("after the first sync without the tc programs and their drain: %d on fab0 (want 0), their pins remain: %t", n, pinned)
 	}
 	load.drains = append(load.drains, [2]time.Time{drainFrom, time.Now()})
+	load6.drains = load.drains
 	load.settle()
 	load.stop(t)
+	load6.stop(t)
 
 	dst := netip.AddrPortFrom(env.Node1.IPv4, 30010)
 	for _, ans := range scenario.AskAll(t, env.FromClient(f), proxy.TCP, dst, 4) {

@@ -8,31 +8,42 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
 )
 
-// keptChains are the chains of the IPv4 table a start with the tc
+// keptChains are the chains of a family's table a start with the tc
 // programs keeps, so that connections an earlier start's or another
 // mode's rules translated keep their translation (nftables.KeepNATHooks):
 // the rules' nat base chains, empty, and a chain no packet enters, whose
 // one rule needs conntrack.
 var keptChains = []string{"keep-conntrack", "nat-output", "nat-postrouting", "nat-prerouting"}
 
-// ipv4Table reports whether node1 has the table "ip kube-proxy" and what
-// it holds beyond the kept chains and their one rule: every other chain,
-// rule, set and map, by kind and name.
-func ipv4Table(t *testing.T, env *scenario.Env) (present bool, extra []string) {
+// nftFamily is nft's name of family's tables.
+func nftFamily(family proxy.IPFamily) string {
+	if family == proxy.IPv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+// familyTable reports whether node1 has family's table kube-proxy ("ip
+// kube-proxy", "ip6 kube-proxy") and what it holds beyond the kept chains
+// and their one rule: every other chain, rule, set and map, by kind and
+// name.
+func familyTable(t *testing.T, env *scenario.Env, family proxy.IPFamily) (present bool, extra []string) {
 	t.Helper()
+	table := nftFamily(family) + " kube-proxy"
 	out, err := env.Node1.NS.Run(context.Background(), "nft", "list", "tables")
 	if err != nil {
 		t.Fatalf("nft list tables: %v: %s", err, out)
 	}
-	if !strings.Contains(string(out), "table ip kube-proxy") {
+	if !slices.Contains(strings.Split(string(out), "\n"), "table "+table) {
 		return false, nil
 	}
-	out, err = env.Node1.NS.Run(context.Background(), "nft", "--json", "list", "table", "ip", "kube-proxy")
+	out, err = env.Node1.NS.Run(context.Background(), "nft", "--json", "list", "table", nftFamily(family), "kube-proxy")
 	if err != nil {
-		t.Fatalf("nft --json list table ip kube-proxy: %v: %s", err, out)
+		t.Fatalf("nft --json list table %s: %v: %s", table, err, out)
 	}
 	var listing struct {
 		Nftables []map[string]struct {
@@ -41,7 +52,7 @@ func ipv4Table(t *testing.T, env *scenario.Env) (present bool, extra []string) {
 		} `json:"nftables"`
 	}
 	if err := json.Unmarshal(out, &listing); err != nil {
-		t.Fatalf("nft --json list table ip kube-proxy: %v: %s", err, out)
+		t.Fatalf("nft --json list table %s: %v: %s", table, err, out)
 	}
 	rules := 0
 	for _, obj := range listing.Nftables {
@@ -63,32 +74,42 @@ func ipv4Table(t *testing.T, env *scenario.Env) (present bool, extra []string) {
 
 // ipv4Rules reports whether node1's IPv4 table holds more than what
 // nftables.KeepNATHooks keeps: the rules.
-func ipv4Rules(t *testing.T, env *scenario.Env) bool {
+func ipv4Rules(t *testing.T, env *scenario.Env) bool { return familyRules(t, env, proxy.IPv4) }
+
+// familyRules reports whether node1's table of family holds more than what
+// nftables.KeepNATHooks keeps: the rules.
+func familyRules(t *testing.T, env *scenario.Env, family proxy.IPFamily) bool {
 	t.Helper()
-	_, extra := ipv4Table(t, env)
+	_, extra := familyTable(t, env, family)
 	return len(extra) > 0
 }
 
-// noIPv4Rules checks that node1 holds no IPv4 rules of svcproxy's: no KUBE-
-// chain in iptables-save but the kubelet's (which iptables mode creates
-// where no kubelet did, and leaves), and in the table "ip kube-proxy" exactly the kept
-// chains and their one rule.
-func noIPv4Rules(t *testing.T, env *scenario.Env) {
+// noServiceRules checks that node1 holds no rules of svcproxy's in either
+// family: no KUBE- chain in iptables-save or ip6tables-save but the
+// kubelet's (which iptables mode creates where no kubelet did, and
+// leaves), and in the tables "ip kube-proxy" and "ip6 kube-proxy" exactly
+// the kept chains and their one rule.
+func noServiceRules(t *testing.T, env *scenario.Env) {
 	t.Helper()
 	ctx := context.Background()
-	present, extra := ipv4Table(t, env)
-	if !present || len(extra) > 0 {
-		out, _ := env.Node1.NS.Run(ctx, "nft", "list", "table", "ip", "kube-proxy")
-		t.Errorf("node1's table ip kube-proxy: present %t (want true), holding beyond the kept chains %v:\n%s", present, extra, out)
+	for _, family := range proxy.Families {
+		present, extra := familyTable(t, env, family)
+		if !present || len(extra) > 0 {
+			out, _ := env.Node1.NS.Run(ctx, "nft", "list", "table", nftFamily(family), "kube-proxy")
+			t.Errorf("node1's table %s kube-proxy: present %t (want true), holding beyond the kept chains %v:\n%s",
+				nftFamily(family), present, extra, out)
+		}
 	}
-	out, err := env.Node1.NS.Run(ctx, "iptables-save")
-	if err != nil {
-		t.Fatalf("iptables-save: %v: %s", err, out)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if chain, ok := strings.CutPrefix(line, ":KUBE-"); ok && !strings.HasPrefix(chain, "FIREWALL ") && !strings.HasPrefix(chain, "KUBELET-CANARY ") {
-			t.Errorf("node1 holds iptables rules of svcproxy's:\n%s", out)
-			break
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		out, err := env.Node1.NS.Run(ctx, save)
+		if err != nil {
+			t.Fatalf("%s: %v: %s", save, err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if chain, ok := strings.CutPrefix(line, ":KUBE-"); ok && !strings.HasPrefix(chain, "FIREWALL ") && !strings.HasPrefix(chain, "KUBELET-CANARY ") {
+				t.Errorf("node1 holds rules of svcproxy's in %s:\n%s", save, out)
+				break
+			}
 		}
 	}
 }

@@ -2,7 +2,6 @@ package backends
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/config"
@@ -15,12 +14,13 @@ import (
 
 // TestKernelKeepNATHooksKeepsConnections: connections nftables mode's
 // rules translated through a node port (to node1's pods and, masqueraded,
-// to node2's) go on with their endpoint once the rules are gone and only
-// what nftables.KeepNATHooks keeps is left. The kernel translates an
-// established flow only while it still tracks the family's packets, and
-// it tracks them only while some rule or object of the namespace needs
-// conntrack: empty nat chains alone do not, and without it the next
-// packet of every such flow met the node's own stack, which reset it.
+// to node2's), in both families, go on with their endpoint once the rules
+// are gone and only what nftables.KeepNATHooks keeps is left. The kernel
+// translates an established flow only while it still tracks the family's
+// packets, and it tracks them only while some rule or object of the
+// namespace needs conntrack (IPv4 and IPv6 count their references apart):
+// empty nat chains alone do not, and without it the next packet of every
+// such flow met the node's own stack, which reset it.
 func TestKernelKeepNATHooksKeepsConnections(t *testing.T) {
 	netnstest.RequireKernel(t, "nft", "nsenter")
 	env := scenario.NewEnv(t)
@@ -28,8 +28,10 @@ func TestKernelKeepNATHooksKeepsConnections(t *testing.T) {
 	conns := dialThroughRules(t, env, nftablesBackend)
 	expectKept(t, env, false, "with nftables mode's rules")
 
-	if err := env.Node1.NS.Do(func() error { return nftables.KeepNATHooks(ctx, proxy.IPv4) }); err != nil {
-		t.Fatal(err)
+	for _, f := range proxy.Families {
+		if err := env.Node1.NS.Do(func() error { return nftables.KeepNATHooks(ctx, f) }); err != nil {
+			t.Fatal(err)
+		}
 	}
 	expectKept(t, env, true, "after KeepNATHooks")
 	askAll(t, conns, "after the rules went, their nat hooks kept")
@@ -37,22 +39,24 @@ func TestKernelKeepNATHooksKeepsConnections(t *testing.T) {
 }
 
 // expectKept checks what nftables.Kept, which explain asks, says of
-// node1's IPv4 table.
+// node1's tables.
 func expectKept(t *testing.T, env *scenario.Env, want bool, when string) {
 	t.Helper()
-	var kept bool
-	_ = env.Node1.NS.Do(func() error { kept = nftables.Kept(proxy.IPv4); return nil })
-	if kept != want {
-		t.Errorf("%s: nftables.Kept(IPv4) = %t, want %t", when, kept, want)
+	for _, f := range proxy.Families {
+		var kept bool
+		_ = env.Node1.NS.Do(func() error { kept = nftables.Kept(f); return nil })
+		if kept != want {
+			t.Errorf("%s: nftables.Kept(%s) = %t, want %t", when, f, kept, want)
+		}
 	}
 }
 
 // TestKernelEBPFTCFromIPTablesKeepsConnections: ebpf mode with the tc
 // programs starts on a node where iptables mode's rules translated
-// connections through a node port; after its first sync the daemon
-// removes iptables mode's rules (leftovers.OtherModes), and the
-// connections go on with their endpoint: the kept IPv4 table, though no
-// nftables rules ever ran on the node, keeps the kernel tracking them.
+// connections through a node port, in both families; after its first sync
+// the daemon removes iptables mode's rules (leftovers.OtherModes), and the
+// connections go on with their endpoint: the kept tables, though no
+// nftables rules ever ran on the node, keep the kernel tracking them.
 func TestKernelEBPFTCFromIPTablesKeepsConnections(t *testing.T) {
 	env, cfg, _ := tcModeEnv(t)
 	ctx := context.Background()
@@ -66,14 +70,15 @@ func TestKernelEBPFTCFromIPTablesKeepsConnections(t *testing.T) {
 	}
 	askAll(t, conns, "iptables → ebpf+tc, iptables mode's rules removed")
 	closeAll(conns)
-	noIPv4Rules(t, env)
+	noServiceRules(t, env)
 }
 
 // dialThroughRules syncs b's rules (a mode of rules) in node1 and holds
-// connections open through node port 30010 from the outside client.
+// connections open through node port 30010 from the outside client, in
+// both families.
 func dialThroughRules(t *testing.T, env *scenario.Env, b Backend) []heldConn {
 	t.Helper()
 	cfg := &config.Config{Mode: b.Mode}
 	syncAll(t, env, func(o *desired.Options) { b.Decide(cfg, o) }, openRulesMode(t, env, b))
-	return dialAll(t, env.FromClient(scenario.Families[0]), netip.AddrPortFrom(env.Node1.IPv4, 30010), func(netnstest.Answer) bool { return true })
+	return dialBoth(t, env, anyPath)
 }

@@ -222,14 +222,20 @@ func ebpfObjects(ctx context.Context, state *desired.State, e explain.Explanatio
 // tcObjects names what serves e's packets from outside the node when the
 // tc programs serve the family without nftables rules: the programs'
 // frontend entry and endpoint slots, or, for a frontend they do not
-// translate, that nothing on the node does.
+// translate, that nothing on the node does. IPv6 has maps of its own,
+// named with a 6, and programs of its own, reached from IPv4's by a tail
+// call.
 func tcObjects(state *desired.State, e explain.Explanation) []string {
 	if e.Frontend == explain.FrontendClusterIP || !nodeport.Served(state.Family, e.Port) {
 		return []string{fmt.Sprintf("tc programs: %s %s from outside the node not translated (no nftables rules in ebpf mode with --bpf-tc-interfaces)", e.Port.Protocol, e.Frontend)}
 	}
 	dst := netip.AddrPortFrom(e.Packet.Dest.Unmap(), e.Packet.Port)
+	programs, six := "np_ingress / np_egress", ""
+	if state.Family == proxy.IPv6 {
+		programs, six = "np_ingress6 / np_egress6 (tail calls from np_ingress / np_egress)", "6"
+	}
 	return []string{
-		fmt.Sprintf("tc programs np_ingress / np_egress: map np_services entry %s/%s", dst, strings.ToLower(string(e.Port.Protocol))),
-		"tc programs: map np_backends slots of its group (np_maglev with Maglev, np_affinity with ClientIP affinity, np_ranges with source ranges)",
+		fmt.Sprintf("tc programs %s: map np_services%s entry %s/%s", programs, six, dst, strings.ToLower(string(e.Port.Protocol))),
+		fmt.Sprintf("tc programs: map np_backends%[1]s slots of its group (np_maglev%[1]s with Maglev, np_affinity%[1]s with ClientIP affinity, np_ranges%[1]s with source ranges)", six),
 	}
 }

@@ -209,3 +209,23 @@ func TestTCObjects(t *testing.T) {
 		}
 	}
 }
+
+// TestTCObjects6: an IPv6 frontend the tc programs translate is named by
+// IPv6's own maps and programs, not IPv4's.
+func TestTCObjects6(t *testing.T) {
+	web := explaintest.PortName("default", "web6", "", proxy.TCP)
+	eps := explaintest.Endpoints("[fd00:244::5]:8080")
+	node := a("fd00::10")
+	st := &desired.State{Family: proxy.IPv6, NodeIPs: []netip.Addr{node},
+		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{node}},
+		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{
+			web: {Name: web, Protocol: proxy.TCP, Port: 80, ClusterIP: a("fd00:96::10"), NodePort: 30080,
+				Internal: desired.Dispatch{Endpoints: eps}, External: desired.Dispatch{Endpoints: eps}, Cluster: desired.Dispatch{Endpoints: eps}},
+		})}
+	all := strings.Join(tcObjects(st, explain.Explain(st, explain.Packet{Dest: node, Port: 30080, Protocol: proxy.TCP})), "\n")
+	for _, want := range []string{"np_ingress6 / np_egress6", "map np_services6 entry [fd00::10]:30080/tcp", "map np_backends6 slots"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("objects lack %q:\n%s", want, all)
+		}
+	}
+}

@@ -83,10 +83,10 @@ var tcScenarios = []string{"ClusterIPNodePortExternalLB", "DualStackService", "E
 
 // testWithTC runs those scenarios in ebpf mode with the tc programs on
 // the nodes' interface (--bpf-tc-interfaces=eth0), each checking that they
-// are attached and that the nodes hold no IPv4 rules of svcproxy's. It
+// are attached and that the nodes hold no rules of svcproxy's. It
 // runs wherever ebpf mode does.
 func testWithTC(t *testing.T) {
-	run := withoutIPv4Rules(whenAttached(append(named(tcScenarios), tcOnly...), "tc programs", func(c *F.Cluster, n *F.Node) bool {
+	run := withoutRules(whenAttached(append(named(tcScenarios), tcOnly...), "tc programs", func(c *F.Cluster, n *F.Node) bool {
 		return c.TCAttached(n, "eth0")
 	}))
 	runScenarios(t, F.Options{Mode: "ebpf", TCInterfaces: []string{"eth0"}}, "ebpf+tc", run)
@@ -100,32 +100,32 @@ var tcOnly = []scenario{
 	{"DowngradeWithTCUnderLoad", testDowngradeWithTCUnderLoad},
 }
 
-// withoutIPv4Rules wraps each scenario so that, before and after it, every
-// node whose tc programs serve IPv4 (F.Cluster.TCServes) holds no IPv4
-// nftables or iptables rules of svcproxy's, once its svcproxy has synced:
-// the first sync removes what an earlier start left of the IPv4 table,
-// all but what keeps the translation of the connections its rules made
-// (F.KeptIPv4Table says what stays).
-func withoutIPv4Rules(run []scenario) []scenario {
+// withoutRules wraps each scenario so that, before and after it, every
+// node whose tc programs serve both families (F.Cluster.TCServes) holds no
+// nftables or iptables rules of svcproxy's in either family, once its
+// svcproxy has synced: each family's first sync removes what an earlier
+// start left of its table, all but what keeps the translation of the
+// connections its rules made (F.KeptTable says what stays).
+func withoutRules(run []scenario) []scenario {
 	out := make([]scenario, len(run))
 	for i, s := range run {
 		out[i] = scenario{s.name, func(t *testing.T, c *F.Cluster) {
-			noIPv4Rules(t, c, "before the scenario")
+			noRules(t, c, "before the scenario")
 			s.run(t, c)
-			noIPv4Rules(t, c, "after the scenario")
+			noRules(t, c, "after the scenario")
 		}}
 	}
 	return out
 }
 
-// noIPv4Rules waits up to converge until every node TCServes holds no
-// IPv4 rules of svcproxy's, and fails naming what stays.
-func noIPv4Rules(t *testing.T, c *F.Cluster, when string) {
+// noRules waits up to converge until every node TCServes holds no rules
+// of svcproxy's, and fails naming what stays.
+func noRules(t *testing.T, c *F.Cluster, when string) {
 	t.Helper()
 	for _, n := range c.Nodes {
 		deadline := time.Now().Add(converge)
 		for c.TCServes(n) {
-			left, err := c.IPv4RulesLeft(n)
+			left, err := c.RulesLeft(n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func noIPv4Rules(t *testing.T, c *F.Cluster, when string) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s, %s: the tc programs serve IPv4, yet the node holds %s", when, n.Name, left)
+				t.Fatalf("%s, %s: the tc programs serve both families, yet the node holds %s", when, n.Name, left)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}

@@ -61,11 +61,11 @@ func switchMode(t *testing.T, c *F.Cluster, n *F.Node, from, to string) {
 	synced := time.Since(t0)
 	deadline := time.Now().Add(converge)
 	if to == "ebpf" && from == "nftables" && c.TCServes(n) {
-		// With the tc programs, ebpf mode keeps nftables mode's IPv6
-		// table, and of its IPv4 table only what keeps the translation
-		// of the connections its rules made (F.KeptIPv4Table).
-		noIPv4Rules(t, c, from+" → "+to)
-		t.Logf("%s → %s: both families synced %v after the stop; %s's IPv4 rules gone %v after it",
+		// With the tc programs, ebpf mode keeps of nftables mode's
+		// tables only what keeps the translation of the connections its
+		// rules made (F.KeptTable).
+		noRules(t, c, from+" → "+to)
+		t.Logf("%s → %s: both families synced %v after the stop; %s's rules gone %v after it",
 			from, to, synced.Round(time.Millisecond), from, time.Since(t0).Round(time.Millisecond))
 		return
 	}

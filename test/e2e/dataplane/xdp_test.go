@@ -13,11 +13,11 @@ import (
 // with XDP in front of the tc programs (--bpf-acceleration=native). veth
 // has native XDP, so native, not best-effort: a node that cannot attach
 // it fails its syncs and the scenario. Each scenario first checks that
-// both are attached, and before and after it that the nodes hold no IPv4
+// both are attached, and before and after it that the nodes hold no
 // rules of svcproxy's.
 func testWithXDP(t *testing.T) {
 	run := append([]scenario{{"XDPForwardsToOtherNode", testXDPForwards}}, named(tcScenarios)...)
-	run = withoutIPv4Rules(whenAttached(run, "tc programs and XDP", func(c *F.Cluster, n *F.Node) bool {
+	run = withoutRules(whenAttached(run, "tc programs and XDP", func(c *F.Cluster, n *F.Node) bool {
 		return c.TCAttached(n, "eth0") && c.XDPAttached(n, "eth0")
 	}))
 	opts := F.Options{Mode: "ebpf", TCInterfaces: []string{"eth0"}, Acceleration: "native"}

@@ -75,8 +75,8 @@ func (c *Cluster) tcInterfaces() string {
 }
 
 // TCServes reports whether node n's svcproxy runs ebpf mode with the tc
-// programs, which then serve IPv4 without nftables rules: node n is in
-// ebpf mode, runs this tree's svcproxy and has --bpf-tc-interfaces.
+// programs, which then serve both families without nftables rules: node n
+// is in ebpf mode, runs this tree's svcproxy and has --bpf-tc-interfaces.
 func (c *Cluster) TCServes(n *Node) bool {
 	return c.mode(n) == "ebpf" && n.Bin == "" && c.tcInterfaces() != ""
 }
@@ -86,50 +86,61 @@ func (c *Cluster) TCServes(n *Node) bool {
 // KUBE-KUBELET-CANARY are not svcproxy's).
 var proxyChains = regexp.MustCompile(`(?m)^:KUBE-(SERVICES|NODEPORTS|POSTROUTING|MARK-MASQ|PROXY-CANARY|PROXY-FIREWALL|EXTERNAL-SERVICES|FORWARD|LOAD-BALANCER|NODE-PORT|SVC-|SEP-|EXT-|FW-|SVL-)`)
 
-// IPv4RulesLeft returns what rules of svcproxy's node n holds for IPv4
-// ("" when none): the chains of proxyChains in iptables-save, and in the
-// nftables table "ip kube-proxy" whatever a start with the tc programs
-// does not keep of it, which is exactly the kept chains and their one
-// rule (KeptIPv4Table). A node without the table lacks what keeps the
-// connections earlier rules translated, and that is reported too.
-func (c *Cluster) IPv4RulesLeft(n *Node) (string, error) {
+// ruleFamilies are each family's nftables table of svcproxy's and the
+// iptables dump of that family.
+var ruleFamilies = []struct{ nft, save string }{{"ip", "iptables-save"}, {"ip6", "ip6tables-save"}}
+
+// RulesLeft returns what rules of svcproxy's node n holds in either family
+// ("" when none): the chains of proxyChains in iptables-save and
+// ip6tables-save, and in the nftables tables "ip kube-proxy" and "ip6
+// kube-proxy" whatever a start with the tc programs does not keep of them,
+// which is exactly the kept chains and their one rule (KeptTable). A node
+// without a family's table lacks what keeps the connections earlier rules
+// translated, and that is reported too.
+func (c *Cluster) RulesLeft(n *Node) (string, error) {
 	tables, err := c.Exec(n, "nft", "list", "tables")
 	if err != nil {
 		return "", fmt.Errorf("nft list tables: %w", err)
 	}
 	var left []string
-	if strings.Contains(tables, "table ip kube-proxy") {
-		listed, err := c.Exec(n, "nft", "--json", "list", "table", "ip", "kube-proxy")
+	for _, f := range ruleFamilies {
+		table := f.nft + " kube-proxy"
+		if !strings.Contains(tables, "table "+table) {
+			left = append(left, fmt.Sprintf("no nftables table %s (what keeps conntrack and the nat hooks is missing)", table))
+		} else {
+			listed, err := c.Exec(n, "nft", "--json", "list", "table", f.nft, "kube-proxy")
+			if err != nil {
+				return "", fmt.Errorf("nft list table %s: %w", table, err)
+			}
+			extra, err := KeptTable(listed)
+			if err != nil {
+				return "", err
+			}
+			if len(extra) > 0 {
+				left = append(left, fmt.Sprintf("beyond what keeps conntrack and the nat hooks, in the nftables table %s: %s", table, strings.Join(extra, ", ")))
+			}
+		}
+		saved, err := c.Exec(n, f.save)
 		if err != nil {
-			return "", fmt.Errorf("nft list table ip kube-proxy: %w", err)
+			return "", fmt.Errorf("%s: %w", f.save, err)
 		}
-		extra, err := KeptIPv4Table(listed)
-		if err != nil {
-			return "", err
+		for _, chain := range proxyChains.FindAllString(saved, -1) {
+			left = append(left, f.save+" "+chain)
 		}
-		if len(extra) > 0 {
-			left = append(left, fmt.Sprintf("beyond what keeps conntrack and the nat hooks, in the nftables table ip kube-proxy: %s", strings.Join(extra, ", ")))
-		}
-	} else {
-		left = append(left, "no nftables table ip kube-proxy (what keeps conntrack and the nat hooks is missing)")
 	}
-	saved, err := c.Exec(n, "iptables-save")
-	if err != nil {
-		return "", fmt.Errorf("iptables-save: %w", err)
-	}
-	left = append(left, proxyChains.FindAllString(saved, -1)...)
 	return strings.Join(left, ", "), nil
 }
 
-// keptChains are the chains a start with the tc programs keeps of the IPv4
-// table (or creates): the nftables rules' nat base chains, empty, and a
-// chain nothing jumps to whose one rule keeps connection tracking on, so
-// that the connections earlier rules translated keep their translation.
+// keptChains are the chains a start with the tc programs keeps of each
+// family's table (or creates): the nftables rules' nat base chains, empty,
+// and a chain nothing jumps to whose one rule keeps connection tracking
+// on, so that the connections earlier rules translated keep their
+// translation.
 var keptChains = []string{"keep-conntrack", "nat-output", "nat-postrouting", "nat-prerouting"}
 
-// KeptIPv4Table lists, from nft's JSON listing of the table, every
+// KeptTable lists, from nft's JSON listing of a family's table, every
 // object beyond the kept chains and the one rule of keep-conntrack.
-func KeptIPv4Table(listing string) ([]string, error) {
+func KeptTable(listing string) ([]string, error) {
 	var parsed struct {
 		Nftables []map[string]struct {
 			Name  string `json:"name"`

@@ -41,8 +41,8 @@ func newContents[A addrBytes]() contentsOf[A] {
 
 // Served says whether the tc programs translate sp's external frontends,
 // in either family: TCP and UDP. Nothing translates the others from
-// outside the node in a family the programs serve without an nftables
-// half (tcServes in internal/backends); in one with a half, its rules do.
+// outside the node: the families the programs serve have no nftables
+// half (tcServes in internal/backends).
 func Served(_ proxy.IPFamily, sp *desired.ServicePort) bool {
 	_, ok := protoNumbers[sp.Protocol]
 	return ok
