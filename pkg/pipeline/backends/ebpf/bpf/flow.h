@@ -82,23 +82,6 @@ static __always_inline int F(draining)(void)
 	return cfg && cfg->flags & NP_CFG_DRAINING;
 }
 
-// in_kernel_ct says whether the kernel's conntrack holds a flow with k as
-// either direction. A function of its own, so that the tuple's stack is
-// not added to the flow logic's.
-static __noinline int F(in_kernel_ct)(struct __sk_buff *skb, const struct F(ct_key) *k)
-{
-	if (!bpf_ksym_exists(bpf_skb_ct_lookup) || !bpf_ksym_exists(bpf_ct_release))
-		return 0;
-	struct bpf_sock_tuple t = {};
-	__u32 size = F(sock_tuple)(k, &t);
-	struct ct_lookup_opts o = { .netns_id = BPF_F_CURRENT_NETNS, .l4proto = k->proto };
-	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, size, &o, sizeof(o));
-	if (!ct)
-		return 0;
-	bpf_ct_release(ct);
-	return 1;
-}
-
 // kernel_flow says whether k, a packet that v, a reply entry of a flow
 // masqueraded here, would translate, belongs to a flow of the kernel's
 // conntrack instead. While the programs drain, the rules masquerade new
@@ -168,6 +151,7 @@ static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const
 		.fwd = { .src = p->k.src, .dst = be.addr, .sport = p->k.sport, .dport = be.port, .seen = now },
 		.rev = { .src = p->k.dst, .dst = p->k.src, .sport = p->k.dport, .dport = p->k.sport, .seen = now,
 			 .at = CT_AT_EGRESS, .reply = 1 },
+		.skb = skb,
 		.now = now,
 		.proto = p->k.proto,
 	};

@@ -401,7 +401,7 @@ static __always_inline int remote(struct __sk_buff *skb, const __be32 *src, cons
 // The kernel's conntrack lookup (nf_conntrack's kfuncs). They are
 // declared weak: without them (a kernel built without nf_conntrack's BPF
 // support, or its module not loaded) the programs still load and find no
-// flow of the kernel's (kernel_flow). nf_conn is the kernel's: the
+// flow of the kernel's (in_kernel_ct, masq.h). nf_conn is the kernel's: the
 // programs only hold a pointer to it, but a declaration without a body
 // would not match the kernel's type. ct_lookup_opts is the layout every
 // kernel with the lookup accepts (12 bytes: no conntrack zone).

@@ -217,8 +217,8 @@ func TestKernelDrainLeavesAKernelFlowItsRepliesIPv6(t *testing.T) {
 	}
 }
 
-// createKernelFlow adds flow to the kernel's conntrack in the rig's node.
-func (r *xdpRig) createKernelFlow(t *testing.T, family proxy.IPFamily, flow kconntrack.Flow) {
+// createKernelFlow adds flows to the kernel's conntrack in the rig's node.
+func (r *xdpRig) createKernelFlow(t *testing.T, family proxy.IPFamily, flows ...kconntrack.Flow) {
 	t.Helper()
 	h, err := netns.GetFromPath(r.node.Path())
 	must(t, err)
@@ -226,6 +226,6 @@ func (r *xdpRig) createKernelFlow(t *testing.T, family proxy.IPFamily, flow kcon
 	ct, err := kconntrack.NewAt(h)
 	must(t, err)
 	defer ct.Close()
-	_, err = ct.Create(context.Background(), family, []kconntrack.Flow{flow}, time.Minute)
+	_, err = ct.Create(context.Background(), family, flows, time.Minute)
 	must(t, err)
 }
