@@ -24,8 +24,9 @@ import (
 // (nftables.KeepNATHooks: no Service rule); turned off, the tc programs
 // serve until both families' first syncs have programmed the tables again,
 // and are then drained, taken off the interface and unpinned. Not one
-// request fails, not even one in flight while the old path goes, but for
-// the odd UDP request while the tc programs are drained (nodePortLoad.stop).
+// request fails, not even one in flight while the old path goes or while
+// the tc programs are drained (the rules' masquerade then picks ports
+// without seeing the programs' table).
 func TestKernelEBPFModeTCOnAndOff(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
@@ -186,12 +187,8 @@ func (l *nodePortLoad) timeRetirement(b *hooksAndRules) {
 func (l *nodePortLoad) settle() { time.Sleep(300 * time.Millisecond) }
 
 // stop ends the load and fails the test for every failed request, saying
-// whether it was in flight while the old path was removed, but for UDP
-// requests while the tc programs were drained: those it logs. The drain
-// loses the odd UDP reply, with or without the kept conntrack rule: the
-// client reuses source ports, so a new request can meet an old flow's
-// np_ct entry, which the drain's sweep may delete while the request is in
-// flight. That is the drain's to fix, not the switch's.
+// whether it was in flight while the old path was removed or while the tc
+// programs were drained.
 func (l *nodePortLoad) stop(t *testing.T) {
 	t.Helper()
 	close(l.done)
@@ -202,22 +199,21 @@ func (l *nodePortLoad) stop(t *testing.T) {
 			continue
 		}
 		failed++
-		if r.proto == proxy.UDP && overlaps(r, l.drains) {
-			drained++
-			t.Logf("UDP request at %s failed while the tc programs were drained: %v", r.start.Format("15:04:05.000"), r.err)
-			continue
-		}
 		when := ""
 		if overlaps(r, l.removals) {
 			inFlight++
 			when = ", in flight while the old path was removed"
+		}
+		if overlaps(r, l.drains) {
+			drained++
+			when += ", while the tc programs were drained"
 		}
 		t.Errorf("%s request at %s failed%s: %v", r.proto, r.start.Format("15:04:05.000"), when, r.err)
 	}
 	if len(l.removals) != 2 {
 		t.Errorf("the old path was removed %d times, want twice (once per switch)", len(l.removals))
 	}
-	t.Logf("%d requests to the node ports across both switches; %d failed, %d of them in flight while the old path was removed, %d UDP while the tc programs were drained",
+	t.Logf("%d requests to the node ports across both switches; %d failed, %d of them in flight while the old path was removed, %d while the tc programs were drained",
 		len(l.requests), failed, inFlight, drained)
 }
 

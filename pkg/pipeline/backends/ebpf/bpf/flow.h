@@ -74,9 +74,33 @@ static __always_inline int F(refuse)(struct __sk_buff *skb, const struct F(pkt) 
 	return p->k.proto == IPPROTO_TCP ? F(reset)(skb, p->l4) : F(unreachable)(skb);
 }
 
+// draining says whether Drain runs (np_config's flags).
+static __always_inline int F(draining)(void)
+{
+	__u32 zero = 0;
+	struct F(np_cfg) *cfg = bpf_map_lookup_elem(&F(np_config), &zero);
+	return cfg && cfg->flags & NP_CFG_DRAINING;
+}
+
+// kernel_flow says whether k, a packet that v, a reply entry of a flow
+// masqueraded here, would translate, belongs to a flow of the kernel's
+// conntrack instead. While the programs drain, the rules masquerade new
+// flows to the same endpoints, and the kernel picks their ports without
+// seeing this table: it may give one the reply tuple a held flow here
+// still claims. The packet is then the kernel's flow's, which is live and
+// wants it (the held flow had its answer or is at its end), and goes to
+// the stack, which un-NATs it. The lookup is paid only while draining:
+// before, the rules take no node port traffic to masquerade.
+static __always_inline int F(kernel_flow)(struct __sk_buff *skb, const struct F(ct_key) *k, const struct F(ct_val) *v)
+{
+	return v->reply && v->at == CT_AT_INGRESS_FWD && F(draining)() && F(in_kernel_ct)(skb, k);
+}
+
 // apply translates a packet of a known flow (FLOW_FN: nodeport.c).
 static FLOW_FN int F(apply)(struct __sk_buff *skb, struct F(pkt) *p, struct F(ct_val) *v, __u64 now)
 {
+	if (F(kernel_flow)(skb, &p->k, v))
+		return TC_ACT_OK;
 	// A flow that lost its reply tuple has ended: dropped, not sent as
 	// another's.
 	if (!F(holds_reply)(&p->k, v, now)) {
@@ -127,6 +151,7 @@ static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const
 		.fwd = { .src = p->k.src, .dst = be.addr, .sport = p->k.sport, .dport = be.port, .seen = now },
 		.rev = { .src = p->k.dst, .dst = p->k.src, .sport = p->k.dport, .dport = p->k.sport, .seen = now,
 			 .at = CT_AT_EGRESS, .reply = 1 },
+		.skb = skb,
 		.now = now,
 		.proto = p->k.proto,
 	};

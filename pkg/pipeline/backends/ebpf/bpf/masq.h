@@ -2,7 +2,8 @@
 //
 // Included by nodeport.c once per IP family (as ct.h), after the
 // conntrack table and its helpers: the masquerade port search for flows
-// source-NATed to the node, and the drop counters (both families').
+// source-NATed to the node, the kernel conntrack lookup it and a drain's
+// replies use, and the drop counters (both families').
 
 #ifndef SVCPROXY_MASQ_H
 #define SVCPROXY_MASQ_H
@@ -47,9 +48,27 @@ static __always_inline void np_count(void *stats, __u32 stat)
 }
 #endif
 
+// in_kernel_ct says whether the kernel's conntrack holds a flow with k as
+// either direction. A function of its own, so that the tuple's stack is
+// not added to the flow logic's.
+static __noinline int F(in_kernel_ct)(struct __sk_buff *skb, const struct F(ct_key) *k)
+{
+	if (!bpf_ksym_exists(bpf_skb_ct_lookup) || !bpf_ksym_exists(bpf_ct_release))
+		return 0;
+	struct bpf_sock_tuple t = {};
+	__u32 size = F(sock_tuple)(k, &t);
+	struct ct_lookup_opts o = { .netns_id = BPF_F_CURRENT_NETNS, .l4proto = k->proto };
+	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, size, &o, sizeof(o));
+	if (!ct)
+		return 0;
+	bpf_ct_release(ct);
+	return 1;
+}
+
 struct F(snat_search) {
 	struct F(ct_val) fwd; // its sport is the port tried, the one taken at the end
 	struct F(ct_val) rev;
+	struct __sk_buff *skb; // the flow's first packet, for in_kernel_ct
 	__u64 now;
 	__u32 off;
 	__u8 proto;
@@ -58,9 +77,11 @@ struct F(snat_search) {
 
 // snat_try (bpf_loop's callback) tries the search's i-th port: free when
 // no live entry holds the reply tuple (endpoint, masquerade address and
-// port); an expired entry there is deleted, an evicted one is gone. The
-// reply direction is recorded only if no other CPU recorded one there
-// since (BPF_NOEXIST), so two flows never share it.
+// port) and no flow of the kernel's conntrack does (a connection the
+// rules masqueraded before the programs took over, still open); an
+// expired entry there is deleted, an evicted one is gone. The reply
+// direction is recorded only if no other CPU recorded one there since
+// (BPF_NOEXIST), so two flows never share it.
 static long F(snat_try)(__u32 i, void *data)
 {
 	struct F(snat_search) *s = data;
@@ -75,6 +96,8 @@ static long F(snat_try)(__u32 i, void *data)
 			return 0;
 		bpf_map_delete_elem(&F(np_ct), &rk);
 	}
+	if (F(in_kernel_ct)(s->skb, &rk))
+		return 0;
 	if (bpf_map_update_elem(&F(np_ct), &rk, &s->rev, BPF_NOEXIST))
 		return 0;
 	s->found = 1;

@@ -116,11 +116,15 @@ struct aff_val {
 };
 
 // np_cfg (key 0) holds the address masqueraded flows to other nodes
-// leave with. masq_mark is unused: it stays for the layout of pinned maps.
+// leave with, and flags (NP_CFG_*). flags was once a mark and keeps its
+// place in the layout of pinned maps.
 struct np_cfg {
 	__be32 snat_addr;
-	__u32 masq_mark;
+	__u32 flags;
 };
+
+// np_cfg's flags.
+#define NP_CFG_DRAINING 1 // Drain runs: the rules take new flows beside the held ones
 
 // ct_key is one direction of a flow as its packets carry it.
 struct ct_key {
@@ -392,6 +396,41 @@ static __always_inline int remote(struct __sk_buff *skb, const __be32 *src, cons
 		return 0;
 	__u32 ifindex = fib.ifindex;
 	return bpf_map_lookup_elem(&np_devices, &ifindex) != NULL;
+}
+
+// The kernel's conntrack lookup (nf_conntrack's kfuncs). They are
+// declared weak: without them (a kernel built without nf_conntrack's BPF
+// support, or its module not loaded) the programs still load and find no
+// flow of the kernel's (in_kernel_ct, masq.h). nf_conn is the kernel's: the
+// programs only hold a pointer to it, but a declaration without a body
+// would not match the kernel's type. ct_lookup_opts is the layout every
+// kernel with the lookup accepts (12 bytes: no conntrack zone).
+struct nf_conn {
+	int unused;
+};
+struct ct_lookup_opts {
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir;
+	__u8 reserved[2];
+};
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple, __u32 tuple_size,
+					 struct ct_lookup_opts *opts, __u32 opts_size) __ksym __weak;
+extern void bpf_ct_release(struct nf_conn *ct) __ksym __weak;
+
+#ifndef bpf_ksym_exists
+#define bpf_ksym_exists(sym) (!!(sym))
+#endif
+
+// sock_tuple is the kernel's conntrack tuple of k, and its size.
+static __always_inline __u32 sock_tuple(const struct ct_key *k, struct bpf_sock_tuple *t)
+{
+	t->ipv4.saddr = k->src;
+	t->ipv4.daddr = k->dst;
+	t->ipv4.sport = k->sport;
+	t->ipv4.dport = k->dport;
+	return sizeof(t->ipv4);
 }
 
 // last_hop says whether a packet this program would forward out of a node

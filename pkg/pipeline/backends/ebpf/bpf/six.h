@@ -72,7 +72,7 @@ struct aff_val6 {
 
 struct np_cfg6 {
 	struct in6 snat_addr;
-	__u32 masq_mark; // unused, as np_cfg's
+	__u32 flags; // as np_cfg's
 };
 
 struct ct_key6 {
@@ -251,6 +251,16 @@ static __always_inline void rewrite6(struct __sk_buff *skb, const struct pkt6 *p
 		bpf_l4_csum_replace(skb, csum, p->k.dport, v->dport, l4f | 2);
 		bpf_skb_store_bytes(skb, p->l4 + 2, &v->dport, 2, 0);
 	}
+}
+
+// sock_tuple6 is the kernel's conntrack tuple of k, and its size.
+static __always_inline __u32 sock_tuple6(const struct ct_key6 *k, struct bpf_sock_tuple *t)
+{
+	__builtin_memcpy(t->ipv6.saddr, k->src.w, sizeof(k->src));
+	__builtin_memcpy(t->ipv6.daddr, k->dst.w, sizeof(k->dst));
+	t->ipv6.sport = k->sport;
+	t->ipv6.dport = k->dport;
+	return sizeof(t->ipv6);
 }
 
 // forward6 sends a translated packet (its hop limit hops, above 1) out of

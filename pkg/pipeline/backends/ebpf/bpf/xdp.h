@@ -12,6 +12,8 @@
 //     masquerade mark, which XDP cannot set);
 //   - TCP packets that change the flow's state (SYN, FIN, RST);
 //   - a packet without a hop left (np_ingress answers time exceeded);
+//   - a reply while the programs drain (np_ingress asks whether it is
+//     a kernel conntrack flow's: kernel_flow in flow.h);
 //   - a packet whose L4 checksum a sender on this machine left unfinished
 //     (l4_csum_partial: only a virtual device such as a veth delivers one);
 //   - IPv6 (np_ingress serves it), and what parse leaves to the stack
@@ -125,6 +127,10 @@ int np_xdp(struct xdp_md *ctx)
 		return XDP_PASS;
 	struct ct_val *v = bpf_map_lookup_elem(&np_ct, &p.k);
 	if (!v || v->at != CT_AT_INGRESS_FWD)
+		return XDP_PASS;
+	// While draining, a reply may be a kernel flow's (kernel_flow): np_ingress
+	// asks the kernel's conntrack.
+	if (v->reply && draining())
 		return XDP_PASS;
 	__u64 now = bpf_ktime_get_ns();
 	if (expired(v, p.k.proto, now) || !holds_reply(&p.k, v, now))

@@ -54,7 +54,11 @@ const drainPoll = 200 * time.Millisecond
 // ports next (another mode's rules) takes it, while a packet of a flow
 // np_ct or np_ct6 holds is still translated as recorded; the flows that
 // are done it deletes from the tables (sweep), first before the rules take
-// new flows, then as they end. It returns how many flows still held the
+// new flows, then as they end. First of all it marks the programs
+// draining (markDraining): the rules' masquerade picks ports without
+// seeing the tables, and a reply to one of its flows that meets a held
+// flow's reply entry is left to the kernel's conntrack, whose flow it is.
+// It returns how many flows still held the
 // programs when it stopped waiting (0 once drained, or with nothing
 // pinned). holding, when not nil, is called once with that count before
 // the wait.
@@ -68,6 +72,9 @@ func Drain(ctx context.Context, dir string, times DrainTimes, holding func(flows
 			ft.close()
 		}
 	}()
+	if err := errors.Join(markDraining[[4]byte](dir), markDraining[[16]byte](dir)); err != nil {
+		return 0, err
+	}
 	if _, err := sweepAll(tables, times); err != nil {
 		return 0, err
 	}
@@ -125,11 +132,8 @@ func openFlowTables(dir string) ([]flowTable, error) {
 }
 
 func openCT[A addrBytes](dir string) (flowTable, error) {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(namesOf[A]().ct)), nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	m, err := pinnedIn(dir, namesOf[A]().ct)
+	if m == nil {
 		return nil, err
 	}
 	return ctTable[A]{m}, nil
@@ -149,14 +153,39 @@ func sweepAll(tables []flowTable, times DrainTimes) (int, error) {
 	return held, nil
 }
 
+// pinnedIn opens the map name pinned in dir: nil and no error when it is
+// not pinned (an older svcproxy pinned no IPv6 maps).
+func pinnedIn(dir, name string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(name)), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return m, err
+}
+
+// markDraining sets cfgDraining in the configuration of A's family pinned
+// in dir, before the rules take new flows: from then on the programs
+// leave to the stack a reply the kernel's conntrack claims (a new flow the
+// rules masqueraded to a port a held flow's reply tuple holds here).
+func markDraining[A addrBytes](dir string) error {
+	m, err := pinnedIn(dir, namesOf[A]().config)
+	if m == nil {
+		return err
+	}
+	defer m.Close()
+	var c cfgValOf[A]
+	if err := m.Lookup(uint32(0), &c); err != nil {
+		return err
+	}
+	c.Flags |= cfgDraining
+	return m.Update(uint32(0), c, ebpf.UpdateExist)
+}
+
 // clearFrontends deletes every entry of the frontends map of A's family
 // pinned in dir.
 func clearFrontends[A addrBytes](dir string) error {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinName(namesOf[A]().services)), nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	m, err := pinnedIn(dir, namesOf[A]().services)
+	if m == nil {
 		return err
 	}
 	defer m.Close()
@@ -178,10 +207,10 @@ func clearFrontends[A addrBytes](dir string) error {
 
 // sweep deletes from ct, the conntrack table of A's family, the flows that
 // no longer need the programs and counts those that do: a flow needs them
-// while one of its directions holds them (holds). A done flow must go: the
-// rules now pick masquerade ports for new connections without seeing this
-// table, and a reply to one of them that met a done flow's entry would be
-// sent to that flow's client. A late packet of a done flow (the last ACK
+// while one of its directions holds them (holds). A done flow goes, so
+// that its entries claim no reply tuple the rules' masquerade may give a
+// new connection (the programs, draining, leave such a reply to the
+// kernel's conntrack anyway, but only where its kfuncs exist). A late packet of a done flow (the last ACK
 // of a close) passes to the stack instead, which answers it with a reset
 // at worst.
 func sweep[A addrBytes](ct *ebpf.Map, times DrainTimes) (int, error) {

@@ -1,16 +1,20 @@
 package nodeport
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/maglev"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
 )
@@ -133,4 +137,95 @@ func flowCount(t *testing.T, f *Flows, family proxy.IPFamily) int {
 	n := 0
 	must(t, f.List(context.Background(), family, func(kconntrack.Flow) { n++ }))
 	return n
+}
+
+// TestKernelDrainLeavesAKernelFlowItsReplies: while the programs drain,
+// the rules masquerade new flows to the same endpoints, and the kernel's
+// masquerade, which does not see np_ct, may give one the reply tuple a
+// held flow's entry still claims. A reply to that tuple is then the kernel
+// flow's: np_ingress passes it to the stack untouched and np_xdp to
+// np_ingress, instead of sending it to the held flow's client. Before the
+// drain, and for a reply tuple the kernel does not hold, the held flow
+// keeps its replies.
+func TestKernelDrainLeavesAKernelFlowItsReplies(t *testing.T) {
+	r := newXDPRig(t, AccelerationNative)
+	r.sync(t, port("web", proxy.UDP, 30080, ep(r.epC, 8080)))
+	got := r.openFlows(t, []uint16{40000, 40001})
+	taken, kept := got.ports[40000], got.ports[40001]
+	if len(got.ports) != 2 {
+		t.Fatalf("two flows to the node port: %+v, want both masqueraded", got)
+	}
+	reply := func(p uint16) []byte {
+		return checksummed(maglev.Flow{Src: r.epC, Dst: r.nodeIP, SrcPort: 8080, DstPort: p, Protocol: 17}, 0, false)
+	}
+	// The rules' flow from another client, masqueraded to the port the
+	// first held flow has.
+	kernelFlow := kconntrack.Flow{Proto: 17,
+		Orig:  kconntrack.Tuple{Src: netip.AddrPortFrom(r.client, 40100), Dst: netip.AddrPortFrom(r.nodeIP, 30080)},
+		Reply: kconntrack.Tuple{Src: netip.AddrPortFrom(r.epC, 8080), Dst: netip.AddrPortFrom(r.nodeIP, taken)}}
+	r.createKernelFlow(t, proxy.IPv4, kernelFlow)
+
+	if v, _ := r.runXDP(t, r.c0, reply(taken)); v == xdpPass {
+		t.Errorf("before the drain, np_xdp passed a reply of its held flow (XDP_PASS), want it sent on")
+	}
+	if dst := r.replyFor(t, taken); dst != netip.AddrPortFrom(r.client, 40000) {
+		t.Errorf("before the drain, a reply to masquerade port %d went to %v, want the held flow's client", taken, dst)
+	}
+	must(t, markDraining[[4]byte](r.pins))
+	in := reply(taken)
+	if v, out := r.runXDP(t, r.c0, slices.Clone(in)); v != xdpPass || !bytes.Equal(out, in) {
+		t.Errorf("draining, np_xdp on a reply the kernel's flow claims: verdict %d, changed %t; want XDP_PASS (%d), unchanged", v, !bytes.Equal(out, in), xdpPass)
+	}
+	if v, out := r.runTC(t, r.c0, slices.Clone(in)); v != tcOK || !bytes.Equal(out[:len(in)], in) {
+		t.Errorf("draining, np_ingress on a reply the kernel's flow claims: verdict %d, sent to %v; want TC_ACT_OK (%d), untouched, for the stack", v, tupleDst(out), tcOK)
+	}
+	if dst := r.replyFor(t, kept); dst != netip.AddrPortFrom(r.client, 40001) {
+		t.Errorf("draining, a reply to masquerade port %d, which the kernel does not hold, went to %v, want the held flow's client", kept, dst)
+	}
+}
+
+// TestKernelDrainLeavesAKernelFlowItsRepliesIPv6: the same in IPv6, at tc
+// (np_xdp leaves IPv6 to tc).
+func TestKernelDrainLeavesAKernelFlowItsRepliesIPv6(t *testing.T) {
+	r := newRig6(t)
+	r.sync6(t, port("web", proxy.UDP, 30080, ep(r.epC, 8080)))
+	masqPort := func(clientPort uint16) uint16 {
+		f := maglev.Flow{Src: r.client, Dst: r.nodeIP, SrcPort: clientPort, DstPort: 30080, Protocol: 17}
+		v, out := r.runTC(t, r.a0, packet6(f, 0))
+		src, dst, _ := tuple6(out)
+		if v != tcRedirect || src.Addr() != r.nodeIP || dst != netip.AddrPortFrom(r.epC, 8080) {
+			t.Fatalf("a flow from port %d: verdict %d, %v → %v; want masqueraded to [%v]:8080", clientPort, v, src, dst, r.epC)
+		}
+		return src.Port()
+	}
+	taken, kept := masqPort(40000), masqPort(40001)
+	replyTo := func(p uint16) (uint32, netip.AddrPort, bool) {
+		in := packet6(maglev.Flow{Src: r.epC, Dst: r.nodeIP, SrcPort: 8080, DstPort: p, Protocol: 17}, 0)
+		v, out := r.runTC(t, r.c0, slices.Clone(in))
+		_, dst, _ := tuple6(out)
+		return v, dst, bytes.Equal(out[:len(in)], in)
+	}
+	r.createKernelFlow(t, proxy.IPv6, kconntrack.Flow{Proto: 17,
+		Orig:  kconntrack.Tuple{Src: netip.AddrPortFrom(r.client, 40100), Dst: netip.AddrPortFrom(r.nodeIP, 30080)},
+		Reply: kconntrack.Tuple{Src: netip.AddrPortFrom(r.epC, 8080), Dst: netip.AddrPortFrom(r.nodeIP, taken)}})
+	must(t, markDraining[[16]byte](r.pins))
+	if v, dst, same := replyTo(taken); v != tcOK || !same {
+		t.Errorf("draining, np_ingress on a reply the kernel's flow claims: verdict %d, sent to %v; want TC_ACT_OK (%d), untouched, for the stack", v, dst, tcOK)
+	}
+	if v, dst, _ := replyTo(kept); v != tcRedirect || dst != netip.AddrPortFrom(r.client, 40001) {
+		t.Errorf("draining, a reply to masquerade port %d, which the kernel does not hold: verdict %d to %v, want the held flow's client", kept, v, dst)
+	}
+}
+
+// createKernelFlow adds flows to the kernel's conntrack in the rig's node.
+func (r *xdpRig) createKernelFlow(t *testing.T, family proxy.IPFamily, flows ...kconntrack.Flow) {
+	t.Helper()
+	h, err := netns.GetFromPath(r.node.Path())
+	must(t, err)
+	defer h.Close()
+	ct, err := kconntrack.NewAt(h)
+	must(t, err)
+	defer ct.Close()
+	_, err = ct.Create(context.Background(), family, flows, time.Minute)
+	must(t, err)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/maglev"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -246,5 +247,35 @@ func TestKernelMasqueradeReplyEvicted(t *testing.T) {
 	var v ctVal
 	if err := m.Lookup(k, &v); err == nil {
 		t.Errorf("the flow's forward entry is still there: %+v", v)
+	}
+}
+
+// TestKernelMasqueradeSkipsKernelFlows: a port whose reply tuple a flow of
+// the kernel's conntrack holds (a connection the rules masqueraded before
+// the programs took over, still open) is not free. With every odd
+// masquerade port to the endpoint held by such flows, new flows get even
+// ones, and the kernel flows' replies are left to the stack.
+func TestKernelMasqueradeSkipsKernelFlows(t *testing.T) {
+	r := masqRig(t)
+	var flows []kconntrack.Flow
+	for p := 1025; p < 65536; p += 2 {
+		if MasqueradePort(uint16(p)) {
+			flows = append(flows, kconntrack.Flow{Proto: 17,
+				Orig:  kconntrack.Tuple{Src: netip.AddrPortFrom(r.client, uint16(p)), Dst: netip.AddrPortFrom(r.nodeIP, 30080)},
+				Reply: kconntrack.Tuple{Src: netip.AddrPortFrom(r.epC, 8080), Dst: netip.AddrPortFrom(r.nodeIP, uint16(p))}})
+		}
+	}
+	r.createKernelFlow(t, proxy.IPv4, flows...)
+	got := r.openFlows(t, portRange(40000, 200))
+	odd := 0
+	for _, mp := range got.ports {
+		odd += int(mp % 2)
+	}
+	if len(got.ports) != 200 || odd != 0 {
+		t.Errorf("200 new flows beside kernel flows on every odd masquerade port: %d masqueraded, %d of them from an odd port, %d dropped; want all from even ports",
+			len(got.ports), odd, got.dropped)
+	}
+	if v, _ := r.runTC(t, r.c0, checksummed(maglev.Flow{Src: r.epC, Dst: r.nodeIP, SrcPort: 8080, DstPort: 30001, Protocol: 17}, 0, false)); v != tcOK {
+		t.Errorf("a reply of a kernel flow: verdict %d, want it left to the stack (%d)", v, tcOK)
 	}
 }

@@ -35,8 +35,8 @@ func TestRenderRoutesAndFlags(t *testing.T) {
 	st := stateOf(nodeIP, cluster, local, drop, reject, sourced, affinity, sctp)
 	st.Masquerade.Mark = 0x4000
 	c := Render(st)
-	if c.Config.SNAT != nodeIP.As4() || c.Config.MasqMark != 0 {
-		t.Errorf("configuration %+v, want the node's address %v and no masquerade mark (nothing masquerades a local endpoint's flow)", c.Config, nodeIP)
+	if c.Config.SNAT != nodeIP.As4() || c.Config.Flags != 0 {
+		t.Errorf("configuration %+v, want the node's address %v and no flag (the masquerade mark is not the programs': nothing masquerades a local endpoint's flow; a sync never drains)", c.Config, nodeIP)
 	}
 	want := map[svcKey]uint32{
 		frontendKey[[4]byte](nodeIP, 30080, 6):                           flagMasq,

@@ -128,12 +128,18 @@ func memberOf[A addrBytes](id uint64, ep proxy.Endpoint) memberKeyOf[A] {
 }
 
 // cfgVal is the programs' one configuration record: the address flows to
-// endpoints on other nodes are masqueraded to. MasqMark is unused (zero):
-// it stays for the layout of pinned maps.
+// endpoints on other nodes are masqueraded to, and flags (cfgDraining).
+// Flags was once a mark and keeps its place in the layout of pinned maps;
+// a sync writes it zero.
 type cfgValOf[A addrBytes] struct {
-	SNAT     A
-	MasqMark uint32
+	SNAT  A
+	Flags uint32
 }
+
+// cfgDraining is bpf/nodeport.c's NP_CFG_DRAINING: Drain runs, and a
+// reply the programs would translate that a flow of the kernel's
+// conntrack claims is left to the stack.
+const cfgDraining = 1
 
 type cfgVal = cfgValOf[[4]byte]
 
