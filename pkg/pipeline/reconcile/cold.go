@@ -6,7 +6,7 @@ package reconcile
 // cold reports whether t's diff is an Add of every claimed key and
 // nothing else: the kernel holds none of its keys and every key is dirty.
 func (t *Table[O, K, V]) cold() bool {
-	return t.inKernel == 0 && t.claimed > 0 && len(t.dirty) == len(t.entries)
+	return t.inKernel == 0 && t.claimed > 0 && len(t.dirty) == len(t.entries)-len(t.free)
 }
 
 // coldBatch is Batch of a cold table: one Step in the add phase that
@@ -30,16 +30,16 @@ func coldBatch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Cha
 			return nil
 		}
 		adds := make([]Change[K, V], 0, t.claimed)
-		for _, k := range t.dirty {
-			e := t.entries[k]
+		for _, pos := range t.dirty {
+			e := &t.entries[pos]
 			e.flags &^= flagDirty
-			if want, ok := t.want(k, e); ok {
-				adds = append(adds, Change[K, V]{Op: Add, Key: k, Want: want})
+			if want, ok := t.want(pos, e); ok {
+				adds = append(adds, Change[K, V]{Op: Add, Key: e.key, Want: want})
 				e.have = want
 				e.flags |= flagKernel
 				t.inKernel++
 			}
-			t.store(k, e)
+			t.removeIfEmpty(pos)
 		}
 		t.emptyDirty()
 		if err := do(adds); err != nil {
