@@ -18,9 +18,12 @@ func (t *Table[O, K, V]) ForgetKernel() {
 
 // Kernel returns the kernel's value of k, and whether the kernel holds k.
 func (t *Table[O, K, V]) Kernel(k K) (V, bool) {
+	var none V
+	if t.inKernel == 0 {
+		return none, false // a cold table: no key to look up
+	}
 	pos, ok := t.lookup(k)
 	if !ok {
-		var none V
 		return none, false
 	}
 	e := &t.entries[pos]
