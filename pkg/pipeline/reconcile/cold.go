@@ -6,17 +6,24 @@ package reconcile
 // cold reports whether t's diff is an Add of every claimed key and
 // nothing else: the kernel holds none of its keys and every key is dirty.
 func (t *Table[O, K, V]) cold() bool {
-	return t.inKernel == 0 && t.claimed > 0 && len(t.dirty) == len(t.entries)
+	return t.inKernel == 0 && t.claimed > 0 && len(t.dirty) == len(t.entries)-len(t.free)
 }
 
+// coldChunk is the most changes a cold batch hands do at once. A first
+// sync adds every key of a large table: built a chunk at a time into one
+// buffer, the changes take a chunk's memory beside the table rather than
+// a copy of every claim.
+var coldChunk = 1 << 16
+
 // coldBatch is Batch of a cold table: one Step in the add phase that
-// diffs, records and applies in one walk of the dirty keys. Each claimed
-// key is recorded as held with its claimed value as its Add is taken,
-// and the records are undone when do fails; a cold sync touches every
-// key of a large table, and so each key's entry once rather than in a
-// diff and again in a commit. The diff is taken when the Step runs: a
-// Step that does not run (an earlier one failed) leaves its keys dirty
-// for the next diff.
+// diffs, records and applies in one walk of the dirty keys, a chunk of
+// adds (coldChunk) per call of do. A cold sync touches every key of a
+// large table, and so each key's entry once rather than in a diff and
+// again in a commit. The chunks do took are recorded as held; after one
+// fails, the rest of the keys are neither written nor recorded (the
+// kernel must be read back, as after any failed batch). The diff is
+// taken when the Step runs: a Step that does not run (an earlier one
+// failed) leaves its keys dirty for the next diff.
 func coldBatch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Change[K, V]) error) []Step {
 	run := func() error {
 		if !t.cold() {
@@ -29,28 +36,51 @@ func coldBatch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Cha
 			}
 			return nil
 		}
-		adds := make([]Change[K, V], 0, t.claimed)
-		for _, k := range t.dirty {
-			e := t.entries[k]
+		c := coldChunks[O, K, V]{t: t, do: do, adds: make([]Change[K, V], 0, min(t.claimed, coldChunk))}
+		c.at = make([]int32, 0, cap(c.adds))
+		for _, pos := range t.dirty {
+			e := &t.entries[pos]
 			e.flags &^= flagDirty
-			if want, ok := t.want(k, e); ok {
-				adds = append(adds, Change[K, V]{Op: Add, Key: k, Want: want})
-				e.have = want
-				e.flags |= flagKernel
-				t.inKernel++
+			if want, ok := t.want(pos, e); ok && c.err == nil {
+				c.add(pos, Change[K, V]{Op: Add, Key: e.key, Want: want})
 			}
-			t.store(k, e)
+			t.removeIfEmpty(pos)
 		}
+		c.flush()
 		t.emptyDirty()
-		if err := do(adds); err != nil {
-			for _, c := range adds {
-				t.DropKernel(c.Key)
-			}
-			return err
-		}
-		return nil
+		return c.err
 	}
 	return []Step{{Phase: t.kind.AddPhase, Kind: t.kind.Name, Len: t.claimed, Run: run}}
+}
+
+// coldChunks collects a cold batch's adds and hands them to do a chunk
+// at a time, recording each chunk do took.
+type coldChunks[O Owner[O], K comparable, V any] struct {
+	t    *Table[O, K, V]
+	do   func([]Change[K, V]) error
+	adds []Change[K, V]
+	at   []int32 // the position of each add's entry
+	err  error   // do's first failure; nothing is written after it
+}
+
+func (c *coldChunks[O, K, V]) add(pos int32, ch Change[K, V]) {
+	c.adds, c.at = append(c.adds, ch), append(c.at, pos)
+	if len(c.adds) == cap(c.adds) {
+		c.flush()
+	}
+}
+
+func (c *coldChunks[O, K, V]) flush() {
+	if len(c.adds) == 0 || c.err != nil {
+		return
+	}
+	if c.err = c.do(c.adds); c.err == nil {
+		for i, pos := range c.at {
+			c.t.setKernelAt(pos, c.adds[i].Want)
+		}
+	}
+	clear(c.adds)
+	c.adds, c.at = c.adds[:0], c.at[:0]
 }
 
 // commitOnSuccess is do for group: the changes are recorded as made when

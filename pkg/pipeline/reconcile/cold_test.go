@@ -95,3 +95,62 @@ func TestColdBatchOfATableChangedSinceIsDiffedAsUsual(t *testing.T) {
 		t.Errorf("kernel 2 = %q and %d keys held after the batch, want b and 2", v, tb.KernelLen())
 	}
 }
+
+// TestColdBatchInChunks: a cold batch larger than a chunk hands do its
+// adds a chunk at a time, each key once, and records every chunk do took;
+// after a chunk fails nothing more is written, and what was not written
+// is not recorded.
+func TestColdBatchInChunks(t *testing.T) {
+	defer func(n int) { coldChunk = n }(coldChunk)
+	coldChunk = 2
+	for _, refuse := range []int{-1, 1} { // the call that fails, -1 none
+		tb := NewTable[own](intKind)
+		tb.Replace(1, items(1, "a", 2, "b", 3, "c"))
+		tb.Replace(2, items(4, "d", 5, "e"))
+		var calls [][]int
+		err := steps1(t, Batch(tb, func(cs []Change[int, string]) error {
+			var keys []int
+			for _, c := range cs {
+				keys = append(keys, c.Key)
+			}
+			calls = append(calls, keys)
+			if len(calls)-1 == refuse {
+				return errors.New("full")
+			}
+			return nil
+		}))
+		written := slices.Concat(calls...)
+		slices.Sort(written)
+		switch {
+		case refuse < 0 && (err != nil || len(calls) != 3 || !slices.Equal(written, []int{1, 2, 3, 4, 5})):
+			t.Errorf("a batch of 5 in chunks of 2: calls %v, %v; want 3 calls writing each key once", calls, err)
+		case refuse < 0 && tb.KernelLen() != 5:
+			t.Errorf("after the chunks the kernel side holds %d keys, want 5", tb.KernelLen())
+		case refuse >= 0 && (err == nil || len(calls) != 2):
+			t.Errorf("the second chunk refused: calls %v, %v; want 2 calls and the error", calls, err)
+		case refuse >= 0 && tb.KernelLen() != 2:
+			t.Errorf("the second chunk refused: the kernel side holds %d keys, want the first chunk's 2", tb.KernelLen())
+		}
+		for _, k := range calls[0] {
+			if _, ok := tb.Kernel(k); !ok {
+				t.Errorf("refuse %d: key %d of the first chunk is not recorded", refuse, k)
+			}
+		}
+		if refuse >= 0 {
+			for _, k := range calls[1] {
+				if _, ok := tb.Kernel(k); ok {
+					t.Errorf("key %d of the refused chunk is recorded as held", k)
+				}
+			}
+		}
+	}
+}
+
+// steps1 runs the one Step of a cold batch.
+func steps1(t *testing.T, steps []Step) error {
+	t.Helper()
+	if len(steps) != 1 {
+		t.Fatalf("a cold batch is %d steps, want 1", len(steps))
+	}
+	return steps[0].Run()
+}

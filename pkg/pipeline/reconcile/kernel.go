@@ -6,12 +6,11 @@ package reconcile
 // recovery sync): what this process committed may no longer be true.
 func (t *Table[O, K, V]) ForgetKernel() {
 	var none V
-	for k, e := range t.entries {
-		if e.flags&flagKernel != 0 {
+	for pos := range t.entries {
+		if e := &t.entries[pos]; e.flags&flagKernel != 0 {
 			e.have = none
 			e.flags &^= flagKernel
-			t.touch(k, &e)
-			t.entries[k] = e
+			t.touch(int32(pos), e)
 		}
 	}
 	t.inKernel = 0
@@ -19,25 +18,42 @@ func (t *Table[O, K, V]) ForgetKernel() {
 
 // Kernel returns the kernel's value of k, and whether the kernel holds k.
 func (t *Table[O, K, V]) Kernel(k K) (V, bool) {
-	e := t.entries[k]
+	var none V
+	if t.inKernel == 0 {
+		return none, false // a cold table: no key to look up
+	}
+	pos, ok := t.lookup(k)
+	if !ok {
+		return none, false
+	}
+	e := &t.entries[pos]
 	return e.have, e.flags&flagKernel != 0
 }
 
 // SetKernel records that the kernel holds k with value v (a read-back, or
 // a change made outside a diff).
 func (t *Table[O, K, V]) SetKernel(k K, v V) {
-	e := t.entries[k]
+	t.setKernelAt(t.lookupOrAdd(k), v)
+}
+
+func (t *Table[O, K, V]) setKernelAt(pos int32, v V) {
+	e := &t.entries[pos]
 	if e.flags&flagKernel == 0 {
 		e.flags |= flagKernel
 		t.inKernel++
 	}
 	e.have = v
-	t.entries[k] = e
 }
 
 // DropKernel records that the kernel no longer holds k.
 func (t *Table[O, K, V]) DropKernel(k K) {
-	e := t.entries[k]
+	if pos, ok := t.lookup(k); ok {
+		t.dropKernelAt(pos)
+	}
+}
+
+func (t *Table[O, K, V]) dropKernelAt(pos int32) {
+	e := &t.entries[pos]
 	if e.flags&flagKernel == 0 {
 		return
 	}
@@ -45,7 +61,7 @@ func (t *Table[O, K, V]) DropKernel(k K) {
 	e.have = none
 	e.flags &^= flagKernel
 	t.inKernel--
-	t.store(k, e)
+	t.removeIfEmpty(pos)
 }
 
 // KernelLen is the number of keys the kernel holds.
@@ -54,8 +70,8 @@ func (t *Table[O, K, V]) KernelLen() int { return t.inKernel }
 // KernelKeys yields every key the kernel holds (not to be changed while
 // ranging).
 func (t *Table[O, K, V]) KernelKeys(yield func(K) bool) {
-	for k, e := range t.entries {
-		if e.flags&flagKernel != 0 && !yield(k) {
+	for pos := range t.entries {
+		if e := &t.entries[pos]; e.flags&flagKernel != 0 && !yield(e.key) {
 			return
 		}
 	}
@@ -76,21 +92,21 @@ func (t *Table[O, K, V]) Diff() []Change[K, V] {
 // in the order they were touched; with clearDirty it clears the dirty set
 // on the way.
 func (t *Table[O, K, V]) dirtyChanges(clearDirty bool, fn func(Change[K, V])) {
-	for _, k := range t.dirty {
-		e := t.entries[k]
-		want, wok := t.want(k, e)
+	for _, pos := range t.dirty {
+		e := &t.entries[pos]
+		want, wok := t.want(pos, e)
 		hok := e.flags&flagKernel != 0
 		switch {
 		case wok && !hok:
-			fn(Change[K, V]{Op: Add, Key: k, Want: want})
+			fn(Change[K, V]{Op: Add, Key: e.key, Want: want})
 		case !wok && hok:
-			fn(Change[K, V]{Op: Delete, Key: k, Have: e.have})
+			fn(Change[K, V]{Op: Delete, Key: e.key, Have: e.have})
 		case wok && !t.kind.Equal(want, e.have):
-			fn(Change[K, V]{Op: Update, Key: k, Want: want, Have: e.have})
+			fn(Change[K, V]{Op: Update, Key: e.key, Want: want, Have: e.have})
 		}
 		if clearDirty {
 			e.flags &^= flagDirty
-			t.store(k, e)
+			t.removeIfEmpty(pos)
 		}
 	}
 	if clearDirty {
@@ -100,10 +116,9 @@ func (t *Table[O, K, V]) dirtyChanges(clearDirty bool, fn func(Change[K, V])) {
 
 // ClearDirty forgets which keys were touched.
 func (t *Table[O, K, V]) ClearDirty() {
-	for _, k := range t.dirty {
-		e := t.entries[k]
-		e.flags &^= flagDirty
-		t.store(k, e)
+	for _, pos := range t.dirty {
+		t.entries[pos].flags &^= flagDirty
+		t.removeIfEmpty(pos)
 	}
 	t.emptyDirty()
 }
@@ -118,17 +133,14 @@ func (t *Table[O, K, V]) emptyDirty() {
 		t.dirty = nil
 		return
 	}
-	clear(t.dirty)
 	t.dirty = t.dirty[:0]
 }
 
-// store writes e as k's entry, or deletes it when nothing is left of it.
-func (t *Table[O, K, V]) store(k K, e entry[V]) {
-	if e.flags == 0 {
-		delete(t.entries, k)
-		return
+// removeIfEmpty removes the entry at pos when nothing is left of it.
+func (t *Table[O, K, V]) removeIfEmpty(pos int32) {
+	if t.entries[pos].flags == 0 {
+		t.remove(pos)
 	}
-	t.entries[k] = e
 }
 
 // Commit records that the kernel made c: it holds c.Want now, or, for a

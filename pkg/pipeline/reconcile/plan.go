@@ -123,7 +123,8 @@ func Each[O Owner[O], K comparable, V any](t *Table[O, K, V], do func(Change[K, 
 // recorded as made when do succeeds, and not at all when it fails: a
 // backend reads the kernel back after a failed sync. A table the kernel
 // holds nothing of, every key dirty (a cold sync), is one Step of adds
-// (coldBatch).
+// (coldBatch), handed to do a chunk at a time. do must not keep the
+// slice it is given.
 func Batch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Change[K, V]) error) []Step {
 	if t.cold() {
 		return coldBatch(t, do)

@@ -7,7 +7,10 @@
 // reports what committed; deciding what to write is here, once.
 package reconcile
 
-import "slices"
+import (
+	"hash/maphash"
+	"slices"
+)
 
 // Owner is who claims objects: a service port, or the zero value for what
 // every port shares. Compare orders owners, so that conflicting claims on
@@ -30,26 +33,34 @@ type Item[K comparable, V any] struct {
 // is not safe for concurrent use.
 //
 // Each owner's claims are the items its Replace was given, kept as they
-// are (owners). A key's map entry (entry) holds the kernel's value, which
-// of those items is its first claim, and whether it is dirty: a key costs
-// one map slot and no allocation of its own. Only a key that several
-// owners claim at once keeps the claims after its first in a slice
-// (more).
+// are (owners). The keys' state is packed: one entry per key in a slice
+// (entries), which holds the key, the kernel's value, which of the owners'
+// items is its first claim, and flags; an index of positions (index.go)
+// finds a key's entry. A key costs its entry and a few bytes of index, no
+// allocation of its own, and the walks of a sync (a full sync's reset,
+// the diff of every dirty key, a cold batch) go through the slice in
+// order without hashing a key. Only a key that several owners claim at
+// once keeps the claims after its first in a slice (more).
 type Table[O Owner[O], K comparable, V any] struct {
 	kind    Kind[K, V]
-	entries map[K]entry[V]
-	more    map[K][]claim
-	owners  owners[O, K, V]
+	index   index
+	entries []entry[K, V]
+	// free lists the positions of entries removed, which new keys take.
+	free   []int32
+	more   map[int32][]claim
+	owners owners[O, K, V]
 	// claimed and inKernel count the keys with those flags.
 	claimed, inKernel int
-	// dirty lists the keys with flagDirty, in the order they were
-	// touched.
-	dirty []K
+	// dirty lists the positions of the entries with flagDirty, in the
+	// order they were touched. An entry is removed only without flags, so
+	// a position listed here stays its key's.
+	dirty []int32
 }
 
-// entry is one key's state: the kernel's value (have), its first claim
-// (the others are in Table.more), and flags.
-type entry[V any] struct {
+// entry is one key's state: the key, the kernel's value (have), its first
+// claim (the others are in Table.more), and flags.
+type entry[K comparable, V any] struct {
+	key   K
 	have  V
 	first claim
 	flags flags
@@ -74,7 +85,7 @@ type claim struct {
 
 // NewTable returns an empty table of kind.
 func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] {
-	return &Table[O, K, V]{kind: kind, entries: map[K]entry[V]{}, more: map[K][]claim{},
+	return &Table[O, K, V]{kind: kind, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
 		owners: owners[O, K, V]{ids: map[O]ownerID{}}}
 }
 
@@ -107,37 +118,41 @@ func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
 // claim adds c on k. Of one owner's claims on a key the first stands: a
 // second is not kept.
 func (t *Table[O, K, V]) claim(k K, c claim) {
-	e := t.entries[k]
+	pos := t.lookupOrAdd(k)
+	e := &t.entries[pos]
 	switch {
 	case e.flags&flagClaimed == 0:
 		e.first = c
 		e.flags |= flagClaimed
 		t.claimed++
-	case e.first.owner == c.owner || t.sharedIndex(k, e, c.owner) >= 0:
+	case e.first.owner == c.owner || t.sharedIndex(pos, e, c.owner) >= 0:
 	default:
-		t.more[k] = append(t.more[k], c)
+		t.more[pos] = append(t.more[pos], c)
 		e.flags |= flagShared
 	}
-	t.touch(k, &e)
-	t.entries[k] = e
+	t.touch(pos, e)
 }
 
 // unclaim drops id's claim on k; the next claim in the order they came
 // becomes the first.
 func (t *Table[O, K, V]) unclaim(id ownerID, k K) {
-	e := t.entries[k]
+	pos, ok := t.lookup(k)
+	if !ok {
+		return
+	}
+	e := &t.entries[pos]
 	if e.flags&flagClaimed == 0 {
 		return
 	}
 	i := -1 // the first claim
 	if e.first.owner != id {
-		if i = t.sharedIndex(k, e, id); i < 0 {
+		if i = t.sharedIndex(pos, e, id); i < 0 {
 			return // id named k twice: released already
 		}
 	}
 	var rest []claim
 	if e.flags&flagShared != 0 {
-		rest = t.more[k]
+		rest = t.more[pos]
 	}
 	switch {
 	case i < 0 && len(rest) == 0:
@@ -146,20 +161,19 @@ func (t *Table[O, K, V]) unclaim(id ownerID, k K) {
 		t.claimed--
 	case i < 0:
 		e.first = rest[0]
-		t.dropShared(k, &e, 0)
+		t.dropShared(pos, e, 0)
 	default:
-		t.dropShared(k, &e, i)
+		t.dropShared(pos, e, i)
 	}
-	t.touch(k, &e)
-	t.entries[k] = e
+	t.touch(pos, e)
 }
 
-// sharedIndex is the index of id's claim in more[k], or -1.
-func (t *Table[O, K, V]) sharedIndex(k K, e entry[V], id ownerID) int {
+// sharedIndex is the index of id's claim in more[pos], or -1.
+func (t *Table[O, K, V]) sharedIndex(pos int32, e *entry[K, V], id ownerID) int {
 	if e.flags&flagShared == 0 {
 		return -1
 	}
-	for i, c := range t.more[k] {
+	for i, c := range t.more[pos] {
 		if c.owner == id {
 			return i
 		}
@@ -167,39 +181,55 @@ func (t *Table[O, K, V]) sharedIndex(k K, e entry[V], id ownerID) int {
 	return -1
 }
 
-// dropShared removes more[k][i], keeping the others' order.
-func (t *Table[O, K, V]) dropShared(k K, e *entry[V], i int) {
-	rest := t.more[k]
+// dropShared removes more[pos][i], keeping the others' order.
+func (t *Table[O, K, V]) dropShared(pos int32, e *entry[K, V], i int) {
+	rest := t.more[pos]
 	rest = append(rest[:i], rest[i+1:]...)
 	if len(rest) == 0 {
-		delete(t.more, k)
+		delete(t.more, pos)
 		e.flags &^= flagShared
 		return
 	}
-	t.more[k] = rest
+	t.more[pos] = rest
 }
 
 // Reserve makes room for n keys ahead of the claims that add them. Only an
 // empty table takes the hint (a cold sync: nothing read back, nothing
-// claimed), which then claims its keys without growing its map step by
-// step; a table with entries keeps its own.
+// claimed), which then claims its keys without growing its storage step
+// by step; a table with entries keeps its own.
 func (t *Table[O, K, V]) Reserve(n int) {
-	if len(t.entries) != 0 || n <= 0 {
+	if len(t.entries) != len(t.free) || n <= 0 {
 		return
 	}
-	t.entries = make(map[K]entry[V], n)
+	t.entries = slices.Grow(t.entries[:0], n)
+	t.free = t.free[:0]
+	t.index.cells, t.index.used = make([]int32, cellsFor(n)), 0
 	t.dirty = slices.Grow(t.dirty[:0], n)
+}
+
+// ReserveOwners makes room for n owners ahead of the Replace calls that
+// add them. Only a table without owners that never had room for as many
+// takes the hint (a cold sync); one that had keeps its own.
+func (t *Table[O, K, V]) ReserveOwners(n int) {
+	if len(t.owners.ids) != 0 || n <= cap(t.owners.byID) {
+		return
+	}
+	t.owners.ids = make(map[O]ownerID, n)
+	t.owners.byID = slices.Grow(t.owners.byID[:0], n)
 }
 
 // ResetClaims drops every claim and marks every key dirty, claimed or in
 // the kernel: the start of a full sync, which claims everything again and
 // so diffs the whole kind.
 func (t *Table[O, K, V]) ResetClaims() {
-	for k, e := range t.entries {
+	for pos := range t.entries {
+		e := &t.entries[pos]
+		if e.flags == 0 {
+			continue // a free position
+		}
 		e.first = claim{}
 		e.flags &^= flagClaimed | flagShared
-		t.touch(k, &e)
-		t.entries[k] = e
+		t.touch(int32(pos), e)
 	}
 	clear(t.more)
 	t.owners.reset()
@@ -210,25 +240,21 @@ func (t *Table[O, K, V]) ResetClaims() {
 // kernel, without dropping the claims: after a read-back that a partial
 // sync may follow.
 func (t *Table[O, K, V]) MarkAllDirty() {
-	for k, e := range t.entries {
-		if e.flags&flagDirty == 0 {
-			t.touch(k, &e)
-			t.entries[k] = e
+	for pos := range t.entries {
+		if e := &t.entries[pos]; e.flags != 0 {
+			t.touch(int32(pos), e)
 		}
 	}
 }
 
 // MarkDirty makes the next diff look at k.
 func (t *Table[O, K, V]) MarkDirty(k K) {
-	e := t.entries[k]
-	if e.flags&flagDirty == 0 {
-		t.touch(k, &e)
-		t.entries[k] = e
-	}
+	pos := t.lookupOrAdd(k)
+	t.touch(pos, &t.entries[pos])
 }
 
-// touch marks e, the entry of k, dirty; the caller stores it.
-func (t *Table[O, K, V]) touch(k K, e *entry[V]) {
+// touch marks e, the entry at pos, dirty.
+func (t *Table[O, K, V]) touch(pos int32, e *entry[K, V]) {
 	if e.flags&flagDirty == 0 {
 		e.flags |= flagDirty
 		if len(t.dirty) == cap(t.dirty) {
@@ -236,7 +262,7 @@ func (t *Table[O, K, V]) touch(k K, e *entry[V]) {
 			// for a full sync's every key copies it many times.
 			t.dirty = slices.Grow(t.dirty, len(t.dirty)+1)
 		}
-		t.dirty = append(t.dirty, k)
+		t.dirty = append(t.dirty, pos)
 	}
 }
 
@@ -244,17 +270,22 @@ func (t *Table[O, K, V]) touch(k K, e *entry[V]) {
 // several claims the first owner's in Compare order wins (the first
 // claimed, for one owner's claims); the others wait until it goes.
 func (t *Table[O, K, V]) Want(k K) (V, bool) {
-	return t.want(k, t.entries[k])
+	pos, ok := t.lookup(k)
+	if !ok {
+		var none V
+		return none, false
+	}
+	return t.want(pos, &t.entries[pos])
 }
 
-func (t *Table[O, K, V]) want(k K, e entry[V]) (V, bool) {
+func (t *Table[O, K, V]) want(pos int32, e *entry[K, V]) (V, bool) {
 	if e.flags&flagClaimed == 0 {
 		var none V
 		return none, false
 	}
 	best := e.first
 	if e.flags&flagShared != 0 {
-		for _, c := range t.more[k] {
+		for _, c := range t.more[pos] {
 			if t.owners.of(c.owner).Compare(t.owners.of(best.owner)) < 0 {
 				best = c
 			}
@@ -267,4 +298,7 @@ func (t *Table[O, K, V]) want(k K, e entry[V]) (V, bool) {
 func (t *Table[O, K, V]) Len() int { return t.claimed }
 
 // Claimed reports whether anyone claims k.
-func (t *Table[O, K, V]) Claimed(k K) bool { return t.entries[k].flags&flagClaimed != 0 }
+func (t *Table[O, K, V]) Claimed(k K) bool {
+	pos, ok := t.lookup(k)
+	return ok && t.entries[pos].flags&flagClaimed != 0
+}

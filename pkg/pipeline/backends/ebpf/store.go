@@ -56,8 +56,9 @@ func newStore() *store {
 func (s *store) render(st *desired.State, full bool, changed map[owner]struct{}) map[owner]*part {
 	var names []owner
 	if full {
-		names = slices.Collect(st.Services.Keys())
-		s.taken = map[uint64]bool{}
+		names = slices.AppendSeq(make([]owner, 0, st.Services.Len()), st.Services.Keys())
+		// A port's groups: one, or two when its routes differ by source.
+		s.taken = make(map[uint64]bool, len(names))
 	} else {
 		for name := range changed {
 			names = append(names, name)
@@ -116,6 +117,9 @@ func (s *store) claim(parts map[owner]*part, full bool) {
 	if full {
 		s.records.ResetClaims()
 		s.slots.ResetClaims()
+		if len(s.ids) == 0 {
+			s.ids = make(map[owner][]uint64, len(parts))
+		}
 		clear(s.ids)
 		records, slots := 0, 0
 		for _, pt := range parts {
@@ -125,6 +129,8 @@ func (s *store) claim(parts map[owner]*part, full bool) {
 		}
 		s.records.Reserve(records)
 		s.slots.Reserve(slots)
+		s.records.ReserveOwners(len(parts))
+		s.slots.ReserveOwners(len(parts))
 	}
 	for name, pt := range parts {
 		delete(s.ids, name)

@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"flag"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -31,7 +32,8 @@ import (
 // Each reports cpu-ms/op, the process's CPU time (GC included) per sync,
 // which a busy machine changes less than the time per sync.
 func BenchmarkSync(b *testing.B) {
-	st := syncBenchState(10000)
+	n := *syncBenchServices
+	st := syncBenchState(n)
 	moved := movedEndpoint(st)
 	b.Run("cold", func(b *testing.B) {
 		b.ReportAllocs()
@@ -44,8 +46,8 @@ func BenchmarkSync(b *testing.B) {
 			mustSync(b, m, st, proxy.RecoverySync)
 			// A record and an any-port record per port, and its ten
 			// slots.
-			if m.writes != 12*10000 {
-				b.Fatalf("a cold sync wrote %d entries, want %d", m.writes, 12*10000)
+			if m.writes != 12*n {
+				b.Fatalf("a cold sync wrote %d entries, want %d", m.writes, 12*n)
 			}
 			return m
 		}))/1e6, "store-MB")
@@ -62,15 +64,15 @@ func BenchmarkSync(b *testing.B) {
 	b.Run("full-rebuilt", func(b *testing.B) {
 		m := newBenchMaps()
 		mustSync(b, m, st, proxy.RecoverySync)
-		states, i := [2]*desired.State{syncBenchState(10000), st}, 0
+		states, i := [2]*desired.State{syncBenchState(n), st}, 0
 		b.ReportAllocs()
 		defer reportCPU(b)()
 		for b.Loop() {
 			mustSync(b, m, states[i%2], proxy.FullSync)
 			i++
 		}
-		if m.writes != 12*10000 {
-			b.Fatalf("full syncs of an equal State wrote %d entries after the first sync's %d", m.writes-12*10000, 12*10000)
+		if m.writes != 12*n {
+			b.Fatalf("full syncs of an equal State wrote %d entries after the first sync's %d", m.writes-12*n, 12*n)
 		}
 	})
 	b.Run("partial", func(b *testing.B) {
@@ -89,13 +91,17 @@ func BenchmarkSync(b *testing.B) {
 	})
 }
 
+// syncBenchServices sizes BenchmarkSync: the end-to-end benchmark's 10k by
+// default, 100k for the memory target (-sync-services=100000).
+var syncBenchServices = flag.Int("sync-services", 10000, "service ports of BenchmarkSync, 10 endpoints each")
+
 // syncBenchState is n TCP service ports, port i at cluster IP
-// 172.30.i/16 with ten endpoints at 10.i/8 ports 8080-8089.
+// 172.30.0.0 + i with ten endpoints at 10.i/8 ports 8080-8089.
 func syncBenchState(n int) *desired.State {
 	sps := make([]*desired.ServicePort, n)
 	for i := range sps {
 		pod := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-		sps[i] = svc(fmt.Sprintf("svc-%d", i), proxy.TCP, netip.AddrFrom4([4]byte{172, 30, byte(i >> 8), byte(i)}), 80,
+		sps[i] = svc(fmt.Sprintf("svc-%d", i), proxy.TCP, netip.AddrFrom4([4]byte{172, byte(30 + i>>16), byte(i >> 8), byte(i)}), 80,
 			eps(pod, 8080, 8081, 8082, 8083, 8084, 8085, 8086, 8087, 8088, 8089)...)
 	}
 	return stateOf(proxy.IPv4, sps...)

@@ -1,0 +1,123 @@
+package reconcile
+
+import "hash/maphash"
+
+// The key index of a Table: an open-addressing hash table of positions in
+// Table.entries, probed linearly. A key is hashed once per lookup, and an
+// absent key's lookup ends at the cell where it goes, so claiming a new
+// key is one probe, where a Go map would take a lookup and an insert. The
+// index holds positions only (the key is in the entry), so it costs a few
+// bytes per key beside the entry itself.
+
+// index maps keys to positions in a Table's entries.
+type index struct {
+	seed maphash.Seed
+	// cells hold an entry's position plus one, 0 for an empty cell; their
+	// number is a power of two at least twice the keys held.
+	cells []int32
+	used  int
+}
+
+// minCells is the size of a table's first index.
+const minCells = 8
+
+// cellsFor is the number of cells that hold n keys at most half full.
+func cellsFor(n int) int {
+	c := minCells
+	for c < 2*n {
+		c *= 2
+	}
+	return c
+}
+
+func (t *Table[O, K, V]) hash(k K) int {
+	return int(maphash.Comparable(t.index.seed, k))
+}
+
+// probe returns k's cell: the one that holds its position, or, when k is
+// not indexed, the empty cell where it would go.
+func (t *Table[O, K, V]) probe(k K) (cell int, pos int32, found bool) {
+	mask := len(t.index.cells) - 1
+	for i := t.hash(k) & mask; ; i = (i + 1) & mask {
+		c := t.index.cells[i]
+		if c == 0 {
+			return i, -1, false
+		}
+		if t.entries[c-1].key == k {
+			return i, c - 1, true
+		}
+	}
+}
+
+// lookup returns k's position in entries.
+func (t *Table[O, K, V]) lookup(k K) (int32, bool) {
+	if len(t.index.cells) == 0 {
+		return -1, false
+	}
+	_, pos, ok := t.probe(k)
+	return pos, ok
+}
+
+// lookupOrAdd returns k's position in entries, adding an entry without
+// flags when k has none; the caller sets a flag on it.
+func (t *Table[O, K, V]) lookupOrAdd(k K) int32 {
+	if 2*(t.index.used+1) > len(t.index.cells) {
+		t.growIndex(t.index.used + 1)
+	}
+	cell, pos, ok := t.probe(k)
+	if ok {
+		return pos
+	}
+	if n := len(t.free); n > 0 {
+		pos, t.free = t.free[n-1], t.free[:n-1]
+		t.entries[pos].key = k
+	} else {
+		pos = int32(len(t.entries))
+		t.entries = append(t.entries, entry[K, V]{key: k})
+	}
+	t.index.cells[cell] = pos + 1
+	t.index.used++
+	return pos
+}
+
+// growIndex makes the index hold n keys, rehashing the ones it holds.
+func (t *Table[O, K, V]) growIndex(n int) {
+	old := t.index.cells
+	if c := cellsFor(n); c > len(old) {
+		t.index.cells = make([]int32, c)
+	} else {
+		return
+	}
+	mask := len(t.index.cells) - 1
+	for _, c := range old {
+		if c == 0 {
+			continue
+		}
+		i := t.hash(t.entries[c-1].key) & mask
+		for t.index.cells[i] != 0 {
+			i = (i + 1) & mask
+		}
+		t.index.cells[i] = c
+	}
+}
+
+// remove drops the entry at pos, which has no flags left, from the index
+// and frees its position. The cells after it in its probe run move back,
+// so that no run has a hole (backward-shift deletion).
+func (t *Table[O, K, V]) remove(pos int32) {
+	mask := len(t.index.cells) - 1
+	hole, _, _ := t.probe(t.entries[pos].key)
+	for i := (hole + 1) & mask; t.index.cells[i] != 0; i = (i + 1) & mask {
+		home := t.hash(t.entries[t.index.cells[i]-1].key) & mask
+		// The cell at i may fill the hole unless its home lies after
+		// the hole, cyclically up to i.
+		if (i-home)&mask >= (i-hole)&mask {
+			t.index.cells[hole] = t.index.cells[i]
+			hole = i
+		}
+	}
+	t.index.cells[hole] = 0
+	t.index.used--
+	t.entries[pos] = entry[K, V]{}
+	t.free = append(t.free, pos)
+}
