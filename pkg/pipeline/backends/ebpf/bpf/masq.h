@@ -53,7 +53,7 @@ static __always_inline void np_count(void *stats, __u32 stat)
 // not added to the flow logic's.
 static __noinline int F(in_kernel_ct)(struct __sk_buff *skb, const struct F(ct_key) *k)
 {
-	if (!bpf_ksym_exists(bpf_skb_ct_lookup) || !bpf_ksym_exists(bpf_ct_release))
+	if (!np_kernel_ct)
 		return 0;
 	struct bpf_sock_tuple t = {};
 	__u32 size = F(sock_tuple)(k, &t);

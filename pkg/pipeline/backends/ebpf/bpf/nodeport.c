@@ -401,7 +401,12 @@ static __always_inline int remote(struct __sk_buff *skb, const __be32 *src, cons
 // The kernel's conntrack lookup (nf_conntrack's kfuncs). They are
 // declared weak: without them (a kernel built without nf_conntrack's BPF
 // support, or its module not loaded) the programs still load and find no
-// flow of the kernel's (in_kernel_ct, masq.h). nf_conn is the kernel's: the
+// flow of the kernel's (in_kernel_ct, masq.h). Whether they are there is
+// np_kernel_ct, which svcproxy sets at load from the kernel's BTF, not
+// bpf_ksym_exists: the loader cannot take the address of a kfunc that a
+// module (nf_conntrack.ko, as most distributions build it) provides, and
+// the kernel refuses the load; a constant lets the verifier drop the calls
+// where they are missing. nf_conn is the kernel's: the
 // programs only hold a pointer to it, but a declaration without a body
 // would not match the kernel's type. ct_lookup_opts is the layout every
 // kernel with the lookup accepts (12 bytes: no conntrack zone).
@@ -419,9 +424,7 @@ extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_
 					 struct ct_lookup_opts *opts, __u32 opts_size) __ksym __weak;
 extern void bpf_ct_release(struct nf_conn *ct) __ksym __weak;
 
-#ifndef bpf_ksym_exists
-#define bpf_ksym_exists(sym) (!!(sym))
-#endif
+volatile const __u8 np_kernel_ct = 0;
 
 // sock_tuple is the kernel's conntrack tuple of k, and its size.
 static __always_inline __u32 sock_tuple(const struct ct_key *k, struct bpf_sock_tuple *t)

@@ -116,6 +116,9 @@ func programSpec(fs familySizes) (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := setKernelConntrack(spec, kernelConntrackKfuncs()); err != nil {
+		return nil, err
+	}
 	for name := range spec.Programs {
 		if _, ok := hooks[name]; !ok && name != progXDP && !slices.Contains(progs6, name) {
 			delete(spec.Programs, name)

@@ -44,6 +44,7 @@ const (
 	nodeportProgNpIngress   = "np_ingress"
 	nodeportProgNpIngress6  = "np_ingress6"
 	nodeportProgNpXdp       = "np_xdp"
+	nodeportVarNpKernelCt   = "np_kernel_ct"
 )
 
 // loadNodeport returns the embedded CollectionSpec for nodeport.
@@ -128,6 +129,7 @@ type nodeportMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type nodeportVariableSpecs struct {
+	NpKernelCt *ebpf.VariableSpec `ebpf:"np_kernel_ct"`
 }
 
 // nodeportObjects contains all objects after they have been loaded into the kernel.
@@ -203,6 +205,7 @@ func (m *nodeportMaps) Close() error {
 //
 // It can be passed to loadNodeportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type nodeportVariables struct {
+	NpKernelCt *ebpf.Variable `ebpf:"np_kernel_ct"`
 }
 
 // nodeportPrograms contains all programs after they have been loaded into the kernel.

@@ -29,6 +29,7 @@ func allPrograms(t *testing.T) *ebpf.Collection {
 	netnstest.RequireKernel(t)
 	spec, err := loadNodeport()
 	must(t, err)
+	must(t, setKernelConntrack(spec, kernelConntrackKfuncs()))
 	for _, name := range []string{mapServices, mapBackends, mapMaglev, mapRanges, mapMembers, mapCT, mapAffinity} {
 		spec.Maps[name].MaxEntries = minEntries
 	}
