@@ -70,7 +70,7 @@ func nftablesObjects(ctx context.Context, state *desired.State, e explain.Explan
 		out = append(out, table+": set/map "+r)
 	}
 	if e.Frontend == explain.FrontendLoadBalancer && e.Port.AllowedSources != nil {
-		out = append(out, table+": set firewall-guards, set firewall-allow (loadBalancerSourceRanges, chain firewall-check)")
+		out = append(out, table+": set firewall-guards, set firewall-allow-"+proto+" (loadBalancerSourceRanges, chain firewall-check)")
 	}
 	if e.Masquerade {
 		out = append(out, table+": chains mark-for-masquerade, nat-postrouting → masquerading (sets hairpin-endpoints-s0…s7)")

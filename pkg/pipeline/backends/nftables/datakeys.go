@@ -20,7 +20,7 @@ import (
 // on its way to netlink or parsed back into bytes. nft's spelling is made
 // from the data where text is needed (spellKey: objects sent through nft,
 // messages, tests). An interval set's key is its range's first key and
-// then its last (firewall-allow: the frontend and a source prefix's first
+// then its last (an allow set: the frontend and a source prefix's first
 // address, the frontend and the prefix's last address). The endpoint maps
 // are data too (epLayouts): an element's key is its frontend's data (the
 // slot group's store key, slots.go) and the slot's, its value the
@@ -38,10 +38,11 @@ const (
 // for addresses of type addr.
 func frontendType(addr string) string { return addr + frontendKeyType }
 
-// allowType is firewall-allow's: a frontend and a source prefix.
-func allowType(addr string) string { return frontendType(addr) + " . " + addr }
+// allowType is an allow set's (firewallAllowSet): a frontend's address
+// and port, and a source prefix.
+func allowType(addr string) string { return addr + " . inet_service . " + addr }
 
-// allowFlags are firewall-allow's flags: its sources are prefixes.
+// allowFlags are the allow sets' flags: their sources are prefixes.
 var allowFlags = []knftables.SetFlag{knftables.IntervalFlag}
 
 // dataLayouts are the layouts, IPv4 and IPv6, of the sets whose store
@@ -61,7 +62,9 @@ var dataLayouts = func() map[string][2]*knft.Layout {
 		mapServiceNodePorts: both(port, true),
 		mapLocalhostReject:  both(port, true),
 		setFirewallGuards:   both(frontendType, false),
-		setFirewallAllow:    declared(allowType, allowFlags, false),
+	}
+	for _, p := range firewallProtocols {
+		m[firewallAllowSet(p)] = declared(allowType, allowFlags, false)
 	}
 	for _, set := range hairpinSets {
 		m[set] = both(func(a string) string { return a + " . " + a }, false)
@@ -165,9 +168,10 @@ func appendAddrData(b []byte, a netip.Addr) []byte {
 	return append(b, v[:]...)
 }
 
-// appendAllowKey appends the store key of firewall-allow's element of
-// frontend (its data) and source prefix src: an interval set's key, the
-// frontend and src's first address, then the frontend and src's last.
+// appendAllowKey appends the store key of an allow set's element of
+// frontend (its address · port data, allowFrontend) and source prefix
+// src: an interval set's key, the frontend and src's first address, then
+// the frontend and src's last.
 func appendAllowKey(b []byte, frontend string, src netip.Prefix) []byte {
 	src = src.Masked()
 	first, bits := src.Addr(), src.Bits()
@@ -221,4 +225,12 @@ func protoNumber(p proxy.Protocol) byte {
 		return unix.IPPROTO_SCTP
 	}
 	return 0
+}
+
+// allowFrontend is the address · port data of frontend, the data of an
+// address · protocol · port key (frontendData): an allow set's frontend,
+// the protocol being the set's.
+func allowFrontend(frontend string) string {
+	addrLen := len(frontend) - 8
+	return frontend[:addrLen] + frontend[addrLen+4:]
 }

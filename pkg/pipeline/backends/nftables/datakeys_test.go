@@ -22,7 +22,7 @@ import (
 func TestDataKeys(t *testing.T) {
 	addr := func(s string) []byte { return appendAddrData(nil, netip.MustParseAddr(s)) }
 	allow := func(lb string, p proxy.Protocol, port uint16, src string) []byte {
-		return appendAllowKey(nil, string(appendPortData(addr(lb), p, port)), netip.MustParsePrefix(src))
+		return appendAllowKey(nil, allowFrontend(string(appendPortData(addr(lb), p, port))), netip.MustParsePrefix(src))
 	}
 	for _, c := range []struct {
 		set     string
@@ -40,14 +40,14 @@ func TestDataKeys(t *testing.T) {
 		{mapServiceIPs, nil, "*"}, // a catch-all read back
 		{setFirewallGuards, appendPortData(addr("192.0.2.3"), proxy.TCP, 80), "192.0.2.3 . tcp . 80"},
 		{setFirewallGuards, appendPortData(addr("2001:db8::3"), proxy.UDP, 53), "2001:db8::3 . udp . 53"},
-		{setFirewallAllow, allow("192.0.2.3", proxy.TCP, 80, "203.0.113.0/24"), "192.0.2.3 . tcp . 80 . 203.0.113.0/24"},
-		{setFirewallAllow, allow("192.0.2.3", proxy.TCP, 80, "203.0.113.77/24"), "192.0.2.3 . tcp . 80 . 203.0.113.0/24"},
-		{setFirewallAllow, allow("192.0.2.3", proxy.SCTP, 80, "203.0.113.7/32"), "192.0.2.3 . sctp . 80 . 203.0.113.7"},
-		{setFirewallAllow, allow("192.0.2.3", proxy.TCP, 80, "0.0.0.0/0"), "192.0.2.3 . tcp . 80 . 0.0.0.0/0"},
-		{setFirewallAllow, allow("192.0.2.3", proxy.TCP, 80, "10.1.2.0/23"), "192.0.2.3 . tcp . 80 . 10.1.2.0/23"},
-		{setFirewallAllow, allow("192.0.2.3", proxy.TCP, 80, "::ffff:10.1.0.0/112"), "192.0.2.3 . tcp . 80 . 10.1.0.0/16"},
-		{setFirewallAllow, allow("2001:db8::3", proxy.UDP, 53, "2001:db8:1::/61"), "2001:db8::3 . udp . 53 . 2001:db8:1::/61"},
-		{setFirewallAllow, allow("2001:db8::3", proxy.UDP, 53, "2001:db8:1::9/128"), "2001:db8::3 . udp . 53 . 2001:db8:1::9"},
+		{firewallAllowSet(proxy.TCP), allow("192.0.2.3", proxy.TCP, 80, "203.0.113.0/24"), "192.0.2.3 . 80 . 203.0.113.0/24"},
+		{firewallAllowSet(proxy.TCP), allow("192.0.2.3", proxy.TCP, 80, "203.0.113.77/24"), "192.0.2.3 . 80 . 203.0.113.0/24"},
+		{firewallAllowSet(proxy.SCTP), allow("192.0.2.3", proxy.SCTP, 80, "203.0.113.7/32"), "192.0.2.3 . 80 . 203.0.113.7"},
+		{firewallAllowSet(proxy.TCP), allow("192.0.2.3", proxy.TCP, 80, "0.0.0.0/0"), "192.0.2.3 . 80 . 0.0.0.0/0"},
+		{firewallAllowSet(proxy.TCP), allow("192.0.2.3", proxy.TCP, 80, "10.1.2.0/23"), "192.0.2.3 . 80 . 10.1.2.0/23"},
+		{firewallAllowSet(proxy.TCP), allow("192.0.2.3", proxy.TCP, 80, "::ffff:10.1.0.0/112"), "192.0.2.3 . 80 . 10.1.0.0/16"},
+		{firewallAllowSet(proxy.UDP), allow("2001:db8::3", proxy.UDP, 53, "2001:db8:1::/61"), "2001:db8::3 . 53 . 2001:db8:1::/61"},
+		{firewallAllowSet(proxy.UDP), allow("2001:db8::3", proxy.UDP, 53, "2001:db8:1::9/128"), "2001:db8::3 . 53 . 2001:db8:1::9"},
 		{"no-endpoint-services", []byte("10.0.0.1 . tcp . 80"), "10.0.0.1 . tcp . 80"},
 	} {
 		_, data := dataLayouts[c.set]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -23,8 +24,9 @@ import (
 //
 //   - that table with upstream kube-proxy's firewall objects
 //     (takeOverUpstreamFirewall);
-//   - the table the version before markers wrote: only the marker is
-//     added;
+//   - the table the version before markers wrote, and the same with
+//     layout 1's marker: the allow sets replace the single firewall-allow
+//     set, firewall-check's rules rewritten in one transaction;
 //   - the retyped layout (service-ips a set, service-nodeports keyed by
 //     the port, filter-input a regular chain; retypedLayout), unmarked:
 //     the three are replaced, with the rules that read them, in one
@@ -44,11 +46,19 @@ func TestKernelLayoutTransitions(t *testing.T) {
 	unmarked := readDump(t, "unmarked-scenario-ipv4.dump")
 	retyped := retypedLayout(t, unmarked)
 	t.Run("FromUpstreamFirewall", func(t *testing.T) { takeOverUpstreamFirewall(t, env, st, unmarked) })
-	t.Run("FromUnmarked", func(t *testing.T) {
-		txs := upgradeInKernel(t, env, st, unmarked)
-		if want := [][]string{{"add chain " + layoutMarker}}; !slices.EqualFunc(txs, want, slices.Equal) {
-			t.Errorf("transactions %q, want %q", txs, want)
+	// The single firewall-allow set gives way to the allow sets: their
+	// rules in one transaction, the old set deleted after.
+	firewallOnes := func(t *testing.T, txs [][]string) {
+		requireTransaction(t, txs, "add rule firewall-check", "delete rule firewall-check")
+		if rules, gone := transactionIndex(txs, "add rule firewall-check"), transactionIndex(txs, "delete set firewall-allow"); gone <= rules {
+			t.Errorf("firewall-check's rules rewritten in transaction %d, firewall-allow deleted in %d: %q", rules+1, gone+1, txs)
 		}
+	}
+	t.Run("FromUnmarked", func(t *testing.T) { firewallOnes(t, upgradeInKernel(t, env, st, unmarked)) })
+	t.Run("FromLayout1", func(t *testing.T) {
+		txs := upgradeInKernel(t, env, st, unmarked+"add chain ip kube-proxy "+markerPrefix+"1\n")
+		firewallOnes(t, txs)
+		requireTransaction(t, txs, "delete chain "+markerPrefix+"1", "add chain "+layoutMarker)
 	})
 	retypedOnes := []string{"delete set service-ips", "add set service-ips", "add element service-ips",
 		"delete set service-nodeports", "add set service-nodeports", "add element service-nodeports",
@@ -58,7 +68,7 @@ func TestKernelLayoutTransitions(t *testing.T) {
 		requireTransaction(t, txs, retypedOnes...)
 	})
 	t.Run("FromNewerLayout", func(t *testing.T) {
-		newer := markerPrefix + "2"
+		newer := markerPrefix + strconv.Itoa(layoutVersion+1)
 		txs := upgradeInKernel(t, env, st, retyped+"add chain ip kube-proxy "+newer+"\n")
 		requireTransaction(t, txs, retypedOnes...)
 		requireTransaction(t, txs, "delete chain "+newer, "add chain "+layoutMarker)

@@ -11,7 +11,7 @@ import (
 
 // TestKernelSourceRangesReplaced: a Service's source range widened or
 // narrowed to one that overlaps the old one, in an incremental sync and at
-// a restart over the old table. firewall-allow is an interval set: the
+// a restart over the old table. The allow sets are interval sets: the
 // kernel refuses an element overlapping one still there ("File exists"),
 // so the old element must go before the new one comes (found by
 // proxytest/hostile.TestKernelCorpus, restarting over another input's

@@ -2,6 +2,8 @@ package nftables
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -126,11 +128,11 @@ func TestUpgradeFromRetypedLayout(t *testing.T) {
 }
 
 // TestAdoptNewerLayout is a rollback from a newer svcproxy whose layout
-// differs in those three objects (marker svcproxy/layout/2): the read-back
+// differs in those three objects (the marker of the layout after this one): the read-back
 // says so, the objects are replaced as in an upgrade, and the newer marker
 // goes in the transaction that writes this version's, the last one.
 func TestAdoptNewerLayout(t *testing.T) {
-	newer := markerPrefix + "2"
+	newer := markerPrefix + strconv.Itoa(layoutVersion+1)
 	dump := retypedLayout(t, readDump(t, "unmarked-loadbalancersourceranges-ipv4.dump")) +
 		"add chain ip kube-proxy " + newer + "\n"
 	fake, st, txs := fakeWith(t, proxy.IPv4, dump)
@@ -138,8 +140,8 @@ func TestAdoptNewerLayout(t *testing.T) {
 	if err := p.ReadBack(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if msg, found := layoutNote(p.store); found != 2 || !strings.Contains(msg, "newer svcproxy") {
-		t.Errorf("the read-back says %q (layout %d), want a newer svcproxy's layout 2", msg, found)
+	if msg, found := layoutNote(p.store); found != layoutVersion+1 || !strings.Contains(msg, "newer svcproxy") {
+		t.Errorf("the read-back says %q (layout %d), want a newer svcproxy's layout %d", msg, found, layoutVersion+1)
 	}
 	syncUnitByUnit(t, fake, st)
 	transactionWith(t, *txs, "delete set ip kube-proxy service-ips")
@@ -148,21 +150,58 @@ func TestAdoptNewerLayout(t *testing.T) {
 }
 
 // TestAdoptUnmarkedTable: a table the version before markers wrote (its
-// own golden dump) differs from this version's by the marker alone, which
-// goes in with nothing else, and a restart then writes nothing.
+// own golden dump), and the same with layout 1's marker, have the one
+// firewall-allow set of the layouts before per-protocol allow sets, read
+// by a rule that nft before 1.1.0 compiles into what newer kernels refuse.
+// The sync adds the allow sets with their elements, then rewrites
+// firewall-check's rules in one transaction, then deletes the old set
+// with the marker's change; every flow is right after each transaction
+// (fakeWith), and a restart then writes nothing.
 func TestAdoptUnmarkedTable(t *testing.T) {
 	for _, family := range proxy.Families {
-		dump := readDump(t, "unmarked-loadbalancersourceranges-"+strings.ToLower(string(family))+".dump")
-		fake, st, txs := fakeWith(t, family, dump)
-		stats := mustSync(t, NewWithInterface(family, fakeKernel(fake)), st)
-		want := "add chain " + string(specFor(family).family) + " kube-proxy " + layoutMarker + "\n"
-		if stats.Operations != 1 || len(*txs) != 1 || (*txs)[0] != want {
-			t.Errorf("%s: the sync over the unmarked table sent %d operations, want the marker's alone: %q", family, stats.Operations, *txs)
+		for _, marker := range []string{"", markerPrefix + "1"} {
+			t.Run(string(family)+"/"+marker, func(t *testing.T) {
+				fam := string(specFor(family).family)
+				dump := readDump(t, "unmarked-loadbalancersourceranges-"+strings.ToLower(string(family))+".dump")
+				if marker != "" {
+					dump += "add chain " + fam + " kube-proxy " + marker + "\n"
+				}
+				fake, st, txs := fakeWith(t, family, dump)
+				mustSync(t, NewWithInterface(family, fakeKernel(fake)), st)
+				requireFirewallUpgrade(t, *txs, fam, marker)
+				fake.afterRun = nil
+				if stats := mustSync(t, NewWithInterface(family, fakeKernel(fake)), st); stats.Operations != 0 {
+					t.Errorf("a restart sent %d operations", stats.Operations)
+				}
+			})
 		}
-		fake.afterRun = nil
-		if stats := mustSync(t, NewWithInterface(family, fakeKernel(fake)), st); stats.Operations != 0 {
-			t.Errorf("%s: a restart sent %d operations", family, stats.Operations)
-		}
+	}
+}
+
+// requireFirewallUpgrade fails unless txs, the transactions of an upgrade
+// from the single firewall-allow set, add the allow sets before
+// firewall-check's rules are rewritten, rewrite them all in one
+// transaction, and delete the old set after, with the marker's change
+// (oldMarker: the one deleted, "" none).
+func requireFirewallUpgrade(t *testing.T, txs []string, fam, oldMarker string) {
+	t.Helper()
+	prefix := "add set " + fam + " kube-proxy "
+	sets := transactionWith(t, txs, prefix+firewallAllowSet(proxy.TCP)+" ")
+	for _, p := range firewallProtocols {
+		requireLines(t, sets, prefix+firewallAllowSet(p)+" ")
+	}
+	rules := transactionWith(t, txs, "flush chain "+fam+" kube-proxy firewall-check")
+	for _, p := range firewallProtocols {
+		requireLines(t, rules, "@"+firewallAllowSet(p)+" drop")
+	}
+	last := txs[len(txs)-1]
+	requireLines(t, last, "delete set "+fam+" kube-proxy firewall-allow\n", "add chain "+fam+" kube-proxy "+layoutMarker+"\n")
+	if oldMarker != "" {
+		requireLines(t, last, "delete chain "+fam+" kube-proxy "+oldMarker+"\n")
+	}
+	if i, j := slices.Index(txs, sets), slices.Index(txs, rules); i >= j || j >= len(txs)-1 {
+		t.Errorf("the allow sets go in transaction %d, the rules in %d, the old set in %d: want that order:\n%s",
+			i+1, j+1, len(txs), strings.Join(txs, "\n---\n"))
 	}
 }
 

@@ -172,7 +172,7 @@ func setSpecOf(name string, isMap bool, typ, typeOf string, flags []knftables.Se
 // dataKeyOf is the store key of an element of set spelled key, decl
 // the layout of the set that holds it: its data when set's keys are data
 // and decl is of one of set's layouts (addresses, protocol names and
-// ports, joined with " . "; firewall-allow's last field a prefix), else
+// ports, joined with " . "; an allow set's last field a prefix), else
 // key (another layout's set, replaced whole).
 func dataKeyOf(set string, decl *knft.Layout, key string) string {
 	if _, ok := dataLayouts[set]; !ok || decl == nil {
@@ -180,7 +180,7 @@ func dataKeyOf(set string, decl *knft.Layout, key string) string {
 	}
 	fields := key
 	var src netip.Prefix
-	if set == setFirewallAllow {
+	if strings.HasPrefix(set, setFirewallAllow) {
 		i := strings.LastIndex(key, elemSep)
 		if i < 0 {
 			return key

@@ -17,7 +17,7 @@ import (
 // A table whose objects differ is adopted all the same (the read-back
 // compares every object with render, replace.go); the number tells the
 // operator, and a later version, which layout was there.
-const layoutVersion = 1
+const layoutVersion = 2
 
 // The marker is an empty regular chain named markerPrefix + the layout's
 // number, written once the rest of a sync is in the table (phaseMarker),

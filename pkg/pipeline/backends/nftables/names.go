@@ -55,7 +55,9 @@ const (
 	// map: under that name upstream's first sync after a rollback failed
 	// ("Expression is not a map"), every sync until the table was deleted.
 	setFirewallGuards = "firewall-guards"
-	setFirewallAllow  = "firewall-allow"
+	// setFirewallAllow is the prefix of the allow sets, one per protocol
+	// (firewallAllowSet).
+	setFirewallAllow = "firewall-allow-"
 	// setHairpin is the prefix of the hairpin sets, one per shard.
 	setHairpin = "hairpin-endpoints"
 )
@@ -205,3 +207,17 @@ func endpointString(ep netip.AddrPort) string {
 }
 
 func familyOf(a netip.Addr) proxy.IPFamily { return proxy.FamilyOf(a) }
+
+// firewallProtocols are the protocols of the allow sets, in the order of
+// firewall-check's rules.
+var firewallProtocols = []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP}
+
+// firewallAllowSet is the allow set of protocol p: its frontends'
+// address · port and a source prefix. The protocol is the set's, not a
+// field of its key: nft before 1.1.0 converts a one-byte host-order
+// field of an interval set's key (meta l4proto) with a byteorder
+// expression whose length is not its size, which kernels since the
+// removal of multi-register byteorder refuse (EOPNOTSUPP).
+func firewallAllowSet(p proxy.Protocol) string {
+	return setFirewallAllow + strings.ToLower(string(p))
+}

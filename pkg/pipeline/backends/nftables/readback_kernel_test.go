@@ -248,14 +248,21 @@ func tamperEndpointMap(s *store, skip string) []string {
 }
 
 // tamper deletes, with the nft binary, one element of the largest map, one
-// firewall-allow range, one firewall guard and the rules of one chain, and
+// allow set's range, one firewall guard and the rules of one chain, and
 // adds a range (no prefix), a guard and a catch-all element that render
 // never writes; and damages an endpoint map (tamperEndpointMap).
 func tamper(s *store) error {
 	var cmds []string
 	sets := slices.Sorted(maps.Keys(s.elems))
 	slices.SortStableFunc(sets, func(a, b string) int { return int(s.elemCount(b)) - int(s.elemCount(a)) })
-	for _, set := range []string{sets[0], setFirewallAllow, setFirewallGuards} {
+	allowSet := firewallAllowSet(proxy.TCP)
+	for _, p := range firewallProtocols {
+		if s.elemCount(firewallAllowSet(p)) > 0 {
+			allowSet = firewallAllowSet(p)
+			break
+		}
+	}
+	for _, set := range []string{sets[0], allowSet, setFirewallGuards} {
 		var keys []string
 		s.kernelElems(set, false, func(key, _ string) { keys = append(keys, key) })
 		if len(keys) > 0 {
@@ -263,10 +270,10 @@ func tamper(s *store) error {
 		}
 	}
 	// A range that is no prefix, read back as data as any other.
-	for e := range s.elems[setFirewallAllow].all {
-		f := strings.Split(spellKey(setFirewallAllow, e.key), " . ")
+	for e := range s.elems[allowSet].all {
+		f := strings.Split(spellKey(allowSet, e.key), " . ")
 		f[len(f)-1] = "192.0.2.1-192.0.2.3"
-		cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s }", TableName, setFirewallAllow, strings.Join(f, " . ")))
+		cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s }", TableName, allowSet, strings.Join(f, " . ")))
 		break
 	}
 	cmds = append(cmds, fmt.Sprintf("add element ip %s %s { 192.0.2.99 . udp . 81 }", TableName, setFirewallGuards))

@@ -145,10 +145,7 @@ func renderGlobal(st *desired.State, c *config) *part {
 		"masquerade fully-random",
 	)})
 	p.addChain(&chainSpec{name: chainReject, rules: []string{"reject"}})
-	p.addChain(&chainSpec{name: chainFirewallCheck, rules: []string{
-		fmt.Sprintf("%s daddr . meta l4proto . th dport @%s %s daddr . meta l4proto . th dport . %s saddr != @%s drop",
-			ip, setFirewallGuards, ip, ip, setFirewallAllow),
-	}})
+	p.addChain(&chainSpec{name: chainFirewallCheck, rules: firewallCheck(ip)})
 	p.addChain(&chainSpec{name: chainClusterIPsCheck, rules: clusterIPsCheck(st, ip)})
 
 	p.addChain(&chainSpec{name: layoutMarker})
@@ -184,8 +181,22 @@ func renderGlobalSets(p *part, fs famSpec) {
 	p.addSet(&setSpec{name: setNodePortIPs, typ: a})
 	p.addSet(&setSpec{name: setClusterIPs, typ: a})
 	p.addSet(&setSpec{name: setFirewallGuards, typ: frontendType(a)})
-	p.addSet(&setSpec{name: setFirewallAllow, typ: allowType(a), flags: allowFlags})
+	for _, proto := range firewallProtocols {
+		p.addSet(&setSpec{name: firewallAllowSet(proto), typ: allowType(a), flags: allowFlags})
+	}
 	for k := range shards {
 		p.addSet(&setSpec{name: hairpinSets[k], typ: a + " . " + a})
 	}
+}
+
+// firewallCheck drops a new connection to a guarded frontend from a source
+// its allow set lacks: one rule per protocol, whose allow set is keyed
+// without the protocol (firewallAllowSet says why).
+func firewallCheck(ip string) []string {
+	rules := make([]string, len(firewallProtocols))
+	for i, p := range firewallProtocols {
+		rules[i] = fmt.Sprintf("meta l4proto %s %s daddr . meta l4proto . th dport @%s %s daddr . th dport . %s saddr != @%s drop",
+			strings.ToLower(string(p)), ip, setFirewallGuards, ip, ip, firewallAllowSet(p))
+	}
+	return rules
 }

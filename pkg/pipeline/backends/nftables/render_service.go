@@ -322,10 +322,16 @@ func (s *svcContext) affinityVerdicts() (internal, external, nodePort string) {
 }
 
 // renderFirewall restricts LB IPs to AllowedSources: a guard set of
-// filtered frontends and an allow set of frontend·source-prefix pairs.
+// filtered frontends and, in the allow set of the port's protocol, the
+// pairs of frontend address · port and source prefix.
 func (s *svcContext) renderFirewall() {
 	if s.sp.AllowedSources == nil {
 		return
+	}
+	// Only the API's protocols have an allow set (and a number: protoNumber).
+	allowSet := firewallAllowSet(s.sp.Protocol)
+	if !slices.Contains(firewallProtocols, s.sp.Protocol) {
+		allowSet = ""
 	}
 	for _, lb := range s.sp.LoadBalancerIPs {
 		if s.c.fs.family != specFor(familyOf(lb)).family {
@@ -333,9 +339,10 @@ func (s *svcContext) renderFirewall() {
 		}
 		frontend := s.frontendData(lb, s.sp.Port)
 		s.p.addElem(setFirewallGuards, frontend, "")
+		allow := allowFrontend(frontend)
 		for _, src := range s.sp.AllowedSources {
-			if specFor(familyOf(src.Addr())).family == s.c.fs.family {
-				s.p.addElem(setFirewallAllow, s.keep(appendAllowKey(s.buf[:0], frontend, src)), "")
+			if allowSet != "" && specFor(familyOf(src.Addr())).family == s.c.fs.family {
+				s.p.addElem(allowSet, s.keep(appendAllowKey(s.buf[:0], allow, src)), "")
 			}
 		}
 	}
