@@ -3,12 +3,12 @@
 # hack/e2e-upstream.sh left in _output/cluster/e2e/<run>/summary.txt: per test group,
 # passed/failed/skipped for each run, then the wall time of each run.
 # Default runs: svcproxy and kube-proxy, nftables and iptables, and svcproxy in ebpf mode (also
-# with the tc programs and XDP: TC=eth0 ACCEL=native).
+# with the tc programs alone, TC=eth0, and with XDP in front of them, TC=eth0 ACCEL=native).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 E2E=$ROOT/_output/cluster/e2e
 runs=("$@")
-[[ ${#runs[@]} -gt 0 ]] || runs=(svcproxy-nftables svcproxy-iptables kube-proxy-nftables kube-proxy-iptables svcproxy-ebpf svcproxy-ebpf+tc+xdp)
+[[ ${#runs[@]} -gt 0 ]] || runs=(svcproxy-nftables svcproxy-iptables kube-proxy-nftables kube-proxy-iptables svcproxy-ebpf svcproxy-ebpf+tc svcproxy-ebpf+tc+xdp)
 groups=("sig-network [Conformance]" "Services" "EndpointSlice" "Conntrack" "KubeProxy" "Networking Granular Checks: Services" "all selected")
 
 # cell RUN GROUP: "passed/failed/skipped" of GROUP in RUN's summary, or "–" without one.
