@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -123,7 +124,10 @@ func programTC(t *topo, st *desired.State, accel nodeport.Acceleration) (func(),
 		_ = unix.Unmount(pins, 0)
 		_ = os.Remove(pins)
 	})
-	p, err := nodeport.New(nodeport.Options{PinDir: pins, Interfaces: []string{extIf, intIf}, Acceleration: accel})
+	// A directory of the bpffs, as svcproxy's own (<pin dir>/tc): a load
+	// removes what it does not own from its directory, and the root of a
+	// bpffs holds the kernel's own files (maps.debug, progs.debug).
+	p, err := nodeport.New(nodeport.Options{PinDir: filepath.Join(pins, "tc"), Interfaces: []string{extIf, intIf}, Acceleration: accel})
 	if err != nil {
 		unmount()
 		return nil, err
