@@ -119,6 +119,15 @@ func AttachPinned(pin string, prog *ebpf.Program, attach func() (link.Link, erro
 	return lk, nil
 }
 
+// bpffsFiles are the files a bpffs mount's root holds of the kernel's own
+// (its preloaded iterators, where the kernel is built with them): no pin
+// of anybody's, and not removable.
+var bpffsFiles = map[string]bool{"maps.debug": true, "progs.debug": true}
+
+// KernelFile says whether name, in a bpffs directory, is one of the
+// kernel's own files, which removing what a directory holds passes over.
+func KernelFile(name string) bool { return bpffsFiles[name] }
+
 // RemovePin removes pin; a pinned link (whatever its name: a later
 // version may pin links by names this one does not know) is detached.
 // What is not there is not an error.
@@ -151,7 +160,9 @@ func RemovePins(dir string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		errs = append(errs, RemovePin(filepath.Join(dir, e.Name())))
+		if !KernelFile(e.Name()) {
+			errs = append(errs, RemovePin(filepath.Join(dir, e.Name())))
+		}
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)

@@ -199,7 +199,7 @@ func (l *loaded) removeUnowned(dir string, ifaces []string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if !owned[e.Name()] {
+		if !owned[e.Name()] && !bpfmap.KernelFile(e.Name()) {
 			errs = append(errs, bpfmap.RemovePin(filepath.Join(dir, e.Name())))
 		}
 	}

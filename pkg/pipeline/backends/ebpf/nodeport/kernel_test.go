@@ -330,3 +330,29 @@ func (r *rig) attachedTCX(t *testing.T, iface string) int {
 	must(t, err)
 	return n
 }
+
+// TestKernelPinDirAtBPFFSRoot: pinned at the root of a bpffs mount, where
+// the kernel keeps files of its own (maps.debug, progs.debug, on kernels
+// built with preloaded iterators), a load leaves those alone: removing
+// them fails, and a load that tried could not start.
+func TestKernelPinDirAtBPFFSRoot(t *testing.T) {
+	r := newRig(t)
+	kernelFiles := map[string]bool{}
+	for _, name := range []string{"maps.debug", "progs.debug"} {
+		if _, err := os.Stat(filepath.Join(r.pins, name)); err == nil {
+			kernelFiles[name] = true
+		}
+	}
+	t.Logf("the kernel's own files at the bpffs root: %v", kernelFiles)
+	p := r.proxier(t, "")
+	r.sync(t, p, stateOf(r.node1.IPv4, port("web", proxy.TCP, 30080, r.ep(r.podA))), proxy.RecoverySync)
+	for name := range kernelFiles {
+		if _, err := os.Stat(filepath.Join(r.pins, name)); err != nil {
+			t.Errorf("the kernel's %s after the load: %v", name, err)
+		}
+	}
+	dst := netip.AddrPortFrom(r.node1.IPv4, 30080)
+	if seen := r.ask(t, proxy.TCP, dst, 2, map[string]func(netip.AddrPort) bool{"pod-a": r.keptSource}); seen["pod-a"] != 2 {
+		t.Errorf("through fab0: %v, want pod-a twice", seen)
+	}
+}
