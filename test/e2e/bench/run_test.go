@@ -98,6 +98,7 @@ func runOnce(t *testing.T, mode string, run int, seedDir string) runResult {
 		ServiceCIDR: serviceCIDRFor(*flagServices)}
 	if *flagProfile {
 		opts.ExtraConfig = "enableProfiling: true\n" // /debug/pprof, for saveHeapProfile
+		opts.KeepWork = true                         // the profiles are kept in the cluster's dir
 	}
 	if strings.HasPrefix(mode, "baseline-") {
 		opts.ExtraConfig += *flagBaselineCfg

@@ -99,6 +99,10 @@ type Options struct {
 	// "" keeps svcproxy's default, disabled): np_xdp in front of the tc
 	// programs. The node links' peers on the bridge then take XDP frames.
 	Acceleration string
+	// KeepWork keeps a passed test's work dir as a failed one's is
+	// kept (without the etcd data): what a benchmark wrote there
+	// (profiles) is its output.
+	KeepWork bool
 }
 
 // ServiceCIDR4 is the cluster's IPv4 service range (Options.ServiceCIDR).
@@ -240,8 +244,8 @@ func (c *Cluster) teardown() {
 	c.teardownEBPF()
 	c.teardownXDP()
 	// A failed test keeps its logs for reading (without the etcd data, the only big thing);
-	// a passed one leaves nothing behind.
-	if c.T.Failed() {
+	// a passed one leaves nothing behind unless asked to.
+	if c.T.Failed() || c.Opts.KeepWork {
 		_ = os.RemoveAll(filepath.Join(c.cpRun, "etcd-data"))
 		return
 	}
