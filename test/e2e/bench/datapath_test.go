@@ -256,15 +256,15 @@ func parseRate(out string) (datapathResult, error) {
 	return r, nil
 }
 
-// waitInKernel polls the node's rules until they hold ip, then waits a
-// second more: the proxy's transaction order puts the frontend last, and
-// a layout may hold the address elsewhere first.
+// waitInKernel polls the node's rules until they hold ip (port 80, TCP),
+// then waits a second more: the proxy's transaction order puts the
+// frontend last, and a layout may hold the address elsewhere first.
 func waitInKernel(t *testing.T, c *F.Cluster, n *F.Node, ip string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for {
-		dump, err := dumpRules(ctx, c.Opts.Mode, n)
-		if err == nil && foundIPs(dump, map[string]bool{ip: true})[ip] {
+		found, err := inRules(ctx, c.Opts.Mode, n, ip)
+		if err == nil && found {
 			time.Sleep(time.Second)
 			return
 		}
@@ -274,4 +274,17 @@ func waitInKernel(t *testing.T, c *F.Cluster, n *F.Node, ip string) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// inRules says whether the node's rules have ip:80/TCP. The nftables table
+// is asked for that one element of its service-ips map (svcproxy's name
+// and upstream's), since listing the whole table takes minutes at 100k
+// Services; iptables rules are read whole.
+func inRules(ctx context.Context, mode string, n *F.Node, ip string) (bool, error) {
+	if F.UsesNFTables(mode) {
+		_, err := F.InNS(ctx, n.NS, "nft", "get", "element", "ip", "kube-proxy", "service-ips", "{ "+ip+" . tcp . 80 }")
+		return err == nil, nil
+	}
+	dump, err := dumpRules(ctx, mode, n)
+	return err == nil && foundIPs(dump, map[string]bool{ip: true})[ip], err
 }
