@@ -51,6 +51,9 @@ func runClient(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if f[0] == "time" {
+		return runTimed(f[1], count)
+	}
 	for range count {
 		var line string
 		switch f[0] {
@@ -206,7 +209,7 @@ var (
 	srvIP6 = netip.MustParseAddr("fd00:18::2")
 )
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	netnstest.RequireKernel(t, "nsenter")
 	r := &rig{pins: netnstest.MountThrowaway(t, "bpf"), cgroup: netnstest.ThrowawayCgroup(t, "svcproxy-ebpf-test")}
 	lab := netnstest.New(t)
@@ -230,7 +233,7 @@ func newRig(t *testing.T) *rig {
 
 // serve starts echo servers in the server namespace, one per name, on
 // consecutive ports from base, for proto.
-func (r *rig) serve(t *testing.T, proto proxy.Protocol, base uint16, names ...string) {
+func (r *rig) serve(t testing.TB, proto proxy.Protocol, base uint16, names ...string) {
 	for i, n := range names {
 		if _, err := r.srv.Serve(n, proto, base+uint16(i)); err != nil {
 			t.Fatal(err)
@@ -239,13 +242,13 @@ func (r *rig) serve(t *testing.T, proto proxy.Protocol, base uint16, names ...st
 }
 
 // ask runs a client process in the cgroup and the client namespace.
-func (r *rig) ask(t *testing.T, proto string, dst netip.AddrPort, count int) []reply {
+func (r *rig) ask(t testing.TB, proto string, dst netip.AddrPort, count int) []reply {
 	t.Helper()
 	return r.start(t, proto, dst, count)()
 }
 
 // start starts what ask runs and returns the wait for its replies.
-func (r *rig) start(t *testing.T, proto string, dst netip.AddrPort, count int) func() []reply {
+func (r *rig) start(t testing.TB, proto string, dst netip.AddrPort, count int) func() []reply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	cmd := netnstest.TestBinaryIn(ctx, r.cli, fmt.Sprintf("%s=%s %s %d", clientEnv, proto, dst, count))
@@ -265,7 +268,7 @@ func (r *rig) start(t *testing.T, proto string, dst netip.AddrPort, count int) f
 	}
 }
 
-func parseReplies(t *testing.T, out string) []reply {
+func parseReplies(t testing.TB, out string) []reply {
 	t.Helper()
 	var replies []reply
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -282,7 +285,7 @@ func parseReplies(t *testing.T, out string) []reply {
 	return replies
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ var (
 
 // proxier returns a Proxier of the rig whose pins are removed at the end
 // of the test, and checks that Cleanup left nothing pinned.
-func (r *rig) proxier(t *testing.T, family proxy.IPFamily) *Proxier {
+func (r *rig) proxier(t testing.TB, family proxy.IPFamily) *Proxier {
 	p, err := New(family, Options{PinDir: r.pins, Cgroup: r.cgroup})
 	must(t, err)
 	t.Cleanup(func() {
@@ -39,7 +39,7 @@ func (r *rig) proxier(t *testing.T, family proxy.IPFamily) *Proxier {
 	return p
 }
 
-func sync(t *testing.T, p *Proxier, st *desired.State, mode proxy.SyncMode) {
+func sync(t testing.TB, p *Proxier, st *desired.State, mode proxy.SyncMode) {
 	t.Helper()
 	must(t, p.Sync(context.Background(), st, mode))
 }
