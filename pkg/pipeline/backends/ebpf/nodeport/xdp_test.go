@@ -48,9 +48,9 @@ var plan4 = rigPlan{a0: netip.MustParsePrefix("198.18.5.1/24"), c0: netip.MustPa
 	clients: netip.MustParsePrefix("198.18.9.0/24"), client: netip.MustParseAddr("198.18.9.7"),
 	epA: netip.MustParseAddr("198.18.5.9"), epC: netip.MustParseAddr("198.18.6.9")}
 
-func newXDPRig(t *testing.T, accel Acceleration) *xdpRig { return newRigOf(t, plan4, accel) }
+func newXDPRig(t testing.TB, accel Acceleration) *xdpRig { return newRigOf(t, plan4, accel) }
 
-func newRigOf(t *testing.T, plan rigPlan, accel Acceleration) *xdpRig {
+func newRigOf(t testing.TB, plan rigPlan, accel Acceleration) *xdpRig {
 	netnstest.RequireKernel(t)
 	lab := netnstest.New(t)
 	r := &xdpRig{nodeIP: plan.a0.Addr(), client: plan.client, epA: plan.epA, epC: plan.epC,
@@ -90,14 +90,14 @@ func newRigOf(t *testing.T, plan rigPlan, accel Acceleration) *xdpRig {
 
 // proxier is a Proxier of the rig's node on ifaces, pinning where the
 // rig's others do.
-func (r *xdpRig) proxier(t *testing.T, accel Acceleration, ifaces ...string) *Proxier {
+func (r *xdpRig) proxier(t testing.TB, accel Acceleration, ifaces ...string) *Proxier {
 	p, err := New(Options{PinDir: r.pins, Interfaces: ifaces, Acceleration: accel})
 	must(t, err)
 	t.Cleanup(p.Close)
 	return p
 }
 
-func (r *xdpRig) sync(t *testing.T, sps ...*desired.ServicePort) {
+func (r *xdpRig) sync(t testing.TB, sps ...*desired.ServicePort) {
 	t.Helper()
 	must(t, r.node.Do(func() error {
 		return r.p.Sync(context.Background(), stateOf(r.nodeIP, sps...), proxy.FullSync)
