@@ -30,22 +30,29 @@ static __always_inline __u16 csum_fold(__u64 c)
 	return ~c;
 }
 
-// l34 is what a translation changes: the addresses, which the L4
-// checksum's pseudo-header covers too, and the ports.
-struct l34 {
-	__be32 src;
-	__be32 dst;
-	__be16 sport;
-	__be16 dport;
-};
+// csum_delta32 and csum_delta16 are what replacing from with to adds to a
+// one's complement sum (RFC 1624: the old words' complements and the new
+// words), summed inline: a bpf_csum_diff call per checksum costs more
+// than the few words a translation changes.
+static __always_inline __u64 csum_delta32(__be32 from, __be32 to)
+{
+	__u32 old = ~from;
+	return (old & 0xffff) + (old >> 16) + (to & 0xffff) + (to >> 16);
+}
+
+static __always_inline __u64 csum_delta16(__be16 from, __be16 to)
+{
+	return (__u16)~from + (__u32)to;
+}
 
 // xdp_rewrite gives the packet v's addresses and ports, updating the
-// checksums incrementally; a UDP datagram without a checksum stays so.
+// checksums incrementally (the L4 checksum's pseudo-header covers the
+// addresses too); a UDP datagram without a checksum stays so.
 static __always_inline int xdp_rewrite(void *data, void *end, const struct pkt *p, const struct ct_val *v)
 {
 	struct iphdr *ip = data + sizeof(struct ethhdr);
-	struct l34 from = { .src = p->k.src, .dst = p->k.dst, .sport = p->k.sport, .dport = p->k.dport };
-	struct l34 to = { .src = v->src, .dst = v->dst, .sport = v->sport, .dport = v->dport };
+	__u64 l3 = csum_delta32(p->k.src, v->src) + csum_delta32(p->k.dst, v->dst);
+	__u64 l4 = l3 + csum_delta16(p->k.sport, v->sport) + csum_delta16(p->k.dport, v->dport);
 
 	if ((void *)(ip + 1) > end)
 		return 0;
@@ -53,8 +60,7 @@ static __always_inline int xdp_rewrite(void *data, void *end, const struct pkt *
 		struct tcphdr *th = (void *)(ip + 1);
 		if ((void *)(th + 1) > end)
 			return 0;
-		th->check = csum_fold(bpf_csum_diff((__be32 *)&from, sizeof(from), (__be32 *)&to, sizeof(to),
-						    (__u16)~th->check));
+		th->check = csum_fold(l4 + (__u16)~th->check);
 		th->source = v->sport;
 		th->dest = v->dport;
 	} else {
@@ -62,14 +68,13 @@ static __always_inline int xdp_rewrite(void *data, void *end, const struct pkt *
 		if ((void *)(uh + 1) > end)
 			return 0;
 		if (uh->check) {
-			__u16 c = csum_fold(bpf_csum_diff((__be32 *)&from, sizeof(from), (__be32 *)&to, sizeof(to),
-							  (__u16)~uh->check));
+			__u16 c = csum_fold(l4 + (__u16)~uh->check);
 			uh->check = c ? c : 0xffff;
 		}
 		uh->source = v->sport;
 		uh->dest = v->dport;
 	}
-	ip->check = csum_fold(bpf_csum_diff((__be32 *)&from, 8, (__be32 *)&to, 8, (__u16)~ip->check));
+	ip->check = csum_fold(l3 + (__u16)~ip->check);
 	ip->saddr = v->src;
 	ip->daddr = v->dst;
 	return 1;

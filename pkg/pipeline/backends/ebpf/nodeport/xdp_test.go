@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"maps"
 	"net"
 	"net/netip"
@@ -48,9 +49,9 @@ var plan4 = rigPlan{a0: netip.MustParsePrefix("198.18.5.1/24"), c0: netip.MustPa
 	clients: netip.MustParsePrefix("198.18.9.0/24"), client: netip.MustParseAddr("198.18.9.7"),
 	epA: netip.MustParseAddr("198.18.5.9"), epC: netip.MustParseAddr("198.18.6.9")}
 
-func newXDPRig(t *testing.T, accel Acceleration) *xdpRig { return newRigOf(t, plan4, accel) }
+func newXDPRig(t testing.TB, accel Acceleration) *xdpRig { return newRigOf(t, plan4, accel) }
 
-func newRigOf(t *testing.T, plan rigPlan, accel Acceleration) *xdpRig {
+func newRigOf(t testing.TB, plan rigPlan, accel Acceleration) *xdpRig {
 	netnstest.RequireKernel(t)
 	lab := netnstest.New(t)
 	r := &xdpRig{nodeIP: plan.a0.Addr(), client: plan.client, epA: plan.epA, epC: plan.epC,
@@ -90,14 +91,14 @@ func newRigOf(t *testing.T, plan rigPlan, accel Acceleration) *xdpRig {
 
 // proxier is a Proxier of the rig's node on ifaces, pinning where the
 // rig's others do.
-func (r *xdpRig) proxier(t *testing.T, accel Acceleration, ifaces ...string) *Proxier {
+func (r *xdpRig) proxier(t testing.TB, accel Acceleration, ifaces ...string) *Proxier {
 	p, err := New(Options{PinDir: r.pins, Interfaces: ifaces, Acceleration: accel})
 	must(t, err)
 	t.Cleanup(p.Close)
 	return p
 }
 
-func (r *xdpRig) sync(t *testing.T, sps ...*desired.ServicePort) {
+func (r *xdpRig) sync(t testing.TB, sps ...*desired.ServicePort) {
 	t.Helper()
 	must(t, r.node.Do(func() error {
 		return r.p.Sync(context.Background(), stateOf(r.nodeIP, sps...), proxy.FullSync)
@@ -503,4 +504,62 @@ func (r *xdpRig) checkXDPOut(t *testing.T, p *Proxier) {
 	if !maps.Equal(got, want) {
 		t.Errorf("np_xdp_out holds %v, want %v (%v)", got, want, p.Accelerated())
 	}
+}
+
+// TestKernelXDPChecksumEdges: np_xdp's incremental checksums equal
+// np_ingress's where one's complement arithmetic has two zeros: a packet
+// whose translated L4 checksum comes to 0 (a UDP datagram then carries
+// 0xffff, as 0 means none) and its neighbours, TCP and UDP, both ways.
+func TestKernelXDPChecksumEdges(t *testing.T) {
+	r := newXDPRig(t, AccelerationNative)
+	for _, c := range []struct {
+		protocol proxy.Protocol
+		proto    uint8
+		word     int // offset of a 16-bit word the checksum covers, free to set
+	}{{proxy.TCP, 6, 34 + 14}, {proxy.UDP, 17, 34 + 8}} {
+		r.sync(t, port("web", c.protocol, 30080, ep(r.epC, 8080)))
+		must(t, clearCT(r.p))
+		f := maglev.Flow{Src: r.client, Dst: r.nodeIP, SrcPort: 40002, DstPort: 30080, Protocol: c.proto}
+		r.runTC(t, r.a0, checksummed(f, tcpSYN, false))
+		with := func(f maglev.Flow, w uint16) []byte {
+			b := packetFlags(f, tcpACK)
+			binary.BigEndian.PutUint16(b[c.word:], w)
+			return withSums(b)
+		}
+		// With the word 0, the translated checksum is C; with the word C,
+		// the translated sum is all ones and the checksum 0.
+		_, x := r.runXDP(t, r.a0, with(f, 0))
+		edge := binary.BigEndian.Uint16(x[csumOffset(c.proto):])
+		for _, w := range []uint16{edge - 1, edge, edge + 1, ^edge} {
+			sent := r.same(t, fmt.Sprintf("%v word %#x", c.protocol, w), r.a0, with(f, w), r.c0, r.epC, c.proto, false)
+			if got := binary.BigEndian.Uint16(sent[csumOffset(c.proto):]); w == edge && c.proto == 17 && got != 0xffff {
+				t.Errorf("a UDP datagram whose translated checksum comes to 0 carries %#x, want 0xffff", got)
+			}
+			back := answer(sent, c.proto)
+			r.same(t, fmt.Sprintf("%v reply word %#x", c.protocol, w), r.c0, with(back, w), r.a0, r.client, c.proto, false)
+		}
+	}
+}
+
+func csumOffset(proto uint8) int {
+	if proto == 6 {
+		return 34 + 16
+	}
+	return 34 + 6
+}
+
+// withSums gives the IPv4 packet b valid IPv4 and L4 checksums (a UDP
+// checksum that comes to 0 is sent as 0xffff: 0 means none).
+func withSums(b []byte) []byte {
+	ip := b[14:34]
+	binary.BigEndian.PutUint16(ip[10:], 0)
+	binary.BigEndian.PutUint16(ip[10:], ^sum16(0, ip))
+	at := csumOffset(ip[9])
+	binary.BigEndian.PutUint16(b[at:], 0)
+	c := ^l4Sum(b)
+	if c == 0 && ip[9] == 17 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(b[at:], c)
+	return b
 }
