@@ -208,6 +208,14 @@ func notByRules(t *testing.T, env *scenario.Env, proto proxy.Protocol, dst netip
 // rulesFlows lists the flows to dst in node1's conntrack: those the rules
 // translated.
 func rulesFlows(env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) ([]kconntrack.Flow, error) {
+	return node1Flows(env, dst.Addr().Is6(), func(fl kconntrack.Flow) bool {
+		return fl.Proto == kconntrack.ProtoNumber(proto) && fl.Orig.Dst == dst
+	})
+}
+
+// node1Flows lists the flows of an IP family (IPv6 when v6) in node1's
+// conntrack that keep says to.
+func node1Flows(env *scenario.Env, v6 bool, keep func(kconntrack.Flow) bool) ([]kconntrack.Flow, error) {
 	h, err := netns.GetFromPath(env.Node1.NS.Path())
 	if err != nil {
 		return nil, err
@@ -219,16 +227,16 @@ func rulesFlows(env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) ([]
 	}
 	defer ct.Close()
 	family := proxy.IPv4
-	if dst.Addr().Is6() {
+	if v6 {
 		family = proxy.IPv6
 	}
-	var byRules []kconntrack.Flow
+	var out []kconntrack.Flow
 	err = ct.List(context.Background(), family, func(fl kconntrack.Flow) {
-		if fl.Proto == kconntrack.ProtoNumber(proto) && fl.Orig.Dst == dst {
-			byRules = append(byRules, fl)
+		if keep(fl) {
+			out = append(out, fl)
 		}
 	})
-	return byRules, err
+	return out, err
 }
 
 // tcLocalPolicy: the externalTrafficPolicy Local node port is served at tc

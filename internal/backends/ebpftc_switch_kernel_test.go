@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
@@ -66,21 +65,14 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	removed := make(chan error, 1)
 	go func() { removed <- ebpfBackend.RemoveLeftovers(ctx, nftCfg) }()
 	askAll(t, byTC, "ebpf+tc → nftables")
+	drainBegun(t, pins)
 	byRules := dialBoth(t, env, anyPath)
 	for _, f := range scenario.Families {
-		notByTC(t, env, nodePort(env, f))
+		notByTCAfterDrainBegun(t, env, pins, nodePort(env, f), byRules)
 	}
-	closeAll(byTC)
-	closed := time.Now()
-	select {
-	case err := <-removed:
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("the tc programs removed %v after the connections they held closed", time.Since(closed).Round(time.Millisecond))
-	case <-time.After(time.Minute):
-		t.Fatal("ebpf mode's leftovers still there a minute after the connections the tc programs translated closed")
-	}
+	tcRemovedAfterClose(t, removed, byTC, func() string {
+		return tcDrainReport(env, pins, nodePort(env, scenario.Families[0]), connLabels(map[string][]heldConn{"byTC": byTC, "byRules": byRules}))
+	})
 	if _, err := os.Stat(filepath.Join(pins, "tc")); !os.IsNotExist(err) {
 		t.Errorf("after the removal of ebpf mode's leftovers the tc pins remain (%v)", err)
 	}
@@ -144,11 +136,27 @@ func syncAll(t *testing.T, env *scenario.Env, configure func(*desired.Options), 
 // end of the test.
 func openRulesMode(t *testing.T, env *scenario.Env, b Backend) stateSync {
 	t.Helper()
+	return openMode(t, env, b, false)
+}
+
+// openMode opens b's row for both families in node1, with initFirst also
+// its Proxiers' Init, as the daemon does before their first sync, and
+// returns its sync; the row is closed at the end of the test.
+func openMode(t *testing.T, env *scenario.Env, b Backend, initFirst bool) stateSync {
+	t.Helper()
 	var inst *Instance
 	err := env.Node1.NS.Do(func() (err error) {
 		inst, err = b.Open(context.Background(), Env{Config: &config.Config{Mode: b.Mode},
 			Families: []proxy.IPFamily{proxy.IPv4, proxy.IPv6}})
-		return err
+		if err != nil || !initFirst {
+			return err
+		}
+		for _, r := range inst.Proxiers {
+			if err := r.Proxier.Init(context.Background()); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,263 @@
+package backends
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
+)
+
+// The tc programs' maps a switch test reads, by their pin names under
+// pins/tc (nodeport's testdata/pins.txt): the test reads them raw, as an
+// operator would with bpftool, so that it needs no Proxier of the mode
+// that left them.
+const (
+	tcServicesPin  = "np_services"
+	tcServices6Pin = "np_services6"
+	tcCTPin        = "np_ct"
+	tcCT6Pin       = "np_ct6"
+	tcStatsPin     = "np_stats"
+)
+
+// drainBegun waits until the drain of the tc programs pinned under pins
+// has begun: their frontends are gone in both families, so that a new
+// connection to a node port is no longer theirs. A new mode's first sync
+// does not take the node ports from the tc programs by itself: they see
+// the packets first, and take new connections until the removal of ebpf
+// mode's leftovers clears their frontends (after the socket hooks go);
+// the drain then holds such a connection like any other it translated.
+func drainBegun(t *testing.T, pins string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, err := tcFrontends(pins)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tc programs still have %d frontends a minute after the removal of ebpf mode's leftovers began", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// tcFrontends counts the frontends of both families the tc programs
+// pinned under pins hold; none once they are unpinned.
+func tcFrontends(pins string) (int, error) {
+	n := 0
+	for _, name := range []string{tcServicesPin, tcServices6Pin} {
+		err := eachTCEntry(pins, name, func(_, _ []byte) { n++ })
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// eachTCEntry visits every entry of the map pinned as name under pins/tc,
+// raw; nothing when it is not pinned.
+func eachTCEntry(pins, name string, visit func(k, v []byte)) error {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pins, "tc", name), &ebpf.LoadPinOptions{ReadOnly: true})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var k, v []byte
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		visit(k, v)
+	}
+	return it.Err()
+}
+
+// tcEntry is one direction of a flow in the tc programs' conntrack table
+// (bpf/nodeport.c's ct_key and ct_val, either family).
+type tcEntry struct {
+	proto        uint8
+	src, dst     netip.AddrPort
+	toSrc, toDst netip.AddrPort
+	at, state    uint8
+	reply        bool
+	age          time.Duration
+}
+
+// tcEntries reads both families' conntrack tables of the tc programs
+// pinned under pins.
+func tcEntries(pins string) ([]tcEntry, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return nil, err
+	}
+	now := uint64(ts.Nano())
+	var out []tcEntry
+	for _, name := range []string{tcCTPin, tcCT6Pin} {
+		err := eachTCEntry(pins, name, func(k, v []byte) {
+			out = append(out, decodeTCEntry(k, v, now))
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// decodeTCEntry decodes a ct_key and its ct_val: addresses, ports (network
+// order), then the key's protocol and the value's at, state, reply and
+// mark bytes, and the value's last-seen time (the programs' clock, host
+// order) at the next 8-byte boundary.
+func decodeTCEntry(k, v []byte, now uint64) tcEntry {
+	n := (len(k) - 8) / 2
+	addr := func(b []byte) netip.Addr {
+		a, _ := netip.AddrFromSlice(b)
+		return a.Unmap()
+	}
+	ap := func(b []byte, a, p int) netip.AddrPort {
+		return netip.AddrPortFrom(addr(b[a:a+n]), binary.BigEndian.Uint16(b[p:p+2]))
+	}
+	e := tcEntry{
+		proto: k[2*n+4],
+		src:   ap(k, 0, 2*n), dst: ap(k, n, 2*n+2),
+		toSrc: ap(v, 0, 2*n), toDst: ap(v, n, 2*n+2),
+		at: v[2*n+4], state: v[2*n+5], reply: v[2*n+6] != 0,
+	}
+	if seen := binary.NativeEndian.Uint64(v[len(v)-8:]); now > seen {
+		e.age = time.Duration(now - seen)
+	}
+	return e
+}
+
+// notByTCAfterDrainBegun checks that the tc programs pinned under pins
+// translated none of conns, dialed to dst once their drain had begun, and
+// that the rules did (notByTC).
+func notByTCAfterDrainBegun(t *testing.T, env *scenario.Env, pins string, dst netip.AddrPort, conns []heldConn) {
+	t.Helper()
+	if held := tcHolds(t, pins, dst, conns); len(held) > 0 {
+		t.Errorf("the tc programs translated %d connections to %s dialed after their drain began: %v", len(held), dst, held)
+	}
+	notByTC(t, env, dst)
+}
+
+// tcHolds lists which of conns the tc programs' conntrack table pinned
+// under pins holds a flow of (its client's direction: the connection's
+// local address to dst).
+func tcHolds(t *testing.T, pins string, dst netip.AddrPort, conns []heldConn) []netip.AddrPort {
+	t.Helper()
+	entries, err := tcEntries(pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[netip.AddrPort]bool{}
+	for _, e := range entries {
+		if !e.reply && e.dst == dst {
+			held[e.src] = true
+		}
+	}
+	var out []netip.AddrPort
+	for _, h := range conns {
+		if held[h.conn.LocalAddr()] {
+			out = append(out, h.conn.LocalAddr())
+		}
+	}
+	return out
+}
+
+// tcDrainReport describes what holds the drain of the tc programs pinned
+// under pins: each entry of their conntrack tables (the connection it
+// belongs to named by labels, by the client's address), their drop
+// counters, and node1's kernel conntrack TCP flows of dst's family (those
+// to dst, and any whose masquerade took a port a reply entry of the tc
+// programs claims).
+func tcDrainReport(env *scenario.Env, pins string, dst netip.AddrPort, labels map[netip.AddrPort]string) string {
+	var b strings.Builder
+	entries, err := tcEntries(pins)
+	fmt.Fprintf(&b, "tc conntrack: %d entries (%v)\n", len(entries), err)
+	states := []string{"new", "established", "closing", "closed"}
+	for _, e := range entries {
+		client := e.src
+		if e.reply {
+			client = e.toDst
+		}
+		label := labels[client]
+		if label == "" {
+			label = "other"
+		}
+		state := fmt.Sprint(e.state)
+		if int(e.state) < len(states) {
+			state = states[e.state]
+		}
+		fmt.Fprintf(&b, "  proto=%d %s>%s rewrites to %s>%s at=%d reply=%t %s seen %v ago [%s]\n",
+			e.proto, e.src, e.dst, e.toSrc, e.toDst, e.at, e.reply, state, e.age.Round(time.Millisecond), label)
+	}
+	for key, name := range []string{"no masquerade port", "reply lost"} {
+		perCPU, err := tcStatPerCPU(pins, uint32(key))
+		fmt.Fprintf(&b, "tc drops (IPv4), %s, per CPU: %v (%v)\n", name, perCPU, err)
+	}
+	flows, err := node1Flows(env, dst.Addr().Is6(), func(fl kconntrack.Flow) bool { return fl.Proto == unix.IPPROTO_TCP })
+	fmt.Fprintf(&b, "node1's conntrack: %d TCP flows (%v)\n", len(flows), err)
+	for _, fl := range flows {
+		fmt.Fprintf(&b, "  %s\n", fl)
+	}
+	return b.String()
+}
+
+// connLabels names each connection of sets by its client's address, as
+// tcDrainReport shows it.
+func connLabels(sets map[string][]heldConn) map[netip.AddrPort]string {
+	out := map[netip.AddrPort]string{}
+	for name, conns := range sets {
+		for _, h := range conns {
+			out[h.conn.LocalAddr()] = name
+		}
+	}
+	return out
+}
+
+// tcStatPerCPU is the tc programs' IPv4 drop counter key (nodeport's
+// stat* constants: bpf/nodeport.c's NP_STAT_*), one count per CPU.
+func tcStatPerCPU(pins string, key uint32) ([]uint64, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pins, "tc", tcStatsPin), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	var perCPU []uint64
+	return perCPU, m.Lookup(key, &perCPU)
+}
+
+// tcRemovedAfterClose closes the connections the tc programs hold and
+// waits for the removal of ebpf mode's leftovers (removed) to end: a
+// quiet time (nodeport.DefaultDrainTimes) after their last packet. It
+// allows a minute, less than the drain's idle limit, so that a drain
+// that ends only at its limit (a flow still holding it) fails, with
+// report's account of what held it.
+func tcRemovedAfterClose(t *testing.T, removed <-chan error, held []heldConn, report func() string) {
+	t.Helper()
+	closeAll(held)
+	closed := time.Now()
+	select {
+	case err := <-removed:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the tc programs removed %v after the connections they held closed", time.Since(closed).Round(time.Millisecond))
+	case <-time.After(time.Minute):
+		t.Fatalf("ebpf mode's leftovers still there a minute after the connections the tc programs translated closed:\n%s", report())
+	}
+}
