@@ -1,11 +1,8 @@
 package backends
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,20 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
 )
 
-// The tc programs' maps a switch test reads, by their pin names under
-// pins/tc (nodeport's testdata/pins.txt): the test reads them raw, as an
-// operator would with bpftool, so that it needs no Proxier of the mode
-// that left them.
-const (
-	tcServicesPin  = "np_services"
-	tcServices6Pin = "np_services6"
-	tcCTPin        = "np_ct"
-	tcCT6Pin       = "np_ct6"
-	tcStatsPin     = "np_stats"
-)
+// tcStatsPin is the tc programs' IPv4 drop counters' pin name under
+// pins/tc (nodeport's testdata/pins.txt), read raw: a per-CPU array of
+// counters.
+const tcStatsPin = "np_stats"
 
 // drainBegun waits until the drain of the tc programs pinned under pins
 // has begun: their frontends are gone in both families, so that a new
@@ -57,90 +48,32 @@ func drainBegun(t *testing.T, pins string) {
 
 // tcFrontends counts the frontends of both families the tc programs
 // pinned under pins hold; none once they are unpinned.
-func tcFrontends(pins string) (int, error) {
-	n := 0
-	for _, name := range []string{tcServicesPin, tcServices6Pin} {
-		err := eachTCEntry(pins, name, func(_, _ []byte) { n++ })
-		if err != nil {
-			return 0, err
-		}
-	}
-	return n, nil
-}
-
-// eachTCEntry visits every entry of the map pinned as name under pins/tc,
-// raw; nothing when it is not pinned.
-func eachTCEntry(pins, name string, visit func(k, v []byte)) error {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pins, "tc", name), &ebpf.LoadPinOptions{ReadOnly: true})
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	var k, v []byte
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		visit(k, v)
-	}
-	return it.Err()
-}
-
-// tcEntry is one direction of a flow in the tc programs' conntrack table
-// (bpf/nodeport.c's ct_key and ct_val, either family).
-type tcEntry struct {
-	proto        uint8
-	src, dst     netip.AddrPort
-	toSrc, toDst netip.AddrPort
-	at, state    uint8
-	reply        bool
-	age          time.Duration
-}
+func tcFrontends(pins string) (int, error) { return nodeport.Frontends(filepath.Join(pins, "tc")) }
 
 // tcEntries reads both families' conntrack tables of the tc programs
-// pinned under pins.
+// pinned under pins, with each entry's age.
 func tcEntries(pins string) ([]tcEntry, error) {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return nil, err
 	}
 	now := uint64(ts.Nano())
-	var out []tcEntry
-	for _, name := range []string{tcCTPin, tcCT6Pin} {
-		err := eachTCEntry(pins, name, func(k, v []byte) {
-			out = append(out, decodeTCEntry(k, v, now))
-		})
-		if err != nil {
-			return nil, err
+	entries, err := nodeport.Entries(filepath.Join(pins, "tc"))
+	out := make([]tcEntry, 0, len(entries))
+	for _, e := range entries {
+		te := tcEntry{Entry: e}
+		if now > e.Seen {
+			te.age = time.Duration(now - e.Seen)
 		}
+		out = append(out, te)
 	}
-	return out, nil
+	return out, err
 }
 
-// decodeTCEntry decodes a ct_key and its ct_val: addresses, ports (network
-// order), then the key's protocol and the value's at, state, reply and
-// mark bytes, and the value's last-seen time (the programs' clock, host
-// order) at the next 8-byte boundary.
-func decodeTCEntry(k, v []byte, now uint64) tcEntry {
-	n := (len(k) - 8) / 2
-	addr := func(b []byte) netip.Addr {
-		a, _ := netip.AddrFromSlice(b)
-		return a.Unmap()
-	}
-	ap := func(b []byte, a, p int) netip.AddrPort {
-		return netip.AddrPortFrom(addr(b[a:a+n]), binary.BigEndian.Uint16(b[p:p+2]))
-	}
-	e := tcEntry{
-		proto: k[2*n+4],
-		src:   ap(k, 0, 2*n), dst: ap(k, n, 2*n+2),
-		toSrc: ap(v, 0, 2*n), toDst: ap(v, n, 2*n+2),
-		at: v[2*n+4], state: v[2*n+5], reply: v[2*n+6] != 0,
-	}
-	if seen := binary.NativeEndian.Uint64(v[len(v)-8:]); now > seen {
-		e.age = time.Duration(now - seen)
-	}
-	return e
+// tcEntry is an entry of the tc programs' conntrack table and its age.
+type tcEntry struct {
+	nodeport.Entry
+	age time.Duration
 }
 
 // notByTCAfterDrainBegun checks that the tc programs pinned under pins
@@ -165,8 +98,8 @@ func tcHolds(t *testing.T, pins string, dst netip.AddrPort, conns []heldConn) []
 	}
 	held := map[netip.AddrPort]bool{}
 	for _, e := range entries {
-		if !e.reply && e.dst == dst {
-			held[e.src] = true
+		if !e.Reply && e.Dst == dst {
+			held[e.Src] = true
 		}
 	}
 	var out []netip.AddrPort
@@ -190,20 +123,20 @@ func tcDrainReport(env *scenario.Env, pins string, dst netip.AddrPort, labels ma
 	fmt.Fprintf(&b, "tc conntrack: %d entries (%v)\n", len(entries), err)
 	states := []string{"new", "established", "closing", "closed"}
 	for _, e := range entries {
-		client := e.src
-		if e.reply {
-			client = e.toDst
+		client := e.Src
+		if e.Reply {
+			client = e.ToDst
 		}
 		label := labels[client]
 		if label == "" {
 			label = "other"
 		}
-		state := fmt.Sprint(e.state)
-		if int(e.state) < len(states) {
-			state = states[e.state]
+		state := fmt.Sprint(e.State)
+		if int(e.State) < len(states) {
+			state = states[e.State]
 		}
 		fmt.Fprintf(&b, "  proto=%d %s>%s rewrites to %s>%s at=%d reply=%t %s seen %v ago [%s]\n",
-			e.proto, e.src, e.dst, e.toSrc, e.toDst, e.at, e.reply, state, e.age.Round(time.Millisecond), label)
+			e.Proto, e.Src, e.Dst, e.ToSrc, e.ToDst, e.At, e.Reply, state, e.age.Round(time.Millisecond), label)
 	}
 	for key, name := range []string{"no masquerade port", "reply lost"} {
 		perCPU, err := tcStatPerCPU(pins, uint32(key))

@@ -356,3 +356,41 @@ func TestKernelPinDirAtBPFFSRoot(t *testing.T) {
 		t.Errorf("through fab0: %v, want pod-a twice", seen)
 	}
 }
+
+// TestKernelEntriesAndFrontends: what Entries and Frontends read of the
+// pinned tables is what the programs did: a frontend per node port, and a
+// client's connection as its two directions (the forward one matching the
+// client's packets to the node port, rewritten toward the endpoint).
+func TestKernelEntriesAndFrontends(t *testing.T) {
+	r := newRig(t)
+	p := r.proxier(t, "np")
+	dir := filepath.Join(r.pins, "np")
+	if n, err := Frontends(dir); err != nil || n != 0 {
+		t.Fatalf("before a load: %d frontends (%v), want 0", n, err)
+	}
+	r.sync(t, p, stateOf(r.node1.IPv4, port("web", proxy.TCP, 30080, r.ep(r.podA))), proxy.RecoverySync)
+	if n, err := Frontends(dir); err != nil || n == 0 {
+		t.Fatalf("after a sync: %d frontends (%v), want some", n, err)
+	}
+	dst := netip.AddrPortFrom(r.node1.IPv4, 30080)
+	if seen := r.ask(t, proxy.TCP, dst, 1, map[string]func(netip.AddrPort) bool{"pod-a": r.keptSource}); seen["pod-a"] != 1 {
+		t.Fatalf("through fab0: %v, want pod-a once", seen)
+	}
+	entries, err := Entries(dir)
+	must(t, err)
+	var fwd, reply int
+	for _, e := range entries {
+		switch {
+		case !e.Reply && e.Dst == dst && e.Src.Addr() == r.clientIP && e.ToDst == netip.AddrPortFrom(r.podA.IPv4, 8080):
+			fwd++
+		case e.Reply && e.Src == netip.AddrPortFrom(r.podA.IPv4, 8080) && e.ToSrc == dst:
+			reply++
+		}
+		if e.Seen == 0 {
+			t.Errorf("entry %+v: no last-seen time", e)
+		}
+	}
+	if fwd != 1 || reply != 1 {
+		t.Errorf("the connection's entries: %d forward, %d reply, want 1 and 1; all: %+v", fwd, reply, entries)
+	}
+}
