@@ -365,9 +365,10 @@ func TestKernelNoWindow(t *testing.T) {
 	}
 	replies := wait()
 	failed := 0
-	for _, rep := range replies {
+	for i, rep := range replies {
 		if rep.Err != "" {
 			failed++
+			t.Logf("connection %d: %s", i, rep.Err)
 		}
 	}
 	t.Logf("%d connections during %d syncs, %d failed", len(replies), syncs, failed)

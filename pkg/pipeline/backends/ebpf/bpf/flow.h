@@ -20,6 +20,22 @@ static __always_inline struct F(np_be) *F(pick)(const struct np_val *sv, const s
 			return be;
 	}
 	bk.slot = bpf_get_prandom_u32() % sv->count;
+	struct F(np_be) *be = bpf_map_lookup_elem(&F(np_backends), &bk);
+	if (be)
+		return be;
+	// svcproxy writes a record after the slots it counts and deletes a
+	// slot after no record counts it, so a slot missing from sv, the
+	// record's copy, means the record changed since the copy: pick from
+	// the record that replaced it.
+	struct F(np_key) fk = { .addr = k->dst, .port = k->dport, .proto = k->proto };
+	struct np_val *cur = bpf_map_lookup_elem(&F(np_services), &fk);
+	if (!cur)
+		return NULL;
+	struct np_val now = *cur;
+	if (now.count == 0)
+		return NULL;
+	bk.id = now.id;
+	bk.slot = bpf_get_prandom_u32() % now.count;
 	return bpf_map_lookup_elem(&F(np_backends), &bk);
 }
 

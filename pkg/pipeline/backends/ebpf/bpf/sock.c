@@ -172,8 +172,9 @@ static __always_inline void set_dst(struct bpf_sock_addr *ctx, const struct be_v
 	ctx->user_port = to->port;
 }
 
-// xlate rewrites the destination of a socket addressing frontend k.
-static __always_inline int xlate(struct bpf_sock_addr *ctx, struct svc_key *k, const int v6)
+// record returns frontend k's service record: its own, else, for a
+// cluster IP, the record of the ports the Service lacks.
+static __always_inline struct svc_val *record(const struct svc_key *k)
 {
 	struct svc_val *p = bpf_map_lookup_elem(&services, k);
 	if (!p) {
@@ -181,20 +182,34 @@ static __always_inline int xlate(struct bpf_sock_addr *ctx, struct svc_key *k, c
 		any.port = 0;
 		any.proto = 0;
 		p = bpf_map_lookup_elem(&services, &any);
+	}
+	return p;
+}
+
+// xlate rewrites the destination of a socket addressing frontend k.
+static __always_inline int xlate(struct bpf_sock_addr *ctx, struct svc_key *k, const int v6)
+{
+	__u64 netns = bpf_get_netns_cookie(ctx);
+	struct be_val *be = NULL;
+	// svcproxy writes a record after the slots it counts and deletes a
+	// slot after no record counts it, so a slot missing from a record's
+	// copy means the record changed since the copy: the second pass
+	// reads the record that replaced it.
+	for (int pass = 0; pass < 2 && !be; pass++) {
+		struct svc_val *p = record(k);
 		if (!p)
 			return 1;
+		// One consistent copy: svcproxy may rewrite the record meanwhile.
+		struct target tg = netns == host_netns ? p->node : p->pod;
+		__u32 timeout = p->affinity;
+		if (tg.count == 0) {
+			// A hook cannot make connect wait: a dropped connection
+			// fails as a dropped SYN eventually would.
+			bpf_set_retval(tg.flags & SVC_F_DROP ? -ETIMEDOUT : -ECONNREFUSED);
+			return 0;
+		}
+		be = pick(&tg, timeout, netns);
 	}
-	__u64 netns = bpf_get_netns_cookie(ctx);
-	// One consistent copy: svcproxy may rewrite the record meanwhile.
-	struct target tg = netns == host_netns ? p->node : p->pod;
-	__u32 timeout = p->affinity;
-	if (tg.count == 0) {
-		// A hook cannot make connect wait: a dropped connection fails as
-		// a dropped SYN eventually would.
-		bpf_set_retval(tg.flags & SVC_F_DROP ? -ETIMEDOUT : -ECONNREFUSED);
-		return 0;
-	}
-	struct be_val *be = pick(&tg, timeout, netns);
 	if (!be)
 		return 1;
 	struct rev_key rk = { .cookie = bpf_get_socket_cookie(ctx), .port = be->port };

@@ -394,3 +394,54 @@ func TestKernelEntriesAndFrontends(t *testing.T) {
 		t.Errorf("the connection's entries: %d forward, %d reply, want 1 and 1; all: %+v", fwd, reply, entries)
 	}
 }
+
+// TestKernelNoWindow: a client outside the node connects to a node port
+// over and over while the endpoint set changes under it, grows and
+// shrinks; every endpoint serves throughout, so every connection must be
+// answered at once (a SYN the programs dropped would take the kernel's
+// one-second retransmission, past the client's timeout).
+func TestKernelNoWindow(t *testing.T) {
+	r := newRig(t)
+	for _, pod := range []*netnstest.Pod{r.podA, r.podB} {
+		_, err := pod.NS.Serve(pod.Name, proxy.TCP, 8081)
+		must(t, err)
+	}
+	a0, a1 := ep(r.podA.IPv4, 8080), ep(r.podA.IPv4, 8081)
+	b0, b1 := ep(r.podB.IPv4, 8080), ep(r.podB.IPv4, 8081)
+	sets := [][]proxy.Endpoint{{a0, b0}, {b0}, {a0, a1, b1}, {a0}, {a0, a1, b0, b1}, {b1}, {a1, b0}}
+	p := r.proxier(t, "np")
+	r.sync(t, p, stateOf(r.node1.IPv4, port("web", proxy.TCP, 30080, a0)), proxy.RecoverySync)
+
+	dst := netip.AddrPortFrom(r.node1.IPv4, 30080)
+	client := r.client
+	client.Timeout = 800 * time.Millisecond
+	stop := make(chan struct{})
+	done := make(chan [2]int)
+	go func() {
+		asked, failed := 0, 0
+		for {
+			select {
+			case <-stop:
+				done <- [2]int{asked, failed}
+				return
+			default:
+			}
+			asked++
+			if _, err := client.Ask(proxy.TCP, dst); err != nil {
+				failed++
+				t.Logf("connection %d: %v", asked, err)
+			}
+		}
+	}()
+	const syncs = 1500
+	for i := range syncs {
+		r.sync(t, p, stateOf(r.node1.IPv4, port("web", proxy.TCP, 30080, sets[i%len(sets)]...)), proxy.PartialSync)
+		time.Sleep(500 * time.Microsecond)
+	}
+	close(stop)
+	got := <-done
+	t.Logf("%d connections during %d syncs, %d failed", got[0], syncs, got[1])
+	if got[0] < 100 || got[1] != 0 {
+		t.Errorf("%d of %d connections failed while the endpoints changed (want none of at least 100)", got[1], got[0])
+	}
+}
