@@ -180,7 +180,8 @@ func openTC(inst *Instance, pinDir string, env Env) (*nodeport.Proxier, error) {
 // (tcServes), that family's nftables rules (a start without them, or
 // nftables mode, left them) go once they have synced, all but their empty
 // nat chains and a rule that keeps conntrack on (nftables.KeepNATHooks:
-// the connections the rules translated keep their translation). With them
+// the connections the rules translated keep their translation), and those
+// go too once no such connection is left (keptHooksRetirement). With them
 // off, the programs an earlier start attached are drained and go once the
 // nftables halves of every family have synced in their place (retireTC):
 // their links are pinned and would otherwise go on translating with maps
@@ -203,7 +204,7 @@ func tcHalf(inst *Instance, both *hooksAndRules, tc *nodeport.Proxier, retireTC 
 	if tcServes(family) {
 		both.retire = retirement{what: "the nftables rules", remove: func(ctx context.Context) error {
 			return nftables.KeepNATHooks(ctx, family)
-		}}
+		}, then: keptHooksRetirement(family)}
 	}
 }
 

@@ -51,6 +51,12 @@ type hooksAndRules struct {
 type retirement struct {
 	what   string
 	remove func(ctx context.Context) error
+	// then is what is retired next, once this is removed.
+	then *retirement
+	// every is how long a remove that found its objects still needed
+	// (errStillNeeded) waits before the next try; next is when that is.
+	every time.Duration
+	next  time.Time
 }
 
 // HeldPorts is the nftables half's answer. After a restart whose first
@@ -131,16 +137,25 @@ func (b *hooksAndRules) Sync(ctx context.Context, st *desired.State, mode proxy.
 // logged and tried again after the next sync: this path serves already,
 // so it does not fail the sync.
 func (b *hooksAndRules) retireOld(ctx context.Context, family proxy.IPFamily) {
-	if b.retire.remove == nil {
-		return
-	}
 	logger := klog.FromContext(ctx)
-	if err := b.retire.remove(ctx); err != nil {
-		logger.Error(err, "Removing the other packet path's leftovers failed; trying again after the next sync", "ipFamily", family, "what", b.retire.what)
-		return
+	for b.retire.remove != nil && !time.Now().Before(b.retire.next) {
+		err := b.retire.remove(ctx)
+		switch {
+		case errors.Is(err, errStillNeeded):
+			logger.V(2).Info("The other packet path's leftovers still serve; looking again later", "ipFamily", family, "what", b.retire.what, "reason", err, "after", b.retire.every)
+			b.retire.next = time.Now().Add(b.retire.every)
+			return
+		case err != nil:
+			logger.Error(err, "Removing the other packet path's leftovers failed; trying again after the next sync", "ipFamily", family, "what", b.retire.what)
+			return
+		}
+		logger.V(2).Info("Removed the other packet path's leftovers, if any", "ipFamily", family, "what", b.retire.what)
+		if next := b.retire.then; next != nil {
+			b.retire = *next
+		} else {
+			b.retire = retirement{}
+		}
 	}
-	logger.V(2).Info("Removed the other packet path's leftovers, if any", "ipFamily", family, "what", b.retire.what)
-	b.retire = retirement{}
 }
 
 // ServedAt is when the last Sync's hooks half ended, zero when it failed:

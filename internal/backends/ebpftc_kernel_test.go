@@ -216,12 +216,7 @@ func rulesFlows(env *scenario.Env, proto proxy.Protocol, dst netip.AddrPort) ([]
 // node1Flows lists the flows of an IP family (IPv6 when v6) in node1's
 // conntrack that keep says to.
 func node1Flows(env *scenario.Env, v6 bool, keep func(kconntrack.Flow) bool) ([]kconntrack.Flow, error) {
-	h, err := netns.GetFromPath(env.Node1.NS.Path())
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	ct, err := kconntrack.NewAt(h)
+	ct, err := node1Conntrack(env)
 	if err != nil {
 		return nil, err
 	}
@@ -237,6 +232,16 @@ func node1Flows(env *scenario.Env, v6 bool, keep func(kconntrack.Flow) bool) ([]
 		}
 	})
 	return out, err
+}
+
+// node1Conntrack opens a conntrack client in node1's network namespace.
+func node1Conntrack(env *scenario.Env) (*kconntrack.Client, error) {
+	h, err := netns.GetFromPath(env.Node1.NS.Path())
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	return kconntrack.NewAt(h)
 }
 
 // tcLocalPolicy: the externalTrafficPolicy Local node port is served at tc

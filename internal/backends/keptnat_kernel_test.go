@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
 )
@@ -87,17 +89,16 @@ func familyRules(t *testing.T, env *scenario.Env, family proxy.IPFamily) bool {
 // noServiceRules checks that node1 holds no rules of svcproxy's in either
 // family: no KUBE- chain in iptables-save or ip6tables-save but the
 // kubelet's (which iptables mode creates where no kubelet did, and
-// leaves), and in the tables "ip kube-proxy" and "ip6 kube-proxy" exactly
-// the kept chains and their one rule.
+// leaves), and in the tables "ip kube-proxy" and "ip6 kube-proxy", where
+// they are (their kept chains go with the last connection the rules
+// translated), exactly the kept chains and their one rule.
 func noServiceRules(t *testing.T, env *scenario.Env) {
 	t.Helper()
 	ctx := context.Background()
 	for _, family := range proxy.Families {
-		present, extra := familyTable(t, env, family)
-		if !present || len(extra) > 0 {
+		if _, extra := familyTable(t, env, family); len(extra) > 0 {
 			out, _ := env.Node1.NS.Run(ctx, "nft", "list", "table", nftFamily(family), "kube-proxy")
-			t.Errorf("node1's table %s kube-proxy: present %t (want true), holding beyond the kept chains %v:\n%s",
-				nftFamily(family), present, extra, out)
+			t.Errorf("node1's table %s kube-proxy holds beyond the kept chains %v:\n%s", nftFamily(family), extra, out)
 		}
 	}
 	for _, save := range []string{"iptables-save", "ip6tables-save"} {
@@ -111,5 +112,62 @@ func noServiceRules(t *testing.T, env *scenario.Env) {
 				break
 			}
 		}
+	}
+}
+
+// TestKernelKeptNATHooksGoWithTheirConnections: with the tc programs on,
+// each family's kept table stays while a connection nftables mode's rules
+// translated is in the kernel's conntrack, and goes at the first sync
+// after the last one has: the kernel then tracks nothing for svcproxy,
+// and the tc programs go on serving new connections without it.
+func TestKernelKeptNATHooksGoWithTheirConnections(t *testing.T) {
+	env, cfg, _ := tcModeEnv(t)
+	ctx := context.Background()
+	recheck := keptHooksRecheck
+	keptHooksRecheck = 0
+	t.Cleanup(func() { keptHooksRecheck = recheck })
+	conns := dialThroughRules(t, env, nftablesBackend)
+
+	withTC := openEBPFMode(t, env, cfg)
+	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
+	decide := func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }
+	syncAll(t, env, decide, withTC.sync)
+	for _, family := range proxy.Families {
+		if present, extra := familyTable(t, env, family); !present || len(extra) > 0 {
+			t.Errorf("with the rules' connections open: node1's table %s kube-proxy present %t (want true), beyond the kept chains %v",
+				nftFamily(family), present, extra)
+		}
+	}
+	askAll(t, conns, "nftables → ebpf+tc, the rules' connections open")
+	closeAll(conns)
+	// A closed connection's flow lingers in conntrack (TIME_WAIT) until
+	// its timeout: deleted here as the timeout would.
+	for _, family := range proxy.Families {
+		dnated, err := node1Flows(env, family == proxy.IPv6, kconntrack.Flow.DNATed)
+		if err != nil || len(dnated) == 0 {
+			t.Fatalf("%s: node1's conntrack holds %d translated flows (%v), want the rules' connections", family, len(dnated), err)
+		}
+		deleteNode1Flows(t, env, family, dnated)
+	}
+	syncAll(t, env, decide, withTC.sync)
+	for _, family := range proxy.Families {
+		if present, _ := familyTable(t, env, family); present {
+			t.Errorf("no translated connection left: node1's table %s kube-proxy is still there", nftFamily(family))
+		}
+	}
+	askAll(t, dialBoth(t, env, byTCFrom(env)), "the kept tables gone")
+	noServiceRules(t, env)
+}
+
+// deleteNode1Flows deletes flows from node1's conntrack.
+func deleteNode1Flows(t *testing.T, env *scenario.Env, family proxy.IPFamily, flows []kconntrack.Flow) {
+	t.Helper()
+	ct, err := node1Conntrack(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ct.Close()
+	if _, err := ct.Delete(context.Background(), family, flows); err != nil {
+		t.Fatal(err)
 	}
 }

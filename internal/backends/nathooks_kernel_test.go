@@ -27,6 +27,14 @@ func TestKernelKeepNATHooksKeepsConnections(t *testing.T) {
 	ctx := context.Background()
 	conns := dialThroughRules(t, env, nftablesBackend)
 	expectKept(t, env, false, "with nftables mode's rules")
+	for _, f := range proxy.Families {
+		var gone bool
+		err := env.Node1.NS.Do(func() (err error) { gone, err = nftables.RemoveKeptNATHooks(ctx, f); return err })
+		if err != nil || gone {
+			t.Errorf("%s: RemoveKeptNATHooks over nftables mode's rules: gone %t, %v; want the rules left alone", f, gone, err)
+		}
+	}
+	expectKept(t, env, false, "after RemoveKeptNATHooks over the rules")
 
 	for _, f := range proxy.Families {
 		if err := env.Node1.NS.Do(func() error { return nftables.KeepNATHooks(ctx, f) }); err != nil {
@@ -38,15 +46,15 @@ func TestKernelKeepNATHooksKeepsConnections(t *testing.T) {
 	closeAll(conns)
 }
 
-// expectKept checks what nftables.Kept, which explain asks, says of
+// expectKept checks what nftables.WithoutRules, which explain asks, says of
 // node1's tables.
 func expectKept(t *testing.T, env *scenario.Env, want bool, when string) {
 	t.Helper()
 	for _, f := range proxy.Families {
 		var kept bool
-		_ = env.Node1.NS.Do(func() error { kept = nftables.Kept(f); return nil })
+		_ = env.Node1.NS.Do(func() error { kept = nftables.WithoutRules(f); return nil })
 		if kept != want {
-			t.Errorf("%s: nftables.Kept(%s) = %t, want %t", when, f, kept, want)
+			t.Errorf("%s: nftables.WithoutRules(%s) = %t, want %t", when, f, kept, want)
 		}
 	}
 }

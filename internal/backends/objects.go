@@ -212,7 +212,7 @@ func ebpfObjects(ctx context.Context, state *desired.State, e explain.Explanatio
 		// the rendered ones, are the packet path's alone.
 		out = []string{"socket hooks: not translated at connect (" + err.Error() + ")"}
 	}
-	if tcServes(state.Family) && nftables.Kept(state.Family) {
+	if tcServes(state.Family) && nftables.WithoutRules(state.Family) {
 		return append(out, tcObjects(state, e)...), nil
 	}
 	nft, err := nftablesObjects(ctx, state, e)

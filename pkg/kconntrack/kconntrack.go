@@ -67,6 +67,10 @@ type Key struct {
 // Key returns the flow's identity.
 func (f Flow) Key() Key { return Key{Proto: f.Proto, Orig: f.Orig, Zone: f.Zone} }
 
+// DNATed says whether the kernel translates the flow's destination: the
+// one who answers is not the one the client addressed.
+func (f Flow) DNATed() bool { return f.Orig.Dst != f.Reply.Src }
+
 // Interface is what the reconciler needs of the conntrack table.
 type Interface interface {
 	// List calls visit for every flow of family, in kernel order, without

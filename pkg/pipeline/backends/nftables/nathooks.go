@@ -29,8 +29,10 @@ import (
 // are tracked meanwhile. The mode keeps them even where these rules never
 // ran: another mode's rules (iptables mode's), removed once the mode has
 // synced, may have translated connections, and leave nothing else that
-// needs conntrack. Every mode's cleanup of the rules' table removes it,
-// and the rules replace it.
+// needs conntrack. Once no connection the kernel translates is left, the
+// mode removes the table (RemoveKeptNATHooks), and the kernel stops
+// tracking connections nothing else needs tracked. Every mode's cleanup
+// of the rules' table removes it, and the rules replace it.
 
 // natHookChains are the rules' nat base chains (render's), by hook.
 var natHookChains = []struct {
@@ -57,12 +59,12 @@ var keptChains = func() []string {
 	return names
 }()
 
-// Kept says whether family's table is what KeepNATHooks leaves, so that
-// another packet path (the tc programs) serves the family's Services;
-// false without the table, or when it cannot tell.
-func Kept(family proxy.IPFamily) bool {
+// WithoutRules says whether family's table is what KeepNATHooks leaves,
+// or gone (RemoveKeptNATHooks), so that another packet path (the tc
+// programs) serves the family's Services; false when it cannot tell.
+func WithoutRules(family proxy.IPFamily) bool {
 	chains, err := knft.ChainNames(specFor(family).family, TableName)
-	return err == nil && slices.Contains(chains, conntrackChain)
+	return err == nil && (len(chains) == 0 || slices.Contains(chains, conntrackChain))
 }
 
 // KeepNATHooks leaves family's table as the empty nat chains and the
@@ -94,6 +96,34 @@ func KeepNATHooks(ctx context.Context, family proxy.IPFamily) error {
 		return fmt.Errorf("nftables %s: keeping the nat hooks: %w", family, err)
 	}
 	return nil
+}
+
+// RemoveKeptNATHooks deletes family's table when it is what KeepNATHooks
+// leaves, once the caller knows no connection the rules translated is
+// left: the kernel then stops tracking the family's connections, unless
+// something else needs it. It reports whether the table is gone; a table
+// that holds anything else (rules another start wrote) is left alone.
+func RemoveKeptNATHooks(ctx context.Context, family proxy.IPFamily) (bool, error) {
+	chains, err := knft.ChainNames(specFor(family).family, TableName)
+	if err != nil {
+		return false, err
+	}
+	if len(chains) == 0 {
+		return true, nil // no table, or one that holds no hook
+	}
+	nft, err := knftables.New(specFor(family).family, TableName)
+	if err != nil {
+		return false, fmt.Errorf("nftables %s: %w", family, err)
+	}
+	if !onlyNATHooks(ctx, nft) {
+		return false, nil
+	}
+	tx := nft.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	if err := nft.Run(ctx, tx); err != nil {
+		return false, fmt.Errorf("nftables %s: removing the kept nat hooks: %w", family, err)
+	}
+	return true, nil
 }
 
 // onlyNATHooks says whether the table holds the kept chains and nothing
