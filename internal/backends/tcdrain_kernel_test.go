@@ -25,9 +25,10 @@ const tcStatsPin = "np_stats"
 // has begun: their frontends are gone in both families, so that a new
 // connection to a node port is no longer theirs. A new mode's first sync
 // does not take the node ports from the tc programs by itself: they see
-// the packets first, and take new connections until the removal of ebpf
-// mode's leftovers clears their frontends (after the socket hooks go);
-// the drain then holds such a connection like any other it translated.
+// the packets first, and take new connections until the leftovers removal
+// clears their frontends (before any removal: StopNewConnections; ebpf
+// mode's RemoveLeftovers, run alone, before the socket hooks go); the
+// drain then holds such a connection like any other it translated.
 func drainBegun(t *testing.T, pins string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)

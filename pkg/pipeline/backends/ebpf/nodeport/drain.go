@@ -46,15 +46,6 @@ var DefaultDrainTimes = DrainTimes{Quiet: 2 * time.Second, Idle: 2 * time.Minute
 // drainPoll is how often WaitDrained reads the tables.
 const drainPoll = 200 * time.Millisecond
 
-// Drain begins the drain of the programs pinned in dir (BeginDrain) and
-// waits for the flows they hold (WaitDrained).
-func Drain(ctx context.Context, dir string, times DrainTimes, holding func(flows int)) (int, error) {
-	if err := BeginDrain(dir, times); err != nil {
-		return 0, err
-	}
-	return WaitDrained(ctx, dir, times, holding)
-}
-
 // BeginDrain makes the programs pinned in dir take no new flow, in either
 // family, and returns: from then on a new flow's first packet passes the
 // programs as it came and whatever serves the node ports next (another
