@@ -49,6 +49,15 @@ type Backend struct {
 	// running configuration (nil: the defaults), for a mode whose objects
 	// live where an option of its own says (ebpf mode's --bpf-pin-dir).
 	RemoveLeftovers func(ctx context.Context, cfg *config.Config) error
+	// StopNewConnections, when not nil, makes what the mode left take no
+	// new connection, and leaves the rest, the connections it carries
+	// included, to RemoveLeftovers. The leftovers removal runs it for
+	// every mode it removes before any RemoveLeftovers: for objects that
+	// see packets before netfilter (ebpf mode's tc programs), which the
+	// running mode's rules cannot take new connections from, and which
+	// would otherwise take them until the removal reached their mode and
+	// then hold them. RemoveLeftovers alone still removes everything.
+	StopNewConnections func(ctx context.Context, cfg *config.Config) error
 	// KeepsLeftoversOf lists the modes whose leftovers this mode leaves
 	// in place at start.
 	KeepsLeftoversOf []proxy.Mode

@@ -61,6 +61,8 @@ var ebpfBackend = Backend{
 	Open:            openEBPF,
 	Decide:          nftablesBackend.Decide,
 	RemoveLeftovers: removeEBPFLeftovers,
+	// The tc programs see the node ports' packets before the rules do.
+	StopNewConnections: stopTCNewConnections,
 	// Its packet path is nftables mode's tables, kept; a family the tc
 	// programs serve removes its own once they have synced (openTCHalf).
 	KeepsLeftoversOf: []proxy.Mode{proxy.ModeNFTables},
@@ -241,10 +243,7 @@ func cgroupRoot(ctx context.Context, configured string) (string, error) {
 // out.
 func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	logger := klog.FromContext(ctx)
-	pinDir := ebpf.DefaultPinDir
-	if cfg != nil && cfg.BPFPinDir != "" {
-		pinDir = cfg.BPFPinDir
-	}
+	pinDir := pinDirOf(cfg)
 	tcDir := tcPinDir(pinDir)
 	switch present, err := ebpfLeftoversPresent(pinDir); {
 	case err != nil:
@@ -255,17 +254,49 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	default:
 		logger.Info("Removing ebpf mode's leftovers", "pinDir", pinDir)
 	}
-	// The socket hooks go at once: a connection they translated is a
-	// socket connected to the endpoint itself, which outlives them, while
-	// hooks left attached would go on translating with maps nobody
-	// writes. The tc programs are drained first (drainTC); a drain cut
-	// short leaves them for the next start. The pin directory goes when
-	// empty, after the tc programs.
+	// The tc programs take no new connection first: the leftovers removal
+	// made them so before any mode's removal (stopTCNewConnections), and
+	// beginning again changes nothing, for a caller that removes this
+	// mode's leftovers alone. The socket hooks go at once: a connection
+	// they translated is a socket connected to the endpoint itself, which
+	// outlives them, while hooks left attached would go on translating
+	// with maps nobody writes. The tc programs go once the connections
+	// they hold are done (waitTC); a wait cut short leaves them for the
+	// next start. The pin directory goes when empty, after the tc
+	// programs.
+	begun := beginTCDrain(tcDir)
 	hooks := ebpf.RemoveLeftovers(pinDir)
-	if err := drainTC(ctx, tcDir, nil); err != nil {
+	if begun != nil {
+		return errors.Join(hooks, begun)
+	}
+	if err := waitTC(ctx, tcDir); err != nil {
 		return errors.Join(hooks, err)
 	}
 	return errors.Join(hooks, nodeport.Remove(tcDir), ebpf.RemoveLeftovers(pinDir))
+}
+
+// stopTCNewConnections makes the tc programs ebpf mode left take no new
+// connection (beginTCDrain) and returns, without waiting for the ones they
+// hold: those are removeEBPFLeftovers' to wait for. The programs see
+// packets before netfilter, so until then they would take the new mode's
+// node ports' connections, and hold each one they took until it ends. A
+// node without them has nothing to stop, and nothing is loaded to find
+// that out.
+func stopTCNewConnections(ctx context.Context, cfg *config.Config) error {
+	dir := tcPinDir(pinDirOf(cfg))
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	klog.FromContext(ctx).Info("The tc programs ebpf mode left take no new connections from now on; the rules serve them", "pinDir", dir)
+	return beginTCDrain(dir)
+}
+
+// pinDirOf is ebpf mode's pin directory under cfg (nil: the defaults).
+func pinDirOf(cfg *config.Config) string {
+	if cfg != nil && cfg.BPFPinDir != "" {
+		return cfg.BPFPinDir
+	}
+	return ebpf.DefaultPinDir
 }
 
 // ebpfLeftoversPresent says whether ebpf mode left pins in pinDir: the
@@ -282,19 +313,26 @@ func ebpfLeftoversPresent(pinDir string) (bool, error) {
 	return err == nil, err
 }
 
-// drainTC lets the node ports' new connections go to the rules that serve
-// them now and waits for the connections the tc programs pinned in dir
-// translated, before they are removed: those have no state in the kernel's
-// conntrack, and would be reset (nodeport.Drain). A connection still open
-// when the wait ends is reset; the start goes on either way.
-func drainTC(ctx context.Context, dir string, waiting func()) error {
+// beginTCDrain lets the node ports' new connections go to the rules that
+// serve them now, past the tc programs pinned in dir, which keep
+// translating the connections they hold (nodeport.BeginDrain).
+func beginTCDrain(dir string) error {
+	if err := nodeport.BeginDrain(dir, nodeport.DefaultDrainTimes); err != nil {
+		return fmt.Errorf("draining the tc programs: %w", err)
+	}
+	return nil
+}
+
+// waitTC waits, once their drain has begun, for the connections the tc
+// programs pinned in dir translated, before they are removed: those have
+// no state in the kernel's conntrack, and would be reset
+// (nodeport.WaitDrained). A connection still open when the wait ends is
+// reset; the start goes on either way.
+func waitTC(ctx context.Context, dir string) error {
 	logger := klog.FromContext(ctx)
-	held, err := nodeport.Drain(ctx, dir, nodeport.DefaultDrainTimes, func(flows int) {
+	held, err := nodeport.WaitDrained(ctx, dir, nodeport.DefaultDrainTimes, func(flows int) {
 		logger.Info("Waiting for the connections the tc programs translated before removing them",
 			"flows", flows, "atMost", nodeport.DefaultDrainTimes.Idle)
-		if waiting != nil {
-			waiting()
-		}
 	})
 	switch {
 	case err != nil:
@@ -308,13 +346,13 @@ func drainTC(ctx context.Context, dir string, waiting func()) error {
 // tcRetirement takes off the interfaces, in the background, the tc
 // programs an earlier start with --bpf-tc-interfaces left pinned in dir:
 // their links would otherwise go on translating with maps nobody writes.
-// It drains them first, as a switch to another mode does (drainTC): their
-// new connections go to the nftables half's rules, which serve the same
-// Services by then, and they are removed once the connections they
-// translated are done. The programs serve every family: the drain begins
-// once every family's nftables half has synced (synced), so that none is
-// left with neither path meanwhile. stop ends a drain still waiting, which
-// leaves them for the next start.
+// It drains them first, as a switch to another mode does (beginTCDrain,
+// then waitTC): their new connections go to the nftables half's rules,
+// which serve the same Services by then, and they are removed once the
+// connections they translated are done. The programs serve every family:
+// the drain begins once every family's nftables half has synced (synced),
+// so that none is left with neither path meanwhile. stop ends a drain
+// still waiting, which leaves them for the next start.
 type tcRetirement struct {
 	dir string
 	mu  sync.Mutex
@@ -360,8 +398,9 @@ func (r *tcRetirement) synced(ctx context.Context, family proxy.IPFamily) error 
 
 // start begins the drain, once, and returns when the programs take no new
 // connection (they go to the rules that just synced) and only the wait
-// for the ones they hold goes on; ctx gives the logger, not the drain's
-// lifetime (a sync's context ends with the sync).
+// for the ones they hold goes on, in the background; a drain that could
+// not begin is tried again after the next sync (retireOld). ctx gives the
+// logger, not the wait's lifetime (a sync's context ends with the sync).
 func (r *tcRetirement) start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -371,14 +410,17 @@ func (r *tcRetirement) start(ctx context.Context) error {
 	if _, err := os.Stat(r.dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Removing the tc programs of an earlier start: --bpf-tc-interfaces is not set", "pinDir", r.dir)
+	if err := beginTCDrain(r.dir); err != nil {
+		return err
+	}
 	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	done, waiting := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
 	r.done = done
 	go func() {
 		defer close(done)
-		logger := klog.FromContext(ctx)
-		logger.Info("Removing the tc programs of an earlier start: --bpf-tc-interfaces is not set", "pinDir", r.dir)
-		err := drainTC(ctx, r.dir, func() { close(waiting) })
+		err := waitTC(ctx, r.dir)
 		if err == nil {
 			err = nodeport.Remove(r.dir)
 		}
@@ -391,10 +433,6 @@ func (r *tcRetirement) start(ctx context.Context) error {
 			logger.Error(err, "Removing the tc programs of an earlier start failed; the next start tries again", "pinDir", r.dir)
 		}
 	}()
-	select {
-	case <-waiting:
-	case <-done:
-	}
 	return nil
 }
 

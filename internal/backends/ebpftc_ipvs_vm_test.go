@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/kipvs"
@@ -109,5 +110,31 @@ func noIPVSLeft(t *testing.T, env *scenario.Env) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// drainBegun waits until the drain of the tc programs pinned under pins
+// has begun: their frontends are gone in both families, so that a new
+// connection to a node port is no longer theirs. A new mode's first sync
+// does not take the node ports from the tc programs by itself: they see
+// the packets first, and take new connections until the leftovers removal
+// clears their frontends (before any removal: StopNewConnections; ebpf
+// mode's RemoveLeftovers, run alone, before the socket hooks go); the
+// drain then holds such a connection like any other it translated.
+func drainBegun(t *testing.T, pins string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, err := tcFrontends(pins)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tc programs still have %d frontends a minute after the removal of ebpf mode's leftovers began", n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -24,12 +24,13 @@ const switchConns = 16
 // their endpoint and are not reset. From ebpf mode with the tc programs to
 // nftables mode: the tc programs translated the connections before
 // netfilter saw them, so the kernel's conntrack has no state that would
-// keep them; the tc programs stay attached (their frontends gone: new
-// connections go to the rules) until the connections they translated have
-// ended, and only then are removed; a removal cut short before that leaves
-// them for the next one. From nftables mode back to ebpf mode with the tc
-// programs: the rules' connections go on through the kernel's conntrack
-// (the kept tables of both families), the new ones through tc.
+// keep them; the tc programs stay attached (their frontends gone once the
+// row's StopNewConnections returns, before any removal: new connections
+// go to the rules) until the connections they translated have ended, and
+// only then are removed; a removal cut short before that leaves them for
+// the next one. From nftables mode back to ebpf mode with the tc programs:
+// the rules' connections go on through the kernel's conntrack (the kept
+// tables of both families), the new ones through tc.
 func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	env, cfg, pins := tcModeEnv(t)
 	ctx := context.Background()
@@ -46,9 +47,22 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 		}
 	}
 
-	// nftables mode starts, syncs, and then removes ebpf mode's leftovers.
+	// nftables mode starts, syncs, and then removes ebpf mode's leftovers,
+	// the tc programs first taking no new connection: from then on the
+	// rules take them, while the programs still carry theirs.
 	rules := openRulesMode(t, env, nftablesBackend)
 	syncAll(t, env, func(o *desired.Options) { nftablesBackend.Decide(nftCfg, o) }, rules)
+	if err := ebpfBackend.StopNewConnections(ctx, nftCfg); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := tcFrontends(pins); err != nil || n != 0 {
+		t.Fatalf("once ebpf mode's row stopped the tc programs taking new connections, they still had %d frontends (%v)", n, err)
+	}
+	byRules := dialBoth(t, env, anyPath)
+	for _, f := range scenario.Families {
+		notByTCAfterDrainBegun(t, env, pins, nodePort(env, f), byRules)
+	}
+	askAll(t, byTC, "ebpf+tc → nftables, the tc programs taking no new connection")
 	// A removal cut short (the new mode's process stopped) takes the
 	// socket hooks and leaves the tc programs for the next start.
 	cut, cancel := context.WithCancel(ctx)
@@ -64,12 +78,8 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	}
 	removed := make(chan error, 1)
 	go func() { removed <- ebpfBackend.RemoveLeftovers(ctx, nftCfg) }()
-	askAll(t, byTC, "ebpf+tc → nftables")
-	drainBegun(t, pins)
-	byRules := dialBoth(t, env, anyPath)
-	for _, f := range scenario.Families {
-		notByTCAfterDrainBegun(t, env, pins, nodePort(env, f), byRules)
-	}
+	askAll(t, byTC, "ebpf+tc → nftables, the removal waiting")
+	askAll(t, byRules, "ebpf+tc → nftables, the removal waiting")
 	tcRemovedAfterClose(t, removed, byTC, func() string {
 		return tcDrainReport(env, pins, nodePort(env, scenario.Families[0]), connLabels(map[string][]heldConn{"byTC": byTC, "byRules": byRules}))
 	})

@@ -21,31 +21,6 @@ import (
 // counters.
 const tcStatsPin = "np_stats"
 
-// drainBegun waits until the drain of the tc programs pinned under pins
-// has begun: their frontends are gone in both families, so that a new
-// connection to a node port is no longer theirs. A new mode's first sync
-// does not take the node ports from the tc programs by itself: they see
-// the packets first, and take new connections until the removal of ebpf
-// mode's leftovers clears their frontends (after the socket hooks go);
-// the drain then holds such a connection like any other it translated.
-func drainBegun(t *testing.T, pins string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		n, err := tcFrontends(pins)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the tc programs still have %d frontends a minute after the removal of ebpf mode's leftovers began", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // tcFrontends counts the frontends of both families the tc programs
 // pinned under pins hold; none once they are unpinned.
 func tcFrontends(pins string) (int, error) { return nodeport.Frontends(filepath.Join(pins, "tc")) }

@@ -24,19 +24,36 @@ func OtherModes(ctx context.Context, reg backends.Registry, mode proxy.Mode, cfg
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var others backends.Registry
 	for _, b := range reg {
-		if b.Mode == mode || slices.Contains(self.KeepsLeftoversOf, b.Mode) {
-			continue
+		if b.Mode != mode && !slices.Contains(self.KeepsLeftoversOf, b.Mode) {
+			others = append(others, b)
 		}
-		errs = append(errs, b.RemoveLeftovers(ctx, cfg))
 	}
-	return errors.Join(errs...)
+	return remove(ctx, others, cfg)
 }
 
 // All removes the rules of every mode of reg (--cleanup) under cfg.
 func All(ctx context.Context, reg backends.Registry, cfg *config.Config) error {
+	return remove(ctx, reg, cfg)
+}
+
+// remove makes the leftovers of every mode of reg take no new connection
+// (StopNewConnections), then removes them (RemoveLeftovers) in reg's
+// order: a removal may take a while (ebpf mode's waits for the
+// connections its tc programs hold), and until their mode's turn came,
+// leftovers that see packets before the running mode's rules would take
+// its new connections. A failure to stop leaves the removal to try again.
+func remove(ctx context.Context, reg backends.Registry, cfg *config.Config) error {
 	var errs []error
+	for _, b := range reg {
+		if b.StopNewConnections == nil {
+			continue
+		}
+		if err := b.StopNewConnections(ctx, cfg); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", b.Mode, err))
+		}
+	}
 	for _, b := range reg {
 		if err := b.RemoveLeftovers(ctx, cfg); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", b.Mode, err))

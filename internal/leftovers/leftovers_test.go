@@ -11,15 +11,22 @@ import (
 )
 
 // recording is backends.Table with each row's cleanup replaced by a
-// record of its mode, so that the table's own order and KeepsLeftoversOf
-// decide, and nothing touches the kernel.
-func recording(removed *[]proxy.Mode) backends.Registry {
+// record of its mode, and each row's StopNewConnections, where it has
+// one, by a record "stop <mode>", so that the table's own order, rows and
+// KeepsLeftoversOf decide, and nothing touches the kernel.
+func recording(steps *[]string) backends.Registry {
 	reg := slices.Clone(backends.Table)
 	for i := range reg {
-		mode := reg[i].Mode
+		mode := string(reg[i].Mode)
 		reg[i].RemoveLeftovers = func(context.Context, *config.Config) error {
-			*removed = append(*removed, mode)
+			*steps = append(*steps, mode)
 			return nil
+		}
+		if reg[i].StopNewConnections != nil {
+			reg[i].StopNewConnections = func(context.Context, *config.Config) error {
+				*steps = append(*steps, "stop "+mode)
+				return nil
+			}
 		}
 	}
 	return reg
@@ -30,30 +37,32 @@ func recording(removed *[]proxy.Mode) backends.Registry {
 // cleanup deletes); iptables and IPVS modes remove only the nftables
 // tables (KEP-2448), and ebpf mode's pins; ebpf mode keeps the nftables
 // tables, its packet path; --cleanup removes every mode's, IPVS before
-// iptables.
+// iptables. ebpf mode's tc programs take no new connection before any
+// mode's leftovers go (its StopNewConnections first of all): they see
+// packets before the running mode's rules.
 func TestOtherModesAsUpstream(t *testing.T) {
-	for mode, want := range map[proxy.Mode][]proxy.Mode{
-		proxy.ModeNFTables: {proxy.ModeEBPF, proxy.ModeIPVS, proxy.ModeIPTables},
-		proxy.ModeIPTables: {proxy.ModeNFTables, proxy.ModeEBPF},
-		proxy.ModeIPVS:     {proxy.ModeNFTables, proxy.ModeEBPF},
-		proxy.ModeEBPF:     {proxy.ModeIPVS, proxy.ModeIPTables},
+	for mode, want := range map[proxy.Mode][]string{
+		proxy.ModeNFTables: {"stop ebpf", "ebpf", "ipvs", "iptables"},
+		proxy.ModeIPTables: {"stop ebpf", "nftables", "ebpf"},
+		proxy.ModeIPVS:     {"stop ebpf", "nftables", "ebpf"},
+		proxy.ModeEBPF:     {"ipvs", "iptables"},
 	} {
-		var removed []proxy.Mode
-		if err := OtherModes(context.Background(), recording(&removed), mode, nil); err != nil {
+		var steps []string
+		if err := OtherModes(context.Background(), recording(&steps), mode, nil); err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(removed, want) {
-			t.Errorf("%s mode removed the leftovers of %v, want %v", mode, removed, want)
+		if !slices.Equal(steps, want) {
+			t.Errorf("%s mode's removal of the other modes' leftovers went %q, want %q", mode, steps, want)
 		}
 	}
-	var removed []proxy.Mode
-	if err := All(context.Background(), recording(&removed), nil); err != nil {
+	var steps []string
+	if err := All(context.Background(), recording(&steps), nil); err != nil {
 		t.Fatal(err)
 	}
-	if want := []proxy.Mode{proxy.ModeNFTables, proxy.ModeEBPF, proxy.ModeIPVS, proxy.ModeIPTables}; !slices.Equal(removed, want) {
-		t.Errorf("--cleanup removed the leftovers of %v, want %v", removed, want)
+	if want := []string{"stop ebpf", "nftables", "ebpf", "ipvs", "iptables"}; !slices.Equal(steps, want) {
+		t.Errorf("--cleanup went %q, want %q", steps, want)
 	}
-	if err := OtherModes(context.Background(), recording(&removed), "userspace", nil); err == nil {
+	if err := OtherModes(context.Background(), recording(&steps), "userspace", nil); err == nil {
 		t.Error("OtherModes accepted a mode without a row")
 	}
 }

@@ -27,7 +27,7 @@ const (
 	ctClosed      = 3
 )
 
-// DrainTimes bound how long Drain waits for a flow.
+// DrainTimes bound how long WaitDrained waits for a flow.
 type DrainTimes struct {
 	// Quiet: a flow that is not an established TCP connection (a
 	// handshake, a close, UDP) is done once it had no packet for this
@@ -35,7 +35,7 @@ type DrainTimes struct {
 	Quiet time.Duration
 	// Idle: an established TCP connection is done once it had no packet
 	// for this long (a client that went away leaves its entry behind);
-	// it is also the longest Drain waits.
+	// it is also the longest WaitDrained waits.
 	Idle time.Duration
 }
 
@@ -43,44 +43,50 @@ type DrainTimes struct {
 // an open connection gets two minutes.
 var DefaultDrainTimes = DrainTimes{Quiet: 2 * time.Second, Idle: 2 * time.Minute}
 
-// drainPoll is how often Drain reads the table while it waits.
+// drainPoll is how often WaitDrained reads the tables.
 const drainPoll = 200 * time.Millisecond
 
-// Drain makes the programs pinned in dir take no new flow, in either
-// family, and waits until the flows they hold are done (DrainTimes), at
-// most times.Idle, before the caller removes them (Remove). It deletes
-// every frontend of np_services and np_services6, so that a new flow's
-// first packet passes the programs as it came and whatever serves the node
-// ports next (another mode's rules) takes it, while a packet of a flow
-// np_ct or np_ct6 holds is still translated as recorded; the flows that
-// are done it deletes from the tables (sweep), first before the rules take
-// new flows, then as they end. First of all it marks the programs
-// draining (markDraining): the rules' masquerade picks ports without
-// seeing the tables, and a reply to one of its flows that meets a held
-// flow's reply entry is left to the kernel's conntrack, whose flow it is.
-// It returns how many flows still held the
-// programs when it stopped waiting (0 once drained, or with nothing
+// BeginDrain makes the programs pinned in dir take no new flow, in either
+// family, and returns: from then on a new flow's first packet passes the
+// programs as it came and whatever serves the node ports next (another
+// mode's rules) takes it, while a packet of a flow np_ct or np_ct6 holds
+// is still translated as recorded. It marks the programs draining first
+// (markDraining): the rules' masquerade picks ports without seeing the
+// tables, and a reply to one of its flows that meets a held flow's reply
+// entry is left to the kernel's conntrack, whose flow it is. Then it
+// deletes the flows that are done (sweep), before the rules take new
+// flows, and every frontend of np_services and np_services6. Beginning
+// again changes nothing more (a caller that began early and one that
+// removes the programs may both begin); nothing pinned is nothing to do.
+// The caller then waits for the flows the programs hold (WaitDrained)
+// before it removes them (Remove).
+func BeginDrain(dir string, times DrainTimes) error {
+	tables, err := openFlowTables(dir)
+	if err != nil {
+		return err
+	}
+	defer closeTables(tables)
+	if err := errors.Join(markDraining[[4]byte](dir), markDraining[[16]byte](dir)); err != nil {
+		return err
+	}
+	if _, err := sweepAll(tables, times); err != nil {
+		return err
+	}
+	return errors.Join(clearFrontends[[4]byte](dir), clearFrontends[[16]byte](dir))
+}
+
+// WaitDrained waits, once BeginDrain has run, until no flow holds the
+// programs pinned in dir (DrainTimes), at most times.Idle, deleting the
+// flows that are done as they end. It returns how many flows still held
+// the programs when it stopped waiting (0 once drained, or with nothing
 // pinned). holding, when not nil, is called once with that count before
 // the wait.
-func Drain(ctx context.Context, dir string, times DrainTimes, holding func(flows int)) (int, error) {
+func WaitDrained(ctx context.Context, dir string, times DrainTimes, holding func(flows int)) (int, error) {
 	tables, err := openFlowTables(dir)
 	if err != nil {
 		return 0, err
 	}
-	defer func() {
-		for _, ft := range tables {
-			ft.close()
-		}
-	}()
-	if err := errors.Join(markDraining[[4]byte](dir), markDraining[[16]byte](dir)); err != nil {
-		return 0, err
-	}
-	if _, err := sweepAll(tables, times); err != nil {
-		return 0, err
-	}
-	if err := errors.Join(clearFrontends[[4]byte](dir), clearFrontends[[16]byte](dir)); err != nil {
-		return 0, err
-	}
+	defer closeTables(tables)
 	deadline := time.Now().Add(times.Idle)
 	for first := true; ; first = false {
 		n, err := sweepAll(tables, times)
@@ -101,10 +107,17 @@ func Drain(ctx context.Context, dir string, times DrainTimes, holding func(flows
 	}
 }
 
-// flowTable is one family's conntrack table, as Drain sweeps it.
+// flowTable is one family's conntrack table, as the drain sweeps it.
 type flowTable interface {
 	sweep(times DrainTimes) (int, error)
 	close()
+}
+
+// closeTables closes what openFlowTables opened.
+func closeTables(tables []flowTable) {
+	for _, t := range tables {
+		t.close()
+	}
 }
 
 type ctTable[A addrBytes] struct{ m *ebpf.Map }
@@ -119,9 +132,7 @@ func openFlowTables(dir string) ([]flowTable, error) {
 	for _, open := range []func(string) (flowTable, error){openCT[[4]byte], openCT[[16]byte]} {
 		ft, err := open(dir)
 		if err != nil {
-			for _, t := range tables {
-				t.close()
-			}
+			closeTables(tables)
 			return nil, err
 		}
 		if ft != nil {

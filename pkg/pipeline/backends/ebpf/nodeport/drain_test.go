@@ -57,12 +57,13 @@ func TestHolds(t *testing.T) {
 
 // TestKernelDrain: the programs drained under an open TCP connection to an
 // endpoint on another node (masqueraded, all of its packets theirs) and
-// beside connections that closed, in either family. The closed ones'
-// flows leave the table at once, the open one's stays; the frontend is
-// gone, so a new connection meets node1's own stack (nothing listens:
-// refused); the open connection still reaches its endpoint; once it
-// closes and is quiet, Drain returns with no flow holding, and Remove
-// leaves the node port to the stack.
+// beside connections that closed, in either family. Once BeginDrain
+// returns, the closed ones' flows have left the table, the open one's
+// stays, and the frontend is gone, so a new connection meets node1's own
+// stack (nothing listens: refused). Begun again, WaitDrained waits for the
+// open connection, which still reaches its endpoint; once it closes and is
+// quiet, WaitDrained returns with no flow holding, and Remove leaves the node
+// port to the stack.
 func TestKernelDrain(t *testing.T) {
 	for _, family := range []proxy.IPFamily{proxy.IPv4, proxy.IPv6} {
 		t.Run(string(family), func(t *testing.T) { testDrain(t, family) })
@@ -93,9 +94,19 @@ func testDrain(t *testing.T, family proxy.IPFamily) {
 
 	times := DrainTimes{Quiet: 500 * time.Millisecond, Idle: time.Minute}
 	time.Sleep(times.Quiet)
+	dir := filepath.Join(r.pins, "np")
+	must(t, BeginDrain(dir, times))
+	if n := flowCount(t, p.Flows(), family); n != 1 {
+		t.Errorf("%d flows in the table once the drain began, want the open connection's alone", n)
+	}
+	if got := r.outcome(proxy.TCP, dst); got != netnstest.Refused {
+		t.Errorf("a new connection once the drain began: %v, want refused by node1's stack", got)
+	}
+	// Beginning again changes nothing: the open connection's flow stays.
+	must(t, BeginDrain(dir, times))
 	held, drained := make(chan int, 1), make(chan error, 1)
 	go func() {
-		n, err := Drain(context.Background(), filepath.Join(r.pins, "np"), times, func(n int) { held <- n })
+		n, err := WaitDrained(context.Background(), dir, times, func(n int) { held <- n })
 		if err == nil && n != 0 {
 			err = fmt.Errorf("%d flows still held the programs when the drain ended", n)
 		}
@@ -109,12 +120,6 @@ func testDrain(t *testing.T, family proxy.IPFamily) {
 	case err := <-drained:
 		t.Fatalf("the drain ended at once (%v) with a connection open", err)
 	}
-	if n := flowCount(t, p.Flows(), family); n != 1 {
-		t.Errorf("%d flows in the table once the drain began, want the open connection's alone", n)
-	}
-	if got := r.outcome(proxy.TCP, dst); got != netnstest.Refused {
-		t.Errorf("a new connection while the programs drain: %v, want refused by node1's stack", got)
-	}
 	if ans, err := open.Ask(); err != nil || ans.Server != "pod-b" {
 		t.Errorf("the open connection while the programs drain: %v, %v; want pod-b", ans, err)
 	}
@@ -125,7 +130,7 @@ func testDrain(t *testing.T, family proxy.IPFamily) {
 	case <-time.After(times.Idle):
 		t.Fatalf("the drain did not end within %v of the connection's close", times.Idle)
 	}
-	must(t, Remove(filepath.Join(r.pins, "np")))
+	must(t, Remove(dir))
 	if n := r.attachedTCX(t, "fab0"); n != 0 {
 		t.Errorf("%d programs on fab0 after Remove, want 0", n)
 	}

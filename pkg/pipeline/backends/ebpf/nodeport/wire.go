@@ -136,9 +136,9 @@ type cfgValOf[A addrBytes] struct {
 	Flags uint32
 }
 
-// cfgDraining is bpf/nodeport.c's NP_CFG_DRAINING: Drain runs, and a
-// reply the programs would translate that a flow of the kernel's
-// conntrack claims is left to the stack.
+// cfgDraining is bpf/nodeport.c's NP_CFG_DRAINING: the drain has begun
+// (BeginDrain), and a reply the programs would translate that a flow of
+// the kernel's conntrack claims is left to the stack.
 const cfgDraining = 1
 
 type cfgVal = cfgValOf[[4]byte]
