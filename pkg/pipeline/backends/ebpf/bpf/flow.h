@@ -90,7 +90,7 @@ static __always_inline int F(refuse)(struct __sk_buff *skb, const struct F(pkt) 
 	return p->k.proto == IPPROTO_TCP ? F(reset)(skb, p->l4) : F(unreachable)(skb);
 }
 
-// draining says whether Drain runs (np_config's flags).
+// draining says whether a drain has begun (np_config's flags).
 static __always_inline int F(draining)(void)
 {
 	__u32 zero = 0;

@@ -124,7 +124,7 @@ struct np_cfg {
 };
 
 // np_cfg's flags.
-#define NP_CFG_DRAINING 1 // Drain runs: the rules take new flows beside the held ones
+#define NP_CFG_DRAINING 1 // a drain has begun: the rules take new flows beside the held ones
 
 // ct_key is one direction of a flow as its packets carry it.
 struct ct_key {
