@@ -85,6 +85,7 @@ func (w *world) sync(mode proxy.SyncMode, changed []own) {
 		}
 	}
 	want := w.model.desired()
+	w.checkWanted(want)
 	failed := false
 	if w.r.IntN(2) == 0 {
 		err = w.batch(want, &failed)
@@ -213,4 +214,19 @@ func FuzzTableAgainstNaiveModel(f *testing.F) {
 	f.Add(uint64(1), []byte{0, 1, 2, 3, 4, 5})
 	f.Add(uint64(7), []byte{3, 0, 0, 5, 0, 4, 1})
 	f.Fuzz(runModel)
+}
+
+// checkWanted checks the table's claims before the diff: Wanted yields
+// each key the model wants once, with the value it wants.
+func (w *world) checkWanted(want map[int]string) {
+	got := map[int]string{}
+	for k, v := range w.tb.Wanted {
+		if _, twice := got[k]; twice {
+			w.t.Fatalf("Wanted yields %d twice", k)
+		}
+		got[k] = v
+	}
+	if !maps.Equal(got, want) {
+		w.t.Fatalf("Wanted yields %v, the model wants %v", got, want)
+	}
 }

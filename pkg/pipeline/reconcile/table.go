@@ -302,3 +302,20 @@ func (t *Table[O, K, V]) Claimed(k K) bool {
 	pos, ok := t.lookup(k)
 	return ok && t.entries[pos].flags&flagClaimed != 0
 }
+
+// Wanted yields every claimed key with the value it should have (Want's),
+// in no particular order, not to be changed while ranging: what a backend
+// writes when it re-creates the kernel object that holds the kind whole
+// (an nftables set deleted and added again, every element in the same
+// transaction) rather than applying the diff.
+func (t *Table[O, K, V]) Wanted(yield func(K, V) bool) {
+	for pos := range t.entries {
+		e := &t.entries[pos]
+		if e.flags&flagClaimed == 0 {
+			continue
+		}
+		if v, _ := t.want(int32(pos), e); !yield(e.key, v) {
+			return
+		}
+	}
+}
