@@ -12,8 +12,8 @@ import (
 )
 
 // keptHooksRecheck is how long a family's kept nat hooks that still serve
-// a connection wait before the next look: a look lists the family's whole
-// conntrack table, and connections end on their own time.
+// a connection wait before the next look: a look that finds none lists the
+// family's whole conntrack table, and connections end on their own time.
 var keptHooksRecheck = time.Minute
 
 // errStillNeeded is a retirement's answer when what it would remove still
@@ -30,12 +30,12 @@ var errStillNeeded = errors.New("still needed")
 // needs anyway.
 func keptHooksRetirement(family proxy.IPFamily) *retirement {
 	return &retirement{what: "the kept nat hooks", every: keptHooksRecheck, remove: func(ctx context.Context) error {
-		n, err := dnatedFlows(ctx, family)
+		translated, err := anyDNATed(ctx, family)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
-			return fmt.Errorf("%w: %d connections the kernel translates", errStillNeeded, n)
+		if translated {
+			return fmt.Errorf("%w: the kernel translates a connection of the family", errStillNeeded)
 		}
 		gone, err := nftables.RemoveKeptNATHooks(ctx, family)
 		if err == nil && !gone {
@@ -46,23 +46,27 @@ func keptHooksRetirement(family proxy.IPFamily) *retirement {
 	}}
 }
 
-// dnatedFlows counts family's connections whose destination the kernel's
-// conntrack translates. A dump the kernel reports as interrupted may have
-// missed some, so it counts as one.
-func dnatedFlows(ctx context.Context, family proxy.IPFamily) (int, error) {
+// anyDNATed says whether the kernel's conntrack holds a connection of
+// family whose destination it translates. It stops reading the table at
+// the first: while the hooks are needed, that is usually early. A dump the
+// kernel reports as interrupted may have missed one, so it says yes.
+func anyDNATed(ctx context.Context, family proxy.IPFamily) (bool, error) {
 	ct, err := kconntrack.New()
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	defer ct.Close()
-	n := 0
-	err = ct.List(ctx, family, func(f kconntrack.Flow) {
+	listing, stop := context.WithCancel(ctx)
+	defer stop()
+	found := false
+	err = ct.List(listing, family, func(f kconntrack.Flow) {
 		if f.DNATed() {
-			n++
+			found = true
+			stop()
 		}
 	})
-	if errors.Is(err, kconntrack.ErrInterrupted) {
-		return max(n, 1), nil
+	if found || errors.Is(err, kconntrack.ErrInterrupted) {
+		return true, nil
 	}
-	return n, err
+	return false, err
 }
