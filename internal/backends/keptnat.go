@@ -20,8 +20,9 @@ var keptHooksRecheck = time.Minute
 // serves: not a failure, and tried again after the retirement's wait.
 var errStillNeeded = errors.New("still needed")
 
-// keptHooksRetirement removes family's kept nat hooks (nftables.KeepNATHooks)
-// once no connection the kernel translates is left in the family: the
+// keptHooksRetirement empties family's kept table (nftables.KeepNATHooks,
+// then EmptyKeptNATHooks) once no connection the kernel translates is left
+// in the family: the
 // hooks serve only those, and while they stay the kernel tracks every
 // connection of the family. A connection that the kernel translates is
 // counted whoever's rules translated it, since this node's conntrack does
@@ -37,7 +38,7 @@ func keptHooksRetirement(family proxy.IPFamily) *retirement {
 		if translated {
 			return fmt.Errorf("%w: the kernel translates a connection of the family", errStillNeeded)
 		}
-		gone, err := nftables.RemoveKeptNATHooks(ctx, family)
+		gone, err := nftables.EmptyKeptNATHooks(ctx, family)
 		if err == nil && !gone {
 			// Rules another start wrote since: not what this start kept.
 			return nil

@@ -8,7 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/knftables"
+
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
@@ -89,16 +93,17 @@ func familyRules(t *testing.T, env *scenario.Env, family proxy.IPFamily) bool {
 // noServiceRules checks that node1 holds no rules of svcproxy's in either
 // family: no KUBE- chain in iptables-save or ip6tables-save but the
 // kubelet's (which iptables mode creates where no kubelet did, and
-// leaves), and in the tables "ip kube-proxy" and "ip6 kube-proxy", where
-// they are (their kept chains go with the last connection the rules
-// translated), exactly the kept chains and their one rule.
+// leaves), and in the tables "ip kube-proxy" and "ip6 kube-proxy" the
+// kept chains and their one rule at most (they go with the last
+// connection the rules translated, leaving the table empty).
 func noServiceRules(t *testing.T, env *scenario.Env) {
 	t.Helper()
 	ctx := context.Background()
 	for _, family := range proxy.Families {
-		if _, extra := familyTable(t, env, family); len(extra) > 0 {
+		if present, extra := familyTable(t, env, family); !present || len(extra) > 0 {
 			out, _ := env.Node1.NS.Run(ctx, "nft", "list", "table", nftFamily(family), "kube-proxy")
-			t.Errorf("node1's table %s kube-proxy holds beyond the kept chains %v:\n%s", nftFamily(family), extra, out)
+			t.Errorf("node1's table %s kube-proxy: present %t (want true), holding beyond the kept chains %v:\n%s",
+				nftFamily(family), present, extra, out)
 		}
 	}
 	for _, save := range []string{"iptables-save", "ip6tables-save"} {
@@ -116,10 +121,11 @@ func noServiceRules(t *testing.T, env *scenario.Env) {
 }
 
 // TestKernelKeptNATHooksGoWithTheirConnections: with the tc programs on,
-// each family's kept table stays while a connection nftables mode's rules
-// translated is in the kernel's conntrack, and goes at the first sync
-// after the last one has: the kernel then tracks nothing for svcproxy,
-// and the tc programs go on serving new connections without it.
+// each family's kept chains stay while a connection nftables mode's rules
+// translated is in the kernel's conntrack, and go at the first sync after
+// the last one has, leaving the table empty: the kernel then tracks
+// nothing for svcproxy, and the tc programs go on serving new connections
+// without it. explain still tells that the tc programs serve.
 func TestKernelKeptNATHooksGoWithTheirConnections(t *testing.T) {
 	env, cfg, _ := tcModeEnv(t)
 	ctx := context.Background()
@@ -151,11 +157,19 @@ func TestKernelKeptNATHooksGoWithTheirConnections(t *testing.T) {
 	}
 	syncAll(t, env, decide, withTC.sync)
 	for _, family := range proxy.Families {
-		if present, _ := familyTable(t, env, family); present {
-			t.Errorf("no translated connection left: node1's table %s kube-proxy is still there", nftFamily(family))
+		var chains []string
+		var served bool
+		err := env.Node1.NS.Do(func() (err error) {
+			served = nftables.WithoutRules(family)
+			chains, err = knft.ChainNames(knftables.Family(nftFamily(family)), "kube-proxy")
+			return err
+		})
+		if err != nil || len(chains) > 0 || !served {
+			t.Errorf("no translated connection left: node1's table %s kube-proxy has chains %v (%v), served without rules %t; want none, true",
+				nftFamily(family), chains, err, served)
 		}
 	}
-	askAll(t, dialBoth(t, env, byTCFrom(env)), "the kept tables gone")
+	askAll(t, dialBoth(t, env, byTCFrom(env)), "the kept chains gone")
 	noServiceRules(t, env)
 }
 

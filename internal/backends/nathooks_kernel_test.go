@@ -29,12 +29,12 @@ func TestKernelKeepNATHooksKeepsConnections(t *testing.T) {
 	expectKept(t, env, false, "with nftables mode's rules")
 	for _, f := range proxy.Families {
 		var gone bool
-		err := env.Node1.NS.Do(func() (err error) { gone, err = nftables.RemoveKeptNATHooks(ctx, f); return err })
+		err := env.Node1.NS.Do(func() (err error) { gone, err = nftables.EmptyKeptNATHooks(ctx, f); return err })
 		if err != nil || gone {
-			t.Errorf("%s: RemoveKeptNATHooks over nftables mode's rules: gone %t, %v; want the rules left alone", f, gone, err)
+			t.Errorf("%s: EmptyKeptNATHooks over nftables mode's rules: emptied %t, %v; want the rules left alone", f, gone, err)
 		}
 	}
-	expectKept(t, env, false, "after RemoveKeptNATHooks over the rules")
+	expectKept(t, env, false, "after EmptyKeptNATHooks over the rules")
 
 	for _, f := range proxy.Families {
 		if err := env.Node1.NS.Do(func() error { return nftables.KeepNATHooks(ctx, f) }); err != nil {

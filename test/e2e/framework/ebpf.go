@@ -94,9 +94,10 @@ var ruleFamilies = []struct{ nft, save string }{{"ip", "iptables-save"}, {"ip6",
 // ("" when none): the chains of proxyChains in iptables-save and
 // ip6tables-save, and in the nftables tables "ip kube-proxy" and "ip6
 // kube-proxy" whatever a start with the tc programs does not keep of them,
-// which is exactly the kept chains and their one rule (KeptTable). A
-// family without its table is fine: the kept chains go once no connection
-// the kernel translated is left.
+// which is at most the kept chains and their one rule (KeptTable; they go
+// with the last connection earlier rules translated, leaving the table
+// empty). A node without a family's table lacked what keeps those
+// connections, and that is reported too.
 func (c *Cluster) RulesLeft(n *Node) (string, error) {
 	tables, err := c.Exec(n, "nft", "list", "tables")
 	if err != nil {
@@ -105,7 +106,9 @@ func (c *Cluster) RulesLeft(n *Node) (string, error) {
 	var left []string
 	for _, f := range ruleFamilies {
 		table := f.nft + " kube-proxy"
-		if strings.Contains(tables, "table "+table) {
+		if !strings.Contains(tables, "table "+table) {
+			left = append(left, fmt.Sprintf("no nftables table %s (what keeps conntrack and the nat hooks is missing)", table))
+		} else {
 			listed, err := c.Exec(n, "nft", "--json", "list", "table", f.nft, "kube-proxy")
 			if err != nil {
 				return "", fmt.Errorf("nft list table %s: %w", table, err)

@@ -30,7 +30,7 @@ import (
 // ran: another mode's rules (iptables mode's), removed once the mode has
 // synced, may have translated connections, and leave nothing else that
 // needs conntrack. Once no connection the kernel translates is left, the
-// mode removes the table (RemoveKeptNATHooks), and the kernel stops
+// mode empties the table (EmptyKeptNATHooks), and the kernel stops
 // tracking connections nothing else needs tracked. Every mode's cleanup
 // of the rules' table removes it, and the rules replace it.
 
@@ -60,9 +60,13 @@ var keptChains = func() []string {
 }()
 
 // WithoutRules says whether family's table is what KeepNATHooks leaves,
-// or gone (RemoveKeptNATHooks), so that another packet path (the tc
-// programs) serves the family's Services; false when it cannot tell.
+// or what EmptyKeptNATHooks leaves of that, so that another packet path
+// (the tc programs) serves the family's Services; false without the
+// table, or when it cannot tell.
 func WithoutRules(family proxy.IPFamily) bool {
+	if ok, err := knft.TableExists(specFor(family).family, TableName); err != nil || !ok {
+		return false
+	}
 	chains, err := knft.ChainNames(specFor(family).family, TableName)
 	return err == nil && (len(chains) == 0 || slices.Contains(chains, conntrackChain))
 }
@@ -98,18 +102,21 @@ func KeepNATHooks(ctx context.Context, family proxy.IPFamily) error {
 	return nil
 }
 
-// RemoveKeptNATHooks deletes family's table when it is what KeepNATHooks
+// EmptyKeptNATHooks empties family's table when it is what KeepNATHooks
 // leaves, once the caller knows no connection the rules translated is
-// left: the kernel then stops tracking the family's connections, unless
-// something else needs it. It reports whether the table is gone; a table
-// that holds anything else (rules another start wrote) is left alone.
-func RemoveKeptNATHooks(ctx context.Context, family proxy.IPFamily) (bool, error) {
+// left: a table without chains holds nothing that needs conntrack, so the
+// kernel stops tracking the family's connections unless something else
+// needs it, and the table, its comment saying so, marks the family as
+// served without rules (WithoutRules). It reports whether the table is
+// empty or absent; a table that holds anything else (rules another start
+// wrote) is left alone.
+func EmptyKeptNATHooks(ctx context.Context, family proxy.IPFamily) (bool, error) {
 	chains, err := knft.ChainNames(specFor(family).family, TableName)
 	if err != nil {
 		return false, err
 	}
 	if len(chains) == 0 {
-		return true, nil // no table, or one that holds no hook
+		return true, nil
 	}
 	nft, err := knftables.New(specFor(family).family, TableName)
 	if err != nil {
@@ -120,8 +127,9 @@ func RemoveKeptNATHooks(ctx context.Context, family proxy.IPFamily) (bool, error
 	}
 	tx := nft.NewTransaction()
 	tx.Delete(&knftables.Table{})
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo("svcproxy: no Service rules; the tc programs serve this family")})
 	if err := nft.Run(ctx, tx); err != nil {
-		return false, fmt.Errorf("nftables %s: removing the kept nat hooks: %w", family, err)
+		return false, fmt.Errorf("nftables %s: emptying the kept nat hooks: %w", family, err)
 	}
 	return true, nil
 }
