@@ -156,6 +156,20 @@ func TestKernelKeptNATHooksGoWithTheirConnections(t *testing.T) {
 		deleteNode1Flows(t, env, family, dnated)
 	}
 	syncAll(t, env, decide, withTC.sync)
+	emptied(t, env, "no translated connection left")
+	// A restart puts the kept chains back at its first sync and, with
+	// nothing translated, empties the table again in the same step.
+	restarted := openEBPFMode(t, env, cfg)
+	syncAll(t, env, decide, restarted.sync)
+	emptied(t, env, "after a restart")
+	askAll(t, dialBoth(t, env, byTCFrom(env)), "the kept chains gone")
+	noServiceRules(t, env)
+}
+
+// emptied checks that node1's tables of both families hold no chain and
+// tell explain that the tc programs serve the family.
+func emptied(t *testing.T, env *scenario.Env, when string) {
+	t.Helper()
 	for _, family := range proxy.Families {
 		var chains []string
 		var served bool
@@ -165,12 +179,10 @@ func TestKernelKeptNATHooksGoWithTheirConnections(t *testing.T) {
 			return err
 		})
 		if err != nil || len(chains) > 0 || !served {
-			t.Errorf("no translated connection left: node1's table %s kube-proxy has chains %v (%v), served without rules %t; want none, true",
-				nftFamily(family), chains, err, served)
+			t.Errorf("%s: node1's table %s kube-proxy has chains %v (%v), served without rules %t; want none, true",
+				when, nftFamily(family), chains, err, served)
 		}
 	}
-	askAll(t, dialBoth(t, env, byTCFrom(env)), "the kept chains gone")
-	noServiceRules(t, env)
 }
 
 // deleteNode1Flows deletes flows from node1's conntrack.
