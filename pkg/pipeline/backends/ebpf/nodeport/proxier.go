@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -71,6 +72,10 @@ type Proxier struct {
 	// expected are the sizes the families' first States are expected to
 	// have (ExpectSize).
 	expected map[proxy.IPFamily]proxy.ExpectedSize
+	// swept is when Sync last swept np_snat (sweepReservations), and
+	// sweptNoPort the families' NoMasqueradePort drops then.
+	swept       time.Time
+	sweptNoPort [2]uint64
 }
 
 // family is one IP family's part of the Proxier: what its render claims
@@ -109,6 +114,7 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 	}
 	if err == nil {
 		p.programmed = true
+		p.sweepReservations(time.Now())
 	}
 	return err
 }
@@ -177,6 +183,7 @@ func (p *Proxier) ensureLoaded(mode proxy.SyncMode) error {
 		return err
 	}
 	p.kernel = l
+	p.seedReservations()
 	return nil
 }
 
@@ -231,6 +238,10 @@ func sizesOf(floor, services, backends, maglev, ranges, members, eps int) sizes 
 		members:  capacity(members, floor),
 		ct:       ct,
 		affinity: ct / ctPerClient,
+		// A reservation per masqueraded flow np_ct holds (at most half its
+		// entries), and as many more of flows np_ct evicted that no sweep
+		// (sweepSNAT) or probe took back yet.
+		snat: ct,
 	}
 }
 
