@@ -213,7 +213,7 @@ static FLOW_FN int F(ingress)(struct __sk_buff *skb)
 	struct F(ct_val) *v = bpf_map_lookup_elem(&F(np_ct), &p->k);
 	// A masqueraded flow's reply whose entry np_ct evicted: the port is
 	// still the flow's (np_snat), and its reply entry is made again.
-	if (!v)
+	if (!v && snat_range(p->k.dport))
 		v = F(rebuilt_reply)(&p->k, now);
 	if (v && v->at != CT_AT_EGRESS) {
 		if (F(live)(&p->k, v, now))

@@ -182,14 +182,13 @@ static __always_inline int F(snat_port)(struct F(snat_search) *s)
 
 // rebuilt_reply is the reply entry of a masqueraded flow that np_ct
 // evicted while keeping its forward entry, made again from that entry for
-// k, a packet np_ct does not know: NULL unless k goes to the masquerade
-// address and port of a reservation whose owner's forward entry is
-// unexpired and masquerades to k's reverse. The reservation kept the port
-// the flow's, so its replies reach its client again.
+// k, a packet np_ct does not know to a masquerade port (the caller checks
+// the range, so that other packets make no call): NULL unless k goes to
+// the masquerade address and port of a reservation whose owner's forward
+// entry is unexpired and masquerades to k's reverse. The reservation kept
+// the port the flow's, so its replies reach its client again.
 static __noinline struct F(ct_val) *F(rebuilt_reply)(const struct F(ct_key) *k, __u64 now)
 {
-	if (!snat_range(k->dport))
-		return NULL;
 	__u32 zero = 0;
 	struct F(np_cfg) *cfg = bpf_map_lookup_elem(&F(np_config), &zero);
 	if (!cfg || !addr_eq(cfg->snat_addr, k->dst))
