@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
@@ -76,6 +77,10 @@ type Proxier struct {
 	// sweptNoPort the families' NoMasqueradePort drops then.
 	swept       time.Time
 	sweptNoPort [2]uint64
+	// sweeping counts the sweeps running in the background (one at most:
+	// sweepBusy), which Close waits for.
+	sweeping  sync.WaitGroup
+	sweepBusy atomic.Bool
 }
 
 // family is one IP family's part of the Proxier: what its render claims
@@ -276,6 +281,7 @@ func (p *Proxier) Writes() uint64 {
 func (p *Proxier) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.sweeping.Wait()
 	if p.kernel != nil {
 		p.kernel.close()
 		p.kernel = nil

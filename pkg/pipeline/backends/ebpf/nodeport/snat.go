@@ -238,7 +238,8 @@ func (p *Proxier) seedReservations() {
 	}
 }
 
-// sweepReservations runs sweepSNAT on both families when it is due at now.
+// sweepReservations starts sweepSNAT on both families in the background
+// when it is due at now and none runs.
 func (p *Proxier) sweepReservations(now time.Time) {
 	since := now.Sub(p.swept)
 	var noPort [2]uint64
@@ -252,19 +253,52 @@ func (p *Proxier) sweepReservations(now time.Time) {
 	if since < snatSweepSoonest || (since < snatSweepEvery && noPort == p.sweptNoPort) {
 		return
 	}
+	if !p.sweepBusy.CompareAndSwap(false, true) {
+		return
+	}
 	p.swept, p.sweptNoPort = now, noPort
+	var maps []*ebpf.Map
+	for _, name := range sweptMaps {
+		m, err := p.kernel.coll.Maps[name].Clone()
+		if err != nil {
+			klog.ErrorS(err, "Could not free the masquerade ports of ended flows", "map", name)
+			closeMaps(maps)
+			p.sweepBusy.Store(false)
+			return
+		}
+		maps = append(maps, m)
+	}
+	p.sweeping.Add(1)
+	go func() {
+		defer p.sweeping.Done()
+		defer p.sweepBusy.Store(false)
+		defer closeMaps(maps)
+		sweepBoth(maps)
+	}()
+}
+
+// sweptMaps are the maps sweepBoth takes, in its order.
+var sweptMaps = []string{maps4.ct, maps4.snat, maps6.ct, maps6.snat}
+
+// sweepBoth sweeps IPv4's np_snat and IPv6's: maps are each family's
+// np_ct and np_snat. It runs beside the syncs, on descriptors of its own
+// (a sweep of a large np_snat takes seconds): the programs share the maps,
+// and a load that replaced them leaves it sweeping maps no longer used.
+func sweepBoth(maps []*ebpf.Map) {
 	mono, err := monotonicNow()
 	if err != nil {
 		return
 	}
-	maps := p.kernel.coll.Maps
-	for _, f := range []struct {
-		names familyMaps
-		sweep func(ct, snat *ebpf.Map, now uint64) (int, error)
-	}{{maps4, sweepSNAT[[4]byte]}, {maps6, sweepSNAT[[16]byte]}} {
-		if _, err := f.sweep(maps[f.names.ct], maps[f.names.snat], mono); err != nil {
-			klog.ErrorS(err, "Could not free the masquerade ports of ended flows", "map", f.names.snat)
+	for i, sweep := range []func(ct, snat *ebpf.Map, now uint64) (int, error){sweepSNAT[[4]byte], sweepSNAT[[16]byte]} {
+		if _, err := sweep(maps[2*i], maps[2*i+1], mono); err != nil {
+			klog.ErrorS(err, "Could not free the masquerade ports of ended flows", "map", sweptMaps[2*i+1])
 		}
+	}
+}
+
+func closeMaps(maps []*ebpf.Map) {
+	for _, m := range maps {
+		m.Close()
 	}
 }
 

@@ -226,6 +226,7 @@ func TestKernelSyncSweepsReservations(t *testing.T) {
 		r.endFlow(t, cp, mp)
 	}
 	r.sync(t, sp)
+	r.p.sweeping.Wait()
 	left := 0
 	for _, mp := range got.ports {
 		if _, ok := r.reservation(mp); ok {
@@ -237,9 +238,48 @@ func TestKernelSyncSweepsReservations(t *testing.T) {
 	}
 	r.p.swept = r.p.swept.Add(-snatSweepEvery)
 	r.sync(t, sp)
+	r.p.sweeping.Wait()
 	for cp, mp := range got.ports {
 		if _, ok := r.reservation(mp); ok {
 			t.Errorf("a sync a minute after the last sweep kept the reservation of the ended flow from port %d", cp)
 		}
+	}
+}
+
+// TestKernelMasqueradeReservationsFull: a new flow whose reservation finds
+// np_snat full (of ended flows' reservations toward other endpoints, where
+// no search of its lands) is dropped and counted as finding no port; the
+// count brings the next sync's sweep forward, which frees them, and the
+// next flow gets its port.
+func TestKernelMasqueradeReservationsFull(t *testing.T) {
+	r := masqRig(t)
+	sp := port("web", proxy.UDP, 30080, ep(r.epC, 8080))
+	snat := r.p.kernel.coll.Maps[mapSNAT]
+	n := int(snat.MaxEntries())
+	keys, vals := make([]ctKey, n), make([]snatVal, n)
+	old := mustNow(t) - uint64(time.Minute)
+	for i := range keys {
+		keys[i] = ctKey{Src: [4]byte{198, 18, 7, byte(i >> 16)}, Dst: r.nodeIP.As4(), Sport: netPort(uint16(i)), Dport: netPort(1024), Proto: 17}
+		vals[i] = snatVal{Owner: r.clientKey(uint16(i)), Since: old}
+	}
+	_, err := snat.BatchUpdate(keys, vals, nil)
+	must(t, err)
+
+	if got := r.openFlows(t, []uint16{2000}); got.dropped != 1 {
+		t.Fatalf("a new flow with np_snat full: %+v, want it dropped", got)
+	}
+	drops, err := r.p.Drops(proxy.IPv4)
+	must(t, err)
+	if drops.NoMasqueradePort != 1 {
+		t.Errorf("%d flows counted as finding no port, want 1", drops.NoMasqueradePort)
+	}
+	r.p.swept = r.p.swept.Add(-snatSweepSoonest)
+	start := time.Now()
+	r.sync(t, sp)
+	synced := time.Since(start)
+	r.p.sweeping.Wait()
+	t.Logf("the sync took %v; the sweep of %d stale reservations it started in the background, %v", synced, n, time.Since(start))
+	if got := r.openFlows(t, []uint16{2001}); len(got.ports) != 1 {
+		t.Errorf("a new flow after the sweep: %+v, want it masqueraded", got)
 	}
 }
