@@ -77,10 +77,11 @@ type Proxier struct {
 	// sweptNoPort the families' NoMasqueradePort drops then.
 	swept       time.Time
 	sweptNoPort [2]uint64
-	// sweeping counts the sweeps running in the background (one at most:
-	// sweepBusy), which Close waits for.
-	sweeping  sync.WaitGroup
-	sweepBusy atomic.Bool
+	// background counts the seeding and sweeps of np_snat running beside
+	// the syncs (inBackground), which Close waits for; sweepBusy is set
+	// while a sweep runs.
+	background sync.WaitGroup
+	sweepBusy  atomic.Bool
 }
 
 // family is one IP family's part of the Proxier: what its render claims
@@ -281,7 +282,7 @@ func (p *Proxier) Writes() uint64 {
 func (p *Proxier) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.sweeping.Wait()
+	p.background.Wait()
 	if p.kernel != nil {
 		p.kernel.close()
 		p.kernel = nil

@@ -2,6 +2,7 @@ package nodeport
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -215,31 +216,37 @@ const (
 
 // seedReservations seeds both families' np_snat from their np_ct
 // (seedSNAT) once a start has loaded the programs, and counts the flows
-// that lost their reply tuple among the drops (Drops.ReplyLost).
+// that lost their reply tuple among the drops (Drops.ReplyLost). It runs
+// in the background (inBackground): a large np_ct takes seconds to read,
+// and until then a flow's live reply entry keeps its port as before.
 func (p *Proxier) seedReservations() {
-	now, err := monotonicNow()
+	err := p.inBackground(func(maps map[string]*ebpf.Map) {
+		now, err := monotonicNow()
+		if err != nil {
+			klog.ErrorS(err, "Could not reserve the masquerade ports of the flows the tc programs hold")
+			return
+		}
+		for _, f := range []struct {
+			names familyMaps
+			seed  func(ct, snat *ebpf.Map, now uint64) (int, error)
+			stats string
+		}{{maps4, seedSNAT[[4]byte], mapStats}, {maps6, seedSNAT[[16]byte], mapStats6}} {
+			lost, err := f.seed(maps[f.names.ct], maps[f.names.snat], now)
+			if err == nil && lost > 0 {
+				err = addPerCPU(maps[f.stats], statReplyLost, uint64(lost))
+			}
+			if err != nil {
+				klog.ErrorS(err, "Could not reserve the masquerade ports of the flows the tc programs hold", "map", f.names.snat)
+			}
+		}
+	})
 	if err != nil {
 		klog.ErrorS(err, "Could not reserve the masquerade ports of the flows the tc programs hold")
-		return
-	}
-	for _, f := range []struct {
-		names familyMaps
-		seed  func(ct, snat *ebpf.Map, now uint64) (int, error)
-		stats string
-	}{{maps4, seedSNAT[[4]byte], mapStats}, {maps6, seedSNAT[[16]byte], mapStats6}} {
-		maps := p.kernel.coll.Maps
-		lost, err := f.seed(maps[f.names.ct], maps[f.names.snat], now)
-		if err == nil && lost > 0 {
-			err = addPerCPU(maps[f.stats], statReplyLost, uint64(lost))
-		}
-		if err != nil {
-			klog.ErrorS(err, "Could not reserve the masquerade ports of the flows the tc programs hold", "map", f.names.snat)
-		}
 	}
 }
 
 // sweepReservations starts sweepSNAT on both families in the background
-// when it is due at now and none runs.
+// when it is due at now and no sweep runs.
 func (p *Proxier) sweepReservations(now time.Time) {
 	since := now.Sub(p.swept)
 	var noPort [2]uint64
@@ -257,49 +264,57 @@ func (p *Proxier) sweepReservations(now time.Time) {
 		return
 	}
 	p.swept, p.sweptNoPort = now, noPort
-	var maps []*ebpf.Map
-	for _, name := range sweptMaps {
-		m, err := p.kernel.coll.Maps[name].Clone()
+	err := p.inBackground(func(maps map[string]*ebpf.Map) {
+		defer p.sweepBusy.Store(false)
+		mono, err := monotonicNow()
 		if err != nil {
-			klog.ErrorS(err, "Could not free the masquerade ports of ended flows", "map", name)
-			closeMaps(maps)
-			p.sweepBusy.Store(false)
 			return
 		}
-		maps = append(maps, m)
+		for _, f := range []struct {
+			names familyMaps
+			sweep func(ct, snat *ebpf.Map, now uint64) (int, error)
+		}{{maps4, sweepSNAT[[4]byte]}, {maps6, sweepSNAT[[16]byte]}} {
+			if _, err := f.sweep(maps[f.names.ct], maps[f.names.snat], mono); err != nil {
+				klog.ErrorS(err, "Could not free the masquerade ports of ended flows", "map", f.names.snat)
+			}
+		}
+	})
+	if err != nil {
+		p.sweepBusy.Store(false)
+		klog.ErrorS(err, "Could not free the masquerade ports of ended flows")
 	}
-	p.sweeping.Add(1)
-	go func() {
-		defer p.sweeping.Done()
-		defer p.sweepBusy.Store(false)
-		defer closeMaps(maps)
-		sweepBoth(maps)
-	}()
 }
 
-// sweptMaps are the maps sweepBoth takes, in its order.
-var sweptMaps = []string{maps4.ct, maps4.snat, maps6.ct, maps6.snat}
+// backgroundMaps are the maps the background work reads and writes.
+var backgroundMaps = []string{maps4.ct, maps4.snat, maps6.ct, maps6.snat, mapStats, mapStats6}
 
-// sweepBoth sweeps IPv4's np_snat and IPv6's: maps are each family's
-// np_ct and np_snat. It runs beside the syncs, on descriptors of its own
-// (a sweep of a large np_snat takes seconds): the programs share the maps,
-// and a load that replaced them leaves it sweeping maps no longer used.
-func sweepBoth(maps []*ebpf.Map) {
-	mono, err := monotonicNow()
-	if err != nil {
-		return
-	}
-	for i, sweep := range []func(ct, snat *ebpf.Map, now uint64) (int, error){sweepSNAT[[4]byte], sweepSNAT[[16]byte]} {
-		if _, err := sweep(maps[2*i], maps[2*i+1], mono); err != nil {
-			klog.ErrorS(err, "Could not free the masquerade ports of ended flows", "map", sweptMaps[2*i+1])
+// inBackground runs work beside the syncs, which it does not hold up, on
+// descriptors of its own of backgroundMaps (the programs share the maps;
+// a load that replaced them leaves it working on maps no longer used).
+// Close waits for it. The caller holds p.mu. Without the descriptors work
+// does not run, and the error says why.
+func (p *Proxier) inBackground(work func(maps map[string]*ebpf.Map)) error {
+	maps := map[string]*ebpf.Map{}
+	closeAll := func() {
+		for _, m := range maps {
+			m.Close()
 		}
 	}
-}
-
-func closeMaps(maps []*ebpf.Map) {
-	for _, m := range maps {
-		m.Close()
+	for _, name := range backgroundMaps {
+		m, err := p.kernel.coll.Maps[name].Clone()
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("opening %s: %w", name, err)
+		}
+		maps[name] = m
 	}
+	p.background.Add(1)
+	go func() {
+		defer p.background.Done()
+		defer closeAll()
+		work(maps)
+	}()
+	return nil
 }
 
 // addPerCPU adds n to the first CPU's value of key in m, a per-CPU array

@@ -145,6 +145,7 @@ func TestKernelSeedsReservationsFromAdoptedCT(t *testing.T) {
 
 	r.p = r.proxier(t, "", "a0", "c0")
 	r.sync(t, port("web", proxy.UDP, 30080, ep(r.epC, 8080)))
+	r.p.background.Wait()
 	for cp, want := range map[uint16]ctKey{2000: r.clientKey(2000), 2001: r.clientKey(2001), 2002: otherKey} {
 		if owner, ok := r.reservation(got.ports[cp]); !ok || owner != want {
 			t.Errorf("port %d of the flow from port %d: reserved %v for %+v, want for %+v", got.ports[cp], cp, ok, owner, want)
@@ -226,7 +227,7 @@ func TestKernelSyncSweepsReservations(t *testing.T) {
 		r.endFlow(t, cp, mp)
 	}
 	r.sync(t, sp)
-	r.p.sweeping.Wait()
+	r.p.background.Wait()
 	left := 0
 	for _, mp := range got.ports {
 		if _, ok := r.reservation(mp); ok {
@@ -238,7 +239,7 @@ func TestKernelSyncSweepsReservations(t *testing.T) {
 	}
 	r.p.swept = r.p.swept.Add(-snatSweepEvery)
 	r.sync(t, sp)
-	r.p.sweeping.Wait()
+	r.p.background.Wait()
 	for cp, mp := range got.ports {
 		if _, ok := r.reservation(mp); ok {
 			t.Errorf("a sync a minute after the last sweep kept the reservation of the ended flow from port %d", cp)
@@ -277,7 +278,7 @@ func TestKernelMasqueradeReservationsFull(t *testing.T) {
 	start := time.Now()
 	r.sync(t, sp)
 	synced := time.Since(start)
-	r.p.sweeping.Wait()
+	r.p.background.Wait()
 	t.Logf("the sync took %v; the sweep of %d stale reservations it started in the background, %v", synced, n, time.Since(start))
 	if got := r.openFlows(t, []uint16{2001}); len(got.ports) != 1 {
 		t.Errorf("a new flow after the sweep: %+v, want it masqueraded", got)
