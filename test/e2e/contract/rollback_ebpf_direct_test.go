@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,4 +149,68 @@ func (s *twoEndpointService) removedStillReached(c *F.Cluster, n *F.Node) error 
 		}
 	}
 	return nil
+}
+
+// TestEBPFRollbackSwapDuringDrain swaps the image while svcproxy's first
+// rollback step still waits for a flow the tc programs translated (a UDP
+// stream from outside to a node port, never quiet), which migration.md
+// says to clean up after: by then the socket hooks are gone and the tc
+// programs take no new connection, so upstream alone decides for new ones
+// (an endpoint removed afterwards is not reached) while the programs stay
+// attached, holding that flow, until the pin directory is removed.
+func TestEBPFRollbackSwapDuringDrain(t *testing.T) {
+	up := pinnedUpstream(t)
+	c := F.New(t, F.Options{Mode: "ebpf", TCInterfaces: []string{tcInterface}, Nodes: 1, NoProxy: true,
+		SyncPeriod: 5 * time.Second})
+	n := c.Nodes[0]
+	moved := createTwoEndpointService(t, c, n)
+	sw := &switcher{t: t, c: c, n: n, mode: nftablesRollback, up: up}
+	sw.to("svcproxy", "svcproxy in ebpf mode with the tc programs")
+	expectEBPFServes(t, c, n, "before the rollback")
+	moved.expectBothReached(t, c, n, "before the rollback")
+	held := c.StartLoad("ext", F.UDP(n.IP, moved.svc.Spec.Ports[1].NodePort), loadInterval, true)
+
+	switchMode(t, c, n, "nftables")
+	sw.to("svcproxy", "svcproxy in nftables mode (rollback step 1)")
+	waitDraining(t, c, n)
+	sw.to("upstream", up.version+" swapped in during the drain")
+	if attached, err := c.BPFAttached(n, tcInterface); err != nil || !strings.Contains(attached, "tcx ingress") {
+		t.Fatalf("want the tc programs still attached, holding the UDP flow: %q (%v)", attached, err)
+	}
+	moved.removeEndpoint(c)
+	moved.expectOnlyKept(t, c, n, "under "+up.version+", the tc programs still attached")
+	if rs := held.Snapshot(); len(rs) == 0 || len(F.Failures(rs)) > 0 {
+		t.Errorf("the UDP stream the tc programs hold: %d of %d requests failed before the pins were removed, first: %v",
+			len(F.Failures(rs)), len(rs), first(resultStrings(F.Failures(rs)), 3))
+	}
+
+	removePins(t, c.EBPFPinDir(n))
+	waitEBPFGone(t, c, n, "after removing the pin directory")
+	moved.expectOnlyKept(t, c, n, "after removing the pin directory")
+}
+
+// waitDraining waits until svcproxy leaving ebpf mode has taken the socket
+// hooks off and is waiting for the tc programs' flows.
+func waitDraining(t *testing.T, c *F.Cluster, n *F.Node) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		attached, err := c.BPFAttached(n, tcInterface)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(attached, "cgroup") && strings.Contains(attached, "tcx ingress") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s, want the tc programs alone attached, draining: %q", attached)
+		}
+	}
+}
+
+func resultStrings(rs []F.Result) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	return out
 }
