@@ -30,12 +30,12 @@ func TestEBPFDirectSwapRecovery(t *testing.T) {
 		SyncPeriod: 5 * time.Second})
 	n := c.Nodes[0]
 	moved := createTwoEndpointService(t, c, n)
-	sw := &switcher{t: t, c: c, n: n, mode: nftablesRollback, up: up}
+	sw := &switcher{t: t, c: c, n: n, mode: ebpfServing, up: up}
 	sw.to("svcproxy", "svcproxy in ebpf mode with the tc programs")
 	expectEBPFServes(t, c, n, "before the swap")
 	moved.expectBothReached(t, c, n, "before the swap")
 
-	switchMode(t, c, n, "nftables")
+	sw.switchMode(nftablesRollback)
 	sw.to("upstream", up.version+" straight after ebpf mode")
 	sw.stop()
 	if out, err := c.Exec(n, up.bin, "--cleanup"); err != nil {
@@ -164,13 +164,13 @@ func TestEBPFRollbackSwapDuringDrain(t *testing.T) {
 		SyncPeriod: 5 * time.Second})
 	n := c.Nodes[0]
 	moved := createTwoEndpointService(t, c, n)
-	sw := &switcher{t: t, c: c, n: n, mode: nftablesRollback, up: up}
+	sw := &switcher{t: t, c: c, n: n, mode: ebpfServing, up: up}
 	sw.to("svcproxy", "svcproxy in ebpf mode with the tc programs")
 	expectEBPFServes(t, c, n, "before the rollback")
 	moved.expectBothReached(t, c, n, "before the rollback")
 	held := c.StartLoad("ext", F.UDP(n.IP, moved.svc.Spec.Ports[1].NodePort), loadInterval, true)
 
-	switchMode(t, c, n, "nftables")
+	sw.switchMode(nftablesRollback)
 	sw.to("svcproxy", "svcproxy in nftables mode (rollback step 1)")
 	waitDraining(t, c, n)
 	sw.to("upstream", up.version+" swapped in during the drain")

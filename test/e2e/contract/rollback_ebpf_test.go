@@ -44,13 +44,13 @@ func ebpfRollback(t *testing.T, m rollbackMode) {
 	c := F.New(t, F.Options{Mode: "ebpf", TCInterfaces: []string{tcInterface}, Nodes: 1, NoProxy: true,
 		SyncPeriod: 5 * time.Second})
 	n := c.Nodes[0]
-	sw := &switcher{t: t, c: c, n: n, mode: m, up: up, before: createRollbackServices(t, c, n)}
+	sw := &switcher{t: t, c: c, n: n, mode: ebpfServing, up: up, before: createRollbackServices(t, c, n)}
 	moved := createTwoEndpointService(t, c, n)
 	sw.to("svcproxy", "svcproxy in ebpf mode with the tc programs (clean start)")
 	expectEBPFServes(t, c, n, "before the rollback")
 	sw.load = startSwitchLoad(t, c, n, sw.before)
 
-	switchMode(t, c, n, m.name)
+	sw.switchMode(m)
 	sw.to("svcproxy", "svcproxy in "+m.name+" mode (rollback step 1)")
 	waitEBPFGone(t, c, n, "after rollback step 1")
 	expectLeftoversRemovedLogged(t, c, n, "after rollback step 1")
@@ -60,7 +60,7 @@ func ebpfRollback(t *testing.T, m rollbackMode) {
 	moved.removeEndpoint(c)
 	moved.expectOnlyKept(t, c, n, "under "+up.version)
 
-	switchMode(t, c, n, "ebpf")
+	sw.switchMode(ebpfServing)
 	sw.to("svcproxy", "svcproxy in ebpf mode with the tc programs over "+up.version+"'s rules")
 	expectEBPFServes(t, c, n, "after taking over from "+up.version)
 	if left, err := c.RulesLeft(n); err != nil || left != "" {
@@ -76,13 +76,18 @@ func pinnedUpstream(t *testing.T) upstreamKubeProxy {
 	return upstreamKubeProxy{version: binVersion(bin), bin: bin}
 }
 
-// switchMode changes node n's mode in its configuration file, for its
-// next proxy.
-func switchMode(t *testing.T, c *F.Cluster, n *F.Node, mode string) {
-	t.Helper()
-	if err := c.SwitchMode(n, mode); err != nil {
-		t.Fatal(err)
+// ebpfServing is what the switcher checks of svcproxy in ebpf mode: the
+// counter of its failed syncs (either half's).
+var ebpfServing = rollbackMode{name: "ebpf", failures: "svcproxy_ebpf_sync_failures_total"}
+
+// switchMode changes the node's mode in its configuration file, for its
+// next proxy, and what the switcher checks of that proxy.
+func (s *switcher) switchMode(m rollbackMode) {
+	s.t.Helper()
+	if err := s.c.SwitchMode(s.n, m.name); err != nil {
+		s.t.Fatal(err)
 	}
+	s.mode = m
 }
 
 // expectEBPFServes fails unless svcproxy's socket hooks and tc programs are
