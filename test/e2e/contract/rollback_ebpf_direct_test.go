@@ -42,9 +42,7 @@ func TestEBPFDirectSwapRecovery(t *testing.T) {
 		t.Fatalf("kube-proxy --cleanup: %v: %s", err, out)
 	}
 	sw.start("upstream", up.version+" after its --cleanup")
-	if left, err := ebpfLeft(c, n); err != nil || left == "" {
-		t.Fatalf("after a direct swap and kube-proxy --cleanup: want ebpf mode's programs left, found none (%v)", err)
-	}
+	expectEBPFServes(t, c, n, "after a direct swap and kube-proxy --cleanup")
 	moved.removeEndpoint(c)
 	if err := moved.removedStillReached(c, n); err != nil {
 		t.Errorf("after a direct swap, want the programs left behind to reach the removed endpoint: %v", err)
