@@ -272,7 +272,14 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	if err := waitTC(ctx, tcDir); err != nil {
 		return errors.Join(hooks, err)
 	}
-	return errors.Join(hooks, nodeport.Remove(tcDir), ebpf.RemoveLeftovers(pinDir))
+	if err := errors.Join(hooks, nodeport.Remove(tcDir), ebpf.RemoveLeftovers(pinDir)); err != nil {
+		return err
+	}
+	// The line an operator rolling back to kube-proxy waits for before
+	// swapping the image: kube-proxy leaves whatever is still pinned
+	// attached (docs/user/migration.md).
+	logger.Info("Removed ebpf mode's leftovers: its socket hooks and tc programs are unpinned, which detaches them", "pinDir", pinDir)
+	return nil
 }
 
 // stopTCNewConnections makes the tc programs ebpf mode left take no new
