@@ -10,6 +10,7 @@ package reconcile
 import (
 	"hash/maphash"
 	"slices"
+	"unsafe"
 )
 
 // Owner is who claims objects: a service port, or the zero value for what
@@ -33,7 +34,9 @@ type Item[K comparable, V any] struct {
 // is not safe for concurrent use.
 //
 // Each owner's claims are the items its Replace was given, kept as they
-// are (owners). The keys' state is packed: one entry per key in a slice
+// are (owners); a table of a value-less kind (V of size zero: counted)
+// keeps only each claim's position and counts the claims on a key
+// (counted.go). The keys' state is packed: one entry per key in a slice
 // (entries), which holds the key, the kernel's value, which of the owners'
 // items is its first claim, and flags; an index of positions (index.go)
 // finds a key's entry. A key costs its entry and a few bytes of index, no
@@ -42,7 +45,9 @@ type Item[K comparable, V any] struct {
 // order without hashing a key. Only a key that several owners claim at
 // once keeps the claims after its first in a slice (more).
 type Table[O Owner[O], K comparable, V any] struct {
-	kind    Kind[K, V]
+	kind Kind[K, V]
+	// counted: V is value-less, so a claim is only counted (counted.go).
+	counted bool
 	index   index
 	entries []entry[K, V]
 	// free lists the positions of entries removed, which new keys take.
@@ -58,7 +63,8 @@ type Table[O Owner[O], K comparable, V any] struct {
 }
 
 // entry is one key's state: the key, the kernel's value (have), its first
-// claim (the others are in Table.more), and flags.
+// claim (the others are in Table.more) or, in a counted table, the number
+// of its claims (first.item), and flags.
 type entry[K comparable, V any] struct {
 	key   K
 	have  V
@@ -85,20 +91,21 @@ type claim struct {
 
 // NewTable returns an empty table of kind.
 func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] {
-	return &Table[O, K, V]{kind: kind, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
-		owners: owners[O, K, V]{ids: map[O]ownerID{}}}
+	var none V
+	counted := unsafe.Sizeof(none) == 0
+	return &Table[O, K, V]{kind: kind, counted: counted, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
+		owners: owners[O, K, V]{counted: counted, ids: map[O]ownerID{}}}
 }
 
 // Replace swaps every claim of o for items (none: o claims nothing any
 // more). Every key either side names is dirty. The table keeps items
 // until o's next Replace or ResetClaims, so the caller must not change it
-// after the call.
+// after the call; a counted table keeps only their positions, and the
+// caller may reuse items at once.
 func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
 	id, ok := t.owners.ids[o]
 	if ok {
-		for _, it := range t.owners.items(id) {
-			t.unclaim(id, it.Key)
-		}
+		t.unclaimAll(id)
 	}
 	switch {
 	case len(items) == 0 && ok:
@@ -109,9 +116,26 @@ func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
 	case !ok:
 		id = t.owners.add(o)
 	}
+	if t.counted {
+		t.claimCounted(id, items)
+		return
+	}
 	t.owners.byID[id].items = items
 	for i, it := range items {
 		t.claim(it.Key, claim{owner: id, item: int32(i)})
+	}
+}
+
+// unclaimAll drops every claim of the owner numbered id.
+func (t *Table[O, K, V]) unclaimAll(id ownerID) {
+	if t.counted {
+		for _, pos := range t.owners.at[id] {
+			t.uncount(pos)
+		}
+		return
+	}
+	for _, it := range t.owners.items(id) {
+		t.unclaim(id, it.Key)
 	}
 }
 
@@ -211,11 +235,9 @@ func (t *Table[O, K, V]) Reserve(n int) {
 // add them. Only a table without owners that never had room for as many
 // takes the hint (a cold sync); one that had keeps its own.
 func (t *Table[O, K, V]) ReserveOwners(n int) {
-	if len(t.owners.ids) != 0 || n <= cap(t.owners.byID) {
-		return
+	if len(t.owners.ids) == 0 {
+		t.owners.reserve(n)
 	}
-	t.owners.ids = make(map[O]ownerID, n)
-	t.owners.byID = slices.Grow(t.owners.byID[:0], n)
 }
 
 // ResetClaims drops every claim and marks every key dirty, claimed or in
@@ -279,9 +301,9 @@ func (t *Table[O, K, V]) Want(k K) (V, bool) {
 }
 
 func (t *Table[O, K, V]) want(pos int32, e *entry[K, V]) (V, bool) {
-	if e.flags&flagClaimed == 0 {
+	if e.flags&flagClaimed == 0 || t.counted {
 		var none V
-		return none, false
+		return none, e.flags&flagClaimed != 0
 	}
 	best := e.first
 	if e.flags&flagShared != 0 {
