@@ -18,7 +18,7 @@ func (t *Table[O, K, V]) claimCounted(id ownerID, items []Item[K, V]) {
 	at := slices.Grow(t.owners.at[id][:0], len(items))
 	for _, it := range items {
 		pos := t.lookupOrAdd(it.Key)
-		e := &t.entries[pos]
+		e := t.entries.at(pos)
 		if e.flags&flagClaimed == 0 {
 			e.flags |= flagClaimed
 			t.claimed++
@@ -33,7 +33,7 @@ func (t *Table[O, K, V]) claimCounted(id ownerID, items []Item[K, V]) {
 // uncount drops one claim on the entry at pos. The entry stays: it is
 // dirty, and is removed only when a diff finds nothing left of it.
 func (t *Table[O, K, V]) uncount(pos int32) {
-	e := &t.entries[pos]
+	e := t.entries.at(pos)
 	if e.first.item--; e.first.item == 0 {
 		e.flags &^= flagClaimed
 		t.claimed--

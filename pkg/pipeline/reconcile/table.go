@@ -49,7 +49,7 @@ type Table[O Owner[O], K comparable, V any] struct {
 	// counted: V is value-less, so a claim is only counted (counted.go).
 	counted bool
 	index   index
-	entries []entry[K, V]
+	entries entryStore[K, V]
 	// free lists the positions of entries removed, which new keys take.
 	free   []int32
 	more   map[int32][]claim
@@ -143,7 +143,7 @@ func (t *Table[O, K, V]) unclaimAll(id ownerID) {
 // second is not kept.
 func (t *Table[O, K, V]) claim(k K, c claim) {
 	pos := t.lookupOrAdd(k)
-	e := &t.entries[pos]
+	e := t.entries.at(pos)
 	switch {
 	case e.flags&flagClaimed == 0:
 		e.first = c
@@ -164,7 +164,7 @@ func (t *Table[O, K, V]) unclaim(id ownerID, k K) {
 	if !ok {
 		return
 	}
-	e := &t.entries[pos]
+	e := t.entries.at(pos)
 	if e.flags&flagClaimed == 0 {
 		return
 	}
@@ -222,10 +222,10 @@ func (t *Table[O, K, V]) dropShared(pos int32, e *entry[K, V], i int) {
 // claimed), which then claims its keys without growing its storage step
 // by step; a table with entries keeps its own.
 func (t *Table[O, K, V]) Reserve(n int) {
-	if len(t.entries) != len(t.free) || n <= 0 {
+	if t.entries.n != len(t.free) || n <= 0 {
 		return
 	}
-	t.entries = slices.Grow(t.entries[:0], n)
+	t.entries.reserve(n)
 	t.free = t.free[:0]
 	t.index.cells, t.index.used = make([]int32, cellsFor(n)), 0
 	t.dirty = slices.Grow(t.dirty[:0], n)
@@ -244,14 +244,13 @@ func (t *Table[O, K, V]) ReserveOwners(n int) {
 // the kernel: the start of a full sync, which claims everything again and
 // so diffs the whole kind.
 func (t *Table[O, K, V]) ResetClaims() {
-	for pos := range t.entries {
-		e := &t.entries[pos]
+	for pos, e := range t.entries.all {
 		if e.flags == 0 {
 			continue // a free position
 		}
 		e.first = claim{}
 		e.flags &^= flagClaimed | flagShared
-		t.touch(int32(pos), e)
+		t.touch(pos, e)
 	}
 	clear(t.more)
 	t.owners.reset()
@@ -262,9 +261,9 @@ func (t *Table[O, K, V]) ResetClaims() {
 // kernel, without dropping the claims: after a read-back that a partial
 // sync may follow.
 func (t *Table[O, K, V]) MarkAllDirty() {
-	for pos := range t.entries {
-		if e := &t.entries[pos]; e.flags != 0 {
-			t.touch(int32(pos), e)
+	for pos, e := range t.entries.all {
+		if e.flags != 0 {
+			t.touch(pos, e)
 		}
 	}
 }
@@ -272,7 +271,7 @@ func (t *Table[O, K, V]) MarkAllDirty() {
 // MarkDirty makes the next diff look at k.
 func (t *Table[O, K, V]) MarkDirty(k K) {
 	pos := t.lookupOrAdd(k)
-	t.touch(pos, &t.entries[pos])
+	t.touch(pos, t.entries.at(pos))
 }
 
 // touch marks e, the entry at pos, dirty.
@@ -297,7 +296,7 @@ func (t *Table[O, K, V]) Want(k K) (V, bool) {
 		var none V
 		return none, false
 	}
-	return t.want(pos, &t.entries[pos])
+	return t.want(pos, t.entries.at(pos))
 }
 
 func (t *Table[O, K, V]) want(pos int32, e *entry[K, V]) (V, bool) {
@@ -322,7 +321,7 @@ func (t *Table[O, K, V]) Len() int { return t.claimed }
 // Claimed reports whether anyone claims k.
 func (t *Table[O, K, V]) Claimed(k K) bool {
 	pos, ok := t.lookup(k)
-	return ok && t.entries[pos].flags&flagClaimed != 0
+	return ok && t.entries.at(pos).flags&flagClaimed != 0
 }
 
 // Wanted yields every claimed key with the value it should have (Want's),
@@ -331,12 +330,11 @@ func (t *Table[O, K, V]) Claimed(k K) bool {
 // (an nftables set deleted and added again, every element in the same
 // transaction) rather than applying the diff.
 func (t *Table[O, K, V]) Wanted(yield func(K, V) bool) {
-	for pos := range t.entries {
-		e := &t.entries[pos]
+	for pos, e := range t.entries.all {
 		if e.flags&flagClaimed == 0 {
 			continue
 		}
-		if v, _ := t.want(int32(pos), e); !yield(e.key, v) {
+		if v, _ := t.want(pos, e); !yield(e.key, v) {
 			return
 		}
 	}
