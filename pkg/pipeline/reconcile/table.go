@@ -36,14 +36,14 @@ type Item[K comparable, V any] struct {
 // Each owner's claims are the items its Replace was given, kept as they
 // are (owners); a table of a value-less kind (V of size zero: counted)
 // keeps only each claim's position and counts the claims on a key
-// (counted.go). The keys' state is packed: one entry per key in a slice
-// (entries), which holds the key, the kernel's value, which of the owners'
-// items is its first claim, and flags; an index of positions (index.go)
-// finds a key's entry. A key costs its entry and a few bytes of index, no
-// allocation of its own, and the walks of a sync (a full sync's reset,
-// the diff of every dirty key, a cold batch) go through the slice in
-// order without hashing a key. Only a key that several owners claim at
-// once keeps the claims after its first in a slice (more).
+// (counted.go). The keys' state is packed: one entry per key, in chunks
+// (entries.go), which holds the key, the kernel's value, which of the
+// owners' items is its first claim, and flags; an index of positions
+// (index.go) finds a key's entry. A key costs its entry and a few bytes
+// of index, no allocation of its own, and the walks of a sync (a full
+// sync's reset, the diff of every dirty key, a cold batch) go through the
+// entries in order without hashing a key. Only a key that several owners
+// claim at once keeps the claims after its first in a slice (more).
 type Table[O Owner[O], K comparable, V any] struct {
 	kind Kind[K, V]
 	// counted: V is value-less, so a claim is only counted (counted.go).
