@@ -7,7 +7,7 @@ import "slices"
 // kept). Every claim on a key wants the same, so who claims does not
 // matter, only whether anyone does: a key's claims are counted in its
 // entry (first.item), never kept one by one, and no key needs Table.more.
-// Each owner keeps the positions of the entries it claims (owners, at),
+// Each owner keeps the positions of the entries it claims (claims.at),
 // four bytes a claim, which its next Replace releases without hashing a
 // key; the items it was given are not kept.
 
@@ -15,7 +15,7 @@ import "slices"
 // released. A key an owner names twice is counted twice, and released
 // as often.
 func (t *Table[O, K, V]) claimCounted(id ownerID, items []Item[K, V]) {
-	at := slices.Grow(t.owners.at[id][:0], len(items))
+	at := slices.Grow(t.owners.byID[id].at[:0], len(items))
 	for _, it := range items {
 		pos := t.lookupOrAdd(it.Key)
 		e := t.entries.at(pos)
@@ -27,7 +27,7 @@ func (t *Table[O, K, V]) claimCounted(id ownerID, items []Item[K, V]) {
 		t.touch(pos, e)
 		at = append(at, pos)
 	}
-	t.owners.at[id] = at
+	t.owners.byID[id].at = at
 }
 
 // uncount drops one claim on the entry at pos. The entry stays: it is

@@ -94,7 +94,7 @@ func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] 
 	var none V
 	counted := unsafe.Sizeof(none) == 0
 	return &Table[O, K, V]{kind: kind, counted: counted, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
-		owners: owners[O, K, V]{counted: counted, ids: map[O]ownerID{}}}
+		owners: owners[O, K, V]{seed: maphash.MakeSeed()}}
 }
 
 // Replace swaps every claim of o for items (none: o claims nothing any
@@ -103,7 +103,7 @@ func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] 
 // after the call; a counted table keeps only their positions, and the
 // caller may reuse items at once.
 func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
-	id, ok := t.owners.ids[o]
+	id, ok := t.owners.lookup(o)
 	if ok {
 		t.unclaimAll(id)
 	}
@@ -129,7 +129,7 @@ func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
 // unclaimAll drops every claim of the owner numbered id.
 func (t *Table[O, K, V]) unclaimAll(id ownerID) {
 	if t.counted {
-		for _, pos := range t.owners.at[id] {
+		for _, pos := range t.owners.byID[id].at {
 			t.uncount(pos)
 		}
 		return
@@ -235,7 +235,7 @@ func (t *Table[O, K, V]) Reserve(n int) {
 // add them. Only a table without owners that never had room for as many
 // takes the hint (a cold sync); one that had keeps its own.
 func (t *Table[O, K, V]) ReserveOwners(n int) {
-	if len(t.owners.ids) == 0 {
+	if t.owners.n == 0 {
 		t.owners.reserve(n)
 	}
 }
