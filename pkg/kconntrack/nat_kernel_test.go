@@ -1,0 +1,68 @@
+package kconntrack_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+)
+
+// TestCreateNAT creates translated flows in each family, a local
+// endpoint's (destination only, TCP) and a masqueraded one's (UDP), and
+// reads them back with the reply tuples the translation gives them; a
+// flow whose reply tuple an entry holds is refused with EEXIST, the
+// others of its batch created.
+func TestCreateNAT(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		family                     proxy.IPFamily
+		client, other, node        string
+		local, remote, masq, masq2 string
+	}{
+		{proxy.IPv4, "198.19.1.2:40000", "198.19.1.3:40000", "198.19.0.1:30080",
+			"10.244.1.5:8080", "10.244.2.5:8080", "198.19.0.1:61000", "198.19.0.1:61001"},
+		{proxy.IPv6, "[fd00:19::2]:40000", "[fd00:19::3]:40000", "[fd00:19::1]:30080",
+			"[fd00:244:1::5]:8080", "[fd00:244:2::5]:8080", "[fd00:19::1]:61000", "[fd00:19::1]:61001"},
+	} {
+		t.Run(string(tc.family), func(t *testing.T) {
+			local := kconntrack.NATFlow{Proto: kconntrack.ProtoTCP, Orig: kconntrack.Tuple{Src: ap(tc.client), Dst: ap(tc.node)},
+				DNAT: ap(tc.local), Timeout: time.Hour}
+			masq := kconntrack.NATFlow{Proto: kconntrack.ProtoUDP, Orig: kconntrack.Tuple{Src: ap(tc.client), Dst: ap(tc.node)},
+				DNAT: ap(tc.remote), SNAT: ap(tc.masq), Timeout: time.Minute}
+			refused, err := c.CreateNAT(ctx, tc.family, []kconntrack.NATFlow{local, masq})
+			if err != nil || len(refused) != 0 {
+				t.Fatalf("create: refused %v, %v", refused, err)
+			}
+			want := []kconntrack.Flow{local.Flow(), masq.Flow()}
+			if want[0].Reply != (kconntrack.Tuple{Src: ap(tc.local), Dst: ap(tc.client)}) ||
+				want[1].Reply != (kconntrack.Tuple{Src: ap(tc.remote), Dst: ap(tc.masq)}) {
+				t.Fatalf("NATFlow.Reply: %v", want)
+			}
+			got := list(t, c, tc.family)
+			slices.SortFunc(got, func(a, b kconntrack.Flow) int { return int(a.Proto) - int(b.Proto) })
+			if !slices.Equal(got, want) {
+				t.Fatalf("flows:\n got %v\nwant %v", got, want)
+			}
+			// Another client's flow masqueraded to the same port of the
+			// same endpoint clashes with masq's reply tuple; a third port
+			// does not.
+			clash := masq
+			clash.Orig.Src = ap(tc.other)
+			free := clash
+			free.SNAT = ap(tc.masq2)
+			refused, err = c.CreateNAT(ctx, tc.family, []kconntrack.NATFlow{clash, free})
+			if err != nil || len(refused) != 1 || refused[0].Flow != clash || refused[0].Err != unix.EEXIST {
+				t.Fatalf("a clash: refused %v, %v", refused, err)
+			}
+			if got := list(t, c, tc.family); len(got) != 3 {
+				t.Fatalf("after a clash: %v", got)
+			}
+		})
+	}
+}
