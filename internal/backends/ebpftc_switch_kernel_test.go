@@ -67,7 +67,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	// socket hooks and leaves the tc programs for the next start.
 	cut, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := ebpfBackend.RemoveLeftovers(cut, nftCfg); err == nil {
+	if err := env.Node1.NS.Do(func() error { return ebpfBackend.RemoveLeftovers(cut, nftCfg) }); err == nil {
 		t.Error("a removal of ebpf mode's leftovers cut short while connections were open reported no error")
 	}
 	if _, err := os.Stat(filepath.Join(pins, "ipv4")); !os.IsNotExist(err) {
@@ -77,7 +77,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 		t.Errorf("after a removal cut short: %d tc programs on fab0, want 2", n)
 	}
 	removed := make(chan error, 1)
-	go func() { removed <- ebpfBackend.RemoveLeftovers(ctx, nftCfg) }()
+	go func() { removed <- env.Node1.NS.Do(func() error { return ebpfBackend.RemoveLeftovers(ctx, nftCfg) }) }()
 	askAll(t, byTC, "ebpf+tc → nftables, the removal waiting")
 	askAll(t, byRules, "ebpf+tc → nftables, the removal waiting")
 	tcRemovedAfterClose(t, removed, byTC, func() string {
