@@ -25,17 +25,8 @@ func TestKernelEBPFTCHandsConnectionsOver(t *testing.T) {
 			ctx := context.Background()
 			newCfg := &config.Config{Mode: to.Mode, BPFPinDir: pins}
 
-			withTC := openEBPFMode(t, env, cfg)
-			t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
-			syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, withTC.sync)
-			byTC := dialBoth(t, env, byTCFrom(env))
+			byTC := connectedByTC(t, env, cfg)
 			defer closeAll(byTC)
-			for _, b := range withTC {
-				b.hooks.Close()
-				if b.tc != nil {
-					b.tc.Close()
-				}
-			}
 
 			rules := openRulesMode(t, env, to)
 			syncAll(t, env, func(o *desired.Options) { to.Decide(newCfg, o) }, rules)
