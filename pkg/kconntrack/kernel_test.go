@@ -19,7 +19,7 @@ import (
 // newClient returns a client whose socket lives in a fresh test namespace.
 // It fails (never skips) without root: these tests are the only proof the
 // wire format is right.
-func newClient(t *testing.T) *kconntrack.Client {
+func newClient(t testing.TB) *kconntrack.Client {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("kconntrack kernel tests need root (network namespaces, ctnetlink)")

@@ -2,6 +2,7 @@ package kconntrack_test
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -65,4 +66,34 @@ func TestCreateNAT(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkCreateNAT times the handover of natBenchFlows masqueraded TCP
+// flows (one CreateNAT call, in batches) into a namespace's table; each
+// run's flows are deleted, untimed, before the next.
+func BenchmarkCreateNAT(b *testing.B) {
+	const natBenchFlows = 10000
+	c := newClient(b)
+	ctx := context.Background()
+	client, node := netip.MustParseAddr("198.19.1.2"), ap("198.19.0.1:30080")
+	flows := make([]kconntrack.NATFlow, natBenchFlows)
+	doomed := make([]kconntrack.Flow, natBenchFlows)
+	for i := range flows {
+		src := netip.AddrPortFrom(client, uint16(20000+i))
+		flows[i] = kconntrack.NATFlow{Proto: kconntrack.ProtoTCP, Orig: kconntrack.Tuple{Src: src, Dst: node},
+			DNAT: ap("10.244.2.5:8080"), SNAT: netip.AddrPortFrom(node.Addr(), uint16(30000+i)), Timeout: time.Hour}
+		doomed[i] = flows[i].Flow()
+	}
+	b.ResetTimer()
+	for range b.N {
+		if refused, err := c.CreateNAT(ctx, proxy.IPv4, flows); err != nil || len(refused) != 0 {
+			b.Fatalf("create: %d refused, %v", len(refused), err)
+		}
+		b.StopTimer()
+		if n, err := c.Delete(ctx, proxy.IPv4, doomed); err != nil || n != len(doomed) {
+			b.Fatalf("delete: %d, %v", n, err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*natBenchFlows), "ns/flow")
 }
