@@ -56,3 +56,27 @@ func shortTCDrain(t *testing.T, times nodeport.DrainTimes) {
 	tcDrainTimes = times
 	t.Cleanup(func() { tcDrainTimes = old })
 }
+
+// TestKernelEBPFWithoutTCHandsConnectionsOver: a start of ebpf mode
+// without the tc programs removes them in the background once both
+// families' nftables halves have synced; the connections they translated,
+// still open when the drain's wait (shortened here) ends, go to node1's
+// conntrack, and each one goes on with its endpoint through the halves'
+// nat hooks after the programs are gone.
+func TestKernelEBPFWithoutTCHandsConnectionsOver(t *testing.T) {
+	shortTCDrain(t, nodeport.DrainTimes{Quiet: 300 * time.Millisecond, Idle: time.Second})
+	env, cfg, _ := tcModeEnv(t)
+	byTC := connectedByTC(t, env, cfg)
+	defer closeAll(byTC)
+
+	without := *cfg
+	without.BPFTCInterfaces = nil
+	again := openEBPFMode(t, env, &without)
+	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(&without, o) }, again.sync)
+	for begun := time.Now(); tcPrograms(t, env) != 0; time.Sleep(100 * time.Millisecond) {
+		if time.Since(begun) > 30*time.Second {
+			t.Fatal("the tc programs still attached 30s after a start without them, their drain's wait a second")
+		}
+	}
+	askAll(t, byTC, "ebpf+tc → ebpf, the tc programs removed")
+}
