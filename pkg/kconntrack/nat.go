@@ -57,6 +57,12 @@ type NATFlow struct {
 	// Timeout is how long the entry lives without a packet; the flow's
 	// next packet sets the kernel's own timeout for its state.
 	Timeout time.Duration
+	// Replaces, when valid, is the original tuple of an entry of the
+	// kernel's (zone 0) deleted right before the flow is created, in the
+	// same batch: the flow tracked untranslated so far, whose reply tuple
+	// the translated flow takes. A packet between the two would track it
+	// again, and the kernel refuse the flow.
+	Replaces Tuple
 }
 
 // Reply is the reply tuple the kernel gives the flow: the endpoint
@@ -81,10 +87,10 @@ type Refused struct {
 	Err  unix.Errno
 }
 
-// CreateNAT creates flows translated, in batches like Delete, and returns
-// those the kernel refused; an error is about the exchange itself. The
-// kernel refuses a flow whose tuple an entry holds: a caller replacing
-// the kernel's own untranslated entry of a flow deletes it first.
+// CreateNAT creates flows translated, in batches like Delete, each after
+// the deletion of the entry it replaces, and returns those the kernel
+// refused; an error is about the exchange itself. The kernel refuses a
+// flow whose tuples an entry holds (EEXIST: a clash).
 func (c *Client) CreateNAT(ctx context.Context, family proxy.IPFamily, flows []NATFlow) ([]Refused, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -97,16 +103,27 @@ func (c *Client) CreateNAT(ctx context.Context, family proxy.IPFamily, flows []N
 		if err := ctx.Err(); err != nil {
 			return refused, err
 		}
-		batch := flows[:min(c.batchSize(), len(flows))]
+		// Up to two requests a flow: their acks fit the buffer.
+		batch := flows[:min(max(c.batchSize()/2, 1), len(flows))]
 		flows = flows[len(batch):]
 		msg = msg[:0]
 		first := c.seq + 1
-		for _, f := range batch {
+		// creates[r] is the flow of request r when it is a creation, -1
+		// for a deletion, whose answer (ENOENT: none tracked) only
+		// matters through the creation's.
+		creates := make([]int, 0, 2*len(batch))
+		for i, f := range batch {
+			if f.Replaces.Src.IsValid() {
+				c.seq++
+				msg = appendDelete(msg, Flow{Proto: f.Proto, Orig: f.Replaces}, c.seq, inetFamily(family))
+				creates = append(creates, -1)
+			}
 			c.seq++
 			msg = appendCreateNAT(msg, f, c.seq, inetFamily(family))
+			creates = append(creates, i)
 		}
-		err := c.exchangeEach(msg, first, len(batch), func(i int, e unix.Errno) {
-			if e != 0 {
+		err := c.exchangeEach(msg, first, len(creates), func(r int, e unix.Errno) {
+			if i := creates[r]; i >= 0 && e != 0 {
 				refused = append(refused, Refused{Flow: batch[i], Err: e})
 			}
 		})
@@ -123,17 +140,18 @@ func (c *Client) CreateNAT(ctx context.Context, family proxy.IPFamily, flows []N
 // setup derives the translated reply tuple from it, and marks the entry
 // translated (IPS_DST_NAT, IPS_SRC_NAT) only where its result differs, so
 // a reply tuple given translated already would leave the entry
-// untranslated. Without CTA_NAT_SRC the kernel binds the source to
-// itself.
+// untranslated. The source range is given even for a flow that keeps
+// the client's: without one, the kernel's null binding may pick another
+// source port where the reply tuple is taken (by the kernel's own entry
+// of the flow), and the connection would reach its endpoint from a port
+// it never saw; a single address and port makes it refuse the flow.
 func appendCreateNAT(b []byte, f NATFlow, seq uint32, family uint8) []byte {
 	start := len(b)
 	b = appendRequest(b, msgNew, unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_EXCL, seq, family)
 	b = appendTuple(b, ctaTupleOrig, f.Orig, f.Proto, family)
 	b = appendTuple(b, ctaTupleReply, Tuple{Src: f.Orig.Dst, Dst: f.Orig.Src}, f.Proto, family)
 	b = appendNATRange(b, ctaNATDst, f.DNAT, family)
-	if f.SNAT.IsValid() {
-		b = appendNATRange(b, ctaNATSrc, f.SNAT, family)
-	}
+	b = appendNATRange(b, ctaNATSrc, f.Reply().Dst, family)
 	b = knetlink.AppendAttr(b, ctaTimeout, be32(uint32(f.Timeout/time.Second)))
 	b = knetlink.AppendAttr(b, ctaStatus, be32(createdStatus))
 	if f.Proto == ProtoTCP {

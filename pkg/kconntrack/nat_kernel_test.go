@@ -14,8 +14,9 @@ import (
 )
 
 // TestCreateNAT creates translated flows in each family, a local
-// endpoint's (destination only, TCP) and a masqueraded one's (UDP), and
-// reads them back with the reply tuples the translation gives them; a
+// endpoint's (destination only, TCP; refused while the kernel tracks the
+// flow untranslated, unless it replaces that entry) and a masqueraded
+// one's (UDP), and reads them back with the reply tuples the translation gives them; a
 // flow whose reply tuple an entry holds is refused with EEXIST, the
 // others of its batch created.
 func TestCreateNAT(t *testing.T) {
@@ -36,7 +37,19 @@ func TestCreateNAT(t *testing.T) {
 				DNAT: ap(tc.local), Timeout: time.Hour}
 			masq := kconntrack.NATFlow{Proto: kconntrack.ProtoUDP, Orig: kconntrack.Tuple{Src: ap(tc.client), Dst: ap(tc.node)},
 				DNAT: ap(tc.remote), SNAT: ap(tc.masq), Timeout: time.Minute}
-			refused, err := c.CreateNAT(ctx, tc.family, []kconntrack.NATFlow{local, masq})
+			// The kernel tracks the local endpoint's flow untranslated,
+			// with the reply tuple the translated one needs: refused,
+			// unless it replaces that entry.
+			untranslated := flow(kconntrack.ProtoTCP, tc.client, tc.local, tc.local, 0)
+			if _, err := c.Create(ctx, tc.family, []kconntrack.Flow{untranslated}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			refused, err := c.CreateNAT(ctx, tc.family, []kconntrack.NATFlow{local})
+			if err != nil || len(refused) != 1 || refused[0].Err != unix.EEXIST {
+				t.Fatalf("a flow clashing with the kernel's untranslated entry: refused %v, %v", refused, err)
+			}
+			local.Replaces = untranslated.Orig
+			refused, err = c.CreateNAT(ctx, tc.family, []kconntrack.NATFlow{local, masq})
 			if err != nil || len(refused) != 0 {
 				t.Fatalf("create: refused %v, %v", refused, err)
 			}
