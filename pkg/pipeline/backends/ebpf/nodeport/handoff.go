@@ -25,7 +25,6 @@ import (
 // (kconntrack.Client in the node's network namespace).
 type KernelConntrack interface {
 	Close() error
-	Delete(ctx context.Context, family proxy.IPFamily, flows []kconntrack.Flow) (int, error)
 	CreateNAT(ctx context.Context, family proxy.IPFamily, flows []kconntrack.NATFlow) ([]kconntrack.Refused, error)
 }
 
@@ -69,19 +68,12 @@ func handOverFamily[A addrBytes](ctx context.Context, dir string, family proxy.I
 		return err
 	}
 	defer m.Close()
-	flows, own, err := handoverFlows[A](m, times)
+	flows, err := handoverFlows[A](m, times)
 	if err != nil || len(flows) == 0 {
 		return err
 	}
 	ct, err := lazy.get()
 	if err != nil {
-		return err
-	}
-	// A local endpoint's packets went up the node's stack once the
-	// programs rewrote them: the kernel tracks the flow as the client
-	// talking to the endpoint, and that entry's reply tuple is the one
-	// the translated flow's must be.
-	if _, err := ct.Delete(ctx, family, own); err != nil {
 		return err
 	}
 	refused, err := ct.CreateNAT(ctx, family, flows)
@@ -106,15 +98,13 @@ func handOverFamily[A addrBytes](ctx context.Context, dir string, family proxy.I
 }
 
 // handoverFlows reads from ct, A's family's table, the flows HandOver
-// hands over, those of which a direction holds the programs or is an
+// hands over: those of which a direction holds the programs or is an
 // established connection still open (a flow whose endpoint alone sends
-// refreshes only its reply entry), and the kernel's own entries of those
-// that went up the node's stack (not masqueraded: a masqueraded flow's
-// packets leave by the programs, past netfilter).
-func handoverFlows[A addrBytes](ct *ebpf.Map, times DrainTimes) (flows []kconntrack.NATFlow, own []kconntrack.Flow, err error) {
+// refreshes only its reply entry).
+func handoverFlows[A addrBytes](ct *ebpf.Map, times DrainTimes) ([]kconntrack.NATFlow, error) {
 	now, err := monotonicNow()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var (
 		k ctKeyOf[A]
@@ -128,20 +118,15 @@ func handoverFlows[A addrBytes](ct *ebpf.Map, times DrainTimes) (flows []kconntr
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	var flows []kconntrack.NATFlow
 	for it := ct.Iterate(); it.Next(&k, &v); {
-		if v.Reply != 0 || v.At == ctAtEgress || !handable(k.Proto, v.State) || !live[k] {
-			continue
-		}
-		f := natFlowOf(k, v)
-		flows = append(flows, f)
-		if !f.SNAT.IsValid() {
-			orig := kconntrack.Tuple{Src: f.Orig.Src, Dst: f.DNAT}
-			own = append(own, kconntrack.Flow{Proto: f.Proto, Orig: orig, Reply: kconntrack.Tuple{Src: f.DNAT, Dst: f.Orig.Src}})
+		if v.Reply == 0 && v.At != ctAtEgress && handable(k.Proto, v.State) && live[k] {
+			flows = append(flows, natFlowOf(k, v))
 		}
 	}
-	return flows, own, it.Err()
+	return flows, it.Err()
 }
 
 // handable says whether the kernel can carry on a flow of protocol proto
@@ -167,6 +152,12 @@ func natFlowOf[A addrBytes](k ctKeyOf[A], v ctValOf[A]) kconntrack.NATFlow {
 	}
 	if from := addrPort(v.Src, v.Sport); from != f.Orig.Src {
 		f.SNAT = from
+	} else {
+		// The packets went up the node's stack once the programs
+		// rewrote them (a masqueraded flow's leave by the programs, past
+		// netfilter): the kernel tracks the flow as the client talking
+		// to the endpoint, with the reply tuple the translated one takes.
+		f.Replaces = kconntrack.Tuple{Src: f.Orig.Src, Dst: f.DNAT}
 	}
 	return f
 }

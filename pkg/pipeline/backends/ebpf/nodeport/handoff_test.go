@@ -11,8 +11,9 @@ import (
 )
 
 // TestNATFlowOf: the client direction's entry of a local endpoint's flow
-// becomes a flow translated to the endpoint alone, a masqueraded one's to
-// the endpoint from the masquerade address and port; the reply tuple the
+// becomes a flow translated to the endpoint alone, replacing the kernel's
+// untranslated entry of it, a masqueraded one's to the endpoint from the
+// masquerade address and port; the reply tuple the
 // kernel gives each is the key of the flow's reply entry, which HandOver
 // deletes with the client's.
 func TestNATFlowOf(t *testing.T) {
@@ -23,15 +24,16 @@ func TestNATFlowOf(t *testing.T) {
 		what     string
 		from, to netip.AddrPort
 		snat     netip.AddrPort
+		replaces kconntrack.Tuple
 	}{
-		{"local endpoint", client, ap("10.244.1.5:8080"), netip.AddrPort{}},
-		{"masqueraded", ap("198.18.0.11:61000"), ap("10.244.2.5:8080"), ap("198.18.0.11:61000")},
+		{"local endpoint", client, ap("10.244.1.5:8080"), netip.AddrPort{}, kconntrack.Tuple{Src: client, Dst: ap("10.244.1.5:8080")}},
+		{"masqueraded", ap("198.18.0.11:61000"), ap("10.244.2.5:8080"), ap("198.18.0.11:61000"), kconntrack.Tuple{}},
 	} {
 		v := ctVal{Src: addrOf[[4]byte](c.from.Addr()), Dst: addrOf[[4]byte](c.to.Addr()),
 			Sport: netPort(c.from.Port()), Dport: netPort(c.to.Port()), State: ctEstablished}
 		f := natFlowOf(key, v)
 		want := kconntrack.NATFlow{Proto: unix.IPPROTO_TCP, Orig: kconntrack.Tuple{Src: client, Dst: node},
-			DNAT: c.to, SNAT: c.snat, Timeout: 24 * time.Hour}
+			DNAT: c.to, SNAT: c.snat, Timeout: 24 * time.Hour, Replaces: c.replaces}
 		if f != want {
 			t.Errorf("%s: %+v, want %+v", c.what, f, want)
 		}
