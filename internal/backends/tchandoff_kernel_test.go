@@ -2,21 +2,25 @@ package backends
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
+	"github.com/svcproxy/svcproxy/pkg/proxy"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest"
+	"github.com/svcproxy/svcproxy/pkg/testing/netnstest/scenario"
 )
 
 // TestKernelEBPFTCHandsConnectionsOver: from ebpf mode with the tc
-// programs to nftables mode and to iptables mode, TCP connections the
-// programs translated, in both families, to node1's pods and
-// (masqueraded) to node2's, are still open when the drain's wait ends
-// (shortened here): the removal hands them to node1's conntrack with
-// their translation, the programs go, and each connection goes on with
-// its endpoint through the new mode's nat hooks.
+// programs to nftables mode and to iptables mode, TCP connections (idle)
+// and UDP flows (busy) the programs translated, in both families, to
+// node1's pods and (masqueraded) to node2's, are still open when the
+// drain's wait ends (shortened here): the removal hands them to node1's
+// conntrack with their translation, the programs go, and each connection
+// and flow goes on with its endpoint through the new mode's nat hooks.
 func TestKernelEBPFTCHandsConnectionsOver(t *testing.T) {
 	for _, to := range []Backend{nftablesBackend, iptablesBackend} {
 		t.Run(string(to.Mode), func(t *testing.T) {
@@ -27,9 +31,13 @@ func TestKernelEBPFTCHandsConnectionsOver(t *testing.T) {
 
 			byTC := connectedByTC(t, env, cfg)
 			defer closeAll(byTC)
+			udp := udpFlowsByTC(t, env)
 
 			rules := openRulesMode(t, env, to)
 			syncAll(t, env, func(o *desired.Options) { to.Decide(newCfg, o) }, rules)
+			// The UDP flows send all along: they hold the programs until
+			// the wait's end, the TCP connections, idle, hold nothing.
+			stop := keepSending(udp)
 			// The daemon removes the leftovers in the node's network
 			// namespace, whose conntrack takes the connections.
 			err := env.Node1.NS.Do(func() error {
@@ -38,6 +46,7 @@ func TestKernelEBPFTCHandsConnectionsOver(t *testing.T) {
 				}
 				return ebpfBackend.RemoveLeftovers(ctx, newCfg)
 			})
+			stop()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,6 +55,7 @@ func TestKernelEBPFTCHandsConnectionsOver(t *testing.T) {
 			}
 			askAll(t, byTC, "ebpf+tc → "+string(to.Mode)+", the tc programs removed")
 			askAll(t, byTC, "ebpf+tc → "+string(to.Mode)+", again")
+			askUDP(t, udp, "ebpf+tc → "+string(to.Mode)+", the tc programs removed")
 		})
 	}
 }
@@ -79,4 +89,64 @@ func TestKernelEBPFWithoutTCHandsConnectionsOver(t *testing.T) {
 		}
 	}
 	askAll(t, byTC, "ebpf+tc → ebpf, the tc programs removed")
+}
+
+// udpFlow is a UDP flow to node1's node port, a client's fixed source
+// port, and the endpoint that answers it.
+type udpFlow struct {
+	client netnstest.Client
+	dst    netip.AddrPort
+	server string
+}
+
+// udpFlowsByTC opens switchConns UDP flows per family to node1's UDP node
+// port 30011, each answered through the tc programs (tcMasqueraded),
+// which serve it on their own.
+func udpFlowsByTC(t *testing.T, env *scenario.Env) []udpFlow {
+	t.Helper()
+	var out []udpFlow
+	for _, f := range scenario.Families {
+		dst := netip.AddrPortFrom(env.Node1.IP(f.V6), 30011)
+		for i := range switchConns {
+			c := env.FromClient(f)
+			c.SourcePort = uint16(41000 + i)
+			ans, err := c.Ask(proxy.UDP, dst)
+			if err != nil || !tcMasqueraded(env, ans, c.Source) {
+				t.Fatalf("the UDP flow from port %d to %s: %v, %v; want an answer through the tc programs", c.SourcePort, dst, ans, err)
+			}
+			out = append(out, udpFlow{client: c, dst: dst, server: ans.Server})
+		}
+	}
+	return out
+}
+
+// keepSending sends a datagram on each flow over and over until the
+// returned stop is called.
+func keepSending(flows []udpFlow) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			for _, u := range flows {
+				_, _ = u.client.Ask(proxy.UDP, u.dst)
+			}
+			select {
+			case <-quit:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// askUDP checks that each flow is still answered by its endpoint.
+func askUDP(t *testing.T, flows []udpFlow, when string) {
+	t.Helper()
+	for _, u := range flows {
+		ans, err := u.client.Ask(proxy.UDP, u.dst)
+		if err != nil || ans.Server != u.server {
+			t.Errorf("%s: the UDP flow from port %d to %s: %v, %v; want its endpoint %q", when, u.client.SourcePort, u.dst, ans, err, u.server)
+		}
+	}
 }
