@@ -37,9 +37,9 @@ const (
 	tcpConntrackEstablished = 3
 	// tcpFlagBeLiberal is IP_CT_TCP_FLAG_BE_LIBERAL: the entry accepts
 	// any sequence number. A flow handed over mid-stream comes without the
-	// window scale its handshake agreed, and the kernel, guessing it
-	// unscaled, would find later segments out of window and leave them
-	// untracked, so untranslated.
+	// window scale its handshake agreed: the kernel would judge later
+	// segments by windows it takes as unscaled, and one it found out of
+	// window would be invalid, so untranslated.
 	tcpFlagBeLiberal = 0x08
 )
 
@@ -49,7 +49,8 @@ const (
 // when that is valid (a masqueraded flow), and the answers go back to
 // the client from Orig.Dst. A TCP flow is created established. Netfilter
 // applies the translation only in a family that has a nat hook (a nat
-// chain of any table): elsewhere the entry tracks the flow untranslated.
+// chain of any table) and whose packets it tracks (a rule needs
+// conntrack): elsewhere the flow passes untranslated.
 type NATFlow struct {
 	Proto      uint8
 	Orig       Tuple
