@@ -20,14 +20,14 @@ import (
 // newClient returns a client whose socket lives in a fresh test namespace.
 // It fails (never skips) without root: these tests are the only proof the
 // wire format is right.
-func newClient(t *testing.T) *kconntrack.Client {
+func newClient(t testing.TB) *kconntrack.Client {
 	t.Helper()
 	c, _ := newClientIn(t)
 	return c
 }
 
 // newClientIn is newClient that also returns the namespace.
-func newClientIn(t *testing.T) (*kconntrack.Client, *netnstest.NS) {
+func newClientIn(t testing.TB) (*kconntrack.Client, *netnstest.NS) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("kconntrack kernel tests need root (network namespaces, ctnetlink)")
