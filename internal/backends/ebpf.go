@@ -14,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/config"
 	"github.com/svcproxy/svcproxy/internal/localapi"
 	"github.com/svcproxy/svcproxy/internal/metrics"
+	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
@@ -269,10 +270,17 @@ func removeEBPFLeftovers(ctx context.Context, cfg *config.Config) error {
 	if begun != nil {
 		return errors.Join(hooks, begun)
 	}
-	if err := waitTC(ctx, tcDir); err != nil {
+	if err := waitTC(ctx, tcDir, kconntrack.New); err != nil {
 		return errors.Join(hooks, err)
 	}
-	return errors.Join(hooks, nodeport.Remove(tcDir), ebpf.RemoveLeftovers(pinDir))
+	if err := errors.Join(hooks, nodeport.Remove(tcDir), ebpf.RemoveLeftovers(pinDir)); err != nil {
+		return err
+	}
+	// The line an operator rolling back to kube-proxy waits for before
+	// swapping the image: kube-proxy leaves whatever is still pinned
+	// attached (docs/user/migration.md).
+	logger.Info("Removed ebpf mode's leftovers: its socket hooks and tc programs are unpinned, which detaches them", "pinDir", pinDir)
+	return nil
 }
 
 // stopTCNewConnections makes the tc programs ebpf mode left take no new
@@ -317,7 +325,7 @@ func ebpfLeftoversPresent(pinDir string) (bool, error) {
 // serve them now, past the tc programs pinned in dir, which keep
 // translating the connections they hold (nodeport.BeginDrain).
 func beginTCDrain(dir string) error {
-	if err := nodeport.BeginDrain(dir, nodeport.DefaultDrainTimes); err != nil {
+	if err := nodeport.BeginDrain(dir, tcDrainTimes); err != nil {
 		return fmt.Errorf("draining the tc programs: %w", err)
 	}
 	return nil
@@ -325,21 +333,20 @@ func beginTCDrain(dir string) error {
 
 // waitTC waits, once their drain has begun, for the connections the tc
 // programs pinned in dir translated, before they are removed: those have
-// no state in the kernel's conntrack, and would be reset
-// (nodeport.WaitDrained). A connection still open when the wait ends is
-// reset; the start goes on either way.
-func waitTC(ctx context.Context, dir string) error {
+// no state in the kernel's conntrack (nodeport.WaitDrained). The ones
+// still open when the wait ends, idle ones included, are handed to the
+// kernel's conntrack that conntrack opens (handOverTC); the start goes
+// on either way.
+func waitTC(ctx context.Context, dir string, conntrack func() (*kconntrack.Client, error)) error {
 	logger := klog.FromContext(ctx)
-	held, err := nodeport.WaitDrained(ctx, dir, nodeport.DefaultDrainTimes, func(flows int) {
-		logger.Info("Waiting for the connections the tc programs translated before removing them",
-			"flows", flows, "atMost", nodeport.DefaultDrainTimes.Idle)
+	_, err := nodeport.WaitDrained(ctx, dir, tcDrainTimes, func(flows int) {
+		logger.Info("Waiting for the connections the tc programs translated before removing them; those still open then go to the kernel's conntrack",
+			"flows", flows, "atMost", tcDrainTimes.Idle)
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return fmt.Errorf("draining the tc programs: %w", err)
-	case held > 0:
-		logger.Info("Removing the tc programs with connections still open: they will be reset", "flows", held)
 	}
+	handOverTC(ctx, dir, conntrack)
 	return nil
 }
 
@@ -360,6 +367,10 @@ type tcRetirement struct {
 	unsynced map[proxy.IPFamily]bool
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// conntrack opens the kernel's conntrack of the network namespace the
+	// start runs in, for the handover: the drain's goroutine may run on
+	// any thread.
+	conntrack func() (*kconntrack.Client, error)
 }
 
 // tcRetirementOf is the removal of the tc programs an earlier start left,
@@ -378,6 +389,7 @@ func tcRetirementOf(inst *Instance, tc *nodeport.Proxier, pinDir string, familie
 	if len(r.unsynced) == 0 {
 		return nil
 	}
+	r.conntrack = conntrackHere(inst)
 	inst.OnClose(r.stop)
 	return r
 }
@@ -420,7 +432,7 @@ func (r *tcRetirement) start(ctx context.Context) error {
 	r.done = done
 	go func() {
 		defer close(done)
-		err := waitTC(ctx, r.dir)
+		err := waitTC(ctx, r.dir, r.conntrack)
 		if err == nil {
 			err = nodeport.Remove(r.dir)
 		}

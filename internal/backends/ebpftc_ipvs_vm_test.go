@@ -52,7 +52,7 @@ func TestVMEBPFTCModeSwitchWithIPVS(t *testing.T) {
 
 	syncAll(t, env, func(o *desired.Options) { ipvsBackend.Decide(ipvsCfg, o) }, openIPVSMode(t, env))
 	removed := make(chan error, 1)
-	go func() { removed <- ebpfBackend.RemoveLeftovers(ctx, ipvsCfg) }()
+	go func() { removed <- env.Node1.NS.Do(func() error { return ebpfBackend.RemoveLeftovers(ctx, ipvsCfg) }) }()
 	askAll(t, byTC, "ebpf+tc → ipvs")
 	drainBegun(t, pins)
 	byIPVS := dialAll(t, client, dst, func(netnstest.Answer) bool { return true })

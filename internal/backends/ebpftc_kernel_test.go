@@ -83,7 +83,8 @@ func TestKernelEBPFModeTC(t *testing.T) {
 	}
 
 	stopEBPFMode(both)
-	if err := ebpfBackend.RemoveLeftovers(ctx, &config.Config{Mode: proxy.ModeNFTables, BPFPinDir: pins}); err != nil {
+	removeCfg := &config.Config{Mode: proxy.ModeNFTables, BPFPinDir: pins}
+	if err := env.Node1.NS.Do(func() error { return ebpfBackend.RemoveLeftovers(ctx, removeCfg) }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(pins, "tc")); !os.IsNotExist(err) {

@@ -36,16 +36,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	ctx := context.Background()
 	nftCfg := &config.Config{Mode: proxy.ModeNFTables, BPFPinDir: pins}
 
-	withTC := openEBPFMode(t, env, cfg)
-	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(ctx) }) })
-	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, withTC.sync)
-	byTC := dialBoth(t, env, byTCFrom(env))
-	for _, b := range withTC {
-		b.hooks.Close()
-		if b.tc != nil {
-			b.tc.Close()
-		}
-	}
+	byTC := connectedByTC(t, env, cfg)
 
 	// nftables mode starts, syncs, and then removes ebpf mode's leftovers,
 	// the tc programs first taking no new connection: from then on the
@@ -67,7 +58,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	// socket hooks and leaves the tc programs for the next start.
 	cut, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := ebpfBackend.RemoveLeftovers(cut, nftCfg); err == nil {
+	if err := env.Node1.NS.Do(func() error { return ebpfBackend.RemoveLeftovers(cut, nftCfg) }); err == nil {
 		t.Error("a removal of ebpf mode's leftovers cut short while connections were open reported no error")
 	}
 	if _, err := os.Stat(filepath.Join(pins, "ipv4")); !os.IsNotExist(err) {
@@ -77,7 +68,7 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 		t.Errorf("after a removal cut short: %d tc programs on fab0, want 2", n)
 	}
 	removed := make(chan error, 1)
-	go func() { removed <- ebpfBackend.RemoveLeftovers(ctx, nftCfg) }()
+	go func() { removed <- env.Node1.NS.Do(func() error { return ebpfBackend.RemoveLeftovers(ctx, nftCfg) }) }()
 	askAll(t, byTC, "ebpf+tc → nftables, the removal waiting")
 	askAll(t, byRules, "ebpf+tc → nftables, the removal waiting")
 	tcRemovedAfterClose(t, removed, byTC, func() string {
@@ -97,6 +88,25 @@ func TestKernelEBPFTCModeSwitchKeepsConnections(t *testing.T) {
 	askAll(t, byRules, "nftables → ebpf+tc")
 	closeAll(byRules)
 	closeAll(dialBoth(t, env, byTCFrom(env)))
+}
+
+// connectedByTC runs ebpf mode with the tc programs (cfg) in node1, syncs
+// both families, opens connections through the programs (dialBoth) and
+// stops the mode as a stopped svcproxy leaves it: only the pins hold the
+// programs.
+func connectedByTC(t *testing.T, env *scenario.Env, cfg *config.Config) []heldConn {
+	t.Helper()
+	withTC := openEBPFMode(t, env, cfg)
+	t.Cleanup(func() { _ = env.Node1.NS.Do(func() error { return withTC.cleanup(context.Background()) }) })
+	syncAll(t, env, func(o *desired.Options) { ebpfBackend.Decide(cfg, o) }, withTC.sync)
+	byTC := dialBoth(t, env, byTCFrom(env))
+	for _, b := range withTC {
+		b.hooks.Close()
+		if b.tc != nil {
+			b.tc.Close()
+		}
+	}
+	return byTC
 }
 
 // nodePort is node1's node port 30010 in family f.

@@ -48,9 +48,11 @@ func keptHooksRetirement(family proxy.IPFamily) *retirement {
 }
 
 // anyDNATed says whether the kernel's conntrack holds a connection of
-// family whose destination it translates. It stops reading the table at
-// the first: while the hooks are needed, that is usually early. A dump the
-// kernel reports as interrupted may have missed one, so it says yes.
+// family whose destination it translates. The kernel sends only those
+// (ListDNATed), so the look that finds none, on a node with a big table,
+// costs a walk of the table in the kernel rather than every flow read
+// here; it stops reading at the first. A dump the kernel reports as
+// interrupted may have missed one, so it says yes.
 func anyDNATed(ctx context.Context, family proxy.IPFamily) (bool, error) {
 	ct, err := kconntrack.New()
 	if err != nil {
@@ -60,7 +62,7 @@ func anyDNATed(ctx context.Context, family proxy.IPFamily) (bool, error) {
 	listing, stop := context.WithCancel(ctx)
 	defer stop()
 	found := false
-	err = ct.List(listing, family, func(f kconntrack.Flow) {
+	err = ct.ListDNATed(listing, family, func(f kconntrack.Flow) {
 		if f.DNATed() {
 			found = true
 			stop()

@@ -20,9 +20,10 @@ const (
 	createdStatus = statusSeenReply | 1<<2 | 1<<3
 )
 
-// Create inserts flows that expire after timeout. It is not part of
-// Interface: the proxy never creates flows; tests and benchmarks use it to
-// fill a namespace's table quickly, in batches like Delete.
+// Create inserts flows, untranslated, that expire after timeout. It is
+// not part of Interface: tests and benchmarks use it to fill a namespace's
+// table quickly, in batches like Delete (the proxy creates flows only
+// with their translation, CreateNAT).
 func (c *Client) Create(ctx context.Context, family proxy.IPFamily, flows []Flow, timeout time.Duration) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -60,32 +60,41 @@ func goneOK(e unix.Errno) bool { return e == 0 || e == unix.ENOENT }
 // exchange sends one batch of n requests numbered from first and counts
 // their acks as accepted by ok or not.
 func (c *Client) exchange(msg []byte, first uint32, n int, ok func(unix.Errno) bool) (gone, failed int, err error) {
+	err = c.exchangeEach(msg, first, n, func(_ int, e unix.Errno) {
+		if ok(e) {
+			gone++
+		} else {
+			failed++
+		}
+	})
+	return gone, failed, err
+}
+
+// exchangeEach sends one batch of n requests numbered from first and
+// calls ack with each one's index in the batch and the kernel's answer.
+func (c *Client) exchangeEach(msg []byte, first uint32, n int, ack func(i int, e unix.Errno)) error {
 	if err := knetlink.Send(c.fd, msg); err != nil {
-		return 0, 0, err
+		return err
 	}
 	last := first + uint32(n) - 1
 	for acked := 0; acked < n; {
 		size, err := c.recv()
 		if err != nil {
-			return gone, failed, err
+			return err
 		}
 		err = knetlink.Messages(c.buf[:size], func(typ, _ uint16, seq uint32, body []byte) error {
 			if typ != unix.NLMSG_ERROR || seq < first || seq > last {
 				return nil
 			}
 			acked++
-			if ok(knetlink.AckErrno(body)) {
-				gone++
-			} else {
-				failed++
-			}
+			ack(int(seq-first), knetlink.AckErrno(body))
 			return nil
 		})
 		if err != nil {
-			return gone, failed, err
+			return err
 		}
 	}
-	return gone, failed, nil
+	return nil
 }
 
 func (c *Client) batchSize() int {

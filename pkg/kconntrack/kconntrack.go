@@ -1,7 +1,17 @@
 // Package kconntrack is a thin client for the kernel's connection tracking
-// table over netlink (ctnetlink): stream the flows of one IP family, and
-// delete a set of flows in batches. It holds no policy; internal/conntrack
-// decides which flows are stale. Fake is an in-memory table for unit tests.
+// table over netlink (ctnetlink): stream the flows of one IP family,
+// delete a set of flows in batches, and create flows with their NAT
+// (CreateNAT: ebpf mode's tc programs hand the connections they
+// translated to the kernel when they leave a node). It holds no policy;
+// internal/conntrack decides which flows are stale. Fake is an in-memory
+// table for unit tests.
+//
+// It speaks the protocol itself, on pkg/knetlink, rather than through
+// vishvananda/netlink's conntrack calls: those read a whole dump into
+// memory and send one request per flow, where the reconciler lists and
+// deletes tables of hundreds of thousands of flows in bounded memory and
+// batches, and they cannot create a flow with its translation
+// (CTA_NAT_DST, CTA_NAT_SRC).
 package kconntrack
 
 import (

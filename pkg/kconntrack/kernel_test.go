@@ -3,6 +3,7 @@ package kconntrack_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -19,7 +20,14 @@ import (
 // newClient returns a client whose socket lives in a fresh test namespace.
 // It fails (never skips) without root: these tests are the only proof the
 // wire format is right.
-func newClient(t *testing.T) *kconntrack.Client {
+func newClient(t testing.TB) *kconntrack.Client {
+	t.Helper()
+	c, _ := newClientIn(t)
+	return c
+}
+
+// newClientIn is newClient that also returns the namespace.
+func newClientIn(t testing.TB) (*kconntrack.Client, *netnstest.NS) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("kconntrack kernel tests need root (network namespaces, ctnetlink)")
@@ -39,7 +47,7 @@ func newClient(t *testing.T) *kconntrack.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c
+	return c, ns
 }
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
@@ -122,5 +130,47 @@ func TestListHonoursContext(t *testing.T) {
 	// The client is usable again afterwards.
 	if got := list(t, c, proxy.IPv4); len(got) != len(flows) {
 		t.Fatalf("after a cancelled dump: %d flows, want %d", len(got), len(flows))
+	}
+}
+
+// TestListDNATedAsksTheKernelToFilter: a flow the kernel's NAT translated
+// is listed; a flow whose tuples differ but that no NAT made (created
+// through ctnetlink, which cannot set the NAT status bits) is left out by
+// the kernel, which shows the dump was filtered there, not here.
+func TestListDNATedAsksTheKernelToFilter(t *testing.T) {
+	c, ns := newClientIn(t)
+	ctx := context.Background()
+	if err := ns.LinkUp("lo"); err != nil {
+		t.Fatal(err)
+	}
+	rules := "table ip t {\n chain out {\n  type nat hook output priority -100\n  udp dport 53 dnat to 127.0.0.1:5353\n }\n}\n"
+	if _, err := ns.RunInput(ctx, rules, "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	err := ns.Do(func() error {
+		conn, err := net.Dial("udp4", "127.0.0.5:53")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_, err = conn.Write([]byte("x"))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	untranslated := flow(kconntrack.ProtoUDP, "198.19.1.2:1001", "172.30.0.10:53", "198.19.1.6:5353", 0)
+	if _, err := c.Create(ctx, proxy.IPv4, []kconntrack.Flow{untranslated}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if all := list(t, c, proxy.IPv4); len(all) != 2 {
+		t.Fatalf("want the translated flow and the created one, got %v", all)
+	}
+	var got []kconntrack.Flow
+	if err := c.ListDNATed(ctx, proxy.IPv4, func(f kconntrack.Flow) { got = append(got, f) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Orig.Dst != ap("127.0.0.5:53") || got[0].Reply.Src != ap("127.0.0.1:5353") {
+		t.Fatalf("ListDNATed: got %v, want only the flow to 127.0.0.5:53 the rule translated", got)
 	}
 }

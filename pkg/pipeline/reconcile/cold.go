@@ -6,7 +6,7 @@ package reconcile
 // cold reports whether t's diff is an Add of every claimed key and
 // nothing else: the kernel holds none of its keys and every key is dirty.
 func (t *Table[O, K, V]) cold() bool {
-	return t.inKernel == 0 && t.claimed > 0 && len(t.dirty) == len(t.entries)-len(t.free)
+	return t.inKernel == 0 && t.claimed > 0 && len(t.dirty) == t.entries.n-len(t.free)
 }
 
 // coldChunk is the most changes a cold batch hands do at once. A first
@@ -39,7 +39,7 @@ func coldBatch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Cha
 		c := coldChunks[O, K, V]{t: t, do: do, adds: make([]Change[K, V], 0, min(t.claimed, coldChunk))}
 		c.at = make([]int32, 0, cap(c.adds))
 		for _, pos := range t.dirty {
-			e := &t.entries[pos]
+			e := t.entries.at(pos)
 			e.flags &^= flagDirty
 			if want, ok := t.want(pos, e); ok && c.err == nil {
 				c.add(pos, Change[K, V]{Op: Add, Key: e.key, Want: want})

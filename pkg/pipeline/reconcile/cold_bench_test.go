@@ -29,3 +29,30 @@ func BenchmarkColdBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkColdBatchValueless is BenchmarkColdBatch for a kind without
+// values (ipset members, nftables set elements), half the keys claimed by two
+// owners: the table counts the claims.
+func BenchmarkColdBatchValueless(b *testing.B) {
+	const owners, per = 10000, 10
+	const keys = (owners + 1) * per / 2
+	parts := make([][]Item[int, struct{}], owners)
+	for o := range parts {
+		for i := range per {
+			// Half of o's keys are o+1's too.
+			parts[o] = append(parts[o], Item[int, struct{}]{Key: o*per/2 + i})
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		tb := NewTable[own](valuelessKind)
+		tb.Reserve(keys)
+		for o, its := range parts {
+			tb.Replace(own(o), its)
+		}
+		n, err := RunUntilFailure(Batch(tb, func([]Change[int, struct{}]) error { return nil }))
+		if err != nil || n != keys || tb.KernelLen() != n {
+			b.Fatalf("RunUntilFailure = %d, %v; %d held", n, err, tb.KernelLen())
+		}
+	}
+}

@@ -43,7 +43,7 @@ func (t *Table[O, K, V]) probe(k K) (cell int, pos int32, found bool) {
 		if c == 0 {
 			return i, -1, false
 		}
-		if t.entries[c-1].key == k {
+		if t.entries.at(c-1).key == k {
 			return i, c - 1, true
 		}
 	}
@@ -70,10 +70,9 @@ func (t *Table[O, K, V]) lookupOrAdd(k K) int32 {
 	}
 	if n := len(t.free); n > 0 {
 		pos, t.free = t.free[n-1], t.free[:n-1]
-		t.entries[pos].key = k
+		t.entries.at(pos).key = k
 	} else {
-		pos = int32(len(t.entries))
-		t.entries = append(t.entries, entry[K, V]{key: k})
+		pos = t.entries.add(entry[K, V]{key: k})
 	}
 	t.index.cells[cell] = pos + 1
 	t.index.used++
@@ -82,42 +81,20 @@ func (t *Table[O, K, V]) lookupOrAdd(k K) int32 {
 
 // growIndex makes the index hold n keys, rehashing the ones it holds.
 func (t *Table[O, K, V]) growIndex(n int) {
-	old := t.index.cells
-	if c := cellsFor(n); c > len(old) {
-		t.index.cells = make([]int32, c)
-	} else {
-		return
-	}
-	mask := len(t.index.cells) - 1
-	for _, c := range old {
-		if c == 0 {
-			continue
-		}
-		i := t.hash(t.entries[c-1].key) & mask
-		for t.index.cells[i] != 0 {
-			i = (i + 1) & mask
-		}
-		t.index.cells[i] = c
+	if c := cellsFor(n); c > len(t.index.cells) {
+		t.index.cells = rehashCells(t.index.cells, c, t.homeOf)
 	}
 }
 
+// homeOf is the hash of the key whose cell is c.
+func (t *Table[O, K, V]) homeOf(c int32) int { return t.hash(t.entries.at(c - 1).key) }
+
 // remove drops the entry at pos, which has no flags left, from the index
-// and frees its position. The cells after it in its probe run move back,
-// so that no run has a hole (backward-shift deletion).
+// and frees its position.
 func (t *Table[O, K, V]) remove(pos int32) {
-	mask := len(t.index.cells) - 1
-	hole, _, _ := t.probe(t.entries[pos].key)
-	for i := (hole + 1) & mask; t.index.cells[i] != 0; i = (i + 1) & mask {
-		home := t.hash(t.entries[t.index.cells[i]-1].key) & mask
-		// The cell at i may fill the hole unless its home lies after
-		// the hole, cyclically up to i.
-		if (i-home)&mask >= (i-hole)&mask {
-			t.index.cells[hole] = t.index.cells[i]
-			hole = i
-		}
-	}
-	t.index.cells[hole] = 0
+	hole, _, _ := t.probe(t.entries.at(pos).key)
+	emptyCell(t.index.cells, hole, t.homeOf)
 	t.index.used--
-	t.entries[pos] = entry[K, V]{}
+	*t.entries.at(pos) = entry[K, V]{}
 	t.free = append(t.free, pos)
 }

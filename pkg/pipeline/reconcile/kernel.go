@@ -6,11 +6,11 @@ package reconcile
 // recovery sync): what this process committed may no longer be true.
 func (t *Table[O, K, V]) ForgetKernel() {
 	var none V
-	for pos := range t.entries {
-		if e := &t.entries[pos]; e.flags&flagKernel != 0 {
+	for pos, e := range t.entries.all {
+		if e.flags&flagKernel != 0 {
 			e.have = none
 			e.flags &^= flagKernel
-			t.touch(int32(pos), e)
+			t.touch(pos, e)
 		}
 	}
 	t.inKernel = 0
@@ -26,7 +26,7 @@ func (t *Table[O, K, V]) Kernel(k K) (V, bool) {
 	if !ok {
 		return none, false
 	}
-	e := &t.entries[pos]
+	e := t.entries.at(pos)
 	return e.have, e.flags&flagKernel != 0
 }
 
@@ -37,7 +37,7 @@ func (t *Table[O, K, V]) SetKernel(k K, v V) {
 }
 
 func (t *Table[O, K, V]) setKernelAt(pos int32, v V) {
-	e := &t.entries[pos]
+	e := t.entries.at(pos)
 	if e.flags&flagKernel == 0 {
 		e.flags |= flagKernel
 		t.inKernel++
@@ -53,7 +53,7 @@ func (t *Table[O, K, V]) DropKernel(k K) {
 }
 
 func (t *Table[O, K, V]) dropKernelAt(pos int32) {
-	e := &t.entries[pos]
+	e := t.entries.at(pos)
 	if e.flags&flagKernel == 0 {
 		return
 	}
@@ -70,8 +70,8 @@ func (t *Table[O, K, V]) KernelLen() int { return t.inKernel }
 // KernelKeys yields every key the kernel holds (not to be changed while
 // ranging).
 func (t *Table[O, K, V]) KernelKeys(yield func(K) bool) {
-	for pos := range t.entries {
-		if e := &t.entries[pos]; e.flags&flagKernel != 0 && !yield(e.key) {
+	for _, e := range t.entries.all {
+		if e.flags&flagKernel != 0 && !yield(e.key) {
 			return
 		}
 	}
@@ -93,7 +93,7 @@ func (t *Table[O, K, V]) Diff() []Change[K, V] {
 // on the way.
 func (t *Table[O, K, V]) dirtyChanges(clearDirty bool, fn func(Change[K, V])) {
 	for _, pos := range t.dirty {
-		e := &t.entries[pos]
+		e := t.entries.at(pos)
 		want, wok := t.want(pos, e)
 		hok := e.flags&flagKernel != 0
 		switch {
@@ -117,7 +117,7 @@ func (t *Table[O, K, V]) dirtyChanges(clearDirty bool, fn func(Change[K, V])) {
 // ClearDirty forgets which keys were touched.
 func (t *Table[O, K, V]) ClearDirty() {
 	for _, pos := range t.dirty {
-		t.entries[pos].flags &^= flagDirty
+		t.entries.at(pos).flags &^= flagDirty
 		t.removeIfEmpty(pos)
 	}
 	t.emptyDirty()
@@ -138,7 +138,7 @@ func (t *Table[O, K, V]) emptyDirty() {
 
 // removeIfEmpty removes the entry at pos when nothing is left of it.
 func (t *Table[O, K, V]) removeIfEmpty(pos int32) {
-	if t.entries[pos].flags == 0 {
+	if t.entries.at(pos).flags == 0 {
 		t.remove(pos)
 	}
 }

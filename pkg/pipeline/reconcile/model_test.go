@@ -13,12 +13,12 @@ import (
 // naive is the reference the Table is checked against: every owner's
 // items as given, and a desired value computed from scratch by looking at
 // all of them.
-type naive struct {
-	parts map[own][]Item[int, string]
+type naive[V comparable] struct {
+	parts map[own][]Item[int, V]
 }
 
-func (n *naive) desired() map[int]string {
-	out := map[int]string{}
+func (n *naive[V]) desired() map[int]V {
+	out := map[int]V{}
 	best := map[int]own{}
 	for o, its := range n.parts {
 		for _, it := range its {
@@ -34,26 +34,30 @@ func (n *naive) desired() map[int]string {
 // world drives a Table the way a backend does (Syncs, claims, steps) over
 // a fake kernel that sometimes refuses a change or is changed behind the
 // backend's back, and checks it against naive after every sync.
-type world struct {
+type world[V comparable] struct {
 	t      *testing.T
 	r      *rand.Rand
 	syncs  Syncs
-	tb     *Table[own, int, string]
-	model  naive
-	kernel map[int]string // the fake kernel
+	tb     *Table[own, int, V]
+	model  naive[V]
+	kernel map[int]V // the fake kernel
 	failP  float64
+	// value makes a value to claim; stray is the value of a key added
+	// behind the backend's back.
+	value func(*rand.Rand) V
+	stray V
 }
 
-func (w *world) randomItems() []Item[int, string] {
-	var its []Item[int, string]
+func (w *world[V]) randomItems() []Item[int, V] {
+	var its []Item[int, V]
 	for range w.r.IntN(5) {
-		its = append(its, Item[int, string]{Key: w.r.IntN(12), Value: fmt.Sprint(w.r.IntN(3))})
+		its = append(its, Item[int, V]{Key: w.r.IntN(12), Value: w.value(w.r)})
 	}
 	return its
 }
 
 // sync runs one sync of mode whose changed owners get new items.
-func (w *world) sync(mode proxy.SyncMode, changed []own) {
+func (w *world[V]) sync(mode proxy.SyncMode, changed []own) {
 	plan, err := w.syncs.Begin(mode, "model")
 	if err != nil {
 		if !errors.Is(err, proxy.ErrFullSyncNeeded) {
@@ -90,7 +94,7 @@ func (w *world) sync(mode proxy.SyncMode, changed []own) {
 	if w.r.IntN(2) == 0 {
 		err = w.batch(want, &failed)
 	} else {
-		err = RunAll(Each(w.tb, func(c Change[int, string]) (Result[string], error) {
+		err = RunAll(Each(w.tb, func(c Change[int, V]) (Result[V], error) {
 			w.checkChange(c, want)
 			if w.r.Float64() < w.failP {
 				failed = true
@@ -113,8 +117,8 @@ func (w *world) sync(mode proxy.SyncMode, changed []own) {
 
 // batch applies the table's changes as a BPF map backend does (Batch: a
 // phase whole or not at all, and nothing after a refused one).
-func (w *world) batch(want map[int]string, failed *bool) error {
-	_, err := RunUntilFailure(Batch(w.tb, func(cs []Change[int, string]) error {
+func (w *world[V]) batch(want map[int]V, failed *bool) error {
+	_, err := RunUntilFailure(Batch(w.tb, func(cs []Change[int, V]) error {
 		for _, c := range cs {
 			w.checkChange(c, want)
 		}
@@ -130,7 +134,7 @@ func (w *world) batch(want map[int]string, failed *bool) error {
 	return err
 }
 
-func (w *world) apply(c Change[int, string]) {
+func (w *world[V]) apply(c Change[int, V]) {
 	if c.Op == Delete {
 		delete(w.kernel, c.Key)
 	} else {
@@ -140,20 +144,20 @@ func (w *world) apply(c Change[int, string]) {
 
 // checkChange checks a change against the model: it names what the key
 // should be and what the backend last saw of it.
-func (w *world) checkChange(c Change[int, string], want map[int]string) {
+func (w *world[V]) checkChange(c Change[int, V], want map[int]V) {
 	v, claimed := want[c.Key]
 	if claimed != (c.Op != Delete) || (claimed && v != c.Want) {
-		w.t.Fatalf("change %+v, but the model wants %q (claimed %t)", c, v, claimed)
+		w.t.Fatalf("change %+v, but the model wants %v (claimed %t)", c, v, claimed)
 	}
 }
 
-func (w *world) checkConverged(mode proxy.SyncMode, want map[int]string) {
+func (w *world[V]) checkConverged(mode proxy.SyncMode, want map[int]V) {
 	if mode.Full() && !maps.Equal(w.kernel, want) {
 		w.t.Fatalf("after a %v sync the kernel is %v, want %v", mode, w.kernel, want)
 	}
 	for k, v := range w.kernel {
 		if have, ok := w.tb.Kernel(k); !ok || have != v {
-			w.t.Fatalf("the table's kernel side has %d = %q, %t; the kernel %q", k, have, ok, v)
+			w.t.Fatalf("the table's kernel side has %d = %v, %t; the kernel %v", k, have, ok, v)
 		}
 	}
 	if w.tb.KernelLen() != len(w.kernel) {
@@ -164,7 +168,7 @@ func (w *world) checkConverged(mode proxy.SyncMode, want map[int]string) {
 // step does one random thing: a partial, full or recovery sync, or a
 // change to the kernel behind the backend's back (after which, as the
 // syncer does on a lost canary, the next sync is a recovery).
-func (w *world) step(op byte) {
+func (w *world[V]) step(op byte) {
 	switch op % 6 {
 	case 0, 1, 2:
 		w.sync(proxy.PartialSync, []own{own(w.r.IntN(4)), own(w.r.IntN(4))})
@@ -177,18 +181,30 @@ func (w *world) step(op byte) {
 		if _, ok := w.kernel[k]; ok {
 			delete(w.kernel, k)
 		} else {
-			w.kernel[k] = "stray"
+			w.kernel[k] = w.stray
 		}
 		w.sync(proxy.RecoverySync, nil)
 	}
 }
 
+// valuelessKind is a kind whose objects have no value (an ipset member):
+// its table counts the claims on a key rather than keeping them.
+var valuelessKind = Kind[int, struct{}]{Name: "valueless", Equal: func(struct{}, struct{}) bool { return true },
+	AddPhase: 1, UpdatePhase: 1, DeletePhase: 2}
+
+// runModel drives a table of string values and a counted one (value-less)
+// through the same random syncs, each against the naive model.
 func runModel(t *testing.T, seed uint64, ops []byte) {
-	w := &world{t: t, r: rand.New(rand.NewPCG(seed, 1)), tb: NewTable[own](intKind),
-		model: naive{parts: map[own][]Item[int, string]{}}, kernel: map[int]string{}, failP: 0.05}
+	runWorld(t, seed, ops, intKind, func(r *rand.Rand) string { return fmt.Sprint(r.IntN(3)) }, "stray")
+	runWorld(t, seed, ops, valuelessKind, func(*rand.Rand) struct{} { return struct{}{} }, struct{}{})
+}
+
+func runWorld[V comparable](t *testing.T, seed uint64, ops []byte, kind Kind[int, V], value func(*rand.Rand) V, stray V) {
+	w := &world[V]{t: t, r: rand.New(rand.NewPCG(seed, 1)), tb: NewTable[own](kind),
+		model: naive[V]{parts: map[own][]Item[int, V]{}}, kernel: map[int]V{}, failP: 0.05, value: value, stray: stray}
 	// A process starts on a kernel that holds what a previous one left.
 	for range w.r.IntN(6) {
-		w.kernel[w.r.IntN(12)] = fmt.Sprint(w.r.IntN(3))
+		w.kernel[w.r.IntN(12)] = value(w.r)
 	}
 	for _, op := range ops {
 		w.step(op)
@@ -218,8 +234,8 @@ func FuzzTableAgainstNaiveModel(f *testing.F) {
 
 // checkWanted checks the table's claims before the diff: Wanted yields
 // each key the model wants once, with the value it wants.
-func (w *world) checkWanted(want map[int]string) {
-	got := map[int]string{}
+func (w *world[V]) checkWanted(want map[int]V) {
+	got := map[int]V{}
 	for k, v := range w.tb.Wanted {
 		if _, twice := got[k]; twice {
 			w.t.Fatalf("Wanted yields %d twice", k)

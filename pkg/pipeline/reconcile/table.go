@@ -10,6 +10,7 @@ package reconcile
 import (
 	"hash/maphash"
 	"slices"
+	"unsafe"
 )
 
 // Owner is who claims objects: a service port, or the zero value for what
@@ -33,18 +34,22 @@ type Item[K comparable, V any] struct {
 // is not safe for concurrent use.
 //
 // Each owner's claims are the items its Replace was given, kept as they
-// are (owners). The keys' state is packed: one entry per key in a slice
-// (entries), which holds the key, the kernel's value, which of the owners'
-// items is its first claim, and flags; an index of positions (index.go)
-// finds a key's entry. A key costs its entry and a few bytes of index, no
-// allocation of its own, and the walks of a sync (a full sync's reset,
-// the diff of every dirty key, a cold batch) go through the slice in
-// order without hashing a key. Only a key that several owners claim at
-// once keeps the claims after its first in a slice (more).
+// are (owners); a table of a value-less kind (V of size zero: counted)
+// keeps only each claim's position and counts the claims on a key
+// (counted.go). The keys' state is packed: one entry per key, in chunks
+// (entries.go), which holds the key, the kernel's value, which of the
+// owners' items is its first claim, and flags; an index of positions
+// (index.go) finds a key's entry. A key costs its entry and a few bytes
+// of index, no allocation of its own, and the walks of a sync (a full
+// sync's reset, the diff of every dirty key, a cold batch) go through the
+// entries in order without hashing a key. Only a key that several owners
+// claim at once keeps the claims after its first in a slice (more).
 type Table[O Owner[O], K comparable, V any] struct {
-	kind    Kind[K, V]
+	kind Kind[K, V]
+	// counted: V is value-less, so a claim is only counted (counted.go).
+	counted bool
 	index   index
-	entries []entry[K, V]
+	entries entryStore[K, V]
 	// free lists the positions of entries removed, which new keys take.
 	free   []int32
 	more   map[int32][]claim
@@ -58,7 +63,8 @@ type Table[O Owner[O], K comparable, V any] struct {
 }
 
 // entry is one key's state: the key, the kernel's value (have), its first
-// claim (the others are in Table.more), and flags.
+// claim (the others are in Table.more) or, in a counted table, the number
+// of its claims (first.item), and flags.
 type entry[K comparable, V any] struct {
 	key   K
 	have  V
@@ -85,20 +91,21 @@ type claim struct {
 
 // NewTable returns an empty table of kind.
 func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] {
-	return &Table[O, K, V]{kind: kind, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
-		owners: owners[O, K, V]{ids: map[O]ownerID{}}}
+	var none V
+	counted := unsafe.Sizeof(none) == 0
+	return &Table[O, K, V]{kind: kind, counted: counted, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
+		owners: owners[O, K, V]{seed: maphash.MakeSeed()}}
 }
 
 // Replace swaps every claim of o for items (none: o claims nothing any
 // more). Every key either side names is dirty. The table keeps items
 // until o's next Replace or ResetClaims, so the caller must not change it
-// after the call.
+// after the call; a counted table keeps only their positions, and the
+// caller may reuse items at once.
 func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
-	id, ok := t.owners.ids[o]
+	id, ok := t.owners.lookup(o)
 	if ok {
-		for _, it := range t.owners.items(id) {
-			t.unclaim(id, it.Key)
-		}
+		t.unclaimAll(id)
 	}
 	switch {
 	case len(items) == 0 && ok:
@@ -109,9 +116,26 @@ func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
 	case !ok:
 		id = t.owners.add(o)
 	}
+	if t.counted {
+		t.claimCounted(id, items)
+		return
+	}
 	t.owners.byID[id].items = items
 	for i, it := range items {
 		t.claim(it.Key, claim{owner: id, item: int32(i)})
+	}
+}
+
+// unclaimAll drops every claim of the owner numbered id.
+func (t *Table[O, K, V]) unclaimAll(id ownerID) {
+	if t.counted {
+		for _, pos := range t.owners.byID[id].at {
+			t.uncount(pos)
+		}
+		return
+	}
+	for _, it := range t.owners.items(id) {
+		t.unclaim(id, it.Key)
 	}
 }
 
@@ -119,7 +143,7 @@ func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
 // second is not kept.
 func (t *Table[O, K, V]) claim(k K, c claim) {
 	pos := t.lookupOrAdd(k)
-	e := &t.entries[pos]
+	e := t.entries.at(pos)
 	switch {
 	case e.flags&flagClaimed == 0:
 		e.first = c
@@ -140,7 +164,7 @@ func (t *Table[O, K, V]) unclaim(id ownerID, k K) {
 	if !ok {
 		return
 	}
-	e := &t.entries[pos]
+	e := t.entries.at(pos)
 	if e.flags&flagClaimed == 0 {
 		return
 	}
@@ -198,10 +222,10 @@ func (t *Table[O, K, V]) dropShared(pos int32, e *entry[K, V], i int) {
 // claimed), which then claims its keys without growing its storage step
 // by step; a table with entries keeps its own.
 func (t *Table[O, K, V]) Reserve(n int) {
-	if len(t.entries) != len(t.free) || n <= 0 {
+	if t.entries.n != len(t.free) || n <= 0 {
 		return
 	}
-	t.entries = slices.Grow(t.entries[:0], n)
+	t.entries.reserve(n)
 	t.free = t.free[:0]
 	t.index.cells, t.index.used = make([]int32, cellsFor(n)), 0
 	t.dirty = slices.Grow(t.dirty[:0], n)
@@ -211,25 +235,22 @@ func (t *Table[O, K, V]) Reserve(n int) {
 // add them. Only a table without owners that never had room for as many
 // takes the hint (a cold sync); one that had keeps its own.
 func (t *Table[O, K, V]) ReserveOwners(n int) {
-	if len(t.owners.ids) != 0 || n <= cap(t.owners.byID) {
-		return
+	if t.owners.n == 0 {
+		t.owners.reserve(n)
 	}
-	t.owners.ids = make(map[O]ownerID, n)
-	t.owners.byID = slices.Grow(t.owners.byID[:0], n)
 }
 
 // ResetClaims drops every claim and marks every key dirty, claimed or in
 // the kernel: the start of a full sync, which claims everything again and
 // so diffs the whole kind.
 func (t *Table[O, K, V]) ResetClaims() {
-	for pos := range t.entries {
-		e := &t.entries[pos]
+	for pos, e := range t.entries.all {
 		if e.flags == 0 {
 			continue // a free position
 		}
 		e.first = claim{}
 		e.flags &^= flagClaimed | flagShared
-		t.touch(int32(pos), e)
+		t.touch(pos, e)
 	}
 	clear(t.more)
 	t.owners.reset()
@@ -240,9 +261,9 @@ func (t *Table[O, K, V]) ResetClaims() {
 // kernel, without dropping the claims: after a read-back that a partial
 // sync may follow.
 func (t *Table[O, K, V]) MarkAllDirty() {
-	for pos := range t.entries {
-		if e := &t.entries[pos]; e.flags != 0 {
-			t.touch(int32(pos), e)
+	for pos, e := range t.entries.all {
+		if e.flags != 0 {
+			t.touch(pos, e)
 		}
 	}
 }
@@ -250,7 +271,7 @@ func (t *Table[O, K, V]) MarkAllDirty() {
 // MarkDirty makes the next diff look at k.
 func (t *Table[O, K, V]) MarkDirty(k K) {
 	pos := t.lookupOrAdd(k)
-	t.touch(pos, &t.entries[pos])
+	t.touch(pos, t.entries.at(pos))
 }
 
 // touch marks e, the entry at pos, dirty.
@@ -275,13 +296,13 @@ func (t *Table[O, K, V]) Want(k K) (V, bool) {
 		var none V
 		return none, false
 	}
-	return t.want(pos, &t.entries[pos])
+	return t.want(pos, t.entries.at(pos))
 }
 
 func (t *Table[O, K, V]) want(pos int32, e *entry[K, V]) (V, bool) {
-	if e.flags&flagClaimed == 0 {
+	if e.flags&flagClaimed == 0 || t.counted {
 		var none V
-		return none, false
+		return none, e.flags&flagClaimed != 0
 	}
 	best := e.first
 	if e.flags&flagShared != 0 {
@@ -300,7 +321,7 @@ func (t *Table[O, K, V]) Len() int { return t.claimed }
 // Claimed reports whether anyone claims k.
 func (t *Table[O, K, V]) Claimed(k K) bool {
 	pos, ok := t.lookup(k)
-	return ok && t.entries[pos].flags&flagClaimed != 0
+	return ok && t.entries.at(pos).flags&flagClaimed != 0
 }
 
 // Wanted yields every claimed key with the value it should have (Want's),
@@ -309,12 +330,11 @@ func (t *Table[O, K, V]) Claimed(k K) bool {
 // (an nftables set deleted and added again, every element in the same
 // transaction) rather than applying the diff.
 func (t *Table[O, K, V]) Wanted(yield func(K, V) bool) {
-	for pos := range t.entries {
-		e := &t.entries[pos]
+	for pos, e := range t.entries.all {
 		if e.flags&flagClaimed == 0 {
 			continue
 		}
-		if v, _ := t.want(int32(pos), e); !yield(e.key, v) {
+		if v, _ := t.want(pos, e); !yield(e.key, v) {
 			return
 		}
 	}

@@ -26,6 +26,11 @@ import (
 //   - partial/…: a partial sync of one service port whose endpoint moved
 //     (and back, every other sync), its render included.
 //
+// "one-table" keeps every element in one table keyed by set and key;
+// "two-tables" the set elements (no value) in a table of a value-less
+// kind, which counts their claims, and the map elements in one with
+// values; "table-per-set" a table per set.
+//
 // "store" is this package's store with the whole parts, "store-no-elems"
 // the same without their elements: the elements' share of the store is
 // the difference, which is what the tables stand against (they hold
@@ -41,6 +46,7 @@ func BenchmarkElemTables(b *testing.B) {
 		{"store", func() elemStorage { return &storeElems{s: newStore()} }, false},
 		{"store-no-elems", func() elemStorage { return &storeElems{s: newStore(), noElems: true} }, true},
 		{"one-table", newOneTable, false},
+		{"two-tables", newTwoTables, false},
 		{"table-per-set", func() elemStorage { return tablePerSet{} }, false},
 	}
 	for _, s := range storages {
@@ -182,9 +188,9 @@ func (x tablePerSet) sync(parts []renderedPart) int {
 
 // commitAll runs t's batch (a cold one when t is cold), the kernel taking
 // every change, and returns the number of changes.
-func commitAll[K comparable](t *reconcile.Table[owner, K, string]) int {
+func commitAll[K comparable, V any](t *reconcile.Table[owner, K, V]) int {
 	n := 0
-	steps := reconcile.Batch(t, func(cs []reconcile.Change[K, string]) error {
+	steps := reconcile.Batch(t, func(cs []reconcile.Change[K, V]) error {
 		n += len(cs)
 		return nil
 	})
@@ -290,4 +296,62 @@ func (x tablePerSet) claim(p renderedPart, bySet map[string][]reconcile.Item[str
 		t.Replace(p.name, items)
 	}
 	return bySet
+}
+
+// twoTables is the set elements in a table of a value-less kind, which
+// counts their claims and keeps no item, and the map elements in a table
+// with values, both keyed by set and key.
+type twoTables struct {
+	sets *reconcile.Table[owner, setKey, struct{}]
+	maps *reconcile.Table[owner, setKey, string]
+	ids  map[string]uint32
+	// setItems is the buffer of a part's set elements: the value-less
+	// table does not keep them.
+	setItems []reconcile.Item[setKey, struct{}]
+}
+
+func newTwoTables() elemStorage {
+	return &twoTables{
+		sets: reconcile.NewTable[owner](reconcile.Kind[setKey, struct{}]{Name: "set elements",
+			Equal: func(struct{}, struct{}) bool { return true }, DeletePhase: 1}),
+		maps: reconcile.NewTable[owner](elemTableKind[setKey]()),
+		ids:  map[string]uint32{},
+	}
+}
+
+func (x *twoTables) sync(parts []renderedPart) int {
+	x.sets.ResetClaims()
+	x.maps.ResetClaims()
+	for _, p := range parts {
+		x.claim(p)
+	}
+	return commitAll(x.sets) + commitAll(x.maps)
+}
+
+func (x *twoTables) replace(p renderedPart) int {
+	x.claim(p)
+	return commitAll(x.sets) + commitAll(x.maps)
+}
+
+// claim replaces p's owner's claims in both tables by p's elements, which
+// p no longer holds.
+func (x *twoTables) claim(p renderedPart) {
+	x.setItems = x.setItems[:0]
+	var maps []reconcile.Item[setKey, string]
+	for _, el := range p.pt.elems {
+		id, ok := x.ids[el.set]
+		if !ok {
+			id = uint32(len(x.ids))
+			x.ids[el.set] = id
+		}
+		k := setKey{id, el.key}
+		if el.value == "" {
+			x.setItems = append(x.setItems, reconcile.Item[setKey, struct{}]{Key: k})
+		} else {
+			maps = append(maps, reconcile.Item[setKey, string]{Key: k, Value: el.value})
+		}
+	}
+	p.pt.elems = nil
+	x.sets.Replace(p.name, x.setItems)
+	x.maps.Replace(p.name, maps)
 }

@@ -218,12 +218,14 @@ func clearFrontends[A addrBytes](dir string) error {
 
 // sweep deletes from ct, the conntrack table of A's family, the flows that
 // no longer need the programs and counts those that do: a flow needs them
-// while one of its directions holds them (holds). A done flow goes, so
-// that its entries claim no reply tuple the rules' masquerade may give a
-// new connection (the programs, draining, leave such a reply to the
-// kernel's conntrack anyway, but only where its kfuncs exist). A late packet of a done flow (the last ACK
-// of a close) passes to the stack instead, which answers it with a reset
-// at worst.
+// while one of its directions holds them (holds). An established TCP
+// connection idle past Idle holds nothing but stays, for HandOver to give
+// the kernel (idleOpen): deleted, its next packet would be reset. A done
+// flow goes, so that its entries claim no reply tuple the rules'
+// masquerade may give a new connection (the programs, draining, leave
+// such a reply to the kernel's conntrack anyway, but only where its
+// kfuncs exist). A late packet of a done flow (the last ACK of a close)
+// passes to the stack instead, which answers it with a reset at worst.
 func sweep[A addrBytes](ct *ebpf.Map, times DrainTimes) (int, error) {
 	now, err := monotonicNow()
 	if err != nil {
@@ -245,7 +247,7 @@ func sweep[A addrBytes](ct *ebpf.Map, times DrainTimes) (int, error) {
 	}
 	var done []ctKeyOf[A]
 	for it := ct.Iterate(); it.Next(&k, &v); {
-		if _, ok := held[flowID(k, v)]; !ok && !holds(v.State, v.Seen, k.Proto, now, times) {
+		if _, ok := held[flowID(k, v)]; !ok && !holds(v.State, v.Seen, k.Proto, now, times) && !idleOpen(k.Proto, v.State, v.Seen, now) {
 			done = append(done, k)
 		}
 	}
@@ -292,4 +294,11 @@ func monotonicNow() (uint64, error) {
 		return 0, err
 	}
 	return uint64(ts.Nano()), nil
+}
+
+// idleOpen says whether a direction of a flow of protocol proto in state,
+// whose last packet was at seen, is an established TCP connection the
+// programs still translate at now (bpf/ct.h's timeout), however idle.
+func idleOpen(proto, state uint8, seen, now uint64) bool {
+	return proto == unix.IPPROTO_TCP && state == ctEstablished && (now < seen || now-seen < uint64(handoverTimeout(proto, state)))
 }
