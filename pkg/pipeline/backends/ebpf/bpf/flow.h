@@ -117,13 +117,6 @@ static FLOW_FN int F(apply)(struct __sk_buff *skb, struct F(pkt) *p, struct F(ct
 {
 	if (F(kernel_flow)(skb, &p->k, v))
 		return TC_ACT_OK;
-	// A flow that lost its reply tuple has ended: dropped, not sent as
-	// another's.
-	if (!F(holds_reply)(&p->k, v, now)) {
-		np_count(&F(np_stats), NP_STAT_REPLY_LOST);
-		bpf_map_delete_elem(&F(np_ct), &p->k);
-		return TC_ACT_SHOT;
-	}
 	if (last_hop(p->ttl, v->at))
 		return F(time_exceeded)(skb);
 	F(track)(v, p, v->reply, now);
@@ -135,10 +128,10 @@ static FLOW_FN int F(apply)(struct __sk_buff *skb, struct F(pkt) *p, struct F(ct
 }
 
 // masquerade source-NATs a new flow to an endpoint on another node (s
-// holds its directions) to the node's address and a free port. It is a
-// function of its own, so that its stack frame is not added up with
-// new_flow's.
-static __noinline int F(masquerade)(struct F(snat_search) *s)
+// holds its directions) to the node's address and a free port. Inline in
+// new_flow: a frame of its own would add to the frames down to the port
+// search's, whose sum the verifier bounds.
+static __always_inline int F(masquerade)(struct F(snat_search) *s)
 {
 	__u32 zero = 0;
 	struct F(np_cfg) *cfg = bpf_map_lookup_elem(&F(np_config), &zero);
@@ -218,6 +211,10 @@ static FLOW_FN int F(ingress)(struct __sk_buff *skb)
 		return NP_UNPARSED;
 	__u64 now = bpf_ktime_get_ns();
 	struct F(ct_val) *v = bpf_map_lookup_elem(&F(np_ct), &p->k);
+	// A masqueraded flow's reply whose entry np_ct evicted: the port is
+	// still the flow's (np_snat), and its reply entry is made again.
+	if (!v && snat_range(p->k.dport))
+		v = F(rebuilt_reply)(&p->k, now);
 	if (v && v->at != CT_AT_EGRESS) {
 		if (F(live)(&p->k, v, now))
 			return F(apply)(skb, p, v, now);

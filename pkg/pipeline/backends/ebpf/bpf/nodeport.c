@@ -259,6 +259,27 @@ struct {
 	__type(value, struct ct_val);
 } np_ct SEC(".maps");
 
+// snat_val reserves a masquerade reply tuple (np_snat's key) for the flow
+// whose forward key is owner, since then (the programs' clock).
+struct snat_val {
+	struct ct_key owner;
+	__u64 since;
+};
+
+// np_snat holds the reply tuples of the flows masqueraded to other nodes,
+// each reserved for its flow. Unlike np_ct it is no LRU: a reservation
+// stays while its flow lives, whichever of the flow's entries np_ct
+// evicts, so that no other flow can take the port meanwhile and a
+// forwarded packet need not look at its reply entry. Sized as np_ct, twice
+// the flows it holds; the entries are allocated when written.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct ct_key);
+	__type(value, struct snat_val);
+} np_snat SEC(".maps");
+
 // flow_hash is maglev.FlowHash of an IPv4 flow: host-order words of the
 // source and destination, the ports, the protocol.
 static __always_inline __u32 flow_hash(const struct ct_key *k)

@@ -165,6 +165,19 @@ struct {
 	__type(value, struct ct_val6);
 } np_ct6 SEC(".maps");
 
+struct snat_val6 {
+	struct ct_key6 owner;
+	__u64 since;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct ct_key6);
+	__type(value, struct snat_val6);
+} np_snat6 SEC(".maps");
+
 // flow_hash6 is maglev.FlowHash of an IPv6 flow: host-order words of the
 // source and destination, the ports, the protocol.
 static __always_inline __u32 flow_hash6(const struct ct_key6 *k)

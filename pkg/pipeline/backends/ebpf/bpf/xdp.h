@@ -8,6 +8,8 @@
 // unchanged, where np_ingress does what it always does:
 //   - a flow's first packet (np_ingress picks the endpoint and records
 //     both directions), and a packet whose entry expired;
+//   - a masqueraded flow's reply whose entry np_ct evicted (np_ingress makes
+//     it again from the flow's reservation in np_snat);
 //   - a flow to a local endpoint (the stack delivers it, with the
 //     masquerade mark, which XDP cannot set);
 //   - TCP packets that change the flow's state (SYN, FIN, RST);
@@ -138,7 +140,7 @@ int np_xdp(struct xdp_md *ctx)
 	if (v->reply && draining())
 		return XDP_PASS;
 	__u64 now = bpf_ktime_get_ns();
-	if (expired(v, p.k.proto, now) || !holds_reply(&p.k, v, now))
+	if (expired(v, p.k.proto, now))
 		return XDP_PASS;
 	if (l4_csum_partial(data, end, &p))
 		return XDP_PASS;

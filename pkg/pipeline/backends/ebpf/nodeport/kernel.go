@@ -27,16 +27,17 @@ const (
 	mapRanges   = "np_ranges"
 	mapMembers  = "np_members"
 	mapAffinity = "np_affinity"
+	mapSNAT     = "np_snat"
 )
 
 // familyMaps are the names of one family's maps: IPv4's above, IPv6's
 // the same with a 6 (bpf/six.h).
-type familyMaps struct{ services, backends, maglev, config, ct, ranges, members, affinity string }
+type familyMaps struct{ services, backends, maglev, config, ct, ranges, members, affinity, snat string }
 
 var (
-	maps4 = familyMaps{mapServices, mapBackends, mapMaglev, mapConfig, mapCT, mapRanges, mapMembers, mapAffinity}
+	maps4 = familyMaps{mapServices, mapBackends, mapMaglev, mapConfig, mapCT, mapRanges, mapMembers, mapAffinity, mapSNAT}
 	maps6 = familyMaps{mapServices + "6", mapBackends + "6", mapMaglev + "6", mapConfig + "6", mapCT + "6",
-		mapRanges + "6", mapMembers + "6", mapAffinity + "6"}
+		mapRanges + "6", mapMembers + "6", mapAffinity + "6", mapSNAT + "6"}
 )
 
 // namesOf is the names of the maps of A's family.
@@ -48,7 +49,7 @@ func namesOf[A addrBytes]() familyMaps {
 }
 
 func (n familyMaps) all() []string {
-	return []string{n.services, n.backends, n.maglev, n.config, n.ct, n.ranges, n.members, n.affinity}
+	return []string{n.services, n.backends, n.maglev, n.config, n.ct, n.ranges, n.members, n.affinity, n.snat}
 }
 
 var mapNames = append(append([]string{mapDevices, mapXDPOut, mapStats, mapStats6, mapProgs6}, maps4.all()...), maps6.all()...)
@@ -86,7 +87,7 @@ func pinNames() map[string]string {
 var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}
 
 // sizes are the capacities of one family's maps the State sizes.
-type sizes struct{ services, backends, maglev, ranges, members, ct, affinity uint32 }
+type sizes struct{ services, backends, maglev, ranges, members, ct, affinity, snat uint32 }
 
 // familySizes are both families' sizes.
 type familySizes map[proxy.IPFamily]sizes
@@ -131,7 +132,7 @@ func programSpec(fs familySizes) (*ebpf.CollectionSpec, error) {
 		}
 		for name, n := range map[string]uint32{names.services: sz.services, names.backends: sz.backends,
 			names.maglev: sz.maglev, names.ranges: sz.ranges, names.members: sz.members, names.ct: sz.ct,
-			names.affinity: sz.affinity} {
+			names.affinity: sz.affinity, names.snat: sz.snat} {
 			spec.Maps[name].MaxEntries = n
 		}
 	}

@@ -34,6 +34,8 @@ const (
 	nodeportMapNpRanges6    = "np_ranges6"
 	nodeportMapNpServices   = "np_services"
 	nodeportMapNpServices6  = "np_services6"
+	nodeportMapNpSnat       = "np_snat"
+	nodeportMapNpSnat6      = "np_snat6"
 	nodeportMapNpStats      = "np_stats"
 	nodeportMapNpStats6     = "np_stats6"
 	nodeportMapNpXdpOut     = "np_xdp_out"
@@ -120,6 +122,8 @@ type nodeportMapSpecs struct {
 	NpRanges6   *ebpf.MapSpec `ebpf:"np_ranges6"`
 	NpServices  *ebpf.MapSpec `ebpf:"np_services"`
 	NpServices6 *ebpf.MapSpec `ebpf:"np_services6"`
+	NpSnat      *ebpf.MapSpec `ebpf:"np_snat"`
+	NpSnat6     *ebpf.MapSpec `ebpf:"np_snat6"`
 	NpStats     *ebpf.MapSpec `ebpf:"np_stats"`
 	NpStats6    *ebpf.MapSpec `ebpf:"np_stats6"`
 	NpXdpOut    *ebpf.MapSpec `ebpf:"np_xdp_out"`
@@ -170,6 +174,8 @@ type nodeportMaps struct {
 	NpRanges6   *ebpf.Map `ebpf:"np_ranges6"`
 	NpServices  *ebpf.Map `ebpf:"np_services"`
 	NpServices6 *ebpf.Map `ebpf:"np_services6"`
+	NpSnat      *ebpf.Map `ebpf:"np_snat"`
+	NpSnat6     *ebpf.Map `ebpf:"np_snat6"`
 	NpStats     *ebpf.Map `ebpf:"np_stats"`
 	NpStats6    *ebpf.Map `ebpf:"np_stats6"`
 	NpXdpOut    *ebpf.Map `ebpf:"np_xdp_out"`
@@ -195,6 +201,8 @@ func (m *nodeportMaps) Close() error {
 		m.NpRanges6,
 		m.NpServices,
 		m.NpServices6,
+		m.NpSnat,
+		m.NpSnat6,
 		m.NpStats,
 		m.NpStats6,
 		m.NpXdpOut,

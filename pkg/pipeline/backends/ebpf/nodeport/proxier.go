@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -71,6 +73,15 @@ type Proxier struct {
 	// expected are the sizes the families' first States are expected to
 	// have (ExpectSize).
 	expected map[proxy.IPFamily]proxy.ExpectedSize
+	// swept is when Sync last swept np_snat (sweepReservations), and
+	// sweptNoPort the families' NoMasqueradePort drops then.
+	swept       time.Time
+	sweptNoPort [2]uint64
+	// background counts the seeding and sweeps of np_snat running beside
+	// the syncs (inBackground), which Close waits for; sweepBusy is set
+	// while a sweep runs.
+	background sync.WaitGroup
+	sweepBusy  atomic.Bool
 }
 
 // family is one IP family's part of the Proxier: what its render claims
@@ -109,6 +120,7 @@ func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode
 	}
 	if err == nil {
 		p.programmed = true
+		p.sweepReservations(time.Now())
 	}
 	return err
 }
@@ -177,6 +189,7 @@ func (p *Proxier) ensureLoaded(mode proxy.SyncMode) error {
 		return err
 	}
 	p.kernel = l
+	p.seedReservations()
 	return nil
 }
 
@@ -231,6 +244,10 @@ func sizesOf(floor, services, backends, maglev, ranges, members, eps int) sizes 
 		members:  capacity(members, floor),
 		ct:       ct,
 		affinity: ct / ctPerClient,
+		// A reservation per masqueraded flow np_ct holds (at most half its
+		// entries), and as many more of flows np_ct evicted that no sweep
+		// (sweepSNAT) or probe took back yet.
+		snat: ct,
 	}
 }
 
@@ -265,6 +282,7 @@ func (p *Proxier) Writes() uint64 {
 func (p *Proxier) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.background.Wait()
 	if p.kernel != nil {
 		p.kernel.close()
 		p.kernel = nil

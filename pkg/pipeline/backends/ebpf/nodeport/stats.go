@@ -29,9 +29,10 @@ type Drops struct {
 	// port was free toward their endpoint: every reply tuple the search
 	// tried belonged to a live flow.
 	NoMasqueradePort uint64
-	// ReplyLost counts packets of masqueraded flows dropped because
-	// another flow took their reply tuple (after the table evicted its
-	// entry there); the flow ends with the first.
+	// ReplyLost counts masqueraded flows ended because another flow had
+	// taken their reply tuple after the table evicted their entry there:
+	// flows an older svcproxy made, without reservations, found when a
+	// start seeds them (seedSNAT).
 	ReplyLost uint64
 }
 
@@ -40,6 +41,10 @@ type Drops struct {
 func (p *Proxier) Drops(family proxy.IPFamily) (Drops, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.dropsLocked(family)
+}
+
+func (p *Proxier) dropsLocked(family proxy.IPFamily) (Drops, error) {
 	if p.kernel == nil {
 		return Drops{}, nil
 	}
