@@ -163,17 +163,11 @@ func natFlowOf[A addrBytes](k ctKeyOf[A], v ctValOf[A]) kconntrack.NATFlow {
 }
 
 // handoverTimeout is how long the kernel keeps a handed over flow without
-// a packet: the programs' own timeout of its state (bpf/ct.h's
-// ct_timeout: kube-proxy's for an established TCP connection, the
-// kernel's defaults for UDP); the flow's next packet sets the node's.
+// a packet: the programs' own timeout of its state (ctTimeout:
+// kube-proxy's for an established TCP connection, the kernel's defaults
+// for UDP); the flow's next packet sets the node's.
 func handoverTimeout(proto, state uint8) time.Duration {
-	switch {
-	case proto == unix.IPPROTO_TCP:
-		return 24 * time.Hour
-	case state == ctEstablished:
-		return 120 * time.Second
-	}
-	return 30 * time.Second
+	return time.Duration(ctTimeout(proto, state))
 }
 
 // forget deletes both directions of f from ct, A's family's table.

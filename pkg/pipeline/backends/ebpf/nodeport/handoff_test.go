@@ -37,16 +37,10 @@ func TestNATFlowOf(t *testing.T) {
 		if f != want {
 			t.Errorf("%s: %+v, want %+v", c.what, f, want)
 		}
-		if got, reply := keyOf[[4]byte](f.Proto, f.Reply()), flowKeysOf(key, v); got != reply {
+		if got, reply := keyOf[[4]byte](f.Proto, f.Reply()), reverseOf(v, key.Proto); got != reply {
 			t.Errorf("%s: the kernel's reply tuple %v is not the reply entry's key %v", c.what, got, reply)
 		}
 	}
-}
-
-// flowKeysOf is the key of the reply entry of the flow whose client
-// direction is k, v, as bpf/flow.h's new_flow writes it.
-func flowKeysOf(k ctKey, v ctVal) ctKey {
-	return ctKey{Src: v.Dst, Dst: v.Src, Sport: v.Dport, Dport: v.Sport, Proto: k.Proto}
 }
 
 // TestHandable: what the kernel can carry on, and what stays in the
