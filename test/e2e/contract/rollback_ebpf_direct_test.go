@@ -25,23 +25,15 @@ import (
 // control of TestEBPFRollback's checks: they see the programs left
 // behind.
 func TestEBPFDirectSwapRecovery(t *testing.T) {
-	up := pinnedUpstream(t)
-	c := F.New(t, F.Options{Mode: "ebpf", TCInterfaces: []string{tcInterface}, Nodes: 1, NoProxy: true,
-		SyncPeriod: 5 * time.Second})
-	n := c.Nodes[0]
-	moved := createTwoEndpointService(t, c, n)
-	sw := &switcher{t: t, c: c, n: n, mode: ebpfServing, up: up}
-	sw.to("svcproxy", "svcproxy in ebpf mode with the tc programs")
-	expectEBPFServes(t, c, n, "before the swap")
-	moved.expectBothReached(t, c, n, "before the swap")
+	c, n, moved, sw := ebpfNodeServing(t, "before the swap")
 
 	sw.switchMode(nftablesRollback)
-	sw.to("upstream", up.version+" straight after ebpf mode")
+	sw.to("upstream", sw.up.version+" straight after ebpf mode")
 	sw.stop()
-	if out, err := c.Exec(n, up.bin, "--cleanup"); err != nil {
+	if out, err := c.Exec(n, sw.up.bin, "--cleanup"); err != nil {
 		t.Fatalf("kube-proxy --cleanup: %v: %s", err, out)
 	}
-	sw.start("upstream", up.version+" after its --cleanup")
+	sw.start("upstream", sw.up.version+" after its --cleanup")
 	expectEBPFServes(t, c, n, "after a direct swap and kube-proxy --cleanup")
 	moved.removeEndpoint(c)
 	if err := moved.removedStillReached(c, n); err != nil {
@@ -157,26 +149,18 @@ func (s *twoEndpointService) removedStillReached(c *F.Cluster, n *F.Node) error 
 // (an endpoint removed afterwards is not reached) while the programs stay
 // attached, holding that flow, until the pin directory is removed.
 func TestEBPFRollbackSwapDuringDrain(t *testing.T) {
-	up := pinnedUpstream(t)
-	c := F.New(t, F.Options{Mode: "ebpf", TCInterfaces: []string{tcInterface}, Nodes: 1, NoProxy: true,
-		SyncPeriod: 5 * time.Second})
-	n := c.Nodes[0]
-	moved := createTwoEndpointService(t, c, n)
-	sw := &switcher{t: t, c: c, n: n, mode: ebpfServing, up: up}
-	sw.to("svcproxy", "svcproxy in ebpf mode with the tc programs")
-	expectEBPFServes(t, c, n, "before the rollback")
-	moved.expectBothReached(t, c, n, "before the rollback")
+	c, n, moved, sw := ebpfNodeServing(t, "before the rollback")
 	held := c.StartLoad("ext", F.UDP(n.IP, moved.svc.Spec.Ports[1].NodePort), loadInterval, true)
 
 	sw.switchMode(nftablesRollback)
 	sw.to("svcproxy", "svcproxy in nftables mode (rollback step 1)")
 	waitDraining(t, c, n)
-	sw.to("upstream", up.version+" swapped in during the drain")
+	sw.to("upstream", sw.up.version+" swapped in during the drain")
 	if attached, err := c.BPFAttached(n, tcInterface); err != nil || !strings.Contains(attached, "tcx ingress") {
 		t.Fatalf("want the tc programs still attached, holding the UDP flow: %q (%v)", attached, err)
 	}
 	moved.removeEndpoint(c)
-	moved.expectOnlyKept(t, c, n, "under "+up.version+", the tc programs still attached")
+	moved.expectOnlyKept(t, c, n, "under "+sw.up.version+", the tc programs still attached")
 	if rs := held.Snapshot(); len(rs) == 0 || len(F.Failures(rs)) > 0 {
 		t.Errorf("the UDP stream the tc programs hold: %d of %d requests failed before the pins were removed, first: %v",
 			len(F.Failures(rs)), len(rs), first(resultStrings(F.Failures(rs)), 3))
@@ -211,4 +195,21 @@ func resultStrings(rs []F.Result) []string {
 		out[i] = r.String()
 	}
 	return out
+}
+
+// ebpfNodeServing starts a one-node cluster whose svcproxy serves in ebpf
+// mode with the tc programs, with a two-endpoint Service both of whose
+// endpoints it reaches (checked, and said to be so "when"), and the
+// switcher that will take it to the pinned upstream.
+func ebpfNodeServing(t *testing.T, when string) (*F.Cluster, *F.Node, *twoEndpointService, *switcher) {
+	up := pinnedUpstream(t)
+	c := F.New(t, F.Options{Mode: "ebpf", TCInterfaces: []string{tcInterface}, Nodes: 1, NoProxy: true,
+		SyncPeriod: 5 * time.Second})
+	n := c.Nodes[0]
+	moved := createTwoEndpointService(t, c, n)
+	sw := &switcher{t: t, c: c, n: n, mode: ebpfServing, up: up}
+	sw.to("svcproxy", "svcproxy in ebpf mode with the tc programs")
+	expectEBPFServes(t, c, n, when)
+	moved.expectBothReached(t, c, n, when)
+	return c, n, moved, sw
 }
