@@ -25,7 +25,8 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.InternalLocal == o.InternalLocal && sp.ExternalLocal == o.ExternalLocal &&
 		(sp.Routes == o.Routes || (sp.Routes != nil && o.Routes != nil && *sp.Routes == *o.Routes)) &&
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
-		equalSettings(sp.Setting, o.Setting) && sp.ExternalBalancing == o.ExternalBalancing
+		equalSettings(sp.Setting, o.Setting) && sp.ExternalBalancing == o.ExternalBalancing &&
+		sp.ExternalForwarding == o.ExternalForwarding && sp.DSR.Equal(o.DSR)
 }
 
 // Equal reports whether two dispatches balance over the same endpoints and,
@@ -52,5 +53,15 @@ func (s *State) SameGlobals(o *State) bool {
 		s.Masquerade.Local.Mode == o.Masquerade.Local.Mode &&
 		s.Masquerade.Local.Interface == o.Masquerade.Local.Interface &&
 		slices.Equal(s.Masquerade.Local.CIDRs, o.Masquerade.Local.CIDRs) &&
-		slices.Equal(s.ServiceCIDRs, o.ServiceCIDRs)
+		slices.Equal(s.ServiceCIDRs, o.ServiceCIDRs) && slices.Equal(s.Peers, o.Peers)
+}
+
+// Equal reports whether two ports' direct server returns tunnel the same
+// endpoints to the same nodes and serve the same tunnelled flows; nil is
+// no DSR.
+func (d *DSR) Equal(o *DSR) bool {
+	if d == nil || o == nil {
+		return d == o
+	}
+	return slices.Equal(d.Tunnels, o.Tunnels) && d.In.Equal(o.In)
 }

@@ -32,6 +32,9 @@ type Node struct {
 	// needs no full recompute: they only decide refusals, which Compute
 	// redecides when they differ from prev's (claims.go).
 	ClusterNodeIPs []netip.Addr
+	// Peers are the other nodes that decapsulate direct-server-return
+	// tunnels, sorted by name; empty unless the daemon runs with --bpf-dsr.
+	Peers []Peer
 }
 
 // Options are the configuration inputs of Compute for one family.
@@ -72,4 +75,13 @@ type Options struct {
 	// chooses none; BalanceDefault means BalanceRandom. Every mode gets it:
 	// the decision is neutral, whatever renders it.
 	ExternalBalancing proxy.Balancing
+	// ExternalForwarding is the node's default forwarding of external
+	// traffic to endpoints on other nodes (--external-forwarding), for the
+	// Services whose annotation chooses none; ForwardDefault means
+	// ForwardSNAT. Every mode gets it: the decision is neutral.
+	ExternalForwarding proxy.Forwarding
+	// DSR says this node's datapath tunnels and decapsulates (ebpf mode
+	// with --bpf-dsr): only then does a port's ExternalForwarding dsr
+	// give it a DSR. Every other mode leaves it false.
+	DSR bool
 }

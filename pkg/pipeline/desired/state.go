@@ -29,6 +29,10 @@ type State struct {
 	// without overlaps; new connections to an address in them that no
 	// Service holds are dropped (nftables, as upstream's).
 	ServiceCIDRs []netip.Prefix
+	// Peers are the addresses of this family of the nodes that
+	// decapsulate DSR tunnels (Node.Peers), sorted; empty unless
+	// Options.DSR.
+	Peers []netip.Addr
 
 	// Services holds every service port with a cluster IP of this family.
 	// It is a persistent map (model.PortMap: Get, All, Len), so that an
@@ -145,6 +149,11 @@ type ServicePort struct {
 	// everywhere else traffic is balanced at random, as kube-proxy does,
 	// and explain shows it.
 	ExternalBalancing proxy.Balancing
+	// ExternalForwarding is how External reaches an endpoint on another
+	// node: the annotation svcproxy.io/external-forwarding, else
+	// Options.ExternalForwarding; never ForwardDefault from Compute. DSR
+	// says whether it applies here.
+	ExternalForwarding proxy.Forwarding
 
 	// ClusterIP is this family's cluster IP; always valid.
 	ClusterIP netip.Addr
@@ -185,6 +194,11 @@ type ServicePort struct {
 	// local endpoints and its traffic keeps the client source IP.
 	// Otherwise all external traffic is masqueraded.
 	ExternalLocal bool
+
+	// DSR is how External reaches endpoints on peer nodes by direct server
+	// return; nil unless it applies (dsr.go). A pointer, so that ports
+	// without it stay small.
+	DSR *DSR
 
 	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
 	HealthCheckNodePort uint16

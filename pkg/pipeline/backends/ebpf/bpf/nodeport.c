@@ -52,13 +52,18 @@
 #define NP_F_MASQ 2 // desired masquerades this route
 #define NP_F_MAGLEV 4 // pick by the flow's Maglev slot
 #define NP_F_RANGES 8 // only sources in the group's np_ranges prefixes
+#define NP_F_DSR 16 // an endpoint on a peer (np_tunnels) is reached by tunnel, the client kept
+
+// Frontend scopes (np_key.scope): which packets look a frontend up.
+#define NP_SCOPE_DIRECT 0 // packets that arrive as they are
+#define NP_SCOPE_TUNNEL 1 // packets a peer tunnelled here (DSR), once decapsulated
 
 // np_key is a frontend: address, port (network byte order), protocol.
 struct np_key {
 	__be32 addr;
 	__be16 port;
 	__u8 proto;
-	__u8 pad;
+	__u8 scope; // NP_SCOPE_*; was padding, zero in older builds
 };
 
 // np_val is where new flows to a frontend go: count slots of group id in
@@ -140,12 +145,16 @@ struct ct_key {
 #define CT_AT_INGRESS 0 // forward on the stack
 #define CT_AT_INGRESS_FWD 1 // forward out of a node interface from here
 #define CT_AT_EGRESS 2
+#define CT_AT_TUNNEL 3 // encapsulate to the node in dst, the packet itself unchanged (DSR)
 
 // Flow states, for the timeouts.
 #define CT_NEW 0
 #define CT_ESTABLISHED 1
 #define CT_CLOSING 2 // a FIN seen
 #define CT_CLOSED 3 // a RST seen
+
+// ct_val flags.
+#define CT_F_TUNNELED 1 // the flow came decapsulated from a peer (DSR)
 
 // ct_val is the rewrite of one direction: the addresses and ports the
 // packet leaves with.
@@ -157,7 +166,7 @@ struct ct_val {
 	__u8 at;
 	__u8 state;
 	__u8 reply; // the direction answering the flow's first packet
-	__u8 mark; // unused: it stays for the layout of pinned maps
+	__u8 flags; // CT_F_*; was an unused mark, zero in older builds
 	__u64 seen;
 };
 
@@ -251,6 +260,59 @@ struct {
 	__type(key, __u32);
 	__type(value, struct np_cfg);
 } np_config SEC(".maps");
+
+// Direct server return (DSR). np_tunnels maps an endpoint on a peer node
+// to that node's address, the outer destination of the tunnel a flow to it
+// takes from here (sized as np_backends); np_peers holds the addresses of
+// the nodes that decapsulate, the only outer sources a tunnelled packet is
+// taken from. svcproxy writes both from the State.
+struct np_tunnel {
+	__be32 node;
+	__u32 flags; // none yet: zero
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, __be32);
+	__type(value, struct np_tunnel);
+} np_tunnels SEC(".maps");
+
+#define NP_MAX_PEERS 16384
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, NP_MAX_PEERS);
+	__type(key, __be32);
+	__type(value, __u32);
+} np_peers SEC(".maps");
+
+// np_stats_dsr counts what DSR drops, per family: NP_STAT_DSR_* for IPv4,
+// the same plus NP_STATS_DSR for IPv6. (np_stats cannot grow: its
+// max_entries is fixed under its pin.)
+#define NP_STAT_DSR_TOO_BIG 0 // a packet the tunnel's header would make too big, not answerable
+#define NP_STAT_DSR_NO_FLOW 1 // a decapsulated packet no flow or frontend here takes
+#define NP_STATS_DSR 2
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * NP_STATS_DSR);
+	__type(key, __u32);
+	__type(value, __u64);
+} np_stats_dsr SEC(".maps");
+
+// np_progs_tun holds the programs a decapsulated packet goes on in
+// (NP_PROG_TUN*), filled and kept pinned as np_progs6 is.
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u32);
+} np_progs_tun SEC(".maps");
+
+#define NP_PROG_TUN 0
+#define NP_PROG_TUN6 1
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -36,7 +36,7 @@ struct np_key6 {
 	struct in6 addr;
 	__be16 port;
 	__u8 proto;
-	__u8 pad;
+	__u8 scope; // as np_key.scope
 };
 
 struct np_be6 {
@@ -92,7 +92,7 @@ struct ct_val6 {
 	__u8 at;
 	__u8 state;
 	__u8 reply;
-	__u8 mark; // unused, as ct_val's
+	__u8 flags; // as ct_val.flags
 	__u64 seen;
 };
 
@@ -164,6 +164,27 @@ struct {
 	__type(key, struct ct_key6);
 	__type(value, struct ct_val6);
 } np_ct6 SEC(".maps");
+
+// IPv6's np_tunnels and np_peers.
+struct np_tunnel6 {
+	struct in6 node;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct in6);
+	__type(value, struct np_tunnel6);
+} np_tunnels6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, NP_MAX_PEERS);
+	__type(key, struct in6);
+	__type(value, __u32);
+} np_peers6 SEC(".maps");
 
 struct snat_val6 {
 	struct ct_key6 owner;

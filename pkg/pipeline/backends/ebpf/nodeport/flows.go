@@ -32,7 +32,7 @@ type ctValOf[A addrBytes] struct {
 	At           uint8
 	State        uint8
 	Reply        uint8
-	Mark         uint8
+	Flags        uint8 // ctFlag*
 	Seen         uint64
 }
 
@@ -42,9 +42,11 @@ type (
 	ctVal = ctValOf[[4]byte]
 )
 
-// ctAtEgress and ctNew are bpf/nodeport.c's CT_AT_EGRESS and CT_NEW.
+// ctAtEgress, ctAtTunnel and ctNew are bpf/nodeport.c's CT_AT_EGRESS,
+// CT_AT_TUNNEL and CT_NEW.
 const (
 	ctAtEgress = 2
+	ctAtTunnel = 3 // CT_AT_TUNNEL: encapsulated to the node in Dst (DSR)
 	ctNew      = 0
 )
 
@@ -182,3 +184,7 @@ func keyOf[A addrBytes](proto uint8, t kconntrack.Tuple) ctKeyOf[A] {
 func addrPort[A addrBytes](a A, p [2]byte) netip.AddrPort {
 	return netip.AddrPortFrom(netipOf(a), binary.BigEndian.Uint16(p[:]))
 }
+
+// ctFlagTunneled is bpf/nodeport.c's CT_F_TUNNELED: the flow came
+// decapsulated from a peer node (DSR).
+const ctFlagTunneled = 1

@@ -28,16 +28,21 @@ const (
 	mapMembers  = "np_members"
 	mapAffinity = "np_affinity"
 	mapSNAT     = "np_snat"
+	mapTunnels  = "np_tunnels"
+	mapPeers    = "np_peers"
 )
 
 // familyMaps are the names of one family's maps: IPv4's above, IPv6's
 // the same with a 6 (bpf/six.h).
-type familyMaps struct{ services, backends, maglev, config, ct, ranges, members, affinity, snat string }
+type familyMaps struct {
+	services, backends, maglev, config, ct, ranges, members, affinity, snat, tunnels, peers string
+}
 
 var (
-	maps4 = familyMaps{mapServices, mapBackends, mapMaglev, mapConfig, mapCT, mapRanges, mapMembers, mapAffinity, mapSNAT}
+	maps4 = familyMaps{mapServices, mapBackends, mapMaglev, mapConfig, mapCT, mapRanges, mapMembers, mapAffinity, mapSNAT,
+		mapTunnels, mapPeers}
 	maps6 = familyMaps{mapServices + "6", mapBackends + "6", mapMaglev + "6", mapConfig + "6", mapCT + "6",
-		mapRanges + "6", mapMembers + "6", mapAffinity + "6", mapSNAT + "6"}
+		mapRanges + "6", mapMembers + "6", mapAffinity + "6", mapSNAT + "6", mapTunnels + "6", mapPeers + "6"}
 )
 
 // namesOf is the names of the maps of A's family.
@@ -49,10 +54,11 @@ func namesOf[A addrBytes]() familyMaps {
 }
 
 func (n familyMaps) all() []string {
-	return []string{n.services, n.backends, n.maglev, n.config, n.ct, n.ranges, n.members, n.affinity, n.snat}
+	return []string{n.services, n.backends, n.maglev, n.config, n.ct, n.ranges, n.members, n.affinity, n.snat,
+		n.tunnels, n.peers}
 }
 
-var mapNames = append(append([]string{mapDevices, mapXDPOut, mapStats, mapStats6, mapProgs6}, maps4.all()...), maps6.all()...)
+var mapNames = append(append([]string{mapDevices, mapXDPOut, mapStats, mapStats6, mapProgs6, mapStatsDSR, mapProgsTun}, maps4.all()...), maps6.all()...)
 
 // layoutVersions are the maps whose layout (type, key, value, flags, inner
 // map) changed since svcproxy first pinned them, with their layout's
@@ -87,7 +93,7 @@ func pinNames() map[string]string {
 var hooks = map[string]ebpf.AttachType{"np_ingress": ebpf.AttachTCXIngress, "np_egress": ebpf.AttachTCXEgress}
 
 // sizes are the capacities of one family's maps the State sizes.
-type sizes struct{ services, backends, maglev, ranges, members, ct, affinity, snat uint32 }
+type sizes struct{ services, backends, maglev, ranges, members, ct, affinity, snat, tunnels uint32 }
 
 // familySizes are both families' sizes.
 type familySizes map[proxy.IPFamily]sizes
@@ -132,7 +138,7 @@ func programSpec(fs familySizes) (*ebpf.CollectionSpec, error) {
 		}
 		for name, n := range map[string]uint32{names.services: sz.services, names.backends: sz.backends,
 			names.maglev: sz.maglev, names.ranges: sz.ranges, names.members: sz.members, names.ct: sz.ct,
-			names.affinity: sz.affinity, names.snat: sz.snat} {
+			names.affinity: sz.affinity, names.snat: sz.snat, names.tunnels: sz.tunnels} {
 			spec.Maps[name].MaxEntries = n
 		}
 	}
@@ -277,6 +283,13 @@ func Remove(dir string) error { return bpfmap.RemovePins(dir) }
 // mapProgs6 is the program array through which np_ingress and np_egress
 // hand IPv6 packets to progs6 (its slots in that order), by a tail call.
 const mapProgs6 = "np_progs6"
+
+// mapProgsTun holds the programs a decapsulated packet goes on in
+// (np_progs_tun); mapStatsDSR counts what DSR drops (np_stats_dsr).
+const (
+	mapProgsTun = "np_progs_tun"
+	mapStatsDSR = "np_stats_dsr"
+)
 
 var progs6 = []string{"np_ingress6", "np_egress6"}
 

@@ -29,7 +29,10 @@ const (
 	nodeportMapNpMaglev6    = "np_maglev6"
 	nodeportMapNpMembers    = "np_members"
 	nodeportMapNpMembers6   = "np_members6"
+	nodeportMapNpPeers      = "np_peers"
+	nodeportMapNpPeers6     = "np_peers6"
 	nodeportMapNpProgs6     = "np_progs6"
+	nodeportMapNpProgsTun   = "np_progs_tun"
 	nodeportMapNpRanges     = "np_ranges"
 	nodeportMapNpRanges6    = "np_ranges6"
 	nodeportMapNpServices   = "np_services"
@@ -38,6 +41,9 @@ const (
 	nodeportMapNpSnat6      = "np_snat6"
 	nodeportMapNpStats      = "np_stats"
 	nodeportMapNpStats6     = "np_stats6"
+	nodeportMapNpStatsDsr   = "np_stats_dsr"
+	nodeportMapNpTunnels    = "np_tunnels"
+	nodeportMapNpTunnels6   = "np_tunnels6"
 	nodeportMapNpXdpOut     = "np_xdp_out"
 	nodeportProgFlowHashRun = "flow_hash_run"
 	nodeportProgJhashRun    = "jhash_run"
@@ -117,7 +123,10 @@ type nodeportMapSpecs struct {
 	NpMaglev6   *ebpf.MapSpec `ebpf:"np_maglev6"`
 	NpMembers   *ebpf.MapSpec `ebpf:"np_members"`
 	NpMembers6  *ebpf.MapSpec `ebpf:"np_members6"`
+	NpPeers     *ebpf.MapSpec `ebpf:"np_peers"`
+	NpPeers6    *ebpf.MapSpec `ebpf:"np_peers6"`
 	NpProgs6    *ebpf.MapSpec `ebpf:"np_progs6"`
+	NpProgsTun  *ebpf.MapSpec `ebpf:"np_progs_tun"`
 	NpRanges    *ebpf.MapSpec `ebpf:"np_ranges"`
 	NpRanges6   *ebpf.MapSpec `ebpf:"np_ranges6"`
 	NpServices  *ebpf.MapSpec `ebpf:"np_services"`
@@ -126,6 +135,9 @@ type nodeportMapSpecs struct {
 	NpSnat6     *ebpf.MapSpec `ebpf:"np_snat6"`
 	NpStats     *ebpf.MapSpec `ebpf:"np_stats"`
 	NpStats6    *ebpf.MapSpec `ebpf:"np_stats6"`
+	NpStatsDsr  *ebpf.MapSpec `ebpf:"np_stats_dsr"`
+	NpTunnels   *ebpf.MapSpec `ebpf:"np_tunnels"`
+	NpTunnels6  *ebpf.MapSpec `ebpf:"np_tunnels6"`
 	NpXdpOut    *ebpf.MapSpec `ebpf:"np_xdp_out"`
 }
 
@@ -169,7 +181,10 @@ type nodeportMaps struct {
 	NpMaglev6   *ebpf.Map `ebpf:"np_maglev6"`
 	NpMembers   *ebpf.Map `ebpf:"np_members"`
 	NpMembers6  *ebpf.Map `ebpf:"np_members6"`
+	NpPeers     *ebpf.Map `ebpf:"np_peers"`
+	NpPeers6    *ebpf.Map `ebpf:"np_peers6"`
 	NpProgs6    *ebpf.Map `ebpf:"np_progs6"`
+	NpProgsTun  *ebpf.Map `ebpf:"np_progs_tun"`
 	NpRanges    *ebpf.Map `ebpf:"np_ranges"`
 	NpRanges6   *ebpf.Map `ebpf:"np_ranges6"`
 	NpServices  *ebpf.Map `ebpf:"np_services"`
@@ -178,6 +193,9 @@ type nodeportMaps struct {
 	NpSnat6     *ebpf.Map `ebpf:"np_snat6"`
 	NpStats     *ebpf.Map `ebpf:"np_stats"`
 	NpStats6    *ebpf.Map `ebpf:"np_stats6"`
+	NpStatsDsr  *ebpf.Map `ebpf:"np_stats_dsr"`
+	NpTunnels   *ebpf.Map `ebpf:"np_tunnels"`
+	NpTunnels6  *ebpf.Map `ebpf:"np_tunnels6"`
 	NpXdpOut    *ebpf.Map `ebpf:"np_xdp_out"`
 }
 
@@ -196,7 +214,10 @@ func (m *nodeportMaps) Close() error {
 		m.NpMaglev6,
 		m.NpMembers,
 		m.NpMembers6,
+		m.NpPeers,
+		m.NpPeers6,
 		m.NpProgs6,
+		m.NpProgsTun,
 		m.NpRanges,
 		m.NpRanges6,
 		m.NpServices,
@@ -205,6 +226,9 @@ func (m *nodeportMaps) Close() error {
 		m.NpSnat6,
 		m.NpStats,
 		m.NpStats6,
+		m.NpStatsDsr,
+		m.NpTunnels,
+		m.NpTunnels6,
 		m.NpXdpOut,
 	)
 }

@@ -248,6 +248,9 @@ func sizesOf(floor, services, backends, maglev, ranges, members, eps int) sizes 
 		// entries), and as many more of flows np_ct evicted that no sweep
 		// (sweepSNAT) or probe took back yet.
 		snat: ct,
+		// An entry per endpoint address on a peer node: at most one per
+		// endpoint slot.
+		tunnels: capacity(backends, floor),
 	}
 }
 

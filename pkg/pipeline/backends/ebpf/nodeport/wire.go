@@ -54,17 +54,19 @@ type svcKeyOf[A addrBytes] struct {
 	Addr  A
 	Port  [2]byte
 	Proto uint8
-	Pad   uint8
+	// Scope is scopeDirect or scopeTunnel (bpf/nodeport.c's NP_SCOPE_*).
+	Scope uint8
 }
 
 type svcKey = svcKeyOf[[4]byte]
 
 // The frontend flags.
 const (
-	flagDrop   = 1 // no endpoint: drop rather than reject
-	flagMasq   = 2 // desired masquerades the route
-	flagMaglev = 4 // the flow's Maglev slot picks the endpoint
-	flagRanges = 8 // only sources in the group's prefixes (np_ranges)
+	flagDrop   = 1  // no endpoint: drop rather than reject
+	flagMasq   = 2  // desired masquerades the route
+	flagMaglev = 4  // the flow's Maglev slot picks the endpoint
+	flagRanges = 8  // only sources in the group's prefixes (np_ranges)
+	flagDSR    = 16 // an endpoint on a peer node (np_tunnels) is reached by tunnel
 )
 
 // svcVal is where new flows to a frontend go: Count slots of group ID,
@@ -169,3 +171,22 @@ func endpointVal[A addrBytes](ep proxy.Endpoint) beValOf[A] {
 func (v beValOf[A]) AddrPort() netip.AddrPort {
 	return netip.AddrPortFrom(netipOf(v.Addr), binary.BigEndian.Uint16(v.Port[:]))
 }
+
+// The frontend scopes: which packets look a frontend up.
+const (
+	scopeDirect = 0 // packets that arrive as they are
+	scopeTunnel = 1 // packets a peer node tunnelled here (DSR), decapsulated
+)
+
+// tunnelValOf is where a flow to an endpoint on a peer node is tunnelled:
+// that node's address. IPv4's has a flags word (none yet); IPv6's is the
+// address alone.
+type tunnelVal struct {
+	Node  [4]byte
+	Flags uint32
+}
+
+type tunnelVal6 struct{ Node [16]byte }
+
+// peerVal is np_peers' value: present means the node decapsulates.
+type peerVal = uint32
