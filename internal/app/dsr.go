@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -159,9 +161,16 @@ func (d *daemon) withdrawDSR(ctx context.Context) {
 }
 
 // advertiseDSRAfter advertises, with --bpf-dsr, once every family has
-// synced (synced closed): the tc programs decapsulate from then on.
+// synced (synced closed): the tc programs decapsulate from then on. A
+// node whose addresses are not all on its tc interfaces does not: peers
+// tunnel to those addresses, and only the tc programs decapsulate.
 func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) {
 	if !d.cfg.BPFDSR {
+		return
+	}
+	if missing := addrsOffLinks(d.nodeInfo.IPs, d.cfg.BPFTCInterfaces, linkAddrs); len(missing) > 0 {
+		d.logger.Error(nil, "Not advertising DSR decapsulation: peers tunnel to this Node's addresses, and these are not on --bpf-tc-interfaces, where the tc programs decapsulate; this node's endpoints are reached as without DSR",
+			"addresses", missing, "interfaces", d.cfg.BPFTCInterfaces)
 		return
 	}
 	go func() {
@@ -171,4 +180,31 @@ func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) 
 		case <-ctx.Done():
 		}
 	}()
+}
+
+// addrsOffLinks are the addresses of ips that none of links holds, as
+// addrsOf lists a link's (an unreadable link holds none).
+func addrsOffLinks(ips []netip.Addr, links []string, addrsOf func(link string) []netip.Addr) []netip.Addr {
+	held := map[netip.Addr]bool{}
+	for _, link := range links {
+		for _, a := range addrsOf(link) {
+			held[a] = true
+		}
+	}
+	var missing []netip.Addr
+	for _, ip := range ips {
+		if !held[ip] {
+			missing = append(missing, ip)
+		}
+	}
+	return missing
+}
+
+// linkAddrs lists the addresses of the network interface named link.
+func linkAddrs(link string) []netip.Addr {
+	iface, err := net.InterfaceByName(link)
+	if err != nil {
+		return nil
+	}
+	return addrsOfInterface(*iface)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -253,5 +254,34 @@ func TestDSRPeersReachNode(t *testing.T) {
 		if got := fmt.Sprint(n.ClusterNodeIPs); got != "[192.168.0.2 192.168.0.3]" {
 			t.Errorf("--bpf-dsr=%t: cluster node IPs %s", dsr, got)
 		}
+	}
+}
+
+// TestDSRNotAdvertisedOffTCLinks: peers tunnel to the Node's status
+// addresses and only the tc programs decapsulate, so a node whose
+// addresses are not all on --bpf-tc-interfaces does not advertise.
+func TestDSRNotAdvertisedOffTCLinks(t *testing.T) {
+	a := netip.MustParseAddr
+	links := map[string][]netip.Addr{"eth0": {a("192.0.2.1"), a("2001:db8::1")}, "eth1": {a("198.51.100.1")}}
+	addrsOf := func(link string) []netip.Addr { return links[link] }
+	if got := addrsOffLinks([]netip.Addr{a("192.0.2.1"), a("2001:db8::1")}, []string{"eth0"}, addrsOf); len(got) != 0 {
+		t.Errorf("both on eth0: missing %v", got)
+	}
+	if got := fmt.Sprint(addrsOffLinks([]netip.Addr{a("198.51.100.1"), a("2001:db8::1")}, []string{"eth1"}, addrsOf)); got != "[2001:db8::1]" {
+		t.Errorf("IPv6 on eth0, tc on eth1: missing %s, want [2001:db8::1]", got)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	d := dsrDaemon(client, true)
+	d.cfg.BPFTCInterfaces = []string{"svcproxy-none0"}
+	d.nodeInfo.IPs = []netip.Addr{a("192.0.2.1")}
+	synced := make(chan struct{})
+	close(synced)
+	d.advertiseDSRAfter(ctx, synced)
+	time.Sleep(100 * time.Millisecond)
+	if _, ok := getLease(t, client, "n1"); ok {
+		t.Error("advertised with the node's address on no tc interface")
 	}
 }

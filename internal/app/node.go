@@ -122,19 +122,27 @@ func interfaceAddrs(skip []string) []netip.Addr {
 		if slices.Contains(skip, iface.Name) {
 			continue
 		}
-		addrs, err := iface.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					out = append(out, ip.Unmap())
-				}
+		out = append(out, addrsOfInterface(iface)...)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// addrsOfInterface lists the addresses configured on iface, none if they
+// cannot be read.
+func addrsOfInterface(iface net.Interface) []netip.Addr {
+	addrs, err := iface.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
 			}
 		}
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }
 
