@@ -68,7 +68,7 @@ func (l *dsrLease) advertise(ctx context.Context) {
 	for {
 		err := l.put(ctx)
 		if err == nil {
-			l.logger.Info("Advertising DSR decapsulation as Lease "+l.namespace+"/"+l.node, "node", l.node)
+			l.logger.Info("Advertising DSR decapsulation", "lease", l.namespace+"/"+l.node)
 			return
 		}
 		if ctx.Err() != nil {
