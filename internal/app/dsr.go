@@ -163,7 +163,9 @@ func (d *daemon) withdrawDSR(ctx context.Context) {
 // advertiseDSRAfter advertises, with --bpf-dsr, once every family has
 // synced (synced closed): the tc programs decapsulate from then on. A
 // node whose addresses are not all on its tc interfaces does not: peers
-// tunnel to those addresses, and only the tc programs decapsulate.
+// tunnel to those addresses, and only the tc programs decapsulate. It
+// withdraws what an earlier start with other interfaces advertised
+// instead, before the first sync (it runs before the sync loops).
 func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) {
 	if !d.cfg.BPFDSR {
 		return
@@ -171,6 +173,7 @@ func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) 
 	if missing := addrsOffLinks(d.nodeInfo.IPs, d.cfg.BPFTCInterfaces, linkAddrs); len(missing) > 0 {
 		d.logger.Error(nil, "Not advertising DSR decapsulation: peers tunnel to this Node's addresses, and these are not on --bpf-tc-interfaces, where the tc programs decapsulate; this node's endpoints are reached as without DSR",
 			"addresses", missing, "interfaces", d.cfg.BPFTCInterfaces)
+		d.dsrLease().withdraw(ctx)
 		return
 	}
 	go func() {

@@ -259,7 +259,8 @@ func TestDSRPeersReachNode(t *testing.T) {
 
 // TestDSRNotAdvertisedOffTCLinks: peers tunnel to the Node's status
 // addresses and only the tc programs decapsulate, so a node whose
-// addresses are not all on --bpf-tc-interfaces does not advertise.
+// addresses are not all on --bpf-tc-interfaces does not advertise, and
+// withdraws what an earlier start advertised.
 func TestDSRNotAdvertisedOffTCLinks(t *testing.T) {
 	a := netip.MustParseAddr
 	links := map[string][]netip.Addr{"eth0": {a("192.0.2.1"), a("2001:db8::1")}, "eth1": {a("198.51.100.1")}}
@@ -273,7 +274,9 @@ func TestDSRNotAdvertisedOffTCLinks(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := fake.NewClientset()
+	shortDSRTimes(t, time.Millisecond)
+	// An earlier start, whose tc interfaces held the address, advertised.
+	client := fake.NewClientset(staleLease("n1", "n1"))
 	d := dsrDaemon(client, true)
 	d.cfg.BPFTCInterfaces = []string{"svcproxy-none0"}
 	d.nodeInfo.IPs = []netip.Addr{a("192.0.2.1")}
@@ -282,6 +285,6 @@ func TestDSRNotAdvertisedOffTCLinks(t *testing.T) {
 	d.advertiseDSRAfter(ctx, synced)
 	time.Sleep(100 * time.Millisecond)
 	if _, ok := getLease(t, client, "n1"); ok {
-		t.Error("advertised with the node's address on no tc interface")
+		t.Error("advertised with the node's address on no tc interface, or kept an earlier start's advertisement")
 	}
 }
