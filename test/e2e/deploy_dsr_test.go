@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // deployRenderComponent builds deploy/components/NAME alone, through a
@@ -31,23 +29,7 @@ func deployRenderComponent(t *testing.T, name string) []*unstructured.Unstructur
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build of components/%s: %v", name, err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, r := range m.Resources() {
-		data, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := obj.UnmarshalJSON(data); err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, obj)
-	}
-	return objs
+	return deployRenderPath(t, dir)
 }
 
 // deployCheckDSR applies components/dsr over the base and checks, with

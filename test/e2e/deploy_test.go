@@ -87,10 +87,15 @@ func deployControlPlane(t *testing.T) *rest.Config {
 // before it sends the objects): no kubectl binary is needed.
 func deployRender(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(),
-		filepath.Join(deployRepoRoot(t), "deploy", dir))
+	return deployRenderPath(t, filepath.Join(deployRepoRoot(t), "deploy", dir))
+}
+
+// deployRenderPath builds the kustomization in dir, as deployRender.
+func deployRenderPath(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build deploy/%s: %v", dir, err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range m.Resources() {
@@ -100,7 +105,7 @@ func deployRender(t *testing.T, dir string) []*unstructured.Unstructured {
 		}
 		obj := &unstructured.Unstructured{}
 		if err := obj.UnmarshalJSON(data); err != nil {
-			t.Fatalf("deploy/%s: %s %s: %v", dir, r.GetKind(), r.GetName(), err)
+			t.Fatalf("%s: %s %s: %v", dir, r.GetKind(), r.GetName(), err)
 		}
 		objs = append(objs, obj)
 	}
