@@ -23,6 +23,11 @@ const ExtensionDomain = "svcproxy.io"
 // external traffic picks an endpoint (proxy.Balancing: random or maglev).
 const ExternalBalancingAnnotation = "svcproxy.io/external-lb-algorithm"
 
+// ExternalForwardingAnnotation is svcproxy's per-Service choice of how
+// external traffic reaches an endpoint on another node (proxy.Forwarding:
+// snat or dsr).
+const ExternalForwardingAnnotation = "svcproxy.io/external-forwarding"
+
 // ParseService returns the service ports that a proxier of family must
 // handle for svc, each holding only that family's addresses. It returns none
 // for Services kube-proxy skips: ExternalName, headless (clusterIP "None" or
@@ -49,6 +54,7 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		TrafficDistribution: trafficDistribution(svc),
 		Extensions:          extensionsOf(svc),
 		ExternalBalancing:   externalBalancing(p, svc),
+		ExternalForwarding:  externalForwarding(p, svc),
 		Created:             createdOf(svc),
 	}
 	common.SourceRanges, common.SourceRangesInvalid = parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family)
@@ -123,7 +129,7 @@ func extensionsOf(svc *v1.Service) map[string]string {
 	for k, v := range svc.Annotations {
 		domain, _, ok := strings.Cut(k, "/")
 		if !ok || (domain != ExtensionDomain && !strings.HasSuffix(domain, "."+ExtensionDomain)) ||
-			k == ExternalBalancingAnnotation || // decided here, for every mode
+			k == ExternalBalancingAnnotation || k == ExternalForwardingAnnotation || // decided here, for every mode
 			strings.TrimSpace(v) == "" {
 			continue
 		}
@@ -176,6 +182,22 @@ func externalBalancing(p *problemList, svc *v1.Service) proxy.Balancing {
 			fmt.Errorf("%w: the node's default applies", err))
 	}
 	return b
+}
+
+// externalForwarding returns the method the annotation names; absent or
+// blank leaves it to the node, and an unknown value is reported and left
+// to the node too, as externalBalancing does.
+func externalForwarding(p *problemList, svc *v1.Service) proxy.Forwarding {
+	v := svc.Annotations[ExternalForwardingAnnotation]
+	if strings.TrimSpace(v) == "" {
+		return proxy.ForwardDefault
+	}
+	f, err := proxy.ParseForwarding(v)
+	if err != nil {
+		p.add("InvalidExternalForwarding", "metadata.annotations["+ExternalForwardingAnnotation+"]",
+			fmt.Errorf("%w: the node's default applies", err))
+	}
+	return f
 }
 
 // createdOf returns creationTimestamp in Unix seconds, 0 when unset.
