@@ -53,9 +53,11 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		ExternalLocal:       externalLocal(svc),
 		TrafficDistribution: trafficDistribution(svc),
 		Extensions:          extensionsOf(svc),
-		ExternalBalancing:   externalBalancing(p, svc),
-		ExternalForwarding:  externalForwarding(p, svc),
-		Created:             createdOf(svc),
+		ExternalBalancing: nodeDefaultChoice(p, svc, ExternalBalancingAnnotation, "InvalidExternalLBAlgorithm",
+			proxy.ParseBalancing),
+		ExternalForwarding: nodeDefaultChoice(p, svc, ExternalForwardingAnnotation, "InvalidExternalForwarding",
+			proxy.ParseForwarding),
+		Created: createdOf(svc),
 	}
 	common.SourceRanges, common.SourceRangesInvalid = parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family)
 	if common.SourceRangesInvalid && len(common.SourceRanges) == 0 {
@@ -168,36 +170,22 @@ func boundedExtension(v string) string {
 	return strings.ToValidUTF8(v[:maxExtensionValue], "") + "…"
 }
 
-// externalBalancing returns the algorithm the annotation names; absent or
-// blank leaves it to the node, and an unknown value is reported and left
-// to the node too, like any other field the Service's owner can get wrong.
-func externalBalancing(p *problemList, svc *v1.Service) proxy.Balancing {
-	v := svc.Annotations[ExternalBalancingAnnotation]
+// nodeDefaultChoice returns what the annotation key of svc names, parsed;
+// absent or blank leaves it to the node (the zero value), and an unknown
+// value is reported as reason and left to the node too, like any other
+// field the Service's owner can get wrong. The external balancing
+// algorithm and forwarding method are such choices.
+func nodeDefaultChoice[T any](p *problemList, svc *v1.Service, key, reason string, parse func(string) (T, error)) T {
+	v := svc.Annotations[key]
 	if strings.TrimSpace(v) == "" {
-		return proxy.BalanceDefault
+		var none T
+		return none
 	}
-	b, err := proxy.ParseBalancing(v)
+	choice, err := parse(v)
 	if err != nil {
-		p.add("InvalidExternalLBAlgorithm", "metadata.annotations["+ExternalBalancingAnnotation+"]",
-			fmt.Errorf("%w: the node's default applies", err))
+		p.add(reason, "metadata.annotations["+key+"]", fmt.Errorf("%w: the node's default applies", err))
 	}
-	return b
-}
-
-// externalForwarding returns the method the annotation names; absent or
-// blank leaves it to the node, and an unknown value is reported and left
-// to the node too, as externalBalancing does.
-func externalForwarding(p *problemList, svc *v1.Service) proxy.Forwarding {
-	v := svc.Annotations[ExternalForwardingAnnotation]
-	if strings.TrimSpace(v) == "" {
-		return proxy.ForwardDefault
-	}
-	f, err := proxy.ParseForwarding(v)
-	if err != nil {
-		p.add("InvalidExternalForwarding", "metadata.annotations["+ExternalForwardingAnnotation+"]",
-			fmt.Errorf("%w: the node's default applies", err))
-	}
-	return f
+	return choice
 }
 
 // createdOf returns creationTimestamp in Unix seconds, 0 when unset.
