@@ -162,3 +162,16 @@ func dsrRebuild(prev *State, node Node, on bool, rebuild map[proxy.ServicePortNa
 }
 
 func (p Peer) equal(o Peer) bool { return p.Name == o.Name && slices.Equal(p.IPs, o.IPs) }
+
+// TunnelOf returns the address of the node that endpoint ip is tunnelled
+// to, if d tunnels it.
+func (d *DSR) TunnelOf(ip netip.Addr) (netip.Addr, bool) {
+	if d == nil {
+		return netip.Addr{}, false
+	}
+	i, ok := slices.BinarySearchFunc(d.Tunnels, ip, func(t Tunnel, ip netip.Addr) int { return t.Endpoint.Compare(ip) })
+	if !ok {
+		return netip.Addr{}, false
+	}
+	return d.Tunnels[i].Node, true
+}

@@ -206,14 +206,7 @@ func TestDSRIncrementalEqualsFull(t *testing.T) {
 			} else {
 				changed[w.mutate()] = struct{}{}
 			}
-			snap := w.snapshot()
-			prevServices := maps.Collect(prev.Services.All())
-			inc := Compute(prev, snap, model.Changes{Changed: changed}, node, dsrOptions())
-			full := Compute(nil, snap, model.Changes{}, node, dsrOptions())
-			ctx := fmt.Sprintf("seed %d step %d", seed, step)
-			assertSameState(t, ctx, inc, full)
-			assertChangedSet(t, ctx, prevServices, prev, inc)
-			prev = inc
+			prev = stepIncremental(t, fmt.Sprintf("seed %d step %d", seed, step), prev, w.snapshot(), changed, node, dsrOptions())
 		}
 	}
 }
