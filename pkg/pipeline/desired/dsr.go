@@ -39,6 +39,9 @@ type DSR struct {
 type Tunnel struct {
 	Endpoint netip.Addr
 	Node     netip.Addr
+	// NodeName names the node, for explanations; the datapath needs only
+	// its address.
+	NodeName string
 }
 
 // dsrInputs are what a Compute decides every port's DSR from, besides the
@@ -84,21 +87,22 @@ func peerAddrsOf(opts Options, node Node, family proxy.IPFamily) []netip.Addr {
 	return slices.Compact(out)
 }
 
-// DSRApplies says whether a port whose forwarding is dsr gets a DSR, and
-// if not, why; "" when it applies. explain shows the reason.
+// DSRApplies says whether a port gets a DSR on a node whose datapath
+// tunnels (on) or not, and if not, why; "" when it applies. The port's own
+// reasons come first, so that explain, which does not know on, finds the
+// reason of a dsr port without a DSR with on false.
 func DSRApplies(sp *ServicePort, on bool) string {
 	switch {
 	case sp.ExternalForwarding != proxy.ForwardDSR:
 		return "forwarding is " + sp.ExternalForwarding.String()
-	case !on:
-		return "this node does not run --bpf-dsr"
 	case sp.ExternalLocal:
-		// The client's address is kept already and nothing crosses nodes.
-		return "externalTrafficPolicy is Local"
+		return "externalTrafficPolicy is Local: the client's address is kept already and nothing crosses nodes"
 	case sp.Protocol != proxy.TCP && sp.Protocol != proxy.UDP:
 		return "protocol " + string(sp.Protocol) + " is never tunnelled"
 	case sp.NodePort == 0 && len(sp.ExternalIPs) == 0 && len(sp.LoadBalancerIPs) == 0:
 		return "the port has no node port, external IP or load-balancer IP"
+	case !on:
+		return "this node does not tunnel: only ebpf mode with --bpf-dsr does"
 	}
 	return ""
 }
@@ -137,7 +141,7 @@ func tunnelsOf(eps model.EndpointList, external []Endpoint, peers map[string]net
 		if !ok || (len(out) > 0 && out[len(out)-1].Endpoint == e.IP) {
 			continue
 		}
-		out = append(out, Tunnel{Endpoint: e.IP, Node: node})
+		out = append(out, Tunnel{Endpoint: e.IP, Node: node, NodeName: infos[i].NodeName})
 	}
 	return out
 }

@@ -59,8 +59,8 @@ func TestDSRTunnelsToPeersOnly(t *testing.T) {
 	sp := dsrState(t, dsrNode, dsrOptions(), dsrPort(nil)).Service(portName("web", proxy.TCP))
 	want := &DSR{
 		Tunnels: []Tunnel{
-			{Endpoint: addrs("10.0.2.1")[0], Node: addrs("192.168.0.3")[0]},
-			{Endpoint: addrs("10.0.2.2")[0], Node: addrs("192.168.0.3")[0]},
+			{Endpoint: addrs("10.0.2.1")[0], Node: addrs("192.168.0.3")[0], NodeName: "node-b"},
+			{Endpoint: addrs("10.0.2.2")[0], Node: addrs("192.168.0.3")[0], NodeName: "node-b"},
 		},
 		In: Dispatch{Endpoints: endpointsOf("10.0.1.1:8080"), Empty: Drop},
 	}

@@ -89,6 +89,8 @@ func dsrTunnelCases() []Case {
 				tcp("LB IP", w.ExternalClient, w.LoadBalancerIP(30), httpPort, out),
 				tcp("external IP", w.ExternalClient, w.ExternalIP(30), httpPort, out),
 				tcp("node port", w.ExternalClient, w.NodeIP, httpNodePort, out),
+				tcp("node port on an address that is not a node IP: masqueraded", w.ExternalClient, w.SecondHostIP, httpNodePort,
+					dnat(true, httpTarget, all...)),
 				udp,
 				tcp("a pod's traffic is not tunnelled", w.LocalPod(9), w.LoadBalancerIP(30), httpPort, dnat(true, httpTarget, all...)),
 				fromHost("the node's own traffic is not tunnelled", w, w.LoadBalancerIP(30), httpPort, dnat(true, httpTarget, all...)),
