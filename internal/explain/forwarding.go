@@ -37,8 +37,8 @@ func (e *Explanation) forwarding(state *desired.State, out desired.Outcome) {
 		return
 	}
 	for _, ep := range out.Tunneled {
-		node, _ := sp.DSR.TunnelOf(ep.IP)
-		t := Tunnel{Endpoint: ep.AddrPort(), NodeIP: node, Node: tunnelNodeName(sp.DSR, ep.IP)}
+		tn, _ := sp.DSR.TunnelOf(ep.IP)
+		t := Tunnel{Endpoint: ep.AddrPort(), NodeIP: tn.Node, Node: tn.NodeName}
 		e.Tunneled = append(e.Tunneled, t)
 		e.because("%s: tunnelled to node %s (%s), client kept; that node delivers the packet to one of its own endpoints and answers the client directly",
 			t.Endpoint, t.Node, t.NodeIP)
@@ -53,13 +53,4 @@ func (e *Explanation) forwarding(state *desired.State, out desired.Outcome) {
 	case out.Masquerade:
 		e.because("the other endpoints are not on a peer (or are the client itself): masqueraded")
 	}
-}
-
-func tunnelNodeName(d *desired.DSR, ip netip.Addr) string {
-	for _, t := range d.Tunnels {
-		if t.Endpoint == ip && t.NodeName != "" {
-			return t.NodeName
-		}
-	}
-	return "?"
 }

@@ -60,7 +60,7 @@ func dsrInputsOf(opts Options, node Node, family proxy.IPFamily) dsrInputs {
 		return in
 	}
 	for _, p := range node.Peers {
-		if ips := nodeIPsOf(p.IPs, family); len(ips) > 0 && p.Name != node.Name {
+		if ips := nodeIPsOf(p.IPs, family); len(ips) > 0 && p.Name != "" && p.Name != node.Name {
 			if in.peers == nil {
 				in.peers = make(map[string]netip.Addr, len(node.Peers))
 			}
@@ -79,7 +79,7 @@ func peerAddrsOf(opts Options, node Node, family proxy.IPFamily) []netip.Addr {
 	}
 	var out []netip.Addr
 	for _, p := range node.Peers {
-		if p.Name != node.Name {
+		if p.Name != "" && p.Name != node.Name {
 			out = append(out, nodeIPsOf(p.IPs, family)...)
 		}
 	}
@@ -167,15 +167,14 @@ func dsrRebuild(prev *State, node Node, on bool, rebuild map[proxy.ServicePortNa
 
 func (p Peer) equal(o Peer) bool { return p.Name == o.Name && slices.Equal(p.IPs, o.IPs) }
 
-// TunnelOf returns the address of the node that endpoint ip is tunnelled
-// to, if d tunnels it.
-func (d *DSR) TunnelOf(ip netip.Addr) (netip.Addr, bool) {
+// TunnelOf returns the tunnel of endpoint address ip, if d tunnels it.
+func (d *DSR) TunnelOf(ip netip.Addr) (Tunnel, bool) {
 	if d == nil {
-		return netip.Addr{}, false
+		return Tunnel{}, false
 	}
 	i, ok := slices.BinarySearchFunc(d.Tunnels, ip, func(t Tunnel, ip netip.Addr) int { return t.Endpoint.Compare(ip) })
 	if !ok {
-		return netip.Addr{}, false
+		return Tunnel{}, false
 	}
-	return d.Tunnels[i].Node, true
+	return d.Tunnels[i], true
 }

@@ -11,14 +11,16 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
 
-// dsrNode is node-a with three peers: node-b (both families), node-d
-// (IPv6 only) and node-e, whose Peer names this node itself and is ignored.
+// dsrNode is node-a with peers node-b (both families) and node-d (IPv6
+// only), and two Peers that are ignored: one names this node itself, one
+// no node (an endpoint without a node is on none).
 var dsrNode = func() Node {
 	n := testNode
 	n.Peers = []Peer{
 		{Name: "node-b", IPs: addrs("192.168.0.3", "fd00:1::3", "192.168.9.3")},
 		{Name: "node-d", IPs: addrs("fd00:1::4")},
 		{Name: "node-a", IPs: addrs("192.168.0.2")},
+		{Name: "", IPs: addrs("192.168.0.8")},
 	}
 	return n
 }()
