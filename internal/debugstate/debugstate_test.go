@@ -54,7 +54,7 @@ func sampleState() *desired.State {
 				Setting: &desired.PortSetting{Value: "rr", Refused: "fastest"}, ExternalBalancing: proxy.BalanceMaglev,
 				ExternalForwarding: proxy.ForwardDSR, DSR: &desired.DSR{
 					Tunnels: []desired.Tunnel{{Endpoint: netip.MustParseAddr("10.244.2.2"), Node: netip.MustParseAddr("192.168.0.11"), NodeName: "node-2"}},
-					In:      desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}, Empty: desired.Drop}}},
+					In:      desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}}}},
 			dns: {Name: dns, Protocol: proxy.UDP, Port: 53, ClusterIP: netip.MustParseAddr("10.96.0.53"),
 				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
 				Cluster: desired.Dispatch{Empty: desired.Reject}},

@@ -115,9 +115,13 @@ func dsrOf(out *ServicePort, eps model.EndpointList, local []Endpoint, in dsrInp
 	if DSRApplies(out, in.on) != "" {
 		return nil
 	}
-	// A tunnelled flow for an endpoint that went is dropped, not refused:
-	// the peer that sent it answers nothing for this node.
-	return &DSR{Tunnels: tunnelsOf(eps, out.External.Endpoints, in.peers), In: Dispatch{Endpoints: local, Empty: Drop}}
+	d := &DSR{Tunnels: tunnelsOf(eps, out.External.Endpoints, in.peers), In: Dispatch{Endpoints: local}}
+	if len(local) == 0 {
+		// A tunnelled flow without an endpoint here is dropped, not
+		// refused: the peer that sent it answers for nothing of this node.
+		d.In.Empty = Drop
+	}
+	return d
 }
 
 // tunnelsOf returns the endpoints of external (a subsequence of eps: both

@@ -64,7 +64,7 @@ func TestDSRTunnelsToPeersOnly(t *testing.T) {
 			{Endpoint: addrs("10.0.2.1")[0], Node: addrs("192.168.0.3")[0], NodeName: "node-b"},
 			{Endpoint: addrs("10.0.2.2")[0], Node: addrs("192.168.0.3")[0], NodeName: "node-b"},
 		},
-		In: Dispatch{Endpoints: endpointsOf("10.0.1.1:8080"), Empty: Drop},
+		In: Dispatch{Endpoints: endpointsOf("10.0.1.1:8080")},
 	}
 	if sp.ExternalForwarding != proxy.ForwardDSR || !sp.DSR.Equal(want) {
 		t.Errorf("forwarding %q, DSR %+v; want dsr, %+v", sp.ExternalForwarding, sp.DSR, want)
