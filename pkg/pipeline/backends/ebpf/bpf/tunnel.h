@@ -44,13 +44,35 @@
 // (tunnel_flow): the packet is to be sent through the tunnel.
 #define NP_TUNNELLED (-5)
 
+// dsr_count counts a packet direct server return drops (NP_STAT_DSR_*),
+// in family's counters.
+static __always_inline void dsr_count(__u32 stat, int ipv6)
+{
+	np_count(&np_stats_dsr, stat + (ipv6 ? NP_STATS_DSR : 0));
+}
+
+// too_big answers a packet (its IPv4 header inner) that the tunnel's
+// header would make too big for the next hop's mtu: with DF, fragmentation
+// needed, with room left for that header (the client's path MTU discovery
+// then sends packets that fit); without, it is dropped and counted, as BPF
+// cannot fragment it. A GSO packet passes: its segments shrink by the
+// header (bpf_skb_adjust_room lowers gso_size).
+static __always_inline int too_big(struct __sk_buff *skb, const struct iphdr *inner, __u32 mtu)
+{
+	if (inner->frag_off & bpf_htons(IP_DF))
+		return frag_needed(skb, mtu - NP_TUNNEL_OVERHEAD);
+	dsr_count(NP_STAT_DSR_TOO_BIG, 0);
+	return TC_ACT_SHOT;
+}
+
 // tunnel_out encapsulates a packet of flow v (CT_AT_TUNNEL: src this
 // node's primary address, dst the endpoint's node) whose TTL is ttl, and
 // sends it out of the node interface the endpoint's node routes through.
 // The inner packet loses one hop, as a forwarded one would; the outer
 // header copies its TOS (ECN included) and DF bit, as a tunnel device
-// does, so that path MTU discovery keeps working for the client. Not
-// inline: np_ingress's verifier budget is spent on the flow logic.
+// does. A packet the outer header would make too big for the next hop is
+// answered instead (too_big). Not inline: np_ingress's verifier budget is
+// spent on the flow logic.
 static __noinline int tunnel_out(struct __sk_buff *skb, const struct ct_val *v, __u32 ttl)
 {
 	struct bpf_fib_lookup fib;
@@ -65,6 +87,9 @@ static __noinline int tunnel_out(struct __sk_buff *skb, const struct ct_val *v, 
 	struct iphdr inner;
 	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), &inner, sizeof(inner)))
 		return TC_ACT_SHOT;
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, out, &mtu, NP_TUNNEL_OVERHEAD, 0) == BPF_MTU_CHK_RET_FRAG_NEEDED)
+		return too_big(skb, &inner, mtu);
 	dec_ttl(skb, (__u8)ttl);
 	if (bpf_skb_adjust_room(skb, NP_TUNNEL_OVERHEAD, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4))
 		return TC_ACT_SHOT;
@@ -190,12 +215,5 @@ static __noinline int tunnel_in(struct __sk_buff *skb)
 	if (bpf_skb_adjust_room(skb, -NP_TUNNEL_OVERHEAD, BPF_ADJ_ROOM_MAC, NP_ADJ_ROOM_DECAP_L3_IPV4))
 		return TC_ACT_SHOT;
 	return NP_DECAPSULATED;
-}
-
-// dsr_count counts a packet direct server return drops (NP_STAT_DSR_*),
-// in family's counters.
-static __always_inline void dsr_count(__u32 stat, int ipv6)
-{
-	np_count(&np_stats_dsr, stat + (ipv6 ? NP_STATS_DSR : 0));
 }
 #endif

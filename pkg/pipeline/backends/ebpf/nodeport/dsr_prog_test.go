@@ -306,3 +306,62 @@ func TestKernelDSRLeavesOtherIPIP(t *testing.T) {
 		t.Errorf("%d entries in np_ct after packets no flow takes", n)
 	}
 }
+
+// sized is a client's UDP datagram of f whose IPv4 packet is l3 bytes,
+// DF set as df says, with valid checksums.
+func sized(f maglev.Flow, l3 int, df bool) []byte {
+	b := append(packetFlags(f, 0), make([]byte, l3-40)...)
+	ip := b[14:34]
+	binary.BigEndian.PutUint16(ip[2:], uint16(l3))
+	if df {
+		ip[6] = 0x40
+	}
+	setIPSum(ip)
+	binary.BigEndian.PutUint16(b[34+4:], uint16(l3-20))
+	binary.BigEndian.PutUint16(b[34+6:], ^l4Sum(b))
+	return b
+}
+
+// TestKernelDSRTooBigForTheTunnel: a packet the tunnel's header would
+// make too big for the link to the peer (MTU 1500) is answered with
+// fragmentation needed, from the frontend, naming an MTU with room for
+// that header, when the client set DF; without DF it is dropped and
+// counted. One that fits with the header goes through the tunnel.
+func TestKernelDSRTooBigForTheTunnel(t *testing.T) {
+	r := newDSRRig(t)
+	r.dsrSync(t, proxy.UDP, dsrRemote, dsrPeer)
+	f := maglev.Flow{Src: r.client, Dst: vip, SrcPort: 40007, DstPort: 80, Protocol: 17}
+	verdict, out := r.runTC(t, r.a0, sized(f, 1480, true))
+	if verdict != tcRedirect || len(out) != 14+1500 || out[14+9] != 4 {
+		t.Errorf("a packet that fits with the outer header: verdict %d, %d bytes, protocol %d; want TC_ACT_REDIRECT of 1,514 bytes of IPIP", verdict, len(out), out[14+9])
+	}
+	big := sized(f, 1481, true)
+	verdict, out = r.runTC(t, r.a0, big)
+	if verdict != tcRedirect || len(out) < 14+56 {
+		t.Fatalf("a packet too big with DF: verdict %d, %d bytes; want TC_ACT_REDIRECT of an ICMP error", verdict, len(out))
+	}
+	ip, icmp := out[14:34], out[34:]
+	src, dst := netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+	if ip[9] != 1 || src != vip || dst != r.client {
+		t.Errorf("answered with protocol %d from %v to %v, want ICMP from the frontend %v to the client", ip[9], src, dst, vip)
+	}
+	if icmp[0] != 3 || icmp[1] != 4 || binary.BigEndian.Uint16(icmp[6:]) != 1480 {
+		t.Errorf("ICMP type %d code %d, next-hop MTU %d; want fragmentation needed (3, 4), MTU 1480", icmp[0], icmp[1], binary.BigEndian.Uint16(icmp[6:]))
+	}
+	if string(icmp[8:36]) != string(big[14:42]) {
+		t.Errorf("the error quotes %x, want the client's packet %x", icmp[8:36], big[14:42])
+	}
+	if s := sum16(0, icmp[:36]); s != 0xffff {
+		t.Errorf("ICMP checksum invalid (sum %#x)", s)
+	}
+	before, err := sumPerCPU(r.p.kernel.coll.Maps[mapStatsDSR], 0)
+	must(t, err)
+	if verdict, _ := r.runTC(t, r.a0, sized(f, 1481, false)); verdict != tcShot {
+		t.Errorf("a packet too big without DF: verdict %d, want TC_ACT_SHOT", verdict)
+	}
+	after, err := sumPerCPU(r.p.kernel.coll.Maps[mapStatsDSR], 0)
+	must(t, err)
+	if after-before != 1 {
+		t.Errorf("counted %d times as too big, want once", after-before)
+	}
+}
