@@ -15,6 +15,10 @@
 // No metadata travels with the packet: the inner destination is still the
 // frontend, which the peer looks up among the frontends of its own that
 // take decapsulated packets (NP_SCOPE_TUNNEL).
+//
+// The outer header costs 20 bytes of each packet the client sends: one
+// it would make too big for the link is answered instead (too_big), and
+// the peer lowers the MSS its endpoint announces to fit (clamp_mss).
 
 #ifndef SVCPROXY_TUNNEL_H
 #define SVCPROXY_TUNNEL_H
@@ -216,4 +220,37 @@ static __noinline int tunnel_in(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	return NP_DECAPSULATED;
 }
+// What a TCP segment of a tunnelled flow carries besides its payload: the
+// outer header, its own IPv4 header and a TCP header without options.
+#define NP_TUNNEL_MSS_OVERHEAD (NP_TUNNEL_OVERHEAD + sizeof(struct iphdr) + sizeof(struct tcphdr))
+#define TCPOPT_MSS 2
+#define TCPOLEN_MSS 4
+
+// clamp_mss lowers the MSS a local endpoint's SYN-ACK (p) announces to a
+// client whose flow came through a peer's tunnel to what fits the link's
+// MTU with the outer header, so that the client's segments need no
+// fragmentation needed on their way (tunnel_out): MSS clamping, as a
+// tunnel device's users configure it. The MTU is this interface's,
+// assumed the same on the peer's link. The MSS option is looked for
+// first among the options, where stacks put it in a SYN-ACK.
+static __noinline void clamp_mss(struct __sk_buff *skb, const struct pkt *p)
+{
+	__u8 hdr[sizeof(struct tcphdr) + TCPOLEN_MSS];
+	if (bpf_skb_load_bytes(skb, p->l4, hdr, sizeof(hdr)))
+		return;
+	__u8 *opt = &hdr[sizeof(struct tcphdr)];
+	if (hdr[12] >> 4 < 6 || opt[0] != TCPOPT_MSS || opt[1] != TCPOLEN_MSS)
+		return;
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, 0, &mtu, 0, 0) < 0 || mtu <= NP_TUNNEL_MSS_OVERHEAD)
+		return;
+	__u16 most = mtu - NP_TUNNEL_MSS_OVERHEAD;
+	__be16 old = *(__be16 *)&opt[2];
+	if (bpf_ntohs(old) <= most)
+		return;
+	__be16 mss = bpf_htons(most);
+	bpf_l4_csum_replace(skb, p->l4 + offsetof(struct tcphdr, check), old, mss, 2);
+	bpf_skb_store_bytes(skb, p->l4 + sizeof(struct tcphdr) + 2, &mss, sizeof(mss), 0);
+}
+
 #endif

@@ -365,3 +365,71 @@ func TestKernelDSRTooBigForTheTunnel(t *testing.T) {
 		t.Errorf("counted %d times as too big, want once", after-before)
 	}
 }
+
+// synACK is an endpoint's SYN-ACK of f announcing mss (its first option),
+// with valid checksums.
+func synACK(f maglev.Flow, mss uint16) []byte {
+	b := append(packetFlags(f, tcpSYN|tcpACK), 2, 4, 0, 0)
+	binary.BigEndian.PutUint16(b[14+2:], 44)
+	setIPSum(b[14:34])
+	b[34+12] = 6 << 4
+	binary.BigEndian.PutUint16(b[54+2:], mss)
+	binary.BigEndian.PutUint16(b[34+16:], ^l4Sum(b))
+	return b
+}
+
+// egressOn runs np_egress over pkt leaving through out.
+func (r *xdpRig) egressOn(t *testing.T, out int, pkt []byte) (uint32, []byte) {
+	t.Helper()
+	type skbOut struct {
+		Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto, Priority, IngressIfindex, Ifindex uint32
+		Rest                                                                                                           [192 - 44]byte
+	}
+	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+64), Context: skbOut{Ifindex: uint32(out)},
+		ContextOut: &skbOut{}}
+	var ret uint32
+	must(t, r.node.Do(func() (err error) {
+		ret, err = r.p.kernel.coll.Programs["np_egress"].Run(opts)
+		return err
+	}))
+	return ret, opts.DataOut
+}
+
+// TestKernelDSRClampsTheMSS: a local endpoint's SYN-ACK to a client whose
+// flow a peer tunnelled here announces no more than the link's MTU (1500)
+// leaves room for with the tunnel's header, its checksum kept valid; a
+// smaller MSS, and the SYN-ACK of a flow that came directly, are left as
+// they are.
+func TestKernelDSRClampsTheMSS(t *testing.T) {
+	r := newDSRRig(t)
+	for _, tc := range []struct {
+		name      string
+		tunnelled bool
+		mss, want uint16
+	}{
+		{"tunnelled flow", true, 1460, 1440},
+		{"tunnelled flow, MSS smaller", true, 1400, 1400},
+		{"direct flow", false, 1460, 1460},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.dsrSync(t, proxy.TCP, dsrLocal, netip.Addr{})
+			f := maglev.Flow{Src: r.client, Dst: vip, SrcPort: 40008, DstPort: 80, Protocol: 6}
+			pkt, in := clientPacket(f, tcpSYN), r.a0
+			if tc.tunnelled {
+				pkt, in = ipip(dsrPeer, r.nodeIP, 0, 0x4000, pkt), r.c0
+			}
+			verdict, up := r.runTC(t, in, pkt)
+			if _, dst := tuple(up); verdict != tcOK || dst != netip.AddrPortFrom(dsrLocal, 8080) {
+				t.Fatalf("the SYN: verdict %d, to %v; want TC_ACT_OK to the local endpoint", verdict, dst)
+			}
+			verdict, out := r.egressOn(t, r.a0.Index, synACK(answer(up, 6), tc.mss))
+			if verdict != tcOK || len(out) != 58 {
+				t.Fatalf("np_egress on the SYN-ACK: verdict %d, %d bytes; want TC_ACT_OK, 58 bytes", verdict, len(out))
+			}
+			if got := binary.BigEndian.Uint16(out[54+2:]); got != tc.want {
+				t.Errorf("the SYN-ACK announces MSS %d, want %d", got, tc.want)
+			}
+			checkSums(t, "the SYN-ACK", out, 6, false)
+		})
+	}
+}
