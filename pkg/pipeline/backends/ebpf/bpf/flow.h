@@ -274,11 +274,10 @@ static __always_inline int F(ingress_at)(struct __sk_buff *skb, const int tunnel
 	int rc = F(new_flow)(skb, p, &cp, now, tunneled);
 	if (rc != NP_TUNNELLED)
 		return rc;
+	if (last_hop(p->ttl, CT_AT_TUNNEL))
+		return F(time_exceeded)(skb);
 	v = bpf_map_lookup_elem(&F(np_ct), &p->k);
-	if (!v)
-		return TC_ACT_SHOT;
-	struct F(ct_val) out = *v;
-	return F(tunnel_out)(skb, &out, p->ttl);
+	return v ? F(tunnel_out)(skb, v, p->ttl) : TC_ACT_SHOT;
 }
 
 // ingress is np_ingress for a packet of the family. Each family's is a

@@ -21,13 +21,14 @@
 //     address kept (no rules masquerade it);
 //   - with direct server return (NP_F_DSR), a new flow to an endpoint on
 //     a peer node that decapsulates (np_tunnels) is sent to that node in
-//     an IPIP tunnel, the client's packet unchanged (tunnel.h), and its
-//     replies go from there to the client;
+//     an IPIP tunnel (IPv6 in IPv6), the client's packet unchanged
+//     (tunnel.h, tunnel6.h), and its replies go from there to the client;
 //   - a frontend without endpoints is answered (TCP RST, ICMP port
 //     unreachable) or dropped;
-//   - an IPIP packet a peer tunnelled here loses its outer header and
-//     goes on in np_ingress_tun (np_progs_tun), as a flow to this node's
-//     own endpoints of a frontend of NP_SCOPE_TUNNEL.
+//   - an IPIP (IPv6 in IPv6) packet a peer tunnelled here loses its outer
+//     header and goes on in np_ingress_tun (np_ingress_tun6), through
+//     np_progs_tun, as a flow to this node's own endpoints of a frontend
+//     of NP_SCOPE_TUNNEL.
 // np_egress (tc egress of each node interface): a local endpoint's reply
 // gets the frontend back as its source (the SYN-ACK of a flow a peer
 // tunnelled here an MSS that fits the tunnel, tunnel.h).
@@ -598,33 +599,15 @@ static __noinline int unparsed(struct __sk_buff *skb, int egress)
 #include "ct.h"
 #include "masq.h"
 #include "icmp6.h"
+#include "tunnel6.h"
 
-// IPv6 has no tunnel yet: its frontends with NP_F_DSR translate every
-// flow as if no endpoint had one, and no IPv6 packet is decapsulated.
-static __always_inline int tunnel_flow6(struct __sk_buff *skb, const struct pkt6 *p, const struct np_be6 *be,
-					__u64 now)
-{
-	return NP_NO_TUNNEL;
-}
-
-static __always_inline int tunnel_out6(struct __sk_buff *skb, const struct ct_val6 *v, __u32 ttl)
-{
-	return TC_ACT_SHOT;
-}
-
-static __always_inline struct np_val *tunnelled_frontend6(const struct ct_key6 *f)
-{
-	return NULL;
-}
-
-static __always_inline void clamp_mss6(struct __sk_buff *skb, const struct pkt6 *p)
-{
-}
-
-// unparsed6 is icmp6_error: what parse6 leaves is the stack's unless it is
-// an ICMPv6 error about a flow.
+// unparsed6 is unparsed for IPv6: what parse6 leaves is the stack's unless
+// it is IPv6 in IPv6 from a peer (tunnel_in6) or an ICMPv6 error about a
+// flow.
 static __always_inline int unparsed6(struct __sk_buff *skb, int egress)
 {
+	if (!egress && is_ip6ip6(skb))
+		return tunnel_in6(skb);
 	return icmp6_error(skb, egress);
 }
 
@@ -666,7 +649,27 @@ SEC("tc")
 int np_ingress6(struct __sk_buff *skb)
 {
 	int rc = ingress6(skb);
-	return rc == NP_UNPARSED ? unparsed6(skb, 0) : rc;
+	if (rc == NP_UNPARSED)
+		rc = unparsed6(skb, 0);
+	if (rc == NP_DECAPSULATED) {
+		bpf_tail_call(skb, &np_progs_tun, NP_PROG_TUN6);
+		dsr_count(NP_STAT_DSR_NO_FLOW, 1);
+		return TC_ACT_SHOT;
+	}
+	return rc;
+}
+
+// np_ingress_tun6 (np_progs_tun's NP_PROG_TUN6) is np_ingress_tun for
+// IPv6.
+SEC("tc")
+int np_ingress_tun6(struct __sk_buff *skb)
+{
+	int rc = ingress_at6(skb, 1);
+	if (rc == NP_UNPARSED) {
+		dsr_count(NP_STAT_DSR_NO_FLOW, 1);
+		return TC_ACT_SHOT;
+	}
+	return rc;
 }
 
 SEC("tc")

@@ -117,13 +117,13 @@ static __noinline int tunnel_out(struct __sk_buff *skb, const struct ct_val *v, 
 
 // tunnel_flow records the flow of p, a new flow's first packet, to be,
 // its endpoint, as one through the tunnel to be's node (np_tunnels):
-// NP_TUNNELLED, and the caller's frame, the program's, sends the packet
-// (tunnel_out: a frame of its own below this one's and new_flow's would
-// pass the verifier's bound on the frames' sum). NP_NO_TUNNEL when be has
-// no tunnel (its node does not decapsulate) or this node no primary
-// address: the flow is then translated as any other. Only the client's
-// direction is recorded (the outer addresses, the packet's own ports): no
-// reply comes back here.
+// NP_TUNNELLED, and the caller's frame, ingress's, sends the packet, or
+// answers it when it has no hop left (tunnel_out, an answer: frames of
+// their own below this one's and new_flow's would pass the verifier's
+// bound on the frames' sum). NP_NO_TUNNEL when be has no tunnel (its
+// node does not decapsulate) or this node no primary address: the flow is
+// then translated as any other. Only the client's direction is recorded
+// (the outer addresses, the packet's own ports): no reply comes back here.
 static __noinline int tunnel_flow(struct __sk_buff *skb, const struct pkt *p, const struct np_be *be, __u64 now)
 {
 	__be32 ep = be->addr;
@@ -139,8 +139,6 @@ static __noinline int tunnel_flow(struct __sk_buff *skb, const struct pkt *p, co
 	else if (p->tcp_flags & TCP_FIN)
 		fwd.state = CT_CLOSING;
 	bpf_map_update_elem(&np_ct, &p->k, &fwd, BPF_ANY);
-	if (last_hop(p->ttl, fwd.at))
-		return time_exceeded(skb);
 	return NP_TUNNELLED;
 }
 
@@ -226,31 +224,38 @@ static __noinline int tunnel_in(struct __sk_buff *skb)
 #define TCPOPT_MSS 2
 #define TCPOLEN_MSS 4
 
-// clamp_mss lowers the MSS a local endpoint's SYN-ACK (p) announces to a
-// client whose flow came through a peer's tunnel to what fits the link's
-// MTU with the outer header, so that the client's segments need no
-// fragmentation needed on their way (tunnel_out): MSS clamping, as a
-// tunnel device's users configure it. The MTU is this interface's,
-// assumed the same on the peer's link. The MSS option is looked for
-// first among the options, where stacks put it in a SYN-ACK.
-static __noinline void clamp_mss(struct __sk_buff *skb, const struct pkt *p)
+// clamp_mss_at lowers the MSS a local endpoint's SYN-ACK (its TCP header
+// at l4) announces to a client whose flow came through a peer's tunnel to
+// what fits the link's MTU with overhead (the headers of a segment in the
+// tunnel), so that the client's segments need no fragmentation needed on
+// their way (tunnel_out): MSS clamping, as a tunnel device's users
+// configure it. The MTU is this interface's, assumed the same on the
+// peer's link. The MSS option is looked for first among the options, where
+// stacks put it in a SYN-ACK.
+static __noinline void clamp_mss_at(struct __sk_buff *skb, __u32 l4, __u32 overhead)
 {
 	__u8 hdr[sizeof(struct tcphdr) + TCPOLEN_MSS];
-	if (bpf_skb_load_bytes(skb, p->l4, hdr, sizeof(hdr)))
+	if (bpf_skb_load_bytes(skb, l4, hdr, sizeof(hdr)))
 		return;
 	__u8 *opt = &hdr[sizeof(struct tcphdr)];
 	if (hdr[12] >> 4 < 6 || opt[0] != TCPOPT_MSS || opt[1] != TCPOLEN_MSS)
 		return;
 	__u32 mtu = 0;
-	if (bpf_check_mtu(skb, 0, &mtu, 0, 0) < 0 || mtu <= NP_TUNNEL_MSS_OVERHEAD)
+	if (bpf_check_mtu(skb, 0, &mtu, 0, 0) < 0 || mtu <= overhead)
 		return;
-	__u16 most = mtu - NP_TUNNEL_MSS_OVERHEAD;
+	__u16 most = mtu - overhead;
 	__be16 old = *(__be16 *)&opt[2];
 	if (bpf_ntohs(old) <= most)
 		return;
 	__be16 mss = bpf_htons(most);
-	bpf_l4_csum_replace(skb, p->l4 + offsetof(struct tcphdr, check), old, mss, 2);
-	bpf_skb_store_bytes(skb, p->l4 + sizeof(struct tcphdr) + 2, &mss, sizeof(mss), 0);
+	bpf_l4_csum_replace(skb, l4 + offsetof(struct tcphdr, check), old, mss, 2);
+	bpf_skb_store_bytes(skb, l4 + sizeof(struct tcphdr) + 2, &mss, sizeof(mss), 0);
+}
+
+// clamp_mss is clamp_mss_at for an IPv4 SYN-ACK.
+static __always_inline void clamp_mss(struct __sk_buff *skb, const struct pkt *p)
+{
+	clamp_mss_at(skb, p->l4, NP_TUNNEL_MSS_OVERHEAD);
 }
 
 #endif

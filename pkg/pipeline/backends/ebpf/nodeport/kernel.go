@@ -293,9 +293,9 @@ const (
 
 var progs6 = []string{"np_ingress6", "np_egress6"}
 
-// progsTun are the programs of np_progs_tun, in its slots' order: IPv4's
-// (NP_PROG_TUN); IPv6 decapsulates nothing yet.
-var progsTun = []string{"np_ingress_tun"}
+// progsTun are the programs of np_progs_tun, in its slots' order
+// (NP_PROG_TUN, NP_PROG_TUN6).
+var progsTun = []string{"np_ingress_tun", "np_ingress_tun6"}
 
 // fillProgArrays points np_progs6 at l's IPv6 programs and np_progs_tun
 // at its program for decapsulated packets: np_ingress and np_egress of any
