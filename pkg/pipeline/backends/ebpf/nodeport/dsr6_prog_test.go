@@ -172,3 +172,19 @@ func TestKernelDSR6TooBigForTheTunnel(t *testing.T) {
 		t.Errorf("ICMPv6 checksum invalid (sum %#x)", s)
 	}
 }
+
+// TestKernelDSR6LeavesErrorsAboutTunnelledFlows:
+// TestKernelDSRLeavesErrorsAboutTunnelledFlows for IPv6.
+func TestKernelDSR6LeavesErrorsAboutTunnelledFlows(t *testing.T) {
+	r := newDSRRig6(t)
+	r.dsrSync6(t, proxy.UDP, dsrRemote6)
+	f := maglev.Flow{Src: r.client, Dst: vip6, SrcPort: 40009, DstPort: 80, Protocol: 17}
+	if verdict, _ := r.runTC(t, r.a0, packet6(f, 0)); verdict != tcRedirect {
+		t.Fatalf("the flow's first datagram: verdict %d, want TC_ACT_REDIRECT", verdict)
+	}
+	reply := packet6(maglev.Flow{Src: vip6, Dst: r.client, SrcPort: 80, DstPort: 40009, Protocol: 17}, 0)
+	icmp := icmp6Error(r.client, vip6, 1, 0, reply[14:14+48])
+	if verdict, out := r.runTC(t, r.a0, append([]byte(nil), icmp...)); verdict != tcOK || string(out) != string(icmp) {
+		t.Errorf("the client's unreachable: verdict %d (want TC_ACT_OK), changed: %v", verdict, string(out) != string(icmp))
+	}
+}

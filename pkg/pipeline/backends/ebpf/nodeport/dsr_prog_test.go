@@ -433,3 +433,22 @@ func TestKernelDSRClampsTheMSS(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelDSRLeavesErrorsAboutTunnelledFlows: an ICMP error about a
+// tunnelled flow's reply (the client's port unreachable, quoting the
+// frontend's datagram) passes unchanged: the flow's other direction is
+// the peer's, and the entry here, the tunnel's, names no address the
+// error could be translated to.
+func TestKernelDSRLeavesErrorsAboutTunnelledFlows(t *testing.T) {
+	r := newDSRRig(t)
+	r.dsrSync(t, proxy.UDP, dsrRemote, dsrPeer)
+	f := maglev.Flow{Src: r.client, Dst: vip, SrcPort: 40009, DstPort: 80, Protocol: 17}
+	if verdict, _ := r.runTC(t, r.a0, clientPacket(f, 0)); verdict != tcRedirect {
+		t.Fatalf("the flow's first datagram: verdict %d, want TC_ACT_REDIRECT", verdict)
+	}
+	reply := checksummed(answer(packetFlags(f, 0), 17), 0, false)
+	icmp := icmpError(r.client, vip, 3, 3, 0, reply[14:14+28])
+	if verdict, out := r.runTC(t, r.a0, append([]byte(nil), icmp...)); verdict != tcOK || string(out) != string(icmp) {
+		t.Errorf("the client's port unreachable: verdict %d (want TC_ACT_OK), changed: %v", verdict, string(out) != string(icmp))
+	}
+}
