@@ -7,6 +7,7 @@
 // out of the interface it came in on.
 
 #define ICMPV6_DEST_UNREACH 1
+#define ICMPV6_PKT_TOOBIG 2
 #define ICMPV6_PORT_UNREACH 4
 #define ICMPV6_TIME_EXCEED 3
 #define IPPROTO_ICMPV6_ 58
@@ -73,11 +74,11 @@ struct icmp6_err6 {
 #define ICMP6_ERR_LEN (sizeof(struct icmp6_err6) - sizeof(struct ipv6hdr))
 
 // icmp6_answer answers a TCP or UDP packet with an ICMPv6 error of type
-// and code, from the address the packet was sent to (a function of its
-// own, as reset6).
-static __noinline int icmp6_answer(struct __sk_buff *skb, __u8 type, __u8 code)
+// and code, the header's last word rest, from the address the packet was
+// sent to (a function of its own, as reset6).
+static __noinline int icmp6_answer(struct __sk_buff *skb, __u8 type, __u8 code, __be32 rest)
 {
-	struct icmp6_err6 e = {};
+	struct icmp6_err6 e = { .unused = rest };
 	if (bpf_skb_load_bytes(skb, IP6_OFF, &e.orig, sizeof(e.orig) + sizeof(e.l4)))
 		return TC_ACT_SHOT;
 	__u32 sum = ip6_answer(&e.ip, &e.orig, IPPROTO_ICMPV6_, ICMP6_ERR_LEN);
@@ -89,12 +90,19 @@ static __noinline int icmp6_answer(struct __sk_buff *skb, __u8 type, __u8 code)
 // unreachable6 answers a UDP packet with ICMPv6 port unreachable.
 static __always_inline int unreachable6(struct __sk_buff *skb)
 {
-	return icmp6_answer(skb, ICMPV6_DEST_UNREACH, ICMPV6_PORT_UNREACH);
+	return icmp6_answer(skb, ICMPV6_DEST_UNREACH, ICMPV6_PORT_UNREACH, 0);
 }
 
 // time_exceeded6 answers a packet that has no hop left (hop limit
 // exceeded in transit).
 static __always_inline int time_exceeded6(struct __sk_buff *skb)
 {
-	return icmp6_answer(skb, ICMPV6_TIME_EXCEED, 0);
+	return icmp6_answer(skb, ICMPV6_TIME_EXCEED, 0, 0);
+}
+
+// packet_too_big6 answers a packet the next hop's mtu cannot take (IPv6
+// is not fragmented on the way): packet too big, naming the MTU.
+static __always_inline int packet_too_big6(struct __sk_buff *skb, __u32 mtu)
+{
+	return icmp6_answer(skb, ICMPV6_PKT_TOOBIG, 0, bpf_htonl(mtu));
 }

@@ -297,6 +297,24 @@ static __always_inline __u32 sock_tuple6(const struct ct_key6 *k, struct bpf_soc
 	return sizeof(t->ipv6);
 }
 
+// route6 is route for IPv6.
+static __always_inline int route6(struct __sk_buff *skb, const struct ct_val6 *v, struct bpf_fib_lookup *fib)
+{
+	*fib = (struct bpf_fib_lookup){ .family = AF_INET6, .ifindex = skb->ingress_ifindex };
+	__builtin_memcpy(fib->ipv6_src, &v->src, 16);
+	__builtin_memcpy(fib->ipv6_dst, &v->dst, 16);
+	int rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
+}
+
+// send_routed6 is send_routed for IPv6.
+static __always_inline int send_routed6(struct __sk_buff *skb, const struct bpf_fib_lookup *fib)
+{
+	struct bpf_redir_neigh nh = { .nh_family = AF_INET6 };
+	__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, 16);
+	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
+}
+
 // forward6 sends a translated packet (its hop limit hops, above 1) out of
 // the node interface its new destination routes through, one hop less, as
 // forward does for IPv4.
@@ -304,15 +322,10 @@ static __noinline int forward6(struct __sk_buff *skb, const struct ct_val6 *v, _
 {
 	__u8 left = hops - 1;
 	bpf_skb_store_bytes(skb, IP6_OFF + offsetof(struct ipv6hdr, hop_limit), &left, 1, 0);
-	struct bpf_fib_lookup fib = { .family = AF_INET6, .ifindex = skb->ingress_ifindex };
-	__builtin_memcpy(fib.ipv6_src, &v->src, 16);
-	__builtin_memcpy(fib.ipv6_dst, &v->dst, 16);
-	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+	struct bpf_fib_lookup fib;
+	if (!route6(skb, v, &fib))
 		return TC_ACT_SHOT;
-	struct bpf_redir_neigh nh = { .nh_family = AF_INET6 };
-	__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
-	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	return send_routed6(skb, &fib);
 }
 
 // remote6 says whether dst routes out of a node interface: an endpoint on
