@@ -265,7 +265,8 @@ func capacity(need, floor int) uint32 {
 // fits reports whether the maps of a family (named n) can hold want.
 func fits[A addrBytes](l *loaded, n familyMaps, want *contentsOf[A]) bool {
 	for name, count := range map[string]int{n.services: len(want.Services), n.backends: len(want.Backends),
-		n.maglev: len(want.Maglev), n.ranges: len(want.Ranges), n.members: len(want.Members)} {
+		n.maglev: len(want.Maglev), n.ranges: len(want.Ranges), n.members: len(want.Members),
+		n.tunnels: len(want.Tunnels)} {
 		if uint32(count) > l.coll.Maps[name].MaxEntries() {
 			return false
 		}
