@@ -89,6 +89,9 @@ type Proxier struct {
 type family[A addrBytes] struct {
 	store *store[A]
 	sizes *sizes
+	// routes are the UDP DSR routes the last successful sync wrote
+	// (contentsOf.tunnelRoutes); nil before the first.
+	routes map[tunnelRoute[A]]struct{}
 }
 
 func newFamily[A addrBytes]() *family[A] { return &family[A]{store: newStore[A]()} }
@@ -147,6 +150,12 @@ func syncFamily[A addrBytes](p *Proxier, f *family[A], want contentsOf[A], mode 
 		p.writes += uint64(n)
 	} else {
 		err = growFamily(p, f, &want)
+	}
+	if err == nil {
+		if lost := lostRoutes(f.routes, want.tunnelRoutes); len(lost) > 0 {
+			dropTunnelFlows(p, lost)
+		}
+		f.routes = want.tunnelRoutes
 	}
 	return err
 }
