@@ -38,20 +38,27 @@ static __always_inline struct F(ct_key) F(reverse)(const struct F(ct_val) *v, __
 
 // track advances the flow's state with a packet of direction e (reply:
 // the packet answers the flow's first direction) and refreshes both
-// directions' entries.
+// directions' entries. A flow tunnelled to a peer (CT_AT_TUNNEL) has no
+// other direction here, its replies going from the peer to the client: a
+// client's TCP packet without SYN (the handshake's ACK) tells it is
+// established, as a reply would, else the connection would expire as an
+// unanswered one.
 static __always_inline void F(track)(struct F(ct_val) *e, const struct F(pkt) *p, int reply, __u64 now)
 {
 	__u8 st = e->state;
+	int tunnel = e->at == CT_AT_TUNNEL;
 	if (p->tcp_flags & TCP_RST)
 		st = CT_CLOSED;
 	else if (p->tcp_flags & TCP_FIN && st != CT_CLOSED)
 		st = CT_CLOSING;
-	else if (reply && st == CT_NEW)
+	else if (st == CT_NEW && (reply || (tunnel && p->k.proto == IPPROTO_TCP && !(p->tcp_flags & TCP_SYN))))
 		st = CT_ESTABLISHED;
 	e->seen = now;
 	if (st == e->state)
 		return;
 	e->state = st;
+	if (tunnel)
+		return;
 	struct F(ct_key) other = F(reverse)(e, p->k.proto);
 	struct F(ct_val) *o = bpf_map_lookup_elem(&F(np_ct), &other);
 	if (o) {

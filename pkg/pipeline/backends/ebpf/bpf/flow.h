@@ -112,7 +112,8 @@ static __always_inline int F(kernel_flow)(struct __sk_buff *skb, const struct F(
 	return v->reply && v->at == CT_AT_INGRESS_FWD && F(draining)() && F(in_kernel_ct)(skb, k);
 }
 
-// apply translates a packet of a known flow (FLOW_FN: nodeport.c).
+// apply translates a packet of a known flow (FLOW_FN: nodeport.c); a
+// flow tunnelled to a peer keeps its packets as they are, in the tunnel.
 static FLOW_FN int F(apply)(struct __sk_buff *skb, struct F(pkt) *p, struct F(ct_val) *v, __u64 now)
 {
 	if (F(kernel_flow)(skb, &p->k, v))
@@ -121,6 +122,8 @@ static FLOW_FN int F(apply)(struct __sk_buff *skb, struct F(pkt) *p, struct F(ct
 		return F(time_exceeded)(skb);
 	F(track)(v, p, v->reply, now);
 	struct F(ct_val) out = *v;
+	if (out.at == CT_AT_TUNNEL)
+		return F(tunnel_out)(skb, &out, p->ttl);
 	F(rewrite)(skb, p, &out);
 	if (out.at == CT_AT_INGRESS_FWD)
 		return F(forward)(skb, &out, p->ttl);
@@ -142,17 +145,36 @@ static __always_inline int F(masquerade)(struct F(snat_search) *s)
 	return F(snat_port)(s);
 }
 
+// tunnel_lost drops a decapsulated packet that no flow or local endpoint
+// here takes, counted: handed to the stack, it would be routed to its
+// inner destination, another node's address or an LB IP, back out.
+static __always_inline int F(tunnel_lost)(void)
+{
+	dsr_count(NP_STAT_DSR_NO_FLOW, ADDR_BITS == 128);
+	return TC_ACT_SHOT;
+}
+
 // new_flow translates the first packet of a flow to frontend sv and
-// records both directions (a function of its own, as ingress).
-static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const struct np_val *sv, __u64 now)
+// records both directions (a function of its own, as ingress). With
+// direct server return (NP_F_DSR) an endpoint on a peer node other than
+// the client itself (whose own address as a source it would drop) is
+// reached by tunnel. A packet a peer tunnelled here (tunneled) goes to a
+// local endpoint, its flow's entries flagged.
+static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const struct np_val *sv, __u64 now,
+				  const int tunneled)
 {
 	if (!F(allowed)(sv, &p->k))
 		return TC_ACT_SHOT;
 	if (sv->count == 0)
-		return F(refuse)(skb, p, sv);
+		return tunneled ? F(tunnel_lost)() : F(refuse)(skb, p, sv);
 	struct F(np_be) be;
 	if (!F(choose)(sv, &p->k, now, &be))
 		return TC_ACT_SHOT;
+	if (!tunneled && sv->flags & NP_F_DSR && !addr_eq(be.addr, p->k.src)) {
+		int rc = F(tunnel_flow)(skb, p, &be, now);
+		if (rc != NP_NO_TUNNEL)
+			return rc;
+	}
 	// The reply direction rewrites back to the frontend, seen by the
 	// client as the other end. Both directions are built where the
 	// masquerade port search takes them.
@@ -172,10 +194,16 @@ static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const
 	// nftables rules to would have rules that arrive later (a switch to
 	// nftables mode) masquerade the open flow midway, which resets it.
 	if (F(remote)(skb, &p->k.src, &be.addr)) {
+		// A peer tunnels to this node for its own endpoints: a remote
+		// one (this node's State lagging) is not the packet's to reach.
+		if (tunneled)
+			return F(tunnel_lost)();
 		fwd->at = CT_AT_INGRESS_FWD;
 		if (sv->flags & NP_F_MASQ && !F(masquerade)(&s))
 			return TC_ACT_SHOT;
 	}
+	if (tunneled)
+		fwd->flags = rev->flags = CT_F_TUNNELED;
 	if (addr_eq(fwd->src, p->k.src)) {
 		struct F(ct_key) rk = F(reverse)(fwd, p->k.proto);
 		bpf_map_update_elem(&F(np_ct), &rk, rev, BPF_ANY);
@@ -201,10 +229,12 @@ static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const
 #define NP_UNPARSED (-2)
 #endif
 
-// ingress is np_ingress for a packet of the family. Each family's is a
-// function of its own (a BPF-to-BPF call), so that their stack frames are
-// not added up in np_ingress's.
-static FLOW_FN int F(ingress)(struct __sk_buff *skb)
+// ingress_at is np_ingress for a packet of the family; tunneled (a
+// constant: each program has its own copy) says the packet is one a peer
+// tunnelled here, decapsulated: it may only start a flow to a frontend
+// of NP_SCOPE_TUNNEL, or go on in one of the flows such packets started,
+// and what it may not is dropped (tunnel_lost).
+static __always_inline int F(ingress_at)(struct __sk_buff *skb, const int tunneled)
 {
 	struct F(pkt) pk = {}, *p = &pk;
 	if (!F(parse)(skb, p))
@@ -213,8 +243,13 @@ static FLOW_FN int F(ingress)(struct __sk_buff *skb)
 	struct F(ct_val) *v = bpf_map_lookup_elem(&F(np_ct), &p->k);
 	// A masqueraded flow's reply whose entry np_ct evicted: the port is
 	// still the flow's (np_snat), and its reply entry is made again.
-	if (!v && snat_range(p->k.dport))
+	if (!v && !tunneled && snat_range(p->k.dport))
 		v = F(rebuilt_reply)(&p->k, now);
+	// A decapsulated packet is never the stack's nor a flow's that
+	// arrived here directly: one that did would be sent on from here
+	// (to a third node, back into a tunnel).
+	if (v && tunneled && !(v->flags & CT_F_TUNNELED))
+		v = NULL;
 	if (v && v->at != CT_AT_EGRESS) {
 		if (F(live)(&p->k, v, now))
 			return F(apply)(skb, p, v, now);
@@ -225,13 +260,33 @@ static FLOW_FN int F(ingress)(struct __sk_buff *skb)
 	// nftables rules translated before these programs were attached, or
 	// one whose entry was evicted): the stack decides, as it would have.
 	if (p->k.proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) != TCP_SYN)
-		return TC_ACT_OK;
-	struct F(np_key) k = { .addr = p->k.dst, .port = p->k.dport, .proto = p->k.proto };
-	struct np_val *sv = bpf_map_lookup_elem(&F(np_services), &k);
+		return tunneled ? F(tunnel_lost)() : TC_ACT_OK;
+	struct np_val *sv;
+	if (tunneled) {
+		sv = F(tunnelled_frontend)(&p->k);
+	} else {
+		struct F(np_key) k = { .addr = p->k.dst, .port = p->k.dport, .proto = p->k.proto };
+		sv = bpf_map_lookup_elem(&F(np_services), &k);
+	}
 	if (!sv)
-		return TC_ACT_OK;
+		return tunneled ? F(tunnel_lost)() : TC_ACT_OK;
 	struct np_val cp = *sv;
-	return F(new_flow)(skb, p, &cp, now);
+	int rc = F(new_flow)(skb, p, &cp, now, tunneled);
+	if (rc != NP_TUNNELLED)
+		return rc;
+	v = bpf_map_lookup_elem(&F(np_ct), &p->k);
+	if (!v)
+		return TC_ACT_SHOT;
+	struct F(ct_val) out = *v;
+	return F(tunnel_out)(skb, &out, p->ttl);
+}
+
+// ingress is np_ingress for a packet of the family. Each family's is a
+// function of its own (a BPF-to-BPF call), so that their stack frames are
+// not added up in np_ingress's.
+static FLOW_FN int F(ingress)(struct __sk_buff *skb)
+{
+	return F(ingress_at)(skb, 0);
 }
 
 // egress is np_egress for a packet of the family, a function of its own

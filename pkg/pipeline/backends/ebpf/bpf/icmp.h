@@ -145,7 +145,9 @@ static __always_inline int icmp_error(struct __sk_buff *skb, int egress)
 	struct ct_key k = { .src = e.in.ip.daddr, .dst = e.in.ip.saddr, .sport = e.in.dport, .dport = e.in.sport,
 			    .proto = e.in.ip.protocol };
 	struct ct_val *found = bpf_map_lookup_elem(&np_ct, &k);
-	if (!found || (found->at == CT_AT_EGRESS) != egress || expired(found, k.proto, bpf_ktime_get_ns()))
+	// A flow tunnelled to a peer has its other direction there: an error
+	// about its replies is not this node's to translate.
+	if (!found || found->at == CT_AT_TUNNEL || (found->at == CT_AT_EGRESS) != egress || expired(found, k.proto, bpf_ktime_get_ns()))
 		return TC_ACT_OK;
 	// The kernel's conntrack drops a redirect about a NATed flow: the
 	// route it names is the translated flow's, which its sender never used.

@@ -19,8 +19,15 @@
 //     masquerades, so that its replies come back here; a local endpoint's
 //     packet goes up the stack to the pod unmasqueraded, the client's
 //     address kept (no rules masquerade it);
+//   - with direct server return (NP_F_DSR), a new flow to an endpoint on
+//     a peer node that decapsulates (np_tunnels) is sent to that node in
+//     an IPIP tunnel, the client's packet unchanged (tunnel.h), and its
+//     replies go from there to the client;
 //   - a frontend without endpoints is answered (TCP RST, ICMP port
-//     unreachable) or dropped.
+//     unreachable) or dropped;
+//   - an IPIP packet a peer tunnelled here loses its outer header and
+//     goes on in np_ingress_tun (np_progs_tun), as a flow to this node's
+//     own endpoints of a frontend of NP_SCOPE_TUNNEL.
 // np_egress (tc egress of each node interface): a local endpoint's reply
 // gets the frontend back as its source.
 // Both translate the ICMP errors about the flows they translate (icmp.h,
@@ -445,23 +452,38 @@ static __always_inline void dec_ttl(struct __sk_buff *skb, __u8 ttl)
 	bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + offsetof(struct iphdr, ttl), &left, 1, 0);
 }
 
+// route sets fib to where a packet from v's source to its destination
+// leaves this node, as its forwarding would route it; 0 when it is not
+// routed.
+static __always_inline int route(struct __sk_buff *skb, const struct ct_val *v, struct bpf_fib_lookup *fib)
+{
+	*fib = (struct bpf_fib_lookup){
+		.family = AF_INET,
+		.ipv4_src = v->src,
+		.ipv4_dst = v->dst,
+		.ifindex = skb->ingress_ifindex,
+	};
+	int rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH;
+}
+
+// send_routed sends the packet out of fib's interface to its next hop.
+static __always_inline int send_routed(struct __sk_buff *skb, const struct bpf_fib_lookup *fib)
+{
+	struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = fib->ipv4_dst };
+	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
+}
+
 // forward sends a translated packet (its TTL ttl, above 1) out of the node
 // interface its new destination routes through: it is routed here rather
 // than by the stack, so it loses a hop here.
 static __always_inline int forward(struct __sk_buff *skb, const struct ct_val *v, __u8 ttl)
 {
 	dec_ttl(skb, ttl);
-	struct bpf_fib_lookup fib = {
-		.family = AF_INET,
-		.ipv4_src = v->src,
-		.ipv4_dst = v->dst,
-		.ifindex = skb->ingress_ifindex,
-	};
-	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+	struct bpf_fib_lookup fib;
+	if (!route(skb, v, &fib))
 		return TC_ACT_SHOT;
-	struct bpf_redir_neigh nh = { .nh_family = AF_INET, .ipv4_nh = fib.ipv4_dst };
-	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	return send_routed(skb, &fib);
 }
 
 // remote says whether dst routes out of a node interface: an endpoint on
@@ -520,14 +542,14 @@ static __always_inline __u32 sock_tuple(const struct ct_key *k, struct bpf_sock_
 }
 
 // last_hop says whether a packet this program would forward out of a node
-// interface (at) has no hop left (ttl, the IPv6 hop limit alike): the
-// kernel's forwarding would drop it and answer time exceeded, with the
-// packet as it came (its conntrack undoing the translation in the quote).
-// The answer goes from the address the packet was sent to, the frontend's
-// or the masquerade address.
+// interface (at: translated, or tunnelled to a peer) has no hop left (ttl,
+// the IPv6 hop limit alike): the kernel's forwarding would drop it and
+// answer time exceeded, with the packet as it came (its conntrack undoing
+// the translation in the quote). The answer goes from the address the
+// packet was sent to, the frontend's or the masquerade address.
 static __always_inline int last_hop(__u8 ttl, __u8 at)
 {
-	return at == CT_AT_INGRESS_FWD && ttl <= 1;
+	return (at == CT_AT_INGRESS_FWD || at == CT_AT_TUNNEL) && ttl <= 1;
 }
 
 // The flow logic, once per family: F(name) names the family's types, maps
@@ -545,11 +567,16 @@ static __always_inline int last_hop(__u8 ttl, __u8 at)
 #include "ct.h"
 #include "masq.h"
 #include "icmp.h"
+#include "tunnel.h"
 
-// unparsed is icmp_error in a function of its own, so that its stack
-// frame is not added to the flow logic's.
+// unparsed is what becomes of an IPv4 packet parse leaves, in a function
+// of its own so that its stack frame is not added to the flow logic's: an
+// IPIP packet arriving from a peer (tunnel_in), an ICMP error about a flow
+// (icmp_error).
 static __noinline int unparsed(struct __sk_buff *skb, int egress)
 {
+	if (!egress && is_ipip(skb))
+		return tunnel_in(skb);
 	return icmp_error(skb, egress);
 }
 
@@ -570,6 +597,24 @@ static __noinline int unparsed(struct __sk_buff *skb, int egress)
 #include "ct.h"
 #include "masq.h"
 #include "icmp6.h"
+
+// IPv6 has no tunnel yet: its frontends with NP_F_DSR translate every
+// flow as if no endpoint had one, and no IPv6 packet is decapsulated.
+static __always_inline int tunnel_flow6(struct __sk_buff *skb, const struct pkt6 *p, const struct np_be6 *be,
+					__u64 now)
+{
+	return NP_NO_TUNNEL;
+}
+
+static __always_inline int tunnel_out6(struct __sk_buff *skb, const struct ct_val6 *v, __u32 ttl)
+{
+	return TC_ACT_SHOT;
+}
+
+static __always_inline struct np_val *tunnelled_frontend6(const struct ct_key6 *f)
+{
+	return NULL;
+}
 
 // unparsed6 is icmp6_error: what parse6 leaves is the stack's unless it is
 // an ICMPv6 error about a flow.
@@ -634,7 +679,31 @@ int np_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	int rc = ingress(skb);
-	return rc == NP_UNPARSED ? unparsed(skb, 0) : rc;
+	if (rc == NP_UNPARSED)
+		rc = unparsed(skb, 0);
+	if (rc == NP_DECAPSULATED) {
+		// The packet has lost its outer header: the stack would route
+		// the inner one back out.
+		bpf_tail_call(skb, &np_progs_tun, NP_PROG_TUN);
+		dsr_count(NP_STAT_DSR_NO_FLOW, 0);
+		return TC_ACT_SHOT;
+	}
+	return rc;
+}
+
+// np_ingress_tun (np_progs_tun's NP_PROG_TUN) is np_ingress for an IPv4
+// packet a peer tunnelled here, once decapsulated: a program of its own,
+// so that the flow logic it inlines again is verified apart from
+// np_ingress's.
+SEC("tc")
+int np_ingress_tun(struct __sk_buff *skb)
+{
+	int rc = ingress_at(skb, 1);
+	if (rc == NP_UNPARSED) {
+		dsr_count(NP_STAT_DSR_NO_FLOW, 0);
+		return TC_ACT_SHOT;
+	}
+	return rc;
 }
 
 SEC("tc")

@@ -28,9 +28,10 @@ type progLink struct {
 
 // growable are the maps of a family that its State sizes and fits checks;
 // the LRUs (conntrack, affinity) lose their least recent entries instead
-// of failing, and keep their size.
+// of failing, and keep their size. np_peers has a fixed size
+// (NP_MAX_PEERS).
 func (n familyMaps) growable() []string {
-	return []string{n.services, n.backends, n.maglev, n.ranges, n.members}
+	return []string{n.services, n.backends, n.maglev, n.ranges, n.members, n.tunnels}
 }
 
 // grow loads the programs again with the growable maps of names sized as
@@ -42,7 +43,7 @@ func (l *loaded) grow(names familyMaps, sz sizes) (*loaded, error) {
 		return nil, err
 	}
 	grown := map[string]uint32{names.services: sz.services, names.backends: sz.backends,
-		names.maglev: sz.maglev, names.ranges: sz.ranges, names.members: sz.members}
+		names.maglev: sz.maglev, names.ranges: sz.ranges, names.members: sz.members, names.tunnels: sz.tunnels}
 	opts := ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
 	for name, ms := range spec.Maps {
 		if n, ok := grown[name]; ok {
@@ -61,14 +62,15 @@ func (l *loaded) grow(names familyMaps, sz sizes) (*loaded, error) {
 	return &loaded{coll: coll}, nil
 }
 
-// swap moves l's links (tc and XDP), and np_progs6, to next's programs, one
-// atomic update per link or slot: a packet meets either the old maps or the new ones, both
-// complete. Then next's grown maps replace l's pins in dir, and l is
-// closed.
+// swap moves l's links (tc and XDP), np_progs6 and np_progs_tun, to next's
+// programs, one atomic update per link or slot: a packet meets either the
+// old maps or the new ones, both complete. Then next's grown maps replace
+// l's pins in dir, and l is closed.
 func (l *loaded) swap(next *loaded, dir string, grown []string) error {
-	// The IPv6 programs first: the old np_ingress hands IPv6 packets to
-	// the new ones, whose maps are complete, until its link moves.
-	if err := next.fillProgs6(); err != nil {
+	// The tail-called programs first: the old np_ingress hands IPv6 and
+	// decapsulated packets to the new ones, whose maps are complete,
+	// until its link moves.
+	if err := next.fillProgArrays(); err != nil {
 		return err
 	}
 	for _, pl := range l.links {

@@ -127,7 +127,7 @@ func programSpec(fs familySizes) (*ebpf.CollectionSpec, error) {
 		return nil, err
 	}
 	for name := range spec.Programs {
-		if _, ok := hooks[name]; !ok && name != progXDP && !slices.Contains(progs6, name) {
+		if _, ok := hooks[name]; !ok && name != progXDP && !slices.Contains(progs6, name) && !slices.Contains(progsTun, name) {
 			delete(spec.Programs, name)
 		}
 	}
@@ -160,7 +160,7 @@ func load(dir string, ifaces []string, accel Acceleration, sz familySizes) (*loa
 		return nil, fmt.Errorf("loading the tc node-port programs: %w", err)
 	}
 	l := &loaded{coll: coll}
-	if err := l.fillProgs6(); err != nil {
+	if err := l.fillProgArrays(); err != nil {
 		l.close()
 		return nil, err
 	}
@@ -293,13 +293,20 @@ const (
 
 var progs6 = []string{"np_ingress6", "np_egress6"}
 
-// fillProgs6 points np_progs6 at l's IPv6 programs: np_ingress and
-// np_egress of any load sharing the array (a pinned one, the programs
-// before a growth) hand IPv6 packets to these from then on.
-func (l *loaded) fillProgs6() error {
-	for slot, name := range progs6 {
-		if err := l.coll.Maps[mapProgs6].Put(uint32(slot), l.coll.Programs[name]); err != nil {
-			return fmt.Errorf("putting %s in %s: %w", name, mapProgs6, err)
+// progsTun are the programs of np_progs_tun, in its slots' order: IPv4's
+// (NP_PROG_TUN); IPv6 decapsulates nothing yet.
+var progsTun = []string{"np_ingress_tun"}
+
+// fillProgArrays points np_progs6 at l's IPv6 programs and np_progs_tun
+// at its program for decapsulated packets: np_ingress and np_egress of any
+// load sharing the arrays (a pinned one, the programs before a growth)
+// hand those packets to these from then on.
+func (l *loaded) fillProgArrays() error {
+	for array, progs := range map[string][]string{mapProgs6: progs6, mapProgsTun: progsTun} {
+		for slot, name := range progs {
+			if err := l.coll.Maps[array].Put(uint32(slot), l.coll.Programs[name]); err != nil {
+				return fmt.Errorf("putting %s in %s: %w", name, array, err)
+			}
 		}
 	}
 	return nil

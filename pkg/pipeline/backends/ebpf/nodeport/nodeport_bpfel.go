@@ -16,43 +16,44 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	nodeportMapNpAffinity   = "np_affinity"
-	nodeportMapNpAffinity6  = "np_affinity6"
-	nodeportMapNpBackends   = "np_backends"
-	nodeportMapNpBackends6  = "np_backends6"
-	nodeportMapNpConfig     = "np_config"
-	nodeportMapNpConfig6    = "np_config6"
-	nodeportMapNpCt         = "np_ct"
-	nodeportMapNpCt6        = "np_ct6"
-	nodeportMapNpDevices    = "np_devices"
-	nodeportMapNpMaglev     = "np_maglev"
-	nodeportMapNpMaglev6    = "np_maglev6"
-	nodeportMapNpMembers    = "np_members"
-	nodeportMapNpMembers6   = "np_members6"
-	nodeportMapNpPeers      = "np_peers"
-	nodeportMapNpPeers6     = "np_peers6"
-	nodeportMapNpProgs6     = "np_progs6"
-	nodeportMapNpProgsTun   = "np_progs_tun"
-	nodeportMapNpRanges     = "np_ranges"
-	nodeportMapNpRanges6    = "np_ranges6"
-	nodeportMapNpServices   = "np_services"
-	nodeportMapNpServices6  = "np_services6"
-	nodeportMapNpSnat       = "np_snat"
-	nodeportMapNpSnat6      = "np_snat6"
-	nodeportMapNpStats      = "np_stats"
-	nodeportMapNpStats6     = "np_stats6"
-	nodeportMapNpStatsDsr   = "np_stats_dsr"
-	nodeportMapNpTunnels    = "np_tunnels"
-	nodeportMapNpTunnels6   = "np_tunnels6"
-	nodeportMapNpXdpOut     = "np_xdp_out"
-	nodeportProgFlowHashRun = "flow_hash_run"
-	nodeportProgJhashRun    = "jhash_run"
-	nodeportProgNpEgress    = "np_egress"
-	nodeportProgNpEgress6   = "np_egress6"
-	nodeportProgNpIngress   = "np_ingress"
-	nodeportProgNpIngress6  = "np_ingress6"
-	nodeportProgNpXdp       = "np_xdp"
-	nodeportVarNpKernelCt   = "np_kernel_ct"
+	nodeportMapNpAffinity    = "np_affinity"
+	nodeportMapNpAffinity6   = "np_affinity6"
+	nodeportMapNpBackends    = "np_backends"
+	nodeportMapNpBackends6   = "np_backends6"
+	nodeportMapNpConfig      = "np_config"
+	nodeportMapNpConfig6     = "np_config6"
+	nodeportMapNpCt          = "np_ct"
+	nodeportMapNpCt6         = "np_ct6"
+	nodeportMapNpDevices     = "np_devices"
+	nodeportMapNpMaglev      = "np_maglev"
+	nodeportMapNpMaglev6     = "np_maglev6"
+	nodeportMapNpMembers     = "np_members"
+	nodeportMapNpMembers6    = "np_members6"
+	nodeportMapNpPeers       = "np_peers"
+	nodeportMapNpPeers6      = "np_peers6"
+	nodeportMapNpProgs6      = "np_progs6"
+	nodeportMapNpProgsTun    = "np_progs_tun"
+	nodeportMapNpRanges      = "np_ranges"
+	nodeportMapNpRanges6     = "np_ranges6"
+	nodeportMapNpServices    = "np_services"
+	nodeportMapNpServices6   = "np_services6"
+	nodeportMapNpSnat        = "np_snat"
+	nodeportMapNpSnat6       = "np_snat6"
+	nodeportMapNpStats       = "np_stats"
+	nodeportMapNpStats6      = "np_stats6"
+	nodeportMapNpStatsDsr    = "np_stats_dsr"
+	nodeportMapNpTunnels     = "np_tunnels"
+	nodeportMapNpTunnels6    = "np_tunnels6"
+	nodeportMapNpXdpOut      = "np_xdp_out"
+	nodeportProgFlowHashRun  = "flow_hash_run"
+	nodeportProgJhashRun     = "jhash_run"
+	nodeportProgNpEgress     = "np_egress"
+	nodeportProgNpEgress6    = "np_egress6"
+	nodeportProgNpIngress    = "np_ingress"
+	nodeportProgNpIngress6   = "np_ingress6"
+	nodeportProgNpIngressTun = "np_ingress_tun"
+	nodeportProgNpXdp        = "np_xdp"
+	nodeportVarNpKernelCt    = "np_kernel_ct"
 )
 
 // loadNodeport returns the embedded CollectionSpec for nodeport.
@@ -97,13 +98,14 @@ type nodeportSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type nodeportProgramSpecs struct {
-	FlowHashRun *ebpf.ProgramSpec `ebpf:"flow_hash_run"`
-	JhashRun    *ebpf.ProgramSpec `ebpf:"jhash_run"`
-	NpEgress    *ebpf.ProgramSpec `ebpf:"np_egress"`
-	NpEgress6   *ebpf.ProgramSpec `ebpf:"np_egress6"`
-	NpIngress   *ebpf.ProgramSpec `ebpf:"np_ingress"`
-	NpIngress6  *ebpf.ProgramSpec `ebpf:"np_ingress6"`
-	NpXdp       *ebpf.ProgramSpec `ebpf:"np_xdp"`
+	FlowHashRun  *ebpf.ProgramSpec `ebpf:"flow_hash_run"`
+	JhashRun     *ebpf.ProgramSpec `ebpf:"jhash_run"`
+	NpEgress     *ebpf.ProgramSpec `ebpf:"np_egress"`
+	NpEgress6    *ebpf.ProgramSpec `ebpf:"np_egress6"`
+	NpIngress    *ebpf.ProgramSpec `ebpf:"np_ingress"`
+	NpIngress6   *ebpf.ProgramSpec `ebpf:"np_ingress6"`
+	NpIngressTun *ebpf.ProgramSpec `ebpf:"np_ingress_tun"`
+	NpXdp        *ebpf.ProgramSpec `ebpf:"np_xdp"`
 }
 
 // nodeportMapSpecs contains maps before they are loaded into the kernel.
@@ -244,13 +246,14 @@ type nodeportVariables struct {
 //
 // It can be passed to loadNodeportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type nodeportPrograms struct {
-	FlowHashRun *ebpf.Program `ebpf:"flow_hash_run"`
-	JhashRun    *ebpf.Program `ebpf:"jhash_run"`
-	NpEgress    *ebpf.Program `ebpf:"np_egress"`
-	NpEgress6   *ebpf.Program `ebpf:"np_egress6"`
-	NpIngress   *ebpf.Program `ebpf:"np_ingress"`
-	NpIngress6  *ebpf.Program `ebpf:"np_ingress6"`
-	NpXdp       *ebpf.Program `ebpf:"np_xdp"`
+	FlowHashRun  *ebpf.Program `ebpf:"flow_hash_run"`
+	JhashRun     *ebpf.Program `ebpf:"jhash_run"`
+	NpEgress     *ebpf.Program `ebpf:"np_egress"`
+	NpEgress6    *ebpf.Program `ebpf:"np_egress6"`
+	NpIngress    *ebpf.Program `ebpf:"np_ingress"`
+	NpIngress6   *ebpf.Program `ebpf:"np_ingress6"`
+	NpIngressTun *ebpf.Program `ebpf:"np_ingress_tun"`
+	NpXdp        *ebpf.Program `ebpf:"np_xdp"`
 }
 
 func (p *nodeportPrograms) Close() error {
@@ -261,6 +264,7 @@ func (p *nodeportPrograms) Close() error {
 		p.NpEgress6,
 		p.NpIngress,
 		p.NpIngress6,
+		p.NpIngressTun,
 		p.NpXdp,
 	)
 }
