@@ -302,5 +302,9 @@ static FLOW_FN int F(egress)(struct __sk_buff *skb)
 	__u64 now = bpf_ktime_get_ns();
 	if (!F(live)(&p->k, v, now))
 		return TC_ACT_OK;
+	// The SYN-ACK of a flow a peer tunnelled here: the client's segments
+	// will come through the tunnel.
+	if (v->flags & CT_F_TUNNELED && p->tcp_flags & TCP_SYN)
+		F(clamp_mss)(skb, p);
 	return F(apply)(skb, p, v, now);
 }

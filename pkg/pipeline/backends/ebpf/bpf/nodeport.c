@@ -29,7 +29,8 @@
 //     goes on in np_ingress_tun (np_progs_tun), as a flow to this node's
 //     own endpoints of a frontend of NP_SCOPE_TUNNEL.
 // np_egress (tc egress of each node interface): a local endpoint's reply
-// gets the frontend back as its source.
+// gets the frontend back as its source (the SYN-ACK of a flow a peer
+// tunnelled here an MSS that fits the tunnel, tunnel.h).
 // Both translate the ICMP errors about the flows they translate (icmp.h,
 // icmp6.h).
 // np_xdp (XDP of each node interface, with acceleration; xdp.h): the
@@ -614,6 +615,10 @@ static __always_inline int tunnel_out6(struct __sk_buff *skb, const struct ct_va
 static __always_inline struct np_val *tunnelled_frontend6(const struct ct_key6 *f)
 {
 	return NULL;
+}
+
+static __always_inline void clamp_mss6(struct __sk_buff *skb, const struct pkt6 *p)
+{
 }
 
 // unparsed6 is icmp6_error: what parse6 leaves is the stack's unless it is

@@ -21,6 +21,7 @@
 
 #define ICMP_DEST_UNREACH 3
 #define ICMP_PORT_UNREACH 3
+#define ICMP_FRAG_NEEDED 4
 #define ICMP_TIME_EXCEEDED 11
 
 // The ICMP header (linux/icmp.h pulls in libc's socket headers).
@@ -119,10 +120,11 @@ struct unreach_pkt {
 };
 
 // icmp_answer answers a TCP or UDP packet with an ICMP error of type and
-// code quoting its IPv4 header and the first 8 bytes of its L4 header.
-static __always_inline int icmp_answer(struct __sk_buff *skb, __u8 type, __u8 code)
+// code, the header's last word rest, quoting its IPv4 header and the
+// first 8 bytes of its L4 header.
+static __always_inline int icmp_answer(struct __sk_buff *skb, __u8 type, __u8 code, __be32 rest)
 {
-	struct unreach_pkt r = {};
+	struct unreach_pkt r = { .icmp.unused = rest };
 	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), &r.orig, sizeof(r.orig) + sizeof(r.l4)))
 		return TC_ACT_SHOT;
 	r.icmp.type = type;
@@ -135,14 +137,23 @@ static __always_inline int icmp_answer(struct __sk_buff *skb, __u8 type, __u8 co
 // unreachable answers a UDP packet with ICMP port unreachable.
 static __always_inline int unreachable(struct __sk_buff *skb)
 {
-	return icmp_answer(skb, ICMP_DEST_UNREACH, ICMP_PORT_UNREACH);
+	return icmp_answer(skb, ICMP_DEST_UNREACH, ICMP_PORT_UNREACH, 0);
 }
 
 // time_exceeded answers a packet that has no hop left (time to live
 // exceeded in transit).
 static __always_inline int time_exceeded(struct __sk_buff *skb)
 {
-	return icmp_answer(skb, ICMP_TIME_EXCEEDED, 0);
+	return icmp_answer(skb, ICMP_TIME_EXCEEDED, 0, 0);
+}
+
+// frag_needed answers a packet the next hop's mtu cannot take whole and
+// whose sender forbade fragmenting it (DF): fragmentation needed, the
+// next-hop MTU in the header's last 16 bits (RFC 1191), so that the
+// sender's path MTU discovery sends smaller packets.
+static __always_inline int frag_needed(struct __sk_buff *skb, __u16 mtu)
+{
+	return icmp_answer(skb, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, bpf_htonl(mtu));
 }
 
 #endif

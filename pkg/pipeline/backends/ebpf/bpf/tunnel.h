@@ -15,6 +15,10 @@
 // No metadata travels with the packet: the inner destination is still the
 // frontend, which the peer looks up among the frontends of its own that
 // take decapsulated packets (NP_SCOPE_TUNNEL).
+//
+// The outer header costs 20 bytes of each packet the client sends: one
+// it would make too big for the link is answered instead (too_big), and
+// the peer lowers the MSS its endpoint announces to fit (clamp_mss).
 
 #ifndef SVCPROXY_TUNNEL_H
 #define SVCPROXY_TUNNEL_H
@@ -44,13 +48,35 @@
 // (tunnel_flow): the packet is to be sent through the tunnel.
 #define NP_TUNNELLED (-5)
 
+// dsr_count counts a packet direct server return drops (NP_STAT_DSR_*),
+// in family's counters.
+static __always_inline void dsr_count(__u32 stat, int ipv6)
+{
+	np_count(&np_stats_dsr, stat + (ipv6 ? NP_STATS_DSR : 0));
+}
+
+// too_big answers a packet (its IPv4 header inner) that the tunnel's
+// header would make too big for the next hop's mtu: with DF, fragmentation
+// needed, with room left for that header (the client's path MTU discovery
+// then sends packets that fit); without, it is dropped and counted, as BPF
+// cannot fragment it. A GSO packet passes: its segments shrink by the
+// header (bpf_skb_adjust_room lowers gso_size).
+static __always_inline int too_big(struct __sk_buff *skb, const struct iphdr *inner, __u32 mtu)
+{
+	if (inner->frag_off & bpf_htons(IP_DF))
+		return frag_needed(skb, mtu - NP_TUNNEL_OVERHEAD);
+	dsr_count(NP_STAT_DSR_TOO_BIG, 0);
+	return TC_ACT_SHOT;
+}
+
 // tunnel_out encapsulates a packet of flow v (CT_AT_TUNNEL: src this
 // node's primary address, dst the endpoint's node) whose TTL is ttl, and
 // sends it out of the node interface the endpoint's node routes through.
 // The inner packet loses one hop, as a forwarded one would; the outer
 // header copies its TOS (ECN included) and DF bit, as a tunnel device
-// does, so that path MTU discovery keeps working for the client. Not
-// inline: np_ingress's verifier budget is spent on the flow logic.
+// does. A packet the outer header would make too big for the next hop is
+// answered instead (too_big). Not inline: np_ingress's verifier budget is
+// spent on the flow logic.
 static __noinline int tunnel_out(struct __sk_buff *skb, const struct ct_val *v, __u32 ttl)
 {
 	struct bpf_fib_lookup fib;
@@ -65,6 +91,9 @@ static __noinline int tunnel_out(struct __sk_buff *skb, const struct ct_val *v, 
 	struct iphdr inner;
 	if (bpf_skb_load_bytes(skb, sizeof(struct ethhdr), &inner, sizeof(inner)))
 		return TC_ACT_SHOT;
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, out, &mtu, NP_TUNNEL_OVERHEAD, 0) == BPF_MTU_CHK_RET_FRAG_NEEDED)
+		return too_big(skb, &inner, mtu);
 	dec_ttl(skb, (__u8)ttl);
 	if (bpf_skb_adjust_room(skb, NP_TUNNEL_OVERHEAD, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4))
 		return TC_ACT_SHOT;
@@ -191,11 +220,37 @@ static __noinline int tunnel_in(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	return NP_DECAPSULATED;
 }
+// What a TCP segment of a tunnelled flow carries besides its payload: the
+// outer header, its own IPv4 header and a TCP header without options.
+#define NP_TUNNEL_MSS_OVERHEAD (NP_TUNNEL_OVERHEAD + sizeof(struct iphdr) + sizeof(struct tcphdr))
+#define TCPOPT_MSS 2
+#define TCPOLEN_MSS 4
 
-// dsr_count counts a packet direct server return drops (NP_STAT_DSR_*),
-// in family's counters.
-static __always_inline void dsr_count(__u32 stat, int ipv6)
+// clamp_mss lowers the MSS a local endpoint's SYN-ACK (p) announces to a
+// client whose flow came through a peer's tunnel to what fits the link's
+// MTU with the outer header, so that the client's segments need no
+// fragmentation needed on their way (tunnel_out): MSS clamping, as a
+// tunnel device's users configure it. The MTU is this interface's,
+// assumed the same on the peer's link. The MSS option is looked for
+// first among the options, where stacks put it in a SYN-ACK.
+static __noinline void clamp_mss(struct __sk_buff *skb, const struct pkt *p)
 {
-	np_count(&np_stats_dsr, stat + (ipv6 ? NP_STATS_DSR : 0));
+	__u8 hdr[sizeof(struct tcphdr) + TCPOLEN_MSS];
+	if (bpf_skb_load_bytes(skb, p->l4, hdr, sizeof(hdr)))
+		return;
+	__u8 *opt = &hdr[sizeof(struct tcphdr)];
+	if (hdr[12] >> 4 < 6 || opt[0] != TCPOPT_MSS || opt[1] != TCPOLEN_MSS)
+		return;
+	__u32 mtu = 0;
+	if (bpf_check_mtu(skb, 0, &mtu, 0, 0) < 0 || mtu <= NP_TUNNEL_MSS_OVERHEAD)
+		return;
+	__u16 most = mtu - NP_TUNNEL_MSS_OVERHEAD;
+	__be16 old = *(__be16 *)&opt[2];
+	if (bpf_ntohs(old) <= most)
+		return;
+	__be16 mss = bpf_htons(most);
+	bpf_l4_csum_replace(skb, p->l4 + offsetof(struct tcphdr, check), old, mss, 2);
+	bpf_skb_store_bytes(skb, p->l4 + sizeof(struct tcphdr) + 2, &mss, sizeof(mss), 0);
 }
+
 #endif

@@ -306,3 +306,130 @@ func TestKernelDSRLeavesOtherIPIP(t *testing.T) {
 		t.Errorf("%d entries in np_ct after packets no flow takes", n)
 	}
 }
+
+// sized is a client's UDP datagram of f whose IPv4 packet is l3 bytes,
+// DF set as df says, with valid checksums.
+func sized(f maglev.Flow, l3 int, df bool) []byte {
+	b := append(packetFlags(f, 0), make([]byte, l3-40)...)
+	ip := b[14:34]
+	binary.BigEndian.PutUint16(ip[2:], uint16(l3))
+	if df {
+		ip[6] = 0x40
+	}
+	setIPSum(ip)
+	binary.BigEndian.PutUint16(b[34+4:], uint16(l3-20))
+	binary.BigEndian.PutUint16(b[34+6:], ^l4Sum(b))
+	return b
+}
+
+// TestKernelDSRTooBigForTheTunnel: a packet the tunnel's header would
+// make too big for the link to the peer (MTU 1500) is answered with
+// fragmentation needed, from the frontend, naming an MTU with room for
+// that header, when the client set DF; without DF it is dropped and
+// counted. One that fits with the header goes through the tunnel.
+func TestKernelDSRTooBigForTheTunnel(t *testing.T) {
+	r := newDSRRig(t)
+	r.dsrSync(t, proxy.UDP, dsrRemote, dsrPeer)
+	f := maglev.Flow{Src: r.client, Dst: vip, SrcPort: 40007, DstPort: 80, Protocol: 17}
+	verdict, out := r.runTC(t, r.a0, sized(f, 1480, true))
+	if verdict != tcRedirect || len(out) != 14+1500 || out[14+9] != 4 {
+		t.Errorf("a packet that fits with the outer header: verdict %d, %d bytes, protocol %d; want TC_ACT_REDIRECT of 1,514 bytes of IPIP", verdict, len(out), out[14+9])
+	}
+	big := sized(f, 1481, true)
+	verdict, out = r.runTC(t, r.a0, big)
+	if verdict != tcRedirect || len(out) < 14+56 {
+		t.Fatalf("a packet too big with DF: verdict %d, %d bytes; want TC_ACT_REDIRECT of an ICMP error", verdict, len(out))
+	}
+	ip, icmp := out[14:34], out[34:]
+	src, dst := netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+	if ip[9] != 1 || src != vip || dst != r.client {
+		t.Errorf("answered with protocol %d from %v to %v, want ICMP from the frontend %v to the client", ip[9], src, dst, vip)
+	}
+	if icmp[0] != 3 || icmp[1] != 4 || binary.BigEndian.Uint16(icmp[6:]) != 1480 {
+		t.Errorf("ICMP type %d code %d, next-hop MTU %d; want fragmentation needed (3, 4), MTU 1480", icmp[0], icmp[1], binary.BigEndian.Uint16(icmp[6:]))
+	}
+	if string(icmp[8:36]) != string(big[14:42]) {
+		t.Errorf("the error quotes %x, want the client's packet %x", icmp[8:36], big[14:42])
+	}
+	if s := sum16(0, icmp[:36]); s != 0xffff {
+		t.Errorf("ICMP checksum invalid (sum %#x)", s)
+	}
+	before, err := sumPerCPU(r.p.kernel.coll.Maps[mapStatsDSR], 0)
+	must(t, err)
+	if verdict, _ := r.runTC(t, r.a0, sized(f, 1481, false)); verdict != tcShot {
+		t.Errorf("a packet too big without DF: verdict %d, want TC_ACT_SHOT", verdict)
+	}
+	after, err := sumPerCPU(r.p.kernel.coll.Maps[mapStatsDSR], 0)
+	must(t, err)
+	if after-before != 1 {
+		t.Errorf("counted %d times as too big, want once", after-before)
+	}
+}
+
+// synACK is an endpoint's SYN-ACK of f announcing mss (its first option),
+// with valid checksums.
+func synACK(f maglev.Flow, mss uint16) []byte {
+	b := append(packetFlags(f, tcpSYN|tcpACK), 2, 4, 0, 0)
+	binary.BigEndian.PutUint16(b[14+2:], 44)
+	setIPSum(b[14:34])
+	b[34+12] = 6 << 4
+	binary.BigEndian.PutUint16(b[54+2:], mss)
+	binary.BigEndian.PutUint16(b[34+16:], ^l4Sum(b))
+	return b
+}
+
+// egressOn runs np_egress over pkt leaving through out.
+func (r *xdpRig) egressOn(t *testing.T, out int, pkt []byte) (uint32, []byte) {
+	t.Helper()
+	type skbOut struct {
+		Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto, Priority, IngressIfindex, Ifindex uint32
+		Rest                                                                                                           [192 - 44]byte
+	}
+	opts := &ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+64), Context: skbOut{Ifindex: uint32(out)},
+		ContextOut: &skbOut{}}
+	var ret uint32
+	must(t, r.node.Do(func() (err error) {
+		ret, err = r.p.kernel.coll.Programs["np_egress"].Run(opts)
+		return err
+	}))
+	return ret, opts.DataOut
+}
+
+// TestKernelDSRClampsTheMSS: a local endpoint's SYN-ACK to a client whose
+// flow a peer tunnelled here announces no more than the link's MTU (1500)
+// leaves room for with the tunnel's header, its checksum kept valid; a
+// smaller MSS, and the SYN-ACK of a flow that came directly, are left as
+// they are.
+func TestKernelDSRClampsTheMSS(t *testing.T) {
+	r := newDSRRig(t)
+	for _, tc := range []struct {
+		name      string
+		tunnelled bool
+		mss, want uint16
+	}{
+		{"tunnelled flow", true, 1460, 1440},
+		{"tunnelled flow, MSS smaller", true, 1400, 1400},
+		{"direct flow", false, 1460, 1460},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.dsrSync(t, proxy.TCP, dsrLocal, netip.Addr{})
+			f := maglev.Flow{Src: r.client, Dst: vip, SrcPort: 40008, DstPort: 80, Protocol: 6}
+			pkt, in := clientPacket(f, tcpSYN), r.a0
+			if tc.tunnelled {
+				pkt, in = ipip(dsrPeer, r.nodeIP, 0, 0x4000, pkt), r.c0
+			}
+			verdict, up := r.runTC(t, in, pkt)
+			if _, dst := tuple(up); verdict != tcOK || dst != netip.AddrPortFrom(dsrLocal, 8080) {
+				t.Fatalf("the SYN: verdict %d, to %v; want TC_ACT_OK to the local endpoint", verdict, dst)
+			}
+			verdict, out := r.egressOn(t, r.a0.Index, synACK(answer(up, 6), tc.mss))
+			if verdict != tcOK || len(out) != 58 {
+				t.Fatalf("np_egress on the SYN-ACK: verdict %d, %d bytes; want TC_ACT_OK, 58 bytes", verdict, len(out))
+			}
+			if got := binary.BigEndian.Uint16(out[54+2:]); got != tc.want {
+				t.Errorf("the SYN-ACK announces MSS %d, want %d", got, tc.want)
+			}
+			checkSums(t, "the SYN-ACK", out, 6, false)
+		})
+	}
+}
