@@ -207,16 +207,53 @@ func TestKernelDSRFailSafe(t *testing.T) {
 	}
 }
 
+// TestKernelDSRTooBig: a datagram that fills the link's MTU, sent with
+// "don't fragment" through the tunnel, has no room for the tunnel's
+// header: node1 answers it with fragmentation needed, and the client's
+// socket learns a path MTU 20 bytes below the link's.
+func TestKernelDSRTooBig(t *testing.T) {
+	r := newDSRKernelRig(t)
+	r.syncDSR(t, true)
+	var mtu int
+	must(t, r.client.NS.Do(func() (err error) {
+		mtu, err = pathMTU(netip.AddrPortFrom(dsrLBIP, 80), 1500-28)
+		return err
+	}))
+	if mtu != 1480 {
+		t.Errorf("after a full-size datagram through the tunnel the path MTU to the LB IP is %d, want 1480", mtu)
+	}
+}
+
 // TestKernelDSRUpload: 8 MiB uploaded through the tunnel, GRO on node2's
 // fabric interface (so node2 may receive merged IPIP packets), arrive
-// whole at pod-b, which sees the client.
+// whole at pod-b, which sees the client; then, node2 no longer a peer,
+// masqueraded, for comparison. It logs both uploads' times.
 func TestKernelDSRUpload(t *testing.T) {
 	netnstest.RequireKernel(t, "ethtool")
 	r := newDSRKernelRig(t)
-	r.syncDSR(t, true)
 	_, err := r.node2.NS.Run(context.Background(), "ethtool", "-K", "fab0", "gro", "on")
 	must(t, err)
-	const size = 8 << 20
+	for _, c := range []struct {
+		what string
+		peer bool
+		saw  netip.Addr
+	}{{"through the tunnel", true, r.clientIP}, {"masqueraded", false, r.node1.IPv4}} {
+		r.syncDSR(t, c.peer)
+		start := time.Now()
+		got := r.upload(t, dsrUploadSize)
+		t.Logf("8 MiB %s in %v", c.what, time.Since(start).Round(time.Millisecond))
+		if want := fmt.Sprintf("%d %v:", dsrUploadSize, c.saw); !strings.HasPrefix(got, want) {
+			t.Errorf("%s: pod-b's sink says %q, want %q and a port", c.what, strings.TrimSpace(got), want)
+		}
+	}
+}
+
+const dsrUploadSize = 8 << 20
+
+// upload sends size random bytes from the client to the sink's LB IP
+// port and returns the sink's answer.
+func (r *dsrRig) upload(t *testing.T, size int64) string {
+	t.Helper()
 	var got string
 	must(t, r.client.NS.Do(func() error {
 		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(dsrLBIP, 90).String(), 5*time.Second)
@@ -224,7 +261,9 @@ func TestKernelDSRUpload(t *testing.T) {
 			return err
 		}
 		defer c.Close()
-		must(t, c.SetDeadline(time.Now().Add(60*time.Second)))
+		if err := c.SetDeadline(time.Now().Add(60 * time.Second)); err != nil {
+			return err
+		}
 		if _, err := io.CopyN(c, rand.Reader, size); err != nil {
 			return fmt.Errorf("uploading: %w", err)
 		}
@@ -234,9 +273,7 @@ func TestKernelDSRUpload(t *testing.T) {
 		got, err = bufio.NewReader(c).ReadString('\n')
 		return err
 	}))
-	if want := fmt.Sprintf("%d %v", size, r.clientIP); !strings.HasPrefix(got, want+":") {
-		t.Errorf("pod-b's sink says %q, want %q and the client's port", strings.TrimSpace(got), want)
-	}
+	return got
 }
 
 // serveSink listens on port in ns: each connection is read to its end, then
