@@ -25,6 +25,9 @@ import (
 type rendered struct {
 	configMaps map[string]*corev1.ConfigMap
 	daemonSets map[string]*appsv1.DaemonSet
+	// roles and roleBindings are by namespace/name (components/dsr's).
+	roles        map[string]*rbacv1.Role
+	roleBindings map[string]*rbacv1.RoleBinding
 	// objects is every object as kind/name, in the build's order.
 	objects []string
 }
@@ -58,7 +61,8 @@ func build(fsys filesys.FileSystem, dir string) (*rendered, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &rendered{configMaps: map[string]*corev1.ConfigMap{}, daemonSets: map[string]*appsv1.DaemonSet{}}
+	out := &rendered{configMaps: map[string]*corev1.ConfigMap{}, daemonSets: map[string]*appsv1.DaemonSet{},
+		roles: map[string]*rbacv1.Role{}, roleBindings: map[string]*rbacv1.RoleBinding{}}
 	for _, r := range m.Resources() {
 		data, err := r.AsYAML()
 		if err != nil {
@@ -76,6 +80,14 @@ func build(fsys filesys.FileSystem, dir string) (*rendered, error) {
 			into = &corev1.ServiceAccount{}
 		case "ClusterRoleBinding":
 			into = &rbacv1.ClusterRoleBinding{}
+		case "Namespace":
+			into = &corev1.Namespace{}
+		case "Role":
+			role := &rbacv1.Role{}
+			out.roles[r.GetNamespace()+"/"+r.GetName()], into = role, role
+		case "RoleBinding":
+			rb := &rbacv1.RoleBinding{}
+			out.roleBindings[r.GetNamespace()+"/"+r.GetName()], into = rb, rb
 		default:
 			return nil, fmt.Errorf("unexpected %s %s", r.GetKind(), r.GetName())
 		}

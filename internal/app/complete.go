@@ -53,6 +53,14 @@ func (o *options) complete(logger klog.Logger, fs *pflag.FlagSet) (*config.Confi
 	if cfg.ExternalBalancing, err = proxy.ParseBalancing(o.externalLBAlgorithm); err != nil {
 		return nil, fmt.Errorf("--external-lb-algorithm: %w", err)
 	}
+	if cfg.ExternalForwarding, err = proxy.ParseForwarding(o.externalForwarding); err != nil {
+		return nil, fmt.Errorf("--external-forwarding: %w", err)
+	}
+	cfg.BPFDSR = o.bpfDSR
+	cfg.BPFDSRNamespace = o.bpfDSRNamespace
+	if err := config.ValidateDSR(cfg); err != nil {
+		return nil, err
+	}
 	cfg.Flags = map[string]string{}
 	fs.VisitAll(func(f *pflag.Flag) {
 		// The removed flags only refuse themselves: /flagz lists kube-proxy's

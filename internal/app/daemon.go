@@ -148,6 +148,9 @@ func (d *daemon) run(ctx context.Context) error {
 	if err := d.checkConfig(); err != nil {
 		return err
 	}
+	// Before anything can stop decapsulating: this start's first sync, or
+	// the drain of an earlier start's tc programs.
+	d.withdrawDSR(ctx)
 	if err := setupNode(ctx, d.cfg, d.backend); err != nil {
 		return err
 	}
@@ -172,6 +175,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.syncers.Store(&syncers)
 	d.cleanupAfter(ctx, firstSyncs.done)
+	d.advertiseDSRAfter(ctx, firstSyncs.done)
 	for _, s := range syncers {
 		s.Prepare(ctx) // reads the kernel back beside the lists and the cleanup
 	}

@@ -58,8 +58,16 @@ func (o *options) addGeneralFlags(fs *pflag.FlagSet) {
 	addVersionFlag(fs, &o.version)
 }
 
+// addDSRFlags registers the flags of direct server return (docs/user/dsr.md).
+func (o *options) addDSRFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.externalForwarding, "external-forwarding", o.externalForwarding, "svcproxy extension: how traffic from outside the node to node ports, external IPs and load-balancer IPs of an externalTrafficPolicy: Cluster Service reaches an endpoint on another node, for Services without the annotation svcproxy.io/external-forwarding: 'snat' (masqueraded to this node's address, as kube-proxy does) or 'dsr' (direct server return: tunnelled to the endpoint's node, which answers the client itself). Every mode accepts it; only ebpf mode's tc programs with --bpf-dsr tunnel, to nodes that advertise DSR too, and everything else is masqueraded. Applies with --config too.")
+	fs.BoolVar(&o.bpfDSR, "bpf-dsr", o.bpfDSR, "svcproxy extension, experimental: with --proxy-mode=ebpf and --bpf-tc-interfaces, the tc programs do direct server return for the Services that ask for it (--external-forwarding, svcproxy.io/external-forwarding): they tunnel such traffic to the endpoint's node when that node advertises DSR, and decapsulate what other nodes tunnel here. The node advertises with a Lease named after it in --bpf-dsr-namespace once its programs have synced, and every proxy then watches every Node. A start without it withdraws that Lease first. Applies with --config too.")
+	fs.StringVar(&o.bpfDSRNamespace, "bpf-dsr-namespace", o.bpfDSRNamespace, "svcproxy extension: the namespace of the nodes' DSR Leases (deploy/components/dsr creates it and the Role to write them). Applies with --config too.")
+}
+
 // addEBPFFlags registers the extension flags of svcproxy's ebpf mode.
 func (o *options) addEBPFFlags(fs *pflag.FlagSet) {
+	o.addDSRFlags(fs)
 	fs.StringVar(&o.bpfCgroupRoot, "bpf-cgroup-root", o.bpfCgroupRoot, "svcproxy extension: with --proxy-mode=ebpf (svcproxy's connect-time load balancing), the cgroup v2 directory whose processes' sockets are load-balanced when they connect (every process in it or below it). Empty means the host's cgroup v2 root, from /proc/self/mountinfo; on a host without a cgroup v2 mount, svcproxy mounts one under /run/svcproxy. Applies with --config too.")
 	fs.StringVar(&o.bpfPinDir, "bpf-pin-dir", o.bpfPinDir, "svcproxy extension: in ebpf mode, the directory on a bpffs where the programs' links and maps are pinned, so that a restart adopts them. Empty means /sys/fs/bpf/svcproxy (svcproxy mounts a bpffs at /sys/fs/bpf if none is there). The other modes' start and --cleanup remove ebpf mode's pins from this directory. Applies with --config too.")
 	fs.StringSliceVar(&o.bpfTCInterfaces, "bpf-tc-interfaces", o.bpfTCInterfaces, "svcproxy extension, experimental: with --proxy-mode=ebpf, the node's interfaces (comma-separated) on which tc programs translate IPv4 and IPv6 TCP and UDP packets from outside the node to node ports, external IPs and load-balancer IPs (with their source ranges and ClientIP affinity); the node then has no nftables Service rules, and nothing translates what the programs do not (SCTP, IP fragments, traffic on other interfaces, cluster IPs from outside the node). Empty (the default) leaves that traffic to the nftables rules. Applies with --config too.")

@@ -228,3 +228,57 @@ func TestInvalidFlagConfigRejected(t *testing.T) {
 		t.Error("positional argument accepted")
 	}
 }
+
+// TestExternalForwardingFlag: snat unless set, applies with --config too,
+// and a value that names no method stops the start, as
+// --external-lb-algorithm does.
+func TestExternalForwardingFlag(t *testing.T) {
+	if cfg := mustRun(t, "--hostname-override=n1"); cfg.ExternalForwarding != proxy.ForwardSNAT {
+		t.Errorf("default %q, want snat", cfg.ExternalForwarding)
+	}
+	path := writeFile(t, "config.yaml", configHeader)
+	if cfg := mustRun(t, "--hostname-override=n1", "--config="+path, "--external-forwarding=dsr"); cfg.ExternalForwarding != proxy.ForwardDSR {
+		t.Errorf("with --config: %q, want dsr", cfg.ExternalForwarding)
+	}
+	// Every mode accepts it: only ebpf mode with --bpf-dsr tunnels.
+	if cfg := mustRun(t, "--hostname-override=n1", "--proxy-mode=iptables", "--external-forwarding=dsr"); cfg.ExternalForwarding != proxy.ForwardDSR {
+		t.Errorf("iptables mode: %q, want dsr", cfg.ExternalForwarding)
+	}
+	res := execute(t, nil, "--hostname-override=n1", "--external-forwarding=tunnel")
+	if res.err == nil || !strings.Contains(res.err.Error(), "--external-forwarding") || res.action != "" {
+		t.Errorf("tunnel: err %v, action %q; want an error naming the flag and nothing run", res.err, res.action)
+	}
+}
+
+// TestBPFDSRFlags: off by default with the namespace of
+// deploy/components/dsr; accepted with ebpf mode and tc interfaces, with
+// --config too; refused, naming what is missing, in another mode or
+// without --bpf-tc-interfaces, before anything runs.
+func TestBPFDSRFlags(t *testing.T) {
+	cfg := mustRun(t, "--hostname-override=n1")
+	if cfg.BPFDSR || cfg.BPFDSRNamespace != "svcproxy-dsr" {
+		t.Errorf("defaults: BPFDSR %t, namespace %q; want off, svcproxy-dsr", cfg.BPFDSR, cfg.BPFDSRNamespace)
+	}
+	on := mustRun(t, "--hostname-override=n1", "--proxy-mode=ebpf", "--bpf-tc-interfaces=eth0", "--bpf-dsr", "--bpf-dsr-namespace=dsr")
+	if !on.BPFDSR || on.BPFDSRNamespace != "dsr" {
+		t.Errorf("--bpf-dsr --bpf-dsr-namespace=dsr gave %t, %q", on.BPFDSR, on.BPFDSRNamespace)
+	}
+	path := writeFile(t, "config.yaml", configHeader+"mode: ebpf\n")
+	if file := mustRun(t, "--hostname-override=n1", "--config="+path, "--bpf-tc-interfaces=eth0", "--bpf-dsr"); !file.BPFDSR {
+		t.Error("--bpf-dsr does not apply with --config")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--proxy-mode=nftables", "--bpf-tc-interfaces=eth0", "--bpf-dsr"}, "--proxy-mode=ebpf"},
+		{[]string{"--config=" + writeFile(t, "nft.yaml", configHeader+"mode: nftables\n"), "--bpf-tc-interfaces=eth0", "--bpf-dsr"}, "--proxy-mode=ebpf"},
+		{[]string{"--proxy-mode=ebpf", "--bpf-dsr"}, "--bpf-tc-interfaces"},
+		{[]string{"--proxy-mode=ebpf", "--bpf-tc-interfaces=eth0", "--bpf-dsr", "--bpf-dsr-namespace="}, "--bpf-dsr-namespace"},
+	} {
+		res := execute(t, nil, append([]string{"--hostname-override=n1"}, tc.args...)...)
+		if res.err == nil || !strings.Contains(res.err.Error(), tc.want) || res.action != "" {
+			t.Errorf("%v: err %v, action %q; want an error naming %s and nothing run", tc.args, res.err, res.action, tc.want)
+		}
+	}
+}

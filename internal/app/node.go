@@ -58,6 +58,17 @@ func (v *nodeView) setClusterNodeIPs(addrs []netip.Addr) {
 	v.node.ClusterNodeIPs = addrs
 }
 
+// setPeers records the nodes that decapsulate DSR tunnels (--bpf-dsr).
+func (v *nodeView) setPeers(peers []watch.Peer) {
+	out := make([]desired.Peer, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, desired.Peer{Name: p.Name, IPs: p.IPs})
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.node.Peers = out
+}
+
 func (v *nodeView) setZone(zone string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -111,19 +122,27 @@ func interfaceAddrs(skip []string) []netip.Addr {
 		if slices.Contains(skip, iface.Name) {
 			continue
 		}
-		addrs, err := iface.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					out = append(out, ip.Unmap())
-				}
+		out = append(out, addrsOfInterface(iface)...)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// addrsOfInterface lists the addresses configured on iface, none if they
+// cannot be read.
+func addrsOfInterface(iface net.Interface) []netip.Addr {
+	addrs, err := iface.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
 			}
 		}
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }
 
@@ -156,8 +175,9 @@ type initialLister interface {
 
 // watchClusterLists follows the ServiceCIDR objects in every mode, as
 // upstream (desired decides what to do with them: Options.DropUnallocated),
-// and, with --watch-node-addresses, every Node's addresses. It returns the
-// watches by what they follow.
+// with --watch-node-addresses every Node's addresses, and with --bpf-dsr
+// the DSR peers (every Node and the Leases of --bpf-dsr-namespace). It
+// returns the watches by what they follow.
 func (d *daemon) watchClusterLists(ctx context.Context, syncers map[proxy.IPFamily]*syncer.Syncer) (map[string]initialLister, error) {
 	requestAll := func() {
 		for _, s := range syncers {
@@ -172,19 +192,37 @@ func (d *daemon) watchClusterLists(ctx context.Context, syncers map[proxy.IPFami
 		return nil, fmt.Errorf("watching ServiceCIDRs: %w", err)
 	}
 	lists := map[string]initialLister{"ServiceCIDRs": cidrs}
-	if !d.cfg.WatchNodeAddresses {
+	if !d.cfg.WatchNodeAddresses && !d.cfg.BPFDSR {
 		return lists, nil
 	}
-	// A Node joining changes no input the syncer compares: Compute
-	// redecides the refusals in an ordinary partial sync.
-	nodes := watch.NewNodeAddresses(d.client, d.cfg.ConfigSyncPeriod, func(addrs []netip.Addr) {
-		d.node.setClusterNodeIPs(addrs)
-		requestAll()
-	})
-	if err := nodes.Start(ctx); err != nil {
-		return nil, fmt.Errorf("watching Node addresses: %w", err)
+	// One informer on every Node serves both watches.
+	nodes, err := watch.NewClusterNodes(d.client, d.cfg.ConfigSyncPeriod)
+	if err != nil {
+		return nil, fmt.Errorf("watching Nodes: %w", err)
 	}
-	lists["Node addresses"] = nodes
+	// A Node joining or a peer changing changes no input the syncer
+	// compares: Compute redecides in an ordinary partial sync.
+	if d.cfg.WatchNodeAddresses {
+		addrs := watch.NewNodeAddresses(d.client, d.cfg.ConfigSyncPeriod, func(addrs []netip.Addr) {
+			d.node.setClusterNodeIPs(addrs)
+			requestAll()
+		})
+		if err := addrs.StartOn(ctx, nodes); err != nil {
+			return nil, fmt.Errorf("watching Node addresses: %w", err)
+		}
+		lists["Node addresses"] = addrs
+	}
+	if d.cfg.BPFDSR {
+		peers := watch.NewPeers(d.client, d.cfg.ConfigSyncPeriod, d.cfg.BPFDSRNamespace, d.nodeName, func(p []watch.Peer) {
+			d.node.setPeers(p)
+			requestAll()
+		})
+		if err := peers.StartOn(ctx, nodes); err != nil {
+			return nil, fmt.Errorf("watching DSR peers: %w", err)
+		}
+		lists["DSR peers"] = peers
+	}
+	nodes.Start(ctx)
 	return lists, nil
 }
 

@@ -31,9 +31,13 @@ type options struct {
 	bpfTCInterfaces  []string
 	bpfAcceleration  string
 	bpfSocketEntries uint32
+	bpfDSR           bool
+	bpfDSRNamespace  string
 	version          string
 	// externalLBAlgorithm is --external-lb-algorithm, parsed by complete.
 	externalLBAlgorithm string
+	// externalForwarding is --external-forwarding, parsed by complete.
+	externalForwarding string
 
 	// Shared by the iptables and nftables sections (contract §2.2).
 	iptablesSyncPeriod    time.Duration
@@ -61,6 +65,8 @@ func newOptions() *options {
 		ipvsMinSyncPeriod:   obj.IPTables.MinSyncPeriod.Duration,
 		stateSocket:         localapi.DefaultPath,
 		externalLBAlgorithm: proxy.BalanceRandom.String(),
+		externalForwarding:  proxy.ForwardSNAT.String(),
+		bpfDSRNamespace:     config.DefaultDSRNamespace,
 		healthzPort:         config.HealthzPort,
 		metricsPort:         config.MetricsPort,
 	}

@@ -174,6 +174,7 @@ func (b *Backend) Options(cfg *config.Config, family proxy.IPFamily) desired.Opt
 		InterfaceNamePrefix: cfg.InterfaceNamePrefix,
 		NodePortAddresses:   cfg.NodePortAddresses,
 		ExternalBalancing:   cfg.ExternalBalancing,
+		ExternalForwarding:  cfg.ExternalForwarding,
 	}
 	if b.Decide != nil {
 		b.Decide(cfg, &o)

@@ -18,6 +18,7 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/ebpf/nodeport"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/backends/nftables"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	proxymetrics "github.com/svcproxy/svcproxy/pkg/pipeline/metrics"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/syncer"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -60,7 +61,7 @@ var ebpfBackend = Backend{
 		return nil, nil
 	},
 	Open:            openEBPF,
-	Decide:          nftablesBackend.Decide,
+	Decide:          decideEBPF,
 	RemoveLeftovers: removeEBPFLeftovers,
 	// The tc programs see the node ports' packets before the rules do.
 	StopNewConnections: stopTCNewConnections,
@@ -71,6 +72,15 @@ var ebpfBackend = Backend{
 	SyncFailures:     ebpfSyncFailures,
 	// The connect-time path's own time and latency (syncer.EarlyServer).
 	Metrics: []prometheus.Collector{ebpfSyncFailures, proxymetrics.EarlyServedLastTimestamp, proxymetrics.EarlyProgrammingLatency},
+}
+
+// decideEBPF is nftables mode's decisions (the nftables half renders the
+// same State) and direct server return, which only the tc programs do:
+// with --bpf-dsr, ports that ask for it tunnel to peers (config.ValidateDSR
+// refused --bpf-dsr without --bpf-tc-interfaces).
+func decideEBPF(cfg *config.Config, o *desired.Options) {
+	nftablesBackend.Decide(cfg, o)
+	o.DSR = cfg.BPFDSR && len(cfg.BPFTCInterfaces) > 0
 }
 
 // stateDir holds what svcproxy mounts for itself (beside the local API's

@@ -119,3 +119,25 @@ func TestOptionsExternalBalancing(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsExternalForwarding: the node's default reaches desired in
+// every mode; only ebpf mode with --bpf-dsr (and its tc programs) lets
+// desired give ports a DSR, so every other mode's States are as without.
+func TestOptionsExternalForwarding(t *testing.T) {
+	for _, b := range Table {
+		for _, dsr := range []bool{false, true} {
+			cfg := &config.Config{Mode: b.Mode, ExternalForwarding: proxy.ForwardDSR, BPFDSR: dsr, BPFTCInterfaces: []string{"eth0"}}
+			o := b.Options(cfg, proxy.IPv4)
+			if o.ExternalForwarding != proxy.ForwardDSR {
+				t.Errorf("%s: ExternalForwarding = %q, want dsr", b.Mode, o.ExternalForwarding)
+			}
+			if want := dsr && b.Mode == proxy.ModeEBPF; o.DSR != want {
+				t.Errorf("%s --bpf-dsr=%t: Options.DSR = %t, want %t", b.Mode, dsr, o.DSR, want)
+			}
+		}
+	}
+	cfg := &config.Config{Mode: proxy.ModeEBPF, BPFDSR: true}
+	if mustLookup(t, proxy.ModeEBPF).Options(cfg, proxy.IPv4).DSR {
+		t.Error("ebpf mode without tc programs: Options.DSR set; nothing there tunnels")
+	}
+}

@@ -130,6 +130,21 @@ type Config struct {
 	// svcproxy.io/external-lb-algorithm (an svcproxy extension,
 	// --external-lb-algorithm; random unless set).
 	ExternalBalancing proxy.Balancing
+	// ExternalForwarding is the node's default forwarding of external
+	// traffic to endpoints on other nodes, for Services without the
+	// annotation svcproxy.io/external-forwarding (an svcproxy extension,
+	// --external-forwarding; snat unless set). Every mode accepts it; only
+	// ebpf mode's tc programs with BPFDSR tunnel.
+	ExternalForwarding proxy.Forwarding
+	// BPFDSR makes ebpf mode's tc programs do direct server return: this
+	// node tunnels external traffic to DSR peers and decapsulates theirs,
+	// and advertises so with a Lease in BPFDSRNamespace (--bpf-dsr; needs
+	// --proxy-mode=ebpf and --bpf-tc-interfaces, ValidateDSR).
+	BPFDSR bool
+	// BPFDSRNamespace holds the nodes' DSR Leases (--bpf-dsr-namespace),
+	// also where a start without BPFDSR looks for this node's Lease of an
+	// earlier start, to withdraw it.
+	BPFDSRNamespace string
 	// Master overrides the API server URL of the kubeconfig.
 	Master string
 	// Kubeconfig is the kubeconfig path (clientConnection.kubeconfig);

@@ -39,6 +39,7 @@ func sampleState() *desired.State {
 			Localhost: desired.LocalhostProxied, Bound: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
 		Masquerade:   masq,
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
+		Peers:        []netip.Addr{netip.MustParseAddr("192.168.0.11")},
 		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{
 			web: {Name: web, Protocol: proxy.TCP, Port: 80, ClusterIP: netip.MustParseAddr("10.96.0.10"),
 				NodePort: 30080, LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("203.0.113.5")},
@@ -50,7 +51,10 @@ func sampleState() *desired.State {
 				External:        desired.Dispatch{Empty: desired.Drop},
 				Cluster:         desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}},
 				InternalLocal:   true, ExternalLocal: true, HealthCheckNodePort: 31000,
-				Setting: &desired.PortSetting{Value: "rr", Refused: "fastest"}, ExternalBalancing: proxy.BalanceMaglev},
+				Setting: &desired.PortSetting{Value: "rr", Refused: "fastest"}, ExternalBalancing: proxy.BalanceMaglev,
+				ExternalForwarding: proxy.ForwardDSR, DSR: &desired.DSR{
+					Tunnels: []desired.Tunnel{{Endpoint: netip.MustParseAddr("10.244.2.2"), Node: netip.MustParseAddr("192.168.0.11"), NodeName: "node-2"}},
+					In:      desired.Dispatch{Endpoints: []desired.Endpoint{ep("10.244.1.2:8080")}}}},
 			dns: {Name: dns, Protocol: proxy.UDP, Port: 53, ClusterIP: netip.MustParseAddr("10.96.0.53"),
 				Internal: desired.Dispatch{Empty: desired.Reject}, External: desired.Dispatch{Empty: desired.Reject},
 				Cluster: desired.Dispatch{Empty: desired.Reject}},
@@ -171,6 +175,16 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	if _, err := w.Decode(); err == nil {
 		t.Error("unknown balancing accepted")
 	}
+	w = Encode(sampleState(), time.Time{})
+	w.Services[0].ExternalForwarding = "ipip"
+	if _, err := w.Decode(); err == nil {
+		t.Error("unknown forwarding accepted")
+	}
+	w = Encode(sampleState(), time.Time{})
+	w.Services[0].DSR.In.Empty = "MAYBE"
+	if _, err := w.Decode(); err == nil {
+		t.Error("unknown verdict of a DSR accepted")
+	}
 }
 
 // TestDecodeWithoutBalancing: an older daemon's dump has no balancing;
@@ -186,6 +200,31 @@ func TestDecodeWithoutBalancing(t *testing.T) {
 	}
 	if got := out.Service(name("default", "web", "http", proxy.TCP)).ExternalBalancing; got != proxy.BalanceDefault {
 		t.Errorf("balancing = %q, want none", got)
+	}
+}
+
+// TestDecodeWithoutDSR: an older daemon's dump has no forwarding, DSR or
+// peers; it reads as no decision (snat, as that daemon forwarded) and no
+// DSR.
+func TestDecodeWithoutDSR(t *testing.T) {
+	w := Encode(sampleState(), time.Time{})
+	w.Peers = nil
+	for i := range w.Services {
+		w.Services[i].ExternalForwarding, w.Services[i].DSR = "", nil
+	}
+	body, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(body); strings.Contains(s, "externalForwarding") || strings.Contains(s, `"dsr"`) || strings.Contains(s, `"peers"`) {
+		t.Errorf("absent fields are written: %s", s)
+	}
+	out, err := w.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := out.Service(name("default", "web", "http", proxy.TCP)); sp.ExternalForwarding != proxy.ForwardDefault || sp.DSR != nil || out.Peers != nil {
+		t.Errorf("forwarding %q, DSR %+v, peers %v; want none", sp.ExternalForwarding, sp.DSR, out.Peers)
 	}
 }
 

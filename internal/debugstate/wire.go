@@ -34,7 +34,10 @@ type State struct {
 	NodePorts    NodePorts      `json:"nodePorts"`
 	Masquerade   Masquerade     `json:"masquerade"`
 	ServiceCIDRs []netip.Prefix `json:"serviceCIDRs,omitempty"`
-	HealthChecks []HealthCheck  `json:"healthChecks,omitempty"`
+	// Peers are the nodes' addresses that decapsulate this node's DSR
+	// tunnels (--bpf-dsr); absent without.
+	Peers        []netip.Addr  `json:"peers,omitempty"`
+	HealthChecks []HealthCheck `json:"healthChecks,omitempty"`
 	// Services is the last field: the handler streams them after the
 	// rest of the object (writeState).
 	Services []ServicePort `json:"services"`
@@ -113,6 +116,11 @@ type ServicePort struct {
 	// ExternalBalancing is "random" or "maglev"; absent from an older
 	// daemon's dump (read as random).
 	ExternalBalancing string `json:"externalBalancing,omitempty"`
+	// ExternalForwarding is "snat" or "dsr"; absent from an older daemon's
+	// dump (read as snat).
+	ExternalForwarding string `json:"externalForwarding,omitempty"`
+	// DSR is the port's direct server return, when it has one.
+	DSR *DSR `json:"dsr,omitempty"`
 }
 
 // Dispatch is desired.Dispatch; Empty is "REJECT" or "DROP".
@@ -157,6 +165,7 @@ func encodeHead(s *desired.State, syncedAt time.Time) State {
 			LocalInterface: s.Masquerade.Local.Interface},
 		ServiceCIDRs: s.ServiceCIDRs,
 		Services:     []ServicePort{},
+		Peers:        s.Peers,
 	}
 	for _, hc := range s.HealthChecks {
 		out.HealthChecks = append(out.HealthChecks, HealthCheck{Namespace: hc.Service.Namespace,
@@ -177,6 +186,8 @@ func EncodePort(sp *desired.ServicePort) ServicePort {
 		Routes:              encodeRoutes(sp.Routes),
 		HealthCheckNodePort: sp.HealthCheckNodePort,
 		ExternalBalancing:   sp.ExternalBalancing.String(),
+		ExternalForwarding:  sp.ExternalForwarding.String(),
+		DSR:                 encodeDSR(sp.DSR),
 	}
 	if sp.Setting != nil {
 		out.Setting, out.SettingRefused = sp.Setting.Value, sp.Setting.Refused
@@ -210,6 +221,7 @@ func (w State) Decode() (*desired.State, error) {
 			Local: desired.LocalDetector{Mode: w.Masquerade.LocalMode,
 				CIDRs: w.Masquerade.LocalCIDRs, Interface: w.Masquerade.LocalInterface}},
 		ServiceCIDRs: w.ServiceCIDRs,
+		Peers:        w.Peers,
 	}
 	var services model.PortMapEditor[*desired.ServicePort]
 	for _, p := range w.Services {
@@ -249,6 +261,14 @@ func (p ServicePort) Decode() (*desired.ServicePort, error) {
 			return nil, fmt.Errorf("service port %s: %w", name, err)
 		}
 	}
+	forwarding, err := decodeForwarding(p.ExternalForwarding)
+	if err != nil {
+		return nil, fmt.Errorf("service port %s: %w", name, err)
+	}
+	dsr, err := p.DSR.decode()
+	if err != nil {
+		return nil, fmt.Errorf("service port %s: %w", name, err)
+	}
 	out := &desired.ServicePort{
 		Name: name, Protocol: p.Protocol, Port: p.Port, ClusterIP: p.ClusterIP, NodePort: p.NodePort,
 		ExternalIPs: p.ExternalIPs, LoadBalancerIPs: p.LoadBalancerIPs,
@@ -257,6 +277,8 @@ func (p ServicePort) Decode() (*desired.ServicePort, error) {
 		Routes:              routes,
 		HealthCheckNodePort: p.HealthCheckNodePort,
 		ExternalBalancing:   balancing,
+		ExternalForwarding:  forwarding,
+		DSR:                 dsr,
 	}
 	if p.Setting != "" || p.SettingRefused != "" {
 		out.Setting = &desired.PortSetting{Value: p.Setting, Refused: p.SettingRefused}

@@ -91,6 +91,12 @@ type Explanation struct {
 	// ("random" or "maglev"), for a packet DNATed through an external
 	// frontend; "" otherwise.
 	Balancing string
+	// Forwarding is how the port's external traffic reaches endpoints on
+	// other nodes ("snat" or "dsr"), for a packet DNATed through an
+	// external frontend; "" otherwise. Tunneled are the endpoints this
+	// packet reaches by direct server return.
+	Forwarding string
+	Tunneled   []Tunnel
 }
 
 func (e *Explanation) because(format string, args ...any) {
@@ -129,6 +135,7 @@ func Explain(state *desired.State, pkt Packet) Explanation {
 		}
 		if e.Verdict == DNAT && out.Frontend != desired.ClusterIPFrontend {
 			e.balancing(out.Port.ExternalBalancing)
+			e.forwarding(state, out)
 		}
 	}
 	return e

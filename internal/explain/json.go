@@ -28,12 +28,23 @@ type Report struct {
 	Affinity   int32    `json:"affinitySeconds,omitempty"`
 	// Balancing is "random" or "maglev" for a packet DNATed through an
 	// external frontend (decided; only ebpf mode's experimental tc programs route by maglev).
-	Balancing string   `json:"balancing,omitempty"`
-	Reasons   []string `json:"reasons"`
-	Mode      string   `json:"mode,omitempty"`
-	Objects   []string `json:"objects,omitempty"`
+	Balancing string `json:"balancing,omitempty"`
+	// Forwarding is "snat" or "dsr" for a packet DNATed through an external
+	// frontend; Tunneled the endpoints it reaches by direct server return.
+	Forwarding string         `json:"forwarding,omitempty"`
+	Tunneled   []TunnelReport `json:"tunneled,omitempty"`
+	Reasons    []string       `json:"reasons"`
+	Mode       string         `json:"mode,omitempty"`
+	Objects    []string       `json:"objects,omitempty"`
 	// Quarantine is set when the packet's Service port is quarantined.
 	Quarantine *Quarantine `json:"quarantine,omitempty"`
+}
+
+// TunnelReport is an endpoint reached by tunnel and the node it goes to.
+type TunnelReport struct {
+	Endpoint string `json:"endpoint"`
+	Node     string `json:"node"`
+	NodeIP   string `json:"nodeIP"`
 }
 
 // PacketReport is the packet as explained.
@@ -58,7 +69,8 @@ func (e Explanation) Report(mode string, objects []string) Report {
 		Family:  string(e.Family),
 		Verdict: e.Verdict.Word(), Frontend: e.Frontend, Source: e.Source,
 		Class: e.Class, Policy: e.Policy, Masquerade: e.Masquerade, Affinity: e.Affinity, Balancing: e.Balancing,
-		Reasons: append([]string{}, e.Reasons...), Mode: mode, Objects: objects, Quarantine: e.Quarantine,
+		Forwarding: e.Forwarding,
+		Reasons:    append([]string{}, e.Reasons...), Mode: mode, Objects: objects, Quarantine: e.Quarantine,
 	}
 	if p.Source.IsValid() {
 		r.Packet.Source = p.Source.String()
@@ -71,6 +83,9 @@ func (e Explanation) Report(mode string, objects []string) Report {
 	}
 	for _, ep := range e.Endpoints {
 		r.Endpoints = append(r.Endpoints, ep.String())
+	}
+	for _, t := range e.Tunneled {
+		r.Tunneled = append(r.Tunneled, TunnelReport{Endpoint: t.Endpoint.String(), Node: t.Node, NodeIP: t.NodeIP.String()})
 	}
 	return r
 }

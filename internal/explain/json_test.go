@@ -20,7 +20,7 @@ func TestWriteJSON(t *testing.T) {
 			Report{Packet: PacketReport{Dest: "192.168.0.10", Port: 30080, Protocol: "TCP", Source: "198.18.0.100"},
 				Family: "IPv4", Verdict: "DNAT", Service: "default/web:http", ServicePort: 80, ClusterIP: "10.96.0.10",
 				Frontend: FrontendNodePort, Source: "external", Class: ClassExternal, Policy: "externalTrafficPolicy: Local",
-				Endpoints: []string{"10.244.1.5:8080"}, Balancing: "random", Mode: "nftables", Objects: []string{"obj"}}},
+				Endpoints: []string{"10.244.1.5:8080"}, Balancing: "random", Forwarding: "snat", Mode: "nftables", Objects: []string{"obj"}}},
 		{"no endpoints", Packet{Dest: a("10.96.0.30"), Port: 53, Protocol: proxy.UDP, Origin: OriginPod},
 			Report{Packet: PacketReport{Dest: "10.96.0.30", Port: 53, Protocol: "UDP"},
 				Family: "IPv4", Verdict: "REJECT", Service: "default/empty", ServicePort: 53, ClusterIP: "10.96.0.30",

@@ -35,6 +35,12 @@ func (e Explanation) Write(w io.Writer, mode string, objects []string) error {
 		if e.Balancing != "" {
 			fmt.Fprintf(&b, "balancing:  %s (external traffic)\n", e.Balancing)
 		}
+		if e.Forwarding != "" {
+			fmt.Fprintf(&b, "forwarding: %s (external traffic to other nodes)\n", e.Forwarding)
+		}
+		for _, t := range e.Tunneled {
+			fmt.Fprintf(&b, "tunnel:     %s via node %s (%s), client kept\n", t.Endpoint, t.Node, t.NodeIP)
+		}
 	}
 	b.WriteString("why:\n")
 	for _, r := range e.Reasons {

@@ -87,10 +87,15 @@ func deployControlPlane(t *testing.T) *rest.Config {
 // before it sends the objects): no kubectl binary is needed.
 func deployRender(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(),
-		filepath.Join(deployRepoRoot(t), "deploy", dir))
+	return deployRenderPath(t, filepath.Join(deployRepoRoot(t), "deploy", dir))
+}
+
+// deployRenderPath builds the kustomization in dir, as deployRender.
+func deployRenderPath(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build deploy/%s: %v", dir, err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range m.Resources() {
@@ -100,7 +105,7 @@ func deployRender(t *testing.T, dir string) []*unstructured.Unstructured {
 		}
 		obj := &unstructured.Unstructured{}
 		if err := obj.UnmarshalJSON(data); err != nil {
-			t.Fatalf("deploy/%s: %s %s: %v", dir, r.GetKind(), r.GetName(), err)
+			t.Fatalf("%s: %s %s: %v", dir, r.GetKind(), r.GetName(), err)
 		}
 		objs = append(objs, obj)
 	}
@@ -182,7 +187,8 @@ func deployProxyClient(ctx context.Context, t *testing.T, admin *rest.Config, cs
 // checks what the API server stored: every field the manifests set, a second
 // apply that changes nothing, and, with a token of the kube-proxy
 // ServiceAccount, that the RBAC grants what svcproxy needs and nothing it
-// does not. The canary overlay goes last, over a kube-proxy DaemonSet
+// does not; then components/dsr, whose Role grants the Leases of
+// svcproxy-dsr alone. The canary overlay goes last, over a kube-proxy DaemonSet
 // created as kubeadm creates it.
 func TestDeployManifests(t *testing.T) {
 	t0 := time.Now()
@@ -214,6 +220,7 @@ func TestDeployManifests(t *testing.T) {
 			deployCheckAccess(ctx, t, deployProxyClient(ctx, t, admin, cs))
 		})
 	}
+	t.Run("dsr", func(t *testing.T) { deployCheckDSR(ctx, t, c, admin, cs) })
 	t.Run("canary", func(t *testing.T) { deployCanary(ctx, t, c, cs) })
 	t.Run("monitoring", func(t *testing.T) { deployCheckMetricsService(ctx, t, c, cs) })
 	t.Logf("TestDeployManifests took %v", time.Since(t0).Round(time.Millisecond))
@@ -274,6 +281,13 @@ func deployCheckAccess(ctx context.Context, t *testing.T, pc kubernetes.Interfac
 		{"get", "", "configmaps", "kube-system"}, {"create", "", "serviceaccounts/token", "kube-system"},
 		{"update", "apps", "daemonsets", "kube-system"},
 	}
+	deployCheckAccessList(ctx, t, pc, allowed, denied)
+}
+
+// deployCheckAccessList asks SelfSubjectAccessReview about each of allowed
+// (must be allowed) and denied (must not).
+func deployCheckAccessList(ctx context.Context, t *testing.T, pc kubernetes.Interface, allowed, denied []deployAccess) {
+	t.Helper()
 	for want, list := range map[bool][]deployAccess{true: allowed, false: denied} {
 		for _, a := range list {
 			r, err := pc.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{

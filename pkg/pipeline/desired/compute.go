@@ -21,7 +21,8 @@ import (
 // prev must have been computed for the same node and options: the caller
 // passes nil whenever either changed, because node IPs, zone, podCIDRs and
 // every option can change every port; node.ClusterNodeIPs may differ from
-// prev's (Compute then redecides refusals). Node ports, masquerade and node IPs are
+// prev's (Compute then redecides refusals), and so may node.Peers (it then
+// redecides the ports with a DSR). Node ports, masquerade and node IPs are
 // recomputed on every call either way; they are cheap.
 func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node, opts Options) *State {
 	if snap == nil {
@@ -32,17 +33,23 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		family = snap.Family
 	}
 	in := portInputs{family: family, node: node, nodeIPs: nodeIPsOf(node.IPs, family), masq: masquerade(opts, family, node),
-		settings: opts.PortSettings, balancing: opts.ExternalBalancing}
+		settings: opts.PortSettings, balancing: opts.ExternalBalancing, forwarding: opts.ExternalForwarding,
+		dsr: dsrInputsOf(opts, node, family)}
 	if in.balancing == proxy.BalanceDefault {
 		in.balancing = proxy.BalanceRandom
+	}
+	if in.forwarding == proxy.ForwardDefault {
+		in.forwarding = proxy.ForwardSNAT
 	}
 	state := &State{
 		Family:     family,
 		NodeIPs:    in.nodeIPs,
 		NodePorts:  nodePortAddrs(opts, family, node),
 		Masquerade: in.masq,
+		Peers:      peerAddrsOf(opts, node, family),
 		// Shared, not copied: Compute never modifies its inputs.
 		clusterNodeIPs: node.ClusterNodeIPs,
+		peers:          node.Peers,
 		claimedFrom:    snap.Services,
 	}
 	nodes := nodeAddrs{own: in.nodeIPs, cluster: node.ClusterNodeIPs}
@@ -72,6 +79,8 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		}
 		lossesChanged(prev.Lost, state.Lost, rebuild)
 	}
+	// A peer coming or going changes the tunnels of every DSR port.
+	rebuild = dsrRebuild(prev, node, opts.DSR, rebuild)
 	state.Services, state.Changed = computeChanged(prev.Services, snap, rebuild, in, state.Lost)
 	// Every changed input, not only state.Changed: a local endpoint going from
 	// ready to terminating can leave the port's rules equal (traffic falls back
@@ -90,6 +99,10 @@ type portInputs struct {
 	settings PortSettings
 	// balancing is the node's default for external traffic, resolved.
 	balancing proxy.Balancing
+	// forwarding is the node's default forwarding of external traffic to
+	// other nodes, resolved.
+	forwarding proxy.Forwarding
+	dsr        dsrInputs
 }
 
 func computeAll(snap *model.Snapshot, in portInputs, lost map[proxy.ServicePortName][]LostFrontend) model.PortMap[*ServicePort] {

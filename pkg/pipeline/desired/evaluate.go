@@ -25,6 +25,10 @@ type Packet struct {
 	// (fib daddr type local). Only node ports with NodePorts.All read it:
 	// the State does not list the host's addresses then.
 	DestLocal bool
+	// FromPeer marks a packet a peer tunnelled here by direct server
+	// return, as it is once decapsulated: Source is the client, Dest the
+	// frontend the client sent it to on the peer.
+	FromPeer bool
 }
 
 // Frontend is the kind of frontend a packet hit.
@@ -67,11 +71,20 @@ type Outcome struct {
 	Route Route
 	// Endpoints are the possible DNAT destinations, sorted (DNAT only).
 	Endpoints []Endpoint
-	// Masquerade is the route's, or true for a hairpin (DNAT only).
+	// Masquerade is the route's, or true for a hairpin (DNAT only); with
+	// Tunneled, it describes the other endpoints (false when there are none).
 	Masquerade bool
 	// Hairpin: the source is itself one of Endpoints, so the reply only
 	// comes back through this node when the packet is masqueraded.
 	Hairpin bool
+	// Tunneled are the Endpoints reached by direct server return: the
+	// packet is tunnelled unchanged to the endpoint's node (ServicePort.DSR),
+	// which delivers it with the client's address and answers the client
+	// itself. Only external traffic from outside the node (FromOutside) of a
+	// port with a DSR is, to a node port only on a node IP (the addresses
+	// peers know this node by: a peer accepts a tunnelled node-port flow to
+	// those alone); never the client itself (a hairpin).
+	Tunneled []Endpoint
 	// ServiceCIDR is the service range of an address no frontend holds
 	// (dropped); invalid otherwise.
 	ServiceCIDR netip.Prefix
@@ -94,6 +107,11 @@ type Outcome struct {
 //     nftables mode) is DROPped: no Service holds it.
 //  6. Anything else is ACCEPTed untouched (a TCP node port on loopback
 //     under LocalhostProxied: the userspace proxy answers it).
+//
+// A packet FromPeer matches only the frontends of ports with a DSR: their
+// external and LB IPs, and their node ports on a peer's address (State.Peers);
+// DSR.In serves it, the client's address kept. Anything else is not a flow
+// of ours and goes on untouched (ACCEPT).
 func Evaluate(s *State, pkt Packet) Outcome {
 	return EvaluateFrom(s, pkt, s.Classify(pkt))
 }
@@ -104,6 +122,10 @@ func Evaluate(s *State, pkt Packet) Outcome {
 func EvaluateFrom(s *State, pkt Packet, src Source) Outcome {
 	out := Outcome{Verdict: Accept, Source: src}
 	if !s.Family.Contains(pkt.Dest) {
+		return out
+	}
+	if pkt.FromPeer {
+		out.tunnelIn(s, pkt)
 		return out
 	}
 	if sp, known := matchClusterIP(s, pkt); known {
@@ -181,6 +203,10 @@ func (o *Outcome) route(s *State, sp *ServicePort, path Path, pkt Packet) {
 		if pkt.Source.IsValid() && ep.IP == pkt.Source {
 			o.Hairpin, o.Masquerade = true, true
 		}
+	}
+	if sp.DSR != nil && path == ExternalPath && o.Source == FromOutside && o.Route.Set == SetExternal &&
+		(o.Frontend != NodePortFrontend || slices.Contains(s.NodeIPs, pkt.Dest)) {
+		o.tunnel(sp.DSR, pkt)
 	}
 }
 
@@ -261,4 +287,37 @@ func sortedPorts(s *State) []*ServicePort {
 	}
 	slices.SortFunc(out, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })
 	return out
+}
+
+// tunnel sets which of the outcome's endpoints d reaches by tunnel: all
+// that d tunnels but the client itself, which is masqueraded (hairpin).
+// Masquerade then describes the others.
+func (o *Outcome) tunnel(d *DSR, pkt Packet) {
+	for _, ep := range o.Endpoints {
+		if _, ok := d.TunnelOf(ep.IP); ok && ep.IP != pkt.Source {
+			o.Tunneled = append(o.Tunneled, ep)
+		}
+	}
+	if len(o.Tunneled) == len(o.Endpoints) {
+		o.Masquerade = false
+	}
+}
+
+// tunnelIn is what a flow a peer tunnelled here meets (Packet.FromPeer):
+// a frontend of a port with a DSR, served by its DSR.In, unmasqueraded.
+func (o *Outcome) tunnelIn(s *State, pkt Packet) {
+	ports := sortedPorts(s)
+	sp, fe := matchExternal(ports, pkt)
+	if sp == nil && slices.Contains(s.Peers, pkt.Dest) {
+		sp, fe = nodePortOf(ports, pkt), NodePortFrontend
+	}
+	if sp == nil || sp.DSR == nil {
+		return
+	}
+	o.Port, o.Frontend, o.Source = sp, fe, FromOutside
+	if in := sp.DSR.In; len(in.Endpoints) == 0 {
+		o.Verdict = in.Empty
+	} else {
+		o.Verdict, o.Endpoints = DNAT, in.Endpoints
+	}
 }

@@ -13,9 +13,18 @@ import (
 // evaluator: Compute's policy, seen through the semantics every backend
 // must implement.
 func TestFlows(t *testing.T) {
-	proxytest.RunFlows(t, func(_ *testing.T, state *desired.State, flow proxytest.Flow) proxytest.Result {
-		return proxytest.Evaluate(state, flow)
-	})
+	proxytest.RunFlows(t, evaluate)
+}
+
+// TestDSRFlows runs direct server return's flow table against the
+// reference evaluator: which endpoints are tunnelled, and what a peer's
+// tunnelled flows meet here.
+func TestDSRFlows(t *testing.T) {
+	proxytest.RunCases(t, proxytest.DSRCases(), evaluate)
+}
+
+func evaluate(_ *testing.T, state *desired.State, flow proxytest.Flow) proxytest.Result {
+	return proxytest.Evaluate(state, flow)
 }
 
 // caseNamed finds a case of the shared table by name.

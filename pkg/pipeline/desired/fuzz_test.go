@@ -29,14 +29,14 @@ func FuzzCompute(f *testing.F) {
 			tracker := model.NewTracker(family)
 			apply(tracker, nil, first)
 			snap, changes := tracker.Commit()
-			state := Compute(nil, snap, changes, testNode, v4OptionsFor(family))
+			state := Compute(nil, snap, changes, fuzzNode, v4OptionsFor(family))
 			checkInvariants(t, state)
 			checkLosses(t, state, snap)
 
 			apply(tracker, &first, second)
 			snap, changes = tracker.Commit()
-			inc := Compute(state, snap, changes, testNode, v4OptionsFor(family))
-			full := Compute(nil, snap, changes, testNode, v4OptionsFor(family))
+			inc := Compute(state, snap, changes, fuzzNode, v4OptionsFor(family))
+			full := Compute(nil, snap, changes, fuzzNode, v4OptionsFor(family))
 			checkInvariants(t, inc)
 			checkLosses(t, inc, snap)
 			if inc.Services.Len() != full.Services.Len() {
@@ -51,11 +51,21 @@ func FuzzCompute(f *testing.F) {
 	})
 }
 
+// v4OptionsFor are the unit tests' options for family, on a node that
+// tunnels (DSR) and forwards every Service by dsr unless it says otherwise.
 func v4OptionsFor(family proxy.IPFamily) Options {
 	o := v4Options()
-	o.Family = family
+	o.Family, o.DSR, o.ExternalForwarding = family, true, proxy.ForwardDSR
 	return o
 }
+
+// fuzzNode is testNode with node-b, which the fuzz's endpoints name, as a
+// peer.
+var fuzzNode = func() Node {
+	n := testNode
+	n.Peers = []Peer{{Name: "node-b", IPs: addrs("192.168.0.3", "fd00:1::3")}}
+	return n
+}()
 
 type fuzzObjects struct {
 	services []*v1.Service
@@ -104,7 +114,33 @@ func checkInvariants(t *testing.T, st *State) {
 		for what, d := range map[string]Dispatch{"internal": sp.Internal, "external": sp.External, "cluster": sp.Cluster} {
 			checkDispatch(t, fmt.Sprintf("%s %s %s", st.Family, name, what), st.Family, d, len(sp.Cluster.Endpoints) > 0)
 		}
+		checkDSR(t, st, sp)
 	}
+}
+
+// checkDSR: a port has a DSR exactly where it applies; its tunnels are
+// External's endpoints, one per address, sorted, each to a peer address of
+// the family; In is a dispatch over endpoints of the Cluster set's family
+// that drops when empty.
+func checkDSR(t *testing.T, st *State, sp *ServicePort) {
+	t.Helper()
+	ctx := fmt.Sprintf("%s %s", st.Family, sp.Name)
+	if (sp.DSR != nil) != (DSRApplies(sp, true) == "") {
+		t.Fatalf("%s: DSR %+v, but DSRApplies says %q", ctx, sp.DSR, DSRApplies(sp, true))
+	}
+	if sp.DSR == nil {
+		return
+	}
+	if !slices.IsSortedFunc(sp.DSR.Tunnels, func(a, b Tunnel) int { return a.Endpoint.Compare(b.Endpoint) }) ||
+		len(slices.CompactFunc(slices.Clone(sp.DSR.Tunnels), func(a, b Tunnel) bool { return a.Endpoint == b.Endpoint })) != len(sp.DSR.Tunnels) {
+		t.Fatalf("%s: tunnels not sorted and unique by endpoint: %v", ctx, sp.DSR.Tunnels)
+	}
+	for _, tn := range sp.DSR.Tunnels {
+		if !slices.ContainsFunc(sp.External.Endpoints, func(e Endpoint) bool { return e.IP == tn.Endpoint }) || !slices.Contains(st.Peers, tn.Node) {
+			t.Fatalf("%s: tunnel %+v is not to an External endpoint on a peer (%v)", ctx, tn, st.Peers)
+		}
+	}
+	checkDispatch(t, ctx+" dsr in", st.Family, sp.DSR.In, true)
 }
 
 // checkLosses: a refused frontend is a node address; a lost one went to a

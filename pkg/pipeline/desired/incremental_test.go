@@ -88,16 +88,23 @@ func TestIncrementalEqualsFull(t *testing.T) {
 			for range 1 + w.rng.IntN(3) {
 				changed[w.mutate()] = struct{}{}
 			}
-			snap := w.snapshot()
-			prevServices := maps.Collect(prev.Services.All())
-			inc := Compute(prev, snap, model.Changes{Changed: changed}, testNode, v4Options())
-			full := Compute(nil, snap, model.Changes{}, testNode, v4Options())
-			ctx := fmt.Sprintf("seed %d step %d", seed, step)
-			assertSameState(t, ctx, inc, full)
-			assertChangedSet(t, ctx, prevServices, prev, inc)
-			prev = inc
+			prev = stepIncremental(t, fmt.Sprintf("seed %d step %d", seed, step), prev, w.snapshot(), changed, testNode, v4Options())
 		}
 	}
+}
+
+// stepIncremental computes snap after changed from prev, incrementally
+// and in full, checks both agree and that Changed is exact, and returns
+// the incremental State.
+func stepIncremental(t *testing.T, ctx string, prev *State, snap *model.Snapshot, changed map[proxy.ServicePortName]struct{},
+	node Node, opts Options,
+) *State {
+	t.Helper()
+	prevServices := maps.Collect(prev.Services.All())
+	inc := Compute(prev, snap, model.Changes{Changed: changed}, node, opts)
+	assertSameState(t, ctx, inc, Compute(nil, snap, model.Changes{}, node, opts))
+	assertChangedSet(t, ctx, prevServices, prev, inc)
+	return inc
 }
 
 func assertSameState(t *testing.T, ctx string, inc, full *State) {

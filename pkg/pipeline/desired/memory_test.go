@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"testing"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -141,4 +142,14 @@ func apiSlice(i int, svc string, e int, located bool) *discoveryv1.EndpointSlice
 		s.Endpoints = append(s.Endpoints, ep)
 	}
 	return s
+}
+
+// TestServicePortSize keeps a State's ServicePort in the 320-byte malloc
+// size class (one per service port and family): a field that pushes it to
+// the next class (352) costs every port, so it goes in a word the small
+// fields share, or behind a pointer as DSR does.
+func TestServicePortSize(t *testing.T) {
+	if got := unsafe.Sizeof(ServicePort{}); got > 320 {
+		t.Fatalf("ServicePort takes %d bytes, want at most 320 (the next size class is 352)", got)
+	}
 }

@@ -31,9 +31,13 @@ func buildServicePort(sp *model.ServicePort, eps model.EndpointList, in portInpu
 		HealthCheckNodePort: sp.HealthCheckNodePort,
 		Setting:             portSetting(in.settings, sp.Extensions),
 		ExternalBalancing:   sp.ExternalBalancing,
+		ExternalForwarding:  sp.ExternalForwarding,
 	}
 	if out.ExternalBalancing == proxy.BalanceDefault {
 		out.ExternalBalancing = in.balancing
+	}
+	if out.ExternalForwarding == proxy.ForwardDefault {
+		out.ExternalForwarding = in.forwarding
 	}
 	if len(lost) > 0 {
 		withoutLost(out, lost)
@@ -51,6 +55,7 @@ func buildServicePort(sp *model.ServicePort, eps model.EndpointList, in portInpu
 	if sp.ExternalLocal {
 		out.External = dispatch(sets.local, sets.cluster)
 	}
+	out.DSR = dsrOf(out, eps, sets.local, in.dsr)
 	return out
 }
 

@@ -59,6 +59,9 @@ type State struct {
 	// clusterNodeIPs are the Node.ClusterNodeIPs the claims were decided
 	// with: when the next Compute's differ, it decides them again.
 	clusterNodeIPs []netip.Addr
+	// peers are the Node.Peers the ports' DSRs were decided with: when the
+	// next Compute's differ, it decides those ports again.
+	peers []Peer
 	// claimedFrom are the snapshot's service ports the claims hold for:
 	// the next Compute compares a changed port's frontends with its
 	// version here. Shared with the snapshot, never copied.
@@ -137,10 +140,13 @@ type ServicePort struct {
 	Name     proxy.ServicePortName
 	Protocol proxy.Protocol
 	Port     uint16
-	// NodePort is 0 when the port has none. (Beside Port, so that the two
-	// share a word: with Routes, ServicePort stays within the 320-byte
-	// malloc size class it had before.)
+	// NodePort is 0 when the port has none. (The small fields share words:
+	// Port, NodePort, HealthCheckNodePort and the two methods one;
+	// AffinitySeconds and the two policies another. ServicePort then stays
+	// within the 320-byte malloc size class, TestServicePortSize.)
 	NodePort uint16
+	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
+	HealthCheckNodePort uint16
 	// ExternalBalancing is how a new flow of External picks its endpoint:
 	// the Service's annotation svcproxy.io/external-lb-algorithm, else
 	// Options.ExternalBalancing; never BalanceDefault from Compute (a port
@@ -169,6 +175,15 @@ type ServicePort struct {
 	// AffinitySeconds is the ClientIP session affinity timeout; 0 means none.
 	AffinitySeconds int32
 
+	// InternalLocal is internalTrafficPolicy: Local: Internal holds only
+	// local endpoints. Backends that name chains after the policy (iptables'
+	// KUBE-SVL) need it even when every endpoint happens to be local.
+	InternalLocal bool
+	// ExternalLocal is externalTrafficPolicy: Local: External holds only
+	// local endpoints and its traffic keeps the client source IP.
+	// Otherwise all external traffic is masqueraded.
+	ExternalLocal bool
+
 	// Internal serves traffic to the cluster IP.
 	Internal Dispatch
 	// External serves traffic to node ports, external IPs and LB IPs that
@@ -186,22 +201,10 @@ type ServicePort struct {
 	// nil (a port built by hand) is decided by State.RoutesOf.
 	Routes *Routes
 
-	// InternalLocal is internalTrafficPolicy: Local: Internal holds only
-	// local endpoints. Backends that name chains after the policy (iptables'
-	// KUBE-SVL) need it even when every endpoint happens to be local.
-	InternalLocal bool
-	// ExternalLocal is externalTrafficPolicy: Local: External holds only
-	// local endpoints and its traffic keeps the client source IP.
-	// Otherwise all external traffic is masqueraded.
-	ExternalLocal bool
-
 	// DSR is how External reaches endpoints on peer nodes by direct server
 	// return; nil unless it applies (dsr.go). A pointer, so that ports
 	// without it stay small.
 	DSR *DSR
-
-	// HealthCheckNodePort is non-zero for eTP=Local LoadBalancer services.
-	HealthCheckNodePort uint16
 
 	// Setting is the mode's own decision for the port (Options.PortSettings:
 	// IPVS mode's scheduler); nil when the mode has none. Only the mode's

@@ -23,7 +23,7 @@ func (sp *ServicePort) Equal(o *ServicePort) bool {
 		sp.HealthCheckNodePort == o.HealthCheckNodePort &&
 		sp.TrafficDistribution == o.TrafficDistribution &&
 		maps.Equal(sp.Extensions, o.Extensions) && sp.Created == o.Created &&
-		sp.ExternalBalancing == o.ExternalBalancing
+		sp.ExternalBalancing == o.ExternalBalancing && sp.ExternalForwarding == o.ExternalForwarding
 }
 
 // Equal reports whether two endpoints are the same in every field.

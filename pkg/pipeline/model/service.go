@@ -23,6 +23,11 @@ const ExtensionDomain = "svcproxy.io"
 // external traffic picks an endpoint (proxy.Balancing: random or maglev).
 const ExternalBalancingAnnotation = "svcproxy.io/external-lb-algorithm"
 
+// ExternalForwardingAnnotation is svcproxy's per-Service choice of how
+// external traffic reaches an endpoint on another node (proxy.Forwarding:
+// snat or dsr).
+const ExternalForwardingAnnotation = "svcproxy.io/external-forwarding"
+
 // ParseService returns the service ports that a proxier of family must
 // handle for svc, each holding only that family's addresses. It returns none
 // for Services kube-proxy skips: ExternalName, headless (clusterIP "None" or
@@ -48,8 +53,11 @@ func ParseService(svc *v1.Service, family proxy.IPFamily) (ports []*ServicePort,
 		ExternalLocal:       externalLocal(svc),
 		TrafficDistribution: trafficDistribution(svc),
 		Extensions:          extensionsOf(svc),
-		ExternalBalancing:   externalBalancing(p, svc),
-		Created:             createdOf(svc),
+		ExternalBalancing: nodeDefaultChoice(p, svc, ExternalBalancingAnnotation, "InvalidExternalLBAlgorithm",
+			proxy.ParseBalancing),
+		ExternalForwarding: nodeDefaultChoice(p, svc, ExternalForwardingAnnotation, "InvalidExternalForwarding",
+			proxy.ParseForwarding),
+		Created: createdOf(svc),
 	}
 	common.SourceRanges, common.SourceRangesInvalid = parseRanges(p, svc.Spec.LoadBalancerSourceRanges, family)
 	if common.SourceRangesInvalid && len(common.SourceRanges) == 0 {
@@ -123,7 +131,7 @@ func extensionsOf(svc *v1.Service) map[string]string {
 	for k, v := range svc.Annotations {
 		domain, _, ok := strings.Cut(k, "/")
 		if !ok || (domain != ExtensionDomain && !strings.HasSuffix(domain, "."+ExtensionDomain)) ||
-			k == ExternalBalancingAnnotation || // decided here, for every mode
+			k == ExternalBalancingAnnotation || k == ExternalForwardingAnnotation || // decided here, for every mode
 			strings.TrimSpace(v) == "" {
 			continue
 		}
@@ -162,20 +170,22 @@ func boundedExtension(v string) string {
 	return strings.ToValidUTF8(v[:maxExtensionValue], "") + "…"
 }
 
-// externalBalancing returns the algorithm the annotation names; absent or
-// blank leaves it to the node, and an unknown value is reported and left
-// to the node too, like any other field the Service's owner can get wrong.
-func externalBalancing(p *problemList, svc *v1.Service) proxy.Balancing {
-	v := svc.Annotations[ExternalBalancingAnnotation]
+// nodeDefaultChoice returns what the annotation key of svc names, parsed;
+// absent or blank leaves it to the node (the zero value), and an unknown
+// value is reported as reason and left to the node too, like any other
+// field the Service's owner can get wrong. The external balancing
+// algorithm and forwarding method are such choices.
+func nodeDefaultChoice[T any](p *problemList, svc *v1.Service, key, reason string, parse func(string) (T, error)) T {
+	v := svc.Annotations[key]
 	if strings.TrimSpace(v) == "" {
-		return proxy.BalanceDefault
+		var none T
+		return none
 	}
-	b, err := proxy.ParseBalancing(v)
+	choice, err := parse(v)
 	if err != nil {
-		p.add("InvalidExternalLBAlgorithm", "metadata.annotations["+ExternalBalancingAnnotation+"]",
-			fmt.Errorf("%w: the node's default applies", err))
+		p.add(reason, "metadata.annotations["+key+"]", fmt.Errorf("%w: the node's default applies", err))
 	}
-	return b
+	return choice
 }
 
 // createdOf returns creationTimestamp in Unix seconds, 0 when unset.

@@ -208,6 +208,47 @@ func TestParseServiceExternalBalancing(t *testing.T) {
 	}
 }
 
+// TestParseServiceExternalForwarding: the annotation's method, in any
+// case; an unknown value is a problem named after the field and leaves the
+// choice to the node, as an absent or blank one does. The annotation is
+// decided here for every mode, so it is not an extension a mode reads, and
+// Equal tells two ports apart by it.
+func TestParseServiceExternalForwarding(t *testing.T) {
+	for value, want := range map[string]struct {
+		forwarding proxy.Forwarding
+		problem    bool
+	}{
+		" ":        {proxy.ForwardDefault, false},
+		"dsr":      {proxy.ForwardDSR, false},
+		" DSR ":    {proxy.ForwardDSR, false},
+		"snat":     {proxy.ForwardSNAT, false},
+		"ipip":     {proxy.ForwardDefault, true},
+		"dsr\n; x": {proxy.ForwardDefault, true},
+	} {
+		svc := makeService("ns", "web", func(s *v1.Service) {
+			s.Annotations = map[string]string{ExternalForwardingAnnotation: value}
+		})
+		ports, problems := ParseService(svc, proxy.IPv4)
+		if len(ports) != 1 {
+			t.Fatalf("annotation %q: %d ports", value, len(ports))
+		}
+		if got := ports[0]; got.ExternalForwarding != want.forwarding || got.Extensions != nil {
+			t.Errorf("annotation %q: forwarding %q, extensions %v; want %q and none", value, got.ExternalForwarding, got.Extensions, want.forwarding)
+		}
+		var p *Problem
+		if got := len(problems) == 1 && errors.As(problems[0], &p) && p.Reason == "InvalidExternalForwarding"; got != want.problem {
+			t.Errorf("annotation %q: problems %v; want an InvalidExternalForwarding: %t", value, problems, want.problem)
+		}
+	}
+	plain, _ := ParseService(makeService("ns", "web", nil), proxy.IPv4)
+	dsr, _ := ParseService(makeService("ns", "web", func(s *v1.Service) {
+		s.Annotations = map[string]string{ExternalForwardingAnnotation: "dsr"}
+	}), proxy.IPv4)
+	if plain[0].ExternalForwarding != proxy.ForwardDefault || plain[0].Equal(dsr[0]) {
+		t.Errorf("without the annotation %v, Equal to the dsr port: %t", plain[0].ExternalForwarding, plain[0].Equal(dsr[0]))
+	}
+}
+
 // TestParseServiceBoundsExtensions: a Service filled with annotations under
 // svcproxy's domain keeps a few of them, the same ones whatever the order
 // the API lists them in, each value bounded and still one no mode accepts.

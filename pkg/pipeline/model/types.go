@@ -53,6 +53,10 @@ type ServicePort struct {
 	// svcproxy.io/external-lb-algorithm asks for external traffic;
 	// proxy.BalanceDefault (absent or invalid) leaves it to the node.
 	ExternalBalancing proxy.Balancing
+	// ExternalForwarding is what the svcproxy extension annotation
+	// svcproxy.io/external-forwarding asks for external traffic to other
+	// nodes; proxy.ForwardDefault (absent or invalid) leaves it to the node.
+	ExternalForwarding proxy.Forwarding
 	// AffinitySeconds is the ClientIP affinity timeout; 0 means none.
 	AffinitySeconds int32
 	// SourceRangesInvalid is set when an entry of loadBalancerSourceRanges

@@ -462,7 +462,8 @@ func (s *Syncer) reportLosses(prev, state *desired.State) {
 // it complete). ServiceCIDRs reach the backend only as State.ServiceCIDRs,
 // which SameGlobals compares. ClusterNodeIPs only decide refused frontends,
 // which an incremental Compute redecides itself when they change: a Node
-// joining the cluster costs no full sync of every node. HostAddrs is left out on purpose: only node ports use it, Compute recomputes them on
+// joining the cluster costs no full sync of every node; Peers likewise only
+// decide the ports with a DSR, which Compute redecides. HostAddrs is left out on purpose: only node ports use it, Compute recomputes them on
 // every call, and host addresses come and go with every pod whose veth has
 // one — a full recompute for each would be O(services) per pod start.
 func sameNode(a, b desired.Node) bool {

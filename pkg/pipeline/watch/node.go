@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -36,6 +37,9 @@ var ErrNodeChanged = errors.New("node changed in a way that requires a restart")
 // NodeInfo is what the proxy uses from its own Node object.
 type NodeInfo struct {
 	Name string
+	// UID tells this Node from an earlier one of the name: what the node
+	// writes about itself (its DSR Lease) names its owner by it.
+	UID types.UID
 	// IPs are InternalIP, else ExternalIP addresses: the first one, then the
 	// first of the other family, as upstream's GetNodeHostIPs.
 	IPs      []netip.Addr
@@ -50,6 +54,7 @@ type NodeInfo struct {
 func NodeInfoOf(node *v1.Node) NodeInfo {
 	info := NodeInfo{
 		Name:     node.Name,
+		UID:      node.UID,
 		IPs:      nodeIPs(node),
 		Zone:     node.Labels[LabelZone],
 		Eligible: Eligible(node),

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -27,24 +26,23 @@ func NewNodeAddresses(client kubernetes.Interface, resync time.Duration, changed
 	return &NodeAddresses{newUnion(client, resync, "Node addresses", NodeAddressesOf, changed)}
 }
 
-// Start runs the informer until ctx ends.
+// Start runs the watch on an informer of its own until ctx ends.
 func (w *NodeAddresses) Start(ctx context.Context) error {
-	noTweak := func(*metav1.ListOptions) {}
-	informer := newInformer(listWatch[*v1.NodeList](w.client.CoreV1().Nodes(), noTweak),
-		w.client, &v1.Node{}, "nodes", w.resync, w.reconnect)
-	if err := informer.SetTransform(trimNode); err != nil {
+	nodes, err := newClusterNodes(w.client, w.resync, w.reconnect)
+	if err != nil {
 		return err
 	}
-	sameAddrs := func(old, new any) bool {
-		o, ok1 := old.(*v1.Node)
-		n, ok2 := new.(*v1.Node)
-		return ok1 && ok2 && slices.Equal(o.Status.Addresses, n.Status.Addresses)
-	}
-	if err := w.start(ctx, informer, sameAddrs); err != nil {
+	if err := w.StartOn(ctx, nodes); err != nil {
 		return err
 	}
-	go informer.RunWithContext(ctx)
+	nodes.Start(ctx)
 	return nil
+}
+
+// StartOn registers the watch on nodes, shared with other watchers, until
+// ctx ends; it runs once the caller starts nodes.
+func (w *NodeAddresses) StartOn(ctx context.Context, nodes *ClusterNodes) error {
+	return w.start(ctx, nodes.informer, sameAddrs)
 }
 
 // trimNode is the informer's transform: a Node becomes its identity and

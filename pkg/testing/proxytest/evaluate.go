@@ -14,7 +14,7 @@ import (
 func Evaluate(state *desired.State, flow Flow) Result {
 	out := desired.Evaluate(state, desired.Packet{
 		Source: flow.Source, Protocol: flow.Protocol, Dest: flow.Dest, DestPort: flow.DestPort,
-		InInterface: flow.InInterface, FromNode: flow.FromHost,
+		InInterface: flow.InInterface, FromNode: flow.FromHost, FromPeer: flow.FromPeer,
 		DestLocal: slices.Contains(LocalAddrs(state), flow.Dest),
 	})
 	return resultOf(out)
@@ -33,6 +33,10 @@ func resultOf(out desired.Outcome) Result {
 	for _, ep := range out.Endpoints {
 		r.Endpoints = append(r.Endpoints, ep.AddrPort())
 	}
+	for _, ep := range out.Tunneled {
+		r.Tunneled = append(r.Tunneled, ep.AddrPort())
+	}
+	slices.SortFunc(r.Tunneled, netip.AddrPort.Compare)
 	slices.SortFunc(r.Endpoints, netip.AddrPort.Compare)
 	return r
 }

@@ -41,6 +41,10 @@ type Flow struct {
 	// FromHost marks a packet sent by the node itself (OUTPUT path).
 	// Source is then one of the node's addresses.
 	FromHost bool
+	// FromPeer marks a packet a peer node tunnelled here by direct server
+	// return, as it is once decapsulated (desired.Packet.FromPeer): Source
+	// is the client, Dest the frontend it sent the packet to.
+	FromPeer bool
 
 	Want Result
 }
@@ -58,12 +62,17 @@ type Result struct {
 	// Masquerade is true even though only that one choice is marked. Tracers
 	// report the same whatever endpoint they would pick.
 	Masquerade bool
+	// Tunneled are the Endpoints reached by direct server return, sorted:
+	// the packet is tunnelled unchanged to the endpoint's node (DNAT only).
+	// Masquerade then says whether the other endpoints are masqueraded.
+	// Empty for every datapath that does not tunnel.
+	Tunneled []netip.AddrPort
 }
 
 // Equal reports whether two results are the same.
 func (r Result) Equal(o Result) bool {
 	return r.Verdict == o.Verdict && r.Masquerade == o.Masquerade &&
-		slices.Equal(r.Endpoints, o.Endpoints)
+		slices.Equal(r.Endpoints, o.Endpoints) && slices.Equal(r.Tunneled, o.Tunneled)
 }
 
 // Tracer runs one flow against a programmed state and reports its fate.
@@ -87,6 +96,9 @@ func (r Result) String() string {
 	}
 	if r.Masquerade {
 		s += " masq"
+	}
+	if len(r.Tunneled) > 0 {
+		s += " tunnel " + fmt.Sprint(r.Tunneled)
 	}
 	return s
 }

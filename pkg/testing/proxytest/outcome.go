@@ -12,11 +12,15 @@ type Outcome struct {
 	Verdict    Verdict
 	Endpoint   netip.AddrPort // DNAT only
 	Masquerade bool           // DNAT only
+	// Tunneled: the packet is tunnelled to Endpoint's node unchanged
+	// (direct server return; DNAT only).
+	Tunneled bool
 }
 
 // CombineOutcomes merges the branches of one packet into its Result: the
 // verdict they share ("MIXED(a,b)" when two differ), the distinct DNAT
-// endpoints sorted, and masquerade when any DNAT branch masquerades.
+// endpoints sorted, masquerade when any DNAT branch masquerades, and the
+// endpoints of the branches that tunnel.
 func CombineOutcomes(outs []Outcome) Result {
 	var res Result
 	for i, o := range outs {
@@ -29,9 +33,13 @@ func CombineOutcomes(outs []Outcome) Result {
 				res.Endpoints = append(res.Endpoints, o.Endpoint)
 			}
 			res.Masquerade = res.Masquerade || o.Masquerade
+			if o.Tunneled && !slices.Contains(res.Tunneled, o.Endpoint) {
+				res.Tunneled = append(res.Tunneled, o.Endpoint)
+			}
 		}
 	}
 	slices.SortFunc(res.Endpoints, netip.AddrPort.Compare)
+	slices.SortFunc(res.Tunneled, netip.AddrPort.Compare)
 	return res
 }
 

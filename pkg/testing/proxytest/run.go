@@ -20,6 +20,10 @@ type Case struct {
 	Slices   []*discoveryv1.EndpointSlice
 	// Node is this node; nil means the standard node-a.
 	Node *v1.Node
+	// Peers are the other nodes that decapsulate direct-server-return
+	// tunnels (desired.Node.Peers), their addresses taken as NodeOf takes
+	// this node's; only DSRCases have any.
+	Peers []*v1.Node
 	// Options edits the standard options (StandardOptions) of each family.
 	Options func(*desired.Options)
 	Flows   []Flow
@@ -44,19 +48,31 @@ func BuildState(t testing.TB, c Case, family proxy.IPFamily) *desired.State {
 	if node == nil {
 		node = MakeNode(NodeName, nil)
 	}
+	dn := NodeOf(node)
+	for _, p := range c.Peers {
+		dn.Peers = append(dn.Peers, desired.Peer{Name: p.Name, IPs: NodeOf(p).IPs})
+	}
 	opts := StandardOptions(family)
 	if c.Options != nil {
 		c.Options(&opts)
 	}
 	opts.Family = family
-	return desired.Compute(nil, snap, changes, NodeOf(node), opts)
+	return desired.Compute(nil, snap, changes, dn, opts)
 }
 
-// RunFlows traces every flow of every case with tracer, against the State of
-// the flow's family, and reports each mismatch with the case and flow names.
+// RunFlows traces every flow of every case of Cases with tracer, against
+// the State of the flow's family, and reports each mismatch with the case
+// and flow names.
 func RunFlows(t *testing.T, tracer Tracer) {
 	t.Helper()
-	for _, c := range Cases() {
+	RunCases(t, Cases(), tracer)
+}
+
+// RunCases is RunFlows over cases (DSRCases: only a datapath that tunnels
+// passes them).
+func RunCases(t *testing.T, cases []Case, tracer Tracer) {
+	t.Helper()
+	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			for _, family := range proxy.Families {
 				var state *desired.State

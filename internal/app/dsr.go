@@ -1,0 +1,213 @@
+package app
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+// Direct server return's advertisement (docs/user/dsr.md): a node whose tc
+// programs decapsulate says so with a Lease named after it in
+// --bpf-dsr-namespace, held by its name and owned by its Node (so that it
+// goes with the Node). Other nodes tunnel to it only while the Lease is
+// there (watch.Peers). It is written once the programs have synced every
+// family and never renewed; it is deleted before the programs stop
+// decapsulating, which only a start without --bpf-dsr (another mode,
+// ebpf mode without the flag or without tc programs) or --cleanup does.
+
+// dsrWithdrawWait is how long a withdrawal waits, once the Lease is
+// deleted, before anything stops decapsulating: the time the peers' watches
+// take to see the deletion and their next syncs to stop tunnelling here.
+// Tests shorten it.
+var dsrWithdrawWait = 5 * time.Second
+
+// dsrAdvertiseBackoff paces the retries of an advertisement the API server
+// refused or did not answer.
+var dsrAdvertiseBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: time.Minute}
+
+// dsrCallTimeout bounds one API call of a withdrawal, which a start or
+// --cleanup waits for.
+const dsrCallTimeout = 10 * time.Second
+
+// dsrLease is this node's advertisement.
+type dsrLease struct {
+	client    kubernetes.Interface
+	namespace string
+	node      string
+	// nodeUID is the owner's UID, "" where the Node is not known
+	// (--cleanup deletes only).
+	nodeUID types.UID
+	logger  klog.Logger
+}
+
+// want is the Lease as this node advertises itself.
+func (l *dsrLease) want() *coordinationv1.Lease {
+	holder := l.node
+	now := metav1.NewMicroTime(time.Now())
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: l.node, Namespace: l.namespace,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: l.node, UID: l.nodeUID}}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &now},
+	}
+}
+
+// advertise writes the Lease, retrying with backoff until it is written or
+// ctx ends; each failure is logged. Syncing goes on meanwhile: until it is
+// written, peers only masquerade to this node's endpoints, as without DSR.
+func (l *dsrLease) advertise(ctx context.Context) {
+	backoff := dsrAdvertiseBackoff
+	for {
+		err := l.put(ctx)
+		if err == nil {
+			l.logger.Info("Advertising DSR decapsulation", "lease", l.namespace+"/"+l.node)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		delay := backoff.Step()
+		l.logger.Error(err, "Advertising DSR decapsulation failed; peers masquerade to this node's endpoints until it succeeds",
+			"lease", l.namespace+"/"+l.node, "retryIn", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+// put creates the Lease, or updates one whose holder or owner is not this
+// Node's (an earlier Node of the name): one that says what this node
+// would write stays as it is.
+func (l *dsrLease) put(ctx context.Context) error {
+	api := l.client.CoordinationV1().Leases(l.namespace)
+	want := l.want()
+	_, err := api.Create(ctx, want, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	have, err := api.Get(ctx, l.node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if sameAdvertisement(have, want) {
+		return nil
+	}
+	have.OwnerReferences, have.Spec = want.OwnerReferences, want.Spec
+	_, err = api.Update(ctx, have, metav1.UpdateOptions{})
+	return err
+}
+
+// sameAdvertisement says whether have names the holder and owner want
+// names.
+func sameAdvertisement(have, want *coordinationv1.Lease) bool {
+	if have.Spec.HolderIdentity == nil || *have.Spec.HolderIdentity != *want.Spec.HolderIdentity || len(have.OwnerReferences) != 1 {
+		return false
+	}
+	o, w := have.OwnerReferences[0], want.OwnerReferences[0]
+	return o.Kind == w.Kind && o.Name == w.Name && o.UID == w.UID
+}
+
+// withdraw deletes the Lease and, if there was one, waits dsrWithdrawWait
+// for the peers to stop tunnelling here, before the caller lets anything
+// stop decapsulating. No Lease (nor namespace) is nothing to do; a
+// refusal (no deploy/components/dsr) or an unreachable API server is
+// logged and the caller goes on: it must not keep a node from starting
+// or cleaning up.
+func (l *dsrLease) withdraw(ctx context.Context) {
+	callCtx, cancel := context.WithTimeout(ctx, dsrCallTimeout)
+	err := l.client.CoordinationV1().Leases(l.namespace).Delete(callCtx, l.node, metav1.DeleteOptions{})
+	cancel()
+	lease := l.namespace + "/" + l.node
+	switch {
+	case apierrors.IsNotFound(err):
+		l.logger.V(2).Info("No DSR advertisement of an earlier start to withdraw", "lease", lease)
+		return
+	case apierrors.IsForbidden(err):
+		l.logger.Info("Cannot look for a DSR advertisement of an earlier start: not allowed (deploy/components/dsr grants it)", "lease", lease)
+		return
+	case err != nil:
+		l.logger.Error(err, "Withdrawing the DSR advertisement of an earlier start failed; peers may tunnel here until it is deleted", "lease", lease)
+		return
+	}
+	l.logger.Info("Withdrew this node's DSR advertisement; waiting for the peers to stop tunnelling here", "lease", lease, "wait", dsrWithdrawWait)
+	select {
+	case <-ctx.Done():
+	case <-time.After(dsrWithdrawWait):
+	}
+}
+
+// dsrLease is this node's advertisement in d's namespace.
+func (d *daemon) dsrLease() *dsrLease {
+	return &dsrLease{client: d.client, namespace: d.cfg.BPFDSRNamespace, node: d.nodeName, nodeUID: d.nodeInfo.UID, logger: d.logger}
+}
+
+// withdrawDSR withdraws, at a start without --bpf-dsr, the advertisement
+// an earlier start with it left (in any mode: whatever this one runs, it
+// decapsulates nothing), before anything is programmed.
+func (d *daemon) withdrawDSR(ctx context.Context) {
+	if !d.cfg.BPFDSR && d.cfg.BPFDSRNamespace != "" {
+		d.dsrLease().withdraw(ctx)
+	}
+}
+
+// advertiseDSRAfter advertises, with --bpf-dsr, once every family has
+// synced (synced closed): the tc programs decapsulate from then on. A
+// node whose addresses are not all on its tc interfaces does not: peers
+// tunnel to those addresses, and only the tc programs decapsulate. It
+// withdraws what an earlier start with other interfaces advertised
+// instead, before the first sync (it runs before the sync loops).
+func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) {
+	if !d.cfg.BPFDSR {
+		return
+	}
+	if missing := addrsOffLinks(d.nodeInfo.IPs, d.cfg.BPFTCInterfaces, linkAddrs); len(missing) > 0 {
+		d.logger.Error(nil, "Not advertising DSR decapsulation: peers tunnel to this Node's addresses, and these are not on --bpf-tc-interfaces, where the tc programs decapsulate; this node's endpoints are reached as without DSR",
+			"addresses", missing, "interfaces", d.cfg.BPFTCInterfaces)
+		d.dsrLease().withdraw(ctx)
+		return
+	}
+	go func() {
+		select {
+		case <-synced:
+			d.dsrLease().advertise(ctx)
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// addrsOffLinks are the addresses of ips that none of links holds, as
+// addrsOf lists a link's (an unreadable link holds none).
+func addrsOffLinks(ips []netip.Addr, links []string, addrsOf func(link string) []netip.Addr) []netip.Addr {
+	held := map[netip.Addr]bool{}
+	for _, link := range links {
+		for _, a := range addrsOf(link) {
+			held[a] = true
+		}
+	}
+	var missing []netip.Addr
+	for _, ip := range ips {
+		if !held[ip] {
+			missing = append(missing, ip)
+		}
+	}
+	return missing
+}
+
+// linkAddrs lists the addresses of the network interface named link.
+func linkAddrs(link string) []netip.Addr {
+	iface, err := net.InterfaceByName(link)
+	if err != nil {
+		return nil
+	}
+	return addrsOfInterface(*iface)
+}
