@@ -59,6 +59,9 @@ func newMapTracer[A addrBytes](t *testing.T, st *desired.State) *mapTracer[A] {
 // externalTrafficPolicy Local takes the cluster set): such a flow never
 // reaches this node's programs for the frontend.
 func servedByTC(st *desired.State, flow proxytest.Flow) bool {
+	if flow.FromPeer {
+		return true
+	}
 	if flow.FromHost || flow.InInterface != "" || proxytest.WorldOf(st.Family).LocalPodCIDR.Contains(flow.Source) {
 		return false
 	}
@@ -73,6 +76,9 @@ func (mt *mapTracer[A]) trace(t *testing.T, flow proxytest.Flow) proxytest.Resul
 	proto, ok := protoNumbers[flow.Protocol]
 	if !ok {
 		return proxytest.Result{Verdict: proxytest.Accept}
+	}
+	if flow.FromPeer {
+		return mt.traceTunnelled(t, flow, proto)
 	}
 	var v svcVal
 	err := mt.maps[namesOf[A]().services].Lookup(frontendKey[A](flow.Dest, flow.DestPort, proto), &v)
@@ -91,13 +97,67 @@ func (mt *mapTracer[A]) trace(t *testing.T, flow proxytest.Flow) proxytest.Resul
 	}
 	outs := []proxytest.Outcome{}
 	for _, be := range mt.endpoints(t, v) {
-		// The programs masquerade a flow to an endpoint on another node
-		// when desired's route says so, and the client's own flow to
-		// itself (hairpin) always; a local endpoint's never.
-		masq := !mt.local(be.Addr()) && (v.Flags&flagMasq != 0 || be.Addr() == flow.Source)
-		outs = append(outs, proxytest.Outcome{Verdict: proxytest.DNAT, Endpoint: be, Masquerade: masq})
+		// A DSR frontend tunnels a flow to an endpoint np_tunnels names,
+		// unless the client is that endpoint. Otherwise the programs
+		// masquerade a flow to an endpoint on another node when
+		// desired's route says so, and the client's own flow to itself
+		// (hairpin) always; a local endpoint's never.
+		tunnel := v.Flags&flagDSR != 0 && be.Addr() != flow.Source && mt.hasTunnel(t, be.Addr())
+		masq := !tunnel && !mt.local(be.Addr()) && (v.Flags&flagMasq != 0 || be.Addr() == flow.Source)
+		outs = append(outs, proxytest.Outcome{Verdict: proxytest.DNAT, Endpoint: be, Masquerade: masq, Tunneled: tunnel})
 	}
 	return proxytest.CombineOutcomes(outs)
+}
+
+// traceTunnelled is trace of a flow a peer tunnelled here, decapsulated:
+// np_ingress_tun looks up the frontends of scope 1, the wildcard node port
+// only for a peer's address, and serves them with local endpoints alone.
+func (mt *mapTracer[A]) traceTunnelled(t *testing.T, flow proxytest.Flow, proto uint8) proxytest.Result {
+	t.Helper()
+	n := namesOf[A]()
+	k := frontendKey[A](flow.Dest, flow.DestPort, proto)
+	k.Scope = scopeTunnel
+	var v svcVal
+	err := mt.maps[n.services].Lookup(k, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) && mt.isPeer(t, flow.Dest) {
+		err = mt.maps[n.services].Lookup(svcKeyOf[A]{Port: k.Port, Proto: proto, Scope: scopeTunnel}, &v)
+	}
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return proxytest.Result{Verdict: proxytest.Accept}
+	}
+	must(t, err)
+	if v.Count == 0 {
+		if v.Flags&flagDrop == 0 {
+			t.Errorf("flow %q: the frontends of tunnelled flows refuse without flagDrop", flow.Name)
+		}
+		return proxytest.Result{Verdict: proxytest.Drop}
+	}
+	outs := []proxytest.Outcome{}
+	for _, be := range mt.endpoints(t, v) {
+		outs = append(outs, proxytest.Outcome{Verdict: proxytest.DNAT, Endpoint: be})
+	}
+	return proxytest.CombineOutcomes(outs)
+}
+
+// hasTunnel says whether np_tunnels names addr's node.
+func (mt *mapTracer[A]) hasTunnel(t *testing.T, addr netip.Addr) bool {
+	return mt.has(t, namesOf[A]().tunnels, addr)
+}
+
+// isPeer says whether np_peers holds addr.
+func (mt *mapTracer[A]) isPeer(t *testing.T, addr netip.Addr) bool {
+	return mt.has(t, namesOf[A]().peers, addr)
+}
+
+// has says whether map name holds addr.
+func (mt *mapTracer[A]) has(t *testing.T, name string, addr netip.Addr) bool {
+	t.Helper()
+	err := mt.maps[name].Lookup(addrOf[A](addr), make([]byte, mt.maps[name].ValueSize()))
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return false
+	}
+	must(t, err)
+	return true
 }
 
 // endpoints are the endpoints of the group of frontend v: its slots, or
@@ -157,7 +217,10 @@ func tcDifferences(st *desired.State) func(proxytest.Flow, proxytest.Result) pro
 		}
 		if want.Verdict == proxytest.DNAT && want.Masquerade {
 			remote := slices.ContainsFunc(want.Endpoints, func(ep netip.AddrPort) bool {
-				return ep.Addr() == flow.Source || !proxytest.WorldOf(st.Family).LocalPodCIDR.Contains(ep.Addr()) &&
+				if ep.Addr() == flow.Source {
+					return true
+				}
+				return !slices.Contains(want.Tunneled, ep) && !proxytest.WorldOf(st.Family).LocalPodCIDR.Contains(ep.Addr()) &&
 					!slices.Contains(proxytest.LocalAddrs(st), ep.Addr())
 			})
 			want.Masquerade = remote
@@ -171,7 +234,7 @@ func tcDifferences(st *desired.State) func(proxytest.Flow, proxytest.Result) pro
 // through the lookups of np_ingress.
 func TestFlowsOverRealMaps(t *testing.T) {
 	netnstest.RequireKernel(t)
-	traced, skipped := runTCFlows(t, proxytest.Cases())
+	traced, skipped := runTCFlows(t, append(proxytest.Cases(), proxytest.DSRCases()...))
 	t.Logf("%d flows from outside the cluster traced over real maps; %d left to the socket hooks (the node's own, pods')", traced, skipped)
 	if traced == 0 {
 		t.Error("no flow traced")
