@@ -89,10 +89,8 @@ func render[A addrBytes](st *desired.State) contentsOf[A] {
 		return c
 	}
 	// The node's primary address of the family.
-	var primary netip.Addr
 	if i := slices.IndexFunc(st.NodeIPs, family.Contains); i >= 0 {
-		primary = st.NodeIPs[i].Unmap()
-		c.Config.SNAT = addrOf[A](primary)
+		c.Config.SNAT = addrOf[A](st.NodeIPs[i])
 	}
 	var nodePortIPs []netip.Addr
 	for _, ip := range st.NodePortAddresses() {
@@ -122,7 +120,7 @@ func render[A addrBytes](st *desired.State) contentsOf[A] {
 			c.Services[k] = v
 		}
 		if sp.DSR != nil {
-			renderDSR(&c, sp, fs, primary, taken)
+			renderDSR(&c, sp, fs, st.NodeIPs, taken)
 		}
 	}
 	peers(&c, st.Peers)

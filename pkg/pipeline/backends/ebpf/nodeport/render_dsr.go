@@ -2,6 +2,7 @@ package nodeport
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -36,8 +37,9 @@ const tunnelInGroup = "tunnel-in"
 
 // renderDSR renders sp's direct server return into c, its frontends fs
 // rendered already: flagDSR on its external and LB IPs, and on its node
-// port at the node's primary address alone, the one its peers know it by
-// (at other addresses the node port masquerades as without DSR); an
+// port at the node's own addresses (nodeIPs, its Node's, which its peers
+// know it by and decapsulate for, as desired's Evaluate says; at other
+// addresses the node port masquerades as without DSR); an
 // np_tunnels entry per endpoint on a peer (an address listed with two
 // nodes, which the State should not have, keeps the first); and the
 // scope-1 frontends a decapsulated packet looks up, each external and LB
@@ -46,14 +48,14 @@ const tunnelInGroup = "tunnel-in"
 // is and with its affinity, but without source ranges (checked by the peer
 // that took the flow) and dropping what finds no endpoint (the peer chose
 // this node for an endpoint since gone).
-func renderDSR[A addrBytes](c *contentsOf[A], sp *desired.ServicePort, fs frontendSet[A], primary netip.Addr, taken map[uint64]bool) {
+func renderDSR[A addrBytes](c *contentsOf[A], sp *desired.ServicePort, fs frontendSet[A], nodeIPs []netip.Addr, taken map[uint64]bool) {
+	family := familyOf[A]()
 	tunnelled := append(append([]svcKeyOf[A]{}, fs.external...), fs.lbs...)
 	for _, k := range fs.nodePorts {
-		if primary.IsValid() && k.Addr == addrOf[A](primary) {
+		if slices.ContainsFunc(nodeIPs, func(ip netip.Addr) bool { return family.Contains(ip.Unmap()) && k.Addr == addrOf[A](ip) }) {
 			tunnelled = append(tunnelled, k)
 		}
 	}
-	family := familyOf[A]()
 	for _, t := range sp.DSR.Tunnels {
 		ep, node := t.Endpoint.Unmap(), t.Node.Unmap()
 		if !family.Contains(ep) || !family.Contains(node) {

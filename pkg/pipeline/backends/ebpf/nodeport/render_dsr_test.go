@@ -40,22 +40,26 @@ func dsrState(sps ...*desired.ServicePort) *desired.State {
 }
 
 // TestRenderDSRFlags: a DSR port's LB IP, external IP and node port at
-// the node's primary address carry flagDSR beside their usual flags; its
-// node port at the node's other address does not (peers know a node by
-// its primary address alone), nor does a port without DSR.
+// the node's addresses (both of its node IPs) carry flagDSR beside their
+// usual flags; its node port at an address of the node that is not one of
+// its node IPs does not (peers decapsulate for node IPs alone), nor does a
+// port without DSR.
 func TestRenderDSRFlags(t *testing.T) {
 	sp := dsrPort("web", proxy.TCP, 30080)
 	sp.AllowedSources = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/16")}
 	plain := port("plain", proxy.TCP, 30081, epA, epB)
-	c := Render(dsrState(sp, plain))
-	other := netip.MustParseAddr("198.18.1.11")
+	st := dsrState(sp, plain)
+	second, hostOnly := st.NodeIPs[1], netip.MustParseAddr("198.18.2.11")
+	st.NodePorts.Bound = []netip.Addr{nodeIP, second, hostOnly}
+	c := Render(st)
 	for k, want := range map[svcKey]uint32{
-		frontendKey[[4]byte](dsrLB, 80, 6):     flagMasq | flagRanges | flagDSR,
-		frontendKey[[4]byte](dsrExt, 80, 6):    flagMasq | flagDSR,
-		frontendKey[[4]byte](nodeIP, 30080, 6): flagMasq | flagDSR,
-		frontendKey[[4]byte](other, 30080, 6):  flagMasq,
-		frontendKey[[4]byte](nodeIP, 30081, 6): flagMasq,
-		frontendKey[[4]byte](other, 30081, 6):  flagMasq,
+		frontendKey[[4]byte](dsrLB, 80, 6):       flagMasq | flagRanges | flagDSR,
+		frontendKey[[4]byte](dsrExt, 80, 6):      flagMasq | flagDSR,
+		frontendKey[[4]byte](nodeIP, 30080, 6):   flagMasq | flagDSR,
+		frontendKey[[4]byte](second, 30080, 6):   flagMasq | flagDSR,
+		frontendKey[[4]byte](hostOnly, 30080, 6): flagMasq,
+		frontendKey[[4]byte](nodeIP, 30081, 6):   flagMasq,
+		frontendKey[[4]byte](hostOnly, 30081, 6): flagMasq,
 	} {
 		if v, ok := c.Services[k]; !ok || v.Flags != want {
 			t.Errorf("frontend %v: %+v (rendered %t), want flags %#x", k, v, ok, want)
@@ -172,7 +176,7 @@ func TestRenderDSRRoutes(t *testing.T) {
 	c := Render(dsrState(udp, dsrPort("t", proxy.TCP, 30081)))
 	want := map[tunnelRoute[[4]byte]]struct{}{}
 	for _, k := range []svcKey{frontendKey[[4]byte](dsrLB, 80, 17), frontendKey[[4]byte](dsrExt, 80, 17),
-		frontendKey[[4]byte](nodeIP, 30080, 17)} {
+		frontendKey[[4]byte](nodeIP, 30080, 17), frontendKey[[4]byte](netip.MustParseAddr("198.18.1.11"), 30080, 17)} {
 		for _, n := range []netip.Addr{peerIP, peer2IP} {
 			want[tunnelRoute[[4]byte]{Frontend: k, Node: n.As4()}] = struct{}{}
 		}
@@ -194,7 +198,7 @@ func TestRenderDSRIPv6(t *testing.T) {
 	st.Family, st.Peers = proxy.IPv6, []netip.Addr{peer6}
 	c := Render6(st)
 	if v := c.Services[frontendKey[[16]byte](node6, 30080, 6)]; v.Flags&flagDSR == 0 {
-		t.Errorf("node port at the primary address %+v, want flagDSR", v)
+		t.Errorf("node port at the node's address %+v, want flagDSR", v)
 	}
 	in, ok := c.Services[svcKeyOf[[16]byte]{Port: netPort(30080), Proto: 6, Scope: scopeTunnel}]
 	if !ok || c.Backends[beKey{ID: in.ID}].AddrPort() != local6.AddrPort() {
