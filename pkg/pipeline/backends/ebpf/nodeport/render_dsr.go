@@ -50,7 +50,8 @@ const tunnelInGroup = "tunnel-in"
 // this node for an endpoint since gone).
 func renderDSR[A addrBytes](c *contentsOf[A], sp *desired.ServicePort, fs frontendSet[A], nodeIPs []netip.Addr, taken map[uint64]bool) {
 	family := familyOf[A]()
-	tunnelled := append(append([]svcKeyOf[A]{}, fs.external...), fs.lbs...)
+	addrs := slices.Concat(fs.external, fs.lbs)
+	tunnelled := slices.Clone(addrs)
 	for _, k := range fs.nodePorts {
 		if slices.ContainsFunc(nodeIPs, func(ip netip.Addr) bool { return family.Contains(ip.Unmap()) && k.Addr == addrOf[A](ip) }) {
 			tunnelled = append(tunnelled, k)
@@ -64,11 +65,10 @@ func renderDSR[A addrBytes](c *contentsOf[A], sp *desired.ServicePort, fs fronte
 		if _, ok := c.Tunnels[addrOf[A](ep)]; !ok {
 			c.Tunnels[addrOf[A](ep)] = tunnelOf[A]{Node: addrOf[A](node)}
 		}
-		for _, k := range tunnelled {
-			if sp.Protocol != proxy.UDP {
-				break
+		if sp.Protocol == proxy.UDP {
+			for _, k := range tunnelled {
+				c.tunnelRoutes[tunnelRoute[A]{Frontend: k, Node: addrOf[A](node)}] = struct{}{}
 			}
-			c.tunnelRoutes[tunnelRoute[A]{Frontend: k, Node: addrOf[A](node)}] = struct{}{}
 		}
 	}
 	for _, k := range tunnelled {
@@ -79,7 +79,7 @@ func renderDSR[A addrBytes](c *contentsOf[A], sp *desired.ServicePort, fs fronte
 	in := sp.DSR.In
 	in.Empty = desired.Drop
 	v := dispatchGroup(c, sp, in, probe(groupIDOf(sp.Name, tunnelInGroup), taken))
-	for _, k := range append(append([]svcKeyOf[A]{}, fs.external...), fs.lbs...) {
+	for _, k := range addrs {
 		k.Scope = scopeTunnel
 		c.Services[k] = v
 	}
