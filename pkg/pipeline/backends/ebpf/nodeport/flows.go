@@ -96,7 +96,10 @@ func (f *Flows) open(family proxy.IPFamily) (*ebpf.Map, error) {
 }
 
 // List is part of kconntrack.Interface: it visits each translated flow of
-// the family's table once, by its client's direction.
+// the family's table once, by its client's direction. A flow tunnelled to
+// a peer node (DSR) is not one: its entry names the node, not an
+// endpoint, and the cleanup's rule would find every one stale; the sync
+// deletes those whose node no longer serves them (deleteTunnelFlows).
 func (f *Flows) List(ctx context.Context, family proxy.IPFamily, visit func(kconntrack.Flow)) error {
 	m, err := f.open(family)
 	if m == nil || err != nil {
@@ -119,7 +122,7 @@ func listFlows[A addrBytes](ctx context.Context, m *ebpf.Map, visit func(kconntr
 		if n%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if v.Reply == 0 && v.At != ctAtEgress {
+		if v.Reply == 0 && v.At != ctAtEgress && v.At != ctAtTunnel {
 			visit(flowOf(k, v))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/svcproxy/svcproxy/pkg/kconntrack"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -33,6 +34,12 @@ type KernelConntrack interface {
 type Handover struct {
 	Handed  int
 	Refused []kconntrack.Refused
+	// Tunnelled counts the direct-server-return flows left to be reset
+	// when the programs go: a flow this node tunnels to a peer, and one a
+	// peer tunnelled here, need the programs at every packet (the kernel
+	// neither encapsulates nor sees the tunnel the client's packets come
+	// in), so none is handed over.
+	Tunnelled int
 }
 
 // HandOver creates in the kernel's conntrack, translated as the programs
@@ -68,7 +75,12 @@ func handOverFamily[A addrBytes](ctx context.Context, dir string, family proxy.I
 		return err
 	}
 	defer m.Close()
-	flows, err := handoverFlows[A](m, times)
+	flows, tunnelled, err := handoverFlows[A](m, times)
+	h.Tunnelled += tunnelled
+	if tunnelled > 0 {
+		klog.InfoS("Direct-server-return flows the tc programs hold cannot be handed to the kernel's conntrack; they will be reset",
+			"ipFamily", family, "flows", tunnelled)
+	}
 	if err != nil || len(flows) == 0 {
 		return err
 	}
@@ -100,11 +112,12 @@ func handOverFamily[A addrBytes](ctx context.Context, dir string, family proxy.I
 // handoverFlows reads from ct, A's family's table, the flows HandOver
 // hands over: those of which a direction holds the programs or is an
 // established connection still open (a flow whose endpoint alone sends
-// refreshes only its reply entry).
-func handoverFlows[A addrBytes](ct *ebpf.Map, times DrainTimes) ([]kconntrack.NATFlow, error) {
+// refreshes only its reply entry). It counts apart the tunnelled ones it
+// would otherwise hand over (Handover.Tunnelled).
+func handoverFlows[A addrBytes](ct *ebpf.Map, times DrainTimes) ([]kconntrack.NATFlow, int, error) {
 	now, err := monotonicNow()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var (
 		k ctKeyOf[A]
@@ -118,15 +131,21 @@ func handoverFlows[A addrBytes](ct *ebpf.Map, times DrainTimes) ([]kconntrack.NA
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var flows []kconntrack.NATFlow
-	for it := ct.Iterate(); it.Next(&k, &v); {
-		if v.Reply == 0 && v.At != ctAtEgress && handable(k.Proto, v.State) && live[k] {
+	tunnelled := 0
+	it = ct.Iterate()
+	for it.Next(&k, &v) {
+		switch {
+		case v.Reply != 0 || v.At == ctAtEgress || !handable(k.Proto, v.State) || !live[k]:
+		case v.At == ctAtTunnel || v.Flags&ctFlagTunneled != 0:
+			tunnelled++
+		default:
 			flows = append(flows, natFlowOf(k, v))
 		}
 	}
-	return flows, it.Err()
+	return flows, tunnelled, it.Err()
 }
 
 // handable says whether the kernel can carry on a flow of protocol proto

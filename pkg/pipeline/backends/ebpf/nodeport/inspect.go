@@ -2,11 +2,14 @@ package nodeport
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // Entry is one direction of a flow in the programs' conntrack table, as
@@ -20,6 +23,8 @@ type Entry struct {
 	At, State uint8
 	// Reply: the entry is the flow's reply direction.
 	Reply bool
+	// Tunnelled: the flow came from a peer node, tunnelled (DSR).
+	Tunnelled bool
 	// Seen is the programs' clock (CLOCK_MONOTONIC) at the entry's last
 	// packet.
 	Seen uint64
@@ -50,8 +55,52 @@ func entryOf[A addrBytes](k ctKeyOf[A], v ctValOf[A]) Entry {
 		Proto: k.Proto,
 		Src:   addrPort(k.Src, k.Sport), Dst: addrPort(k.Dst, k.Dport),
 		ToSrc: addrPort(v.Src, v.Sport), ToDst: addrPort(v.Dst, v.Dport),
-		At: v.At, State: v.State, Reply: v.Reply != 0, Seen: v.Seen,
+		At: v.At, State: v.State, Reply: v.Reply != 0, Tunnelled: v.Flags&ctFlagTunneled != 0, Seen: v.Seen,
 	}
+}
+
+// String is the entry as an operator reads it: the packets it matches,
+// what becomes of them, and the flow's state.
+func (e Entry) String() string {
+	proto := strconv.Itoa(int(e.Proto))
+	switch e.Proto {
+	case unix.IPPROTO_TCP:
+		proto = "tcp"
+	case unix.IPPROTO_UDP:
+		proto = "udp"
+	}
+	var what string
+	switch e.At {
+	case ctAtTunnel:
+		// The packet leaves as it came; ToDst is the node the tunnel
+		// goes to.
+		what = "tunnel to " + e.ToDst.Addr().String()
+	case ctAtEgress:
+		what = fmt.Sprintf("reply as %v -> %v", e.ToSrc, e.ToDst)
+	case ctAtIngressFwd:
+		what = fmt.Sprintf("forward as %v -> %v", e.ToSrc, e.ToDst)
+	default:
+		what = fmt.Sprintf("up the stack as %v -> %v", e.ToSrc, e.ToDst)
+	}
+	if e.Tunnelled {
+		what += ", tunnelled in"
+	}
+	return fmt.Sprintf("%s %v -> %v: %s (%s)", proto, e.Src, e.Dst, what, stateName(e.State))
+}
+
+// stateName names bpf/nodeport.c's CT_* states.
+func stateName(state uint8) string {
+	switch state {
+	case ctNew:
+		return "new"
+	case ctEstablished:
+		return "established"
+	case ctClosing:
+		return "closing"
+	case ctClosed:
+		return "closed"
+	}
+	return "state " + strconv.Itoa(int(state))
 }
 
 // eachPinned visits every entry of the map pinned in dir by map's pin

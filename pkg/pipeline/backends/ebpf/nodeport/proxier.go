@@ -89,6 +89,9 @@ type Proxier struct {
 type family[A addrBytes] struct {
 	store *store[A]
 	sizes *sizes
+	// routes are the UDP DSR routes the last successful sync wrote
+	// (contentsOf.tunnelRoutes); nil before the first.
+	routes map[tunnelRoute[A]]struct{}
 }
 
 func newFamily[A addrBytes]() *family[A] { return &family[A]{store: newStore[A]()} }
@@ -147,6 +150,12 @@ func syncFamily[A addrBytes](p *Proxier, f *family[A], want contentsOf[A], mode 
 		p.writes += uint64(n)
 	} else {
 		err = growFamily(p, f, &want)
+	}
+	if err == nil {
+		if lost := lostRoutes(f.routes, want.tunnelRoutes); len(lost) > 0 {
+			dropTunnelFlows(p, lost)
+		}
+		f.routes = want.tunnelRoutes
 	}
 	return err
 }
@@ -265,7 +274,8 @@ func capacity(need, floor int) uint32 {
 // fits reports whether the maps of a family (named n) can hold want.
 func fits[A addrBytes](l *loaded, n familyMaps, want *contentsOf[A]) bool {
 	for name, count := range map[string]int{n.services: len(want.Services), n.backends: len(want.Backends),
-		n.maglev: len(want.Maglev), n.ranges: len(want.Ranges), n.members: len(want.Members)} {
+		n.maglev: len(want.Maglev), n.ranges: len(want.Ranges), n.members: len(want.Members),
+		n.tunnels: len(want.Tunnels)} {
 		if uint32(count) > l.coll.Maps[name].MaxEntries() {
 			return false
 		}

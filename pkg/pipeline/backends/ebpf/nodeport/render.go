@@ -23,7 +23,15 @@ type contentsOf[A addrBytes] struct {
 	Ranges map[srcKeyOf[A]]uint32
 	// Members are the endpoints of the groups with ClientIP affinity.
 	Members map[memberKeyOf[A]]uint32
-	Config  cfgValOf[A]
+	// Tunnels are the endpoints on peer nodes that DSR ports reach by
+	// tunnel, each with its node (render_dsr.go); Peers the nodes that
+	// decapsulate, the only sources a tunnelled packet is taken from.
+	Tunnels map[A]tunnelOf[A]
+	Peers   map[A]peerVal
+	// tunnelRoutes are the DSR frontends' tunnels to nodes, which a UDP
+	// flow's entry names: a sync that drops one deletes its flows.
+	tunnelRoutes map[tunnelRoute[A]]struct{}
+	Config       cfgValOf[A]
 }
 
 // Contents is what the IPv4 maps hold for one State, Contents6 the IPv6
@@ -36,7 +44,8 @@ type (
 func newContents[A addrBytes]() contentsOf[A] {
 	return contentsOf[A]{Services: map[svcKeyOf[A]]svcVal{}, Backends: map[beKey]beValOf[A]{},
 		Maglev: map[uint64]maglevVal{}, maglevEndpoints: map[uint64][]proxy.Endpoint{},
-		Ranges: map[srcKeyOf[A]]uint32{}, Members: map[memberKeyOf[A]]uint32{}}
+		Ranges: map[srcKeyOf[A]]uint32{}, Members: map[memberKeyOf[A]]uint32{},
+		Tunnels: map[A]tunnelOf[A]{}, Peers: map[A]peerVal{}, tunnelRoutes: map[tunnelRoute[A]]struct{}{}}
 }
 
 // Served says whether the tc programs translate sp's external frontends,
@@ -66,6 +75,9 @@ func Render6(st *desired.State) Contents6 { return render[[16]byte](st) }
 // one. A masqueraded route's flows to endpoints on other nodes leave with
 // the node's primary IP; those to local endpoints are not masqueraded (a
 // local pod sees the client), nor marked for rules to masquerade them.
+// A port with direct server return (desired's DSR) also gets its tunnels,
+// and the frontends its peers' tunnelled flows look up (renderDSR);
+// np_peers holds the State's peers.
 //
 // A group's ID is a hash of the service port's name and dispatch set,
 // probed past collisions in name order, so that the same State always
@@ -92,28 +104,38 @@ func render[A addrBytes](st *desired.State) contentsOf[A] {
 		if !Served(st.Family, sp) {
 			continue
 		}
-		open, lbs := frontends[A](sp, nodePortIPs)
-		if len(open)+len(lbs) == 0 {
+		fs := frontends[A](sp, nodePortIPs)
+		if fs.empty() {
 			continue
 		}
 		v := group(&c, sp, st.RoutesOf(sp)[desired.ExternalPath][desired.FromOutside], taken)
-		for _, k := range open {
+		for _, k := range slices.Concat(fs.external, fs.nodePorts) {
 			c.Services[k] = v
 		}
-		if len(lbs) > 0 && sp.AllowedSources != nil {
+		if len(fs.lbs) > 0 && sp.AllowedSources != nil {
 			v.Flags |= flagRanges
 			ranges(&c, v.ID, sp.AllowedSources)
 		}
-		for _, k := range lbs {
+		for _, k := range fs.lbs {
 			c.Services[k] = v
 		}
+		if sp.DSR != nil {
+			renderDSR(&c, sp, fs, st.NodeIPs, taken)
+		}
 	}
+	peers(&c, st.Peers)
 	return c
 }
 
-// frontends lists sp's node ports and external IPs, which are never
-// filtered by source, and its LB IPs, of A's family.
-func frontends[A addrBytes](sp *desired.ServicePort, nodePortIPs []netip.Addr) (open, lbs []svcKeyOf[A]) {
+// frontendSet is a port's frontends of one family: its external IPs and
+// node ports, which are never filtered by source, and its LB IPs.
+type frontendSet[A addrBytes] struct{ external, nodePorts, lbs []svcKeyOf[A] }
+
+func (fs frontendSet[A]) empty() bool { return len(fs.external)+len(fs.nodePorts)+len(fs.lbs) == 0 }
+
+// frontends lists sp's frontends of A's family, node ports on every
+// address of nodePortIPs.
+func frontends[A addrBytes](sp *desired.ServicePort, nodePortIPs []netip.Addr) frontendSet[A] {
 	proto := protoNumbers[sp.Protocol]
 	family := familyOf[A]()
 	add := func(out []svcKeyOf[A], ip netip.Addr, port uint16) []svcKeyOf[A] {
@@ -122,18 +144,19 @@ func frontends[A addrBytes](sp *desired.ServicePort, nodePortIPs []netip.Addr) (
 		}
 		return out
 	}
+	var fs frontendSet[A]
 	for _, ip := range sp.ExternalIPs {
-		open = add(open, ip, sp.Port)
+		fs.external = add(fs.external, ip, sp.Port)
 	}
 	if sp.NodePort != 0 {
 		for _, ip := range nodePortIPs {
-			open = add(open, ip, sp.NodePort)
+			fs.nodePorts = add(fs.nodePorts, ip, sp.NodePort)
 		}
 	}
 	for _, ip := range sp.LoadBalancerIPs {
-		lbs = add(lbs, ip, sp.Port)
+		fs.lbs = add(fs.lbs, ip, sp.Port)
 	}
-	return open, lbs
+	return fs
 }
 
 // ranges writes group id's allowed source prefixes of A's family (a
@@ -150,16 +173,27 @@ func ranges[A addrBytes](c *contentsOf[A], id uint64, allowed []netip.Prefix) {
 // group renders the endpoints of route's dispatch, and its Maglev table
 // when the port balances by Maglev, and returns the frontends' record.
 func group[A addrBytes](c *contentsOf[A], sp *desired.ServicePort, route desired.Route, taken map[uint64]bool) svcVal {
-	d := sp.Dispatch(route.Set)
-	id := groupID(sp.Name, route.Set)
+	v := dispatchGroup(c, sp, sp.Dispatch(route.Set), probe(groupID(sp.Name, route.Set), taken))
+	if route.Masquerade {
+		v.Flags |= flagMasq
+	}
+	return v
+}
+
+// probe takes the first ID from id on that no group has taken.
+func probe(id uint64, taken map[uint64]bool) uint64 {
 	for taken[id] {
 		id++
 	}
 	taken[id] = true
+	return id
+}
+
+// dispatchGroup renders d's endpoints as group id, with its members when
+// sp has ClientIP affinity and its Maglev table when sp balances by
+// Maglev, and returns the record of the frontends that use it.
+func dispatchGroup[A addrBytes](c *contentsOf[A], sp *desired.ServicePort, d desired.Dispatch, id uint64) svcVal {
 	v := svcVal{ID: id, Count: uint32(len(d.Endpoints)), Affinity: uint32(max(sp.AffinitySeconds, 0))}
-	if route.Masquerade {
-		v.Flags |= flagMasq
-	}
 	if len(d.Endpoints) == 0 {
 		if d.Empty == desired.Drop {
 			v.Flags |= flagDrop
@@ -182,8 +216,13 @@ func group[A addrBytes](c *contentsOf[A], sp *desired.ServicePort, route desired
 }
 
 func groupID(name proxy.ServicePortName, set desired.Set) uint64 {
+	return groupIDOf(name, set.String())
+}
+
+// groupIDOf is the ID of port name's group named what before probing.
+func groupIDOf(name proxy.ServicePortName, what string) uint64 {
 	h := fnv.New64a()
-	for _, s := range []string{"nodeport", name.Namespace, name.Name, name.Port, string(name.Protocol), set.String()} {
+	for _, s := range []string{"nodeport", name.Namespace, name.Name, name.Port, string(name.Protocol), what} {
 		_, _ = h.Write([]byte(s))
 		_, _ = h.Write([]byte{0})
 	}

@@ -22,6 +22,14 @@ const (
 	statReplyLost  = 1
 )
 
+// bpf/nodeport.c's NP_STAT_DSR_*, indexes of np_stats_dsr (mapStatsDSR)
+// for IPv4; IPv6's follow them, statsDSR further.
+const (
+	statDSRTooBig = 0
+	statDSRNoFlow = 1
+	statsDSR      = 2
+)
+
 // Drops counts packets the programs dropped by themselves, since their
 // maps were created (a restart adopts them, and their counts).
 type Drops struct {
@@ -34,6 +42,14 @@ type Drops struct {
 	// flows an older svcproxy made, without reservations, found when a
 	// start seeds them (seedSNAT).
 	ReplyLost uint64
+	// DSRTooBig counts packets of flows tunnelled to a peer node (direct
+	// server return) that the tunnel's header made too big for the way
+	// out, when no answer could tell the client (IPv4 without DF).
+	DSRTooBig uint64
+	// DSRNoFlow counts packets a peer tunnelled here that no flow or
+	// frontend here took (a State behind the peer's, an endpoint gone):
+	// dropped, never passed on decapsulated.
+	DSRNoFlow uint64
 }
 
 // Drops reads the programs' counters of family's flows, summed over the
@@ -48,15 +64,22 @@ func (p *Proxier) dropsLocked(family proxy.IPFamily) (Drops, error) {
 	if p.kernel == nil {
 		return Drops{}, nil
 	}
-	name := mapStats
+	name, dsrBase := mapStats, uint32(0)
 	if family == proxy.IPv6 {
-		name = mapStats6
+		name, dsrBase = mapStats6, statsDSR
 	}
 	var d Drops
-	for key, n := range map[uint32]*uint64{statNoSNATPort: &d.NoMasqueradePort, statReplyLost: &d.ReplyLost} {
+	for _, c := range []struct {
+		name string
+		key  uint32
+		n    *uint64
+	}{
+		{name, statNoSNATPort, &d.NoMasqueradePort}, {name, statReplyLost, &d.ReplyLost},
+		{mapStatsDSR, dsrBase + statDSRTooBig, &d.DSRTooBig}, {mapStatsDSR, dsrBase + statDSRNoFlow, &d.DSRNoFlow},
+	} {
 		var err error
-		if *n, err = sumPerCPU(p.kernel.coll.Maps[name], key); err != nil {
-			return Drops{}, fmt.Errorf("tc node ports: reading %s: %w", name, err)
+		if *c.n, err = sumPerCPU(p.kernel.coll.Maps[c.name], c.key); err != nil {
+			return Drops{}, fmt.Errorf("tc node ports: reading %s: %w", c.name, err)
 		}
 	}
 	return d, nil

@@ -18,17 +18,21 @@ func (whole) Compare(whole) int { return 0 }
 
 // Phases keep every frontend usable throughout a sync: a frontend is
 // written only after every slot (and Maglev table) it counts, the source
-// ranges and affinity members it checks and the configuration it
-// masquerades with, and any of these deleted only after no frontend
-// counts on it.
+// ranges and affinity members it checks, the tunnels and peers its DSR
+// flows take and come from, and the configuration it masquerades with,
+// and any of these deleted only after no frontend counts on it.
 const (
 	phaseSlotPut = iota
 	phaseMaglevPut
 	phaseRangePut
 	phaseMemberPut
+	phaseTunnelPut
+	phasePeerPut
 	phaseConfigPut
 	phaseFrontendPut
 	phaseFrontendDel
+	phasePeerDel
+	phaseTunnelDel
 	phaseMemberDel
 	phaseRangeDel
 	phaseMaglevDel
@@ -45,6 +49,8 @@ type store[A addrBytes] struct {
 	maglev    *reconcile.Table[whole, uint64, maglevVal]
 	ranges    *reconcile.Table[whole, srcKeyOf[A], uint32]
 	members   *reconcile.Table[whole, memberKeyOf[A], uint32]
+	tunnels   *reconcile.Table[whole, A, tunnelOf[A]]
+	peers     *reconcile.Table[whole, A, peerVal]
 	config    *reconcile.Table[whole, uint32, cfgValOf[A]]
 }
 
@@ -55,6 +61,8 @@ func newStore[A addrBytes]() *store[A] {
 		maglev:    reconcile.NewTable[whole](bpfmap.Kind[uint64, maglevVal]("Maglev tables", phaseMaglevPut, phaseMaglevDel)),
 		ranges:    reconcile.NewTable[whole](bpfmap.Kind[srcKeyOf[A], uint32]("source ranges", phaseRangePut, phaseRangeDel)),
 		members:   reconcile.NewTable[whole](bpfmap.Kind[memberKeyOf[A], uint32]("affinity members", phaseMemberPut, phaseMemberDel)),
+		tunnels:   reconcile.NewTable[whole](bpfmap.Kind[A, tunnelOf[A]]("DSR tunnels", phaseTunnelPut, phaseTunnelDel)),
+		peers:     reconcile.NewTable[whole](bpfmap.Kind[A, peerVal]("DSR peers", phasePeerPut, phasePeerDel)),
 		// The configuration is an array's one entry, always claimed: it
 		// is never deleted.
 		config: reconcile.NewTable[whole](bpfmap.Kind[uint32, cfgValOf[A]]("the configuration", phaseConfigPut, phaseConfigPut)),
@@ -69,6 +77,8 @@ func (s *store[A]) claim(c *contentsOf[A]) {
 	claimAll(s.maglev, c.Maglev)
 	claimAll(s.ranges, c.Ranges)
 	claimAll(s.members, c.Members)
+	claimAll(s.tunnels, c.Tunnels)
+	claimAll(s.peers, c.Peers)
 	claimAll(s.config, map[uint32]cfgValOf[A]{0: c.Config})
 }
 
@@ -89,6 +99,8 @@ type tables[A addrBytes] struct {
 	maglev    bpfmap.Writer[uint64, maglevVal]
 	ranges    bpfmap.Writer[srcKeyOf[A], uint32]
 	members   bpfmap.Writer[memberKeyOf[A], uint32]
+	tunnels   bpfmap.Writer[A, tunnelOf[A]]
+	peers     bpfmap.Writer[A, peerVal]
 	config    bpfmap.Writer[uint32, cfgValOf[A]]
 }
 
@@ -102,6 +114,8 @@ func tablesOf[A addrBytes](maps map[string]*ebpf.Map, want *contentsOf[A]) table
 		maglev:    maglevTables[A]{outer: maps[n.maglev], endpoints: want.maglevEndpoints},
 		ranges:    oneByOne[srcKeyOf[A], uint32]{maps[n.ranges]},
 		members:   bpfmap.Table[memberKeyOf[A], uint32]{M: maps[n.members]},
+		tunnels:   tunnelTable[A]{maps[n.tunnels]},
+		peers:     bpfmap.Table[A, peerVal]{M: maps[n.peers]},
 		config:    bpfmap.Table[uint32, cfgValOf[A]]{M: maps[n.config]},
 	}
 }
@@ -115,6 +129,8 @@ func (s *store[A]) write(t tables[A]) (int, error) {
 		reconcile.Batch(s.maglev, bpfmap.Write(t.maglev, "Maglev tables")),
 		reconcile.Batch(s.ranges, bpfmap.Write(t.ranges, "source ranges")),
 		reconcile.Batch(s.members, bpfmap.Write(t.members, "affinity members")),
+		reconcile.Batch(s.tunnels, bpfmap.Write(t.tunnels, "DSR tunnels")),
+		reconcile.Batch(s.peers, bpfmap.Write(t.peers, "DSR peers")),
 		reconcile.Batch(s.config, bpfmap.Write(t.config, "the configuration")),
 		reconcile.Batch(s.frontends, bpfmap.Write(t.frontends, "frontends")))
 	if err != nil {
@@ -143,6 +159,12 @@ func (s *store[A]) readBack(maps map[string]*ebpf.Map) error {
 		return err
 	}
 	if err := readInto(s.members, maps, n.members); err != nil {
+		return err
+	}
+	if err := readTunnels(s.tunnels, maps, n.tunnels); err != nil {
+		return err
+	}
+	if err := readInto(s.peers, maps, n.peers); err != nil {
 		return err
 	}
 	s.syncs.ReadDone()
@@ -198,13 +220,15 @@ func readEach[K, V comparable](t *reconcile.Table[whole, K, V], maps map[string]
 	return nil
 }
 
-// emptied forgets what the kernel's maps hold: the next write goes to new,
-// empty maps (grow).
+// emptied forgets what the kernel's maps of the family that grows hold:
+// the next write goes to new, empty maps (grow). np_peers, whose size
+// no State sets, is shared and kept.
 func (s *store[A]) emptied() {
 	s.frontends.ForgetKernel()
 	s.slots.ForgetKernel()
 	s.maglev.ForgetKernel()
 	s.ranges.ForgetKernel()
 	s.members.ForgetKernel()
+	s.tunnels.ForgetKernel()
 	s.config.ForgetKernel()
 }

@@ -15,13 +15,15 @@ func (l logger[K, V]) Put([]K, []V) error { *l.log = append(*l.log, "put "+l.wha
 func (l logger[K, V]) Del([]K) error      { *l.log = append(*l.log, "del "+l.what); return nil }
 
 // TestWriteOrder: no frontend ever counts a slot, Maglev table, source
-// range or affinity member that is not written, or masquerades with a configuration not yet written; and
+// range, affinity member, DSR tunnel or peer that is not written, or
+// masquerades with a configuration not yet written; and
 // a second write of the same contents writes nothing.
 func TestWriteOrder(t *testing.T) {
 	var log []string
 	tb := tables[[4]byte]{frontends: logger[svcKey, svcVal]{"frontend", &log}, slots: logger[beKey, beVal]{"slot", &log},
 		maglev: logger[uint64, maglevVal]{"maglev", &log}, ranges: logger[srcKey, uint32]{"range", &log},
-		members: logger[memberKey, uint32]{"member", &log}, config: logger[uint32, cfgVal]{"config", &log}}
+		members: logger[memberKey, uint32]{"member", &log}, tunnels: logger[[4]byte, tunnelOf[[4]byte]]{"tunnel", &log},
+		peers: logger[[4]byte, peerVal]{"peer", &log}, config: logger[uint32, cfgVal]{"config", &log}}
 	contents := func(id uint64, addr byte) *Contents {
 		be := beVal{Addr: [4]byte{10, 0, 0, addr}}
 		return &Contents{
@@ -30,6 +32,8 @@ func TestWriteOrder(t *testing.T) {
 			Maglev:   map[uint64]maglevVal{id: {Size: 16381, Sum: uint64(addr)}},
 			Ranges:   map[srcKey]uint32{{Prefixlen: 64, ID: [2]uint32{uint32(id)}}: 1},
 			Members:  map[memberKey]uint32{{ID: [2]uint32{uint32(id)}, Addr: be.Addr}: 1},
+			Tunnels:  map[[4]byte]tunnelOf[[4]byte]{be.Addr: {Node: [4]byte{192, 0, 2, 100 + addr}}},
+			Peers:    map[[4]byte]peerVal{{192, 0, 2, 100 + addr}: 1},
 			Config:   cfgVal{SNAT: [4]byte{192, 0, 2, addr}},
 		}
 	}
@@ -38,10 +42,11 @@ func TestWriteOrder(t *testing.T) {
 		contents *Contents
 		want     []string
 	}{
-		{contents(1, 1), []string{"put slot", "put maglev", "put range", "put member", "put config", "put frontend"}},
+		{contents(1, 1), []string{"put slot", "put maglev", "put range", "put member", "put tunnel", "put peer", "put config",
+			"put frontend"}},
 		{contents(1, 1), nil},
-		{contents(2, 2), []string{"put slot", "put maglev", "put range", "put member", "put config", "put frontend",
-			"del frontend", "del member", "del range", "del maglev", "del slot"}},
+		{contents(2, 2), []string{"put slot", "put maglev", "put range", "put member", "put tunnel", "put peer", "put config",
+			"put frontend", "del frontend", "del peer", "del tunnel", "del member", "del range", "del maglev", "del slot"}},
 	} {
 		log = nil
 		s.claim(c.contents)
