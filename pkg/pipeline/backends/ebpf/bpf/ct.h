@@ -69,7 +69,7 @@ static __always_inline void F(track)(struct F(ct_val) *e, const struct F(pkt) *p
 
 static __always_inline int F(expired)(const struct F(ct_val) *v, __u8 proto, __u64 now)
 {
-	return now - v->seen > ct_timeout(proto, v->state) * NSEC_PER_SEC;
+	return elapsed(now, v->seen) > ct_timeout(proto, v->state) * NSEC_PER_SEC;
 }
 
 // rewrites_to says whether o, an entry of the table, rewrites a packet

@@ -62,7 +62,7 @@ static __always_inline int F(choose)(const struct np_val *sv, const struct F(ct_
 	struct F(aff_key) ak = { .id = sv->id, .client = k->src };
 	if (sv->affinity) {
 		struct F(aff_val) *a = bpf_map_lookup_elem(&F(np_affinity), &ak);
-		if (a && now - a->seen <= (__u64)sv->affinity * NSEC_PER_SEC) {
+		if (a && elapsed(now, a->seen) <= (__u64)sv->affinity * NSEC_PER_SEC) {
 			struct F(np_member_key) mk = { .id = sv->id, .addr = a->be.addr, .port = a->be.port };
 			if (bpf_map_lookup_elem(&F(np_members), &mk)) {
 				*be = a->be;

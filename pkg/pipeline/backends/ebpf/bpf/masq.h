@@ -92,7 +92,7 @@ struct F(snat_search) {
 // entry of its own port), or r is too recent for that entry to be written.
 static __always_inline int F(reserved)(const struct F(ct_key) *rk, const struct F(snat_val) *r, __u64 now)
 {
-	if (now - r->since < SNAT_GRACE_NS)
+	if (elapsed(now, r->since) < SNAT_GRACE_NS)
 		return 1;
 	struct F(ct_val) *f = bpf_map_lookup_elem(&F(np_ct), &r->owner);
 	return f && !f->reply && f->at == CT_AT_INGRESS_FWD && F(rewrites_to)(f, rk) && F(live)(&r->owner, f, now);

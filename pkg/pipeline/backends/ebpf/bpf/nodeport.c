@@ -56,6 +56,16 @@
 #define AF_INET 2
 #define NSEC_PER_SEC 1000000000ULL
 
+// elapsed is how long ago then was, by this CPU's clock read now. Another
+// CPU can write a later time into an entry between that read and the
+// lookup: a time up to a second ahead is such a refresh, and fresh (the
+// plain difference would wrap to an age of centuries).
+static __always_inline __u64 elapsed(__u64 now, __u64 then)
+{
+	__s64 d = (__s64)(now - then);
+	return d < 0 && d > -(__s64)NSEC_PER_SEC ? 0 : now - then;
+}
+
 // Frontend flags.
 #define NP_F_DROP 1 // no endpoint: drop, not reject
 #define NP_F_MASQ 2 // desired masquerades this route

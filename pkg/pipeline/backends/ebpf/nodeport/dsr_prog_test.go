@@ -1,6 +1,8 @@
 package nodeport
 
 import (
+	"time"
+
 	"encoding/binary"
 	"net/netip"
 	"testing"
@@ -450,5 +452,37 @@ func TestKernelDSRLeavesErrorsAboutTunnelledFlows(t *testing.T) {
 	icmp := icmpError(r.client, vip, 3, 3, 0, reply[14:14+28])
 	if verdict, out := r.runTC(t, r.a0, append([]byte(nil), icmp...)); verdict != tcOK || string(out) != string(icmp) {
 		t.Errorf("the client's port unreachable: verdict %d (want TC_ACT_OK), changed: %v", verdict, string(out) != string(icmp))
+	}
+}
+
+// TestKernelDSRKeepsAFlowRefreshedAfterTheClockRead: another CPU may
+// refresh an entry between this CPU's clock read and its lookup, so that
+// the entry's time is ahead of the program's now. Such an entry is fresh,
+// not centuries old: a tunnel flow, which has no second entry to keep it,
+// must go on through the tunnel rather than be deleted and its next packet
+// left to the stack.
+func TestKernelDSRKeepsAFlowRefreshedAfterTheClockRead(t *testing.T) {
+	r := newDSRRig(t)
+	r.dsrSync(t, proxy.TCP, dsrRemote, dsrPeer)
+	f := maglev.Flow{Src: r.client, Dst: vip, SrcPort: 40002, DstPort: 80, Protocol: protoNumbers[proxy.TCP]}
+	if verdict, _ := r.runTC(t, r.a0, clientPacket(f, tcpSYN)); verdict != tcRedirect {
+		t.Fatalf("the SYN: verdict %d, want TC_ACT_REDIRECT (%d)", verdict, tcRedirect)
+	}
+	v, ok := r.ct(t, f)
+	if !ok {
+		t.Fatal("no entry for the tunnelled flow")
+	}
+	now, err := monotonicNow()
+	must(t, err)
+	v.Seen = now + uint64(time.Second)
+	k := ctKey{Src: f.Src.As4(), Dst: f.Dst.As4(), Sport: netPort(f.SrcPort), Dport: netPort(f.DstPort), Proto: f.Protocol}
+	must(t, r.p.kernel.coll.Maps[mapCT].Put(k, v))
+	ack := clientPacket(f, tcpACK)
+	verdict, out := r.runTC(t, r.a0, ack)
+	if want := ipip(r.nodeIP, dsrPeer, 0x10, 0x4000, hopLess(ack)); verdict != tcRedirect || string(out) != string(want) {
+		t.Errorf("the ACK after a refresh ahead of the clock: verdict %d, want TC_ACT_REDIRECT (%d) through the tunnel", verdict, tcRedirect)
+	}
+	if _, ok := r.ct(t, f); !ok {
+		t.Error("the tunnelled flow's entry was deleted as expired")
 	}
 }
