@@ -140,7 +140,7 @@ func TestTCDropsMetric(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"no_masquerade_port", "reply_lost"}; !slices.Equal(reasons, want) {
+	if want := []string{"dsr_no_flow", "dsr_too_big", "no_masquerade_port", "reply_lost"}; !slices.Equal(reasons, want) {
 		t.Errorf("reasons %v, want %v", reasons, want)
 	}
 }

@@ -95,7 +95,7 @@ func newTCFlowsCollector(flows *nodeport.Flows, family proxy.IPFamily) prometheu
 }
 
 var ebpfTCDrops = prometheus.NewDesc("svcproxy_ebpf_tc_dropped_packets_total",
-	"Packets the tc and XDP programs dropped by themselves, by reason: no_masquerade_port (a new flow found no free masquerade port toward its endpoint), reply_lost (a masqueraded flow's reply tuple was taken by another flow after the table evicted it; the flow ends).",
+	"Packets the tc and XDP programs dropped by themselves, by reason: no_masquerade_port (a new flow found no free masquerade port toward its endpoint), reply_lost (a masqueraded flow's reply tuple was taken by another flow after the table evicted it; the flow ends), dsr_too_big (a packet the direct-server-return tunnel's header made too big for the way out, IPv4 without DF), dsr_no_flow (a packet a peer tunnelled here that no flow or frontend here takes).",
 	[]string{"reason", metrics.LabelIPFamily}, nil)
 
 // tcDropsCollector reads the tc programs' drop counters of each family's
@@ -117,5 +117,7 @@ func (c tcDropsCollector) Collect(ch chan<- prometheus.Metric) {
 		fam := string(family)
 		ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.NoMasqueradePort), "no_masquerade_port", fam)
 		ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.ReplyLost), "reply_lost", fam)
+		ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.DSRTooBig), "dsr_too_big", fam)
+		ch <- prometheus.MustNewConstMetric(ebpfTCDrops, prometheus.CounterValue, float64(d.DSRNoFlow), "dsr_no_flow", fam)
 	}
 }
