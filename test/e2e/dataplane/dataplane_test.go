@@ -93,11 +93,12 @@ func testWithTC(t *testing.T) {
 }
 
 // tcOnly are scenarios of the tc programs alone, run after tcScenarios
-// with the tc programs (not with XDP: the earlier build they go to
-// predates XDP's handling of partial checksums, which the nodes' veths
-// carry).
+// with the tc programs (not with XDP: the earlier build the downgrade goes
+// to predates XDP's handling of partial checksums, which the nodes' veths
+// carry; and XDP passes direct server return's flows to tc).
 var tcOnly = []scenario{
 	{"DowngradeWithTCUnderLoad", testDowngradeWithTCUnderLoad},
+	{"DSR", testDSR},
 }
 
 // withoutRules wraps each scenario so that, before and after it, every

@@ -23,6 +23,11 @@ import (
 // ClusterRole system:node-proxier exactly as kubeadm binds kube-proxy's.
 const proxySA = "svcproxy-e2e"
 
+// ProxyServiceAccount is the namespace and name of the ServiceAccount
+// svcproxy runs as, for a test that grants it what a deploy/ component
+// grants kube-proxy's.
+const ProxyServiceAccount = "kube-system/" + proxySA
+
 // controlPlane runs hack/controlplane.sh for this cluster: etcd and
 // kube-apiserver inside the cp namespace, the API on 198.18.0.1:6443 only.
 // Service ranges are dual-stack, IPv4 first; a seeded etcd from a

@@ -1,0 +1,157 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	F "github.com/svcproxy/svcproxy/test/e2e/framework"
+)
+
+// dsrNamespace is where the nodes' DSR Leases are (--bpf-dsr-namespace's
+// default), as deploy/components/dsr creates it.
+const dsrNamespace = "svcproxy-dsr"
+
+// testDSR: with both nodes running --bpf-dsr, each advertises its
+// decapsulation with its Lease, and a node port annotated for direct
+// server return whose only endpoint is on node 2 is served through node 1
+// with the client's address kept, over TCP and UDP. Node 2 restarted
+// without --bpf-dsr withdraws its Lease, and node 1 masquerades the
+// next connections again, all answered.
+func testDSR(t *testing.T, c *F.Cluster) {
+	grantDSR(t, c)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	defaults := map[*F.Node][]string{n1: n1.ExtraArgs, n2: n2.ExtraArgs}
+	restart := func(n *F.Node, args ...string) {
+		t.Helper()
+		n.Proxy.Stop(10 * time.Second)
+		n.ExtraArgs = append(slices.Clone(defaults[n]), args...)
+		if err := c.StartProxy(n); err != nil {
+			t.Fatal(err)
+		}
+		waitBothFamiliesSynced(t, c, n)
+	}
+	defer func() {
+		for _, n := range c.Nodes {
+			restart(n)
+		}
+	}()
+	restart(n1, "--bpf-dsr")
+	restart(n2, "--bpf-dsr")
+	waitLeases(t, c, n1.Name, n2.Name)
+
+	pod := c.AddPod(n2, "dsrb")
+	svc := F.NewService("dsr", corev1.ServiceTypeNodePort)
+	svc.Annotations = map[string]string{"svcproxy.io/external-forwarding": "dsr"}
+	svc = c.CreateService(svc)
+	c.SetEndpoints(svc, F.EP{Pod: pod})
+	for _, tg := range frontends(svc, n1.IP, true) {
+		c.Expect("ext", tg, converge, sourceIs(F.AllOf(pod.Name), F.ExtIP))
+	}
+
+	restart(n2)
+	waitLeases(t, c, n1.Name)
+	for _, tg := range frontends(svc, n1.IP, true) {
+		c.Expect("ext", tg, converge, sourceIs(F.AllOf(pod.Name), n1.IP))
+	}
+}
+
+// waitLeases waits until the DSR Leases are exactly those of nodes.
+func waitLeases(t *testing.T, c *F.Cluster, nodes ...string) {
+	t.Helper()
+	slices.Sort(nodes)
+	var got []string
+	deadline := time.Now().Add(converge)
+	for time.Now().Before(deadline) {
+		var err error
+		if got, err = leaseNames(c); err == nil && slices.Equal(got, nodes) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("DSR Leases in %s: %v, want %v", dsrNamespace, got, nodes)
+}
+
+func leaseNames(c *F.Cluster) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := c.Admin.CoordinationV1().Leases(dsrNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the DSR Leases: %w", err)
+	}
+	var names []string
+	for _, l := range list.Items {
+		names = append(names, l.Name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// dsrComponent is deploy/components/dsr, which grants kube-proxy's
+// ServiceAccount what DSR needs.
+const dsrComponent = "../../../deploy/components/dsr"
+
+// grantDSR applies the component dsr's namespace, Role and RoleBinding,
+// the binding's subject the ServiceAccount svcproxy runs as here rather
+// than kube-proxy's: the nodes then advertise with exactly the rights an
+// operator's cluster gives them.
+func grantDSR(t *testing.T, c *F.Cluster) {
+	t.Helper()
+	ctx, cancel := c.Ctx(time.Minute)
+	defer cancel()
+	var (
+		ns      corev1.Namespace
+		role    rbacv1.Role
+		binding rbacv1.RoleBinding
+	)
+	docs := componentDocs(t, "namespace.yaml", "role.yaml")
+	for i, into := range []any{&ns, &role, &binding} {
+		if err := yaml.UnmarshalStrict(docs[i], into); err != nil {
+			t.Fatalf("%s document %d: %v", dsrComponent, i, err)
+		}
+	}
+	saNS, saName, _ := strings.Cut(F.ProxyServiceAccount, "/")
+	binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: saNS}}
+	created := func(what string, err error) {
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating the component's %s: %v", what, err)
+		}
+	}
+	_, err := c.Admin.CoreV1().Namespaces().Create(ctx, &ns, metav1.CreateOptions{})
+	created("namespace", err)
+	_, err = c.Admin.RbacV1().Roles(role.Namespace).Create(ctx, &role, metav1.CreateOptions{})
+	created("Role", err)
+	_, err = c.Admin.RbacV1().RoleBindings(binding.Namespace).Create(ctx, &binding, metav1.CreateOptions{})
+	created("RoleBinding", err)
+}
+
+// componentDocs reads the YAML documents of the component dsr's files, in
+// order.
+func componentDocs(t *testing.T, files ...string) [][]byte {
+	t.Helper()
+	var docs [][]byte
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(dsrComponent, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range strings.Split(string(b), "\n---\n") {
+			docs = append(docs, []byte(d))
+		}
+	}
+	if len(docs) != 3 {
+		t.Fatalf("%s: %d documents in %v, want a Namespace, a Role and a RoleBinding", dsrComponent, len(docs), files)
+	}
+	return docs
+}
