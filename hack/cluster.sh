@@ -13,7 +13,9 @@
 # Knobs: PROXY=svcproxy|kube-proxy (default svcproxy), MODE=nftables|iptables|ebpf (default
 # nftables; ebpf is svcproxy's only, with each node in a cgroup v2 directory: cluster/ebpf.sh),
 # with MODE=ebpf: TC=eth0 (the tc programs on the nodes' eth0, --bpf-tc-interfaces) and
-# ACCEL=native|best-effort (XDP in front of them, --bpf-acceleration; default disabled).
+# ACCEL=native|best-effort (XDP in front of them, --bpf-acceleration; default disabled) and
+# DSR=1 (direct server return for every Service: the component dsr, --bpf-dsr and
+# --external-forwarding=dsr; needs TC).
 #
 # Pieces (hack/cluster/): lib.sh (addresses, layout), net.sh (namespaces), controlplane.sh
 # (etcd, kube-apiserver, kcm, scheduler), node.sh (containerd + runc + CNI + kubelet per node),
@@ -71,6 +73,7 @@ overlay() {
   esac
   [[ $MODE == nftables ]] || components+=("mode-$MODE")
   [[ $MODE != ebpf ]] || ebpf_component "$dir/ebpf-node"
+  [[ -z $DSR ]] || components+=(dsr)
   # conntrack.maxPerCore 0 (leave nf_conntrack_max alone), as kind sets it: these nodes are
   # network namespaces, where nf_conntrack_max is read-only. Upstream kube-proxy exits on the
   # failed write ("permission denied"); svcproxy warns and goes on. Both proxies get it. A
@@ -141,10 +144,11 @@ patches:
 K
 }
 
-# north_south_args prints, after a comma, the flags of TC and ACCEL (nothing without them).
+# north_south_args prints, after a comma, the flags of TC, ACCEL and DSR (nothing without them).
 north_south_args() {
   [[ -z $TC ]] || printf ', --bpf-tc-interfaces=%s' "$TC"
   [[ $ACCEL == disabled ]] || printf ', --bpf-acceleration=%s' "$ACCEL"
+  [[ -z $DSR ]] || printf ', --bpf-dsr, --external-forwarding=dsr'
 }
 
 install_proxy() {

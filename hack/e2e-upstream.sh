@@ -4,8 +4,9 @@
 # comparison, upstream kube-proxy v1.37.1 as the kube-proxy DaemonSet.
 #
 #   make e2e-upstream MODE=nftables|iptables|ebpf PROXY=svcproxy|kube-proxy [SUITE=all|conformance]
-#   (MODE=ebpf: svcproxy only; with TC=eth0 [ACCEL=native|best-effort] its tc programs [and XDP]
-#   on the nodes' eth0, results in svcproxy-ebpf+tc[+xdp])
+#   (MODE=ebpf: svcproxy only; with TC=eth0 [ACCEL=native|best-effort] [DSR=1] its tc programs
+#   [and XDP] [tunnelling every Service by DSR] on the nodes' eth0, results in
+#   svcproxy-ebpf+tc[+xdp][+dsr])
 #
 # Each run brings up a fresh cluster (hack/cluster.sh down + up: rules of a previous proxy never
 # linger), runs the selection with `ginkgo -p` from inside svk-cp, writes the ginkgo JSON report

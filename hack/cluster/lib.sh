@@ -44,9 +44,10 @@ HOST_PATHS="/var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni /run
 # (disabled, native or best-effort; XDP needs TC).
 TC=${TC:-}
 ACCEL=${ACCEL:-disabled}
+DSR=${DSR:-}
 
 # run_name prints the name of this PROXY/MODE's results: proxy-mode, with +tc and +xdp (or
-# +xdp-best-effort) when the nodes run ebpf mode's tc programs and XDP.
+# +xdp-best-effort, +dsr) when the nodes run ebpf mode's tc programs, XDP and DSR.
 run_name() {
   local name=$PROXY-$MODE
   [[ -z $TC ]] || name+=+tc
@@ -54,15 +55,17 @@ run_name() {
   native) name+=+xdp ;;
   best-effort) name+=+xdp-best-effort ;;
   esac
+  [[ -z $DSR ]] || name+=+dsr
   echo "$name"
 }
 
-# check_north_south fails unless TC and ACCEL fit PROXY and MODE.
+# check_north_south fails unless TC, ACCEL and DSR fit PROXY and MODE.
 check_north_south() {
   case $ACCEL in disabled | native | best-effort) ;; *) die "ACCEL must be disabled, native or best-effort" ;; esac
-  [[ -z $TC && $ACCEL == disabled ]] && return 0
-  [[ $PROXY == svcproxy && $MODE == ebpf ]] || die "TC and ACCEL are svcproxy's ebpf mode's (PROXY=$PROXY MODE=$MODE)"
+  [[ -z $TC && $ACCEL == disabled && -z $DSR ]] && return 0
+  [[ $PROXY == svcproxy && $MODE == ebpf ]] || die "TC, ACCEL and DSR are svcproxy's ebpf mode's (PROXY=$PROXY MODE=$MODE)"
   [[ -n $TC || $ACCEL == disabled ]] || die "ACCEL=$ACCEL needs TC (XDP runs in front of the tc programs)"
+  [[ -n $TC || -z $DSR ]] || die "DSR=$DSR needs TC (the tc programs tunnel and decapsulate)"
 }
 
 node_ip() { echo "10.210.0.$((10 + $1))"; }   # node N's address on the node network
