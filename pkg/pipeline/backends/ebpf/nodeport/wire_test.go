@@ -3,18 +3,28 @@ package nodeport
 import (
 	"encoding/binary"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
 )
 
 // TestWireConstantsMatchTheSource compares the Go copies of the programs'
-// constants with the #defines of bpf/nodeport.c: a value changed on one
-// side only would make svcproxy write what the programs read otherwise.
+// constants with the #defines of bpf/nodeport.c and its headers: a value
+// changed on one side only would make svcproxy write what the programs
+// read otherwise.
 func TestWireConstantsMatchTheSource(t *testing.T) {
-	src, err := os.ReadFile("../bpf/nodeport.c")
+	headers, err := filepath.Glob("../bpf/*.h")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var src []byte
+	for _, f := range append(headers, "../bpf/nodeport.c") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
 	}
 	defines := map[string]int{}
 	for _, m := range regexp.MustCompile(`(?m)^#define (\w+) (\d+)\b`).FindAllSubmatch(src, -1) {
@@ -30,9 +40,9 @@ func TestWireConstantsMatchTheSource(t *testing.T) {
 	} {
 		got, ok := defines[name]
 		if !ok {
-			t.Errorf("bpf/nodeport.c defines no %s", name)
+			t.Errorf("bpf/nodeport.c and its headers define no %s", name)
 		} else if got != want {
-			t.Errorf("%s is %d in bpf/nodeport.c, %d in Go", name, got, want)
+			t.Errorf("%s is %d in bpf/, %d in Go", name, got, want)
 		}
 	}
 }
