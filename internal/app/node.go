@@ -69,6 +69,14 @@ func (v *nodeView) setPeers(peers []watch.Peer) {
 	v.node.Peers = out
 }
 
+// setClusterSources records every Node's addresses and pod CIDRs
+// (--bpf-dsr).
+func (v *nodeView) setClusterSources(sources []netip.Prefix) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.node.ClusterSources = sources
+}
+
 func (v *nodeView) setZone(zone string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -221,6 +229,15 @@ func (d *daemon) watchClusterLists(ctx context.Context, syncers map[proxy.IPFami
 			return nil, fmt.Errorf("watching DSR peers: %w", err)
 		}
 		lists["DSR peers"] = peers
+		// Clients inside the cluster are never tunnelled.
+		sources := watch.NewClusterSources(d.client, d.cfg.ConfigSyncPeriod, func(s []netip.Prefix) {
+			d.node.setClusterSources(s)
+			requestAll()
+		})
+		if err := sources.StartOn(ctx, nodes); err != nil {
+			return nil, fmt.Errorf("watching cluster sources: %w", err)
+		}
+		lists["cluster sources"] = sources
 	}
 	nodes.Start(ctx)
 	return lists, nil

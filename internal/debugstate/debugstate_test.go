@@ -37,9 +37,10 @@ func sampleState() *desired.State {
 		NodeIPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")},
 		NodePorts: desired.NodePortAddrs{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.10")},
 			Localhost: desired.LocalhostProxied, Bound: []netip.Addr{netip.MustParseAddr("192.168.0.10")}},
-		Masquerade:   masq,
-		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
-		Peers:        []netip.Addr{netip.MustParseAddr("192.168.0.11")},
+		Masquerade:     masq,
+		ServiceCIDRs:   []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")},
+		Peers:          []netip.Addr{netip.MustParseAddr("192.168.0.11")},
+		ClusterSources: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("192.168.0.11/32")},
 		Services: model.NewPortMap(map[proxy.ServicePortName]*desired.ServicePort{
 			web: {Name: web, Protocol: proxy.TCP, Port: 80, ClusterIP: netip.MustParseAddr("10.96.0.10"),
 				NodePort: 30080, LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("203.0.113.5")},
@@ -208,7 +209,7 @@ func TestDecodeWithoutBalancing(t *testing.T) {
 // DSR.
 func TestDecodeWithoutDSR(t *testing.T) {
 	w := Encode(sampleState(), time.Time{})
-	w.Peers = nil
+	w.Peers, w.ClusterSources = nil, nil
 	for i := range w.Services {
 		w.Services[i].ExternalForwarding, w.Services[i].DSR = "", nil
 	}
@@ -216,15 +217,18 @@ func TestDecodeWithoutDSR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := string(body); strings.Contains(s, "externalForwarding") || strings.Contains(s, `"dsr"`) || strings.Contains(s, `"peers"`) {
+	if s := string(body); strings.Contains(s, "externalForwarding") || strings.Contains(s, `"dsr"`) || strings.Contains(s, `"peers"`) ||
+		strings.Contains(s, "clusterSources") {
 		t.Errorf("absent fields are written: %s", s)
 	}
 	out, err := w.Decode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sp := out.Service(name("default", "web", "http", proxy.TCP)); sp.ExternalForwarding != proxy.ForwardDefault || sp.DSR != nil || out.Peers != nil {
-		t.Errorf("forwarding %q, DSR %+v, peers %v; want none", sp.ExternalForwarding, sp.DSR, out.Peers)
+	if sp := out.Service(name("default", "web", "http", proxy.TCP)); sp.ExternalForwarding != proxy.ForwardDefault || sp.DSR != nil || out.Peers != nil ||
+		out.ClusterSources != nil {
+		t.Errorf("forwarding %q, DSR %+v, peers %v, cluster sources %v; want none", sp.ExternalForwarding, sp.DSR, out.Peers,
+			out.ClusterSources)
 	}
 }
 

@@ -36,8 +36,11 @@ type State struct {
 	ServiceCIDRs []netip.Prefix `json:"serviceCIDRs,omitempty"`
 	// Peers are the nodes' addresses that decapsulate this node's DSR
 	// tunnels (--bpf-dsr); absent without.
-	Peers        []netip.Addr  `json:"peers,omitempty"`
-	HealthChecks []HealthCheck `json:"healthChecks,omitempty"`
+	Peers []netip.Addr `json:"peers,omitempty"`
+	// ClusterSources are the sources inside the cluster, never tunnelled
+	// by DSR.
+	ClusterSources []netip.Prefix `json:"clusterSources,omitempty"`
+	HealthChecks   []HealthCheck  `json:"healthChecks,omitempty"`
 	// Services is the last field: the handler streams them after the
 	// rest of the object (writeState).
 	Services []ServicePort `json:"services"`
@@ -163,9 +166,10 @@ func encodeHead(s *desired.State, syncedAt time.Time) State {
 		Masquerade: Masquerade{Mark: s.Masquerade.Mark, All: s.Masquerade.All,
 			LocalMode: s.Masquerade.Local.Mode, LocalCIDRs: s.Masquerade.Local.CIDRs,
 			LocalInterface: s.Masquerade.Local.Interface},
-		ServiceCIDRs: s.ServiceCIDRs,
-		Services:     []ServicePort{},
-		Peers:        s.Peers,
+		ServiceCIDRs:   s.ServiceCIDRs,
+		Services:       []ServicePort{},
+		Peers:          s.Peers,
+		ClusterSources: s.ClusterSources,
 	}
 	for _, hc := range s.HealthChecks {
 		out.HealthChecks = append(out.HealthChecks, HealthCheck{Namespace: hc.Service.Namespace,
@@ -220,8 +224,9 @@ func (w State) Decode() (*desired.State, error) {
 		Masquerade: desired.Masquerade{Mark: w.Masquerade.Mark, All: w.Masquerade.All,
 			Local: desired.LocalDetector{Mode: w.Masquerade.LocalMode,
 				CIDRs: w.Masquerade.LocalCIDRs, Interface: w.Masquerade.LocalInterface}},
-		ServiceCIDRs: w.ServiceCIDRs,
-		Peers:        w.Peers,
+		ServiceCIDRs:   w.ServiceCIDRs,
+		Peers:          w.Peers,
+		ClusterSources: w.ClusterSources,
 	}
 	var services model.PortMapEditor[*desired.ServicePort]
 	for _, p := range w.Services {

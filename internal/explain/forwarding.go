@@ -46,6 +46,9 @@ func (e *Explanation) forwarding(state *desired.State, out desired.Outcome) {
 	switch {
 	case len(out.Tunneled) == 0 && out.Source != desired.FromOutside:
 		e.because("direct server return applies to external traffic from outside the node only: this packet is not tunnelled")
+	case len(out.Tunneled) == 0 && state.InCluster(e.Packet.Source):
+		e.because("the source %s is inside the cluster (a Node's address or pod CIDR, or the cluster CIDR): its answer would not pass the tc programs that translate it back, so this packet is not tunnelled",
+			e.Packet.Source)
 	case len(out.Tunneled) == 0 && out.Frontend == desired.NodePortFrontend && !slices.Contains(state.NodeIPs, e.Packet.Dest):
 		e.because("a node port is tunnelled only on the node IPs %v, the addresses peers know this node by: this packet is not tunnelled", state.NodeIPs)
 	case len(out.Tunneled) == 0:

@@ -55,6 +55,10 @@ func TestExplainDSRTunnels(t *testing.T) {
 	if len(pod.Tunneled) != 0 || !strings.Contains(strings.Join(pod.Reasons, "\n"), "from outside the node only") {
 		t.Errorf("a pod's packet: tunneled %+v, reasons %q", pod.Tunneled, pod.Reasons)
 	}
+	peer := Explain(st, Packet{Dest: w.NodeIP, Port: 30080, Protocol: proxy.TCP, Source: w.OtherNodeIP})
+	if len(peer.Tunneled) != 0 || !strings.Contains(strings.Join(peer.Reasons, "\n"), "the source 192.168.0.3 is inside the cluster") {
+		t.Errorf("another node's packet: tunneled %+v, reasons %q", peer.Tunneled, peer.Reasons)
+	}
 }
 
 // A port that asks for dsr where it does not apply shows the forwarding

@@ -42,14 +42,16 @@ func Compute(prev *State, snap *model.Snapshot, changes model.Changes, node Node
 		in.forwarding = proxy.ForwardSNAT
 	}
 	state := &State{
-		Family:     family,
-		NodeIPs:    in.nodeIPs,
-		NodePorts:  nodePortAddrs(opts, family, node),
-		Masquerade: in.masq,
-		Peers:      peerAddrsOf(opts, node, family),
+		Family:         family,
+		NodeIPs:        in.nodeIPs,
+		NodePorts:      nodePortAddrs(opts, family, node),
+		Masquerade:     in.masq,
+		Peers:          peerAddrsOf(opts, node, family),
+		ClusterSources: clusterSourcesOf(prev, opts, node, in.masq, family),
 		// Shared, not copied: Compute never modifies its inputs.
 		clusterNodeIPs: node.ClusterNodeIPs,
 		peers:          node.Peers,
+		clusterSources: node.ClusterSources,
 		claimedFrom:    snap.Services,
 	}
 	nodes := nodeAddrs{own: in.nodeIPs, cluster: node.ClusterNodeIPs}

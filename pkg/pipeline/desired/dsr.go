@@ -182,3 +182,45 @@ func (d *DSR) TunnelOf(ip netip.Addr) (Tunnel, bool) {
 	}
 	return d.Tunnels[i], true
 }
+
+// clusterSourcesOf is State.ClusterSources: node's ClusterSources and the
+// masquerade's local CIDRs of family, masked, sorted, those inside
+// another left out; prev's when it was made from the same
+// Node.ClusterSources (prev has the same options and masquerade, or is
+// nil). Empty unless opts.DSR.
+func clusterSourcesOf(prev *State, opts Options, node Node, masq Masquerade, family proxy.IPFamily) []netip.Prefix {
+	if !opts.DSR {
+		return nil
+	}
+	if prev != nil && slices.Equal(prev.clusterSources, node.ClusterSources) {
+		return prev.ClusterSources
+	}
+	var all []netip.Prefix
+	for _, p := range slices.Concat(node.ClusterSources, masq.Local.CIDRs) {
+		if p.IsValid() && family.Contains(p.Addr()) {
+			all = append(all, p.Masked())
+		}
+	}
+	slices.SortFunc(all, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	out := all[:0]
+	for _, p := range all {
+		// Prefixes nest or are apart; sorted so, one inside another comes
+		// after it, before any apart from it.
+		if n := len(out); n > 0 && out[n-1].Contains(p.Addr()) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// InCluster reports whether src is one of the State's ClusterSources.
+func (s *State) InCluster(src netip.Addr) bool {
+	return src.IsValid() && slices.ContainsFunc(s.ClusterSources, func(p netip.Prefix) bool { return p.Contains(src.Unmap()) })
+
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -158,6 +159,47 @@ func TestDSRStatePeers(t *testing.T) {
 	off.DSR = false
 	if got := dsrState(t, dsrNode, off).Peers; got != nil {
 		t.Errorf("without Options.DSR, peers %v", got)
+	}
+}
+
+// State.ClusterSources holds every Node's addresses and pod CIDRs and the
+// detector's cluster CIDRs of the family, masked, sorted, without the
+// ones inside another; nothing without Options.DSR; and a Compute with
+// the same Node.ClusterSources as prev's keeps prev's, a changed one
+// makes it again.
+func TestDSRClusterSources(t *testing.T) {
+	node := dsrNode
+	node.ClusterSources = prefixes("10.0.3.0/24", "10.1.0.0/24", "10.1.0.7/32", "192.168.0.3/32", "192.168.0.2/32",
+		"fd00:1::3/128", "10.0.1.5/24")
+	prev := dsrState(t, node, dsrOptions())
+	want := prefixes("10.0.0.0/16", "10.1.0.0/24", "192.168.0.2/32", "192.168.0.3/32")
+	if !slices.Equal(prev.ClusterSources, want) {
+		t.Errorf("IPv4 sources %v, want %v", prev.ClusterSources, want)
+	}
+	for src, in := range map[string]bool{"10.0.200.1": true, "10.1.0.9": true, "192.168.0.3": true, "192.168.0.4": false, "203.0.113.5": false} {
+		if got := prev.InCluster(netip.MustParseAddr(src)); got != in {
+			t.Errorf("InCluster(%s) = %v, want %v", src, got, in)
+		}
+	}
+	v6 := dsrOptions()
+	v6.Family = proxy.IPv6
+	if got, want := dsrState(t, node, v6).ClusterSources, prefixes("fd00:1::3/128", "fd00:10::/64"); !slices.Equal(got, want) {
+		t.Errorf("IPv6 sources %v, want %v", got, want)
+	}
+	off := dsrOptions()
+	off.DSR = false
+	if got := dsrState(t, node, off).ClusterSources; got != nil {
+		t.Errorf("without Options.DSR, sources %v", got)
+	}
+	snap := snapshot(proxy.IPv4, dsrPort(nil))
+	inc := Compute(prev, snap, model.Changes{}, node, dsrOptions())
+	if len(inc.ClusterSources) == 0 || &inc.ClusterSources[0] != &prev.ClusterSources[0] {
+		t.Errorf("the same Node.ClusterSources made the sources again")
+	}
+	node.ClusterSources = prefixes("192.168.0.4/32")
+	if got, want := Compute(prev, snap, model.Changes{}, node, dsrOptions()).ClusterSources,
+		prefixes("10.0.0.0/16", "192.168.0.4/32"); !slices.Equal(got, want) {
+		t.Errorf("after a Node change, sources %v, want %v", got, want)
 	}
 }
 

@@ -53,7 +53,8 @@ func (s *State) SameGlobals(o *State) bool {
 		s.Masquerade.Local.Mode == o.Masquerade.Local.Mode &&
 		s.Masquerade.Local.Interface == o.Masquerade.Local.Interface &&
 		slices.Equal(s.Masquerade.Local.CIDRs, o.Masquerade.Local.CIDRs) &&
-		slices.Equal(s.ServiceCIDRs, o.ServiceCIDRs) && slices.Equal(s.Peers, o.Peers)
+		slices.Equal(s.ServiceCIDRs, o.ServiceCIDRs) && slices.Equal(s.Peers, o.Peers) &&
+		slices.Equal(s.ClusterSources, o.ClusterSources)
 }
 
 // Equal reports whether two ports' direct server returns tunnel the same

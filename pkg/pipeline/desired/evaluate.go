@@ -81,9 +81,10 @@ type Outcome struct {
 	// packet is tunnelled unchanged to the endpoint's node (ServicePort.DSR),
 	// which delivers it with the client's address and answers the client
 	// itself. Only external traffic from outside the node (FromOutside) of a
-	// port with a DSR is, to a node port only on a node IP (the addresses
-	// peers know this node by: a peer accepts a tunnelled node-port flow to
-	// those alone); never the client itself (a hairpin).
+	// port with a DSR is, from outside the cluster too (not one of
+	// State.ClusterSources), to a node port only on a node IP (the
+	// addresses peers know this node by: a peer accepts a tunnelled
+	// node-port flow to those alone); never the client itself (a hairpin).
 	Tunneled []Endpoint
 	// ServiceCIDR is the service range of an address no frontend holds
 	// (dropped); invalid otherwise.
@@ -204,7 +205,7 @@ func (o *Outcome) route(s *State, sp *ServicePort, path Path, pkt Packet) {
 			o.Hairpin, o.Masquerade = true, true
 		}
 	}
-	if sp.DSR != nil && path == ExternalPath && o.Source == FromOutside && o.Route.Set == SetExternal &&
+	if sp.DSR != nil && path == ExternalPath && o.Source == FromOutside && !s.InCluster(pkt.Source) && o.Route.Set == SetExternal &&
 		(o.Frontend != NodePortFrontend || slices.Contains(s.NodeIPs, pkt.Dest)) {
 		o.tunnel(sp.DSR, pkt)
 	}

@@ -35,6 +35,11 @@ type Node struct {
 	// Peers are the other nodes that decapsulate direct-server-return
 	// tunnels, sorted by name; empty unless the daemon runs with --bpf-dsr.
 	Peers []Peer
+	// ClusterSources are the addresses (as single-address prefixes) and
+	// pod CIDRs of every Node of the cluster, both families, sorted; empty
+	// unless the daemon runs with --bpf-dsr, the only use of them
+	// (State.ClusterSources).
+	ClusterSources []netip.Prefix
 }
 
 // Options are the configuration inputs of Compute for one family.

@@ -33,6 +33,14 @@ type State struct {
 	// decapsulate DSR tunnels (Node.Peers), sorted; empty unless
 	// Options.DSR.
 	Peers []netip.Addr
+	// ClusterSources are the sources of this family inside the cluster:
+	// every Node's addresses and pod CIDRs (Node.ClusterSources) and the
+	// local-traffic detector's CIDRs, sorted, none inside another; empty
+	// unless Options.DSR. Their flows are never tunnelled: the endpoint's
+	// node would answer them on a path its tc programs do not see (to a
+	// pod or the host beside the endpoint, or through an overlay), so the
+	// answer would not be translated back to the frontend.
+	ClusterSources []netip.Prefix
 
 	// Services holds every service port with a cluster IP of this family.
 	// It is a persistent map (model.PortMap: Get, All, Len), so that an
@@ -62,6 +70,9 @@ type State struct {
 	// peers are the Node.Peers the ports' DSRs were decided with: when the
 	// next Compute's differ, it decides those ports again.
 	peers []Peer
+	// clusterSources are the Node.ClusterSources ClusterSources was made
+	// from: the next Compute with the same ones keeps it.
+	clusterSources []netip.Prefix
 	// claimedFrom are the snapshot's service ports the claims hold for:
 	// the next Compute compares a changed port's frontends with its
 	// version here. Shared with the snapshot, never copied.

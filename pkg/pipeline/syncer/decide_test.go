@@ -176,10 +176,10 @@ func TestLoopPollsCanaryEverySyncPeriod(t *testing.T) {
 // TestSameNodeComparesEveryField keeps sameNode complete: every field of
 // desired.Node is compared except HostAddrs and ServiceCIDRs, which reach
 // the backend only through State fields that SameGlobals compares (node
-// port addresses, service CIDRs), and ClusterNodeIPs and Peers, which
-// Compute compares itself. A new Node field must be added to one side or the other.
+// port addresses, service CIDRs), and ClusterNodeIPs, Peers and
+// ClusterSources, which Compute compares itself. A new Node field must be added to one side or the other.
 func TestSameNodeComparesEveryField(t *testing.T) {
-	want := []string{"ClusterNodeIPs", "HostAddrs", "Peers", "ServiceCIDRs"}
+	want := []string{"ClusterNodeIPs", "ClusterSources", "HostAddrs", "Peers", "ServiceCIDRs"}
 	if missed := fieldcheck.Uncompared(sameNode); !slices.Equal(missed, want) {
 		t.Errorf("sameNode leaves out %v, want exactly %v", missed, want)
 	}

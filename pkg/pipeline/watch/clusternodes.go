@@ -14,9 +14,9 @@ import (
 )
 
 // ClusterNodes is the one informer on every Node of the cluster that the
-// watchers needing them share (NodeAddresses, Peers): two informers would
+// watchers needing them share (NodeAddresses, Peers, ClusterSources): two informers would
 // receive and decode every Node's status updates twice. Its transform
-// (trimNode) keeps of each Node its identity and the addresses that count.
+// (trimNode) keeps of each Node its identity, addresses and pod CIDRs.
 type ClusterNodes struct {
 	informer cache.SharedIndexInformer
 	run      sync.Once
@@ -47,10 +47,11 @@ func (n *ClusterNodes) Start(ctx context.Context) {
 }
 
 // sameAddrs says whether a Node update leaves what the store keeps of it
-// unchanged: a Node's status changes every few minutes, its addresses
-// almost never.
+// unchanged: a Node's status changes every few minutes, its addresses and
+// pod CIDRs almost never.
 func sameAddrs(old, new any) bool {
 	o, ok1 := old.(*v1.Node)
 	n, ok2 := new.(*v1.Node)
-	return ok1 && ok2 && o.UID == n.UID && slices.Equal(o.Status.Addresses, n.Status.Addresses)
+	return ok1 && ok2 && o.UID == n.UID && slices.Equal(o.Status.Addresses, n.Status.Addresses) &&
+		slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs)
 }

@@ -45,16 +45,19 @@ func (w *NodeAddresses) StartOn(ctx context.Context, nodes *ClusterNodes) error 
 	return w.start(ctx, nodes.informer, sameAddrs)
 }
 
-// trimNode is the informer's transform: a Node becomes its identity and
-// the addresses that count; anything else passes unchanged.
+// trimNode is the informer's transform: a Node becomes its identity, its
+// InternalIP and ExternalIP addresses (nodeIPs picks from them as from
+// the whole Node's) and its pod CIDRs; anything else passes unchanged.
 func trimNode(obj any) (any, error) {
 	node, ok := obj.(*v1.Node)
 	if !ok {
 		return obj, nil
 	}
-	out := &v1.Node{ObjectMeta: identity(&node.ObjectMeta)}
-	for _, ip := range nodeIPs(node) {
-		out.Status.Addresses = append(out.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip.String()})
+	out := &v1.Node{ObjectMeta: identity(&node.ObjectMeta), Spec: v1.NodeSpec{PodCIDRs: node.Spec.PodCIDRs}}
+	for _, a := range node.Status.Addresses {
+		if a.Type == v1.NodeInternalIP || a.Type == v1.NodeExternalIP {
+			out.Status.Addresses = append(out.Status.Addresses, a)
+		}
 	}
 	return out, nil
 }

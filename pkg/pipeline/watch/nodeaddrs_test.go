@@ -111,11 +111,14 @@ func TestNodeAddressesInitialListComputedOnce(t *testing.T) {
 	}
 }
 
-// The store keeps of a Node only its identity and the addresses that
-// count, not its images, conditions, labels or the rest of its status.
+// The store keeps of a Node only its identity, its internal and external
+// addresses and its pod CIDRs, not its images, conditions, labels or the
+// rest of its status.
 func TestTrimNodeKeepsOnlyAddresses(t *testing.T) {
 	node := nodeWithIPs("a", "192.0.2.5", "192.0.2.6")
 	node.ResourceVersion = "42"
+	node.Spec.PodCIDRs = []string{"10.244.1.0/24"}
+	node.Spec.ProviderID = "cloud://a"
 	node.Status.Images = []v1.ContainerImage{{Names: []string{"registry.example/big:1"}, SizeBytes: 1 << 30}}
 	node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}
 	obj, err := trimNode(node)
@@ -124,7 +127,9 @@ func TestTrimNodeKeepsOnlyAddresses(t *testing.T) {
 	}
 	want := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "42"},
-		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.0.2.5"}}},
+		Spec:       v1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeExternalIP, Address: "203.0.113.9"},
+			{Type: v1.NodeInternalIP, Address: "192.0.2.5"}, {Type: v1.NodeInternalIP, Address: "192.0.2.6"}}},
 	}
 	if got := obj.(*v1.Node); fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 		t.Errorf("trimmed to\n%+v\nwant\n%+v", got, want)

@@ -3,6 +3,7 @@ package proxytest
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -49,8 +50,8 @@ func MakeEndpointSlice(ns, svcName string, sliceNum int, edit func(*discoveryv1.
 }
 
 // MakeNode returns a Node named name. For NodeName and OtherNodeName it
-// carries the standard world's addresses, zone label and podCIDRs; edit may
-// change anything.
+// carries the standard world's addresses, zone label and podCIDRs, for
+// NotPeerName its addresses and zone; edit may change anything.
 func MakeNode(name string, edit func(*v1.Node)) *v1.Node {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
 	switch name {
@@ -60,6 +61,9 @@ func MakeNode(name string, edit func(*v1.Node)) *v1.Node {
 	case OtherNodeName:
 		setNodeWorld(node, OtherZone, worlds[proxy.IPv4].OtherNodeIP, worlds[proxy.IPv6].OtherNodeIP,
 			worlds[proxy.IPv4].RemotePodCIDR, worlds[proxy.IPv6].RemotePodCIDR)
+	case NotPeerName:
+		setNodeWorld(node, OtherZone, worlds[proxy.IPv4].ThirdNodeIP, worlds[proxy.IPv6].ThirdNodeIP,
+			netip.Prefix{}, netip.Prefix{})
 	}
 	if edit != nil {
 		edit(node)
@@ -74,8 +78,10 @@ func setNodeWorld(node *v1.Node, zone string, ip4, ip6 netip.Addr, pods4, pods6 
 		{Type: v1.NodeInternalIP, Address: ip6.String()},
 		{Type: v1.NodeHostName, Address: node.Name},
 	}
-	node.Spec.PodCIDR = pods4.String()
-	node.Spec.PodCIDRs = []string{pods4.String(), pods6.String()}
+	if pods4.IsValid() {
+		node.Spec.PodCIDR = pods4.String()
+		node.Spec.PodCIDRs = []string{pods4.String(), pods6.String()}
+	}
 }
 
 // NodeOf converts a Node object the way the daemon does: InternalIPs, then
@@ -102,6 +108,22 @@ func NodeOf(node *v1.Node) desired.Node {
 		out.HostAddrs = append(out.HostAddrs, w.SecondHostIP, w.Loopback)
 	}
 	return out
+}
+
+// ClusterSourcesOf is what the daemon makes of nodes for
+// desired.Node.ClusterSources: each Node's addresses, as NodeOf takes
+// them, and its pod CIDRs, sorted and unique.
+func ClusterSourcesOf(nodes ...*v1.Node) []netip.Prefix {
+	var out []netip.Prefix
+	for _, node := range nodes {
+		n := NodeOf(node)
+		for _, ip := range n.IPs {
+			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+		out = append(out, n.PodCIDRs...)
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Compare(b) })
+	return slices.Compact(out)
 }
 
 // EP describes one endpoint of a slice compactly. The zero conditions mean

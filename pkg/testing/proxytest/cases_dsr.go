@@ -117,17 +117,40 @@ func dsrTunnelCases() []Case {
 			}
 		}),
 	}, {
-		// Without a detector a remote pod is outside: it is tunnelled to,
-		// but never its own traffic (hairpin), which is masqueraded.
-		Name:     "DSR: the client itself is not tunnelled to",
-		Services: []*v1.Service{service("dsrhairpin", 33, nodePortType, httpOnly, forwarding(proxy.ForwardDSR))},
-		Slices:   slicesOf("dsrhairpin", httpSlicePort, dsrWorld),
-		Peers:    peers(),
-		Options:  func(o *desired.Options) { o.DSR, o.ClusterCIDRs = true, nil },
+		// The answers to a client inside the cluster would not pass the
+		// tc programs of the endpoint's node: a pod or the host beside
+		// the endpoint, or an overlay, takes them. Without a detector a
+		// pod is still inside: its Node's pod CIDR says so.
+		Name:         "DSR: clients inside the cluster are masqueraded, not tunnelled",
+		Services:     []*v1.Service{service("dsrinside", 33, nodePortType, httpOnly, forwarding(proxy.ForwardDSR))},
+		Slices:       slicesOf("dsrinside", httpSlicePort, dsrWorld),
+		Peers:        peers(),
+		ClusterNodes: []*v1.Node{MakeNode(NotPeerName, nil)},
+		Options:      func(o *desired.Options) { o.DSR, o.ClusterCIDRs = true, nil },
 		Flows: both(func(w World) []Flow {
-			all := []netip.Addr{w.LocalPod(1), w.RemotePod(1), w.RemotePod(2), w.RemotePod(3)}
+			all := dnat(true, httpTarget, w.LocalPod(1), w.RemotePod(1), w.RemotePod(2), w.RemotePod(3))
 			return []Flow{
-				tcp("from a peer's pod", w.RemotePod(1), w.NodeIP, httpNodePort, tunneled(httpTarget, all, w.RemotePod(2))),
+				tcp("from a peer's pod", w.RemotePod(1), w.NodeIP, httpNodePort, all),
+				tcp("from a peer", w.OtherNodeIP, w.NodeIP, httpNodePort, all),
+				tcp("from a node that is not a peer", w.ThirdNodeIP, w.NodeIP, httpNodePort, all),
+			}
+		}),
+	}, {
+		// An endpoint outside every pod CIDR (a slice written by hand) may
+		// be the client itself: it is never tunnelled to (hairpin), but
+		// masqueraded.
+		Name:     "DSR: the client itself is not tunnelled to",
+		Services: []*v1.Service{service("dsrhairpin", 38, nodePortType, httpOnly, forwarding(proxy.ForwardDSR))},
+		Slices: slicesOf("dsrhairpin", httpSlicePort, func(w World) []EP {
+			return append(dsrWorld(w), EP{IP: w.OtherClient, Node: OtherNodeName})
+		}),
+		Peers:   peers(),
+		Options: dsrOn,
+		Flows: both(func(w World) []Flow {
+			all := []netip.Addr{w.LocalPod(1), w.RemotePod(1), w.RemotePod(2), w.RemotePod(3), w.OtherClient}
+			return []Flow{
+				tcp("from the endpoint outside the cluster", w.OtherClient, w.NodeIP, httpNodePort,
+					tunneled(httpTarget, all, w.RemotePod(1), w.RemotePod(2))),
 			}
 		}),
 	}}

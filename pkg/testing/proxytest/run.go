@@ -1,6 +1,7 @@
 package proxytest
 
 import (
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -24,6 +25,10 @@ type Case struct {
 	// tunnels (desired.Node.Peers), their addresses taken as NodeOf takes
 	// this node's; only DSRCases have any.
 	Peers []*v1.Node
+	// ClusterNodes are the cluster's other Nodes that are not Peers;
+	// every Node's addresses and pod CIDRs (this node's, the peers', these)
+	// are desired.Node.ClusterSources.
+	ClusterNodes []*v1.Node
 	// Options edits the standard options (StandardOptions) of each family.
 	Options func(*desired.Options)
 	Flows   []Flow
@@ -52,6 +57,7 @@ func BuildState(t testing.TB, c Case, family proxy.IPFamily) *desired.State {
 	for _, p := range c.Peers {
 		dn.Peers = append(dn.Peers, desired.Peer{Name: p.Name, IPs: NodeOf(p).IPs})
 	}
+	dn.ClusterSources = ClusterSourcesOf(slices.Concat([]*v1.Node{node}, c.Peers, c.ClusterNodes)...)
 	opts := StandardOptions(family)
 	if c.Options != nil {
 		c.Options(&opts)

@@ -42,7 +42,8 @@ type World struct {
 	// NodeIP is node-a's primary address; SecondHostIP is on another of its
 	// interfaces (not a node IP); Loopback is 127.0.0.1 or ::1.
 	NodeIP, SecondHostIP, Loopback netip.Addr
-	OtherNodeIP                    netip.Addr
+	// OtherNodeIP is node-b's address, ThirdNodeIP node-c's.
+	OtherNodeIP, ThirdNodeIP netip.Addr
 	// ExternalClient is an off-cluster client; OtherClient is another one,
 	// outside every source range the cases allow.
 	ExternalClient, OtherClient netip.Addr
@@ -56,7 +57,7 @@ var worlds = map[proxy.IPFamily]World{
 	proxy.IPv4: {
 		Family: proxy.IPv4,
 		NodeIP: mustAddr("192.168.0.2"), SecondHostIP: mustAddr("192.168.1.2"), Loopback: mustAddr("127.0.0.1"),
-		OtherNodeIP:    mustAddr("192.168.0.3"),
+		OtherNodeIP: mustAddr("192.168.0.3"), ThirdNodeIP: mustAddr("192.168.0.4"),
 		ExternalClient: mustAddr("203.0.113.5"), OtherClient: mustAddr("100.64.0.5"),
 		ClusterCIDR: mustPrefix("10.0.0.0/16"), LocalPodCIDR: mustPrefix("10.0.1.0/24"),
 		RemotePodCIDR: mustPrefix("10.0.2.0/24"), ServiceCIDR: mustPrefix("172.30.0.0/16"),
@@ -65,7 +66,7 @@ var worlds = map[proxy.IPFamily]World{
 	proxy.IPv6: {
 		Family: proxy.IPv6,
 		NodeIP: mustAddr("fd00:1::2"), SecondHostIP: mustAddr("fd00:2::2"), Loopback: mustAddr("::1"),
-		OtherNodeIP:    mustAddr("fd00:1::3"),
+		OtherNodeIP: mustAddr("fd00:1::3"), ThirdNodeIP: mustAddr("fd00:1::4"),
 		ExternalClient: mustAddr("2001:db8::5"), OtherClient: mustAddr("2001:db8:ff::5"),
 		ClusterCIDR: mustPrefix("fd00:10::/64"), LocalPodCIDR: mustPrefix("fd00:10::1:0/112"),
 		RemotePodCIDR: mustPrefix("fd00:10::2:0/112"), ServiceCIDR: mustPrefix("fd00:172:30::/112"),

@@ -51,6 +51,17 @@ static __always_inline int F(allowed)(const struct np_val *sv, const struct F(ct
 	return bpf_map_lookup_elem(&F(np_ranges), &sk) != NULL;
 }
 
+// in_cluster says whether the flow's client is a pod or a node of the
+// cluster (np_ranges under NP_ID_IN_CLUSTER). Direct server return does
+// not tunnel its flows: the endpoint's node would answer it beside the
+// endpoint or through an overlay, where no tc program translates the
+// answer back to the frontend.
+static __always_inline int F(in_cluster)(const struct F(ct_key) *k)
+{
+	struct F(np_src_key) sk = { .prefixlen = 64 + ADDR_BITS, .id = { NP_ID_IN_CLUSTER, 0 }, .addr = k->src };
+	return bpf_map_lookup_elem(&F(np_ranges), &sk) != NULL;
+}
+
 // choose sets *be to the endpoint of a new flow to sv. With ClientIP
 // affinity the client's endpoint is kept while its entry is younger than
 // the timeout and the endpoint still in the group; else it is picked, and
@@ -158,7 +169,7 @@ static __always_inline int F(tunnel_lost)(void)
 // records both directions (a function of its own, as ingress). With
 // direct server return (NP_F_DSR) an endpoint on a peer node other than
 // the client itself (whose own address as a source it would drop) is
-// reached by tunnel. A packet a peer tunnelled here (tunneled) goes to a
+// reached by tunnel, unless the client is inside the cluster. A packet a peer tunnelled here (tunneled) goes to a
 // local endpoint, its flow's entries flagged.
 static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const struct np_val *sv, __u64 now,
 				  const int tunneled)
@@ -170,7 +181,7 @@ static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const
 	struct F(np_be) be;
 	if (!F(choose)(sv, &p->k, now, &be))
 		return TC_ACT_SHOT;
-	if (!tunneled && sv->flags & NP_F_DSR && !addr_eq(be.addr, p->k.src)) {
+	if (!tunneled && sv->flags & NP_F_DSR && !addr_eq(be.addr, p->k.src) && !F(in_cluster)(&p->k)) {
 		int rc = F(tunnel_flow)(skb, p, &be, now);
 		if (rc != NP_NO_TUNNEL)
 			return rc;

@@ -22,7 +22,9 @@
 //   - with direct server return (NP_F_DSR), a new flow to an endpoint on
 //     a peer node that decapsulates (np_tunnels) is sent to that node in
 //     an IPIP tunnel (IPv6 in IPv6), the client's packet unchanged
-//     (tunnel.h, tunnel6.h), and its replies go from there to the client;
+//     (tunnel.h, tunnel6.h), and its replies go from there to the client
+//     (a client inside the cluster is masqueraded instead: flow.h's
+//     in_cluster);
 //   - a frontend without endpoints is answered (TCP RST, ICMP port
 //     unreachable) or dropped;
 //   - an IPIP (IPv6 in IPv6) packet a peer tunnelled here loses its outer
@@ -72,6 +74,7 @@ static __always_inline __u64 elapsed(__u64 now, __u64 then)
 #define NP_F_MAGLEV 4 // pick by the flow's Maglev slot
 #define NP_F_RANGES 8 // only sources in the group's np_ranges prefixes
 #define NP_F_DSR 16 // an endpoint on a peer (np_tunnels) is reached by tunnel, the client kept
+#define NP_ID_IN_CLUSTER 0 // np_ranges' prefixes of the pods and nodes of the cluster
 
 // Frontend scopes (np_key.scope): which packets look a frontend up.
 #define NP_SCOPE_DIRECT 0 // packets that arrive as they are
@@ -111,7 +114,9 @@ struct np_be {
 
 // np_src_key is a source prefix of a group's LB IPs (an LPM trie key):
 // prefixlen counts the group ID's 64 bits and the prefix's. The ID is two
-// words so that the address follows it without padding.
+// words so that the address follows it without padding. The ID
+// NP_ID_IN_CLUSTER, which no group takes, holds instead the sources
+// inside the cluster, which direct server return never tunnels.
 struct np_src_key {
 	__u32 prefixlen;
 	__u32 id[2];

@@ -104,6 +104,23 @@ func TestKernelDSR6TunnelsToThePeer(t *testing.T) {
 	}
 }
 
+// TestKernelDSR6LeavesClientsInsideTheClusterUntunnelled:
+// TestKernelDSRLeavesClientsInsideTheClusterUntunnelled for IPv6.
+func TestKernelDSR6LeavesClientsInsideTheClusterUntunnelled(t *testing.T) {
+	r := newDSRRig6(t)
+	r.dsrSync6(t, proxy.TCP, r.epC)
+	inside := netip.PrefixFrom(r.client, 64).Masked()
+	must(t, r.p.kernel.coll.Maps[maps6.ranges].Update(sourceKey[[16]byte](inClusterID, inside), uint32(1), ebpf.UpdateAny))
+	f := maglev.Flow{Src: r.client, Dst: vip6, SrcPort: 40003, DstPort: 80, Protocol: 6}
+	verdict, out := r.runTC(t, r.a0, packet6(f, tcpSYN))
+	if verdict != tcRedirect || out[14+6] != 6 {
+		t.Fatalf("verdict %d, next header %d: want TC_ACT_REDIRECT of the TCP packet, not tunnelled", verdict, out[14+6])
+	}
+	if src, dst, _ := tuple6(out); src.Addr() != r.nodeIP || dst != netip.AddrPortFrom(r.epC, 8080) {
+		t.Errorf("sent %v → %v, want masqueraded from %v to %v:8080", src, dst, r.nodeIP, r.epC)
+	}
+}
+
 // TestKernelDSR6DecapsulatesToALocalEndpoint:
 // TestKernelDSRDecapsulatesToALocalEndpoint for IPv6, with the MSS clamp
 // of the endpoint's SYN-ACK (1500 - 100).

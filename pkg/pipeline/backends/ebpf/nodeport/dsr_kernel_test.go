@@ -86,15 +86,19 @@ func (r *dsrRig) ports(onNode2 bool, peer bool) []*desired.ServicePort {
 }
 
 // syncDSR syncs node1 (with node2 as its peer, or none) and node2 (with
-// node1 as its peer), each in its own namespace.
+// node1 as its peer), each in its own namespace; both know the cluster's
+// sources, the nodes and their pods.
 func (r *dsrRig) syncDSR(t *testing.T, node2IsPeer bool) {
 	t.Helper()
+	sources := []netip.Prefix{r.node1.PodsV4, r.node2.PodsV4, netip.PrefixFrom(r.node1.IPv4, 32), netip.PrefixFrom(r.node2.IPv4, 32)}
+	slices.SortFunc(sources, netip.Prefix.Compare)
 	st1 := stateOf(r.node1.IPv4, r.ports(false, node2IsPeer)...)
 	if node2IsPeer {
 		st1.Peers = []netip.Addr{r.node2.IPv4}
 	}
 	st2 := stateOf(r.node2.IPv4, r.ports(true, true)...)
 	st2.Peers = []netip.Addr{r.node1.IPv4}
+	st1.ClusterSources, st2.ClusterSources = sources, sources
 	must(t, r.node1.NS.Do(func() error { return r.p1.Sync(context.Background(), st1, proxy.FullSync) }))
 	must(t, r.node2.NS.Do(func() error { return r.p2.Sync(context.Background(), st2, proxy.FullSync) }))
 }
@@ -143,6 +147,39 @@ func TestKernelDSRRealPackets(t *testing.T) {
 	for _, e := range n2 {
 		if !e.Tunnelled {
 			t.Errorf("node2 holds %v: want only flows tunnelled in", e)
+		}
+	}
+}
+
+// TestKernelDSRMasqueradesClientsInsideTheCluster: a pod beside the
+// endpoint (pod-c, on node2) and node2 itself reach node1's node ports
+// as an outside client does, but node1 masquerades their flows
+// instead of tunnelling them: pod-b would answer them on node2 directly,
+// where no tc program translates the answer back to the frontend, and
+// the client would reset it.
+func TestKernelDSRMasqueradesClientsInsideTheCluster(t *testing.T) {
+	r := newDSRKernelRig(t)
+	podC, err := r.node2.AddPod("pod-c")
+	must(t, err)
+	r.syncDSR(t, true)
+	for name, c := range map[string]netnstest.Client{"pod-c": {NS: podC.NS, Timeout: time.Second}, "node2": {NS: r.node2.NS, Timeout: time.Second}} {
+		for _, q := range []struct {
+			proto proxy.Protocol
+			dst   netip.AddrPort
+		}{
+			{proxy.TCP, netip.AddrPortFrom(r.node1.IPv4, dsrTCPPort)}, {proxy.UDP, netip.AddrPortFrom(r.node1.IPv4, dsrUDPPort)},
+		} {
+			a, err := c.Ask(q.proto, q.dst)
+			if err != nil || a.Server != "pod-b" || !r.masqueraded(a.Peer) {
+				t.Errorf("%s: %s to %v: %v, %v (%s); want pod-b seeing node1", name, q.proto, q.dst, a, err, netnstest.OutcomeOf(err))
+			}
+		}
+	}
+	n1, err := Entries(r.pins1)
+	must(t, err)
+	for _, e := range n1 {
+		if e.At == ctAtTunnel {
+			t.Errorf("node1 tunnelled %v", e)
 		}
 	}
 }

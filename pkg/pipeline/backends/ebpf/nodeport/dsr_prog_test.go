@@ -214,6 +214,35 @@ func TestKernelDSRMasqueradesWithoutTunnel(t *testing.T) {
 	}
 }
 
+// TestKernelDSRLeavesClientsInsideTheClusterUntunnelled: a client in a prefix
+// np_ranges holds under inClusterID (a pod's or a node's) is masqueraded
+// to an endpoint a tunnel reaches: the endpoint's node would answer it
+// where no tc program translates the answer. A client just outside the
+// prefix is tunnelled. (The endpoint, given a tunnel to the peer, is
+// reachable without it too.)
+func TestKernelDSRLeavesClientsInsideTheClusterUntunnelled(t *testing.T) {
+	r := newDSRRig(t)
+	r.dsrSync(t, proxy.TCP, r.epC, dsrPeer)
+	inside := netip.PrefixFrom(r.client, 32)
+	must(t, r.p.kernel.coll.Maps[mapRanges].Update(sourceKey[[4]byte](inClusterID, inside), uint32(1), ebpf.UpdateAny))
+	f := maglev.Flow{Src: r.client, Dst: vip, SrcPort: 40003, DstPort: 80, Protocol: 6}
+	verdict, out := r.runTC(t, r.a0, clientPacket(f, tcpSYN))
+	if verdict != tcRedirect || out[14+9] != 6 {
+		t.Fatalf("verdict %d, IP protocol %d: want TC_ACT_REDIRECT of the TCP packet, not tunnelled", verdict, out[14+9])
+	}
+	if src, dst := tuple(out); src.Addr() != r.nodeIP || dst != netip.AddrPortFrom(r.epC, 8080) {
+		t.Errorf("sent %v → %v, want masqueraded from %v to %v:8080", src, dst, r.nodeIP, r.epC)
+	}
+	must(t, r.p.kernel.coll.Maps[mapRanges].Delete(sourceKey[[4]byte](inClusterID, inside)))
+	other := netip.PrefixFrom(r.client.Next(), 32)
+	must(t, r.p.kernel.coll.Maps[mapRanges].Update(sourceKey[[4]byte](inClusterID, other), uint32(1), ebpf.UpdateAny))
+	f.SrcPort++
+	syn := clientPacket(f, tcpSYN)
+	if verdict, out := r.runTC(t, r.a0, syn); verdict != tcRedirect || string(out) != string(ipip(r.nodeIP, dsrPeer, 0x10, 0x4000, hopLess(syn))) {
+		t.Errorf("a client outside the prefixes: verdict %d, sent\n%x\nwant it tunnelled", verdict, out)
+	}
+}
+
 // TestKernelDSRDecapsulatesToALocalEndpoint: an IPIP packet from a peer
 // to this node's primary address, of a flow to a frontend of
 // NP_SCOPE_TUNNEL, loses its outer header and goes up the stack to a local

@@ -77,7 +77,8 @@ func Render6(st *desired.State) Contents6 { return render[[16]byte](st) }
 // local pod sees the client), nor marked for rules to masquerade them.
 // A port with direct server return (desired's DSR) also gets its tunnels,
 // and the frontends its peers' tunnelled flows look up (renderDSR);
-// np_peers holds the State's peers.
+// np_peers holds the State's peers, and np_ranges under inClusterID its
+// ClusterSources.
 //
 // A group's ID is a hash of the service port's name and dispatch set,
 // probed past collisions in name order, so that the same State always
@@ -98,7 +99,7 @@ func render[A addrBytes](st *desired.State) contentsOf[A] {
 			nodePortIPs = append(nodePortIPs, ip)
 		}
 	}
-	taken := map[uint64]bool{}
+	taken := map[uint64]bool{inClusterID: true}
 	for _, name := range slices.SortedFunc(st.Services.Keys(), proxy.ServicePortName.Compare) {
 		sp := st.Service(name)
 		if !Served(st.Family, sp) {
@@ -124,6 +125,7 @@ func render[A addrBytes](st *desired.State) contentsOf[A] {
 		}
 	}
 	peers(&c, st.Peers)
+	ranges(&c, inClusterID, st.ClusterSources)
 	return c
 }
 

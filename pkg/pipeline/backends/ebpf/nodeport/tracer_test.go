@@ -98,11 +98,13 @@ func (mt *mapTracer[A]) trace(t *testing.T, flow proxytest.Flow) proxytest.Resul
 	outs := []proxytest.Outcome{}
 	for _, be := range mt.endpoints(t, v) {
 		// A DSR frontend tunnels a flow to an endpoint np_tunnels names,
-		// unless the client is that endpoint. Otherwise the programs
+		// unless the client is that endpoint or inside the cluster
+		// (np_ranges under inClusterID). Otherwise the programs
 		// masquerade a flow to an endpoint on another node when
 		// desired's route says so, and the client's own flow to itself
 		// (hairpin) always; a local endpoint's never.
-		tunnel := v.Flags&flagDSR != 0 && be.Addr() != flow.Source && mt.hasTunnel(t, be.Addr())
+		tunnel := v.Flags&flagDSR != 0 && be.Addr() != flow.Source && mt.hasTunnel(t, be.Addr()) &&
+			!mt.allowed(t, inClusterID, flow.Source)
 		masq := !tunnel && !mt.local(be.Addr()) && (v.Flags&flagMasq != 0 || be.Addr() == flow.Source)
 		outs = append(outs, proxytest.Outcome{Verdict: proxytest.DNAT, Endpoint: be, Masquerade: masq, Tunneled: tunnel})
 	}

@@ -69,6 +69,11 @@ const (
 	flagDSR    = 16 // an endpoint on a peer node (np_tunnels) is reached by tunnel
 )
 
+// inClusterID is the group ID no group takes (probe skips it): np_ranges
+// holds under it the State's ClusterSources, the clients direct server
+// return never tunnels.
+const inClusterID = 0
+
 // svcVal is where new flows to a frontend go: Count slots of group ID,
 // or the MSize slots of its Maglev table; with no endpoint, a refusal.
 // Affinity is the ClientIP affinity timeout in seconds, 0 for none.

@@ -33,7 +33,7 @@ func TestWireConstantsMatchTheSource(t *testing.T) {
 	}
 	for name, want := range map[string]int{
 		"NP_F_DROP": flagDrop, "NP_F_MASQ": flagMasq, "NP_F_MAGLEV": flagMaglev, "NP_F_RANGES": flagRanges,
-		"NP_F_DSR": flagDSR, "NP_SCOPE_DIRECT": scopeDirect, "NP_SCOPE_TUNNEL": scopeTunnel,
+		"NP_F_DSR": flagDSR, "NP_ID_IN_CLUSTER": inClusterID, "NP_SCOPE_DIRECT": scopeDirect, "NP_SCOPE_TUNNEL": scopeTunnel,
 		"CT_AT_INGRESS_FWD": ctAtIngressFwd, "CT_AT_EGRESS": ctAtEgress, "CT_AT_TUNNEL": ctAtTunnel,
 		"CT_NEW": ctNew, "CT_F_TUNNELED": ctFlagTunneled, "NP_CFG_DRAINING": cfgDraining,
 		"NP_STAT_DSR_TOO_BIG": statDSRTooBig, "NP_STAT_DSR_NO_FLOW": statDSRNoFlow, "NP_STATS_DSR": statsDSR,
