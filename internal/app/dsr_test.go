@@ -215,15 +215,17 @@ func TestCleanupWithdrawsDSRBeforeDrain(t *testing.T) {
 }
 
 // TestDSRPeersReachNode: with --bpf-dsr the daemon watches every Node and
-// the Leases, and the peers reach the node Compute reads (the first sync
-// waits for their initial list); with --watch-node-addresses as well, the
+// the Leases, and the peers and the cluster's sources (every Node's
+// addresses and pod CIDRs) reach the node Compute reads (the first sync
+// waits for their initial lists); with --watch-node-addresses as well, the
 // addresses come from the same Node informer. Without --bpf-dsr nothing
-// is watched for peers.
+// is watched for peers or sources.
 func TestDSRPeersReachNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	node := func(name, ip string) *v1.Node {
 		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+			Spec:   v1.NodeSpec{PodCIDRs: []string{"10.244." + ip[len(ip)-1:] + ".0/24"}},
 			Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}}}
 	}
 	for _, dsr := range []bool{true, false} {
@@ -244,12 +246,16 @@ func TestDSRPeersReachNode(t *testing.T) {
 			t.Errorf("--bpf-dsr=%t: watching DSR peers %t", dsr, ok)
 		}
 		n, _ := d.node.get()
-		wantPeers := "[]"
+		wantPeers, wantSources := "[]", "[]"
 		if dsr {
 			wantPeers = "[{n2 [192.168.0.3]}]"
+			wantSources = "[10.244.2.0/24 10.244.3.0/24 192.168.0.2/32 192.168.0.3/32]"
 		}
 		if got := fmt.Sprint(n.Peers); got != wantPeers {
 			t.Errorf("--bpf-dsr=%t: peers %s, want %s", dsr, got, wantPeers)
+		}
+		if got := fmt.Sprint(n.ClusterSources); got != wantSources {
+			t.Errorf("--bpf-dsr=%t: cluster sources %s, want %s", dsr, got, wantSources)
 		}
 		if got := fmt.Sprint(n.ClusterNodeIPs); got != "[192.168.0.2 192.168.0.3]" {
 			t.Errorf("--bpf-dsr=%t: cluster node IPs %s", dsr, got)

@@ -42,7 +42,10 @@ func (d Dispatch) Equal(o Dispatch) bool {
 // renders besides the service ports: when they do not, every shared object
 // may change, so the syncer makes the sync full. Services, Changed, Lost and
 // claims are per service port, and HealthChecks are served by the syncer,
-// not rendered. A nil State agrees with nothing.
+// not rendered. Peers and ClusterSources are rendered only by ebpf mode's
+// tc programs, which render the whole State at every sync: a node joining
+// the cluster, or a peer coming or going, makes no full sync of every
+// node's other maps. A nil State agrees with nothing.
 func (s *State) SameGlobals(o *State) bool {
 	if s == nil || o == nil {
 		return false
@@ -53,8 +56,7 @@ func (s *State) SameGlobals(o *State) bool {
 		s.Masquerade.Local.Mode == o.Masquerade.Local.Mode &&
 		s.Masquerade.Local.Interface == o.Masquerade.Local.Interface &&
 		slices.Equal(s.Masquerade.Local.CIDRs, o.Masquerade.Local.CIDRs) &&
-		slices.Equal(s.ServiceCIDRs, o.ServiceCIDRs) && slices.Equal(s.Peers, o.Peers) &&
-		slices.Equal(s.ClusterSources, o.ClusterSources)
+		slices.Equal(s.ServiceCIDRs, o.ServiceCIDRs)
 }
 
 // Equal reports whether two ports' direct server returns tunnel the same

@@ -21,13 +21,14 @@ func TestEqualComparesEveryField(t *testing.T) {
 
 // TestSameGlobalsComparesEveryRenderedField: every State field outside the
 // service ports is compared, except the ones SameGlobals documents as not
-// rendered by a backend. A new global field that is not compared would
+// rendered by a backend, or rendered whole at every sync. A new global field that is not compared would
 // leave the shared rules stale until the next full sync.
 func TestSameGlobalsComparesEveryRenderedField(t *testing.T) {
 	same := func(a, b State) bool { return a.SameGlobals(&b) }
-	want := []string{"Changed (cannot change)", "HealthChecks", "Lost (cannot change)", "Services (cannot change)"}
+	want := []string{"Changed (cannot change)", "ClusterSources", "HealthChecks", "Lost (cannot change)", "Peers",
+		"Services (cannot change)"}
 	if missed := fieldcheck.Uncompared(same); !slices.Equal(missed, want) {
-		t.Errorf("SameGlobals leaves out %v, want exactly %v (per-port fields and health checks)", missed, want)
+		t.Errorf("SameGlobals leaves out %v, want exactly %v (per-port fields, health checks, the tc programs' globals)", missed, want)
 	}
 	var nilState *State
 	if nilState.SameGlobals(&State{}) || (&State{}).SameGlobals(nil) {

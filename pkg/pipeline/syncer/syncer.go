@@ -278,7 +278,7 @@ func (s *Syncer) syncOnce() error {
 	st.computed = s.clock.Now()
 	state := s.quarantined.apply(target, prev)
 	if !mode.Full() && !state.SameGlobals(s.prev) {
-		klog.V(2).InfoS("Node IPs, node port addresses, masquerading, service CIDRs or DSR peers or sources changed; doing a full sync", "ipFamily", s.family)
+		klog.V(2).InfoS("Node IPs, node port addresses, masquerading or service CIDRs changed; doing a full sync", "ipFamily", s.family)
 		mode = proxy.FullSync
 	}
 	retry := s.dueForRetry()
@@ -464,7 +464,8 @@ func (s *Syncer) reportLosses(prev, state *desired.State) {
 // which an incremental Compute redecides itself when they change: a Node
 // joining the cluster costs no full sync of every node; Peers likewise only
 // decide the ports with a DSR, which Compute redecides, and ClusterSources
-// reach the backend as State.ClusterSources, which SameGlobals compares. HostAddrs is left out on purpose: only node ports use it, Compute recomputes them on
+// reach only the tc programs, which render the whole State at every sync
+// (desired.State.SameGlobals). HostAddrs is left out on purpose: only node ports use it, Compute recomputes them on
 // every call, and host addresses come and go with every pod whose veth has
 // one — a full recompute for each would be O(services) per pod start.
 func sameNode(a, b desired.Node) bool {

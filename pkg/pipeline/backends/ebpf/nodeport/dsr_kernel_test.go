@@ -184,6 +184,36 @@ func TestKernelDSRMasqueradesClientsInsideTheCluster(t *testing.T) {
 	}
 }
 
+// TestKernelDSRPartialSyncTakesPeersAndSources: a partial sync whose
+// State changes only the peers and the cluster sources (no port changed:
+// the syncer does not make it full) writes them, and one without them
+// deletes them.
+func TestKernelDSRPartialSyncTakesPeersAndSources(t *testing.T) {
+	r := newRig(t)
+	p := r.proxier(t, "partial")
+	st := stateOf(r.node1.IPv4, port("web", proxy.TCP, dsrTCPPort, r.ep(r.podB)))
+	r.sync(t, p, st, proxy.FullSync)
+	with := *st
+	with.Changed = map[proxy.ServicePortName]struct{}{}
+	with.Peers = []netip.Addr{r.node2.IPv4}
+	with.ClusterSources = []netip.Prefix{r.node2.PodsV4}
+	r.sync(t, p, &with, proxy.PartialSync)
+	maps := p.kernel.coll.Maps
+	var one uint32
+	if err := maps[mapPeers].Lookup(r.node2.IPv4.As4(), &one); err != nil {
+		t.Errorf("np_peers after the partial sync: %v, want node2", err)
+	}
+	if err := maps[mapRanges].Lookup(sourceKey[[4]byte](inClusterID, r.node2.PodsV4), &one); err != nil {
+		t.Errorf("np_ranges after the partial sync: %v, want node2's pods under the in-cluster ID", err)
+	}
+	without := *st
+	without.Changed = map[proxy.ServicePortName]struct{}{}
+	r.sync(t, p, &without, proxy.PartialSync)
+	if n := countEntries(t, maps[mapPeers]) + countEntries(t, maps[mapRanges]); n != 0 {
+		t.Errorf("%d entries left in np_peers and np_ranges, want none", n)
+	}
+}
+
 // repliesFromNode2 checks that the client received answers from every
 // frontend of frontends, each frame from node2's fabric interface.
 func (r *dsrRig) repliesFromNode2(t *testing.T, c *netnstest.Capture, frontends []netip.AddrPort) {

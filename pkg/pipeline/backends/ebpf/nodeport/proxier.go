@@ -106,7 +106,8 @@ func New(o Options) (*Proxier, error) {
 
 // Sync makes the maps of st's family hold what st renders to, writing only
 // the difference. It renders the whole State every time, so every sync is
-// a full one; the engine's plan (reconcile.Syncs) reads the maps back at a
+// a full one (which is why desired's SameGlobals may leave out what only
+// these programs render: DSR's peers and cluster sources); the engine's plan (reconcile.Syncs) reads the maps back at a
 // RecoverySync (and the first) and after a failure, so that a restart
 // with an unchanged State writes nothing.
 func (p *Proxier) Sync(_ context.Context, st *desired.State, mode proxy.SyncMode) error {
