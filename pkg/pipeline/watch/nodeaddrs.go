@@ -45,19 +45,36 @@ func (w *NodeAddresses) StartOn(ctx context.Context, nodes *ClusterNodes) error 
 	return w.start(ctx, nodes.informer, sameAddrs)
 }
 
+// maxOtherNodeAddrs bounds the addresses kept of a Node besides its node
+// IPs: its status may list any number (its kubelet writes them), and
+// every proxy holds every Node.
+const maxOtherNodeAddrs = 8
+
 // trimNode is the informer's transform: a Node becomes its identity, its
-// InternalIP and ExternalIP addresses (nodeIPs picks from them as from
-// the whole Node's) and its pod CIDRs; anything else passes unchanged.
+// node IPs (as InternalIPs, so that nodeIPs picks them again), up to
+// maxOtherNodeAddrs of its other InternalIP and ExternalIP addresses (as
+// ExternalIPs, after them: never picked) and its pod CIDRs (one per
+// family, as the API server allows); anything else passes unchanged.
 func trimNode(obj any) (any, error) {
 	node, ok := obj.(*v1.Node)
 	if !ok {
 		return obj, nil
 	}
-	out := &v1.Node{ObjectMeta: identity(&node.ObjectMeta), Spec: v1.NodeSpec{PodCIDRs: node.Spec.PodCIDRs}}
+	out := &v1.Node{ObjectMeta: identity(&node.ObjectMeta),
+		Spec: v1.NodeSpec{PodCIDRs: slices.Clone(node.Spec.PodCIDRs[:min(len(node.Spec.PodCIDRs), 2)])}}
+	ips := nodeIPs(node)
+	for _, ip := range ips {
+		out.Status.Addresses = append(out.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: ip.String()})
+	}
+	others := 0
 	for _, a := range node.Status.Addresses {
-		if a.Type == v1.NodeInternalIP || a.Type == v1.NodeExternalIP {
-			out.Status.Addresses = append(out.Status.Addresses, a)
+		ip, err := netip.ParseAddr(a.Address)
+		if others == maxOtherNodeAddrs || err != nil || (a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP) ||
+			slices.Contains(ips, ip.Unmap()) {
+			continue
 		}
+		out.Status.Addresses = append(out.Status.Addresses, v1.NodeAddress{Type: v1.NodeExternalIP, Address: ip.Unmap().String()})
+		others++
 	}
 	return out, nil
 }

@@ -128,14 +128,42 @@ func TestTrimNodeKeepsOnlyAddresses(t *testing.T) {
 	want := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "42"},
 		Spec:       v1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}},
-		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeExternalIP, Address: "203.0.113.9"},
-			{Type: v1.NodeInternalIP, Address: "192.0.2.5"}, {Type: v1.NodeInternalIP, Address: "192.0.2.6"}}},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.0.2.5"},
+			{Type: v1.NodeExternalIP, Address: "203.0.113.9"}, {Type: v1.NodeExternalIP, Address: "192.0.2.6"}}},
 	}
 	if got := obj.(*v1.Node); fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 		t.Errorf("trimmed to\n%+v\nwant\n%+v", got, want)
 	}
 	if got := NodeAddressesOf([]any{obj, node, "not a Node"}); fmt.Sprint(got) != "[192.0.2.5]" {
 		t.Errorf("NodeAddressesOf = %v, want [192.0.2.5] (a trimmed Node counts as the whole)", got)
+	}
+}
+
+// A Node listing many addresses keeps its node IPs, whichever type and
+// place they have, and a bounded number of the others.
+func TestTrimNodeBoundsAddresses(t *testing.T) {
+	node := testNode("many", func(n *v1.Node) {
+		n.Status.Addresses = nil
+		for i := range 40 {
+			n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeExternalIP, Address: fmt.Sprintf("198.51.100.%d", i)})
+		}
+		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: "2001:db8::7"},
+			v1.NodeAddress{Type: v1.NodeInternalIP, Address: "192.0.2.7"})
+		n.Spec.PodCIDRs = []string{"10.244.7.0/24", "fd00:10::/64", "10.99.0.0/16"}
+	})
+	obj, err := trimNode(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed := obj.(*v1.Node)
+	if got, want := fmt.Sprint(nodeIPs(trimmed)), fmt.Sprint(nodeIPs(node)); got != want || want != "[2001:db8::7 192.0.2.7]" {
+		t.Errorf("node IPs of the trimmed Node %s, of the whole %s, want [2001:db8::7 192.0.2.7]", got, want)
+	}
+	if n := len(trimmed.Status.Addresses); n != 2+maxOtherNodeAddrs {
+		t.Errorf("%d addresses kept, want the 2 node IPs and %d others", n, maxOtherNodeAddrs)
+	}
+	if got := fmt.Sprint(trimmed.Spec.PodCIDRs); got != "[10.244.7.0/24 fd00:10::/64]" {
+		t.Errorf("pod CIDRs kept %s, want the first two", got)
 	}
 }
 
