@@ -222,5 +222,4 @@ func clusterSourcesOf(prev *State, opts Options, node Node, masq Masquerade, fam
 // InCluster reports whether src is one of the State's ClusterSources.
 func (s *State) InCluster(src netip.Addr) bool {
 	return src.IsValid() && slices.ContainsFunc(s.ClusterSources, func(p netip.Prefix) bool { return p.Contains(src.Unmap()) })
-
 }

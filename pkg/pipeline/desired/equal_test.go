@@ -21,8 +21,9 @@ func TestEqualComparesEveryField(t *testing.T) {
 
 // TestSameGlobalsComparesEveryRenderedField: every State field outside the
 // service ports is compared, except the ones SameGlobals documents as not
-// rendered by a backend, or rendered whole at every sync. A new global field that is not compared would
-// leave the shared rules stale until the next full sync.
+// rendered by a backend, or rendered whole at every sync. A new global
+// field that is not compared would leave the shared rules stale until the
+// next full sync.
 func TestSameGlobalsComparesEveryRenderedField(t *testing.T) {
 	same := func(a, b State) bool { return a.SameGlobals(&b) }
 	want := []string{"Changed (cannot change)", "ClusterSources", "HealthChecks", "Lost (cannot change)", "Peers",

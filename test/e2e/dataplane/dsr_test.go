@@ -27,7 +27,8 @@ const dsrNamespace = "svcproxy-dsr"
 // decapsulation with its Lease, and a node port annotated for direct
 // server return whose only endpoint is on node 2 is served through node 1
 // with the client's address kept, over TCP and UDP, while node 2's own
-// flows through node 1 are masqueraded. Node 2 restarted
+// flows through node 1 are masqueraded; both nodes crash and restart
+// under load without a failed request. Node 2 restarted
 // without --bpf-dsr withdraws its Lease, and node 1 masquerades the
 // next connections again, all answered.
 func testDSR(t *testing.T, c *F.Cluster) {
@@ -64,11 +65,44 @@ func testDSR(t *testing.T, c *F.Cluster) {
 		// masquerades its flows instead of tunnelling them.
 		c.Expect(fmt.Sprintf("node%d", n2.Index), tg, converge, sourceIs(F.AllOf(pod.Name), n1.IP))
 	}
+	dsrCrashesUnderLoad(t, c, frontends(svc, n1.IP, true), pod.Name)
 
 	restart(n2)
 	waitLeases(t, c, n1.Name)
 	for _, tg := range frontends(svc, n1.IP, true) {
 		c.Expect("ext", tg, converge, sourceIs(F.AllOf(pod.Name), n1.IP))
+	}
+}
+
+// dsrCrashesUnderLoad: each node's svcproxy killed (SIGKILL) and started
+// again, node 1's (which tunnels) and then node 2's (which decapsulates),
+// while an outside client keeps connecting to the DSR node port through
+// node 1 over TCP and UDP: the pinned programs go on meanwhile and the
+// Leases stay, so not one request fails and every one keeps the client's
+// address.
+func dsrCrashesUnderLoad(t *testing.T, c *F.Cluster, targets []F.Target, pod string) {
+	t.Helper()
+	var loads []*F.Load
+	for _, tg := range targets {
+		loads = append(loads, c.StartLoad("ext", tg, 20*time.Millisecond, false))
+	}
+	time.Sleep(time.Second)
+	for _, n := range c.Nodes {
+		n.Proxy.Kill()
+		time.Sleep(time.Second)
+		if err := c.StartProxy(n); err != nil {
+			t.Fatal(err)
+		}
+		waitBothFamiliesSynced(t, c, n)
+	}
+	time.Sleep(time.Second)
+	for i, l := range loads {
+		what := fmt.Sprintf("outside → DSR node port %s across both nodes' crashes", targets[i])
+		rs := l.Stop()
+		noFailures(t, what, rs, 100)
+		if err := sourceIs(F.OnlyBy(pod), F.ExtIP)(rs); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
 	}
 }
 
