@@ -25,8 +25,9 @@
 // the node or its local endpoints send (a local endpoint's port
 // unreachable, the stack's own errors about a packet it forwarded to one).
 // A redirect about a flow is dropped, as the kernel's conntrack drops one
-// about a NATed flow. An error about no live flow of the table is left as
-// it came.
+// about a NATed flow. A masqueraded flow's reply entry that np_ct evicted
+// is made again first (masq.h's rebuilt_reply). An error about no live
+// flow of the table is left as it came.
 
 #define ICMP_SOURCE_QUENCH 4
 #define ICMP_REDIRECT 5
@@ -145,6 +146,12 @@ static __always_inline int icmp_error(struct __sk_buff *skb, int egress)
 	struct ct_key k = { .src = e.in.ip.daddr, .dst = e.in.ip.saddr, .sport = e.in.dport, .dport = e.in.sport,
 			    .proto = e.in.ip.protocol };
 	struct ct_val *found = bpf_map_lookup_elem(&np_ct, &k);
+	// The reply entry of a masqueraded flow that np_ct evicted is made
+	// again from the flow's reservation, as its next reply would make it:
+	// an error from the endpoint's side about the flow (fragmentation
+	// needed) is no less the client's to hear.
+	if (!found && !egress && snat_range(k.dport))
+		found = rebuilt_reply(&k, bpf_ktime_get_ns());
 	// A flow tunnelled to a peer has its other direction there: an error
 	// about its replies is not this node's to translate.
 	if (!found || found->at == CT_AT_TUNNEL || (found->at == CT_AT_EGRESS) != egress || expired(found, k.proto, bpf_ktime_get_ns()))

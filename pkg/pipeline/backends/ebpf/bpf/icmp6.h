@@ -100,7 +100,10 @@ static __noinline int icmp6_error(struct __sk_buff *skb, int egress)
 	__builtin_memcpy(&k.src, &e.in.ip.daddr, 16);
 	__builtin_memcpy(&k.dst, &e.in.ip.saddr, 16);
 	struct ct_val6 *found = bpf_map_lookup_elem(&np_ct6, &k);
-	// As icmp_error, a tunnelled flow's errors are not this node's.
+	// As icmp_error, an evicted reply entry is made again, and a tunnelled
+	// flow's errors are not this node's.
+	if (!found && !egress && snat_range(k.dport))
+		found = rebuilt_reply6(&k, bpf_ktime_get_ns());
 	if (!found || found->at == CT_AT_TUNNEL || (found->at == CT_AT_EGRESS) != egress || expired6(found, k.proto, bpf_ktime_get_ns()))
 		return TC_ACT_OK;
 	struct ct_val6 v = *found;

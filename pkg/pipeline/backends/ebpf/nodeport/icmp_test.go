@@ -184,3 +184,69 @@ func TestKernelICMPErrorsOfLocalFlows(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelICMPErrorAfterTheReplyEntryWasEvicted: np_ct evicted the reply
+// entry of a flow masqueraded to another node, its masquerade port still
+// reserved: an error from the endpoint's side about the flow
+// (fragmentation needed from a router) still reaches the client,
+// translated, and the reply entry is made again, as the flow's next reply
+// would make it.
+func TestKernelICMPErrorAfterTheReplyEntryWasEvicted(t *testing.T) {
+	r := newXDPRig(t, "")
+	router := netip.MustParseAddr("198.18.6.254")
+	r.sync(t, port("web", proxy.UDP, 30080, ep(r.epC, 8080)))
+	must(t, clearCT(r.p))
+	f := maglev.Flow{Src: r.client, Dst: r.nodeIP, SrcPort: 40001, DstPort: 30080, Protocol: 17}
+	first := checksummed(f, 0, false)
+	v, sent := r.runTC(t, r.a0, slices.Clone(first))
+	if v != tcRedirect || tupleDst(sent) != netip.AddrPortFrom(r.epC, 8080) {
+		t.Fatalf("the first packet: verdict %d, to %v", v, tupleDst(sent))
+	}
+	masq, _ := tuple(sent)
+	reply := ctKey{Src: r.epC.As4(), Dst: masq.Addr().As4(), Sport: netPort(8080), Dport: netPort(masq.Port()), Proto: 17}
+	must(t, r.p.kernel.coll.Maps[mapCT].Delete(reply))
+	r.runCase(t, icmpCase{what: "fragmentation needed, the reply entry evicted", prog: "np_ingress", in: r.c0,
+		err:     icmpError(router, r.nodeIP, icmpUnreach, icmpFragNeeded, 1400, ipPacket(sent)[:28]),
+		verdict: tcRedirect, src: r.nodeIP, dst: r.client, quote: ipPacket(withTTL(first, 63))[:28]})
+	var back ctVal
+	if err := r.p.kernel.coll.Maps[mapCT].Lookup(reply, &back); err != nil || back.Reply == 0 {
+		t.Errorf("the reply entry %+v after the error: %v; want it made again", back, err)
+	}
+}
+
+// TestKernelICMPv6ErrorAfterTheReplyEntryWasEvicted is
+// TestKernelICMPErrorAfterTheReplyEntryWasEvicted for IPv6, with packet
+// too big.
+func TestKernelICMPv6ErrorAfterTheReplyEntryWasEvicted(t *testing.T) {
+	r := newRig6(t)
+	router := netip.MustParseAddr("fd00:6::fe")
+	r.sync6(t, port("web", proxy.UDP, 30080, ep(r.epC, 8080)))
+	maps := r.p.kernel.coll.Maps
+	must(t, clearMap[ctKeyOf[[16]byte], ctValOf[[16]byte]](maps[maps6.ct]))
+	f := maglev.Flow{Src: r.client, Dst: r.nodeIP, SrcPort: 40001, DstPort: 30080, Protocol: 17}
+	v, sent := r.runTC(t, r.a0, packet6(f, 0))
+	masq, to, _ := tuple6(sent)
+	if v != tcRedirect || to != netip.AddrPortFrom(r.epC, 8080) {
+		t.Fatalf("the first packet: verdict %d, to %v", v, to)
+	}
+	reply := ctKeyOf[[16]byte]{Src: r.epC.As16(), Dst: masq.Addr().As16(), Sport: netPort(8080), Dport: netPort(masq.Port()), Proto: 17}
+	must(t, maps[maps6.ct].Delete(reply))
+	verdict, out := r.runTC(t, r.c0, icmp6Error(router, r.nodeIP, 2, 1280, sent[14:]))
+	if verdict != tcRedirect || out[14+6] != 58 {
+		t.Fatalf("packet too big, the reply entry evicted: verdict %d, next header %d; want it forwarded", verdict, out[14+6])
+	}
+	ip := out[14:]
+	from, dst := netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
+	qsrc, qdst, _ := tuple6(append(make([]byte, 14), ip[48:]...))
+	if from != r.nodeIP || dst != r.client || qsrc != netip.AddrPortFrom(r.client, 40001) || qdst != netip.AddrPortFrom(r.nodeIP, 30080) {
+		t.Errorf("left %v → %v quoting %v → %v; want %v → %v quoting the client's datagram to the node port",
+			from, dst, qsrc, qdst, r.nodeIP, r.client)
+	}
+	if s := l4Sum6(out); s != 0xffff {
+		t.Errorf("ICMPv6 checksum invalid (sum %#x)", s)
+	}
+	var back ctValOf[[16]byte]
+	if err := maps[maps6.ct].Lookup(reply, &back); err != nil || back.Reply == 0 {
+		t.Errorf("the reply entry %+v after the error: %v; want it made again", back, err)
+	}
+}
