@@ -169,8 +169,9 @@ static __always_inline int F(tunnel_lost)(void)
 // records both directions (a function of its own, as ingress). With
 // direct server return (NP_F_DSR) an endpoint on a peer node other than
 // the client itself (whose own address as a source it would drop) is
-// reached by tunnel, unless the client is inside the cluster. A packet a peer tunnelled here (tunneled) goes to a
-// local endpoint, its flow's entries flagged.
+// reached by tunnel, unless the client is inside the cluster. A packet a
+// peer tunnelled here (tunneled) goes to a local endpoint, its flow's
+// entries flagged.
 static __noinline int F(new_flow)(struct __sk_buff *skb, struct F(pkt) *p, const struct np_val *sv, __u64 now,
 				  const int tunneled)
 {
