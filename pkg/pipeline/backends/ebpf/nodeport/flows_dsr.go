@@ -29,13 +29,35 @@ func lostRoutes[A addrBytes](was, now map[tunnelRoute[A]]struct{}) map[tunnelRou
 	return lost
 }
 
+// goneRoutes says along which routes a sync deletes the UDP flows
+// tunnelled: those of was that now lacks, and at a process's first sync
+// (was nil) every route now lacks, since the table may hold flows an
+// earlier process tunnelled along routes lost while none ran. nil when
+// there are none.
+func goneRoutes[A addrBytes](was, now map[tunnelRoute[A]]struct{}) func(tunnelRoute[A]) bool {
+	if was == nil {
+		return func(r tunnelRoute[A]) bool {
+			_, ok := now[r]
+			return !ok
+		}
+	}
+	lost := lostRoutes(was, now)
+	if len(lost) == 0 {
+		return nil
+	}
+	return func(r tunnelRoute[A]) bool {
+		_, ok := lost[r]
+		return ok
+	}
+}
+
 // deleteTunnelFlows deletes from ct, A's family's table, the UDP flows
-// tunnelled along a route of lost, and returns how many it deleted.
-func deleteTunnelFlows[A addrBytes](ct *ebpf.Map, lost map[tunnelRoute[A]]struct{}) (int, error) {
+// tunnelled along a route gone says is, and returns how many it deleted.
+func deleteTunnelFlows[A addrBytes](ct *ebpf.Map, gone func(tunnelRoute[A]) bool) (int, error) {
 	var (
 		k    ctKeyOf[A]
 		v    ctValOf[A]
-		gone []ctKeyOf[A]
+		dead []ctKeyOf[A]
 	)
 	it := ct.Iterate()
 	for it.Next(&k, &v) {
@@ -43,15 +65,15 @@ func deleteTunnelFlows[A addrBytes](ct *ebpf.Map, lost map[tunnelRoute[A]]struct
 			continue
 		}
 		route := tunnelRoute[A]{Frontend: svcKeyOf[A]{Addr: k.Dst, Port: k.Dport, Proto: k.Proto}, Node: v.Dst}
-		if _, ok := lost[route]; ok {
-			gone = append(gone, k)
+		if gone(route) {
+			dead = append(dead, k)
 		}
 	}
 	if err := it.Err(); err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, k := range gone {
+	for _, k := range dead {
 		if err := ct.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return n, err
 		}
@@ -61,12 +83,12 @@ func deleteTunnelFlows[A addrBytes](ct *ebpf.Map, lost map[tunnelRoute[A]]struct
 }
 
 // dropTunnelFlows deletes, in the background, the UDP flows of A's family
-// tunnelled along a route of lost, and counts them among the flows
+// tunnelled along a route gone says is, and counts them among the flows
 // deleted (Flows.Deleted). The caller holds p.mu.
-func dropTunnelFlows[A addrBytes](p *Proxier, lost map[tunnelRoute[A]]struct{}) {
+func dropTunnelFlows[A addrBytes](p *Proxier, gone func(tunnelRoute[A]) bool) {
 	family := familyOf[A]()
 	err := p.inBackground(func(maps map[string]*ebpf.Map) {
-		n, err := deleteTunnelFlows(maps[namesOf[A]().ct], lost)
+		n, err := deleteTunnelFlows(maps[namesOf[A]().ct], gone)
 		p.flows.deleted[familyIndex(family)].Add(uint64(n))
 		if err != nil {
 			klog.ErrorS(err, "Could not delete the UDP flows tunnelled to nodes that no longer serve them", "ipFamily", family)

@@ -116,7 +116,7 @@ func TestKernelDeleteTunnelFlows(t *testing.T) {
 	if len(lost) != 1 {
 		t.Fatalf("lost routes %v, want the one to %v", lost, peerIP)
 	}
-	n, err := deleteTunnelFlows(ct, lost)
+	n, err := deleteTunnelFlows(ct, goneRoutes(was, map[tunnelRoute[[4]byte]]struct{}{route(peer2IP): {}}))
 	must(t, err)
 	var v ctVal
 	if n != 1 || ct.Lookup(gone, &v) == nil {
@@ -132,7 +132,8 @@ func TestKernelDeleteTunnelFlows(t *testing.T) {
 // TestKernelSyncDropsTunnelFlows: a sync after which a UDP DSR port's
 // node no longer hosts an endpoint of it deletes the flows tunnelled there,
 // counted with the flows deleted, and leaves those to the node still
-// hosting one; a sync that keeps both routes deletes nothing.
+// hosting one; a sync that keeps both routes deletes nothing; a restarted
+// process's first sync deletes the flows of a route lost meanwhile.
 func TestKernelSyncDropsTunnelFlows(t *testing.T) {
 	r := newXDPRig(t, AccelerationDisabled)
 	sp := dsrPort("web", proxy.UDP, 30080)
@@ -164,6 +165,19 @@ func TestKernelSyncDropsTunnelFlows(t *testing.T) {
 	}
 	if n := r.p.Flows().Deleted(proxy.IPv4); n != 1 {
 		t.Errorf("%d flows counted deleted, want 1", n)
+	}
+
+	// A route lost while no svcproxy ran: the restarted process's first
+	// sync deletes its flows too, and keeps those of a route it has.
+	toPeer = tunnelEntry(unix.IPPROTO_UDP, dsrClient, peerIP, ctNew).put(t, ct, mustNow(t))
+	r.p.Close()
+	r.p = r.proxier(t, AccelerationDisabled, "a0", "c0")
+	syncNow(st)
+	if ct = r.p.kernel.coll.Maps[mapCT]; ct.Lookup(toPeer, &v) == nil {
+		t.Errorf("after a restart, the flow tunnelled to %v, which lost the port before, is still there: %+v", peerIP, v)
+	}
+	if ct.Lookup(toPeer2, &v) != nil {
+		t.Errorf("after a restart, the flow tunnelled to %v, which still hosts an endpoint, was deleted", peer2IP)
 	}
 }
 

@@ -153,8 +153,8 @@ func syncFamily[A addrBytes](p *Proxier, f *family[A], want contentsOf[A], mode 
 		err = growFamily(p, f, &want)
 	}
 	if err == nil {
-		if lost := lostRoutes(f.routes, want.tunnelRoutes); len(lost) > 0 {
-			dropTunnelFlows(p, lost)
+		if gone := goneRoutes(f.routes, want.tunnelRoutes); gone != nil {
+			dropTunnelFlows(p, gone)
 		}
 		f.routes = want.tunnelRoutes
 	}
