@@ -76,6 +76,9 @@ func (t *Table[O, K, V]) lookupOrAdd(k K) int32 {
 	}
 	t.index.cells[cell] = pos + 1
 	t.index.used++
+	if t.grouped() {
+		t.join(pos, k)
+	}
 	return pos
 }
 
@@ -92,8 +95,12 @@ func (t *Table[O, K, V]) homeOf(c int32) int { return t.hash(t.entries.at(c - 1)
 // remove drops the entry at pos, which has no flags left, from the index
 // and frees its position.
 func (t *Table[O, K, V]) remove(pos int32) {
-	hole, _, _ := t.probe(t.entries.at(pos).key)
+	k := t.entries.at(pos).key
+	hole, _, _ := t.probe(k)
 	emptyCell(t.index.cells, hole, t.homeOf)
+	if t.grouped() {
+		t.leave(pos, k)
+	}
 	t.index.used--
 	*t.entries.at(pos) = entry[K, V]{}
 	t.free = append(t.free, pos)

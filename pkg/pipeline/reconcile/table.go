@@ -49,7 +49,7 @@ type Table[O Owner[O], K comparable, V any] struct {
 	// counted: V is value-less, so a claim is only counted (counted.go).
 	counted bool
 	index   index
-	entries entryStore[K, V]
+	entries chunked[entry[K, V]]
 	// free lists the positions of entries removed, which new keys take.
 	free   []int32
 	more   map[int32][]claim
@@ -60,6 +60,8 @@ type Table[O Owner[O], K comparable, V any] struct {
 	// order they were touched. An entry is removed only without flags, so
 	// a position listed here stays its key's.
 	dirty []int32
+	// groups are the entries of each group, when the kind has groups.
+	groups *groups
 }
 
 // entry is one key's state: the key, the kernel's value (have), its first
@@ -93,8 +95,12 @@ type claim struct {
 func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] {
 	var none V
 	counted := unsafe.Sizeof(none) == 0
-	return &Table[O, K, V]{kind: kind, counted: counted, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
+	t := &Table[O, K, V]{kind: kind, counted: counted, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
 		owners: owners[O, K, V]{seed: maphash.MakeSeed()}}
+	if kind.Group != nil {
+		t.groups = &groups{heads: map[uint32]groupHead{}}
+	}
+	return t
 }
 
 // Replace swaps every claim of o for items (none: o claims nothing any
@@ -226,6 +232,9 @@ func (t *Table[O, K, V]) Reserve(n int) {
 		return
 	}
 	t.entries.reserve(n)
+	if t.grouped() {
+		t.groups.links.reserve(n)
+	}
 	t.free = t.free[:0]
 	t.index.cells, t.index.used = make([]int32, cellsFor(n)), 0
 	t.dirty = slices.Grow(t.dirty[:0], n)
