@@ -12,11 +12,7 @@ func BenchmarkColdBatch(b *testing.B) { benchColdBatch(b, intKind) }
 
 // BenchmarkColdBatchGrouped is BenchmarkColdBatch with each owner's keys
 // a group of their own (nftables' endpoint maps): 10k groups of ten keys.
-func BenchmarkColdBatchGrouped(b *testing.B) {
-	kind := intKind
-	kind.Group = byTens
-	benchColdBatch(b, kind)
-}
+func BenchmarkColdBatchGrouped(b *testing.B) { benchColdBatch(b, withGroups(intKind, byTens)) }
 
 func benchColdBatch(b *testing.B, kind Kind[int, string]) {
 	const owners, per = 10000, 10

@@ -133,6 +133,23 @@ func (t *Table[O, K, V]) GroupKeys(g uint32) iter.Seq[K] {
 	}
 }
 
+// GroupInKernel reports whether the kernel holds any key of group g: when
+// it does not (a cold start, a container just created), a backend need
+// not look up what the kernel holds of the group's keys. It takes no time
+// when the kernel holds no key of the table, and at most time
+// proportional to the keys of g the table holds.
+func (t *Table[O, K, V]) GroupInKernel(g uint32) bool {
+	if t.inKernel == 0 {
+		return false
+	}
+	for pos := range t.members(g) {
+		if t.entries.at(pos).flags&flagKernel != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // DropKernelGroup records that the kernel holds no key of group g any
 // more, as DropKernel does for each: the container of g was deleted, and
 // its elements with it. A key neither claimed nor dirty goes; a claimed

@@ -17,9 +17,7 @@ func groupKeys[V any](tb *Table[own, int, V], g uint32) []int {
 // claims dropped) keeps no record, and is filled again like a new one;
 // GroupLen counts keys claimed or in the kernel, not those only dirty.
 func TestGroupEmptiedAndRefilled(t *testing.T) {
-	kind := intKind
-	kind.Group = byTens
-	tb := NewTable[own](kind)
+	tb := NewTable[own](withGroups(intKind, byTens))
 	tb.Replace(1, items(0, "a", 1, "a", 2, "a"))
 	tb.Replace(2, items(10, "b", 11, "b"))
 	commitDiff(tb)
@@ -66,13 +64,10 @@ func TestGroupEmptiedAndRefilled(t *testing.T) {
 // group record behind, in a table with values and a counted one; a
 // group's positions given out again to other groups stay right.
 func TestGroupsComeAndGoWithoutRecords(t *testing.T) {
-	t.Run("values", func(t *testing.T) { groupsChurn(t, withGroups10(intKind), func(int) string { return "v" }) })
-	t.Run("counted", func(t *testing.T) { groupsChurn(t, withGroups10(valuelessKind), func(int) struct{} { return struct{}{} }) })
-}
-
-func withGroups10[V any](k Kind[int, V]) Kind[int, V] {
-	k.Group = byTens
-	return k
+	t.Run("values", func(t *testing.T) { groupsChurn(t, withGroups(intKind, byTens), func(int) string { return "v" }) })
+	t.Run("counted", func(t *testing.T) {
+		groupsChurn(t, withGroups(valuelessKind, byTens), func(int) struct{} { return struct{}{} })
+	})
 }
 
 func groupsChurn[V any](t *testing.T, kind Kind[int, V], value func(int) V) {

@@ -248,7 +248,7 @@ func (w *world[V]) groupStep(op byte) {
 
 // checkGroups checks a grouped table's groups against the model: each
 // group's keys claimed or in the kernel are what GroupKeys yields and
-// GroupLen counts; and, white-box, each group's list holds its entries,
+// GroupLen counts, GroupInKernel whether the kernel holds any; and, white-box, each group's list holds its entries,
 // and no group without entries keeps a record.
 func (w *world[V]) checkGroups() {
 	if !w.grouped || !w.read {
@@ -273,6 +273,13 @@ func (w *world[V]) checkGroups() {
 		}
 		if len(got) != len(filter) || w.tb.GroupLen(g) != len(filter) {
 			w.t.Fatalf("group %d: GroupKeys yields %v, GroupLen %d; the model's keys are %v", g, got, w.tb.GroupLen(g), filter)
+		}
+		held := false
+		for k := range w.kernel {
+			held = held || groupOf(k) == g
+		}
+		if w.tb.GroupInKernel(g) != held {
+			w.t.Fatalf("group %d: GroupInKernel %t; the kernel holds %v", g, !held, w.kernel)
 		}
 	}
 	checkGroupLists(w.t, w.tb)
@@ -316,12 +323,12 @@ func runModel(t *testing.T, seed uint64, ops []byte) {
 	none := func(*rand.Rand) struct{} { return struct{}{} }
 	runWorld(t, seed, ops, intKind, str, "stray")
 	runWorld(t, seed, ops, valuelessKind, none, struct{}{})
-	runWorld(t, seed, ops, withGroups(intKind), str, "stray")
-	runWorld(t, seed, ops, withGroups(valuelessKind), none, struct{}{})
+	runWorld(t, seed, ops, withGroups(intKind, groupOf), str, "stray")
+	runWorld(t, seed, ops, withGroups(valuelessKind, groupOf), none, struct{}{})
 }
 
-func withGroups[V any](k Kind[int, V]) Kind[int, V] {
-	k.Group = groupOf
+func withGroups[V any](k Kind[int, V], group func(int) uint32) Kind[int, V] {
+	k.Group = group
 	return k
 }
 
