@@ -11,7 +11,6 @@ import "hash/maphash"
 
 // index maps keys to positions in a Table's entries.
 type index struct {
-	seed maphash.Seed
 	// cells hold an entry's position plus one, 0 for an empty cell; their
 	// number is a power of two at least twice the keys held.
 	cells []int32
@@ -31,7 +30,8 @@ func cellsFor(n int) int {
 }
 
 func (t *Table[O, K, V]) hash(k K) int {
-	return int(maphash.Comparable(t.index.seed, k))
+	// The owners' seed: one for both keeps the table's own record small.
+	return int(maphash.Comparable(t.owners.seed, k))
 }
 
 // probe returns k's cell: the one that holds its position, or, when k is

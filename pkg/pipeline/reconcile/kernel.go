@@ -71,7 +71,7 @@ func (t *Table[O, K, V]) dropKernelAt(pos int32) {
 }
 
 // KernelLen is the number of keys the kernel holds.
-func (t *Table[O, K, V]) KernelLen() int { return t.inKernel }
+func (t *Table[O, K, V]) KernelLen() int { return int(t.inKernel) }
 
 // KernelKeys yields every key the kernel holds (not to be changed while
 // ranging).

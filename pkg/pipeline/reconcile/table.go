@@ -48,14 +48,16 @@ type Table[O Owner[O], K comparable, V any] struct {
 	kind Kind[K, V]
 	// counted: V is value-less, so a claim is only counted (counted.go).
 	counted bool
-	index   index
-	entries chunked[entry[K, V]]
+	// claimed and inKernel count the keys with those flags (int32, as
+	// positions are: packed beside counted, they keep the table's own
+	// record small).
+	claimed, inKernel int32
+	index             index
+	entries           chunked[entry[K, V]]
 	// free lists the positions of entries removed, which new keys take.
 	free   []int32
 	more   map[int32][]claim
 	owners owners[O, K, V]
-	// claimed and inKernel count the keys with those flags.
-	claimed, inKernel int
 	// dirty lists the positions of the entries with flagDirty, in the
 	// order they were touched. An entry is removed only without flags, so
 	// a position listed here stays its key's.
@@ -95,7 +97,7 @@ type claim struct {
 func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] {
 	var none V
 	counted := unsafe.Sizeof(none) == 0
-	t := &Table[O, K, V]{kind: kind, counted: counted, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
+	t := &Table[O, K, V]{kind: kind, counted: counted, more: map[int32][]claim{},
 		owners: owners[O, K, V]{seed: maphash.MakeSeed()}}
 	if kind.Group != nil {
 		t.groups = &groups{heads: map[uint32]groupHead{}}
@@ -325,7 +327,7 @@ func (t *Table[O, K, V]) want(pos int32, e *entry[K, V]) (V, bool) {
 }
 
 // Len is the number of keys claimed.
-func (t *Table[O, K, V]) Len() int { return t.claimed }
+func (t *Table[O, K, V]) Len() int { return int(t.claimed) }
 
 // Claimed reports whether anyone claims k.
 func (t *Table[O, K, V]) Claimed(k K) bool {
