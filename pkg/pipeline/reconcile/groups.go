@@ -16,7 +16,8 @@ import "iter"
 // only a grouped table allocates. An entry joins its group when it is
 // added and leaves it when it is removed, so a group's record goes with
 // its last entry: under churn of containers the map holds the live
-// groups, not every group there ever was. A list costs no allocation per
+// groups, not every group there ever was (its room is that of the most
+// groups live at once, as a Go map does not shrink). A list costs no allocation per
 // group and no room beyond its keys, where a slice per group would (its
 // header in the map, and the room append leaves); and the links are kept
 // beside the entries rather than in them, so that a table without groups
@@ -156,6 +157,9 @@ func (t *Table[O, K, V]) GroupInKernel(g uint32) bool {
 // key is not made dirty, since the backend that deleted the container
 // re-fills it or deletes its claims too.
 func (t *Table[O, K, V]) DropKernelGroup(g uint32) {
+	if t.inKernel == 0 {
+		return
+	}
 	for pos := range t.members(g) {
 		t.dropKernelAt(pos)
 	}
@@ -165,6 +169,9 @@ func (t *Table[O, K, V]) DropKernelGroup(g uint32) {
 // backend reads the container of g back again, what it recorded of it may
 // no longer be true. The keys it forgets are dirty.
 func (t *Table[O, K, V]) ForgetKernelGroup(g uint32) {
+	if t.inKernel == 0 {
+		return
+	}
 	for pos := range t.members(g) {
 		t.forgetKernelAt(pos, t.entries.at(pos))
 	}
