@@ -36,7 +36,7 @@ func coldBatch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Cha
 			}
 			return nil
 		}
-		c := coldChunks[O, K, V]{t: t, do: do, adds: make([]Change[K, V], 0, min(t.claimed, coldChunk))}
+		c := coldChunks[O, K, V]{t: t, do: do, adds: make([]Change[K, V], 0, min(int(t.claimed), coldChunk))}
 		c.at = make([]int32, 0, cap(c.adds))
 		for _, pos := range t.dirty {
 			e := t.entries.at(pos)
@@ -50,7 +50,7 @@ func coldBatch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Cha
 		t.emptyDirty()
 		return c.err
 	}
-	return []Step{{Phase: t.kind.AddPhase, Kind: t.kind.Name, Len: t.claimed, Run: run}}
+	return []Step{{Phase: t.kind.AddPhase, Kind: t.kind.Name, Len: int(t.claimed), Run: run}}
 }
 
 // coldChunks collects a cold batch's adds and hands them to do a chunk

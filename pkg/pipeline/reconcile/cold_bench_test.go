@@ -8,7 +8,13 @@ import (
 // BenchmarkColdBatch is the engine's share of a cold sync of one kind:
 // 10k owners claim ten keys each in a new table, whose batch is then
 // applied (to nothing) and recorded.
-func BenchmarkColdBatch(b *testing.B) {
+func BenchmarkColdBatch(b *testing.B) { benchColdBatch(b, intKind) }
+
+// BenchmarkColdBatchGrouped is BenchmarkColdBatch with each owner's keys
+// a group of their own (nftables' endpoint maps): 10k groups of ten keys.
+func BenchmarkColdBatchGrouped(b *testing.B) { benchColdBatch(b, withGroups(intKind, byTens)) }
+
+func benchColdBatch(b *testing.B, kind Kind[int, string]) {
 	const owners, per = 10000, 10
 	parts := make([][]Item[int, string], owners)
 	for o := range parts {
@@ -18,7 +24,7 @@ func BenchmarkColdBatch(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		tb := NewTable[own](intKind)
+		tb := NewTable[own](kind)
 		tb.Reserve(owners * per)
 		for o, its := range parts {
 			tb.Replace(own(o), its)

@@ -11,7 +11,6 @@ import "hash/maphash"
 
 // index maps keys to positions in a Table's entries.
 type index struct {
-	seed maphash.Seed
 	// cells hold an entry's position plus one, 0 for an empty cell; their
 	// number is a power of two at least twice the keys held.
 	cells []int32
@@ -31,7 +30,8 @@ func cellsFor(n int) int {
 }
 
 func (t *Table[O, K, V]) hash(k K) int {
-	return int(maphash.Comparable(t.index.seed, k))
+	// The owners' seed: one for both keeps the table's own record small.
+	return int(maphash.Comparable(t.owners.seed, k))
 }
 
 // probe returns k's cell: the one that holds its position, or, when k is
@@ -76,6 +76,9 @@ func (t *Table[O, K, V]) lookupOrAdd(k K) int32 {
 	}
 	t.index.cells[cell] = pos + 1
 	t.index.used++
+	if t.grouped() {
+		t.join(pos, k)
+	}
 	return pos
 }
 
@@ -92,8 +95,12 @@ func (t *Table[O, K, V]) homeOf(c int32) int { return t.hash(t.entries.at(c - 1)
 // remove drops the entry at pos, which has no flags left, from the index
 // and frees its position.
 func (t *Table[O, K, V]) remove(pos int32) {
-	hole, _, _ := t.probe(t.entries.at(pos).key)
+	k := t.entries.at(pos).key
+	hole, _, _ := t.probe(k)
 	emptyCell(t.index.cells, hole, t.homeOf)
+	if t.grouped() {
+		t.leave(pos, k)
+	}
 	t.index.used--
 	*t.entries.at(pos) = entry[K, V]{}
 	t.free = append(t.free, pos)

@@ -5,15 +5,21 @@ package reconcile
 // ForgetKernel drops the kernel side, before a read-back fills it again (a
 // recovery sync): what this process committed may no longer be true.
 func (t *Table[O, K, V]) ForgetKernel() {
-	var none V
 	for pos, e := range t.entries.all {
-		if e.flags&flagKernel != 0 {
-			e.have = none
-			e.flags &^= flagKernel
-			t.touch(pos, e)
-		}
+		t.forgetKernelAt(pos, e)
 	}
-	t.inKernel = 0
+}
+
+// forgetKernelAt drops the kernel side of e, the entry at pos, and makes
+// it dirty when the kernel held it.
+func (t *Table[O, K, V]) forgetKernelAt(pos int32, e *entry[K, V]) {
+	if e.flags&flagKernel != 0 {
+		var none V
+		e.have = none
+		e.flags &^= flagKernel
+		t.inKernel--
+		t.touch(pos, e)
+	}
 }
 
 // Kernel returns the kernel's value of k, and whether the kernel holds k.
@@ -65,7 +71,7 @@ func (t *Table[O, K, V]) dropKernelAt(pos int32) {
 }
 
 // KernelLen is the number of keys the kernel holds.
-func (t *Table[O, K, V]) KernelLen() int { return t.inKernel }
+func (t *Table[O, K, V]) KernelLen() int { return int(t.inKernel) }
 
 // KernelKeys yields every key the kernel holds (not to be changed while
 // ranging).

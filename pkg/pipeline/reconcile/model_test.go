@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/pkg/proxy"
@@ -46,7 +47,17 @@ type world[V comparable] struct {
 	// behind the backend's back.
 	value func(*rand.Rand) V
 	stray V
+	// grouped: the table's kind puts key k in group groupOf(k).
+	grouped bool
+	// read: the kernel was read back once, so the table's kernel side is
+	// the kernel (a failed change is recorded as what the kernel kept).
+	read bool
 }
+
+// modelGroups is the number of groups of a grouped world's keys.
+const modelGroups = 3
+
+func groupOf(k int) uint32 { return uint32(k % modelGroups) }
 
 func (w *world[V]) randomItems() []Item[int, V] {
 	var its []Item[int, V]
@@ -71,6 +82,7 @@ func (w *world[V]) sync(mode proxy.SyncMode, changed []own) {
 			w.tb.SetKernel(k, v)
 		}
 		w.syncs.ReadDone()
+		w.read = true
 	}
 	for _, o := range changed {
 		w.model.parts[o] = w.randomItems()
@@ -169,7 +181,13 @@ func (w *world[V]) checkConverged(mode proxy.SyncMode, want map[int]V) {
 // change to the kernel behind the backend's back (after which, as the
 // syncer does on a lost canary, the next sync is a recovery).
 func (w *world[V]) step(op byte) {
-	switch op % 6 {
+	switch op % 8 {
+	case 6, 7:
+		if w.grouped && w.read {
+			w.groupStep(op)
+			break
+		}
+		fallthrough
 	case 0, 1, 2:
 		w.sync(proxy.PartialSync, []own{own(w.r.IntN(4)), own(w.r.IntN(4))})
 	case 3:
@@ -187,6 +205,110 @@ func (w *world[V]) step(op byte) {
 	}
 }
 
+// groupStep does one thing to one group of a grouped table, as nftables
+// does to a set: delete it in the kernel (its elements go with it) and,
+// sometimes, re-create it and re-fill it with its claimed keys; or read it
+// back again, sometimes after a change of one of its keys behind the
+// backend's back.
+func (w *world[V]) groupStep(op byte) {
+	g := uint32(w.r.IntN(modelGroups))
+	if op%8 == 6 {
+		for k := range w.kernel {
+			if groupOf(k) == g {
+				delete(w.kernel, k)
+			}
+		}
+		w.tb.DropKernelGroup(g)
+		if w.r.IntN(2) == 0 {
+			return
+		}
+		// Every key GroupKeys yields is claimed now: the kernel holds none.
+		for _, k := range slices.Collect(w.tb.GroupKeys(g)) {
+			v, _ := w.tb.Want(k)
+			w.kernel[k] = v
+			w.tb.SetKernel(k, v)
+		}
+		return
+	}
+	if w.r.IntN(2) == 0 {
+		k := w.r.IntN(12/modelGroups)*modelGroups + int(g)
+		if _, ok := w.kernel[k]; ok {
+			delete(w.kernel, k)
+		} else {
+			w.kernel[k] = w.stray
+		}
+	}
+	w.tb.ForgetKernelGroup(g)
+	for k, v := range w.kernel {
+		if groupOf(k) == g {
+			w.tb.SetKernel(k, v)
+		}
+	}
+}
+
+// checkGroups checks a grouped table's groups against the model: each
+// group's keys claimed or in the kernel are what GroupKeys yields and
+// GroupLen counts, GroupInKernel whether the kernel holds any; and, white-box, each group's list holds its entries,
+// and no group without entries keeps a record.
+func (w *world[V]) checkGroups() {
+	if !w.grouped || !w.read {
+		return
+	}
+	want := w.model.desired()
+	for g := range uint32(modelGroups) {
+		filter := map[int]bool{}
+		for k := range want {
+			filter[k] = groupOf(k) == g
+		}
+		for k := range w.kernel {
+			filter[k] = groupOf(k) == g
+		}
+		maps.DeleteFunc(filter, func(_ int, in bool) bool { return !in })
+		got := map[int]bool{}
+		for k := range w.tb.GroupKeys(g) {
+			if got[k] || !filter[k] {
+				w.t.Fatalf("GroupKeys(%d) yields %d (twice: %t); the model's keys of the group are %v", g, k, got[k], filter)
+			}
+			got[k] = true
+		}
+		if len(got) != len(filter) || w.tb.GroupLen(g) != len(filter) {
+			w.t.Fatalf("group %d: GroupKeys yields %v, GroupLen %d; the model's keys are %v", g, got, w.tb.GroupLen(g), filter)
+		}
+		held := false
+		for k := range w.kernel {
+			held = held || groupOf(k) == g
+		}
+		if w.tb.GroupInKernel(g) != held {
+			w.t.Fatalf("group %d: GroupInKernel %t; the kernel holds %v", g, !held, w.kernel)
+		}
+	}
+	checkGroupLists(w.t, w.tb)
+}
+
+// checkGroupLists checks, white-box, that each group's list holds the
+// positions of exactly its entries, and that only groups with entries
+// keep a record.
+func checkGroupLists[V any](t testing.TB, tb *Table[own, int, V]) {
+	t.Helper()
+	count := map[uint32]int{}
+	for pos, e := range tb.entries.all {
+		if e.flags != 0 {
+			count[tb.kind.Group(e.key)]++
+			if !slices.Contains(slices.Collect(tb.members(tb.kind.Group(e.key))), pos) {
+				t.Fatalf("key %d (position %d) is not in its group's list", e.key, pos)
+			}
+		}
+	}
+	for g, h := range tb.groups.heads {
+		if n := len(slices.Collect(tb.members(g))); count[g] != int(h.n) || n != int(h.n) {
+			t.Fatalf("group %d records %d entries and lists %d; the table holds %d", g, h.n, n, count[g])
+		}
+	}
+	if len(tb.groups.heads) != len(count) {
+		t.Fatalf("%d groups keep a record, %d have entries", len(tb.groups.heads), len(count))
+	}
+}
+
 // valuelessKind is a kind whose objects have no value (an ipset member):
 // its table counts the claims on a key rather than keeping them.
 var valuelessKind = Kind[int, struct{}]{Name: "valueless", Equal: func(struct{}, struct{}) bool { return true },
@@ -194,25 +316,39 @@ var valuelessKind = Kind[int, struct{}]{Name: "valueless", Equal: func(struct{},
 
 // runModel drives a table of string values and a counted one (value-less)
 // through the same random syncs, each against the naive model.
+// Each kind again with groups (the keys spread over modelGroups), whose
+// walks of one group are checked against the model after every step.
 func runModel(t *testing.T, seed uint64, ops []byte) {
-	runWorld(t, seed, ops, intKind, func(r *rand.Rand) string { return fmt.Sprint(r.IntN(3)) }, "stray")
-	runWorld(t, seed, ops, valuelessKind, func(*rand.Rand) struct{} { return struct{}{} }, struct{}{})
+	str := func(r *rand.Rand) string { return fmt.Sprint(r.IntN(3)) }
+	none := func(*rand.Rand) struct{} { return struct{}{} }
+	runWorld(t, seed, ops, intKind, str, "stray")
+	runWorld(t, seed, ops, valuelessKind, none, struct{}{})
+	runWorld(t, seed, ops, withGroups(intKind, groupOf), str, "stray")
+	runWorld(t, seed, ops, withGroups(valuelessKind, groupOf), none, struct{}{})
+}
+
+func withGroups[V any](k Kind[int, V], group func(int) uint32) Kind[int, V] {
+	k.Group = group
+	return k
 }
 
 func runWorld[V comparable](t *testing.T, seed uint64, ops []byte, kind Kind[int, V], value func(*rand.Rand) V, stray V) {
 	w := &world[V]{t: t, r: rand.New(rand.NewPCG(seed, 1)), tb: NewTable[own](kind),
-		model: naive[V]{parts: map[own][]Item[int, V]{}}, kernel: map[int]V{}, failP: 0.05, value: value, stray: stray}
+		model: naive[V]{parts: map[own][]Item[int, V]{}}, kernel: map[int]V{}, failP: 0.05, value: value, stray: stray,
+		grouped: kind.Group != nil}
 	// A process starts on a kernel that holds what a previous one left.
 	for range w.r.IntN(6) {
 		w.kernel[w.r.IntN(12)] = value(w.r)
 	}
 	for _, op := range ops {
 		w.step(op)
+		w.checkGroups()
 	}
 	// Whatever happened, a recovery sync with no failure converges.
 	w.failP = 0
 	w.sync(proxy.RecoverySync, nil)
 	w.checkConverged(proxy.RecoverySync, w.model.desired())
+	w.checkGroups()
 }
 
 func TestTableAgainstNaiveModel(t *testing.T) {

@@ -43,6 +43,11 @@ type Kind[K comparable, V any] struct {
 	Equal func(want, have V) bool
 	// The phase of each operation.
 	AddPhase, UpdatePhase, DeletePhase int
+	// Group, when set, is the group of a key: the kernel container that
+	// holds it (an nftables set), whose keys the table can then walk on
+	// their own (groups.go). Nil: a table without groups, which costs
+	// nothing more for them.
+	Group func(K) uint32
 }
 
 // Phase is when a change of op runs: a backend that packs the changes

@@ -48,18 +48,22 @@ type Table[O Owner[O], K comparable, V any] struct {
 	kind Kind[K, V]
 	// counted: V is value-less, so a claim is only counted (counted.go).
 	counted bool
-	index   index
-	entries entryStore[K, V]
+	// claimed and inKernel count the keys with those flags (int32, as
+	// positions are: packed beside counted, they keep the table's own
+	// record small).
+	claimed, inKernel int32
+	index             index
+	entries           chunked[entry[K, V]]
 	// free lists the positions of entries removed, which new keys take.
 	free   []int32
 	more   map[int32][]claim
 	owners owners[O, K, V]
-	// claimed and inKernel count the keys with those flags.
-	claimed, inKernel int
 	// dirty lists the positions of the entries with flagDirty, in the
 	// order they were touched. An entry is removed only without flags, so
 	// a position listed here stays its key's.
 	dirty []int32
+	// groups are the entries of each group, when the kind has groups.
+	groups *groups
 }
 
 // entry is one key's state: the key, the kernel's value (have), its first
@@ -93,8 +97,12 @@ type claim struct {
 func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] {
 	var none V
 	counted := unsafe.Sizeof(none) == 0
-	return &Table[O, K, V]{kind: kind, counted: counted, index: index{seed: maphash.MakeSeed()}, more: map[int32][]claim{},
+	t := &Table[O, K, V]{kind: kind, counted: counted, more: map[int32][]claim{},
 		owners: owners[O, K, V]{seed: maphash.MakeSeed()}}
+	if kind.Group != nil {
+		t.groups = &groups{heads: map[uint32]groupHead{}}
+	}
+	return t
 }
 
 // Replace swaps every claim of o for items (none: o claims nothing any
@@ -226,6 +234,9 @@ func (t *Table[O, K, V]) Reserve(n int) {
 		return
 	}
 	t.entries.reserve(n)
+	if t.grouped() {
+		t.groups.links.reserve(n)
+	}
 	t.free = t.free[:0]
 	t.index.cells, t.index.used = make([]int32, cellsFor(n)), 0
 	t.dirty = slices.Grow(t.dirty[:0], n)
@@ -316,7 +327,7 @@ func (t *Table[O, K, V]) want(pos int32, e *entry[K, V]) (V, bool) {
 }
 
 // Len is the number of keys claimed.
-func (t *Table[O, K, V]) Len() int { return t.claimed }
+func (t *Table[O, K, V]) Len() int { return int(t.claimed) }
 
 // Claimed reports whether anyone claims k.
 func (t *Table[O, K, V]) Claimed(k K) bool {

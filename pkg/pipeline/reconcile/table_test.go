@@ -26,7 +26,7 @@ func items(kv ...any) []Item[int, string] {
 }
 
 // commitDiff diffs tb and records every change as made.
-func commitDiff(tb *Table[own, int, string]) {
+func commitDiff[V any](tb *Table[own, int, V]) {
 	for _, c := range tb.Diff() {
 		tb.Commit(c)
 	}
