@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -28,6 +29,9 @@ type rendered struct {
 	// roles and roleBindings are by namespace/name (components/dsr's).
 	roles        map[string]*rbacv1.Role
 	roleBindings map[string]*rbacv1.RoleBinding
+	// policies and policyBindings are by name (components/dsr's).
+	policies       map[string]*admissionv1.ValidatingAdmissionPolicy
+	policyBindings map[string]*admissionv1.ValidatingAdmissionPolicyBinding
 	// objects is every object as kind/name, in the build's order.
 	objects []string
 }
@@ -62,7 +66,8 @@ func build(fsys filesys.FileSystem, dir string) (*rendered, error) {
 		return nil, err
 	}
 	out := &rendered{configMaps: map[string]*corev1.ConfigMap{}, daemonSets: map[string]*appsv1.DaemonSet{},
-		roles: map[string]*rbacv1.Role{}, roleBindings: map[string]*rbacv1.RoleBinding{}}
+		roles: map[string]*rbacv1.Role{}, roleBindings: map[string]*rbacv1.RoleBinding{},
+		policies: map[string]*admissionv1.ValidatingAdmissionPolicy{}, policyBindings: map[string]*admissionv1.ValidatingAdmissionPolicyBinding{}}
 	for _, r := range m.Resources() {
 		data, err := r.AsYAML()
 		if err != nil {
@@ -88,6 +93,12 @@ func build(fsys filesys.FileSystem, dir string) (*rendered, error) {
 		case "RoleBinding":
 			rb := &rbacv1.RoleBinding{}
 			out.roleBindings[r.GetNamespace()+"/"+r.GetName()], into = rb, rb
+		case "ValidatingAdmissionPolicy":
+			p := &admissionv1.ValidatingAdmissionPolicy{}
+			out.policies[r.GetName()], into = p, p
+		case "ValidatingAdmissionPolicyBinding":
+			pb := &admissionv1.ValidatingAdmissionPolicyBinding{}
+			out.policyBindings[r.GetName()], into = pb, pb
 		default:
 			return nil, fmt.Errorf("unexpected %s %s", r.GetKind(), r.GetName())
 		}

@@ -166,9 +166,17 @@ func (c *deployClient) get(ctx context.Context, obj *unstructured.Unstructured) 
 // and returns a client that authenticates with it alone.
 func deployProxyClient(ctx context.Context, t *testing.T, admin *rest.Config, cs kubernetes.Interface) kubernetes.Interface {
 	t.Helper()
+	return deployBoundProxyClient(ctx, t, admin, cs, nil)
+}
+
+// deployBoundProxyClient is deployProxyClient with the token bound to ref,
+// as a kubelet binds a Pod's.
+func deployBoundProxyClient(ctx context.Context, t *testing.T, admin *rest.Config, cs kubernetes.Interface,
+	ref *authnv1.BoundObjectReference) kubernetes.Interface {
+	t.Helper()
 	exp := int64(600)
 	tr, err := cs.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "kube-proxy",
-		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp, BoundObjectRef: ref}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("TokenRequest for kube-system/kube-proxy: %v", err)
 	}
@@ -188,7 +196,8 @@ func deployProxyClient(ctx context.Context, t *testing.T, admin *rest.Config, cs
 // apply that changes nothing, and, with a token of the kube-proxy
 // ServiceAccount, that the RBAC grants what svcproxy needs and nothing it
 // does not; then components/dsr, whose Role grants the Leases of
-// svcproxy-dsr alone. The canary overlay goes last, over a kube-proxy DaemonSet
+// svcproxy-dsr alone, and whose admission policy lets a token bound to a
+// node write that node's Lease alone. The canary overlay goes last, over a kube-proxy DaemonSet
 // created as kubeadm creates it.
 func TestDeployManifests(t *testing.T) {
 	t0 := time.Now()

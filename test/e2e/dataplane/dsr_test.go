@@ -10,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	F "github.com/svcproxy/svcproxy/test/e2e/framework"
@@ -24,7 +28,8 @@ import (
 const dsrNamespace = "svcproxy-dsr"
 
 // testDSR: with both nodes running --bpf-dsr, each advertises its
-// decapsulation with its Lease, and a node port annotated for direct
+// decapsulation with its Lease (under the component's admission policy,
+// which lets each write its own only), and a node port annotated for direct
 // server return whose only endpoint is on node 2 is served through node 1
 // with the client's address kept, over TCP and UDP, while node 2's own
 // flows through node 1 are masqueraded; both nodes crash and restart
@@ -141,10 +146,15 @@ func leaseNames(c *F.Cluster) ([]string, error) {
 // ServiceAccount what DSR needs.
 const dsrComponent = "../../../deploy/components/dsr"
 
-// grantDSR applies the component dsr's namespace, Role and RoleBinding,
-// the binding's subject the ServiceAccount svcproxy runs as here rather
-// than kube-proxy's: the nodes then advertise with exactly the rights an
-// operator's cluster gives them.
+// kubeProxyUser is the user the component's Role and admission policy
+// name: kube-proxy's ServiceAccount.
+const kubeProxyUser = "system:serviceaccount:kube-system:kube-proxy"
+
+// grantDSR applies the component dsr's namespace, Role, RoleBinding and
+// admission policy, their subject the ServiceAccount svcproxy runs as here
+// rather than kube-proxy's, and binds the nodes' tokens to their Nodes:
+// the nodes then advertise with exactly the rights an operator's cluster
+// gives them, each its own Lease only.
 func grantDSR(t *testing.T, c *F.Cluster) {
 	t.Helper()
 	ctx, cancel := c.Ctx(time.Minute)
@@ -153,15 +163,24 @@ func grantDSR(t *testing.T, c *F.Cluster) {
 		ns      corev1.Namespace
 		role    rbacv1.Role
 		binding rbacv1.RoleBinding
+		policy  admissionv1.ValidatingAdmissionPolicy
+		pb      admissionv1.ValidatingAdmissionPolicyBinding
 	)
-	docs := componentDocs(t, "namespace.yaml", "role.yaml")
-	for i, into := range []any{&ns, &role, &binding} {
+	docs := componentDocs(t, "namespace.yaml", "role.yaml", "policy.yaml")
+	for i, into := range []any{&ns, &role, &binding, &policy, &pb} {
 		if err := yaml.UnmarshalStrict(docs[i], into); err != nil {
 			t.Fatalf("%s document %d: %v", dsrComponent, i, err)
 		}
 	}
 	saNS, saName, _ := strings.Cut(F.ProxyServiceAccount, "/")
 	binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: saNS}}
+	user := "system:serviceaccount:" + saNS + ":" + saName
+	for i, mc := range policy.Spec.MatchConditions {
+		if !strings.Contains(mc.Expression, kubeProxyUser) {
+			t.Fatalf("%s: the policy's match condition %q does not name %s", dsrComponent, mc.Expression, kubeProxyUser)
+		}
+		policy.Spec.MatchConditions[i].Expression = strings.ReplaceAll(mc.Expression, kubeProxyUser, user)
+	}
 	created := func(what string, err error) {
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("creating the component's %s: %v", what, err)
@@ -173,6 +192,45 @@ func grantDSR(t *testing.T, c *F.Cluster) {
 	created("Role", err)
 	_, err = c.Admin.RbacV1().RoleBindings(binding.Namespace).Create(ctx, &binding, metav1.CreateOptions{})
 	created("RoleBinding", err)
+	_, err = c.Admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{})
+	created("ValidatingAdmissionPolicy", err)
+	_, err = c.Admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &pb, metav1.CreateOptions{})
+	created("ValidatingAdmissionPolicyBinding", err)
+	if err := c.BindProxyTokensToNodes(); err != nil {
+		t.Fatal(err)
+	}
+	waitPolicyEnforced(t, c, ns.Name)
+}
+
+// waitPolicyEnforced waits until the API server enforces the policy (it
+// loads a new one asynchronously): a Lease that a token of the proxies'
+// ServiceAccount bound to no node would create (dry run) is refused.
+func waitPolicyEnforced(t *testing.T, c *F.Cluster, ns string) {
+	t.Helper()
+	ctx, cancel := c.Ctx(converge)
+	defer cancel()
+	token, err := c.ProxyToken(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(c.AdminConfig)
+	cfg.BearerToken = token
+	unbound, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := "policy-probe"
+	probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: holder}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+	for {
+		_, err := unbound.CoordinationV1().Leases(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsForbidden(err) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the DSR admission policy is not enforced after %v: a token bound to no node may write a Lease (err = %v)", converge, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // componentDocs reads the YAML documents of the component dsr's files, in
@@ -189,8 +247,8 @@ func componentDocs(t *testing.T, files ...string) [][]byte {
 			docs = append(docs, []byte(d))
 		}
 	}
-	if len(docs) != 3 {
-		t.Fatalf("%s: %d documents in %v, want a Namespace, a Role and a RoleBinding", dsrComponent, len(docs), files)
+	if len(docs) != 5 {
+		t.Fatalf("%s: %d documents in %v, want a Namespace, a Role, a RoleBinding, a policy and its binding", dsrComponent, len(docs), files)
 	}
 	return docs
 }

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -106,18 +107,54 @@ func (c *Cluster) setupRBAC() error {
 		return fmt.Errorf("ClusterRoleBinding: %w", err)
 	}
 	for _, n := range c.Nodes {
-		exp := int64(4 * 3600)
-		tr, err := c.Admin.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, proxySA,
-			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+		token, err := c.ProxyToken(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("TokenRequest for %s: %w", n.Name, err)
 		}
 		n.Kubecfg = filepath.Join(c.Work, n.Name+".kubeconfig")
-		if err := os.WriteFile(n.Kubecfg, []byte(c.tokenKubeconfig(tr.Status.Token)), 0o600); err != nil {
+		if err := os.WriteFile(n.Kubecfg, []byte(c.tokenKubeconfig(token)), 0o600); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// BindProxyTokensToNodes gives every node a new kubeconfig whose token is
+// bound to its Node, as a kubelet's projected token is bound to a Pod on
+// it: the API server then names the node in the requests' user extra
+// authentication.kubernetes.io/node-name, which deploy/components/dsr's
+// admission policy needs. Proxies started afterwards use it. Such a token
+// dies with its Node, so only scenarios that keep their Nodes call this.
+func (c *Cluster) BindProxyTokensToNodes() error {
+	ctx, cancel := c.Ctx(30 * time.Second)
+	defer cancel()
+	for _, n := range c.Nodes {
+		node, err := c.Admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("Node %s: %w", n.Name, err)
+		}
+		ref := &authnv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}
+		token, err := c.ProxyToken(ctx, ref)
+		if err != nil {
+			return fmt.Errorf("TokenRequest bound to Node %s: %w", n.Name, err)
+		}
+		if err := os.WriteFile(n.Kubecfg, []byte(c.tokenKubeconfig(token)), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ProxyToken requests a token of the ServiceAccount svcproxy runs as,
+// bound to ref (nil: to nothing), valid as long as the cluster may run.
+func (c *Cluster) ProxyToken(ctx context.Context, ref *authnv1.BoundObjectReference) (string, error) {
+	exp := int64(4 * 3600)
+	tr, err := c.Admin.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, proxySA, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp, BoundObjectRef: ref}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
 }
 
 func ignoreExists(err error) error {
