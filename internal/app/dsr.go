@@ -105,6 +105,7 @@ func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) 
 	if !d.cfg.BPFDSR {
 		return
 	}
+	dsrLeaseTimesForTest(d.logger)
 	if missing := addrsOffLinks(d.nodeInfo.IPs, d.cfg.BPFTCInterfaces, linkAddrs); len(missing) > 0 {
 		d.logger.Error(nil, "Not advertising DSR decapsulation: peers tunnel to this Node's addresses, and these are not on --bpf-tc-interfaces, where the tc programs decapsulate; this node's endpoints are reached as without DSR",
 			"addresses", missing, "interfaces", d.cfg.BPFTCInterfaces)
