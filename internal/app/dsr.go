@@ -100,25 +100,31 @@ func (d *daemon) withdrawDSR(ctx context.Context) {
 // node whose addresses are not all on its tc interfaces does not: peers
 // tunnel to those addresses, and only the tc programs decapsulate. It
 // withdraws what an earlier start with other interfaces advertised
-// instead, before the first sync (it runs before the sync loops).
-func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) {
+// instead, before the first sync (it runs before the sync loops). The
+// channel returned closes once it no longer advertises nor renews.
+func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) <-chan struct{} {
+	done := make(chan struct{})
 	if !d.cfg.BPFDSR {
-		return
+		close(done)
+		return done
 	}
 	dsrLeaseTimesForTest(d.logger)
 	if missing := addrsOffLinks(d.nodeInfo.IPs, d.cfg.BPFTCInterfaces, linkAddrs); len(missing) > 0 {
 		d.logger.Error(nil, "Not advertising DSR decapsulation: peers tunnel to this Node's addresses, and these are not on --bpf-tc-interfaces, where the tc programs decapsulate; this node's endpoints are reached as without DSR",
 			"addresses", missing, "interfaces", d.cfg.BPFTCInterfaces)
 		d.dsrLease().withdraw(ctx)
-		return
+		close(done)
+		return done
 	}
 	go func() {
+		defer close(done)
 		select {
 		case <-synced:
 			d.dsrLease().advertise(ctx)
 		case <-ctx.Done():
 		}
 	}()
+	return done
 }
 
 // addrsOffLinks are the addresses of ips that none of links holds, as

@@ -90,7 +90,12 @@ func TestDSRAdvertisedAfterFirstSyncs(t *testing.T) {
 	})
 	d := dsrDaemon(client, true)
 	first := newFirstSyncs([]proxy.IPFamily{proxy.IPv4, proxy.IPv6})
-	d.advertiseDSRAfter(ctx, first.done)
+	advertising := d.advertiseDSRAfter(ctx, first.done)
+	// Renewing goes on until ctx ends; it must not outlive the test's times.
+	defer func() {
+		cancel()
+		<-advertising
+	}()
 	first.afterSync(proxy.IPv4)(nil, model.Changes{})
 	time.Sleep(50 * time.Millisecond)
 	if _, ok := getLease(t, client, "n1"); ok {
@@ -297,8 +302,7 @@ func TestDSRNotAdvertisedOffTCLinks(t *testing.T) {
 	d.nodeInfo.IPs = []netip.Addr{a("192.0.2.1")}
 	synced := make(chan struct{})
 	close(synced)
-	d.advertiseDSRAfter(ctx, synced)
-	time.Sleep(100 * time.Millisecond)
+	<-d.advertiseDSRAfter(ctx, synced)
 	if _, ok := getLease(t, client, "n1"); ok {
 		t.Error("advertised with the node's address on no tc interface, or kept an earlier start's advertisement")
 	}
