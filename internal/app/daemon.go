@@ -175,7 +175,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.syncers.Store(&syncers)
 	d.cleanupAfter(ctx, firstSyncs.done)
-	d.advertiseDSRAfter(ctx, firstSyncs.done)
+	_ = d.advertiseDSRAfter(ctx, firstSyncs.done) // renews until ctx ends
 	for _, s := range syncers {
 		s.Prepare(ctx) // reads the kernel back beside the lists and the cleanup
 	}

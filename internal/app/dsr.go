@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,10 +18,14 @@ import (
 // programs decapsulate says so with a Lease named after it in
 // --bpf-dsr-namespace, held by its name and owned by its Node (so that it
 // goes with the Node). Other nodes tunnel to it only while the Lease is
-// there (watch.Peers). It is written once the programs have synced every
-// family and never renewed; it is deleted before the programs stop
-// decapsulating, which only a start without --bpf-dsr (another mode,
-// ebpf mode without the flag or without tc programs) or --cleanup does.
+// there and renewed (watch.Peers). It is written once the programs have
+// synced every family and renewed while this process runs (dsrrenew.go),
+// so that a node that stops decapsulating without withdrawing (its pins
+// wiped, its image swapped for upstream kube-proxy, the node gone dark)
+// stops getting tunnels once its renewal is overdue. It is deleted before
+// the programs stop decapsulating, which only a start without --bpf-dsr
+// (another mode, ebpf mode without the flag or without tc programs) or
+// --cleanup does.
 
 // dsrWithdrawWait is how long a withdrawal waits, once the Lease is
 // deleted, before anything stops decapsulating: the time the peers' watches
@@ -30,8 +33,8 @@ import (
 // Tests shorten it.
 var dsrWithdrawWait = 5 * time.Second
 
-// dsrAdvertiseBackoff paces the retries of an advertisement the API server
-// refused or did not answer.
+// dsrAdvertiseBackoff paces the retries of an advertisement or a renewal
+// the API server refused or did not answer.
 var dsrAdvertiseBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: time.Minute}
 
 // dsrCallTimeout bounds one API call of a withdrawal, which a start or
@@ -47,74 +50,6 @@ type dsrLease struct {
 	// (--cleanup deletes only).
 	nodeUID types.UID
 	logger  klog.Logger
-}
-
-// want is the Lease as this node advertises itself.
-func (l *dsrLease) want() *coordinationv1.Lease {
-	holder := l.node
-	now := metav1.NewMicroTime(time.Now())
-	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: l.node, Namespace: l.namespace,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: l.node, UID: l.nodeUID}}},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &now},
-	}
-}
-
-// advertise writes the Lease, retrying with backoff until it is written or
-// ctx ends; each failure is logged. Syncing goes on meanwhile: until it is
-// written, peers only masquerade to this node's endpoints, as without DSR.
-func (l *dsrLease) advertise(ctx context.Context) {
-	backoff := dsrAdvertiseBackoff
-	for {
-		err := l.put(ctx)
-		if err == nil {
-			l.logger.Info("Advertising DSR decapsulation", "lease", l.namespace+"/"+l.node)
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		delay := backoff.Step()
-		l.logger.Error(err, "Advertising DSR decapsulation failed; peers masquerade to this node's endpoints until it succeeds",
-			"lease", l.namespace+"/"+l.node, "retryIn", delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-	}
-}
-
-// put creates the Lease, or updates one whose holder or owner is not this
-// Node's (an earlier Node of the name): one that says what this node
-// would write stays as it is.
-func (l *dsrLease) put(ctx context.Context) error {
-	api := l.client.CoordinationV1().Leases(l.namespace)
-	want := l.want()
-	_, err := api.Create(ctx, want, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	have, err := api.Get(ctx, l.node, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if sameAdvertisement(have, want) {
-		return nil
-	}
-	have.OwnerReferences, have.Spec = want.OwnerReferences, want.Spec
-	_, err = api.Update(ctx, have, metav1.UpdateOptions{})
-	return err
-}
-
-// sameAdvertisement says whether have names the holder and owner want
-// names.
-func sameAdvertisement(have, want *coordinationv1.Lease) bool {
-	if have.Spec.HolderIdentity == nil || *have.Spec.HolderIdentity != *want.Spec.HolderIdentity || len(have.OwnerReferences) != 1 {
-		return false
-	}
-	o, w := have.OwnerReferences[0], want.OwnerReferences[0]
-	return o.Kind == w.Kind && o.Name == w.Name && o.UID == w.UID
 }
 
 // withdraw deletes the Lease and, if there was one, waits dsrWithdrawWait
@@ -165,24 +100,31 @@ func (d *daemon) withdrawDSR(ctx context.Context) {
 // node whose addresses are not all on its tc interfaces does not: peers
 // tunnel to those addresses, and only the tc programs decapsulate. It
 // withdraws what an earlier start with other interfaces advertised
-// instead, before the first sync (it runs before the sync loops).
-func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) {
+// instead, before the first sync (it runs before the sync loops). The
+// channel returned closes once it no longer advertises nor renews.
+func (d *daemon) advertiseDSRAfter(ctx context.Context, synced <-chan struct{}) <-chan struct{} {
+	done := make(chan struct{})
 	if !d.cfg.BPFDSR {
-		return
+		close(done)
+		return done
 	}
+	dsrLeaseTimesForTest(d.logger)
 	if missing := addrsOffLinks(d.nodeInfo.IPs, d.cfg.BPFTCInterfaces, linkAddrs); len(missing) > 0 {
 		d.logger.Error(nil, "Not advertising DSR decapsulation: peers tunnel to this Node's addresses, and these are not on --bpf-tc-interfaces, where the tc programs decapsulate; this node's endpoints are reached as without DSR",
 			"addresses", missing, "interfaces", d.cfg.BPFTCInterfaces)
 		d.dsrLease().withdraw(ctx)
-		return
+		close(done)
+		return done
 	}
 	go func() {
+		defer close(done)
 		select {
 		case <-synced:
 			d.dsrLease().advertise(ctx)
 		case <-ctx.Done():
 		}
 	}()
+	return done
 }
 
 // addrsOffLinks are the addresses of ips that none of links holds, as

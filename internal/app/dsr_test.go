@@ -30,14 +30,15 @@ import (
 
 const testDSRNamespace = "svcproxy-dsr"
 
-// shortDSRTimes makes the withdrawal's wait and the advertisement's
-// retries short for one test.
+// shortDSRTimes makes the withdrawal's wait, the advertisement's retries
+// and its renew period short for one test.
 func shortDSRTimes(t *testing.T, withdrawWait time.Duration) {
 	t.Helper()
-	oldWait, oldBackoff := dsrWithdrawWait, dsrAdvertiseBackoff
+	oldWait, oldBackoff, oldRenew := dsrWithdrawWait, dsrAdvertiseBackoff, dsrRenewPeriod
 	dsrWithdrawWait = withdrawWait
 	dsrAdvertiseBackoff = wait.Backoff{Duration: 5 * time.Millisecond, Factor: 1, Steps: 1 << 30}
-	t.Cleanup(func() { dsrWithdrawWait, dsrAdvertiseBackoff = oldWait, oldBackoff })
+	dsrRenewPeriod = 5 * time.Millisecond
+	t.Cleanup(func() { dsrWithdrawWait, dsrAdvertiseBackoff, dsrRenewPeriod = oldWait, oldBackoff, oldRenew })
 }
 
 // dsrDaemon is a daemon of node n1 (Node UID uid-n1) over client, with
@@ -89,7 +90,12 @@ func TestDSRAdvertisedAfterFirstSyncs(t *testing.T) {
 	})
 	d := dsrDaemon(client, true)
 	first := newFirstSyncs([]proxy.IPFamily{proxy.IPv4, proxy.IPv6})
-	d.advertiseDSRAfter(ctx, first.done)
+	advertising := d.advertiseDSRAfter(ctx, first.done)
+	// Renewing goes on until ctx ends; it must not outlive the test's times.
+	defer func() {
+		cancel()
+		<-advertising
+	}()
 	first.afterSync(proxy.IPv4)(nil, model.Changes{})
 	time.Sleep(50 * time.Millisecond)
 	if _, ok := getLease(t, client, "n1"); ok {
@@ -112,8 +118,9 @@ func TestDSRAdvertisedAfterFirstSyncs(t *testing.T) {
 }
 
 // TestDSRAdvertisementOfEarlierNodeReplaced: a Lease left by an earlier
-// Node of the name (another UID) is taken over; this Node's own is left
-// as it is (never renewed: a restart writes nothing).
+// Node of the name (another UID) is taken over; this Node's own, as a
+// restart finds it, is renewed (renew time and duration written, acquire
+// time kept).
 func TestDSRAdvertisementOfEarlierNodeReplaced(t *testing.T) {
 	client := fake.NewClientset(staleLease("n1", "earlier"))
 	l := dsrDaemon(client, true).dsrLease()
@@ -124,14 +131,21 @@ func TestDSRAdvertisementOfEarlierNodeReplaced(t *testing.T) {
 	if got.OwnerReferences[0].UID != "uid-n1" || got.Spec.AcquireTime == nil {
 		t.Errorf("the earlier Node's Lease was not taken over: %+v", got)
 	}
-	client.ClearActions()
+	acquired := got.Spec.AcquireTime.Time
+	old := metav1.NewMicroTime(time.Unix(1700000000, 0))
+	got.Spec.RenewTime = &old
+	if _, err := client.CoordinationV1().Leases(testDSRNamespace).Update(context.Background(), got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := l.put(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range client.Actions() {
-		if a.GetVerb() == "update" {
-			t.Errorf("the node's own Lease was written again: %v", a)
-		}
+	got, _ = getLease(t, client, "n1")
+	if got.Spec.RenewTime == nil || !got.Spec.RenewTime.After(old.Time) || !got.Spec.AcquireTime.Time.Equal(acquired) {
+		t.Errorf("the node's own Lease at a restart: %+v, want renewed, acquired at %v", got.Spec, acquired)
+	}
+	if d := got.Spec.LeaseDurationSeconds; d == nil || *d != int32(dsrLeaseDuration/time.Second) {
+		t.Errorf("lease duration %v, want %v", d, dsrLeaseDuration)
 	}
 }
 
@@ -288,8 +302,7 @@ func TestDSRNotAdvertisedOffTCLinks(t *testing.T) {
 	d.nodeInfo.IPs = []netip.Addr{a("192.0.2.1")}
 	synced := make(chan struct{})
 	close(synced)
-	d.advertiseDSRAfter(ctx, synced)
-	time.Sleep(100 * time.Millisecond)
+	<-d.advertiseDSRAfter(ctx, synced)
 	if _, ok := getLease(t, client, "n1"); ok {
 		t.Error("advertised with the node's address on no tc interface, or kept an earlier start's advertisement")
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Peer is another node that decapsulates direct-server-return tunnels.
@@ -32,8 +33,10 @@ type Peer struct {
 // change. A node advertises with a Lease named after it, held by it, and
 // owned by its Node (so that it goes with the Node); the Lease only says
 // that the node decapsulates, never where to: a node cannot point other
-// nodes' traffic elsewhere. The Leases are never renewed: one is written
-// when a node starts advertising and deleted when it stops.
+// nodes' traffic elsewhere. It is written when a node starts advertising,
+// renewed while it does, and deleted when it stops; one whose renewal is
+// overdue (leaseObservations) no longer counts, without any event: a
+// timer re-checks at the earliest expiry.
 type Peers struct {
 	client    kubernetes.Interface
 	resync    time.Duration
@@ -41,10 +44,17 @@ type Peers struct {
 	namespace string
 	self      string
 	changed   func([]Peer)
+	clock     clock.WithDelayedExecution
 
 	// mu serializes updates: a late one must not report older peers.
-	mu   sync.Mutex
-	last []Peer
+	mu       sync.Mutex
+	last     []Peer
+	observed leaseObservations
+	// recheck updates from the stores; expiry runs it at the earliest
+	// expiry of a counted Lease. stopped is set once ctx ended.
+	recheck func()
+	expiry  clock.Timer
+	stopped bool
 	// handled reports whether both handlers have seen their initial
 	// lists; nil before start. reported is set once those were reported.
 	handled  func() bool
@@ -55,7 +65,8 @@ type Peers struct {
 // changed (from an informer's goroutine) with the peers of node self
 // after every change of them.
 func NewPeers(client kubernetes.Interface, resync time.Duration, namespace, self string, changed func([]Peer)) *Peers {
-	return &Peers{client: client, resync: resync, reconnect: ReconnectBackoff, namespace: namespace, self: self, changed: changed}
+	return &Peers{client: client, resync: resync, reconnect: ReconnectBackoff, namespace: namespace, self: self, changed: changed,
+		clock: clock.RealClock{}}
 }
 
 // StartOn runs the Lease informer until ctx ends, and registers the
@@ -69,6 +80,7 @@ func (w *Peers) StartOn(ctx context.Context, nodes *ClusterNodes) error {
 	}
 	listNodes, listLeases := nodes.informer.GetStore().List, leases.GetStore().List
 	update := func() { w.update(listNodes, listLeases) }
+	w.recheck = update
 	nodesReg, err := nodes.informer.AddEventHandler(w.handler(update, sameAddrs))
 	if err != nil {
 		return err
@@ -85,6 +97,10 @@ func (w *Peers) StartOn(ctx context.Context, nodes *ClusterNodes) error {
 		}
 	}()
 	go leases.RunWithContext(ctx)
+	go func() {
+		<-ctx.Done()
+		w.stopExpiry()
+	}()
 	return nil
 }
 
@@ -120,16 +136,47 @@ func (w *Peers) WaitForInitialList(ctx context.Context, timeout time.Duration) b
 
 // update reports the peers the stores hold now, if they changed; listing
 // under the lock keeps a concurrent update from reporting older ones.
+// Leases whose renewal is overdue do not count.
 func (w *Peers) update(nodes, leases func() []any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	peers := PeersOf(w.self, nodes(), leases())
+	if w.stopped {
+		return
+	}
+	now := w.clock.Now()
+	live, next := w.observed.live(leases(), now)
+	w.armExpiry(next, now)
+	peers := PeersOf(w.self, nodes(), live)
 	if w.last != nil && slices.EqualFunc(peers, w.last, Peer.equal) {
 		return
 	}
 	w.last = peers
 	klog.V(2).InfoS("DSR peers changed", "count", len(peers))
 	w.changed(peers)
+}
+
+// armExpiry has the peers updated at next, when a counted Lease expires
+// (never, if next is zero), instead of at any earlier time it was armed
+// for. w.mu is held.
+func (w *Peers) armExpiry(next, now time.Time) {
+	if w.expiry != nil {
+		w.expiry.Stop()
+		w.expiry = nil
+	}
+	if !next.IsZero() && !w.stopped {
+		// In a goroutine of its own: a clock may run its timers' functions
+		// while it holds its own lock, which update's Now would wait for.
+		recheck := w.recheck
+		w.expiry = w.clock.AfterFunc(next.Sub(now), func() { go recheck() })
+	}
+}
+
+// stopExpiry stops re-checking once the watch ends.
+func (w *Peers) stopExpiry() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	w.armExpiry(time.Time{}, time.Time{})
 }
 
 func (p Peer) equal(o Peer) bool { return p.Name == o.Name && slices.Equal(p.IPs, o.IPs) }
@@ -176,7 +223,8 @@ func ownedBy(l *coordinationv1.Lease, node *v1.Node) bool {
 }
 
 // trimLease is the Lease informer's transform: a Lease becomes its
-// identity, its owners and its holder; anything else passes unchanged.
+// identity, its owners, its holder, its renew time and its duration;
+// anything else passes unchanged.
 func trimLease(obj any) (any, error) {
 	l, ok := obj.(*coordinationv1.Lease)
 	if !ok {
@@ -185,5 +233,6 @@ func trimLease(obj any) (any, error) {
 	out := &coordinationv1.Lease{ObjectMeta: identity(&l.ObjectMeta)}
 	out.OwnerReferences = l.OwnerReferences
 	out.Spec.HolderIdentity = l.Spec.HolderIdentity
+	out.Spec.RenewTime, out.Spec.LeaseDurationSeconds = l.Spec.RenewTime, l.Spec.LeaseDurationSeconds
 	return out, nil
 }

@@ -82,9 +82,11 @@ func TestPeersOf(t *testing.T) {
 }
 
 // TestTrimLeaseKeepsIdentityHolderOwners: the store keeps of a Lease what
-// the join reads, and not the rest of its spec, labels or annotations.
+// the join and the expiry read, and not the rest of its spec, labels or
+// annotations.
 func TestTrimLeaseKeepsIdentityHolderOwners(t *testing.T) {
-	l := dsrLease("b", "b", "uid-b")
+	renew := time.Unix(1700000030, 0)
+	l := renewedLease("b", renew, 90)
 	l.ResourceVersion, l.UID = "7", "lease-uid"
 	l.Labels = map[string]string{"x": "y"}
 	now := metav1.NewMicroTime(time.Unix(1700000000, 0))
@@ -93,7 +95,7 @@ func TestTrimLeaseKeepsIdentityHolderOwners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := dsrLease("b", "b", "uid-b")
+	want := renewedLease("b", renew, 90)
 	want.ResourceVersion, want.UID = "7", "lease-uid"
 	if got := obj.(*coordinationv1.Lease); fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 		t.Errorf("trimmed to\n%+v\nwant\n%+v", got, want)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,13 +34,25 @@ const dsrNamespace = "svcproxy-dsr"
 // server return whose only endpoint is on node 2 is served through node 1
 // with the client's address kept, over TCP and UDP, while node 2's own
 // flows through node 1 are masqueraded; both nodes crash and restart
-// under load without a failed request. Node 2 restarted
+// under load without a failed request. Node 2's svcproxy stopped no
+// longer renews its Lease, and node 1 masquerades once it expires, then
+// tunnels again once node 2 goes on. Node 2 restarted
 // without --bpf-dsr withdraws its Lease, and node 1 masquerades the
 // next connections again, all answered.
 func testDSR(t *testing.T, c *F.Cluster) {
 	grantDSR(t, c)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	defaults := map[*F.Node][]string{n1: n1.ExtraArgs, n2: n2.ExtraArgs}
+	// Node 2 renews every second for 3 s (a test build's knob), so that
+	// its Lease expires within converge.
+	n2.Bin, n2.BinTC = F.FaultInjectBinary(t), true
+	if err := os.Setenv(dsrLeaseTimesEnv, "1s,3s"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		os.Unsetenv(dsrLeaseTimesEnv)
+		n2.Bin, n2.BinTC = "", false
+	}()
 	restart := func(n *F.Node, args ...string) {
 		t.Helper()
 		n.Proxy.Stop(10 * time.Second)
@@ -71,6 +84,7 @@ func testDSR(t *testing.T, c *F.Cluster) {
 		c.Expect(fmt.Sprintf("node%d", n2.Index), tg, converge, sourceIs(F.AllOf(pod.Name), n1.IP))
 	}
 	dsrCrashesUnderLoad(t, c, frontends(svc, n1.IP, true), pod.Name)
+	dsrLeaseExpires(t, c, frontends(svc, n1.IP, true), pod.Name)
 
 	restart(n2)
 	waitLeases(t, c, n1.Name)
@@ -108,6 +122,45 @@ func dsrCrashesUnderLoad(t *testing.T, c *F.Cluster, targets []F.Target, pod str
 		if err := sourceIs(F.OnlyBy(pod), F.ExtIP)(rs); err != nil {
 			t.Errorf("%s: %v", what, err)
 		}
+	}
+}
+
+// dsrLeaseTimesEnv is what the test build of svcproxy
+// (internal/app/faultinject_on.go) takes the DSR Lease's renew period and
+// duration from.
+const dsrLeaseTimesEnv = "SVCPROXY_E2E_DSR_LEASE"
+
+// dsrLeaseExpires: node 2's svcproxy stopped (SIGSTOP), its Lease stays
+// but is no longer renewed; once its duration has passed node 1 no longer
+// counts node 2 as a peer and masquerades new flows to its endpoint
+// (node 2's pinned programs still decapsulate: only the Lease's expiry
+// turns the tunnel off). Continued (SIGCONT), node 2 renews and node 1
+// tunnels again.
+func dsrLeaseExpires(t *testing.T, c *F.Cluster, targets []F.Target, pod string) {
+	t.Helper()
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	pid := n2.Proxy.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	for _, tg := range targets {
+		c.Expect("ext", tg, converge, sourceIs(F.AllOf(pod), n1.IP))
+	}
+	if names, err := leaseNames(c); err != nil || !slices.Contains(names, n2.Name) {
+		t.Errorf("DSR Leases %v (%v): node 2's went, so the masquerade is not its expiry's", names, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	for _, tg := range targets {
+		c.Expect("ext", tg, converge, sourceIs(F.AllOf(pod), F.ExtIP))
 	}
 }
 
