@@ -68,7 +68,10 @@ func (l *dsrLease) withdraw(ctx context.Context) {
 		l.logger.V(2).Info("No DSR advertisement of an earlier start to withdraw", "lease", lease)
 		return
 	case apierrors.IsForbidden(err):
-		l.logger.Info("Cannot look for a DSR advertisement of an earlier start: not allowed (deploy/components/dsr grants it)", "lease", lease)
+		// The API server's words say which refused: RBAC (no component
+		// dsr) or the component's admission policy (a token that names no
+		// node, or another node).
+		l.logger.Info("Cannot look for a DSR advertisement of an earlier start: not allowed (deploy/components/dsr grants it)", "lease", lease, "reason", err.Error())
 		return
 	case err != nil:
 		l.logger.Error(err, "Withdrawing the DSR advertisement of an earlier start failed; peers may tunnel here until it is deleted", "lease", lease)

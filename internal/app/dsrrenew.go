@@ -14,11 +14,15 @@ import (
 // dsrRenewPeriod is how often an advertising node renews its Lease, and
 // dsrLeaseDuration the leaseDurationSeconds it writes: how long the peers
 // go on tunnelling here after they last saw a renewal. Two renewals may
-// fail (the API server away, a retry backing off) before they stop.
+// fail (the API server away, a retry backing off) before they stop. Every
+// renewal reaches every node's watch, so the period is kubelet's default
+// for reporting an unchanged Node status, which the same watchers receive
+// already: the renewals at most double what DSR's watches carry, where a
+// period of seconds would make them the bulk of it on a large cluster.
 // Tests shorten them.
 var (
-	dsrRenewPeriod   = 30 * time.Second
-	dsrLeaseDuration = 90 * time.Second
+	dsrRenewPeriod   = 5 * time.Minute
+	dsrLeaseDuration = 15 * time.Minute
 )
 
 // errNotAdvertised is a renewal's finding that the Lease is gone or names
