@@ -2,7 +2,6 @@ package watch
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -38,14 +37,7 @@ func TestClusterSourcesFollowNodes(t *testing.T) {
 	nodes.Start(ctx)
 	expect := func(want string) {
 		t.Helper()
-		select {
-		case p := <-got:
-			if s := fmt.Sprint(p); s != want {
-				t.Fatalf("cluster sources %s, want %s", s, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no update, want %s", want)
-		}
+		expectNext(t, got, "cluster sources", want)
 	}
 	expect("[10.244.0.0/24 192.0.2.5/32 192.0.2.6/32 203.0.113.9/32 2001:db8::5/128 fd00:10::/64]")
 	if !w.WaitForInitialList(ctx, 10*time.Second) {

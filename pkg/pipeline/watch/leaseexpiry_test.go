@@ -104,14 +104,7 @@ func TestPeersExpireWithoutEvents(t *testing.T) {
 	nodes.Start(ctx)
 	expect := func(want string) {
 		t.Helper()
-		select {
-		case p := <-got:
-			if fmt.Sprint(p) != want {
-				t.Fatalf("peers %v, want %s", p, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no update, want %s", want)
-		}
+		expectNext(t, got, "peers", want)
 	}
 	expect("[{a [192.0.2.1]} {old [192.0.2.2]}]")
 	clk.Step(90*time.Second + leaseExpiryGrace - time.Millisecond)

@@ -131,14 +131,7 @@ func TestPeersFollowLeasesAndNodes(t *testing.T) {
 	nodes.Start(ctx)
 	expect := func(want string) {
 		t.Helper()
-		select {
-		case p := <-got:
-			if fmt.Sprint(p) != want {
-				t.Fatalf("peers %v, want %s", p, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no update, want %s", want)
-		}
+		expectNext(t, got, "peers", want)
 	}
 	expect("[{a [192.0.2.1]}]")
 	if !w.WaitForInitialList(ctx, 10*time.Second) {
@@ -181,5 +174,19 @@ func TestPeersFollowLeasesAndNodes(t *testing.T) {
 	case p := <-got:
 		t.Errorf("unexpected update %v", p)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// expectNext waits for the next value of got and fails unless it prints
+// as want; what names the values in messages.
+func expectNext[T any](t *testing.T, got <-chan T, what, want string) {
+	t.Helper()
+	select {
+	case v := <-got:
+		if s := fmt.Sprint(v); s != want {
+			t.Fatalf("%s %s, want %s", what, s, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no update, want %s", want)
 	}
 }
