@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -60,11 +61,21 @@ func (l *dsrLease) advertise(ctx context.Context) {
 		return
 	}
 	l.logger.Info("Advertising DSR decapsulation", "lease", l.name(), "renewEvery", dsrRenewPeriod, "duration", dsrLeaseDuration)
-	for sleepCtx(ctx, dsrRenewPeriod) {
+	for sleepCtx(ctx, renewDelay(dsrRenewPeriod, rand.Float64())) {
 		if !l.retry(ctx, l.renew, "Renewing the DSR advertisement failed; peers stop tunnelling here if it stays overdue") {
 			return
 		}
 	}
+}
+
+// renewDelay is the wait before a renewal: period, spread by up to a tenth
+// either way (u is uniform in [0, 1)), so that nodes whose renewals fell
+// into step (retries that ended together after an API server outage, a
+// cluster's nodes started at once) drift apart again instead of sending
+// every node's renewal, and every watch its fan-out, at one moment. The
+// Lease's duration (three periods) leaves room for two late renewals.
+func renewDelay(period time.Duration, u float64) time.Duration {
+	return time.Duration(float64(period) * (0.9 + 0.2*u))
 }
 
 // retry runs op until it succeeds (true), ctx ends or op finds the Lease

@@ -147,3 +147,21 @@ func TestDSRRenewRereadsOnConflict(t *testing.T) {
 		t.Errorf("%d reads, %d conflicts left; want the Lease read again after the conflict", gets, conflicts)
 	}
 }
+
+// TestRenewDelaySpreadsRenewals: renewals come within a tenth of the
+// period either way, so nodes in step drift apart, and two late ones still
+// fit in the Lease's duration.
+func TestRenewDelaySpreadsRenewals(t *testing.T) {
+	p := 5 * time.Minute
+	for _, c := range []struct {
+		u    float64
+		want time.Duration
+	}{{0, 270 * time.Second}, {0.5, p}, {0.999999, 330 * time.Second}} {
+		if got := renewDelay(p, c.u); got.Round(time.Second) != c.want {
+			t.Errorf("renewDelay(%v, %v) = %v, want %v", p, c.u, got, c.want)
+		}
+	}
+	if d := renewDelay(dsrRenewPeriod, 0.999999); 2*d >= dsrLeaseDuration {
+		t.Errorf("two late renewals (%v each) outlast the Lease's %v", d, dsrLeaseDuration)
+	}
+}
