@@ -167,6 +167,35 @@ func (t *Table[O, K, V]) removeIfEmpty(pos int32) {
 	}
 }
 
+// State returns what the table holds of k (its Key is k): the state a
+// backend that kept only a key since the diff spells its change from.
+func (t *Table[O, K, V]) State(k K) KeyState[K, V] {
+	st := KeyState[K, V]{Key: k}
+	if pos, ok := t.lookup(k); ok {
+		e := t.entries.at(pos)
+		st.Want, st.Wanted = t.want(pos, e)
+		st.Have, st.Held = e.have, e.flags&flagKernel != 0
+	}
+	return st
+}
+
+// CommitWant records that the kernel made k's change, whichever it was: it
+// holds what k's claims want now, or, when none claims k, nothing. A
+// backend that kept only the key since the diff commits with it (one
+// lookup), as long as no claim changed in between.
+func (t *Table[O, K, V]) CommitWant(k K) {
+	pos, ok := t.lookup(k)
+	if !ok {
+		return
+	}
+	e := t.entries.at(pos)
+	if want, wok := t.want(pos, e); wok {
+		t.setKernelAt(pos, want)
+		return
+	}
+	t.dropKernelAt(pos)
+}
+
 // Commit records that the kernel made c: it holds c.Want now, or, for a
 // Delete, nothing.
 func (t *Table[O, K, V]) Commit(c Change[K, V]) {

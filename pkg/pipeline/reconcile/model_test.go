@@ -95,6 +95,9 @@ func (w *world[V]) sync(mode proxy.SyncMode, changed []own) {
 		w.tb.Reserve(w.r.IntN(20))
 		for o, its := range w.model.parts {
 			w.tb.Replace(o, its)
+			if w.r.IntN(4) == 0 {
+				w.tb.Grow(w.r.IntN(40)) // a hint taken mid-claims
+			}
 		}
 	} else {
 		for _, o := range changed {

@@ -213,6 +213,14 @@ func (s *store) hasElems(set string) bool {
 	return ok && (s.setElems.GroupInKernel(g) || s.mapElems.GroupInKernel(g))
 }
 
+// growLike grows the element tables for total owners' claims, from what
+// the first done of them claimed.
+func (s *store) growLike(done, total int) {
+	scale := func(n int) int { return int(int64(n) * int64(total) / int64(done)) }
+	s.setElems.Grow(scale(s.setElems.Len()))
+	s.mapElems.Grow(scale(s.mapElems.Len()))
+}
+
 // reserveOwners makes room for n owners ahead of a cold sync's claims.
 func (s *store) reserveOwners(n int) {
 	s.parts.reserve(n)

@@ -162,7 +162,11 @@ func (p *Proxier) cleanupFailed(err *cleanupError) error {
 // fullClaims renders every part (renderAhead: on a goroutine of its own)
 // and claims each as soon as it is rendered, so that the rendered specs of
 // every Service are never alive at once (≈ 11 MB at 10k × 10; at most
-// renderAheadParts wait).
+// renderAheadParts wait). Into an empty store (a cold start) the first
+// sixteenth of the parts, in name order, tells how many elements the whole
+// will claim (service ports spread over the shards by the hash of their
+// name), and the element tables are grown for that once instead of step
+// by step as the rest comes.
 func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 	// In name order: the elements are sent in the order they were
 	// claimed, so a full sync of the same State sends the same
@@ -170,9 +174,16 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 	names := slices.AppendSeq(make([]proxy.ServicePortName, 0, st.Services.Len()), st.Services.Keys())
 	slices.SortFunc(names, proxy.ServicePortName.Compare)
 	p.store.reserveOwners(len(names) + 1)
+	sample := 0
+	if !p.store.holdsElements() && len(names) >= minSizingSample*16 {
+		sample = len(names) / 16
+	}
 	p.store.replace(owner{}, renderGlobal(st, cfg))
 	parts, recycle := renderAhead(cfg, st, names)
-	for _, name := range names {
+	for i, name := range names {
+		if i == sample && sample > 0 {
+			p.store.growLike(i, len(names))
+		}
 		pt := p.store.assignSlots(<-parts)
 		var elems []elemSpec
 		if pt != nil {
@@ -219,6 +230,10 @@ func renderAhead(cfg *config, st *desired.State, names []proxy.ServicePortName) 
 // enough to ride over a claim that takes longer (a collection), few enough
 // to stay a few hundred kilobytes.
 const renderAheadParts = 64
+
+// minSizingSample is the fewest parts fullClaims sizes the element tables
+// from: a smaller store grows cheaply enough.
+const minSizingSample = 64
 
 // renderClaim renders sp (nil: gone) and replaces name's claims with its
 // part's, and recycles the part's element list.

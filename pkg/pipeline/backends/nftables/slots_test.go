@@ -94,7 +94,7 @@ func TestSlotGroupChanges(t *testing.T) {
 		t.Fatalf("%d changes of the group, want 1", len(cs))
 	}
 	var got []knft.Change
-	mapChanges(cs[0], func(c knft.Change) bool { got = append(got, c); return true })
+	mapChanges(s.mapElems.State(k), func(c knft.Change) bool { got = append(got, c); return true })
 	want := []knft.Change{
 		{Key: slotElemKey("fe", 1), Value: "b", Add: true},
 		{Key: slotElemKey("fe", 2), Value: "d", Del: true, Add: true},
@@ -106,7 +106,7 @@ func TestSlotGroupChanges(t *testing.T) {
 	if n := mapChangeOps(cs[0]); n != 4 {
 		t.Errorf("%d operations, want 4", n)
 	}
-	s.mapElems.Commit(cs[0])
+	s.mapElems.CommitWant(k)
 	if v, ok := s.kernel(k); v != group("a|b|d") || !ok {
 		t.Errorf("kernel side %q present=%v after commit, want %q", v, ok, group("a|b|d"))
 	}
