@@ -135,8 +135,9 @@ func (w *world[V]) sync(mode proxy.SyncMode, changed []own) {
 }
 
 // diffFunc applies the table's changes as nftables does: counted first
-// (Changes), then taken (DiffFunc), each committed once the kernel made
-// it; a refused one stops the rest.
+// (Changes), then taken (DiffFunc), each spelled from its key's State and
+// committed once the kernel made it (Commit, or CommitWant by its key); a
+// refused one stops the rest.
 func (w *world[V]) diffFunc(want map[int]V, failed *bool) error {
 	var peek, cs []Change[int, V]
 	w.tb.Changes(func(c Change[int, V]) { peek = append(peek, c) })
@@ -146,12 +147,21 @@ func (w *world[V]) diffFunc(want map[int]V, failed *bool) error {
 	}
 	for _, c := range cs {
 		w.checkChange(c, want)
+		// What a backend that kept only the key spells the change from.
+		st := w.tb.State(c.Key)
+		if st.Wanted != (c.Op != Delete) || st.Held != (c.Op != Add) || (st.Wanted && st.Want != c.Want) || (st.Held && st.Have != c.Have) {
+			w.t.Fatalf("State(%d) = %+v after the diff's %+v", c.Key, st, c)
+		}
 		if w.r.Float64() < w.failP {
 			*failed = true
 			return errors.New("refused")
 		}
 		w.apply(c)
-		w.tb.Commit(c)
+		if w.r.IntN(2) == 0 {
+			w.tb.Commit(c)
+		} else {
+			w.tb.CommitWant(c.Key)
+		}
 	}
 	return nil
 }
