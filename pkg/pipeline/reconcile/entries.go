@@ -4,8 +4,8 @@ package reconcile
 // names its chunk and its place in it. A table grows without copying its
 // entries (a cold sync adds every key, and a slice grown by append copies
 // a large one many times over) and holds at most a chunk's room beyond
-// its keys. The last chunk grows by doubling up to its full size, so that
-// a table of a few keys holds a few entries. A grouped table keeps its
+// its keys. The first chunk grows by doubling up to its full size, so that
+// a table of a few keys holds a few entries; the others are made whole. A grouped table keeps its
 // entries' links (groups.go) in chunks of the same shape, by position.
 
 // chunkBits is the log2 of a chunk's number of entries.
@@ -28,7 +28,13 @@ func (s *chunked[T]) at(pos int32) *T {
 func (s *chunked[T]) add(e T) int32 {
 	c := s.n >> chunkBits
 	if c == len(s.chunks) {
-		s.chunks = append(s.chunks, nil)
+		var chunk []T
+		if c > 0 {
+			// A table past its first chunk is a large one: its next
+			// chunk is made whole rather than grown by copies.
+			chunk = make([]T, 0, chunkLen)
+		}
+		s.chunks = append(s.chunks, chunk)
 	}
 	last := s.chunks[c]
 	if len(last) == cap(last) {

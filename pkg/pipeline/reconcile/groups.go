@@ -118,6 +118,16 @@ func (t *Table[O, K, V]) GroupLen(g uint32) int {
 	return n
 }
 
+// GroupBound is a bound on GroupLen in no time: the number of entries of
+// group g, which counts also the keys only dirty (their last claim
+// dropped, until the next diff removes them).
+func (t *Table[O, K, V]) GroupBound(g uint32) int {
+	if !t.grouped() {
+		return 0
+	}
+	return int(t.groups.heads[g].n)
+}
+
 // GroupKeys yields every key of group g that is claimed or held by the
 // kernel, in no particular order, not to be changed while ranging: what a
 // backend writes (each claimed one with Want) when it re-creates the
@@ -128,6 +138,35 @@ func (t *Table[O, K, V]) GroupKeys(g uint32) iter.Seq[K] {
 		for pos := range t.members(g) {
 			e := t.entries.at(pos)
 			if e.flags&(flagClaimed|flagKernel) != 0 && !yield(e.key) {
+				return
+			}
+		}
+	}
+}
+
+// KeyState is what a table holds of one key: the value its claims want
+// (Want's) and whether any claim it, the kernel's value and whether the
+// kernel holds it.
+type KeyState[K comparable, V any] struct {
+	Key    K
+	Want   V
+	Wanted bool
+	Have   V
+	Held   bool
+}
+
+// GroupStates yields the state of every key GroupKeys yields, without a
+// lookup of each, not to be changed while ranging.
+func (t *Table[O, K, V]) GroupStates(g uint32) iter.Seq[KeyState[K, V]] {
+	return func(yield func(KeyState[K, V]) bool) {
+		for pos := range t.members(g) {
+			e := t.entries.at(pos)
+			if e.flags&(flagClaimed|flagKernel) == 0 {
+				continue
+			}
+			want, ok := t.want(pos, e)
+			st := KeyState[K, V]{Key: e.key, Want: want, Wanted: ok, Have: e.have, Held: e.flags&flagKernel != 0}
+			if !yield(st) {
 				return
 			}
 		}

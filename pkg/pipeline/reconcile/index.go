@@ -31,6 +31,9 @@ func cellsFor(n int) int {
 
 func (t *Table[O, K, V]) hash(k K) int {
 	// The owners' seed: one for both keeps the table's own record small.
+	if t.kind.Hash != nil {
+		return int(t.kind.Hash(t.owners.seed, k))
+	}
 	return int(maphash.Comparable(t.owners.seed, k))
 }
 

@@ -94,6 +94,20 @@ func (t *Table[O, K, V]) Diff() []Change[K, V] {
 	return out
 }
 
+// DiffFunc is Diff for a backend that orders the changes itself (nftables
+// groups them by set and phase): it calls fn with each change, in the
+// order the keys were touched, instead of collecting them.
+func (t *Table[O, K, V]) DiffFunc(fn func(Change[K, V])) {
+	t.dirtyChanges(true, fn)
+}
+
+// Changes calls fn with each change the next Diff returns, in the same
+// order, and leaves the keys dirty: a first pass that sizes what the Diff
+// then fills.
+func (t *Table[O, K, V]) Changes(fn func(Change[K, V])) {
+	t.dirtyChanges(false, fn)
+}
+
 // dirtyChanges calls fn with the change of each dirty key that needs one,
 // in the order they were touched; with clearDirty it clears the dirty set
 // on the way.
@@ -109,6 +123,10 @@ func (t *Table[O, K, V]) dirtyChanges(clearDirty bool, fn func(Change[K, V])) {
 			fn(Change[K, V]{Op: Delete, Key: e.key, Have: e.have})
 		case wok && !t.kind.Equal(want, e.have):
 			fn(Change[K, V]{Op: Update, Key: e.key, Want: want, Have: e.have})
+		case wok && clearDirty:
+			// Equal: keep the claim's value for both, so that a copy the
+			// backend read back (a string) can go.
+			e.have = want
 		}
 		if clearDirty {
 			e.flags &^= flagDirty
@@ -147,6 +165,35 @@ func (t *Table[O, K, V]) removeIfEmpty(pos int32) {
 	if t.entries.at(pos).flags == 0 {
 		t.remove(pos)
 	}
+}
+
+// State returns what the table holds of k (its Key is k): the state a
+// backend that kept only a key since the diff spells its change from.
+func (t *Table[O, K, V]) State(k K) KeyState[K, V] {
+	st := KeyState[K, V]{Key: k}
+	if pos, ok := t.lookup(k); ok {
+		e := t.entries.at(pos)
+		st.Want, st.Wanted = t.want(pos, e)
+		st.Have, st.Held = e.have, e.flags&flagKernel != 0
+	}
+	return st
+}
+
+// CommitWant records that the kernel made k's change, whichever it was: it
+// holds what k's claims want now, or, when none claims k, nothing. A
+// backend that kept only the key since the diff commits with it (one
+// lookup), as long as no claim changed in between.
+func (t *Table[O, K, V]) CommitWant(k K) {
+	pos, ok := t.lookup(k)
+	if !ok {
+		return
+	}
+	e := t.entries.at(pos)
+	if want, wok := t.want(pos, e); wok {
+		t.setKernelAt(pos, want)
+		return
+	}
+	t.dropKernelAt(pos)
 }
 
 // Commit records that the kernel made c: it holds c.Want now, or, for a

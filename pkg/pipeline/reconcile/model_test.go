@@ -3,6 +3,7 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -94,6 +95,9 @@ func (w *world[V]) sync(mode proxy.SyncMode, changed []own) {
 		w.tb.Reserve(w.r.IntN(20))
 		for o, its := range w.model.parts {
 			w.tb.Replace(o, its)
+			if w.r.IntN(4) == 0 {
+				w.tb.Grow(w.r.IntN(40)) // a hint taken mid-claims
+			}
 		}
 	} else {
 		for _, o := range changed {
@@ -103,9 +107,12 @@ func (w *world[V]) sync(mode proxy.SyncMode, changed []own) {
 	want := w.model.desired()
 	w.checkWanted(want)
 	failed := false
-	if w.r.IntN(2) == 0 {
+	switch w.r.IntN(3) {
+	case 0:
 		err = w.batch(want, &failed)
-	} else {
+	case 1:
+		err = w.diffFunc(want, &failed)
+	default:
 		err = RunAll(Each(w.tb, func(c Change[int, V]) (Result[V], error) {
 			w.checkChange(c, want)
 			if w.r.Float64() < w.failP {
@@ -125,6 +132,38 @@ func (w *world[V]) sync(mode proxy.SyncMode, changed []own) {
 	if !failed && w.syncs.Read() {
 		w.checkConverged(mode, want)
 	}
+}
+
+// diffFunc applies the table's changes as nftables does: counted first
+// (Changes), then taken (DiffFunc), each spelled from its key's State and
+// committed once the kernel made it (Commit, or CommitWant by its key); a
+// refused one stops the rest.
+func (w *world[V]) diffFunc(want map[int]V, failed *bool) error {
+	var peek, cs []Change[int, V]
+	w.tb.Changes(func(c Change[int, V]) { peek = append(peek, c) })
+	w.tb.DiffFunc(func(c Change[int, V]) { cs = append(cs, c) })
+	if fmt.Sprint(peek) != fmt.Sprint(cs) {
+		w.t.Fatalf("Changes %v, then DiffFunc %v", peek, cs)
+	}
+	for _, c := range cs {
+		w.checkChange(c, want)
+		// What a backend that kept only the key spells the change from.
+		st := w.tb.State(c.Key)
+		if st.Wanted != (c.Op != Delete) || st.Held != (c.Op != Add) || (st.Wanted && st.Want != c.Want) || (st.Held && st.Have != c.Have) {
+			w.t.Fatalf("State(%d) = %+v after the diff's %+v", c.Key, st, c)
+		}
+		if w.r.Float64() < w.failP {
+			*failed = true
+			return errors.New("refused")
+		}
+		w.apply(c)
+		if w.r.IntN(2) == 0 {
+			w.tb.Commit(c)
+		} else {
+			w.tb.CommitWant(c.Key)
+		}
+	}
+	return nil
 }
 
 // batch applies the table's changes as a BPF map backend does (Batch: a
@@ -274,6 +313,10 @@ func (w *world[V]) checkGroups() {
 		if len(got) != len(filter) || w.tb.GroupLen(g) != len(filter) {
 			w.t.Fatalf("group %d: GroupKeys yields %v, GroupLen %d; the model's keys are %v", g, got, w.tb.GroupLen(g), filter)
 		}
+		if b := w.tb.GroupBound(g); b < len(filter) {
+			w.t.Fatalf("group %d: GroupBound %d, below its %d keys", g, b, len(filter))
+		}
+		w.checkGroupStates(g, got)
 		held := false
 		for k := range w.kernel {
 			held = held || groupOf(k) == g
@@ -283,6 +326,23 @@ func (w *world[V]) checkGroups() {
 		}
 	}
 	checkGroupLists(w.t, w.tb)
+}
+
+// checkGroupStates checks that GroupStates yields the keys of group g
+// (keys), each with what Want and Kernel say of it.
+func (w *world[V]) checkGroupStates(g uint32, keys map[int]bool) {
+	n := 0
+	for st := range w.tb.GroupStates(g) {
+		n++
+		want, wanted := w.tb.Want(st.Key)
+		have, held := w.tb.Kernel(st.Key)
+		if !keys[st.Key] || fmt.Sprint(st) != fmt.Sprint(KeyState[int, V]{st.Key, want, wanted, have, held}) {
+			w.t.Fatalf("GroupStates(%d) yields %+v; Want says %v %t, Kernel %v %t; the group's keys are %v", g, st, want, wanted, have, held, keys)
+		}
+	}
+	if n != len(keys) {
+		w.t.Fatalf("GroupStates(%d) yields %d states, the group has %d keys", g, n, len(keys))
+	}
 }
 
 // checkGroupLists checks, white-box, that each group's list holds the
@@ -317,7 +377,9 @@ var valuelessKind = Kind[int, struct{}]{Name: "valueless", Equal: func(struct{},
 // runModel drives a table of string values and a counted one (value-less)
 // through the same random syncs, each against the naive model.
 // Each kind again with groups (the keys spread over modelGroups), whose
-// walks of one group are checked against the model after every step.
+// walks of one group are checked against the model after every step; the
+// grouped table with values also with a hash of its own (Kind.Hash) that
+// sends most keys to a few cells.
 func runModel(t *testing.T, seed uint64, ops []byte) {
 	str := func(r *rand.Rand) string { return fmt.Sprint(r.IntN(3)) }
 	none := func(*rand.Rand) struct{} { return struct{}{} }
@@ -325,6 +387,9 @@ func runModel(t *testing.T, seed uint64, ops []byte) {
 	runWorld(t, seed, ops, valuelessKind, none, struct{}{})
 	runWorld(t, seed, ops, withGroups(intKind, groupOf), str, "stray")
 	runWorld(t, seed, ops, withGroups(valuelessKind, groupOf), none, struct{}{})
+	hashed := withGroups(intKind, groupOf)
+	hashed.Hash = func(seed maphash.Seed, k int) uint64 { return maphash.Comparable(seed, k%3) }
+	runWorld(t, seed, ops, hashed, str, "stray")
 }
 
 func withGroups[V any](k Kind[int, V], group func(int) uint32) Kind[int, V] {

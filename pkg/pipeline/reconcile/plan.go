@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"errors"
+	"hash/maphash"
 	"slices"
 )
 
@@ -48,6 +49,10 @@ type Kind[K comparable, V any] struct {
 	// their own (groups.go). Nil: a table without groups, which costs
 	// nothing more for them.
 	Group func(K) uint32
+	// Hash, when set, hashes a key with seed, for a key type that
+	// maphash.Comparable hashes slowly (a struct with a string: field by
+	// field). Keys that are equal must hash the same. Nil: Comparable.
+	Hash func(seed maphash.Seed, k K) uint64
 }
 
 // Phase is when a change of op runs: a backend that packs the changes

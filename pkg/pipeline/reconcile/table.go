@@ -242,6 +242,17 @@ func (t *Table[O, K, V]) Reserve(n int) {
 	t.dirty = slices.Grow(t.dirty[:0], n)
 }
 
+// Grow makes room for n keys in all ahead of the claims that add them, in
+// a table that holds some already: a cold sync that sizes the table from
+// the claims of its first owners. The index is rehashed once to its size
+// for n, instead of doubling step by step as the keys come.
+func (t *Table[O, K, V]) Grow(n int) {
+	t.growIndex(n)
+	if extra := n - len(t.dirty); extra > 0 {
+		t.dirty = slices.Grow(t.dirty, extra)
+	}
+}
+
 // ReserveOwners makes room for n owners ahead of the Replace calls that
 // add them. Only a table without owners that never had room for as many
 // takes the hint (a cold sync); one that had keeps its own.

@@ -271,3 +271,25 @@ func TestSharedKeyFirstClaimGoesThenTheSecond(t *testing.T) {
 		t.Fatalf("key 1 claimed %t, Len %d after both its owners left; want false, 1", tb.Claimed(1), tb.Len())
 	}
 }
+
+// TestGrowSizesTheIndexOnce: a table grown for n keys while it holds some
+// claims the rest without rehashing its index, and finds every key.
+func TestGrowSizesTheIndexOnce(t *testing.T) {
+	tb := NewTable[own](intKind)
+	tb.Replace(1, []Item[int, string]{{Key: 0, Value: "a"}})
+	tb.Grow(5000)
+	cells := len(tb.index.cells)
+	var items []Item[int, string]
+	for k := range 5000 {
+		items = append(items, Item[int, string]{Key: k, Value: "b"})
+	}
+	tb.Replace(2, items)
+	if len(tb.index.cells) != cells {
+		t.Errorf("the index went from %d to %d cells after Grow(5000)", cells, len(tb.index.cells))
+	}
+	for k := range 5000 {
+		if !tb.Claimed(k) {
+			t.Fatalf("key %d not found after Grow", k)
+		}
+	}
+}

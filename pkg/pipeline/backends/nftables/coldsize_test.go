@@ -9,27 +9,24 @@ import (
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 )
 
-// TestColdSyncSizesIndexes: a cold full sync big enough to size the
-// entry indexes from its first parts (fullClaims) ends with every set's
-// index holding exactly the entries its rendered parts claim, neither
-// fuller than an index may be nor much bigger than it needs, in both
-// shapes (shared and unique endpoint addresses).
-func TestColdSyncSizesIndexes(t *testing.T) {
+// TestColdSyncClaimsEveryElement: a cold full sync ends with the kernel
+// side of each set holding exactly the distinct elements (slot groups)
+// its rendered parts claim, in both shapes (shared and unique endpoint
+// addresses).
+func TestColdSyncClaimsEveryElement(t *testing.T) {
 	for _, endpoint := range []func(int) desired.Endpoint{sharedEndpoint, uniqueEndpoint} {
-		st := benchStateOf(minSizingSample*16+100, endpoint)
+		st := benchStateOf(1100, endpoint)
 		s := coldSync(st, func(u *knft.Unit) { u.Done() })
 		want := renderedEntries(st)
-		for set, m := range s.elems {
-			n, slots := m.len(), len(m.slots)
-			if n != want[set] {
-				t.Errorf("%s: %d entries, rendered %d", set, n, want[set])
-			}
-			if n*maxLoadDen > slots*maxLoadNum || 4*slots > 5*sized(n) {
-				t.Errorf("%s: %d entries in %d slots; want between %d and %d slots", set, n, slots, sized(n), 5*sized(n)/4)
+		total := 0
+		for set, n := range want {
+			total += n
+			if got := s.groupLen(set); got != n {
+				t.Errorf("%s: %d elements, rendered %d", set, got, n)
 			}
 		}
-		if len(s.elems) != len(want) {
-			t.Errorf("%d sets with entries, rendered %d", len(s.elems), len(want))
+		if got := s.setElems.KernelLen() + s.mapElems.KernelLen(); got != total {
+			t.Errorf("the kernel side holds %d elements, rendered %d", got, total)
 		}
 	}
 }

@@ -133,21 +133,16 @@ func keyLayout(set string, key string) *knft.Layout {
 	return nil
 }
 
-// unitLayout is the layout of the keys of els, elements of set: an
-// endpoint map's as declared (spec, its desired set), else that of the
-// first with a key (a catch-all's tells no family).
-func unitLayout(set string, spec *setSpec, els []*elemEntry) *knft.Layout {
+// unitLayout is the layout of the keys of a run of elements of set: an
+// endpoint map's as declared (spec, its desired set), else that of key,
+// the run's first key that is not empty (a catch-all's tells no family).
+func unitLayout(set string, spec *setSpec, key string) *knft.Layout {
 	if spec != nil && spec.typeOf != "" {
 		if l := epLayouts[spec.typeOf]; l != nil {
 			return l
 		}
 	}
-	for _, e := range els {
-		if e.key != "" {
-			return keyLayout(set, e.key)
-		}
-	}
-	return keyLayout(set, "")
+	return keyLayout(set, key)
 }
 
 // spellKey is a store key of set as nft spells it.

@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -70,13 +69,12 @@ type unit struct {
 	sortBy string
 	ops    []func(tx *knftables.Transaction)
 	commit func()
-	// els is set instead of ops and commit for a run of element changes
-	// of one set and phase, the bulk of a cold sync: 8 bytes per element
-	// instead of a unit and closures (elemChange tells each change).
-	els     []*elemEntry
-	isMap   bool   // els' set is a map
-	elemOps int    // operations of els: 1 per delete or add, 2 per replace
-	s       *store // for els
+	// run is set instead of ops and commit for a run of element changes
+	// of one set and phase (diff_elem.go).
+	run     *elemRun
+	isMap   bool   // run's set is a map
+	elemOps int    // operations of run: 1 per delete or add, 2 per replace
+	s       *store // for run
 }
 
 // elemRunOps bounds the operations of a run of element changes (a slot
@@ -86,7 +84,7 @@ const elemRunOps = 1024
 
 // numOps is the number of operations the unit adds to a transaction.
 func (u *unit) numOps() int {
-	if u.els != nil {
+	if u.run != nil {
 		return u.elemOps
 	}
 	return len(u.ops)
@@ -95,27 +93,14 @@ func (u *unit) numOps() int {
 // kernelUnit is u for knft: its operations, and the store's update once
 // the kernel has them.
 func (u *unit) kernelUnit() *knft.Unit {
-	if u.els == nil {
-		return &knft.Unit{Ops: len(u.ops), Done: u.commit, Objects: func(tx *knftables.Transaction) {
-			for _, op := range u.ops {
-				op(tx)
-			}
-		}}
+	if u.run != nil {
+		return u.elemUnit()
 	}
-	set := u.s.setOf(u.els[0])
-	return &knft.Unit{Set: set, IsMap: u.isMap, Ops: u.elemOps, Layout: unitLayout(set, u.s.desiredSet(set), u.els),
-		Elems: func(yield func(knft.Change) bool) {
-			for _, e := range u.els {
-				if !u.s.elemChanges(e, yield) {
-					return
-				}
-			}
-		},
-		Done: func() {
-			for _, e := range u.els {
-				u.s.committed(e)
-			}
-		}}
+	return &knft.Unit{Ops: len(u.ops), Done: u.commit, Objects: func(tx *knftables.Transaction) {
+		for _, op := range u.ops {
+			op(tx)
+		}
+	}}
 }
 
 // diff turns the dirty entries into units, in phase order.
@@ -158,56 +143,6 @@ func (s *store) diff() []*unit {
 	return mergeByPhase(units, s.diffElems())
 }
 
-// diffElems returns the element units: runs of one phase and set (sets in
-// name order). Elements of one set and phase do not depend on each other,
-// so they keep the order they were touched in: sorting 330k keys was a
-// fifth of a cold sync's CPU.
-func (s *store) diffElems() []*unit {
-	type group struct {
-		phase int
-		set   string
-	}
-	groups := map[group]*[]*elemEntry{}
-	var last group
-	var cur *[]*elemEntry
-	for _, e := range s.dirtyElems {
-		phase, ok := s.diffElem(e)
-		if !ok {
-			continue
-		}
-		// Consecutive elements are mostly of one group: look it up
-		// only when it changes.
-		if g := (group{phase, s.setOf(e)}); cur == nil || g != last {
-			if last, cur = g, groups[g]; cur == nil {
-				cur = new([]*elemEntry)
-				groups[g] = cur
-			}
-		}
-		*cur = append(*cur, e)
-	}
-	keys := slices.SortedFunc(maps.Keys(groups), func(a, b group) int {
-		if a.phase != b.phase {
-			return a.phase - b.phase
-		}
-		return strings.Compare(a.set, b.set)
-	})
-	var units []*unit
-	for _, k := range keys {
-		isMap := s.sets[k.set].desired.isMap
-		for els := *groups[k]; len(els) > 0; {
-			u := &unit{phase: k.phase, sortBy: k.set, isMap: isMap, s: s}
-			n := 0
-			for ; n < len(els) && u.elemOps < elemRunOps; n++ {
-				u.elemOps += s.elemOps(els[n])
-			}
-			u.els = els[:n:n]
-			units = append(units, u)
-			els = els[n:]
-		}
-	}
-	return units
-}
-
 // mergeByPhase merges two unit lists sorted by phase, a's units first
 // within a phase.
 func mergeByPhase(a, b []*unit) []*unit {
@@ -237,7 +172,7 @@ func (s *store) diffSet(name string) []*unit {
 			ops: []func(*knftables.Transaction){deleteSetOp(name, e.isMap)},
 			commit: func() {
 				delete(s.sets, name)
-				delete(s.elems, name) // deleting a set deletes its elements
+				s.dropKernelSet(name) // deleting a set deletes its elements
 			}}}
 	case e.desired == nil:
 		delete(s.sets, name)
@@ -386,38 +321,48 @@ func (s *store) bindEndpointMap(u *unit, spec *setSpec, m *setEntry, fill bool) 
 // to that unit (recreated).
 func (s *store) refill(set string, isMap bool) ([]func(*knftables.Transaction), func()) {
 	s.recreated[set] = true
-	elems := s.elems[set]
 	// In key order: the same State sends the same transaction.
-	entries := slices.SortedFunc(elems.all, func(a, b *elemEntry) int { return strings.Compare(a.key, b.key) })
-	var kept, gone []*elemEntry
-	var values []string
+	var kept []elemState
+	for st := range s.groupStates(set) {
+		if st.wanted {
+			kept = append(kept, st)
+		}
+	}
+	slices.SortFunc(kept, func(a, b elemState) int { return compareElemKeys(a.key, b.key) })
 	var ops []func(*knftables.Transaction)
-	layout := unitLayout(set, s.desiredSet(set), nil)
-	for _, e := range entries {
-		v, ok := s.desiredValue(e)
-		if !ok {
-			gone = append(gone, e)
+	layout := unitLayout(set, s.desiredSet(set), "")
+	add := func(key, value string) {
+		el := elementObject(set, isMap, key, value)
+		ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
+	}
+	for _, st := range kept {
+		if !st.key.slots {
+			add(spellKey(set, st.key.key), st.want)
 			continue
 		}
-		kept, values = append(kept, e), append(values, v)
-		add := func(key, value string) {
-			el := elementObject(set, isMap, key, value)
-			ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
-		}
-		if !e.slots() {
-			add(spellKey(set, e.key), v)
-			continue
-		}
-		eachSlot(v, func(slot int, value string) { add(spellSlot(layout, e.key, slot, value)) })
+		eachSlot(st.want, func(slot int, value string) { add(spellSlot(layout, st.key.key, slot, value)) })
 	}
 	return ops, func() {
-		for i, e := range kept {
-			e.setKernel(values[i])
-		}
-		for _, e := range gone {
-			elems.remove(e.key)
+		s.dropKernelSet(set)
+		for _, st := range kept {
+			s.setKernel(st.key, st.want)
 		}
 	}
+}
+
+// compareElemKeys orders element keys by their data (a slot group after
+// an element of the same data).
+func compareElemKeys(a, b elemKey) int {
+	if c := strings.Compare(a.key, b.key); c != 0 {
+		return c
+	}
+	switch {
+	case a.slots == b.slots:
+		return int(a.set) - int(b.set)
+	case b.slots:
+		return -1
+	}
+	return 1
 }
 
 // desiredSet is render's declaration of set, nil if it wants none.
@@ -475,7 +420,7 @@ func (s *store) epMapOutgrown(name string, m *setEntry) bool {
 	if !m.present || m.size == 0 {
 		return false
 	}
-	if n, ok := endpointMapSlots(name); ok && uint64(s.elems[name].len())*uint64(n) <= m.size {
+	if n, ok := endpointMapSlots(name); ok && uint64(s.groupBound(name))*uint64(n) <= m.size {
 		return false
 	}
 	return s.elemCount(name) > m.size
@@ -501,16 +446,14 @@ func (s *store) epMapSize(name string, m *setEntry, grow bool) uint64 {
 // more.
 func (s *store) elemCount(set string) uint64 {
 	n := uint64(0)
-	for e := range s.elems[set].all {
-		if !e.slots() {
+	for st := range s.groupStates(set) {
+		switch {
+		case !st.key.slots:
 			n++
-			continue
-		}
-		want, _ := s.desiredValue(e)
-		if e.present() && e.kernel() != want {
-			n += uint64(max(slotCount(want), slotCount(e.kernel())))
-		} else { // the usual case: one value to count
-			n += uint64(slotCount(want))
+		case st.held && st.have != st.want:
+			n += uint64(max(slotCount(st.want), slotCount(st.have)))
+		default: // the usual case: one value to count
+			n += uint64(slotCount(st.want))
 		}
 	}
 	return n

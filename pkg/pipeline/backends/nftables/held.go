@@ -69,14 +69,14 @@ func (s *store) holds(pt *part, checked map[*chainSpec]bool) bool {
 		}
 	}
 	for _, el := range pt.elems {
-		e := s.kernelEntry(el.set, el.key)
-		if e == nil {
+		have, ok := s.kernel(s.elemKeyOf(el.set, el.key, el.slots))
+		if !ok {
 			return false
 		}
 		if el.slots {
 			s.assignGroup(&el) // a copy: the kernel's order of slots
 		}
-		if e.kernel() != el.value {
+		if have != el.value {
 			return false
 		}
 	}

@@ -9,9 +9,7 @@ import (
 // with linear probing, keyed by each value's own key (indexKey). A slot is
 // 8 bytes. A Go map from key to pointer spends the key beside the pointer
 // in every slot (24 bytes for a string, 72 for a service port's name) and
-// keeps more of them free: for the store's 150k entries at 10k × 10 that
-// was about a fifth of its heap. The
-// table never holds more than maxLoad of its slots, so a probe for a
+// keeps more of them free. The table never holds more than maxLoad of its slots, so a probe for a
 // missing key ends soon at an empty one.
 //
 // Removing a value while ranging over all would skip or repeat others
@@ -33,11 +31,6 @@ type keyed[K comparable] interface {
 	indexKey() K
 }
 
-// entryIndex holds one set's entries by key.
-type entryIndex = index[string, *elemEntry]
-
-func (e *elemEntry) indexKey() string { return e.key }
-
 // partIndex holds each owner's part.
 type partIndex = index[owner, *part]
 
@@ -54,13 +47,6 @@ const (
 	sizedLoadDen = 8
 	minSlots     = 8
 )
-
-// newEntryIndex returns an index of entries with room for n.
-func newEntryIndex(n int) *entryIndex {
-	x := &entryIndex{}
-	x.reserve(n)
-	return x
-}
 
 // len is the number of values.
 func (x *index[K, V]) len() int {

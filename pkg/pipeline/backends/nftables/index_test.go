@@ -13,15 +13,15 @@ import (
 func TestIndexAgreesWithAMap(t *testing.T) {
 	for _, reserved := range []int{0, 100} {
 		rng := rand.New(rand.NewPCG(1, uint64(reserved)))
-		x := newEntryIndex(reserved)
-		want := map[string]*elemEntry{}
+		x := newTestIndex(reserved)
+		want := map[string]*testEntry{}
 		for step := range 20000 {
 			key := fmt.Sprintf("10.0.%d.%d . tcp . 80", rng.IntN(4), rng.IntN(100))
 			switch e := x.get(key); {
 			case e != want[key]:
 				t.Fatalf("step %d: get(%q) = %p, want %p", step, key, e, want[key])
 			case e == nil && rng.IntN(3) > 0:
-				e = &elemEntry{key: key}
+				e = &testEntry{key: key}
 				x.add(e)
 				want[key] = e
 			case e != nil && rng.IntN(2) == 0:
@@ -50,16 +50,16 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 // shrinks one that grew (or lost values) back to its sized size, every
 // value still found by its key.
 func TestIndexSize(t *testing.T) {
-	x := newEntryIndex(1000)
+	x := newTestIndex(1000)
 	slots := len(x.slots)
 	for i := range 1200 {
-		x.add(&elemEntry{key: fmt.Sprint(i)})
+		x.add(&testEntry{key: fmt.Sprint(i)})
 	}
 	if len(x.slots) != slots {
 		t.Errorf("grew from %d to %d slots for 1200 values, 1000 reserved", slots, len(x.slots))
 	}
 	for i := 1200; i < 5000; i++ {
-		x.add(&elemEntry{key: fmt.Sprint(i)})
+		x.add(&testEntry{key: fmt.Sprint(i)})
 		if x.n*maxLoadDen > len(x.slots)*maxLoadNum {
 			t.Fatalf("%d values in %d slots", x.n, len(x.slots))
 		}
@@ -77,7 +77,7 @@ func TestIndexSize(t *testing.T) {
 			t.Fatalf("value %d lost by compact", i)
 		}
 	}
-	var none *entryIndex
+	var none *testIndex
 	if none.len() != 0 || none.get("x") != nil {
 		t.Error("a nil index is not empty")
 	}
@@ -89,11 +89,11 @@ func TestIndexSize(t *testing.T) {
 // run, which made every add probe to its end (a quadratic read-back when
 // all indexes hashed alike).
 func TestIndexCopiedInSlotOrder(t *testing.T) {
-	from := &entryIndex{}
+	from := &testIndex{}
 	for i := range 5000 {
-		from.add(&elemEntry{key: fmt.Sprintf("198.18.%d.%d . 198.18.%d.%d", i>>8, i&255, i>>8, i&255)})
+		from.add(&testEntry{key: fmt.Sprintf("198.18.%d.%d . 198.18.%d.%d", i>>8, i&255, i>>8, i&255)})
 	}
-	to := &entryIndex{}
+	to := &testIndex{}
 	longest := 0
 	for e := range from.all {
 		to.add(e)
@@ -106,4 +106,18 @@ func TestIndexCopiedInSlotOrder(t *testing.T) {
 	if longest > 500 {
 		t.Errorf("an add probed %d slots", longest)
 	}
+}
+
+// testEntry is a value of a test's index.
+type testEntry struct{ key string }
+
+func (e *testEntry) indexKey() string { return e.key }
+
+type testIndex = index[string, *testEntry]
+
+// newTestIndex returns an index with room for n values.
+func newTestIndex(n int) *testIndex {
+	x := &testIndex{}
+	x.reserve(n)
+	return x
 }

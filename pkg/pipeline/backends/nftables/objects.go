@@ -140,9 +140,6 @@ type elemSpec struct {
 	set   string
 	key   string
 	value string // empty for set elements
-	// entry is the store's entry for set and key when assignSlots looked
-	// it up already (endpoint slots the kernel holds), else nil.
-	entry *elemEntry
 	slots bool
 }
 
@@ -151,12 +148,11 @@ type elemSpec struct {
 // dispatch chains) or element (a cluster IP with several ports).
 type part struct {
 	// owner is the service port's name in the State it was rendered from
-	// (no copy per part), or set when claimed (store.claim).
-	owner   *owner
-	chains  []*chainSpec
-	sets    []*setSpec
-	elems   []elemSpec   // as rendered; dropped once claimed
-	entries []*elemEntry // the store entries claimed for elems
+	// (no copy per part), or set when claimed (store.replace).
+	owner  *owner
+	chains []*chainSpec
+	sets   []*setSpec
+	elems  []elemSpec // as rendered; dropped once claimed
 }
 
 // addChain adds c and, for a dispatch chain, its endpoint map: the two are

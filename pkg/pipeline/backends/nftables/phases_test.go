@@ -7,7 +7,6 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/pipeline/desired"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -36,20 +35,21 @@ func TestRangeWidenedDeletesFirst(t *testing.T) {
 	// Positions in the sync's sequence of element changes.
 	del, add, firstAdd, at := -1, -1, -1, 0
 	for _, u := range p.store.diff() {
-		for _, e := range u.els {
-			u.s.elemChanges(e, func(c knft.Change) bool {
-				if c.Add && firstAdd < 0 {
-					firstAdd = at
-				}
-				if strings.HasPrefix(p.store.setOf(e), setFirewallAllow) && c.Del && !c.Add {
-					del = at
-				}
-				if strings.HasPrefix(p.store.setOf(e), setFirewallAllow) && c.Add {
-					add = at
-				}
-				at++
-				return true
-			})
+		if u.run == nil {
+			continue
+		}
+		allow := strings.HasPrefix(u.run.set, setFirewallAllow)
+		for c := range u.kernelUnit().Elems {
+			if c.Add && firstAdd < 0 {
+				firstAdd = at
+			}
+			if allow && c.Del && !c.Add {
+				del = at
+			}
+			if allow && c.Add {
+				add = at
+			}
+			at++
 		}
 	}
 	if del < 0 || add < 0 {

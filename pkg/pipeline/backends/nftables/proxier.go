@@ -163,18 +163,17 @@ func (p *Proxier) cleanupFailed(err *cleanupError) error {
 // and claims each as soon as it is rendered, so that the rendered specs of
 // every Service are never alive at once (≈ 11 MB at 10k × 10; at most
 // renderAheadParts wait). Into an empty store (a cold start) the first
-// sixteenth of the parts, in name order, tells how many entries each set
-// will hold (service ports spread over the shards by the hash of their
-// name), and the entry indexes are sized from it once instead of growing
-// by doubling as the rest comes. A store that holds the table already
-// (read back at a restart, or an hourly resync) has its entries.
+// sixteenth of the parts, in name order, tells how many elements the whole
+// will claim (service ports spread over the shards by the hash of their
+// name), and the element tables are grown for that once instead of step
+// by step as the rest comes.
 func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 	// In name order: the elements are sent in the order they were
 	// claimed, so a full sync of the same State sends the same
 	// transactions.
 	names := slices.AppendSeq(make([]proxy.ServicePortName, 0, st.Services.Len()), st.Services.Keys())
 	slices.SortFunc(names, proxy.ServicePortName.Compare)
-	p.store.parts.reserve(len(names) + 1)
+	p.store.reserveOwners(len(names) + 1)
 	sample := 0
 	if !p.store.holdsElements() && len(names) >= minSizingSample*16 {
 		sample = len(names) / 16
@@ -183,7 +182,7 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 	parts, recycle := renderAhead(cfg, st, names)
 	for i, name := range names {
 		if i == sample && sample > 0 {
-			p.store.reserveLike(i, len(names))
+			p.store.growLike(i, len(names))
 		}
 		pt := p.store.assignSlots(<-parts)
 		var elems []elemSpec
@@ -195,9 +194,6 @@ func (p *Proxier) fullClaims(st *desired.State, cfg *config) {
 		case recycle <- elems:
 		default:
 		}
-	}
-	if sample > 0 {
-		p.store.compactElems() // a set the sample made too big
 	}
 }
 
@@ -235,8 +231,8 @@ func renderAhead(cfg *config, st *desired.State, names []proxy.ServicePortName) 
 // to stay a few hundred kilobytes.
 const renderAheadParts = 64
 
-// minSizingSample is the fewest parts fullClaims sizes the indexes from:
-// a smaller table grows cheaply enough.
+// minSizingSample is the fewest parts fullClaims sizes the element tables
+// from: a smaller store grows cheaply enough.
 const minSizingSample = 64
 
 // renderClaim renders sp (nil: gone) and replaces name's claims with its

@@ -24,7 +24,8 @@ func (s *store) readBack(ctx context.Context, k knft.Interface, family proxy.IPF
 	sink.finish()
 	if err != nil {
 		s.tablePresent = false
-		s.chains, s.sets, s.elems = map[string]*chainEntry{}, map[string]*setEntry{}, map[string]*entryIndex{}
+		s.chains, s.sets = map[string]*chainEntry{}, map[string]*setEntry{}
+		s.setElems, s.mapElems = newSetTable(), newMapTable()
 	}
 	return err
 }
@@ -32,8 +33,8 @@ func (s *store) readBack(ctx context.Context, k knft.Interface, family proxy.IPF
 // storeSink is the store as a knft.Sink. It asks for the elements of the
 // sets whose store keys are data (datakeys.go) as data, so they come
 // in the form render makes and are compared as they are. It copies what
-// the store keeps out of knft's buffer and nothing else: a key once, when
-// its entry is new, a value of a set without slot
+// the store keeps out of knft's buffer and nothing else: a key once, a
+// value of a set without slot
 // groups once per distinct value (a verdict map's ten thousand elements
 // share a few dozen). An endpoint map's elements are gathered into their
 // frontend's slot group (they come in any order), whose joined value is
@@ -51,8 +52,9 @@ type storeSink struct {
 // setListing is a set whose elements are coming.
 type setListing struct {
 	name   string
-	slots  int                   // an endpoint map's endpoint count; 0: no slot groups
-	groups map[*elemEntry][]byte // each group's slots so far (appendSlotRecord)
+	id     uint32             // the set's number (store.setID)
+	slots  int                // an endpoint map's endpoint count; 0: no slot groups
+	groups map[string]*[]byte // each frontend's slots so far (appendSlotRecord)
 }
 
 func newStoreSink(s *store, family proxy.IPFamily) *storeSink {
@@ -84,7 +86,7 @@ func (k *storeSink) Rule(chain, comment string, refs []string) {
 
 func (k *storeSink) Set(s knft.SetInfo) (bool, *knft.Layout) {
 	k.s.sets[s.Name] = &setEntry{present: true, isMap: s.IsMap, size: s.Size, typ: s.Type}
-	delete(k.s.elems, s.Name)
+	k.s.forgetKernelSet(s.Name)
 	delete(k.listing, s.Name)
 	k.last = nil
 	if l := readLayout(s.Name, k.family); l != nil {
@@ -116,20 +118,20 @@ func (k *storeSink) Element(set string, key, value []byte) {
 	// count (epMapOutgrown).
 	if l.slots > 0 {
 		if frontend, slot, ok := splitSlotKey(key); ok && slot < l.slots {
-			l.addSlot(k.s, frontend, slot, value)
+			l.addSlot(frontend, slot, value)
 			return
 		}
 	}
-	k.s.elemAt(set, key).setKernel(k.value(value))
+	k.s.setKernel(elemKey{set: l.id, key: string(key)}, k.value(value))
 }
 
 // listingOf returns the listing of set, made at its first element.
 func (k *storeSink) listingOf(set string) *setListing {
 	l := k.listing[set]
 	if l == nil {
-		l = &setListing{name: set}
+		l = &setListing{name: set, id: k.s.setID(set)}
 		if n, ok := endpointMapSlots(set); ok {
-			l.slots, l.groups = n, map[*elemEntry][]byte{}
+			l.slots, l.groups = n, map[string]*[]byte{}
 		}
 		k.listing[set] = l
 	}
@@ -150,44 +152,37 @@ func (k *storeSink) value(value []byte) string {
 	return v
 }
 
-// SetListed gives each slot group of set its joined kernel value, and
-// shrinks the set's entry index, which grew as the elements came (to as
-// little as 3/8 full: ≈ 1 MB at 10k × 10).
+// SetListed gives each slot group of set its joined kernel value.
 func (k *storeSink) SetListed(set string) {
 	if l := k.listing[set]; l != nil {
-		for e, records := range l.groups {
-			e.setKernel(k.join(records))
+		for frontend, records := range l.groups {
+			k.s.setKernel(elemKey{set: l.id, slots: true, key: frontend}, k.join(*records))
 		}
 		delete(k.listing, set)
 	}
 	if k.last != nil && k.last.name == set {
 		k.last = nil
 	}
-	k.s.elems[set].compact()
 }
 
-// finish completes the sets whose listing did not end (none, from knft)
-// and shrinks every entry index.
+// finish completes the sets whose listing did not end (none, from knft).
 func (k *storeSink) finish() {
 	for set := range k.listing {
 		k.SetListed(set)
 	}
-	for _, m := range k.s.elems {
-		m.compact()
-	}
 }
 
 // addSlot records the value of one slot of frontend's group.
-func (l *setListing) addSlot(s *store, frontend []byte, slot int, value []byte) {
-	e := s.elemAt(l.name, frontend)
-	records, ok := l.groups[e]
-	if !ok {
-		e.flag(entrySlots|entryPresent, true)
+func (l *setListing) addSlot(frontend []byte, slot int, value []byte) {
+	records := l.groups[string(frontend)]
+	if records == nil {
 		// Room for every slot, guessed from this one's size: the
 		// values of one map are about as long.
-		records = make([]byte, 0, min(l.slots*(len(value)+slotRecordHeader), 64<<10))
+		b := make([]byte, 0, min(l.slots*(len(value)+slotRecordHeader), 64<<10))
+		records = &b
+		l.groups[string(frontend)] = records
 	}
-	l.groups[e] = appendSlotRecord(records, slot, value)
+	*records = appendSlotRecord(*records, slot, value)
 }
 
 // A group's slots, as they come, are records in one byte slice: the slot
@@ -227,19 +222,3 @@ func (k *storeSink) join(records []byte) string {
 	k.scratch = vals[:0]
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
-
-// elemAt returns the entry of set whose key is spelled in key, made (with
-// a copy of key) if there is none.
-func (s *store) elemAt(set string, key []byte) *elemEntry {
-	m := s.setElems(set)
-	if e := m.get(view(key)); e != nil {
-		return e
-	}
-	e := &elemEntry{set: s.setID(set), key: string(key)}
-	m.add(e)
-	return e
-}
-
-// view is b as a string without a copy, for a lookup that does not keep
-// it: knft reuses a read-back's buffer once Element returns.
-func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

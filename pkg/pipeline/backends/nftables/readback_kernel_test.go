@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -30,9 +29,9 @@ func kernelSide(s *store) []string {
 	for name, st := range s.sets {
 		out = append(out, fmt.Sprintf("set %s present=%v map=%v", name, st.present, st.isMap))
 	}
-	for set, m := range s.elems {
-		for e := range m.all {
-			out = append(out, fmt.Sprintf("elem %s {%s} present=%v slots=%v value=%q", set, spellKey(set, e.key), e.present(), e.slots(), e.kernel()))
+	for _, set := range s.elemSets() {
+		for k, v := range s.kernelEntries(set) {
+			out = append(out, fmt.Sprintf("elem %s {%s} present=true slots=%v value=%q", set, spellKey(set, k.key), k.slots, v))
 		}
 	}
 	slices.Sort(out)
@@ -222,7 +221,7 @@ const tamperedEndpoint = "192.0.2.7 . 80"
 // frontend no Service has and a catch-all element, none of which render
 // writes.
 func tamperEndpointMap(s *store, skip string) []string {
-	for _, set := range slices.Sorted(maps.Keys(s.elems)) {
+	for _, set := range s.elemSets() {
 		n, ok := endpointMapSlots(set)
 		if !ok || set == skip || strings.Contains(set, "-nodeport-") {
 			continue
@@ -253,7 +252,7 @@ func tamperEndpointMap(s *store, skip string) []string {
 // never writes; and damages an endpoint map (tamperEndpointMap).
 func tamper(s *store) error {
 	var cmds []string
-	sets := slices.Sorted(maps.Keys(s.elems))
+	sets := s.elemSets()
 	slices.SortStableFunc(sets, func(a, b string) int { return int(s.elemCount(b)) - int(s.elemCount(a)) })
 	allowSet := firewallAllowSet(proxy.TCP)
 	for _, p := range firewallProtocols {
@@ -270,8 +269,8 @@ func tamper(s *store) error {
 		}
 	}
 	// A range that is no prefix, read back as data as any other.
-	for e := range s.elems[allowSet].all {
-		f := strings.Split(spellKey(allowSet, e.key), " . ")
+	for k := range s.kernelEntries(allowSet) {
+		f := strings.Split(spellKey(allowSet, k.key), " . ")
 		f[len(f)-1] = "192.0.2.1-192.0.2.3"
 		cmds = append(cmds, fmt.Sprintf("add element ip %s %s { %s }", TableName, allowSet, strings.Join(f, " . ")))
 		break

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/pkg/pipeline/reconcile"
 )
 
 // replacement is what one sync replaces: the objects the kernel has under
@@ -32,15 +34,15 @@ import (
 // endpoint map of another type is not here: it is re-created with its
 // chain, which alone reads it (diffChain).
 type replacement struct {
-	sets   []string // sets and maps replaced
-	chains []string // chains replaced
-	rules  []string // other chains whose rules the unit rewrites
-	elems  []*elemEntry
+	sets   []string  // sets and maps replaced
+	chains []string  // chains replaced
+	rules  []string  // other chains whose rules the unit rewrites
+	elems  []elemKey // verdict map elements the unit changes
 
 	setNames map[string]bool
 	replaced map[string]bool // chains replaced
 	touched  map[string]bool // chains replaced or rewritten
-	inUnit   map[*elemEntry]bool
+	inUnit   map[elemKey]bool
 }
 
 // replaces reports whether r replaces chain.
@@ -52,8 +54,8 @@ func (r *replacement) rewrites(chain string) bool {
 	return r != nil && r.touched[chain] && !r.replaced[chain]
 }
 
-// holds reports whether r changes element e.
-func (r *replacement) holds(e *elemEntry) bool { return r != nil && r.inUnit[e] }
+// holds reports whether r changes element k.
+func (r *replacement) holds(k elemKey) bool { return r != nil && r.inUnit[k] }
 
 // names reports whether refs name an object r replaces.
 func (r *replacement) names(refs []string) bool {
@@ -89,7 +91,7 @@ func (s *store) planReplace() *replacement {
 		}
 	}
 	r.elems = s.verdictsTouching(r)
-	r.inUnit = make(map[*elemEntry]bool, len(r.elems))
+	r.inUnit = make(map[elemKey]bool, len(r.elems))
 	for _, e := range r.elems {
 		r.inUnit[e] = true
 	}
@@ -104,8 +106,8 @@ func (s *store) planReplace() *replacement {
 // deletes, and those with a change whose old or new value is a chain whose
 // rules it writes (a chain that is new, or flushed for good as no render
 // wants it).
-func (s *store) verdictsTouching(r *replacement) []*elemEntry {
-	var out []*elemEntry
+func (s *store) verdictsTouching(r *replacement) []elemKey {
+	var out []elemKey
 	for _, set := range slices.Sorted(func(yield func(string) bool) {
 		for name, se := range s.sets {
 			if se.present && se.isMap && !r.setNames[name] && !yield(name) {
@@ -113,19 +115,26 @@ func (s *store) verdictsTouching(r *replacement) []*elemEntry {
 			}
 		}
 	}) {
+		g, ok := s.groupOf(set)
+		if !ok {
+			continue
+		}
 		// In key order: the same table and State send the same unit.
-		for _, e := range slices.SortedFunc(s.elems[set].all, func(a, b *elemEntry) int { return strings.Compare(a.key, b.key) }) {
-			if e.slots() {
+		states := slices.SortedFunc(s.mapElems.GroupStates(g), func(a, b reconcile.KeyState[elemKey, string]) int {
+			return compareElemKeys(a.Key, b.Key)
+		})
+		for _, st := range states {
+			k, want, ok, have, present := st.Key, st.Want, st.Wanted, st.Have, st.Held
+			if k.slots {
 				continue
 			}
-			want, ok := s.desiredValue(e)
 			var had string
-			if e.present() {
-				had = verdictTarget(e.kernel())
+			if present {
+				had = verdictTarget(have)
 			}
-			change := !e.present() || !ok || e.kernel() != want
+			change := !present || !ok || have != want
 			if r.replaced[had] || (change && (r.touched[had] || (ok && r.touched[verdictTarget(want)]))) {
-				out = append(out, e)
+				out = append(out, k)
 			}
 		}
 	}
@@ -184,8 +193,8 @@ func (s *store) replaceUnit(r *replacement) *unit {
 		for _, c := range commits {
 			c()
 		}
-		for _, e := range r.elems {
-			s.committed(e)
+		for _, k := range r.elems {
+			s.commitVerdict(k)
 		}
 	}
 	return u
@@ -218,17 +227,27 @@ func (s *store) rewriteOps(name string) ([]func(*knftables.Transaction), func())
 // comes once they are written.
 func (s *store) verdictOps(r *replacement, del bool) []func(*knftables.Transaction) {
 	var ops []func(*knftables.Transaction)
-	for _, e := range r.elems {
-		set := s.setOf(e)
-		key := spellKey(set, e.key)
-		if del && e.present() {
+	for _, k := range r.elems {
+		set := s.setOf(k)
+		key := spellKey(set, k.key)
+		if _, present := s.mapElems.Kernel(k); del && present {
 			el := elementObject(set, true, key, "")
 			ops = append(ops, func(tx *knftables.Transaction) { tx.Delete(el) })
 		}
-		if want, ok := s.desiredValue(e); !del && ok {
+		if want, ok := s.mapElems.Want(k); !del && ok {
 			el := elementObject(set, true, key, want)
 			ops = append(ops, func(tx *knftables.Transaction) { tx.Add(el) })
 		}
 	}
 	return ops
+}
+
+// commitVerdict records that the kernel holds the verdict element k as
+// render wants it, or not at all.
+func (s *store) commitVerdict(k elemKey) {
+	if want, ok := s.mapElems.Want(k); ok {
+		s.mapElems.SetKernel(k, want)
+		return
+	}
+	s.mapElems.DropKernel(k)
 }

@@ -111,11 +111,10 @@ func joinSlots(values []string) string {
 	return string(b)
 }
 
-// eachSlotChange calls f for every slot of the slot group e whose kernel
-// value differs from the desired one ("": none), until f returns false.
-func (s *store) eachSlotChange(e *elemEntry, f func(slot int, kernel, want string) bool) bool {
-	want, _ := s.desiredValue(e)
-	kernel := e.kernel()
+// eachSlotChange calls f for every slot of a slot group whose kernel
+// value (of the group's value kernel) differs from the desired one (of
+// want; "": none), until f returns false.
+func eachSlotChange(want, kernel string, f func(slot int, kernel, want string) bool) bool {
 	if want == kernel {
 		return true
 	}
@@ -139,9 +138,8 @@ func (s *store) eachSlotChange(e *elemEntry, f func(slot int, kernel, want strin
 // endpoint keeps the slot the kernel has for it, so replacing one endpoint
 // rewrites one element instead of shifting every slot after it; the other
 // endpoints fill the free slots in render's order. A map holds one endpoint
-// count only, so when the count changes every slot is new anyway. Each
-// slot group the kernel has gets its store entry (no second lookup at the
-// claim). It returns p.
+// count only, so when the count changes every slot is new anyway. It
+// returns p.
 func (s *store) assignSlots(p *part) *part {
 	if p == nil {
 		return nil
@@ -156,16 +154,12 @@ func (s *store) assignSlots(p *part) *part {
 
 // assignGroup reorders the slot values of one frontend's group el.
 func (s *store) assignGroup(el *elemSpec) {
-	e := s.kernelEntry(el.set, el.key)
-	if e == nil || !e.slots() {
-		return
-	}
-	el.key, el.entry = e.key, e // share the kernel's key
-	if e.kernel() == el.value {
+	have, ok := s.mapElems.Kernel(s.elemKeyOf(el.set, el.key, true))
+	if !ok || have == el.value {
 		return // a restart, or a change elsewhere: nothing moves
 	}
 	values := splitSlots(el.value)
-	kernel := splitSlots(e.kernel())
+	kernel := splitSlots(have)
 	index := valueIndex(values)
 	out := make([]string, len(values))
 	placed := make([]bool, len(values))

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"iter"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -70,13 +71,10 @@ func TestRenderIsPure(t *testing.T) {
 func TestAssignSlotsFillsFreeSlots(t *testing.T) {
 	s := newStore()
 	s.sets["m"] = &setEntry{present: true, isMap: true}
-	e := s.elem("m", "fe", true)
-	e.setKernel(group("b|gone|a"))
-	e.flag(entrySlots, true)
+	s.setKernel(s.elemKeyOf("m", "fe", true), group("b|gone|a"))
 	p := &part{elems: []elemSpec{{set: "m", key: "fe", value: group("a|b|c"), slots: true}}}
-	got := s.assignSlots(p).elems[0]
-	if got.value != group("b|c|a") || got.entry != e {
-		t.Errorf("got %q (entry %p), want %q (entry %p)", got.value, got.entry, group("b|c|a"), e)
+	if got := s.assignSlots(p).elems[0]; got.value != group("b|c|a") {
+		t.Errorf("got %q, want %q", got.value, group("b|c|a"))
 	}
 }
 
@@ -86,13 +84,17 @@ func TestAssignSlotsFillsFreeSlots(t *testing.T) {
 // value once committed.
 func TestSlotGroupChanges(t *testing.T) {
 	s := newStore()
-	e := s.elem("m", "fe", true)
-	e.setKernel(group("a||c|x"))
-	e.flag(entrySlots, true)
+	k := s.elemKeyOf("m", "fe", true)
+	s.setKernel(k, group("a||c|x"))
 	o := countsName("a")
-	s.addClaim(e, elemClaim{owner: &o, value: group("a|b|d")})
+	s.claimElems(ownerRef{&o}, []elemSpec{{set: "m", key: "fe", value: group("a|b|d"), slots: true}})
+	var cs []mapElemChange
+	s.mapElems.DiffFunc(func(c mapElemChange) { cs = append(cs, c) })
+	if len(cs) != 1 {
+		t.Fatalf("%d changes of the group, want 1", len(cs))
+	}
 	var got []knft.Change
-	s.elemChanges(e, func(c knft.Change) bool { got = append(got, c); return true })
+	mapChanges(s.mapElems.State(k), func(c knft.Change) bool { got = append(got, c); return true })
 	want := []knft.Change{
 		{Key: slotElemKey("fe", 1), Value: "b", Add: true},
 		{Key: slotElemKey("fe", 2), Value: "d", Del: true, Add: true},
@@ -101,12 +103,12 @@ func TestSlotGroupChanges(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("changes %+v, want %+v", got, want)
 	}
-	if n := s.elemOps(e); n != 4 {
+	if n := mapChangeOps(cs[0]); n != 4 {
 		t.Errorf("%d operations, want 4", n)
 	}
-	s.committed(e)
-	if e.kernel() != group("a|b|d") || !e.present() {
-		t.Errorf("kernel side %q present=%v after commit, want %q", e.kernel(), e.present(), group("a|b|d"))
+	s.mapElems.CommitWant(k)
+	if v, ok := s.kernel(k); v != group("a|b|d") || !ok {
+		t.Errorf("kernel side %q present=%v after commit, want %q", v, ok, group("a|b|d"))
 	}
 }
 
@@ -122,12 +124,12 @@ func TestReadBackGroupsSlots(t *testing.T) {
 	readElements(sink, m, slotElemKey("fe", 2), "c", slotElemKey("fe", 0), "a", "odd", "v", "", "catch-all")
 	readElements(sink, m, slotElemKey("fe", 99999999), "z", slotElemKey("fe", 3), "y", slotElemKey("fe", -1), "w", "fe1x", "x")
 	sink.SetListed(m)
-	if e := s.elems[m].get("fe"); e == nil || !e.slots() || !e.present() || e.kernel() != group("a||c") {
-		t.Errorf("slot group %+v, want slots a, -, c", e)
+	if v, ok := s.kernel(s.elemKeyOf(m, "fe", true)); !ok || v != group("a||c") {
+		t.Errorf("slot group %q (present %v), want slots a, -, c", v, ok)
 	}
 	for _, key := range []string{"odd", "", slotElemKey("fe", 99999999), slotElemKey("fe", 3), slotElemKey("fe", -1), "fe1x"} {
-		if e := s.elems[m].get(key); e == nil || e.slots() || !e.present() {
-			t.Errorf("%q read back as %+v, want a plain element", key, e)
+		if _, ok := s.kernel(s.elemKeyOf(m, key, false)); !ok {
+			t.Errorf("%q not read back as a plain element", key)
 		}
 	}
 	if n := s.elemCount(m); n != 9 {
@@ -151,18 +153,18 @@ func TestReadBackListedAgain(t *testing.T) {
 	readElements(sink, m, slotElemKey("fe", 1), "b")
 	readElements(sink, other, slotElemKey("fo", 0), "a")
 	sink.SetListed(m)
-	if e := s.elems[m].get("fe"); e == nil || e.kernel() != group("|b") {
-		t.Errorf("group of the second listing %+v, want slots -, b", e)
+	if v, ok := s.kernel(s.elemKeyOf(m, "fe", true)); !ok || v != group("|b") {
+		t.Errorf("group of the second listing %q (present %v), want slots -, b", v, ok)
 	}
-	if e := s.elems[m].get("gone"); e != nil {
-		t.Errorf("an element of the forgotten listing is kept: %+v", e)
+	if v, ok := s.kernel(s.elemKeyOf(m, "gone", true)); ok {
+		t.Errorf("a group of the forgotten listing is kept: %q", v)
 	}
-	if e := s.elems[other].get("fo"); e == nil || e.kernel() != "" || e.present() != true {
-		t.Errorf("group of a set still listed %+v, want present and no value yet", e)
+	if v, ok := s.kernel(s.elemKeyOf(other, "fo", true)); ok {
+		t.Errorf("group of a set still listed %q, want none until its listing ends", v)
 	}
 	sink.SetListed(other)
-	if e := s.elems[other].get("fo"); e.kernel() != group("a|b") {
-		t.Errorf("group %q once its set is listed, want a|b", e.kernel())
+	if v, _ := s.kernel(s.elemKeyOf(other, "fo", true)); v != group("a|b") {
+		t.Errorf("group %q once its set is listed, want a|b", v)
 	}
 }
 
@@ -185,20 +187,43 @@ func readElements(sink *storeSink, set string, kv ...string) {
 // groups as the kernel's elements, each key and value as the store keeps
 // them (asData: data in the sets whose keys are data) or spelled.
 func (s *store) kernelElems(set string, asData bool, f func(key, value string)) {
-	for e := range s.elems[set].all {
+	for k, v := range s.kernelEntries(set) {
 		switch {
-		case !e.present():
-		case e.slots() && asData:
-			eachSlot(e.kernel(), func(slot int, v string) { f(slotElemKey(e.key, slot), v) })
-		case e.slots():
-			l := unitLayout(set, s.desiredSet(set), nil)
-			eachSlot(e.kernel(), func(slot int, v string) { f(spellSlot(l, e.key, slot, v)) })
+		case k.slots && asData:
+			eachSlot(v, func(slot int, v string) { f(slotElemKey(k.key, slot), v) })
+		case k.slots:
+			l := unitLayout(set, s.desiredSet(set), "")
+			eachSlot(v, func(slot int, v string) { f(spellSlot(l, k.key, slot, v)) })
 		case asData:
-			f(e.key, e.kernel())
+			f(k.key, v)
 		default:
-			f(spellKey(set, e.key), e.kernel())
+			f(spellKey(set, k.key), v)
 		}
 	}
+}
+
+// kernelEntries yields each element and slot group of set the kernel
+// holds, with its value.
+func (s *store) kernelEntries(set string) iter.Seq2[elemKey, string] {
+	return func(yield func(elemKey, string) bool) {
+		for k := range s.groupKeys(set) {
+			if v, ok := s.kernel(k); ok && !yield(k, v) {
+				return
+			}
+		}
+	}
+}
+
+// elemSets is the names of the sets the store holds elements of, sorted.
+func (s *store) elemSets() []string {
+	var out []string
+	for name := range s.setIDs {
+		if s.groupLen(name) > 0 {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // TestHairpinKeys: a hairpin element is keyed by its data (the two
@@ -235,8 +260,47 @@ func TestHairpinKeys(t *testing.T) {
 		other := append(netip.MustParseAddr("fd00::1").AsSlice(), netip.MustParseAddr("fd00::2").AsSlice()...)
 		readElements(sink, set, string(other), "")
 		sink.SetListed(set)
-		if e := s.elems[set].get(string(other)); e == nil || !e.present() {
-			t.Errorf("%s: element %x read back as %+v, want it kept as it came", fam, other, e)
+		if _, ok := s.kernel(s.elemKeyOf(set, string(other), false)); !ok {
+			t.Errorf("%s: element %x not read back, want it kept as it came", fam, other)
 		}
 	}
+}
+
+// want is the value key should have ("" for a set element), and whether
+// anyone claims it.
+func (s *store) want(k elemKey) (string, bool) {
+	if v, ok := s.mapElems.Want(k); ok {
+		return v, true
+	}
+	return "", s.setElems.Claimed(k)
+}
+
+// groupKeys yields every key of set that is claimed or in the kernel, of
+// both tables, in no particular order.
+func (s *store) groupKeys(set string) func(yield func(elemKey) bool) {
+	return func(yield func(elemKey) bool) {
+		g, ok := s.groupOf(set)
+		if !ok {
+			return
+		}
+		for k := range s.setElems.GroupKeys(g) {
+			if !yield(k) {
+				return
+			}
+		}
+		for k := range s.mapElems.GroupKeys(g) {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// groupLen is the number of keys of set that are claimed or in the kernel.
+func (s *store) groupLen(set string) int {
+	g, ok := s.groupOf(set)
+	if !ok {
+		return 0
+	}
+	return s.setElems.GroupLen(g) + s.mapElems.GroupLen(g)
 }

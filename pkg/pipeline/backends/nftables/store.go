@@ -1,8 +1,6 @@
 package nftables
 
 import (
-	"slices"
-
 	"github.com/svcproxy/svcproxy/pkg/knft"
 	"github.com/svcproxy/svcproxy/pkg/proxy"
 )
@@ -19,29 +17,26 @@ type store struct {
 	tablePresent bool
 	chains       map[string]*chainEntry
 	sets         map[string]*setEntry
-	elems        map[string]*entryIndex // by set
-	// setIDs and setNames number the sets elements belong to
-	// (elemEntry.set): 4 bytes per entry instead of a name.
+	// setElems and mapElems are the elements of sets and of maps
+	// (elems.go).
+	setElems *setTable
+	mapElems *mapTable
+	// setItems is the buffer claimElems makes set elements' items in.
+	setItems []setItem
+	// setIDs and setNames number the sets elements belong to (elemKey.set):
+	// 4 bytes per element instead of a name.
 	setIDs   map[string]uint32
 	setNames []string
-	// more holds the claims after the first of the few elements that
-	// have several (elemEntry.shared): a cluster IP's ports, an endpoint
-	// in several services' hairpin sets.
-	more map[*elemEntry][]elemClaim
 
 	// parts holds what each owner claimed, so it can be released.
 	parts *partIndex
 
 	dirtyChains map[string]struct{}
 	dirtySets   map[string]struct{}
-	// dirtyElems lists each touched element once (elemEntry.dirty): a
-	// slice, because a cold sync touches every element and a map keyed by
-	// set and key cost two string hashes per element and claim.
-	dirtyElems []*elemEntry
 
 	// recreated holds the sets the current diff adds (or deletes and
 	// adds) with every element in one unit (an endpoint map with its
-	// chain's rules, a replaced set); diffElem leaves their elements to
+	// chain's rules, a replaced set); diffElems leaves their elements to
 	// that unit.
 	recreated map[string]bool
 	// replacing is what the current diff replaces (replace.go), or nil.
@@ -90,12 +85,12 @@ func (e *setEntry) added(d *setSpec, size uint64) {
 
 func newStore() *store {
 	s := &store{
-		chains: map[string]*chainEntry{},
-		sets:   map[string]*setEntry{},
-		elems:  map[string]*entryIndex{},
-		setIDs: map[string]uint32{},
-		more:   map[*elemEntry][]elemClaim{},
-		parts:  &partIndex{},
+		chains:   map[string]*chainEntry{},
+		sets:     map[string]*setEntry{},
+		setElems: newSetTable(),
+		mapElems: newMapTable(),
+		setIDs:   map[string]uint32{},
+		parts:    &partIndex{},
 	}
 	s.clearDirty()
 	return s
@@ -104,10 +99,8 @@ func newStore() *store {
 func (s *store) clearDirty() {
 	s.dirtyChains = map[string]struct{}{}
 	s.dirtySets = map[string]struct{}{}
-	for _, e := range s.dirtyElems {
-		e.flag(entryDirty, false)
-	}
-	s.dirtyElems = nil
+	s.setElems.ClearDirty()
+	s.mapElems.ClearDirty()
 }
 
 // resetClaims forgets every claim (before a full sync re-claims everything)
@@ -122,33 +115,34 @@ func (s *store) resetClaims() {
 		e.desired, e.claims = nil, 0
 		s.dirtySets[name] = struct{}{}
 	}
-	s.more = map[*elemEntry][]elemClaim{}
-	n := 0
-	for _, m := range s.elems {
-		n += m.len()
-	}
-	s.dirtyElems = slices.Grow(s.dirtyElems, n)
-	for _, m := range s.elems {
-		for e := range m.all {
-			e.clearClaims()
-			s.markDirty(e)
-		}
-	}
+	s.setElems.ResetClaims()
+	s.mapElems.ResetClaims()
 }
 
 // replace swaps o's claims for p's (either may be nil).
 func (s *store) replace(o owner, p *part) {
-	if old := s.parts.get(o); old != nil {
+	old := s.parts.get(o)
+	if old != nil {
 		s.release(old)
 		s.parts.remove(o)
 	}
-	if p != nil {
-		s.claim(o, p)
-		s.parts.add(p)
+	switch {
+	case p == nil && old != nil:
+		s.claimElems(ownerRef{old.owner}, nil)
+		return
+	case p == nil:
+		return
+	case old != nil:
+		p.owner = old.owner // the element tables' name of o
+	case p.owner == nil || *p.owner != o:
+		p.owner = new(owner)
+		*p.owner = o
 	}
+	s.claim(p)
+	s.parts.add(p)
 }
 
-func (s *store) claim(o owner, p *part) {
+func (s *store) claim(p *part) {
 	for _, c := range p.chains {
 		e := s.chains[c.name]
 		if e == nil {
@@ -169,40 +163,9 @@ func (s *store) claim(o owner, p *part) {
 		e.claims++
 		s.dirtySets[st.name] = struct{}{}
 	}
-	if p.owner == nil || *p.owner != o {
-		p.owner = new(owner)
-		*p.owner = o
-	}
-	id := p.owner
-	p.entries = make([]*elemEntry, 0, len(p.elems))
-	var set string
-	var setID uint32
-	var m *entryIndex
-	for _, el := range p.elems {
-		// A part's elements come in runs of one set.
-		if m == nil || el.set != set {
-			set, m, setID = el.set, s.setElems(el.set), s.setID(el.set)
-		}
-		// Render found the entry already (a slot group the kernel
-		// holds): no second lookup.
-		e := el.entry
-		if e == nil {
-			if e = m.get(el.key); e == nil {
-				e = &elemEntry{set: setID, key: el.key}
-				e.flag(entrySlots, el.slots)
-				m.add(e)
-			}
-		}
-		if s.addClaim(e, elemClaim{owner: id, value: el.value}) {
-			p.entries = append(p.entries, e)
-		}
-		if e.present() && e.kernel() == el.value && el.value != "" {
-			e.vals.kernel = el.value // one string for both: a copy read back can go
-		}
-		s.markDirty(e)
-	}
-	// The entries are what release needs; the specs would keep 48 bytes
-	// per element alive for as long as the part.
+	s.claimElems(ownerRef{p.owner}, p.elems)
+	// The tables keep what they need of the elements; the specs would
+	// keep 48 bytes per element alive for as long as the part.
 	p.elems = nil
 }
 
@@ -223,33 +186,6 @@ func (s *store) release(p *part) {
 			s.dirtySets[st.name] = struct{}{}
 		}
 	}
-	// A claimed entry stays in s.elems (only unclaimed ones are removed),
-	// so the part's pointers are the live entries.
-	for _, e := range p.entries {
-		s.dropClaim(e, p.owner)
-		s.markDirty(e)
-	}
-}
-
-// reserveLike sizes every set's entry index, and the dirty list, for
-// total parts, from what the first done of them claimed (fullClaims).
-func (s *store) reserveLike(done, total int) {
-	if done == 0 {
-		return
-	}
-	scale := func(n int) int { return int(int64(n) * int64(total) / int64(done)) }
-	for _, m := range s.elems {
-		m.reserve(scale(m.len()))
-	}
-	s.dirtyElems = slices.Grow(s.dirtyElems, scale(len(s.dirtyElems))-len(s.dirtyElems))
-}
-
-// compactElems shrinks the entry indexes that are much bigger than their
-// entries need.
-func (s *store) compactElems() {
-	for _, m := range s.elems {
-		m.compact()
-	}
 }
 
 // setID returns the number of a set's name, numbering it if new. Set
@@ -264,61 +200,5 @@ func (s *store) setID(set string) uint32 {
 	return id
 }
 
-// setOf returns the name of e's set.
-func (s *store) setOf(e *elemEntry) string { return s.setNames[e.set] }
-
-// holdsElements reports whether any set has entries.
-func (s *store) holdsElements() bool {
-	for _, m := range s.elems {
-		if m.len() > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// setElems returns the entries of set, creating the map if needed.
-func (s *store) setElems(set string) *entryIndex {
-	m := s.elems[set]
-	if m == nil {
-		m = &entryIndex{}
-		s.elems[set] = m
-	}
-	return m
-}
-
-func (s *store) elem(set, key string, create bool) *elemEntry {
-	if !create {
-		return s.elems[set].get(key)
-	}
-	m := s.setElems(set)
-	e := m.get(key)
-	if e == nil {
-		e = &elemEntry{set: s.setID(set), key: key}
-		m.add(e)
-	}
-	return e
-}
-
-func (s *store) markDirty(e *elemEntry) {
-	if !e.dirty() {
-		e.flag(entryDirty, true)
-		s.dirtyElems = append(s.dirtyElems, e)
-	}
-}
-
-// hasElems reports whether the kernel may hold elements of set: its set
-// exists there (at a cold start none does, and render skips the lookups).
-func (s *store) hasElems(set string) bool {
-	e := s.sets[set]
-	return e != nil && e.present && s.elems[set].len() > 0
-}
-
-// kernelEntry is the entry of an element the kernel holds, or nil.
-func (s *store) kernelEntry(set, key string) *elemEntry {
-	e := s.elems[set].get(key)
-	if e == nil || !e.present() {
-		return nil
-	}
-	return e
-}
+// setOf returns the name of k's set.
+func (s *store) setOf(k elemKey) string { return s.setNames[k.set] }
