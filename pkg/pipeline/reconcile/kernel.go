@@ -90,39 +90,71 @@ func (t *Table[O, K, V]) KernelKeys(yield func(K) bool) {
 // claimed one.
 func (t *Table[O, K, V]) Diff() []Change[K, V] {
 	var out []Change[K, V]
-	t.dirtyChanges(true, func(c Change[K, V]) { out = append(out, c) })
+	t.dirtyChanges(true, func(c Change[K, V], _ Pos) { out = append(out, c) })
 	return out
 }
 
 // DiffFunc is Diff for a backend that orders the changes itself (nftables
-// groups them by set and phase): it calls fn with each change, in the
-// order the keys were touched, instead of collecting them.
-func (t *Table[O, K, V]) DiffFunc(fn func(Change[K, V])) {
+// groups them by set and phase): it calls fn with each change and the
+// position of its key, in the order the keys were touched, instead of
+// collecting them. A backend may keep the position alone until the change
+// is made (StateAt, CommitAt).
+func (t *Table[O, K, V]) DiffFunc(fn func(Change[K, V], Pos)) {
 	t.dirtyChanges(true, fn)
+}
+
+// Pos is where a key's entry is in its table, as a diff found it: four
+// bytes that reach the entry without hashing the key again. A key with a
+// change is claimed or held by the kernel, so its entry stays where it is
+// until its change is committed (CommitAt), as long as no claim and no
+// other record of the kernel side changes in between: a backend that
+// commits each change at its position once the kernel took it, and does
+// nothing else to the table meanwhile, may keep positions instead of keys.
+type Pos int32
+
+// StateAt returns what the table holds of the key at p (see Pos).
+func (t *Table[O, K, V]) StateAt(p Pos) KeyState[K, V] {
+	e := t.entries.at(int32(p))
+	st := KeyState[K, V]{Key: e.key, Have: e.have, Held: e.flags&flagKernel != 0}
+	st.Want, st.Wanted = t.want(int32(p), e)
+	return st
+}
+
+// CommitAt records that the kernel made the change of the key at p (see
+// Pos), whichever it was: it holds what the key's claims want now, or,
+// when none claims it, nothing (and the position may go to another key).
+func (t *Table[O, K, V]) CommitAt(p Pos) {
+	pos := int32(p)
+	e := t.entries.at(pos)
+	if want, ok := t.want(pos, e); ok {
+		t.setKernelAt(pos, want)
+		return
+	}
+	t.dropKernelAt(pos)
 }
 
 // Changes calls fn with each change the next Diff returns, in the same
 // order, and leaves the keys dirty: a first pass that sizes what the Diff
 // then fills.
 func (t *Table[O, K, V]) Changes(fn func(Change[K, V])) {
-	t.dirtyChanges(false, fn)
+	t.dirtyChanges(false, func(c Change[K, V], _ Pos) { fn(c) })
 }
 
 // dirtyChanges calls fn with the change of each dirty key that needs one,
 // in the order they were touched; with clearDirty it clears the dirty set
 // on the way.
-func (t *Table[O, K, V]) dirtyChanges(clearDirty bool, fn func(Change[K, V])) {
+func (t *Table[O, K, V]) dirtyChanges(clearDirty bool, fn func(Change[K, V], Pos)) {
 	for _, pos := range t.dirty {
 		e := t.entries.at(pos)
 		want, wok := t.want(pos, e)
 		hok := e.flags&flagKernel != 0
 		switch {
 		case wok && !hok:
-			fn(Change[K, V]{Op: Add, Key: e.key, Want: want})
+			fn(Change[K, V]{Op: Add, Key: e.key, Want: want}, Pos(pos))
 		case !wok && hok:
-			fn(Change[K, V]{Op: Delete, Key: e.key, Have: e.have})
+			fn(Change[K, V]{Op: Delete, Key: e.key, Have: e.have}, Pos(pos))
 		case wok && !t.kind.Equal(want, e.have):
-			fn(Change[K, V]{Op: Update, Key: e.key, Want: want, Have: e.have})
+			fn(Change[K, V]{Op: Update, Key: e.key, Want: want, Have: e.have}, Pos(pos))
 		case wok && clearDirty:
 			// Equal: keep the claim's value for both, so that a copy the
 			// backend read back (a string) can go.
@@ -165,35 +197,6 @@ func (t *Table[O, K, V]) removeIfEmpty(pos int32) {
 	if t.entries.at(pos).flags == 0 {
 		t.remove(pos)
 	}
-}
-
-// State returns what the table holds of k (its Key is k): the state a
-// backend that kept only a key since the diff spells its change from.
-func (t *Table[O, K, V]) State(k K) KeyState[K, V] {
-	st := KeyState[K, V]{Key: k}
-	if pos, ok := t.lookup(k); ok {
-		e := t.entries.at(pos)
-		st.Want, st.Wanted = t.want(pos, e)
-		st.Have, st.Held = e.have, e.flags&flagKernel != 0
-	}
-	return st
-}
-
-// CommitWant records that the kernel made k's change, whichever it was: it
-// holds what k's claims want now, or, when none claims k, nothing. A
-// backend that kept only the key since the diff commits with it (one
-// lookup), as long as no claim changed in between.
-func (t *Table[O, K, V]) CommitWant(k K) {
-	pos, ok := t.lookup(k)
-	if !ok {
-		return
-	}
-	e := t.entries.at(pos)
-	if want, wok := t.want(pos, e); wok {
-		t.setKernelAt(pos, want)
-		return
-	}
-	t.dropKernelAt(pos)
 }
 
 // Commit records that the kernel made c: it holds c.Want now, or, for a

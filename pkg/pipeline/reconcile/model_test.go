@@ -135,22 +135,24 @@ func (w *world[V]) sync(mode proxy.SyncMode, changed []own) {
 }
 
 // diffFunc applies the table's changes as nftables does: counted first
-// (Changes), then taken (DiffFunc), each spelled from its key's State and
-// committed once the kernel made it (Commit, or CommitWant by its key); a
-// refused one stops the rest.
+// (Changes), then taken (DiffFunc), each spelled from its position
+// (StateAt) and committed once the kernel made it (Commit, or CommitAt by
+// its position); a refused one stops the rest.
 func (w *world[V]) diffFunc(want map[int]V, failed *bool) error {
 	var peek, cs []Change[int, V]
+	var at []Pos
 	w.tb.Changes(func(c Change[int, V]) { peek = append(peek, c) })
-	w.tb.DiffFunc(func(c Change[int, V]) { cs = append(cs, c) })
+	w.tb.DiffFunc(func(c Change[int, V], p Pos) { cs, at = append(cs, c), append(at, p) })
 	if fmt.Sprint(peek) != fmt.Sprint(cs) {
 		w.t.Fatalf("Changes %v, then DiffFunc %v", peek, cs)
 	}
-	for _, c := range cs {
+	for i, c := range cs {
 		w.checkChange(c, want)
-		// What a backend that kept only the key spells the change from.
-		st := w.tb.State(c.Key)
-		if st.Wanted != (c.Op != Delete) || st.Held != (c.Op != Add) || (st.Wanted && st.Want != c.Want) || (st.Held && st.Have != c.Have) {
-			w.t.Fatalf("State(%d) = %+v after the diff's %+v", c.Key, st, c)
+		// What a backend that kept only the position spells the change
+		// from.
+		st := w.tb.StateAt(at[i])
+		if st.Key != c.Key || st.Wanted != (c.Op != Delete) || st.Held != (c.Op != Add) || (st.Wanted && st.Want != c.Want) || (st.Held && st.Have != c.Have) {
+			w.t.Fatalf("StateAt(%d) = %+v after the diff's %+v", at[i], st, c)
 		}
 		if w.r.Float64() < w.failP {
 			*failed = true
@@ -160,7 +162,7 @@ func (w *world[V]) diffFunc(want map[int]V, failed *bool) error {
 		if w.r.IntN(2) == 0 {
 			w.tb.Commit(c)
 		} else {
-			w.tb.CommitWant(c.Key)
+			w.tb.CommitAt(at[i])
 		}
 	}
 	return nil

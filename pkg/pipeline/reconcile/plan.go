@@ -148,13 +148,13 @@ func Batch[O Owner[O], K comparable, V any](t *Table[O, K, V], do func([]Change[
 func group[O Owner[O], K comparable, V any](t *Table[O, K, V], run func([]Change[K, V]) error) []Step {
 	phases := t.kind.phases()
 	var ends [3]int // of each phase's changes, in phases' order
-	t.dirtyChanges(false, func(c Change[K, V]) { ends[phases.of(c.Op)]++ })
+	t.dirtyChanges(false, func(c Change[K, V], _ Pos) { ends[phases.of(c.Op)]++ })
 	for i := 1; i < len(ends); i++ {
 		ends[i] += ends[i-1]
 	}
 	all := make([]Change[K, V], ends[len(ends)-1])
 	next := [3]int{0, ends[0], ends[1]}
-	t.dirtyChanges(true, func(c Change[K, V]) {
+	t.dirtyChanges(true, func(c Change[K, V], _ Pos) {
 		i := phases.of(c.Op)
 		all[next[i]] = c
 		next[i]++

@@ -30,14 +30,15 @@ func (e *setEntry) interval() bool {
 }
 
 // elemRun is a run of element changes of one set and phase, the bulk of a
-// cold sync: the keys whose change the diff found, of the set's table.
-// The change of each is spelled, and committed, from the tables when the
-// run is sent: nothing changes the claims in between, and a key costs the
-// run 24 bytes where the change would take 32 (a set element) or 64.
+// cold sync: the positions in the set's table of the keys whose change the
+// diff found. The change of each is spelled, and committed, from its
+// position when the run is sent (reconcile.Pos: nothing changes the claims
+// in between): 4 bytes a change, where the change itself would take 32 (a
+// set element) or 64, and no key hashed again.
 type elemRun struct {
 	set  string
-	sets []elemKey
-	maps []elemKey
+	sets []reconcile.Pos
+	maps []reconcile.Pos
 	// del: the set elements' changes are deletes, else adds (a set
 	// element has no update, and the two are in phases of their own).
 	del bool
@@ -147,19 +148,19 @@ func (s *store) diffElems() []*unit {
 		}
 	})
 	for _, r := range groups {
-		r.sets, r.maps = make([]elemKey, 0, r.nsets), make([]elemKey, 0, r.nmaps)
+		r.sets, r.maps = make([]reconcile.Pos, 0, r.nsets), make([]reconcile.Pos, 0, r.nmaps)
 		r.mapOps = make([]uint32, 0, r.nmaps)
 	}
 	cur = nil
-	s.setElems.DiffFunc(func(c setElemChange) {
+	s.setElems.DiffFunc(func(c setElemChange, at reconcile.Pos) {
 		if r := runOf(c.Key, c.Op); r != nil {
-			r.sets, r.del = append(r.sets, c.Key), c.Op == reconcile.Delete
+			r.sets, r.del = append(r.sets, at), c.Op == reconcile.Delete
 		}
 	})
 	cur = nil
-	s.mapElems.DiffFunc(func(c mapElemChange) {
+	s.mapElems.DiffFunc(func(c mapElemChange, at reconcile.Pos) {
 		if r := runOf(c.Key, c.Op); r != nil {
-			r.maps, r.mapOps = append(r.maps, c.Key), append(r.mapOps, uint32(mapChangeOps(c)))
+			r.maps, r.mapOps = append(r.maps, at), append(r.mapOps, uint32(mapChangeOps(c)))
 		}
 	})
 	keys := slices.SortedFunc(maps.Keys(groups), func(a, b group) int {
@@ -201,37 +202,40 @@ func (s *store) appendElemUnits(units []*unit, phase int, r *elemRun) []*unit {
 // elemUnit is the knft unit of a run of element changes.
 func (u *unit) elemUnit() *knft.Unit {
 	r, s := u.run, u.s
-	return &knft.Unit{Set: r.set, IsMap: u.isMap, Ops: u.elemOps, Layout: unitLayout(r.set, s.desiredSet(r.set), r.firstKey()),
+	return &knft.Unit{Set: r.set, IsMap: u.isMap, Ops: u.elemOps, Layout: unitLayout(r.set, s.desiredSet(r.set), s.firstKey(r)),
 		Elems: func(yield func(knft.Change) bool) {
-			for _, k := range r.sets {
-				if !yield(knft.Change{Key: k.key, Del: r.del, Add: !r.del}) {
+			for _, at := range r.sets {
+				if !yield(knft.Change{Key: s.setElems.StateAt(at).Key.key, Del: r.del, Add: !r.del}) {
 					return
 				}
 			}
-			for _, k := range r.maps {
-				if !mapChanges(s.mapElems.State(k), yield) {
+			for _, at := range r.maps {
+				if !mapChanges(s.mapElems.StateAt(at), yield) {
 					return
 				}
 			}
 		},
 		Done: func() {
-			for _, k := range r.sets {
-				s.setElems.CommitWant(k)
+			for _, at := range r.sets {
+				s.setElems.CommitAt(at)
 			}
-			for _, k := range r.maps {
-				s.mapElems.CommitWant(k)
+			for _, at := range r.maps {
+				s.mapElems.CommitAt(at)
 			}
 		}}
 }
 
 // firstKey is the first of r's keys that is not empty (a catch-all's
 // tells no family), or "".
-func (r *elemRun) firstKey() string {
-	for _, ks := range [][]elemKey{r.sets, r.maps} {
-		for _, k := range ks {
-			if k.key != "" {
-				return k.key
-			}
+func (s *store) firstKey(r *elemRun) string {
+	for _, at := range r.sets {
+		if k := s.setElems.StateAt(at).Key.key; k != "" {
+			return k
+		}
+	}
+	for _, at := range r.maps {
+		if k := s.mapElems.StateAt(at).Key.key; k != "" {
+			return k
 		}
 	}
 	return ""

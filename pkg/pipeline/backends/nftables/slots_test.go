@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"github.com/svcproxy/svcproxy/pkg/pipeline/reconcile"
 	"iter"
 	"net/netip"
 	"reflect"
@@ -89,12 +90,13 @@ func TestSlotGroupChanges(t *testing.T) {
 	o := countsName("a")
 	s.claimElems(ownerRef{&o}, []elemSpec{{set: "m", key: "fe", value: group("a|b|d"), slots: true}})
 	var cs []mapElemChange
-	s.mapElems.DiffFunc(func(c mapElemChange) { cs = append(cs, c) })
+	var at reconcile.Pos
+	s.mapElems.DiffFunc(func(c mapElemChange, p reconcile.Pos) { cs, at = append(cs, c), p })
 	if len(cs) != 1 {
 		t.Fatalf("%d changes of the group, want 1", len(cs))
 	}
 	var got []knft.Change
-	mapChanges(s.mapElems.State(k), func(c knft.Change) bool { got = append(got, c); return true })
+	mapChanges(s.mapElems.StateAt(at), func(c knft.Change) bool { got = append(got, c); return true })
 	want := []knft.Change{
 		{Key: slotElemKey("fe", 1), Value: "b", Add: true},
 		{Key: slotElemKey("fe", 2), Value: "d", Del: true, Add: true},
@@ -106,7 +108,7 @@ func TestSlotGroupChanges(t *testing.T) {
 	if n := mapChangeOps(cs[0]); n != 4 {
 		t.Errorf("%d operations, want 4", n)
 	}
-	s.mapElems.CommitWant(k)
+	s.mapElems.CommitAt(at)
 	if v, ok := s.kernel(k); v != group("a|b|d") || !ok {
 		t.Errorf("kernel side %q present=%v after commit, want %q", v, ok, group("a|b|d"))
 	}
