@@ -148,7 +148,8 @@ type elemSpec struct {
 // dispatch chains) or element (a cluster IP with several ports).
 type part struct {
 	// owner is the service port's name in the State it was rendered from
-	// (no copy per part), or set when claimed (store.replace).
+	// (no copy per part) until it is claimed: then the store's copy, the
+	// same for every part of the owner (store.replace).
 	owner  *owner
 	chains []*chainSpec
 	sets   []*setSpec

@@ -134,7 +134,10 @@ func (s *store) replace(o owner, p *part) {
 		return
 	case old != nil:
 		p.owner = old.owner // the element tables' name of o
-	case p.owner == nil || *p.owner != o:
+	default:
+		// A copy of its own: the tables know o by it for as long as o
+		// claims, and render's points into the State's ServicePort,
+		// which it would keep alive all that time.
 		p.owner = new(owner)
 		*p.owner = o
 	}
