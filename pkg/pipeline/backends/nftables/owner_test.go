@@ -16,7 +16,7 @@ import (
 // rendered from. The element tables know an owner by a name that lives as
 // long as the owner; render's points into the State's ServicePort, which
 // it would keep alive, with everything it holds, for the life of the
-// port (at 10k Services, several MB more after endpoints churned).
+// port: a ServicePort per port whose endpoints ever changed.
 func TestStoreKeepsNoOldServicePort(t *testing.T) {
 	st := benchStateOf(20, uniqueEndpoint)
 	p := NewWithInterface(proxy.IPv4, fakeKernel(newStrictFake(knftables.IPv4Family)))
