@@ -281,17 +281,8 @@ func (s *store) want(k elemKey) (string, bool) {
 // both tables, in no particular order.
 func (s *store) groupKeys(set string) func(yield func(elemKey) bool) {
 	return func(yield func(elemKey) bool) {
-		g, ok := s.groupOf(set)
-		if !ok {
-			return
-		}
-		for k := range s.setElems.GroupKeys(g) {
-			if !yield(k) {
-				return
-			}
-		}
-		for k := range s.mapElems.GroupKeys(g) {
-			if !yield(k) {
+		for st := range s.groupStates(set) {
+			if !yield(st.key) {
 				return
 			}
 		}
