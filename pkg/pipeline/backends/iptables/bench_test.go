@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"runtime"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/pkg/kiptables"
@@ -87,6 +88,52 @@ func BenchmarkFullSync10kx10(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(ipt.lastRestore)/1e6, "MB-restore")
+}
+
+// BenchmarkFullSyncLiveHeap10kx10 reports the proxy's heap in use at the
+// moment a full sync has written its whole input, the top of its memory:
+// iptables-restore is still reading, and the store holds the sync's
+// record of what changed until it has read all. Cold is the first sync;
+// full is a later one, whose table holds every chain already. The State
+// is not counted.
+func BenchmarkFullSyncLiveHeap10kx10(b *testing.B) {
+	st := bigState(10000, 10)
+	var cold, full float64
+	for b.Loop() {
+		base := liveHeap()
+		ipt := &heapAtInputEnd{}
+		p := NewWithInterface(proxy.IPv4, ipt, Options{})
+		if err := p.Sync(context.Background(), st, proxy.RecoverySync); err != nil {
+			b.Fatal(err)
+		}
+		cold = float64(ipt.live-base) / 1e6
+		if err := p.Sync(context.Background(), st, proxy.FullSync); err != nil {
+			b.Fatal(err)
+		}
+		full = float64(ipt.live-base) / 1e6
+	}
+	b.ReportMetric(cold, "MB-live-cold")
+	b.ReportMetric(full, "MB-live-full")
+}
+
+// heapAtInputEnd is discard that measures the heap in use once a full
+// sync's input is all written.
+type heapAtInputEnd struct {
+	discard
+	live uint64
+}
+
+func (h *heapAtInputEnd) RestoreFrom(ctx context.Context, write func(io.Writer) error) error {
+	err := h.discard.RestoreFrom(ctx, write)
+	h.live = liveHeap()
+	return err
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
 
 // BenchmarkRepeatedFullSync10kx10 is the full sync of a running daemon

@@ -111,29 +111,40 @@ func (p *Proxier) readBack(ctx context.Context, largeCluster bool, natChains []s
 }
 
 // claimChains makes the chains r.chains names the claims of port. The
-// next port gets a slice of its own: the table may keep what it is given.
+// chain table is counted, so it keeps none of the items: the next port
+// renders into the same slice.
 func (s *store) claimChains(port owner, r *renderer) {
 	s.chains.Replace(port, r.chains)
-	r.chains = nil
+	r.chains = r.chains[:0]
 }
 
-// chainDiff is the chain table's changes split as the input uses them:
-// the chains written (the render wrote their text) and those deleted, by
-// name.
+// chainDiff is the chain table's changes as the input uses them: the
+// chains deleted, by name (the render wrote the others' text), and where
+// each changed chain's entry is, to commit it once the restore succeeded.
+// A position is 4 bytes where a change is 40: a full sync changes every
+// chain, and holds them while iptables-restore runs.
 type chainDiff struct {
-	changes []reconcile.Change[string, struct{}]
+	at      []reconcile.Pos
 	deleted []string
 }
 
 func (s *store) diffChains() chainDiff {
-	d := chainDiff{changes: s.chains.Diff()}
-	for _, c := range d.changes {
+	var d chainDiff
+	s.chains.DiffFunc(func(c reconcile.Change[string, struct{}], at reconcile.Pos) {
+		d.at = append(d.at, at)
 		if c.Op == reconcile.Delete {
 			d.deleted = append(d.deleted, c.Key)
 		}
-	}
+	})
 	slices.Sort(d.deleted)
 	return d
+}
+
+// commitChains records that the kernel made every change of d.
+func (s *store) commitChains(d chainDiff) {
+	for _, at := range d.at {
+		s.chains.CommitAt(at)
+	}
 }
 
 // diffShared claims the shared texts' hashes and reports which of them

@@ -175,6 +175,7 @@ func (p *Proxier) render(st *desired.State, r *renderer, stream io.Writer) (*inp
 		}
 		own = streamTo(stream)
 		p.store.chains.ResetClaims()
+		p.store.chains.ReserveOwners(st.Services.Len())
 		// A full sync writes the shared chains whatever was written before.
 		p.store.shared.ForgetKernel()
 		p.entries = make(map[proxy.ServicePortName]*entry, st.Services.Len())
@@ -324,9 +325,7 @@ func (p *Proxier) sharedChains(order []proxy.ServicePortName, st *desired.State,
 // commit records what the restore made: the chains written and deleted,
 // the shared texts' hashes, and the metrics.
 func (p *Proxier) commit(in *input, cfg *config) {
-	for _, c := range in.chains.changes {
-		p.store.chains.Commit(c)
-	}
+	p.store.commitChains(in.chains)
 	for _, c := range in.shared {
 		p.store.shared.Commit(c)
 	}
