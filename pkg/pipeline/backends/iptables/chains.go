@@ -121,8 +121,8 @@ func (s *store) claimChains(port owner, r *renderer) {
 // chainDiff is the chain table's changes as the input uses them: the
 // chains deleted, by name (the render wrote the others' text), and where
 // each changed chain's entry is, to commit it once the restore succeeded.
-// A position is 4 bytes where a change is 40: a full sync changes every
-// chain, and holds them while iptables-restore runs.
+// A position is a sixth of a change's size, and a full sync changes every
+// chain and holds the record while iptables-restore runs.
 type chainDiff struct {
 	at      []reconcile.Pos
 	deleted []string
