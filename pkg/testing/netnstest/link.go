@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -85,7 +86,35 @@ func (ns *NS) AddAddr(dev string, addr netip.Prefix) error {
 	if err := ns.nl.AddrAdd(link, a); err != nil {
 		return fmt.Errorf("add %s to %s in %s: %w", addr, dev, ns.Role, err)
 	}
+	if addr.Addr().Is6() && link.Attrs().RawFlags&unix.IFF_LOWER_UP != 0 {
+		return ns.waitLocalRoute(addr.Addr(), dev)
+	}
 	return nil
+}
+
+// localRouteWait bounds waitLocalRoute: the kernel's work queue runs
+// within milliseconds even on a loaded machine.
+const localRouteWait = 5 * time.Second
+
+// waitLocalRoute waits until packets to addr, an IPv6 address just put on
+// dev, are delivered here. The kernel lists the address at once but adds
+// its local route from a work queue; a connection made before that leaves
+// through dev towards a neighbour that never answers, and its SYN waits
+// in the neighbour's queue, where no retransmission replaces it, for
+// longer than a test's dial allows. Only a link with carrier gets the
+// route (at once); one without gets it when the carrier comes.
+func (ns *NS) waitLocalRoute(addr netip.Addr, dev string) error {
+	deadline := time.Now().Add(localRouteWait)
+	for {
+		routes, err := ns.nl.RouteGet(addr.AsSlice())
+		if err == nil && len(routes) > 0 && routes[0].Type == unix.RTN_LOCAL {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s on %s in %s: no local route after %s (last lookup: %v, %v)", addr, dev, ns.Role, localRouteWait, routes, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // AddRoute routes dst via gw (a neighbour on a directly connected test
