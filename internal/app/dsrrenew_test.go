@@ -81,9 +81,12 @@ func TestDSRLeaseRenewed(t *testing.T) {
 	mu.Unlock()
 	refused := renewTimeOf(t, client)
 	eventually(t, "a renewal after refusals", func() bool {
+		// Not holding mu while reading the Lease: the fake client runs
+		// the reactor, which takes mu, under its own lock.
 		mu.Lock()
-		defer mu.Unlock()
-		return refusals == 0 && renewTimeOf(t, client).After(refused)
+		left := refusals
+		mu.Unlock()
+		return left == 0 && renewTimeOf(t, client).After(refused)
 	})
 
 	if err := client.CoordinationV1().Leases(testDSRNamespace).Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
