@@ -73,16 +73,6 @@ func (t *Table[O, K, V]) dropKernelAt(pos int32) {
 // KernelLen is the number of keys the kernel holds.
 func (t *Table[O, K, V]) KernelLen() int { return int(t.inKernel) }
 
-// KernelKeys yields every key the kernel holds (not to be changed while
-// ranging).
-func (t *Table[O, K, V]) KernelKeys(yield func(K) bool) {
-	for _, e := range t.entries.all {
-		if e.flags&flagKernel != 0 && !yield(e.key) {
-			return
-		}
-	}
-}
-
 // Diff returns the changes the dirty keys need, in the order they were
 // touched, and clears the dirty set: an Add for a key claimed and not in
 // the kernel, a Delete for one in the kernel and no longer claimed, an

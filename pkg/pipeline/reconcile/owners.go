@@ -1,9 +1,6 @@
 package reconcile
 
-import (
-	"hash/maphash"
-	"slices"
-)
+import "slices"
 
 // ownerID numbers an owner within one Table: an entry names its first
 // claim's owner in four bytes, however large the owner's type.
@@ -13,17 +10,11 @@ type ownerID int32
 // what to release on its next Replace: the items its last Replace was
 // given or, in a counted table, the positions of the entries they claim.
 // The numbers of owners that went are given out again. An owner's value
-// is kept once, in its record; an open-addressing index of numbers, as
-// for the keys (cells.go), finds it, where a Go map would keep a second
-// copy of it.
+// is kept once, in its record, which an Index of numbers finds.
 type owners[O Owner[O], K comparable, V any] struct {
-	seed maphash.Seed
-	// cells hold an owner's number plus one, 0 for an empty cell; at
-	// most half full (cellsFor).
-	cells []int32
+	index Index[O]
 	byID  []claims[O, K, V]
 	free  []ownerID
-	n     int // owners numbered
 }
 
 // claims are one owner's. A number given out again keeps the room of its
@@ -40,40 +31,17 @@ func (c *claims[O, K, V]) forget() {
 	*c = claims[O, K, V]{at: c.at[:0]}
 }
 
-func (w *owners[O, K, V]) homeOf(c int32) int {
-	return int(maphash.Comparable(w.seed, w.byID[c-1].owner))
-}
-
-// probe returns o's cell: the one that holds its number, or, when o has
-// none, the empty cell where it would go.
-func (w *owners[O, K, V]) probe(o O) (cell int, id ownerID, found bool) {
-	mask := len(w.cells) - 1
-	for i := int(maphash.Comparable(w.seed, o)) & mask; ; i = (i + 1) & mask {
-		c := w.cells[i]
-		if c == 0 {
-			return i, -1, false
-		}
-		if w.byID[c-1].owner == o {
-			return i, ownerID(c - 1), true
-		}
-	}
-}
+func (w *owners[O, K, V]) ownerAt(id int32) O { return w.byID[id].owner }
 
 // lookup returns o's number.
 func (w *owners[O, K, V]) lookup(o O) (ownerID, bool) {
-	if w.n == 0 {
-		return -1, false
-	}
-	_, id, ok := w.probe(o)
-	return id, ok
+	id, ok := w.index.Find(o, w.ownerAt)
+	return ownerID(id), ok
 }
 
 // add numbers o, which has no number.
 func (w *owners[O, K, V]) add(o O) ownerID {
-	if c := cellsFor(w.n + 1); c > len(w.cells) {
-		w.cells = rehashCells(w.cells, c, w.homeOf)
-	}
-	cell, _, _ := w.probe(o)
+	cell, _, _ := w.index.ProbeToAdd(o, w.ownerAt)
 	var id ownerID
 	if n := len(w.free); n > 0 {
 		id, w.free = w.free[n-1], w.free[:n-1]
@@ -81,8 +49,7 @@ func (w *owners[O, K, V]) add(o O) ownerID {
 		id, w.byID = ownerID(len(w.byID)), growOne(w.byID)
 	}
 	w.byID[id].owner = o
-	w.cells[cell] = int32(id) + 1
-	w.n++
+	w.index.Fill(cell, int32(id))
 	return id
 }
 
@@ -98,11 +65,9 @@ func growOne[T any](s []T) []T {
 
 // drop forgets o, numbered id, which claims nothing any more.
 func (w *owners[O, K, V]) drop(o O, id ownerID) {
-	cell, _, _ := w.probe(o)
-	emptyCell(w.cells, cell, w.homeOf)
+	w.index.Remove(o, w.ownerAt)
 	w.byID[id].forget()
 	w.free = append(w.free, id)
-	w.n--
 }
 
 // reserve makes room for n owners in an empty set of owners, unless it
@@ -111,7 +76,7 @@ func (w *owners[O, K, V]) reserve(n int) {
 	if n <= cap(w.byID) {
 		return
 	}
-	w.cells = make([]int32, cellsFor(n))
+	w.index.Reset(n)
 	w.byID = slices.Grow(w.byID[:0], n)
 }
 
@@ -123,9 +88,9 @@ func (w *owners[O, K, V]) items(id ownerID) []Item[K, V] { return w.byID[id].ite
 
 // reset forgets every owner.
 func (w *owners[O, K, V]) reset() {
-	clear(w.cells)
+	w.index.Clear()
 	for i := range w.byID {
 		w.byID[i].forget()
 	}
-	w.byID, w.free, w.n = w.byID[:0], w.free[:0], 0
+	w.byID, w.free = w.byID[:0], w.free[:0]
 }

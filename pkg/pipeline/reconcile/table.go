@@ -8,7 +8,6 @@
 package reconcile
 
 import (
-	"hash/maphash"
 	"slices"
 	"unsafe"
 )
@@ -52,7 +51,7 @@ type Table[O Owner[O], K comparable, V any] struct {
 	// positions are: packed beside counted, they keep the table's own
 	// record small).
 	claimed, inKernel int32
-	index             index
+	index             Index[K]
 	entries           chunked[entry[K, V]]
 	// free lists the positions of entries removed, which new keys take.
 	free   []int32
@@ -98,7 +97,7 @@ func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] 
 	var none V
 	counted := unsafe.Sizeof(none) == 0
 	t := &Table[O, K, V]{kind: kind, counted: counted, more: map[int32][]claim{},
-		owners: owners[O, K, V]{seed: maphash.MakeSeed()}}
+		index: NewIndex(kind.Hash), owners: owners[O, K, V]{index: NewIndex[O](nil)}}
 	if kind.Group != nil {
 		t.groups = &groups{heads: map[uint32]groupHead{}}
 	}
@@ -238,7 +237,7 @@ func (t *Table[O, K, V]) Reserve(n int) {
 		t.groups.links.reserve(n)
 	}
 	t.free = t.free[:0]
-	t.index.cells, t.index.used = make([]int32, cellsFor(n)), 0
+	t.index.Reset(n)
 	t.dirty = slices.Grow(t.dirty[:0], n)
 }
 
@@ -247,7 +246,7 @@ func (t *Table[O, K, V]) Reserve(n int) {
 // the claims of its first owners. The index is rehashed once to its size
 // for n, instead of doubling step by step as the keys come.
 func (t *Table[O, K, V]) Grow(n int) {
-	t.growIndex(n)
+	t.index.Grow(n, t.keyAt)
 	if extra := n - len(t.dirty); extra > 0 {
 		t.dirty = slices.Grow(t.dirty, extra)
 	}
@@ -257,7 +256,7 @@ func (t *Table[O, K, V]) Grow(n int) {
 // add them. Only a table without owners that never had room for as many
 // takes the hint (a cold sync); one that had keeps its own.
 func (t *Table[O, K, V]) ReserveOwners(n int) {
-	if t.owners.n == 0 {
+	if t.owners.index.Len() == 0 {
 		t.owners.reserve(n)
 	}
 }
@@ -288,12 +287,6 @@ func (t *Table[O, K, V]) MarkAllDirty() {
 			t.touch(pos, e)
 		}
 	}
-}
-
-// MarkDirty makes the next diff look at k.
-func (t *Table[O, K, V]) MarkDirty(k K) {
-	pos := t.lookupOrAdd(k)
-	t.touch(pos, t.entries.at(pos))
 }
 
 // touch marks e, the entry at pos, dirty.
@@ -344,20 +337,4 @@ func (t *Table[O, K, V]) Len() int { return int(t.claimed) }
 func (t *Table[O, K, V]) Claimed(k K) bool {
 	pos, ok := t.lookup(k)
 	return ok && t.entries.at(pos).flags&flagClaimed != 0
-}
-
-// Wanted yields every claimed key with the value it should have (Want's),
-// in no particular order, not to be changed while ranging: what a backend
-// writes when it re-creates the kernel object that holds the kind whole
-// (an nftables set deleted and added again, every element in the same
-// transaction) rather than applying the diff.
-func (t *Table[O, K, V]) Wanted(yield func(K, V) bool) {
-	for pos, e := range t.entries.all {
-		if e.flags&flagClaimed == 0 {
-			continue
-		}
-		if v, _ := t.want(pos, e); !yield(e.key, v) {
-			return
-		}
-	}
 }

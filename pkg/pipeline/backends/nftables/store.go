@@ -29,7 +29,7 @@ type store struct {
 	setNames []string
 
 	// parts holds what each owner claimed, so it can be released.
-	parts *partIndex
+	parts *parts
 
 	dirtyChains map[string]struct{}
 	dirtySets   map[string]struct{}
@@ -90,7 +90,7 @@ func newStore() *store {
 		setElems: newSetTable(),
 		mapElems: newMapTable(),
 		setIDs:   map[string]uint32{},
-		parts:    &partIndex{},
+		parts:    newParts(),
 	}
 	s.clearDirty()
 	return s
@@ -106,7 +106,7 @@ func (s *store) clearDirty() {
 // resetClaims forgets every claim (before a full sync re-claims everything)
 // and marks every entry dirty.
 func (s *store) resetClaims() {
-	s.parts = &partIndex{}
+	s.parts.clear()
 	for name, e := range s.chains {
 		e.desired, e.claims = nil, 0
 		s.dirtyChains[name] = struct{}{}
