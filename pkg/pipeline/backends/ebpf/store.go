@@ -43,6 +43,8 @@ type store struct {
 	// prev is the State the claims were last made for, when that sync
 	// succeeded (scope).
 	prev *desired.State
+	// values is the buffer keepSlots lists a group's endpoints in.
+	values []beVal
 }
 
 func newStore() *store {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/svcproxy/svcproxy/pkg/knft"
+	"github.com/svcproxy/svcproxy/pkg/pipeline/reconcile"
 )
 
 // An endpoint map's elements are frontend · slot → endpoint, N per
@@ -135,11 +136,10 @@ func eachSlotChange(want, kernel string, f func(slot int, kernel, want string) b
 
 // assignSlots is the step after render that keeps endpoint slots stable:
 // render numbers a frontend's endpoints 0…n-1 in State order, and here an
-// endpoint keeps the slot the kernel has for it, so replacing one endpoint
-// rewrites one element instead of shifting every slot after it; the other
-// endpoints fill the free slots in render's order. A map holds one endpoint
-// count only, so when the count changes every slot is new anyway. It
-// returns p.
+// endpoint keeps the slot the kernel has for it (reconcile.KeepSlots), so
+// replacing one endpoint rewrites one element instead of shifting every
+// slot after it. A map holds one endpoint count only, so when the count
+// changes every slot is new anyway. It returns p.
 func (s *store) assignSlots(p *part) *part {
 	if p == nil {
 		return nil
@@ -158,52 +158,9 @@ func (s *store) assignGroup(el *elemSpec) {
 	if !ok || have == el.value {
 		return // a restart, or a change elsewhere: nothing moves
 	}
-	values := splitSlots(el.value)
 	kernel := splitSlots(have)
-	index := valueIndex(values)
-	out := make([]string, len(values))
-	placed := make([]bool, len(values))
-	for slot := range min(len(values), len(kernel)) {
-		if i := index(kernel[slot]); i >= 0 && !placed[i] {
-			out[slot], placed[i] = values[i], true
-		}
-	}
-	next := 0
-	for i, v := range values {
-		if placed[i] {
-			continue
-		}
-		for out[next] != "" {
-			next++
-		}
-		out[next] = v
-	}
-	el.value = joinSlots(out)
-}
-
-// valueIndex returns a function that finds the index in values of v (-1:
-// none, or v is ""): a scan for a few, a map for many.
-func valueIndex(values []string) func(v string) int {
-	if len(values) <= 16 {
-		return func(v string) int {
-			if v != "" {
-				for i := range values {
-					if values[i] == v {
-						return i
-					}
-				}
-			}
-			return -1
-		}
-	}
-	index := make(map[string]int, len(values))
-	for i := range values {
-		index[values[i]] = i
-	}
-	return func(v string) int {
-		if i, ok := index[v]; ok && v != "" {
-			return i
-		}
-		return -1
+	held := func(slot int) (string, bool) { return kernel[slot], kernel[slot] != "" }
+	if out := reconcile.KeepSlots(splitSlots(el.value), len(kernel), held); out != nil {
+		el.value = joinSlots(out)
 	}
 }
