@@ -9,7 +9,7 @@ import "slices"
 // entry (first.item), never kept one by one, and no key needs Table.more.
 // Each owner keeps the positions of the entries it claims (claims.at),
 // four bytes a claim, which its next Replace releases without hashing a
-// key; the items it was given are not kept.
+// key, as in a table with values.
 
 // claimCounted claims items for the owner numbered id, whose claims were
 // released. A key an owner names twice is counted twice, and released

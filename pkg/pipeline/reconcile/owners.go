@@ -7,28 +7,30 @@ import "slices"
 type ownerID int32
 
 // owners numbers a table's owners and keeps each one's claims, which say
-// what to release on its next Replace: the items its last Replace was
-// given or, in a counted table, the positions of the entries they claim.
-// The numbers of owners that went are given out again. An owner's value
-// is kept once, in its record, which an Index of numbers finds.
+// what to release on its next Replace: the positions of the entries its
+// last Replace claimed and, in a table with values, the value of each
+// claim. The numbers of owners that went are given out again. An owner's
+// value is kept once, in its record, which an Index of numbers finds.
 type owners[O Owner[O], K comparable, V any] struct {
 	index Index[O]
-	byID  []claims[O, K, V]
+	byID  []claims[O, V]
 	free  []ownerID
 }
 
-// claims are one owner's. A number given out again keeps the room of its
-// positions, so that a full sync that claims what the last one did
-// allocates none.
-type claims[O any, K comparable, V any] struct {
-	owner O
-	items []Item[K, V]
-	at    []int32 // counted tables
+// claims are one owner's, in the order of the items of its last Replace:
+// the positions of the entries claimed, and the values claimed (a table
+// with values). A number given out again keeps the room of both, so that
+// a full sync that claims what the last one did allocates none.
+type claims[O any, V any] struct {
+	owner  O
+	at     []int32
+	values []V
 }
 
-// forget empties c, keeping the room of its positions.
-func (c *claims[O, K, V]) forget() {
-	*c = claims[O, K, V]{at: c.at[:0]}
+// forget empties c, keeping the room of its claims.
+func (c *claims[O, V]) forget() {
+	clear(c.values) // drop what the values point to
+	*c = claims[O, V]{at: c.at[:0], values: c.values[:0]}
 }
 
 func (w *owners[O, K, V]) ownerAt(id int32) O { return w.byID[id].owner }
@@ -83,8 +85,8 @@ func (w *owners[O, K, V]) reserve(n int) {
 // of is the owner numbered id.
 func (w *owners[O, K, V]) of(id ownerID) O { return w.byID[id].owner }
 
-// items are the claims of the owner numbered id.
-func (w *owners[O, K, V]) items(id ownerID) []Item[K, V] { return w.byID[id].items }
+// value is the value of the claim numbered item of the owner numbered id.
+func (w *owners[O, K, V]) value(id ownerID, item int32) V { return w.byID[id].values[item] }
 
 // reset forgets every owner.
 func (w *owners[O, K, V]) reset() {

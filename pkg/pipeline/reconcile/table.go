@@ -32,12 +32,12 @@ type Item[K comparable, V any] struct {
 // so a backend keeps them typed all the way to its kernel client. A Table
 // is not safe for concurrent use.
 //
-// Each owner's claims are the items its Replace was given, kept as they
-// are (owners); a table of a value-less kind (V of size zero: counted)
-// keeps only each claim's position and counts the claims on a key
+// Each owner keeps the positions of the entries its Replace claimed and,
+// in a table with values, each claim's value (owners); a table of a
+// value-less kind (V of size zero: counted) counts the claims on a key
 // (counted.go). The keys' state is packed: one entry per key, in chunks
 // (entries.go), which holds the key, the kernel's value, which of the
-// owners' items is its first claim, and flags; an index of positions
+// owners' claims is its first, and flags; an index of positions
 // (index.go) finds a key's entry. A key costs its entry and a few bytes
 // of index, no allocation of its own, and the walks of a sync (a full
 // sync's reset, the diff of every dirty key, a cold batch) go through the
@@ -86,7 +86,7 @@ const (
 )
 
 // claim is one owner's claim on a key: which of the items of its last
-// Replace it is.
+// Replace it is (the index of its value).
 type claim struct {
 	owner ownerID
 	item  int32
@@ -105,10 +105,9 @@ func NewTable[O Owner[O], K comparable, V any](kind Kind[K, V]) *Table[O, K, V] 
 }
 
 // Replace swaps every claim of o for items (none: o claims nothing any
-// more). Every key either side names is dirty. The table keeps items
-// until o's next Replace or ResetClaims, so the caller must not change it
-// after the call; a counted table keeps only their positions, and the
-// caller may reuse items at once.
+// more). Every key either side names is dirty. The table keeps the
+// positions of the keys' entries and, with values, each item's value, not
+// the items: the caller may reuse them at once.
 func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
 	id, ok := t.owners.lookup(o)
 	if ok {
@@ -127,28 +126,30 @@ func (t *Table[O, K, V]) Replace(o O, items []Item[K, V]) {
 		t.claimCounted(id, items)
 		return
 	}
-	t.owners.byID[id].items = items
+	c := &t.owners.byID[id]
+	at, values := slices.Grow(c.at[:0], len(items)), slices.Grow(c.values[:0], len(items))
 	for i, it := range items {
-		t.claim(it.Key, claim{owner: id, item: int32(i)})
+		at = append(at, t.claim(it.Key, claim{owner: id, item: int32(i)}))
+		values = append(values, it.Value)
 	}
+	c.at, c.values = at, values
 }
 
-// unclaimAll drops every claim of the owner numbered id.
+// unclaimAll drops every claim of the owner numbered id, by the positions
+// of the entries it claims: no key is hashed again.
 func (t *Table[O, K, V]) unclaimAll(id ownerID) {
-	if t.counted {
-		for _, pos := range t.owners.byID[id].at {
+	for _, pos := range t.owners.byID[id].at {
+		if t.counted {
 			t.uncount(pos)
+		} else {
+			t.unclaim(id, pos)
 		}
-		return
-	}
-	for _, it := range t.owners.items(id) {
-		t.unclaim(id, it.Key)
 	}
 }
 
-// claim adds c on k. Of one owner's claims on a key the first stands: a
-// second is not kept.
-func (t *Table[O, K, V]) claim(k K, c claim) {
+// claim adds c on k and returns the position of k's entry. Of one owner's
+// claims on a key the first stands: a second is not kept.
+func (t *Table[O, K, V]) claim(k K, c claim) int32 {
 	pos := t.lookupOrAdd(k)
 	e := t.entries.at(pos)
 	switch {
@@ -162,15 +163,13 @@ func (t *Table[O, K, V]) claim(k K, c claim) {
 		e.flags |= flagShared
 	}
 	t.touch(pos, e)
+	return pos
 }
 
-// unclaim drops id's claim on k; the next claim in the order they came
-// becomes the first.
-func (t *Table[O, K, V]) unclaim(id ownerID, k K) {
-	pos, ok := t.lookup(k)
-	if !ok {
-		return
-	}
+// unclaim drops id's claim on the entry at pos, which it claimed; the
+// next claim in the order they came becomes the first. The entry stays
+// while claimed, so pos is still its key's.
+func (t *Table[O, K, V]) unclaim(id ownerID, pos int32) {
 	e := t.entries.at(pos)
 	if e.flags&flagClaimed == 0 {
 		return
@@ -327,7 +326,7 @@ func (t *Table[O, K, V]) want(pos int32, e *entry[K, V]) (V, bool) {
 			}
 		}
 	}
-	return t.owners.items(best.owner)[best.item].Value, true
+	return t.owners.value(best.owner, best.item), true
 }
 
 // Len is the number of keys claimed.

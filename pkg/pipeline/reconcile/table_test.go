@@ -293,3 +293,29 @@ func TestGrowSizesTheIndexOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaceKeepsNoItems: the table keeps the values claimed, not the
+// items handed over, so a caller that claims for owner after owner from
+// one buffer (as nftables does) leaves each owner's claims as they were;
+// and the next Replace of an owner releases what it claimed, whatever
+// became of the buffer.
+func TestReplaceKeepsNoItems(t *testing.T) {
+	tb := NewTable[own](intKind)
+	buf := items(1, "a", 2, "b")
+	tb.Replace(1, buf)
+	buf[0], buf[1] = Item[int, string]{Key: 3, Value: "c"}, Item[int, string]{Key: 4, Value: "d"}
+	tb.Replace(2, buf)
+	clear(buf)
+	for k, want := range map[int]string{1: "a", 2: "b", 3: "c", 4: "d"} {
+		if v, ok := tb.Want(k); !ok || v != want {
+			t.Fatalf("Want(%d) = %q, %t after the buffer was reused; want %q", k, v, ok, want)
+		}
+	}
+	tb.Replace(1, items(2, "b2"))
+	if _, ok := tb.Want(1); ok || tb.Len() != 3 {
+		t.Fatalf("owner 1's old claim on key 1 stands (Len %d) after its Replace", tb.Len())
+	}
+	if v, _ := tb.Want(2); v != "b2" {
+		t.Fatalf("Want(2) = %q, want owner 1's new value", v)
+	}
+}

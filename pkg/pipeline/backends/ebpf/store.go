@@ -113,7 +113,8 @@ func (s *store) need(parts map[owner]*part, full bool) int {
 }
 
 // claim stabilizes each part's slots against what the maps hold and swaps
-// its port's claims for it; a full sync drops every claim first.
+// its port's claims for it, dropping the part from parts; a full sync
+// drops every claim first.
 func (s *store) claim(parts map[owner]*part, full bool) {
 	s.prev = nil // until the sync's write succeeds
 	if full {
@@ -147,6 +148,7 @@ func (s *store) claim(parts map[owner]*part, full bool) {
 		for _, g := range pt.groups {
 			s.ids[name] = append(s.ids[name], g.id)
 		}
+		parts[name] = nil // the tables keep what they need of it
 	}
 }
 

@@ -70,21 +70,10 @@ func newMapTable() *mapTable {
 }
 
 // claimElems replaces o's claims on elements with elems (none: o claims
-// no element any more). The set elements' items are only counted, so
-// they are made in a buffer the next claim reuses; the map elements'
-// items are kept by their table until o's next claim.
+// no element any more). The tables keep no items, so they are made in
+// buffers the next claim reuses.
 func (s *store) claimElems(o ownerRef, elems []elemSpec) {
-	sets := s.setItems[:0]
-	nmaps := 0
-	for i := range elems {
-		if elems[i].value != "" || elems[i].slots {
-			nmaps++
-		}
-	}
-	var maps []mapItem
-	if nmaps > 0 {
-		maps = make([]mapItem, 0, nmaps)
-	}
+	sets, maps := s.setItems[:0], s.mapItems[:0]
 	var set string
 	var id uint32
 	for i := range elems {
@@ -103,7 +92,8 @@ func (s *store) claimElems(o ownerRef, elems []elemSpec) {
 	s.setElems.Replace(o, sets)
 	s.mapElems.Replace(o, maps)
 	clear(sets)
-	s.setItems = sets[:0]
+	clear(maps)
+	s.setItems, s.mapItems = sets[:0], maps[:0]
 }
 
 // kernel is the kernel's value of k ("" for a set element), and whether

@@ -21,8 +21,9 @@ type store struct {
 	// (elems.go).
 	setElems *setTable
 	mapElems *mapTable
-	// setItems is the buffer claimElems makes set elements' items in.
+	// setItems and mapItems are the buffers claimElems makes items in.
 	setItems []setItem
+	mapItems []mapItem
 	// setIDs and setNames number the sets elements belong to (elemKey.set):
 	// 4 bytes per element instead of a name.
 	setIDs   map[string]uint32
