@@ -28,8 +28,10 @@ func NewIndex[K comparable](hash func(maphash.Seed, K) uint64) Index[K] {
 	return Index[K]{seed: maphash.MakeSeed(), hash: hash}
 }
 
+// minCells is the size of an index's first cells.
 const minCells = 8
 
+// cellsFor is the number of cells that hold n keys at most half full.
 func cellsFor(n int) int {
 	c := minCells
 	for c < 2*n {
@@ -48,9 +50,9 @@ func (x *Index[K]) home(k K) int {
 	return int(maphash.Comparable(x.seed, k))
 }
 
-// Probe returns k's cell and position, or, when the index holds no k, the
-// empty cell where it would go (Fill) and found false.
-func (x *Index[K]) Probe(k K, keyAt KeyAt[K]) (cell int, pos int32, found bool) {
+// probe returns k's cell and position, or, when the index holds no k, the
+// empty cell where it would go (fill) and found false.
+func (x *Index[K]) probe(k K, keyAt KeyAt[K]) (cell int, pos int32, found bool) {
 	mask := len(x.cells) - 1
 	for i := x.home(k) & mask; ; i = (i + 1) & mask {
 		c := x.cells[i]
@@ -68,35 +70,35 @@ func (x *Index[K]) Find(k K, keyAt KeyAt[K]) (int32, bool) {
 	if x.n == 0 {
 		return -1, false
 	}
-	_, pos, ok := x.Probe(k, keyAt)
+	_, pos, ok := x.probe(k, keyAt)
 	return pos, ok
 }
 
-// ProbeToAdd is Probe with room made for one more key first, so that the
+// probeToAdd is probe with room made for one more key first, so that the
 // empty cell it may return can be filled.
-func (x *Index[K]) ProbeToAdd(k K, keyAt KeyAt[K]) (cell int, pos int32, found bool) {
+func (x *Index[K]) probeToAdd(k K, keyAt KeyAt[K]) (cell int, pos int32, found bool) {
 	x.Grow(x.n+1, keyAt)
-	return x.Probe(k, keyAt)
+	return x.probe(k, keyAt)
 }
 
-// Fill puts pos, whose key has no position here, in cell: the empty cell
-// ProbeToAdd returned for that key, with no change to the index between.
-func (x *Index[K]) Fill(cell int, pos int32) {
+// fill puts pos, whose key has no position here, in cell: the empty cell
+// probeToAdd returned for that key, with no change to the index between.
+func (x *Index[K]) fill(cell int, pos int32) {
 	x.cells[cell] = pos + 1
 	x.n++
 }
 
 // Add puts pos, whose key k has no position here, in the index.
 func (x *Index[K]) Add(k K, pos int32, keyAt KeyAt[K]) {
-	cell, _, _ := x.ProbeToAdd(k, keyAt)
-	x.Fill(cell, pos)
+	cell, _, _ := x.probeToAdd(k, keyAt)
+	x.fill(cell, pos)
 }
 
 // Remove takes k, which the index holds, out of it and returns its
 // position. The cells after its cell in its probe run move back, so that
 // no run has a hole (backward-shift deletion).
 func (x *Index[K]) Remove(k K, keyAt KeyAt[K]) int32 {
-	hole, pos, _ := x.Probe(k, keyAt)
+	hole, pos, _ := x.probe(k, keyAt)
 	mask := len(x.cells) - 1
 	for i := (hole + 1) & mask; x.cells[i] != 0; i = (i + 1) & mask {
 		// The cell at i may fill the hole unless its home lies after
@@ -147,9 +149,10 @@ func (x *Index[K]) Clear() {
 // it goes, so claiming a new key is one probe, where a Go map would take
 // a lookup and an insert.
 
+// keyAt is the key of the entry at pos.
 func (t *Table[O, K, V]) keyAt(pos int32) K { return t.entries.at(pos).key }
 
-// probe is Index.Probe with the keys compared in place rather than read
+// probe is Index.probe with the keys compared in place rather than read
 // through a call: every claim of every key looks up its entry, and the
 // call was a cold sync's largest cost in the index.
 func (t *Table[O, K, V]) probe(k K) (cell int, pos int32, found bool) {
@@ -166,6 +169,7 @@ func (t *Table[O, K, V]) probe(k K) (cell int, pos int32, found bool) {
 	}
 }
 
+// lookup returns k's position in entries.
 func (t *Table[O, K, V]) lookup(k K) (int32, bool) {
 	if t.index.n == 0 {
 		return -1, false
@@ -174,6 +178,8 @@ func (t *Table[O, K, V]) lookup(k K) (int32, bool) {
 	return pos, ok
 }
 
+// lookupOrAdd returns k's position in entries, adding an entry without
+// flags when k has none; the caller sets a flag on it.
 func (t *Table[O, K, V]) lookupOrAdd(k K) int32 {
 	if 2*(t.index.n+1) > len(t.index.cells) {
 		t.index.Grow(t.index.n+1, t.keyAt)
@@ -188,13 +194,15 @@ func (t *Table[O, K, V]) lookupOrAdd(k K) int32 {
 	} else {
 		pos = t.entries.add(entry[K, V]{key: k})
 	}
-	t.index.Fill(cell, pos)
+	t.index.fill(cell, pos)
 	if t.grouped() {
 		t.join(pos, k)
 	}
 	return pos
 }
 
+// remove drops the entry at pos, which has no flags left, from the index
+// and frees its position.
 func (t *Table[O, K, V]) remove(pos int32) {
 	k := t.entries.at(pos).key
 	t.index.Remove(k, t.keyAt)

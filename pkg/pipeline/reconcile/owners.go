@@ -33,6 +33,7 @@ func (c *claims[O, V]) forget() {
 	*c = claims[O, V]{at: c.at[:0], values: c.values[:0]}
 }
 
+// ownerAt is the owner numbered id: the key of its cell.
 func (w *owners[O, K, V]) ownerAt(id int32) O { return w.byID[id].owner }
 
 // lookup returns o's number.
@@ -43,7 +44,7 @@ func (w *owners[O, K, V]) lookup(o O) (ownerID, bool) {
 
 // add numbers o, which has no number.
 func (w *owners[O, K, V]) add(o O) ownerID {
-	cell, _, _ := w.index.ProbeToAdd(o, w.ownerAt)
+	cell, _, _ := w.index.probeToAdd(o, w.ownerAt)
 	var id ownerID
 	if n := len(w.free); n > 0 {
 		id, w.free = w.free[n-1], w.free[:n-1]
@@ -51,7 +52,7 @@ func (w *owners[O, K, V]) add(o O) ownerID {
 		id, w.byID = ownerID(len(w.byID)), growOne(w.byID)
 	}
 	w.byID[id].owner = o
-	w.index.Fill(cell, int32(id))
+	w.index.fill(cell, int32(id))
 	return id
 }
 

@@ -13,6 +13,7 @@ type parts struct {
 
 func newParts() *parts { return &parts{index: reconcile.NewIndex[owner](nil)} }
 
+// ownerAt is the owner of the part at pos: the key of its cell.
 func (ps *parts) ownerAt(pos int32) owner { return *ps.byPos[pos].owner }
 
 // get returns o's part, or nil.
